@@ -1,0 +1,41 @@
+# dlock: leased distributed locks with fencing tokens for PostgreSQL (PGXS).
+#
+#   make && make install       build and install the extension and the CLI
+#   make installcheck          regression, isolation and TAP tests, each on a
+#                              throwaway cluster with dlock preloaded
+# test/run-tests is the one command that does all of it on a fresh machine.
+
+EXTENSION = dlock
+MODULE_big = dlock
+EXTVERSION = $(shell sed -n "s/^default_version = '\(.*\)'/\1/p" dlock.control)
+DATA = $(wildcard sql/dlock--*.sql)
+OBJS = $(patsubst %.c,%.o,$(wildcard src/*.c))
+
+PG_CFLAGS = -Wall -Wextra -Werror -Wno-unused-parameter -Wno-missing-field-initializers -Wno-sign-compare
+
+# pg_regress: sql/*.sql scripts other than the install scripts, expected/*.out
+REGRESS = $(sort $(filter-out dlock--%,$(basename $(notdir $(wildcard sql/*.sql)))))
+REGRESS_OPTS = --inputdir=. --temp-instance=tmp_check --temp-config=test/dlock.conf --load-extension=dlock
+
+ISOLATION = $(sort $(basename $(notdir $(wildcard test/isolation/specs/*.spec))))
+ISOLATION_OPTS = --inputdir=test/isolation --outputdir=output_iso --temp-instance=tmp_check_iso --temp-config=test/dlock.conf --load-extension=dlock
+
+TAP_TESTS = 1
+PROVE_TESTS = test/t/*.pl
+PROVE_FLAGS = --timer
+
+PG_CONFIG ?= pg_config
+PGXS := $(shell $(PG_CONFIG) --pgxs)
+include $(PGXS)
+
+all: cli
+install: install-cli
+clean: clean-cli
+
+.PHONY: cli install-cli clean-cli
+cli:
+	@if [ -f cli/Makefile ]; then $(MAKE) -C cli PG_CONFIG=$(PG_CONFIG); fi
+install-cli:
+	@if [ -f cli/Makefile ]; then $(MAKE) -C cli install PG_CONFIG=$(PG_CONFIG); fi
+clean-cli:
+	@if [ -f cli/Makefile ]; then $(MAKE) -C cli clean; fi

@@ -1,0 +1,31 @@
+/*-------------------------------------------------------------------------
+ *
+ * dlock.c
+ *		Module entry point: wires up the per-area initialisation.
+ *
+ * dlock works loaded on demand (CREATE EXTENSION, first call) and, better,
+ * from shared_preload_libraries, where it also gets shared memory for
+ * wake-on-commit waiters and statistics and its background reaper.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "dlock.h"
+
+#include "fmgr.h"
+
+PG_MODULE_MAGIC;
+
+void		_PG_init(void);
+
+/*
+ * _PG_init: define settings, hook transaction events, and when preloaded
+ * reserve shared memory and register the reaper.
+ */
+void
+_PG_init(void)
+{
+	dlock_guc_init();
+	dlock_xact_init();
+	dlock_shmem_init();
+	dlock_worker_init();
+}

@@ -1,0 +1,59 @@
+/*-------------------------------------------------------------------------
+ *
+ * guc.c
+ *		dlock's configuration settings.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "dlock.h"
+
+#include <limits.h>
+
+#include "utils/guc.h"
+
+int			dlock_default_lease_ms = 30000;
+int			dlock_poll_interval_ms = 100;
+int			dlock_reap_interval_ms = 1000;
+char	   *dlock_database = NULL;
+
+/*
+ * dlock_guc_init: define the dlock.* settings.  The worker's settings are
+ * PGC_SIGHUP (server-wide); the others can be set per session.
+ */
+void
+dlock_guc_init(void)
+{
+	DefineCustomIntVariable("dlock.default_lease",
+							"Lease used when a call passes none.",
+							NULL,
+							&dlock_default_lease_ms,
+							30000, 1, INT_MAX,
+							PGC_USERSET, GUC_UNIT_MS,
+							NULL, NULL, NULL);
+
+	DefineCustomIntVariable("dlock.poll_interval",
+							"How often a waiting lock() re-checks when it is not woken by commits.",
+							"Used when dlock is not in shared_preload_libraries, and as a safety net otherwise.",
+							&dlock_poll_interval_ms,
+							100, 1, 3600 * 1000,
+							PGC_USERSET, GUC_UNIT_MS,
+							NULL, NULL, NULL);
+
+	DefineCustomIntVariable("dlock.reap_interval",
+							"How often the background reaper removes expired leases.",
+							NULL,
+							&dlock_reap_interval_ms,
+							1000, 10, 3600 * 1000,
+							PGC_SIGHUP, GUC_UNIT_MS,
+							NULL, NULL, NULL);
+
+	DefineCustomStringVariable("dlock.database",
+							   "Database in which the background reaper runs.",
+							   NULL,
+							   &dlock_database,
+							   "postgres",
+							   PGC_POSTMASTER, 0,
+							   NULL, NULL, NULL);
+
+	MarkGUCPrefixReserved("dlock");
+}

@@ -1,0 +1,73 @@
+/*-------------------------------------------------------------------------
+ *
+ * reap.c
+ *		Expiry: dlock.reap() and the batch the background worker runs.
+ *
+ * An expired lease is already free to acquirers (lazy expiry); reaping
+ * makes the row free for real, emits the "expired" event and wakes a
+ * waiter.  Each candidate's resource lock is taken without waiting: a
+ * resource some transaction is working on is skipped (the acquirer will
+ * take it over anyway), so reaping never blocks anyone.  The locks of the
+ * reaped rows are held to commit like any change, so one call reaps at most
+ * DLOCK_REAP_PER_CALL rows to bound the lock table; the worker commits
+ * after each batch and goes on while batches come back full.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "dlock.h"
+
+#include "fmgr.h"
+
+PG_FUNCTION_INFO_V1(dlock_reap);
+
+#define DLOCK_REAP_PER_CALL 1000
+
+/*
+ * dlock_reap_batch: reap up to limit leases expired by now; returns how
+ * many.  Runs in the caller's transaction.
+ */
+int
+dlock_reap_batch(TimestampTz now, int limit)
+{
+	List	   *resources;
+	ListCell   *lc;
+	int			reaped = 0;
+
+	dlock_store_begin();
+	resources = dlock_rows_expired(now, limit);
+	foreach(lc, resources)
+	{
+		DlockResource res;
+		DlockRow	row;
+
+		dlock_resource_init(&res, lfirst(lc));
+		if (!dlock_resource_lock(&res, false))
+			continue;
+		dlock_row_read(&res, &row);
+		if (row.held && row.expires_at <= now)
+		{
+			dlock_row_release(&res, 0, now);
+			dlock_notify(&res, "expired", row.fence);
+			dlock_wake_after_commit(res.hash);
+			dlock_count(DLOCK_STAT_EXPIRED);
+			reaped++;
+		}
+		else
+			dlock_resource_unlock(&res);
+	}
+	dlock_store_end();
+	if (reaped > 0)
+		dlock_note_release();
+	return reaped;
+}
+
+/*
+ * dlock.reap(): remove leases expired now, emit their events; returns how
+ * many (at most 1000 a call: call again while it returns 1000).
+ */
+Datum
+dlock_reap(PG_FUNCTION_ARGS)
+{
+	dlock_check_writable("dlock.reap()");
+	PG_RETURN_INT32(dlock_reap_batch(GetCurrentTimestamp(), DLOCK_REAP_PER_CALL));
+}

@@ -1,0 +1,403 @@
+/*-------------------------------------------------------------------------
+ *
+ * store.c
+ *		The SPI statements that read and change dlock.leases.
+ *
+ * Every statement is prepared once per backend (SPI_keepplan), takes the
+ * user's values only as parameters, and names everything with its schema,
+ * operators included, so neither the caller's search_path nor objects
+ * planted on it can change what runs.  For good measure a store session
+ * also runs with search_path = pg_catalog, pg_temp.
+ *
+ * Users have no rights on the table.  A store session runs as the table's
+ * owner (SECURITY_LOCAL_USERID_CHANGE, like the RI triggers), with
+ * SECURITY_RESTRICTED_OPERATION so nothing it runs can change session
+ * state.  The caller's role is captured before the switch.
+ *
+ * Statements run on the latest snapshot: the per-resource lock is held
+ * whenever a row is read to be changed, so the latest committed state is
+ * the one that counts, whatever the caller's isolation level.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "dlock.h"
+
+#include "access/xact.h"
+#include "catalog/namespace.h"
+#include "catalog/pg_type.h"
+#include "executor/spi.h"
+#include "miscadmin.h"
+#include "utils/builtins.h"
+#include "utils/guc.h"
+#include "utils/lsyscache.h"
+#include "utils/snapmgr.h"
+#include "utils/syscache.h"
+#include "catalog/pg_class.h"
+
+/* Identifies each prepared statement in plans[]. */
+typedef enum StoreStmt
+{
+	STMT_READ,
+	STMT_INSERT,
+	STMT_ACQUIRE,
+	STMT_REENTER,
+	STMT_RENEW,
+	STMT_DECREMENT,
+	STMT_FREE,
+	STMT_HOLDER_ROWS,
+	STMT_EXPIRED,
+	NUM_STMTS
+} StoreStmt;
+
+typedef struct StoreStmtDef
+{
+	const char *sql;
+	int			nargs;
+	Oid			argtypes[9];
+} StoreStmtDef;
+
+#define RES_EQ "resource OPERATOR(pg_catalog.=) ($1 COLLATE pg_catalog.\"C\")"
+
+static const StoreStmtDef stmt_defs[NUM_STMTS] = {
+	[STMT_READ] = {
+		"SELECT holder, owner, count, fence, lease, expires_at"
+		"  FROM dlock.leases WHERE " RES_EQ,
+		1, {TEXTOID}
+	},
+	[STMT_INSERT] = {
+		"INSERT INTO dlock.leases (resource, holder, owner, count, fence,"
+		"  lease, acquired_at, renewed_at, expires_at)"
+		"  VALUES ($1, $2, $3, 1, $4, $5, $6, $6, $7)",
+		7, {TEXTOID, TEXTOID, OIDOID, INT8OID, INTERVALOID, TIMESTAMPTZOID, TIMESTAMPTZOID}
+	},
+	[STMT_ACQUIRE] = {
+		"UPDATE dlock.leases SET holder = $2, owner = $3, count = 1, fence = $4,"
+		"  lease = $5, acquired_at = $6, renewed_at = $6, expires_at = $7,"
+		"  released_at = NULL WHERE " RES_EQ,
+		7, {TEXTOID, TEXTOID, OIDOID, INT8OID, INTERVALOID, TIMESTAMPTZOID, TIMESTAMPTZOID}
+	},
+	[STMT_REENTER] = {
+		"UPDATE dlock.leases SET count = count OPERATOR(pg_catalog.+) 1,"
+		"  renewed_at = $2, expires_at = $3 WHERE " RES_EQ,
+		3, {TEXTOID, TIMESTAMPTZOID, TIMESTAMPTZOID}
+	},
+	[STMT_RENEW] = {
+		"UPDATE dlock.leases SET lease = $2, renewed_at = $3, expires_at = $4"
+		"  WHERE " RES_EQ,
+		4, {TEXTOID, INTERVALOID, TIMESTAMPTZOID, TIMESTAMPTZOID}
+	},
+	[STMT_DECREMENT] = {
+		"UPDATE dlock.leases SET count = $2 WHERE " RES_EQ,
+		2, {TEXTOID, INT4OID}
+	},
+	[STMT_FREE] = {
+		"UPDATE dlock.leases SET holder = NULL, owner = NULL, count = 0,"
+		"  expires_at = NULL, released_at = $2 WHERE " RES_EQ,
+		2, {TEXTOID, TIMESTAMPTZOID}
+	},
+	[STMT_HOLDER_ROWS] = {
+		"SELECT resource FROM dlock.leases"
+		"  WHERE holder OPERATOR(pg_catalog.=) ($1 COLLATE pg_catalog.\"C\")"
+		"    AND owner OPERATOR(pg_catalog.=) $2",
+		2, {TEXTOID, OIDOID}
+	},
+	[STMT_EXPIRED] = {
+		"SELECT resource FROM dlock.leases"
+		"  WHERE holder IS NOT NULL AND expires_at OPERATOR(pg_catalog.<=) $1"
+		"  LIMIT $2",
+		2, {TIMESTAMPTZOID, INT4OID}
+	},
+};
+
+static SPIPlanPtr plans[NUM_STMTS];
+
+/* State saved by dlock_store_begin for dlock_store_end. */
+static int	store_depth = 0;
+static Oid	saved_userid;
+static int	saved_sec_context;
+static int	saved_nestlevel;
+static MemoryContext caller_context;	/* where results are copied to */
+
+/* dlock_schema_oid: OID of schema dlock (errors if the extension is gone). */
+Oid
+dlock_schema_oid(void)
+{
+	return get_namespace_oid("dlock", false);
+}
+
+/*
+ * table_owner: the role that owns dlock.leases, i.e. the extension's
+ * installer.  Store sessions run as this role.
+ */
+static Oid
+table_owner(void)
+{
+	Oid			relid = get_relname_relid("leases", dlock_schema_oid());
+	HeapTuple	tp;
+	Oid			owner;
+
+	if (!OidIsValid(relid))
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("table dlock.leases does not exist"),
+				 errhint("Run CREATE EXTENSION dlock.")));
+	tp = SearchSysCache1(RELOID, ObjectIdGetDatum(relid));
+	if (!HeapTupleIsValid(tp))
+		elog(ERROR, "cache lookup failed for relation %u", relid);
+	owner = ((Form_pg_class) GETSTRUCT(tp))->relowner;
+	ReleaseSysCache(tp);
+	return owner;
+}
+
+/*
+ * dlock_store_begin: open a store session: SPI, the owner's identity and a
+ * safe search_path.  Sessions nest (only the outermost one switches).
+ */
+void
+dlock_store_begin(void)
+{
+	if (store_depth++ > 0)
+		return;
+	caller_context = CurrentMemoryContext;
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "SPI_connect failed");
+	GetUserIdAndSecContext(&saved_userid, &saved_sec_context);
+	SetUserIdAndSecContext(table_owner(),
+						   saved_sec_context | SECURITY_LOCAL_USERID_CHANGE |
+						   SECURITY_RESTRICTED_OPERATION);
+	saved_nestlevel = NewGUCNestLevel();
+	(void) set_config_option("search_path", "pg_catalog, pg_temp",
+							 PGC_USERSET, PGC_S_SESSION,
+							 GUC_ACTION_SAVE, true, 0, false);
+}
+
+/*
+ * dlock_store_end: close the store session opened by dlock_store_begin.
+ * On error the transaction (or subtransaction) abort restores all of this,
+ * so store_depth is reset by dlock_store_reset from the xact callbacks.
+ */
+void
+dlock_store_end(void)
+{
+	Assert(store_depth > 0);
+	if (--store_depth > 0)
+		return;
+	AtEOXact_GUC(true, saved_nestlevel);
+	SetUserIdAndSecContext(saved_userid, saved_sec_context);
+	if (SPI_finish() != SPI_OK_FINISH)
+		elog(ERROR, "SPI_finish failed");
+}
+
+/* dlock_store_reset: forget open sessions after an error unwound them. */
+void
+dlock_store_reset(void)
+{
+	store_depth = 0;
+}
+
+/* get_plan: the prepared statement, preparing it on first use. */
+static SPIPlanPtr
+get_plan(StoreStmt which)
+{
+	if (plans[which] == NULL)
+	{
+		const StoreStmtDef *def = &stmt_defs[which];
+		SPIPlanPtr	plan;
+
+		plan = SPI_prepare(def->sql, def->nargs, (Oid *) def->argtypes);
+		if (plan == NULL)
+			elog(ERROR, "SPI_prepare failed for \"%s\": %s",
+				 def->sql, SPI_result_code_string(SPI_result));
+		SPI_keepplan(plan);
+		plans[which] = plan;
+	}
+	return plans[which];
+}
+
+/*
+ * run: execute a prepared statement on the latest snapshot.  Returns the
+ * number of rows processed; checks the result code.
+ */
+static uint64
+run(StoreStmt which, Datum *values, const char *nulls, bool read_only,
+	long limit)
+{
+	int			rc;
+
+	Assert(store_depth > 0);
+	rc = SPI_execute_snapshot(get_plan(which), values, nulls,
+							  GetLatestSnapshot(), InvalidSnapshot,
+							  read_only, true, limit);
+	if (rc < 0)
+		elog(ERROR, "SPI_execute_snapshot failed: %s", SPI_result_code_string(rc));
+	return SPI_processed;
+}
+
+/* run_change: run a statement that must change exactly one row. */
+static void
+run_change(StoreStmt which, Datum *values, const char *nulls)
+{
+	uint64		n = run(which, values, nulls, false, 0);
+
+	if (n != 1)
+		elog(ERROR, "dlock: expected to change one row, changed " UINT64_FORMAT, n);
+}
+
+/*
+ * dlock_row_read: read a resource's row into *row (holder copied into the
+ * memory context that was current when the store session began).
+ */
+void
+dlock_row_read(const DlockResource *res, DlockRow *row)
+{
+	Datum		values[1] = {PointerGetDatum(res->name)};
+	HeapTuple	tup;
+	TupleDesc	desc;
+	bool		isnull;
+	Datum		d;
+
+	memset(row, 0, sizeof(*row));
+	if (run(STMT_READ, values, NULL, true, 0) == 0)
+		return;
+	row->exists = true;
+	tup = SPI_tuptable->vals[0];
+	desc = SPI_tuptable->tupdesc;
+
+	d = SPI_getbinval(tup, desc, 1, &isnull);
+	row->held = !isnull;
+	if (row->held)
+	{
+		MemoryContext old = MemoryContextSwitchTo(caller_context);
+
+		row->holder = TextDatumGetCString(d);
+		MemoryContextSwitchTo(old);
+	}
+	d = SPI_getbinval(tup, desc, 2, &isnull);
+	row->owner = isnull ? InvalidOid : DatumGetObjectId(d);
+	row->count = DatumGetInt32(SPI_getbinval(tup, desc, 3, &isnull));
+	d = SPI_getbinval(tup, desc, 4, &isnull);
+	row->fence = isnull ? 0 : DatumGetInt64(d);
+	d = SPI_getbinval(tup, desc, 5, &isnull);
+	if (!isnull)
+		row->lease = *DatumGetIntervalP(d);
+	d = SPI_getbinval(tup, desc, 6, &isnull);
+	row->expires_at = isnull ? DT_NOBEGIN : DatumGetTimestampTz(d);
+}
+
+/*
+ * dlock_row_acquire: make holder the new holder of the resource with a new
+ * fence, inserting the row when the resource was never seen.
+ */
+void
+dlock_row_acquire(const DlockResource *res, bool insert, text *holder,
+				  Oid owner, int64 fence, const Interval *lease,
+				  TimestampTz now, TimestampTz expires)
+{
+	Datum		values[7];
+
+	values[0] = PointerGetDatum(res->name);
+	values[1] = PointerGetDatum(holder);
+	values[2] = ObjectIdGetDatum(owner);
+	values[3] = Int64GetDatum(fence);
+	values[4] = PointerGetDatum(lease);
+	values[5] = TimestampTzGetDatum(now);
+	values[6] = TimestampTzGetDatum(expires);
+	run_change(insert ? STMT_INSERT : STMT_ACQUIRE, values, NULL);
+}
+
+/* dlock_row_reenter: count + 1 and the new expiry for a re-entry. */
+void
+dlock_row_reenter(const DlockResource *res, TimestampTz now, TimestampTz expires)
+{
+	Datum		values[3];
+
+	values[0] = PointerGetDatum(res->name);
+	values[1] = TimestampTzGetDatum(now);
+	values[2] = TimestampTzGetDatum(expires);
+	run_change(STMT_REENTER, values, NULL);
+}
+
+/* dlock_row_renew: a renewal's new lease and expiry. */
+void
+dlock_row_renew(const DlockResource *res, const Interval *lease,
+				TimestampTz now, TimestampTz expires)
+{
+	Datum		values[4];
+
+	values[0] = PointerGetDatum(res->name);
+	values[1] = PointerGetDatum(lease);
+	values[2] = TimestampTzGetDatum(now);
+	values[3] = TimestampTzGetDatum(expires);
+	run_change(STMT_RENEW, values, NULL);
+}
+
+/*
+ * dlock_row_release: set the count left; at zero the row becomes free (it
+ * stays, keeping its last fence, so the next acquisition updates in place).
+ */
+void
+dlock_row_release(const DlockResource *res, int32 count_left, TimestampTz now)
+{
+	Datum		values[2];
+
+	values[0] = PointerGetDatum(res->name);
+	if (count_left > 0)
+	{
+		values[1] = Int32GetDatum(count_left);
+		run_change(STMT_DECREMENT, values, NULL);
+	}
+	else
+	{
+		values[1] = TimestampTzGetDatum(now);
+		run_change(STMT_FREE, values, NULL);
+	}
+}
+
+/*
+ * column_texts: the first column of the last result as a List of text*
+ * copied into the caller's context.
+ */
+static List *
+column_texts(void)
+{
+	List	   *result = NIL;
+	uint64		i;
+	MemoryContext old = MemoryContextSwitchTo(caller_context);
+
+	for (i = 0; i < SPI_processed; i++)
+	{
+		bool		isnull;
+		Datum		d = SPI_getbinval(SPI_tuptable->vals[i],
+									  SPI_tuptable->tupdesc, 1, &isnull);
+
+		result = lappend(result, DatumGetTextPCopy(d));
+	}
+	MemoryContextSwitchTo(old);
+	return result;
+}
+
+/* dlock_rows_of_holder: resources whose row names this holder and role. */
+List *
+dlock_rows_of_holder(text *holder, Oid owner)
+{
+	Datum		values[2];
+	values[0] = PointerGetDatum(holder);
+	values[1] = ObjectIdGetDatum(owner);
+	run(STMT_HOLDER_ROWS, values, NULL, true, 0);
+	return column_texts();
+}
+
+/*
+ * dlock_rows_expired: up to limit resources whose lease ended by now, as
+ * text* in the memory context that was current when the session began.
+ */
+List *
+dlock_rows_expired(TimestampTz now, int limit)
+{
+	Datum		values[2];
+
+	values[0] = TimestampTzGetDatum(now);
+	values[1] = Int32GetDatum(limit);
+	run(STMT_EXPIRED, values, NULL, true, 0);
+	return column_texts();
+}

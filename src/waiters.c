@@ -1,0 +1,349 @@
+/*-------------------------------------------------------------------------
+ *
+ * waiters.c
+ *		Shared memory for sleeping waiters and statistics: wake-on-commit
+ *		for dlock.lock(), view dlock.waiters and dlock.stats().
+ *
+ * Present only with shared_preload_libraries = 'dlock'.  Each backend has
+ * one waiter slot, indexed by its pgprocno, so registering a wait never
+ * allocates.  A waiter sleeps on its own latch; the transaction that frees
+ * a resource wakes, once its locks are released (xact.c), the waiter of
+ * that resource that arrived first and has not been woken yet: one release
+ * wakes one waiter, not a herd.  A woken waiter that leaves without the
+ * lock (timeout, cancel) passes the wakeup on to the next.  Without shared
+ * memory every function here still works and waiters poll at
+ * dlock.poll_interval.
+ *
+ * Locking: DlockShared.lock (an LWLock of tranche "dlock") protects
+ * next_seq and every field of every slot; slot_in_use is only set and
+ * cleared by the slot's own backend, under the lock.  The statistics are
+ * atomics and need no lock.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "dlock.h"
+
+#include "fmgr.h"
+#include "funcapi.h"
+#include "miscadmin.h"
+#include "pgstat.h"
+#include "port/atomics.h"
+#include "storage/ipc.h"
+#include "storage/latch.h"
+#include "storage/lwlock.h"
+#include "storage/proc.h"
+#include "storage/shmem.h"
+#include "utils/builtins.h"
+#include "utils/timestamp.h"
+
+PG_FUNCTION_INFO_V1(dlock_waiters);
+PG_FUNCTION_INFO_V1(dlock_stats);
+
+/* Safety net for a lost wakeup when waits are woken by commits. */
+#define DLOCK_WAKE_SAFETY_MS 1000
+
+typedef struct DlockWaiter
+{
+	bool		in_use;			/* this backend is waiting */
+	bool		woken;			/* a wakeup was sent and not yet consumed */
+	int			pid;
+	Oid			dbid;
+	uint64		hash;			/* resource hash, as in the locktag */
+	uint64		seq;			/* arrival order */
+	TimestampTz since;
+	TimestampTz deadline;		/* DT_NOEND: no limit */
+	char		resource[DLOCK_MAX_RESOURCE_LEN + 1];
+	char		holder[DLOCK_MAX_HOLDER_LEN + 1];
+} DlockWaiter;
+
+typedef struct DlockShared
+{
+	LWLock	   *lock;
+	uint64		next_seq;
+	pg_atomic_uint64 stats[DLOCK_NUM_STATS];
+	int			nslots;
+	DlockWaiter slots[FLEXIBLE_ARRAY_MEMBER];
+} DlockShared;
+
+static DlockShared *shared = NULL;
+static shmem_request_hook_type prev_shmem_request_hook = NULL;
+static shmem_startup_hook_type prev_shmem_startup_hook = NULL;
+static bool exit_hook_registered = false;
+
+/* shared_size: bytes of shared memory needed. */
+static Size
+shared_size(void)
+{
+	return add_size(offsetof(DlockShared, slots),
+					mul_size(MaxBackends, sizeof(DlockWaiter)));
+}
+
+/* dlock_shmem_request: reserve our shared memory and LWLock. */
+static void
+dlock_shmem_request(void)
+{
+	if (prev_shmem_request_hook)
+		prev_shmem_request_hook();
+	RequestAddinShmemSpace(shared_size());
+	RequestNamedLWLockTranche("dlock", 1);
+}
+
+/* dlock_shmem_startup: create or attach to our shared memory. */
+static void
+dlock_shmem_startup(void)
+{
+	bool		found;
+
+	if (prev_shmem_startup_hook)
+		prev_shmem_startup_hook();
+
+	LWLockAcquire(AddinShmemInitLock, LW_EXCLUSIVE);
+	shared = ShmemInitStruct("dlock", shared_size(), &found);
+	if (!found)
+	{
+		int			i;
+
+		shared->lock = &(GetNamedLWLockTranche("dlock"))->lock;
+		shared->next_seq = 1;
+		for (i = 0; i < DLOCK_NUM_STATS; i++)
+			pg_atomic_init_u64(&shared->stats[i], 0);
+		shared->nslots = MaxBackends;
+		memset(shared->slots, 0, mul_size(MaxBackends, sizeof(DlockWaiter)));
+	}
+	LWLockRelease(AddinShmemInitLock);
+}
+
+/* dlock_shmem_init: install the hooks when preloaded. */
+void
+dlock_shmem_init(void)
+{
+	if (!process_shared_preload_libraries_in_progress)
+		return;
+	prev_shmem_request_hook = shmem_request_hook;
+	shmem_request_hook = dlock_shmem_request;
+	prev_shmem_startup_hook = shmem_startup_hook;
+	shmem_startup_hook = dlock_shmem_startup;
+}
+
+/* dlock_shmem_ready: is the shared memory there? */
+bool
+dlock_shmem_ready(void)
+{
+	return shared != NULL;
+}
+
+/* dlock_count: bump a statistic (no-op without shared memory). */
+void
+dlock_count(DlockStat stat)
+{
+	if (shared)
+		pg_atomic_fetch_add_u64(&shared->stats[stat], 1);
+}
+
+/* my_slot: this backend's waiter slot, or NULL. */
+static DlockWaiter *
+my_slot(void)
+{
+	if (shared == NULL || MyProc == NULL || MyProc->pgprocno >= shared->nslots)
+		return NULL;
+	return &shared->slots[MyProc->pgprocno];
+}
+
+/* wake_locked: wake the first unwoken waiter of hash; caller holds lock. */
+static void
+wake_locked(Oid dbid, uint64 hash)
+{
+	DlockWaiter *best = NULL;
+	int			best_procno = -1;
+	int			i;
+
+	for (i = 0; i < shared->nslots; i++)
+	{
+		DlockWaiter *w = &shared->slots[i];
+
+		if (w->in_use && !w->woken && w->hash == hash && w->dbid == dbid &&
+			(best == NULL || w->seq < best->seq))
+		{
+			best = w;
+			best_procno = i;
+		}
+	}
+	if (best)
+	{
+		best->woken = true;
+		SetLatch(&ProcGlobal->allProcs[best_procno].procLatch);
+		pg_atomic_fetch_add_u64(&shared->stats[DLOCK_STAT_WAKEUPS], 1);
+	}
+}
+
+/*
+ * dlock_wake_queue: the resource with this hash may be free: wake its
+ * first waiter.  Called after the freeing transaction's locks are gone.
+ */
+void
+dlock_wake_queue(uint64 hash)
+{
+	if (shared == NULL || !OidIsValid(MyDatabaseId))
+		return;
+	LWLockAcquire(shared->lock, LW_EXCLUSIVE);
+	wake_locked(MyDatabaseId, hash);
+	LWLockRelease(shared->lock);
+}
+
+/*
+ * leave_slot: clear our slot; if we had been woken, pass the wakeup on
+ * (we leave without using it).  Safe to call when not waiting.
+ */
+static void
+leave_slot(bool acquired)
+{
+	DlockWaiter *w = my_slot();
+
+	if (w == NULL || !w->in_use)
+		return;
+	LWLockAcquire(shared->lock, LW_EXCLUSIVE);
+	w->in_use = false;
+	if (w->woken && !acquired)
+		wake_locked(w->dbid, w->hash);
+	w->woken = false;
+	LWLockRelease(shared->lock);
+}
+
+/* waiter_exit: a backend dying while waiting (pg_terminate_backend). */
+static void
+waiter_exit(int code, Datum arg)
+{
+	leave_slot(false);
+}
+
+/*
+ * dlock_wait_begin: this backend starts waiting for res.  Always counted;
+ * registered for wakeups when shared memory is there.
+ */
+void
+dlock_wait_begin(const DlockResource *res, text *holder, TimestampTz deadline)
+{
+	DlockWaiter *w = my_slot();
+
+	dlock_count(DLOCK_STAT_WAITS);
+	if (w == NULL)
+		return;
+	if (!exit_hook_registered)
+	{
+		before_shmem_exit(waiter_exit, (Datum) 0);
+		exit_hook_registered = true;
+	}
+	LWLockAcquire(shared->lock, LW_EXCLUSIVE);
+	w->pid = MyProcPid;
+	w->dbid = MyDatabaseId;
+	w->hash = res->hash;
+	w->seq = shared->next_seq++;
+	w->since = GetCurrentTimestamp();
+	w->deadline = deadline;
+	text_to_cstring_buffer(res->name, w->resource, sizeof(w->resource));
+	if (holder)
+		text_to_cstring_buffer(holder, w->holder, sizeof(w->holder));
+	else
+		w->holder[0] = '\0';
+	w->woken = false;
+	w->in_use = true;
+	LWLockRelease(shared->lock);
+}
+
+/* dlock_wait_end: this backend stops waiting (acquired or not). */
+void
+dlock_wait_end(bool acquired)
+{
+	leave_slot(acquired);
+}
+
+/* dlock_wait_abort: from transaction abort: a wait ended by an error. */
+void
+dlock_wait_abort(void)
+{
+	leave_slot(false);
+}
+
+/*
+ * dlock_wait_sleep: sleep until woken, timeout_ms passes, or an interrupt
+ * (cancel, statement_timeout, termination: CHECK_FOR_INTERRUPTS raises it
+ * and the abort path clears the slot).  Without shared memory the sleep is
+ * cut to dlock.poll_interval; with it, to a one-second safety net.
+ */
+void
+dlock_wait_sleep(long timeout_ms)
+{
+	DlockWaiter *w = my_slot();
+	long		cap = (w && w->in_use) ? DLOCK_WAKE_SAFETY_MS : dlock_poll_interval_ms;
+
+	if (w && w->in_use && w->woken)
+	{
+		/* The wakeup was consumed by the look we just took. */
+		LWLockAcquire(shared->lock, LW_EXCLUSIVE);
+		w->woken = false;
+		LWLockRelease(shared->lock);
+	}
+	(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
+					 Min(timeout_ms, cap), PG_WAIT_EXTENSION);
+	ResetLatch(MyLatch);
+	CHECK_FOR_INTERRUPTS();
+}
+
+/*
+ * dlock.waiters_internal(): the backends waiting in dlock.lock() and
+ * dlock.xact_lock() in this database (empty without shared memory).
+ */
+Datum
+dlock_waiters(PG_FUNCTION_ARGS)
+{
+	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
+	int			i;
+
+	InitMaterializedSRF(fcinfo, 0);
+	if (shared == NULL)
+		return (Datum) 0;
+	LWLockAcquire(shared->lock, LW_SHARED);
+	for (i = 0; i < shared->nslots; i++)
+	{
+		DlockWaiter *w = &shared->slots[i];
+		Datum		values[5];
+		bool		nulls[5] = {false, false, false, false, false};
+
+		if (!w->in_use || w->dbid != MyDatabaseId)
+			continue;
+		values[0] = Int32GetDatum(w->pid);
+		values[1] = CStringGetTextDatum(w->resource);
+		values[2] = CStringGetTextDatum(w->holder);
+		nulls[2] = (w->holder[0] == '\0');
+		values[3] = TimestampTzGetDatum(w->since);
+		values[4] = TimestampTzGetDatum(w->deadline);
+		nulls[4] = (w->deadline == DT_NOEND);
+		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
+	}
+	LWLockRelease(shared->lock);
+	return (Datum) 0;
+}
+
+/* dlock.stats(): the counters since the server started. */
+Datum
+dlock_stats(PG_FUNCTION_ARGS)
+{
+	TupleDesc	desc;
+	Datum		values[DLOCK_NUM_STATS];
+	bool		nulls[DLOCK_NUM_STATS];
+	int			i;
+
+	if (shared == NULL)
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("dlock statistics are not available"),
+				 errhint("Add dlock to shared_preload_libraries and restart the server.")));
+	if (get_call_result_type(fcinfo, NULL, &desc) != TYPEFUNC_COMPOSITE)
+		elog(ERROR, "return type must be a row type");
+	for (i = 0; i < DLOCK_NUM_STATS; i++)
+	{
+		values[i] = Int64GetDatum((int64) pg_atomic_read_u64(&shared->stats[i]));
+		nulls[i] = false;
+	}
+	PG_RETURN_DATUM(HeapTupleGetDatum(heap_form_tuple(BlessTupleDesc(desc), values, nulls)));
+}

@@ -1,0 +1,116 @@
+/*-------------------------------------------------------------------------
+ *
+ * worker.c
+ *		The background reaper ("dlock reaper").
+ *
+ * Registered when dlock is in shared_preload_libraries.  It connects to
+ * dlock.database and every dlock.reap_interval reaps expired leases in
+ * batches, one transaction per batch, going on while batches come back
+ * full (reap.c explains why batches).  The loop is the canonical one of
+ * worker_spi and autoprewarm: WaitLatch with WL_EXIT_ON_PM_DEATH, SIGHUP
+ * reloads the configuration, SIGTERM ends it; a per-loop memory context is
+ * reset every round (pg_cron).  On a hot standby it only waits, and starts
+ * reaping once the server is promoted.  An error ends the process and the
+ * postmaster starts it again after bgw_restart_time.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "dlock.h"
+
+#include "access/xact.h"
+#include "access/xlog.h"
+#include "catalog/namespace.h"
+#include "commands/extension.h"
+#include "fmgr.h"
+#include "miscadmin.h"
+#include "pgstat.h"
+#include "postmaster/bgworker.h"
+#include "postmaster/interrupt.h"
+#include "storage/ipc.h"
+#include "storage/latch.h"
+#include "tcop/tcopprot.h"
+#include "utils/memutils.h"
+#include "utils/snapmgr.h"
+
+PGDLLEXPORT void dlock_worker_main(Datum main_arg);
+
+#define DLOCK_WORKER_BATCH 500
+
+/* dlock_worker_init: register the reaper when preloaded. */
+void
+dlock_worker_init(void)
+{
+	BackgroundWorker worker;
+
+	if (!process_shared_preload_libraries_in_progress)
+		return;
+	memset(&worker, 0, sizeof(worker));
+	worker.bgw_flags = BGWORKER_SHMEM_ACCESS | BGWORKER_BACKEND_DATABASE_CONNECTION;
+	worker.bgw_start_time = BgWorkerStart_ConsistentState;
+	worker.bgw_restart_time = 5;
+	snprintf(worker.bgw_library_name, BGW_MAXLEN, "dlock");
+	snprintf(worker.bgw_function_name, BGW_MAXLEN, "dlock_worker_main");
+	snprintf(worker.bgw_name, BGW_MAXLEN, "dlock reaper");
+	snprintf(worker.bgw_type, BGW_MAXLEN, "dlock reaper");
+	RegisterBackgroundWorker(&worker);
+}
+
+/*
+ * reap_round: one transaction reaping one batch; returns how many.  Does
+ * nothing where the extension is not installed.
+ */
+static int
+reap_round(void)
+{
+	int			n = 0;
+
+	SetCurrentStatementStartTimestamp();
+	StartTransactionCommand();
+	PushActiveSnapshot(GetTransactionSnapshot());
+	pgstat_report_activity(STATE_RUNNING, "reaping expired leases");
+	if (OidIsValid(get_extension_oid("dlock", true)))
+		n = dlock_reap_batch(GetCurrentTimestamp(), DLOCK_WORKER_BATCH);
+	PopActiveSnapshot();
+	CommitTransactionCommand();
+	pgstat_report_stat(false);
+	pgstat_report_activity(STATE_IDLE, NULL);
+	return n;
+}
+
+/* dlock_worker_main: the reaper's main loop. */
+void
+dlock_worker_main(Datum main_arg)
+{
+	MemoryContext loop_context;
+
+	pqsignal(SIGHUP, SignalHandlerForConfigReload);
+	pqsignal(SIGTERM, die);
+	BackgroundWorkerUnblockSignals();
+	BackgroundWorkerInitializeConnection(dlock_database, NULL, 0);
+
+	loop_context = AllocSetContextCreate(TopMemoryContext, "dlock reaper loop",
+										 ALLOCSET_DEFAULT_SIZES);
+	for (;;)
+	{
+		MemoryContext old;
+
+		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
+						 dlock_reap_interval_ms, PG_WAIT_EXTENSION);
+		ResetLatch(MyLatch);
+		CHECK_FOR_INTERRUPTS();
+
+		if (ConfigReloadPending)
+		{
+			ConfigReloadPending = false;
+			ProcessConfigFile(PGC_SIGHUP);
+		}
+		if (RecoveryInProgress())
+			continue;			/* hot standby: wait for promotion */
+
+		old = MemoryContextSwitchTo(loop_context);
+		while (reap_round() == DLOCK_WORKER_BATCH)
+			CHECK_FOR_INTERRUPTS();
+		MemoryContextSwitchTo(old);
+		MemoryContextReset(loop_context);
+	}
+}

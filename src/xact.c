@@ -1,0 +1,276 @@
+/*-------------------------------------------------------------------------
+ *
+ * xact.c
+ *		What dlock remembers about the current transaction, and what it
+ *		does when that transaction ends.
+ *
+ *	- Durability: a transaction that acquired or renewed commits with at
+ *	  least synchronous_commit = on (a stronger setting is kept), whatever
+ *	  the session says; one that only released, outside a transaction
+ *	  block, commits asynchronously (a lost release only keeps the resource
+ *	  busy until its lease ends).  The setting is forced at PRE_COMMIT and
+ *	  put back at COMMIT/ABORT, so no function SET clause or SET LOCAL can
+ *	  undo it in between.
+ *	- Transaction-scoped locks: the (resource, fence) pairs this transaction
+ *	  holds, for check() and assert_fence(); entries made in a
+ *	  subtransaction vanish with it, as its lock-manager locks do.
+ *	- Wakeups: resources whose state this transaction changed in a way a
+ *	  waiter cares about; once the transaction's locks are released after
+ *	  COMMIT (or ABORT), one waiter of each is woken (waiters.c; a no-op
+ *	  without shared memory).
+ *
+ * All of it is backend-local and lives in TopTransactionContext.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "dlock.h"
+
+#include "access/xact.h"
+#include "nodes/pg_list.h"
+#include "utils/memutils.h"
+#include "utils/resowner.h"
+
+/* A transaction-scoped lock held by this transaction. */
+typedef struct XactHolding
+{
+	uint64		hash;
+	text	   *resource;
+	int64		fence;
+	SubTransactionId subxid;
+} XactHolding;
+
+static bool xact_acquired = false;	/* acquired or renewed something */
+static bool xact_async_release = false; /* released outside a block */
+static int	saved_sync_commit = -1; /* value to restore, -1: untouched */
+static List *xact_holdings = NIL;	/* XactHolding * */
+
+/*
+ * Resources to wake a waiter of when the transaction ends.  Kept in
+ * TopMemoryContext because the wakeups go out from the resource-release
+ * callback after the transaction's locks are released, so that the woken
+ * waiter finds the resource's lock free.
+ */
+typedef struct WakeEntry
+{
+	uint64		hash;
+	bool		abort_only;		/* an acquisition: wake only if it aborts */
+} WakeEntry;
+
+static WakeEntry *wake = NULL;
+static int	nwake = 0;
+static int	maxwake = 0;
+
+/* dlock_note_acquisition: this transaction must commit durably. */
+void
+dlock_note_acquisition(void)
+{
+	xact_acquired = true;
+}
+
+/*
+ * dlock_note_release: this transaction released a lock; outside a
+ * transaction block that allows an asynchronous commit.
+ */
+void
+dlock_note_release(void)
+{
+	if (!IsTransactionBlock())
+		xact_async_release = true;
+}
+
+/*
+ * dlock_wake_after_commit: remember to wake one waiter of hash when this
+ * transaction ends.
+ */
+static void
+add_wake(uint64 hash, bool abort_only)
+{
+	if (nwake >= maxwake)
+	{
+		maxwake = Max(16, maxwake * 2);
+		wake = wake ? repalloc(wake, maxwake * sizeof(WakeEntry)) :
+			MemoryContextAlloc(TopMemoryContext, maxwake * sizeof(WakeEntry));
+	}
+	wake[nwake].hash = hash;
+	wake[nwake].abort_only = abort_only;
+	nwake++;
+}
+
+void
+dlock_wake_after_commit(uint64 hash)
+{
+	add_wake(hash, false);
+}
+
+/*
+ * dlock_wake_after_abort: an uncommitted acquisition others may be waiting
+ * behind; if it rolls back, one of them should look again.
+ */
+void
+dlock_wake_after_abort(uint64 hash)
+{
+	add_wake(hash, true);
+}
+
+/* dlock_xact_register: record a transaction-scoped lock of ours. */
+void
+dlock_xact_register(const DlockResource *res, int64 fence)
+{
+	MemoryContext old = MemoryContextSwitchTo(TopTransactionContext);
+	XactHolding *h = palloc(sizeof(XactHolding));
+
+	h->hash = res->hash;
+	h->resource = DatumGetTextPCopy(PointerGetDatum(res->name));
+	h->fence = fence;
+	h->subxid = GetCurrentSubTransactionId();
+	xact_holdings = lappend(xact_holdings, h);
+	MemoryContextSwitchTo(old);
+	dlock_wake_after_commit(res->hash);
+}
+
+/* find_holding: this transaction's transaction-scoped lock on res, if any. */
+static XactHolding *
+find_holding(const DlockResource *res)
+{
+	ListCell   *lc;
+
+	foreach(lc, xact_holdings)
+	{
+		XactHolding *h = lfirst(lc);
+
+		if (h->hash == res->hash &&
+			VARSIZE_ANY_EXHDR(h->resource) == VARSIZE_ANY_EXHDR(res->name) &&
+			memcmp(VARDATA_ANY(h->resource), VARDATA_ANY(res->name),
+				   VARSIZE_ANY_EXHDR(res->name)) == 0)
+			return h;
+	}
+	return NULL;
+}
+
+/* dlock_xact_fence: fence of our transaction-scoped lock on res, or 0. */
+int64
+dlock_xact_fence(const DlockResource *res)
+{
+	XactHolding *h = find_holding(res);
+
+	return h ? h->fence : 0;
+}
+
+/*
+ * force_sync_commit: at PRE_COMMIT, pick the synchronous_commit level the
+ * commit record must be written with.
+ */
+static void
+force_sync_commit(void)
+{
+	if (xact_acquired)
+	{
+		if (synchronous_commit < SYNCHRONOUS_COMMIT_REMOTE_FLUSH)
+		{
+			saved_sync_commit = synchronous_commit;
+			synchronous_commit = SYNCHRONOUS_COMMIT_REMOTE_FLUSH;
+		}
+	}
+	else if (xact_async_release && synchronous_commit > SYNCHRONOUS_COMMIT_OFF)
+	{
+		saved_sync_commit = synchronous_commit;
+		synchronous_commit = SYNCHRONOUS_COMMIT_OFF;
+	}
+}
+
+/* reset_state: forget everything at transaction end. */
+static void
+reset_state(void)
+{
+	if (saved_sync_commit >= 0)
+		synchronous_commit = saved_sync_commit;
+	saved_sync_commit = -1;
+	xact_acquired = false;
+	xact_async_release = false;
+	xact_holdings = NIL;		/* memory goes with TopTransactionContext */
+	dlock_store_reset();
+}
+
+/* dlock_xact_callback: force the commit level; forget state at the end. */
+static void
+dlock_xact_callback(XactEvent event, void *arg)
+{
+	switch (event)
+	{
+		case XACT_EVENT_PRE_COMMIT:
+			force_sync_commit();
+			break;
+		case XACT_EVENT_ABORT:
+			dlock_wait_abort();
+			reset_state();
+			break;
+		case XACT_EVENT_COMMIT:
+		case XACT_EVENT_PREPARE:
+			reset_state();
+			break;
+		default:
+			break;
+	}
+}
+
+/*
+ * dlock_release_callback: after the top-level transaction's locks are gone
+ * (its changes are visible and the resources' locks free), wake one waiter
+ * of each resource it released, and of each it acquired if it aborted.
+ */
+static void
+dlock_release_callback(ResourceReleasePhase phase, bool isCommit,
+					   bool isTopLevel, void *arg)
+{
+	int			i;
+
+	if (phase != RESOURCE_RELEASE_AFTER_LOCKS || !isTopLevel)
+		return;
+	for (i = 0; i < nwake; i++)
+		if (!isCommit || !wake[i].abort_only)
+			dlock_wake_queue(wake[i].hash);
+	nwake = 0;
+}
+
+/*
+ * dlock_subxact_callback: drop transaction-scoped locks taken in an aborted
+ * subtransaction (its lock-manager locks are gone); hand those of a
+ * committed one to the parent.
+ */
+static void
+dlock_subxact_callback(SubXactEvent event, SubTransactionId mySubid,
+					   SubTransactionId parentSubid, void *arg)
+{
+	ListCell   *lc;
+
+	if (event == SUBXACT_EVENT_ABORT_SUB)
+	{
+		foreach(lc, xact_holdings)
+		{
+			XactHolding *h = lfirst(lc);
+
+			if (h->subxid == mySubid)
+				xact_holdings = foreach_delete_current(xact_holdings, lc);
+		}
+		dlock_store_reset();
+	}
+	else if (event == SUBXACT_EVENT_COMMIT_SUB)
+	{
+		foreach(lc, xact_holdings)
+		{
+			XactHolding *h = lfirst(lc);
+
+			if (h->subxid == mySubid)
+				h->subxid = parentSubid;
+		}
+	}
+}
+
+/* dlock_xact_init: register the callbacks (once per backend). */
+void
+dlock_xact_init(void)
+{
+	RegisterXactCallback(dlock_xact_callback, NULL);
+	RegisterSubXactCallback(dlock_subxact_callback, NULL);
+	RegisterResourceReleaseCallback(dlock_release_callback, NULL);
+}
