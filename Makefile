@@ -28,9 +28,13 @@ PG_CONFIG ?= pg_config
 PGXS := $(shell $(PG_CONFIG) --pgxs)
 include $(PGXS)
 
+# The CLI (cli/) is built and installed with the extension; SKIP_CLI=1
+# leaves it out.
+ifndef SKIP_CLI
 all: cli
 install: install-cli
 clean: clean-cli
+endif
 
 .PHONY: cli install-cli clean-cli
 cli:
@@ -39,3 +43,12 @@ install-cli:
 	@if [ -f cli/Makefile ]; then $(MAKE) -C cli install PG_CONFIG=$(PG_CONFIG); fi
 clean-cli:
 	@if [ -f cli/Makefile ]; then $(MAKE) -C cli clean; fi
+
+# The three kinds of tests separately (installcheck runs all three).
+.PHONY: installcheck-regress installcheck-isolation installcheck-tap
+installcheck-regress:
+	$(pg_regress_installcheck) $(REGRESS_OPTS) $(REGRESS)
+installcheck-isolation:
+	$(pg_isolation_regress_installcheck) $(ISOLATION_OPTS) $(ISOLATION)
+installcheck-tap:
+	$(prove_installcheck)

@@ -39,7 +39,7 @@
 #include "utils/fmgrprotos.h"
 
 /* Longest lease we accept; anything longer is surely a unit mistake. */
-#define DLOCK_MAX_LEASE_USECS	((double) 1000 * 365.25 * USECS_PER_DAY)
+#define DLOCK_MAX_LEASE_USECS	((double) 1000 * MONTHS_PER_YEAR * DAYS_PER_MONTH * USECS_PER_DAY)
 
 /*
  * interval_usecs: an interval's length in microseconds as a double, with

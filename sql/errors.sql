@@ -1,0 +1,74 @@
+-- errors: every bad input raises 22023 naming the argument and changes
+-- nothing.
+\set VERBOSITY default
+\pset null '(null)'
+CREATE FUNCTION pg_temp.err(q text) RETURNS text LANGUAGE plpgsql AS $$
+BEGIN
+    EXECUTE q;
+    RETURN 'no error';
+EXCEPTION WHEN OTHERS THEN
+    RETURN SQLSTATE || ': ' || SQLERRM;
+END $$;
+
+SELECT dlock.try_lock('err/held', 'h', '1h') IS NOT NULL AS setup;
+CREATE TEMP TABLE before AS SELECT * FROM dlock.leases;
+SELECT last_value AS seq_before FROM dlock.fence_seq \gset
+
+SELECT q, pg_temp.err(q) FROM (VALUES
+  ($$SELECT dlock.try_lock(NULL, 'h')$$),
+  ($$SELECT dlock.try_lock('', 'h')$$),
+  ($$SELECT dlock.try_lock(repeat('x', 1001), 'h')$$),
+  ($$SELECT dlock.try_lock('err/x', NULL)$$),
+  ($$SELECT dlock.try_lock('err/x', '')$$),
+  ($$SELECT dlock.try_lock('err/x', repeat('h', 256))$$),
+  ($$SELECT dlock.try_lock('err/x', 'h', '0')$$),
+  ($$SELECT dlock.try_lock('err/x', 'h', '-1s')$$),
+  ($$SELECT dlock.try_lock('err/x', 'h', '1 day -25 hours')$$),
+  ($$SELECT dlock.try_lock('err/x', 'h', '1001 years')$$),
+  ($$SELECT dlock.lock(NULL, 'h')$$),
+  ($$SELECT dlock.lock('err/x', '', '1s')$$),
+  ($$SELECT dlock.lock('err/x', 'h', '-5 min')$$),
+  ($$SELECT dlock.lock('err/x', 'h', '1s', '-1s')$$),
+  ($$SELECT dlock.unlock(NULL, 'h')$$),
+  ($$SELECT dlock.unlock('err/held', NULL)$$),
+  ($$SELECT dlock.unlock('err/held', repeat('h', 256))$$),
+  ($$SELECT dlock.renew('', 'h')$$),
+  ($$SELECT dlock.renew('err/held', '')$$),
+  ($$SELECT dlock.renew('err/held', 'h', '0')$$),
+  ($$SELECT dlock.renew('err/held', 'h', '-1 ms')$$),
+  ($$SELECT dlock.unlock_all(NULL)$$),
+  ($$SELECT dlock.unlock_all('')$$),
+  ($$SELECT dlock.check(NULL, 1)$$),
+  ($$SELECT dlock.check('err/held', NULL)$$),
+  ($$SELECT dlock.assert_fence('', 1)$$),
+  ($$SELECT dlock.assert_fence('err/held', NULL)$$),
+  ($$SELECT dlock.break_lock(NULL)$$),
+  ($$SELECT dlock.channel(NULL)$$),
+  ($$SELECT dlock.channel(repeat('x', 1001))$$),
+  ($$SELECT dlock.xact_lock('')$$),
+  ($$SELECT dlock.xact_lock('err/x', '-1s')$$),
+  ($$SELECT dlock.try_xact_lock(NULL)$$)
+) AS t(q);
+
+-- The 1001-byte check counts bytes, not characters.
+SELECT pg_temp.err($$SELECT dlock.try_lock(repeat('é', 501), 'h')$$);
+
+-- Nothing changed, and the fence sequence was not touched by any of it.
+SELECT count(*) AS changed_rows FROM (
+  (SELECT * FROM dlock.leases EXCEPT SELECT * FROM before)
+  UNION ALL
+  (SELECT * FROM before EXCEPT SELECT * FROM dlock.leases)) d;
+SELECT last_value = :seq_before AS fence_seq_untouched FROM dlock.fence_seq;
+
+-- assert_fence's own error: SQLSTATE 55P03 with a detail.
+SELECT pg_temp.err($$SELECT dlock.assert_fence('err/held', 1)$$);
+
+-- Read-only transactions: state changes raise 25006.
+BEGIN READ ONLY;
+SELECT pg_temp.err($$SELECT dlock.try_lock('err/ro', 'h')$$);
+SELECT pg_temp.err($$SELECT dlock.unlock('err/held', 'h')$$);
+SELECT pg_temp.err($$SELECT dlock.reap()$$);
+SELECT dlock.check('err/held', 1) AS check_is_read_only;
+COMMIT;
+
+SELECT dlock.unlock('err/held', 'h');

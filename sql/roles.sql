@@ -1,0 +1,71 @@
+-- roles: holdings belong to the holder text and the role that took them;
+-- ordinary roles need no grants; the table and sequence are closed.
+\pset null '(null)'
+\set VERBOSITY default
+CREATE FUNCTION pg_temp.err(q text) RETURNS text LANGUAGE plpgsql AS $$
+BEGIN
+    EXECUTE q;
+    RETURN 'no error';
+EXCEPTION WHEN OTHERS THEN
+    RETURN SQLSTATE || ': ' || SQLERRM;
+END $$;
+GRANT EXECUTE ON FUNCTION pg_temp.err(text) TO PUBLIC;
+CREATE ROLE regress_dlock_a;
+CREATE ROLE regress_dlock_b;
+CREATE ROLE regress_dlock_admin;
+GRANT EXECUTE ON FUNCTION dlock.break_lock(text) TO regress_dlock_admin;
+
+-- An ordinary role calls everything but break_lock with no grant.
+SET ROLE regress_dlock_a;
+SELECT dlock.try_lock('roles/r', 'shared-holder', '1h') IS NOT NULL AS a_acquires;
+SELECT dlock.try_lock('roles/r', 'shared-holder') IS NOT NULL AS a_reenters;
+SELECT dlock.renew('roles/r', 'shared-holder') IS NOT NULL AS a_renews;
+SELECT dlock.check('roles/r', (SELECT fence FROM dlock.locks WHERE resource = 'roles/r')) AS a_checks;
+SELECT dlock.lock('roles/s', 'a', '1h', '0') IS NOT NULL AS a_lock;
+SELECT dlock.xact_lock('roles/x') IS NOT NULL AS a_xact_lock, dlock.try_xact_lock('roles/y') IS NOT NULL AS a_try_xact_lock;
+SELECT dlock.reap() >= 0 AS a_reaps;
+SELECT dlock.channel('roles/r') IS NOT NULL AS a_channel;
+SELECT resource, holder, count, owner FROM dlock.locks WHERE resource LIKE 'roles/%' ORDER BY 1;
+SELECT pg_temp.err($$SELECT dlock.break_lock('roles/r')$$) AS a_break;
+
+-- Users cannot touch the table, the sequence or the epoch directly.
+SELECT pg_temp.err($$SELECT * FROM dlock.leases$$) AS read_table;
+SELECT pg_temp.err($$UPDATE dlock.leases SET holder = 'me'$$) AS write_table;
+SELECT pg_temp.err($$DELETE FROM dlock.leases$$) AS delete_table;
+SELECT pg_temp.err($$SELECT nextval('dlock.fence_seq')$$) AS nextval;
+SELECT pg_temp.err($$SELECT setval('dlock.fence_seq', 1)$$) AS setval;
+SELECT pg_temp.err($$UPDATE dlock.epoch SET base = 0$$) AS write_epoch;
+
+-- Role b presenting the same holder text is another holder.
+SET ROLE regress_dlock_b;
+SELECT dlock.try_lock('roles/r', 'shared-holder') AS b_same_text;
+SELECT pg_temp.err($$SELECT dlock.unlock('roles/r', 'shared-holder')$$) AS b_unlock;
+SELECT pg_temp.err($$SELECT dlock.renew('roles/r', 'shared-holder')$$) AS b_renew;
+SELECT dlock.unlock_all('shared-holder') AS b_unlock_all;
+SELECT dlock.unlock('roles/r', 'other') AS b_unlock_other_text;
+SELECT pg_temp.err($$SELECT dlock.break_lock('roles/r')$$) AS b_break;
+
+-- Nothing changed for a.
+RESET ROLE;
+SELECT resource, holder, count, owner FROM dlock.locks WHERE resource LIKE 'roles/%' ORDER BY 1;
+
+-- A role granted EXECUTE on break_lock may break.
+SET ROLE regress_dlock_admin;
+SELECT dlock.break_lock('roles/s') AS admin_breaks;
+RESET ROLE;
+
+-- unlock_all releases only the caller's role's holdings.
+SET ROLE regress_dlock_b;
+SELECT dlock.try_lock('roles/t', 'shared-holder', '1h') IS NOT NULL AS b_acquires_t;
+RESET ROLE;
+SET ROLE regress_dlock_a;
+SELECT dlock.unlock_all('shared-holder') AS a_unlock_all;
+RESET ROLE;
+SELECT resource, holder, count, owner FROM dlock.locks WHERE resource LIKE 'roles/%' ORDER BY 1;
+
+-- Superusers may unlock another role's holding.
+SELECT dlock.unlock('roles/t', 'shared-holder') AS superuser_unlocks;
+SELECT count(*) FROM dlock.locks WHERE resource LIKE 'roles/%';
+
+DROP OWNED BY regress_dlock_a, regress_dlock_b, regress_dlock_admin;
+DROP ROLE regress_dlock_a, regress_dlock_b, regress_dlock_admin;
