@@ -11,7 +11,7 @@ EXTVERSION = $(shell sed -n "s/^default_version = '\(.*\)'/\1/p" dlock.control)
 DATA = $(wildcard sql/dlock--*.sql)
 OBJS = $(patsubst %.c,%.o,$(wildcard src/*.c))
 
-PG_CFLAGS = -Wall -Wextra -Werror -Wno-unused-parameter -Wno-missing-field-initializers -Wno-sign-compare
+PG_CFLAGS = -Wall -Wextra -Werror -Wno-unused-parameter -Wno-missing-field-initializers
 
 # pg_regress: sql/*.sql scripts other than the install scripts, expected/*.out
 REGRESS = $(sort $(filter-out dlock--%,$(basename $(notdir $(wildcard sql/*.sql)))))

@@ -66,6 +66,13 @@ SELECT dlock.unlock('api/c', 'h4');
 SELECT dlock.lock('api/d', 'h5', '10s') IS NOT NULL AS lock_free;
 SELECT dlock.lock('api/d', 'h6', '10s', '0') AS lock_held_no_wait;
 SELECT dlock.lock('api/d', 'h6', '10s', '50ms') AS lock_held_timeout;
+-- lock_timeout bounds the wait like any lock wait, with its error.
+SET lock_timeout = '50ms';
+\set VERBOSITY sqlstate
+SELECT dlock.lock('api/d', 'h6', '10s');
+\set VERBOSITY default
+RESET lock_timeout;
+SELECT count(*) AS waiters_left FROM dlock.waiters;
 SELECT dlock.unlock('api/d', 'h5');
 
 -- Defaults: holder dlock.session_holder(), lease dlock.default_lease.

@@ -17,6 +17,7 @@
 
 #include "fmgr.h"
 #include "miscadmin.h"
+#include "storage/proc.h"
 #include "utils/acl.h"
 #include "utils/builtins.h"
 #include "utils/lsyscache.h"
@@ -41,6 +42,19 @@ holder_matches(const DlockRow *row, text *holder)
 	return row->held &&
 		strlen(row->holder) == VARSIZE_ANY_EXHDR(holder) &&
 		memcmp(row->holder, VARDATA_ANY(holder), VARSIZE_ANY_EXHDR(holder)) == 0;
+}
+
+/*
+ * check_lock_timeout: lock_timeout bounds a wait in lock() like any lock
+ * wait in PostgreSQL, with the same error.
+ */
+static void
+check_lock_timeout(TimestampTz now, TimestampTz limit)
+{
+	if (now >= limit)
+		ereport(ERROR,
+				(errcode(ERRCODE_LOCK_NOT_AVAILABLE),
+				 errmsg("canceling statement due to lock timeout")));
 }
 
 /* ms_until: milliseconds from now to then, at least 0, rounded up. */
@@ -70,6 +84,8 @@ dlock_acquire(const DlockResource *res, text *holder, const Interval *lease,
 	Oid			role = GetUserId();
 	TimestampTz start = GetCurrentTimestamp();
 	TimestampTz deadline = wait_ms < 0 ? DT_NOEND : start + wait_ms * 1000;
+	TimestampTz lock_limit = (LockTimeout > 0 && wait_ms != 0) ?
+		start + (TimestampTz) LockTimeout * 1000 : DT_NOEND;
 	long		backoff_ms = 1;
 	bool		waiting = false;
 	int64		fence = 0;
@@ -92,12 +108,13 @@ dlock_acquire(const DlockResource *res, text *holder, const Interval *lease,
 				now = GetCurrentTimestamp();
 				if (now >= deadline)
 					break;
+				check_lock_timeout(now, lock_limit);
 				if (!waiting)
 				{
 					dlock_wait_begin(res, holder, deadline);
 					waiting = true;
 				}
-				dlock_wait_sleep(Min(backoff_ms, ms_until(now, deadline)));
+				dlock_wait_sleep(Min(backoff_ms, ms_until(now, Min(deadline, lock_limit))));
 				backoff_ms = Min(backoff_ms * 2, MAX_BACKOFF_MS);
 				continue;
 			}
@@ -156,6 +173,7 @@ dlock_acquire(const DlockResource *res, text *holder, const Interval *lease,
 		dlock_resource_unlock(res);
 		if (wait_ms == 0 || now >= deadline)
 			break;
+		check_lock_timeout(now, lock_limit);
 		if (!waiting)
 		{
 			/* Register, then look again: a release may have just passed. */
@@ -164,7 +182,7 @@ dlock_acquire(const DlockResource *res, text *holder, const Interval *lease,
 			continue;
 		}
 		backoff_ms = 1;
-		dlock_wait_sleep(ms_until(now, wake_at));
+		dlock_wait_sleep(ms_until(now, Min(wake_at, lock_limit)));
 	}
 
 	if (waiting)
