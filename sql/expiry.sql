@@ -30,3 +30,10 @@ SELECT count(*) AS expired_left FROM dlock.locks WHERE expired;
 SELECT holder FROM dlock.leases WHERE resource = 'exp/d';
 
 SELECT dlock.unlock_all('old') + dlock.unlock_all('new') + dlock.unlock_all('waiter') AS cleanup;
+
+-- Rows free for over an hour are deleted by reap(); recent ones stay.
+SELECT dlock.try_lock('exp/old-free', 'h') IS NOT NULL, dlock.unlock('exp/old-free', 'h');
+SELECT dlock.try_lock('exp/new-free', 'h') IS NOT NULL, dlock.unlock('exp/new-free', 'h');
+UPDATE dlock.leases SET released_at = clock_timestamp() - interval '61 min' WHERE resource = 'exp/old-free';
+SELECT dlock.reap() AS reaped_expired;
+SELECT resource FROM dlock.leases WHERE resource IN ('exp/old-free', 'exp/new-free');

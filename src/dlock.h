@@ -89,6 +89,8 @@ extern void dlock_row_release(const DlockResource *res, int32 count_left,
 							  TimestampTz now);
 extern List *dlock_rows_of_holder(text *holder, Oid owner);
 extern List *dlock_rows_expired(TimestampTz now, int limit);
+extern List *dlock_rows_stale_free(TimestampTz cutoff, int limit);
+extern void dlock_row_delete_free(const DlockResource *res);
 extern Oid	dlock_schema_oid(void);
 
 /* ---- fence.c ---- */

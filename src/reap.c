@@ -12,6 +12,10 @@
  * DLOCK_REAP_PER_CALL rows to bound the lock table; the worker commits
  * after each batch and goes on while batches come back full.
  *
+ * Released rows stay in the table so that the next acquisition is an
+ * update in place; rows free for longer than DLOCK_FREE_ROW_TTL are deleted
+ * by the same batches, so resources used once do not pile up.
+ *
  *-------------------------------------------------------------------------
  */
 #include "dlock.h"
@@ -21,6 +25,33 @@
 PG_FUNCTION_INFO_V1(dlock_reap);
 
 #define DLOCK_REAP_PER_CALL 1000
+#define DLOCK_FREE_ROW_TTL_SECS 3600
+
+/*
+ * purge_free_rows: delete up to limit rows free for DLOCK_FREE_ROW_TTL,
+ * skipping any resource a transaction is working on.  Inside a store
+ * session.
+ */
+static void
+purge_free_rows(TimestampTz now, int limit)
+{
+	List	   *resources;
+	ListCell   *lc;
+
+	if (limit <= 0)
+		return;
+	resources = dlock_rows_stale_free(now - (TimestampTz) DLOCK_FREE_ROW_TTL_SECS * USECS_PER_SEC,
+									  limit);
+	foreach(lc, resources)
+	{
+		DlockResource res;
+
+		dlock_resource_init(&res, lfirst(lc));
+		if (!dlock_resource_lock(&res, false))
+			continue;
+		dlock_row_delete_free(&res);
+	}
+}
 
 /*
  * dlock_reap_batch: reap up to limit leases expired by now; returns how
@@ -55,6 +86,7 @@ dlock_reap_batch(TimestampTz now, int limit)
 		else
 			dlock_resource_unlock(&res);
 	}
+	purge_free_rows(now, limit - reaped);
 	dlock_store_end();
 	if (reaped > 0)
 		dlock_note_release();

@@ -46,6 +46,8 @@ typedef enum StoreStmt
 	STMT_FREE,
 	STMT_HOLDER_ROWS,
 	STMT_EXPIRED,
+	STMT_STALE_FREE,
+	STMT_DELETE_FREE,
 	NUM_STMTS
 } StoreStmt;
 
@@ -106,6 +108,16 @@ static const StoreStmtDef stmt_defs[NUM_STMTS] = {
 		"  WHERE holder IS NOT NULL AND expires_at OPERATOR(pg_catalog.<=) $1"
 		"  LIMIT $2",
 		2, {TIMESTAMPTZOID, INT4OID}
+	},
+	[STMT_STALE_FREE] = {
+		"SELECT resource FROM dlock.leases"
+		"  WHERE holder IS NULL AND released_at OPERATOR(pg_catalog.<=) $1"
+		"  LIMIT $2",
+		2, {TIMESTAMPTZOID, INT4OID}
+	},
+	[STMT_DELETE_FREE] = {
+		"DELETE FROM dlock.leases WHERE " RES_EQ " AND holder IS NULL",
+		1, {TEXTOID}
 	},
 };
 
@@ -400,4 +412,28 @@ dlock_rows_expired(TimestampTz now, int limit)
 	values[1] = Int32GetDatum(limit);
 	run(STMT_EXPIRED, values, NULL, true, 0);
 	return column_texts();
+}
+
+/*
+ * dlock_rows_stale_free: up to limit resources free since before cutoff,
+ * as text* in the memory context that was current when the session began.
+ */
+List *
+dlock_rows_stale_free(TimestampTz cutoff, int limit)
+{
+	Datum		values[2];
+
+	values[0] = TimestampTzGetDatum(cutoff);
+	values[1] = Int32GetDatum(limit);
+	run(STMT_STALE_FREE, values, NULL, true, 0);
+	return column_texts();
+}
+
+/* dlock_row_delete_free: delete a resource's row if it is free. */
+void
+dlock_row_delete_free(const DlockResource *res)
+{
+	Datum		values[1] = {PointerGetDatum(res->name)};
+
+	(void) run(STMT_DELETE_FREE, values, NULL, false, 0);
 }
