@@ -9,6 +9,7 @@
 
 #include <limits.h>
 
+#include "miscadmin.h"
 #include "utils/guc.h"
 
 int			dlock_default_lease_ms = 30000;
@@ -47,13 +48,15 @@ dlock_guc_init(void)
 							PGC_SIGHUP, GUC_UNIT_MS,
 							NULL, NULL, NULL);
 
-	DefineCustomStringVariable("dlock.database",
-							   "Database in which the background reaper runs.",
-							   NULL,
-							   &dlock_database,
-							   "postgres",
-							   PGC_POSTMASTER, 0,
-							   NULL, NULL, NULL);
+	/* PGC_POSTMASTER settings can only be defined while preloading. */
+	if (process_shared_preload_libraries_in_progress)
+		DefineCustomStringVariable("dlock.database",
+								   "Database in which the background reaper runs.",
+								   NULL,
+								   &dlock_database,
+								   "postgres",
+								   PGC_POSTMASTER, 0,
+								   NULL, NULL, NULL);
 
 	MarkGUCPrefixReserved("dlock");
 }

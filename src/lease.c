@@ -273,14 +273,41 @@ release_row(const DlockResource *res, const DlockRow *row, TimestampTz now,
 	return left;
 }
 
+/*
+ * open_holding: for unlock and renew.  Takes the resource's lock, opens a
+ * store session and reads the row into *row.  Returns true, with both left
+ * open, if holder holds it unexpired (under fence, when fence_given);
+ * raises 42501 if that holding is another role's (superusers aside);
+ * otherwise closes both and returns false.
+ */
+static bool
+open_holding(const DlockResource *res, text *holder, bool fence_given,
+			 int64 fence, const char *action, TimestampTz *now, DlockRow *row)
+{
+	Oid			role = GetUserId();
+	bool		is_super = superuser();
+
+	(void) dlock_resource_lock(res, true);
+	*now = GetCurrentTimestamp();
+	dlock_store_begin();
+	dlock_row_read(res, row);
+	if (holder_matches(row, holder) && row->expires_at > *now)
+	{
+		check_role(row, role, is_super, action);
+		if (!fence_given || fence == row->fence)
+			return true;
+	}
+	dlock_store_end();
+	dlock_resource_unlock(res);
+	return false;
+}
+
 /* dlock.unlock(resource, holder, fence) */
 Datum
 dlock_unlock(PG_FUNCTION_ARGS)
 {
 	DlockResource res;
 	text	   *holder;
-	Oid			role = GetUserId();
-	bool		is_super = superuser();
 	TimestampTz now;
 	DlockRow	row;
 	int32		left;
@@ -289,23 +316,9 @@ dlock_unlock(PG_FUNCTION_ARGS)
 	holder = dlock_check_holder(fcinfo, 1);
 	dlock_check_writable("dlock.unlock()");
 
-	(void) dlock_resource_lock(&res, true);
-	now = GetCurrentTimestamp();
-	dlock_store_begin();
-	dlock_row_read(&res, &row);
-	if (!holder_matches(&row, holder) || row.expires_at <= now)
-	{
-		dlock_store_end();
-		dlock_resource_unlock(&res);
+	if (!open_holding(&res, holder, !PG_ARGISNULL(2),
+					  PG_ARGISNULL(2) ? 0 : PG_GETARG_INT64(2), "unlock", &now, &row))
 		PG_RETURN_NULL();
-	}
-	check_role(&row, role, is_super, "unlock");
-	if (!PG_ARGISNULL(2) && PG_GETARG_INT64(2) != row.fence)
-	{
-		dlock_store_end();
-		dlock_resource_unlock(&res);
-		PG_RETURN_NULL();
-	}
 	left = release_row(&res, &row, now, false, "released");
 	dlock_store_end();
 	if (left == 0)
@@ -323,8 +336,6 @@ dlock_renew(PG_FUNCTION_ARGS)
 	DlockResource res;
 	text	   *holder;
 	Interval   *lease = NULL;
-	Oid			role = GetUserId();
-	bool		is_super = superuser();
 	TimestampTz now;
 	TimestampTz expires;
 	DlockRow	row;
@@ -335,15 +346,12 @@ dlock_renew(PG_FUNCTION_ARGS)
 		lease = dlock_check_lease(fcinfo, 2);
 	dlock_check_writable("dlock.renew()");
 
-	(void) dlock_resource_lock(&res, true);
-	now = GetCurrentTimestamp();
-	dlock_store_begin();
-	dlock_row_read(&res, &row);
-	if (!holder_matches(&row, holder) || row.expires_at <= now)
-		goto lost;
-	check_role(&row, role, is_super, "renew");
-	if (!PG_ARGISNULL(3) && PG_GETARG_INT64(3) != row.fence)
-		goto lost;
+	if (!open_holding(&res, holder, !PG_ARGISNULL(3),
+					  PG_ARGISNULL(3) ? 0 : PG_GETARG_INT64(3), "renew", &now, &row))
+	{
+		dlock_count(DLOCK_STAT_LOST_RENEWALS);
+		PG_RETURN_NULL();
+	}
 	if (lease == NULL)
 	{
 		lease = palloc(sizeof(Interval));
@@ -355,12 +363,6 @@ dlock_renew(PG_FUNCTION_ARGS)
 	dlock_note_acquisition();
 	dlock_count(DLOCK_STAT_RENEWED);
 	PG_RETURN_TIMESTAMPTZ(expires);
-
-lost:
-	dlock_store_end();
-	dlock_resource_unlock(&res);
-	dlock_count(DLOCK_STAT_LOST_RENEWALS);
-	PG_RETURN_NULL();
 }
 
 /*
