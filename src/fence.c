@@ -29,10 +29,12 @@
 #include "access/xlog.h"
 #include "catalog/pg_type.h"
 #include "commands/sequence.h"
+#include "miscadmin.h"
 #include "executor/spi.h"
 #include "utils/builtins.h"
 #include "utils/lsyscache.h"
 #include "utils/snapmgr.h"
+#include "storage/lock.h"
 
 #define DLOCK_MAX_EPOCH		((INT64CONST(1) << (63 - DLOCK_FENCE_SEQ_BITS)) - 1)
 
@@ -42,56 +44,69 @@ static int64 cached_epoch = 0;
 
 /*
  * epoch_exec: run one statement against dlock.epoch on the latest snapshot
- * (callers are inside a store session).
+ * (callers are inside a store session); returns SPI_processed.
  */
-static void
-epoch_exec(const char *sql, int nargs, Oid *types, Datum *values, int expect)
+static uint64
+epoch_exec(const char *sql, int nargs, Oid *types, Datum *values)
 {
+	SPIPlanPtr	plan = SPI_prepare(sql, nargs, types);
 	int			rc;
 
-	rc = SPI_execute_with_args(sql, nargs, types, values, NULL, false, 0);
-	if (rc != expect)
+	if (plan == NULL)
+		elog(ERROR, "dlock: SPI_prepare failed for \"%s\"", sql);
+	rc = SPI_execute_snapshot(plan, values, NULL, GetLatestSnapshot(),
+							  InvalidSnapshot, false, false, 0);
+	if (rc < 0)
 		elog(ERROR, "dlock: \"%s\" failed: %s", sql, SPI_result_code_string(rc));
+	SPI_freeplan(plan);
+	return SPI_processed;
 }
 
 /*
- * current_epoch: the epoch for fences drawn now; reads (and when needed
- * moves) dlock.epoch once per backend and timeline.
+ * current_epoch: the epoch for fences drawn now; reads dlock.epoch once per
+ * backend and timeline, and records a new timeline or system identifier.
+ *
+ * Writers of dlock.epoch serialise on a lock-manager lock of their own,
+ * taken without waiting, so a fence is never delayed by another
+ * transaction that recorded the epoch and has not committed yet: the epoch
+ * is derived from the timeline and the committed row, and whoever holds
+ * the lock records the same value.  Without the lock the result is used
+ * but not cached, so a later call records it.
  */
 static int64
 current_epoch(void)
 {
 	TimeLineID	tli = GetWALInsertionTimeLine();
 	char		sysid[32];
-	char	   *stored_sysid;
-	int64		base,
-				last_epoch,
+	char	   *stored_sysid = NULL;
+	int64		base = 0,
+				last_epoch = 0,
 				epoch;
 	bool		isnull;
+	bool		locked;
+	bool		need_write;
+	LOCKTAG		tag;
 	Oid			types[3] = {TEXTOID, INT4OID, INT4OID};
 	Datum		values[3];
 
 	if (tli == cached_tli)
 		return cached_epoch;
 
-	snprintf(sysid, sizeof(sysid), UINT64_FORMAT, GetSystemIdentifier());
-	values[0] = CStringGetTextDatum(sysid);
-	values[1] = Int32GetDatum((int32) tli);
-	epoch_exec("INSERT INTO dlock.epoch (sysid, base, last_epoch)"
-			   " VALUES ($1, 0, $2) ON CONFLICT DO NOTHING",
-			   2, types, values, SPI_OK_INSERT);
-	epoch_exec("SELECT sysid, base, last_epoch FROM dlock.epoch FOR UPDATE",
-			   0, NULL, NULL, SPI_OK_SELECT);
-	if (SPI_processed != 1)
-		elog(ERROR, "dlock: dlock.epoch must hold exactly one row");
-	stored_sysid = TextDatumGetCString(SPI_getbinval(SPI_tuptable->vals[0],
-													 SPI_tuptable->tupdesc, 1, &isnull));
-	base = DatumGetInt32(SPI_getbinval(SPI_tuptable->vals[0],
-									   SPI_tuptable->tupdesc, 2, &isnull));
-	last_epoch = DatumGetInt32(SPI_getbinval(SPI_tuptable->vals[0],
-											 SPI_tuptable->tupdesc, 3, &isnull));
+	SET_LOCKTAG_ADVISORY(tag, MyDatabaseId, 0, 0, DLOCK_LOCKTAG_CLASS + 1);
+	locked = LockAcquire(&tag, ExclusiveLock, false, true) != LOCKACQUIRE_NOT_AVAIL;
 
-	if (strcmp(stored_sysid, sysid) != 0)
+	snprintf(sysid, sizeof(sysid), UINT64_FORMAT, GetSystemIdentifier());
+	if (epoch_exec("SELECT sysid, base, last_epoch FROM dlock.epoch", 0, NULL, NULL) > 0)
+	{
+		HeapTuple	tup = SPI_tuptable->vals[0];
+		TupleDesc	desc = SPI_tuptable->tupdesc;
+
+		stored_sysid = TextDatumGetCString(SPI_getbinval(tup, desc, 1, &isnull));
+		base = DatumGetInt32(SPI_getbinval(tup, desc, 2, &isnull));
+		last_epoch = DatumGetInt32(SPI_getbinval(tup, desc, 3, &isnull));
+	}
+
+	if (stored_sysid != NULL && strcmp(stored_sysid, sysid) != 0)
 	{
 		/* Restored into another cluster: continue above the last epoch. */
 		base = last_epoch + 1 - (int64) tli;
@@ -110,15 +125,28 @@ current_epoch(void)
 		ereport(ERROR,
 				(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
 				 errmsg("fence epoch " INT64_FORMAT " is out of range", epoch)));
-	if (epoch != last_epoch || strcmp(stored_sysid, sysid) != 0)
+
+	need_write = stored_sysid == NULL || strcmp(stored_sysid, sysid) != 0 ||
+		epoch != last_epoch;
+	if (need_write && locked)
 	{
+		values[0] = CStringGetTextDatum(sysid);
 		values[1] = Int32GetDatum((int32) base);
 		values[2] = Int32GetDatum((int32) epoch);
-		epoch_exec("UPDATE dlock.epoch SET sysid = $1, base = $2, last_epoch = $3",
-				   3, types, values, SPI_OK_UPDATE);
+		if (stored_sysid == NULL)
+			epoch_exec("INSERT INTO dlock.epoch (sysid, base, last_epoch)"
+					   " VALUES ($1, $2, $3)", 3, types, values);
+		else
+			epoch_exec("UPDATE dlock.epoch SET sysid = $1, base = $2, last_epoch = $3",
+					   3, types, values);
 	}
-	cached_tli = tli;
-	cached_epoch = epoch;
+	else if (locked)
+		LockRelease(&tag, ExclusiveLock, false);
+	if (!need_write || locked)
+	{
+		cached_tli = tli;
+		cached_epoch = epoch;
+	}
 	return epoch;
 }
 
