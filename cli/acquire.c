@@ -1,0 +1,459 @@
+/*
+ * acquire.c - taking and giving back a lock from the client side.
+ *
+ * An acquisition runs as BEGIN; SELECT dlock.try_lock(...) (with
+ * pg_current_xact_id() when it returned a fence); COMMIT.  If the
+ * connection drops after COMMIT was sent, the outcome is unknown: the
+ * client reconnects and asks pg_xact_status() about that transaction id,
+ * and only a "committed" answer counts as held.  So nobody runs on an
+ * acquisition that may not exist.
+ *
+ * Waiting: LISTEN on dlock.channel(resource), then try, then sleep on the
+ * socket with a bounded timeout (a notification can race the try, and
+ * expiries may not be announced at once), then try again.  Behind a
+ * connection pooler (detected by the backend pid the pooler makes up), or
+ * with --poll, it polls with a jittered back-off instead.
+ */
+#include "dlock.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define STMT_TIMEOUT_MS 30000	/* give up on a statement after this */
+#define LISTEN_RECHECK_MS 1000	/* retry at least this often while listening */
+#define POLL_MIN_MS 50			/* first polling interval */
+#define POLL_MAX_MS 500			/* polling interval cap */
+
+typedef enum
+{
+	TRY_HELD,					/* acquired (committed) */
+	TRY_BUSY,					/* someone else holds it */
+	TRY_RETRY,					/* not acquired, try again at once */
+	TRY_LOST,					/* connection lost before COMMIT: not acquired */
+	TRY_ERROR,					/* the server refused; reported */
+} TryStatus;
+
+/*
+ * lock_init: prepare a Lock for resource: the holder (given or
+ * generated), and the lease as interval text (empty: server default).
+ */
+void
+lock_init(Lock *lk, const Options *o, const char *resource, int64_t lease_ms)
+{
+	memset(lk, 0, sizeof(*lk));
+	lk->opt = o;
+	lk->resource = resource;
+	if (o->holder)
+		snprintf(lk->holder, sizeof(lk->holder), "%s", o->holder);
+	else
+		make_holder(lk->holder, sizeof(lk->holder));
+	lk->lease_ms = lease_ms;
+	if (lease_ms > 0)
+		format_interval(lk->lease_text, sizeof(lk->lease_text), lease_ms);
+	lk->polling = o->poll;
+}
+
+/*
+ * lock_reconnect: replace the connection by a fresh one (LISTEN state is
+ * lost with the old one).  Returns false, with the reason kept in
+ * db_lost_reason(), if none could be made before the deadline.
+ */
+bool
+lock_reconnect(Lock *lk, int64_t deadline, bool interruptible)
+{
+	db_drop(&lk->conn);
+	lk->listening = false;
+	lk->conn = db_connect(lk->opt, deadline, interruptible, true);
+	if (lk->conn == NULL)
+		vlog(lk->opt, "reconnect failed: %s", db_lost_reason());
+	return lk->conn != NULL;
+}
+
+/*
+ * reconnect_retrying: after a lost connection, try a few times with a
+ * growing pause; a signal or too many failures give up (false).
+ */
+static bool
+reconnect_retrying(Lock *lk)
+{
+	int64_t		backoff = 200;
+
+	for (int attempt = 0; attempt < 6; attempt++)
+	{
+		if (signals_term_count() > 0)
+			return false;
+		if (lock_reconnect(lk, now_ms() + 10000, true))
+			return true;
+		db_sleep(now_ms() + jitter(backoff));
+		backoff *= 2;
+	}
+	logmsg("could not reconnect: %s", db_lost_reason());
+	return false;
+}
+
+/*
+ * sql_params: the (resource, holder, lease) parameters; a lease of NULL
+ * lets the server use dlock.default_lease.
+ */
+static void
+sql_params(const Lock *lk, const char *params[3])
+{
+	params[0] = lk->resource;
+	params[1] = lk->holder;
+	params[2] = lk->lease_text[0] ? lk->lease_text : NULL;
+}
+
+/* assumed_lease: the lease used for local deadlines (30 s if unknown). */
+static int64_t
+assumed_lease(const Lock *lk)
+{
+	return lk->lease_ms > 0 ? lk->lease_ms : 30000;
+}
+
+/*
+ * resolve: the connection dropped after COMMIT of transaction xid was
+ * sent.  Reconnect and ask pg_xact_status() until it says committed or
+ * aborted.  Past the lease (counted from when try_lock was sent), a late
+ * commit could only have made an already-expired lease, so it counts as
+ * not acquired.
+ */
+static TryStatus
+resolve(Lock *lk, const char *xid, int64_t sent)
+{
+	const char *params[1] = {xid};
+	int64_t		until = sent + assumed_lease(lk);
+
+	logmsg("connection lost while committing the acquisition of \"%s\" (%s); "
+		   "checking whether transaction %s committed",
+		   lk->resource, db_lost_reason(), xid);
+	for (;;)
+	{
+		PGresult   *r;
+		const char *v;
+
+		if (now_ms() >= until)
+		{
+			logmsg("outcome of transaction %s still unknown when its lease would "
+				   "have ended: not acquired", xid);
+			return TRY_RETRY;
+		}
+		if (lk->conn == NULL && !lock_reconnect(lk, until, false))
+		{
+			db_sleep(now_ms() + 250 < until ? now_ms() + 250 : until);
+			continue;
+		}
+		if (db_exec(&lk->conn, "SELECT pg_xact_status($1::xid8)", 1, params,
+					until, false, &r) != DB_OK)
+			continue;
+		if (!db_result_ok(r) || PQntuples(r) != 1 || PQgetisnull(r, 0, 0))
+		{
+			if (db_result_ok(r))
+				logmsg("cannot tell whether transaction %s committed", xid);
+			else
+				db_report("pg_xact_status", lk->conn, r);
+			PQclear(r);
+			return TRY_ERROR;
+		}
+		v = PQgetvalue(r, 0, 0);
+		if (strcmp(v, "committed") == 0)
+		{
+			PQclear(r);
+			lk->deadline = sent + assumed_lease(lk);
+			logmsg("transaction %s committed: lock held with fence %s", xid, lk->fence);
+			return now_ms() < lk->deadline ? TRY_HELD : TRY_RETRY;
+		}
+		if (strcmp(v, "aborted") == 0)
+		{
+			PQclear(r);
+			logmsg("transaction %s aborted: not acquired, retrying", xid);
+			return TRY_RETRY;
+		}
+		PQclear(r);				/* "in progress": ask again shortly */
+		db_sleep(now_ms() + 100 < until ? now_ms() + 100 : until);
+	}
+}
+
+/*
+ * try_once: one transactional attempt to take the lock, never waiting
+ * behind anyone (try_lock does not wait).
+ */
+static TryStatus
+try_once(Lock *lk)
+{
+	PGresult   *r;
+	const char *params[3];
+	char		xid[32];
+	int64_t		sent;
+	DbStatus	st;
+
+	/*
+	 * The acquisition must be durable once COMMIT is acknowledged: never
+	 * commit it with a synchronous_commit weaker than "on" (a stronger
+	 * setting is kept), whatever the session or role says.
+	 */
+	if (db_exec(&lk->conn,
+				"BEGIN; SELECT set_config('synchronous_commit', 'on', true) "
+				"WHERE current_setting('synchronous_commit') IN ('off', 'local')",
+				0, NULL, now_ms() + STMT_TIMEOUT_MS, false, &r) != DB_OK)
+		return TRY_LOST;
+	if (!db_result_ok(r))
+	{
+		db_report("could not start the acquisition", lk->conn, r);
+		PQclear(r);
+		db_drop(&lk->conn);
+		return TRY_ERROR;
+	}
+	PQclear(r);
+
+	/*
+	 * The transaction id is only asked for (and so only assigned) when the
+	 * lock was granted: busy attempts of pollers burn no xids.
+	 */
+	sql_params(lk, params);
+	sent = now_ms();
+	if (db_exec(&lk->conn,
+				"SELECT f, CASE WHEN f IS NULL THEN NULL ELSE pg_current_xact_id() END "
+				"FROM dlock.try_lock($1, $2, $3::interval) AS f", 3,
+				params, sent + STMT_TIMEOUT_MS, false, &r) != DB_OK)
+		return TRY_LOST;		/* no COMMIT was sent: nothing committed */
+	if (!db_result_ok(r) || PQntuples(r) != 1 || PQnfields(r) != 2)
+	{
+		db_report("try_lock", lk->conn, r);
+		PQclear(r);
+		db_drop(&lk->conn);		/* rolls the transaction back */
+		return TRY_ERROR;
+	}
+	if (PQgetisnull(r, 0, 0))
+	{
+		PQclear(r);
+		if (db_exec(&lk->conn, "ROLLBACK", 0, NULL, now_ms() + STMT_TIMEOUT_MS,
+					false, &r) == DB_OK)
+			PQclear(r);
+		return TRY_BUSY;
+	}
+	snprintf(lk->fence, sizeof(lk->fence), "%s", PQgetvalue(r, 0, 0));
+	snprintf(xid, sizeof(xid), "%s", PQgetvalue(r, 0, 1));
+	PQclear(r);
+
+	/* From here on the outcome can be unknown. */
+	st = db_exec(&lk->conn, "COMMIT", 0, NULL, sent + assumed_lease(lk), false, &r);
+	if (st != DB_OK)
+		return resolve(lk, xid, sent);
+	if (!db_result_ok(r) || strcmp(PQcmdStatus(r), "COMMIT") != 0)
+	{
+		db_report("the acquisition did not commit", lk->conn, r);
+		PQclear(r);
+		return TRY_ERROR;
+	}
+	PQclear(r);
+	lk->deadline = sent + assumed_lease(lk);
+	return TRY_HELD;
+}
+
+/*
+ * setup_listen: subscribe to the resource's channel, unless the
+ * connection goes through a pooler, where notifications cannot be
+ * trusted: then switch to polling for good.
+ */
+static void
+setup_listen(Lock *lk)
+{
+	const char *params[1] = {lk->resource};
+	PGresult   *r;
+	char	   *ident, *sql;
+
+	if (db_pooled(&lk->conn))
+	{
+		vlog(lk->opt, "connection pooler detected: LISTEN is not usable, polling");
+		lk->polling = true;
+		return;
+	}
+	if (lk->conn == NULL)
+		return;
+	if (db_exec(&lk->conn, "SELECT dlock.channel($1)", 1, params,
+				now_ms() + STMT_TIMEOUT_MS, false, &r) != DB_OK)
+		return;
+	if (!db_result_ok(r) || PQntuples(r) != 1 || PQgetisnull(r, 0, 0))
+	{
+		db_report("dlock.channel failed, polling instead", lk->conn, r);
+		PQclear(r);
+		lk->polling = true;
+		return;
+	}
+	ident = PQescapeIdentifier(lk->conn, PQgetvalue(r, 0, 0),
+							   strlen(PQgetvalue(r, 0, 0)));
+	PQclear(r);
+	if (ident == NULL)
+	{
+		lk->polling = true;
+		return;
+	}
+	sql = malloc(strlen(ident) + 8);
+	if (sql == NULL)
+	{
+		PQfreemem(ident);
+		lk->polling = true;
+		return;
+	}
+	sprintf(sql, "LISTEN %s", ident);
+	PQfreemem(ident);
+	if (db_exec(&lk->conn, sql, 0, NULL, now_ms() + STMT_TIMEOUT_MS, false, &r) == DB_OK)
+	{
+		if (db_result_ok(r))
+		{
+			lk->listening = true;
+			vlog(lk->opt, "waiting for \"%s\" (LISTEN)", lk->resource);
+		}
+		else
+		{
+			db_report("LISTEN failed, polling instead", lk->conn, r);
+			lk->polling = true;
+		}
+		PQclear(r);
+	}
+	free(sql);
+}
+
+/*
+ * acquire: take the lock, waiting up to wait_ms (-1: forever, 0: one
+ * try).  On ACQ_OK, lk->fence is the fence and lk->deadline the local
+ * monotonic time until which the lease surely lasts (time try_lock was
+ * sent + lease).  A terminating signal ends the wait (ACQ_SIGNAL); an
+ * acquisition that committed meanwhile is still reported as ACQ_OK so
+ * the caller can release it.
+ */
+AcqStatus
+acquire(Lock *lk, int64_t wait_ms)
+{
+	int64_t		wait_deadline = wait_ms < 0 ? NEVER : now_ms() + wait_ms;
+	int64_t		poll_ms = POLL_MIN_MS;
+
+	for (;;)
+	{
+		int64_t		now, until;
+		DbStatus	st;
+
+		if (signals_term_count() > 0)
+			return ACQ_SIGNAL;
+		if (lk->conn == NULL && !reconnect_retrying(lk))
+			return signals_term_count() > 0 ? ACQ_SIGNAL : ACQ_CONN;
+
+		switch (try_once(lk))
+		{
+			case TRY_HELD:
+				if (lk->listening && lk->conn)
+				{
+					PGresult   *r;
+
+					/* stop events piling up while we hold it */
+					if (db_exec(&lk->conn, "UNLISTEN *", 0, NULL,
+								now_ms() + STMT_TIMEOUT_MS, false, &r) == DB_OK)
+						PQclear(r);
+					lk->listening = false;
+				}
+				return ACQ_OK;
+			case TRY_ERROR:
+				return ACQ_ERROR;
+			case TRY_LOST:
+				vlog(lk->opt, "connection lost (%s), reconnecting", db_lost_reason());
+				continue;
+			case TRY_RETRY:
+				continue;
+			case TRY_BUSY:
+				break;
+		}
+
+		now = now_ms();
+		if (now >= wait_deadline)
+			return ACQ_TIMEOUT;
+		if (!lk->polling && !lk->listening)
+		{
+			/* subscribe, then try again before sleeping */
+			setup_listen(lk);
+			continue;
+		}
+		if (lk->listening)
+			until = now + LISTEN_RECHECK_MS;
+		else
+		{
+			until = now + jitter(poll_ms);
+			poll_ms = poll_ms * 3 / 2 > POLL_MAX_MS ? POLL_MAX_MS : poll_ms * 3 / 2;
+		}
+		if (until > wait_deadline)
+			until = wait_deadline;
+		if (lk->conn == NULL)
+			continue;
+		st = db_wait(lk->conn, until, true);
+		if (st == DB_OK)
+		{
+			if (!PQconsumeInput(lk->conn))
+				db_drop(&lk->conn);
+			else
+				db_drain_notifies(lk->conn, NULL, false);
+		}
+		else if (st == DB_LOST)
+			db_drop(&lk->conn);
+	}
+}
+
+/*
+ * release: give the lock back after COMMAND: unlock(resource, holder,
+ * fence), or with linger_ms > 0 renew it once for linger_ms and leave it
+ * to expire (ShedLock's lockAtLeastFor).  Connection failures are retried
+ * until the deadline (the end of the lease: after it, there is nothing
+ * left to release).  Returns 0 done, 1 not held (NULL), -1 failed.
+ */
+int
+release(Lock *lk, int64_t linger_ms, int64_t deadline)
+{
+	char		linger_text[48];
+	const char *params[4];
+	bool		retried = false;
+
+	format_interval(linger_text, sizeof(linger_text), linger_ms);
+	params[0] = lk->resource;
+	params[1] = lk->holder;
+	params[2] = linger_ms > 0 ? linger_text : lk->fence;
+	params[3] = lk->fence;
+	for (;;)
+	{
+		PGresult   *r;
+		int64_t		now = now_ms();
+		int64_t		stmt_deadline = now + 10000 < deadline ? now + 10000 : deadline;
+		bool		isnull;
+
+		if (now >= deadline)
+		{
+			logmsg("could not release \"%s\" before its lease ended: %s",
+				   lk->resource, db_lost_reason());
+			return -1;
+		}
+		if (lk->conn == NULL && !lock_reconnect(lk, stmt_deadline, false))
+		{
+			db_sleep(now_ms() + jitter(500) < deadline ? now_ms() + jitter(500) : deadline);
+			retried = true;
+			continue;
+		}
+		if (db_exec(&lk->conn,
+					linger_ms > 0
+					? "SELECT dlock.renew($1, $2, $3::interval, $4::bigint)"
+					: "SELECT dlock.unlock($1, $2, $3::bigint)",
+					linger_ms > 0 ? 4 : 3, params, stmt_deadline, false, &r) != DB_OK)
+		{
+			retried = true;
+			continue;
+		}
+		if (!db_result_ok(r) || PQntuples(r) != 1)
+		{
+			db_report(linger_ms > 0 ? "renew (linger)" : "unlock", lk->conn, r);
+			PQclear(r);
+			return -1;
+		}
+		isnull = PQgetisnull(r, 0, 0);
+		PQclear(r);
+		if (isnull && !retried)
+			return 1;
+		return 0;
+	}
+}

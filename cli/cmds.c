@@ -1,0 +1,420 @@
+/*
+ * cmds.c - the one-shot subcommands of dlock: try, lock, unlock, renew,
+ * status, watch, reap, and --version.  Each connects, runs its SQL with
+ * parameters (user text never enters the SQL text), prints the answer
+ * and returns the exit code.
+ */
+#include "dlock.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define ONE_SHOT_MS 30000		/* deadline of a one-shot statement */
+
+/*
+ * connect_or_fail: the connection of a one-shot command; NULL (reported)
+ * if none can be made.
+ */
+static PGconn *
+connect_or_fail(const Options *o)
+{
+	return db_connect(o, now_ms() + ONE_SHOT_MS, false, false);
+}
+
+/*
+ * query: run one statement on conn and return its successful result, or
+ * NULL after reporting the error under the name what.
+ */
+static PGresult *
+query(PGconn **connp, const char *what, const char *sql, int n,
+	  const char *const *params)
+{
+	PGresult   *r;
+
+	if (db_exec(connp, sql, n, params, now_ms() + ONE_SHOT_MS, false, &r) != DB_OK)
+	{
+		logmsg("%s: %s", what, db_lost_reason());
+		return NULL;
+	}
+	if (!db_result_ok(r))
+	{
+		db_report(what, *connp, r);
+		PQclear(r);
+		return NULL;
+	}
+	return r;
+}
+
+/*
+ * cmd_try: "dlock try" (wait false: one attempt) and "dlock lock" (wait
+ * true: up to --wait, forever by default).  Prints the fence; a busy
+ * resource exits 75.  The acquisition uses the same transactional path as
+ * "run", so an acquisition whose COMMIT outcome was lost is resolved.
+ */
+int
+cmd_try(Options *o, bool wait)
+{
+	Lock		lk;
+	AcqStatus	st;
+
+	if (o->npos != 1)
+		return usage_error("%s: expected exactly one RESOURCE", o->subcommand);
+	if (wait)
+		signals_install();
+	lock_init(&lk, o, o->pos[0], o->lease_ms);
+	lk.conn = connect_or_fail(o);
+	if (lk.conn == NULL)
+		return EXIT_CONN;
+	st = acquire(&lk, wait ? o->wait_ms : 0);
+	db_drop(&lk.conn);
+	switch (st)
+	{
+		case ACQ_OK:
+			printf("%s\n", lk.fence);
+			if (o->holder == NULL)
+				logmsg("held by generated holder \"%s\" (use --holder to choose one)",
+					   lk.holder);
+			return 0;
+		case ACQ_TIMEOUT:
+			logmsg(wait ? "\"%s\" not acquired in time" : "\"%s\" is held by another holder",
+				   lk.resource);
+			return EXIT_NOT_ACQUIRED;
+		case ACQ_SIGNAL:
+			return 128 + signals_term_sig();
+		case ACQ_CONN:
+		case ACQ_ERROR:
+			break;
+	}
+	return EXIT_CONN;
+}
+
+/*
+ * cmd_unlock: "dlock unlock RESOURCE --holder H [--fence N]"; prints the
+ * count left (0: released).  Not held by that holder (and fence): 76.
+ */
+int
+cmd_unlock(Options *o)
+{
+	const char *params[3];
+	PGconn	   *conn;
+	PGresult   *r;
+	int			code = 0;
+
+	if (o->npos != 1)
+		return usage_error("unlock: expected exactly one RESOURCE");
+	if (o->holder == NULL)
+		return usage_error("unlock: --holder is required");
+	params[0] = o->pos[0];
+	params[1] = o->holder;
+	params[2] = o->fence;
+	if ((conn = connect_or_fail(o)) == NULL)
+		return EXIT_CONN;
+	r = query(&conn, "unlock", "SELECT dlock.unlock($1, $2, $3::bigint)", 3, params);
+	if (r == NULL)
+		code = EXIT_CONN;
+	else if (PQgetisnull(r, 0, 0))
+	{
+		logmsg("\"%s\" is not held by \"%s\"%s%s", o->pos[0], o->holder,
+			   o->fence ? " with fence " : "", o->fence ? o->fence : "");
+		code = EXIT_LEASE_LOST;
+	}
+	else
+		printf("%s\n", PQgetvalue(r, 0, 0));
+	if (r)
+		PQclear(r);
+	db_drop(&conn);
+	return code;
+}
+
+/*
+ * cmd_renew: "dlock renew RESOURCE --holder H [--lease D] [--fence N]";
+ * prints the new expiry.  Lease lost: 76.
+ */
+int
+cmd_renew(Options *o)
+{
+	const char *params[4];
+	char		lease[48];
+	PGconn	   *conn;
+	PGresult   *r;
+	int			code = 0;
+
+	if (o->npos != 1)
+		return usage_error("renew: expected exactly one RESOURCE");
+	if (o->holder == NULL)
+		return usage_error("renew: --holder is required");
+	format_interval(lease, sizeof(lease), o->lease_ms);
+	params[0] = o->pos[0];
+	params[1] = o->holder;
+	params[2] = o->lease_ms > 0 ? lease : NULL;
+	params[3] = o->fence;
+	if ((conn = connect_or_fail(o)) == NULL)
+		return EXIT_CONN;
+	r = query(&conn, "renew", "SELECT dlock.renew($1, $2, $3::interval, $4::bigint)",
+			  4, params);
+	if (r == NULL)
+		code = EXIT_CONN;
+	else if (PQgetisnull(r, 0, 0))
+	{
+		logmsg("lease on \"%s\" lost: not held by \"%s\"%s%s", o->pos[0], o->holder,
+			   o->fence ? " with fence " : "", o->fence ? o->fence : "");
+		code = EXIT_LEASE_LOST;
+	}
+	else
+		printf("%s\n", PQgetvalue(r, 0, 0));
+	if (r)
+		PQclear(r);
+	db_drop(&conn);
+	return code;
+}
+
+/*
+ * print_table: print a result as an aligned table with a header, like
+ * psql's default output, followed by a row count.
+ */
+static void
+print_table(PGresult *r)
+{
+	int			nf = PQnfields(r), nt = PQntuples(r);
+	int		   *w = calloc(nf > 0 ? nf : 1, sizeof(int));
+
+	if (w == NULL)
+		return;
+	for (int f = 0; f < nf; f++)
+	{
+		w[f] = (int) strlen(PQfname(r, f));
+		for (int t = 0; t < nt; t++)
+			if ((int) strlen(PQgetvalue(r, t, f)) > w[f])
+				w[f] = (int) strlen(PQgetvalue(r, t, f));
+	}
+	for (int f = 0; f < nf; f++)
+		printf("%s%-*s", f ? " | " : "", f == nf - 1 ? 0 : w[f], PQfname(r, f));
+	putchar('\n');
+	for (int f = 0; f < nf; f++)
+	{
+		printf("%s", f ? "-+-" : "");
+		for (int i = 0; i < w[f]; i++)
+			putchar('-');
+	}
+	putchar('\n');
+	for (int t = 0; t < nt; t++)
+	{
+		for (int f = 0; f < nf; f++)
+			printf("%s%-*s", f ? " | " : "", f == nf - 1 ? 0 : w[f], PQgetvalue(r, t, f));
+		putchar('\n');
+	}
+	printf("(%d %s)\n", nt, nt == 1 ? "row" : "rows");
+	free(w);
+}
+
+/*
+ * cmd_status: "dlock status [PREFIX]": the locks whose resource starts
+ * with PREFIX (all without one), from the view dlock.locks.
+ */
+int
+cmd_status(Options *o)
+{
+	const char *params[1];
+	PGconn	   *conn;
+	PGresult   *r;
+
+	if (o->npos > 1)
+		return usage_error("status: at most one PREFIX");
+	params[0] = o->npos == 1 ? o->pos[0] : "";
+	if ((conn = connect_or_fail(o)) == NULL)
+		return EXIT_CONN;
+	r = query(&conn, "status",
+			  "SELECT resource, holder, count, fence, lease, acquired_at, renewed_at, "
+			  "expires_at, owner, expired FROM dlock.locks "
+			  "WHERE left(resource, length($1)) = $1 ORDER BY resource, holder",
+			  1, params);
+	db_drop(&conn);
+	if (r == NULL)
+		return EXIT_CONN;
+	print_table(r);
+	PQclear(r);
+	return 0;
+}
+
+/*
+ * subscribe: LISTEN on the resource's channel; returns the channel name
+ * (malloc'd) or NULL with *connp possibly dropped.
+ */
+static char *
+subscribe(PGconn **connp, const char *resource)
+{
+	const char *params[1] = {resource};
+	PGresult   *r;
+	char	   *chan, *ident, *sql;
+
+	r = query(connp, "channel", "SELECT dlock.channel($1)", 1, params);
+	if (r == NULL)
+		return NULL;
+	chan = strdup(PQgetvalue(r, 0, 0));
+	PQclear(r);
+	ident = chan ? PQescapeIdentifier(*connp, chan, strlen(chan)) : NULL;
+	sql = ident ? malloc(strlen(ident) + 8) : NULL;
+	if (sql == NULL)
+	{
+		if (ident)
+			PQfreemem(ident);
+		free(chan);
+		logmsg("out of memory");
+		return NULL;
+	}
+	sprintf(sql, "LISTEN %s", ident);
+	PQfreemem(ident);
+	r = query(connp, "LISTEN", sql, 0, NULL);
+	free(sql);
+	if (r == NULL)
+	{
+		free(chan);
+		return NULL;
+	}
+	PQclear(r);
+	return chan;
+}
+
+/*
+ * resubscribe: after watch lost its connection, reconnect and LISTEN
+ * again, a few times with growing pauses; NULL if it could not (or a
+ * signal asked us to stop).  *chan is replaced by the fresh name.
+ */
+static PGconn *
+resubscribe(const Options *o, const char *resource, char **chan)
+{
+	for (int tries = 1; tries <= 6 && signals_term_count() == 0; tries++)
+	{
+		PGconn	   *conn;
+		char	   *c;
+
+		db_sleep(now_ms() + jitter((int64_t) 250 << tries));
+		if (signals_term_count() > 0)
+			break;
+		conn = db_connect(o, now_ms() + ONE_SHOT_MS, true, true);
+		if (conn == NULL)
+			continue;
+		if ((c = subscribe(&conn, resource)) == NULL)
+		{
+			db_drop(&conn);
+			continue;
+		}
+		free(*chan);
+		*chan = c;
+		logmsg("reconnected; events in between were missed");
+		return conn;
+	}
+	return NULL;
+}
+
+/*
+ * cmd_watch: "dlock watch RESOURCE": LISTEN on the resource's channel and
+ * print each event's JSON payload on its own line until a signal ends it
+ * (exit 0).  A lost connection is re-established (events sent meanwhile
+ * are missed, which is said on stderr).
+ */
+int
+cmd_watch(Options *o)
+{
+	PGconn	   *conn;
+	char	   *chan;
+
+	if (o->npos != 1)
+		return usage_error("watch: expected exactly one RESOURCE");
+	signals_install();
+	if ((conn = connect_or_fail(o)) == NULL)
+		return EXIT_CONN;
+	if (db_pooled(&conn) && conn)
+		logmsg("warning: connection pooler detected; LISTEN may not receive events");
+	if (conn == NULL || (chan = subscribe(&conn, o->pos[0])) == NULL)
+	{
+		db_drop(&conn);
+		return EXIT_CONN;
+	}
+	for (;;)
+	{
+		DbStatus	st;
+
+		if (signals_term_count() > 0)
+			break;
+		if (conn == NULL && (conn = resubscribe(o, o->pos[0], &chan)) == NULL)
+		{
+			if (signals_term_count() > 0)
+				break;
+			logmsg("could not reconnect: %s", db_lost_reason());
+			free(chan);
+			return EXIT_CONN;
+		}
+		st = db_wait(conn, NEVER, true);
+		if (st == DB_OK && PQconsumeInput(conn))
+			db_drain_notifies(conn, chan, true);
+		else if (st != DB_SIGNAL)
+		{
+			logmsg("connection lost: %s", PQerrorMessage(conn));
+			db_drop(&conn);
+		}
+	}
+	free(chan);
+	db_drop(&conn);
+	return 0;
+}
+
+/* cmd_reap: "dlock reap": remove expired leases now; prints how many. */
+int
+cmd_reap(Options *o)
+{
+	PGconn	   *conn;
+	PGresult   *r;
+
+	if (o->npos != 0)
+		return usage_error("reap: takes no arguments");
+	if ((conn = connect_or_fail(o)) == NULL)
+		return EXIT_CONN;
+	r = query(&conn, "reap", "SELECT dlock.reap()", 0, NULL);
+	db_drop(&conn);
+	if (r == NULL)
+		return EXIT_CONN;
+	printf("%s\n", PQgetvalue(r, 0, 0));
+	PQclear(r);
+	return 0;
+}
+
+/*
+ * cmd_version: print the client's version (known at build time from
+ * dlock.control) and, if the server can be reached, the installed
+ * extension's, warning on stderr when they differ.  Not being able to
+ * connect is only a note: the exit status is 0.
+ */
+int
+cmd_version(Options *o)
+{
+	PGconn	   *conn;
+	PGresult   *r;
+
+	printf("dlock %s\n", DLOCK_VERSION);
+	fflush(stdout);
+	conn = db_connect(o, now_ms() + 5000, false, true);
+	if (conn == NULL)
+	{
+		logmsg("could not connect to report the server extension's version: %s",
+			   db_lost_reason());
+		return 0;
+	}
+	r = query(&conn, "version",
+			  "SELECT extversion FROM pg_extension WHERE extname = 'dlock'", 0, NULL);
+	db_drop(&conn);
+	if (r == NULL)
+		return 0;
+	if (PQntuples(r) == 0)
+		logmsg("warning: extension dlock is not installed in this database");
+	else
+	{
+		printf("server extension dlock %s\n", PQgetvalue(r, 0, 0));
+		if (strcmp(PQgetvalue(r, 0, 0), DLOCK_VERSION) != 0)
+			logmsg("warning: client version %s differs from the server extension's %s",
+				   DLOCK_VERSION, PQgetvalue(r, 0, 0));
+	}
+	PQclear(r);
+	return 0;
+}

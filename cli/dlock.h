@@ -1,0 +1,140 @@
+/*
+ * dlock.h - shared declarations of the dlock command-line client.
+ *
+ * The client is split by job: main.c parses the command line and
+ * dispatches, util.c holds clocks, durations, holders, logging and the
+ * signal self-pipe, db.c wraps libpq with deadlines, acquire.c takes a
+ * lock (waiting by LISTEN/NOTIFY or by polling, and resolving commits of
+ * unknown outcome), run.c runs a COMMAND under a lease, and cmds.c holds
+ * the small one-shot subcommands.
+ */
+#ifndef DLOCK_CLI_H
+#define DLOCK_CLI_H
+
+#include <signal.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include <libpq-fe.h>
+
+#ifndef DLOCK_VERSION
+#define DLOCK_VERSION "unknown"
+#endif
+
+/* Exit codes (documented in --help and dlock(1)). */
+#define EXIT_USAGE        64   /* EX_USAGE: bad command line */
+#define EXIT_CONN         69   /* EX_UNAVAILABLE: connection or server error */
+#define EXIT_NOT_ACQUIRED 75   /* EX_TEMPFAIL: not acquired in time / busy */
+#define EXIT_LEASE_LOST   76   /* lease lost (or not held) */
+
+/* A deadline meaning "never". */
+#define NEVER INT64_MAX
+
+/* Everything the command line can say. */
+typedef struct Options
+{
+	const char *subcommand;		/* "run", "try", ... */
+	const char *conninfo;		/* -d; NULL: PG* environment */
+	const char *holder;			/* --holder; NULL: generated */
+	int64_t		lease_ms;		/* --lease; 0: not given */
+	int64_t		wait_ms;		/* --wait; -1: not given (forever) */
+	int64_t		linger_ms;		/* --linger; 0: none */
+	int64_t		grace_ms;		/* --grace; default 5 s */
+	const char *fence;			/* --fence as validated digits; NULL: none */
+	bool		poll;			/* --poll: never LISTEN */
+	bool		verbose;		/* -v */
+	int			npos;			/* positional arguments before "--" */
+	char	  **pos;
+	bool		dashdash;		/* "--" was present */
+	char	  **command;		/* argv after "--" (NULL-terminated) */
+} Options;
+
+/* Outcome of waiting on the database socket or a query. */
+typedef enum
+{
+	DB_OK,						/* done / ready */
+	DB_TIMEOUT,					/* the deadline passed */
+	DB_SIGNAL,					/* a signal arrived and the caller asked to be told */
+	DB_LOST,					/* the connection is gone (or could not be made) */
+	DB_BUSY,					/* db_collect: the result is not complete yet */
+} DbStatus;
+
+/* A lock being acquired or held by this process. */
+typedef struct Lock
+{
+	const Options *opt;
+	const char *resource;
+	char		holder[300];
+	char		lease_text[48];	/* "N milliseconds" */
+	int64_t		lease_ms;
+	PGconn	   *conn;			/* NULL while disconnected */
+	bool		listening;		/* LISTEN is active on conn */
+	bool		polling;		/* LISTEN unusable: poll */
+	char		fence[32];		/* fence of the holding, as text */
+	int64_t		deadline;		/* monotonic ms until which the lease surely lasts */
+} Lock;
+
+/* util.c */
+extern const char *progname;
+int64_t		now_ms(void);
+bool		parse_duration(const char *s, int64_t *ms);
+void		format_interval(char *buf, size_t len, int64_t ms);
+void		make_holder(char *buf, size_t len);
+void		logmsg(const char *fmt,...) __attribute__((format(printf, 1, 2)));
+void		vlog(const Options *o, const char *fmt,...) __attribute__((format(printf, 2, 3)));
+int			usage_error(const char *fmt,...) __attribute__((format(printf, 1, 2)));
+void		signals_install(void);
+int			signals_fd(void);
+void		signals_drain(void);
+void		signals_block_term(sigset_t *old);
+void		signals_restore(const sigset_t *old);
+void		signals_default_in_child(void);
+int			signals_term_sig(void);
+int			signals_term_count(void);
+bool		signals_take_child(void);
+int64_t		jitter(int64_t ms);
+
+/* db.c */
+PGconn	   *db_connect(const Options *o, int64_t deadline, bool interruptible, bool quiet);
+DbStatus	db_sleep(int64_t deadline);
+DbStatus	db_wait(PGconn *conn, int64_t deadline, bool interruptible);
+bool		db_send(PGconn *conn, const char *sql, int n, const char *const *values);
+DbStatus	db_collect(PGconn *conn, PGresult **res);
+DbStatus	db_exec(PGconn **connp, const char *sql, int n, const char *const *values,
+					int64_t deadline, bool interruptible, PGresult **res);
+bool		db_result_ok(PGresult *res);
+bool		db_error_is_connection(PGresult *res);
+void		db_report(const char *what, PGconn *conn, PGresult *res);
+void		db_drop(PGconn **connp);
+bool		db_pooled(PGconn **connp);
+void		db_drain_notifies(PGconn *conn, const char *channel, bool print);
+const char *db_lost_reason(void);
+
+/* acquire.c */
+typedef enum
+{
+	ACQ_OK,						/* held: lock->fence, lock->deadline */
+	ACQ_TIMEOUT,				/* not acquired within the wait */
+	ACQ_SIGNAL,					/* a terminating signal arrived */
+	ACQ_CONN,					/* connection failed */
+	ACQ_ERROR,					/* the server said no (reported) */
+} AcqStatus;
+
+void		lock_init(Lock *lk, const Options *o, const char *resource, int64_t lease_ms);
+AcqStatus	acquire(Lock *lk, int64_t wait_ms);
+bool		lock_reconnect(Lock *lk, int64_t deadline, bool interruptible);
+int			release(Lock *lk, int64_t linger_ms, int64_t deadline);
+
+/* run.c */
+int			cmd_run(Options *o);
+
+/* cmds.c */
+int			cmd_try(Options *o, bool wait);
+int			cmd_unlock(Options *o);
+int			cmd_renew(Options *o);
+int			cmd_status(Options *o);
+int			cmd_watch(Options *o);
+int			cmd_reap(Options *o);
+int			cmd_version(Options *o);
+
+#endif							/* DLOCK_CLI_H */

@@ -1,0 +1,339 @@
+/*
+ * main.c - entry point of the dlock client: parses the command line
+ * (global options, the subcommand, its options and arguments, and for
+ * "run" the COMMAND after "--"), validates it, prints --help, and
+ * dispatches to the subcommand.  Mistakes exit 64 with a clear message.
+ */
+#include "dlock.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Option bits, to say which subcommand accepts what. */
+enum
+{
+	O_LEASE = 1 << 0,
+	O_WAIT = 1 << 1,
+	O_HOLDER = 1 << 2,
+	O_LINGER = 1 << 3,
+	O_GRACE = 1 << 4,
+	O_FENCE = 1 << 5,
+	O_POLL = 1 << 6,
+	O_DB = 1 << 7,				/* global ones: */
+	O_VERBOSE = 1 << 8,
+	O_HELP = 1 << 9,
+	O_VERSION = 1 << 10,
+};
+#define O_GLOBAL (O_DB | O_VERBOSE | O_HELP | O_VERSION)
+
+static const struct
+{
+	const char *lng;
+	char		shrt;
+	bool		value;
+	int			bit;
+}			optdefs[] = {
+	{"lease", 'l', true, O_LEASE},
+	{"wait", 'w', true, O_WAIT},
+	{"holder", 'H', true, O_HOLDER},
+	{"linger", 0, true, O_LINGER},
+	{"grace", 0, true, O_GRACE},
+	{"fence", 'f', true, O_FENCE},
+	{"poll", 0, false, O_POLL},
+	{"dbname", 'd', true, O_DB},
+	{"verbose", 'v', false, O_VERBOSE},
+	{"help", 'h', false, O_HELP},
+	{"version", 'V', false, O_VERSION},
+};
+
+static const struct
+{
+	const char *name;
+	int			allowed;
+}			subcommands[] = {
+	{"run", O_LEASE | O_WAIT | O_HOLDER | O_LINGER | O_GRACE | O_POLL},
+	{"try", O_LEASE | O_HOLDER},
+	{"lock", O_LEASE | O_WAIT | O_HOLDER | O_POLL},
+	{"unlock", O_HOLDER | O_FENCE},
+	{"renew", O_HOLDER | O_LEASE | O_FENCE},
+	{"status", 0},
+	{"watch", 0},
+	{"reap", 0},
+	{"help", 0},
+};
+
+/* help: the synopsis, options and exit codes (--help). */
+static void
+help(void)
+{
+	printf(
+		   "dlock %s - leased distributed locks with fencing tokens in PostgreSQL\n"
+		   "\n"
+		   "Usage:\n"
+		   "  dlock [-d CONNINFO] run [--lease D] [--wait D] [--holder H] [--linger D]\n"
+		   "                          [--grace D] [--poll] RESOURCE -- COMMAND [ARGS...]\n"
+		   "  dlock [-d CONNINFO] try RESOURCE [--lease D] [--holder H]\n"
+		   "  dlock [-d CONNINFO] lock RESOURCE [--lease D] [--wait D] [--holder H] [--poll]\n"
+		   "  dlock [-d CONNINFO] unlock RESOURCE --holder H [--fence N]\n"
+		   "  dlock [-d CONNINFO] renew RESOURCE --holder H [--lease D] [--fence N]\n"
+		   "  dlock [-d CONNINFO] status [PREFIX]\n"
+		   "  dlock [-d CONNINFO] watch RESOURCE\n"
+		   "  dlock [-d CONNINFO] reap\n"
+		   "  dlock [-d CONNINFO] --version\n"
+		   "  dlock --help\n"
+		   "\n"
+		   "run acquires RESOURCE (waiting by LISTEN/NOTIFY, or polling behind a pooler),\n"
+		   "runs COMMAND with DLOCK_RESOURCE, DLOCK_HOLDER and DLOCK_FENCE set, renews the\n"
+		   "lease every third of it, and releases the lock when COMMAND exits.  If the lease\n"
+		   "is lost, COMMAND gets SIGTERM, then SIGKILL after the grace period.\n"
+		   "\n"
+		   "Options:\n"
+		   "  -d, --dbname=CONNINFO  connection string or URI (default: PG* variables)\n"
+		   "  -l, --lease=D          lease (default: the server's dlock.default_lease;\n"
+		   "                         renew: the lease the lock was taken with)\n"
+		   "  -w, --wait=D           how long to wait for the lock (default: forever;\n"
+		   "                         0: one try)\n"
+		   "  -H, --holder=H         holder name (default: hostname:pid:random)\n"
+		   "      --linger=D         run: keep RESOURCE busy for D after COMMAND exits\n"
+		   "      --grace=D          run: SIGTERM-to-SIGKILL grace period (default 5s)\n"
+		   "  -f, --fence=N          unlock/renew only this holding\n"
+		   "      --poll             never LISTEN, poll instead\n"
+		   "  -v, --verbose          report progress on stderr\n"
+		   "  -V, --version          print the client's and the server extension's versions\n"
+		   "  -h, --help             print this help\n"
+		   "Durations D: 250ms, 30s, 5m, 1h, 1d, or a plain number of seconds.\n"
+		   "\n"
+		   "Exit status:\n"
+		   "  0-255  run: COMMAND's exit status (128+N if it was killed by signal N)\n"
+		   "  64     usage error (bad option, bad duration, missing \"--\")\n"
+		   "  69     connection or server error\n"
+		   "  75     not acquired in time (try: held by another holder)\n"
+		   "  76     lease lost (unlock/renew: not held by this holder and fence)\n"
+		   "  126/127 run: COMMAND could not be executed / not found\n"
+		   "  128+N  ended by signal N while waiting for the lock\n",
+		   DLOCK_VERSION);
+}
+
+/*
+ * find_option: the definition matching "--name" (long) or "-c" (short).
+ */
+static int
+find_option(const char *name, size_t len, char shrt)
+{
+	for (size_t i = 0; i < sizeof(optdefs) / sizeof(optdefs[0]); i++)
+	{
+		if (shrt ? optdefs[i].shrt == shrt
+			: (strlen(optdefs[i].lng) == len && strncmp(optdefs[i].lng, name, len) == 0))
+			return (int) i;
+	}
+	return -1;
+}
+
+/*
+ * duration_option: parse the value of a duration option, or report a
+ * usage error (returns false).
+ */
+static bool
+duration_option(const char *name, const char *value, int64_t *ms, bool positive)
+{
+	if (!parse_duration(value, ms))
+	{
+		usage_error("invalid duration for --%s: \"%s\" (use e.g. 250ms, 30s, 5m, 1h)",
+					name, value);
+		return false;
+	}
+	if (positive && *ms <= 0)
+	{
+		usage_error("--%s must be positive", name);
+		return false;
+	}
+	return true;
+}
+
+/*
+ * set_option: store the value of one option; false after reporting a
+ * usage error.
+ */
+static bool
+set_option(Options *o, int bit, const char *name, const char *v)
+{
+	switch (bit)
+	{
+		case O_LEASE:
+			return duration_option(name, v, &o->lease_ms, true);
+		case O_WAIT:
+			return duration_option(name, v, &o->wait_ms, false);
+		case O_LINGER:
+			return duration_option(name, v, &o->linger_ms, false);
+		case O_GRACE:
+			return duration_option(name, v, &o->grace_ms, false);
+		case O_HOLDER:
+			if (*v == '\0' || strlen(v) > 255)
+			{
+				usage_error("--holder must be 1 to 255 bytes");
+				return false;
+			}
+			o->holder = v;
+			return true;
+		case O_FENCE:
+			if (*v == '\0' || strspn(v, "0123456789") != strlen(v) || strlen(v) > 19)
+			{
+				usage_error("invalid --fence: \"%s\" (expected a non-negative integer)", v);
+				return false;
+			}
+			o->fence = v;
+			return true;
+		case O_DB:
+			o->conninfo = v;
+			return true;
+		case O_POLL:
+			o->poll = true;
+			return true;
+		case O_VERBOSE:
+			o->verbose = true;
+			return true;
+	}
+	return true;
+}
+
+/*
+ * parse: read argv into o.  Options may come anywhere before "--" (also
+ * as --name=value, -dVALUE); the first plain word is the subcommand, the
+ * others its arguments; everything after "--" is COMMAND.  Returns 0, or
+ * EXIT_USAGE after reporting the mistake.  *seen collects the option bits
+ * used.
+ */
+static int
+parse(int argc, char **argv, Options *o, int *seen)
+{
+	static char *no_command[] = {NULL};
+
+	o->pos = calloc(argc > 0 ? argc : 1, sizeof(char *));
+	o->command = no_command;
+	if (o->pos == NULL)
+		return usage_error("out of memory");
+	for (int i = 1; i < argc; i++)
+	{
+		const char *a = argv[i];
+		const char *value = NULL;
+		const char *name;
+		int			k;
+
+		if (strcmp(a, "--") == 0)
+		{
+			o->dashdash = true;
+			o->command = &argv[i + 1];
+			break;
+		}
+		if (a[0] != '-' || a[1] == '\0')
+		{
+			if (o->subcommand == NULL)
+				o->subcommand = a;
+			else
+				o->pos[o->npos++] = (char *) a;
+			continue;
+		}
+		if (a[1] == '-')
+		{
+			const char *eq = strchr(a + 2, '=');
+			size_t		len = eq ? (size_t) (eq - (a + 2)) : strlen(a + 2);
+
+			k = find_option(a + 2, len, 0);
+			if (k < 0)
+				return usage_error("unknown option \"%.*s\"", (int) len + 2, a);
+			if (eq)
+			{
+				if (!optdefs[k].value)
+					return usage_error("option --%s takes no value", optdefs[k].lng);
+				value = eq + 1;
+			}
+		}
+		else
+		{
+			k = find_option(NULL, 0, a[1]);
+			if (k < 0)
+				return usage_error("unknown option \"-%c\"", a[1]);
+			if (a[2] != '\0')
+			{
+				if (!optdefs[k].value)
+					return usage_error("option -%c takes no value", a[1]);
+				value = a + 2;
+			}
+		}
+		name = optdefs[k].lng;
+		if (optdefs[k].value && value == NULL)
+		{
+			if (i + 1 >= argc)
+				return usage_error("option --%s needs a value", name);
+			value = argv[++i];
+		}
+		*seen |= optdefs[k].bit;
+		if (!set_option(o, optdefs[k].bit, name, value))
+			return EXIT_USAGE;
+	}
+	return 0;
+}
+
+/*
+ * main: parse, check that the options fit the subcommand, and run it.
+ */
+int
+main(int argc, char **argv)
+{
+	Options		o;
+	int			seen = 0;
+	int			rc;
+	int			allowed = -1;
+
+	memset(&o, 0, sizeof(o));
+	o.wait_ms = -1;
+	o.grace_ms = 5000;
+	if ((rc = parse(argc, argv, &o, &seen)) != 0)
+		return rc;
+	if (seen & O_HELP)
+	{
+		help();
+		return 0;
+	}
+	if (seen & O_VERSION)
+		return cmd_version(&o);
+	if (o.subcommand == NULL)
+		return usage_error("missing subcommand (run, try, lock, unlock, renew, status, "
+						   "watch, reap)");
+	for (size_t i = 0; i < sizeof(subcommands) / sizeof(subcommands[0]); i++)
+		if (strcmp(subcommands[i].name, o.subcommand) == 0)
+			allowed = subcommands[i].allowed | O_GLOBAL;
+	if (allowed < 0)
+		return usage_error("unknown subcommand \"%s\"", o.subcommand);
+	for (size_t i = 0; i < sizeof(optdefs) / sizeof(optdefs[0]); i++)
+		if ((seen & optdefs[i].bit) && !(allowed & optdefs[i].bit))
+			return usage_error("option --%s does not apply to \"%s\"",
+							   optdefs[i].lng, o.subcommand);
+	if (o.dashdash && strcmp(o.subcommand, "run") != 0)
+		return usage_error("\"--\" and a COMMAND are only for \"run\"");
+	for (int i = 0; i < o.npos; i++)
+		if (strlen(o.pos[i]) > 1000)
+			return usage_error("RESOURCE must be at most 1000 bytes");
+
+	if (strcmp(o.subcommand, "help") == 0)
+	{
+		help();
+		return 0;
+	}
+	if (strcmp(o.subcommand, "run") == 0)
+		return cmd_run(&o);
+	if (strcmp(o.subcommand, "try") == 0)
+		return cmd_try(&o, false);
+	if (strcmp(o.subcommand, "lock") == 0)
+		return cmd_try(&o, true);
+	if (strcmp(o.subcommand, "unlock") == 0)
+		return cmd_unlock(&o);
+	if (strcmp(o.subcommand, "renew") == 0)
+		return cmd_renew(&o);
+	if (strcmp(o.subcommand, "status") == 0)
+		return cmd_status(&o);
+	if (strcmp(o.subcommand, "watch") == 0)
+		return cmd_watch(&o);
+	return cmd_reap(&o);
+}

@@ -1,0 +1,928 @@
+/*
+ * dlock_stress.c: lost-update stress test for dlock's fencing tokens.
+ *
+ * Several worker processes increment one counter row with the classic
+ * lost-update pattern: take the lock (dlock.lock -> fence), read the value,
+ * sleep, write value + 1.  The write runs in one transaction that first calls
+ * dlock.assert_fence(resource, fence), which is what makes the write of a
+ * holder whose lease ran out fail (SQLSTATE 55P03, "fenced off") instead of
+ * overwriting a newer holder's increment.  Meanwhile the parent process plays
+ * chaos monkey: it SIGKILLs some workers while they hold the lock (between
+ * their read and their write; the lease must run out before anyone else gets
+ * the lock) and SIGSTOPs others beyond their lease (then SIGCONT: their write
+ * must be fenced off).  Killed workers are replaced so the work finishes.
+ *
+ * At the end it checks, on a fresh connection:
+ *   - the counter equals the number of increments whose COMMIT succeeded;
+ *   - stress_log, in seq (write) order, holds the values 1..N exactly once;
+ *   - fences are strictly increasing in write order;
+ *   - no write of a paused (stale) holder was accepted;
+ *   - no worker hit an unexpected error;
+ * prints the figures and PASS/FAIL lines, and exits 0 only if all hold.
+ *
+ * Usage:
+ *   dlock_stress -d CONNINFO [-c CLIENTS] [-n INCREMENTS] [--lease D]
+ *                [--wait D] [--sleep-ms MS] [--kill K] [--pause P]
+ *                [--pause-time D] [--resource NAME] [--max-seconds S]
+ * Durations: 250ms, 2s, 5m, 1h (a bare number is seconds).
+ *
+ * The workers are processes (fork), not threads, so that kill -9 and
+ * SIGSTOP hit exactly one client as they would in production.  Chaos is
+ * made deterministic by a small handshake in shared memory (see
+ * claim_sleeping): a worker announces the window between its read and its
+ * write, and the parent claims that window atomically before signalling, so
+ * a kill never lands after the write has started.
+ */
+#include <errno.h>
+#include <getopt.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "libpq-fe.h"
+
+/* Where a worker is in its loop; the chaos handshake works on these. */
+enum
+{
+	ST_IDLE = 0,				/* not holding, or not between read and write */
+	ST_SLEEPING,				/* holding: read done, write not started */
+	ST_WRITING,					/* claimed its own window: writing now */
+	ST_DOOMED,					/* claimed by the parent: SIGKILL is coming */
+	ST_PAUSING,					/* claimed by the parent: SIGSTOP'ed */
+	ST_RESUMED,					/* SIGCONT'ed by the parent: go on writing */
+	ST_DONE						/* finished its work */
+};
+
+/* Worker exit codes the parent tells apart. */
+#define EXIT_WORKER_ERROR	3
+#define EXIT_WORKER_TIMEOUT	4
+
+/* One worker slot in shared memory; counters survive a killed worker. */
+typedef struct Slot
+{
+	int			state;			/* ST_*, changed with __atomic builtins */
+	pid_t		pid;
+	int			generation;		/* bumped each time the slot is refilled */
+	bool		done;			/* exited normally: work finished */
+	long		committed;		/* increments whose COMMIT succeeded */
+	long		fenced;			/* writes rejected by assert_fence (55P03) */
+	long		fenced_after_pause; /* of which after a chaos pause */
+	long		stale_writes;	/* writes accepted after a pause: a bug */
+	long		lock_timeouts;	/* dlock.lock returned NULL */
+	long		lost_unlocks;	/* unlock returned NULL after a good write */
+	long		errors;			/* unexpected errors */
+} Slot;
+
+/* Everything the processes share (one anonymous shared mapping). */
+typedef struct Shared
+{
+	int			chaos_wanted;	/* parent wants to claim a window soon */
+	long		committed_total;
+	Slot		slots[];	/* one per client */
+} Shared;
+
+/* Options. */
+static const char *conninfo = "";
+static int	nclients = 8;
+static long target = 50;
+static long lease_ms = 2000;
+static long wait_ms = 30000;
+static long sleep_ms = 5;
+static int	nkills = 0;
+static int	npauses = 0;
+static long pause_ms = -1;		/* default: lease + 500 ms */
+static const char *resource = "stress";
+static double max_seconds = 120;
+
+static Shared *shared;
+static double start_time;
+static bool verbose = false;
+static bool no_fence = false;	/* skip assert_fence: checks the checker */
+
+/* now_s: monotonic clock in seconds, for elapsed times and deadlines. */
+static double
+now_s(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+/* sleep_ms_now: sleep for ms milliseconds (restarting after signals). */
+static void
+sleep_ms_now(long ms)
+{
+	struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
+
+	while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
+		;
+}
+
+/*
+ * parse_duration: "250ms", "2s", "5m", "1h" or a bare number of seconds to
+ * milliseconds; -1 if malformed.  Same forms as the dlock CLI accepts.
+ */
+static long
+parse_duration(const char *s)
+{
+	char	   *end;
+	double		v = strtod(s, &end);
+
+	if (end == s || v < 0)
+		return -1;
+	if (*end == '\0' || strcmp(end, "s") == 0)
+		return (long) (v * 1000);
+	if (strcmp(end, "ms") == 0)
+		return (long) v;
+	if (strcmp(end, "m") == 0)
+		return (long) (v * 60000);
+	if (strcmp(end, "h") == 0)
+		return (long) (v * 3600000);
+	return -1;
+}
+
+/* usage: print the command line summary and exit with status code. */
+static void
+usage(int code)
+{
+	fprintf(code ? stderr : stdout,
+			"Usage: dlock_stress -d CONNINFO [options]\n"
+			"  -c, --clients N       worker processes (default 8)\n"
+			"  -n, --increments N    increments to commit in all (default 50)\n"
+			"      --lease D         lease of each lock (default 2s)\n"
+			"      --wait D          wait limit of each dlock.lock (default 30s)\n"
+			"      --sleep-ms MS     sleep between read and write (default 5)\n"
+			"      --kill K          SIGKILL K workers while they hold the lock\n"
+			"      --pause P         SIGSTOP P workers beyond their lease\n"
+			"      --pause-time D    how long a pause lasts (default lease + 500ms)\n"
+			"      --resource NAME   lock resource (default stress)\n"
+			"      --max-seconds S   give up (FAIL) after S seconds (default 120)\n"
+			"      --no-fence        omit assert_fence (the checks must then fail)\n"
+			"  -v, --verbose         log chaos events\n"
+			"Exit status 0 only if every check passes.\n");
+	exit(code);
+}
+
+/* parse_args: fill the option globals from argv. */
+static void
+parse_args(int argc, char **argv)
+{
+	static const struct option longopts[] = {
+		{"dbname", required_argument, NULL, 'd'},
+		{"clients", required_argument, NULL, 'c'},
+		{"increments", required_argument, NULL, 'n'},
+		{"lease", required_argument, NULL, 1},
+		{"wait", required_argument, NULL, 2},
+		{"sleep-ms", required_argument, NULL, 3},
+		{"kill", required_argument, NULL, 4},
+		{"pause", required_argument, NULL, 5},
+		{"pause-time", required_argument, NULL, 6},
+		{"resource", required_argument, NULL, 7},
+		{"max-seconds", required_argument, NULL, 8},
+		{"no-fence", no_argument, NULL, 9},
+		{"verbose", no_argument, NULL, 'v'},
+		{"help", no_argument, NULL, 'h'},
+		{NULL, 0, NULL, 0}
+	};
+	int			c;
+
+	while ((c = getopt_long(argc, argv, "d:c:n:vh", longopts, NULL)) != -1)
+	{
+		switch (c)
+		{
+			case 'd':
+				conninfo = optarg;
+				break;
+			case 'c':
+				nclients = atoi(optarg);
+				break;
+			case 'n':
+				target = atol(optarg);
+				break;
+			case 1:
+				lease_ms = parse_duration(optarg);
+				break;
+			case 2:
+				wait_ms = parse_duration(optarg);
+				break;
+			case 3:
+				sleep_ms = atol(optarg);
+				break;
+			case 4:
+				nkills = atoi(optarg);
+				break;
+			case 5:
+				npauses = atoi(optarg);
+				break;
+			case 6:
+				pause_ms = parse_duration(optarg);
+				break;
+			case 7:
+				resource = optarg;
+				break;
+			case 8:
+				max_seconds = atof(optarg);
+				break;
+			case 9:
+				no_fence = true;
+				break;
+			case 'v':
+				verbose = true;
+				break;
+			case 'h':
+				usage(0);
+				break;
+			default:
+				usage(2);
+		}
+	}
+	if (optind < argc || nclients < 1 || nclients > 1000 || target < 1 ||
+		lease_ms <= 0 || wait_ms < 0 || sleep_ms < 0 || nkills < 0 ||
+		npauses < 0 || max_seconds <= 0 || (pause_ms < 0 && pause_ms != -1))
+	{
+		fprintf(stderr, "dlock_stress: invalid arguments\n");
+		usage(2);
+	}
+	if (pause_ms == -1)
+		pause_ms = lease_ms + 500;
+	if (npauses > 0 && pause_ms <= lease_ms)
+	{
+		fprintf(stderr, "dlock_stress: --pause-time must exceed --lease\n");
+		exit(2);
+	}
+}
+
+/* connect_or_die: open a connection; exit with code on failure. */
+static PGconn *
+connect_or_die(int code)
+{
+	PGconn	   *conn = PQconnectdb(conninfo);
+
+	if (PQstatus(conn) != CONNECTION_OK)
+	{
+		fprintf(stderr, "dlock_stress: connection failed: %s", PQerrorMessage(conn));
+		exit(code);
+	}
+	return conn;
+}
+
+/*
+ * exec_ok: run a statement with text parameters; returns the result if it
+ * succeeded, else prints the error, clears it and returns NULL.  *sqlstate
+ * (if given) receives the error's SQLSTATE ("" on success).
+ */
+static PGresult *
+exec_ok(PGconn *conn, const char *sql, int nparams, const char *const *params,
+		char *sqlstate)
+{
+	PGresult   *res = PQexecParams(conn, sql, nparams, NULL, params, NULL, NULL, 0);
+	ExecStatusType st = PQresultStatus(res);
+
+	if (sqlstate)
+		sqlstate[0] = '\0';
+	if (st == PGRES_COMMAND_OK || st == PGRES_TUPLES_OK)
+		return res;
+	if (sqlstate)
+	{
+		const char *s = PQresultErrorField(res, PG_DIAG_SQLSTATE);
+
+		snprintf(sqlstate, 6, "%s", s ? s : "?????");
+	}
+	if (!sqlstate || strcmp(sqlstate, "55P03") != 0)
+		fprintf(stderr, "dlock_stress[%d]: \"%s\" failed: %s", (int) getpid(),
+				sql, PQerrorMessage(conn));
+	PQclear(res);
+	return NULL;
+}
+
+/* command_or_die: run a statement that must succeed (setup, checks). */
+static void
+command_or_die(PGconn *conn, const char *sql)
+{
+	PGresult   *res = exec_ok(conn, sql, 0, NULL, NULL);
+
+	if (!res)
+		exit(2);
+	PQclear(res);
+}
+
+/*
+ * setup_tables: (re)create stress_counter with its one row at 0 and an
+ * empty stress_log, so every run starts from a known state.
+ */
+static void
+setup_tables(void)
+{
+	PGconn	   *conn = connect_or_die(2);
+
+	command_or_die(conn, "SET client_min_messages = warning");
+	command_or_die(conn, "CREATE EXTENSION IF NOT EXISTS dlock");
+	command_or_die(conn, "DROP TABLE IF EXISTS stress_counter, stress_log");
+	command_or_die(conn, "CREATE TABLE stress_counter (id int PRIMARY KEY,"
+				   " value bigint NOT NULL, last_fence bigint)");
+	command_or_die(conn, "CREATE TABLE stress_log (seq bigserial PRIMARY KEY,"
+				   " value bigint NOT NULL, fence bigint NOT NULL)");
+	command_or_die(conn, "INSERT INTO stress_counter VALUES (1, 0, NULL)");
+	PQfinish(conn);
+}
+
+/* bump: atomically add 1 to a shared counter. */
+static void
+bump(long *counter)
+{
+	__atomic_add_fetch(counter, 1, __ATOMIC_SEQ_CST);
+}
+
+/* get_state / set_state / cas_state: the slot state handshake. */
+static int
+get_state(Slot *slot)
+{
+	return __atomic_load_n(&slot->state, __ATOMIC_SEQ_CST);
+}
+
+static void
+set_state(Slot *slot, int st)
+{
+	__atomic_store_n(&slot->state, st, __ATOMIC_SEQ_CST);
+}
+
+static bool
+cas_state(Slot *slot, int from, int to)
+{
+	return __atomic_compare_exchange_n(&slot->state, &from, to, false,
+									   __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
+}
+
+/*
+ * write_increment: the fenced write, in one transaction: assert_fence, then
+ * the counter update and the log insert.  Returns 1 if committed, 0 if
+ * fenced off (55P03), -1 on any other error.
+ */
+static int
+write_increment(PGconn *conn, const char *fence, long value)
+{
+	char		newval[32];
+	char		sqlstate[6];
+	const char *p_assert[2] = {resource, fence};
+	const char *p_write[2] = {newval, fence};
+	PGresult   *res;
+
+	snprintf(newval, sizeof(newval), "%ld", value + 1);
+	if (!(res = exec_ok(conn, "BEGIN", 0, NULL, NULL)))
+		return -1;
+	PQclear(res);
+	res = exec_ok(conn, no_fence ? "SELECT $1::text, $2::bigint" :
+				  "SELECT dlock.assert_fence($1, $2::bigint)", 2,
+				  p_assert, sqlstate);
+	if (!res)
+	{
+		PGresult   *rb = PQexec(conn, "ROLLBACK");
+
+		PQclear(rb);
+		return strcmp(sqlstate, "55P03") == 0 ? 0 : -1;
+	}
+	PQclear(res);
+	if (!(res = exec_ok(conn, "UPDATE stress_counter SET value = $1::bigint,"
+						" last_fence = $2::bigint WHERE id = 1", 2, p_write, NULL)))
+		return -1;
+	PQclear(res);
+	if (!(res = exec_ok(conn, "INSERT INTO stress_log (value, fence)"
+						" VALUES ($1::bigint, $2::bigint)", 2, p_write, NULL)))
+		return -1;
+	PQclear(res);
+	/* An error here (connection lost) leaves the outcome unknown: -1. */
+	if (!(res = exec_ok(conn, "COMMIT", 0, NULL, NULL)))
+		return -1;
+	if (strcmp(PQcmdStatus(res), "COMMIT") != 0)
+	{
+		fprintf(stderr, "dlock_stress[%d]: COMMIT said %s\n", (int) getpid(),
+				PQcmdStatus(res));
+		PQclear(res);
+		return -1;
+	}
+	PQclear(res);
+	return 1;
+}
+
+/*
+ * wait_in_window: the read-to-write window.  Sleeps --sleep-ms, lingers
+ * while the parent wants a chaos victim (so chaos never depends on luck),
+ * then claims the window for the write.  If the parent claimed it first:
+ * DOOMED waits for the SIGKILL; PAUSING waits (stopped) until RESUMED.
+ * Returns true if the worker was paused.
+ */
+static bool
+wait_in_window(Slot *slot)
+{
+	long		lingered = 0;
+
+	set_state(slot, ST_SLEEPING);
+	if (sleep_ms > 0)
+		sleep_ms_now(sleep_ms);
+	while (__atomic_load_n(&shared->chaos_wanted, __ATOMIC_SEQ_CST) &&
+		   get_state(slot) == ST_SLEEPING && lingered < 1000)
+	{
+		sleep_ms_now(1);
+		lingered++;
+	}
+	if (cas_state(slot, ST_SLEEPING, ST_WRITING))
+		return false;
+	if (get_state(slot) == ST_DOOMED)
+		for (;;)
+			pause();			/* SIGKILL is on its way */
+	while (get_state(slot) != ST_RESUMED)
+		sleep_ms_now(1);
+	set_state(slot, ST_WRITING);
+	return true;
+}
+
+/*
+ * worker_main: one client's loop: lock, read, window, fenced write,
+ * unlock, until the counter reaches the target.  Never returns.
+ */
+static void
+worker_main(Slot *slot, int slotno)
+{
+	PGconn	   *conn = connect_or_die(EXIT_WORKER_ERROR);
+	char		holder[64];
+	char		lease[32];
+	char		wait[32];
+
+	snprintf(holder, sizeof(holder), "stress-%d.%d-%d", slotno,
+			 slot->generation, (int) getpid());
+	snprintf(lease, sizeof(lease), "%ld milliseconds", lease_ms);
+	snprintf(wait, sizeof(wait), "%ld milliseconds", wait_ms);
+
+	for (;;)
+	{
+		const char *p_lock[4] = {resource, holder, lease, wait};
+		PGresult   *res;
+		char		fence[32];
+		long		value;
+		bool		paused;
+		int			w;
+
+		if (now_s() - start_time > max_seconds)
+			exit(EXIT_WORKER_TIMEOUT);
+		set_state(slot, ST_IDLE);
+		res = exec_ok(conn, "SELECT dlock.lock($1, $2, $3::interval, $4::interval)",
+					  4, p_lock, NULL);
+		if (!res)
+			goto fail;
+		if (PQgetisnull(res, 0, 0))
+		{
+			PQclear(res);
+			bump(&slot->lock_timeouts);
+			continue;
+		}
+		snprintf(fence, sizeof(fence), "%s", PQgetvalue(res, 0, 0));
+		PQclear(res);
+
+		if (!(res = exec_ok(conn, "SELECT value FROM stress_counter WHERE id = 1",
+							0, NULL, NULL)))
+			goto fail;
+		value = atol(PQgetvalue(res, 0, 0));
+		PQclear(res);
+
+		if (value >= target)
+		{
+			/* All done: let the next worker see it too. */
+			const char *p_unlock[3] = {resource, holder, fence};
+
+			if (!(res = exec_ok(conn, "SELECT dlock.unlock($1, $2, $3::bigint)",
+								3, p_unlock, NULL)))
+				goto fail;
+			PQclear(res);
+			set_state(slot, ST_DONE);
+			PQfinish(conn);
+			exit(0);
+		}
+
+		paused = wait_in_window(slot);
+		w = write_increment(conn, fence, value);
+		set_state(slot, ST_IDLE);
+		if (w < 0)
+			goto fail;
+		if (w == 0)
+		{
+			bump(&slot->fenced);
+			if (paused)
+				bump(&slot->fenced_after_pause);
+			if (verbose)
+				fprintf(stderr, "dlock_stress: %s fenced off (fence %s)%s\n",
+						holder, fence, paused ? " after a pause" : "");
+			continue;			/* the lease is gone: nothing to unlock */
+		}
+		bump(&slot->committed);
+		bump(&shared->committed_total);
+		if (paused)
+		{
+			bump(&slot->stale_writes);
+			fprintf(stderr, "dlock_stress: STALE WRITE accepted from %s"
+					" (fence %s) after a pause beyond its lease\n", holder, fence);
+		}
+
+		{
+			const char *p_unlock[3] = {resource, holder, fence};
+
+			if (!(res = exec_ok(conn, "SELECT dlock.unlock($1, $2, $3::bigint)",
+								3, p_unlock, NULL)))
+				goto fail;
+			if (PQgetisnull(res, 0, 0))
+				bump(&slot->lost_unlocks);
+			PQclear(res);
+		}
+	}
+
+fail:
+	bump(&slot->errors);
+	PQfinish(conn);
+	exit(EXIT_WORKER_ERROR);
+}
+
+/* spawn: start (or restart) the worker of a slot. */
+static void
+spawn(int slotno)
+{
+	Slot	   *slot = &shared->slots[slotno];
+	pid_t		pid;
+
+	slot->generation++;
+	set_state(slot, ST_IDLE);
+	fflush(NULL);
+	pid = fork();
+	if (pid < 0)
+	{
+		perror("dlock_stress: fork");
+		exit(2);
+	}
+	if (pid == 0)
+		worker_main(slot, slotno);
+	slot->pid = pid;
+}
+
+/* kill_all: end every live worker (timeout path); stopped ones included. */
+static void
+kill_all(void)
+{
+	int			i;
+
+	for (i = 0; i < nclients; i++)
+		if (shared->slots[i].pid > 0)
+		{
+			kill(shared->slots[i].pid, SIGKILL);
+			kill(shared->slots[i].pid, SIGCONT);
+		}
+	while (wait(NULL) > 0)
+		;
+}
+
+/*
+ * claim_sleeping: find the worker in its read-to-write window (there is at
+ * most one: it holds the lock) and claim it by moving it to state to.
+ * Returns the slot number or -1.
+ */
+static int
+claim_sleeping(int to)
+{
+	int			i;
+
+	for (i = 0; i < nclients; i++)
+		if (shared->slots[i].pid > 0 &&
+			cas_state(&shared->slots[i], ST_SLEEPING, to))
+			return i;
+	return -1;
+}
+
+/* Figures of a run, summed over slots. */
+typedef struct Totals
+{
+	long		committed,
+				fenced,
+				fenced_after_pause,
+				stale_writes,
+				lock_timeouts,
+				lost_unlocks,
+				errors;
+} Totals;
+
+/* sum_slots: add up the per-slot counters. */
+static Totals
+sum_slots(void)
+{
+	Totals		t = {0};
+	int			i;
+
+	for (i = 0; i < nclients; i++)
+	{
+		Slot	   *s = &shared->slots[i];
+
+		t.committed += s->committed;
+		t.fenced += s->fenced;
+		t.fenced_after_pause += s->fenced_after_pause;
+		t.stale_writes += s->stale_writes;
+		t.lock_timeouts += s->lock_timeouts;
+		t.lost_unlocks += s->lost_unlocks;
+		t.errors += s->errors;
+	}
+	return t;
+}
+
+/* check: print a PASS or FAIL line; returns ok. */
+static bool
+check(bool ok, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+static bool
+check(bool ok, const char *fmt, ...)
+{
+	va_list		ap;
+
+	printf("%s: ", ok ? "PASS" : "FAIL");
+	va_start(ap, fmt);
+	vprintf(fmt, ap);
+	va_end(ap);
+	printf("\n");
+	return ok;
+}
+
+/* row_label: a 0-based row index as a 1-based label, "none" if negative. */
+static const char *
+row_label(long i)
+{
+	static char buf[2][32];
+	static int	which = 0;
+
+	which = 1 - which;
+	if (i < 0)
+		return "none";
+	snprintf(buf[which], sizeof(buf[which]), "%ld", i + 1);
+	return buf[which];
+}
+
+/*
+ * verify: read the final state on a fresh connection and check the
+ * invariants against what the workers saw committed.  Returns the number
+ * of failed checks.
+ */
+static int
+verify(const Totals *t)
+{
+	PGconn	   *conn = connect_or_die(2);
+	PGresult   *res;
+	long		value,
+				rows,
+				i,
+				bad_value_at = -1,
+				bad_fence_at = -1;
+	long long	last_fence_counter = -1,	/* fences are bigint */
+				prev_fence = -1;
+	int			failed = 0;
+
+	res = exec_ok(conn, "SELECT value, last_fence FROM stress_counter WHERE id = 1",
+				  0, NULL, NULL);
+	if (!res || PQntuples(res) != 1)
+	{
+		printf("FAIL: cannot read stress_counter\n");
+		return 1;
+	}
+	value = atol(PQgetvalue(res, 0, 0));
+	if (!PQgetisnull(res, 0, 1))
+		last_fence_counter = atoll(PQgetvalue(res, 0, 1));
+	PQclear(res);
+
+	res = exec_ok(conn, "SELECT value, fence FROM stress_log ORDER BY seq",
+				  0, NULL, NULL);
+	if (!res)
+	{
+		printf("FAIL: cannot read stress_log\n");
+		return 1;
+	}
+	rows = PQntuples(res);
+	for (i = 0; i < rows; i++)
+	{
+		long		v = atol(PQgetvalue(res, i, 0));
+		long long	f = atoll(PQgetvalue(res, i, 1));
+
+		if (v != i + 1 && bad_value_at < 0)
+			bad_value_at = i;
+		if (f <= prev_fence && bad_fence_at < 0)
+			bad_fence_at = i;
+		prev_fence = f;
+	}
+	PQclear(res);
+	PQfinish(conn);
+
+	failed += !check(value == t->committed,
+					 "counter value %ld == committed increments %ld",
+					 value, t->committed);
+	failed += !check(value == target, "counter value %ld == target %ld",
+					 value, target);
+	failed += !check(rows == t->committed && bad_value_at < 0,
+					 "stress_log holds values 1..%ld in write order, no gaps or"
+					 " duplicates (rows %ld, first bad row %s)",
+					 t->committed, rows, row_label(bad_value_at));
+	failed += !check(bad_fence_at < 0,
+					 "fences strictly increasing in write order (first bad row %s)",
+					 row_label(bad_fence_at));
+	failed += !check(rows == 0 || last_fence_counter == prev_fence,
+					 "counter's last_fence %lld is the last logged fence %lld",
+					 last_fence_counter, prev_fence);
+	failed += !check(t->stale_writes == 0,
+					 "no write of a holder paused beyond its lease was accepted"
+					 " (%ld accepted)", t->stale_writes);
+	failed += !check(t->errors == 0, "no unexpected worker errors (%ld)",
+					 t->errors);
+	return failed;
+}
+
+/*
+ * main: set up, run the workers under chaos until the target is reached
+ * (or --max-seconds passes), then verify and report.
+ */
+int
+main(int argc, char **argv)
+{
+	int			nevents;
+	char	   *plan;		/* chaos events in order: 'k' kill, 'p' pause */
+	int			next_event = 0;
+	int			kills_done = 0,
+				pauses_done = 0;
+	int			paused_slot = -1;
+	double		resume_at = 0;
+	int			ndone = 0;
+	int			replaced_errors = 0;
+	bool		timed_out = false;
+	double		elapsed;
+	Totals		t;
+	int			failed;
+	int			i;
+
+	parse_args(argc, argv);
+	setvbuf(stdout, NULL, _IOLBF, 0);
+	setup_tables();
+
+	shared = mmap(NULL, sizeof(Shared) + nclients * sizeof(Slot),
+				  PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+	if (shared == MAP_FAILED)
+	{
+		perror("dlock_stress: mmap");
+		return 2;
+	}
+	memset(shared, 0, sizeof(Shared) + nclients * sizeof(Slot));
+
+	printf("dlock_stress: %d clients, %ld increments, lease %ld ms, wait %ld ms,"
+		   " sleep %ld ms, kills %d, pauses %d (%ld ms), resource \"%s\"\n",
+		   nclients, target, lease_ms, wait_ms, sleep_ms, nkills, npauses,
+		   pause_ms, resource);
+	start_time = now_s();
+	for (i = 0; i < nclients; i++)
+		spawn(i);
+
+	/*
+	 * Chaos events (kills and pauses, alternating) are spread evenly over
+	 * the run: event j is due once (j + 1) / (events + 1) of the target has
+	 * been committed.
+	 */
+	nevents = nkills + npauses;
+	plan = malloc(nevents + 1);
+	for (i = 0; i < nevents; i++)
+	{
+		int			k = 0,
+					p = 0,
+					j;
+
+		for (j = 0; j < i; j++)
+			plan[j] == 'k' ? k++ : p++;
+		plan[i] = (k < nkills && (i % 2 == 0 || p >= npauses)) ? 'k' : 'p';
+	}
+	while (ndone < nclients)
+	{
+		pid_t		pid;
+		int			status;
+		long		committed = __atomic_load_n(&shared->committed_total, __ATOMIC_SEQ_CST);
+
+		if (now_s() - start_time > max_seconds)
+		{
+			timed_out = true;
+			kill_all();
+			break;
+		}
+
+		/* Collect exited workers; refill the slots of killed ones. */
+		while ((pid = waitpid(-1, &status, WNOHANG)) > 0)
+		{
+			for (i = 0; i < nclients; i++)
+				if (shared->slots[i].pid == pid)
+					break;
+			if (i == nclients)
+				continue;
+			shared->slots[i].pid = 0;
+			if (WIFEXITED(status) && WEXITSTATUS(status) == 0)
+			{
+				shared->slots[i].done = true;
+				ndone++;
+			}
+			else if (WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL &&
+					 get_state(&shared->slots[i]) == ST_DOOMED)
+				spawn(i);
+			else
+			{
+				fprintf(stderr, "dlock_stress: worker %d (pid %d) failed: %s %d\n",
+						i, (int) pid,
+						WIFEXITED(status) ? "exit status" : "signal",
+						WIFEXITED(status) ? WEXITSTATUS(status) : WTERMSIG(status));
+				if (!(WIFEXITED(status) && WEXITSTATUS(status) == EXIT_WORKER_ERROR))
+					shared->slots[i].errors++;
+				/* Replace it so the run can finish; verify() reports it. */
+				if (++replaced_errors <= 3 * nclients)
+					spawn(i);
+				else
+				{
+					shared->slots[i].done = true;
+					ndone++;
+				}
+			}
+		}
+
+		/* End a pause that has lasted long enough. */
+		if (paused_slot >= 0 && now_s() >= resume_at)
+		{
+			set_state(&shared->slots[paused_slot], ST_RESUMED);
+			kill(shared->slots[paused_slot].pid, SIGCONT);
+			if (verbose)
+				fprintf(stderr, "dlock_stress: resumed worker %d\n", paused_slot);
+			paused_slot = -1;
+			pauses_done++;
+		}
+
+		/* Start the next chaos event when due. */
+		if (next_event < nevents &&
+			committed * (nevents + 1) >= (long) (next_event + 1) * target)
+		{
+			bool		is_kill = plan[next_event] == 'k';
+			int			victim;
+
+			if (!is_kill && paused_slot >= 0)
+				goto idle;		/* one pause at a time */
+			__atomic_store_n(&shared->chaos_wanted, 1, __ATOMIC_SEQ_CST);
+			victim = claim_sleeping(is_kill ? ST_DOOMED : ST_PAUSING);
+			if (victim >= 0)
+			{
+				__atomic_store_n(&shared->chaos_wanted, 0, __ATOMIC_SEQ_CST);
+				if (is_kill)
+				{
+					kill(shared->slots[victim].pid, SIGKILL);
+					kills_done++;
+				}
+				else
+				{
+					kill(shared->slots[victim].pid, SIGSTOP);
+					paused_slot = victim;
+					resume_at = now_s() + pause_ms / 1000.0;
+				}
+				if (verbose)
+					fprintf(stderr, "dlock_stress: %s worker %d (pid %d) at %ld commits\n",
+							is_kill ? "killed" : "paused", victim,
+							(int) shared->slots[victim].pid, committed);
+				next_event++;
+			}
+		}
+idle:
+		sleep_ms_now(1);
+	}
+	__atomic_store_n(&shared->chaos_wanted, 0, __ATOMIC_SEQ_CST);
+	elapsed = now_s() - start_time;
+
+	t = sum_slots();
+	printf("increments committed: %ld\n", t.committed);
+	printf("fenced-off writes:    %ld (after a chaos pause: %ld)\n",
+		   t.fenced, t.fenced_after_pause);
+	printf("kills:                %d of %d requested\n", kills_done, nkills);
+	printf("pauses:               %d of %d requested\n", pauses_done, npauses);
+	printf("lock timeouts:        %ld\n", t.lock_timeouts);
+	printf("lost unlocks:         %ld\n", t.lost_unlocks);
+	printf("elapsed:              %.2f s\n", elapsed);
+	printf("increments/s:         %.1f\n", elapsed > 0 ? t.committed / elapsed : 0.0);
+
+	if (timed_out)
+	{
+		printf("FAIL: did not finish within --max-seconds %.0f\n", max_seconds);
+		printf("RESULT: FAIL\n");
+		return 1;
+	}
+	failed = verify(&t);
+	failed += !check(t.fenced_after_pause == pauses_done,
+					 "every pause beyond the lease ended in a fenced-off write"
+					 " (%ld of %d)", t.fenced_after_pause, pauses_done);
+	printf("RESULT: %s\n", failed ? "FAIL" : "PASS");
+	return failed ? 1 : 0;
+}

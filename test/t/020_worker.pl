@@ -1,0 +1,128 @@
+# 020_worker.pl: the background reaper ("dlock reaper").
+#
+# With shared_preload_libraries = 'dlock' the worker runs in dlock.database,
+# removes expired leases and sends their "expired" events; it comes back
+# after a crash restart caused by its own kill -9; and dlock.reap_interval
+# is reloaded on SIGHUP.
+
+use strict;
+use warnings;
+
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use Test::More;
+use Time::HiRes qw(time usleep);
+
+my $node = PostgreSQL::Test::Cluster->new('worker');
+$node->init;
+$node->append_conf(
+	'postgresql.conf', q{
+shared_preload_libraries = 'dlock'
+dlock.database = 'postgres'
+dlock.reap_interval = '100ms'
+# Cluster.pm turns this off; the kill -9 test needs the crash restart.
+restart_after_crash = on
+});
+$node->start;
+$node->safe_psql('postgres', 'CREATE EXTENSION dlock');
+
+my $worker_sql = q{SELECT pid FROM pg_stat_activity
+	WHERE backend_type = 'dlock reaper' AND datname = 'postgres'};
+
+# reaped_sql: is resource free (no holding left in dlock.leases)?
+sub reaped_sql
+{
+	my ($resource) = @_;
+	return "SELECT count(*) = 0 FROM dlock.leases"
+	  . " WHERE resource = '$resource' AND holder IS NOT NULL";
+}
+
+# 1. The worker is there, connected to dlock.database.
+ok($node->poll_query_until('postgres', "SELECT count(*) = 1 FROM ($worker_sql) w"),
+	'dlock reaper is running in database postgres');
+my $worker_pid = $node->safe_psql('postgres', $worker_sql);
+like($worker_pid, qr/^\d+$/, "worker pid $worker_pid");
+
+# 2. It reaps an expired lease, and a LISTENing session gets the event.
+my $channel = $node->safe_psql('postgres', q{SELECT dlock.channel('reap-me')});
+my $listener = $node->background_psql('postgres');
+$listener->query_safe(qq{LISTEN "$channel"});
+
+my $fence = $node->safe_psql('postgres',
+	q{SELECT dlock.try_lock('reap-me', 'short-holder', '200ms')});
+like($fence, qr/^\d+$/, "took a 200ms lease, fence $fence");
+ok($node->poll_query_until('postgres', reaped_sql('reap-me')),
+	'the worker reaped the expired lease');
+is($node->safe_psql('postgres', q{SELECT count(*) FROM dlock.locks WHERE resource = 'reap-me'}),
+	'0', 'dlock.locks no longer lists it');
+
+# psql prints notifications it has received after each command it runs.
+my $note = '';
+for (my $i = 0; $i < 100 && $note !~ /Asynchronous notification/; $i++)
+{
+	$note .= $listener->query_safe('SELECT 1');
+	usleep(50_000) if $note !~ /Asynchronous notification/;
+}
+like(
+	$note,
+	qr/Asynchronous notification "\Q$channel\E" with payload "\{"event":"expired","resource":"reap-me","fence":$fence\}" received/,
+	'the listener received the "expired" event with the lease\'s fence');
+$listener->quit;
+
+# 3. kill -9 of the worker: the postmaster crash-restarts and the worker
+# comes back (a new process) and goes on reaping.
+my $log_offset = -s $node->logfile;
+kill 'KILL', $worker_pid;
+$node->wait_for_log(qr/all server processes terminated; reinitializing/,
+	$log_offset);
+ok( $node->poll_query_until(
+		'postgres',
+		"SELECT count(*) = 1 FROM ($worker_sql) w WHERE pid <> $worker_pid"),
+	'the worker is back after the crash restart');
+$node->safe_psql('postgres',
+	q{SELECT dlock.try_lock('after-crash', 'short-holder', '200ms')});
+ok($node->poll_query_until('postgres', reaped_sql('after-crash')),
+	'the restarted worker reaps');
+
+# 4. SIGHUP: dlock.reap_interval is reloaded.  Start from a long interval
+# (set in the file and applied by a restart, so that no reload has woken
+# the worker early): an expired lease stays put.
+$node->append_conf('postgresql.conf', q{dlock.reap_interval = '1h'});
+$node->restart;
+ok($node->poll_query_until('postgres', "SELECT count(*) = 1 FROM ($worker_sql) w"),
+	'worker running with dlock.reap_interval = 1h');
+$node->safe_psql('postgres',
+	q{SELECT dlock.try_lock('slow', 'short-holder', '100ms')});
+ok( $node->poll_query_until(
+		'postgres', q{SELECT expired FROM dlock.locks WHERE resource = 'slow'}),
+	'the lease has expired');
+# Ten times the old interval passes: with one hour between rounds the worker
+# must not touch it (and nothing else reaps in this test).
+my $still = 1;
+for (1 .. 10)
+{
+	usleep(100_000);
+	$still &&= $node->safe_psql('postgres', reaped_sql('slow')) eq 'f';
+}
+ok($still, 'with dlock.reap_interval = 1h the expired lease is not reaped');
+
+# Now shorten it by ALTER SYSTEM and reload.  The reload itself wakes the
+# worker once; a second lease taken afterwards shows the new interval.
+$node->safe_psql('postgres',
+	q{ALTER SYSTEM SET dlock.reap_interval = '100ms'; SELECT pg_reload_conf()});
+ok($node->poll_query_until('postgres', reaped_sql('slow')),
+	'after the reload the expired lease is reaped');
+my $t0 = time;
+$node->safe_psql('postgres',
+	q{SELECT dlock.try_lock('fast', 'short-holder', '100ms')});
+ok($node->poll_query_until('postgres', reaped_sql('fast')),
+	'a later lease is reaped too');
+my $took = time - $t0;
+diag(sprintf('lease of 100ms reaped %.2fs after it was taken', $took));
+cmp_ok($took, '<', 10, 'reaped within seconds: the 100ms interval is in force');
+
+is($node->safe_psql('postgres', 'SELECT expired FROM dlock.stats()') >= 2 ? 'yes' : 'no',
+	'yes', 'dlock.stats() counts the expiries');
+
+$node->stop;
+done_testing();

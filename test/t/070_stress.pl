@@ -1,0 +1,87 @@
+# 070_stress.pl: run the lost-update stress client against fresh clusters.
+#
+# test/stress/dlock_stress (built by "make -C test/stress"; this test builds
+# nothing) increments a counter from several processes under dlock with
+# fenced writes while it kills and pauses some of them; it exits 0 only if no
+# increment was lost or duplicated and fences increased in write order.  It
+# runs once with dlock preloaded (waits woken by commits) and once without
+# (waits poll).  The binary is $DLOCK_STRESS, else test/stress/dlock_stress
+# in this repository.
+
+use strict;
+use warnings;
+
+use Cwd qw(abs_path);
+use File::Basename qw(dirname);
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use Test::More;
+
+my $stress = $ENV{DLOCK_STRESS}
+  // abs_path(dirname(__FILE__) . '/../stress') . '/dlock_stress';
+plan skip_all => "$stress not built (run: make -C test/stress)"
+  unless -x $stress;
+
+# run_stress: run dlock_stress against node ($n increments, $kills kills,
+# $pauses pauses) and check its verdict and the final state.
+sub run_stress
+{
+	my ($node, $what, $n, $kills, $pauses) = @_;
+	my @cmd = (
+		$stress, '-d', $node->connstr('postgres'),
+		'-c', 6, '-n', $n, '--lease', '1s', '--sleep-ms', 5,
+		'--kill', $kills, '--pause', $pauses, '--max-seconds', 50);
+	note "running @cmd";
+	my ($stdout, $stderr) = ('', '');
+	IPC::Run::run(\@cmd, '>', \$stdout, '2>', \$stderr,
+		IPC::Run::timeout(90));
+	my $rc = $? >> 8;
+	diag("$what:\n$stdout");
+	diag($stderr) if $stderr ne '';
+
+	is($rc, 0, "$what: dlock_stress exited 0");
+	like($stdout, qr/^RESULT: PASS$/m, "$what: dlock_stress reports PASS");
+	unlike($stdout, qr/^FAIL:/m, "$what: no failed check");
+	like($stdout, qr/^kills:\s+$kills of $kills/m, "$what: all $kills kills happened");
+	like($stdout, qr/^pauses:\s+$pauses of $pauses/m,
+		"$what: all $pauses pauses happened");
+
+	# The final state as the server sees it.
+	is($node->safe_psql('postgres', 'SELECT value FROM stress_counter'),
+		$n, "$what: counter is $n");
+	is( $node->safe_psql(
+			'postgres',
+			q{SELECT count(*) FROM dlock.locks WHERE resource = 'stress' AND NOT expired}),
+		'0',
+		"$what: nobody holds the stress lock at the end");
+}
+
+# With dlock preloaded: waits are woken by the releasing commit.
+my $node = PostgreSQL::Test::Cluster->new('stress');
+$node->init;
+$node->append_conf(
+	'postgresql.conf', q{
+shared_preload_libraries = 'dlock'
+dlock.database = 'postgres'
+max_connections = 40
+log_statement = none
+});
+$node->start;
+$node->safe_psql('postgres', 'CREATE EXTENSION dlock');
+run_stress($node, 'preloaded', 200, 2, 2);
+$node->stop;
+
+# Without preloading: waits poll at dlock.poll_interval, expiry is lazy.
+my $plain = PostgreSQL::Test::Cluster->new('stress_plain');
+$plain->init;
+$plain->append_conf(
+	'postgresql.conf', q{
+max_connections = 40
+log_statement = none
+});
+$plain->start;
+$plain->safe_psql('postgres', 'CREATE EXTENSION dlock');
+run_stress($plain, 'not preloaded', 100, 1, 1);
+$plain->stop;
+
+done_testing();
