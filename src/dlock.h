@@ -90,6 +90,7 @@ extern void dlock_row_release(const DlockResource *res, int32 count_left,
 extern List *dlock_rows_of_holder(text *holder, Oid owner);
 extern List *dlock_rows_expired(TimestampTz now, int limit);
 extern List *dlock_rows_stale_free(TimestampTz cutoff, int limit);
+extern TimestampTz dlock_min_expiry(void);
 extern void dlock_row_delete_free(const DlockResource *res);
 extern Oid	dlock_schema_oid(void);
 
@@ -99,7 +100,7 @@ extern int64 dlock_next_fence(void);
 
 /* ---- xact.c ---- */
 extern void dlock_xact_init(void);
-extern void dlock_note_acquisition(void);
+extern void dlock_note_acquisition(TimestampTz expires);
 extern void dlock_note_release(void);
 extern void dlock_xact_register(const DlockResource *res, int64 fence);
 extern int64 dlock_xact_fence(const DlockResource *res);
@@ -140,6 +141,9 @@ extern void dlock_wait_end(bool acquired);
 extern void dlock_wait_abort(void);
 extern void dlock_wait_sleep(long timeout_ms);
 extern void dlock_wake_queue(uint64 hash);
+extern void dlock_expiry_hint(TimestampTz expires);
+extern bool dlock_reap_due(TimestampTz now);
+extern void dlock_reap_started(void);
 
 /* ---- worker.c ---- */
 extern void dlock_worker_init(void);

@@ -144,9 +144,11 @@ dlock_acquire(const DlockResource *res, text *holder, const Interval *lease,
 				dlock_xact_register(res, fence);
 			else
 			{
+				TimestampTz expires = dlock_add_interval(now, lease);
+
 				dlock_row_acquire(res, !row.exists, holder, role, fence, lease,
-								  now, dlock_add_interval(now, lease));
-				dlock_note_acquisition();
+								  now, expires);
+				dlock_note_acquisition(expires);
 				dlock_wake_after_abort(res->hash);
 			}
 			dlock_count(DLOCK_STAT_ACQUIRED);
@@ -156,10 +158,11 @@ dlock_acquire(const DlockResource *res, text *holder, const Interval *lease,
 		else if (!transaction_scoped && row.owner == role &&
 				 holder_matches(&row, holder))
 		{
-			TimestampTz expires = dlock_add_interval(now, lease);
+			TimestampTz expires = Max(dlock_add_interval(now, lease),
+									  row.expires_at);
 
-			dlock_row_reenter(res, now, Max(expires, row.expires_at));
-			dlock_note_acquisition();
+			dlock_row_reenter(res, now, expires);
+			dlock_note_acquisition(expires);
 			dlock_count(DLOCK_STAT_REENTERED);
 			fence = row.fence;
 			dlock_store_end();
@@ -360,7 +363,7 @@ dlock_renew(PG_FUNCTION_ARGS)
 	expires = dlock_add_interval(now, lease);
 	dlock_row_renew(&res, lease, now, expires);
 	dlock_store_end();
-	dlock_note_acquisition();
+	dlock_note_acquisition(expires);
 	dlock_count(DLOCK_STAT_RENEWED);
 	PG_RETURN_TIMESTAMPTZ(expires);
 }

@@ -48,6 +48,7 @@ typedef enum StoreStmt
 	STMT_EXPIRED,
 	STMT_STALE_FREE,
 	STMT_DELETE_FREE,
+	STMT_MIN_EXPIRY,
 	NUM_STMTS
 } StoreStmt;
 
@@ -118,6 +119,10 @@ static const StoreStmtDef stmt_defs[NUM_STMTS] = {
 	[STMT_DELETE_FREE] = {
 		"DELETE FROM dlock.leases WHERE " RES_EQ " AND holder IS NULL",
 		1, {TEXTOID}
+	},
+	[STMT_MIN_EXPIRY] = {
+		"SELECT pg_catalog.min(expires_at) FROM dlock.leases WHERE holder IS NOT NULL",
+		0, {InvalidOid}
 	},
 };
 
@@ -436,4 +441,16 @@ dlock_row_delete_free(const DlockResource *res)
 	Datum		values[1] = {PointerGetDatum(res->name)};
 
 	(void) run(STMT_DELETE_FREE, values, NULL, false, 0);
+}
+
+/* dlock_min_expiry: earliest expiry of any holding; DT_NOEND if none. */
+TimestampTz
+dlock_min_expiry(void)
+{
+	bool		isnull;
+	Datum		d;
+
+	run(STMT_MIN_EXPIRY, NULL, NULL, true, 0);
+	d = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
+	return isnull ? DT_NOEND : DatumGetTimestampTz(d);
 }

@@ -14,10 +14,17 @@
  * memory every function here still works and waiters poll at
  * dlock.poll_interval.
  *
+ * It also holds the reaper's hint, next_expiry: the earliest time a held
+ * lease may expire.  Committing acquisitions and renewals lower it; the
+ * reaper skips its scan of the table until then.  Before a scan the reaper
+ * raises it to "never" and after the scan lowers it to the earliest expiry
+ * still in the table; an acquisition that commits after the scan's
+ * snapshot lowers it after that reset, so none is missed.
+ *
  * Locking: DlockShared.lock (an LWLock of tranche "dlock") protects
- * next_seq and every field of every slot; slot_in_use is only set and
- * cleared by the slot's own backend, under the lock.  The statistics are
- * atomics and need no lock.
+ * next_seq and every field of every slot; in_use is only set and cleared
+ * by the slot's own backend, under the lock.  The statistics and
+ * next_expiry are atomics and need no lock.
  *
  *-------------------------------------------------------------------------
  */
@@ -61,6 +68,7 @@ typedef struct DlockShared
 	LWLock	   *lock;
 	uint64		next_seq;
 	pg_atomic_uint64 stats[DLOCK_NUM_STATS];
+	pg_atomic_uint64 next_expiry;	/* TimestampTz; PG_INT64_MAX: none */
 	int			nslots;
 	DlockWaiter slots[FLEXIBLE_ARRAY_MEMBER];
 } DlockShared;
@@ -107,6 +115,7 @@ dlock_shmem_startup(void)
 		shared->next_seq = 1;
 		for (i = 0; i < DLOCK_NUM_STATS; i++)
 			pg_atomic_init_u64(&shared->stats[i], 0);
+		pg_atomic_init_u64(&shared->next_expiry, 0);
 		shared->nslots = MaxBackends;
 		memset(shared->slots, 0, mul_size(MaxBackends, sizeof(DlockWaiter)));
 	}
@@ -138,6 +147,46 @@ dlock_count(DlockStat stat)
 {
 	if (shared)
 		pg_atomic_fetch_add_u64(&shared->stats[stat], 1);
+}
+
+/*
+ * dlock_expiry_hint: a committed lease ends at expires; lower the reaper's
+ * hint to it if it is earlier.
+ */
+void
+dlock_expiry_hint(TimestampTz expires)
+{
+	uint64		cur;
+
+	if (shared == NULL)
+		return;
+	cur = pg_atomic_read_u64(&shared->next_expiry);
+	while ((int64) cur > expires)
+	{
+		if (pg_atomic_compare_exchange_u64(&shared->next_expiry, &cur,
+										   (uint64) expires))
+			break;
+	}
+}
+
+/* dlock_reap_due: may a lease have expired by now? (true without hint) */
+bool
+dlock_reap_due(TimestampTz now)
+{
+	if (shared == NULL)
+		return true;
+	return (int64) pg_atomic_read_u64(&shared->next_expiry) <= now;
+}
+
+/*
+ * dlock_reap_started: the reaper is about to scan; from now on only
+ * acquisitions committed after this, and the scan itself, set the hint.
+ */
+void
+dlock_reap_started(void)
+{
+	if (shared != NULL)
+		pg_atomic_write_u64(&shared->next_expiry, (uint64) PG_INT64_MAX);
 }
 
 /* my_slot: this backend's waiter slot, or NULL. */

@@ -6,7 +6,9 @@
  * Registered when dlock is in shared_preload_libraries.  It connects to
  * dlock.database and every dlock.reap_interval reaps expired leases in
  * batches, one transaction per batch, going on while batches come back
- * full (reap.c explains why batches).  The loop is the canonical one of
+ * full (reap.c explains why batches).  It skips the scan while no lease
+ * can have expired yet (the hint in waiters.c), so a table of many long
+ * leases costs nothing between expiries.  The loop is the canonical one of
  * worker_spi and autoprewarm: WaitLatch with WL_EXIT_ON_PM_DEATH, SIGHUP
  * reloads the configuration, SIGTERM ends it; a per-loop memory context is
  * reset every round (pg_cron).  On a hot standby it only waits, and starts
@@ -31,10 +33,13 @@
 #include "tcop/tcopprot.h"
 #include "utils/memutils.h"
 #include "utils/snapmgr.h"
+#include "utils/timestamp.h"
 
 PGDLLEXPORT void dlock_worker_main(Datum main_arg);
 
 #define DLOCK_WORKER_BATCH 500
+/* Scan at least this often anyway, to purge long-free rows (reap.c). */
+#define DLOCK_WORKER_FULL_SCAN_SECS 60
 
 /* dlock_worker_init: register the reaper when preloaded. */
 void
@@ -56,8 +61,9 @@ dlock_worker_init(void)
 }
 
 /*
- * reap_round: one transaction reaping one batch; returns how many.  Does
- * nothing where the extension is not installed.
+ * reap_round: one transaction reaping one batch; returns how many.  When
+ * the batch was not full, also tells the hint when the next lease ends.
+ * Does nothing where the extension is not installed.
  */
 static int
 reap_round(void)
@@ -69,7 +75,15 @@ reap_round(void)
 	PushActiveSnapshot(GetTransactionSnapshot());
 	pgstat_report_activity(STATE_RUNNING, "reaping expired leases");
 	if (OidIsValid(get_extension_oid("dlock", true)))
+	{
 		n = dlock_reap_batch(GetCurrentTimestamp(), DLOCK_WORKER_BATCH);
+		if (n < DLOCK_WORKER_BATCH)
+		{
+			dlock_store_begin();
+			dlock_expiry_hint(dlock_min_expiry());
+			dlock_store_end();
+		}
+	}
 	PopActiveSnapshot();
 	CommitTransactionCommand();
 	pgstat_report_stat(false);
@@ -82,6 +96,7 @@ void
 dlock_worker_main(Datum main_arg)
 {
 	MemoryContext loop_context;
+	TimestampTz last_scan = 0;
 
 	pqsignal(SIGHUP, SignalHandlerForConfigReload);
 	pqsignal(SIGTERM, die);
@@ -107,6 +122,13 @@ dlock_worker_main(Datum main_arg)
 		if (RecoveryInProgress())
 			continue;			/* hot standby: wait for promotion */
 
+		/* Nothing can have expired before the earliest known expiry. */
+		if (!dlock_reap_due(GetCurrentTimestamp()) &&
+			!TimestampDifferenceExceeds(last_scan, GetCurrentTimestamp(),
+										DLOCK_WORKER_FULL_SCAN_SECS * 1000))
+			continue;
+		last_scan = GetCurrentTimestamp();
+		dlock_reap_started();
 		old = MemoryContextSwitchTo(loop_context);
 		while (reap_round() == DLOCK_WORKER_BATCH)
 			CHECK_FOR_INTERRUPTS();

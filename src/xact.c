@@ -14,6 +14,8 @@
  *	- Transaction-scoped locks: the (resource, fence) pairs this transaction
  *	  holds, for check() and assert_fence(); entries made in a
  *	  subtransaction vanish with it, as its lock-manager locks do.
+ *	- The reaper's hint: after COMMIT, the earliest expiry this transaction
+ *	  set is passed to waiters.c, so the reaper knows when to look again.
  *	- Wakeups: resources whose state this transaction changed in a way a
  *	  waiter cares about; once the transaction's locks are released after
  *	  COMMIT (or ABORT), one waiter of each is woken (waiters.c; a no-op
@@ -40,6 +42,7 @@ typedef struct XactHolding
 } XactHolding;
 
 static bool xact_acquired = false;	/* acquired or renewed something */
+static TimestampTz xact_min_expiry; /* earliest expiry it set, if so */
 static bool xact_async_release = false; /* released outside a block */
 static int	saved_sync_commit = -1; /* value to restore, -1: untouched */
 static List *xact_holdings = NIL;	/* XactHolding * */
@@ -60,10 +63,16 @@ static WakeEntry *wake = NULL;
 static int	nwake = 0;
 static int	maxwake = 0;
 
-/* dlock_note_acquisition: this transaction must commit durably. */
+/*
+ * dlock_note_acquisition: this transaction acquired or renewed a lease
+ * ending at expires: it must commit durably, and once committed the reaper
+ * is told of the earliest such expiry.
+ */
 void
-dlock_note_acquisition(void)
+dlock_note_acquisition(TimestampTz expires)
 {
+	if (!xact_acquired || expires < xact_min_expiry)
+		xact_min_expiry = expires;
 	xact_acquired = true;
 }
 
@@ -205,7 +214,14 @@ dlock_xact_callback(XactEvent event, void *arg)
 			reset_state();
 			break;
 		case XACT_EVENT_COMMIT:
+			if (xact_acquired)
+				dlock_expiry_hint(xact_min_expiry);
+			reset_state();
+			break;
 		case XACT_EVENT_PREPARE:
+			/* Committed later, elsewhere: let the reaper look soon. */
+			if (xact_acquired)
+				dlock_expiry_hint(GetCurrentTimestamp());
 			reset_state();
 			break;
 		default:

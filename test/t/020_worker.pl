@@ -121,6 +121,23 @@ my $took = time - $t0;
 diag(sprintf('lease of 100ms reaped %.2fs after it was taken', $took));
 cmp_ok($took, '<', 10, 'reaped within seconds: the 100ms interval is in force');
 
+# The worker skips its scan until the earliest known expiry (the hint in
+# waiters.c), falling back to a full scan a minute.  With only a long lease
+# held the hint is an hour away; a short lease committed afterwards must
+# lower it, or this lease would wait for the minute's full scan.
+$node->safe_psql('postgres', q{SELECT dlock.try_lock('long', 'long-holder', '1h')});
+ok($node->poll_query_until('postgres',
+	q{SELECT count(*) = 0 FROM dlock.locks WHERE expired}),
+	'only the long lease is held');
+$t0 = time;
+$node->safe_psql('postgres', q{SELECT dlock.try_lock('short2', 'short-holder', '300ms')});
+ok($node->poll_query_until('postgres', reaped_sql('short2')),
+	'a short lease taken after a long one is reaped');
+$took = time - $t0;
+diag(sprintf('short lease after a long one reaped %.2fs after it was taken', $took));
+cmp_ok($took, '<', 30, 'without waiting for the once-a-minute full scan');
+is($node->safe_psql('postgres', reaped_sql('long')), 'f', 'the long lease is untouched');
+
 is($node->safe_psql('postgres', 'SELECT expired FROM dlock.stats()') >= 2 ? 'yes' : 'no',
 	'yes', 'dlock.stats() counts the expiries');
 
