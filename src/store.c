@@ -14,6 +14,10 @@
  * SECURITY_RESTRICTED_OPERATION so nothing it runs can change session
  * state.  The caller's role is captured before the switch.
  *
+ * Plans are cached for the backend's life, so a generic plan made while
+ * the table was tiny could seq-scan it forever after; point lookups run
+ * with enable_seqscan = off so they always use the primary key.
+ *
  * Statements run on the latest snapshot: the per-resource lock is held
  * whenever a row is read to be changed, so the latest committed state is
  * the one that counts, whatever the caller's isolation level.
@@ -186,6 +190,10 @@ dlock_store_begin(void)
 	(void) set_config_option("search_path", "pg_catalog, pg_temp",
 							 PGC_USERSET, PGC_S_SESSION,
 							 GUC_ACTION_SAVE, true, 0, false);
+	/* Point lookups must use the primary key whatever the statistics say. */
+	(void) set_config_option("enable_seqscan", "off",
+							 PGC_USERSET, PGC_S_SESSION,
+							 GUC_ACTION_SAVE, true, 0, false);
 }
 
 /*
@@ -240,11 +248,24 @@ run(StoreStmt which, Datum *values, const char *nulls, bool read_only,
 	long limit)
 {
 	int			rc;
+	bool		scan = (which == STMT_EXPIRED || which == STMT_STALE_FREE ||
+						which == STMT_MIN_EXPIRY);
+	int			nestlevel = 0;
 
 	Assert(store_depth > 0);
+	if (scan)
+	{
+		/* The statements that scan the table may plan a seq scan. */
+		nestlevel = NewGUCNestLevel();
+		(void) set_config_option("enable_seqscan", "on",
+								 PGC_USERSET, PGC_S_SESSION,
+								 GUC_ACTION_SAVE, true, 0, false);
+	}
 	rc = SPI_execute_snapshot(get_plan(which), values, nulls,
 							  GetLatestSnapshot(), InvalidSnapshot,
 							  read_only, true, limit);
+	if (scan)
+		AtEOXact_GUC(true, nestlevel);
 	if (rc < 0)
 		elog(ERROR, "SPI_execute_snapshot failed: %s", SPI_result_code_string(rc));
 	return SPI_processed;
