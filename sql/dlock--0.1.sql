@@ -26,7 +26,8 @@ CREATE TABLE dlock.leases (
     acquired_at timestamptz,
     renewed_at  timestamptz,
     expires_at  timestamptz,
-    released_at timestamptz
+    released_at timestamptz,
+    took_over   boolean NOT NULL DEFAULT false  -- last acquisition took over an expired lease
 ) WITH (fillfactor = 50);
 
 /*
@@ -56,6 +57,11 @@ SELECT pg_catalog.pg_extension_config_dump('dlock.fence_seq', '');
 SELECT pg_catalog.pg_extension_config_dump('dlock.epoch', '');
 
 GRANT USAGE ON SCHEMA dlock TO PUBLIC;
+
+-- Internal: draws a fence inside dlock's own statements.
+CREATE FUNCTION dlock._next_fence() RETURNS bigint
+    AS 'MODULE_PATHNAME', 'dlock_next_fence_sql' LANGUAGE C VOLATILE;
+REVOKE EXECUTE ON FUNCTION dlock._next_fence() FROM PUBLIC;
 
 CREATE FUNCTION dlock.session_holder() RETURNS text
     AS 'MODULE_PATHNAME', 'dlock_session_holder' LANGUAGE C STABLE PARALLEL SAFE;

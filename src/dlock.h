@@ -91,6 +91,14 @@ extern List *dlock_rows_of_holder(text *holder, Oid owner);
 extern List *dlock_rows_expired(TimestampTz now, int limit);
 extern List *dlock_rows_stale_free(TimestampTz cutoff, int limit);
 extern TimestampTz dlock_min_expiry(void);
+extern bool dlock_row_fast_acquire(const DlockResource *res, text *holder,
+								   Oid owner, const Interval *lease,
+								   TimestampTz now, TimestampTz expires,
+								   int64 *fence, int32 *count,
+								   TimestampTz *new_expires, bool *took_over);
+extern bool dlock_row_fast_release(const DlockResource *res, text *holder,
+								   Oid owner, TimestampTz now, bool fence_given,
+								   int64 fence, int32 *left, int64 *fence_out);
 extern void dlock_row_delete_free(const DlockResource *res);
 extern Oid	dlock_schema_oid(void);
 

@@ -31,6 +31,7 @@
 #include "commands/sequence.h"
 #include "miscadmin.h"
 #include "executor/spi.h"
+#include "fmgr.h"
 #include "utils/builtins.h"
 #include "utils/lsyscache.h"
 #include "utils/snapmgr.h"
@@ -175,4 +176,25 @@ dlock_next_fence(void)
 		XLogFlush(XactLastRecEnd);
 
 	return (epoch << DLOCK_FENCE_SEQ_BITS) | n;
+}
+
+PG_FUNCTION_INFO_V1(dlock_next_fence_sql);
+
+/*
+ * dlock._next_fence(): a new fence, for dlock's own statements (EXECUTE is
+ * revoked from PUBLIC; store sessions run as the extension's owner).  It
+ * runs inside one of our SPI statements, so it opens its own SPI level in
+ * case the epoch must be read.
+ */
+Datum
+dlock_next_fence_sql(PG_FUNCTION_ARGS)
+{
+	int64		fence;
+
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "SPI_connect failed");
+	fence = dlock_next_fence();
+	if (SPI_finish() != SPI_OK_FINISH)
+		elog(ERROR, "SPI_finish failed");
+	PG_RETURN_INT64(fence);
 }

@@ -122,8 +122,34 @@ dlock_acquire(const DlockResource *res, text *holder, const Interval *lease,
 
 		now = GetCurrentTimestamp();
 		dlock_store_begin();
-		dlock_row_read(res, &row);
 
+		/* The common case first: free, expired or our own, in one statement. */
+		if (!transaction_scoped && dlock_xact_fence(res) == 0)
+		{
+			int32		count;
+			TimestampTz expires;
+			bool		took_over;
+
+			if (dlock_row_fast_acquire(res, holder, role, lease, now,
+									   dlock_add_interval(now, lease),
+									   &fence, &count, &expires, &took_over))
+			{
+				dlock_note_acquisition(expires);
+				if (took_over)
+					dlock_count(DLOCK_STAT_EXPIRED);
+				if (count == 1)
+				{
+					dlock_wake_after_abort(res->hash);
+					dlock_count(DLOCK_STAT_ACQUIRED);
+				}
+				else
+					dlock_count(DLOCK_STAT_REENTERED);
+				dlock_store_end();
+				break;
+			}
+		}
+
+		dlock_row_read(res, &row);
 		if (transaction_scoped && (fence = dlock_xact_fence(res)) != 0)
 		{
 			/* Already ours in this transaction: re-entry keeps the fence. */
@@ -314,16 +340,39 @@ dlock_unlock(PG_FUNCTION_ARGS)
 	TimestampTz now;
 	DlockRow	row;
 	int32		left;
+	int64		fence;
 
 	dlock_resource_init(&res, dlock_check_resource(fcinfo, 0));
 	holder = dlock_check_holder(fcinfo, 1);
 	dlock_check_writable("dlock.unlock()");
 
+	/* The common case first: our own holding, in one statement. */
+	(void) dlock_resource_lock(&res, true);
+	now = GetCurrentTimestamp();
+	dlock_store_begin();
+	if (dlock_row_fast_release(&res, holder, GetUserId(), now, !PG_ARGISNULL(2),
+							   PG_ARGISNULL(2) ? 0 : PG_GETARG_INT64(2),
+							   &left, &fence))
+	{
+		if (left == 0)
+		{
+			dlock_notify(&res, "released", fence);
+			dlock_wake_after_commit(res.hash);
+		}
+		dlock_store_end();
+		goto released;
+	}
+	dlock_store_end();
+	dlock_resource_unlock(&res);
+
+	/* Otherwise: not held, another role's (42501), or a superuser's call. */
 	if (!open_holding(&res, holder, !PG_ARGISNULL(2),
 					  PG_ARGISNULL(2) ? 0 : PG_GETARG_INT64(2), "unlock", &now, &row))
 		PG_RETURN_NULL();
 	left = release_row(&res, &row, now, false, "released");
 	dlock_store_end();
+
+released:
 	if (left == 0)
 	{
 		dlock_note_release();

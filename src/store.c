@@ -53,6 +53,8 @@ typedef enum StoreStmt
 	STMT_STALE_FREE,
 	STMT_DELETE_FREE,
 	STMT_MIN_EXPIRY,
+	STMT_FAST_ACQUIRE,
+	STMT_FAST_RELEASE,
 	NUM_STMTS
 } StoreStmt;
 
@@ -64,6 +66,9 @@ typedef struct StoreStmtDef
 } StoreStmtDef;
 
 #define RES_EQ "resource OPERATOR(pg_catalog.=) ($1 COLLATE pg_catalog.\"C\")"
+/* The row is held, unexpired at $4/$5 (now), by holder $2 of role $3. */
+#define MINE_AT(now) "(holder OPERATOR(pg_catalog.=) ($2 COLLATE pg_catalog.\"C\")" \
+	" AND owner OPERATOR(pg_catalog.=) $3 AND expires_at OPERATOR(pg_catalog.>) " now ")"
 
 static const StoreStmtDef stmt_defs[NUM_STMTS] = {
 	[STMT_READ] = {
@@ -80,7 +85,7 @@ static const StoreStmtDef stmt_defs[NUM_STMTS] = {
 	[STMT_ACQUIRE] = {
 		"UPDATE dlock.leases SET holder = $2, owner = $3, count = 1, fence = $4,"
 		"  lease = $5, acquired_at = $6, renewed_at = $6, expires_at = $7,"
-		"  released_at = NULL WHERE " RES_EQ,
+		"  released_at = NULL, took_over = holder IS NOT NULL WHERE " RES_EQ,
 		7, {TEXTOID, TEXTOID, OIDOID, INT8OID, INTERVALOID, TIMESTAMPTZOID, TIMESTAMPTZOID}
 	},
 	[STMT_REENTER] = {
@@ -123,6 +128,39 @@ static const StoreStmtDef stmt_defs[NUM_STMTS] = {
 	[STMT_DELETE_FREE] = {
 		"DELETE FROM dlock.leases WHERE " RES_EQ " AND holder IS NULL",
 		1, {TEXTOID}
+	},
+	/*
+	 * The common successful acquisition in one statement: a free or expired
+	 * row gets a new holder and a fence drawn by dlock._next_fence() (only
+	 * for the row that matched, after the resource's lock was taken); the
+	 * holder's own unexpired holding is re-entered.  SET sees old values.
+	 */
+	[STMT_FAST_ACQUIRE] = {
+		"UPDATE dlock.leases SET"
+		"  count = CASE WHEN " MINE_AT("$5") " THEN count OPERATOR(pg_catalog.+) 1 ELSE 1 END,"
+		"  fence = CASE WHEN " MINE_AT("$5") " THEN fence ELSE dlock._next_fence() END,"
+		"  lease = CASE WHEN " MINE_AT("$5") " THEN lease ELSE $4 END,"
+		"  acquired_at = CASE WHEN " MINE_AT("$5") " THEN acquired_at ELSE $5 END,"
+		"  expires_at = CASE WHEN " MINE_AT("$5") " THEN GREATEST(expires_at, $6) ELSE $6 END,"
+		"  took_over = (holder IS NOT NULL AND NOT " MINE_AT("$5") "),"
+		"  holder = $2, owner = $3, renewed_at = $5, released_at = NULL"
+		"  WHERE " RES_EQ " AND (holder IS NULL"
+		"    OR expires_at OPERATOR(pg_catalog.<=) $5 OR " MINE_AT("$5") ")"
+		"  RETURNING fence, count, expires_at, took_over",
+		6, {TEXTOID, TEXTOID, OIDOID, INTERVALOID, TIMESTAMPTZOID, TIMESTAMPTZOID}
+	},
+	/* The common unlock in one statement: the holder's own holding. */
+	[STMT_FAST_RELEASE] = {
+		"UPDATE dlock.leases SET"
+		"  count = count OPERATOR(pg_catalog.-) 1,"
+		"  holder = CASE WHEN count OPERATOR(pg_catalog.>) 1 THEN holder END,"
+		"  owner = CASE WHEN count OPERATOR(pg_catalog.>) 1 THEN owner END,"
+		"  expires_at = CASE WHEN count OPERATOR(pg_catalog.>) 1 THEN expires_at END,"
+		"  released_at = CASE WHEN count OPERATOR(pg_catalog.>) 1 THEN released_at ELSE $4 END"
+		"  WHERE " RES_EQ " AND " MINE_AT("$4")
+		"    AND ($5 IS NULL OR fence OPERATOR(pg_catalog.=) $5)"
+		"  RETURNING count, fence",
+		5, {TEXTOID, TEXTOID, OIDOID, TIMESTAMPTZOID, INT8OID}
 	},
 	[STMT_MIN_EXPIRY] = {
 		"SELECT pg_catalog.min(expires_at) FROM dlock.leases WHERE holder IS NOT NULL",
@@ -474,4 +512,66 @@ dlock_min_expiry(void)
 	run(STMT_MIN_EXPIRY, NULL, NULL, true, 0);
 	d = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
 	return isnull ? DT_NOEND : DatumGetTimestampTz(d);
+}
+
+/*
+ * dlock_row_fast_acquire: the one-statement acquisition (see
+ * STMT_FAST_ACQUIRE).  Returns false, changing nothing, when the row is
+ * missing or held by another; else sets the fence, the new count and
+ * expiry, and whether an expired holding was taken over.
+ */
+bool
+dlock_row_fast_acquire(const DlockResource *res, text *holder, Oid owner,
+					   const Interval *lease, TimestampTz now,
+					   TimestampTz expires, int64 *fence, int32 *count,
+					   TimestampTz *new_expires, bool *took_over)
+{
+	Datum		values[6];
+	bool		isnull;
+	HeapTuple	tup;
+	TupleDesc	desc;
+
+	values[0] = PointerGetDatum(res->name);
+	values[1] = PointerGetDatum(holder);
+	values[2] = ObjectIdGetDatum(owner);
+	values[3] = PointerGetDatum(lease);
+	values[4] = TimestampTzGetDatum(now);
+	values[5] = TimestampTzGetDatum(expires);
+	if (run(STMT_FAST_ACQUIRE, values, NULL, false, 0) == 0)
+		return false;
+	tup = SPI_tuptable->vals[0];
+	desc = SPI_tuptable->tupdesc;
+	*fence = DatumGetInt64(SPI_getbinval(tup, desc, 1, &isnull));
+	*count = DatumGetInt32(SPI_getbinval(tup, desc, 2, &isnull));
+	*new_expires = DatumGetTimestampTz(SPI_getbinval(tup, desc, 3, &isnull));
+	*took_over = DatumGetBool(SPI_getbinval(tup, desc, 4, &isnull));
+	return true;
+}
+
+/*
+ * dlock_row_fast_release: the one-statement unlock of the caller's own
+ * unexpired holding (under fence, when fence_given).  Returns false,
+ * changing nothing, otherwise; else sets the count left and the fence.
+ */
+bool
+dlock_row_fast_release(const DlockResource *res, text *holder, Oid owner,
+					   TimestampTz now, bool fence_given, int64 fence,
+					   int32 *left, int64 *fence_out)
+{
+	Datum		values[5];
+	char		nulls[5] = {' ', ' ', ' ', ' ', fence_given ? ' ' : 'n'};
+	bool		isnull;
+
+	values[0] = PointerGetDatum(res->name);
+	values[1] = PointerGetDatum(holder);
+	values[2] = ObjectIdGetDatum(owner);
+	values[3] = TimestampTzGetDatum(now);
+	values[4] = Int64GetDatum(fence);
+	if (run(STMT_FAST_RELEASE, values, nulls, false, 0) == 0)
+		return false;
+	*left = DatumGetInt32(SPI_getbinval(SPI_tuptable->vals[0],
+										SPI_tuptable->tupdesc, 1, &isnull));
+	*fence_out = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0],
+											 SPI_tuptable->tupdesc, 2, &isnull));
+	return true;
 }
