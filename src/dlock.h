@@ -91,6 +91,7 @@ extern List *dlock_rows_of_holder(text *holder, Oid owner);
 extern List *dlock_rows_expired(TimestampTz now, int limit);
 extern List *dlock_rows_stale_free(TimestampTz cutoff, int limit);
 extern TimestampTz dlock_min_expiry(void);
+extern int64 dlock_row_reap(const DlockResource *res, TimestampTz now);
 extern bool dlock_row_fast_acquire(const DlockResource *res, text *holder,
 								   Oid owner, const Interval *lease,
 								   TimestampTz now, TimestampTz expires,
@@ -156,5 +157,8 @@ extern void dlock_reap_started(void);
 /* ---- worker.c ---- */
 extern void dlock_worker_init(void);
 extern int	dlock_reap_batch(TimestampTz now, int limit);
+extern List *dlock_reap_candidates(TimestampTz now, int limit);
+extern int	dlock_reap_list(List *resources, int from, int to, TimestampTz now);
+extern void dlock_purge_free(TimestampTz now, int limit);
 
 #endif							/* DLOCK_H */

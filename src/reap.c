@@ -28,18 +28,18 @@ PG_FUNCTION_INFO_V1(dlock_reap);
 #define DLOCK_FREE_ROW_TTL_SECS 3600
 
 /*
- * purge_free_rows: delete up to limit rows free for DLOCK_FREE_ROW_TTL,
- * skipping any resource a transaction is working on.  Inside a store
- * session.
+ * dlock_purge_free: delete up to limit rows free for DLOCK_FREE_ROW_TTL,
+ * skipping any resource a transaction is working on.
  */
-static void
-purge_free_rows(TimestampTz now, int limit)
+void
+dlock_purge_free(TimestampTz now, int limit)
 {
 	List	   *resources;
 	ListCell   *lc;
 
 	if (limit <= 0)
 		return;
+	dlock_store_begin();
 	resources = dlock_rows_stale_free(now - (TimestampTz) DLOCK_FREE_ROW_TTL_SECS * USECS_PER_SEC,
 									  limit);
 	foreach(lc, resources)
@@ -51,45 +51,73 @@ purge_free_rows(TimestampTz now, int limit)
 			continue;
 		dlock_row_delete_free(&res);
 	}
+	dlock_store_end();
 }
 
 /*
- * dlock_reap_batch: reap up to limit leases expired by now; returns how
- * many.  Runs in the caller's transaction.
+ * dlock_reap_candidates: up to limit resources whose lease ended by now,
+ * as text* in the current memory context (the worker keeps them across
+ * the transactions that reap them).
+ */
+List *
+dlock_reap_candidates(TimestampTz now, int limit)
+{
+	List	   *resources;
+
+	dlock_store_begin();
+	resources = dlock_rows_expired(now, limit);
+	dlock_store_end();
+	return resources;
+}
+
+/*
+ * dlock_reap_list: reap resources[from .. to-1] that are still expired at
+ * now; returns how many.  A resource some transaction is working on is
+ * skipped.  Runs in the caller's transaction.
+ */
+int
+dlock_reap_list(List *resources, int from, int to, TimestampTz now)
+{
+	int			reaped = 0;
+	int			i;
+
+	dlock_store_begin();
+	for (i = from; i < to; i++)
+	{
+		DlockResource res;
+		int64		fence;
+
+		dlock_resource_init(&res, list_nth(resources, i));
+		if (!dlock_resource_lock(&res, false))
+			continue;
+		fence = dlock_row_reap(&res, now);
+		if (fence == 0)
+		{
+			dlock_resource_unlock(&res);
+			continue;
+		}
+		dlock_notify(&res, "expired", fence);
+		dlock_wake_after_commit(res.hash);
+		dlock_count(DLOCK_STAT_EXPIRED);
+		reaped++;
+	}
+	dlock_store_end();
+	if (reaped > 0)
+		dlock_note_release();
+	return reaped;
+}
+
+/*
+ * dlock_reap_batch: reap up to limit leases expired by now and purge old
+ * free rows, in the caller's transaction; returns how many were reaped.
  */
 int
 dlock_reap_batch(TimestampTz now, int limit)
 {
-	List	   *resources;
-	ListCell   *lc;
-	int			reaped = 0;
+	List	   *resources = dlock_reap_candidates(now, limit);
+	int			reaped = dlock_reap_list(resources, 0, list_length(resources), now);
 
-	dlock_store_begin();
-	resources = dlock_rows_expired(now, limit);
-	foreach(lc, resources)
-	{
-		DlockResource res;
-		DlockRow	row;
-
-		dlock_resource_init(&res, lfirst(lc));
-		if (!dlock_resource_lock(&res, false))
-			continue;
-		dlock_row_read(&res, &row);
-		if (row.held && row.expires_at <= now)
-		{
-			dlock_row_release(&res, 0, now);
-			dlock_notify(&res, "expired", row.fence);
-			dlock_wake_after_commit(res.hash);
-			dlock_count(DLOCK_STAT_EXPIRED);
-			reaped++;
-		}
-		else
-			dlock_resource_unlock(&res);
-	}
-	purge_free_rows(now, limit - reaped);
-	dlock_store_end();
-	if (reaped > 0)
-		dlock_note_release();
+	dlock_purge_free(now, limit - reaped);
 	return reaped;
 }
 

@@ -55,6 +55,7 @@ typedef enum StoreStmt
 	STMT_MIN_EXPIRY,
 	STMT_FAST_ACQUIRE,
 	STMT_FAST_RELEASE,
+	STMT_REAP_ONE,
 	NUM_STMTS
 } StoreStmt;
 
@@ -161,6 +162,15 @@ static const StoreStmtDef stmt_defs[NUM_STMTS] = {
 		"    AND ($5 IS NULL OR fence OPERATOR(pg_catalog.=) $5)"
 		"  RETURNING count, fence",
 		5, {TEXTOID, TEXTOID, OIDOID, TIMESTAMPTZOID, INT8OID}
+	},
+	/* Free a lease if it is (still) expired; its fence for the event. */
+	[STMT_REAP_ONE] = {
+		"UPDATE dlock.leases SET holder = NULL, owner = NULL, count = 0,"
+		"  expires_at = NULL, released_at = $2"
+		"  WHERE " RES_EQ " AND holder IS NOT NULL"
+		"    AND expires_at OPERATOR(pg_catalog.<=) $2"
+		"  RETURNING fence",
+		2, {TEXTOID, TIMESTAMPTZOID}
 	},
 	[STMT_MIN_EXPIRY] = {
 		"SELECT pg_catalog.min(expires_at) FROM dlock.leases WHERE holder IS NOT NULL",
@@ -574,4 +584,22 @@ dlock_row_fast_release(const DlockResource *res, text *holder, Oid owner,
 	*fence_out = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0],
 											 SPI_tuptable->tupdesc, 2, &isnull));
 	return true;
+}
+
+/*
+ * dlock_row_reap: free the resource's lease if it expired by now; returns
+ * its fence, or 0 if it was not (or no longer) expired.
+ */
+int64
+dlock_row_reap(const DlockResource *res, TimestampTz now)
+{
+	Datum		values[2];
+	bool		isnull;
+
+	values[0] = PointerGetDatum(res->name);
+	values[1] = TimestampTzGetDatum(now);
+	if (run(STMT_REAP_ONE, values, NULL, false, 0) == 0)
+		return 0;
+	return DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0],
+									   SPI_tuptable->tupdesc, 1, &isnull));
 }

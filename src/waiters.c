@@ -47,7 +47,7 @@ PG_FUNCTION_INFO_V1(dlock_waiters);
 PG_FUNCTION_INFO_V1(dlock_stats);
 
 /* Safety net for a lost wakeup when waits are woken by commits. */
-#define DLOCK_WAKE_SAFETY_MS 1000
+#define DLOCK_WAKE_SAFETY_MS 5000
 
 typedef struct DlockWaiter
 {
@@ -317,7 +317,8 @@ dlock_wait_abort(void)
  * dlock_wait_sleep: sleep until woken, timeout_ms passes, or an interrupt
  * (cancel, statement_timeout, termination: CHECK_FOR_INTERRUPTS raises it
  * and the abort path clears the slot).  Without shared memory the sleep is
- * cut to dlock.poll_interval; with it, to a one-second safety net.
+ * cut to dlock.poll_interval; with it, to a five-second safety net (a
+ * release committed by COMMIT PREPARED in another backend wakes nobody).
  */
 void
 dlock_wait_sleep(long timeout_ms)

@@ -4,9 +4,9 @@
  *		The background reaper ("dlock reaper").
  *
  * Registered when dlock is in shared_preload_libraries.  It connects to
- * dlock.database and every dlock.reap_interval reaps expired leases in
- * batches, one transaction per batch, going on while batches come back
- * full (reap.c explains why batches).  It skips the scan while no lease
+ * dlock.database and every dlock.reap_interval reaps expired leases: one
+ * scan for candidates, then batches of them, one short transaction each
+ * (reap.c explains why batches).  It skips the scan while no lease
  * can have expired yet (the hint in waiters.c), so a table of many long
  * leases costs nothing between expiries.  The loop is the canonical one of
  * worker_spi and autoprewarm: WaitLatch with WL_EXIT_ON_PM_DEATH, SIGHUP
@@ -38,6 +38,7 @@
 PGDLLEXPORT void dlock_worker_main(Datum main_arg);
 
 #define DLOCK_WORKER_BATCH 500
+#define DLOCK_WORKER_SCAN 10000
 /* Scan at least this often anyway, to purge long-free rows (reap.c). */
 #define DLOCK_WORKER_FULL_SCAN_SECS 60
 
@@ -60,35 +61,75 @@ dlock_worker_init(void)
 	RegisterBackgroundWorker(&worker);
 }
 
-/*
- * reap_round: one transaction reaping one batch; returns how many.  When
- * the batch was not full, also tells the hint when the next lease ends.
- * Does nothing where the extension is not installed.
- */
-static int
-reap_round(void)
+/* begin_round / end_round: one transaction of the reaper. */
+static void
+begin_round(const char *activity)
 {
-	int			n = 0;
-
 	SetCurrentStatementStartTimestamp();
 	StartTransactionCommand();
 	PushActiveSnapshot(GetTransactionSnapshot());
-	pgstat_report_activity(STATE_RUNNING, "reaping expired leases");
-	if (OidIsValid(get_extension_oid("dlock", true)))
-	{
-		n = dlock_reap_batch(GetCurrentTimestamp(), DLOCK_WORKER_BATCH);
-		if (n < DLOCK_WORKER_BATCH)
-		{
-			dlock_store_begin();
-			dlock_expiry_hint(dlock_min_expiry());
-			dlock_store_end();
-		}
-	}
+	pgstat_report_activity(STATE_RUNNING, activity);
+}
+
+static void
+end_round(void)
+{
 	PopActiveSnapshot();
 	CommitTransactionCommand();
 	pgstat_report_stat(false);
 	pgstat_report_activity(STATE_IDLE, NULL);
-	return n;
+}
+
+/*
+ * reap_all: reap every expired lease.  One scan finds up to
+ * DLOCK_WORKER_SCAN candidates (kept in loop_context), which are reaped
+ * DLOCK_WORKER_BATCH to a transaction, so each transaction, and the time a
+ * reaped resource's lock is held, stays short.  Then a last transaction
+ * purges long-free rows and tells the hint when the next lease ends.  Does
+ * nothing where the extension is not installed.
+ */
+static void
+reap_all(MemoryContext loop_context)
+{
+	for (;;)
+	{
+		List	   *candidates = NIL;
+		int			n,
+					i,
+					reaped = 0;
+		MemoryContext old;
+
+		begin_round("finding expired leases");
+		if (!OidIsValid(get_extension_oid("dlock", true)))
+		{
+			end_round();
+			return;
+		}
+		old = MemoryContextSwitchTo(loop_context);
+		candidates = dlock_reap_candidates(GetCurrentTimestamp(), DLOCK_WORKER_SCAN);
+		MemoryContextSwitchTo(old);
+		end_round();
+
+		n = list_length(candidates);
+		for (i = 0; i < n; i += DLOCK_WORKER_BATCH)
+		{
+			CHECK_FOR_INTERRUPTS();
+			begin_round("reaping expired leases");
+			reaped += dlock_reap_list(candidates, i, Min(i + DLOCK_WORKER_BATCH, n),
+									  GetCurrentTimestamp());
+			end_round();
+		}
+		/* Go on while scans come back full and make progress. */
+		if (n < DLOCK_WORKER_SCAN || reaped == 0)
+			break;
+	}
+
+	begin_round("purging free rows");
+	dlock_purge_free(GetCurrentTimestamp(), DLOCK_WORKER_BATCH);
+	dlock_store_begin();
+	dlock_expiry_hint(dlock_min_expiry());
+	dlock_store_end();
+	end_round();
 }
 
 /* dlock_worker_main: the reaper's main loop. */
@@ -107,8 +148,6 @@ dlock_worker_main(Datum main_arg)
 										 ALLOCSET_DEFAULT_SIZES);
 	for (;;)
 	{
-		MemoryContext old;
-
 		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
 						 dlock_reap_interval_ms, PG_WAIT_EXTENSION);
 		ResetLatch(MyLatch);
@@ -129,10 +168,7 @@ dlock_worker_main(Datum main_arg)
 			continue;
 		last_scan = GetCurrentTimestamp();
 		dlock_reap_started();
-		old = MemoryContextSwitchTo(loop_context);
-		while (reap_round() == DLOCK_WORKER_BATCH)
-			CHECK_FOR_INTERRUPTS();
-		MemoryContextSwitchTo(old);
+		reap_all(loop_context);
 		MemoryContextReset(loop_context);
 	}
 }
