@@ -1,0 +1,195 @@
+#!/usr/bin/env bash
+# bench/run.sh: the one command that runs dlock's benchmark (BENCHMARKS.md).
+#
+#   bench/run.sh [--quick]
+#
+# Builds bench/dlock_bench, starts a throwaway PostgreSQL cluster (initdb in
+# a temporary directory, shared_preload_libraries = 'dlock', fsync and
+# synchronous_commit on, a Unix socket in that directory and a random free
+# TCP port on 127.0.0.1), creates the extension, starts a throwaway
+# redis-server for the reference figures when one is installed, runs the
+# measurements with progress on stderr, writes bench/results/ (results.md,
+# raw CSV, PNG plots made with gnuplot, installed with apt-get if missing,
+# and the server log), then stops everything and removes the temporary
+# directory.
+#
+# --quick is a smoke run of a few seconds; its results go to
+# bench/results/quick/ so they never overwrite a full run's.
+#
+# PostgreSQL refuses to run as root: as root the work is done as user
+# "postgres" on a copy of bench/ in /tmp (like test/lib.sh), and the
+# results are copied back.  dlock itself must be built and installed
+# (make && make install in the top directory).
+set -euo pipefail
+
+here=$(cd "$(dirname "$0")" && pwd)
+quick=""
+inner=0
+for arg in "$@"; do
+    case "$arg" in
+        --quick) quick="--quick" ;;
+        --inner) inner=1 ;;          # internal: the unprivileged half
+        -h|--help) sed -n '2,22p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        *) echo "usage: bench/run.sh [--quick]" >&2; exit 2 ;;
+    esac
+done
+resdir="$here/results${quick:+/quick}"
+PG_CONFIG=${PG_CONFIG:-pg_config}
+PG_BIN=$("$PG_CONFIG" --bindir)
+
+# say: a progress line of this script.
+say() { echo "==> $*" >&2; }
+
+# as_root: run a command as root (sudo when we are not root).
+as_root() {
+    if [ "$(id -u)" -eq 0 ]; then "$@"; else sudo "$@"; fi
+}
+
+# free_port: a random TCP port nobody listens on.
+free_port() {
+    local p
+    while :; do
+        p=$((20000 + RANDOM % 40000))
+        if ! ss -Hltn "sport = :$p" 2>/dev/null | grep -q .; then
+            echo "$p"; return
+        fi
+    done
+}
+
+# prepare: everything that may need root: gnuplot, the build, checks.
+prepare() {
+    if ! command -v gnuplot >/dev/null 2>&1; then
+        say "installing gnuplot-nox for the plots"
+        as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
+            --no-install-recommends gnuplot-nox >/dev/null 2>&1 ||
+            say "could not install gnuplot: plots will be skipped"
+    fi
+    if [ ! -f "$("$PG_CONFIG" --sharedir)/extension/dlock.control" ]; then
+        echo "dlock is not installed: run 'make && make install' in $(dirname "$here")" >&2
+        exit 1
+    fi
+    say "building bench/dlock_bench"
+    make -s -C "$here" PG_CONFIG="$PG_CONFIG"
+    DLOCK_BENCH_NOTE=$(extension_note)
+    export DLOCK_BENCH_NOTE
+}
+
+# extension_note: which dlock the cluster will load (for results.md).
+extension_note() {
+    local top so head dirty="" match="differs from"
+    top=$(dirname "$here")
+    so="$("$PG_CONFIG" --pkglibdir)/dlock.so"
+    head=$(git -C "$top" rev-parse --short HEAD 2>/dev/null || echo "?")
+    [ -n "$(git -C "$top" status --porcelain -- src sql 2>/dev/null)" ] && dirty=" + uncommitted src/sql changes"
+    cmp -s "$so" "$top/dlock.so" 2>/dev/null && match="is"
+    echo "installed $so $match the one built in $top (HEAD $head$dirty), md5 $(md5sum <"$so" | cut -c1-12)"
+}
+
+# run_unprivileged: as root, do the rest as "postgres" on a copy in /tmp.
+copy=""
+run_unprivileged() {
+    copy=$(mktemp -d /tmp/dlock-bench.XXXXXX)
+    trap 'rm -rf "$copy"' EXIT
+    rsync -a --exclude results "$here"/ "$copy"/
+    chown -R postgres: "$copy"
+    chmod 755 "$copy"
+    say "running as user postgres in $copy"
+    local status=0
+    (cd "$copy" && runuser -u postgres -- env PG_CONFIG="$PG_CONFIG" \
+        DLOCK_BENCH_NOTE="$DLOCK_BENCH_NOTE" \
+        bash "$copy/run.sh" --inner $quick) || status=$?
+    mkdir -p "$resdir"
+    find "$resdir" -maxdepth 1 -type f -delete
+    cp "$copy/results${quick:+/quick}"/* "$resdir"/ 2>/dev/null || true
+    if [ "$status" -ne 0 ]; then
+        say "FAILED (status $status); what there is is in $resdir"
+        exit "$status"
+    fi
+    say "results in $resdir"
+}
+
+# measure: the cluster, Redis, the benchmark, the plots (unprivileged).
+tmp=""
+rpid=""
+# cleanup: stop Redis and PostgreSQL, remove the temporary directory.
+cleanup() {
+    if [ -n "$rpid" ]; then
+        kill "$rpid" 2>/dev/null || true
+        wait "$rpid" 2>/dev/null || true
+    fi
+    if [ -n "$tmp" ]; then
+        "$PG_BIN/pg_ctl" -D "$tmp/data" -m fast stop >/dev/null 2>&1 || true
+        if [ -d "$resdir" ]; then cp "$tmp/server.log" "$resdir/server.log" 2>/dev/null || true; fi
+        rm -rf "$tmp"
+    fi
+}
+measure() {
+    local port rport="" conninfo
+    tmp=$(mktemp -d /tmp/dlock-bench-pg.XXXXXX)
+    trap cleanup EXIT
+
+    say "initdb in $tmp"
+    "$PG_BIN/initdb" -D "$tmp/data" -A trust -U postgres -E UTF8 --locale=C --no-sync \
+        >"$tmp/initdb.log" 2>&1 || { cat "$tmp/initdb.log" >&2; exit 1; }
+    for attempt in 1 2 3 4 5; do
+        port=$(free_port)
+        cat >"$tmp/data/bench.conf" <<EOF
+listen_addresses = '127.0.0.1'
+port = $port
+unix_socket_directories = '$tmp'
+shared_preload_libraries = 'dlock'
+dlock.database = 'postgres'
+max_connections = 150
+fsync = on
+synchronous_commit = on
+track_wal_io_timing = on
+log_min_messages = warning
+EOF
+        grep -q "include 'bench.conf'" "$tmp/data/postgresql.conf" ||
+            echo "include 'bench.conf'" >>"$tmp/data/postgresql.conf"
+        say "starting PostgreSQL on port $port (socket in $tmp)"
+        if "$PG_BIN/pg_ctl" -D "$tmp/data" -l "$tmp/server.log" -w -t 60 start >/dev/null; then
+            break
+        fi
+        tail -5 "$tmp/server.log" >&2
+        [ "$attempt" -eq 5 ] && { echo "could not start PostgreSQL" >&2; exit 1; }
+    done
+    conninfo="host=$tmp port=$port user=postgres dbname=postgres"
+    "$PG_BIN/psql" -X -q -d "$conninfo" -c "CREATE EXTENSION dlock"
+
+    if command -v redis-server >/dev/null 2>&1; then
+        rport=$(free_port)
+        say "starting redis-server on 127.0.0.1:$rport"
+        redis-server --port "$rport" --bind 127.0.0.1 --save '' --appendonly no \
+            --dir "$tmp" --loglevel warning >"$tmp/redis.log" 2>&1 &
+        rpid=$!
+    else
+        say "redis-server not installed: the Redis reference is skipped"
+    fi
+
+    mkdir -p "$resdir"
+    find "$resdir" -maxdepth 1 -type f -delete
+    "$here/dlock_bench" -d "$conninfo" -o "$resdir" ${rport:+--redis-port "$rport"} $quick
+
+    if command -v gnuplot >/dev/null 2>&1; then
+        say "plotting"
+        gnuplot -e "dir='$resdir'" "$here/plots.gp" 2>"$tmp/gnuplot.log" ||
+            { cat "$tmp/gnuplot.log" >&2; say "plotting failed"; }
+    fi
+    if grep -E "ERROR|FATAL|PANIC" "$tmp/server.log" | grep -v "canceling statement" >&2; then
+        say "the server logged errors (above)"
+    fi
+    say "stopping PostgreSQL"
+}
+
+if [ "$inner" -eq 1 ]; then
+    measure
+    exit 0
+fi
+prepare
+if [ "$(id -u)" -eq 0 ]; then
+    run_unprivileged
+else
+    measure
+    say "results in $resdir"
+fi
