@@ -19,7 +19,7 @@
 CREATE TABLE dlock.leases (
     resource    text COLLATE "C" NOT NULL PRIMARY KEY,
     holder      text COLLATE "C",
-    owner       oid,
+    owner       regrole,   -- regrole, so that a dump restores it by name
     count       integer NOT NULL DEFAULT 0,
     fence       bigint,
     lease       interval,

@@ -81,13 +81,13 @@ static const StoreStmtDef stmt_defs[NUM_STMTS] = {
 		"INSERT INTO dlock.leases (resource, holder, owner, count, fence,"
 		"  lease, acquired_at, renewed_at, expires_at)"
 		"  VALUES ($1, $2, $3, 1, $4, $5, $6, $6, $7)",
-		7, {TEXTOID, TEXTOID, OIDOID, INT8OID, INTERVALOID, TIMESTAMPTZOID, TIMESTAMPTZOID}
+		7, {TEXTOID, TEXTOID, REGROLEOID, INT8OID, INTERVALOID, TIMESTAMPTZOID, TIMESTAMPTZOID}
 	},
 	[STMT_ACQUIRE] = {
 		"UPDATE dlock.leases SET holder = $2, owner = $3, count = 1, fence = $4,"
 		"  lease = $5, acquired_at = $6, renewed_at = $6, expires_at = $7,"
 		"  released_at = NULL, took_over = holder IS NOT NULL WHERE " RES_EQ,
-		7, {TEXTOID, TEXTOID, OIDOID, INT8OID, INTERVALOID, TIMESTAMPTZOID, TIMESTAMPTZOID}
+		7, {TEXTOID, TEXTOID, REGROLEOID, INT8OID, INTERVALOID, TIMESTAMPTZOID, TIMESTAMPTZOID}
 	},
 	[STMT_REENTER] = {
 		"UPDATE dlock.leases SET count = count OPERATOR(pg_catalog.+) 1,"
@@ -112,7 +112,7 @@ static const StoreStmtDef stmt_defs[NUM_STMTS] = {
 		"SELECT resource FROM dlock.leases"
 		"  WHERE holder OPERATOR(pg_catalog.=) ($1 COLLATE pg_catalog.\"C\")"
 		"    AND owner OPERATOR(pg_catalog.=) $2",
-		2, {TEXTOID, OIDOID}
+		2, {TEXTOID, REGROLEOID}
 	},
 	[STMT_EXPIRED] = {
 		"SELECT resource FROM dlock.leases"
@@ -148,7 +148,7 @@ static const StoreStmtDef stmt_defs[NUM_STMTS] = {
 		"  WHERE " RES_EQ " AND (holder IS NULL"
 		"    OR expires_at OPERATOR(pg_catalog.<=) $5 OR " MINE_AT("$5") ")"
 		"  RETURNING fence, count, expires_at, took_over",
-		6, {TEXTOID, TEXTOID, OIDOID, INTERVALOID, TIMESTAMPTZOID, TIMESTAMPTZOID}
+		6, {TEXTOID, TEXTOID, REGROLEOID, INTERVALOID, TIMESTAMPTZOID, TIMESTAMPTZOID}
 	},
 	/* The common unlock in one statement: the holder's own holding. */
 	[STMT_FAST_RELEASE] = {
@@ -161,7 +161,7 @@ static const StoreStmtDef stmt_defs[NUM_STMTS] = {
 		"  WHERE " RES_EQ " AND " MINE_AT("$4")
 		"    AND ($5 IS NULL OR fence OPERATOR(pg_catalog.=) $5)"
 		"  RETURNING count, fence",
-		5, {TEXTOID, TEXTOID, OIDOID, TIMESTAMPTZOID, INT8OID}
+		5, {TEXTOID, TEXTOID, REGROLEOID, TIMESTAMPTZOID, INT8OID}
 	},
 	/* Free a lease if it is (still) expired; its fence for the event. */
 	[STMT_REAP_ONE] = {
