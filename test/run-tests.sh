@@ -2,11 +2,13 @@
 # run-tests.sh: the README's second command.  On a fresh Debian machine it
 # installs what is missing (apt-get, through sudo unless root), builds and
 # installs dlock and its CLI, and runs every test: pg_regress, isolation,
-# TAP (crash/restart, worker, waits, standby, pg_cron, CLI, pgbouncer,
-# stress), each on throwaway clusters with dlock preloaded.
+# TAP (crash/restart, worker, waits, standby, CLI, pgbouncer, pg_cron,
+# stress, dump/restore), each on throwaway clusters with dlock preloaded.
 #
 # PostgreSQL refuses to run as root, so as root the tests run as the
-# "postgres" user on a copy of the tree.  Exits non-zero if anything fails.
+# "postgres" user on a copy of the tree.  Ends with a line
+# "dlock: N passed, M failed" counting single tests, and exits non-zero if
+# anything failed.
 set -euo pipefail
 
 top=$(cd "$(dirname "$0")/.." && pwd)
@@ -21,23 +23,44 @@ run_as_tester "$top" '
     export PATH=/usr/lib/postgresql/15/bin:$PATH
     export PERL5LIB=/usr/lib/postgresql/15/lib/pgxs/src/test/perl
     export PGHOST=/tmp
-    failed=0; passed=0
-    step() {
-        name=$1; shift
-        echo "=== $name"
-        if "$@"; then passed=$((passed + 1)); echo "=== $name: ok"
-        else failed=$((failed + 1)); echo "=== $name: FAILED"; fi
+    passed=0; failed=0
+    # pg_regress_counts LOG: add the counts of a pg_regress summary.
+    pg_regress_counts() {
+        local all bad
+        all=$(sed -n "s/^ *All \([0-9]*\) tests passed.*/\1/p; s/^ *[0-9]* of \([0-9]*\) tests failed.*/\1/p" "$1" | tail -n 1)
+        bad=$(sed -n "s/^ *\([0-9]*\) of [0-9]* tests failed.*/\1/p" "$1" | tail -n 1)
+        [ -n "$all" ] || { failed=$((failed + 1)); return; }
+        passed=$((passed + all - ${bad:-0})); failed=$((failed + ${bad:-0}))
+    }
+    # prove_counts LOG: add the counts of a prove summary.
+    prove_counts() {
+        local all bad
+        all=$(sed -n "s/^Files=[0-9]*, Tests=\([0-9]*\),.*/\1/p" "$1" | tail -n 1)
+        bad=$(grep -o "Failed: [0-9]*)" "$1" | grep -o "[0-9]*" | awk "{s += \$1} END {print s + 0}")
+        [ -n "$all" ] || { failed=$((failed + 1)); return; }
+        passed=$((passed + all - ${bad:-0})); failed=$((failed + ${bad:-0}))
+        grep -q "^Result: PASS" "$1" || [ "${bad:-0}" -gt 0 ] || failed=$((failed + 1))
     }
     show_diffs() {
         for f in regression.diffs output_iso/regression.diffs; do
             [ -s "$f" ] && { echo "--- $f"; head -c 20000 "$f"; }
         done
-        return 1
+        return 0
     }
     make -s -C test/stress >/dev/null 2>&1 || true
-    step "regression tests (pg_regress)" make -s installcheck-regress || show_diffs
-    step "isolation tests" make -s installcheck-isolation || show_diffs
-    step "TAP tests" make -s installcheck-tap
+    # suite NAME TARGET LOG: run one make target, show its output (and the
+    # diffs if it failed).
+    suite() {
+        echo "=== $1"
+        make -s "$2" > "$3" 2>&1 || { cat "$3"; show_diffs; return 0; }
+        cat "$3"
+    }
+    suite "regression tests (pg_regress)" installcheck-regress regress.log
+    pg_regress_counts regress.log
+    suite "isolation tests" installcheck-isolation isolation.log
+    pg_regress_counts isolation.log
+    suite "TAP tests" installcheck-tap tap.log
+    prove_counts tap.log
     echo
     echo "dlock: $passed passed, $failed failed"
     [ "$failed" -eq 0 ]
