@@ -77,12 +77,9 @@ extern void dlock_store_begin(void);
 extern void dlock_store_end(void);
 extern void dlock_store_reset(void);
 extern void dlock_row_read(const DlockResource *res, DlockRow *row);
-extern void dlock_row_acquire(const DlockResource *res, bool insert,
-							  text *holder, Oid owner, int64 fence,
-							  const Interval *lease, TimestampTz now,
-							  TimestampTz expires);
-extern void dlock_row_reenter(const DlockResource *res, TimestampTz now,
-							  TimestampTz expires);
+extern void dlock_row_insert(const DlockResource *res, text *holder,
+							 Oid owner, int64 fence, const Interval *lease,
+							 TimestampTz now, TimestampTz expires);
 extern void dlock_row_renew(const DlockResource *res, const Interval *lease,
 							TimestampTz now, TimestampTz expires);
 extern void dlock_row_release(const DlockResource *res, int32 count_left,

@@ -149,6 +149,12 @@ dlock_acquire(const DlockResource *res, text *holder, const Interval *lease,
 			}
 		}
 
+		/*
+		 * Otherwise the row decides: a lease is inserted for a resource never
+		 * seen; a transaction-scoped lock takes a free or expired resource
+		 * (writing nothing) or re-enters its own.  Anything else is busy,
+		 * including a lease on a resource of our own transaction-scoped lock.
+		 */
 		dlock_row_read(res, &row);
 		if (transaction_scoped && (fence = dlock_xact_fence(res)) != 0)
 		{
@@ -157,44 +163,29 @@ dlock_acquire(const DlockResource *res, text *holder, const Interval *lease,
 			dlock_resource_unlock(res);
 			break;
 		}
-		if (dlock_xact_fence(res) != 0)
-		{
-			/* Our own transaction-scoped lock excludes a lease. */
-		}
-		else if (!row.held || row.expires_at <= now)
+		if (transaction_scoped && (!row.held || row.expires_at <= now))
 		{
 			if (row.held)
 				dlock_count(DLOCK_STAT_EXPIRED);
 			fence = dlock_next_fence();
-			if (transaction_scoped)
-				dlock_xact_register(res, fence);
-			else
-			{
-				TimestampTz expires = dlock_add_interval(now, lease);
-
-				dlock_row_acquire(res, !row.exists, holder, role, fence, lease,
-								  now, expires);
-				dlock_note_acquisition(expires);
-				dlock_wake_after_abort(res->hash);
-			}
+			dlock_xact_register(res, fence);
 			dlock_count(DLOCK_STAT_ACQUIRED);
 			dlock_store_end();
 			break;
 		}
-		else if (!transaction_scoped && row.owner == role &&
-				 holder_matches(&row, holder))
+		if (!transaction_scoped && !row.exists && dlock_xact_fence(res) == 0)
 		{
-			TimestampTz expires = Max(dlock_add_interval(now, lease),
-									  row.expires_at);
+			TimestampTz expires = dlock_add_interval(now, lease);
 
-			dlock_row_reenter(res, now, expires);
+			fence = dlock_next_fence();
+			dlock_row_insert(res, holder, role, fence, lease, now, expires);
 			dlock_note_acquisition(expires);
-			dlock_count(DLOCK_STAT_REENTERED);
-			fence = row.fence;
+			dlock_wake_after_abort(res->hash);
+			dlock_count(DLOCK_STAT_ACQUIRED);
 			dlock_store_end();
 			break;
 		}
-		else
+		if (row.held)
 			wake_at = Min(row.expires_at, deadline);
 
 		/* Busy: give the resource's lock back and wait, or give up. */

@@ -43,8 +43,6 @@ typedef enum StoreStmt
 {
 	STMT_READ,
 	STMT_INSERT,
-	STMT_ACQUIRE,
-	STMT_REENTER,
 	STMT_RENEW,
 	STMT_DECREMENT,
 	STMT_FREE,
@@ -82,17 +80,6 @@ static const StoreStmtDef stmt_defs[NUM_STMTS] = {
 		"  lease, acquired_at, renewed_at, expires_at)"
 		"  VALUES ($1, $2, $3, 1, $4, $5, $6, $6, $7)",
 		7, {TEXTOID, TEXTOID, REGROLEOID, INT8OID, INTERVALOID, TIMESTAMPTZOID, TIMESTAMPTZOID}
-	},
-	[STMT_ACQUIRE] = {
-		"UPDATE dlock.leases SET holder = $2, owner = $3, count = 1, fence = $4,"
-		"  lease = $5, acquired_at = $6, renewed_at = $6, expires_at = $7,"
-		"  released_at = NULL, took_over = holder IS NOT NULL WHERE " RES_EQ,
-		7, {TEXTOID, TEXTOID, REGROLEOID, INT8OID, INTERVALOID, TIMESTAMPTZOID, TIMESTAMPTZOID}
-	},
-	[STMT_REENTER] = {
-		"UPDATE dlock.leases SET count = count OPERATOR(pg_catalog.+) 1,"
-		"  renewed_at = $2, expires_at = $3 WHERE " RES_EQ,
-		3, {TEXTOID, TIMESTAMPTZOID, TIMESTAMPTZOID}
 	},
 	[STMT_RENEW] = {
 		"UPDATE dlock.leases SET lease = $2, renewed_at = $3, expires_at = $4"
@@ -377,14 +364,11 @@ dlock_row_read(const DlockResource *res, DlockRow *row)
 	row->expires_at = isnull ? DT_NOBEGIN : DatumGetTimestampTz(d);
 }
 
-/*
- * dlock_row_acquire: make holder the new holder of the resource with a new
- * fence, inserting the row when the resource was never seen.
- */
+/* dlock_row_insert: the first holding of a resource never seen. */
 void
-dlock_row_acquire(const DlockResource *res, bool insert, text *holder,
-				  Oid owner, int64 fence, const Interval *lease,
-				  TimestampTz now, TimestampTz expires)
+dlock_row_insert(const DlockResource *res, text *holder, Oid owner,
+				 int64 fence, const Interval *lease, TimestampTz now,
+				 TimestampTz expires)
 {
 	Datum		values[7];
 
@@ -395,19 +379,7 @@ dlock_row_acquire(const DlockResource *res, bool insert, text *holder,
 	values[4] = PointerGetDatum(lease);
 	values[5] = TimestampTzGetDatum(now);
 	values[6] = TimestampTzGetDatum(expires);
-	run_change(insert ? STMT_INSERT : STMT_ACQUIRE, values, NULL);
-}
-
-/* dlock_row_reenter: count + 1 and the new expiry for a re-entry. */
-void
-dlock_row_reenter(const DlockResource *res, TimestampTz now, TimestampTz expires)
-{
-	Datum		values[3];
-
-	values[0] = PointerGetDatum(res->name);
-	values[1] = TimestampTzGetDatum(now);
-	values[2] = TimestampTzGetDatum(expires);
-	run_change(STMT_REENTER, values, NULL);
+	run_change(STMT_INSERT, values, NULL);
 }
 
 /* dlock_row_renew: a renewal's new lease and expiry. */
