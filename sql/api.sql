@@ -98,3 +98,15 @@ SELECT dlock.channel('api/a') AS channel,
 
 -- Released rows stay (free) for in-place reuse; the view hides them.
 SELECT count(*) > 0 AS free_rows_kept FROM dlock.leases WHERE holder IS NULL;
+
+-- A hot lock table churns: acquisitions and releases of an existing row are
+-- HOT updates (nothing indexed changes), so the table does not bloat.
+SELECT dlock.try_lock('api/hot', 'h') IS NOT NULL AS row_made, dlock.unlock('api/hot', 'h');
+BEGIN;
+SELECT count(dlock.try_lock('api/hot', 'h')) + count(dlock.unlock('api/hot', 'h')) AS calls
+  FROM generate_series(1, 10);
+-- (The counters also hold this session's not yet reported earlier updates.)
+SELECT pg_stat_get_xact_tuples_updated('dlock.leases'::regclass) >= 20 AS counted,
+       pg_stat_get_xact_tuples_updated('dlock.leases'::regclass) =
+       pg_stat_get_xact_tuples_hot_updated('dlock.leases'::regclass) AS all_hot;
+COMMIT;
