@@ -69,3 +69,13 @@ SHOW synchronous_commit;
 SELECT dlock.unlock('xact/d', 'h');
 SHOW synchronous_commit;
 RESET synchronous_commit;
+
+-- Lease arithmetic uses the clock at the call, not the transaction start.
+BEGIN;
+SELECT pg_sleep(0.3);
+SELECT dlock.try_lock('xact/clock', 'h', '10s') IS NOT NULL AS acquired;
+SELECT expires_at - now() >= interval '10.3s' AS from_clock_not_xact_start,
+       acquired_at > now() AS acquired_after_xact_start
+  FROM dlock.locks WHERE resource = 'xact/clock';
+COMMIT;
+SELECT dlock.unlock('xact/clock', 'h');
