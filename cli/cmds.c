@@ -90,32 +90,25 @@ cmd_try(Options *o, bool wait)
 }
 
 /*
- * cmd_unlock: "dlock unlock RESOURCE --holder H [--fence N]"; prints the
- * count left (0: released).  Not held by that holder (and fence): 76.
+ * holding_call: run unlock or renew (one value back) on a fresh
+ * connection; print the value, or say the holding is not there (exit 76).
  */
-int
-cmd_unlock(Options *o)
+static int
+holding_call(Options *o, const char *what, const char *sql, int nparams,
+			 const char **params, const char *prefix)
 {
-	const char *params[3];
 	PGconn	   *conn;
 	PGresult   *r;
 	int			code = 0;
 
-	if (o->npos != 1)
-		return usage_error("unlock: expected exactly one RESOURCE");
-	if (o->holder == NULL)
-		return usage_error("unlock: --holder is required");
-	params[0] = o->pos[0];
-	params[1] = o->holder;
-	params[2] = o->fence;
 	if ((conn = connect_or_fail(o)) == NULL)
 		return EXIT_CONN;
-	r = query(&conn, "unlock", "SELECT dlock.unlock($1, $2, $3::bigint)", 3, params);
+	r = query(&conn, what, sql, nparams, params);
 	if (r == NULL)
 		code = EXIT_CONN;
 	else if (PQgetisnull(r, 0, 0))
 	{
-		logmsg("\"%s\" is not held by \"%s\"%s%s", o->pos[0], o->holder,
+		logmsg("%s\"%s\" is not held by \"%s\"%s%s", prefix, o->pos[0], o->holder,
 			   o->fence ? " with fence " : "", o->fence ? o->fence : "");
 		code = EXIT_LEASE_LOST;
 	}
@@ -128,6 +121,26 @@ cmd_unlock(Options *o)
 }
 
 /*
+ * cmd_unlock: "dlock unlock RESOURCE --holder H [--fence N]"; prints the
+ * count left (0: released).  Not held by that holder (and fence): 76.
+ */
+int
+cmd_unlock(Options *o)
+{
+	const char *params[3];
+
+	if (o->npos != 1)
+		return usage_error("unlock: expected exactly one RESOURCE");
+	if (o->holder == NULL)
+		return usage_error("unlock: --holder is required");
+	params[0] = o->pos[0];
+	params[1] = o->holder;
+	params[2] = o->fence;
+	return holding_call(o, "unlock", "SELECT dlock.unlock($1, $2, $3::bigint)",
+						3, params, "");
+}
+
+/*
  * cmd_renew: "dlock renew RESOURCE --holder H [--lease D] [--fence N]";
  * prints the new expiry.  Lease lost: 76.
  */
@@ -136,9 +149,6 @@ cmd_renew(Options *o)
 {
 	const char *params[4];
 	char		lease[48];
-	PGconn	   *conn;
-	PGresult   *r;
-	int			code = 0;
 
 	if (o->npos != 1)
 		return usage_error("renew: expected exactly one RESOURCE");
@@ -149,24 +159,9 @@ cmd_renew(Options *o)
 	params[1] = o->holder;
 	params[2] = o->lease_ms > 0 ? lease : NULL;
 	params[3] = o->fence;
-	if ((conn = connect_or_fail(o)) == NULL)
-		return EXIT_CONN;
-	r = query(&conn, "renew", "SELECT dlock.renew($1, $2, $3::interval, $4::bigint)",
-			  4, params);
-	if (r == NULL)
-		code = EXIT_CONN;
-	else if (PQgetisnull(r, 0, 0))
-	{
-		logmsg("lease on \"%s\" lost: not held by \"%s\"%s%s", o->pos[0], o->holder,
-			   o->fence ? " with fence " : "", o->fence ? o->fence : "");
-		code = EXIT_LEASE_LOST;
-	}
-	else
-		printf("%s\n", PQgetvalue(r, 0, 0));
-	if (r)
-		PQclear(r);
-	db_drop(&conn);
-	return code;
+	return holding_call(o, "renew",
+						"SELECT dlock.renew($1, $2, $3::interval, $4::bigint)",
+						4, params, "lease on ");
 }
 
 /*

@@ -139,7 +139,6 @@ typedef enum DlockStat
 } DlockStat;
 
 extern void dlock_shmem_init(void);
-extern bool dlock_shmem_ready(void);
 extern void dlock_count(DlockStat stat);
 extern void dlock_wait_begin(const DlockResource *res, text *holder,
 							 TimestampTz deadline);

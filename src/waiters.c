@@ -134,13 +134,6 @@ dlock_shmem_init(void)
 	shmem_startup_hook = dlock_shmem_startup;
 }
 
-/* dlock_shmem_ready: is the shared memory there? */
-bool
-dlock_shmem_ready(void)
-{
-	return shared != NULL;
-}
-
 /* dlock_count: bump a statistic (no-op without shared memory). */
 void
 dlock_count(DlockStat stat)

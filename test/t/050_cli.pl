@@ -23,6 +23,9 @@ use Time::HiRes qw(time usleep);
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
+use FindBin;
+use lib "$FindBin::RealBin/../perl";
+use DlockTest::Proc;
 
 my $cli = $ENV{DLOCK_CLI}
   // (defined $ENV{TESTDIR} ? "$ENV{TESTDIR}/cli/dlock" : 'cli/dlock');
@@ -39,6 +42,7 @@ $node->start;
 $node->safe_psql('postgres', 'CREATE EXTENSION dlock');
 
 my $tmp = PostgreSQL::Test::Utils::tempdir();
+DlockTest::Proc::set_dir($tmp);
 
 # A connection string for the CLI, tagged so its backends can be found.
 sub conn
@@ -47,12 +51,6 @@ sub conn
 	return $node->connstr('postgres') . " application_name=" . ($app // 'dlock_test');
 }
 
-# The shell's view of a wait status: exit code, or 128 + signal.
-sub code_of
-{
-	my ($st) = @_;
-	return WIFSIGNALED($st) ? 128 + WTERMSIG($st) : WEXITSTATUS($st);
-}
 
 # Run the CLI to completion: (exit code, stdout, stderr).
 sub cli
@@ -64,37 +62,7 @@ sub cli
 	return (code_of($?), $out, $err);
 }
 
-# Start a command in the background, stdout/stderr to $tmp/NAME.{out,err}.
-sub spawn
-{
-	my ($name, %env) = @_;
-	my @cmd = @{ $env{cmd} };
-	delete $env{cmd};
-	my $pid = fork() // die "fork: $!";
-	if ($pid == 0)
-	{
-		$ENV{$_} = $env{$_} for keys %env;
-		open(STDIN, '<', '/dev/null');
-		open(STDOUT, '>', "$tmp/$name.out");
-		open(STDERR, '>', "$tmp/$name.err");
-		exec(@cmd) or POSIX::_exit(127);
-	}
-	return $pid;
-}
 
-# Wait (bounded) for a background process: its exit code, or undef.
-sub wait_exit
-{
-	my ($pid, $secs) = @_;
-	my $deadline = time + $secs;
-	while (time < $deadline)
-	{
-		my $r = waitpid($pid, WNOHANG);
-		return code_of($?) if $r == $pid;
-		usleep(20_000);
-	}
-	return undef;
-}
 
 # Wait (bounded) until a file exists and is not empty.
 sub wait_file
@@ -109,12 +77,9 @@ sub wait_file
 	return 0;
 }
 
-sub slurp { my ($f) = @_; return -e $f ? PostgreSQL::Test::Utils::slurp_file($f) : '' }
 
 sub sql { return $node->safe_psql('postgres', $_[0]) }
 
-# Fences are bigints: compare as decimal strings.
-sub fence_lt { my ($a, $b) = @_; return length($a) < length($b) || (length($a) == length($b) && $a lt $b) }
 
 # Wait until a CLI backend (by application_name) is waiting: it has seen
 # the resource busy at least once.

@@ -19,6 +19,9 @@ use Time::HiRes qw(time usleep);
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
+use FindBin;
+use lib "$FindBin::RealBin/../perl";
+use DlockTest::Proc;
 
 my $pgbouncer = '/usr/sbin/pgbouncer';
 plan skip_all => "pgbouncer is not installed ($pgbouncer missing; apt-get install pgbouncer)"
@@ -36,49 +39,12 @@ $node->start;
 $node->safe_psql('postgres', 'CREATE EXTENSION dlock');
 
 my $tmp = PostgreSQL::Test::Utils::tempdir();
+DlockTest::Proc::set_dir($tmp);
 
-# The shell's view of a wait status: exit code, or 128 + signal.
-sub code_of
-{
-	my ($st) = @_;
-	return WIFSIGNALED($st) ? 128 + WTERMSIG($st) : WEXITSTATUS($st);
-}
 
-# Start a command in the background, stdout/stderr to $tmp/NAME.{out,err}.
-sub spawn
-{
-	my ($name, %env) = @_;
-	my @cmd = @{ $env{cmd} };
-	delete $env{cmd};
-	my $pid = fork() // die "fork: $!";
-	if ($pid == 0)
-	{
-		$ENV{$_} = $env{$_} for keys %env;
-		open(STDIN, '<', '/dev/null');
-		open(STDOUT, '>', "$tmp/$name.out");
-		open(STDERR, '>', "$tmp/$name.err");
-		exec(@cmd) or POSIX::_exit(127);
-	}
-	return $pid;
-}
 
-# Wait (bounded) for a background process: its exit code, or undef.
-sub wait_exit
-{
-	my ($pid, $secs) = @_;
-	my $deadline = time + $secs;
-	while (time < $deadline)
-	{
-		my $r = waitpid($pid, WNOHANG);
-		return code_of($?) if $r == $pid;
-		usleep(20_000);
-	}
-	return undef;
-}
 
-sub slurp { my ($f) = @_; return -e $f ? PostgreSQL::Test::Utils::slurp_file($f) : '' }
 
-sub fence_lt { my ($a, $b) = @_; return length($a) < length($b) || (length($a) == length($b) && $a lt $b) }
 
 # ---------- pgbouncer in transaction mode in front of the node
 my $port = PostgreSQL::Test::Cluster::get_free_port();
