@@ -25,6 +25,18 @@ SELECT q, pg_temp.err(q) FROM (VALUES
   ($$SELECT dlock.try_lock('err/x', 'h', '-1s')$$),
   ($$SELECT dlock.try_lock('err/x', 'h', '1 day -25 hours')$$),
   ($$SELECT dlock.try_lock('err/x', 'h', '1001 years')$$),
+  -- Leases are checked as the calendar applies them (calendar months), at
+  -- the call: none of these may pass as positive, or as 1000 years or less
+  -- ('-1 year 362 days' is 2 days long with 30-day months, and -3 or -4
+  -- days on any date of the calendar).
+  ($$SELECT dlock.try_lock('err/x', 'h', '-1 year 362 days 12 hours')$$),
+  ($$SELECT dlock.try_lock('err/x', 'h', '-1 month 20 days')$$),
+  ($$SELECT dlock.try_lock('err/x', 'h', '3000000 months -89640000 days')$$),
+  ($$SELECT dlock.try_lock('err/x', 'h', '4000000 months -119640000 days')$$),
+  ($$SELECT dlock.try_lock('err/x', 'h', '-178000000 years')$$),
+  ($$SELECT dlock.try_lock('err/x', 'h', '1000 years 1 month')$$),
+  ($$SELECT dlock.renew('err/held', 'h', '-1 year 362 days 12 hours')$$),
+  ($$SELECT dlock.renew('err/held', 'h', '4000000 months -119640000 days')$$),
   ($$SELECT dlock.lock(NULL, 'h')$$),
   ($$SELECT dlock.lock('err/x', '', '1s')$$),
   ($$SELECT dlock.lock('err/x', 'h', '-5 min')$$),
@@ -59,6 +71,12 @@ SELECT count(*) AS changed_rows FROM (
   UNION ALL
   (SELECT * FROM before EXCEPT SELECT * FROM dlock.leases)) d;
 SELECT last_value = :seq_before AS fence_seq_untouched FROM dlock.fence_seq;
+
+-- 1000 calendar years is the longest lease; it is written as given.
+SELECT dlock.try_lock('err/long', 'h', '1000 years') IS NOT NULL AS thousand_years;
+SELECT expires_at = acquired_at + interval '1000 years' AS written_as_given
+  FROM dlock.locks WHERE resource = 'err/long';
+SELECT dlock.unlock('err/long', 'h');
 
 -- assert_fence's own error: SQLSTATE 55P03 with a detail.
 SELECT pg_temp.err($$SELECT dlock.assert_fence('err/held', 1)$$);

@@ -67,5 +67,45 @@ SELECT resource, holder, count, owner FROM dlock.locks WHERE resource LIKE 'role
 SELECT dlock.unlock('roles/t', 'shared-holder') AS superuser_unlocks;
 SELECT count(*) FROM dlock.locks WHERE resource LIKE 'roles/%';
 
+-- The extension owner's holdings are the owner's: another role presenting
+-- the same holder text cannot release or renew them (the caller's role is
+-- read before dlock switches to the table owner for its statements).
+SELECT dlock.try_lock('roles/owner', 'app', '1h') IS NOT NULL AS owner_acquires;
+SET ROLE regress_dlock_b;
+SELECT pg_temp.err($$SELECT dlock.unlock('roles/owner', 'app')$$) AS b_unlocks_owners;
+SELECT pg_temp.err($$SELECT dlock.unlock('roles/owner', 'app', (SELECT fence FROM dlock.locks WHERE resource = 'roles/owner'))$$) AS b_unlocks_owners_fence;
+SELECT pg_temp.err($$SELECT dlock.renew('roles/owner', 'app', '1s')$$) AS b_renews_owners;
+SELECT dlock.unlock_all('app') AS b_unlock_all_owners;
+SELECT dlock.try_lock('roles/owner', 'app') AS b_takes_owners;
+RESET ROLE;
+SELECT holder, count, owner::text = current_user AS owner_is_me, expires_at > clock_timestamp() + interval '50 min' AS lease_kept
+  FROM dlock.locks WHERE resource = 'roles/owner';
+SELECT dlock.unlock('roles/owner', 'app') AS owner_unlocks;
+
+-- assert_fence pins a holding: only for roles with the privileges of the
+-- role that took it.  Another role can check() the fence, not pin it.
+SET ROLE regress_dlock_a;
+SELECT dlock.try_lock('roles/pin', 'a', '1h') IS NOT NULL AS a_acquires_pin;
+RESET ROLE;
+SET ROLE regress_dlock_b;
+SELECT dlock.check('roles/pin', (SELECT fence FROM dlock.locks WHERE resource = 'roles/pin')) AS b_checks;
+SELECT pg_temp.err($$SELECT dlock.assert_fence('roles/pin', (SELECT fence FROM dlock.locks WHERE resource = 'roles/pin'))$$) AS b_pins;
+RESET ROLE;
+SET ROLE regress_dlock_a;
+BEGIN;
+SELECT dlock.assert_fence('roles/pin', (SELECT fence FROM dlock.locks WHERE resource = 'roles/pin')) AS a_pins;
+SELECT count(*) AS pins_held FROM pg_locks WHERE locktype = 'advisory' AND objsubid = 17484 AND mode = 'AccessShareLock' AND pid = pg_backend_pid();
+COMMIT;
+RESET ROLE;
+GRANT regress_dlock_a TO regress_dlock_b;
+SET ROLE regress_dlock_b;
+SELECT pg_temp.err($$SELECT dlock.assert_fence('roles/pin', (SELECT fence FROM dlock.locks WHERE resource = 'roles/pin'))$$) AS member_of_a_pins;
+RESET ROLE;
+REVOKE regress_dlock_a FROM regress_dlock_b;
+SELECT dlock.unlock('roles/pin', 'a') AS superuser_unlocks_pin;
+
+-- session_holder() names the backend: never answered by a parallel worker.
+SELECT proparallel FROM pg_proc WHERE oid = 'dlock.session_holder()'::regprocedure;
+
 DROP OWNED BY regress_dlock_a, regress_dlock_b, regress_dlock_admin;
 DROP ROLE regress_dlock_a, regress_dlock_b, regress_dlock_admin;

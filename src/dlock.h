@@ -4,7 +4,9 @@
  *		Declarations shared by the files of the dlock extension.
  *
  * Each .c file has one job: guc.c the settings, resource.c argument checks,
- * hashing and the per-resource lock, store.c the SPI statements against
+ * hashing and the per-resource lock, holding.c the rules of a holding (who
+ * the caller is, when a lease is free, who may change or pin it), store.c
+ * the SPI statements against
  * dlock.leases, fence.c fence numbers, xact.c transaction bookkeeping,
  * lease.c the lease functions, xactlock.c transaction-scoped locks, reap.c
  * expiry, events.c NOTIFY, waiters.c shared memory for sleeping waiters and
@@ -28,6 +30,18 @@
 
 /* locktag_field4 of our per-resource advisory locks (user ones use 1 and 2). */
 #define DLOCK_LOCKTAG_CLASS		0x444C
+/* ... of the fence epoch's writers (fence.c) */
+#define DLOCK_LOCKTAG_EPOCH		(DLOCK_LOCKTAG_CLASS + 1)
+/* ... of the per-resource maintenance lock of reapers (resource.c) */
+#define DLOCK_LOCKTAG_MAINTENANCE	(DLOCK_LOCKTAG_CLASS + 2)
+
+/* The modes of the per-resource lock (resource.c explains them). */
+typedef enum DlockLockMode
+{
+	DLOCK_PIN = AccessShareLock,
+	DLOCK_RENEW = ShareUpdateExclusiveLock,
+	DLOCK_CHANGE = AccessExclusiveLock
+} DlockLockMode;
 
 /* ---- guc.c ---- */
 extern int	dlock_default_lease_ms;
@@ -52,9 +66,15 @@ extern text *dlock_check_holder(FunctionCallInfo fcinfo, int argno);
 extern Interval *dlock_check_lease(FunctionCallInfo fcinfo, int argno);
 extern int64 dlock_check_wait_ms(FunctionCallInfo fcinfo, int argno);
 extern void dlock_check_writable(const char *fname);
-extern bool dlock_resource_lock(const DlockResource *res, bool wait);
-extern void dlock_resource_unlock(const DlockResource *res);
+extern bool dlock_resource_lock(const DlockResource *res, DlockLockMode mode,
+								bool wait);
+extern void dlock_resource_unlock(const DlockResource *res, DlockLockMode mode);
+extern bool dlock_maintenance_lock(const DlockResource *res);
+extern void dlock_maintenance_unlock(const DlockResource *res);
+extern void dlock_maintenance_unlock_all(void);
+extern bool dlock_wait_for_maintenance(const DlockResource *res);
 extern void dlock_set_locktag(LOCKTAG *tag, uint64 hash);
+extern TimestampTz dlock_lease_expiry(TimestampTz now, const Interval *span);
 extern TimestampTz dlock_add_interval(TimestampTz ts, const Interval *span);
 extern Interval *dlock_ms_interval(int64 ms);
 
@@ -74,6 +94,7 @@ typedef struct DlockRow
 } DlockRow;
 
 extern void dlock_store_begin(void);
+extern bool dlock_store_active(void);
 extern void dlock_store_end(void);
 extern void dlock_store_reset(void);
 extern void dlock_row_read(const DlockResource *res, DlockRow *row);
@@ -100,6 +121,34 @@ extern bool dlock_row_fast_release(const DlockResource *res, text *holder,
 extern void dlock_row_delete_free(const DlockResource *res);
 extern Oid	dlock_schema_oid(void);
 
+/* ---- holding.c ---- */
+
+/* The caller of a dlock function, captured before any identity switch. */
+typedef struct DlockCaller
+{
+	Oid			role;			/* GetUserId() at the call */
+	bool		is_super;
+} DlockCaller;
+
+/* What a resource's row is to a holder and caller at some moment. */
+typedef enum DlockVerdict
+{
+	HOLDING_FREE,				/* no holder, or the lease expired */
+	HOLDING_MINE,				/* this holder text and role, unexpired */
+	HOLDING_OTHER_ROLE,			/* this holder text, another role's */
+	HOLDING_OTHERS				/* another holder's */
+} DlockVerdict;
+
+extern DlockCaller dlock_caller(void);
+extern bool dlock_lease_free(const DlockRow *row, TimestampTz now);
+extern DlockVerdict dlock_holding_verdict(const DlockRow *row, text *holder,
+										  const DlockCaller *caller,
+										  TimestampTz now);
+extern bool dlock_may_change(const DlockRow *row, text *holder,
+							 const DlockCaller *caller, TimestampTz now,
+							 const char *action);
+extern void dlock_check_may_pin(const DlockRow *row, const DlockCaller *caller);
+
 /* ---- fence.c ---- */
 #define DLOCK_FENCE_SEQ_BITS	44
 extern int64 dlock_next_fence(void);
@@ -113,14 +162,35 @@ extern int64 dlock_xact_fence(const DlockResource *res);
 extern void dlock_wake_after_commit(uint64 hash);
 extern void dlock_wake_after_abort(uint64 hash);
 
-/* ---- lease.c ---- */
+/* ---- acquire.c ---- */
+
+/* What one attempt at a resource came to (acquire.c). */
+typedef enum DlockAttempt
+{
+	ATTEMPT_ACQUIRED,			/* *fence set; the resource's lock kept */
+	ATTEMPT_BUSY,				/* held by another until *busy_until */
+	ATTEMPT_CONTENDED			/* another transaction has the resource's lock */
+} DlockAttempt;
+
+typedef DlockAttempt (*DlockAttemptFn) (const DlockResource *res, void *arg,
+										int64 *fence, TimestampTz *busy_until);
+
+extern bool dlock_take_resource(const DlockResource *res);
+extern int64 dlock_wait_loop(const DlockResource *res, text *holder,
+							 int64 wait_ms, DlockAttemptFn attempt, void *arg);
 extern int64 dlock_acquire(const DlockResource *res, text *holder,
-						   const Interval *lease, int64 wait_ms,
-						   bool transaction_scoped);
+						   const DlockCaller *caller, const Interval *lease,
+						   int64 wait_ms);
 
 /* ---- events.c ---- */
 extern void dlock_notify(const DlockResource *res, const char *event,
 						 int64 fence);
+extern void dlock_events_pre_commit(void);
+extern bool dlock_events_pre_prepare(void);
+extern void dlock_events_subxact(bool commit, SubTransactionId mySubid,
+								 SubTransactionId parentSubid);
+extern void dlock_events_reset(void);
+extern int	dlock_outbox_deliver(void);
 
 /* ---- waiters.c (shared memory; inert unless preloaded) ---- */
 typedef enum DlockStat
@@ -150,11 +220,15 @@ extern void dlock_expiry_hint(TimestampTz expires);
 extern bool dlock_reap_due(TimestampTz now);
 extern void dlock_reap_started(void);
 
+/* ---- reap.c ---- */
+extern int	dlock_reap_batch_size(void);
+extern List *dlock_reap_candidates(TimestampTz now, int limit);
+extern List *dlock_stale_candidates(TimestampTz now, int limit);
+extern int	dlock_reap_list(List *resources, int from, int to, TimestampTz now);
+extern void dlock_purge_list(List *resources, int from, int to);
+
 /* ---- worker.c ---- */
 extern void dlock_worker_init(void);
-extern int	dlock_reap_batch(TimestampTz now, int limit);
-extern List *dlock_reap_candidates(TimestampTz now, int limit);
-extern int	dlock_reap_list(List *resources, int from, int to, TimestampTz now);
-extern void dlock_purge_free(TimestampTz now, int limit);
+extern int64 dlock_run_round(void);
 
 #endif							/* DLOCK_H */

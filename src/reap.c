@@ -1,63 +1,79 @@
 /*-------------------------------------------------------------------------
  *
  * reap.c
- *		Expiry: dlock.reap() and the batch the background worker runs.
+ *		Expiry: what one transaction of a reaper does, and dlock.reap().
  *
  * An expired lease is already free to acquirers (lazy expiry); reaping
  * makes the row free for real, emits the "expired" event and wakes a
- * waiter.  Each candidate's resource lock is taken without waiting: a
- * resource some transaction is working on is skipped (the acquirer will
- * take it over anyway), so reaping never blocks anyone.  The locks of the
- * reaped rows are held to commit like any change, so one call reaps at most
- * DLOCK_REAP_PER_CALL rows to bound the lock table; the worker commits
- * after each batch and goes on while batches come back full.
+ * waiter.  Released rows stay in the table so that the next acquisition is
+ * an update in place; rows free for longer than DLOCK_FREE_ROW_TTL_SECS are
+ * deleted (purged) by reapers too, so resources used once do not pile up.
  *
- * Released rows stay in the table so that the next acquisition is an
- * update in place; rows free for longer than DLOCK_FREE_ROW_TTL are deleted
- * by the same batches, so resources used once do not pile up.
+ * Reaping must never make an expired lease unavailable, and must progress
+ * at any legal setting.  So:
+ *
+ *	- reaping runs only in reaper rounds (worker.c): background workers of
+ *	  their own, whose short transactions never wait for anything.
+ *	  dlock.reap() starts such a round and waits for it: the caller's
+ *	  transaction holds nothing, so leaving it open blocks nobody, and
+ *	  rolling it back does not undo the reaping (reaping is maintenance);
+ *	- each candidate is taken with its maintenance lock (held until after
+ *	  the transaction ends) and then its resource lock, both without
+ *	  waiting; a resource some transaction is
+ *	  working on is skipped (an acquirer takes it over anyway), and an
+ *	  acquirer that finds a reaper in the way waits for it instead of
+ *	  calling the resource busy (resource.c);
+ *	- a transaction reaps at most dlock_reap_batch_size() leases, two locks
+ *	  each, sized from max_locks_per_transaction so the shared lock table
+ *	  never runs out.
+ *
+ * No shared state of its own (the statistics and the hint are waiters.c's).
  *
  *-------------------------------------------------------------------------
  */
 #include "dlock.h"
 
 #include "fmgr.h"
+#include "storage/lock.h"
 
 PG_FUNCTION_INFO_V1(dlock_reap);
 
-#define DLOCK_REAP_PER_CALL 1000
 #define DLOCK_FREE_ROW_TTL_SECS 3600
 
 /*
- * dlock_purge_free: delete up to limit rows free for DLOCK_FREE_ROW_TTL,
- * skipping any resource a transaction is working on.
+ * dlock_reap_batch_size: leases per reaper transaction.  Each holds two
+ * locks to commit; a quarter of max_locks_per_transaction keeps a round
+ * well within its share of the lock table, whatever the setting.
  */
-void
-dlock_purge_free(TimestampTz now, int limit)
+int
+dlock_reap_batch_size(void)
 {
-	List	   *resources;
-	ListCell   *lc;
+	return Max(1, Min(64, max_locks_per_xact / 4));
+}
 
-	if (limit <= 0)
-		return;
-	dlock_store_begin();
-	resources = dlock_rows_stale_free(now - (TimestampTz) DLOCK_FREE_ROW_TTL_SECS * USECS_PER_SEC,
-									  limit);
-	foreach(lc, resources)
+/*
+ * take_for_maintenance: the maintenance lock (session level), then the
+ * resource lock, both without waiting; false, holding neither, if either
+ * is busy.  The round gives the maintenance locks back after the
+ * transaction ends (worker.c).
+ */
+static bool
+take_for_maintenance(const DlockResource *res)
+{
+	if (!dlock_maintenance_lock(res))
+		return false;
+	if (!dlock_resource_lock(res, DLOCK_CHANGE, false))
 	{
-		DlockResource res;
-
-		dlock_resource_init(&res, lfirst(lc));
-		if (!dlock_resource_lock(&res, false))
-			continue;
-		dlock_row_delete_free(&res);
+		dlock_maintenance_unlock(res);
+		return false;
 	}
-	dlock_store_end();
+	return true;
 }
 
 /*
  * dlock_reap_candidates: up to limit resources whose lease ended by now,
- * as text* in the current memory context (the worker keeps them across
- * the transactions that reap them).
+ * as text* in the current memory context (the round keeps them across the
+ * transactions that reap them).
  */
 List *
 dlock_reap_candidates(TimestampTz now, int limit)
@@ -71,9 +87,24 @@ dlock_reap_candidates(TimestampTz now, int limit)
 }
 
 /*
+ * dlock_stale_candidates: up to limit resources free since an hour before
+ * now, for dlock_purge_list.
+ */
+List *
+dlock_stale_candidates(TimestampTz now, int limit)
+{
+	List	   *resources;
+
+	dlock_store_begin();
+	resources = dlock_rows_stale_free(now - (TimestampTz) DLOCK_FREE_ROW_TTL_SECS * USECS_PER_SEC,
+									  limit);
+	dlock_store_end();
+	return resources;
+}
+
+/*
  * dlock_reap_list: reap resources[from .. to-1] that are still expired at
- * now; returns how many.  A resource some transaction is working on is
- * skipped.  Runs in the caller's transaction.
+ * now; returns how many.  Runs in the caller's (a round's) transaction.
  */
 int
 dlock_reap_list(List *resources, int from, int to, TimestampTz now)
@@ -88,14 +119,11 @@ dlock_reap_list(List *resources, int from, int to, TimestampTz now)
 		int64		fence;
 
 		dlock_resource_init(&res, list_nth(resources, i));
-		if (!dlock_resource_lock(&res, false))
+		if (!take_for_maintenance(&res))
 			continue;
 		fence = dlock_row_reap(&res, now);
 		if (fence == 0)
-		{
-			dlock_resource_unlock(&res);
-			continue;
-		}
+			continue;			/* no longer expired; the locks go at commit */
 		dlock_notify(&res, "expired", fence);
 		dlock_wake_after_commit(res.hash);
 		dlock_count(DLOCK_STAT_EXPIRED);
@@ -108,26 +136,37 @@ dlock_reap_list(List *resources, int from, int to, TimestampTz now)
 }
 
 /*
- * dlock_reap_batch: reap up to limit leases expired by now and purge old
- * free rows, in the caller's transaction; returns how many were reaped.
+ * dlock_purge_list: delete the rows of resources[from .. to-1] that are
+ * (still) free.  Runs in the caller's (a round's) transaction.
  */
-int
-dlock_reap_batch(TimestampTz now, int limit)
+void
+dlock_purge_list(List *resources, int from, int to)
 {
-	List	   *resources = dlock_reap_candidates(now, limit);
-	int			reaped = dlock_reap_list(resources, 0, list_length(resources), now);
+	int			i;
 
-	dlock_purge_free(now, limit - reaped);
-	return reaped;
+	dlock_store_begin();
+	for (i = from; i < to; i++)
+	{
+		DlockResource res;
+
+		dlock_resource_init(&res, list_nth(resources, i));
+		if (take_for_maintenance(&res))
+			dlock_row_delete_free(&res);
+	}
+	dlock_store_end();
 }
 
 /*
- * dlock.reap(): remove leases expired now, emit their events; returns how
- * many (at most 1000 a call: call again while it returns 1000).
+ * dlock.reap(): reap the leases expired now and emit their events, in a
+ * reaper round of its own (see above); returns how many.
  */
 Datum
 dlock_reap(PG_FUNCTION_ARGS)
 {
+	int64		reaped;
+
 	dlock_check_writable("dlock.reap()");
-	PG_RETURN_INT32(dlock_reap_batch(GetCurrentTimestamp(), DLOCK_REAP_PER_CALL));
+	(void) dlock_schema_oid();	/* the extension must be here */
+	reaped = dlock_run_round();
+	PG_RETURN_INT32((int32) Min(reaped, PG_INT32_MAX));
 }

@@ -20,6 +20,29 @@
  *	  lock_timeout, statement_timeout and cancel all apply, and
  *	  isolationtester can see them.
  *
+ * It is taken in one of three modes (DlockLockMode):
+ *
+ *	- CHANGE (AccessExclusiveLock): acquire, take over, unlock, break, reap,
+ *	  purge, transaction-scoped locks: anything that changes who holds it;
+ *	- RENEW (ShareUpdateExclusiveLock): renew, which only moves the expiry
+ *	  of the holding it finds: it conflicts with CHANGE and with itself,
+ *	  not with PIN;
+ *	- PIN (AccessShareLock): assert_fence, which keeps the holding from
+ *	  changing hands until the caller's transaction ends, without ever
+ *	  making the holder's own renew wait.
+ *
+ * Reapers (reap.c) also take the resource's maintenance lock, a second tag
+ * of another class, at session level just before its resource lock, and
+ * give it back only after the transaction that holds the resource lock has
+ * ended (or at once if they do not get the resource lock), so whoever finds
+ * a reaper holding a resource lock finds the maintenance lock held too,
+ * even while the reaper's commit is releasing its locks.
+ * An acquirer that finds a resource lock taken looks at the maintenance
+ * lock: if a reaper holds it, the reaper's short transaction, which never
+ * waits for anything, is the only thing in the way, and the acquirer waits
+ * for it (dlock_wait_for_maintenance) instead of calling the resource busy.
+ * So a reaper never makes an expired lease unavailable.
+ *
  * Two resources whose hashes collide merely share the lock (a spurious
  * conflict with probability 2^-64); rows are always matched by full text.
  *
@@ -38,8 +61,15 @@
 #include "utils/builtins.h"
 #include "utils/fmgrprotos.h"
 
-/* Longest lease we accept; anything longer is surely a unit mistake. */
-#define DLOCK_MAX_LEASE_USECS	((double) 1000 * MONTHS_PER_YEAR * DAYS_PER_MONTH * USECS_PER_DAY)
+/*
+ * Longest lease we accept; anything longer is surely a unit mistake.  The
+ * limit applies to the expiry the call really writes (1000 years of 365.25
+ * days); the component limits (20,000 years each) only keep the
+ * arithmetic inside the timestamp range.
+ */
+#define DLOCK_MAX_LEASE_USECS	(INT64CONST(1000) * 36525 * USECS_PER_DAY / 100)
+#define DLOCK_MAX_LEASE_MONTHS	(INT64CONST(20000) * MONTHS_PER_YEAR)
+#define DLOCK_MAX_LEASE_DAYS	(INT64CONST(20000) * 366)
 
 /*
  * interval_usecs: an interval's length in microseconds as a double, with
@@ -123,28 +153,52 @@ dlock_check_holder(FunctionCallInfo fcinfo, int argno)
 }
 
 /*
- * dlock_check_lease: the lease argument, validated; NULL means the
- * dlock.default_lease setting.  The result is palloc'd.
+ * dlock_check_lease: the lease argument, validated against the clock now;
+ * NULL means the dlock.default_lease setting.  The result is palloc'd.
+ * Every use turns it into an expiry with dlock_lease_expiry, which checks
+ * again at that moment.
  */
 Interval *
 dlock_check_lease(FunctionCallInfo fcinfo, int argno)
 {
 	Interval   *span;
-	double		usecs;
 
 	if (PG_ARGISNULL(argno))
 		return dlock_ms_interval(dlock_default_lease_ms);
 	span = PG_GETARG_INTERVAL_P(argno);
-	usecs = interval_usecs(span);
-	if (usecs <= 0)
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("lease must be positive")));
-	if (usecs > DLOCK_MAX_LEASE_USECS)
+	(void) dlock_lease_expiry(GetCurrentTimestamp(), span);
+	return span;
+}
+
+/*
+ * dlock_lease_expiry: now + lease as the calendar applies it (months are
+ * calendar months, days calendar days), which is what gets written; the
+ * lease must end after now and at most 1000 years later.  Components so
+ * large that the sum could leave the timestamp range are refused first, so
+ * every bad lease is 22023, never 22008.  Called before anything changes.
+ */
+TimestampTz
+dlock_lease_expiry(TimestampTz now, const Interval *span)
+{
+	TimestampTz expires;
+
+	if (Abs((int64) span->month) > DLOCK_MAX_LEASE_MONTHS ||
+		Abs((int64) span->day) > DLOCK_MAX_LEASE_DAYS ||
+		span->time > DLOCK_MAX_LEASE_USECS || span->time < -DLOCK_MAX_LEASE_USECS)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("lease must be finite and at most 1000 years")));
-	return span;
+	expires = dlock_add_interval(now, span);
+	if (expires <= now)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("lease must be positive"),
+				 errdetail("The lease given ends at or before the moment of the call.")));
+	if (expires - now > DLOCK_MAX_LEASE_USECS)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("lease must be finite and at most 1000 years")));
+	return expires;
 }
 
 /*
@@ -191,32 +245,102 @@ dlock_set_locktag(LOCKTAG *tag, uint64 hash)
 						 (uint32) hash, DLOCK_LOCKTAG_CLASS);
 }
 
+/* set_maintenance_locktag: the tag of a resource's maintenance lock. */
+static void
+set_maintenance_locktag(LOCKTAG *tag, uint64 hash)
+{
+	SET_LOCKTAG_ADVISORY(*tag, MyDatabaseId, (uint32) (hash >> 32),
+						 (uint32) hash, DLOCK_LOCKTAG_MAINTENANCE);
+}
+
 /*
- * dlock_resource_lock: take the per-resource lock for this transaction.
- * With wait = false returns false at once if another transaction has it.
+ * dlock_resource_lock: take the per-resource lock in mode for this
+ * transaction.  With wait = false returns false at once if another
+ * transaction holds it in a conflicting mode.
  */
 bool
-dlock_resource_lock(const DlockResource *res, bool wait)
+dlock_resource_lock(const DlockResource *res, DlockLockMode mode, bool wait)
 {
 	LOCKTAG		tag;
 
 	dlock_set_locktag(&tag, res->hash);
-	return LockAcquire(&tag, ExclusiveLock, false, !wait) != LOCKACQUIRE_NOT_AVAIL;
+	return LockAcquire(&tag, (LOCKMODE) mode, false, !wait) != LOCKACQUIRE_NOT_AVAIL;
 }
 
 /*
  * dlock_resource_unlock: give back one reference to the per-resource lock
- * taken by dlock_resource_lock; used when an attempt changed nothing.  If
- * this transaction took it before (it holds or changed the resource), the
- * earlier reference keeps it held.
+ * taken in mode by dlock_resource_lock; used when an attempt changed
+ * nothing.  If this transaction took it before (it holds or changed the
+ * resource), the earlier reference keeps it held.
  */
 void
-dlock_resource_unlock(const DlockResource *res)
+dlock_resource_unlock(const DlockResource *res, DlockLockMode mode)
 {
 	LOCKTAG		tag;
 
 	dlock_set_locktag(&tag, res->hash);
-	LockRelease(&tag, ExclusiveLock, false);
+	LockRelease(&tag, (LOCKMODE) mode, false);
+}
+
+/*
+ * dlock_maintenance_lock: a reaper, about to take the resource's lock
+ * without waiting, marks it as held for maintenance, at session level.
+ * Returns false, taking nothing, if an acquirer is looking at the mark just
+ * now.  Give it back with dlock_maintenance_unlock if the resource's lock
+ * is not had, else with dlock_maintenance_unlock_all once the transaction
+ * has ended.  Only reaper rounds (worker.c) take it: they hold no session
+ * lock of their own.
+ */
+bool
+dlock_maintenance_lock(const DlockResource *res)
+{
+	LOCKTAG		tag;
+
+	set_maintenance_locktag(&tag, res->hash);
+	return LockAcquire(&tag, ExclusiveLock, true, true) != LOCKACQUIRE_NOT_AVAIL;
+}
+
+/* dlock_maintenance_unlock: give back an unused maintenance lock. */
+void
+dlock_maintenance_unlock(const DlockResource *res)
+{
+	LOCKTAG		tag;
+
+	set_maintenance_locktag(&tag, res->hash);
+	LockRelease(&tag, ExclusiveLock, true);
+}
+
+/*
+ * dlock_maintenance_unlock_all: a reaper round, after each transaction:
+ * give back every maintenance lock (every session-level advisory lock of
+ * the round's process, which has no others).
+ */
+void
+dlock_maintenance_unlock_all(void)
+{
+	LockReleaseSession(USER_LOCKMETHOD);
+}
+
+/*
+ * dlock_wait_for_maintenance: after failing to take res's lock: if a
+ * reaper holds it, wait until the reaper's transaction ends and return
+ * true (look again); false if someone else holds it (the resource is
+ * busy).  The wait is a lock-manager wait, so cancel applies.
+ */
+bool
+dlock_wait_for_maintenance(const DlockResource *res)
+{
+	LOCKTAG		tag;
+
+	set_maintenance_locktag(&tag, res->hash);
+	if (LockAcquire(&tag, ShareLock, false, true) != LOCKACQUIRE_NOT_AVAIL)
+	{
+		LockRelease(&tag, ShareLock, false);
+		return false;
+	}
+	(void) LockAcquire(&tag, ShareLock, false, false);
+	LockRelease(&tag, ShareLock, false);
+	return true;
 }
 
 /* dlock_add_interval: ts + span, PostgreSQL's timestamptz + interval. */

@@ -65,7 +65,11 @@ typedef struct StoreStmtDef
 } StoreStmtDef;
 
 #define RES_EQ "resource OPERATOR(pg_catalog.=) ($1 COLLATE pg_catalog.\"C\")"
-/* The row is held, unexpired at $4/$5 (now), by holder $2 of role $3. */
+/*
+ * The row is held, unexpired at $4/$5 (now), by holder $2 of role $3: the
+ * SQL form of HOLDING_MINE (holding.c, where the rule lives; $3 is the
+ * caller's role captured there, never GetUserId() inside a session).
+ */
 #define MINE_AT(now) "(holder OPERATOR(pg_catalog.=) ($2 COLLATE pg_catalog.\"C\")" \
 	" AND owner OPERATOR(pg_catalog.=) $3 AND expires_at OPERATOR(pg_catalog.>) " now ")"
 
@@ -130,11 +134,13 @@ static const StoreStmtDef stmt_defs[NUM_STMTS] = {
 		"  lease = CASE WHEN " MINE_AT("$5") " THEN lease ELSE $4 END,"
 		"  acquired_at = CASE WHEN " MINE_AT("$5") " THEN acquired_at ELSE $5 END,"
 		"  expires_at = CASE WHEN " MINE_AT("$5") " THEN GREATEST(expires_at, $6) ELSE $6 END,"
-		"  took_over = (holder IS NOT NULL AND NOT " MINE_AT("$5") "),"
 		"  holder = $2, owner = $3, renewed_at = $5, released_at = NULL"
 		"  WHERE " RES_EQ " AND (holder IS NULL"
 		"    OR expires_at OPERATOR(pg_catalog.<=) $5 OR " MINE_AT("$5") ")"
-		"  RETURNING fence, count, expires_at, took_over",
+		"  RETURNING fence, count, expires_at,"
+		/* a new holding: did it take over an expired one? (the old row) */
+		"    CASE WHEN count OPERATOR(pg_catalog.=) 1 THEN (SELECT o.holder IS NOT NULL"
+		"      FROM dlock.leases o WHERE o.resource OPERATOR(pg_catalog.=) ($1 COLLATE pg_catalog.\"C\")) END",
 		6, {TEXTOID, TEXTOID, REGROLEOID, INTERVALOID, TIMESTAMPTZOID, TIMESTAMPTZOID}
 	},
 	/* The common unlock in one statement: the holder's own holding. */
@@ -236,6 +242,13 @@ dlock_store_begin(void)
 	(void) set_config_option("jit", "off",
 							 PGC_USERSET, PGC_S_SESSION,
 							 GUC_ACTION_SAVE, true, 0, false);
+}
+
+/* dlock_store_active: is a store session open (identity switched)? */
+bool
+dlock_store_active(void)
+{
+	return store_depth > 0;
 }
 
 /*
@@ -533,7 +546,7 @@ dlock_row_fast_acquire(const DlockResource *res, text *holder, Oid owner,
 	*fence = DatumGetInt64(SPI_getbinval(tup, desc, 1, &isnull));
 	*count = DatumGetInt32(SPI_getbinval(tup, desc, 2, &isnull));
 	*new_expires = DatumGetTimestampTz(SPI_getbinval(tup, desc, 3, &isnull));
-	*took_over = DatumGetBool(SPI_getbinval(tup, desc, 4, &isnull));
+	*took_over = DatumGetBool(SPI_getbinval(tup, desc, 4, &isnull)) && !isnull;
 	return true;
 }
 

@@ -1,33 +1,52 @@
 /*-------------------------------------------------------------------------
  *
  * worker.c
- *		The background reaper ("dlock reaper").
+ *		The background reaper ("dlock reaper") and its rounds.
  *
- * Registered when dlock is in shared_preload_libraries.  It connects to
- * dlock.database and every dlock.reap_interval reaps expired leases: one
- * scan for candidates, then batches of them, one short transaction each
- * (reap.c explains why batches).  It skips the scan while no lease
- * can have expired yet (the hint in waiters.c), so a table of many long
- * leases costs nothing between expiries.  The loop is the canonical one of
- * worker_spi and autoprewarm: WaitLatch with WL_EXIT_ON_PM_DEATH, SIGHUP
- * reloads the configuration, SIGTERM ends it; a per-loop memory context is
- * reset every round (pg_cron).  On a hot standby it only waits, and starts
- * reaping once the server is promoted.  An error ends the process and the
- * postmaster starts it again after bgw_restart_time.
+ * Two kinds of background worker:
+ *
+ *	- the launcher, "dlock reaper", registered when dlock is in
+ *	  shared_preload_libraries.  It connects to no database (like the
+ *	  logical replication launcher), so it never stands in the way of DROP
+ *	  DATABASE.  Every dlock.reap_interval it checks whether a lease may have
+ *	  expired (the hint in waiters.c, and once a minute anyway to purge
+ *	  long-free rows) and then starts a round in dlock.database and waits
+ *	  for it to end.  If that database does not exist it says so once and
+ *	  waits quietly until it does.  On a hot standby it only waits, and
+ *	  starts rounds once the server is promoted.  The loop is the canonical
+ *	  one of worker_spi and autoprewarm: WaitLatch with WL_EXIT_ON_PM_DEATH,
+ *	  SIGHUP reloads the configuration, SIGTERM ends it; a per-loop memory
+ *	  context is reset every round (pg_cron).  Not started by pg_upgrade.
+ *	- a round, "dlock reaper round", a dynamic background worker in one
+ *	  database that reaps every expired lease (reap.c: short transactions,
+ *	  nothing waited for), delivers queued events, purges long-free rows,
+ *	  lowers the hint to the earliest expiry left, and exits.  The launcher
+ *	  starts one per due interval; dlock.reap() starts one in its own
+ *	  database and waits for its count (passed back in a small DSM
+ *	  segment), with or without preloading.
+ *
+ * Shared state: none of its own; the hint and statistics are waiters.c's,
+ * the DSM segment of a round is written only by the round, and read by
+ * the caller only after the round has exited.
  *
  *-------------------------------------------------------------------------
  */
 #include "dlock.h"
 
+#include "access/heapam.h"
+#include "access/htup_details.h"
+#include "access/table.h"
+#include "access/tableam.h"
 #include "access/xact.h"
+#include "catalog/pg_database.h"
 #include "access/xlog.h"
-#include "catalog/namespace.h"
 #include "commands/extension.h"
 #include "fmgr.h"
 #include "miscadmin.h"
 #include "pgstat.h"
 #include "postmaster/bgworker.h"
 #include "postmaster/interrupt.h"
+#include "storage/dsm.h"
 #include "storage/ipc.h"
 #include "storage/latch.h"
 #include "tcop/tcopprot.h"
@@ -36,19 +55,27 @@
 #include "utils/timestamp.h"
 
 PGDLLEXPORT void dlock_worker_main(Datum main_arg);
+PGDLLEXPORT void dlock_round_main(Datum main_arg);
 
-#define DLOCK_WORKER_BATCH 500
-#define DLOCK_WORKER_SCAN 10000
-/* Scan at least this often anyway, to purge long-free rows (reap.c). */
+/* Candidates per scan of the table. */
+#define DLOCK_ROUND_SCAN 10000
+/* Start a round at least this often anyway, to purge long-free rows. */
 #define DLOCK_WORKER_FULL_SCAN_SECS 60
 
-/* dlock_worker_init: register the reaper when preloaded. */
+/* What a round passes back to whoever waits for it (dlock.reap()). */
+typedef struct DlockRoundResult
+{
+	bool		done;
+	int64		reaped;
+} DlockRoundResult;
+
+/* dlock_worker_init: register the launcher when preloaded. */
 void
 dlock_worker_init(void)
 {
 	BackgroundWorker worker;
 
-	if (!process_shared_preload_libraries_in_progress)
+	if (!process_shared_preload_libraries_in_progress || IsBinaryUpgrade)
 		return;
 	memset(&worker, 0, sizeof(worker));
 	worker.bgw_flags = BGWORKER_SHMEM_ACCESS | BGWORKER_BACKEND_DATABASE_CONNECTION;
@@ -61,9 +88,88 @@ dlock_worker_init(void)
 	RegisterBackgroundWorker(&worker);
 }
 
-/* begin_round / end_round: one transaction of the reaper. */
+/*
+ * start_round: start a round in database dbid reporting to the DSM segment
+ * handle; false if no background worker slot is free.
+ */
+static bool
+start_round(Oid dbid, dsm_handle handle, BackgroundWorkerHandle **bgw)
+{
+	BackgroundWorker worker;
+
+	memset(&worker, 0, sizeof(worker));
+	worker.bgw_flags = BGWORKER_SHMEM_ACCESS | BGWORKER_BACKEND_DATABASE_CONNECTION;
+	worker.bgw_start_time = BgWorkerStart_ConsistentState;
+	worker.bgw_restart_time = BGW_NEVER_RESTART;
+	snprintf(worker.bgw_library_name, BGW_MAXLEN, "dlock");
+	snprintf(worker.bgw_function_name, BGW_MAXLEN, "dlock_round_main");
+	snprintf(worker.bgw_name, BGW_MAXLEN, "dlock reaper round");
+	snprintf(worker.bgw_type, BGW_MAXLEN, "dlock reaper round");
+	worker.bgw_main_arg = UInt32GetDatum(handle);
+	memcpy(worker.bgw_extra, &dbid, sizeof(Oid));
+	worker.bgw_notify_pid = MyProcPid;
+	return RegisterDynamicBackgroundWorker(&worker, bgw);
+}
+
+/*
+ * run_round: start a round in database dbid and wait for it to end.  Sets
+ * *done if it finished (else it failed: its error is in the server log),
+ * and returns how many leases it reaped; false if no background worker
+ * slot was free.
+ */
+static bool
+run_round(Oid dbid, bool *done, int64 *reaped)
+{
+	dsm_segment *seg;
+	DlockRoundResult *result;
+	BackgroundWorkerHandle *bgw;
+	pid_t		pid;
+
+	seg = dsm_create(sizeof(DlockRoundResult), 0);
+	result = dsm_segment_address(seg);
+	result->done = false;
+	result->reaped = 0;
+	if (!start_round(dbid, dsm_segment_handle(seg), &bgw))
+	{
+		dsm_detach(seg);
+		return false;
+	}
+	if (WaitForBackgroundWorkerStartup(bgw, &pid) == BGWH_STARTED)
+		(void) WaitForBackgroundWorkerShutdown(bgw);
+	pg_read_barrier();
+	*done = result->done;
+	*reaped = result->reaped;
+	dsm_detach(seg);
+	return true;
+}
+
+/*
+ * dlock_run_round: start a round in this database, wait for it, return how
+ * many leases it reaped.  For dlock.reap().
+ */
+int64
+dlock_run_round(void)
+{
+	bool		done;
+	int64		reaped;
+
+	if (!run_round(MyDatabaseId, &done, &reaped))
+		ereport(ERROR,
+				(errcode(ERRCODE_CONFIGURATION_LIMIT_EXCEEDED),
+				 errmsg("could not start a dlock reaper round"),
+				 errdetail("dlock.reap() reaps in a background worker of its own, and none is free."),
+				 errhint("Raise max_worker_processes.")));
+	if (!done)
+		ereport(ERROR,
+				(errcode(ERRCODE_SYSTEM_ERROR),
+				 errmsg("dlock reaper round ended before finishing"),
+				 errhint("See the server log.")));
+	return reaped;
+}
+
+/* begin_xact / end_xact: one transaction of a round. */
 static void
-begin_round(const char *activity)
+begin_xact(const char *activity)
 {
 	SetCurrentStatementStartTimestamp();
 	StartTransactionCommand();
@@ -72,7 +178,7 @@ begin_round(const char *activity)
 }
 
 static void
-end_round(void)
+end_xact(void)
 {
 	PopActiveSnapshot();
 	CommitTransactionCommand();
@@ -81,73 +187,228 @@ end_round(void)
 }
 
 /*
- * reap_all: reap every expired lease.  One scan finds up to
- * DLOCK_WORKER_SCAN candidates (kept in loop_context), which are reaped
- * DLOCK_WORKER_BATCH to a transaction, so each transaction, and the time a
- * reaped resource's lock is held, stays short.  Then a last transaction
- * purges long-free rows and tells the hint when the next lease ends.  Does
- * nothing where the extension is not installed.
+ * in_batches: run fn over list in transactions of at most batch items.
+ * Should a transaction fail for want of shared lock memory (other sessions
+ * may be using it), it is retried with half the batch; at one item the
+ * error stands.  Returns the sum of fn's results.
  */
-static void
-reap_all(MemoryContext loop_context)
+static int64
+in_batches(List *list, int batch, const char *activity,
+		   int (*fn) (List *list, int from, int to))
 {
+	int			n = list_length(list);
+	volatile int i = 0;
+	volatile int64 sum = 0;
+	volatile int cur_batch = batch;
+	MemoryContext ctx = CurrentMemoryContext;
+
+	while (i < n)
+	{
+		int			to = Min(i + cur_batch, n);
+
+		CHECK_FOR_INTERRUPTS();
+		PG_TRY();
+		{
+			begin_xact(activity);
+			sum += fn(list, i, to);
+			end_xact();
+			dlock_maintenance_unlock_all();
+			i = to;
+		}
+		PG_CATCH();
+		{
+			ErrorData  *edata;
+
+			MemoryContextSwitchTo(ctx);
+			edata = CopyErrorData();
+			if (edata->sqlerrcode != ERRCODE_OUT_OF_MEMORY || cur_batch == 1)
+				PG_RE_THROW();
+			HOLD_INTERRUPTS();
+			FlushErrorState();
+			AbortCurrentTransaction();
+			dlock_maintenance_unlock_all();
+			RESUME_INTERRUPTS();
+			cur_batch = Max(1, cur_batch / 2);
+			ereport(LOG,
+					(errmsg("dlock reaper round: out of shared lock memory, %d leases a transaction from now on",
+							cur_batch)));
+		}
+		PG_END_TRY();
+	}
+	return sum;
+}
+
+/* reap_fn, purge_fn: in_batches' callbacks. */
+static int
+reap_fn(List *list, int from, int to)
+{
+	return dlock_reap_list(list, from, to, GetCurrentTimestamp());
+}
+
+static int
+purge_fn(List *list, int from, int to)
+{
+	dlock_purge_list(list, from, to);
+	return 0;
+}
+
+/*
+ * reap_round: reap every expired lease, deliver queued events, purge long-free
+ * rows, lower the hint.  Returns how many leases were reaped; 0 where the
+ * extension is not installed.
+ */
+static int64
+reap_round(MemoryContext loop_context)
+{
+	int			batch = dlock_reap_batch_size();
+	int64		reaped = 0;
+	List	   *list;
+
 	for (;;)
 	{
-		List	   *candidates = NIL;
-		int			n,
-					i,
-					reaped = 0;
-		MemoryContext old;
+		int64		now_reaped;
+		int			n;
 
-		begin_round("finding expired leases");
+		begin_xact("finding expired leases");
 		if (!OidIsValid(get_extension_oid("dlock", true)))
 		{
-			end_round();
-			return;
+			end_xact();
+			return reaped;
 		}
-		old = MemoryContextSwitchTo(loop_context);
-		candidates = dlock_reap_candidates(GetCurrentTimestamp(), DLOCK_WORKER_SCAN);
-		MemoryContextSwitchTo(old);
-		end_round();
-
-		n = list_length(candidates);
-		for (i = 0; i < n; i += DLOCK_WORKER_BATCH)
-		{
-			CHECK_FOR_INTERRUPTS();
-			begin_round("reaping expired leases");
-			reaped += dlock_reap_list(candidates, i, Min(i + DLOCK_WORKER_BATCH, n),
-									  GetCurrentTimestamp());
-			end_round();
-		}
+		MemoryContextSwitchTo(loop_context);
+		list = dlock_reap_candidates(GetCurrentTimestamp(), DLOCK_ROUND_SCAN);
+		end_xact();
+		MemoryContextSwitchTo(loop_context);
+		n = list_length(list);
+		now_reaped = in_batches(list, batch, "reaping expired leases", reap_fn);
+		reaped += now_reaped;
+		MemoryContextReset(loop_context);
 		/* Go on while scans come back full and make progress. */
-		if (n < DLOCK_WORKER_SCAN || reaped == 0)
+		if (n < DLOCK_ROUND_SCAN || now_reaped == 0)
 			break;
 	}
 
-	begin_round("purging free rows");
-	dlock_purge_free(GetCurrentTimestamp(), DLOCK_WORKER_BATCH);
+	/* OUTBOX: begin_xact("delivering queued events"); dlock_outbox_deliver(); end_xact(); */
+
+	begin_xact("finding long-free rows");
+	MemoryContextSwitchTo(loop_context);
+	list = dlock_stale_candidates(GetCurrentTimestamp(), DLOCK_ROUND_SCAN);
+	end_xact();
+	MemoryContextSwitchTo(loop_context);
+	(void) in_batches(list, batch, "purging long-free rows", purge_fn);
+	MemoryContextReset(loop_context);
+
+	begin_xact("finding the next expiry");
 	dlock_store_begin();
 	dlock_expiry_hint(dlock_min_expiry());
 	dlock_store_end();
-	end_round();
+	end_xact();
+	return reaped;
 }
 
-/* dlock_worker_main: the reaper's main loop. */
+/* dlock_round_main: a round, in the database named in bgw_extra. */
+void
+dlock_round_main(Datum main_arg)
+{
+	dsm_handle	handle = DatumGetUInt32(main_arg);
+	dsm_segment *seg;
+	MemoryContext loop_context;
+	DlockRoundResult *result;
+	Oid			dbid;
+	int64		reaped;
+
+	memcpy(&dbid, MyBgworkerEntry->bgw_extra, sizeof(Oid));
+	pqsignal(SIGTERM, die);
+	BackgroundWorkerUnblockSignals();
+	BackgroundWorkerInitializeConnectionByOid(dbid, InvalidOid, 0);
+
+	seg = dsm_attach(handle);
+	if (seg == NULL)
+		return;					/* whoever waited is gone */
+	loop_context = AllocSetContextCreate(TopMemoryContext, "dlock reaper round",
+										 ALLOCSET_DEFAULT_SIZES);
+	reaped = reap_round(loop_context);
+	result = dsm_segment_address(seg);
+	result->reaped = reaped;
+	pg_write_barrier();
+	result->done = true;
+	dsm_detach(seg);
+}
+
+/*
+ * database_oid: the OID of database name, or InvalidOid.  A heap scan of
+ * pg_database (as autovacuum's launcher does): without a database of our
+ * own, the name index is not at hand.
+ */
+static Oid
+database_oid(const char *name)
+{
+	Relation	rel = table_open(DatabaseRelationId, AccessShareLock);
+	TableScanDesc scan = table_beginscan_catalog(rel, 0, NULL);
+	HeapTuple	tup;
+	Oid			dbid = InvalidOid;
+
+	while ((tup = heap_getnext(scan, ForwardScanDirection)) != NULL)
+	{
+		Form_pg_database db = (Form_pg_database) GETSTRUCT(tup);
+
+		if (strcmp(NameStr(db->datname), name) == 0)
+		{
+			dbid = db->oid;
+			break;
+		}
+	}
+	table_endscan(scan);
+	table_close(rel, AccessShareLock);
+	return dbid;
+}
+
+/*
+ * reaper_database: the OID of dlock.database, or InvalidOid; says once
+ * that it is missing (and once that it is back).
+ */
+static Oid
+reaper_database(void)
+{
+	static bool said_missing = false;
+	Oid			dbid;
+
+	begin_xact("looking up dlock.database");
+	dbid = database_oid(dlock_database);
+	end_xact();
+	if (!OidIsValid(dbid) && !said_missing)
+		ereport(LOG,
+				(errmsg("dlock reaper: database \"%s\" does not exist; waiting for it",
+						dlock_database),
+				 errhint("Set dlock.database to the database where CREATE EXTENSION dlock ran.")));
+	else if (OidIsValid(dbid) && said_missing)
+		ereport(LOG,
+				(errmsg("dlock reaper: database \"%s\" exists again", dlock_database)));
+	said_missing = !OidIsValid(dbid);
+	return dbid;
+}
+
+/* dlock_worker_main: the launcher's main loop. */
 void
 dlock_worker_main(Datum main_arg)
 {
 	MemoryContext loop_context;
-	TimestampTz last_scan = 0;
+	TimestampTz last_round = 0;
 
 	pqsignal(SIGHUP, SignalHandlerForConfigReload);
 	pqsignal(SIGTERM, die);
 	BackgroundWorkerUnblockSignals();
-	BackgroundWorkerInitializeConnection(dlock_database, NULL, 0);
+	BackgroundWorkerInitializeConnection(NULL, NULL, 0);
 
 	loop_context = AllocSetContextCreate(TopMemoryContext, "dlock reaper loop",
 										 ALLOCSET_DEFAULT_SIZES);
 	for (;;)
 	{
+		Oid			dbid;
+		TimestampTz now;
+		bool		done;
+		int64		reaped;
+
 		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
 						 dlock_reap_interval_ms, PG_WAIT_EXTENSION);
 		ResetLatch(MyLatch);
@@ -162,13 +423,20 @@ dlock_worker_main(Datum main_arg)
 			continue;			/* hot standby: wait for promotion */
 
 		/* Nothing can have expired before the earliest known expiry. */
-		if (!dlock_reap_due(GetCurrentTimestamp()) &&
-			!TimestampDifferenceExceeds(last_scan, GetCurrentTimestamp(),
+		now = GetCurrentTimestamp();
+		if (!dlock_reap_due(now) &&
+			!TimestampDifferenceExceeds(last_round, now,
 										DLOCK_WORKER_FULL_SCAN_SECS * 1000))
 			continue;
-		last_scan = GetCurrentTimestamp();
+
+		MemoryContextSwitchTo(loop_context);
+		dbid = reaper_database();
+		if (!OidIsValid(dbid))
+			continue;
+		last_round = now;
 		dlock_reap_started();
-		reap_all(loop_context);
+		if (!run_round(dbid, &done, &reaped) || !done)
+			dlock_expiry_hint(now); /* no slot, or it failed: next interval */
 		MemoryContextReset(loop_context);
 	}
 }

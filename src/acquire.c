@@ -1,0 +1,245 @@
+/*-------------------------------------------------------------------------
+ *
+ * acquire.c
+ *		Acquisition: one attempt at a lease, and the wait loop that
+ *		try_lock, lock, xact_lock and try_xact_lock share.
+ *
+ * An attempt (a DlockAttemptFn) takes the resource's lock without waiting,
+ * reads the resource on the latest snapshot, and says one of three things:
+ * acquired (with the fence, the resource's lock kept until the transaction
+ * ends), busy until some time (another holder's lease ends then; the
+ * resource's lock given back), or contended (another transaction holds the
+ * resource's lock: it is changing the resource, or changed it and has not
+ * committed).  The wait loop decides what to do about busy and contended:
+ * give up (try_lock), sleep until woken by a releasing commit or until the
+ * lease ends, or wait in the lock manager.  Times come from the server
+ * clock at the moment of each attempt.
+ *
+ * Backend-local; the waiter slot it registers is waiters.c's.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "dlock.h"
+
+#include "miscadmin.h"
+#include "storage/lmgr.h"
+#include "storage/proc.h"
+#include "utils/builtins.h"
+
+/* Longest back-off while another transaction has the resource's lock. */
+#define MAX_BACKOFF_MS 100
+
+/*
+ * check_lock_timeout: lock_timeout bounds a wait in lock() like any lock
+ * wait in PostgreSQL, with the same error.
+ */
+static void
+check_lock_timeout(TimestampTz now, TimestampTz limit)
+{
+	if (now >= limit)
+		ereport(ERROR,
+				(errcode(ERRCODE_LOCK_NOT_AVAILABLE),
+				 errmsg("canceling statement due to lock timeout")));
+}
+
+/* ms_until: milliseconds from now to then, at least 0, rounded up. */
+static long
+ms_until(TimestampTz now, TimestampTz then)
+{
+	if (then <= now)
+		return 0;
+	if (then - now > (TimestampTz) 3600 * 1000 * 1000)
+		return 3600 * 1000;
+	return (long) ((then - now + 999) / 1000);
+}
+
+/*
+ * dlock_take_resource: take res's lock in CHANGE mode without waiting for
+ * anyone but a reaper (resource.c); false if another transaction has it.
+ */
+bool
+dlock_take_resource(const DlockResource *res)
+{
+	while (!dlock_resource_lock(res, DLOCK_CHANGE, false))
+	{
+		if (!dlock_wait_for_maintenance(res))
+			return false;
+	}
+	return true;
+}
+
+/*
+ * dlock_wait_loop: run attempt until it acquires, or the wait ends.
+ * wait_ms: 0 one try, -1 no limit (but statement_timeout), else the limit.
+ * holder is only shown in dlock.waiters.  Returns the fence, or 0.
+ */
+int64
+dlock_wait_loop(const DlockResource *res, text *holder, int64 wait_ms,
+				DlockAttemptFn attempt, void *arg)
+{
+	TimestampTz start = GetCurrentTimestamp();
+	TimestampTz deadline = wait_ms < 0 ? DT_NOEND : start + wait_ms * 1000;
+	TimestampTz lock_limit = (LockTimeout > 0 && wait_ms != 0) ?
+		start + (TimestampTz) LockTimeout * 1000 : DT_NOEND;
+	long		backoff_ms = 1;
+	bool		waiting = false;
+	bool		held_extra = false;
+	int64		fence = 0;
+	LOCKTAG		tag;
+
+	dlock_set_locktag(&tag, res->hash);
+
+	for (;;)
+	{
+		TimestampTz busy_until = DT_NOEND;
+		TimestampTz now;
+		DlockAttempt result = attempt(res, arg, &fence, &busy_until);
+
+		if (held_extra)
+		{
+			/* attempt took its own reference; an acquisition keeps that */
+			LockRelease(&tag, DLOCK_CHANGE, false);
+			held_extra = false;
+		}
+		if (result == ATTEMPT_ACQUIRED)
+			break;
+		fence = 0;
+		now = GetCurrentTimestamp();
+		if (wait_ms == 0 || now >= deadline)
+			break;
+		check_lock_timeout(now, lock_limit);
+		if (!waiting)
+		{
+			/* Register, then look again: a release may have just passed. */
+			dlock_wait_begin(res, holder, deadline);
+			waiting = true;
+			continue;
+		}
+		if (result == ATTEMPT_CONTENDED)
+		{
+			if (wait_ms < 0 && lock_limit == DT_NOEND)
+			{
+				/*
+				 * No limit of ours: wait in the lock manager and look again
+				 * holding the lock, so waiters queue there in order instead
+				 * of taking and dropping it in turn.
+				 */
+				(void) LockAcquire(&tag, DLOCK_CHANGE, false, false);
+				held_extra = true;
+				continue;
+			}
+			dlock_wait_sleep(Min(backoff_ms, ms_until(now, Min(deadline, lock_limit))));
+			backoff_ms = Min(backoff_ms * 2, MAX_BACKOFF_MS);
+			continue;
+		}
+		backoff_ms = 1;
+		dlock_wait_sleep(ms_until(now, Min(Min(busy_until, deadline), lock_limit)));
+	}
+
+	if (waiting)
+	{
+		dlock_wait_end(fence != 0);
+		if (fence == 0)
+			dlock_count(DLOCK_STAT_TIMEOUTS);
+	}
+	return fence;
+}
+
+/* What a lease attempt needs. */
+typedef struct LeaseAttemptArgs
+{
+	text	   *holder;
+	const DlockCaller *caller;
+	const Interval *lease;
+} LeaseAttemptArgs;
+
+/*
+ * lease_attempt: one attempt at a lease for holder: free or expired, take
+ * it with a new fence; the caller's own, re-enter it (count + 1, the
+ * expiry extended to at least now + lease).
+ */
+static DlockAttempt
+lease_attempt(const DlockResource *res, void *arg, int64 *fence,
+			  TimestampTz *busy_until)
+{
+	LeaseAttemptArgs *a = arg;
+	TimestampTz now;
+	TimestampTz expires;
+	TimestampTz new_expires;
+	int32		count;
+	bool		took_over;
+	DlockRow	row;
+
+	if (!dlock_take_resource(res))
+		return ATTEMPT_CONTENDED;
+	if (dlock_xact_fence(res) != 0)
+	{
+		/* Our own transaction-scoped lock excludes a lease, even ours. */
+		dlock_resource_unlock(res, DLOCK_CHANGE);
+		*busy_until = DT_NOEND;
+		return ATTEMPT_BUSY;
+	}
+	now = GetCurrentTimestamp();
+	expires = dlock_lease_expiry(now, a->lease);
+
+	dlock_store_begin();
+	/* The common case first: free, expired or our own, in one statement. */
+	if (dlock_row_fast_acquire(res, a->holder, a->caller->role, a->lease, now,
+							   expires, fence, &count, &new_expires, &took_over))
+	{
+		dlock_store_end();
+		dlock_note_acquisition(new_expires);
+		if (took_over)
+			dlock_count(DLOCK_STAT_EXPIRED);
+		if (count == 1)
+		{
+			dlock_wake_after_abort(res->hash);
+			dlock_count(DLOCK_STAT_ACQUIRED);
+		}
+		else
+			dlock_count(DLOCK_STAT_REENTERED);
+		return ATTEMPT_ACQUIRED;
+	}
+
+	dlock_row_read(res, &row);
+	if (!row.exists)
+	{
+		/* A resource never seen (or purged): its first row. */
+		*fence = dlock_next_fence();
+		dlock_row_insert(res, a->holder, a->caller->role, *fence, a->lease,
+						 now, expires);
+		dlock_store_end();
+		dlock_note_acquisition(expires);
+		dlock_wake_after_abort(res->hash);
+		dlock_count(DLOCK_STAT_ACQUIRED);
+		return ATTEMPT_ACQUIRED;
+	}
+	dlock_store_end();
+	switch (dlock_holding_verdict(&row, a->holder, a->caller, now))
+	{
+		case HOLDING_FREE:
+		case HOLDING_MINE:
+			/* The one-statement path is the SQL form of this rule. */
+			elog(ERROR, "dlock: acquisition of a free or own holding of \"%s\" changed nothing",
+				 text_to_cstring(res->name));
+			break;
+		default:
+			break;
+	}
+	dlock_resource_unlock(res, DLOCK_CHANGE);
+	*busy_until = row.expires_at;
+	return ATTEMPT_BUSY;
+}
+
+/*
+ * dlock_acquire: try_lock (wait_ms 0) and lock: the fence, or 0 if the
+ * lease was not had in time.
+ */
+int64
+dlock_acquire(const DlockResource *res, text *holder, const DlockCaller *caller,
+			  const Interval *lease, int64 wait_ms)
+{
+	LeaseAttemptArgs args = {holder, caller, lease};
+
+	return dlock_wait_loop(res, holder, wait_ms, lease_attempt, &args);
+}

@@ -1,0 +1,117 @@
+# 090_upgrade.pl: the upgrade walk.  Install every released version from
+# its own script, with locks held, a waiter waiting and fences handed out;
+# run the new library under the old SQL (it must keep working until ALTER
+# EXTENSION dlock UPDATE); update step by step to the newest; every holding
+# and the fences are intact, the next fence is higher, and the schema is the
+# one a fresh install of the newest version makes.
+
+use strict;
+use warnings;
+
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use Test::More;
+use Time::HiRes qw(time);
+
+# The versions, oldest first, from the scripts that ship.
+my $sharedir = `pg_config --sharedir`;
+chomp $sharedir;
+my %seen;
+for my $f (glob("$sharedir/extension/dlock--*.sql"))
+{
+	$seen{$1} = 1 if $f =~ /dlock--([0-9.]+)\.sql$/;
+	$seen{$2} = 1 if $f =~ /dlock--([0-9.]+)--([0-9.]+)\.sql$/;
+}
+my @versions = sort {
+	my @x = split /\./, $a;
+	my @y = split /\./, $b;
+	($x[0] <=> $y[0]) || (($x[1] // 0) <=> ($y[1] // 0)) || (($x[2] // 0) <=> ($y[2] // 0))
+} keys %seen;
+my $newest = $versions[-1];
+open(my $ctl, '<', "$sharedir/extension/dlock.control") or die;
+my ($default) = grep { defined } map { /^default_version = '(.*)'/ ? $1 : undef } <$ctl>;
+close $ctl;
+is($newest, $default, "the newest script version ($newest) is the control file's default");
+cmp_ok(scalar(@versions), '>=', 2, 'versions to walk: ' . join(' -> ', @versions));
+
+my $node = PostgreSQL::Test::Cluster->new('upgrade');
+$node->init;
+$node->append_conf('postgresql.conf', q{
+shared_preload_libraries = 'dlock'
+dlock.database = 'walk'
+dlock.reap_interval = '100ms'
+});
+$node->start;
+$node->safe_psql('postgres', 'CREATE DATABASE walk');
+$node->safe_psql('postgres', 'CREATE DATABASE fresh');
+
+# Install the oldest version and use it with the new library.
+$node->safe_psql('walk', "CREATE EXTENSION dlock VERSION '$versions[0]'");
+$node->safe_psql('walk', 'CREATE ROLE walker LOGIN');
+my $f1 = $node->safe_psql('walk', q{SELECT dlock.try_lock('walk/a', 'ha', '1h')});
+my $f2 = $node->safe_psql('walk', q{SELECT dlock.try_lock('walk/b', 'hb', '1h')});
+$node->safe_psql('walk', q{SELECT dlock.try_lock('walk/b', 'hb', '1h')});    # count 2
+$node->safe_psql('walk', q{SET ROLE walker; SELECT dlock.try_lock('walk/c', 'hc', '1h')});
+my $bg = $node->background_psql('walk', on_error_stop => 0);
+$bg->query_until(qr/waiting/, "\\echo waiting\nSELECT dlock.lock('walk/a', 'waiter', '1h', '60s');\n");
+ok($node->poll_query_until('walk', q{SELECT count(*) = 1 FROM dlock.waiters WHERE resource = 'walk/a'}),
+	'a waiter waits for walk/a');
+
+# Every function of the old SQL works on the new library.
+my $old = $versions[0];
+is($node->safe_psql('walk', q{SELECT dlock.renew('walk/b', 'hb') IS NOT NULL}), 't', "$old SQL: renew");
+is($node->safe_psql('walk', qq{SELECT dlock.check('walk/a', $f1)}), 't', "$old SQL: check");
+is($node->safe_psql('walk', qq{BEGIN; SELECT dlock.assert_fence('walk/a', $f1); COMMIT}), '', "$old SQL: assert_fence");
+my $f3 = $node->safe_psql('walk', q{SELECT dlock.try_lock('walk/d', 'hd', '1ms')});
+cmp_ok($f3, '>', $f2, "$old SQL: fences increase");
+is($node->safe_psql('walk', q{SELECT pg_sleep(0.01); SELECT dlock.reap() >= 0}), "\nt", "$old SQL: reap");
+is($node->safe_psql('walk', q{SELECT dlock.try_xact_lock('walk/x') IS NOT NULL}), 't', "$old SQL: try_xact_lock");
+is($node->safe_psql('walk', q{SELECT dlock.unlock('walk/b', 'hb')}), '1', "$old SQL: unlock of a re-entered holding");
+is($node->safe_psql('walk', q{SELECT count(*) FROM dlock.locks}), '3', "$old SQL: dlock.locks");
+my $before = $node->safe_psql('walk',
+	q{SELECT string_agg(resource || ' ' || holder || ' ' || count || ' ' || fence || ' ' || owner, ', ' ORDER BY resource) FROM dlock.locks});
+
+# Walk every step.
+for my $i (1 .. $#versions)
+{
+	my $v = $versions[$i];
+	my $t0 = time;
+	$node->safe_psql('walk', "ALTER EXTENSION dlock UPDATE TO '$v'");
+	cmp_ok(time - $t0, '<', 20, "the update to $v did not wait for the waiter (60 s)");
+	is($node->safe_psql('walk', q{SELECT extversion FROM pg_extension WHERE extname = 'dlock'}),
+		$v, "updated to $v");
+	is($node->safe_psql('walk',
+		q{SELECT string_agg(resource || ' ' || holder || ' ' || count || ' ' || fence || ' ' || owner, ', ' ORDER BY resource) FROM dlock.locks}),
+		$before, "$v: every holding intact");
+	my $f = $node->safe_psql('walk', "SELECT dlock.try_lock('walk/v$v', 'hv', '1h')");
+	cmp_ok($f, '>', $f3, "$v: the next fence is higher than every earlier one");
+	$f3 = $f;
+	$before = $node->safe_psql('walk',
+		q{SELECT string_agg(resource || ' ' || holder || ' ' || count || ' ' || fence || ' ' || owner, ', ' ORDER BY resource) FROM dlock.locks});
+}
+
+# The waiter is still waiting and gets the lock when it is released.
+is($node->safe_psql('walk', q{SELECT dlock.unlock('walk/a', 'ha')}), '0', 'walk/a released after the walk');
+ok($node->poll_query_until('walk', q{SELECT holder = 'waiter' FROM dlock.locks WHERE resource = 'walk/a'}),
+	'the waiter that waited through the walk holds walk/a');
+$bg->quit;
+is($node->safe_psql('walk', q{SET ROLE walker; SELECT dlock.unlock('walk/c', 'hc')}), '0',
+	"walker's holding is still walker's");
+
+# The schema is the one a fresh install of the newest version makes.
+$node->safe_psql('fresh', 'CREATE EXTENSION dlock');
+my @dump = ('pg_dump', '--schema-only', '--no-owner', '-h', $node->host, '-p', $node->port);
+my ($walked, $fresh, $err);
+IPC::Run::run([ @dump, 'walk' ], '>', \$walked, '2>', \$err) or die $err;
+IPC::Run::run([ @dump, 'fresh' ], '>', \$fresh, '2>', \$err) or die $err;
+# (pg_dump's \restrict lines carry a random key.)
+s/^\\(un)?restrict .*$//mg for ($walked, $fresh);
+is($walked, $fresh, 'pg_dump --schema-only after the walk equals a fresh install');
+my $cat = q{SELECT string_agg(p.proname || '(' || pg_get_function_identity_arguments(p.oid) || ') '
+	|| p.provolatile::text || p.proparallel::text || coalesce(array_to_string(p.proacl, ','), ''), E'\n' ORDER BY 1)
+	FROM pg_proc p WHERE p.pronamespace = 'dlock'::regnamespace};
+is($node->safe_psql('walk', $cat), $node->safe_psql('fresh', $cat),
+	'functions, volatility, parallel safety and grants match a fresh install');
+
+$node->stop;
+done_testing();
