@@ -12,7 +12,7 @@ END $$;
 
 SELECT dlock.try_lock('err/held', 'h', '1h') IS NOT NULL AS setup;
 CREATE TEMP TABLE before AS SELECT * FROM dlock.leases;
-SELECT last_value AS seq_before FROM dlock.fence_seq \gset
+SELECT last_value AS seq_before FROM dlock.fences \gset
 
 SELECT q, pg_temp.err(q) FROM (VALUES
   ($$SELECT dlock.try_lock(NULL, 'h')$$),
@@ -70,7 +70,7 @@ SELECT count(*) AS changed_rows FROM (
   (SELECT * FROM dlock.leases EXCEPT SELECT * FROM before)
   UNION ALL
   (SELECT * FROM before EXCEPT SELECT * FROM dlock.leases)) d;
-SELECT last_value = :seq_before AS fence_seq_untouched FROM dlock.fence_seq;
+SELECT last_value = :seq_before AS fence_seq_untouched FROM dlock.fences;
 
 -- 1000 calendar years is the longest lease; it is written as given.
 SELECT dlock.try_lock('err/long', 'h', '1000 years') IS NOT NULL AS thousand_years;

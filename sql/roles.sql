@@ -35,6 +35,10 @@ SELECT pg_temp.err($$DELETE FROM dlock.leases$$) AS delete_table;
 SELECT pg_temp.err($$SELECT nextval('dlock.fence_seq')$$) AS nextval;
 SELECT pg_temp.err($$SELECT setval('dlock.fence_seq', 1)$$) AS setval;
 SELECT pg_temp.err($$UPDATE dlock.epoch SET base = 0$$) AS write_epoch;
+SELECT pg_temp.err($$SELECT nextval('dlock.fences')$$) AS nextval_fences;
+SELECT pg_temp.err($$SELECT setval('dlock.fences', 1)$$) AS setval_fences;
+SELECT pg_temp.err($$DELETE FROM dlock.fence_epoch$$) AS write_fence_epoch;
+SELECT pg_temp.err($$INSERT INTO dlock.outbox VALUES ('c', 'p', 0, now())$$) AS write_outbox;
 
 -- Role b presenting the same holder text is another holder.
 SET ROLE regress_dlock_b;

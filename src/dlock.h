@@ -34,6 +34,8 @@
 #define DLOCK_LOCKTAG_EPOCH		(DLOCK_LOCKTAG_CLASS + 1)
 /* ... of the per-resource maintenance lock of reapers (resource.c) */
 #define DLOCK_LOCKTAG_MAINTENANCE	(DLOCK_LOCKTAG_CLASS + 2)
+/* ... of dlock.reap() callers taking turns in a database (worker.c) */
+#define DLOCK_LOCKTAG_REAP		(DLOCK_LOCKTAG_CLASS + 3)
 
 /* The modes of the per-resource lock (resource.c explains them). */
 typedef enum DlockLockMode

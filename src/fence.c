@@ -2,22 +2,41 @@
  *
  * fence.c
  *		Fencing tokens: strictly increasing across crash, restart,
- *		promotion and restore.
+ *		promotion, restore, point-in-time recovery and re-creation.
  *
- * A fence is (epoch << 44) | n, where n comes from dlock.fence_seq
- * (CACHE 1, NO CYCLE, at most 2^44 - 1) and epoch is the WAL insertion
- * timeline plus a stored base:
+ * A fence is the next value of the sequence dlock.fences (CACHE 1, NO
+ * CYCLE, up to 2^63 - 1); read as (epoch << 22) + n, its high 41 bits are
+ * an epoch: milliseconds since 2020-01-01 UTC at the moment the epoch
+ * started.  Within one history of the data the sequence only grows: it
+ * WAL-logs ahead of the values it hands out, and whenever a draw writes
+ * WAL we flush it before the fence leaves, so a crash never repeats one.
  *
- *	- within one timeline, n only grows.  A sequence WAL-logs ahead of the
- *	  values it hands out but that record is flushed only by a synchronous
- *	  commit; when a draw writes such a record we flush it ourselves before
- *	  the fence leaves the function, so no crash can hand a fence out twice;
- *	- a promoted standby, even one that lagged behind an asynchronous
- *	  primary and so holds an older n, runs on a higher timeline, so every
- *	  fence it hands out is above every fence of the old primary;
- *	- restoring a dump (or pg_upgrade) gives another system identifier and
- *	  restarts timelines at 1: on first use the base moves so that the new
- *	  epoch is above the last epoch recorded in dlock.epoch.
+ * Everything else, restore (into this or another cluster), promotion of a
+ * standby that lagged, point-in-time recovery, a copied database, DROP and
+ * CREATE EXTENSION, can put a copy of the data, and so of the sequence,
+ * behind fences that were handed out elsewhere and are lost to it.  None of
+ * those keeps all of (system identifier, database, timeline, postmaster
+ * start): before its first fence a backend compares them with the row of
+ * dlock.fence_epoch (which pg_dump does not carry, so a restore never finds
+ * one), and if they differ it starts a new epoch, moving the sequence up to
+ * max(now, epoch of the sequence + 1) << 22 with setval (non-transactional,
+ * WAL-logged and flushed before the fence leaves).  The lost fences belong
+ * to epochs that started earlier by the server clock: that is what the
+ * README's "Why fences never repeat" assumes and argues.
+ *
+ * Shared state: the sequence (its own buffer lock); a jump reads and then
+ * sets it, so jumps take the DLOCK_LOCKTAG_EPOCH lock (field 1 = 1)
+ * exclusively and every draw takes it shared, both only around the draw,
+ * never until the end of the transaction.  Writers of dlock.fence_epoch
+ * take the same tag's field 1 = 0 without waiting and keep it until their
+ * transaction ends; a backend that cannot get it jumps by itself, so no
+ * fence ever waits behind another transaction's uncommitted row.
+ *
+ * Until ALTER EXTENSION dlock UPDATE creates dlock.fences, the 0.1 scheme
+ * runs unchanged: (timeline + base) << 44 | n from dlock.fence_seq and
+ * dlock.epoch.  The first epoch of the clock scheme is above the one the
+ * dlock.epoch row implies (epoch_floor), and the clock alone puts every
+ * clock-scheme fence above 2^59 (epoch 0 of the 0.1 scheme times 2^15).
  *
  * Callers draw a fence only after they hold the resource's lock, so a fence
  * can never be written behind a newer one of the same resource.
@@ -35,17 +54,40 @@
 #include "utils/builtins.h"
 #include "utils/lsyscache.h"
 #include "utils/snapmgr.h"
+#include "utils/timestamp.h"
 #include "storage/lock.h"
 
+/* The 0.1 scheme: epoch << 44 | n. */
 #define DLOCK_MAX_EPOCH		((INT64CONST(1) << (63 - DLOCK_FENCE_SEQ_BITS)) - 1)
 
-/* Epoch verified for this backend's timeline (0: not yet). */
+/* The clock scheme: epoch (ms since 2020-01-01 UTC) << 22 + n. */
+#define FENCE_COUNT_BITS	22
+#define FENCE_MAX_EPOCH		((INT64CONST(1) << (63 - FENCE_COUNT_BITS)) - 1)
+/* 2020-01-01 00:00 UTC in microseconds since the PostgreSQL epoch */
+#define FENCE_CLOCK_ORIGIN	INT64CONST(631152000000000)
+
+/* id2 of the DLOCK_LOCKTAG_EPOCH locks */
+#define EPOCH_LOCK_OLD_WRITER	0	/* writers of dlock.epoch (0.1 scheme) */
+#define EPOCH_LOCK_DRAW			1	/* draws (shared) and jumps (exclusive) */
+#define EPOCH_LOCK_WRITER		2	/* writers of dlock.fence_epoch */
+
+/* 0.1 scheme: epoch verified for this backend's timeline (0: not yet). */
 static TimeLineID cached_tli = 0;
 static int64 cached_epoch = 0;
 
+/* Clock scheme: no new epoch needed on this timeline and sequence. */
+static TimeLineID verified_tli = 0;
+static Oid	verified_seq = InvalidOid;
+
+static void
+epoch_locktag(LOCKTAG *tag, uint32 which)
+{
+	SET_LOCKTAG_ADVISORY(*tag, MyDatabaseId, which, 0, DLOCK_LOCKTAG_EPOCH);
+}
+
 /*
- * epoch_exec: run one statement against dlock.epoch on the latest snapshot
- * (callers are inside a store session); returns SPI_processed.
+ * epoch_exec: run one statement on the latest snapshot (callers are inside
+ * a store session); returns SPI_processed.
  */
 static uint64
 epoch_exec(const char *sql, int nargs, Oid *types, Datum *values)
@@ -63,9 +105,18 @@ epoch_exec(const char *sql, int nargs, Oid *types, Datum *values)
 	return SPI_processed;
 }
 
+/* flush_since: make the WAL this backend wrote since before durable. */
+static void
+flush_since(XLogRecPtr before)
+{
+	if (XactLastRecEnd != before)
+		XLogFlush(XactLastRecEnd);
+}
+
 /*
- * current_epoch: the epoch for fences drawn now; reads dlock.epoch once per
- * backend and timeline, and records a new timeline or system identifier.
+ * old_epoch: the 0.1 scheme's epoch for fences drawn now; reads dlock.epoch
+ * once per backend and timeline, and records a new timeline or system
+ * identifier.  Used only until ALTER EXTENSION dlock UPDATE.
  *
  * Writers of dlock.epoch serialise on a lock-manager lock of their own,
  * taken without waiting, so a fence is never delayed by another
@@ -75,7 +126,7 @@ epoch_exec(const char *sql, int nargs, Oid *types, Datum *values)
  * but not cached, so a later call records it.
  */
 static int64
-current_epoch(void)
+old_epoch(void)
 {
 	TimeLineID	tli = GetWALInsertionTimeLine();
 	char		sysid[32];
@@ -93,7 +144,7 @@ current_epoch(void)
 	if (tli == cached_tli)
 		return cached_epoch;
 
-	SET_LOCKTAG_ADVISORY(tag, MyDatabaseId, 0, 0, DLOCK_LOCKTAG_CLASS + 1);
+	epoch_locktag(&tag, EPOCH_LOCK_OLD_WRITER);
 	locked = LockAcquire(&tag, ExclusiveLock, false, true) != LOCKACQUIRE_NOT_AVAIL;
 
 	snprintf(sysid, sizeof(sysid), UINT64_FORMAT, GetSystemIdentifier());
@@ -151,6 +202,156 @@ current_epoch(void)
 	return epoch;
 }
 
+/* old_next_fence: a fence of the 0.1 scheme. */
+static int64
+old_next_fence(Oid schema)
+{
+	Oid			seqoid = get_relname_relid("fence_seq", schema);
+	int64		epoch = old_epoch();
+	XLogRecPtr	before = XactLastRecEnd;
+	int64		n;
+
+	if (!OidIsValid(seqoid))
+		elog(ERROR, "dlock: sequence dlock.fence_seq does not exist");
+	n = nextval_internal(seqoid, false);
+	flush_since(before);
+	return (epoch << DLOCK_FENCE_SEQ_BITS) | n;
+}
+
+/*
+ * epoch_floor: the lowest epoch of the clock scheme that is above every
+ * fence the 0.1 scheme can have handed out from the dlock.epoch row (0
+ * when there is none).  A 0.1 epoch E yields fences below (E + 1) << 44,
+ * and its next epoch would have been max(last_epoch + 1, timeline + base).
+ */
+static int64
+epoch_floor(Oid schema)
+{
+	int64		old;
+	bool		isnull;
+
+	if (!OidIsValid(get_relname_relid("epoch", schema)) ||
+		epoch_exec("SELECT base, last_epoch FROM dlock.epoch", 0, NULL, NULL) == 0)
+		return 0;
+	old = DatumGetInt32(SPI_getbinval(SPI_tuptable->vals[0],
+									  SPI_tuptable->tupdesc, 2, &isnull)) + 1;
+	old = Max(old, (int64) GetWALInsertionTimeLine() +
+			  DatumGetInt32(SPI_getbinval(SPI_tuptable->vals[0],
+										  SPI_tuptable->tupdesc, 1, &isnull)));
+	old = Max(old, 0);
+	if (old >= DLOCK_MAX_EPOCH)
+		return FENCE_MAX_EPOCH + 1;		/* out of range: jump() complains */
+	return (old + 1) << (DLOCK_FENCE_SEQ_BITS - FENCE_COUNT_BITS);
+}
+
+/*
+ * jump: start a new epoch and return its first fence.  The epoch is the
+ * clock in milliseconds, but above the sequence's epoch (the clock may have
+ * stepped back) and the 0.1 floor.  Jumps take the draw lock exclusively,
+ * so no draw falls between our nextval and our setval: the sequence never
+ * goes back.
+ */
+static int64
+jump(Oid schema, Oid seqoid)
+{
+	LOCKTAG		tag;
+	int64		now_ms = (GetCurrentTimestamp() - FENCE_CLOCK_ORIGIN) / 1000;
+	int64		floor = epoch_floor(schema);
+	int64		epoch;
+	int64		fence;
+
+	epoch_locktag(&tag, EPOCH_LOCK_DRAW);
+	(void) LockAcquire(&tag, ExclusiveLock, false, false);
+	epoch = (nextval_internal(seqoid, false) >> FENCE_COUNT_BITS) + 1;
+	epoch = Max(epoch, Max(now_ms, floor));
+	if (epoch > FENCE_MAX_EPOCH)
+		ereport(ERROR,
+				(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
+				 errmsg("fence epoch " INT64_FORMAT " is out of range", epoch),
+				 errdetail("Fence epochs are milliseconds since 2020-01-01 and end in 2089.")));
+	fence = epoch << FENCE_COUNT_BITS;
+	(void) DirectFunctionCall2(setval_oid, ObjectIdGetDatum(seqoid),
+							   Int64GetDatum(fence));
+	LockRelease(&tag, ExclusiveLock, false);
+	return fence;
+}
+
+/*
+ * same_history: does dlock.fence_epoch say that the sequence's current
+ * epoch started in this cluster, database, timeline and server run?
+ */
+static bool
+same_history(const char *sysid, TimeLineID tli)
+{
+	HeapTuple	tup;
+	TupleDesc	desc;
+	bool		isnull;
+	char	   *stored;
+
+	if (epoch_exec("SELECT sysid, dboid, timeline, started FROM dlock.fence_epoch",
+				   0, NULL, NULL) == 0)
+		return false;
+	tup = SPI_tuptable->vals[0];
+	desc = SPI_tuptable->tupdesc;
+	stored = TextDatumGetCString(SPI_getbinval(tup, desc, 1, &isnull));
+	return strcmp(stored, sysid) == 0 &&
+		DatumGetObjectId(SPI_getbinval(tup, desc, 2, &isnull)) == MyDatabaseId &&
+		DatumGetInt64(SPI_getbinval(tup, desc, 3, &isnull)) == (int64) tli &&
+		DatumGetTimestampTz(SPI_getbinval(tup, desc, 4, &isnull)) == PgStartTime;
+}
+
+/*
+ * new_epoch_if_forked: before this backend's first fence on a timeline (or
+ * after the sequence was re-created), start a new epoch unless
+ * dlock.fence_epoch shows that one was started in this very history.
+ * Returns the new epoch's first fence, or 0 if the sequence can go on.
+ */
+static int64
+new_epoch_if_forked(Oid schema, Oid seqoid)
+{
+	TimeLineID	tli = GetWALInsertionTimeLine();
+	char		sysid[32];
+	LOCKTAG		tag;
+	int64		fence;
+	Oid			types[5] = {TEXTOID, OIDOID, INT8OID, TIMESTAMPTZOID, INT8OID};
+	Datum		values[5];
+
+	if (tli == verified_tli && seqoid == verified_seq)
+		return 0;
+	snprintf(sysid, sizeof(sysid), UINT64_FORMAT, GetSystemIdentifier());
+	if (same_history(sysid, tli))
+	{
+		verified_tli = tli;
+		verified_seq = seqoid;
+		return 0;
+	}
+
+	fence = jump(schema, seqoid);
+	ereport(LOG,
+			(errmsg("dlock: new fence epoch in database %u, first fence " INT64_FORMAT,
+					MyDatabaseId, fence),
+			 errdetail("System identifier %s, timeline %u.", sysid, tli)));
+
+	/* Record it, unless another transaction is recording one right now. */
+	epoch_locktag(&tag, EPOCH_LOCK_WRITER);
+	if (LockAcquire(&tag, ExclusiveLock, false, true) != LOCKACQUIRE_NOT_AVAIL)
+	{
+		values[0] = CStringGetTextDatum(sysid);
+		values[1] = ObjectIdGetDatum(MyDatabaseId);
+		values[2] = Int64GetDatum((int64) tli);
+		values[3] = TimestampTzGetDatum(PgStartTime);
+		values[4] = Int64GetDatum(fence);
+		epoch_exec("INSERT INTO dlock.fence_epoch (sysid, dboid, timeline, started, first_fence)"
+				   " VALUES ($1, $2, $3, $4, $5) ON CONFLICT (one) DO UPDATE"
+				   " SET sysid = $1, dboid = $2, timeline = $3, started = $4, first_fence = $5",
+				   5, types, values);
+	}
+	/* This backend has jumped: its next fences need no other check. */
+	verified_tli = tli;
+	verified_seq = seqoid;
+	return fence;
+}
+
 /*
  * dlock_next_fence: draw a new fence.  Call inside a store session, after
  * taking the resource's lock.
@@ -158,26 +359,33 @@ current_epoch(void)
 int64
 dlock_next_fence(void)
 {
-	Oid			seqoid;
-	int64		n;
-	int64		epoch = current_epoch();
+	Oid			schema = dlock_schema_oid();
+	Oid			seqoid = get_relname_relid("fences", schema);
 	XLogRecPtr	before = XactLastRecEnd;
+	int64		fence;
 
-	seqoid = get_relname_relid("fence_seq", dlock_schema_oid());
 	if (!OidIsValid(seqoid))
-		elog(ERROR, "dlock: sequence dlock.fence_seq does not exist");
-	n = nextval_internal(seqoid, false);
+		return old_next_fence(schema);	/* 0.1 SQL, not updated yet */
+
+	fence = new_epoch_if_forked(schema, seqoid);
+	if (fence == 0)
+	{
+		LOCKTAG		tag;
+
+		epoch_locktag(&tag, EPOCH_LOCK_DRAW);
+		(void) LockAcquire(&tag, ShareLock, false, false);
+		fence = nextval_internal(seqoid, false);
+		LockRelease(&tag, ShareLock, false);
+	}
 
 	/*
-	 * If nextval logged a new batch, make that record durable now: the fence
-	 * may be seen by the client before (or without) a commit.
+	 * If nextval logged a new batch, or we moved the sequence, make that
+	 * record durable now: the fence may be seen by the client before (or
+	 * without) a commit.
 	 */
-	if (XactLastRecEnd != before)
-		XLogFlush(XactLastRecEnd);
-
-	return (epoch << DLOCK_FENCE_SEQ_BITS) | n;
+	flush_since(before);
+	return fence;
 }
-
 PG_FUNCTION_INFO_V1(dlock_next_fence_sql);
 
 /*
@@ -198,3 +406,4 @@ dlock_next_fence_sql(PG_FUNCTION_ARGS)
 		elog(ERROR, "SPI_finish failed");
 	PG_RETURN_INT64(fence);
 }
+

@@ -237,7 +237,7 @@ dlock_store_begin(void)
 							 GUC_ACTION_SAVE, true, 0, false);
 	/*
 	 * A disabled seq scan costs 1e10, far above jit_above_cost: without this
-	 * a backend's first read of dlock.epoch was JIT-compiled (65 ms).
+	 * a backend's first read of its epoch row was JIT-compiled (65 ms).
 	 */
 	(void) set_config_option("jit", "off",
 							 PGC_USERSET, PGC_S_SESSION,

@@ -23,7 +23,8 @@
  *	  lowers the hint to the earliest expiry left, and exits.  The launcher
  *	  starts one per due interval; dlock.reap() starts one in its own
  *	  database and waits for its count (passed back in a small DSM
- *	  segment), with or without preloading.
+ *	  segment), with or without preloading; reap() callers of a database
+ *	  take turns, so they never need more than one worker slot.
  *
  * Shared state: none of its own; the hint and statistics are waiters.c's,
  * the DSM segment of a round is written only by the round, and read by
@@ -59,6 +60,8 @@ PGDLLEXPORT void dlock_round_main(Datum main_arg);
 
 /* Candidates per scan of the table. */
 #define DLOCK_ROUND_SCAN 10000
+/* How long dlock.reap() waits for a free background worker slot. */
+#define DLOCK_ROUND_SLOT_WAIT_MS 10000
 /* Start a round at least this often anyway, to purge long-free rows. */
 #define DLOCK_WORKER_FULL_SCAN_SECS 60
 
@@ -145,19 +148,39 @@ run_round(Oid dbid, bool *done, int64 *reaped)
 
 /*
  * dlock_run_round: start a round in this database, wait for it, return how
- * many leases it reaped.  For dlock.reap().
+ * many leases it reaped.  For dlock.reap().  Callers in one database take
+ * turns (a lock-manager lock, given back as soon as the round has ended),
+ * so any number of concurrent reap() calls use one background worker slot
+ * between them; a slot taken by others (parallel query, other extensions)
+ * is waited for, up to DLOCK_ROUND_SLOT_WAIT_MS.
  */
 int64
 dlock_run_round(void)
 {
-	bool		done;
-	int64		reaped;
+	LOCKTAG		tag;
+	bool		done = false;
+	bool		started;
+	int64		reaped = 0;
+	long		waited_ms = 0;
 
-	if (!run_round(MyDatabaseId, &done, &reaped))
+	SET_LOCKTAG_ADVISORY(tag, MyDatabaseId, 0, 0, DLOCK_LOCKTAG_REAP);
+	(void) LockAcquire(&tag, ExclusiveLock, false, false);
+	while (!(started = run_round(MyDatabaseId, &done, &reaped)) &&
+		   waited_ms < DLOCK_ROUND_SLOT_WAIT_MS)
+	{
+		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
+						 20, PG_WAIT_EXTENSION);
+		ResetLatch(MyLatch);
+		CHECK_FOR_INTERRUPTS();
+		waited_ms += 20;
+	}
+	LockRelease(&tag, ExclusiveLock, false);
+	if (!started)
 		ereport(ERROR,
 				(errcode(ERRCODE_CONFIGURATION_LIMIT_EXCEEDED),
 				 errmsg("could not start a dlock reaper round"),
-				 errdetail("dlock.reap() reaps in a background worker of its own, and none is free."),
+				 errdetail("dlock.reap() reaps in a background worker of its own, and none was free for %d ms.",
+						   DLOCK_ROUND_SLOT_WAIT_MS),
 				 errhint("Raise max_worker_processes.")));
 	if (!done)
 		ereport(ERROR,
@@ -288,7 +311,9 @@ reap_round(MemoryContext loop_context)
 			break;
 	}
 
-	/* OUTBOX: begin_xact("delivering queued events"); dlock_outbox_deliver(); end_xact(); */
+	begin_xact("delivering queued events");
+	(void) dlock_outbox_deliver();
+	end_xact();
 
 	begin_xact("finding long-free rows");
 	MemoryContextSwitchTo(loop_context);

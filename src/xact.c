@@ -8,14 +8,18 @@
  *	  least synchronous_commit = on (a stronger setting is kept), whatever
  *	  the session says; one that only released, outside a transaction
  *	  block, commits asynchronously (a lost release only keeps the resource
- *	  busy until its lease ends).  The setting is forced at PRE_COMMIT and
- *	  put back at COMMIT/ABORT, so no function SET clause or SET LOCAL can
- *	  undo it in between.
+ *	  busy until its lease ends).  The level is set at PRE_COMMIT, as a
+ *	  SET LOCAL through the GUC machinery (so a synchronous standby is
+ *	  waited for), after every function SET clause and SET LOCAL of the
+ *	  transaction is done; the end of the transaction undoes it.
  *	- Transaction-scoped locks: the (resource, fence) pairs this transaction
  *	  holds, for check() and assert_fence(); entries made in a
  *	  subtransaction vanish with it, as its lock-manager locks do.
  *	- The reaper's hint: after COMMIT, the earliest expiry this transaction
  *	  set is passed to waiters.c, so the reaper knows when to look again.
+ *	- Events (events.c): queued during the transaction, handed to NOTIFY at
+ *	  PRE_COMMIT or written to dlock.outbox at PRE_PREPARE; those of an
+ *	  aborted subtransaction are dropped.
  *	- Wakeups: resources whose state this transaction changed in a way a
  *	  waiter cares about; once the transaction's locks are released after
  *	  COMMIT (or ABORT), one waiter of each is woken (waiters.c; a no-op
@@ -29,6 +33,7 @@
 
 #include "access/xact.h"
 #include "nodes/pg_list.h"
+#include "utils/guc.h"
 #include "utils/memutils.h"
 #include "utils/resowner.h"
 
@@ -44,7 +49,7 @@ typedef struct XactHolding
 static bool xact_acquired = false;	/* acquired or renewed something */
 static TimestampTz xact_min_expiry; /* earliest expiry it set, if so */
 static bool xact_async_release = false; /* released outside a block */
-static int	saved_sync_commit = -1; /* value to restore, -1: untouched */
+static bool xact_prepared_events = false;	/* PREPARE put events in the outbox */
 static List *xact_holdings = NIL;	/* XactHolding * */
 
 /*
@@ -166,8 +171,29 @@ dlock_xact_fence(const DlockResource *res)
 }
 
 /*
+ * set_sync_commit: SET LOCAL synchronous_commit = value, through the GUC
+ * machinery so that its assign hook also sets the mode SyncRepWaitForLSN
+ * waits in (assigning the C variable alone left a role's or session's
+ * "off" or "local" waiting for no standby).  Called at PRE_COMMIT of the
+ * top-level transaction (GUC nest level 1): the value is in force for the
+ * commit record (RecordTransactionCommit comes later) and AtEOXact_GUC
+ * puts the session's value back after it.  synchronous_commit is
+ * PGC_USERSET and not GUC_NOT_WHILE_SEC_REST, so neither the caller's role
+ * nor a security-restricted context can refuse it.
+ */
+static void
+set_sync_commit(const char *value)
+{
+	(void) set_config_option("synchronous_commit", value,
+							 PGC_USERSET, PGC_S_SESSION,
+							 GUC_ACTION_LOCAL, true, 0, false);
+}
+
+/*
  * force_sync_commit: at PRE_COMMIT, pick the synchronous_commit level the
- * commit record must be written with.
+ * commit record must be written with: at least "on" (remote_flush) after
+ * an acquisition or renewal, a stronger one such as remote_apply kept;
+ * "off" for a transaction that only released outside a block.
  */
 static void
 force_sync_commit(void)
@@ -175,28 +201,21 @@ force_sync_commit(void)
 	if (xact_acquired)
 	{
 		if (synchronous_commit < SYNCHRONOUS_COMMIT_REMOTE_FLUSH)
-		{
-			saved_sync_commit = synchronous_commit;
-			synchronous_commit = SYNCHRONOUS_COMMIT_REMOTE_FLUSH;
-		}
+			set_sync_commit("on");
 	}
 	else if (xact_async_release && synchronous_commit > SYNCHRONOUS_COMMIT_OFF)
-	{
-		saved_sync_commit = synchronous_commit;
-		synchronous_commit = SYNCHRONOUS_COMMIT_OFF;
-	}
+		set_sync_commit("off");
 }
 
 /* reset_state: forget everything at transaction end. */
 static void
 reset_state(void)
 {
-	if (saved_sync_commit >= 0)
-		synchronous_commit = saved_sync_commit;
-	saved_sync_commit = -1;
 	xact_acquired = false;
 	xact_async_release = false;
+	xact_prepared_events = false;
 	xact_holdings = NIL;		/* memory goes with TopTransactionContext */
+	dlock_events_reset();
 	dlock_store_reset();
 }
 
@@ -207,7 +226,11 @@ dlock_xact_callback(XactEvent event, void *arg)
 	switch (event)
 	{
 		case XACT_EVENT_PRE_COMMIT:
+			dlock_events_pre_commit();
 			force_sync_commit();
+			break;
+		case XACT_EVENT_PRE_PREPARE:
+			xact_prepared_events = dlock_events_pre_prepare();
 			break;
 		case XACT_EVENT_ABORT:
 			dlock_wait_abort();
@@ -219,8 +242,11 @@ dlock_xact_callback(XactEvent event, void *arg)
 			reset_state();
 			break;
 		case XACT_EVENT_PREPARE:
-			/* Committed later, elsewhere: let the reaper look soon. */
-			if (xact_acquired)
+			/*
+			 * Committed later, elsewhere: let the reaper look soon (for its
+			 * expiry, or for the events it left in dlock.outbox).
+			 */
+			if (xact_acquired || xact_prepared_events)
 				dlock_expiry_hint(GetCurrentTimestamp());
 			reset_state();
 			break;
@@ -269,9 +295,11 @@ dlock_subxact_callback(SubXactEvent event, SubTransactionId mySubid,
 				xact_holdings = foreach_delete_current(xact_holdings, lc);
 		}
 		dlock_store_reset();
+		dlock_events_subxact(false, mySubid, parentSubid);
 	}
 	else if (event == SUBXACT_EVENT_COMMIT_SUB)
 	{
+		dlock_events_subxact(true, mySubid, parentSubid);
 		foreach(lc, xact_holdings)
 		{
 			XactHolding *h = lfirst(lc);

@@ -2,8 +2,10 @@
 # run-tests.sh: the README's second command.  On a fresh Debian machine it
 # installs what is missing (apt-get, through sudo unless root), builds and
 # installs dlock and its CLI, and runs every test: pg_regress, isolation,
-# TAP (crash/restart, worker, waits, standby, CLI, pgbouncer, pg_cron,
-# stress, dump/restore), each on throwaway clusters with dlock preloaded.
+# TAP (crash/restart, worker, reaper faults, waits, standby, synchronous
+# standby, prepared transactions, CLI and its faults, pgbouncer, pg_cron,
+# stress, dump/restore, fence epochs, the upgrade walk, the randomized
+# model-checked workload), each on throwaway clusters.
 #
 # PostgreSQL refuses to run as root, so as root the tests run as the
 # "postgres" user on a copy of the tree.  Ends with a line

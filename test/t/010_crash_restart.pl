@@ -3,7 +3,7 @@
 # Promises 1 and 3 of the contract: an acquisition or renewal that returned in
 # its own transaction is durable even under synchronous_commit = off (set for
 # the session or for the role), and fences never repeat or go backwards
-# across a crash, even though dlock.fence_seq WAL-logs values ahead of the
+# across a crash, even though the fence sequence WAL-logs values ahead of the
 # ones it hands out.  An acquisition in a transaction that never committed
 # leaves nothing behind.  The crash is "pg_ctl stop -m immediate" with a long
 # wal_writer_delay, so anything not explicitly flushed is really lost.
@@ -171,7 +171,7 @@ is( $node->safe_psql(
 # cross a WAL-logged batch of the sequence, and nothing commits after them,
 # so only dlock's own flush of the sequence's WAL keeps them from being
 # handed out again after the restart.  (The session first takes and drops a
-# lock in autocommit: a backend's first fence draw reads dlock.epoch, and
+# lock in autocommit: a backend's first fence draw reads the epoch row, and
 # 030_waits.pl covers how that interacts with an open transaction.)
 my $open = $node->background_psql('postgres');
 $walwriter = freeze_wal_writer();

@@ -5,7 +5,7 @@
 # handing out fences (an asynchronous standby that lagged behind), the
 # primary dies, and the standby is promoted: its reaper starts reaping and
 # every fence it hands out is above every fence of the old primary, including
-# those the standby never saw.  That is the timeline epoch in the high bits.
+# those the standby never saw: the new timeline starts a new fence epoch.
 
 use strict;
 use warnings;
@@ -118,7 +118,8 @@ cmp_ok($min_new, '>', $max_primary,
 	"fences after promotion ($min_new) exceed every fence of the old primary ($max_primary)");
 my $tli = $standby->safe_psql('postgres',
 	q{SELECT ('x' || substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8))::bit(32)::int});
-is($new[0] >> 44, $tli, "the fence epoch is the new timeline ($tli)");
+is($standby->safe_psql('postgres', 'SELECT timeline FROM dlock.fence_epoch'), $tli,
+	"the promoted node started a new fence epoch on the new timeline ($tli)");
 
 # The holding survives the failover and is still exclusive.
 is($standby->safe_psql('postgres', q{SELECT dlock.try_lock('held', 'intruder', '1h') IS NULL}),

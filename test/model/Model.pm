@@ -1,0 +1,100 @@
+# Model.pm: one run of dlock's randomized, model-checked workload.
+#
+# Model::run(conninfo => ..., seed => ..., clients => ..., seconds => ...,
+# resources => ..., dir => ...) prepares the database (the extension, and
+# two login roles besides the connecting superuser, which is the extension's
+# owner: ROLE_A, who may break_lock, and ROLE_B, who may not), forks the
+# clients of ModelDriver.pm (roles in turn: superuser, A, B; plus one prober
+# of role B), waits for them, and hands their logs to ModelCheck.pm.  It
+# prints the seed first; the same seed replays the same random choices
+# (the interleaving, set by the scheduler, differs).  Returns
+# (violations, stats, seed).
+
+package Model;
+
+use strict;
+use warnings;
+
+use File::Path qw(make_path);
+use POSIX ();
+
+use ModelCheck;
+use ModelDriver;
+
+our $ROLE_A = 'dlock_model_a';
+our $ROLE_B = 'dlock_model_b';
+
+# setup: extension, roles and grants, as the superuser of conninfo.
+sub setup
+{
+	my ($conninfo) = @_;
+	my $dbh = ModelDriver::connect_as($conninfo, undef);
+	$dbh->{RaiseError} = 1;
+	$dbh->do('CREATE EXTENSION IF NOT EXISTS dlock');
+	for my $role ($ROLE_A, $ROLE_B)
+	{
+		my ($exists) = $dbh->selectrow_array('SELECT count(*) FROM pg_roles WHERE rolname = $1',
+			undef, $role);
+		$dbh->do("CREATE ROLE $role LOGIN") unless $exists;
+	}
+	$dbh->do("GRANT EXECUTE ON FUNCTION dlock.break_lock(text) TO $ROLE_A");
+	my ($super) = $dbh->selectrow_array('SELECT current_user');
+	$dbh->disconnect;
+	return $super;
+}
+
+sub run
+{
+	my (%a) = @_;
+	my $seed = $a{seed} // (time() ^ ($$ << 8)) % 2_000_000_000;
+	my $clients = $a{clients} // 6;
+	my $seconds = $a{seconds} // 10;
+	my $nres = $a{resources} // 3;
+	my $dir = $a{dir} // "/tmp/dlock-model-$$";
+	my $tag = $a{tag} // 'm';
+	my $out = $a{out} // \*STDOUT;
+	print $out "dlock model: seed $seed ($clients clients + 1 prober, $seconds s, $nres resources, logs in $dir)\n";
+	make_path($dir);
+	my $super = setup($a{conninfo});
+
+	my @roles = ([ $super, undef, 1 ], [ $ROLE_A, $ROLE_A, 0 ], [ $ROLE_B, $ROLE_B, 0 ]);
+	my @res = map { "$tag/r$_" } 0 .. $nres - 1;
+	my (@pids, @logs);
+	for my $i (0 .. $clients)
+	{
+		my $prober = $i == $clients;
+		my ($role, $login, $su) = @{ $prober ? $roles[2] : $roles[ $i % 3 ] };
+		my $log = "$dir/client$i.log";
+		push @logs, $log;
+		my $client = ModelDriver->new(
+			id => $i, role => $role, login => $login, is_super => $su,
+			conninfo => $a{conninfo}, seed => ($seed * 1009 + $i * 7919) % 4294967291,
+			seconds => $seconds, resources => \@res,
+			probe => $prober ? "$tag/probe" : undef, logfile => $log);
+		my $pid = fork;
+		die "fork: $!" unless defined $pid;
+		if ($pid == 0)
+		{
+			my $ok = eval { $client->run; 1 };
+			print STDERR "client $i: $@" unless $ok;
+			POSIX::_exit($ok ? 0 : 1);
+		}
+		push @pids, $pid;
+	}
+	my $failed_clients = 0;
+	for my $pid (@pids)
+	{
+		waitpid($pid, 0);
+		$failed_clients++ if $? != 0;
+	}
+	my ($v, $stats) = ModelCheck::check(ModelCheck::load(@logs));
+	$stats->{'clients that died'} = $failed_clients;
+	push @$v, "VIOLATION [client] $failed_clients client(s) died (see stderr)\n"
+	  if $failed_clients;
+	print $out "dlock model: " . join(', ', map { "$_ $stats->{$_}" } sort keys %$stats) . "\n";
+	print $out $_ for @$v;
+	print $out "dlock model: seed $seed: " . (@$v ? scalar(@$v) . " violation(s)" : 'PASS') . "\n";
+	return ($v, $stats, $seed);
+}
+
+1;

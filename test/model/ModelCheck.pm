@@ -1,0 +1,418 @@
+# ModelCheck.pm: the checker of dlock's randomized workload (the model).
+#
+# Input: the operation records ModelDriver.pm logged (see there), each with
+# its server-clock bracket [t0, t1] (the call happened inside it, so did its
+# lease arithmetic), the fate of its transaction, tlo (the transaction was
+# still open then) and tdone (its end had been acknowledged by then).
+# Commit times are only known as intervals, so every check is written to
+# fire only when no order of events consistent with the record could
+# explain it (no false alarms):
+#
+#  fence-unique   a fence returned by an acquisition belongs to one holding
+#                 (resource, holder, role; or one transaction's xact lock).
+#  fence-order    per resource, a holding acknowledged (tdone) before
+#                 another's acquisition started has the smaller fence.
+#  overlap        per resource, in fence order, a holding's acquisition
+#                 returned (t1) while the previous holding surely still
+#                 lived: its lease surely ran past that (t0 + lease of a
+#                 committed acquisition, or a committed renew's expiry) and
+#                 no unlock of its holder, unlock_all or break_lock that
+#                 returned "released" could have come in between; for an
+#                 xact lock, its transaction surely still open (tlo).
+#  revival        a renew with a fence, or a re-entry, succeeded although
+#                 every extension of that holding (t1 + lease of its
+#                 acquisitions, renew results) had run out before it
+#                 started (t0).
+#  role           a role other than the owner (superusers aside) never
+#                 unlocks or renews a holding: a steal (another role's
+#                 holder text read from dlock.locks) never succeeds, and an
+#                 unlock or renew succeeds only if the caller's own role
+#                 might then hold that holder text on that resource.
+#  free-at-once   the prober's try_lock of its own resource, started after
+#                 its previous lease there surely ended, never gets NULL
+#                 (only reap(), the worker and the prober touch it).
+#  assert-fence   assert_fence succeeds only for a live holding: not after
+#                 its every extension ran out, not after a newer holding of
+#                 the resource was acknowledged, not after it was released
+#                 under its fence.
+#  count          per client and private holder text, replaying the
+#                 client's own operations (undoing what rolled back):
+#                 unlock of a holding of count n returns n - 1.
+#  error          no SQLSTATE outside those the workload provokes on
+#                 purpose (42501, 55P03, 40001, 40P01, 57014).
+#
+# MARGIN_US absorbs rounding of the clock to microseconds.
+
+package ModelCheck;
+
+use strict;
+use warnings;
+
+use JSON::PP;
+
+my $MARGIN_US = 2000;
+my %OK_ERR = map { $_ => 1 } qw(42501 55P03 40001 40P01 57014);
+
+# load: the records of every log file, in each client's order.
+sub load
+{
+	my @files = @_;
+	my @ops;
+	for my $f (@files)
+	{
+		open(my $fh, '<', $f) or die "$f: $!\n";
+		while (my $line = <$fh>)
+		{
+			chomp $line;
+			next if $line eq '';
+			my $op = eval { decode_json($line) };
+			push @ops, $op if $op;    # a client killed mid-line loses one op
+		}
+		close $fh;
+	}
+	@ops = sort { $a->{c} <=> $b->{c} || $a->{n} <=> $b->{n} } @ops;
+	return \@ops;
+}
+
+sub ok { my ($o) = @_; return !defined $o->{err}; }
+sub committed { my ($o) = @_; return ok($o) && $o->{fate} eq 'commit'; }
+sub is_acq { my ($o) = @_; return $o->{k} eq 'try_lock' || $o->{k} eq 'lock'; }
+sub is_xact_acq { my ($o) = @_; return $o->{k} eq 'xact_lock' || $o->{k} eq 'try_xact_lock'; }
+
+sub show
+{
+	my ($o) = @_;
+	return 'none' unless $o;
+	my @a = map { defined $o->{$_} ? "$_=$o->{$_}" : () }
+	  qw(c role k r h lease wait f res err t0 t1 tlo tdone fate steal);
+	return "{@a}";
+}
+
+# check: run every check; returns (list of violation texts, stats).
+sub check
+{
+	my ($ops) = @_;
+	my @v;
+	my %stats;
+	my $viol = sub {
+		my ($kind, $text, @involved) = @_;
+		$stats{"violation $kind"}++;
+		push @v, "VIOLATION [$kind] $text\n" . join('', map { "    " . show($_) . "\n" } @involved);
+	};
+
+	$stats{ops} = scalar @$ops;
+	$stats{"ok $_->{k}"}++ for grep { ok($_) && defined $_->{res} } @$ops;
+
+	# Holdings by fence.
+	my (%hold, %by_rh);
+	for my $o (@$ops)
+	{
+		push @{ $by_rh{"$o->{r}\0$o->{h}"} }, $o if defined $o->{r} && defined $o->{h};
+		next unless ok($o) && defined $o->{res};
+		my $key;
+		if (is_acq($o)) { $key = "L\0$o->{r}\0$o->{h}\0$o->{role}" }
+		elsif (is_xact_acq($o)) { $key = "X\0$o->{r}\0$o->{c}\0$o->{u}" }
+		else { next }
+		my $f = $o->{res};
+		my $hd = $hold{$f};
+		if ($hd && $hd->{key} ne $key)
+		{
+			$viol->('fence-unique', "fence $f returned to two holdings", $hd->{acq}, $o);
+			next;
+		}
+		$hd = $hold{$f} //= { key => $key, f => $f, r => $o->{r}, h => $o->{h},
+			role => $o->{role}, xact => is_xact_acq($o), ops => [] };
+		push @{ $hd->{ops} }, $o;
+		$hd->{acq} = $o if !$hd->{acq} || $o->{t0} < $hd->{acq}{t0};
+		$hd->{committed} = 1 if committed($o) || $hd->{xact};
+	}
+
+	# e_up: the latest this holding could have lasted, from its extensions
+	# started before time t (excluding op $self).
+	my $e_up = sub {
+		my ($hd, $t, $self) = @_;
+		my $e = 0;
+		for my $o (@{ $hd->{ops} })
+		{
+			next if $self && $o == $self;
+			next unless $o->{t0} < $t;
+			my $x = $o->{t1} + $o->{lease} * 1000;
+			$e = $x if $x > $e;
+		}
+		for my $o (@{ $by_rh{"$hd->{r}\0$hd->{h}"} || [] })
+		{
+			next if $self && $o == $self;
+			next unless $o->{k} eq 'renew' && ok($o) && defined $o->{res} && $o->{t0} < $t;
+			$e = $o->{res} if $o->{res} > $e;
+		}
+		return $e;
+	};
+	# e_lo: the earliest this committed lease surely lasted until, given
+	# what happened before time t.  An acquisition or re-entry sets the
+	# expiry to at least t0 + lease; a renew sets it to its result, which
+	# may be earlier.  Any committed renew of this holder text on this
+	# resource (under this fence or none) may have been the last one; so
+	# with renews the bound is the least result among those not surely
+	# followed by another.
+	my $e_lo = sub {
+		my ($hd, $t) = @_;
+		my $e = 0;
+		for my $o (@{ $hd->{ops} })
+		{
+			next unless committed($o);
+			my $x = $o->{t0} + $o->{lease} * 1000;
+			$e = $x if $x > $e;
+		}
+		my @renews = grep {
+			$_->{k} eq 'renew' && committed($_) && defined $_->{res}
+			  && (!defined $_->{f} || $_->{f} == $hd->{f})
+			  && $_->{tdone} > $hd->{acq}{t0} && $_->{t0} < $t
+		} @{ $by_rh{"$hd->{r}\0$hd->{h}"} || [] };
+		return $e unless @renews;
+		my $min;
+		for my $x (@renews)
+		{
+			next if grep { $_->{t0} > $x->{tdone} } @renews;
+			$min = $x->{res} if !defined $min || $x->{res} < $min;
+		}
+		return $min // 0;
+	};
+
+	my %res_holds;
+	push @{ $res_holds{ $_->{r} } }, $_ for grep { $_->{committed} } values %hold;
+
+	# Releases that might end a holding: they said so, and committed (or
+	# ran earlier in the transaction of the next holding, which saw them).
+	my @enders = grep {
+		ok($_) && (($_->{k} eq 'unlock' && defined $_->{res} && $_->{res} == 0)
+			|| ($_->{k} eq 'unlock_all' && $_->{res} > 0)
+			|| ($_->{k} eq 'break_lock' && $_->{res}))
+	} @$ops;
+
+	for my $r (sort keys %res_holds)
+	{
+		my @hs = sort { $a->{f} <=> $b->{f} } @{ $res_holds{$r} };
+		$stats{holdings} += @hs;
+
+		# fence-order: scan from the largest fence down.
+		my $min;
+		for my $hd (reverse @hs)
+		{
+			if ($min && $min->{acq}{tdone} < $hd->{acq}{t0})
+			{
+				$viol->('fence-order',
+					"resource $r: fence $min->{f} acknowledged before fence $hd->{f} was asked for",
+					$min->{acq}, $hd->{acq});
+			}
+			$min = $hd if !$min || $hd->{acq}{tdone} < $min->{acq}{tdone};
+		}
+
+		# overlap: consecutive holdings in fence order.
+		for my $i (1 .. $#hs)
+		{
+			my ($p, $n) = @hs[ $i - 1, $i ];
+			my $t = $n->{acq}{t1};
+			if ($p->{xact})
+			{
+				my $a = $p->{acq};
+				my $end = $a->{undone} ? $a->{t1} : $a->{tlo};
+				$viol->('overlap', "resource $r: fence $n->{f} taken while xact lock $p->{f} was held",
+					$a, $n->{acq})
+				  if $end > $t + $MARGIN_US;
+				next;
+			}
+			my $e = $e_lo->($p, $t);
+			next unless $e > $t + $MARGIN_US;
+			my $na = $n->{acq};
+			my @may_end = grep {
+				$_->{t0} < $t && $_->{tdone} > $p->{acq}{t0}
+				  && (committed($_) || ($_->{c} == $na->{c} && $_->{u} == $na->{u}))
+				  && ($_->{k} eq 'break_lock' ? $_->{r} eq $r
+					: $_->{k} eq 'unlock_all' ? $_->{h} eq $p->{h}
+					: ($_->{r} eq $r && $_->{h} eq $p->{h}))
+			} @enders;
+			next if @may_end;
+			$viol->('overlap',
+				"resource $r: fence $n->{f} taken while fence $p->{f} (holder $p->{h}) surely lived until $e",
+				$p->{acq}, $n->{acq});
+		}
+	}
+
+	# revival, role, assert-fence, free-at-once, error.
+	my %probe_last;
+	for my $o (@$ops)
+	{
+		if (defined $o->{err} && !$OK_ERR{ $o->{err} })
+		{
+			$viol->('error', "unexpected SQLSTATE $o->{err}: " . ($o->{msg} // ''), $o);
+		}
+		if ($o->{k} eq 'renew' && ok($o) && defined $o->{res} && defined $o->{f}
+			&& (my $hd = $hold{ $o->{f} }))
+		{
+			if (!$hd->{xact} && $hd->{r} eq $o->{r})
+			{
+				my $e = $e_up->($hd, $o->{t1}, $o);
+				$viol->('revival', "renew of fence $o->{f} after its lease ended at $e", $hd->{acq}, $o)
+				  if $e && $o->{t0} > $e + $MARGIN_US;
+			}
+		}
+		if (is_acq($o) && ok($o) && defined $o->{res} && (my $hd = $hold{ $o->{res} }))
+		{
+			if ($hd->{acq} != $o)
+			{
+				my $e = $e_up->($hd, $o->{t1}, $o);
+				$viol->('revival', "re-entry kept fence $o->{res} after its lease ended at $e",
+					$hd->{acq}, $o)
+				  if $o->{t0} > $e + $MARGIN_US;
+			}
+		}
+		if (($o->{k} eq 'unlock' || $o->{k} eq 'renew') && ok($o) && defined $o->{res}
+			&& !$o->{su})
+		{
+			if ($o->{steal})
+			{
+				$viol->('role', "role $o->{role} changed another role's holding of $o->{r}", $o);
+			}
+			else
+			{
+				# Some holding of this holder text by this role might be live.
+				my $found;
+				for my $hd (values %hold)
+				{
+					next if $hd->{xact} || $hd->{r} ne $o->{r} || $hd->{h} ne $o->{h}
+					  || $hd->{role} ne $o->{role};
+					my @c = grep {
+						$_->{t0} < $o->{t1} && (committed($_) || ($_->{c} == $o->{c} && $_->{u} == $o->{u}))
+					} @{ $hd->{ops} };
+					next unless @c;
+					if ($e_up->($hd, $o->{t1}, $o) + $MARGIN_US >= $o->{t0}) { $found = 1; last }
+				}
+				$viol->('role', "role $o->{role} changed $o->{r} for holder $o->{h} without holding it", $o)
+				  unless $found;
+			}
+		}
+		if ($o->{k} eq 'assert_fence' && ok($o) && (my $hd = $hold{ $o->{f} }))
+		{
+			next if $hd->{xact};
+			my $e = $e_up->($hd, $o->{t1}, $o);
+			$viol->('assert-fence', "assert_fence of fence $o->{f} after its lease ended at $e",
+				$hd->{acq}, $o)
+			  if $o->{t0} > $e + $MARGIN_US;
+			for my $n (@{ $res_holds{ $o->{r} } || [] })
+			{
+				next unless $n->{f} > $o->{f} && $n->{acq}{tdone} < $o->{t0};
+				$viol->('assert-fence', "assert_fence of fence $o->{f} after fence $n->{f} was acknowledged",
+					$n->{acq}, $o);
+				last;
+			}
+			for my $u (grep { committed($_) } @enders)
+			{
+				next unless $u->{k} eq 'unlock' && defined $u->{f} && $u->{f} == $o->{f}
+				  && $u->{r} eq $o->{r} && $u->{tdone} < $o->{t0};
+				$viol->('assert-fence', "assert_fence of fence $o->{f} after its release", $u, $o);
+				last;
+			}
+		}
+		if ($o->{probe})
+		{
+			if ($o->{expect_free})
+			{
+				$stats{probes}++;
+				my $last = $probe_last{ $o->{r} };
+				my $sure = $last && (!$last->{res} || $o->{t0} > $last->{end} + $MARGIN_US);
+				if ($sure && ok($o) && !defined $o->{res})
+				{
+					$viol->('free-at-once', "try_lock of $o->{r} got NULL although its last lease ended at $last->{end}",
+						$last->{op}, $o);
+				}
+			}
+			if (is_acq($o) && ok($o) && defined $o->{res})
+			{
+				$probe_last{ $o->{r} } = { op => $o, res => 1, end => $o->{t1} + $o->{lease} * 1000 };
+			}
+			elsif ($o->{k} eq 'unlock' && ok($o) && defined $o->{res} && $o->{res} == 0)
+			{
+				$probe_last{ $o->{r} }{end} = $o->{tdone};
+			}
+		}
+	}
+
+	check_counts($ops, $viol);
+	return (\@v, \%stats);
+}
+
+# check_counts: replay each client's own private holdings (undoing what
+# rolled back) and compare unlock's count with the model's.
+sub check_counts
+{
+	my ($ops, $viol) = @_;
+	my (%count, %fence);
+	my $flush = sub {
+		my ($client, $unit_ops) = @_;
+		return unless @$unit_ops;
+		my $start = { count => {%count}, fence => {%fence} };
+		my $undo_seen;
+		for my $o (@$unit_ops)
+		{
+			my $k = defined $o->{r} && defined $o->{h} ? "$o->{r}\0$o->{h}" : undef;
+			next if $o->{steal} || $o->{probe} || $o->{undone};
+			my $private = defined $o->{h} && $o->{h} =~ m{^\Q$o->{role}\E/c\Q$o->{c}\E/};
+			next unless ok($o);
+			if (is_acq($o) && $private && defined $o->{res})
+			{
+				if (($count{$k} // 0) > 0 && $fence{$k} == $o->{res}) { $count{$k}++ }
+				else { $count{$k} = 1; $fence{$k} = $o->{res} }
+			}
+			elsif ($o->{k} eq 'unlock' && $private)
+			{
+				if (defined $o->{res})
+				{
+					my $c = $count{$k} // 0;
+					$viol->('count', "unlock returned $o->{res} for a holding of count $c", $o)
+					  if $c > 0 && $o->{res} != $c - 1;
+					$count{$k} = $o->{res};
+				}
+				elsif (!defined $o->{f} || ($fence{$k} // -1) == $o->{f})
+				{
+					$count{$k} = 0;
+				}
+			}
+			elsif ($o->{k} eq 'renew' && $private && !defined $o->{res}
+				&& (!defined $o->{f} || ($fence{$k} // -1) == $o->{f}))
+			{
+				$count{$k} = 0;
+			}
+			elsif ($o->{k} eq 'unlock_all' && defined $o->{res})
+			{
+				for my $kk (keys %count)
+				{
+					$count{$kk} = 0 if (split /\0/, $kk)[1] eq $o->{h};
+				}
+			}
+		}
+		# A rolled-back unit restores the state at its start (operations
+		# undone by ROLLBACK TO were skipped above).
+		if (($unit_ops->[0]{ufate} // $unit_ops->[0]{fate}) ne 'commit')
+		{
+			%count = %{ $start->{count} };
+			%fence = %{ $start->{fence} };
+		}
+	};
+	my @unit;
+	my $prev = '';
+	for my $o (@$ops)
+	{
+		my $id = "$o->{c}/$o->{u}";
+		if ($id ne $prev)
+		{
+			$flush->($prev, \@unit);
+			@unit = ();
+			if ($prev ne '' && (split m{/}, $prev)[0] != $o->{c}) { %count = (); %fence = () }
+			$prev = $id;
+		}
+		push @unit, $o;
+	}
+	$flush->($prev, \@unit);
+}
+
+1;

@@ -1,0 +1,414 @@
+# ModelDriver.pm: the clients of dlock's randomized, model-checked workload.
+#
+# Each client is a forked process with its own DBD::Pg connection, playing
+# random operations (try_lock, lock, unlock, renew, unlock_all, reap,
+# break_lock, check, assert_fence, xact_lock, try_xact_lock, and "steals":
+# unlock/renew of another role's holding read from dlock.locks) on a few
+# resources with short leases, in autocommit and in transactions (READ
+# COMMITTED or SERIALIZABLE, with savepoints, ROLLBACK TO, and rollbacks).
+# One client is the prober: alone on its own resource, it lets its lease
+# run out and then checks that the resource is free at once, while other
+# clients keep reap() open in transactions.
+#
+# Every operation is logged, one JSON line each, to the client's own file
+# with the server clock read in the same statement right before and after
+# the call (t0, t1), the fate of its transaction (commit or rollback), a
+# server clock read before the transaction ended (tlo) and one after its
+# end was acknowledged (tdone).  ModelCheck.pm reads these logs.  Random
+# choices come from a per-client seed derived from the run's seed.
+
+package ModelDriver;
+
+use strict;
+use warnings;
+
+use DBI;
+use DBD::Pg;
+use JSON::PP;
+use POSIX ();
+use Time::HiRes qw(time usleep);
+
+# The server clock in microseconds since the epoch, as an int8.
+my $T = q{(extract(epoch FROM pg_catalog.clock_timestamp()) * 1000000)::int8};
+
+my @LEASES_MS = (50, 100, 200, 500, 1000);
+my $JSON = JSON::PP->new->canonical;
+
+# connect_as: a connection as role (undef: the conninfo's user), autocommit.
+sub connect_as
+{
+	my ($conninfo, $role) = @_;
+	my $dsn = "dbi:Pg:$conninfo";
+	my $dbh = DBI->connect($dsn, defined $role ? $role : '', '',
+		{ AutoCommit => 1, RaiseError => 0, PrintError => 0, PrintWarn => 0 })
+	  or die "cannot connect as " . ($role // 'default') . ": $DBI::errstr\n";
+	$dbh->do(q{SET statement_timeout = '20s'});
+	$dbh->do(q{SET lock_timeout = '10s'});
+	return $dbh;
+}
+
+# now_us: the server clock.
+sub now_us
+{
+	my ($dbh) = @_;
+	my ($t) = $dbh->selectrow_array("SELECT $T");
+	die "cannot read the server clock: " . ($dbh->errstr // '') . "\n"
+	  unless defined $t;
+	return $t;
+}
+
+# Client object: conninfo, role, is_super, id, seed, seconds, resources,
+# probe (resource, for the prober), logfile, can_break.
+sub new
+{
+	my ($class, %a) = @_;
+	my $self = bless {%a}, $class;
+	$self->{holders} = [ map { "$a{role}/c$a{id}/h$_" } 0 .. 1 ];
+	$self->{shared} = [ map { "shared/h$_" } 0 .. 1 ];
+	$self->{fence} = {};    # "r\0h" => last fence this client saw returned
+	$self->{seq} = 0;
+	$self->{unit} = 0;
+	return $self;
+}
+
+sub rnd { my ($n) = @_; return int(rand($n)); }
+sub pick { my @a = @_; return $a[ rnd(scalar @a) ]; }
+
+# call: run one operation statement "SELECT t0, call, t1"; returns an op
+# record (res or err set).
+sub call
+{
+	my ($self, $op, $sql, $binds, %f) = @_;
+	my $dbh = $self->{dbh};
+	my $rec = {
+		c => $self->{id}, role => $self->{role}, su => $self->{is_super} ? 1 : 0,
+		u => $self->{unit}, n => $self->{seq}++, k => $op, %f
+	};
+	my $row = $dbh->selectrow_arrayref("SELECT $T, $sql, $T", undef, @$binds);
+	if ($row)
+	{
+		($rec->{t0}, $rec->{res}, $rec->{t1}) = @$row;
+	}
+	else
+	{
+		$rec->{err} = $dbh->state || 'XXXXX';
+		$rec->{msg} = $dbh->errstr;
+	}
+	return $rec;
+}
+
+sub lease_arg { my ($ms) = @_; return "$ms milliseconds"; }
+
+# read_failed: the record of a failed read of dlock.locks (not an
+# operation, but it aborts the transaction like one).
+sub read_failed
+{
+	my ($self) = @_;
+	my $dbh = $self->{dbh};
+	return undef unless $dbh->err;
+	return { c => $self->{id}, role => $self->{role}, su => $self->{is_super} ? 1 : 0,
+		u => $self->{unit}, n => $self->{seq}++, k => 'read',
+		err => $dbh->state || 'XXXXX', msg => $dbh->errstr };
+}
+
+# random_op: one random operation (returns its record, undef for none).
+sub random_op
+{
+	my ($self, $in_xact) = @_;
+	my $r = pick(@{ $self->{resources} });
+	my $h = rnd(4) == 0 ? pick(@{ $self->{shared} }) : pick(@{ $self->{holders} });
+	my $key = "$r\0$h";
+	my $lease = pick(@LEASES_MS);
+	my $fence = $self->{fence}{$key};
+	my $x = rnd(100);
+	my $rec;
+
+	if ($x < 22)
+	{
+		$rec = $self->call('try_lock', 'dlock.try_lock($1, $2, $3::interval)',
+			[ $r, $h, lease_arg($lease) ], r => $r, h => $h, lease => $lease);
+	}
+	elsif ($x < 32)
+	{
+		my $wait = pick(0, 20, 100, 300);
+		$rec = $self->call('lock', 'dlock.lock($1, $2, $3::interval, $4::interval)',
+			[ $r, $h, lease_arg($lease), lease_arg($wait) ],
+			r => $r, h => $h, lease => $lease, wait => $wait);
+	}
+	elsif ($x < 46)
+	{
+		my $f = rnd(3) ? $fence : undef;
+		$rec = $self->call('unlock', 'dlock.unlock($1, $2, $3::int8)',
+			[ $r, $h, $f ], r => $r, h => $h, f => $f);
+	}
+	elsif ($x < 58)
+	{
+		my $f = rnd(3) ? $fence : undef;
+		my $l = rnd(3) ? $lease : undef;
+		$rec = $self->call('renew',
+			"(extract(epoch FROM dlock.renew(\$1, \$2, \$3::interval, \$4::int8)) * 1000000)::int8",
+			[ $r, $h, defined $l ? lease_arg($l) : undef, $f ],
+			r => $r, h => $h, lease => $l, f => $f);
+	}
+	elsif ($x < 61)
+	{
+		$rec = $self->call('unlock_all', 'dlock.unlock_all($1)', [$h], h => $h);
+	}
+	elsif ($x < 64)
+	{
+		$rec = $self->call('reap', 'dlock.reap()', []);
+	}
+	elsif ($x < 67)
+	{
+		$rec = $self->call('break_lock', 'dlock.break_lock($1)::int', [$r], r => $r);
+	}
+	elsif ($x < 73)
+	{
+		my ($f) = $self->{dbh}->selectrow_array(
+			'SELECT fence FROM dlock.locks WHERE resource = $1', undef, $r);
+		if (my $bad = $self->read_failed) { return $bad }
+		$f = $fence if rnd(2) || !defined $f;
+		return undef unless defined $f;
+		my $which = rnd(2) ? 'check' : 'assert_fence';
+		my $sql = $which eq 'check' ? 'dlock."check"($1, $2)::int'
+		  : '(dlock.assert_fence($1, $2) IS NULL)::int';
+		$rec = $self->call($which, $sql, [ $r, $f ], r => $r, f => $f);
+	}
+	elsif ($x < 79)
+	{
+		if (rnd(2))
+		{
+			$rec = $self->call('try_xact_lock', 'dlock.try_xact_lock($1)', [$r], r => $r);
+		}
+		else
+		{
+			my $wait = pick(0, 20, 100);
+			$rec = $self->call('xact_lock', 'dlock.xact_lock($1, $2::interval)',
+				[ $r, lease_arg($wait) ], r => $r, wait => $wait);
+		}
+	}
+	elsif ($x < 88)
+	{
+		$rec = $self->steal;
+	}
+	elsif ($in_xact)
+	{
+		my $ms = pick(10, 50, 150, 300);
+		$rec = $self->call('sleep', "pg_sleep($ms / 1000.0) IS NULL", [], ms => $ms);
+	}
+	else
+	{
+		return undef;
+	}
+	return undef unless $rec;
+	if (!$rec->{err} && defined $rec->{res}
+		&& ($rec->{k} eq 'try_lock' || $rec->{k} eq 'lock'))
+	{
+		$self->{fence}{$key} = $rec->{res};
+	}
+	return $rec;
+}
+
+# steal: unlock or renew a holding of another role, under the holder text
+# read from dlock.locks.  A role other than the owner must get 42501 or
+# NULL (superusers aside: the superuser only renews, so counts stay the
+# owners').
+sub steal
+{
+	my ($self) = @_;
+	my $rows = $self->{dbh}->selectall_arrayref(
+		q{SELECT resource, holder, fence FROM dlock.locks
+		   WHERE owner::text <> current_user AND NOT expired
+		     AND holder NOT LIKE 'shared/%' AND holder NOT LIKE 'probe/%'
+		   ORDER BY resource, holder});
+	if (my $bad = $self->read_failed) { return $bad }
+	return undef unless $rows && @$rows;
+	my ($r, $h, $f) = @{ pick(@$rows) };
+	if (!$self->{is_super} && rnd(2))
+	{
+		return $self->call('unlock', 'dlock.unlock($1, $2, $3::int8)',
+			[ $r, $h, rnd(2) ? $f : undef ], r => $r, h => $h,
+			f => undef, steal => 1);
+	}
+	return $self->call('renew',
+		"(extract(epoch FROM dlock.renew(\$1, \$2, '1 second'::interval, \$3::int8)) * 1000000)::int8",
+		[ $r, $h, $f ], r => $r, h => $h, lease => 1000, f => $f, steal => 1);
+}
+
+# finish: log the unit's records with their fate and end times.
+sub finish
+{
+	my ($self, $recs, $fate, $tlo) = @_;
+	my $tdone = now_us($self->{dbh});
+	for my $rec (@$recs)
+	{
+		$rec->{fate} = $rec->{undone} ? 'rollback' : $fate;
+		$rec->{ufate} = $fate;
+		$rec->{tdone} = $tdone;
+		$rec->{tlo} = $tlo // $rec->{t1};
+		print { $self->{log} } $JSON->encode($rec), "\n";
+	}
+}
+
+# auto_unit: one operation in autocommit.
+sub auto_unit
+{
+	my ($self) = @_;
+	my $rec = $self->random_op(0) or return;
+	$rec->{xact} = 0;
+	$self->finish([$rec], 'commit', $rec->{t1});
+}
+
+# xact_unit: a transaction of a few operations, maybe a savepoint and a
+# ROLLBACK TO, ending in COMMIT or ROLLBACK.
+sub xact_unit
+{
+	my ($self) = @_;
+	my $dbh = $self->{dbh};
+	my $iso = rnd(2) ? 'SERIALIZABLE' : 'READ COMMITTED';
+	$dbh->do("BEGIN ISOLATION LEVEL $iso") or die $dbh->errstr;
+	my (@recs, $sp_at, $aborted, $tlo);
+	my $n = 1 + rnd(5);
+	for my $i (1 .. $n)
+	{
+		if (!defined $sp_at && rnd(4) == 0)
+		{
+			$dbh->do('SAVEPOINT s') or do { $aborted = 1; last };
+			$sp_at = scalar @recs;
+		}
+		my $rec = $self->random_op(1) or next;
+		$rec->{xact} = 1;
+		$rec->{iso} = $iso;
+		push @recs, $rec;
+		my $rollback_to = $rec->{err} || rnd(6) == 0;
+		if ($rollback_to && defined $sp_at)
+		{
+			$dbh->do('ROLLBACK TO SAVEPOINT s') or do { $aborted = 1; last };
+			$recs[$_]{undone} = 1 for $sp_at .. $#recs;
+			$dbh->do('RELEASE SAVEPOINT s');
+			undef $sp_at;
+		}
+		elsif ($rec->{err})
+		{
+			$aborted = 1;
+			last;
+		}
+	}
+	my $fate = 'rollback';
+	if (!$aborted)
+	{
+		$tlo = now_us($dbh);
+		if (rnd(10) < 7)
+		{
+			$fate = $dbh->do('COMMIT') ? 'commit' : 'rollback';
+			if ($fate eq 'rollback')
+			{
+				$_->{commit_err} = $dbh->state for @recs;
+				$dbh->do('ROLLBACK');
+			}
+		}
+		else
+		{
+			$dbh->do('ROLLBACK');
+		}
+	}
+	else
+	{
+		$dbh->do('ROLLBACK');
+	}
+	$self->finish(\@recs, $fate, $tlo);
+}
+
+# reap_unit: reap() in a transaction left open a while (issue 8, defect 7:
+# it must not block acquirers of expired leases).
+sub reap_unit
+{
+	my ($self) = @_;
+	my $dbh = $self->{dbh};
+	$dbh->do('BEGIN') or die $dbh->errstr;
+	my $rec = $self->call('reap', 'dlock.reap()', []);
+	$rec->{xact} = 1;
+	$rec->{open} = 1;
+	$dbh->do('SELECT pg_sleep($1 / 1000.0)', undef, pick(100, 200, 300, 400))
+	  unless $rec->{err};
+	my $tlo = $rec->{err} ? undef : now_us($dbh);
+	my $ok = !$rec->{err} && $dbh->do('COMMIT');
+	$dbh->do('ROLLBACK') unless $ok;
+	$self->finish([$rec], $ok ? 'commit' : 'rollback', $tlo);
+}
+
+# probe_unit: the prober's round on its own resource: take it with a short
+# lease, sometimes release it, else let it run out; then, once the server
+# clock is past the end of the lease, take it again under another holder
+# text: it must be free at once (no other client ever acquires it).
+sub probe_unit
+{
+	my ($self) = @_;
+	my $dbh = $self->{dbh};
+	my $r = $self->{probe};
+	my $lease = pick(50, 100, 200);
+	my $h = "probe/h" . ($self->{unit} % 2);
+	my $rec = $self->call('try_lock', 'dlock.try_lock($1, $2, $3::interval)',
+		[ $r, $h, lease_arg($lease) ], r => $r, h => $h, lease => $lease, probe => 1);
+	$rec->{xact} = 0;
+	$self->finish([$rec], 'commit', $rec->{t1});
+	return if $rec->{err} || !defined $rec->{res};
+	if (rnd(4) == 0)
+	{
+		$self->{unit}++;
+		my $u = $self->call('unlock', 'dlock.unlock($1, $2, $3::int8)',
+			[ $r, $h, $rec->{res} ], r => $r, h => $h, f => $rec->{res}, probe => 1);
+		$u->{xact} = 0;
+		$self->finish([$u], 'commit', $u->{t1});
+	}
+	my $until = $rec->{t1} + $lease * 1000 + 5000;
+	while ((my $now = now_us($dbh)) < $until)
+	{
+		usleep(List::Util::min(($until - $now), 50_000));
+	}
+	$self->{unit}++;
+	my $h2 = "probe/h" . ($self->{unit} % 2);
+	my $p = $self->call('try_lock', 'dlock.try_lock($1, $2, $3::interval)',
+		[ $r, $h2, lease_arg($lease) ], r => $r, h => $h2, lease => $lease,
+		probe => 1, expect_free => 1);
+	$p->{xact} = 0;
+	$self->finish([$p], 'commit', $p->{t1});
+	if (!$p->{err} && defined $p->{res})
+	{
+		$self->{unit}++;
+		my $u = $self->call('unlock', 'dlock.unlock($1, $2, $3::int8)',
+			[ $r, $h2, $p->{res} ], r => $r, h => $h2, f => $p->{res}, probe => 1);
+		$u->{xact} = 0;
+		$self->finish([$u], 'commit', $u->{t1});
+	}
+}
+
+# run: the client's main loop (in its own process).
+sub run
+{
+	my ($self) = @_;
+	srand($self->{seed});
+	open($self->{log}, '>', $self->{logfile}) or die "$self->{logfile}: $!\n";
+	$self->{log}->autoflush(1);
+	$self->{dbh} = connect_as($self->{conninfo}, $self->{login});
+	my $end = time + $self->{seconds};
+	while (time < $end)
+	{
+		$self->{unit}++;
+		if ($self->{probe})
+		{
+			$self->probe_unit;
+			next;
+		}
+		my $x = rnd(100);
+		if ($x < 55) { $self->auto_unit }
+		elsif ($x < 93) { $self->xact_unit }
+		else { $self->reap_unit }
+	}
+	$self->{dbh}->disconnect;
+	close $self->{log};
+}
+
+use List::Util ();
+
+1;

@@ -1,0 +1,162 @@
+# 095_model.pl: the randomized, model-checked workload (test/model/).
+#
+# Seven clients of three roles (the superuser that owns the extension, a
+# role granted break_lock, a role not) play random lock operations on three
+# resources with leases of 50 ms to 1 s, in autocommit and in transactions
+# (READ COMMITTED and SERIALIZABLE, savepoints, ROLLBACK TO, rollbacks),
+# while a prober checks that expired leases are free at once; then the
+# checker of test/model/ModelCheck.pm verifies fences, overlaps, revivals,
+# roles, counts and errors against the logged operations (see there).
+# Once with dlock preloaded (reaper every 50 ms), once without.
+#
+# The seed is printed (diag) and DLOCK_MODEL_SEED=N replays its choices.
+# Before the runs, the checker is shown to fire: logs of a run, altered
+# to break each property in turn, must be flagged.  Needs DBD::Pg
+# (libdbd-pg-perl).
+
+use strict;
+use warnings;
+
+use Cwd qw(abs_path);
+use File::Basename qw(dirname);
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use Test::More;
+
+use lib abs_path(dirname(__FILE__) . '/../model');
+
+BEGIN
+{
+	eval { require DBD::Pg; 1 }
+	  or plan skip_all => 'DBD::Pg (libdbd-pg-perl) is not installed';
+}
+use Model;
+use ModelCheck;
+
+my $seed = $ENV{DLOCK_MODEL_SEED} // int(rand(2_000_000_000));
+my $seconds = $ENV{DLOCK_MODEL_SECONDS} // 10;
+
+# model_run: one run against node; its violations must be none.
+sub model_run
+{
+	my ($node, $what, $run_seed) = @_;
+	my $out = '';
+	open(my $fh, '>', \$out) or die;
+	my $dir = PostgreSQL::Test::Utils::tempdir("model_$what");
+	my ($v, $stats) = Model::run(
+		conninfo => $node->connstr('postgres'), seed => $run_seed,
+		clients => 6, seconds => $seconds, resources => 3, dir => $dir,
+		tag => $what, out => $fh);
+	close $fh;
+	diag("$what:\n$out");
+	is(scalar @$v, 0, "$what: no violation (seed $run_seed)");
+	cmp_ok($stats->{holdings} // 0, '>', 50, "$what: the workload took holdings");
+	cmp_ok($stats->{probes} // 0, '>', 10, "$what: the prober probed");
+	cmp_ok($stats->{'ok unlock'} // 0, '>', 10, "$what: unlocks succeeded");
+	return $dir;
+}
+
+# check_fires: the checker flags logs altered to break a property.
+sub check_fires
+{
+	my ($dir) = @_;
+	my $ops = ModelCheck::load(glob("$dir/*.log"));
+	my $flagged = sub {
+		my ($kind, $alter) = @_;
+		my $copy = [ map { {%$_} } @$ops ];
+		my $done = $alter->($copy);
+		my ($v) = ModelCheck::check($copy);
+		ok($done && grep({ /^VIOLATION \[$kind\]/ } @$v),
+			"checker: an altered log breaks '$kind'");
+	};
+	# Two holdings given one fence.
+	$flagged->('fence-unique', sub {
+		my @a = grep { ($_->{k} eq 'try_lock' || $_->{k} eq 'lock')
+			  && !defined $_->{err} && defined $_->{res} } @{ $_[0] };
+		my ($x) = grep { $_->{h} ne $a[0]{h} || $_->{r} ne $a[0]{r} } @a;
+		return 0 unless $x;
+		$x->{res} = $a[0]{res};
+		return 1;
+	});
+	# A later holding given a fence below an earlier one's.
+	$flagged->('fence-order', sub {
+		my @a = sort { $a->{t0} <=> $b->{t0} } grep { $_->{k} eq 'try_lock' && $_->{fate} eq 'commit'
+			  && !defined $_->{err} && defined $_->{res} && $_->{probe} } @{ $_[0] };
+		return 0 unless @a > 4;
+		$a[-1]{res} = 7;    # far below any fence handed out
+		return 1;
+	});
+	# The prober refused a free resource.
+	$flagged->('free-at-once', sub {
+		my ($p) = grep { $_->{expect_free} && defined $_->{res} } @{ $_[0] };
+		return 0 unless $p;
+		$p->{res} = undef;
+		return 1;
+	});
+	# A steal that succeeded.
+	$flagged->('role', sub {
+		my ($s) = grep { $_->{steal} && !$_->{su} } @{ $_[0] };
+		return 0 unless $s;
+		$s->{res} = 0;
+		delete $s->{err};
+		$s->{t0} //= $s->{tdone};
+		$s->{t1} //= $s->{tdone};
+		return 1;
+	});
+	# An unlock whose count is off by one.
+	$flagged->('count', sub {
+		my ($u) = grep { $_->{k} eq 'unlock' && defined $_->{res} && !$_->{undone}
+			  && !$_->{steal} && !$_->{probe} && $_->{h} =~ m{/c\d+/} } @{ $_[0] };
+		return 0 unless $u;
+		$u->{res} += 1;
+		return 1;
+	});
+	# An unexpected error.
+	$flagged->('error', sub {
+		$_[0][0]{err} = 'XX000';
+		return 1;
+	});
+	# A renew long after the lease ran out.
+	$flagged->('revival', sub {
+		my ($r) = grep { $_->{k} eq 'renew' && defined $_->{res} && defined $_->{f}
+			  && !$_->{steal} } @{ $_[0] };
+		return 0 unless $r;
+		$_->{t0} += 3_600_000_000, $_->{t1} += 3_600_000_000 for $r;
+		return 1;
+	});
+	# The prober's next holding taken while its lease surely lived.
+	$flagged->('overlap', sub {
+		my @p = grep { $_->{probe} && $_->{k} eq 'try_lock' && defined $_->{res} } @{ $_[0] };
+		my ($i) = grep { $p[$_]{expect_free} && !$p[ $_ - 1 ]{expect_free} } 1 .. $#p;
+		return 0 unless $i;
+		# Pretend the earlier one had a lease of an hour, never released.
+		$p[ $i - 1 ]{lease} = 3_600_000;
+		$_->{k} = 'sleep' for grep { $_->{probe} && $_->{k} eq 'unlock' } @{ $_[0] };
+		return 1;
+	});
+}
+
+my $node = PostgreSQL::Test::Cluster->new('model');
+$node->init;
+$node->append_conf(
+	'postgresql.conf', q{
+shared_preload_libraries = 'dlock'
+dlock.database = 'postgres'
+dlock.reap_interval = '50ms'
+max_connections = 40
+});
+$node->start;
+
+my $dir = model_run($node, 'preloaded', $seed);
+check_fires($dir);
+$node->stop;
+
+# Without preloading: waits poll, expiry is lazy plus reap().
+my $plain = PostgreSQL::Test::Cluster->new('model_plain');
+$plain->init;
+$plain->append_conf('postgresql.conf', "max_connections = 40\n");
+$plain->start;
+model_run($plain, 'plain', $seed + 1);
+$plain->stop;
+
+done_testing();
