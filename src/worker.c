@@ -419,6 +419,7 @@ dlock_worker_main(Datum main_arg)
 {
 	MemoryContext loop_context;
 	TimestampTz last_round = 0;
+	bool		said_no_slot = false;
 
 	pqsignal(SIGHUP, SignalHandlerForConfigReload);
 	pqsignal(SIGTERM, die);
@@ -460,8 +461,22 @@ dlock_worker_main(Datum main_arg)
 			continue;
 		last_round = now;
 		dlock_reap_started();
-		if (!run_round(dbid, &done, &reaped) || !done)
-			dlock_expiry_hint(now); /* no slot, or it failed: next interval */
+		if (!run_round(dbid, &done, &reaped))
+		{
+			/* No free slot: try again next interval; say so once. */
+			if (!said_no_slot)
+				ereport(LOG,
+						(errmsg("dlock reaper: no background worker slot is free for a reaper round; trying every dlock.reap_interval"),
+						 errhint("Raise max_worker_processes.")));
+			said_no_slot = true;
+			dlock_expiry_hint(now);
+		}
+		else
+		{
+			said_no_slot = false;
+			if (!done)
+				dlock_expiry_hint(now); /* it failed: next interval */
+		}
 		MemoryContextReset(loop_context);
 	}
 }

@@ -143,6 +143,7 @@ shared_preload_libraries = 'dlock'
 dlock.reap_interval = '50ms'
 max_locks_per_transaction = 10
 max_connections = 10
+max_worker_processes = 3
 });
 $small->start;
 $small->safe_psql('postgres', 'CREATE EXTENSION dlock');
@@ -159,6 +160,28 @@ is($small->safe_psql('solo', 'SELECT dlock.reap()'), '1500',
 	'reap() reaps 1,500 leases in one call with the small lock table');
 unlike(slurp_file($small->logfile), qr/out of shared memory/,
 	'no "out of shared memory" in the log');
+
+# Five sessions calling reap() at once, 20 times each, while the launcher
+# runs its rounds too, with max_worker_processes = 3 (the logical
+# replication launcher, dlock's launcher and one round): the callers take
+# turns, none fails.
+my @callers;
+for my $c (1 .. 5)
+{
+	my ($out, $err) = ('', '');
+	push @callers, [ IPC::Run::start(
+		[ 'psql', '-XAtq', '-v', 'ON_ERROR_STOP=1', '-d', $small->connstr('solo'),
+		  '-c', 'SELECT count(dlock.reap()) FROM generate_series(1, 20)' ],
+		'>', \$out, '2>', \$err), \$out, \$err ];
+}
+my $all_ok = 1;
+for my $c (@callers)
+{
+	$c->[0]->finish;
+	$all_ok = 0 unless ${ $c->[1] } =~ /^20$/m;
+	diag(${ $c->[2] }) if ${ $c->[2] } ne '';
+}
+ok($all_ok, 'five concurrent callers of reap() with one worker slot to share: 100 calls, none failed');
 $small->stop;
 
 # ---- 4. Dropping dlock.database. ----
