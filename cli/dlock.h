@@ -5,8 +5,9 @@
  * dispatches, util.c holds clocks, durations, holders, logging and the
  * signal self-pipe, db.c wraps libpq with deadlines, acquire.c takes a
  * lock (waiting by LISTEN/NOTIFY or by polling, and resolving commits of
- * unknown outcome), run.c runs a COMMAND under a lease, and cmds.c holds
- * the small one-shot subcommands.
+ * unknown outcome), run.c runs a COMMAND under a lease through the
+ * watchdog process of watchdog.c, and cmds.c holds the small one-shot
+ * subcommands.
  */
 #ifndef DLOCK_CLI_H
 #define DLOCK_CLI_H
@@ -14,6 +15,7 @@
 #include <signal.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 #include <libpq-fe.h>
 
@@ -89,6 +91,7 @@ void		signals_drain(void);
 void		signals_block_term(sigset_t *old);
 void		signals_restore(const sigset_t *old);
 void		signals_default_in_child(void);
+void		signals_uninstall(void);
 int			signals_term_sig(void);
 int			signals_term_count(void);
 bool		signals_take_child(void);
@@ -127,6 +130,32 @@ int			release(Lock *lk, int64_t linger_ms, int64_t deadline);
 
 /* run.c */
 int			cmd_run(Options *o);
+
+/* watchdog.c: messages on the socket between the client and the watchdog */
+typedef enum
+{
+	/* client -> watchdog */
+	WD_DEADLINE = 1,			/* value: new deadline (now_ms clock) */
+	WD_SIGNAL,					/* arg: forward this signal to COMMAND's group */
+	WD_LOST,					/* the lease is lost: stop COMMAND's tree now */
+	/* watchdog -> client */
+	WD_STARTED,					/* arg: COMMAND's pid */
+	WD_EXPIRED,					/* the deadline passed: the tree is being stopped */
+	WD_EXITED,					/* value: COMMAND's wait status; its tree is gone */
+	WD_FAILED,					/* arg: errno; COMMAND was not started */
+} WdType;
+
+typedef struct WdMsg
+{
+	int32_t		type;
+	int32_t		arg;
+	int64_t		value;
+} WdMsg;
+
+int64_t		watchdog_margin(int64_t lease_ms);
+pid_t		watchdog_start(const Lock *lk, char **command, bool tty, int64_t deadline, int *fd);
+bool		watchdog_send(int fd, int type, int arg, int64_t value);
+int			watchdog_recv(int fd, WdMsg *m);
 
 /* cmds.c */
 int			cmd_try(Options *o, bool wait);

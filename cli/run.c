@@ -1,19 +1,25 @@
 /*
  * run.c - "dlock run": hold a lease lock while COMMAND runs.
  *
- * After acquiring (acquire.c) it forks COMMAND into its own process group
- * (with PR_SET_PDEATHSIG, so it dies with us) and then runs one event
- * loop until COMMAND exits.  The loop:
+ * After acquiring (acquire.c) it forks the watchdog (watchdog.c), which
+ * starts COMMAND in its own process group and stops COMMAND's whole
+ * process tree when the lease's deadline passes, when this process dies
+ * or when told so; then this process runs one event loop until the
+ * watchdog reports that COMMAND and every process it left are gone.  The
+ * loop:
  *   - first compares the monotonic clock with the lease deadline (the
  *     time the last acknowledged renewal was SENT plus the lease), so that
  *     after SIGSTOP/SIGCONT or network silence the lease is declared lost
  *     before anything else is trusted;
  *   - renews every third of the lease, asynchronously, reconnecting and
- *     retrying failed renewals while the lease lasts;
- *   - on a lost lease sends COMMAND SIGTERM, then SIGKILL after --grace;
- *   - forwards SIGINT/SIGTERM/SIGHUP to COMMAND (SIGKILL after --grace).
- * When COMMAND has exited it releases the lock (or lingers), and exits
- * with COMMAND's status.
+ *     retrying failed renewals while the lease lasts, and gives the
+ *     watchdog each new deadline (less watchdog_margin());
+ *   - on a lost lease tells the watchdog, which sends the tree SIGTERM,
+ *     then SIGKILL after --grace;
+ *   - forwards SIGINT/SIGTERM/SIGHUP to COMMAND through the watchdog
+ *     (SIGKILL after --grace).
+ * When the watchdog has exited it releases the lock (or lingers), and
+ * exits with COMMAND's status.
  */
 #include "dlock.h"
 
@@ -23,7 +29,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <termios.h>
 #include <unistd.h>
@@ -33,14 +38,17 @@ typedef struct Run
 {
 	Lock	   *lk;
 	const Options *opt;
-	pid_t		child;
-	bool		exited;
+	pid_t		watchdog;		/* the watchdog process */
+	int			wd;				/* our end of the socket to it; -1 at EOF */
+	pid_t		command;		/* COMMAND's pid once the watchdog said it */
+	bool		exited;			/* the watchdog has exited */
+	int			wd_status;		/* its waitpid status */
+	bool		have_status;	/* it reported COMMAND's status: */
 	int			status;			/* waitpid status of COMMAND */
+	bool		failed;			/* it could not start COMMAND */
 	bool		lost;			/* lease lost: COMMAND is being stopped */
 	bool		shutdown;		/* a signal asked us to stop */
 	int			forwarded;		/* terminating signals already forwarded */
-	int64_t		kill_at;		/* when to SIGKILL (lost or shutdown) */
-	bool		killed;
 	bool		inflight;		/* a renewal is on the wire */
 	int64_t		sent_at;		/* when it was sent */
 	int64_t		next_renew;		/* when to send the next one */
@@ -49,19 +57,8 @@ typedef struct Run
 } Run;
 
 /*
- * signal_command: send sig to COMMAND's process group (falling back to
- * the process itself if the group is already gone).
- */
-static void
-signal_command(Run *rs, int sig)
-{
-	if (kill(-rs->child, sig) != 0 && errno == ESRCH)
-		kill(rs->child, sig);
-}
-
-/*
- * lose: the lease is gone; say why once, and start stopping COMMAND:
- * SIGTERM now, SIGKILL after the grace period.
+ * lose: the lease is gone; say why once, and have the watchdog stop
+ * COMMAND's tree: SIGTERM now, SIGKILL after the grace period.
  */
 static void
 lose(Run *rs, const char *why)
@@ -71,57 +68,57 @@ lose(Run *rs, const char *why)
 	rs->lost = true;
 	logmsg("lease on \"%s\" (fence %s) lost: %s; stopping COMMAND",
 		   rs->lk->resource, rs->lk->fence, why);
-	if (!rs->exited)
+	watchdog_send(rs->wd, WD_LOST, 0, 0);
+}
+
+/*
+ * on_watchdog: read what the watchdog said: COMMAND's pid, that its
+ * deadline passed (the lease is lost), COMMAND's final status.
+ */
+static void
+on_watchdog(Run *rs)
+{
+	WdMsg		m;
+	int			r;
+
+	while (rs->wd >= 0 && (r = watchdog_recv(rs->wd, &m)) != 0)
 	{
-		signal_command(rs, SIGTERM);
-		if (!rs->shutdown || rs->kill_at > now_ms() + rs->opt->grace_ms)
-			rs->kill_at = now_ms() + rs->opt->grace_ms;
+		if (r < 0)
+		{
+			close(rs->wd);
+			rs->wd = -1;
+			break;
+		}
+		switch (m.type)
+		{
+			case WD_STARTED:
+				rs->command = m.arg;
+				break;
+			case WD_EXPIRED:
+				lose(rs, "its deadline passed on the local monotonic clock "
+					 "(the watchdog stopped COMMAND)");
+				break;
+			case WD_EXITED:
+				rs->have_status = true;
+				rs->status = (int) m.value;
+				break;
+			case WD_FAILED:
+				rs->failed = true;
+				break;
+			default:
+				break;
+		}
 	}
 }
 
 /*
- * spawn: start COMMAND in its own process group, with DLOCK_RESOURCE,
- * DLOCK_HOLDER and DLOCK_FENCE in its environment.  The child asks the
- * kernel for SIGKILL when we die and checks that we did not die already.
- * If our stdin is the terminal's foreground, the terminal is handed to
- * COMMAND's group so that interactive commands work; *tty says so.
- * Returns the pid, or -1.
+ * send_deadline: give the watchdog the lease's deadline, less its margin.
  */
-static pid_t
-spawn(Lock *lk, char **command, bool *tty)
+static void
+send_deadline(Run *rs)
 {
-	pid_t		parent = getpid();
-	pid_t		pid;
-
-	*tty = isatty(STDIN_FILENO) && tcgetpgrp(STDIN_FILENO) == getpgrp();
-	fflush(NULL);
-	pid = fork();
-	if (pid < 0)
-	{
-		logmsg("fork: %s", strerror(errno));
-		return -1;
-	}
-	if (pid == 0)
-	{
-		setpgid(0, 0);
-		if (*tty)
-		{
-			signal(SIGTTOU, SIG_IGN);
-			tcsetpgrp(STDIN_FILENO, getpid());
-		}
-		signals_default_in_child();
-		if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0 || getppid() != parent)
-			_exit(EXIT_LEASE_LOST);
-		if (setenv("DLOCK_RESOURCE", lk->resource, 1) != 0 ||
-			setenv("DLOCK_HOLDER", lk->holder, 1) != 0 ||
-			setenv("DLOCK_FENCE", lk->fence, 1) != 0)
-			_exit(126);
-		execvp(command[0], command);
-		fprintf(stderr, "%s: cannot run %s: %s\n", progname, command[0], strerror(errno));
-		_exit(errno == ENOENT ? 127 : 126);
-	}
-	setpgid(pid, pid);
-	return pid;
+	watchdog_send(rs->wd, WD_DEADLINE, 0,
+				  rs->lk->deadline - watchdog_margin(rs->lk->lease_ms));
 }
 
 /* take_terminal_back: make our group the terminal's foreground again. */
@@ -203,7 +200,10 @@ renewal_result(Run *rs, PGresult *r)
 	else
 	{
 		if (rs->sent_at + lk->lease_ms > lk->deadline)
+		{
 			lk->deadline = rs->sent_at + lk->lease_ms;
+			send_deadline(rs);
+		}
 		rs->next_renew = rs->sent_at + lk->lease_ms / 3;
 		vlog(rs->opt, "renewed until %s", PQgetvalue(r, 0, 0));
 	}
@@ -258,7 +258,8 @@ min64(int64_t a, int64_t b)
 }
 
 /*
- * loop: supervise COMMAND until it exits, keeping the lease alive.
+ * loop: keep the lease alive until the watchdog exits, which it does
+ * once COMMAND and every process it left behind are gone.
  */
 static void
 loop(Run *rs)
@@ -270,56 +271,51 @@ loop(Run *rs)
 	{
 		int64_t		now = now_ms();
 		int64_t		wake;
-		struct pollfd pfd[2];
+		struct pollfd pfd[3];
 		int			n = 0;
+		int			sock = -1;
 
 		/* 1. The clock first: after a stop, nothing else is trusted. */
 		if (!rs->lost && now >= lk->deadline)
 			lose(rs, "its deadline passed on the local monotonic clock");
 
-		/* 2. Has COMMAND exited? */
-		if (signals_take_child() || !rs->exited)
+		/* 2. What the watchdog said; has it exited (COMMAND's tree gone)? */
+		on_watchdog(rs);
+		signals_take_child();
+		if (!rs->exited)
 		{
 			int			st;
-			pid_t		p = waitpid(rs->child, &st, WNOHANG);
 
-			if (p == rs->child)
+			if (waitpid(rs->watchdog, &st, WNOHANG) == rs->watchdog)
 			{
 				rs->exited = true;
-				rs->status = st;
+				rs->wd_status = st;
 			}
 		}
 		if (rs->exited)
+		{
+			on_watchdog(rs);	/* its last words */
 			return;
+		}
 
-		/* 3. Forward terminating signals. */
+		/* 3. Forward terminating signals (the watchdog escalates). */
 		if (signals_term_count() != rs->forwarded)
 		{
 			rs->forwarded = signals_term_count();
-			signal_command(rs, signals_term_sig());
+			watchdog_send(rs->wd, WD_SIGNAL, signals_term_sig(), 0);
 			if (!rs->shutdown)
 			{
 				rs->shutdown = true;
-				if (!rs->lost)
-					rs->kill_at = now + rs->opt->grace_ms;
 				vlog(rs->opt, "signal %d forwarded to COMMAND", signals_term_sig());
 			}
 		}
 
-		/* 4. Escalate after the grace period. */
-		if ((rs->lost || rs->shutdown) && !rs->killed && now >= rs->kill_at)
-		{
-			logmsg("COMMAND did not exit within the grace period: SIGKILL");
-			signal_command(rs, SIGKILL);
-			rs->killed = true;
-		}
-
-		/* 5. The server's answers (only after the clock was checked). */
+		/* 4. The server's answers (only after the clock was checked). */
 		if (sock_ready && lk->conn)
 			on_socket(rs);
 		sock_ready = false;
 
-		/* 6. Renew; give up on a renewal stuck for a third of the lease. */
+		/* 5. Renew; give up on a renewal stuck for a third of the lease. */
 		if (!rs->lost)
 		{
 			if (rs->inflight && now - rs->sent_at >= lk->lease_ms / 3 + 200)
@@ -333,7 +329,7 @@ loop(Run *rs)
 				send_renewal(rs, now_ms());
 		}
 
-		/* 7. Sleep until something is due. */
+		/* 6. Sleep until something is due. */
 		now = now_ms();
 		wake = rs->lost ? NEVER : lk->deadline;
 		if (!rs->lost)
@@ -346,13 +342,18 @@ loop(Run *rs)
 				wake = min64(wake, rs->next_connect > rs->next_renew
 							 ? rs->next_connect : rs->next_renew);
 		}
-		if ((rs->lost || rs->shutdown) && !rs->killed)
-			wake = min64(wake, rs->kill_at);
 		pfd[n].fd = signals_fd();
 		pfd[n].events = POLLIN;
 		pfd[n++].revents = 0;
+		if (rs->wd >= 0)
+		{
+			pfd[n].fd = rs->wd;
+			pfd[n].events = POLLIN;
+			pfd[n++].revents = 0;
+		}
 		if (lk->conn)
 		{
+			sock = n;
 			pfd[n].fd = PQsocket(lk->conn);
 			pfd[n].events = POLLIN;
 			if (rs->inflight && PQflush(lk->conn) == 1)
@@ -364,7 +365,7 @@ loop(Run *rs)
 		{
 			if (pfd[0].revents)
 				signals_drain();
-			if (n > 1 && pfd[1].revents)
+			if (sock >= 0 && pfd[sock].revents)
 				sock_ready = true;
 		}
 	}
@@ -496,9 +497,12 @@ cmd_run(Options *o)
 	rs.opt = o;
 	rs.next_renew = lk.deadline - lk.lease_ms + lk.lease_ms / 3;
 	rs.backoff = 100;
-	rs.child = spawn(&lk, o->command, &tty);
+	/* If our stdin is the terminal's foreground, COMMAND gets the terminal. */
+	tty = isatty(STDIN_FILENO) && tcgetpgrp(STDIN_FILENO) == getpgrp();
+	rs.watchdog = watchdog_start(&lk, o->command, tty,
+								 lk.deadline - watchdog_margin(lk.lease_ms), &rs.wd);
 	signals_restore(&old);
-	if (rs.child < 0)
+	if (rs.watchdog < 0)
 	{
 		release(&lk, 0, lk.deadline);
 		db_drop(&lk.conn);
@@ -508,12 +512,39 @@ cmd_run(Options *o)
 	loop(&rs);
 	if (tty)
 		take_terminal_back();
+	if (rs.wd >= 0)
+		close(rs.wd);
+	if (!rs.have_status)
+	{
+		if (rs.failed)
+		{
+			/* COMMAND never started: give the lock back */
+			release(&lk, 0, lk.deadline);
+			db_drop(&lk.conn);
+			return EXIT_CONN;
+		}
+
+		/*
+		 * The watchdog died without a word (someone killed it).  COMMAND
+		 * got SIGKILL from its PR_SET_PDEATHSIG; its group gets one too,
+		 * but what else it started may be running on: do not release the
+		 * lock, let the lease run out.
+		 */
+		logmsg("the watchdog process died (%s %d): COMMAND's processes may "
+			   "survive; \"%s\" is left to expire",
+			   WIFSIGNALED(rs.wd_status) ? "signal" : "status",
+			   WIFSIGNALED(rs.wd_status) ? WTERMSIG(rs.wd_status)
+			   : WEXITSTATUS(rs.wd_status), lk.resource);
+		if (rs.command > 0)
+			kill(-rs.command, SIGKILL);
+		db_drop(&lk.conn);
+		return EXIT_LEASE_LOST;
+	}
 	code = exit_status(rs.status);
 
 	if (rs.lost)
 	{
-		/* make sure nothing of COMMAND's group survives, then tidy up */
-		kill(-rs.child, SIGKILL);
+		/* the watchdog left nothing of COMMAND running: tidy up */
 		if (lk.conn && !rs.inflight)
 		{
 			PGresult   *r;

@@ -290,6 +290,26 @@ signals_default_in_child(void)
 	sigprocmask(SIG_SETMASK, &none, NULL);
 }
 
+/*
+ * signals_uninstall: in the watchdog (forked without exec), give the
+ * client's signals back their default actions and close the self-pipe,
+ * which the client still uses.
+ */
+void
+signals_uninstall(void)
+{
+	int			sigs[] = {SIGINT, SIGTERM, SIGHUP, SIGCHLD, SIGCONT};
+
+	for (size_t i = 0; i < sizeof(sigs) / sizeof(sigs[0]); i++)
+		signal(sigs[i], SIG_DFL);
+	if (sig_pipe[0] >= 0)
+	{
+		close(sig_pipe[0]);
+		close(sig_pipe[1]);
+		sig_pipe[0] = sig_pipe[1] = -1;
+	}
+}
+
 /* signals_term_sig: the last terminating signal received (0: none). */
 int
 signals_term_sig(void)

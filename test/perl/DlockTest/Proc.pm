@@ -1,5 +1,5 @@
 # DlockTest::Proc: process helpers shared by the CLI TAP tests
-# (test/t/050_cli.pl, test/t/051_cli_pgbouncer.pl).
+# (test/t/050_cli.pl, test/t/051_cli_pgbouncer.pl, test/t/052_run_faults.pl).
 #
 #   use FindBin; use lib "$FindBin::RealBin/../perl";
 #   use DlockTest::Proc;
@@ -15,7 +15,7 @@ use POSIX qw(:sys_wait_h);
 use Time::HiRes qw(time usleep);
 use PostgreSQL::Test::Utils;
 
-our @EXPORT = qw(code_of spawn wait_exit slurp fence_lt);
+our @EXPORT = qw(code_of spawn wait_exit slurp fence_lt proc_alive proc_tree wait_gone);
 
 my $dir;
 
@@ -71,6 +71,57 @@ sub fence_lt
 {
 	my ($a, $b) = @_;
 	return length($a) < length($b) || (length($a) == length($b) && $a lt $b);
+}
+
+# proc_alive: true if the process exists and is not a zombie (an exited
+# process whose parent, maybe init, has not reaped it yet).
+sub proc_alive
+{
+	my ($pid) = @_;
+	open(my $fh, '<', "/proc/$pid/stat") or return 0;
+	my $stat = <$fh> // '';
+	close($fh);
+	my ($state) = $stat =~ /\)\s+(\S)/;
+	return defined($state) && $state ne 'Z' && $state ne 'X';
+}
+
+# proc_tree: the pids of every live descendant of pid (read from /proc).
+sub proc_tree
+{
+	my ($root) = @_;
+	my %kids;
+	opendir(my $d, '/proc') or return ();
+	for my $p (grep { /^\d+$/ } readdir($d))
+	{
+		open(my $fh, '<', "/proc/$p/stat") or next;
+		my $stat = <$fh> // '';
+		close($fh);
+		my ($state, $ppid) = $stat =~ /\)\s+(\S)\s+(\d+)/ or next;
+		push @{ $kids{$ppid} }, $p unless $state eq 'Z' || $state eq 'X';
+	}
+	closedir($d);
+	my @out;
+	my @queue = ($root);
+	while (defined(my $p = shift @queue))
+	{
+		for my $k (@{ $kids{$p} // [] }) { push @out, $k; push @queue, $k }
+	}
+	return @out;
+}
+
+# wait_gone: wait (bounded) until none of the pids is alive; returns the
+# ones still alive.
+sub wait_gone
+{
+	my ($secs, @pids) = @_;
+	my $deadline = time + $secs;
+	my @left = grep { proc_alive($_) } @pids;
+	while (@left && time < $deadline)
+	{
+		usleep(20_000);
+		@left = grep { proc_alive($_) } @left;
+	}
+	return @left;
 }
 
 1;

@@ -1,0 +1,517 @@
+/*
+ * watchdog.c - the process between "dlock run" and COMMAND that keeps
+ * COMMAND's whole process tree inside the lease.
+ *
+ *   dlock run (the client) --socketpair-- watchdog --fork/exec-- COMMAND
+ *
+ * The client forks the watchdog (the same binary, no exec) once the lock
+ * is held; the watchdog forks COMMAND into its own process group and then
+ * only supervises.  It never talks to the database.  It knows the lease's
+ * deadline on CLOCK_BOOTTIME (the time the last acknowledged renewal was
+ * sent, plus the lease, minus a safety margin), and the client sends it a
+ * new one after each acknowledged renewal.  It stops COMMAND's whole tree
+ * (SIGTERM and SIGCONT, then SIGKILL after --grace) when:
+ *   - its deadline passes without a newer one: this holds even when the
+ *     client is stopped (SIGSTOP), swapped out or stuck, since the
+ *     watchdog is a separate process with its own timer;
+ *   - the client dies, even by SIGKILL: the socket reaches EOF, and
+ *     PR_SET_PDEATHSIG sends the watchdog SIGUSR1;
+ *   - the client says the lease is lost;
+ *   - COMMAND itself exited but left processes behind: they are stopped
+ *     before the client releases the lock.
+ * "The tree" is COMMAND's process group plus every process whose chain of
+ * parents leads to the watchdog (read from /proc).  The watchdog is a child
+ * subreaper (PR_SET_CHILD_SUBREAPER), so processes that daemonize (double
+ * fork, setsid) are re-parented to it rather than to init and stay in
+ * reach.  When no child is left it reports COMMAND's wait status to the
+ * client and exits; the client releases the lock only after that.
+ *
+ * Signals meant for the client (SIGINT, SIGTERM, SIGHUP, SIGQUIT, the
+ * job-control stops from a terminal) are blocked in the watchdog: the
+ * client forwards what COMMAND should get, and a watchdog stopped or
+ * killed along with the client's process group would let COMMAND run on.
+ *
+ * What escapes: a process that leaves through another supervisor (started
+ * via systemd-run, or re-parented to a nearer subreaper of its own), and
+ * anything if the watchdog itself is SIGKILLed or SIGSTOPped (COMMAND
+ * itself still gets SIGKILL from its own PR_SET_PDEATHSIG in that case).
+ */
+#include "dlock.h"
+
+#include <ctype.h>
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/signalfd.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#define SWEEP_MS 20				/* SIGKILL sweeps until the tree is empty */
+
+/*
+ * watchdog_margin: how much earlier than the client's own lease deadline
+ * the watchdog stops COMMAND: a twentieth of the lease, at most 500 ms.
+ * It covers the time the kill takes to land and clock-rate differences
+ * between this host and the server.
+ */
+int64_t
+watchdog_margin(int64_t lease_ms)
+{
+	return lease_ms / 20 < 500 ? lease_ms / 20 : 500;
+}
+
+/* watchdog_send: one message, never blocking, never raising SIGPIPE. */
+bool
+watchdog_send(int fd, int type, int arg, int64_t value)
+{
+	WdMsg		m;
+
+	if (fd < 0)
+		return false;
+	memset(&m, 0, sizeof(m));
+	m.type = type;
+	m.arg = arg;
+	m.value = value;
+	return send(fd, &m, sizeof(m), MSG_NOSIGNAL | MSG_DONTWAIT) == (ssize_t) sizeof(m);
+}
+
+/*
+ * watchdog_recv: read one message if one is there.  Returns 1 with *m
+ * filled, 0 if nothing is waiting, -1 at EOF (the peer is gone).
+ */
+int
+watchdog_recv(int fd, WdMsg *m)
+{
+	ssize_t		n;
+
+	do
+		n = recv(fd, m, sizeof(*m), MSG_DONTWAIT);
+	while (n < 0 && errno == EINTR);
+	if (n == (ssize_t) sizeof(*m))
+		return 1;
+	if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+		return 0;
+	if (n > 0)
+		return 0;				/* a short message cannot happen: ignore it */
+	return -1;
+}
+
+/* The watchdog's state. */
+typedef struct Wd
+{
+	const Options *opt;
+	int			fd;				/* socket to the client; -1 after EOF */
+	pid_t		client;			/* the client's pid */
+	pid_t		command;		/* COMMAND's pid (and process group) */
+	bool		reaped;			/* COMMAND has been waited for */
+	int			status;			/* its wait status */
+	int64_t		deadline;		/* stop COMMAND at this CLOCK_BOOTTIME ms */
+	bool		stopping;		/* SIGTERM sent to the whole tree */
+	int64_t		kill_at;		/* SIGKILL the whole tree from then on */
+	bool		killed;			/* said so */
+} Wd;
+
+/* A process seen in /proc: its pid and its parent's. */
+typedef struct
+{
+	pid_t		pid;
+	pid_t		ppid;
+} ProcEntry;
+
+/* read_ppid: the parent of pid from /proc/PID/stat, or -1. */
+static pid_t
+read_ppid(const char *pid)
+{
+	char		path[64], buf[512];
+	int			fd;
+	ssize_t		n;
+	char	   *p;
+
+	snprintf(path, sizeof(path), "/proc/%s/stat", pid);
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return -1;
+	n = read(fd, buf, sizeof(buf) - 1);
+	close(fd);
+	if (n <= 0)
+		return -1;
+	buf[n] = '\0';
+	/* "pid (comm) state ppid ...": comm may hold anything, even ')' */
+	p = strrchr(buf, ')');
+	if (p == NULL || p[1] != ' ' || p[2] == '\0' || p[3] != ' ')
+		return -1;
+	return (pid_t) strtol(p + 4, NULL, 10);
+}
+
+/*
+ * signal_descendants: send sig to every process below us.  /proc is read
+ * once into a table, then the descendants are found by following parent
+ * links down from our pid.  A process forked after the scan is missed by
+ * this sweep; when its parent dies it becomes our child and the next
+ * sweep finds it.  Returns how many processes were signalled.
+ */
+static int
+signal_descendants(int sig)
+{
+	DIR		   *d = opendir("/proc");
+	struct dirent *e;
+	ProcEntry  *tab = NULL;
+	size_t		n = 0, cap = 0;
+	pid_t	   *queue;
+	size_t		head = 0, tail = 0;
+	int			count = 0;
+
+	if (d == NULL)
+		return 0;
+	while ((e = readdir(d)) != NULL)
+	{
+		pid_t		ppid;
+
+		if (!isdigit((unsigned char) e->d_name[0]))
+			continue;
+		ppid = read_ppid(e->d_name);
+		if (ppid <= 0)
+			continue;
+		if (n == cap)
+		{
+			ProcEntry  *t = realloc(tab, (cap ? cap * 2 : 256) * sizeof(*tab));
+
+			if (t == NULL)
+				break;
+			tab = t;
+			cap = cap ? cap * 2 : 256;
+		}
+		tab[n].pid = (pid_t) strtol(e->d_name, NULL, 10);
+		tab[n].ppid = ppid;
+		n++;
+	}
+	closedir(d);
+	queue = malloc((n + 1) * sizeof(*queue));
+	if (queue == NULL)
+	{
+		free(tab);
+		return 0;
+	}
+	queue[tail++] = getpid();
+	while (head < tail)
+	{
+		pid_t		parent = queue[head++];
+
+		for (size_t i = 0; i < n; i++)
+		{
+			if (tab[i].ppid != parent || tab[i].pid == 0)
+				continue;
+			if (kill(tab[i].pid, sig) == 0)
+				count++;
+			queue[tail++] = tab[i].pid;
+			tab[i].pid = 0;		/* each process once, even if /proc lied */
+		}
+	}
+	free(queue);
+	free(tab);
+	return count;
+}
+
+/*
+ * signal_tree: sig to COMMAND's process group (while COMMAND is not yet
+ * waited for, its pid cannot name another group) and to every descendant.
+ */
+static int
+signal_tree(Wd *w, int sig)
+{
+	int			n = 0;
+
+	if (!w->reaped && kill(-w->command, sig) == 0)
+		n++;
+	return n + signal_descendants(sig);
+}
+
+/*
+ * stop_tree: SIGTERM (and SIGCONT, so that a stopped process acts on it)
+ * to the whole tree, once; SIGKILL follows after the grace period.
+ */
+static void
+stop_tree(Wd *w)
+{
+	if (w->stopping)
+		return;
+	w->stopping = true;
+	signal_tree(w, SIGTERM);
+	signal_tree(w, SIGCONT);
+	if (w->kill_at == NEVER)
+		w->kill_at = now_ms() + w->opt->grace_ms;
+}
+
+/* client_gone: the client died: stop everything, take no more orders. */
+static void
+client_gone(Wd *w)
+{
+	if (w->fd >= 0)
+	{
+		close(w->fd);
+		w->fd = -1;
+	}
+	if (!w->stopping)
+		logmsg("watchdog: the client is gone; stopping COMMAND and its processes");
+	stop_tree(w);
+}
+
+/* on_message: an order from the client. */
+static void
+on_message(Wd *w, const WdMsg *m)
+{
+	switch (m->type)
+	{
+		case WD_DEADLINE:
+			if (!w->stopping && m->value > w->deadline)
+				w->deadline = m->value;
+			break;
+		case WD_SIGNAL:
+			/* forwarded like before: to the group, SIGKILL after --grace */
+			if (!w->reaped && kill(-w->command, m->arg) != 0 && errno == ESRCH)
+				kill(w->command, m->arg);
+			if (w->kill_at == NEVER)
+				w->kill_at = now_ms() + w->opt->grace_ms;
+			break;
+		case WD_LOST:
+			stop_tree(w);
+			break;
+		default:
+			break;
+	}
+}
+
+/*
+ * reap: wait for every child that has ended; true when none is left.
+ */
+static bool
+reap(Wd *w)
+{
+	for (;;)
+	{
+		int			st;
+		pid_t		p = waitpid(-1, &st, WNOHANG);
+
+		if (p > 0)
+		{
+			if (p == w->command)
+			{
+				w->reaped = true;
+				w->status = st;
+			}
+			continue;
+		}
+		if (p < 0 && errno == EINTR)
+			continue;
+		return p < 0 && errno == ECHILD;
+	}
+}
+
+/*
+ * supervise: the watchdog's loop; never returns.
+ */
+static void
+supervise(Wd *w, int sigfd)
+{
+	for (;;)
+	{
+		int64_t		now = now_ms();
+		int64_t		wake;
+		struct pollfd pfd[2];
+		int			n = 0;
+		bool		none_left = reap(w);
+
+		if (w->reaped && none_left)
+		{
+			watchdog_send(w->fd, WD_EXITED, 0, w->status);
+			_exit(0);
+		}
+
+		/* The clock first, as in the client. */
+		if (!w->stopping && now >= w->deadline)
+		{
+			logmsg("watchdog: the lease deadline passed without a renewal; "
+				   "stopping COMMAND and its processes");
+			watchdog_send(w->fd, WD_EXPIRED, 0, 0);
+			stop_tree(w);
+		}
+		if (w->reaped && !w->stopping)
+		{
+			vlog(w->opt, "COMMAND exited; stopping the processes it left behind");
+			stop_tree(w);
+		}
+		if (now >= w->kill_at && signal_tree(w, SIGKILL) > 0 && !w->killed)
+		{
+			w->killed = true;
+			logmsg("COMMAND's processes did not exit within the grace period: SIGKILL");
+		}
+
+		wake = w->stopping ? NEVER : w->deadline;
+		if (w->kill_at != NEVER)
+			wake = now >= w->kill_at ? now + SWEEP_MS
+				: (w->kill_at < wake ? w->kill_at : wake);
+		pfd[n].fd = sigfd;
+		pfd[n].events = POLLIN;
+		pfd[n++].revents = 0;
+		if (w->fd >= 0)
+		{
+			pfd[n].fd = w->fd;
+			pfd[n].events = POLLIN;
+			pfd[n++].revents = 0;
+		}
+		now = now_ms();
+		if (poll(pfd, n, wake == NEVER ? 1000
+				 : (int) (wake > now ? (wake - now < 1000000 ? wake - now : 1000000) : 0)) <= 0)
+			continue;
+		if (pfd[0].revents)
+		{
+			struct signalfd_siginfo si;
+
+			while (read(sigfd, &si, sizeof(si)) == (ssize_t) sizeof(si))
+			{
+				if (si.ssi_signo == SIGUSR1 && getppid() != w->client)
+					client_gone(w);
+			}
+		}
+		if (n > 1 && pfd[1].revents)
+		{
+			WdMsg		m;
+			int			r;
+
+			while ((r = watchdog_recv(w->fd, &m)) == 1)
+				on_message(w, &m);
+			if (r < 0)
+				client_gone(w);
+		}
+	}
+}
+
+/*
+ * run_command: in the child of the watchdog: COMMAND in its own process
+ * group, with the terminal if asked, normal signal state, SIGKILL if the
+ * watchdog dies, and DLOCK_RESOURCE, DLOCK_HOLDER, DLOCK_FENCE set.
+ */
+static void
+run_command(const Lock *lk, char **command, bool tty, pid_t watchdog)
+{
+	setpgid(0, 0);
+	if (tty)
+	{
+		signal(SIGTTOU, SIG_IGN);
+		tcsetpgrp(STDIN_FILENO, getpid());
+	}
+	signals_default_in_child();
+	if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0 || getppid() != watchdog)
+		_exit(EXIT_LEASE_LOST);
+	if (setenv("DLOCK_RESOURCE", lk->resource, 1) != 0 ||
+		setenv("DLOCK_HOLDER", lk->holder, 1) != 0 ||
+		setenv("DLOCK_FENCE", lk->fence, 1) != 0)
+		_exit(126);
+	execvp(command[0], command);
+	fprintf(stderr, "%s: cannot run %s: %s\n", progname, command[0], strerror(errno));
+	_exit(errno == ENOENT ? 127 : 126);
+}
+
+/*
+ * watchdog_main: the watchdog process, just forked from the client (whose
+ * pid is client); fd is its end of the socket.  Never returns.
+ */
+static void
+watchdog_main(const Lock *lk, char **command, bool tty, int64_t deadline,
+			  pid_t client, int fd)
+{
+	/* what the client catches or what would stop us with its group */
+	int			blocked[] = {SIGCHLD, SIGUSR1, SIGINT, SIGTERM, SIGHUP, SIGQUIT,
+	SIGTSTP, SIGTTIN, SIGTTOU, SIGPIPE};
+	sigset_t	set;
+	int			sigfd;
+	pid_t		me;
+	Wd			w;
+
+	sigemptyset(&set);
+	for (size_t i = 0; i < sizeof(blocked) / sizeof(blocked[0]); i++)
+		sigaddset(&set, blocked[i]);
+	sigprocmask(SIG_BLOCK, &set, NULL);
+	signals_uninstall();		/* the client's handlers and self-pipe */
+	if (lk->conn)
+		close(PQsocket(lk->conn));	/* never PQfinish: that would talk */
+	sigfd = signalfd(-1, &set, SFD_CLOEXEC | SFD_NONBLOCK);
+	if (sigfd < 0)
+	{
+		logmsg("watchdog: signalfd: %s", strerror(errno));
+		watchdog_send(fd, WD_FAILED, errno, 0);
+		_exit(1);
+	}
+	if (prctl(PR_SET_PDEATHSIG, SIGUSR1) != 0 || getppid() != client)
+		_exit(1);				/* the client is already gone: start nothing */
+	if (prctl(PR_SET_CHILD_SUBREAPER, 1) != 0)
+	{
+		logmsg("watchdog: PR_SET_CHILD_SUBREAPER: %s", strerror(errno));
+		watchdog_send(fd, WD_FAILED, errno, 0);
+		_exit(1);
+	}
+
+	memset(&w, 0, sizeof(w));
+	w.opt = lk->opt;
+	w.fd = fd;
+	w.client = client;
+	w.deadline = deadline;
+	w.kill_at = NEVER;
+	me = getpid();
+	w.command = fork();
+	if (w.command < 0)
+	{
+		logmsg("fork: %s", strerror(errno));
+		watchdog_send(fd, WD_FAILED, errno, 0);
+		_exit(1);
+	}
+	if (w.command == 0)
+		run_command(lk, command, tty, me);
+	setpgid(w.command, w.command);
+	watchdog_send(fd, WD_STARTED, (int) w.command, 0);
+	supervise(&w, sigfd);
+}
+
+/*
+ * watchdog_start: fork the watchdog, which starts COMMAND and stops its
+ * whole tree at deadline (CLOCK_BOOTTIME ms, see now_ms) unless told a
+ * later one.  *fd is the client's end of the socket to it (non-blocking).
+ * Returns the watchdog's pid, or -1.
+ */
+pid_t
+watchdog_start(const Lock *lk, char **command, bool tty, int64_t deadline, int *fd)
+{
+	int			sv[2];
+	pid_t		client = getpid();
+	pid_t		pid;
+
+	if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) != 0)
+	{
+		logmsg("socketpair: %s", strerror(errno));
+		return -1;
+	}
+	fflush(NULL);
+	pid = fork();
+	if (pid < 0)
+	{
+		logmsg("fork: %s", strerror(errno));
+		close(sv[0]);
+		close(sv[1]);
+		return -1;
+	}
+	if (pid == 0)
+	{
+		close(sv[0]);			/* else we would never see the client's EOF */
+		watchdog_main(lk, command, tty, deadline, client, sv[1]);
+	}
+	close(sv[1]);
+	fcntl(sv[0], F_SETFL, fcntl(sv[0], F_GETFL) | O_NONBLOCK);
+	*fd = sv[0];
+	return pid;
+}
