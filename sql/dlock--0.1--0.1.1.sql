@@ -25,8 +25,7 @@ ALTER FUNCTION dlock.session_holder() PARALLEL RESTRICTED;
 -- started.  A new epoch starts whenever the data may have been forked or
 -- rewound: fence.c compares (system identifier, database, timeline,
 -- postmaster start) with the row of dlock.fence_epoch.  pg_dump carries
--- the sequence (a floor for the next epoch) but not that row, so a restored
--- database always starts a new epoch.  0.1's dlock.fence_seq and
+-- neither, so a restored database always starts a new epoch.  0.1's dlock.fence_seq and
 -- dlock.epoch stay: dropping them would take ACCESS EXCLUSIVE locks behind
 -- open transactions that drew fences; the library stops using them once
 -- dlock.fences exists, and reads dlock.epoch only when it starts an epoch,
@@ -42,7 +41,10 @@ CREATE TABLE dlock.fence_epoch (
     first_fence bigint NOT NULL        -- first fence of the epoch
 );
 REVOKE ALL ON dlock.fences, dlock.fence_epoch FROM PUBLIC;
-SELECT pg_catalog.pg_extension_config_dump('dlock.fences', '');
+-- Neither is marked for pg_dump: a data-only restore into this very
+-- database must not set the sequence back (a restore elsewhere starts a new
+-- epoch, above the clock and above every fence in the restored
+-- dlock.leases).
 
 -- ---------------------------------------------------------------------------
 -- Events of prepared transactions (issue 8, defect 11).

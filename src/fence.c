@@ -18,7 +18,9 @@
  * those keeps all of (system identifier, database, timeline, postmaster
  * start): before its first fence a backend compares them with the row of
  * dlock.fence_epoch (which pg_dump does not carry, so a restore never finds
- * one), and if they differ it starts a new epoch, moving the sequence up to
+ * one; nor does it carry dlock.fences, so a data-only restore into this
+ * very database cannot set it back), and if they differ it starts a new
+ * epoch, moving the sequence up to
  * max(now, epoch of the sequence + 1) << 22 with setval (non-transactional,
  * WAL-logged and flushed before the fence leaves).  The lost fences belong
  * to epochs that started earlier by the server clock: that is what the
@@ -247,7 +249,8 @@ epoch_floor(Oid schema)
 /*
  * jump: start a new epoch and return its first fence.  The epoch is the
  * clock in milliseconds, but above the sequence's epoch (the clock may have
- * stepped back) and the 0.1 floor.  Jumps take the draw lock exclusively,
+ * stepped back), the highest fence dlock.leases holds (a restore brings the
+ * old cluster's), and the 0.1 floor.  Jumps take the draw lock exclusively,
  * so no draw falls between our nextval and our setval: the sequence never
  * goes back.
  */
@@ -259,6 +262,17 @@ jump(Oid schema, Oid seqoid)
 	int64		floor = epoch_floor(schema);
 	int64		epoch;
 	int64		fence;
+
+	/* Above every fence the table remembers (a restore brings them). */
+	if (epoch_exec("SELECT pg_catalog.max(fence) FROM dlock.leases", 0, NULL, NULL) > 0)
+	{
+		bool		isnull;
+		Datum		d = SPI_getbinval(SPI_tuptable->vals[0],
+									  SPI_tuptable->tupdesc, 1, &isnull);
+
+		if (!isnull)
+			floor = Max(floor, (DatumGetInt64(d) >> FENCE_COUNT_BITS) + 1);
+	}
 
 	epoch_locktag(&tag, EPOCH_LOCK_DRAW);
 	(void) LockAcquire(&tag, ExclusiveLock, false, false);

@@ -63,6 +63,17 @@ restore($a, 'app2', $dump);
 cmp_ok(min(fences($a, 'app2', 3)), '>', max(@seen),
 	'same cluster, restored database: next fences above every fence of app');
 
+# 1b. A data-only dump restored into the very database it came from, in the
+# same server run (the restore's COPY into dlock.leases fails on its
+# duplicate keys; nothing else of it may set the fences back).
+my $data = $a->basedir . '/app-data.sql';
+$a->command_ok([ 'pg_dump', '-a', '-d', $a->connstr('app'), '-f', $data ], 'pg_dump -a app');
+push @seen, fences($a, 'app', 3);    # after the dump
+IPC::Run::run([ 'psql', '-X', '-q', '-d', $a->connstr('app'), '-f', $data ],
+	'>', \my $rout, '2>', \my $rerr);
+cmp_ok(min(fences($a, 'app', 3)), '>', max(@seen),
+	'data-only restore into the same database: next fences above every earlier one');
+
 # 2. Defect 5: DROP EXTENSION + CREATE EXTENSION.
 push @seen, fences($a, 'app', 3);
 $a->safe_psql('app', 'DROP EXTENSION dlock; CREATE EXTENSION dlock');
