@@ -117,12 +117,13 @@ dlock_wait_loop(const DlockResource *res, text *holder, int64 wait_ms,
 		}
 		if (result == ATTEMPT_CONTENDED)
 		{
-			if (wait_ms < 0 && lock_limit == DT_NOEND)
+			if (wait_ms < 0 && lock_limit == DT_NOEND && !dlock_pinned(res))
 			{
 				/*
-				 * No limit of ours: wait in the lock manager and look again
-				 * holding the lock, so waiters queue there in order instead
-				 * of taking and dropping it in turn.
+				 * No limit of ours, and no pin in the way (resource.c): wait
+				 * in the lock manager and look again holding the lock, so
+				 * waiters queue there in order instead of taking and
+				 * dropping it in turn.
 				 */
 				(void) LockAcquire(&tag, DLOCK_CHANGE, false, false);
 				held_extra = true;

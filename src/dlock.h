@@ -36,6 +36,8 @@
 #define DLOCK_LOCKTAG_MAINTENANCE	(DLOCK_LOCKTAG_CLASS + 2)
 /* ... of dlock.reap() callers taking turns in a database (worker.c) */
 #define DLOCK_LOCKTAG_REAP		(DLOCK_LOCKTAG_CLASS + 3)
+/* ... of the per-resource pin marker of assert_fence (resource.c) */
+#define DLOCK_LOCKTAG_PIN		(DLOCK_LOCKTAG_CLASS + 4)
 
 /* The modes of the per-resource lock (resource.c explains them). */
 typedef enum DlockLockMode
@@ -71,6 +73,10 @@ extern void dlock_check_writable(const char *fname);
 extern bool dlock_resource_lock(const DlockResource *res, DlockLockMode mode,
 								bool wait);
 extern void dlock_resource_unlock(const DlockResource *res, DlockLockMode mode);
+extern void dlock_pin(const DlockResource *res);
+extern void dlock_unpin(const DlockResource *res);
+extern bool dlock_pinned(const DlockResource *res);
+extern void dlock_change_wait(const DlockResource *res);
 extern bool dlock_maintenance_lock(const DlockResource *res);
 extern void dlock_maintenance_unlock(const DlockResource *res);
 extern void dlock_maintenance_unlock_all(void);
@@ -159,6 +165,8 @@ extern int64 dlock_next_fence(void);
 extern void dlock_xact_init(void);
 extern void dlock_note_acquisition(TimestampTz expires);
 extern void dlock_note_release(void);
+extern void dlock_own_writes_begin(void);
+extern void dlock_own_writes_end(void);
 extern void dlock_xact_register(const DlockResource *res, int64 fence);
 extern int64 dlock_xact_fence(const DlockResource *res);
 extern void dlock_wake_after_commit(uint64 hash);

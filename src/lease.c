@@ -129,7 +129,7 @@ dlock_unlock(PG_FUNCTION_ARGS)
 	dlock_check_writable("dlock.unlock()");
 	caller = dlock_caller();
 
-	(void) dlock_resource_lock(&res, DLOCK_CHANGE, true);
+	dlock_change_wait(&res);
 	now = GetCurrentTimestamp();
 	dlock_store_begin();
 	/* The common case first: the caller's own holding, in one statement. */
@@ -243,7 +243,7 @@ dlock_unlock_all(PG_FUNCTION_ARGS)
 		TimestampTz now;
 
 		dlock_resource_init(&res, lfirst(lc));
-		(void) dlock_resource_lock(&res, DLOCK_CHANGE, true);
+		dlock_change_wait(&res);
 		now = GetCurrentTimestamp();
 		dlock_row_read(&res, &row);
 		if (dlock_holding_verdict(&row, holder, &caller, now) == HOLDING_MINE)
@@ -275,7 +275,7 @@ dlock_break_lock(PG_FUNCTION_ARGS)
 	dlock_resource_init(&res, dlock_check_resource(fcinfo, 0));
 	dlock_check_writable("dlock.break_lock()");
 
-	(void) dlock_resource_lock(&res, DLOCK_CHANGE, true);
+	dlock_change_wait(&res);
 	now = GetCurrentTimestamp();
 	dlock_store_begin();
 	dlock_row_read(&res, &row);
@@ -355,10 +355,10 @@ dlock_assert_fence(PG_FUNCTION_ARGS)
 	fence = check_fence_arg(fcinfo, 1);
 	caller = dlock_caller();
 
-	(void) dlock_resource_lock(&res, DLOCK_PIN, true);
+	dlock_pin(&res);
 	if (!fence_is_current(&res, fence, &row))
 	{
-		dlock_resource_unlock(&res, DLOCK_PIN);
+		dlock_unpin(&res);
 		ereport(ERROR,
 				(errcode(ERRCODE_LOCK_NOT_AVAILABLE),
 				 errmsg("fence " INT64_FORMAT " is not the current holding of resource \"%s\"",

@@ -29,7 +29,11 @@
  *	  not with PIN;
  *	- PIN (AccessShareLock): assert_fence, which keeps the holding from
  *	  changing hands until the caller's transaction ends, without ever
- *	  making the holder's own renew wait.
+ *	  making the holder's own renew wait.  A pin also holds the resource's
+ *	  pin marker (another tag) so that those who must wait for a change can
+ *	  tell a pin from a change in progress: behind a pin they poll instead
+ *	  of queueing in the lock manager, where a queued CHANGE request would
+ *	  hold up every later RENEW (dlock_change_wait).
  *
  * Reapers (reap.c) also take the resource's maintenance lock, a second tag
  * of another class, at session level just before its resource lock, and
@@ -40,8 +44,8 @@
  * An acquirer that finds a resource lock taken looks at the maintenance
  * lock: if a reaper holds it, the reaper's short transaction, which never
  * waits for anything, is the only thing in the way, and the acquirer waits
- * for it (dlock_wait_for_maintenance) instead of calling the resource busy.
- * So a reaper never makes an expired lease unavailable.
+ * for it (dlock_wait_for_maintenance, bounded) instead of calling the
+ * resource busy.  So a reaper never makes an expired lease unavailable.
  *
  * Two resources whose hashes collide merely share the lock (a spurious
  * conflict with probability 2^-64); rows are always matched by full text.
@@ -64,12 +68,15 @@
 /*
  * Longest lease we accept; anything longer is surely a unit mistake.  The
  * limit applies to the expiry the call really writes (1000 years of 365.25
- * days); the component limits (20,000 years each) only keep the
- * arithmetic inside the timestamp range.
+ * days); the component limits (2,000 years each, 1,000 for the time part)
+ * keep the arithmetic inside the timestamp range, which ends 4713 BC.
  */
 #define DLOCK_MAX_LEASE_USECS	(INT64CONST(1000) * 36525 * USECS_PER_DAY / 100)
-#define DLOCK_MAX_LEASE_MONTHS	(INT64CONST(20000) * MONTHS_PER_YEAR)
-#define DLOCK_MAX_LEASE_DAYS	(INT64CONST(20000) * 366)
+#define DLOCK_MAX_LEASE_MONTHS	(INT64CONST(2000) * MONTHS_PER_YEAR)
+#define DLOCK_MAX_LEASE_DAYS	(INT64CONST(2000) * 366)
+
+/* Longest an acquirer waits for a reaper's transaction (see below). */
+#define DLOCK_MAINTENANCE_WAIT_MS	100
 
 /*
  * interval_usecs: an interval's length in microseconds as a double, with
@@ -300,6 +307,85 @@ dlock_maintenance_lock(const DlockResource *res)
 	return LockAcquire(&tag, ExclusiveLock, true, true) != LOCKACQUIRE_NOT_AVAIL;
 }
 
+/* set_pin_locktag: the tag of a resource's pin marker. */
+static void
+set_pin_locktag(LOCKTAG *tag, uint64 hash)
+{
+	SET_LOCKTAG_ADVISORY(*tag, MyDatabaseId, (uint32) (hash >> 32),
+						 (uint32) hash, DLOCK_LOCKTAG_PIN);
+}
+
+/*
+ * dlock_pin: assert_fence's pin: the pin marker (shared) and the resource
+ * lock in PIN mode, until the transaction ends.  Waits for changes in
+ * progress.
+ */
+void
+dlock_pin(const DlockResource *res)
+{
+	LOCKTAG		tag;
+
+	set_pin_locktag(&tag, res->hash);
+	(void) LockAcquire(&tag, ShareLock, false, false);
+	(void) dlock_resource_lock(res, DLOCK_PIN, true);
+}
+
+/* dlock_unpin: give back a pin taken by dlock_pin (nothing was pinned). */
+void
+dlock_unpin(const DlockResource *res)
+{
+	LOCKTAG		tag;
+
+	dlock_resource_unlock(res, DLOCK_PIN);
+	set_pin_locktag(&tag, res->hash);
+	LockRelease(&tag, ShareLock, false);
+}
+
+/*
+ * dlock_pinned: does another transaction pin res?  A request for the
+ * resource lock in CHANGE mode queued in the lock manager behind a pin
+ * would make every later RENEW queue behind it too (the lock manager
+ * queues a request that conflicts with a waiting one), so whoever must
+ * wait for a change while a pin holds polls instead (dlock_change_wait,
+ * acquire.c).
+ */
+bool
+dlock_pinned(const DlockResource *res)
+{
+	LOCKTAG		tag;
+
+	set_pin_locktag(&tag, res->hash);
+	if (LockAcquire(&tag, ExclusiveLock, false, true) == LOCKACQUIRE_NOT_AVAIL)
+		return true;
+	LockRelease(&tag, ExclusiveLock, false);
+	return false;
+}
+
+/*
+ * dlock_change_wait: take res's lock in CHANGE mode, waiting as long as it
+ * takes: in the lock manager (deadlock detection, cancel, visible to
+ * isolationtester) while no pin holds it, polling while one does.
+ */
+void
+dlock_change_wait(const DlockResource *res)
+{
+	long		sleep_us = 100;
+
+	for (;;)
+	{
+		if (dlock_resource_lock(res, DLOCK_CHANGE, false))
+			return;
+		if (!dlock_pinned(res))
+		{
+			(void) dlock_resource_lock(res, DLOCK_CHANGE, true);
+			return;
+		}
+		pg_usleep(sleep_us);
+		CHECK_FOR_INTERRUPTS();
+		sleep_us = Min(sleep_us * 2, 100000);
+	}
+}
+
 /* dlock_maintenance_unlock: give back an unused maintenance lock. */
 void
 dlock_maintenance_unlock(const DlockResource *res)
@@ -325,22 +411,33 @@ dlock_maintenance_unlock_all(void)
  * dlock_wait_for_maintenance: after failing to take res's lock: if a
  * reaper holds it, wait until the reaper's transaction ends and return
  * true (look again); false if someone else holds it (the resource is
- * busy).  The wait is a lock-manager wait, so cancel applies.
+ * busy).  A reaper's transaction is short and never waits for a lock, but
+ * its commit could wait (for the NOTIFY queue, say), so the wait is
+ * bounded: polled, at most DLOCK_MAINTENANCE_WAIT_MS, then the resource
+ * counts as busy.
  */
 bool
 dlock_wait_for_maintenance(const DlockResource *res)
 {
 	LOCKTAG		tag;
+	long		waited_us = 0;
+	long		step_us = 10;
 
 	set_maintenance_locktag(&tag, res->hash);
-	if (LockAcquire(&tag, ShareLock, false, true) != LOCKACQUIRE_NOT_AVAIL)
+	for (;;)
 	{
-		LockRelease(&tag, ShareLock, false);
-		return false;
+		if (LockAcquire(&tag, ShareLock, false, true) != LOCKACQUIRE_NOT_AVAIL)
+		{
+			LockRelease(&tag, ShareLock, false);
+			return waited_us > 0;
+		}
+		if (waited_us >= DLOCK_MAINTENANCE_WAIT_MS * 1000L)
+			return false;
+		pg_usleep(step_us);
+		CHECK_FOR_INTERRUPTS();
+		waited_us += step_us;
+		step_us = Min(step_us * 2, 1000);
 	}
-	(void) LockAcquire(&tag, ShareLock, false, false);
-	LockRelease(&tag, ShareLock, false);
-	return true;
 }
 
 /* dlock_add_interval: ts + span, PostgreSQL's timestamptz + interval. */

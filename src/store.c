@@ -220,6 +220,7 @@ dlock_store_begin(void)
 {
 	if (store_depth++ > 0)
 		return;
+	dlock_own_writes_begin();
 	caller_context = CurrentMemoryContext;
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "SPI_connect failed");
@@ -262,6 +263,7 @@ dlock_store_end(void)
 	Assert(store_depth > 0);
 	if (--store_depth > 0)
 		return;
+	dlock_own_writes_end();
 	AtEOXact_GUC(true, saved_nestlevel);
 	SetUserIdAndSecContext(saved_userid, saved_sec_context);
 	if (SPI_finish() != SPI_OK_FINISH)

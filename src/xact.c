@@ -7,8 +7,9 @@
  *	- Durability: a transaction that acquired or renewed commits with at
  *	  least synchronous_commit = on (a stronger setting is kept), whatever
  *	  the session says; one that only released, outside a transaction
- *	  block, commits asynchronously (a lost release only keeps the resource
- *	  busy until its lease ends).  The level is set at PRE_COMMIT, as a
+ *	  block, and wrote nothing else (no WAL of this backend outside dlock's
+ *	  own statements), commits asynchronously (a lost release only keeps
+ *	  the resource busy until its lease ends).  The level is set at PRE_COMMIT, as a
  *	  SET LOCAL through the GUC machinery (so a synchronous standby is
  *	  waited for), after every function SET clause and SET LOCAL of the
  *	  transaction is done; the end of the transaction undoes it.
@@ -32,6 +33,7 @@
 #include "dlock.h"
 
 #include "access/xact.h"
+#include "access/xlog.h"
 #include "nodes/pg_list.h"
 #include "utils/guc.h"
 #include "utils/memutils.h"
@@ -49,6 +51,8 @@ typedef struct XactHolding
 static bool xact_acquired = false;	/* acquired or renewed something */
 static TimestampTz xact_min_expiry; /* earliest expiry it set, if so */
 static bool xact_async_release = false; /* released outside a block */
+static XLogRecPtr own_writes_end = InvalidXLogRecPtr;	/* WAL end after ours */
+static bool foreign_writes = false;	/* the transaction wrote WAL not ours */
 static bool xact_prepared_events = false;	/* PREPARE put events in the outbox */
 static List *xact_holdings = NIL;	/* XactHolding * */
 
@@ -90,6 +94,25 @@ dlock_note_release(void)
 {
 	if (!IsTransactionBlock())
 		xact_async_release = true;
+}
+
+/*
+ * dlock_own_writes_begin / dlock_own_writes_end: around each store session
+ * (store.c).  WAL this backend wrote in the transaction outside them is
+ * someone else's writes, which must not commit asynchronously because
+ * dlock released something in the same transaction.
+ */
+void
+dlock_own_writes_begin(void)
+{
+	if (XactLastRecEnd != own_writes_end)
+		foreign_writes = true;
+}
+
+void
+dlock_own_writes_end(void)
+{
+	own_writes_end = XactLastRecEnd;
 }
 
 /*
@@ -203,7 +226,9 @@ force_sync_commit(void)
 		if (synchronous_commit < SYNCHRONOUS_COMMIT_REMOTE_FLUSH)
 			set_sync_commit("on");
 	}
-	else if (xact_async_release && synchronous_commit > SYNCHRONOUS_COMMIT_OFF)
+	else if (xact_async_release && !foreign_writes &&
+			 XactLastRecEnd == own_writes_end &&
+			 synchronous_commit > SYNCHRONOUS_COMMIT_OFF)
 		set_sync_commit("off");
 }
 
@@ -213,6 +238,8 @@ reset_state(void)
 {
 	xact_acquired = false;
 	xact_async_release = false;
+	own_writes_end = InvalidXLogRecPtr;
+	foreign_writes = false;
 	xact_prepared_events = false;
 	xact_holdings = NIL;		/* memory goes with TopTransactionContext */
 	dlock_events_reset();

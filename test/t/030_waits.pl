@@ -282,5 +282,37 @@ SKIP:
 	is(dstat('expired') >= 1 ? 1 : 0, 1, 'stats: counted as an expiry');
 }
 
+# 8. A waiter in lock() with no limit behind a pinned holding does not make
+# the holder's renew wait for the pin (0.1.1's review: its request, queued
+# in the lock manager behind the pin, held up every later renew).
+{
+	my $f = $node->safe_psql('postgres', q{SELECT dlock.try_lock('pinned', 'h', '4s')});
+	my $pinner = $node->background_psql('postgres', on_error_stop => 0);
+	$pinner->query_safe("BEGIN; SELECT dlock.assert_fence('pinned', $f)");
+	my $waiter = $node->background_psql('postgres', on_error_stop => 0);
+	$waiter->query_until(qr/waiting now/,
+		"\\echo waiting now\nSELECT dlock.lock('pinned', 'w', '1h');\n");
+	ok($node->poll_query_until('postgres',
+		q{SELECT count(*) = 1 FROM dlock.waiters WHERE resource = 'pinned'}),
+		'a waiter waits for the pinned resource');
+	usleep(300_000);
+	my $t0 = time;
+	my $renewed = $node->safe_psql('postgres',
+		q{SELECT dlock.renew('pinned', 'h', '1h') > clock_timestamp() + interval '50 min'},
+		timeout => 30);
+	is($renewed, 't', 'the holder renews while pinned and waited for');
+	cmp_ok(time - $t0, '<', 1, 'at once');
+	$pinner->query_safe('COMMIT');
+	$pinner->quit;
+	is($node->safe_psql('postgres', q{SELECT holder FROM dlock.locks WHERE resource = 'pinned'}),
+		'h', 'the holder still holds it');
+	$node->safe_psql('postgres', q{SELECT dlock.unlock('pinned', 'h')});
+	ok($node->poll_query_until('postgres',
+		q{SELECT holder = 'w' FROM dlock.locks WHERE resource = 'pinned'}),
+		'the waiter gets it once released');
+	$waiter->quit;
+	$node->safe_psql('postgres', q{SELECT dlock.unlock_all('w')});
+}
+
 $node->stop;
 done_testing();

@@ -80,6 +80,7 @@ like($lazy->query_safe(q{SELECT dlock.try_lock('d', 'h', '1h')}), qr/^\d+$/,
 	'standby up: a lease to release later');
 like($local->query_safe(q{SELECT dlock.try_lock('e', 'h', '1h')}), qr/^\d+$/,
 	'standby up: another lease to release later');
+$primary->safe_psql('postgres', q{CREATE TABLE public.writes (x int); SELECT dlock.try_lock('m', 'h', '1h')});
 ok( $standby->poll_query_until(
 		'postgres', q{SELECT count(*) = 4 FROM dlock.locks WHERE resource IN ('a', 'b', 'd', 'e')}),
 	'standby up: the standby has the holdings');
@@ -110,14 +111,18 @@ is( $primary->safe_psql(
 	'standby down: unlock at synchronous_commit = remote_apply returns');
 
 # Acquisitions and renewals wait for the standby.
+# And so does a release whose transaction also wrote something else (the
+# release may be asynchronous, the other write may not).
 my $renewer = session('lazy', 'renewer');
 my $setfn = session('lazy', 'setfn');
+my $mixed = session('postgres', 'mixed');
 my %calls = (
 	lazy => q{SELECT dlock.try_lock('g', 'h', '1h')},
 	local => q{SELECT dlock.try_lock('h', 'h', '1h')},
 	renewer => q{SELECT dlock.renew('a', 'h') IS NOT NULL},
-	setfn => q{SELECT public.take_async('i')},);
-my %session = (lazy => $lazy, local => $local, renewer => $renewer, setfn => $setfn);
+	setfn => q{SELECT public.take_async('i')},
+	mixed => q{WITH w AS (INSERT INTO public.writes VALUES (1) RETURNING x) SELECT dlock.unlock('m', 'h') FROM w},);
+my %session = (lazy => $lazy, local => $local, renewer => $renewer, setfn => $setfn, mixed => $mixed);
 for my $name (sort keys %calls)
 {
 	$session{$name}->{stdin} .= "$calls{$name};\n";
@@ -125,10 +130,10 @@ for my $name (sort keys %calls)
 }
 ok( $primary->poll_query_until(
 		'postgres',
-		q{SELECT count(*) = 4 FROM pg_stat_activity
-		   WHERE application_name IN ('lazy', 'local', 'renewer', 'setfn')
+		q{SELECT count(*) = 5 FROM pg_stat_activity
+		   WHERE application_name IN ('lazy', 'local', 'renewer', 'setfn', 'mixed')
 		     AND wait_event = 'SyncRep'}),
-	'standby down: try_lock (off, local, function SET off) and renew (off) wait for the standby');
+	'standby down: try_lock (off, local, function SET off), renew (off) and a release with another write wait for the standby');
 # Still waiting a while later, with nothing returned.
 usleep(2_000_000);
 for my $name (sort keys %calls)
@@ -139,10 +144,10 @@ for my $name (sort keys %calls)
 is( $primary->safe_psql(
 		'postgres',
 		q{SELECT count(*) FROM pg_stat_activity
-		   WHERE application_name IN ('lazy', 'local', 'renewer', 'setfn')
+		   WHERE application_name IN ('lazy', 'local', 'renewer', 'setfn', 'mixed')
 		     AND wait_event = 'SyncRep'}),
-	'4',
-	'standby down: all four still wait in SyncRep');
+	'5',
+	'standby down: all five still wait in SyncRep');
 
 # 3. Standby back: they return.
 $standby->start;
@@ -151,6 +156,7 @@ like($local->query_until(qr/\n/, ''), qr/^\d+\n$/, 'standby back: try_lock (loca
 is($renewer->query_until(qr/\n/, ''), "t\n", 'standby back: renew (off) returns');
 like($setfn->query_until(qr/\n/, ''), qr/^\d+\n$/,
 	'standby back: try_lock in a function with SET synchronous_commit = off returns a fence');
+is($mixed->query_until(qr/\n/, ''), "0\n", 'standby back: the release with another write returns');
 $primary->wait_for_catchup($standby);
 is( $standby->safe_psql(
 		'postgres',
