@@ -13,9 +13,9 @@ OBJS = $(patsubst %.c,%.o,$(wildcard src/*.c))
 
 PG_CFLAGS = -Wall -Wextra -Werror -Wno-unused-parameter -Wno-missing-field-initializers
 
-# pg_regress: sql/*.sql scripts other than the install scripts, expected/*.out
-REGRESS = $(sort $(filter-out dlock--%,$(basename $(notdir $(wildcard sql/*.sql)))))
-REGRESS_OPTS = --inputdir=. --temp-instance=tmp_check --temp-config=test/dlock.conf --load-extension=dlock
+# pg_regress: test/sql/*.sql, expected output in test/expected/*.out
+REGRESS = $(sort $(basename $(notdir $(wildcard test/sql/*.sql))))
+REGRESS_OPTS = --inputdir=test --temp-instance=tmp_check --temp-config=test/dlock.conf --load-extension=dlock
 
 ISOLATION = $(sort $(basename $(notdir $(wildcard test/isolation/specs/*.spec))))
 ISOLATION_OPTS = --inputdir=test/isolation --outputdir=output_iso --temp-instance=tmp_check_iso --temp-config=test/dlock.conf --load-extension=dlock
