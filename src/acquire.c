@@ -71,11 +71,13 @@ dlock_take_resource(const DlockResource *res)
 /*
  * dlock_wait_loop: run attempt until it acquires, or the wait ends.
  * wait_ms: 0 one try, -1 no limit (but statement_timeout), else the limit.
- * holder is only shown in dlock.waiters.  Returns the fence, or 0.
+ * holder is only shown in dlock.waiters.  leave (may be NULL) runs when the
+ * wait ends, before the waiter slot is left (which may wake the next
+ * waiter).  Returns the fence, or 0.
  */
 int64
 dlock_wait_loop(const DlockResource *res, text *holder, int64 wait_ms,
-				DlockAttemptFn attempt, void *arg)
+				DlockAttemptFn attempt, DlockLeaveFn leave, void *arg)
 {
 	TimestampTz start = GetCurrentTimestamp();
 	TimestampTz deadline = wait_ms < 0 ? DT_NOEND : start + wait_ms * 1000;
@@ -137,6 +139,8 @@ dlock_wait_loop(const DlockResource *res, text *holder, int64 wait_ms,
 		dlock_wait_sleep(ms_until(now, Min(Min(busy_until, deadline), lock_limit)));
 	}
 
+	if (leave)
+		leave(res, arg, fence != 0);
 	if (waiting)
 	{
 		dlock_wait_end(fence != 0);
@@ -152,12 +156,62 @@ typedef struct LeaseAttemptArgs
 	text	   *holder;
 	const DlockCaller *caller;
 	const Interval *lease;
+	bool		fair;			/* take a ticket when not served */
+	bool		in_server;		/* waiting in lock(): an in-server ticket */
+	const Interval *lock_delay; /* NULL: none */
+	int64		ticket;			/* the in-server ticket held, or 0 */
 } LeaseAttemptArgs;
 
 /*
- * lease_attempt: one attempt at a lease for holder: free or expired, take
- * it with a new fence; the caller's own, re-enter it (count + 1, the
- * expiry extended to at least now + lease).
+ * queue_up: a fair attempt was not served: take or keep its ticket (held in
+ * the lock manager while waiting in lock(), else a row kept for
+ * dlock.queue_ttl).  Inside the store session, under the resource's lock.
+ */
+static void
+queue_up(const DlockResource *res, LeaseAttemptArgs *a, TimestampTz now)
+{
+	if (!a->fair)
+		return;
+	if (a->in_server)
+	{
+		if (a->ticket == 0)
+		{
+			dlock_server_ticket_take(res, &a->ticket);
+			dlock_wait_set_ticket(a->ticket, a->caller->role);
+		}
+	}
+	else
+		dlock_client_ticket_keep(res, a->holder, a->caller->role, now);
+}
+
+/*
+ * acquired: bookkeeping of a successful attempt: leave the queue, record
+ * the lock-delay of a new holding.  Inside the store session.
+ */
+static void
+acquired(const DlockResource *res, LeaseAttemptArgs *a, bool queued,
+		 int64 fence, int32 count, TimestampTz expires)
+{
+	dlock_server_ticket_drop(res, &a->ticket);
+	if (queued && a->fair && !a->in_server)
+		dlock_client_ticket_drop(res, a->holder, a->caller->role);
+	if (queued && count == 1 && a->lock_delay != NULL)
+		dlock_delay_set(res, fence, a->lock_delay);
+	dlock_note_acquisition(expires);
+	if (count == 1)
+	{
+		dlock_wake_after_abort(res->hash);
+		dlock_count(DLOCK_STAT_ACQUIRED);
+	}
+	else
+		dlock_count(DLOCK_STAT_REENTERED);
+}
+
+/*
+ * lease_attempt: one attempt at a lease for holder: the caller's own,
+ * re-enter it (count + 1, the expiry extended to at least now + lease);
+ * available (holding.c) and the queue empty or headed by the caller, take
+ * it with a new fence; else busy, queued if fair.
  */
 static DlockAttempt
 lease_attempt(const DlockResource *res, void *arg, int64 *fence,
@@ -169,7 +223,9 @@ lease_attempt(const DlockResource *res, void *arg, int64 *fence,
 	TimestampTz new_expires;
 	int32		count;
 	bool		took_over;
+	bool		queued;
 	DlockRow	row;
+	DlockQueueHead head;
 
 	if (!dlock_take_resource(res))
 		return ATTEMPT_CONTENDED;
@@ -184,52 +240,88 @@ lease_attempt(const DlockResource *res, void *arg, int64 *fence,
 	expires = dlock_lease_expiry(now, a->lease);
 
 	dlock_store_begin();
-	/* The common case first: free, expired or our own, in one statement. */
+	queued = dlock_queue_installed();
+	/*
+	 * The common case first, in one statement: our own (re-entry), or
+	 * available with nobody queued.  Other backends' in-server tickets are
+	 * looked up here; client tickets and lock-delay by the statement.
+	 */
 	if (dlock_row_fast_acquire(res, a->holder, a->caller->role, a->lease, now,
-							   expires, fence, &count, &new_expires, &took_over))
+							   expires, queued,
+							   !queued || !dlock_server_tickets_others(res),
+							   fence, &count, &new_expires, &took_over))
 	{
-		dlock_store_end();
-		dlock_note_acquisition(new_expires);
 		if (took_over)
 			dlock_count(DLOCK_STAT_EXPIRED);
-		if (count == 1)
-		{
-			dlock_wake_after_abort(res->hash);
-			dlock_count(DLOCK_STAT_ACQUIRED);
-		}
-		else
-			dlock_count(DLOCK_STAT_REENTERED);
+		acquired(res, a, queued, *fence, count, new_expires);
+		dlock_store_end();
 		return ATTEMPT_ACQUIRED;
 	}
 
 	dlock_row_read(res, &row);
+	if (queued)
+		dlock_delay_read(res, &row);
+	if (dlock_holding_verdict(&row, a->holder, a->caller, now) == HOLDING_MINE)
+		elog(ERROR, "dlock: re-entry of an own holding of \"%s\" changed nothing",
+			 text_to_cstring(res->name));
+	if (!dlock_lease_available(&row, now))
+	{
+		/* Held by another, or under lock-delay. */
+		queue_up(res, a, now);
+		dlock_store_end();
+		dlock_resource_unlock(res, DLOCK_CHANGE);
+		*busy_until = dlock_lease_ended(&row, now) ? row.available_at :
+			Max(row.expires_at, row.available_at);
+		return ATTEMPT_BUSY;
+	}
+	if (queued)
+	{
+		dlock_queue_head(res, a->holder, a->caller->role, a->ticket, now, &head);
+		if (head.exists && !head.mine)
+		{
+			/* Someone is ahead: wait for its turn to pass. */
+			queue_up(res, a, now);
+			dlock_store_end();
+			dlock_resource_unlock(res, DLOCK_CHANGE);
+			*busy_until = head.expires_at;
+			return ATTEMPT_BUSY;
+		}
+	}
+
 	if (!row.exists)
 	{
 		/* A resource never seen (or purged): its first row. */
 		*fence = dlock_next_fence();
 		dlock_row_insert(res, a->holder, a->caller->role, *fence, a->lease,
 						 now, expires);
+		acquired(res, a, queued, *fence, 1, expires);
 		dlock_store_end();
-		dlock_note_acquisition(expires);
-		dlock_wake_after_abort(res->hash);
-		dlock_count(DLOCK_STAT_ACQUIRED);
 		return ATTEMPT_ACQUIRED;
 	}
+	/* Ours to take: the takeover of the 0.1 statement, checks done above. */
+	if (!dlock_row_fast_acquire(res, a->holder, a->caller->role, a->lease, now,
+								expires, false, true,
+								fence, &count, &new_expires, &took_over))
+		elog(ERROR, "dlock: takeover of an available holding of \"%s\" changed nothing",
+			 text_to_cstring(res->name));
+	if (took_over)
+		dlock_count(DLOCK_STAT_EXPIRED);
+	acquired(res, a, queued, *fence, count, new_expires);
 	dlock_store_end();
-	switch (dlock_holding_verdict(&row, a->holder, a->caller, now))
-	{
-		case HOLDING_FREE:
-		case HOLDING_MINE:
-			/* The one-statement path is the SQL form of this rule. */
-			elog(ERROR, "dlock: acquisition of a free or own holding of \"%s\" changed nothing",
-				 text_to_cstring(res->name));
-			break;
-		default:
-			break;
-	}
-	dlock_resource_unlock(res, DLOCK_CHANGE);
-	*busy_until = row.expires_at;
-	return ATTEMPT_BUSY;
+	return ATTEMPT_ACQUIRED;
+}
+
+/*
+ * lease_leave: the wait is over: an in-server ticket still held (the wait
+ * gave up) leaves the queue before the waiter slot does, so the waiter the
+ * slot then wakes sees the queue without it.
+ */
+static void
+lease_leave(const DlockResource *res, void *arg, bool acquired)
+{
+	LeaseAttemptArgs *a = arg;
+
+	dlock_server_ticket_drop(res, &a->ticket);
 }
 
 /*
@@ -238,9 +330,14 @@ lease_attempt(const DlockResource *res, void *arg, int64 *fence,
  */
 int64
 dlock_acquire(const DlockResource *res, text *holder, const DlockCaller *caller,
-			  const Interval *lease, int64 wait_ms)
+			  const Interval *lease, int64 wait_ms, bool fair,
+			  const Interval *lock_delay)
 {
-	LeaseAttemptArgs args = {holder, caller, lease};
+	LeaseAttemptArgs args = {holder, caller, lease, fair, wait_ms != 0,
+	lock_delay, 0};
+	int64		fence;
 
-	return dlock_wait_loop(res, holder, wait_ms, lease_attempt, &args);
+	fence = dlock_wait_loop(res, holder, wait_ms, lease_attempt, lease_leave,
+							&args);
+	return fence;
 }

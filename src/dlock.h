@@ -8,7 +8,8 @@
  * the caller is, when a lease is free, who may change or pin it), store.c
  * the SPI statements against
  * dlock.leases, fence.c fence numbers, xact.c transaction bookkeeping,
- * lease.c the lease functions, xactlock.c transaction-scoped locks, reap.c
+ * lease.c the lease functions, xactlock.c transaction-scoped locks,
+ * queue.c fair queues and lock-delay, reap.c
  * expiry, events.c NOTIFY, waiters.c shared memory for sleeping waiters and
  * statistics, worker.c the background reaper.
  *
@@ -20,6 +21,8 @@
 #include "postgres.h"
 
 #include "datatype/timestamp.h"
+#include "executor/spi.h"
+#include "fmgr.h"
 #include "nodes/pg_list.h"
 #include "storage/lock.h"
 #include "utils/timestamp.h"
@@ -38,6 +41,10 @@
 #define DLOCK_LOCKTAG_REAP		(DLOCK_LOCKTAG_CLASS + 3)
 /* ... of the per-resource pin marker of assert_fence (resource.c) */
 #define DLOCK_LOCKTAG_PIN		(DLOCK_LOCKTAG_CLASS + 4)
+/* ... of an in-server ticket of a fair queue (queue.c) */
+#define DLOCK_LOCKTAG_TICKET	(DLOCK_LOCKTAG_CLASS + 5)
+/* ... of "a resource has in-server fair waiters" (queue.c) */
+#define DLOCK_LOCKTAG_FAIR		(DLOCK_LOCKTAG_CLASS + 6)
 
 /* The modes of the per-resource lock (resource.c explains them). */
 typedef enum DlockLockMode
@@ -52,6 +59,8 @@ extern int	dlock_default_lease_ms;
 extern int	dlock_poll_interval_ms;
 extern int	dlock_reap_interval_ms;
 extern char *dlock_database;
+extern int	dlock_queue_ttl_ms;
+extern int	dlock_lock_delay_ms;
 extern void dlock_guc_init(void);
 
 /* ---- resource.c ---- */
@@ -99,6 +108,7 @@ typedef struct DlockRow
 	int64		fence;
 	Interval	lease;
 	TimestampTz expires_at;
+	TimestampTz available_at;	/* lock-delay: not available before (queue.c) */
 } DlockRow;
 
 extern void dlock_store_begin(void);
@@ -121,6 +131,7 @@ extern int64 dlock_row_reap(const DlockResource *res, TimestampTz now);
 extern bool dlock_row_fast_acquire(const DlockResource *res, text *holder,
 								   Oid owner, const Interval *lease,
 								   TimestampTz now, TimestampTz expires,
+								   bool queued, bool allow_takeover,
 								   int64 *fence, int32 *count,
 								   TimestampTz *new_expires, bool *took_over);
 extern bool dlock_row_fast_release(const DlockResource *res, text *holder,
@@ -128,6 +139,9 @@ extern bool dlock_row_fast_release(const DlockResource *res, text *holder,
 								   int64 fence, int32 *left, int64 *fence_out);
 extern void dlock_row_delete_free(const DlockResource *res);
 extern Oid	dlock_schema_oid(void);
+extern uint64 dlock_store_exec(SPIPlanPtr *plan, const char *sql,
+							   int nargs, const Oid *argtypes, Datum *values,
+							   const char *nulls, bool read_only);
 
 /* ---- holding.c ---- */
 
@@ -141,14 +155,15 @@ typedef struct DlockCaller
 /* What a resource's row is to a holder and caller at some moment. */
 typedef enum DlockVerdict
 {
-	HOLDING_FREE,				/* no holder, or the lease expired */
+	HOLDING_FREE,				/* no holder, or the lease expired (ended) */
 	HOLDING_MINE,				/* this holder text and role, unexpired */
 	HOLDING_OTHER_ROLE,			/* this holder text, another role's */
 	HOLDING_OTHERS				/* another holder's */
 } DlockVerdict;
 
 extern DlockCaller dlock_caller(void);
-extern bool dlock_lease_free(const DlockRow *row, TimestampTz now);
+extern bool dlock_lease_ended(const DlockRow *row, TimestampTz now);
+extern bool dlock_lease_available(const DlockRow *row, TimestampTz now);
 extern DlockVerdict dlock_holding_verdict(const DlockRow *row, text *holder,
 										  const DlockCaller *caller,
 										  TimestampTz now);
@@ -156,6 +171,36 @@ extern bool dlock_may_change(const DlockRow *row, text *holder,
 							 const DlockCaller *caller, TimestampTz now,
 							 const char *action);
 extern void dlock_check_may_pin(const DlockRow *row, const DlockCaller *caller);
+
+/* ---- queue.c ---- */
+
+/* The head of a resource's fair queue, as seen by one caller. */
+typedef struct DlockQueueHead
+{
+	bool		exists;			/* the queue has a live ticket */
+	bool		mine;			/* the head is the caller's ticket */
+	bool		client;			/* the head is a client-side ticket */
+	TimestampTz expires_at;		/* client head: its ticket's end */
+} DlockQueueHead;
+
+extern bool dlock_queue_installed(void);
+extern void dlock_server_ticket_take(const DlockResource *res, int64 *ticket);
+extern void dlock_server_ticket_drop(const DlockResource *res, int64 *ticket);
+extern bool dlock_server_tickets_others(const DlockResource *res);
+extern void dlock_queue_head(const DlockResource *res, text *holder, Oid owner,
+							 int64 mine, TimestampTz now, DlockQueueHead *head);
+extern void dlock_client_ticket_keep(const DlockResource *res, text *holder,
+									 Oid owner, TimestampTz now);
+extern void dlock_client_ticket_drop(const DlockResource *res, text *holder,
+									 Oid owner);
+extern void dlock_delay_read(const DlockResource *res, DlockRow *row);
+extern void dlock_delay_set(const DlockResource *res, int64 fence,
+							const Interval *delay);
+extern void dlock_delay_on_end(const DlockResource *res, TimestampTz at,
+							   TimestampTz expired_by);
+extern int	dlock_queue_purge(TimestampTz now);
+extern Interval *dlock_check_lock_delay(FunctionCallInfo fcinfo, int argno);
+extern bool dlock_check_fair(FunctionCallInfo fcinfo, int argno);
 
 /* ---- fence.c ---- */
 #define DLOCK_FENCE_SEQ_BITS	44
@@ -185,12 +230,17 @@ typedef enum DlockAttempt
 typedef DlockAttempt (*DlockAttemptFn) (const DlockResource *res, void *arg,
 										int64 *fence, TimestampTz *busy_until);
 
+typedef void (*DlockLeaveFn) (const DlockResource *res, void *arg,
+							 bool acquired);
+
 extern bool dlock_take_resource(const DlockResource *res);
 extern int64 dlock_wait_loop(const DlockResource *res, text *holder,
-							 int64 wait_ms, DlockAttemptFn attempt, void *arg);
+							 int64 wait_ms, DlockAttemptFn attempt,
+							 DlockLeaveFn leave, void *arg);
 extern int64 dlock_acquire(const DlockResource *res, text *holder,
 						   const DlockCaller *caller, const Interval *lease,
-						   int64 wait_ms);
+						   int64 wait_ms, bool fair,
+						   const Interval *lock_delay);
 
 /* ---- events.c ---- */
 extern void dlock_notify(const DlockResource *res, const char *event,
@@ -225,6 +275,7 @@ extern void dlock_wait_begin(const DlockResource *res, text *holder,
 extern void dlock_wait_end(bool acquired);
 extern void dlock_wait_abort(void);
 extern void dlock_wait_sleep(long timeout_ms);
+extern void dlock_wait_set_ticket(int64 ticket, Oid owner);
 extern void dlock_wake_queue(uint64 hash);
 extern void dlock_expiry_hint(TimestampTz expires);
 extern bool dlock_reap_due(TimestampTz now);

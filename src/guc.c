@@ -16,6 +16,8 @@ int			dlock_default_lease_ms = 30000;
 int			dlock_poll_interval_ms = 100;
 int			dlock_reap_interval_ms = 1000;
 char	   *dlock_database = NULL;
+int			dlock_queue_ttl_ms = 10000;
+int			dlock_lock_delay_ms = 0;
 
 /*
  * dlock_guc_init: define the dlock.* settings.  The worker's settings are
@@ -46,6 +48,22 @@ dlock_guc_init(void)
 							&dlock_reap_interval_ms,
 							1000, 10, 3600 * 1000,
 							PGC_SIGHUP, GUC_UNIT_MS,
+							NULL, NULL, NULL);
+
+	DefineCustomIntVariable("dlock.queue_ttl",
+							"How long a client-side fair waiter keeps its ticket after each attempt.",
+							"A client that retries try_lock(..., fair => true) less often than this loses its place in the queue.",
+							&dlock_queue_ttl_ms,
+							10000, 1, 3600 * 1000,
+							PGC_USERSET, GUC_UNIT_MS,
+							NULL, NULL, NULL);
+
+	DefineCustomIntVariable("dlock.lock_delay",
+							"Lock-delay of holdings taken without one.",
+							"After a holding ends uncleanly (its lease ran out, or it was broken), nobody acquires the resource before the end of the lease plus this.",
+							&dlock_lock_delay_ms,
+							0, 0, 3600 * 1000,
+							PGC_USERSET, GUC_UNIT_MS,
 							NULL, NULL, NULL);
 
 	/* PGC_POSTMASTER settings can only be defined while preloading. */

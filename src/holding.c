@@ -7,8 +7,13 @@
  *	- The caller is captured once, at the entry of each SQL function,
  *	  before any store session switches to the table owner (store.c): a
  *	  role read after that switch is the owner's, not the caller's.
- *	- A lease is free when there is no row, no holder, or its expiry is at
- *	  or before now (lazy expiry: nobody has to reap it first).
+ *	- A holding has ended when there is no row, no holder, or its expiry is
+ *	  at or before now (lazy expiry: nobody has to reap it first).
+ *	- A resource is available to a new holder when its holding has ended
+ *	  and the lock-delay of an unclean end is over (row->available_at,
+ *	  queue.c); and, while its fair queue has a live ticket, only to the
+ *	  ticket at the head of the queue (queue.c finds the head, acquire.c
+ *	  and xactlock.c apply this).  Re-entry by the holder never queues.
  *	- A holding is the caller's when the holder text and the role that took
  *	  it are both the caller's and it has not expired.  The same holder text
  *	  presented by another role is another holder; unlock and renew of it
@@ -44,11 +49,22 @@ dlock_caller(void)
 	return caller;
 }
 
-/* dlock_lease_free: is the resource free at now (no holder, or expired)? */
+/* dlock_lease_ended: has the holding ended by now (no holder, or expired)? */
 bool
-dlock_lease_free(const DlockRow *row, TimestampTz now)
+dlock_lease_ended(const DlockRow *row, TimestampTz now)
 {
 	return !row->exists || !row->held || row->expires_at <= now;
+}
+
+/*
+ * dlock_lease_available: may a new holder take the resource at now, queues
+ * aside: the holding ended and its lock-delay is over.
+ */
+bool
+dlock_lease_available(const DlockRow *row, TimestampTz now)
+{
+	return dlock_lease_ended(row, now) &&
+		(!row->exists || now >= row->available_at);
 }
 
 /* holder_is: does the row name this holder text? */
@@ -67,7 +83,7 @@ DlockVerdict
 dlock_holding_verdict(const DlockRow *row, text *holder,
 					  const DlockCaller *caller, TimestampTz now)
 {
-	if (dlock_lease_free(row, now))
+	if (dlock_lease_ended(row, now))
 		return HOLDING_FREE;
 	if (!holder_is(row, holder))
 		return HOLDING_OTHERS;

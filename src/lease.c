@@ -35,29 +35,39 @@ PG_FUNCTION_INFO_V1(dlock_check);
 PG_FUNCTION_INFO_V1(dlock_assert_fence);
 PG_FUNCTION_INFO_V1(dlock_session_holder);
 
-/* dlock.try_lock(resource, holder, lease) */
+/*
+ * dlock.try_lock(resource, holder, lease, fair, lock_delay); the 0.1 SQL
+ * passes only the first three.
+ */
 Datum
 dlock_try_lock(PG_FUNCTION_ARGS)
 {
 	DlockResource res;
 	text	   *holder;
 	Interval   *lease;
+	bool		fair;
+	Interval   *lock_delay;
 	DlockCaller caller;
 	int64		fence;
 
 	dlock_resource_init(&res, dlock_check_resource(fcinfo, 0));
 	holder = dlock_check_holder(fcinfo, 1);
 	lease = dlock_check_lease(fcinfo, 2);
+	fair = dlock_check_fair(fcinfo, 3);
+	lock_delay = dlock_check_lock_delay(fcinfo, 4);
 	dlock_check_writable("dlock.try_lock()");
 	caller = dlock_caller();
 
-	fence = dlock_acquire(&res, holder, &caller, lease, 0);
+	fence = dlock_acquire(&res, holder, &caller, lease, 0, fair, lock_delay);
 	if (fence == 0)
 		PG_RETURN_NULL();
 	PG_RETURN_INT64(fence);
 }
 
-/* dlock.lock(resource, holder, lease, wait) */
+/*
+ * dlock.lock(resource, holder, lease, wait, fair, lock_delay); the 0.1 SQL
+ * passes only the first four.
+ */
 Datum
 dlock_lock(PG_FUNCTION_ARGS)
 {
@@ -65,6 +75,8 @@ dlock_lock(PG_FUNCTION_ARGS)
 	text	   *holder;
 	Interval   *lease;
 	int64		wait_ms;
+	bool		fair;
+	Interval   *lock_delay;
 	DlockCaller caller;
 	int64		fence;
 
@@ -72,10 +84,12 @@ dlock_lock(PG_FUNCTION_ARGS)
 	holder = dlock_check_holder(fcinfo, 1);
 	lease = dlock_check_lease(fcinfo, 2);
 	wait_ms = dlock_check_wait_ms(fcinfo, 3);
+	fair = dlock_check_fair(fcinfo, 4);
+	lock_delay = dlock_check_lock_delay(fcinfo, 5);
 	dlock_check_writable("dlock.lock()");
 	caller = dlock_caller();
 
-	fence = dlock_acquire(&res, holder, &caller, lease, wait_ms);
+	fence = dlock_acquire(&res, holder, &caller, lease, wait_ms, fair, lock_delay);
 	if (fence == 0)
 		PG_RETURN_NULL();
 	PG_RETURN_INT64(fence);
@@ -279,12 +293,14 @@ dlock_break_lock(PG_FUNCTION_ARGS)
 	now = GetCurrentTimestamp();
 	dlock_store_begin();
 	dlock_row_read(&res, &row);
-	if (dlock_lease_free(&row, now))
+	if (dlock_lease_ended(&row, now))
 	{
 		dlock_store_end();
 		dlock_resource_unlock(&res, DLOCK_CHANGE);
 		PG_RETURN_BOOL(false);
 	}
+	if (dlock_queue_installed())
+		dlock_delay_on_end(&res, now, DT_NOEND);
 	release_row(&res, &row, now, true, "broken");
 	dlock_store_end();
 	dlock_count(DLOCK_STAT_BROKEN);
@@ -319,7 +335,7 @@ fence_is_current(const DlockResource *res, int64 fence, DlockRow *row)
 	dlock_store_begin();
 	dlock_row_read(res, row);
 	dlock_store_end();
-	return !dlock_lease_free(row, now) && row->fence == fence;
+	return !dlock_lease_ended(row, now) && row->fence == fence;
 }
 
 /* dlock.check(resource, fence): Chubby's CheckSequencer. */

@@ -111,8 +111,10 @@ dlock_reap_list(List *resources, int from, int to, TimestampTz now)
 {
 	int			reaped = 0;
 	int			i;
+	bool		queued;
 
 	dlock_store_begin();
+	queued = dlock_queue_installed();
 	for (i = from; i < to; i++)
 	{
 		DlockResource res;
@@ -121,6 +123,8 @@ dlock_reap_list(List *resources, int from, int to, TimestampTz now)
 		dlock_resource_init(&res, list_nth(resources, i));
 		if (!take_for_maintenance(&res))
 			continue;
+		if (queued)
+			dlock_delay_on_end(&res, DT_NOBEGIN, now);
 		fence = dlock_row_reap(&res, now);
 		if (fence == 0)
 			continue;			/* no longer expired; the locks go at commit */

@@ -52,6 +52,7 @@ typedef enum StoreStmt
 	STMT_DELETE_FREE,
 	STMT_MIN_EXPIRY,
 	STMT_FAST_ACQUIRE,
+	STMT_FAST_ACQUIRE_QUEUED,
 	STMT_FAST_RELEASE,
 	STMT_REAP_ONE,
 	NUM_STMTS
@@ -72,6 +73,20 @@ typedef struct StoreStmtDef
  */
 #define MINE_AT(now) "(holder OPERATOR(pg_catalog.=) ($2 COLLATE pg_catalog.\"C\")" \
 	" AND owner OPERATOR(pg_catalog.=) $3 AND expires_at OPERATOR(pg_catalog.>) " now ")"
+
+#define FAST_ACQUIRE_SET \
+	"UPDATE dlock.leases SET" \
+	"  count = CASE WHEN " MINE_AT("$5") " THEN count OPERATOR(pg_catalog.+) 1 ELSE 1 END," \
+	"  fence = CASE WHEN " MINE_AT("$5") " THEN fence ELSE dlock._next_fence() END," \
+	"  lease = CASE WHEN " MINE_AT("$5") " THEN lease ELSE $4 END," \
+	"  acquired_at = CASE WHEN " MINE_AT("$5") " THEN acquired_at ELSE $5 END," \
+	"  expires_at = CASE WHEN " MINE_AT("$5") " THEN GREATEST(expires_at, $6) ELSE $6 END," \
+	"  holder = $2, owner = $3, renewed_at = $5, released_at = NULL" \
+
+#define FAST_ACQUIRE_RETURNING \
+	"  RETURNING fence, count, expires_at," \
+	"    CASE WHEN count OPERATOR(pg_catalog.=) 1 THEN (SELECT o.holder IS NOT NULL" \
+	"      FROM dlock.leases o WHERE o.resource OPERATOR(pg_catalog.=) ($1 COLLATE pg_catalog.\"C\")) END"
 
 static const StoreStmtDef stmt_defs[NUM_STMTS] = {
 	[STMT_READ] = {
@@ -126,22 +141,38 @@ static const StoreStmtDef stmt_defs[NUM_STMTS] = {
 	 * row gets a new holder and a fence drawn by dlock._next_fence() (only
 	 * for the row that matched, after the resource's lock was taken); the
 	 * holder's own unexpired holding is re-entered.  SET sees old values.
+	 * This form knows nothing of queues and lock-delay: it runs under the
+	 * 0.1 SQL, and as the takeover of the slow path once acquire.c has
+	 * checked them.
 	 */
 	[STMT_FAST_ACQUIRE] = {
-		"UPDATE dlock.leases SET"
-		"  count = CASE WHEN " MINE_AT("$5") " THEN count OPERATOR(pg_catalog.+) 1 ELSE 1 END,"
-		"  fence = CASE WHEN " MINE_AT("$5") " THEN fence ELSE dlock._next_fence() END,"
-		"  lease = CASE WHEN " MINE_AT("$5") " THEN lease ELSE $4 END,"
-		"  acquired_at = CASE WHEN " MINE_AT("$5") " THEN acquired_at ELSE $5 END,"
-		"  expires_at = CASE WHEN " MINE_AT("$5") " THEN GREATEST(expires_at, $6) ELSE $6 END,"
-		"  holder = $2, owner = $3, renewed_at = $5, released_at = NULL"
+		FAST_ACQUIRE_SET
 		"  WHERE " RES_EQ " AND (holder IS NULL"
 		"    OR expires_at OPERATOR(pg_catalog.<=) $5 OR " MINE_AT("$5") ")"
-		"  RETURNING fence, count, expires_at,"
-		/* a new holding: did it take over an expired one? (the old row) */
-		"    CASE WHEN count OPERATOR(pg_catalog.=) 1 THEN (SELECT o.holder IS NOT NULL"
-		"      FROM dlock.leases o WHERE o.resource OPERATOR(pg_catalog.=) ($1 COLLATE pg_catalog.\"C\")) END",
+		FAST_ACQUIRE_RETURNING,
 		6, {TEXTOID, TEXTOID, REGROLEOID, INTERVALOID, TIMESTAMPTZOID, TIMESTAMPTZOID}
+	},
+	/*
+	 * The same under the 0.2 SQL: re-entry as before; a takeover only when
+	 * $7 (no other backend holds an in-server ticket, queue.c), no live
+	 * client ticket is queued, and the ended holding's lock-delay is over
+	 * (the SQL form of dlock_lease_available and the queue rule, holding.c).
+	 */
+	[STMT_FAST_ACQUIRE_QUEUED] = {
+		FAST_ACQUIRE_SET
+		"  WHERE " RES_EQ " AND (" MINE_AT("$5") " OR ($7"
+		"    AND (holder IS NULL OR expires_at OPERATOR(pg_catalog.<=) $5)"
+		"    AND NOT EXISTS (SELECT FROM dlock.tickets t"
+		"      WHERE t.resource OPERATOR(pg_catalog.=) ($1 COLLATE pg_catalog.\"C\")"
+		"        AND t.expires_at OPERATOR(pg_catalog.>) $5)"
+		"    AND NOT EXISTS (SELECT FROM dlock.delays d"
+		"      WHERE d.resource OPERATOR(pg_catalog.=) ($1 COLLATE pg_catalog.\"C\")"
+		"        AND d.fence OPERATOR(pg_catalog.=) leases.fence"
+		"        AND CASE WHEN leases.holder IS NULL"
+		"          THEN d.available_at OPERATOR(pg_catalog.>) $5"
+		"          ELSE leases.expires_at OPERATOR(pg_catalog.+) d.lock_delay OPERATOR(pg_catalog.>) $5 END)))"
+		FAST_ACQUIRE_RETURNING,
+		7, {TEXTOID, TEXTOID, REGROLEOID, INTERVALOID, TIMESTAMPTZOID, TIMESTAMPTZOID, BOOLOID}
 	},
 	/* The common unlock in one statement: the holder's own holding. */
 	[STMT_FAST_RELEASE] = {
@@ -520,17 +551,19 @@ dlock_min_expiry(void)
 
 /*
  * dlock_row_fast_acquire: the one-statement acquisition (see
- * STMT_FAST_ACQUIRE).  Returns false, changing nothing, when the row is
+ * STMT_FAST_ACQUIRE; with queued, the 0.2 form STMT_FAST_ACQUIRE_QUEUED,
+ * which takes over only when allow_takeover).  Returns false, changing nothing, when the row is
  * missing or held by another; else sets the fence, the new count and
  * expiry, and whether an expired holding was taken over.
  */
 bool
 dlock_row_fast_acquire(const DlockResource *res, text *holder, Oid owner,
 					   const Interval *lease, TimestampTz now,
-					   TimestampTz expires, int64 *fence, int32 *count,
+					   TimestampTz expires, bool queued, bool allow_takeover,
+					   int64 *fence, int32 *count,
 					   TimestampTz *new_expires, bool *took_over)
 {
-	Datum		values[6];
+	Datum		values[7];
 	bool		isnull;
 	HeapTuple	tup;
 	TupleDesc	desc;
@@ -541,7 +574,9 @@ dlock_row_fast_acquire(const DlockResource *res, text *holder, Oid owner,
 	values[3] = PointerGetDatum(lease);
 	values[4] = TimestampTzGetDatum(now);
 	values[5] = TimestampTzGetDatum(expires);
-	if (run(STMT_FAST_ACQUIRE, values, NULL, false, 0) == 0)
+	values[6] = BoolGetDatum(allow_takeover);
+	if (run(queued ? STMT_FAST_ACQUIRE_QUEUED : STMT_FAST_ACQUIRE,
+			values, NULL, false, 0) == 0)
 		return false;
 	tup = SPI_tuptable->vals[0];
 	desc = SPI_tuptable->tupdesc;
@@ -596,4 +631,34 @@ dlock_row_reap(const DlockResource *res, TimestampTz now)
 		return 0;
 	return DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0],
 									   SPI_tuptable->tupdesc, 1, &isnull));
+}
+
+/*
+ * dlock_store_exec: run a statement of another file (queue.c) inside a
+ * store session, on the latest snapshot, preparing it once into *plan.
+ * Results are in SPI_tuptable until the next statement.
+ */
+uint64
+dlock_store_exec(SPIPlanPtr *plan, const char *sql, int nargs,
+				 const Oid *argtypes, Datum *values, const char *nulls,
+				 bool read_only)
+{
+	int			rc;
+
+	Assert(store_depth > 0);
+	if (*plan == NULL)
+	{
+		SPIPlanPtr	p = SPI_prepare(sql, nargs, (Oid *) argtypes);
+
+		if (p == NULL)
+			elog(ERROR, "SPI_prepare failed for \"%s\": %s",
+				 sql, SPI_result_code_string(SPI_result));
+		SPI_keepplan(p);
+		*plan = p;
+	}
+	rc = SPI_execute_snapshot(*plan, values, nulls, GetLatestSnapshot(),
+							  InvalidSnapshot, read_only, true, 0);
+	if (rc < 0)
+		elog(ERROR, "SPI_execute_snapshot failed: %s", SPI_result_code_string(rc));
+	return SPI_processed;
 }

@@ -8,8 +8,10 @@
  * one waiter slot, indexed by its pgprocno, so registering a wait never
  * allocates.  A waiter sleeps on its own latch; the transaction that frees
  * a resource wakes, once its locks are released (xact.c), the waiter of
- * that resource that arrived first and has not been woken yet: one release
- * wakes one waiter, not a herd.  A woken waiter that leaves without the
+ * that resource that is first in line and has not been woken yet: the fair
+ * waiter with the lowest ticket (queue.c), else the one that arrived
+ * first.  One release wakes one waiter, not a herd.  A fair waiter that
+ * leaves without the lock wakes the next, so the queue moves on at once.  A woken waiter that leaves without the
  * lock (timeout, cancel) passes the wakeup on to the next.  Without shared
  * memory every function here still works and waiters poll at
  * dlock.poll_interval.
@@ -45,6 +47,7 @@
 
 PG_FUNCTION_INFO_V1(dlock_waiters);
 PG_FUNCTION_INFO_V1(dlock_stats);
+PG_FUNCTION_INFO_V1(dlock_waiters_0_2);
 
 /* Safety net for a lost wakeup when waits are woken by commits. */
 #define DLOCK_WAKE_SAFETY_MS 5000
@@ -57,6 +60,8 @@ typedef struct DlockWaiter
 	Oid			dbid;
 	uint64		hash;			/* resource hash, as in the locktag */
 	uint64		seq;			/* arrival order */
+	int64		ticket;			/* fair waiters: the queue ticket; else 0 */
+	Oid			owner;			/* the waiting role */
 	TimestampTz since;
 	TimestampTz deadline;		/* DT_NOEND: no limit */
 	char		resource[DLOCK_MAX_RESOURCE_LEN + 1];
@@ -77,6 +82,10 @@ static DlockShared *shared = NULL;
 static shmem_request_hook_type prev_shmem_request_hook = NULL;
 static shmem_startup_hook_type prev_shmem_startup_hook = NULL;
 static bool exit_hook_registered = false;
+
+/* This backend's queue ticket and role, copied into its slot (queue.c). */
+static int64 my_ticket = 0;
+static Oid	my_owner = InvalidOid;
 
 /* shared_size: bytes of shared memory needed. */
 static Size
@@ -191,6 +200,17 @@ my_slot(void)
 	return &shared->slots[MyProc->pgprocno];
 }
 
+/* first_in_line: does waiter a come before waiter b? */
+static bool
+first_in_line(const DlockWaiter *a, const DlockWaiter *b)
+{
+	if ((a->ticket != 0) != (b->ticket != 0))
+		return a->ticket != 0;
+	if (a->ticket != 0)
+		return a->ticket < b->ticket;
+	return a->seq < b->seq;
+}
+
 /* wake_locked: wake the first unwoken waiter of hash; caller holds lock. */
 static void
 wake_locked(Oid dbid, uint64 hash)
@@ -204,7 +224,7 @@ wake_locked(Oid dbid, uint64 hash)
 		DlockWaiter *w = &shared->slots[i];
 
 		if (w->in_use && !w->woken && w->hash == hash && w->dbid == dbid &&
-			(best == NULL || w->seq < best->seq))
+			(best == NULL || first_in_line(w, best)))
 		{
 			best = w;
 			best_procno = i;
@@ -241,13 +261,16 @@ leave_slot(bool acquired)
 {
 	DlockWaiter *w = my_slot();
 
+	my_ticket = 0;
+	my_owner = InvalidOid;
 	if (w == NULL || !w->in_use)
 		return;
 	LWLockAcquire(shared->lock, LW_EXCLUSIVE);
 	w->in_use = false;
-	if (w->woken && !acquired)
+	if ((w->woken || w->ticket != 0) && !acquired)
 		wake_locked(w->dbid, w->hash);
 	w->woken = false;
+	w->ticket = 0;
 	LWLockRelease(shared->lock);
 }
 
@@ -282,6 +305,8 @@ dlock_wait_begin(const DlockResource *res, text *holder, TimestampTz deadline)
 	w->seq = shared->next_seq++;
 	w->since = GetCurrentTimestamp();
 	w->deadline = deadline;
+	w->ticket = my_ticket;
+	w->owner = my_owner;
 	text_to_cstring_buffer(res->name, w->resource, sizeof(w->resource));
 	if (holder)
 		text_to_cstring_buffer(holder, w->holder, sizeof(w->holder));
@@ -289,6 +314,25 @@ dlock_wait_begin(const DlockResource *res, text *holder, TimestampTz deadline)
 		w->holder[0] = '\0';
 	w->woken = false;
 	w->in_use = true;
+	LWLockRelease(shared->lock);
+}
+
+/*
+ * dlock_wait_set_ticket: this backend's fair-queue ticket (0: none) and
+ * role, for wakeups and the views; before or during its wait.
+ */
+void
+dlock_wait_set_ticket(int64 ticket, Oid owner)
+{
+	DlockWaiter *w = my_slot();
+
+	my_ticket = ticket;
+	my_owner = owner;
+	if (w == NULL || !w->in_use)
+		return;
+	LWLockAcquire(shared->lock, LW_EXCLUSIVE);
+	w->ticket = ticket;
+	w->owner = owner;
 	LWLockRelease(shared->lock);
 }
 
@@ -333,24 +377,26 @@ dlock_wait_sleep(long timeout_ms)
 }
 
 /*
- * dlock.waiters_internal(): the backends waiting in dlock.lock() and
- * dlock.xact_lock() in this database (empty without shared memory).
+ * waiters_rows: the backends waiting in dlock.lock() and dlock.xact_lock()
+ * in this database (empty without shared memory).  Rows are formed by the
+ * caller's tuple descriptor, so the 0.1 function's 5 columns take the
+ * first five values, the 0.2 one's 7 all of them.
  */
-Datum
-dlock_waiters(PG_FUNCTION_ARGS)
+static void
+waiters_rows(FunctionCallInfo fcinfo)
 {
 	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
 	int			i;
 
 	InitMaterializedSRF(fcinfo, 0);
 	if (shared == NULL)
-		return (Datum) 0;
+		return;
 	LWLockAcquire(shared->lock, LW_SHARED);
 	for (i = 0; i < shared->nslots; i++)
 	{
 		DlockWaiter *w = &shared->slots[i];
-		Datum		values[5];
-		bool		nulls[5] = {false, false, false, false, false};
+		Datum		values[7];
+		bool		nulls[7] = {false, false, false, false, false, false, false};
 
 		if (!w->in_use || w->dbid != MyDatabaseId)
 			continue;
@@ -361,9 +407,28 @@ dlock_waiters(PG_FUNCTION_ARGS)
 		values[3] = TimestampTzGetDatum(w->since);
 		values[4] = TimestampTzGetDatum(w->deadline);
 		nulls[4] = (w->deadline == DT_NOEND);
+		values[5] = Int64GetDatum(w->ticket);
+		nulls[5] = (w->ticket == 0);
+		values[6] = ObjectIdGetDatum(w->owner);
+		nulls[6] = !OidIsValid(w->owner);
 		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
 	}
 	LWLockRelease(shared->lock);
+}
+
+/* dlock.waiters_internal(): the 0.1 view's function (5 columns). */
+Datum
+dlock_waiters(PG_FUNCTION_ARGS)
+{
+	waiters_rows(fcinfo);
+	return (Datum) 0;
+}
+
+/* dlock.waiters_internal_0_2(): with ticket and owner (7 columns). */
+Datum
+dlock_waiters_0_2(PG_FUNCTION_ARGS)
+{
+	waiters_rows(fcinfo);
 	return (Datum) 0;
 }
 

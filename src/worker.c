@@ -276,8 +276,8 @@ purge_fn(List *list, int from, int to)
 }
 
 /*
- * reap_round: reap every expired lease, deliver queued events, purge long-free
- * rows, lower the hint.  Returns how many leases were reaped; 0 where the
+ * reap_round: reap every expired lease, deliver queued events, purge dead
+ * tickets and lock-delays and long-free rows, lower the hint.  Returns how many leases were reaped; 0 where the
  * extension is not installed.
  */
 static int64
@@ -313,6 +313,12 @@ reap_round(MemoryContext loop_context)
 
 	begin_xact("delivering queued events");
 	(void) dlock_outbox_deliver();
+	end_xact();
+
+	begin_xact("purging dead tickets and lock-delays");
+	dlock_store_begin();
+	(void) dlock_queue_purge(GetCurrentTimestamp());
+	dlock_store_end();
 	end_xact();
 
 	begin_xact("finding long-free rows");

@@ -31,7 +31,9 @@ xact_attempt(const DlockResource *res, void *arg, int64 *fence,
 			 TimestampTz *busy_until)
 {
 	DlockRow	row;
+	DlockQueueHead head;
 	TimestampTz now;
+	bool		queued;
 
 	if ((*fence = dlock_xact_fence(res)) != 0)
 		return ATTEMPT_ACQUIRED;
@@ -39,13 +41,29 @@ xact_attempt(const DlockResource *res, void *arg, int64 *fence,
 		return ATTEMPT_CONTENDED;
 	now = GetCurrentTimestamp();
 	dlock_store_begin();
+	queued = dlock_queue_installed();
 	dlock_row_read(res, &row);
-	if (!dlock_lease_free(&row, now))
+	if (queued)
+		dlock_delay_read(res, &row);
+	if (!dlock_lease_available(&row, now))
 	{
 		dlock_store_end();
 		dlock_resource_unlock(res, DLOCK_CHANGE);
-		*busy_until = row.expires_at;
+		*busy_until = dlock_lease_ended(&row, now) ? row.available_at :
+			Max(row.expires_at, row.available_at);
 		return ATTEMPT_BUSY;
+	}
+	if (queued)
+	{
+		/* A transaction-scoped lock never queues, nor jumps a queue. */
+		dlock_queue_head(res, NULL, InvalidOid, 0, now, &head);
+		if (head.exists)
+		{
+			dlock_store_end();
+			dlock_resource_unlock(res, DLOCK_CHANGE);
+			*busy_until = head.expires_at;
+			return ATTEMPT_BUSY;
+		}
 	}
 	if (row.held)
 		dlock_count(DLOCK_STAT_EXPIRED);	/* takes over an expired lease */
@@ -68,7 +86,7 @@ dlock_xact_lock(PG_FUNCTION_ARGS)
 	wait_ms = dlock_check_wait_ms(fcinfo, 1);
 	dlock_check_writable("dlock.xact_lock()");
 
-	fence = dlock_wait_loop(&res, NULL, wait_ms, xact_attempt, NULL);
+	fence = dlock_wait_loop(&res, NULL, wait_ms, xact_attempt, NULL, NULL);
 	if (fence == 0)
 		PG_RETURN_NULL();
 	PG_RETURN_INT64(fence);
@@ -84,7 +102,7 @@ dlock_try_xact_lock(PG_FUNCTION_ARGS)
 	dlock_resource_init(&res, dlock_check_resource(fcinfo, 0));
 	dlock_check_writable("dlock.try_xact_lock()");
 
-	fence = dlock_wait_loop(&res, NULL, 0, xact_attempt, NULL);
+	fence = dlock_wait_loop(&res, NULL, 0, xact_attempt, NULL, NULL);
 	if (fence == 0)
 		PG_RETURN_NULL();
 	PG_RETURN_INT64(fence);

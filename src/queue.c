@@ -1,0 +1,473 @@
+/*-------------------------------------------------------------------------
+ *
+ * queue.c
+ *		Fair queues and lock-delay: the tickets of fair waiters, the head of
+ *		a resource's queue, and the delay after a holding ends uncleanly.
+ *
+ * Tickets are numbered from one sequence (dlock.ticket_seq), so their
+ * order is the order in which they were taken.  There are two kinds:
+ *
+ *	- A client that waits on its own side (try_lock(..., fair => true),
+ *	  retried on events or by polling, as the CLI does behind a pooler) has
+ *	  a row in dlock.tickets, written by its failed attempt and committed
+ *	  with it, kept for dlock.queue_ttl after each attempt.  A retry after
+ *	  that takes a new ticket, at the back.
+ *	- A backend waiting in lock(..., fair => true) holds its ticket in the
+ *	  lock manager, where other backends see it while its transaction is
+ *	  still open, and where it goes with the wait (timeout, cancel,
+ *	  disconnect): an ExclusiveLock on (low 32 bits of the ticket, 64-bit
+ *	  hash of database and resource).  It also holds the resource's "fair
+ *	  waiters" tag in ShareLock, so that a newcomer finds out whether there
+ *	  are in-server tickets with one conditional lock, and reads the lock
+ *	  table only when there are.  In-server tickets are compared by their
+ *	  low 32 bits modulo 2^32: the live tickets of a resource span far less
+ *	  than 2^31 numbers.
+ *
+ * The head of a resource's queue is its lowest live ticket.  While there is
+ * one, the resource goes only to it (the rule is holding.c's; acquire.c and
+ * xactlock.c apply it).
+ *
+ * Lock-delay: a holding taken with a lock-delay has a row in dlock.delays,
+ * tied to it by its fence.  If the holding ends uncleanly, the resource is
+ * not available before the end of the lease plus the delay: computed from
+ * the row's expiry while the expired holding is still in dlock.leases, and
+ * stored in available_at when the reaper frees it or break_lock ends it.  A
+ * clean unlock leaves available_at NULL, so the resource is free at once.
+ *
+ * Shared state: rows of dlock.tickets and dlock.delays, written only under
+ * the resource's lock (CHANGE, resource.c) except the purge of rows that
+ * are dead already; and the lock manager's locks.  The functions here run
+ * inside store sessions (store.c) and only under the 0.2 SQL
+ * (dlock_queue_installed); under older SQL there are no queues or delays.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "dlock.h"
+
+#include "catalog/namespace.h"
+#include "catalog/pg_type.h"
+#include "commands/sequence.h"
+#include "executor/spi.h"
+#include "miscadmin.h"
+#include "storage/lmgr.h"
+#include "utils/builtins.h"
+#include "utils/lsyscache.h"
+
+/* The lock-delay limit from the contract. */
+#define MAX_LOCK_DELAY_USECS	((int64) 3600 * USECS_PER_SEC)
+
+#define RES_IS(alias) alias ".resource OPERATOR(pg_catalog.=) ($1 COLLATE pg_catalog.\"C\")"
+
+/*
+ * dlock_queue_installed: is the 0.2 SQL there (queues and lock-delay)?  A
+ * syscache lookup per call, so an ALTER EXTENSION UPDATE in another
+ * session takes effect at once.
+ */
+bool
+dlock_queue_installed(void)
+{
+	return OidIsValid(get_relname_relid("tickets", dlock_schema_oid()));
+}
+
+/* mixed_hash: the resource's hash mixed with the database. */
+static uint64
+mixed_hash(const DlockResource *res)
+{
+	return res->hash ^ ((uint64) MyDatabaseId * UINT64CONST(0x9E3779B97F4A7C15));
+}
+
+static void
+set_ticket_tag(LOCKTAG *tag, const DlockResource *res, int64 ticket)
+{
+	uint64		h = mixed_hash(res);
+
+	SET_LOCKTAG_ADVISORY(*tag, (uint32) ticket, (uint32) (h >> 32), (uint32) h,
+						 DLOCK_LOCKTAG_TICKET);
+}
+
+static void
+set_fair_tag(LOCKTAG *tag, const DlockResource *res)
+{
+	SET_LOCKTAG_ADVISORY(*tag, MyDatabaseId, (uint32) (res->hash >> 32),
+						 (uint32) res->hash, DLOCK_LOCKTAG_FAIR);
+}
+
+/* ticket_before: is a before b, modulo 2^32? */
+static bool
+ticket_before(uint32 a, uint32 b)
+{
+	return (int32) (a - b) < 0;
+}
+
+/* next_ticket: a new ticket number (inside a store session). */
+static int64
+next_ticket(void)
+{
+	Oid			seq = get_relname_relid("ticket_seq", dlock_schema_oid());
+
+	if (!OidIsValid(seq))
+		elog(ERROR, "dlock: sequence dlock.ticket_seq is missing");
+	return nextval_internal(seq, false);
+}
+
+/*
+ * dlock_server_ticket_take: this backend, about to wait in lock() for res,
+ * takes a ticket and holds it in the lock manager until it drops it or its
+ * transaction ends.  No-op if it has one.
+ */
+void
+dlock_server_ticket_take(const DlockResource *res, int64 *ticket)
+{
+	LOCKTAG		tag;
+
+	if (*ticket != 0)
+		return;
+	*ticket = next_ticket();
+	set_ticket_tag(&tag, res, *ticket);
+	(void) LockAcquire(&tag, ExclusiveLock, false, false);
+	set_fair_tag(&tag, res);
+	(void) LockAcquire(&tag, ShareLock, false, false);
+	/* If the wait ends in an error, the abort drops the ticket: wake the next. */
+	dlock_wake_after_abort(res->hash);
+}
+
+/* dlock_server_ticket_drop: leave the queue (acquired, or gave up). */
+void
+dlock_server_ticket_drop(const DlockResource *res, int64 *ticket)
+{
+	LOCKTAG		tag;
+
+	if (*ticket == 0)
+		return;
+	set_ticket_tag(&tag, res, *ticket);
+	LockRelease(&tag, ExclusiveLock, false);
+	set_fair_tag(&tag, res);
+	LockRelease(&tag, ShareLock, false);
+	*ticket = 0;
+}
+
+/*
+ * dlock_server_tickets_others: does another backend hold an in-server
+ * ticket for res?  One conditional lock: our own ticket does not conflict.
+ */
+bool
+dlock_server_tickets_others(const DlockResource *res)
+{
+	LOCKTAG		tag;
+
+	set_fair_tag(&tag, res);
+	if (LockAcquire(&tag, ExclusiveLock, false, true) == LOCKACQUIRE_NOT_AVAIL)
+		return true;
+	LockRelease(&tag, ExclusiveLock, false);
+	return false;
+}
+
+/*
+ * server_head: the lowest in-server ticket of res (low 32 bits), and
+ * whether it is this backend's.  False if there is none.
+ */
+static bool
+server_head(const DlockResource *res, int64 mine, uint32 *head, bool *is_mine)
+{
+	uint64		h = mixed_hash(res);
+	LockData   *data;
+	bool		found = false;
+	int			i;
+
+	if (!dlock_server_tickets_others(res))
+	{
+		if (mine == 0)
+			return false;
+		*head = (uint32) mine;
+		*is_mine = true;
+		return true;
+	}
+	data = GetLockStatusData();
+	for (i = 0; i < data->nelements; i++)
+	{
+		LockInstanceData *inst = &data->locks[i];
+		const LOCKTAG *t = &inst->locktag;
+
+		if (t->locktag_type != LOCKTAG_ADVISORY ||
+			t->locktag_field4 != DLOCK_LOCKTAG_TICKET ||
+			t->locktag_field2 != (uint32) (h >> 32) ||
+			t->locktag_field3 != (uint32) h ||
+			(inst->holdMask & LOCKBIT_ON(ExclusiveLock)) == 0)
+			continue;
+		if (!found || ticket_before(t->locktag_field1, *head))
+		{
+			*head = t->locktag_field1;
+			*is_mine = (inst->pid == MyProcPid);
+			found = true;
+		}
+	}
+	return found;
+}
+
+/*
+ * dlock_queue_head: the head of res's queue at now, to holder and owner
+ * (client tickets; holder NULL: none of them is the caller's) and to this
+ * backend's in-server ticket mine (0: none).
+ */
+void
+dlock_queue_head(const DlockResource *res, text *holder, Oid owner,
+				 int64 mine, TimestampTz now, DlockQueueHead *head)
+{
+	static SPIPlanPtr plan = NULL;
+	static const Oid types[4] = {TEXTOID, TEXTOID, REGROLEOID, TIMESTAMPTZOID};
+	Datum		values[4];
+	bool		client = false;
+	int64		client_ticket = 0;
+	bool		client_mine = false;
+	TimestampTz client_expires = 0;
+	uint32		shead = 0;
+	bool		smine = false;
+	bool		server;
+	char		nulls[4] = {' ', holder ? ' ' : 'n', ' ', ' '};
+
+	values[0] = PointerGetDatum(res->name);
+	values[1] = PointerGetDatum(holder);
+	values[2] = ObjectIdGetDatum(owner);
+	values[3] = TimestampTzGetDatum(now);
+	if (dlock_store_exec(&plan,
+						 "SELECT t.ticket, t.expires_at,"
+						 "  (t.holder OPERATOR(pg_catalog.=) ($2 COLLATE pg_catalog.\"C\")"
+						 "   AND t.owner OPERATOR(pg_catalog.=) $3)"
+						 "  FROM dlock.tickets t WHERE " RES_IS("t")
+						 "   AND t.expires_at OPERATOR(pg_catalog.>) $4"
+						 "  ORDER BY t.ticket LIMIT 1",
+						 4, types, values, nulls, true) == 1)
+	{
+		bool		isnull;
+
+		client = true;
+		client_ticket = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0],
+													SPI_tuptable->tupdesc, 1, &isnull));
+		client_expires = DatumGetTimestampTz(SPI_getbinval(SPI_tuptable->vals[0],
+														   SPI_tuptable->tupdesc, 2, &isnull));
+		client_mine = DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0],
+												 SPI_tuptable->tupdesc, 3, &isnull)) && !isnull;
+	}
+	server = server_head(res, mine, &shead, &smine);
+
+	memset(head, 0, sizeof(*head));
+	if (!client && !server)
+		return;
+	head->exists = true;
+	if (client && (!server || ticket_before((uint32) client_ticket, shead)))
+	{
+		head->client = true;
+		head->mine = client_mine;
+		head->expires_at = client_expires;
+	}
+	else
+	{
+		head->client = false;
+		head->mine = smine;
+		head->expires_at = DT_NOEND;
+	}
+}
+
+/*
+ * dlock_client_ticket_keep: a client-side fair attempt failed: take a
+ * ticket, or keep the holder's live one for another dlock.queue_ttl (an
+ * expired one is replaced by a new one, at the back).
+ */
+void
+dlock_client_ticket_keep(const DlockResource *res, text *holder, Oid owner,
+						 TimestampTz now)
+{
+	static SPIPlanPtr plan = NULL;
+	static const Oid types[6] = {TEXTOID, TEXTOID, REGROLEOID, INT8OID,
+	TIMESTAMPTZOID, TIMESTAMPTZOID};
+	Datum		values[6];
+
+	values[0] = PointerGetDatum(res->name);
+	values[1] = PointerGetDatum(holder);
+	values[2] = ObjectIdGetDatum(owner);
+	values[3] = Int64GetDatum(next_ticket());
+	values[4] = TimestampTzGetDatum(now);
+	values[5] = TimestampTzGetDatum(now + (TimestampTz) dlock_queue_ttl_ms * 1000);
+	(void) dlock_store_exec(&plan,
+							"INSERT INTO dlock.tickets AS t"
+							"  (resource, ticket, holder, owner, queued_at, expires_at)"
+							"  VALUES ($1, $4, $2, $3, $5, $6)"
+							"  ON CONFLICT (resource, holder, owner) DO UPDATE SET"
+							"  ticket = CASE WHEN t.expires_at OPERATOR(pg_catalog.>) $5"
+							"    THEN t.ticket ELSE EXCLUDED.ticket END,"
+							"  queued_at = CASE WHEN t.expires_at OPERATOR(pg_catalog.>) $5"
+							"    THEN t.queued_at ELSE EXCLUDED.queued_at END,"
+							"  expires_at = EXCLUDED.expires_at",
+							6, types, values, NULL, false);
+}
+
+/* dlock_client_ticket_drop: the holder's ticket for res leaves the queue. */
+void
+dlock_client_ticket_drop(const DlockResource *res, text *holder, Oid owner)
+{
+	static SPIPlanPtr plan = NULL;
+	static const Oid types[3] = {TEXTOID, TEXTOID, REGROLEOID};
+	Datum		values[3];
+
+	values[0] = PointerGetDatum(res->name);
+	values[1] = PointerGetDatum(holder);
+	values[2] = ObjectIdGetDatum(owner);
+	(void) dlock_store_exec(&plan,
+							"DELETE FROM dlock.tickets t WHERE " RES_IS("t")
+							"  AND t.holder OPERATOR(pg_catalog.=) ($2 COLLATE pg_catalog.\"C\")"
+							"  AND t.owner OPERATOR(pg_catalog.=) $3",
+							3, types, values, NULL, false);
+}
+
+/*
+ * dlock_delay_read: set row->available_at from the lock-delay of the
+ * row's holding: its expiry plus the delay while it is held (expired or
+ * not), the stored moment once it was freed uncleanly; 0 (no delay)
+ * otherwise.
+ */
+void
+dlock_delay_read(const DlockResource *res, DlockRow *row)
+{
+	static SPIPlanPtr plan = NULL;
+	static const Oid types[2] = {TEXTOID, INT8OID};
+	Datum		values[2];
+	bool		isnull;
+	Datum		d;
+
+	row->available_at = 0;
+	if (!row->exists)
+		return;
+	values[0] = PointerGetDatum(res->name);
+	values[1] = Int64GetDatum(row->fence);
+	if (dlock_store_exec(&plan,
+						 "SELECT d.lock_delay, d.available_at FROM dlock.delays d"
+						 "  WHERE " RES_IS("d") " AND d.fence OPERATOR(pg_catalog.=) $2",
+						 2, types, values, NULL, true) == 0)
+		return;
+	if (row->held)
+	{
+		d = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
+		row->available_at = dlock_add_interval(row->expires_at, DatumGetIntervalP(d));
+	}
+	else
+	{
+		d = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2, &isnull);
+		if (!isnull)
+			row->available_at = DatumGetTimestampTz(d);
+	}
+}
+
+/* dlock_delay_set: the new holding fence of res has this lock-delay. */
+void
+dlock_delay_set(const DlockResource *res, int64 fence, const Interval *delay)
+{
+	static SPIPlanPtr plan = NULL;
+	static const Oid types[3] = {TEXTOID, INT8OID, INTERVALOID};
+	Datum		values[3];
+
+	values[0] = PointerGetDatum(res->name);
+	values[1] = Int64GetDatum(fence);
+	values[2] = PointerGetDatum(delay);
+	(void) dlock_store_exec(&plan,
+							"INSERT INTO dlock.delays AS d (resource, fence, lock_delay)"
+							"  VALUES ($1, $2, $3)"
+							"  ON CONFLICT (resource) DO UPDATE SET fence = EXCLUDED.fence,"
+							"  lock_delay = EXCLUDED.lock_delay, available_at = NULL",
+							3, types, values, NULL, false);
+}
+
+/*
+ * dlock_delay_on_end: res's holding is about to be freed uncleanly: by
+ * the reaper, its lease having ended (at = DT_NOBEGIN: available at expiry
+ * + delay), or by break_lock at "at" (the holder may still write until its
+ * lease ends: available at the later of the two + delay).  Record when the
+ * resource becomes available; the reaper passes expired_by = now (a
+ * holding renewed meanwhile is left alone), break_lock DT_NOEND.  Before
+ * the row is freed, under the resource's lock.
+ */
+void
+dlock_delay_on_end(const DlockResource *res, TimestampTz at,
+				   TimestampTz expired_by)
+{
+	static SPIPlanPtr plan = NULL;
+	static const Oid types[3] = {TEXTOID, TIMESTAMPTZOID, TIMESTAMPTZOID};
+	Datum		values[3];
+
+	values[0] = PointerGetDatum(res->name);
+	values[1] = TimestampTzGetDatum(at);
+	values[2] = TimestampTzGetDatum(expired_by);
+	(void) dlock_store_exec(&plan,
+							"UPDATE dlock.delays d SET available_at ="
+							"  GREATEST(l.expires_at, $2) OPERATOR(pg_catalog.+) d.lock_delay"
+							"  FROM dlock.leases l WHERE " RES_IS("d") " AND " RES_IS("l")
+							"   AND l.fence OPERATOR(pg_catalog.=) d.fence AND l.holder IS NOT NULL"
+							"   AND l.expires_at OPERATOR(pg_catalog.<=) $3",
+							3, types, values, NULL, false);
+}
+
+/*
+ * dlock_queue_purge: delete client tickets nobody kept alive, and delays
+ * that are over or belong to a holding that is gone.  Only dead rows, so
+ * no resource lock is needed.  Returns how many.
+ */
+int
+dlock_queue_purge(TimestampTz now)
+{
+	static SPIPlanPtr tickets_plan = NULL;
+	static SPIPlanPtr delays_plan = NULL;
+	static const Oid types[1] = {TIMESTAMPTZOID};
+	Datum		values[1];
+	uint64		n;
+
+	if (!dlock_queue_installed())
+		return 0;
+	values[0] = TimestampTzGetDatum(now);
+	n = dlock_store_exec(&tickets_plan,
+						 "DELETE FROM dlock.tickets t"
+						 "  WHERE t.expires_at OPERATOR(pg_catalog.<=) $1",
+						 1, types, values, NULL, false);
+	n += dlock_store_exec(&delays_plan,
+						  "DELETE FROM dlock.delays d"
+						  "  WHERE (d.available_at IS NOT NULL"
+						  "         AND d.available_at OPERATOR(pg_catalog.<=) $1)"
+						  "     OR (d.available_at IS NULL AND NOT EXISTS (SELECT FROM dlock.leases l"
+						  "          WHERE l.resource OPERATOR(pg_catalog.=) d.resource"
+						  "            AND l.fence OPERATOR(pg_catalog.=) d.fence"
+						  "            AND l.holder IS NOT NULL))",
+						  1, types, values, NULL, false);
+	return (int) Min(n, (uint64) INT_MAX);
+}
+
+/*
+ * dlock_check_lock_delay: the lock_delay argument (NULL: dlock.lock_delay),
+ * between 0 and 1 hour, without months or days; NULL when it is zero.
+ */
+Interval *
+dlock_check_lock_delay(FunctionCallInfo fcinfo, int argno)
+{
+	Interval   *span;
+
+	if (argno >= PG_NARGS() || PG_ARGISNULL(argno))
+		return dlock_lock_delay_ms > 0 ? dlock_ms_interval(dlock_lock_delay_ms) : NULL;
+	span = PG_GETARG_INTERVAL_P(argno);
+	if (span->month != 0 || span->day != 0 ||
+		span->time < 0 || span->time > MAX_LOCK_DELAY_USECS)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("lock_delay must be between 0 and 1 hour"),
+				 errdetail("Months and days are not allowed in lock_delay.")));
+	return span->time > 0 ? span : NULL;
+}
+
+/* dlock_check_fair: the fair argument (false when the SQL has none). */
+bool
+dlock_check_fair(FunctionCallInfo fcinfo, int argno)
+{
+	if (argno >= PG_NARGS())
+		return false;
+	if (PG_ARGISNULL(argno))
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("fair must not be null")));
+	return PG_GETARG_BOOL(argno);
+}
