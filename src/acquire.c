@@ -165,7 +165,7 @@ typedef struct LeaseAttemptArgs
 /*
  * queue_up: a fair attempt was not served: take or keep its ticket (held in
  * the lock manager while waiting in lock(), else a row kept for
- * dlock.queue_ttl).  Inside the store session, under the resource's lock.
+ * dlock.queue_ttl).  Inside a store session.
  */
 static void
 queue_up(const DlockResource *res, LeaseAttemptArgs *a, TimestampTz now)
@@ -228,7 +228,21 @@ lease_attempt(const DlockResource *res, void *arg, int64 *fence,
 	DlockQueueHead head;
 
 	if (!dlock_take_resource(res))
+	{
+		/*
+		 * Another transaction is changing the resource: a fair attempt
+		 * still takes its place in the queue now (a ticket is its own row,
+		 * or its own lock, and needs no resource lock to be taken).
+		 */
+		if (a->fair)
+		{
+			dlock_store_begin();
+			if (dlock_queue_installed())
+				queue_up(res, a, GetCurrentTimestamp());
+			dlock_store_end();
+		}
 		return ATTEMPT_CONTENDED;
+	}
 	if (dlock_xact_fence(res) != 0)
 	{
 		/* Our own transaction-scoped lock excludes a lease, even ours. */

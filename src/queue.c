@@ -34,9 +34,13 @@
  * stored in available_at when the reaper frees it or break_lock ends it.  A
  * clean unlock leaves available_at NULL, so the resource is free at once.
  *
- * Shared state: rows of dlock.tickets and dlock.delays, written only under
- * the resource's lock (CHANGE, resource.c) except the purge of rows that
- * are dead already; and the lock manager's locks.  The functions here run
+ * Shared state: rows of dlock.delays, written only under the resource's
+ * lock (CHANGE, resource.c), except the purge of rows that are dead
+ * already; rows of dlock.tickets, written by fair attempts with or without
+ * the resource's lock (a ticket is taken even while another transaction is
+ * changing the resource; each holder's row is its own, and the upsert
+ * serialises a holder's concurrent attempts), and read for the head only
+ * under it; and the lock manager's locks.  The functions here run
  * inside store sessions (store.c) and only under the 0.2 SQL
  * (dlock_queue_installed); under older SQL there are no queues or delays.
  *
@@ -455,7 +459,8 @@ dlock_check_lock_delay(FunctionCallInfo fcinfo, int argno)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("lock_delay must be between 0 and 1 hour"),
-				 errdetail("Months and days are not allowed in lock_delay.")));
+				 (span->month != 0 || span->day != 0) ?
+				 errdetail("A lock_delay is given in hours, minutes and seconds, not in days or months.") : 0));
 	return span->time > 0 ? span : NULL;
 }
 
