@@ -1,0 +1,354 @@
+# 032_fair.pl: fair queues and lock-delay with real waiters.
+#
+# 20 fair waiters of three kinds queue behind a holder: backends waiting in
+# dlock.lock(..., fair => true), clients retrying try_lock(..., fair =>
+# true) on their own side, and such clients through a real pgbouncer in
+# transaction mode.  Some are cancelled, terminated or killed mid-queue.
+# Released one by one, the rest are served exactly in arrival order, and
+# nobody waits longer than dlock.queue_ttl behind a dead client's ticket.
+# Then lock-delay: an expired holder's resource is refused until its expiry
+# plus the delay and a sleeping waiter takes it right after; a clean unlock
+# frees at once.  The order is checked again without shared_preload_libraries
+# (waits poll).
+
+use strict;
+use warnings;
+
+use DBI;
+use IPC::Run;
+use POSIX ();
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use Test::More;
+use Time::HiRes qw(time usleep);
+
+my $QUEUE_TTL = 1.0;    # seconds, set server-wide below
+
+# ---------- a preloaded node and pgbouncer in transaction mode
+my $node = PostgreSQL::Test::Cluster->new('fair');
+$node->init;
+$node->append_conf(
+	'postgresql.conf', qq{
+shared_preload_libraries = 'dlock'
+dlock.database = 'postgres'
+dlock.queue_ttl = '${QUEUE_TTL}s'
+max_connections = 80
+});
+$node->start;
+$node->safe_psql('postgres', 'CREATE EXTENSION dlock');
+$node->safe_psql('postgres',
+	'CREATE TABLE served (who text, fence bigint, got timestamptz, released timestamptz)');
+$node->safe_psql('postgres', 'GRANT ALL ON served TO PUBLIC');
+
+my $tmp = PostgreSQL::Test::Utils::tempdir();
+my $pgbouncer = '/usr/sbin/pgbouncer';
+my ($bport, $bouncer);
+if (-x $pgbouncer)
+{
+	$bport = PostgreSQL::Test::Cluster::get_free_port();
+	my $user = getpwuid($<);
+	my ($host, $pgport) = ($node->host, $node->port);
+	open(my $fh, '>', "$tmp/userlist.txt") or die;
+	print $fh qq{"$user" ""\n};
+	close($fh);
+	open($fh, '>', "$tmp/pgbouncer.ini") or die;
+	print $fh <<"EOF";
+[databases]
+postgres = host=$host port=$pgport dbname=postgres
+
+[pgbouncer]
+listen_addr = 127.0.0.1
+listen_port = $bport
+unix_socket_dir =
+auth_type = trust
+auth_file = $tmp/userlist.txt
+pool_mode = transaction
+default_pool_size = 4
+max_client_conn = 100
+logfile = $tmp/pgbouncer.log
+pidfile = $tmp/pgbouncer.pid
+EOF
+	close($fh);
+	$bouncer = IPC::Run::start([ $pgbouncer, "$tmp/pgbouncer.ini" ],
+		'>', "$tmp/pgbouncer.out", '2>&1');
+	my $up = 0;
+	for (1 .. 600)
+	{
+		my $dbh = DBI->connect("dbi:Pg:host=127.0.0.1;port=$bport;dbname=postgres;sslmode=disable",
+			'', '', { PrintError => 0, RaiseError => 0 });
+		if ($dbh) { $up = 1; $dbh->disconnect; last }
+		usleep(100_000);
+	}
+	ok($up, 'pgbouncer accepts connections');
+}
+END { local $?; $bouncer->kill_kill if $bouncer }
+
+sub dsn_direct
+{
+	my ($n) = @_;
+	return 'dbi:Pg:host=' . $n->host . ';port=' . $n->port . ';dbname=postgres';
+}
+my $dsn_bouncer = defined $bport
+  ? "dbi:Pg:host=127.0.0.1;port=$bport;dbname=postgres;sslmode=disable" : undef;
+
+# waiter KIND DSN RESOURCE WHO: fork a waiter.  "server" waits in
+# dlock.lock(..., fair => true); "client" retries try_lock(..., fair =>
+# true) every 50 ms.  Once served it records itself in "served", holds the
+# lock 30 ms and unlocks.  Returns the child's pid.
+sub waiter
+{
+	my ($kind, $dsn, $resource, $who) = @_;
+	my $pid = fork();
+	die "fork: $!" unless defined $pid;
+	return $pid if $pid;
+	my $code = 0;
+	eval {
+		my $dbh = DBI->connect($dsn, '', '',
+			{ AutoCommit => 1, RaiseError => 1, PrintError => 0, PrintWarn => 0 });
+		my $fence;
+		if ($kind eq 'server')
+		{
+			($fence) = $dbh->selectrow_array(
+				q{SELECT dlock.lock($1, $2, '30s', '60s', fair => true)},
+				undef, $resource, $who);
+		}
+		else
+		{
+			my $until = time + 60;
+			while (time < $until)
+			{
+				($fence) = $dbh->selectrow_array(
+					q{SELECT dlock.try_lock($1, $2, '30s', fair => true)},
+					undef, $resource, $who);
+				last if defined $fence;
+				usleep(50_000);
+			}
+		}
+		die "not served\n" unless defined $fence;
+		$dbh->do(q{INSERT INTO served (who, fence, got) VALUES ($1, $2, clock_timestamp())},
+			undef, $who, $fence);
+		usleep(30_000);
+		$dbh->do(q{UPDATE served SET released = clock_timestamp() WHERE who = $1}, undef, $who);
+		$dbh->selectrow_array(q{SELECT dlock.unlock($1, $2)}, undef, $resource, $who);
+		$dbh->disconnect;
+	};
+	$code = 1 if $@;
+	POSIX::_exit($code);
+}
+
+sub wait_child
+{
+	my ($pid, $timeout) = @_;
+	my $until = time + $timeout;
+	while (time < $until)
+	{
+		my $r = waitpid($pid, POSIX::WNOHANG());
+		return $? >> 8 if $r == $pid;
+		usleep(20_000);
+	}
+	kill 'KILL', $pid;
+	waitpid($pid, 0);
+	return -1;
+}
+
+# queued N RESOURCE WHO COUNT: wait until WHO has its ticket: with shared
+# memory it shows in dlock.queue; without, only client tickets do, and a
+# backend's ticket is its lock in pg_locks (class 0x444C + 5): wait until
+# COUNT tickets in all exist.
+sub queued
+{
+	my ($n, $resource, $who, $count, $preloaded) = @_;
+	return $n->poll_query_until('postgres',
+		"SELECT count(*) = 1 FROM dlock.queue WHERE resource = '$resource' AND holder = '$who'")
+	  if $preloaded;
+	return $n->poll_query_until('postgres',
+		"SELECT (SELECT count(*) FROM dlock.queue WHERE resource = '$resource')
+		      + (SELECT count(*) FROM pg_locks WHERE locktype = 'advisory'
+		            AND objsubid = 17489 AND granted) = $count");
+}
+
+# run_queue NODE RESOURCE KINDS FATES: queue one waiter per KINDS entry in
+# that order behind a holder, apply FATES (index => 'cancel' | 'terminate' |
+# 'kill') while all wait, release, and check the order.  Returns the
+# (who => served-at) rows.
+sub run_queue
+{
+	my ($n, $resource, $kinds, $fates, $label, $preloaded) = @_;
+	my $fence0 = $n->safe_psql('postgres', "SELECT dlock.try_lock('$resource', 'holder', '1h')");
+	ok($fence0 ne '', "$label: the holder has $resource");
+	my (@who, %pid);
+	for my $i (0 .. $#$kinds)
+	{
+		my $who = sprintf('w%02d', $i + 1);
+		my ($kind, $via) = @{ $kinds->[$i] };
+		my $dsn = $via eq 'bouncer' ? $dsn_bouncer : dsn_direct($n);
+		$pid{$who} = waiter($kind, $dsn, $resource, $who);
+		ok(queued($n, $resource, $who, $i + 1, $preloaded), "$label: $who ($kind, $via) is queued");
+		push @who, $who;
+	}
+	is($n->safe_psql('postgres',
+			"SELECT string_agg(holder, ' ' ORDER BY position) FROM dlock.queue WHERE resource = '$resource'"),
+		join(' ', @who), "$label: dlock.queue lists them in arrival order")
+	  if $preloaded;
+
+	# The fates, while everyone waits.
+	my %gone;
+	for my $i (sort { $a <=> $b } keys %$fates)
+	{
+		my $who = $who[$i];
+		my $fate = $fates->{$i};
+		if ($fate eq 'kill')
+		{
+			kill 'KILL', $pid{$who};
+			waitpid($pid{$who}, 0);
+		}
+		else
+		{
+			my $bpid = $n->safe_psql('postgres',
+				"SELECT pid FROM dlock.waiters WHERE holder = '$who' AND fair");
+			my $fn = $fate eq 'cancel' ? 'pg_cancel_backend' : 'pg_terminate_backend';
+			$n->safe_psql('postgres', "SELECT $fn($bpid)");
+			is(wait_child($pid{$who}, 30), 1, "$label: the wait of $who ends by $fate");
+			ok($n->poll_query_until('postgres',
+					"SELECT count(*) = 0 FROM dlock.queue WHERE holder = '$who'"),
+				"$label: $who ($fate) leaves the queue at once");
+		}
+		$gone{$who} = $fate;
+	}
+	my @live = grep { !$gone{$_} } @who;
+
+	my $t0 = time;
+	$n->safe_psql('postgres', "SELECT dlock.unlock('$resource', 'holder')");
+	for my $who (@live)
+	{
+		is(wait_child($pid{$who}, 90), 0, "$label: $who was served");
+	}
+	diag(sprintf('%s: %d waiters served in %.2f s', $label, scalar @live, time - $t0));
+	is($n->safe_psql('postgres',
+			"SELECT string_agg(who, ' ' ORDER BY fence) FROM served WHERE who LIKE 'w%'"),
+		join(' ', @live), "$label: served exactly in arrival order");
+	is($n->safe_psql('postgres',
+			"SELECT count(*) FROM served s JOIN served t ON s.who < t.who
+			  WHERE s.got < t.released AND t.got < s.released"),
+		'0', "$label: no two holdings overlap");
+
+	# Behind a dead client ticket nobody waits much longer than queue_ttl.
+	for my $i (grep { $fates->{$_} eq 'kill' } keys %$fates)
+	{
+		my ($prev) = grep { $_ lt $who[$i] } reverse @live;
+		my ($next) = grep { $_ gt $who[$i] } @live;
+		next unless defined $next;
+		my $gap = $n->safe_psql('postgres',
+			"SELECT extract(epoch FROM n.got - " . (defined $prev ? 'p.released' : "'-infinity'::timestamptz")
+			  . ") FROM served n" . (defined $prev ? ", served p WHERE p.who = '$prev' AND" : ' WHERE')
+			  . " n.who = '$next'");
+		$gap = 0 if $gap eq '-Infinity' || $gap < 0;
+		diag("$label: behind the dead ticket of $who[$i], $next waited ${gap}s");
+		cmp_ok($gap, '<', $QUEUE_TTL + 3,
+			"$label: behind a dead ticket the queue moved on within queue_ttl (+ slack)");
+	}
+	$n->safe_psql('postgres', 'DELETE FROM served');
+	return;
+}
+
+# ---------- 20 waiters, mixed, with cancel / terminate / kill
+my @kinds;
+for my $i (0 .. 19)
+{
+	my $k = $i % 3;
+	push @kinds,
+	  $k == 0 ? [ 'server', 'direct' ]
+	  : $k == 1 ? [ 'client', 'direct' ]
+	  : [ 'client', defined $dsn_bouncer ? 'bouncer' : 'direct' ];
+}
+run_queue($node, 'fair/r', \@kinds,
+	{ 1 => 'kill', 3 => 'cancel', 5 => 'kill', 9 => 'terminate', 10 => 'kill' }, 'preloaded', 1);
+
+# A fair waiter's position shows in dlock.waiters.
+{
+	$node->safe_psql('postgres', "SELECT dlock.try_lock('fair/w', 'holder', '1h')");
+	my $p1 = waiter('server', dsn_direct($node), 'fair/w', 'v1');
+	ok(queued($node, 'fair/w', 'v1', 1, 1), 'v1 queued');
+	my $p2 = waiter('server', dsn_direct($node), 'fair/w', 'v2');
+	ok(queued($node, 'fair/w', 'v2', 2, 1), 'v2 queued');
+	is($node->safe_psql('postgres',
+			"SELECT string_agg(holder || ':' || fair || ':' || position, ' ' ORDER BY position)
+			   FROM dlock.waiters WHERE resource = 'fair/w'"),
+		'v1:true:1 v2:true:2', 'dlock.waiters says which waiters are fair, and their positions');
+	$node->safe_psql('postgres', "SELECT dlock.unlock('fair/w', 'holder')");
+	is(wait_child($p1, 60), 0, 'v1 served');
+	is(wait_child($p2, 60), 0, 'v2 served');
+	$node->safe_psql('postgres', 'DELETE FROM served');
+}
+
+# ---------- lock-delay
+{
+	my $fence = $node->safe_psql('postgres',
+		"SELECT dlock.try_lock('fair/d', 'dead', '1s', lock_delay => '1500ms')");
+	ok($fence ne '', 'a holder takes fair/d with a lock-delay and then dies (never renews)');
+	my ($exp, $avail) = split /\|/, $node->safe_psql('postgres',
+		"SELECT expires_at, available_at FROM dlock.locks WHERE resource = 'fair/d'");
+	is($node->safe_psql('postgres',
+			"SELECT available_at - expires_at FROM dlock.locks WHERE resource = 'fair/d'"),
+		'00:00:01.5', 'dlock.locks: available at expiry + lock_delay');
+	my $w = waiter('server', dsn_direct($node), 'fair/d', 'next');
+	$node->poll_query_until('postgres',
+		"SELECT clock_timestamp() > expires_at FROM dlock.locks WHERE resource = 'fair/d'");
+	is($node->safe_psql('postgres', "SELECT dlock.try_lock('fair/d', 'other') IS NULL"),
+		't', 'expired but within its lock-delay: refused');
+	is(wait_child($w, 30), 0, 'the sleeping waiter is served');
+	my $late = $node->safe_psql('postgres',
+		"SELECT extract(epoch FROM got - '$avail'::timestamptz) FROM served WHERE who = 'next'");
+	cmp_ok($late, '>=', 0, 'not before expiry + lock-delay');
+	cmp_ok($late, '<', 2, 'and taken soon after (liveness)');
+	diag(sprintf('lock-delay: taken %.1f ms after the delay ended', $late * 1000));
+	cmp_ok($node->safe_psql('postgres', "SELECT fence FROM served WHERE who = 'next'"),
+		'>', $fence, 'with a higher fence');
+
+	# A clean unlock frees at once, whatever the delay.
+	$node->safe_psql('postgres', "SELECT dlock.try_lock('fair/c', 'a', '1h', lock_delay => '1h')");
+	my $w2 = waiter('server', dsn_direct($node), 'fair/c', 'b');
+	$node->poll_query_until('postgres',
+		"SELECT count(*) = 1 FROM dlock.waiters WHERE resource = 'fair/c'");
+	$node->safe_psql('postgres', "SELECT dlock.unlock('fair/c', 'a')");
+	is(wait_child($w2, 30), 0, 'after a clean unlock the waiter is served at once');
+	$node->safe_psql('postgres', 'DELETE FROM served');
+}
+
+# ---------- client tickets are rows: a queue survives a restart
+{
+	$node->safe_psql('postgres', "ALTER SYSTEM SET dlock.queue_ttl = '1h'");
+	$node->reload;
+	$node->safe_psql('postgres', "SELECT dlock.try_lock('fair/rs', 'holder', '1h')");
+	$node->safe_psql('postgres', "SELECT dlock.try_lock('fair/rs', 'c1', fair => true)");
+	$node->safe_psql('postgres', "SELECT dlock.try_lock('fair/rs', 'c2', fair => true)");
+	$node->restart;
+	$node->safe_psql('postgres', "SELECT dlock.unlock('fair/rs', 'holder')");
+	is($node->safe_psql('postgres', "SELECT dlock.try_lock('fair/rs', 'c2', fair => true) IS NULL"),
+		't', 'after a restart the queue holds: c2 waits behind c1');
+	isnt($node->safe_psql('postgres', "SELECT dlock.try_lock('fair/rs', 'c1', fair => true)"),
+		'', 'c1 is served');
+	$node->safe_psql('postgres', "SELECT dlock.unlock('fair/rs', 'c1')");
+	isnt($node->safe_psql('postgres', "SELECT dlock.try_lock('fair/rs', 'c2', fair => true)"),
+		'', 'then c2');
+	$node->safe_psql('postgres', "ALTER SYSTEM RESET dlock.queue_ttl");
+	$node->reload;
+}
+
+# ---------- without shared_preload_libraries: waits poll, the order holds
+my $plain = PostgreSQL::Test::Cluster->new('fair_plain');
+$plain->init;
+$plain->append_conf('postgresql.conf', qq{
+dlock.queue_ttl = '${QUEUE_TTL}s'
+dlock.poll_interval = '20ms'
+});
+$plain->start;
+$plain->safe_psql('postgres', 'CREATE EXTENSION dlock');
+$plain->safe_psql('postgres',
+	'CREATE TABLE served (who text, fence bigint, got timestamptz, released timestamptz)');
+$plain->safe_psql('postgres', 'GRANT ALL ON served TO PUBLIC');
+my @pkinds = map { $_ % 2 ? [ 'client', 'direct' ] : [ 'server', 'direct' ] } 0 .. 7;
+run_queue($plain, 'fair/p', \@pkinds, { 1 => 'kill' }, 'not preloaded', 0);
+$plain->stop;
+$node->stop;
+done_testing();
