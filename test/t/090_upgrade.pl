@@ -72,6 +72,9 @@ my $before = $node->safe_psql('walk',
 	q{SELECT string_agg(resource || ' ' || holder || ' ' || count || ' ' || fence || ' ' || owner, ', ' ORDER BY resource) FROM dlock.locks});
 
 # Walk every step.
+my ($queue, $delay) = ('', '');
+my $queue_q = q{SELECT string_agg(holder || ':' || position, ' ' ORDER BY position) FROM dlock.queue WHERE resource = 'walk/q'};
+my $delay_q = q{SELECT string_agg(resource || ' ' || available_at, ', ') FROM dlock.locks WHERE resource = 'walk/delayed'};
 for my $i (1 .. $#versions)
 {
 	my $v = $versions[$i];
@@ -88,6 +91,24 @@ for my $i (1 .. $#versions)
 	$f3 = $f;
 	$before = $node->safe_psql('walk',
 		q{SELECT string_agg(resource || ' ' || holder || ' ' || count || ' ' || fence || ' ' || owner, ', ' ORDER BY resource) FROM dlock.locks});
+
+	# From 0.2 on there are queues and lock-delays: every step keeps them.
+	if ($queue ne '')
+	{
+		is($node->safe_psql('walk', $queue_q), $queue, "$v: every queue entry intact");
+		is($node->safe_psql('walk', $delay_q), $delay, "$v: every lock-delay intact");
+	}
+	elsif ($node->safe_psql('walk', q{SELECT to_regclass('dlock.tickets') IS NOT NULL}) eq 't')
+	{
+		$node->safe_psql('walk', q{SELECT dlock.try_lock('walk/q', 'hq', '1h')});
+		$node->safe_psql('walk', q{SET dlock.queue_ttl = '1h'; SELECT dlock.try_lock('walk/q', 'q1', fair => true)});
+		$node->safe_psql('walk', q{SET dlock.queue_ttl = '1h'; SELECT dlock.try_lock('walk/q', 'q2', fair => true)});
+		$node->safe_psql('walk', q{SELECT dlock.try_lock('walk/delayed', 'hd', '1h', lock_delay => '10min')});
+		$queue = $node->safe_psql('walk', $queue_q);
+		$delay = $node->safe_psql('walk', $delay_q);
+		is($queue, 'q1:1 q2:2', "$v: a queue forms");
+		like($delay, qr/^walk\/delayed \d/, "$v: a lock-delay is recorded");
+	}
 }
 
 # The waiter is still waiting and gets the lock when it is released.
