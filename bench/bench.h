@@ -176,14 +176,14 @@ typedef struct Figures
 	double		pairs_wal_syncs[NUM_METHODS][NCLIENT_COUNTS];	/* per pair */
 	double		pairs_wal_bytes[NUM_METHODS][NCLIENT_COUNTS];	/* per pair */
 
-	/* 2: hot resource, [0] dlock [1] advisory, by contender count */
-	bool		hot_done[2][NHOT];
-	double		hot_rate[2][NHOT];	/* acquisitions/s */
-	double		hot_switch[2][NHOT];	/* share that went to another client */
-	double		hot_p50[2][NHOT];
-	double		hot_p99[2][NHOT];
-	double		hot_wait_max_mean[2][NHOT];
-	double		hot_acq_max_mean[2][NHOT];
+	/* 2: hot resource, [0] dlock [1] advisory [2] dlock fair, by contender count */
+	bool		hot_done[3][NHOT];
+	double		hot_rate[3][NHOT];	/* acquisitions/s */
+	double		hot_switch[3][NHOT];	/* share that went to another client */
+	double		hot_p50[3][NHOT];
+	double		hot_p99[3][NHOT];
+	double		hot_wait_max_mean[3][NHOT];
+	double		hot_acq_max_mean[3][NHOT];
 
 	/* 3: release -> waiter (us), [0] dlock [1] advisory */
 	bool		rw_done[2];

@@ -32,7 +32,7 @@ const int	hot_counts[NHOT] = {8, 32};
 
 typedef struct HotArg
 {
-	int			advisory;		/* 0: dlock, 1: pg_advisory_lock */
+	int			advisory;		/* 0: dlock, 1: pg_advisory_lock, 2: dlock fair */
 	int			last;			/* client that held it last (under the lock) */
 	atomic_long switches;		/* acquisitions by another client than last */
 } HotArg;
@@ -49,14 +49,16 @@ hot_setup(Client *c)
 	snprintf(holder, 32, "hot:%d", c->id);
 	c->priv = holder;
 	c->conn = db_connect();
-	if (a->advisory)
+	if (a->advisory == 1)
 	{
 		db_prepare(c->conn, "lk", "SELECT pg_advisory_lock(1)", 0);
 		db_prepare(c->conn, "ul", "SELECT pg_advisory_unlock(1)", 0);
 	}
 	else
 	{
-		db_prepare(c->conn, "lk", "SELECT dlock.lock('hot', $1, '30s', NULL)", 1);
+		db_prepare(c->conn, "lk", a->advisory == 2 ?
+				   "SELECT dlock.lock('hot', $1, '30s', NULL, fair => true)" :
+				   "SELECT dlock.lock('hot', $1, '30s', NULL)", 1);
 		db_prepare(c->conn, "ul", "SELECT dlock.unlock('hot', $1)", 1);
 	}
 }
@@ -69,7 +71,9 @@ hot_op(Client *c)
 	const char *p[1] = {c->priv};
 	double		t0 = now_s();
 
-	db_run_expect(c->conn, "lk", a->advisory ? 0 : 1, p, a->advisory ? NULL : "*");
+	bool		adv = (a->advisory == 1);
+
+	db_run_expect(c->conn, "lk", adv ? 0 : 1, p, adv ? NULL : "*");
 	if (c->measuring && harness_measuring())
 	{
 		samples_add(&c->wait, (now_s() - t0) * 1e6);
@@ -78,7 +82,7 @@ hot_op(Client *c)
 	}
 	a->last = c->id;			/* we hold the lock: no race */
 	spin_s(HOT_CRITICAL_S);
-	db_run_expect(c->conn, "ul", a->advisory ? 0 : 1, p, a->advisory ? "t" : "0");
+	db_run_expect(c->conn, "ul", adv ? 0 : 1, p, adv ? "t" : "0");
 }
 
 /* hot_teardown: close the connection. */
@@ -88,7 +92,10 @@ hot_teardown(Client *c)
 	PQfinish(c->conn);
 }
 
-/* bench_hot: measurement 2 for dlock and advisory at 8 and 32 contenders. */
+/*
+ * bench_hot: measurement 2 for dlock, advisory and dlock with fair => true
+ * at 8 and 32 contenders.
+ */
 void
 bench_hot(void)
 {
@@ -96,12 +103,12 @@ bench_hot(void)
 				i;
 
 	for (i = 0; i < NHOT; i++)
-		for (m = 0; m < 2; m++)
+		for (m = 0; m < 3; m++)
 		{
 			HotArg		a;
 			RunSpec		spec;
 			RunResult	r;
-			const char *name = m ? "advisory" : "dlock";
+			const char *name = m == 1 ? "advisory" : m == 2 ? "dlock fair" : "dlock";
 			double		mean_acq;
 
 			memset(&a, 0, sizeof(a));

@@ -225,6 +225,22 @@ write_goals(FILE *f)
 			 fig.hot_rate[0][0], fig.hot_rate[1][0]);
 	goal(f, "P2", "hot resource, 8 contenders: >= 0.3x advisory", m,
 		 fig.hot_done[0][0] && fig.hot_done[1][0], r >= 0.3);
+	r = fig.hot_wait_max_mean[2][NHOT - 1];
+	snprintf(m, sizeof(m), "%.2f (unfair %.2f, advisory %.2f)", r,
+			 fig.hot_wait_max_mean[0][NHOT - 1], fig.hot_wait_max_mean[1][NHOT - 1]);
+	goal(f, "F1", "fair, 32 contenders: max/mean wait <= 1.5", m,
+		 fig.hot_done[2][NHOT - 1], r <= 1.5);
+	for (i = 0; i < NHOT; i++)
+	{
+		char		id[32];
+
+		r = fig.hot_rate[2][i] / fig.hot_rate[0][i];
+		snprintf(id, sizeof(id), "F2 (%d contenders)", hot_counts[i]);
+		snprintf(m, sizeof(m), "%.2fx (%.0f vs %.0f acquisitions/s)", r,
+				 fig.hot_rate[2][i], fig.hot_rate[0][i]);
+		goal(f, id, "fair >= 0.8x unfair handoffs/s", m,
+			 fig.hot_done[2][i] && fig.hot_done[0][i], r >= 0.8);
+	}
 
 	snprintf(m, sizeof(m), "%.2f ms", fig.rw_p50[0] / 1000);
 	goal(f, "P3 p50", "release -> waiter p50 <= 1 ms", m, fig.rw_done[0],
@@ -341,10 +357,11 @@ write_contention(FILE *f)
 			"| method | contenders | acquisitions/s | to another | wait p50 | wait p99 | "
 			"max/mean wait | max/mean acquisitions |\n|---|---|---|---|---|---|---|---|\n");
 	for (i = 0; i < NHOT; i++)
-		for (m = 0; m < 2; m++)
+		for (m = 0; m < 3; m++)
 			if (fig.hot_done[m][i])
 				fprintf(f, "| %s | %d | %.0f | %.0f%% | %.2f ms | %.2f ms | %.1f | %.2f |\n",
-						m ? "advisory" : "dlock", hot_counts[i], fig.hot_rate[m][i],
+						m == 1 ? "advisory" : m == 2 ? "dlock fair" : "dlock",
+						hot_counts[i], fig.hot_rate[m][i],
 						100 * fig.hot_switch[m][i], fig.hot_p50[m][i] / 1000,
 						fig.hot_p99[m][i] / 1000, fig.hot_wait_max_mean[m][i],
 						fig.hot_acq_max_mean[m][i]);

@@ -224,6 +224,8 @@ lease_attempt(const DlockResource *res, void *arg, int64 *fence,
 	int32		count;
 	bool		took_over;
 	bool		queued;
+	bool		allow;
+	int64		below;
 	DlockRow	row;
 	DlockQueueHead head;
 
@@ -257,12 +259,17 @@ lease_attempt(const DlockResource *res, void *arg, int64 *fence,
 	queued = dlock_queue_installed();
 	/*
 	 * The common case first, in one statement: our own (re-entry), or
-	 * available with nobody queued.  Other backends' in-server tickets are
-	 * looked up here; client tickets and lock-delay by the statement.
+	 * available with nobody queued ahead of us.  In-server tickets are
+	 * looked up here (a waiter at the head of them passes its ticket, so
+	 * only client tickets taken before it stop it); client tickets and
+	 * lock-delay by the statement.
 	 */
+	below = a->ticket != 0 ? a->ticket : PG_INT64_MAX;
+	allow = true;
+	if (queued && dlock_server_tickets_others(res))
+		allow = dlock_server_head_is(res, a->ticket);
 	if (dlock_row_fast_acquire(res, a->holder, a->caller->role, a->lease, now,
-							   expires, queued,
-							   !queued || !dlock_server_tickets_others(res),
+							   expires, queued, allow, below,
 							   fence, &count, &new_expires, &took_over))
 	{
 		if (took_over)
@@ -314,7 +321,7 @@ lease_attempt(const DlockResource *res, void *arg, int64 *fence,
 	}
 	/* Ours to take: the takeover of the 0.1 statement, checks done above. */
 	if (!dlock_row_fast_acquire(res, a->holder, a->caller->role, a->lease, now,
-								expires, false, true,
+								expires, false, true, PG_INT64_MAX,
 								fence, &count, &new_expires, &took_over))
 		elog(ERROR, "dlock: takeover of an available holding of \"%s\" changed nothing",
 			 text_to_cstring(res->name));

@@ -132,6 +132,7 @@ extern bool dlock_row_fast_acquire(const DlockResource *res, text *holder,
 								   Oid owner, const Interval *lease,
 								   TimestampTz now, TimestampTz expires,
 								   bool queued, bool allow_takeover,
+								   int64 tickets_below,
 								   int64 *fence, int32 *count,
 								   TimestampTz *new_expires, bool *took_over);
 extern bool dlock_row_fast_release(const DlockResource *res, text *holder,
@@ -187,6 +188,7 @@ extern bool dlock_queue_installed(void);
 extern void dlock_server_ticket_take(const DlockResource *res, int64 *ticket);
 extern void dlock_server_ticket_drop(const DlockResource *res, int64 *ticket);
 extern bool dlock_server_tickets_others(const DlockResource *res);
+extern bool dlock_server_head_is(const DlockResource *res, int64 mine);
 extern void dlock_queue_head(const DlockResource *res, text *holder, Oid owner,
 							 int64 mine, TimestampTz now, DlockQueueHead *head);
 extern void dlock_client_ticket_keep(const DlockResource *res, text *holder,

@@ -209,6 +209,19 @@ server_head(const DlockResource *res, int64 mine, uint32 *head, bool *is_mine)
 }
 
 /*
+ * dlock_server_head_is: is this backend's in-server ticket mine (not 0)
+ * the lowest in-server ticket of res?
+ */
+bool
+dlock_server_head_is(const DlockResource *res, int64 mine)
+{
+	uint32		head;
+	bool		is_mine = false;
+
+	return mine != 0 && server_head(res, mine, &head, &is_mine) && is_mine;
+}
+
+/*
  * dlock_queue_head: the head of res's queue at now, to holder and owner
  * (client tickets; holder NULL: none of them is the caller's) and to this
  * backend's in-server ticket mine (0: none).

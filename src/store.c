@@ -154,9 +154,11 @@ static const StoreStmtDef stmt_defs[NUM_STMTS] = {
 	},
 	/*
 	 * The same under the 0.2 SQL: re-entry as before; a takeover only when
-	 * $7 (no other backend holds an in-server ticket, queue.c), no live
-	 * client ticket is queued, and the ended holding's lock-delay is over
-	 * (the SQL form of dlock_lease_available and the queue rule, holding.c).
+	 * $7 (no other backend's in-server ticket is ahead of the caller's,
+	 * queue.c), no live client ticket below $8 (the caller's in-server
+	 * ticket, or the largest bigint) is queued, and the ended holding's
+	 * lock-delay is over (the SQL form of dlock_lease_available and the
+	 * queue rule, holding.c).
 	 */
 	[STMT_FAST_ACQUIRE_QUEUED] = {
 		FAST_ACQUIRE_SET
@@ -164,7 +166,8 @@ static const StoreStmtDef stmt_defs[NUM_STMTS] = {
 		"    AND (holder IS NULL OR expires_at OPERATOR(pg_catalog.<=) $5)"
 		"    AND NOT EXISTS (SELECT FROM dlock.tickets t"
 		"      WHERE t.resource OPERATOR(pg_catalog.=) ($1 COLLATE pg_catalog.\"C\")"
-		"        AND t.expires_at OPERATOR(pg_catalog.>) $5)"
+		"        AND t.expires_at OPERATOR(pg_catalog.>) $5"
+		"        AND t.ticket OPERATOR(pg_catalog.<) $8)"
 		"    AND NOT EXISTS (SELECT FROM dlock.delays d"
 		"      WHERE d.resource OPERATOR(pg_catalog.=) ($1 COLLATE pg_catalog.\"C\")"
 		"        AND d.fence OPERATOR(pg_catalog.=) leases.fence"
@@ -172,7 +175,7 @@ static const StoreStmtDef stmt_defs[NUM_STMTS] = {
 		"          THEN d.available_at OPERATOR(pg_catalog.>) $5"
 		"          ELSE leases.expires_at OPERATOR(pg_catalog.+) d.lock_delay OPERATOR(pg_catalog.>) $5 END)))"
 		FAST_ACQUIRE_RETURNING,
-		7, {TEXTOID, TEXTOID, REGROLEOID, INTERVALOID, TIMESTAMPTZOID, TIMESTAMPTZOID, BOOLOID}
+		8, {TEXTOID, TEXTOID, REGROLEOID, INTERVALOID, TIMESTAMPTZOID, TIMESTAMPTZOID, BOOLOID, INT8OID}
 	},
 	/* The common unlock in one statement: the holder's own holding. */
 	[STMT_FAST_RELEASE] = {
@@ -552,7 +555,8 @@ dlock_min_expiry(void)
 /*
  * dlock_row_fast_acquire: the one-statement acquisition (see
  * STMT_FAST_ACQUIRE; with queued, the 0.2 form STMT_FAST_ACQUIRE_QUEUED,
- * which takes over only when allow_takeover).  Returns false, changing nothing, when the row is
+ * which takes over only when allow_takeover and no live client ticket
+ * below tickets_below is queued).  Returns false, changing nothing, when the row is
  * missing or held by another; else sets the fence, the new count and
  * expiry, and whether an expired holding was taken over.
  */
@@ -560,10 +564,10 @@ bool
 dlock_row_fast_acquire(const DlockResource *res, text *holder, Oid owner,
 					   const Interval *lease, TimestampTz now,
 					   TimestampTz expires, bool queued, bool allow_takeover,
-					   int64 *fence, int32 *count,
+					   int64 tickets_below, int64 *fence, int32 *count,
 					   TimestampTz *new_expires, bool *took_over)
 {
-	Datum		values[7];
+	Datum		values[8];
 	bool		isnull;
 	HeapTuple	tup;
 	TupleDesc	desc;
@@ -575,6 +579,7 @@ dlock_row_fast_acquire(const DlockResource *res, text *holder, Oid owner,
 	values[4] = TimestampTzGetDatum(now);
 	values[5] = TimestampTzGetDatum(expires);
 	values[6] = BoolGetDatum(allow_takeover);
+	values[7] = Int64GetDatum(tickets_below);
 	if (run(queued ? STMT_FAST_ACQUIRE_QUEUED : STMT_FAST_ACQUIRE,
 			values, NULL, false, 0) == 0)
 		return false;
