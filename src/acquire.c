@@ -278,6 +278,21 @@ lease_attempt(const DlockResource *res, void *arg, int64 *fence,
 		dlock_store_end();
 		return ATTEMPT_ACQUIRED;
 	}
+	if (!allow && a->in_server)
+	{
+		/*
+		 * We wait in lock() and another backend's in-server ticket is
+		 * ahead of ours (or we have none yet): whatever the row says, it
+		 * is not our turn.  Whoever is ahead wakes the next waiter when it
+		 * leaves or releases.  (A client-side attempt goes on: its ticket
+		 * may be the head of the whole queue.)
+		 */
+		queue_up(res, a, now);
+		dlock_store_end();
+		dlock_resource_unlock(res, DLOCK_CHANGE);
+		*busy_until = DT_NOEND;
+		return ATTEMPT_BUSY;
+	}
 
 	dlock_row_read(res, &row);
 	if (queued)

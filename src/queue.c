@@ -126,11 +126,20 @@ dlock_server_ticket_take(const DlockResource *res, int64 *ticket)
 
 	if (*ticket != 0)
 		return;
+
+	/*
+	 * The "fair waiters" tag first, then the number, then its lock: a
+	 * ticket may be taken without the resource's lock (a contended
+	 * attempt), so a backend that finds the tag free knows that every
+	 * ticket drawn before its look is visible, and one that finds it taken
+	 * but no lower ticket knows that any ticket still being drawn will be
+	 * higher than its own.
+	 */
+	set_fair_tag(&tag, res);
+	(void) LockAcquire(&tag, ShareLock, false, false);
 	*ticket = next_ticket();
 	set_ticket_tag(&tag, res, *ticket);
 	(void) LockAcquire(&tag, ExclusiveLock, false, false);
-	set_fair_tag(&tag, res);
-	(void) LockAcquire(&tag, ShareLock, false, false);
 	/* If the wait ends in an error, the abort drops the ticket: wake the next. */
 	dlock_wake_after_abort(res->hash);
 }

@@ -264,6 +264,79 @@ for my $i (0 .. 19)
 run_queue($node, 'fair/r', \@kinds,
 	{ 1 => 'kill', 3 => 'cancel', 5 => 'kill', 9 => 'terminate', 10 => 'kill' }, 'preloaded', 1);
 
+# ---------- steady contention: everyone re-queues right after releasing
+# 12 clients (8 waiting in lock(), 4 retrying try_lock) loop lock / 50 us /
+# unlock for 4 s.  While all of them loop, no client ever gets the lock
+# twice in a row: a releaser that asks again is a newcomer and queues at the
+# back, whatever the timing (this found a race between a ticket being
+# taken by a contended attempt and a newcomer's look at the queue).
+sub looper
+{
+	my ($kind, $dsn, $resource, $who, $secs, $out) = @_;
+	my $pid = fork();
+	die "fork: $!" unless defined $pid;
+	return $pid if $pid;
+	my $code = 0;
+	eval {
+		my $dbh = DBI->connect($dsn, '', '',
+			{ AutoCommit => 1, RaiseError => 1, PrintError => 0, PrintWarn => 0 });
+		my $lk = $dbh->prepare($kind eq 'server'
+			? q{SELECT dlock.lock($1, $2, '30s', '60s', fair => true)}
+			: q{SELECT dlock.try_lock($1, $2, '30s', fair => true)});
+		my $ul = $dbh->prepare(q{SELECT dlock.unlock($1, $2)});
+		open(my $fh, '>', $out) or die "$out: $!";
+		my $end = time + $secs;
+		while (time < $end)
+		{
+			my $f;
+			until (defined $f)
+			{
+				$lk->execute($resource, $who);
+				($f) = $lk->fetchrow_array;
+				usleep(10_000) unless defined $f;
+			}
+			my $t = time;
+			1 while time - $t < 50e-6;
+			$ul->execute($resource, $who);
+			$ul->fetchrow_array;
+			printf $fh "%s %s %.6f\n", $f, $who, $t;
+		}
+		close($fh);
+	};
+	$code = 1 if $@;
+	POSIX::_exit($code);
+}
+{
+	my @pids;
+	for my $i (1 .. 12)
+	{
+		push @pids, looper($i <= 8 ? 'server' : 'client', dsn_direct($node), 'fair/loop', "l$i", 4,
+			"$tmp/loop.$i");
+	}
+	is(wait_child($_, 60), 0, "looper $_ finished") for @pids;
+	my @acq;
+	for my $i (1 .. 12)
+	{
+		open(my $fh, '<', "$tmp/loop.$i") or die;
+		push @acq, map { [ split ] } <$fh>;
+		close($fh);
+	}
+	@acq = sort { $a->[0] <=> $b->[0] } @acq;
+	my (%first, %last);
+	for (@acq) { $first{ $_->[1] } //= $_->[2]; $last{ $_->[1] } = $_->[2]; }
+	my ($from) = sort { $b <=> $a } values %first;
+	my ($to) = sort { $a <=> $b } values %last;
+	my ($steady, $repeats) = (0, 0);
+	for my $k (1 .. $#acq)
+	{
+		next unless $acq[$k][2] > $from && $acq[$k][2] < $to;
+		$steady++;
+		$repeats++ if $acq[$k][1] eq $acq[ $k - 1 ][1];
+	}
+	cmp_ok($steady, '>', 50, "steady contention: $steady acquisitions while all 12 looped");
+	is($repeats, 0, 'steady contention: no client got the lock twice in a row');
+}
+
 # A fair waiter's position shows in dlock.waiters.
 {
 	$node->safe_psql('postgres', "SELECT dlock.try_lock('fair/w', 'holder', '1h')");
