@@ -11,8 +11,8 @@ PACKAGES="build-essential postgresql-15 postgresql-server-dev-15 libpq-dev
 # the locale either way: see NO_LOCALE and PROVE in the Makefile.)
 if command -v locale >/dev/null && [ -n "$(locale 2>&1 >/dev/null)" ]; then
     echo "The locale ${LC_ALL:-${LANG:-}} is not generated here (see locale -a); using C.UTF-8."
-    unset LC_ALL LC_CTYPE LC_COLLATE LC_MESSAGES LC_MONETARY LC_NUMERIC LC_TIME LANGUAGE
-    export LANG=C.UTF-8
+    export LC_ALL=C.UTF-8 LANG=C.UTF-8    # first, so that bash has a valid locale throughout
+    unset LC_CTYPE LC_COLLATE LC_MESSAGES LC_MONETARY LC_NUMERIC LC_TIME LANGUAGE LC_ALL
 fi
 
 # as_root: run a command as root (sudo when we are not root).
