@@ -14,15 +14,27 @@ use warnings;
 use PostgreSQL::Test::Utils;
 use Test::More;
 use File::Basename qw(basename);
-use File::Path qw(remove_tree);
 
-plan skip_all => 'dpkg-buildpackage not found (Debian only; test/run-tests.sh installs it)'
-  unless system('command -v dpkg-buildpackage >/dev/null 2>&1') == 0;
+use JSON::PP;
 
 open(my $ctl, '<', 'dlock.control') or die "dlock.control: $!";
 my ($version) = map { /^default_version = '(.*)'/ ? $1 : () } <$ctl>;
 close $ctl;
 ok($version, "dlock.control's default_version: $version");
+
+# META.json (PGXN) carries the same version, as semver (0.2 is 0.2.0).
+my $meta = decode_json(slurp_file('META.json'));
+my $semver = join('.', (split(/\./, $version), 0, 0)[0 .. 2]);
+is($meta->{version}, $semver, "META.json's version is $semver");
+is($meta->{provides}{dlock}{version}, $semver, "META.json's provides.dlock.version is $semver");
+ok(-f $meta->{provides}{dlock}{file}, "META.json's provides.dlock.file exists");
+
+if (system('command -v dpkg-buildpackage >/dev/null 2>&1') != 0)
+{
+	diag('dpkg-buildpackage not found (Debian only; test/run-tests.sh installs it): packages not tested');
+	done_testing();
+	exit 0;
+}
 
 my $tmp = PostgreSQL::Test::Utils::tempdir('deb');
 my $src = "$tmp/dlock";
