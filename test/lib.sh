@@ -3,7 +3,18 @@
 
 PG_BIN=/usr/lib/postgresql/15/bin
 PACKAGES="build-essential postgresql-15 postgresql-server-dev-15 libpq-dev
-    libipc-run-perl libdbd-pg-perl pgbouncer postgresql-15-cron rsync procps"
+    libipc-run-perl libdbd-pg-perl pgbouncer postgresql-15-cron rsync procps
+    debhelper postgresql-server-dev-all dpkg-dev"
+
+# A locale that is set but not generated (LANG=en_US.UTF-8 on a minimal
+# image, or forwarded by ssh) makes perl, apt and bash warn at every call:
+# fall back to C.UTF-8 then.  (The tests' throwaway clusters never depend on
+# the locale either way: see NO_LOCALE and PROVE in the Makefile.)
+if command -v locale >/dev/null && [ -n "$(locale 2>&1 >/dev/null)" ]; then
+    echo "The locale ${LC_ALL:-${LANG:-}} is not generated here (see locale -a); using C.UTF-8."
+    export LC_ALL=C.UTF-8 LANG=C.UTF-8    # first, so that bash has a valid locale throughout
+    unset LC_CTYPE LC_COLLATE LC_MESSAGES LC_MONETARY LC_NUMERIC LC_TIME LANGUAGE LC_ALL
+fi
 
 # as_root: run a command as root (sudo when we are not root).
 as_root() {
@@ -17,30 +28,42 @@ install_packages() {
         dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing+=("$p")
     done
     if [ ${#missing[@]} -gt 0 ]; then
-        echo "Installing: ${missing[*]}"
-        as_root env DEBIAN_FRONTEND=noninteractive apt-get update -qq
-        as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+        echo "Installing: ${missing[*]} (apt-get, a minute or two)"
+        as_root env DEBIAN_FRONTEND=noninteractive apt-get update -q
+        # -q: one line per package fetched, unpacked and set up
+        as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${missing[@]}"
     fi
 }
 
-# build_and_install: build the extension and the CLI, install both.
+# build_and_install [MAKE ARGS]: build the extension and the CLI, install
+# both (run-tests.sh passes WERROR=1).
 build_and_install() {
-    make -s PG_CONFIG=/usr/bin/pg_config
-    as_root make -s install PG_CONFIG=/usr/bin/pg_config
+    make -s PG_CONFIG=/usr/bin/pg_config "$@"
+    as_root make -s install PG_CONFIG=/usr/bin/pg_config "$@"
 }
 
 # run_as_tester DIR SCRIPT: run SCRIPT with bash in DIR as a user that may
-# run PostgreSQL; as root that is "postgres" on a private copy of DIR.
+# run PostgreSQL; as root that is "postgres" on a private copy of DIR
+# (/tmp/dlock-test.*), removed at exit unless SCRIPT failed: then it is kept
+# for its logs, and the path is printed.
 run_as_tester() {
-    local dir=$1 script=$2
+    local dir=$1 script=$2 rc=0
     if [ "$(id -u)" -eq 0 ]; then
-        local copy
-        copy=$(mktemp -d /tmp/dlock-test.XXXXXX)
-        rsync -a --exclude .git --exclude tmp_check --exclude tmp_check_iso "$dir"/ "$copy"/
-        chown -R postgres: "$copy"
-        chmod 755 "$copy"
-        (cd "$copy" && runuser -u postgres -- bash -c "$script")
+        DLOCK_TEST_COPY=$(mktemp -d /tmp/dlock-test.XXXXXX)
+        trap 'rm -rf "$DLOCK_TEST_COPY"' EXIT
+        trap 'exit 130' INT TERM HUP
+        rsync -a --exclude .git --exclude tmp_check --exclude tmp_check_iso "$dir"/ "$DLOCK_TEST_COPY"/
+        chown -R postgres: "$DLOCK_TEST_COPY"
+        chmod 755 "$DLOCK_TEST_COPY"
+        (cd "$DLOCK_TEST_COPY" && runuser -u postgres -- bash -c "$script") || rc=$?
+        if [ "$rc" -ne 0 ]; then
+            trap - EXIT
+            echo "Failed; the run's copy of the tree is kept for its logs: $DLOCK_TEST_COPY"
+            echo "  (*.log, regression.diffs, output_iso/, log/, tmp_check/log/; rm -rf it when done)"
+        fi
     else
-        (cd "$dir" && bash -c "$script")
+        (cd "$dir" && bash -c "$script") || rc=$?
+        [ "$rc" -eq 0 ] || echo "Failed; logs in $dir (*.log, regression.diffs, output_iso/, log/, tmp_check/log/)"
     fi
+    return "$rc"
 }

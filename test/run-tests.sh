@@ -18,7 +18,7 @@ cd "$top"
 . test/lib.sh
 
 install_packages
-build_and_install
+build_and_install WERROR=1
 
 run_as_tester "$top" '
     set -u
@@ -49,7 +49,12 @@ run_as_tester "$top" '
         done
         return 0
     }
-    make -s -C test/stress >/dev/null 2>&1 || true
+    echo "=== building the stress client (test/stress)"
+    if ! make -s -C test/stress > stress-build.log 2>&1; then
+        cat stress-build.log
+        echo "FAILED: building the stress client (test/t/070_stress.pl will fail too)"
+        failed=$((failed + 1))
+    fi
     # suite NAME TARGET LOG: run one make target, show its output (and the
     # diffs if it failed).
     suite() {
