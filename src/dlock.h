@@ -10,7 +10,8 @@
  * dlock.leases, fence.c fence numbers, xact.c transaction bookkeeping,
  * lease.c the lease functions, xactlock.c transaction-scoped locks, reap.c
  * expiry, events.c NOTIFY, waiters.c shared memory for sleeping waiters and
- * statistics, worker.c the background reaper.
+ * statistics, worker.c the background reaper, promote.c the refresh of
+ * holdings after a promotion.
  *
  *-------------------------------------------------------------------------
  */
@@ -52,6 +53,7 @@ extern int	dlock_default_lease_ms;
 extern int	dlock_poll_interval_ms;
 extern int	dlock_reap_interval_ms;
 extern char *dlock_database;
+extern bool dlock_refresh_on_promotion;
 extern void dlock_guc_init(void);
 
 /* ---- resource.c ---- */
@@ -236,6 +238,9 @@ extern List *dlock_reap_candidates(TimestampTz now, int limit);
 extern List *dlock_stale_candidates(TimestampTz now, int limit);
 extern int	dlock_reap_list(List *resources, int from, int to, TimestampTz now);
 extern void dlock_purge_list(List *resources, int from, int to);
+
+/* ---- promote.c ---- */
+extern bool dlock_promotion_step(void);
 
 /* ---- worker.c ---- */
 extern void dlock_worker_init(void);
