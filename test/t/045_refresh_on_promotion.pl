@@ -4,7 +4,8 @@
 # Three promotions in a chain, each of an asynchronous standby that had
 # caught up, after its primary was killed:
 #   1. preloaded, the setting on: a holder whose lease would have run out
-#      during the failover keeps it (in two databases), keeps its fence, and
+#      during the failover keeps it (in two databases, one still on the
+#      0.1 SQL), keeps its fence, and
 #      renews on the new primary past its old expiry; a holding already
 #      expired at the promotion is not revived; a restart does not refresh
 #      again.
@@ -88,7 +89,9 @@ dlock.reap_interval = '100ms'
 });
 $p0->start;
 $p0->safe_psql('postgres', 'CREATE DATABASE other');
-$p0->safe_psql($_, 'CREATE EXTENSION dlock') for ('postgres', 'other');
+$p0->safe_psql('postgres', 'CREATE EXTENSION dlock');
+# the library must refresh under the oldest SQL too
+$p0->safe_psql('other', q{CREATE EXTENSION dlock VERSION '0.1'});
 
 my $s1 = standby_of($p0, 's1', '');
 my ($t0, %before) = failover($p0, $s1);
