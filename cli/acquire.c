@@ -4,9 +4,9 @@
  * An acquisition runs as BEGIN; SELECT dlock.try_lock(...) (with
  * pg_current_xact_id() when it returned a fence); COMMIT.  If the
  * connection drops after COMMIT was sent, the outcome is unknown: the
- * client reconnects and asks pg_xact_status() about that transaction id,
- * and only a "committed" answer counts as held.  So nobody runs on an
- * acquisition that may not exist.
+ * client reconnects (maybe to a promoted standby) and looks for the
+ * holding itself, waiting while that transaction still runs there (see
+ * resolve()).  So nobody runs on an acquisition that may not exist.
  *
  * Waiting: LISTEN on dlock.channel(resource), then try, then sleep on the
  * socket with a bounded timeout (a notification can race the try, and
@@ -71,22 +71,32 @@ lock_reconnect(Lock *lk, int64_t deadline, bool interruptible)
 }
 
 /*
- * reconnect_retrying: after a lost connection, try a few times with a
- * growing pause; a signal or too many failures give up (false).
+ * reconnect_retrying: after a lost connection, try again with a growing
+ * pause (capped at 2 s) until the wait's deadline, and at least six times,
+ * so that a waiter rides out a failover (with a multi-host connection
+ * string, libpq finds the new primary).  A signal, or the end of the wait,
+ * gives up (false).
  */
 static bool
-reconnect_retrying(Lock *lk)
+reconnect_retrying(Lock *lk, int64_t wait_deadline)
 {
 	int64_t		backoff = 200;
 
-	for (int attempt = 0; attempt < 6; attempt++)
+	for (int attempt = 0; attempt < 6 || now_ms() < wait_deadline; attempt++)
 	{
 		if (signals_term_count() > 0)
 			return false;
 		if (lock_reconnect(lk, now_ms() + 10000, true))
+		{
+			if (attempt > 0)
+				logmsg("reconnected; still waiting for \"%s\"", lk->resource);
 			return true;
+		}
+		if (attempt == 0)
+			logmsg("connection lost (%s); reconnecting while the wait lasts",
+				   db_lost_reason());
 		db_sleep(now_ms() + jitter(backoff));
-		backoff *= 2;
+		backoff = backoff * 2 > 2000 ? 2000 : backoff * 2;
 	}
 	logmsg("could not reconnect: %s", db_lost_reason());
 	return false;
@@ -113,15 +123,27 @@ assumed_lease(const Lock *lk)
 
 /*
  * resolve: the connection dropped after COMMIT of transaction xid was
- * sent.  Reconnect and ask pg_xact_status() until it says committed or
- * aborted.  Past the lease (counted from when try_lock was sent), a late
- * commit could only have made an already-expired lease, so it counts as
- * not acquired.
+ * sent.  Reconnect (with a multi-host connection string, maybe to a newly
+ * promoted standby) and look for the holding itself: this holder with the
+ * fence try_lock gave, unexpired.  Fences never repeat, so that row can
+ * only come from this transaction.  pg_xact_status() alone cannot answer:
+ * on a promoted standby the transaction id may be unknown or belong to
+ * another transaction, and on the same server a commit still waiting for
+ * a synchronous standby is "committed" in the commit log while its
+ * changes are not yet visible (nor, perhaps, on the standby).  So:
+ *   - the holding is visible: the commit finished; held;
+ *   - the transaction is still running here (in the snapshot's list of
+ *     running transactions): ask again shortly;
+ *   - else it aborted, or never reached this server (lost in a
+ *     failover), or its holding is already gone: not acquired.
+ * Past the lease (counted from when try_lock was sent), a late commit
+ * could only have made an already-expired lease, so it counts as not
+ * acquired.
  */
 static TryStatus
 resolve(Lock *lk, const char *xid, int64_t sent)
 {
-	const char *params[1] = {xid};
+	const char *params[4] = {lk->resource, lk->holder, lk->fence, xid};
 	int64_t		until = sent + assumed_lease(lk);
 
 	logmsg("connection lost while committing the acquisition of \"%s\" (%s); "
@@ -130,7 +152,7 @@ resolve(Lock *lk, const char *xid, int64_t sent)
 	for (;;)
 	{
 		PGresult   *r;
-		const char *v;
+		bool		held, running;
 
 		if (now_ms() >= until)
 		{
@@ -143,33 +165,36 @@ resolve(Lock *lk, const char *xid, int64_t sent)
 			db_sleep(now_ms() + 250 < until ? now_ms() + 250 : until);
 			continue;
 		}
-		if (db_exec(&lk->conn, "SELECT pg_xact_status($1::xid8)", 1, params,
+		if (db_exec(&lk->conn,
+					"SELECT EXISTS (SELECT FROM dlock.locks"
+					"  WHERE resource = $1 AND holder = $2 AND fence = $3::bigint"
+					"    AND NOT expired),"
+					" $4::xid8 IN (SELECT pg_snapshot_xip(s))"
+					" FROM pg_current_snapshot() AS s", 4, params,
 					until, false, &r) != DB_OK)
 			continue;
 		if (!db_result_ok(r) || PQntuples(r) != 1 || PQgetisnull(r, 0, 0))
 		{
-			if (db_result_ok(r))
-				logmsg("cannot tell whether transaction %s committed", xid);
-			else
-				db_report("pg_xact_status", lk->conn, r);
+			db_report("checking the acquisition", lk->conn, r);
 			PQclear(r);
 			return TRY_ERROR;
 		}
-		v = PQgetvalue(r, 0, 0);
-		if (strcmp(v, "committed") == 0)
+		held = strcmp(PQgetvalue(r, 0, 0), "t") == 0;
+		running = strcmp(PQgetvalue(r, 0, 1), "t") == 0;
+		PQclear(r);
+		if (held)
 		{
-			PQclear(r);
 			lk->deadline = sent + assumed_lease(lk);
 			logmsg("transaction %s committed: lock held with fence %s", xid, lk->fence);
 			return now_ms() < lk->deadline ? TRY_HELD : TRY_RETRY;
 		}
-		if (strcmp(v, "aborted") == 0)
+		if (!running)
 		{
-			PQclear(r);
-			logmsg("transaction %s aborted: not acquired, retrying", xid);
+			logmsg("transaction %s did not commit here (it aborted, or was lost "
+				   "in a failover): not acquired, retrying", xid);
 			return TRY_RETRY;
 		}
-		PQclear(r);				/* "in progress": ask again shortly */
+		/* still committing (e.g. waiting for a synchronous standby) */
 		db_sleep(now_ms() + 100 < until ? now_ms() + 100 : until);
 	}
 }
@@ -336,7 +361,7 @@ acquire(Lock *lk, int64_t wait_ms)
 
 		if (signals_term_count() > 0)
 			return ACQ_SIGNAL;
-		if (lk->conn == NULL && !reconnect_retrying(lk))
+		if (lk->conn == NULL && !reconnect_retrying(lk, wait_deadline))
 			return signals_term_count() > 0 ? ACQ_SIGNAL : ACQ_CONN;
 
 		switch (try_once(lk))

@@ -273,18 +273,21 @@ subscribe(PGconn **connp, const char *resource)
 
 /*
  * resubscribe: after watch lost its connection, reconnect and LISTEN
- * again, a few times with growing pauses; NULL if it could not (or a
- * signal asked us to stop).  *chan is replaced by the fresh name.
+ * again, with growing pauses (capped at 5 s), until it works or a signal
+ * asks us to stop (NULL), so that watch rides out a failover.  *chan is
+ * replaced by the fresh name.
  */
 static PGconn *
 resubscribe(const Options *o, const char *resource, char **chan)
 {
-	for (int tries = 1; tries <= 6 && signals_term_count() == 0; tries++)
+	for (int tries = 1; signals_term_count() == 0; tries++)
 	{
 		PGconn	   *conn;
 		char	   *c;
 
-		db_sleep(now_ms() + jitter((int64_t) 250 << tries));
+		db_sleep(now_ms() + jitter(tries < 5 ? (int64_t) 250 << tries : 5000));
+		if (tries == 6)
+			logmsg("still reconnecting: %s", db_lost_reason());
 		if (signals_term_count() > 0)
 			break;
 		conn = db_connect(o, now_ms() + ONE_SHOT_MS, true, true);

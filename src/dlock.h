@@ -11,7 +11,8 @@
  * lease.c the lease functions, xactlock.c transaction-scoped locks,
  * queue.c fair queues and lock-delay, reap.c
  * expiry, events.c NOTIFY, waiters.c shared memory for sleeping waiters and
- * statistics, worker.c the background reaper.
+ * statistics, worker.c the background reaper, promote.c the refresh of
+ * holdings after a promotion.
  *
  *-------------------------------------------------------------------------
  */
@@ -61,6 +62,7 @@ extern int	dlock_reap_interval_ms;
 extern char *dlock_database;
 extern int	dlock_queue_ttl_ms;
 extern int	dlock_lock_delay_ms;
+extern bool dlock_refresh_on_promotion;
 extern void dlock_guc_init(void);
 
 /* ---- resource.c ---- */
@@ -289,6 +291,9 @@ extern List *dlock_reap_candidates(TimestampTz now, int limit);
 extern List *dlock_stale_candidates(TimestampTz now, int limit);
 extern int	dlock_reap_list(List *resources, int from, int to, TimestampTz now);
 extern void dlock_purge_list(List *resources, int from, int to);
+
+/* ---- promote.c ---- */
+extern bool dlock_promotion_step(void);
 
 /* ---- worker.c ---- */
 extern void dlock_worker_init(void);

@@ -18,6 +18,7 @@ int			dlock_reap_interval_ms = 1000;
 char	   *dlock_database = NULL;
 int			dlock_queue_ttl_ms = 10000;
 int			dlock_lock_delay_ms = 0;
+bool		dlock_refresh_on_promotion = true;
 
 /*
  * dlock_guc_init: define the dlock.* settings.  The worker's settings are
@@ -65,6 +66,14 @@ dlock_guc_init(void)
 							0, 0, 3600 * 1000,
 							PGC_USERSET, GUC_UNIT_MS,
 							NULL, NULL, NULL);
+
+	DefineCustomBoolVariable("dlock.refresh_on_promotion",
+							 "Extends the holdings live at a promotion to at least promotion time + their lease.",
+							 "Read by the background reaper (shared_preload_libraries) when the server ends recovery on a new timeline.",
+							 &dlock_refresh_on_promotion,
+							 true,
+							 PGC_SIGHUP, 0,
+							 NULL, NULL, NULL);
 
 	/* PGC_POSTMASTER settings can only be defined while preloading. */
 	if (process_shared_preload_libraries_in_progress)

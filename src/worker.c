@@ -12,8 +12,10 @@
  *	  expired (the hint in waiters.c, and once a minute anyway to purge
  *	  long-free rows) and then starts a round in dlock.database and waits
  *	  for it to end.  If that database does not exist it says so once and
- *	  waits quietly until it does.  On a hot standby it only waits, and
- *	  starts rounds once the server is promoted.  The loop is the canonical
+ *	  waits quietly until it does.  On a hot standby it only waits
+ *	  (looking every 100 ms for the end of recovery); once the server is
+ *	  promoted it first refreshes the holdings live at the promotion, in
+ *	  every database (promote.c), and then starts rounds.  The loop is the canonical
  *	  one of worker_spi and autoprewarm: WaitLatch with WL_EXIT_ON_PM_DEATH,
  *	  SIGHUP reloads the configuration, SIGTERM ends it; a per-loop memory
  *	  context is reset every round (pg_cron).  Not started by pg_upgrade.
@@ -64,6 +66,8 @@ PGDLLEXPORT void dlock_round_main(Datum main_arg);
 #define DLOCK_ROUND_SLOT_WAIT_MS 10000
 /* Start a round at least this often anyway, to purge long-free rows. */
 #define DLOCK_WORKER_FULL_SCAN_SECS 60
+/* How often the launcher checks for the end of recovery on a standby. */
+#define DLOCK_WORKER_STANDBY_POLL_MS 100
 
 /* What a round passes back to whoever waits for it (dlock.reap()). */
 typedef struct DlockRoundResult
@@ -441,8 +445,11 @@ dlock_worker_main(Datum main_arg)
 		bool		done;
 		int64		reaped;
 
+		/* On a standby, look often: the refresh after promotion is due. */
 		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
-						 dlock_reap_interval_ms, PG_WAIT_EXTENSION);
+						 RecoveryInProgress()
+						 ? Min(dlock_reap_interval_ms, DLOCK_WORKER_STANDBY_POLL_MS)
+						 : dlock_reap_interval_ms, PG_WAIT_EXTENSION);
 		ResetLatch(MyLatch);
 		CHECK_FOR_INTERRUPTS();
 
@@ -453,6 +460,15 @@ dlock_worker_main(Datum main_arg)
 		}
 		if (RecoveryInProgress())
 			continue;			/* hot standby: wait for promotion */
+
+		/* After a promotion, refresh the holdings first (promote.c). */
+		MemoryContextSwitchTo(loop_context);
+		if (!dlock_promotion_step())
+		{
+			MemoryContextReset(loop_context);
+			continue;
+		}
+		MemoryContextReset(loop_context);
 
 		/* Nothing can have expired before the earliest known expiry. */
 		now = GetCurrentTimestamp();
