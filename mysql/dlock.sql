@@ -17,7 +17,14 @@
  *   a row with a plain (non-locking) read first and lock it only when it
  *   exists, so no routine ever takes a gap lock (the REPEATABLE READ trap:
  *   two sessions holding gap locks and inserting deadlock).  Acquirers lock
- *   with SKIP LOCKED: they never wait for another transaction.
+ *   with SKIP LOCKED: they never wait for another transaction.  Each kind of
+ *   read has its own table alias (seen, locked, skipping): inside a stored
+ *   function all statements share the tables opened for the calling
+ *   statement, and a SKIP LOCKED read through the same alias as an earlier
+ *   plain read of the table silently waits instead (MariaDB 10.11); and
+ *   SKIP LOCKED holds only at its first execution within one statement, so
+ *   everything that retries (lock, xact_lock, reaping) is a procedure whose
+ *   every attempt is a statement of its own.
  * - dlock.fences, an AUTO_INCREMENT counter: InnoDB hands out its values
  *   outside transactions (never reused after a rollback) and persists the
  *   counter in the redo log (MariaDB >= 10.2.4, MySQL 8), which is flushed
@@ -38,7 +45,8 @@
 
 SET SESSION sql_mode = 'STRICT_ALL_TABLES,ERROR_FOR_DIVISION_BY_ZERO,NO_ENGINE_SUBSTITUTION,NO_AUTO_VALUE_ON_ZERO';
 
-CREATE DATABASE dlock;
+SET NAMES utf8mb4;
+CREATE DATABASE dlock CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
 
 DELIMITER //
 -- Preflight: refuse clearly what would install but not work.
@@ -59,7 +67,7 @@ DROP PROCEDURE dlock._preflight;
 
 -- The definer of every routine, view and event: never logs in.
 CREATE USER IF NOT EXISTS 'dlock'@'localhost' ACCOUNT LOCK;
-GRANT SELECT, INSERT, UPDATE, DELETE, EXECUTE ON dlock.* TO 'dlock'@'localhost';
+GRANT SELECT, INSERT, UPDATE, DELETE, EXECUTE, EVENT ON dlock.* TO 'dlock'@'localhost';
 
 /*
  * One row per resource.  A release keeps the row (holder NULL) so that the
@@ -193,7 +201,7 @@ BEGIN
     CALL dlock._check('try_lock', TRUE, TRUE, p_resource, v_holder, p_lease, NULL);
     SET v_lease_us = IFNULL(ROUND(p_lease * 1000000), 30000000);
     SET v_now = dlock._now();
-    SELECT COUNT(*) INTO v_exists FROM dlock.leases WHERE resource = p_resource;
+    SELECT COUNT(*) INTO v_exists FROM dlock.leases AS seen WHERE resource = p_resource;
     IF v_exists = 0 THEN
         INSERT INTO dlock.leases (resource, holder, owner, count, lease_us,
                                   acquired_at, renewed_at, expires_at)
@@ -210,7 +218,7 @@ BEGIN
     -- a busy row; REPEATABLE READ keeps it to the end of the transaction).
     SELECT 1, holder = v_holder AND owner = v_me AND expires_at > v_now, fence
       INTO v_found, v_mine, v_fence
-      FROM dlock.leases
+      FROM dlock.leases AS skipping
      WHERE resource = p_resource
        AND (holder IS NULL OR expires_at <= v_now OR (holder = v_holder AND owner = v_me))
        FOR UPDATE SKIP LOCKED;
@@ -287,12 +295,12 @@ BEGIN
     DECLARE v_exp DATETIME(6);
     DECLARE v_now DATETIME(6);
     CALL dlock._check('unlock', TRUE, TRUE, p_resource, v_holder, NULL, NULL);
-    SELECT COUNT(*) INTO v_exists FROM dlock.leases WHERE resource = p_resource;
+    SELECT COUNT(*) INTO v_exists FROM dlock.leases AS seen WHERE resource = p_resource;
     IF v_exists = 0 THEN
         RETURN NULL;
     END IF;
     SELECT holder, owner, count, fence, expires_at INTO v_h, v_owner, v_count, v_fence, v_exp
-      FROM dlock.leases WHERE resource = p_resource FOR UPDATE;
+      FROM dlock.leases AS locked WHERE resource = p_resource FOR UPDATE;
     SET v_now = dlock._now();
     IF v_h IS NULL OR v_h <> v_holder OR v_exp <= v_now THEN
         RETURN NULL;
@@ -327,12 +335,12 @@ BEGIN
     DECLARE v_exp DATETIME(6);
     DECLARE v_now DATETIME(6);
     CALL dlock._check('renew', TRUE, TRUE, p_resource, v_holder, p_lease, NULL);
-    SELECT COUNT(*) INTO v_exists FROM dlock.leases WHERE resource = p_resource;
+    SELECT COUNT(*) INTO v_exists FROM dlock.leases AS seen WHERE resource = p_resource;
     IF v_exists = 0 THEN
         RETURN NULL;
     END IF;
     SELECT holder, owner, fence, lease_us, expires_at INTO v_h, v_owner, v_fence, v_lease_us, v_exp
-      FROM dlock.leases WHERE resource = p_resource FOR UPDATE;
+      FROM dlock.leases AS locked WHERE resource = p_resource FOR UPDATE;
     SET v_now = dlock._now();
     IF v_h IS NULL OR v_h <> v_holder OR v_exp <= v_now THEN
         RETURN NULL;
@@ -362,14 +370,14 @@ BEGIN
     CALL dlock._check('unlock_all', TRUE, FALSE, NULL, v_holder, NULL, NULL);
     scan: LOOP
         SET v_next = NULL;
-        SELECT resource INTO v_next FROM dlock.leases
+        SELECT resource INTO v_next FROM dlock.leases AS seen
          WHERE resource > v_last AND holder = v_holder AND owner = v_me
          ORDER BY resource LIMIT 1;
         IF v_next IS NULL THEN
             LEAVE scan;
         END IF;
         SET v_last = v_next;
-        SELECT 1 INTO v_one FROM dlock.leases WHERE resource = v_next FOR UPDATE;
+        SELECT 1 INTO v_one FROM dlock.leases AS locked WHERE resource = v_next FOR UPDATE;
         SET v_now = dlock._now();
         UPDATE dlock.leases SET holder = NULL, owner = NULL, count = 0, released_at = v_now
          WHERE resource = v_next AND holder = v_holder AND owner = v_me AND expires_at > v_now;
@@ -391,7 +399,7 @@ BEGIN
     DECLARE v_rel DATETIME(6);
     DECLARE v_now DATETIME(6);
     SELECT 1, holder, expires_at, released_at INTO v_found, v_h, v_exp, v_rel
-      FROM dlock.leases WHERE resource = p_resource FOR UPDATE SKIP LOCKED;
+      FROM dlock.leases AS skipping WHERE resource = p_resource FOR UPDATE SKIP LOCKED;
     SET v_now = dlock._now();
     IF v_found = 0 THEN
         RETURN 0;
@@ -452,7 +460,7 @@ BEGIN
     IF p_fence IS NULL THEN
         SIGNAL SQLSTATE '22023' SET MESSAGE_TEXT = 'fence must not be null';
     END IF;
-    SELECT COUNT(*) INTO v_n FROM dlock.leases
+    SELECT COUNT(*) INTO v_n FROM dlock.leases AS seen
      WHERE resource = p_resource AND fence = p_fence AND holder IS NOT NULL
        AND expires_at > dlock._now();
     RETURN v_n > 0;
@@ -478,10 +486,10 @@ BEGIN
     IF p_fence IS NULL THEN
         SIGNAL SQLSTATE '22023' SET MESSAGE_TEXT = 'fence must not be null';
     END IF;
-    SELECT COUNT(*) INTO v_exists FROM dlock.leases WHERE resource = p_resource;
+    SELECT COUNT(*) INTO v_exists FROM dlock.leases AS seen WHERE resource = p_resource;
     IF v_exists > 0 THEN
         SELECT holder, owner, fence, expires_at INTO v_h, v_owner, v_fence, v_exp
-          FROM dlock.leases WHERE resource = p_resource LOCK IN SHARE MODE;
+          FROM dlock.leases AS locked WHERE resource = p_resource LOCK IN SHARE MODE;
     END IF;
     IF v_h IS NULL OR v_fence <> p_fence OR v_exp <= dlock._now() THEN
         SET v_msg = CONCAT('fence ', p_fence, ' is not the current holding of resource "',
@@ -500,11 +508,11 @@ BEGIN
     DECLARE v_exists INT DEFAULT 0;
     DECLARE v_h VARBINARY(255);
     CALL dlock._check('break_lock', TRUE, TRUE, p_resource, NULL, NULL, NULL);
-    SELECT COUNT(*) INTO v_exists FROM dlock.leases WHERE resource = p_resource;
+    SELECT COUNT(*) INTO v_exists FROM dlock.leases AS seen WHERE resource = p_resource;
     IF v_exists = 0 THEN
         RETURN FALSE;
     END IF;
-    SELECT holder INTO v_h FROM dlock.leases WHERE resource = p_resource FOR UPDATE;
+    SELECT holder INTO v_h FROM dlock.leases AS locked WHERE resource = p_resource FOR UPDATE;
     IF v_h IS NULL THEN
         RETURN FALSE;
     END IF;
@@ -514,59 +522,84 @@ BEGIN
 END//
 
 /*
- * xact_lock: a lock held until the caller's transaction commits or rolls
- * back (the row's record lock, as SELECT ... FOR UPDATE); a fence, NULL when
- * p_wait (seconds; NULL: no limit) runs out.  It waits by polling for other
- * transactions (holding no lock meanwhile); a resource under a live lease
- * makes it return NULL at once, because under REPEATABLE READ the row lock
- * it took to see the lease cannot be let go before the transaction ends.
+ * _xact_try: one attempt at a transaction-scoped lock: the fence, 0 when
+ * another transaction holds the row, -1 when a live lease holds it.
  */
-CREATE DEFINER = 'dlock'@'localhost' FUNCTION dlock.xact_lock(p_resource LONGBLOB, p_wait DOUBLE) RETURNS BIGINT
+CREATE DEFINER = 'dlock'@'localhost' FUNCTION dlock._xact_try(p_resource LONGBLOB) RETURNS BIGINT
     NOT DETERMINISTIC MODIFIES SQL DATA SQL SECURITY DEFINER
 BEGIN
     DECLARE v_exists INT;
-    DECLARE v_found INT;
+    DECLARE v_found INT DEFAULT 0;
     DECLARE v_dup INT DEFAULT 0;
     DECLARE v_leased INT;
+    DECLARE v_now DATETIME(6);
+    DECLARE CONTINUE HANDLER FOR 1062 SET v_dup = 1;
+    SELECT COUNT(*) INTO v_exists FROM dlock.leases AS seen WHERE resource = p_resource;
+    IF v_exists = 0 THEN
+        INSERT INTO dlock.leases (resource) VALUES (p_resource);
+        IF v_dup = 0 THEN
+            RETURN dlock._fence();
+        END IF;
+    END IF;
+    SET v_now = dlock._now();
+    SELECT 1, holder IS NOT NULL AND expires_at > v_now INTO v_found, v_leased
+      FROM dlock.leases AS skipping WHERE resource = p_resource FOR UPDATE SKIP LOCKED;
+    IF v_found = 0 THEN
+        RETURN 0;
+    ELSEIF v_leased THEN
+        RETURN -1;
+    END IF;
+    RETURN dlock._fence();
+END//
+
+/*
+ * xact_lock: a lock held until the caller's transaction commits or rolls
+ * back (the row's record lock, as SELECT ... FOR UPDATE); one row, `fence`,
+ * NULL when p_wait (seconds; NULL: no limit) runs out.  It polls other
+ * transactions' locks like lock(), holding nothing while it sleeps.  A
+ * procedure: MariaDB honours SKIP LOCKED only at its first execution within
+ * one statement, so a function could not retry.  A resource under a live
+ * lease makes it return NULL at once, because under REPEATABLE READ the
+ * row lock it took to see the lease cannot be let go before the
+ * transaction ends.
+ */
+CREATE DEFINER = 'dlock'@'localhost' PROCEDURE dlock.xact_lock(IN p_resource LONGBLOB, IN p_wait DOUBLE)
+    MODIFIES SQL DATA SQL SECURITY DEFINER
+BEGIN
+    DECLARE v_fence BIGINT;
     DECLARE v_deadline DATETIME(6);
     DECLARE v_left DOUBLE;
     DECLARE v_nap DOUBLE DEFAULT 0.005;
-    DECLARE CONTINUE HANDLER FOR 1062 SET v_dup = 1;
     CALL dlock._check('xact_lock', TRUE, TRUE, p_resource, NULL, NULL, p_wait);
     IF p_wait IS NOT NULL THEN
         SET v_deadline = SYSDATE(6) + INTERVAL ROUND(LEAST(p_wait, 31557600000) * 1000000) MICROSECOND;
     END IF;
     poll: LOOP
-        SET v_found = 0;
-        SELECT COUNT(*) INTO v_exists FROM dlock.leases WHERE resource = p_resource;
-        IF v_exists = 0 THEN
-            SET v_dup = 0;
-            INSERT INTO dlock.leases (resource) VALUES (p_resource);
-            IF v_dup = 0 THEN
-                RETURN dlock._fence();
-            END IF;
-        END IF;
-        SELECT 1, holder IS NOT NULL AND expires_at > dlock._now() INTO v_found, v_leased
-          FROM dlock.leases WHERE resource = p_resource FOR UPDATE SKIP LOCKED;
-        IF v_found = 1 AND v_leased THEN
-            RETURN NULL;
-        ELSEIF v_found = 1 THEN
-            RETURN dlock._fence();
+        SET v_fence = dlock._xact_try(p_resource);
+        IF v_fence <> 0 THEN
+            LEAVE poll;
         END IF;
         IF v_deadline IS NOT NULL THEN
             SET v_left = TIMESTAMPDIFF(MICROSECOND, SYSDATE(6), v_deadline) / 1000000;
             IF v_left <= 0 THEN
-                RETURN NULL;
+                LEAVE poll;
             END IF;
         END IF;
         DO SLEEP(LEAST(v_nap, IFNULL(v_left, v_nap)));
         SET v_nap = LEAST(v_nap * 2, 0.1);
     END LOOP;
+    SELECT IF(v_fence > 0, v_fence, NULL) AS fence;
 END//
 
+-- try_xact_lock: one attempt; the fence or NULL at once.
 CREATE DEFINER = 'dlock'@'localhost' FUNCTION dlock.try_xact_lock(p_resource LONGBLOB) RETURNS BIGINT
     NOT DETERMINISTIC MODIFIES SQL DATA SQL SECURITY DEFINER
-    RETURN dlock.xact_lock(p_resource, 0)//
+BEGIN
+    DECLARE v_fence BIGINT;
+    CALL dlock._check('try_xact_lock', TRUE, TRUE, p_resource, NULL, NULL, NULL);
+    SET v_fence = dlock._xact_try(p_resource);
+    RETURN IF(v_fence > 0, v_fence, NULL);
+END//
 
 DELIMITER ;
 
@@ -597,7 +630,7 @@ GRANT EXECUTE ON FUNCTION dlock.unlock_all TO PUBLIC;
 GRANT EXECUTE ON PROCEDURE dlock.reap TO PUBLIC;
 GRANT EXECUTE ON FUNCTION dlock.check_fence TO PUBLIC;
 GRANT EXECUTE ON FUNCTION dlock.assert_fence TO PUBLIC;
-GRANT EXECUTE ON FUNCTION dlock.xact_lock TO PUBLIC;
+GRANT EXECUTE ON PROCEDURE dlock.xact_lock TO PUBLIC;
 GRANT EXECUTE ON FUNCTION dlock.try_xact_lock TO PUBLIC;
 GRANT SELECT ON dlock.locks TO PUBLIC;
 
