@@ -603,8 +603,12 @@ END//
 
 DELIMITER ;
 
-/* Current holdings; expired ones stay listed (expired = 1) until reaped. */
-CREATE DEFINER = 'dlock'@'localhost' SQL SECURITY DEFINER VIEW dlock.locks AS
+/*
+ * Current holdings; expired ones stay listed (expired = 1) until reaped.
+ * TEMPTABLE: each query reads a copy, so a user's SELECT ... FOR UPDATE of
+ * the view cannot lock the table's rows (MERGE would let it).
+ */
+CREATE ALGORITHM = TEMPTABLE DEFINER = 'dlock'@'localhost' SQL SECURITY DEFINER VIEW dlock.locks AS
     SELECT CONVERT(l.resource USING utf8mb4) COLLATE utf8mb4_bin AS resource,
            CONVERT(l.holder USING utf8mb4) COLLATE utf8mb4_bin AS holder,
            l.count, l.fence, l.lease_us / 1000000 AS lease,

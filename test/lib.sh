@@ -3,7 +3,8 @@
 
 PG_BIN=/usr/lib/postgresql/15/bin
 PACKAGES="build-essential postgresql-15 postgresql-server-dev-15 libpq-dev
-    libipc-run-perl libdbd-pg-perl pgbouncer postgresql-15-cron rsync procps"
+    libipc-run-perl libdbd-pg-perl pgbouncer postgresql-15-cron rsync procps
+    mariadb-server mariadb-client libmariadb-dev libdbd-mariadb-perl"
 
 # as_root: run a command as root (sudo when we are not root).
 as_root() {
