@@ -295,7 +295,10 @@ BEGIN
     DECLARE v_exp DATETIME(6);
     DECLARE v_now DATETIME(6);
     CALL dlock._check('unlock', TRUE, TRUE, p_resource, v_holder, NULL, NULL);
-    SELECT COUNT(*) INTO v_exists FROM dlock.leases AS seen WHERE resource = p_resource;
+    -- A plain read first: nothing to lock when this holder plainly does not
+    -- hold it (so a stale call never gets in a takeover's way).
+    SELECT COUNT(*) INTO v_exists FROM dlock.leases AS seen
+     WHERE resource = p_resource AND holder = v_holder AND expires_at > dlock._now();
     IF v_exists = 0 THEN
         RETURN NULL;
     END IF;
@@ -335,7 +338,10 @@ BEGIN
     DECLARE v_exp DATETIME(6);
     DECLARE v_now DATETIME(6);
     CALL dlock._check('renew', TRUE, TRUE, p_resource, v_holder, p_lease, NULL);
-    SELECT COUNT(*) INTO v_exists FROM dlock.leases AS seen WHERE resource = p_resource;
+    -- A plain read first: nothing to lock when this holder plainly does not
+    -- hold it (so a stale call never gets in a takeover's way).
+    SELECT COUNT(*) INTO v_exists FROM dlock.leases AS seen
+     WHERE resource = p_resource AND holder = v_holder AND expires_at > dlock._now();
     IF v_exists = 0 THEN
         RETURN NULL;
     END IF;
@@ -508,7 +514,8 @@ BEGIN
     DECLARE v_exists INT DEFAULT 0;
     DECLARE v_h VARBINARY(255);
     CALL dlock._check('break_lock', TRUE, TRUE, p_resource, NULL, NULL, NULL);
-    SELECT COUNT(*) INTO v_exists FROM dlock.leases AS seen WHERE resource = p_resource;
+    SELECT COUNT(*) INTO v_exists FROM dlock.leases AS seen
+     WHERE resource = p_resource AND holder IS NOT NULL;
     IF v_exists = 0 THEN
         RETURN FALSE;
     END IF;
