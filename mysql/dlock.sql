@@ -197,6 +197,7 @@ BEGIN
     DECLARE v_dup INT DEFAULT 0;
     DECLARE v_mine INT;
     DECLARE v_fence BIGINT;
+    DECLARE CONTINUE HANDLER FOR NOT FOUND BEGIN END;  -- no row: the variables stay as they are
     DECLARE CONTINUE HANDLER FOR 1062 SET v_dup = 1;
     CALL dlock._check('try_lock', TRUE, TRUE, p_resource, v_holder, p_lease, NULL);
     SET v_lease_us = IFNULL(ROUND(p_lease * 1000000), 30000000);
@@ -294,6 +295,7 @@ BEGIN
     DECLARE v_fence BIGINT;
     DECLARE v_exp DATETIME(6);
     DECLARE v_now DATETIME(6);
+    DECLARE CONTINUE HANDLER FOR NOT FOUND BEGIN END;  -- no row: the variables stay as they are
     CALL dlock._check('unlock', TRUE, TRUE, p_resource, v_holder, NULL, NULL);
     -- A plain read first: nothing to lock when this holder plainly does not
     -- hold it (so a stale call never gets in a takeover's way).
@@ -337,6 +339,7 @@ BEGIN
     DECLARE v_lease_us BIGINT;
     DECLARE v_exp DATETIME(6);
     DECLARE v_now DATETIME(6);
+    DECLARE CONTINUE HANDLER FOR NOT FOUND BEGIN END;  -- no row: the variables stay as they are
     CALL dlock._check('renew', TRUE, TRUE, p_resource, v_holder, p_lease, NULL);
     -- A plain read first: nothing to lock when this holder plainly does not
     -- hold it (so a stale call never gets in a takeover's way).
@@ -373,6 +376,7 @@ BEGIN
     DECLARE v_n INT DEFAULT 0;
     DECLARE v_now DATETIME(6);
     DECLARE v_one INT;
+    DECLARE CONTINUE HANDLER FOR NOT FOUND BEGIN END;  -- no row: the variables stay as they are
     CALL dlock._check('unlock_all', TRUE, FALSE, NULL, v_holder, NULL, NULL);
     scan: LOOP
         SET v_next = NULL;
@@ -404,6 +408,7 @@ BEGIN
     DECLARE v_exp DATETIME(6);
     DECLARE v_rel DATETIME(6);
     DECLARE v_now DATETIME(6);
+    DECLARE CONTINUE HANDLER FOR NOT FOUND BEGIN END;  -- no row: the variables stay as they are
     SELECT 1, holder, expires_at, released_at INTO v_found, v_h, v_exp, v_rel
       FROM dlock.leases AS skipping WHERE resource = p_resource FOR UPDATE SKIP LOCKED;
     SET v_now = dlock._now();
@@ -429,6 +434,7 @@ BEGIN
     DECLARE v_last VARBINARY(1000) DEFAULT '';
     DECLARE v_next VARBINARY(1000);
     DECLARE v_now DATETIME(6);
+    DECLARE CONTINUE HANDLER FOR NOT FOUND BEGIN END;  -- no row: the variables stay as they are
     SET p_reaped = 0;
     scan: LOOP
         SET v_next = NULL;
@@ -488,6 +494,7 @@ BEGIN
     DECLARE v_fence BIGINT;
     DECLARE v_exp DATETIME(6);
     DECLARE v_msg VARCHAR(1200);
+    DECLARE CONTINUE HANDLER FOR NOT FOUND BEGIN END;  -- no row: the variables stay as they are
     CALL dlock._check('assert_fence', FALSE, TRUE, p_resource, NULL, NULL, NULL);
     IF p_fence IS NULL THEN
         SIGNAL SQLSTATE '22023' SET MESSAGE_TEXT = 'fence must not be null';
@@ -513,6 +520,7 @@ CREATE DEFINER = 'dlock'@'localhost' FUNCTION dlock.break_lock(p_resource LONGBL
 BEGIN
     DECLARE v_exists INT DEFAULT 0;
     DECLARE v_h VARBINARY(255);
+    DECLARE CONTINUE HANDLER FOR NOT FOUND BEGIN END;  -- no row: the variables stay as they are
     CALL dlock._check('break_lock', TRUE, TRUE, p_resource, NULL, NULL, NULL);
     SELECT COUNT(*) INTO v_exists FROM dlock.leases AS seen
      WHERE resource = p_resource AND holder IS NOT NULL;
@@ -540,6 +548,7 @@ BEGIN
     DECLARE v_dup INT DEFAULT 0;
     DECLARE v_leased INT;
     DECLARE v_now DATETIME(6);
+    DECLARE CONTINUE HANDLER FOR NOT FOUND BEGIN END;  -- no row: the variables stay as they are
     DECLARE CONTINUE HANDLER FOR 1062 SET v_dup = 1;
     SELECT COUNT(*) INTO v_exists FROM dlock.leases AS seen WHERE resource = p_resource;
     IF v_exists = 0 THEN
