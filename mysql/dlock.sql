@@ -272,7 +272,11 @@ BEGIN
                 LEAVE poll;
             END IF;
         END IF;
-        DO SLEEP(LEAST(v_nap, IFNULL(v_left, v_nap)));
+        -- SLEEP returns 1 when KILL QUERY (or a client's cancel) interrupts
+        -- it; the procedure would otherwise go on polling.
+        IF SLEEP(LEAST(v_nap, IFNULL(v_left, v_nap))) = 1 THEN
+            SIGNAL SQLSTATE '70100' SET MESSAGE_TEXT = 'dlock: the wait was interrupted';
+        END IF;
         SET v_nap = LEAST(v_nap * 2, 0.1);
     END LOOP;
     SELECT v_fence AS fence;
@@ -601,7 +605,11 @@ BEGIN
                 LEAVE poll;
             END IF;
         END IF;
-        DO SLEEP(LEAST(v_nap, IFNULL(v_left, v_nap)));
+        -- SLEEP returns 1 when KILL QUERY (or a client's cancel) interrupts
+        -- it; the procedure would otherwise go on polling.
+        IF SLEEP(LEAST(v_nap, IFNULL(v_left, v_nap))) = 1 THEN
+            SIGNAL SQLSTATE '70100' SET MESSAGE_TEXT = 'dlock: the wait was interrupted';
+        END IF;
         SET v_nap = LEAST(v_nap * 2, 0.1);
     END LOOP;
     SELECT IF(v_fence > 0, v_fence, NULL) AS fence;

@@ -125,6 +125,35 @@ ok($took >= 0.4 && $took < 5, "lock honours its wait (took $took s)");
     is(one("SELECT holder FROM dlock.locks WHERE resource = 'api/d'"), 'h7', 'the waiter got it');
 }
 
+# Cancel: KILL QUERY ends a waiting lock() (and xact_lock()) with 70100.
+one("SELECT dlock.try_lock('api/k', 'pre', 1)");
+one("SELECT dlock.unlock('api/k', 'pre', NULL)");
+$b->begin_work;
+ok(DlockMy::call_xact($b, 'api/k', undef), 'another transaction holds api/k');
+for my $call ("CALL dlock.lock('api/d', 'h8', 10, NULL)", "CALL dlock.xact_lock('api/k', NULL)") {
+    pipe(my $r, my $w) or die;
+    my $pid = fork // die;
+    if ($pid == 0) {
+        close $r;
+        my $c = $my->connect('alice');
+        print $w DlockMy::one($c, 'SELECT CONNECTION_ID()'), "\n";
+        close $w;
+        my $e = DlockMy::err($c, $call);
+        POSIX::_exit($e =~ /^70100/ ? 0 : 1);
+    }
+    close $w;
+    my $id = <$r>;
+    chomp $id;
+    sleep 0.5;
+    $t0 = time;
+    $root->do("KILL QUERY $id");
+    waitpid $pid, 0;
+    is($? >> 8, 0, "KILL QUERY ends $call with SQLSTATE 70100");
+    ok(time - $t0 < 2, 'promptly');
+}
+$b->rollback;
+is(one("SELECT holder FROM dlock.locks WHERE resource = 'api/d'"), 'h7', 'the holding is untouched');
+
 # Defaults: holder NULL is session_holder(), lease NULL is 30 s.
 ok(one("SELECT dlock.try_lock('api/e', NULL, NULL)"), 'default holder');
 my ($h, $lease) = $a->selectrow_array("SELECT holder, lease FROM dlock.locks WHERE resource = 'api/e'");
