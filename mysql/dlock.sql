@@ -556,7 +556,8 @@ BEGIN
     DECLARE CONTINUE HANDLER FOR 1062 SET v_dup = 1;
     SELECT COUNT(*) INTO v_exists FROM dlock.leases AS seen WHERE resource = p_resource;
     IF v_exists = 0 THEN
-        INSERT INTO dlock.leases (resource) VALUES (p_resource);
+        -- released_at set: reaping deletes the row an hour later
+        INSERT INTO dlock.leases (resource, released_at) VALUES (p_resource, dlock._now());
         IF v_dup = 0 THEN
             RETURN dlock._fence();
         END IF;
