@@ -172,7 +172,8 @@ EOF
     find "$resdir" -maxdepth 1 -type f -delete
     "$here/dlock_bench" -d "$conninfo" -o "$resdir" ${rport:+--redis-port "$rport"} $quick
 
-    bash "$here/mysql.sh" "$resdir" $quick    # the MySQL edition, when MariaDB is installed
+    bash "$here/mysql.sh" "$resdir" $quick ||    # the MySQL edition, when MariaDB is installed
+        say "the MySQL edition benchmark failed"
     if command -v gnuplot >/dev/null 2>&1; then
         say "plotting"
         gnuplot -e "dir='$resdir'" "$here/plots.gp" 2>"$tmp/gnuplot.log" ||
