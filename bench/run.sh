@@ -91,6 +91,7 @@ run_unprivileged() {
     copy=$(mktemp -d /tmp/dlock-bench.XXXXXX)
     trap 'rm -rf "$copy"' EXIT
     rsync -a --exclude results "$here"/ "$copy"/
+    cp "$here/../mysql/dlock.sql" "$copy/mysql-dlock.sql" 2>/dev/null || true
     chown -R postgres: "$copy"
     chmod 755 "$copy"
     say "running as user postgres in $copy"
@@ -171,6 +172,8 @@ EOF
     find "$resdir" -maxdepth 1 -type f -delete
     "$here/dlock_bench" -d "$conninfo" -o "$resdir" ${rport:+--redis-port "$rport"} $quick
 
+    bash "$here/mysql.sh" "$resdir" $quick ||    # the MySQL edition, when MariaDB is installed
+        say "the MySQL edition benchmark failed"
     if command -v gnuplot >/dev/null 2>&1; then
         say "plotting"
         gnuplot -e "dir='$resdir'" "$here/plots.gp" 2>"$tmp/gnuplot.log" ||

@@ -157,6 +157,11 @@ pid_t		watchdog_start(const Lock *lk, char **command, bool tty, int64_t deadline
 bool		watchdog_send(int fd, int type, int arg, int64_t value);
 int			watchdog_recv(int fd, WdMsg *m);
 
+/* my.c: the MySQL/MariaDB backend, for -d mysql://... */
+bool		my_is_url(const char *conninfo);
+int			my_command(Options *o);
+int			my_version(const Options *o);
+
 /* cmds.c */
 int			cmd_try(Options *o, bool wait);
 int			cmd_unlock(Options *o);

@@ -300,7 +300,7 @@ main(int argc, char **argv)
 		return 0;
 	}
 	if (seen & O_VERSION)
-		return cmd_version(&o);
+		return my_is_url(o.conninfo) ? my_version(&o) : cmd_version(&o);
 	if (o.subcommand == NULL)
 		return usage_error("missing subcommand (run, try, lock, unlock, renew, status, "
 						   "watch, reap)");
@@ -324,6 +324,8 @@ main(int argc, char **argv)
 		help();
 		return 0;
 	}
+	if (my_is_url(o.conninfo))
+		return my_command(&o);	/* the MySQL/MariaDB backend, my.c */
 	if (strcmp(o.subcommand, "run") == 0)
 		return cmd_run(&o);
 	if (strcmp(o.subcommand, "try") == 0)

@@ -5,7 +5,8 @@ PG_BIN=/usr/lib/postgresql/15/bin
 PACKAGES="build-essential postgresql-15 postgresql-server-dev-15 libpq-dev
     libipc-run-perl libdbd-pg-perl pgbouncer postgresql-15-cron rsync procps
     debhelper postgresql-server-dev-all dpkg-dev
-    patroni etcd-server etcd-client"
+    patroni etcd-server etcd-client
+    mariadb-server mariadb-client libmariadb-dev libdbd-mariadb-perl"
 
 # A locale that is set but not generated (LANG=en_US.UTF-8 on a minimal
 # image, or forwarded by ssh) makes perl, apt and bash warn at every call:

@@ -68,6 +68,9 @@ run_as_tester "$top" '
     pg_regress_counts isolation.log
     suite "TAP tests" installcheck-tap tap.log
     prove_counts tap.log
+    echo "=== MySQL and MariaDB edition (test/mysql/t)"
+    prove test/mysql/t > mysql.log 2>&1 || true; cat mysql.log
+    prove_counts mysql.log
     echo
     echo "dlock: $passed passed, $failed failed"
     [ "$failed" -eq 0 ]

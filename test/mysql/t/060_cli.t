@@ -1,0 +1,138 @@
+# 060_cli.t: the dlock command line against MariaDB (-d mysql://...):
+# exit codes, `dlock run` mutual exclusion, renewal, kill on loss, linger,
+# and the one-shot subcommands.
+use strict;
+use warnings;
+use FindBin;
+use lib "$FindBin::Bin/..";
+use DlockMy;
+use Test::More;
+use Time::HiRes qw(sleep time);
+use POSIX ();
+
+my $cli = "$DlockMy::TOP/cli/dlock";
+plan skip_all => "cli/dlock not built" unless -x $cli;
+plan skip_all => "cli/dlock built without MySQL support" unless `$cli -d mysql://x\@y/ try r 2>&1` !~ /without MySQL/;
+
+my $my = DlockMy->new;
+my $root = $my->connect('root');
+my $url = "mysql://alice:pa\@localhost/dlock?socket=$my->{sock}";
+my $tcp = "mysql://alice:pa\@127.0.0.1:$my->{port}/dlock";
+$my->do_root("CREATE USER alice\@'127.0.0.1' IDENTIFIED BY 'pa'");
+
+# dlock(args...): exit code, stdout, stderr.
+sub dlock {
+    my @args = @_;
+    my $cmd = join ' ', map { my $a = $_; $a =~ s/'/'\\''/g; "'$a'" } $cli, @args;
+    my $out = `$cmd 2>$my->{dir}/cli.err`;
+    my $rc = $? >> 8;
+    my $err = do { local $/; open my $f, '<', "$my->{dir}/cli.err"; <$f> } // '';
+    return ($rc, $out, $err);
+}
+
+my ($rc, $out, $err) = dlock('-d', $url, '--version');
+like($out, qr/server schema dlock 0\.1/, '--version reports the server schema');
+($rc, $out) = dlock('-d', $url, 'try', '--holder', 'me', '--lease', '5s', 'cli/a');
+is($rc, 0, 'try: 0');
+like($out, qr/^\d+$/, 'try prints the fence');
+my $fence = $out; chomp $fence;
+($rc) = dlock('-d', $tcp, 'try', '--holder', 'other', 'cli/a');
+is($rc, 75, 'try of a held resource over TCP: 75');
+($rc, $out) = dlock('-d', $url, 'status', 'cli/');
+like($out, qr/cli\/a \| me \| 1 \| $fence /, 'status lists it');
+($rc, $out) = dlock('-d', $url, 'renew', '--holder', 'me', '--fence', $fence, 'cli/a');
+is($rc, 0, 'renew: 0');
+($rc) = dlock('-d', $url, 'unlock', '--holder', 'me', '--fence', $fence + 1, 'cli/a');
+is($rc, 76, 'unlock with a wrong fence: 76');
+($rc, $out) = dlock('-d', $url, 'unlock', '--holder', 'me', 'cli/a');
+is("$rc $out", "0 0\n", 'unlock: 0, count 0');
+($rc) = dlock('-d', $url, 'unlock', '--holder', 'me', 'cli/a');
+is($rc, 76, 'unlock of what is not held: 76');
+($rc) = dlock('-d', $url, 'renew', '--holder', 'me', 'cli/a');
+is($rc, 76, 'renew of what is not held: 76');
+my $t0 = time;
+DlockMy::one($root, "SELECT dlock.try_lock('cli/w', 'x', 0.8)");
+($rc) = dlock('-d', $url, 'lock', '--wait', '3s', '--holder', 'y', 'cli/w');
+my $took = time - $t0;
+is($rc, 0, 'lock waits (polling) for an expiring lease');
+ok($took > 0.5 && $took < 3, "and gets it when it expires ($took s)");
+($rc) = dlock('-d', $url, 'lock', '--wait', '300ms', '--holder', 'z', 'cli/w');
+is($rc, 75, 'lock --wait 300ms on a held resource: 75');
+($rc, $out) = dlock('-d', $url, 'reap');
+is($rc, 0, 'reap: 0');
+($rc) = dlock('-d', "mysql://alice:wrong\@localhost/?socket=$my->{sock}", 'try', 'cli/a');
+is($rc, 69, 'wrong password: 69');
+($rc) = dlock('-d', "mysql://alice\@localhost/?sock=x", 'try', 'cli/a');
+is($rc, 64, 'malformed URL: 64');
+($rc) = dlock('-d', $url, 'watch', 'cli/a');
+is($rc, 64, 'watch (needs LISTEN): 64');
+($rc) = dlock('-d', $url, 'run', 'cli/r', '--', 'sh', '-c', 'exit 3');
+is($rc, 3, "run: COMMAND's exit status");
+($rc) = dlock('-d', $url, 'run', 'cli/r', '--', 'sh', '-c', 'kill -TERM $$');
+is($rc, 143, 'run: 128 + the signal that killed COMMAND');
+($rc) = dlock('-d', $url, 'run', 'cli/r', '--', '/nonexistent/command');
+is($rc, 127, 'run: COMMAND not found: 127');
+($rc, $out) = dlock('-d', $url, 'run', 'cli/r', '--', 'sh', '-c', 'echo "$DLOCK_RESOURCE $DLOCK_HOLDER $DLOCK_FENCE"');
+like($out, qr/^cli\/r \S+ \d+$/, 'run: DLOCK_RESOURCE, DLOCK_HOLDER, DLOCK_FENCE in the environment');
+is(DlockMy::one($root, "SELECT count(*) FROM dlock.locks WHERE resource = 'cli/r'"), 0, 'released after each run');
+
+# Mutual exclusion: 4 runners, 3 times each, a critical section that fails
+# (exit 99) if another is inside.
+my $dir = "$my->{dir}/cs";
+my @kids;
+for my $k (1 .. 4) {
+    my $pid = fork // die;
+    if ($pid == 0) {
+        my $bad = 0;
+        for (1 .. 3) {
+            my ($r) = dlock('-d', $url, 'run', '--lease', '2s', '--wait', '60s', 'cli/mx', '--',
+                            'sh', '-c', "mkdir '$dir' || exit 99; sleep 0.2; rmdir '$dir'");
+            $bad++ if $r != 0;
+        }
+        POSIX::_exit($bad);
+    }
+    push @kids, $pid;
+}
+my $bad = 0;
+for (@kids) { waitpid $_, 0; $bad += $? >> 8; }
+is($bad, 0, 'run: 12 runs of 4 contenders, never two COMMANDs at once');
+
+# Renewal: a 1 s lease outlives a 3 s COMMAND; meanwhile others are refused.
+my $pid = fork // die;
+if ($pid == 0) {
+    my ($r) = dlock('-d', $url, 'run', '--lease', '1s', '--holder', 'long', 'cli/renew', '--', 'sleep', '3');
+    POSIX::_exit($r);
+}
+sleep 2.2;
+($rc) = dlock('-d', $url, 'try', '--holder', 'other', 'cli/renew');
+is($rc, 75, 'run renews: still held after twice the lease');
+waitpid $pid, 0;
+is($? >> 8, 0, 'run with renewals: exit 0');
+
+# Kill on loss: the lock is broken under a running COMMAND.
+$pid = fork // die;
+if ($pid == 0) {
+    my ($r) = dlock('-d', $url, 'run', '--lease', '1500ms', '--grace', '1s', 'cli/loss', '--',
+                    'sh', '-c', "echo \$\$ > '$my->{dir}/loss.pid'; exec sleep 30");
+    POSIX::_exit($r);
+}
+sleep 1;
+is(DlockMy::one($root, "SELECT dlock.break_lock('cli/loss')"), 1, 'the lock is broken under it');
+$t0 = time;
+waitpid $pid, 0;
+is($? >> 8, 76, 'run: lease lost, exit 76');
+ok(time - $t0 < 4, 'within a renewal interval and the grace period');
+my $cmdpid = do { open my $f, '<', "$my->{dir}/loss.pid"; local $/; <$f> } // 0;
+chomp $cmdpid;
+ok($cmdpid && !kill(0, $cmdpid), 'COMMAND was stopped');
+
+# Linger: the resource stays busy for --linger after COMMAND exits.
+($rc) = dlock('-d', $url, 'run', '--linger', '1500ms', 'cli/linger', '--', 'true');
+is($rc, 0, 'run --linger: 0');
+($rc) = dlock('-d', $url, 'try', '--holder', 'next', 'cli/linger');
+is($rc, 75, 'busy right after');
+sleep 1.7;
+($rc) = dlock('-d', $url, 'try', '--holder', 'next', 'cli/linger');
+is($rc, 0, 'free after the linger');
+
+done_testing;
