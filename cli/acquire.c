@@ -13,6 +13,11 @@
  * expiries may not be announced at once), then try again.  Behind a
  * connection pooler (detected by the backend pid the pooler makes up), or
  * with --poll, it polls with a jittered back-off instead.
+ *
+ * With --fair, each failed attempt commits the ticket try_lock wrote (a
+ * client-side ticket lives in a table, so it must be committed), and the
+ * attempts come at least three times per dlock.queue_ttl so that it never
+ * lapses while we wait.  A single try (--wait 0) takes no ticket.
  */
 #include "dlock.h"
 
@@ -52,6 +57,9 @@ lock_init(Lock *lk, const Options *o, const char *resource, int64_t lease_ms)
 	if (lease_ms > 0)
 		format_interval(lk->lease_text, sizeof(lk->lease_text), lease_ms);
 	lk->polling = o->poll;
+	if (o->lock_delay_ms >= 0)
+		format_interval(lk->lock_delay_text, sizeof(lk->lock_delay_text),
+						o->lock_delay_ms);
 }
 
 /*
@@ -103,15 +111,18 @@ reconnect_retrying(Lock *lk, int64_t wait_deadline)
 }
 
 /*
- * sql_params: the (resource, holder, lease) parameters; a lease of NULL
- * lets the server use dlock.default_lease.
+ * sql_params: the (resource, holder, lease, fair, lock_delay) parameters;
+ * a lease or lock-delay of NULL lets the server use its default
+ * (dlock.default_lease, dlock.lock_delay).
  */
 static void
-sql_params(const Lock *lk, const char *params[3])
+sql_params(const Lock *lk, const char *params[5])
 {
 	params[0] = lk->resource;
 	params[1] = lk->holder;
 	params[2] = lk->lease_text[0] ? lk->lease_text : NULL;
+	params[3] = lk->fair ? "true" : "false";
+	params[4] = lk->lock_delay_text[0] ? lk->lock_delay_text : NULL;
 }
 
 /* assumed_lease: the lease used for local deadlines (30 s if unknown). */
@@ -207,7 +218,7 @@ static TryStatus
 try_once(Lock *lk)
 {
 	PGresult   *r;
-	const char *params[3];
+	const char *params[5];
 	char		xid[32];
 	int64_t		sent;
 	DbStatus	st;
@@ -238,22 +249,38 @@ try_once(Lock *lk)
 	sql_params(lk, params);
 	sent = now_ms();
 	if (db_exec(&lk->conn,
-				"SELECT f, CASE WHEN f IS NULL THEN NULL ELSE pg_current_xact_id() END "
-				"FROM dlock.try_lock($1, $2, $3::interval) AS f", 3,
+				lk->fair || lk->lock_delay_text[0]
+				? "SELECT f, CASE WHEN f IS NULL THEN NULL ELSE pg_current_xact_id() END, "
+				"  CASE WHEN f IS NULL AND $4 THEN set_config('synchronous_commit', 'off', true) END, "
+				"  (extract(epoch FROM current_setting('dlock.queue_ttl', true)::interval) "
+				"   * 1000)::bigint "
+				"FROM dlock.try_lock($1, $2, $3::interval, fair => $4::boolean, "
+				"                    lock_delay => $5::interval) AS f"
+				: "SELECT f, CASE WHEN f IS NULL THEN NULL ELSE pg_current_xact_id() END "
+				"FROM dlock.try_lock($1, $2, $3::interval) AS f",
+				lk->fair || lk->lock_delay_text[0] ? 5 : 3,
 				params, sent + STMT_TIMEOUT_MS, false, &r) != DB_OK)
 		return TRY_LOST;		/* no COMMIT was sent: nothing committed */
-	if (!db_result_ok(r) || PQntuples(r) != 1 || PQnfields(r) != 2)
+	if (!db_result_ok(r) || PQntuples(r) != 1 || PQnfields(r) < 2)
 	{
 		db_report("try_lock", lk->conn, r);
 		PQclear(r);
 		db_drop(&lk->conn);		/* rolls the transaction back */
 		return TRY_ERROR;
 	}
+	if (PQnfields(r) == 4 && !PQgetisnull(r, 0, 3))
+		lk->queue_ttl_ms = strtoll(PQgetvalue(r, 0, 3), NULL, 10);
 	if (PQgetisnull(r, 0, 0))
 	{
+		/*
+		 * Not acquired.  A fair attempt commits, to keep its ticket (written
+		 * by try_lock) for dlock.queue_ttl; the commit need not be durable,
+		 * since a lost ticket only costs the place in the queue.  Others
+		 * roll back: they changed nothing.
+		 */
 		PQclear(r);
-		if (db_exec(&lk->conn, "ROLLBACK", 0, NULL, now_ms() + STMT_TIMEOUT_MS,
-					false, &r) == DB_OK)
+		if (db_exec(&lk->conn, lk->fair ? "COMMIT" : "ROLLBACK", 0, NULL,
+					now_ms() + STMT_TIMEOUT_MS, false, &r) == DB_OK)
 			PQclear(r);
 		return TRY_BUSY;
 	}
@@ -354,6 +381,9 @@ acquire(Lock *lk, int64_t wait_ms)
 	int64_t		wait_deadline = wait_ms < 0 ? NEVER : now_ms() + wait_ms;
 	int64_t		poll_ms = POLL_MIN_MS;
 
+	/* One try does not queue: a ticket nobody retries would only block. */
+	lk->fair = lk->opt->fair && wait_ms != 0;
+
 	for (;;)
 	{
 		int64_t		now, until;
@@ -404,6 +434,14 @@ acquire(Lock *lk, int64_t wait_ms)
 		{
 			until = now + jitter(poll_ms);
 			poll_ms = poll_ms * 3 / 2 > POLL_MAX_MS ? POLL_MAX_MS : poll_ms * 3 / 2;
+		}
+		if (lk->fair && lk->queue_ttl_ms > 0)
+		{
+			/* retry well within dlock.queue_ttl, or the ticket lapses */
+			int64_t		keep = lk->queue_ttl_ms / 3 > 5 ? lk->queue_ttl_ms / 3 : 5;
+
+			if (until > now + keep)
+				until = now + keep;
 		}
 		if (until > wait_deadline)
 			until = wait_deadline;

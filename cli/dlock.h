@@ -44,6 +44,8 @@ typedef struct Options
 	int64_t		grace_ms;		/* --grace; default 5 s */
 	const char *fence;			/* --fence as validated digits; NULL: none */
 	bool		poll;			/* --poll: never LISTEN */
+	bool		fair;			/* --fair: wait in the resource's fair queue */
+	int64_t		lock_delay_ms;	/* --lock-delay; -1: not given (server default) */
 	bool		verbose;		/* -v */
 	int			npos;			/* positional arguments before "--" */
 	char	  **pos;
@@ -74,6 +76,9 @@ typedef struct Lock
 	bool		polling;		/* LISTEN unusable: poll */
 	char		fence[32];		/* fence of the holding, as text */
 	int64_t		deadline;		/* monotonic ms until which the lease surely lasts */
+	char		lock_delay_text[48];	/* "N milliseconds"; empty: server default */
+	bool		fair;			/* attempts take a ticket (and commit it) */
+	int64_t		queue_ttl_ms;	/* the server's dlock.queue_ttl; 0: not known yet */
 } Lock;
 
 /* util.c */

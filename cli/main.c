@@ -24,6 +24,8 @@ enum
 	O_VERBOSE = 1 << 8,
 	O_HELP = 1 << 9,
 	O_VERSION = 1 << 10,
+	O_FAIR = 1 << 11,
+	O_LOCK_DELAY = 1 << 12,
 };
 #define O_GLOBAL (O_DB | O_VERBOSE | O_HELP | O_VERSION)
 
@@ -41,6 +43,8 @@ static const struct
 	{"grace", 0, true, O_GRACE},
 	{"fence", 'f', true, O_FENCE},
 	{"poll", 0, false, O_POLL},
+	{"fair", 0, false, O_FAIR},
+	{"lock-delay", 0, true, O_LOCK_DELAY},
 	{"dbname", 'd', true, O_DB},
 	{"verbose", 'v', false, O_VERBOSE},
 	{"help", 'h', false, O_HELP},
@@ -52,9 +56,9 @@ static const struct
 	const char *name;
 	int			allowed;
 }			subcommands[] = {
-	{"run", O_LEASE | O_WAIT | O_HOLDER | O_LINGER | O_GRACE | O_POLL},
-	{"try", O_LEASE | O_HOLDER},
-	{"lock", O_LEASE | O_WAIT | O_HOLDER | O_POLL},
+	{"run", O_LEASE | O_WAIT | O_HOLDER | O_LINGER | O_GRACE | O_POLL | O_FAIR | O_LOCK_DELAY},
+	{"try", O_LEASE | O_HOLDER | O_LOCK_DELAY},
+	{"lock", O_LEASE | O_WAIT | O_HOLDER | O_POLL | O_FAIR | O_LOCK_DELAY},
 	{"unlock", O_HOLDER | O_FENCE},
 	{"renew", O_HOLDER | O_LEASE | O_FENCE},
 	{"status", 0},
@@ -72,9 +76,11 @@ help(void)
 		   "\n"
 		   "Usage:\n"
 		   "  dlock [-d CONNINFO] run [--lease D] [--wait D] [--holder H] [--linger D]\n"
-		   "                          [--grace D] [--poll] RESOURCE -- COMMAND [ARGS...]\n"
-		   "  dlock [-d CONNINFO] try RESOURCE [--lease D] [--holder H]\n"
+		   "                          [--grace D] [--poll] [--fair] [--lock-delay D]\n"
+		   "                          RESOURCE -- COMMAND [ARGS...]\n"
+		   "  dlock [-d CONNINFO] try RESOURCE [--lease D] [--holder H] [--lock-delay D]\n"
 		   "  dlock [-d CONNINFO] lock RESOURCE [--lease D] [--wait D] [--holder H] [--poll]\n"
+		   "                          [--fair] [--lock-delay D]\n"
 		   "  dlock [-d CONNINFO] unlock RESOURCE --holder H [--fence N]\n"
 		   "  dlock [-d CONNINFO] renew RESOURCE --holder H [--lease D] [--fence N]\n"
 		   "  dlock [-d CONNINFO] status [PREFIX]\n"
@@ -102,6 +108,11 @@ help(void)
 		   "      --grace=D          run: SIGTERM-to-SIGKILL grace period (default 5s)\n"
 		   "  -f, --fence=N          unlock/renew only this holding\n"
 		   "      --poll             never LISTEN, poll instead\n"
+		   "      --fair             run/lock: wait in the resource's fair queue (first\n"
+		   "                         come, first served; needs dlock 0.2 on the server)\n"
+		   "      --lock-delay=D     keep RESOURCE unavailable for D after the lease if\n"
+		   "                         this holding ends uncleanly (at most 1h; default:\n"
+		   "                         the server's dlock.lock_delay)\n"
 		   "  -v, --verbose          report progress on stderr\n"
 		   "  -V, --version          print the client's and the server extension's versions\n"
 		   "  -h, --help             print this help\n"
@@ -193,6 +204,11 @@ set_option(Options *o, int bit, const char *name, const char *v)
 		case O_POLL:
 			o->poll = true;
 			return true;
+		case O_FAIR:
+			o->fair = true;
+			return true;
+		case O_LOCK_DELAY:
+			return duration_option(name, v, &o->lock_delay_ms, false);
 		case O_VERBOSE:
 			o->verbose = true;
 			return true;
@@ -291,6 +307,7 @@ main(int argc, char **argv)
 
 	memset(&o, 0, sizeof(o));
 	o.wait_ms = -1;
+	o.lock_delay_ms = -1;
 	o.grace_ms = 5000;
 	if ((rc = parse(argc, argv, &o, &seen)) != 0)
 		return rc;
@@ -325,7 +342,12 @@ main(int argc, char **argv)
 		return 0;
 	}
 	if (my_is_url(o.conninfo))
+	{
+		if (seen & (O_FAIR | O_LOCK_DELAY))
+			return usage_error("--fair and --lock-delay are not available in the MySQL "
+							   "edition");
 		return my_command(&o);	/* the MySQL/MariaDB backend, my.c */
+	}
 	if (strcmp(o.subcommand, "run") == 0)
 		return cmd_run(&o);
 	if (strcmp(o.subcommand, "try") == 0)

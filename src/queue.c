@@ -11,7 +11,10 @@
  *	  retried on events or by polling, as the CLI does behind a pooler) has
  *	  a row in dlock.tickets, written by its failed attempt and committed
  *	  with it, kept for dlock.queue_ttl after each attempt.  A retry after
- *	  that takes a new ticket, at the back.
+ *	  that takes a new ticket, at the back.  Until the attempt's
+ *	  transaction ends, a new ticket is also held in the lock manager like
+ *	  an in-server one (below), so that nobody drawing a later number is
+ *	  served before it becomes visible.
  *	- A backend waiting in lock(..., fair => true) holds its ticket in the
  *	  lock manager, where other backends see it while its transaction is
  *	  still open, and where it goes with the wait (timeout, cancel,
@@ -251,6 +254,13 @@ dlock_queue_head(const DlockResource *res, text *holder, Oid owner,
 	bool		server;
 	char		nulls[4] = {' ', holder ? ' ' : 'n', ' ', ' '};
 
+	/*
+	 * The lock manager first, then the table: a client ticket in flight
+	 * when we look there is either seen there, or committed before our
+	 * statement's (later) snapshot is taken, and so seen in the table.
+	 */
+	server = server_head(res, mine, &shead, &smine);
+
 	values[0] = PointerGetDatum(res->name);
 	values[1] = PointerGetDatum(holder);
 	values[2] = ObjectIdGetDatum(owner);
@@ -274,7 +284,6 @@ dlock_queue_head(const DlockResource *res, text *holder, Oid owner,
 		client_mine = DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0],
 												 SPI_tuptable->tupdesc, 3, &isnull)) && !isnull;
 	}
-	server = server_head(res, mine, &shead, &smine);
 
 	memset(head, 0, sizeof(*head));
 	if (!client && !server)
@@ -298,6 +307,16 @@ dlock_queue_head(const DlockResource *res, text *holder, Oid owner,
  * dlock_client_ticket_keep: a client-side fair attempt failed: take a
  * ticket, or keep the holder's live one for another dlock.queue_ttl (an
  * expired one is replaced by a new one, at the back).
+ *
+ * A new ticket's row is invisible to others until our transaction
+ * commits, yet its number is already drawn: a backend drawing a later
+ * number meanwhile must not be served first.  So, until the transaction
+ * ends, the new ticket is also held in the lock manager like an in-server
+ * one (fair tag first, then the number, then its lock), where everybody
+ * looking for the head sees it at once; and the transaction's end wakes
+ * the next waiter to look again (at the committed row, or past the
+ * rolled-back ticket).  A kept ticket is committed already: its locks are
+ * given back at once.
  */
 void
 dlock_client_ticket_keep(const DlockResource *res, text *holder, Oid owner,
@@ -307,14 +326,23 @@ dlock_client_ticket_keep(const DlockResource *res, text *holder, Oid owner,
 	static const Oid types[6] = {TEXTOID, TEXTOID, REGROLEOID, INT8OID,
 	TIMESTAMPTZOID, TIMESTAMPTZOID};
 	Datum		values[6];
+	LOCKTAG		fair_tag, ticket_tag;
+	int64		ticket;
+	bool		isnull;
+
+	set_fair_tag(&fair_tag, res);
+	(void) LockAcquire(&fair_tag, ShareLock, false, false);
+	ticket = next_ticket();
+	set_ticket_tag(&ticket_tag, res, ticket);
+	(void) LockAcquire(&ticket_tag, ExclusiveLock, false, false);
 
 	values[0] = PointerGetDatum(res->name);
 	values[1] = PointerGetDatum(holder);
 	values[2] = ObjectIdGetDatum(owner);
-	values[3] = Int64GetDatum(next_ticket());
+	values[3] = Int64GetDatum(ticket);
 	values[4] = TimestampTzGetDatum(now);
 	values[5] = TimestampTzGetDatum(now + (TimestampTz) dlock_queue_ttl_ms * 1000);
-	(void) dlock_store_exec(&plan,
+	if (dlock_store_exec(&plan,
 							"INSERT INTO dlock.tickets AS t"
 							"  (resource, ticket, holder, owner, queued_at, expires_at)"
 							"  VALUES ($1, $4, $2, $3, $5, $6)"
@@ -323,8 +351,18 @@ dlock_client_ticket_keep(const DlockResource *res, text *holder, Oid owner,
 							"    THEN t.ticket ELSE EXCLUDED.ticket END,"
 							"  queued_at = CASE WHEN t.expires_at OPERATOR(pg_catalog.>) $5"
 							"    THEN t.queued_at ELSE EXCLUDED.queued_at END,"
-							"  expires_at = EXCLUDED.expires_at",
-							6, types, values, NULL, false);
+							"  expires_at = EXCLUDED.expires_at"
+							"  RETURNING t.ticket",
+							6, types, values, NULL, false) == 1 &&
+		DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc,
+									1, &isnull)) == ticket)
+	{
+		/* a new ticket: in flight until the transaction ends */
+		dlock_wake_after_commit(res->hash);
+		return;
+	}
+	LockRelease(&ticket_tag, ExclusiveLock, false);
+	LockRelease(&fair_tag, ShareLock, false);
 }
 
 /* dlock_client_ticket_drop: the holder's ticket for res leaves the queue. */

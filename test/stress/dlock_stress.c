@@ -20,10 +20,20 @@
  *   - no worker hit an unexpected error;
  * prints the figures and PASS/FAIL lines, and exits 0 only if all hold.
  *
+ * With --fair, workers wait in the resource's fair queue: even-numbered
+ * ones in dlock.lock(..., fair => true) (a second connection reads the
+ * waiting backend's ticket from dlock.queue), odd-numbered ones on their
+ * own side, retrying dlock.try_lock(..., fair => true) and reading their
+ * ticket after each failed attempt.  Every acquisition is logged with its
+ * fence and the ticket it was seen waiting with, and the check is that,
+ * in acquisition (fence) order, those tickets strictly increase: the lock
+ * went to the tickets in the order they were taken.
+ *
  * Usage:
  *   dlock_stress -d CONNINFO [-c CLIENTS] [-n INCREMENTS] [--lease D]
  *                [--wait D] [--sleep-ms MS] [--kill K] [--pause P]
  *                [--pause-time D] [--resource NAME] [--max-seconds S]
+ *                [--fair]
  * Durations: 250ms, 2s, 5m, 1h (a bare number is seconds).
  *
  * The workers are processes (fork), not threads, so that kill -9 and
@@ -81,11 +91,22 @@ typedef struct Slot
 	long		errors;			/* unexpected errors */
 } Slot;
 
+/* One acquisition, for the fair-order check. */
+typedef struct Acq
+{
+	long long	fence;
+	long long	ticket;			/* the ticket seen while waiting; 0: none seen */
+	int			slotno;
+} Acq;
+
 /* Everything the processes share (one anonymous shared mapping). */
 typedef struct Shared
 {
 	int			chaos_wanted;	/* parent wants to claim a window soon */
 	long		committed_total;
+	long		nacq;			/* acquisitions logged (may exceed acq_cap) */
+	long		acq_cap;
+	Acq		   *acq;			/* acq_cap entries, after the slots */
 	Slot		slots[];	/* one per client */
 } Shared;
 
@@ -106,6 +127,7 @@ static Shared *shared;
 static double start_time;
 static bool verbose = false;
 static bool no_fence = false;	/* skip assert_fence: checks the checker */
+static bool fair = false;		/* --fair: wait in the fair queue */
 
 /* now_s: monotonic clock in seconds, for elapsed times and deadlines. */
 static double
@@ -167,6 +189,7 @@ usage(int code)
 			"      --resource NAME   lock resource (default stress)\n"
 			"      --max-seconds S   give up (FAIL) after S seconds (default 120)\n"
 			"      --no-fence        omit assert_fence (the checks must then fail)\n"
+			"      --fair            wait in the fair queue and check the serving order\n"
 			"  -v, --verbose         log chaos events\n"
 			"Exit status 0 only if every check passes.\n");
 	exit(code);
@@ -189,6 +212,7 @@ parse_args(int argc, char **argv)
 		{"resource", required_argument, NULL, 7},
 		{"max-seconds", required_argument, NULL, 8},
 		{"no-fence", no_argument, NULL, 9},
+		{"fair", no_argument, NULL, 10},
 		{"verbose", no_argument, NULL, 'v'},
 		{"help", no_argument, NULL, 'h'},
 		{NULL, 0, NULL, 0}
@@ -234,6 +258,9 @@ parse_args(int argc, char **argv)
 				break;
 			case 9:
 				no_fence = true;
+				break;
+			case 10:
+				fair = true;
 				break;
 			case 'v':
 				verbose = true;
@@ -446,6 +473,108 @@ wait_in_window(Slot *slot)
 }
 
 /*
+ * lock_fair_server: dlock.lock(..., fair => true), sent asynchronously so
+ * that the worker can read its backend's ticket from dlock.queue on a
+ * second connection while it waits.  Returns the result (NULL after
+ * reporting an error); *ticket is the ticket seen, or stays 0.
+ */
+static PGresult *
+lock_fair_server(PGconn *conn, PGconn *conn2, const char *const *p_lock,
+				 long long *ticket)
+{
+	char		pid[16];
+	const char *p_q[2] = {pid, resource};
+	PGresult   *res = NULL, *r;
+
+	snprintf(pid, sizeof(pid), "%d", PQbackendPID(conn));
+	if (!PQsendQueryParams(conn, "SELECT dlock.lock($1, $2, $3::interval, $4::interval,"
+						   " fair => true)", 4, NULL, p_lock, NULL, NULL, 0))
+	{
+		fprintf(stderr, "dlock_stress[%d]: send failed: %s", (int) getpid(),
+				PQerrorMessage(conn));
+		return NULL;
+	}
+	for (;;)
+	{
+		if (!PQconsumeInput(conn))
+		{
+			fprintf(stderr, "dlock_stress[%d]: %s", (int) getpid(), PQerrorMessage(conn));
+			return NULL;
+		}
+		if (!PQisBusy(conn))
+			break;
+		if (*ticket == 0)
+		{
+			r = exec_ok(conn2, "SELECT ticket FROM dlock.queue WHERE pid = $1::integer"
+						" AND resource = $2", 2, p_q, NULL);
+			if (!r)
+				return NULL;
+			if (PQntuples(r) == 1)
+				*ticket = atoll(PQgetvalue(r, 0, 0));
+			PQclear(r);
+		}
+		sleep_ms_now(1);
+	}
+	while ((r = PQgetResult(conn)) != NULL)
+	{
+		if (res == NULL && PQresultStatus(r) == PGRES_TUPLES_OK)
+			res = r;
+		else
+		{
+			if (PQresultStatus(r) != PGRES_TUPLES_OK)
+				fprintf(stderr, "dlock_stress[%d]: fair lock failed: %s", (int) getpid(),
+						PQerrorMessage(conn));
+			PQclear(r);
+		}
+	}
+	return res;
+}
+
+/*
+ * lock_fair_client: wait on our own side: retry try_lock(..., fair =>
+ * true) every 10 ms until the wait limit, reading our (committed) ticket
+ * after each failed attempt.  Returns a one-row result like dlock.lock's
+ * (NULL value on timeout), or NULL after reporting an error.
+ */
+static PGresult *
+lock_fair_client(PGconn *conn, const char *const *p_lock, long long *ticket)
+{
+	double		deadline = now_s() + wait_ms / 1000.0;
+
+	for (;;)
+	{
+		PGresult   *res = exec_ok(conn, "SELECT dlock.try_lock($1, $2, $3::interval,"
+								  " fair => true)", 3, p_lock, NULL);
+
+		if (!res || !PQgetisnull(res, 0, 0) || now_s() >= deadline)
+			return res;
+		PQclear(res);
+		res = exec_ok(conn, "SELECT ticket FROM dlock.queue WHERE resource = $1"
+					  " AND holder = $2 AND pid IS NULL", 2, p_lock, NULL);
+		if (!res)
+			return NULL;
+		if (PQntuples(res) == 1)
+			*ticket = atoll(PQgetvalue(res, 0, 0));
+		PQclear(res);
+		sleep_ms_now(10);
+	}
+}
+
+/* log_acquisition: record an acquisition for the fair-order check. */
+static void
+log_acquisition(const char *fence, long long ticket, int slotno)
+{
+	long		i = __atomic_fetch_add(&shared->nacq, 1, __ATOMIC_SEQ_CST);
+
+	if (i < shared->acq_cap)
+	{
+		shared->acq[i].fence = atoll(fence);
+		shared->acq[i].ticket = ticket;
+		shared->acq[i].slotno = slotno;
+	}
+}
+
+/*
  * worker_main: one client's loop: lock, read, window, fenced write,
  * unlock, until the counter reaches the target.  Never returns.
  */
@@ -453,6 +582,7 @@ static void
 worker_main(Slot *slot, int slotno)
 {
 	PGconn	   *conn = connect_or_die(EXIT_WORKER_ERROR);
+	PGconn	   *conn2 = fair && slotno % 2 == 0 ? connect_or_die(EXIT_WORKER_ERROR) : NULL;
 	char		holder[64];
 	char		lease[32];
 	char		wait[32];
@@ -470,12 +600,18 @@ worker_main(Slot *slot, int slotno)
 		long		value;
 		bool		paused;
 		int			w;
+		long long	ticket = 0;
 
 		if (now_s() - start_time > max_seconds)
 			exit(EXIT_WORKER_TIMEOUT);
 		set_state(slot, ST_IDLE);
-		res = exec_ok(conn, "SELECT dlock.lock($1, $2, $3::interval, $4::interval)",
-					  4, p_lock, NULL);
+		if (!fair)
+			res = exec_ok(conn, "SELECT dlock.lock($1, $2, $3::interval, $4::interval)",
+						  4, p_lock, NULL);
+		else if (conn2)
+			res = lock_fair_server(conn, conn2, p_lock, &ticket);
+		else
+			res = lock_fair_client(conn, p_lock, &ticket);
 		if (!res)
 			goto fail;
 		if (PQgetisnull(res, 0, 0))
@@ -486,6 +622,7 @@ worker_main(Slot *slot, int slotno)
 		}
 		snprintf(fence, sizeof(fence), "%s", PQgetvalue(res, 0, 0));
 		PQclear(res);
+		log_acquisition(fence, ticket, slotno);
 
 		if (!(res = exec_ok(conn, "SELECT value FROM stress_counter WHERE id = 1",
 							0, NULL, NULL)))
@@ -504,6 +641,8 @@ worker_main(Slot *slot, int slotno)
 			PQclear(res);
 			set_state(slot, ST_DONE);
 			PQfinish(conn);
+			if (conn2)
+				PQfinish(conn2);
 			exit(0);
 		}
 
@@ -546,6 +685,8 @@ worker_main(Slot *slot, int slotno)
 fail:
 	bump(&slot->errors);
 	PQfinish(conn);
+	if (conn2)
+		PQfinish(conn2);
 	exit(EXIT_WORKER_ERROR);
 }
 
@@ -744,6 +885,53 @@ verify(const Totals *t)
 	return failed;
 }
 
+static int
+cmp_acq(const void *a, const void *b)
+{
+	long long	fa = ((const Acq *) a)->fence,
+				fb = ((const Acq *) b)->fence;
+
+	return fa < fb ? -1 : fa > fb;
+}
+
+/*
+ * verify_fair: in acquisition (fence) order, the tickets the acquirers
+ * were seen waiting with strictly increase; and enough acquisitions had a
+ * ticket seen for that to mean something.  Returns the failed checks.
+ */
+static int
+verify_fair(void)
+{
+	long		n = shared->nacq < shared->acq_cap ? shared->nacq : shared->acq_cap;
+	long		seen = 0,
+				bad_at = -1;
+	long long	prev = 0;
+	int			failed = 0;
+
+	qsort(shared->acq, n, sizeof(Acq), cmp_acq);
+	for (long i = 0; i < n; i++)
+	{
+		if (shared->acq[i].ticket == 0)
+			continue;
+		seen++;
+		if (shared->acq[i].ticket <= prev && bad_at < 0)
+		{
+			bad_at = i;
+			fprintf(stderr, "dlock_stress: fence %lld (worker %d) served ticket %lld"
+					" after ticket %lld\n", shared->acq[i].fence, shared->acq[i].slotno,
+					shared->acq[i].ticket, prev);
+		}
+		prev = shared->acq[i].ticket;
+	}
+	printf("fair acquisitions:    %ld, %ld with a ticket seen\n", n, seen);
+	failed += !check(shared->nacq <= shared->acq_cap, "every acquisition was logged");
+	failed += !check(bad_at < 0, "tickets served in the order they were taken"
+					 " (first bad acquisition %s)", row_label(bad_at));
+	failed += !check(seen * 4 >= n, "a ticket was seen for at least a quarter of the"
+					 " acquisitions (%ld of %ld)", seen, n);
+	return failed;
+}
+
 /*
  * main: set up, run the workers under chaos until the target is reached
  * (or --max-seconds passes), then verify and report.
@@ -770,19 +958,25 @@ main(int argc, char **argv)
 	setvbuf(stdout, NULL, _IOLBF, 0);
 	setup_tables();
 
-	shared = mmap(NULL, sizeof(Shared) + nclients * sizeof(Slot),
-				  PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-	if (shared == MAP_FAILED)
 	{
-		perror("dlock_stress: mmap");
-		return 2;
+		long		cap = 4 * target + 16L * nclients + 1000;
+		size_t		size = sizeof(Shared) + nclients * sizeof(Slot) + cap * sizeof(Acq);
+
+		shared = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+		if (shared == MAP_FAILED)
+		{
+			perror("dlock_stress: mmap");
+			return 2;
+		}
+		memset(shared, 0, size);
+		shared->acq_cap = cap;
+		shared->acq = (Acq *) ((char *) shared + sizeof(Shared) + nclients * sizeof(Slot));
 	}
-	memset(shared, 0, sizeof(Shared) + nclients * sizeof(Slot));
 
 	printf("dlock_stress: %d clients, %ld increments, lease %ld ms, wait %ld ms,"
-		   " sleep %ld ms, kills %d, pauses %d (%ld ms), resource \"%s\"\n",
+		   " sleep %ld ms, kills %d, pauses %d (%ld ms), resource \"%s\"%s\n",
 		   nclients, target, lease_ms, wait_ms, sleep_ms, nkills, npauses,
-		   pause_ms, resource);
+		   pause_ms, resource, fair ? ", fair" : "");
 	start_time = now_s();
 	for (i = 0; i < nclients; i++)
 		spawn(i);
@@ -923,6 +1117,8 @@ idle:
 	failed += !check(t.fenced_after_pause == pauses_done,
 					 "every pause beyond the lease ended in a fenced-off write"
 					 " (%ld of %d)", t.fenced_after_pause, pauses_done);
+	if (fair)
+		failed += verify_fair();
 	printf("RESULT: %s\n", failed ? "FAIL" : "PASS");
 	return failed ? 1 : 0;
 }

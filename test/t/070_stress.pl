@@ -5,8 +5,10 @@
 # fenced writes while it kills and pauses some of them; it exits 0 only if no
 # increment was lost or duplicated and fences increased in write order.  It
 # runs once with dlock preloaded (waits woken by commits) and once without
-# (waits poll).  The binary is $DLOCK_STRESS, else test/stress/dlock_stress
-# in this repository.
+# (waits poll), and both ways again with --fair (waiters in the fair queue,
+# acquisitions checked against the order of their tickets; without
+# preloading only client-side tickets are visible).  The binary is
+# $DLOCK_STRESS, else test/stress/dlock_stress in this repository.
 
 use strict;
 use warnings;
@@ -26,11 +28,11 @@ plan skip_all => "$stress not built (run: make -C test/stress)"
 # $pauses pauses) and check its verdict and the final state.
 sub run_stress
 {
-	my ($node, $what, $n, $kills, $pauses) = @_;
+	my ($node, $what, $n, $kills, $pauses, @extra) = @_;
 	my @cmd = (
 		$stress, '-d', $node->connstr('postgres'),
 		'-c', 6, '-n', $n, '--lease', '1s', '--sleep-ms', 5,
-		'--kill', $kills, '--pause', $pauses, '--max-seconds', 50);
+		'--kill', $kills, '--pause', $pauses, '--max-seconds', 50, @extra);
 	note "running @cmd";
 	my ($stdout, $stderr) = ('', '');
 	IPC::Run::run(\@cmd, '>', \$stdout, '2>', \$stderr,
@@ -45,6 +47,11 @@ sub run_stress
 	like($stdout, qr/^kills:\s+$kills of $kills/m, "$what: all $kills kills happened");
 	like($stdout, qr/^pauses:\s+$pauses of $pauses/m,
 		"$what: all $pauses pauses happened");
+	if (grep { $_ eq '--fair' } @extra)
+	{
+		like($stdout, qr/^PASS: tickets served in the order they were taken/m,
+			"$what: acquisitions in ticket order");
+	}
 
 	# The final state as the server sees it.
 	is($node->safe_psql('postgres', 'SELECT value FROM stress_counter'),
@@ -69,6 +76,9 @@ log_statement = none
 $node->start;
 $node->safe_psql('postgres', 'CREATE EXTENSION dlock');
 run_stress($node, 'preloaded', 200, 2, 2);
+# Fair: half the workers wait in lock(..., fair => true), half retry
+# try_lock(..., fair => true) on their side; served in ticket order.
+run_stress($node, 'preloaded, fair', 150, 2, 2, '--fair');
 $node->stop;
 
 # Without preloading: waits poll at dlock.poll_interval, expiry is lazy.
@@ -82,6 +92,7 @@ log_statement = none
 $plain->start;
 $plain->safe_psql('postgres', 'CREATE EXTENSION dlock');
 run_stress($plain, 'not preloaded', 100, 1, 1);
+run_stress($plain, 'not preloaded, fair', 60, 1, 1, '--fair');
 $plain->stop;
 
 done_testing();
