@@ -1,6 +1,7 @@
 /*
  * dlock--0.1.1--0.2.sql: upgrade from 0.1.1 to 0.2: fair queues and
- * lock-delay (the contract's [fair] section).  The 0.2 library runs under
+ * lock-delay (the contract's [fair] section), holding values and leader
+ * election ([elect]).  The 0.2 library runs under
  * the 0.1 and 0.1.1 SQL until ALTER EXTENSION dlock UPDATE: it uses the
  * objects below only once it has seen dlock.tickets (src/queue.c).
  *
@@ -49,7 +50,35 @@ CREATE TABLE dlock.delays (
 );
 SELECT pg_catalog.pg_extension_config_dump('dlock.delays', '');
 
-REVOKE ALL ON dlock.ticket_seq, dlock.tickets, dlock.delays FROM PUBLIC;
+-- ---- Holding values and leader election (src/elect.c) ----
+-- The value of a holding (who leads and where to reach it), tied to the
+-- holding by its fence like a lock-delay: a row whose fence is not the
+-- resource's current holding is dead.  election: taken by campaign, so
+-- that its expiry is announced with candidate, term and value.  Dumped
+-- with dlock.leases.
+CREATE TABLE dlock.holding_values (
+    resource text COLLATE "C" NOT NULL PRIMARY KEY,
+    fence    bigint NOT NULL,
+    holder   text COLLATE "C" NOT NULL,
+    value    text,
+    election boolean NOT NULL DEFAULT false
+);
+SELECT pg_catalog.pg_extension_config_dump('dlock.holding_values', '');
+
+REVOKE ALL ON dlock.ticket_seq, dlock.tickets, dlock.delays, dlock.holding_values
+    FROM PUBLIC;
+
+CREATE FUNCTION dlock.campaign(election text,
+                               candidate text DEFAULT dlock.session_holder(),
+                               value text DEFAULT NULL,
+                               lease interval DEFAULT NULL,
+                               wait interval DEFAULT NULL)
+    RETURNS bigint AS 'MODULE_PATHNAME', 'dlock_campaign' LANGUAGE C VOLATILE;
+CREATE FUNCTION dlock.proclaim(election text, candidate text, value text,
+                               term bigint DEFAULT NULL)
+    RETURNS boolean AS 'MODULE_PATHNAME', 'dlock_proclaim' LANGUAGE C VOLATILE;
+CREATE FUNCTION dlock.resign(election text, candidate text, term bigint DEFAULT NULL)
+    RETURNS boolean AS 'MODULE_PATHNAME', 'dlock_resign' LANGUAGE C VOLATILE;
 
 -- ---- try_lock and lock take fair and lock_delay ----
 -- A new parameter cannot be added in place, and an overload would make
@@ -85,11 +114,16 @@ CREATE OR REPLACE VIEW dlock.locks AS
            CASE WHEN l.holder IS NOT NULL
                 THEN l.expires_at OPERATOR(pg_catalog.+)
                      COALESCE(d.lock_delay, '0'::pg_catalog.interval)
-                ELSE d.available_at END AS available_at
+                ELSE d.available_at END AS available_at,
+           v.value
       FROM dlock.leases l
       LEFT JOIN dlock.delays d
         ON d.resource OPERATOR(pg_catalog.=) l.resource
        AND d.fence OPERATOR(pg_catalog.=) l.fence
+      LEFT JOIN dlock.holding_values v
+        ON v.resource OPERATOR(pg_catalog.=) l.resource
+       AND v.fence OPERATOR(pg_catalog.=) l.fence
+       AND l.holder IS NOT NULL
      WHERE l.holder IS NOT NULL
         OR d.available_at OPERATOR(pg_catalog.>) pg_catalog.clock_timestamp();
 
@@ -107,6 +141,25 @@ CREATE FUNCTION dlock.waiters_internal_0_2(OUT pid integer, OUT resource text,
 -- client-side waiters come from dlock.tickets, those of backends waiting
 -- in lock() from shared memory (with shared_preload_libraries; without it
 -- they queue correctly but are not listed, like dlock.waiters).
+-- dlock.leader: the current (unexpired) leader of an election, from
+-- dlock.locks; no row when there is none.  dlock.channel() checks the
+-- argument (NULL, empty, too long: 22023).
+CREATE FUNCTION dlock.leader(election text)
+    RETURNS TABLE (candidate text, value text, term bigint, elected_at timestamptz,
+                   expires_at timestamptz, owner regrole)
+    LANGUAGE plpgsql VOLATILE
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+BEGIN
+    PERFORM dlock.channel(election);
+    RETURN QUERY
+        SELECT l.holder, l.value, l.fence, l.acquired_at, l.expires_at, l.owner
+          FROM dlock.locks l
+         WHERE l.resource OPERATOR(pg_catalog.=) (election COLLATE "C")
+           AND l.holder IS NOT NULL AND NOT l.expired;
+END
+$$;
+
 CREATE VIEW dlock.queue AS
     SELECT q.resource, q.holder,
            pg_catalog.row_number() OVER (PARTITION BY q.resource ORDER BY q.ticket)
@@ -206,5 +259,15 @@ COMMENT ON TABLE dlock.delays IS
     'Lock-delays of holdings (by fence), and when a resource freed uncleanly becomes available';
 COMMENT ON VIEW dlock.queue IS
     'Every live fair-queue ticket, position 1 = served next (in-server waiters listed only with shared_preload_libraries)';
+COMMENT ON TABLE dlock.holding_values IS
+    'Values of holdings (by fence), set by campaign and proclaim; read them through dlock.locks and dlock.leader()';
+COMMENT ON FUNCTION dlock.campaign(text, text, text, interval, interval) IS
+    'Wait in election''s fair queue until candidate leads, with value; returns the term (the fence), NULL on timeout; the leader campaigning again gets its term';
+COMMENT ON FUNCTION dlock.proclaim(text, text, text, bigint) IS
+    'The holder (leader) of a holding changes its value (under term, if given); false if it does not hold it';
+COMMENT ON FUNCTION dlock.resign(text, text, bigint) IS
+    'The leader steps down (under term, if given), whatever its count; the next candidate is elected at once; false if it does not lead';
+COMMENT ON FUNCTION dlock.leader(text) IS
+    'The current leader of election: candidate, value, term, elected_at, expires_at, owner; no row when there is none';
 COMMENT ON FUNCTION dlock.waiters_internal_0_2() IS
     'Internal: the shared-memory wait slots, with tickets, behind the views dlock.waiters and dlock.queue';

@@ -9,7 +9,8 @@
  * the SPI statements against
  * dlock.leases, fence.c fence numbers, xact.c transaction bookkeeping,
  * lease.c the lease functions, xactlock.c transaction-scoped locks,
- * queue.c fair queues and lock-delay, reap.c
+ * queue.c fair queues and lock-delay, elect.c leader election and
+ * holding values, reap.c
  * expiry, events.c NOTIFY, waiters.c shared memory for sleeping waiters and
  * statistics, worker.c the background reaper, promote.c the refresh of
  * holdings after a promotion.
@@ -78,6 +79,8 @@ typedef struct DlockResource
 extern void dlock_resource_init(DlockResource *res, text *name);
 extern text *dlock_check_resource(FunctionCallInfo fcinfo, int argno);
 extern text *dlock_check_holder(FunctionCallInfo fcinfo, int argno);
+extern text *dlock_check_election(FunctionCallInfo fcinfo, int argno);
+extern text *dlock_check_candidate(FunctionCallInfo fcinfo, int argno);
 extern Interval *dlock_check_lease(FunctionCallInfo fcinfo, int argno);
 extern int64 dlock_check_wait_ms(FunctionCallInfo fcinfo, int argno);
 extern void dlock_check_writable(const char *fname);
@@ -145,6 +148,7 @@ extern Oid	dlock_schema_oid(void);
 extern uint64 dlock_store_exec(SPIPlanPtr *plan, const char *sql,
 							   int nargs, const Oid *argtypes, Datum *values,
 							   const char *nulls, bool read_only);
+extern char *dlock_store_copy_text(Datum d);
 
 /* ---- holding.c ---- */
 
@@ -203,8 +207,15 @@ extern void dlock_delay_set(const DlockResource *res, int64 fence,
 extern void dlock_delay_on_end(const DlockResource *res, TimestampTz at,
 							   TimestampTz expired_by);
 extern int	dlock_queue_purge(TimestampTz now);
+extern void dlock_queue_forget(const DlockResource *res);
 extern Interval *dlock_check_lock_delay(FunctionCallInfo fcinfo, int argno);
 extern bool dlock_check_fair(FunctionCallInfo fcinfo, int argno);
+
+/* ---- elect.c ---- */
+extern bool dlock_values_installed(void);
+extern bool dlock_value_read(const DlockResource *res, int64 fence,
+							 char **holder, char **value, bool *election);
+extern void dlock_values_forget(const DlockResource *res);
 
 /* ---- fence.c ---- */
 #define DLOCK_FENCE_SEQ_BITS	44
@@ -249,6 +260,9 @@ extern int64 dlock_acquire(const DlockResource *res, text *holder,
 /* ---- events.c ---- */
 extern void dlock_notify(const DlockResource *res, const char *event,
 						 int64 fence);
+extern void dlock_notify_holding(const DlockResource *res, const char *event,
+								 int64 fence, const char *candidate,
+								 const char *value);
 extern void dlock_events_pre_commit(void);
 extern bool dlock_events_pre_prepare(void);
 extern void dlock_events_subxact(bool commit, SubTransactionId mySubid,

@@ -51,6 +51,9 @@
 
 PG_FUNCTION_INFO_V1(dlock_channel);
 
+/* The longest payload NOTIFY takes (NOTIFY_PAYLOAD_MAX_LENGTH, async.c). */
+#define DLOCK_NOTIFY_PAYLOAD_MAX (BLCKSZ - NAMEDATALEN - 128)
+
 /* Most outbox rows one dlock_outbox_deliver() call takes. */
 #define OUTBOX_BATCH 1000
 
@@ -82,6 +85,52 @@ dlock_notify(const DlockResource *res, const char *event, int64 fence)
 	appendStringInfoString(&buf, ",\"resource\":");
 	escape_json(&buf, text_to_cstring(res->name));
 	appendStringInfo(&buf, ",\"fence\":" INT64_FORMAT "}", fence);
+	strlcpy(ev->channel, res->channel, sizeof(ev->channel));
+	ev->payload = buf.data;
+	ev->hash = res->hash;
+	ev->subxid = GetCurrentSubTransactionId();
+	pending = lappend(pending, ev);
+	MemoryContextSwitchTo(old);
+}
+
+/*
+ * dlock_notify_holding: queue an event of a holding that carries its
+ * holder and value (elections: elected, proclaimed, resigned, expired):
+ * resource and fence as dlock_notify's, with candidate, term (the fence)
+ * and value.  A value that would make the payload longer than NOTIFY
+ * takes is left out ("value_omitted": true; dlock.leader() has it).
+ */
+void
+dlock_notify_holding(const DlockResource *res, const char *event, int64 fence,
+					 const char *candidate, const char *value)
+{
+	MemoryContext old = MemoryContextSwitchTo(TopTransactionContext);
+	PendingEvent *ev = palloc(sizeof(PendingEvent));
+	StringInfoData buf;
+	int			before_value;
+
+	initStringInfo(&buf);
+	appendStringInfoString(&buf, "{\"event\":");
+	escape_json(&buf, event);
+	appendStringInfoString(&buf, ",\"resource\":");
+	escape_json(&buf, text_to_cstring(res->name));
+	appendStringInfo(&buf, ",\"fence\":" INT64_FORMAT, fence);
+	appendStringInfoString(&buf, ",\"candidate\":");
+	escape_json(&buf, candidate);
+	appendStringInfo(&buf, ",\"term\":" INT64_FORMAT, fence);
+	before_value = buf.len;
+	appendStringInfoString(&buf, ",\"value\":");
+	if (value)
+		escape_json(&buf, value);
+	else
+		appendStringInfoString(&buf, "null");
+	appendStringInfoChar(&buf, '}');
+	if (buf.len >= DLOCK_NOTIFY_PAYLOAD_MAX)
+	{
+		buf.len = before_value;
+		buf.data[buf.len] = '\0';
+		appendStringInfoString(&buf, ",\"value_omitted\":true}");
+	}
 	strlcpy(ev->channel, res->channel, sizeof(ev->channel));
 	ev->payload = buf.data;
 	ev->hash = res->hash;

@@ -471,8 +471,9 @@ dlock_delay_on_end(const DlockResource *res, TimestampTz at,
 
 /*
  * dlock_queue_purge: delete client tickets nobody kept alive, and delays
- * that are over or belong to a holding that is gone.  Only dead rows, so
- * no resource lock is needed.  Returns how many.
+ * that are over.  Only dead rows, so no resource lock is needed: a row a
+ * fair attempt or a new holding takes over meanwhile no longer matches
+ * when the DELETE re-checks it.  Returns how many.
  */
 int
 dlock_queue_purge(TimestampTz now)
@@ -492,14 +493,33 @@ dlock_queue_purge(TimestampTz now)
 						 1, types, values, NULL, false);
 	n += dlock_store_exec(&delays_plan,
 						  "DELETE FROM dlock.delays d"
-						  "  WHERE (d.available_at IS NOT NULL"
-						  "         AND d.available_at OPERATOR(pg_catalog.<=) $1)"
-						  "     OR (d.available_at IS NULL AND NOT EXISTS (SELECT FROM dlock.leases l"
-						  "          WHERE l.resource OPERATOR(pg_catalog.=) d.resource"
-						  "            AND l.fence OPERATOR(pg_catalog.=) d.fence"
-						  "            AND l.holder IS NOT NULL))",
+						  "  WHERE d.available_at OPERATOR(pg_catalog.<=) $1",
 						  1, types, values, NULL, false);
 	return (int) Min(n, (uint64) INT_MAX);
+}
+
+/*
+ * dlock_queue_forget: delete res's delay row if its holding ended cleanly
+ * (or is gone), with the resource's row once that has been free long
+ * enough (reap.c).  Under the resource's lock: a sweeping DELETE without
+ * it could meet a row just taken over for a new holding and, re-checking
+ * it against its own older snapshot of dlock.leases, delete the new delay.
+ */
+void
+dlock_queue_forget(const DlockResource *res)
+{
+	static SPIPlanPtr plan = NULL;
+	static const Oid types[1] = {TEXTOID};
+	Datum		values[1];
+
+	values[0] = PointerGetDatum(res->name);
+	(void) dlock_store_exec(&plan,
+							"DELETE FROM dlock.delays d WHERE " RES_IS("d")
+							"   AND d.available_at IS NULL AND NOT EXISTS (SELECT FROM dlock.leases l"
+							"    WHERE l.resource OPERATOR(pg_catalog.=) d.resource"
+							"      AND l.fence OPERATOR(pg_catalog.=) d.fence"
+							"      AND l.holder IS NOT NULL)",
+							1, types, values, NULL, false);
 }
 
 /*

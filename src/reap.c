@@ -112,13 +112,18 @@ dlock_reap_list(List *resources, int from, int to, TimestampTz now)
 	int			reaped = 0;
 	int			i;
 	bool		queued;
+	bool		values;
 
 	dlock_store_begin();
 	queued = dlock_queue_installed();
+	values = queued && dlock_values_installed();
 	for (i = from; i < to; i++)
 	{
 		DlockResource res;
 		int64		fence;
+		char	   *holder;
+		char	   *value;
+		bool		election;
 
 		dlock_resource_init(&res, list_nth(resources, i));
 		if (!take_for_maintenance(&res))
@@ -128,7 +133,11 @@ dlock_reap_list(List *resources, int from, int to, TimestampTz now)
 		fence = dlock_row_reap(&res, now);
 		if (fence == 0)
 			continue;			/* no longer expired; the locks go at commit */
-		dlock_notify(&res, "expired", fence);
+		if (values && dlock_value_read(&res, fence, &holder, &value, &election) &&
+			election)
+			dlock_notify_holding(&res, "expired", fence, holder, value);
+		else
+			dlock_notify(&res, "expired", fence);
 		dlock_wake_after_commit(res.hash);
 		dlock_count(DLOCK_STAT_EXPIRED);
 		reaped++;
@@ -147,15 +156,23 @@ void
 dlock_purge_list(List *resources, int from, int to)
 {
 	int			i;
+	bool		queued;
 
 	dlock_store_begin();
+	queued = dlock_queue_installed() && dlock_values_installed();
 	for (i = from; i < to; i++)
 	{
 		DlockResource res;
 
 		dlock_resource_init(&res, list_nth(resources, i));
-		if (take_for_maintenance(&res))
-			dlock_row_delete_free(&res);
+		if (!take_for_maintenance(&res))
+			continue;
+		dlock_row_delete_free(&res);
+		if (queued)
+		{
+			dlock_queue_forget(&res);
+			dlock_values_forget(&res);
+		}
 	}
 	dlock_store_end();
 	/* Nothing anyone waits for: commit without waiting for a standby. */

@@ -160,6 +160,22 @@ dlock_check_holder(FunctionCallInfo fcinfo, int argno)
 }
 
 /*
+ * dlock_check_election / dlock_check_candidate: a resource and a holder
+ * under the names the election functions give them.
+ */
+text *
+dlock_check_election(FunctionCallInfo fcinfo, int argno)
+{
+	return check_text_arg(fcinfo, argno, "election", DLOCK_MAX_RESOURCE_LEN);
+}
+
+text *
+dlock_check_candidate(FunctionCallInfo fcinfo, int argno)
+{
+	return check_text_arg(fcinfo, argno, "candidate", DLOCK_MAX_HOLDER_LEN);
+}
+
+/*
  * dlock_check_lease: the lease argument, validated against the clock now;
  * NULL means the dlock.default_lease setting.  The result is palloc'd.
  * Every use turns it into an expiry with dlock_lease_expiry, which checks

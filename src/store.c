@@ -468,6 +468,20 @@ dlock_row_release(const DlockResource *res, int32 count_left, TimestampTz now)
 }
 
 /*
+ * dlock_store_copy_text: a text datum of the last result as a C string in
+ * the store session's caller context (for other files' statements).
+ */
+char *
+dlock_store_copy_text(Datum d)
+{
+	MemoryContext old = MemoryContextSwitchTo(caller_context);
+	char	   *s = TextDatumGetCString(d);
+
+	MemoryContextSwitchTo(old);
+	return s;
+}
+
+/*
  * column_texts: the first column of the last result as a List of text*
  * copied into the caller's context.
  */

@@ -1,0 +1,355 @@
+/*-------------------------------------------------------------------------
+ *
+ * elect.c
+ *		Leader election (campaign, proclaim, resign) and the value of a
+ *		holding.
+ *
+ * An election is a resource; its leader is the holder, the term is the
+ * holding's fence, so renew, check and assert_fence work on elections
+ * unchanged.  campaign is a fair lock() (candidates are elected in the
+ * order they campaigned; with wait => '0' it is a client-side fair
+ * attempt, as try_lock(..., fair => true)) that does not re-enter: the
+ * current leader campaigning again gets its current term.
+ *
+ * A holding's value (who leads and where to reach it) lives in
+ * dlock.holding_values, tied to the holding by its fence like a lock-delay
+ * (queue.c): a row whose fence is not the resource's current holding is
+ * dead, ignored by dlock.locks, and deleted with the resource's row once
+ * that has been free long enough (reap.c).  The row also says
+ * whether the holding was taken by campaign, so that its end by expiry is
+ * announced as an election event (reap.c).
+ *
+ * Events (events.c) on the election's channel: elected, proclaimed,
+ * resigned, and expired from the reaper, each with candidate, term and
+ * value.
+ *
+ * Shared state: rows of dlock.holding_values, written only under the
+ * resource's lock (CHANGE), except the purge of dead rows.  Only under the
+ * 0.2 SQL (dlock_values_installed); the functions exist only there.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "dlock.h"
+
+#include "catalog/namespace.h"
+#include "catalog/pg_type.h"
+#include "executor/spi.h"
+#include "utils/builtins.h"
+#include "utils/lsyscache.h"
+
+PG_FUNCTION_INFO_V1(dlock_campaign);
+PG_FUNCTION_INFO_V1(dlock_proclaim);
+PG_FUNCTION_INFO_V1(dlock_resign);
+
+/* The longest value, so that an event carrying it fits a NOTIFY. */
+#define DLOCK_MAX_VALUE_LEN 4000
+
+#define RES_IS(alias) alias ".resource OPERATOR(pg_catalog.=) ($1 COLLATE pg_catalog.\"C\")"
+
+/* dlock_values_installed: is dlock.holding_values there (0.2 SQL)? */
+bool
+dlock_values_installed(void)
+{
+	return OidIsValid(get_relname_relid("holding_values", dlock_schema_oid()));
+}
+
+/* check_value: the value argument: NULL, or at most DLOCK_MAX_VALUE_LEN bytes. */
+static text *
+check_value(FunctionCallInfo fcinfo, int argno)
+{
+	text	   *t;
+
+	if (PG_ARGISNULL(argno))
+		return NULL;
+	t = PG_GETARG_TEXT_PP(argno);
+	if (VARSIZE_ANY_EXHDR(t) > DLOCK_MAX_VALUE_LEN)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("value must be at most %d bytes long", DLOCK_MAX_VALUE_LEN),
+				 errdetail("The value given is %d bytes long.",
+						   (int) VARSIZE_ANY_EXHDR(t))));
+	return t;
+}
+
+/* check_term: the optional term argument; false if NULL. */
+static bool
+check_term(FunctionCallInfo fcinfo, int argno, int64 *term)
+{
+	*term = PG_ARGISNULL(argno) ? 0 : PG_GETARG_INT64(argno);
+	return !PG_ARGISNULL(argno);
+}
+
+/*
+ * dlock_value_read: the holder and value of res's holding fence, and
+ * whether campaign took it.  False if there is no value row for that
+ * holding.  Inside a store session; *holder and *value (NULL if the value
+ * is NULL) are palloc'd in the session's caller context.
+ */
+bool
+dlock_value_read(const DlockResource *res, int64 fence, char **holder,
+				 char **value, bool *election)
+{
+	static SPIPlanPtr plan = NULL;
+	static const Oid types[2] = {TEXTOID, INT8OID};
+	Datum		values[2];
+	bool		isnull;
+	Datum		d;
+
+	*holder = NULL;
+	*value = NULL;
+	*election = false;
+	values[0] = PointerGetDatum(res->name);
+	values[1] = Int64GetDatum(fence);
+	if (dlock_store_exec(&plan,
+						 "SELECT v.value, v.election, v.holder FROM dlock.holding_values v"
+						 "  WHERE " RES_IS("v") " AND v.fence OPERATOR(pg_catalog.=) $2",
+						 2, types, values, NULL, true) == 0)
+		return false;
+	d = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
+	if (!isnull)
+		*value = dlock_store_copy_text(d);
+	d = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2, &isnull);
+	*election = !isnull && DatumGetBool(d);
+	d = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 3, &isnull);
+	if (!isnull)
+		*holder = dlock_store_copy_text(d);
+	return true;
+}
+
+/*
+ * value_set: res's holding fence now has value; election: campaign took
+ * it (false keeps what the row says for this holding).  Inside a store
+ * session, under the resource's lock.
+ */
+static void
+value_set(const DlockResource *res, int64 fence, text *holder, text *value,
+		  bool election)
+{
+	static SPIPlanPtr plan = NULL;
+	static const Oid types[5] = {TEXTOID, INT8OID, TEXTOID, BOOLOID, TEXTOID};
+	Datum		values[5];
+	char		nulls[5] = {' ', ' ', value ? ' ' : 'n', ' ', ' '};
+
+	values[0] = PointerGetDatum(res->name);
+	values[1] = Int64GetDatum(fence);
+	values[2] = PointerGetDatum(value);
+	values[3] = BoolGetDatum(election);
+	values[4] = PointerGetDatum(holder);
+	(void) dlock_store_exec(&plan,
+							"INSERT INTO dlock.holding_values AS v"
+							"  (resource, fence, holder, value, election)"
+							"  VALUES ($1, $2, $5, $3, $4)"
+							"  ON CONFLICT (resource) DO UPDATE SET value = EXCLUDED.value,"
+							"  holder = EXCLUDED.holder,"
+							"  election = EXCLUDED.election OR (v.election AND"
+							"    v.fence OPERATOR(pg_catalog.=) EXCLUDED.fence),"
+							"  fence = EXCLUDED.fence",
+							5, types, values, nulls, false);
+}
+
+/*
+ * dlock_values_forget: delete res's value row if its holding is over.
+ * Under the resource's lock (the reaper's purge of long-free rows): a
+ * sweeping DELETE without it could meet a row just taken over for a new
+ * holding and, re-checking it against its own older snapshot of
+ * dlock.leases, delete the new value.
+ */
+void
+dlock_values_forget(const DlockResource *res)
+{
+	static SPIPlanPtr plan = NULL;
+	static const Oid types[1] = {TEXTOID};
+	Datum		values[1];
+
+	values[0] = PointerGetDatum(res->name);
+	(void) dlock_store_exec(&plan,
+							"DELETE FROM dlock.holding_values v WHERE " RES_IS("v")
+							"   AND NOT EXISTS (SELECT FROM dlock.leases l"
+							"    WHERE l.resource OPERATOR(pg_catalog.=) v.resource"
+							"      AND l.fence OPERATOR(pg_catalog.=) v.fence"
+							"      AND l.holder IS NOT NULL)",
+							1, types, values, NULL, false);
+}
+
+/* value_cstring: a text value as a C string, or NULL. */
+static char *
+value_cstring(text *value)
+{
+	return value ? text_to_cstring(value) : NULL;
+}
+
+/*
+ * current_term: if candidate (of the caller's role) leads election now,
+ * its term, with the resource's lock taken (CHANGE) and the store session
+ * open; else 0, with neither.  A first look without the lock keeps a
+ * candidate that does not lead from waiting for anyone here.
+ */
+static int64
+current_term(const DlockResource *res, text *candidate, const DlockCaller *caller)
+{
+	DlockRow	row;
+
+	dlock_store_begin();
+	dlock_row_read(res, &row);
+	if (dlock_holding_verdict(&row, candidate, caller, GetCurrentTimestamp()) != HOLDING_MINE)
+	{
+		dlock_store_end();
+		return 0;
+	}
+	dlock_store_end();
+	dlock_change_wait(res);
+	dlock_store_begin();
+	dlock_row_read(res, &row);
+	if (dlock_holding_verdict(&row, candidate, caller, GetCurrentTimestamp()) != HOLDING_MINE)
+	{
+		dlock_store_end();
+		dlock_resource_unlock(res, DLOCK_CHANGE);
+		return 0;
+	}
+	return row.fence;
+}
+
+/*
+ * dlock.campaign(election, candidate, value, lease, wait): the term once
+ * elected, NULL on timeout.  The leader campaigning again gets its current
+ * term; a value given then (and different) is proclaimed.
+ */
+Datum
+dlock_campaign(PG_FUNCTION_ARGS)
+{
+	DlockResource res;
+	text	   *candidate;
+	text	   *value;
+	Interval   *lease;
+	int64		wait_ms;
+	DlockCaller caller;
+	int64		term;
+	char	   *old_holder;
+	char	   *old_value;
+	bool		election;
+
+	dlock_resource_init(&res, dlock_check_election(fcinfo, 0));
+	candidate = dlock_check_candidate(fcinfo, 1);
+	value = check_value(fcinfo, 2);
+	lease = dlock_check_lease(fcinfo, 3);
+	wait_ms = dlock_check_wait_ms(fcinfo, 4);
+	dlock_check_writable("dlock.campaign()");
+	caller = dlock_caller();
+
+	term = current_term(&res, candidate, &caller);
+	if (term != 0)
+	{
+		bool		changed = false;
+
+		if (value != NULL)
+		{
+			(void) dlock_value_read(&res, term, &old_holder, &old_value, &election);
+			changed = old_value == NULL || strcmp(old_value, text_to_cstring(value)) != 0;
+			if (changed)
+			{
+				value_set(&res, term, candidate, value, false);
+				dlock_notify_holding(&res, "proclaimed", term, text_to_cstring(candidate),
+									 value_cstring(value));
+			}
+		}
+		dlock_store_end();
+		if (!changed)
+			dlock_resource_unlock(&res, DLOCK_CHANGE);
+		PG_RETURN_INT64(term);
+	}
+
+	term = dlock_acquire(&res, candidate, &caller, lease, wait_ms, true, NULL);
+	if (term == 0)
+		PG_RETURN_NULL();
+	/* Elected: the resource's lock is ours until the transaction ends. */
+	dlock_store_begin();
+	value_set(&res, term, candidate, value, true);
+	dlock_store_end();
+	dlock_notify_holding(&res, "elected", term, text_to_cstring(candidate), value_cstring(value));
+	PG_RETURN_INT64(term);
+}
+
+/*
+ * dlock.proclaim(election, candidate, value, term): the holder of any
+ * holding changes its value; false if candidate does not hold it (under
+ * that term).  Another role's holding: 42501.
+ */
+Datum
+dlock_proclaim(PG_FUNCTION_ARGS)
+{
+	DlockResource res;
+	text	   *candidate;
+	text	   *value;
+	int64		term;
+	bool		term_given;
+	DlockCaller caller;
+	DlockRow	row;
+
+	dlock_resource_init(&res, dlock_check_election(fcinfo, 0));
+	candidate = dlock_check_candidate(fcinfo, 1);
+	value = check_value(fcinfo, 2);
+	term_given = check_term(fcinfo, 3, &term);
+	dlock_check_writable("dlock.proclaim()");
+	caller = dlock_caller();
+
+	dlock_change_wait(&res);
+	dlock_store_begin();
+	dlock_row_read(&res, &row);
+	if (!dlock_may_change(&row, candidate, &caller, GetCurrentTimestamp(), "proclaim") ||
+		(term_given && term != row.fence))
+	{
+		dlock_store_end();
+		dlock_resource_unlock(&res, DLOCK_CHANGE);
+		PG_RETURN_BOOL(false);
+	}
+	value_set(&res, row.fence, candidate, value, false);
+	dlock_store_end();
+	dlock_notify_holding(&res, "proclaimed", row.fence, text_to_cstring(candidate), value_cstring(value));
+	PG_RETURN_BOOL(true);
+}
+
+/*
+ * dlock.resign(election, candidate, term): the holder gives the holding up
+ * whatever its count; the next candidate is woken at once.  False if
+ * candidate does not hold it (under that term).  Another role's: 42501.
+ */
+Datum
+dlock_resign(PG_FUNCTION_ARGS)
+{
+	DlockResource res;
+	text	   *candidate;
+	int64		term;
+	bool		term_given;
+	DlockCaller caller;
+	DlockRow	row;
+	TimestampTz now;
+	char	   *old_holder;
+	char	   *value;
+	bool		election;
+
+	dlock_resource_init(&res, dlock_check_election(fcinfo, 0));
+	candidate = dlock_check_candidate(fcinfo, 1);
+	term_given = check_term(fcinfo, 2, &term);
+	dlock_check_writable("dlock.resign()");
+	caller = dlock_caller();
+
+	dlock_change_wait(&res);
+	now = GetCurrentTimestamp();
+	dlock_store_begin();
+	dlock_row_read(&res, &row);
+	if (!dlock_may_change(&row, candidate, &caller, now, "resign") ||
+		(term_given && term != row.fence))
+	{
+		dlock_store_end();
+		dlock_resource_unlock(&res, DLOCK_CHANGE);
+		PG_RETURN_BOOL(false);
+	}
+	(void) dlock_value_read(&res, row.fence, &old_holder, &value, &election);
+	dlock_row_release(&res, 0, now);
+	dlock_store_end();
+	dlock_notify_holding(&res, "resigned", row.fence, text_to_cstring(candidate), value);
+	dlock_wake_after_commit(res.hash);
+	dlock_note_release();
+	dlock_count(DLOCK_STAT_RELEASED);
+	PG_RETURN_BOOL(true);
+}
