@@ -31,7 +31,8 @@ done
 [ -n "$sql" ] || { echo "mysql/dlock.sql not found" >&2; exit 1; }
 
 tmp=$(mktemp -d /tmp/dlock-bench-my.XXXXXX)
-cp "$sql" "$here/mysql_pairs.pl" "$tmp"/
+cp "$sql" "$tmp/dlock.sql"
+cp "$here/mysql_pairs.pl" "$tmp"/
 mkdir -p "$resdir"
 if [ "$(id -u)" -eq 0 ]; then
     chown -R postgres: "$tmp"

@@ -72,7 +72,8 @@ my $before = $node->safe_psql('walk',
 	q{SELECT string_agg(resource || ' ' || holder || ' ' || count || ' ' || fence || ' ' || owner, ', ' ORDER BY resource) FROM dlock.locks});
 
 # Walk every step.
-my ($queue, $delay) = ('', '');
+my ($queue, $delay, $leader) = ('', '', '');
+my $leader_q = q{SELECT candidate || ' ' || value || ' ' || term FROM dlock.leader('walk/e')};
 my $queue_q = q{SELECT string_agg(holder || ':' || position, ' ' ORDER BY position) FROM dlock.queue WHERE resource = 'walk/q'};
 my $delay_q = q{SELECT string_agg(resource || ' ' || available_at, ', ') FROM dlock.locks WHERE resource = 'walk/delayed'};
 for my $i (1 .. $#versions)
@@ -97,6 +98,7 @@ for my $i (1 .. $#versions)
 	{
 		is($node->safe_psql('walk', $queue_q), $queue, "$v: every queue entry intact");
 		is($node->safe_psql('walk', $delay_q), $delay, "$v: every lock-delay intact");
+		is($node->safe_psql('walk', $leader_q), $leader, "$v: the leader and its value intact");
 	}
 	elsif ($node->safe_psql('walk', q{SELECT to_regclass('dlock.tickets') IS NOT NULL}) eq 't')
 	{
@@ -108,6 +110,11 @@ for my $i (1 .. $#versions)
 		$delay = $node->safe_psql('walk', $delay_q);
 		is($queue, 'q1:1 q2:2', "$v: a queue forms");
 		like($delay, qr/^walk\/delayed \d/, "$v: a lock-delay is recorded");
+		# ... and elections, whose leaders carry a value.
+		my $term = $node->safe_psql('walk', q{SELECT dlock.campaign('walk/e', 'le', 'where-e', '1h')});
+		cmp_ok($term, '>', $f3, "$v: a leader is elected with a higher term");
+		$leader = $node->safe_psql('walk', $leader_q);
+		is($leader, "le where-e $term", "$v: dlock.leader() shows it with its value");
 	}
 }
 
