@@ -247,9 +247,17 @@ try_once(Lock *lk)
 	 * lock was granted: busy attempts of pollers burn no xids.
 	 */
 	sql_params(lk, params);
+	if (lk->election)
+		params[3] = lk->value;	/* campaign takes no fair or lock_delay */
 	sent = now_ms();
 	if (db_exec(&lk->conn,
-				lk->fair || lk->lock_delay_text[0]
+				lk->election
+				? "SELECT f, CASE WHEN f IS NULL THEN NULL ELSE pg_current_xact_id() END, "
+				"  CASE WHEN f IS NULL THEN set_config('synchronous_commit', 'off', true) END, "
+				"  (extract(epoch FROM current_setting('dlock.queue_ttl', true)::interval) "
+				"   * 1000)::bigint "
+				"FROM dlock.campaign($1, $2, $4, $3::interval, wait => '0') AS f"
+				: lk->fair || lk->lock_delay_text[0]
 				? "SELECT f, CASE WHEN f IS NULL THEN NULL ELSE pg_current_xact_id() END, "
 				"  CASE WHEN f IS NULL AND $4 THEN set_config('synchronous_commit', 'off', true) END, "
 				"  (extract(epoch FROM current_setting('dlock.queue_ttl', true)::interval) "
@@ -258,7 +266,7 @@ try_once(Lock *lk)
 				"                    lock_delay => $5::interval) AS f"
 				: "SELECT f, CASE WHEN f IS NULL THEN NULL ELSE pg_current_xact_id() END "
 				"FROM dlock.try_lock($1, $2, $3::interval) AS f",
-				lk->fair || lk->lock_delay_text[0] ? 5 : 3,
+				lk->election ? 4 : lk->fair || lk->lock_delay_text[0] ? 5 : 3,
 				params, sent + STMT_TIMEOUT_MS, false, &r) != DB_OK)
 		return TRY_LOST;		/* no COMMIT was sent: nothing committed */
 	if (!db_result_ok(r) || PQntuples(r) != 1 || PQnfields(r) < 2)
@@ -311,9 +319,7 @@ try_once(Lock *lk)
 static void
 setup_listen(Lock *lk)
 {
-	const char *params[1] = {lk->resource};
-	PGresult   *r;
-	char	   *ident, *sql;
+	char	   *chan;
 
 	if (db_pooled(&lk->conn))
 	{
@@ -323,48 +329,19 @@ setup_listen(Lock *lk)
 	}
 	if (lk->conn == NULL)
 		return;
-	if (db_exec(&lk->conn, "SELECT dlock.channel($1)", 1, params,
-				now_ms() + STMT_TIMEOUT_MS, false, &r) != DB_OK)
-		return;
-	if (!db_result_ok(r) || PQntuples(r) != 1 || PQgetisnull(r, 0, 0))
+	chan = db_listen(&lk->conn, lk->resource, now_ms() + STMT_TIMEOUT_MS);
+	if (chan == NULL)
 	{
-		db_report("dlock.channel failed, polling instead", lk->conn, r);
-		PQclear(r);
-		lk->polling = true;
-		return;
-	}
-	ident = PQescapeIdentifier(lk->conn, PQgetvalue(r, 0, 0),
-							   strlen(PQgetvalue(r, 0, 0)));
-	PQclear(r);
-	if (ident == NULL)
-	{
-		lk->polling = true;
-		return;
-	}
-	sql = malloc(strlen(ident) + 8);
-	if (sql == NULL)
-	{
-		PQfreemem(ident);
-		lk->polling = true;
-		return;
-	}
-	sprintf(sql, "LISTEN %s", ident);
-	PQfreemem(ident);
-	if (db_exec(&lk->conn, sql, 0, NULL, now_ms() + STMT_TIMEOUT_MS, false, &r) == DB_OK)
-	{
-		if (db_result_ok(r))
+		if (lk->conn != NULL)
 		{
-			lk->listening = true;
-			vlog(lk->opt, "waiting for \"%s\" (LISTEN)", lk->resource);
-		}
-		else
-		{
-			db_report("LISTEN failed, polling instead", lk->conn, r);
+			logmsg("polling instead");
 			lk->polling = true;
 		}
-		PQclear(r);
+		return;
 	}
-	free(sql);
+	free(chan);
+	lk->listening = true;
+	vlog(lk->opt, "waiting for \"%s\" (LISTEN)", lk->resource);
 }
 
 /*
@@ -382,7 +359,7 @@ acquire(Lock *lk, int64_t wait_ms)
 	int64_t		poll_ms = POLL_MIN_MS;
 
 	/* One try does not queue: a ticket nobody retries would only block. */
-	lk->fair = lk->opt->fair && wait_ms != 0;
+	lk->fair = (lk->opt->fair || lk->election) && wait_ms != 0;
 
 	for (;;)
 	{
@@ -501,6 +478,8 @@ release(Lock *lk, int64_t linger_ms, int64_t deadline)
 		if (db_exec(&lk->conn,
 					linger_ms > 0
 					? "SELECT dlock.renew($1, $2, $3::interval, $4::bigint)"
+					: lk->election
+					? "SELECT CASE WHEN dlock.resign($1, $2, $3::bigint) THEN 0 END"
 					: "SELECT dlock.unlock($1, $2, $3::bigint)",
 					linger_ms > 0 ? 4 : 3, params, stmt_deadline, false, &r) != DB_OK)
 		{

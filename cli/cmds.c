@@ -1,6 +1,6 @@
 /*
  * cmds.c - the one-shot subcommands of dlock: try, lock, unlock, renew,
- * status, watch, reap, and --version.  Each connects, runs its SQL with
+ * status, watch, observe, reap, and --version.  Each connects, runs its SQL with
  * parameters (user text never enters the SQL text), prints the answer
  * and returns the exit code.
  */
@@ -239,36 +239,7 @@ cmd_status(Options *o)
 static char *
 subscribe(PGconn **connp, const char *resource)
 {
-	const char *params[1] = {resource};
-	PGresult   *r;
-	char	   *chan, *ident, *sql;
-
-	r = query(connp, "channel", "SELECT dlock.channel($1)", 1, params);
-	if (r == NULL)
-		return NULL;
-	chan = strdup(PQgetvalue(r, 0, 0));
-	PQclear(r);
-	ident = chan ? PQescapeIdentifier(*connp, chan, strlen(chan)) : NULL;
-	sql = ident ? malloc(strlen(ident) + 8) : NULL;
-	if (sql == NULL)
-	{
-		if (ident)
-			PQfreemem(ident);
-		free(chan);
-		logmsg("out of memory");
-		return NULL;
-	}
-	sprintf(sql, "LISTEN %s", ident);
-	PQfreemem(ident);
-	r = query(connp, "LISTEN", sql, 0, NULL);
-	free(sql);
-	if (r == NULL)
-	{
-		free(chan);
-		return NULL;
-	}
-	PQclear(r);
-	return chan;
+	return db_listen(connp, resource, now_ms() + ONE_SHOT_MS);
 }
 
 /*
@@ -354,6 +325,205 @@ cmd_watch(Options *o)
 		}
 	}
 	free(chan);
+	db_drop(&conn);
+	return 0;
+}
+
+/* json_string: print s as a JSON string. */
+static void
+json_string(const char *s)
+{
+	putchar('"');
+	for (; *s; s++)
+	{
+		unsigned char c = (unsigned char) *s;
+
+		if (c == '"' || c == '\\')
+			printf("\\%c", c);
+		else if (c < 0x20)
+			printf("\\u%04x", c);
+		else
+			putchar(c);
+	}
+	putchar('"');
+}
+
+#define OBSERVE_POLL_MS 200		/* leader() polling interval behind a pooler */
+#define OBSERVE_RECHECK_MS 5000	/* re-read while listening (unannounced expiry) */
+
+/*
+ * observe_leader: read dlock.leader(election); if its (candidate, term,
+ * value) differs from *last (malloc'd, NULL at first), print it as one
+ * JSON line (when print) and remember it.  False if the query failed
+ * (*connp may be dropped).
+ */
+static bool
+observe_leader(PGconn **connp, const char *election, char **last, bool print)
+{
+	const char *params[1] = {election};
+	PGresult   *r;
+	char	   *key;
+	size_t		len;
+
+	if (db_exec(connp, "SELECT candidate, term, value, expires_at FROM dlock.leader($1)",
+				1, params, now_ms() + ONE_SHOT_MS, false, &r) != DB_OK)
+		return false;
+	if (!db_result_ok(r))
+	{
+		db_report("leader", *connp, r);
+		PQclear(r);
+		return false;
+	}
+	len = PQntuples(r) == 0 ? 1 : strlen(PQgetvalue(r, 0, 0)) + strlen(PQgetvalue(r, 0, 1)) +
+		strlen(PQgetvalue(r, 0, 2)) + 8;
+	key = malloc(len);
+	if (key == NULL)
+	{
+		PQclear(r);
+		return false;
+	}
+	if (PQntuples(r) == 0)
+		key[0] = '\0';
+	else
+		snprintf(key, len, "%s\x1f%s\x1f%c%s", PQgetvalue(r, 0, 0), PQgetvalue(r, 0, 1),
+				 PQgetisnull(r, 0, 2) ? 'n' : 'v', PQgetvalue(r, 0, 2));
+	if (*last != NULL && strcmp(*last, key) == 0)
+	{
+		free(key);
+		PQclear(r);
+		return true;
+	}
+	free(*last);
+	*last = key;
+	if (print)
+	{
+		if (PQntuples(r) == 0)
+		{
+			printf("{\"event\":\"none\",\"election\":");
+			json_string(election);
+			printf("}\n");
+		}
+		else
+		{
+			printf("{\"event\":\"leader\",\"election\":");
+			json_string(election);
+			printf(",\"candidate\":");
+			json_string(PQgetvalue(r, 0, 0));
+			printf(",\"term\":%s,\"value\":", PQgetvalue(r, 0, 1));
+			if (PQgetisnull(r, 0, 2))
+				printf("null");
+			else
+				json_string(PQgetvalue(r, 0, 2));
+			printf(",\"expires_at\":");
+			json_string(PQgetvalue(r, 0, 3));
+			printf("}\n");
+		}
+		fflush(stdout);
+	}
+	PQclear(r);
+	return true;
+}
+
+/*
+ * cmd_observe: "dlock observe ELECTION": the current leader as one JSON
+ * line ("leader", or "none"), then one line per change until a signal ends
+ * it (exit 0).  Listening, each event on the election's channel is printed
+ * as the server sent it (elected, proclaimed, resigned, expired, and
+ * released or broken for plain holdings), and the leader is re-read every
+ * 5 s so that a change nobody announced (an expiry without a reaper) is
+ * printed too.  Behind a pooler (or with --poll) dlock.leader() is polled
+ * every 200 ms and a "leader"/"none" line printed on each change.  After a
+ * lost connection it reconnects, reads the leader again and prints it if
+ * it changed (events in between are missed; stderr says so).
+ */
+int
+cmd_observe(Options *o)
+{
+	PGconn	   *conn;
+	char	   *chan = NULL;
+	char	   *last = NULL;
+	bool		polling = o->poll;
+	const char *election;
+
+	if (o->npos != 1)
+		return usage_error("observe: expected exactly one ELECTION");
+	election = o->pos[0];
+	signals_install();
+	if ((conn = connect_or_fail(o)) == NULL)
+		return EXIT_CONN;
+	if (!polling && db_pooled(&conn))
+		polling = true;
+	if (conn != NULL && !polling)
+		chan = subscribe(&conn, election);
+	if (conn == NULL || (!polling && chan == NULL) ||
+		!observe_leader(&conn, election, &last, true))
+	{
+		free(chan);
+		db_drop(&conn);
+		return EXIT_CONN;
+	}
+	for (;;)
+	{
+		int64_t		next = now_ms() + (polling ? OBSERVE_POLL_MS : OBSERVE_RECHECK_MS);
+		DbStatus	st;
+
+		if (signals_term_count() > 0)
+			break;
+		if (conn == NULL)
+		{
+			if (polling)
+			{
+				db_sleep(now_ms() + jitter(1000));
+				if (signals_term_count() > 0)
+					break;
+				conn = db_connect(o, now_ms() + ONE_SHOT_MS, true, true);
+			}
+			else
+				conn = resubscribe(o, election, &chan);
+			if (conn == NULL)
+				continue;
+			if (!observe_leader(&conn, election, &last, true))
+				db_drop(&conn);
+			continue;
+		}
+		if (polling)
+		{
+			st = db_sleep(next);
+			if (st == DB_SIGNAL || signals_term_count() > 0)
+				break;
+			if (!observe_leader(&conn, election, &last, true))
+				db_drop(&conn);
+			continue;
+		}
+		st = db_wait(conn, next, true);
+		if (st == DB_SIGNAL)
+			continue;
+		if (st == DB_OK)
+		{
+			if (!PQconsumeInput(conn))
+			{
+				logmsg("connection lost: %s", PQerrorMessage(conn));
+				db_drop(&conn);
+				continue;
+			}
+			db_drain_notifies(conn, chan, true);
+			/* what the events said is the state now: remember it quietly */
+			if (!observe_leader(&conn, election, &last, false))
+				db_drop(&conn);
+		}
+		else if (st == DB_TIMEOUT)
+		{
+			if (!observe_leader(&conn, election, &last, true))
+				db_drop(&conn);
+		}
+		else
+		{
+			logmsg("connection lost: %s", db_lost_reason());
+			db_drop(&conn);
+		}
+	}
+	free(chan);
+	free(last);
 	db_drop(&conn);
 	return 0;
 }

@@ -388,6 +388,63 @@ db_pooled(PGconn **connp)
 }
 
 /*
+ * db_listen: LISTEN on resource's channel (dlock.channel); returns the
+ * channel name (malloc'd), or NULL after reporting why (*connp is dropped
+ * if the connection was lost).  The one place LISTEN is set up: waiting
+ * (acquire.c), watch and observe (cmds.c).
+ */
+char *
+db_listen(PGconn **connp, const char *resource, int64_t deadline)
+{
+	const char *params[1] = {resource};
+	PGresult   *r;
+	char	   *chan, *ident, *sql;
+
+	if (db_exec(connp, "SELECT dlock.channel($1)", 1, params, deadline, false, &r) != DB_OK)
+	{
+		logmsg("LISTEN: %s", db_lost_reason());
+		return NULL;
+	}
+	if (!db_result_ok(r) || PQntuples(r) != 1 || PQgetisnull(r, 0, 0))
+	{
+		db_report("dlock.channel", *connp, r);
+		PQclear(r);
+		return NULL;
+	}
+	chan = strdup(PQgetvalue(r, 0, 0));
+	PQclear(r);
+	ident = chan ? PQescapeIdentifier(*connp, chan, strlen(chan)) : NULL;
+	sql = ident ? malloc(strlen(ident) + 8) : NULL;
+	if (sql == NULL)
+	{
+		if (ident)
+			PQfreemem(ident);
+		free(chan);
+		logmsg("out of memory");
+		return NULL;
+	}
+	sprintf(sql, "LISTEN %s", ident);
+	PQfreemem(ident);
+	if (db_exec(connp, sql, 0, NULL, deadline, false, &r) != DB_OK)
+	{
+		logmsg("LISTEN: %s", db_lost_reason());
+		free(sql);
+		free(chan);
+		return NULL;
+	}
+	free(sql);
+	if (!db_result_ok(r))
+	{
+		db_report("LISTEN", *connp, r);
+		PQclear(r);
+		free(chan);
+		return NULL;
+	}
+	PQclear(r);
+	return chan;
+}
+
+/*
  * db_drain_notifies: take every notification libpq has read; print the
  * payloads of those on channel (one per line) when asked to.  Waiters
  * call it only to empty the queue: any notification is a reason to retry.

@@ -79,6 +79,8 @@ typedef struct Lock
 	char		lock_delay_text[48];	/* "N milliseconds"; empty: server default */
 	bool		fair;			/* attempts take a ticket (and commit it) */
 	int64_t		queue_ttl_ms;	/* the server's dlock.queue_ttl; 0: not known yet */
+	bool		election;		/* "dlock elect": campaign and resign */
+	const char *value;			/* elect: the candidate's value */
 } Lock;
 
 /* util.c */
@@ -113,6 +115,7 @@ DbStatus	db_exec(PGconn **connp, const char *sql, int n, const char *const *valu
 bool		db_result_ok(PGresult *res);
 bool		db_error_is_connection(PGresult *res);
 void		db_report(const char *what, PGconn *conn, PGresult *res);
+char	   *db_listen(PGconn **connp, const char *resource, int64_t deadline);
 void		db_drop(PGconn **connp);
 bool		db_pooled(PGconn **connp);
 void		db_drain_notifies(PGconn *conn, const char *channel, bool print);
@@ -135,6 +138,7 @@ int			release(Lock *lk, int64_t linger_ms, int64_t deadline);
 
 /* run.c */
 int			cmd_run(Options *o);
+int			cmd_elect(Options *o);
 
 /* watchdog.c: messages on the socket between the client and the watchdog */
 typedef enum
@@ -173,6 +177,7 @@ int			cmd_unlock(Options *o);
 int			cmd_renew(Options *o);
 int			cmd_status(Options *o);
 int			cmd_watch(Options *o);
+int			cmd_observe(Options *o);
 int			cmd_reap(Options *o);
 int			cmd_version(Options *o);
 

@@ -51,20 +51,33 @@ static const struct
 	{"version", 'V', false, O_VERSION},
 };
 
+static int	do_try(Options *o) { return cmd_try(o, false); }
+static int	do_lock(Options *o) { return cmd_try(o, true); }
+static int	do_help(Options *o);
+
+/*
+ * The subcommands: the options each accepts, whether the MySQL edition
+ * has it, and what runs it.
+ */
 static const struct
 {
 	const char *name;
 	int			allowed;
+	bool		mysql;
+	int			(*fn) (Options *o);
 }			subcommands[] = {
-	{"run", O_LEASE | O_WAIT | O_HOLDER | O_LINGER | O_GRACE | O_POLL | O_FAIR | O_LOCK_DELAY},
-	{"try", O_LEASE | O_HOLDER | O_LOCK_DELAY},
-	{"lock", O_LEASE | O_WAIT | O_HOLDER | O_POLL | O_FAIR | O_LOCK_DELAY},
-	{"unlock", O_HOLDER | O_FENCE},
-	{"renew", O_HOLDER | O_LEASE | O_FENCE},
-	{"status", 0},
-	{"watch", 0},
-	{"reap", 0},
-	{"help", 0},
+	{"run", O_LEASE | O_WAIT | O_HOLDER | O_LINGER | O_GRACE | O_POLL | O_FAIR | O_LOCK_DELAY,
+	true, cmd_run},
+	{"elect", O_LEASE | O_WAIT | O_HOLDER | O_GRACE | O_POLL | O_FAIR, false, cmd_elect},
+	{"try", O_LEASE | O_HOLDER | O_LOCK_DELAY, true, do_try},
+	{"lock", O_LEASE | O_WAIT | O_HOLDER | O_POLL | O_FAIR | O_LOCK_DELAY, true, do_lock},
+	{"unlock", O_HOLDER | O_FENCE, true, cmd_unlock},
+	{"renew", O_HOLDER | O_LEASE | O_FENCE, true, cmd_renew},
+	{"status", 0, true, cmd_status},
+	{"watch", 0, true, cmd_watch},
+	{"observe", O_POLL, false, cmd_observe},
+	{"reap", 0, true, cmd_reap},
+	{"help", 0, true, do_help},
 };
 
 /* help: the synopsis, options and exit codes (--help). */
@@ -78,6 +91,9 @@ help(void)
 		   "  dlock [-d CONNINFO] run [--lease D] [--wait D] [--holder H] [--linger D]\n"
 		   "                          [--grace D] [--poll] [--fair] [--lock-delay D]\n"
 		   "                          RESOURCE -- COMMAND [ARGS...]\n"
+		   "  dlock [-d CONNINFO] elect [--lease D] [--wait D] [--holder H] [--grace D]\n"
+		   "                          [--poll] ELECTION VALUE -- COMMAND [ARGS...]\n"
+		   "  dlock [-d CONNINFO] observe [--poll] ELECTION\n"
 		   "  dlock [-d CONNINFO] try RESOURCE [--lease D] [--holder H] [--lock-delay D]\n"
 		   "  dlock [-d CONNINFO] lock RESOURCE [--lease D] [--wait D] [--holder H] [--poll]\n"
 		   "                          [--fair] [--lock-delay D]\n"
@@ -97,6 +113,12 @@ help(void)
 		   "deadline even while this client is stopped.  Processes COMMAND leaves behind\n"
 		   "are stopped the same way before the lock is released.\n"
 		   "\n"
+		   "elect does the same while this process leads ELECTION (campaigning in its\n"
+		   "fair queue; --holder is the candidate), with DLOCK_ELECTION, DLOCK_TERM and\n"
+		   "DLOCK_VALUE set, and resigns when COMMAND exits, so the next candidate leads\n"
+		   "at once.  observe prints the leader of ELECTION and then every change, one\n"
+		   "JSON line each, until interrupted.\n"
+		   "\n"
 		   "Options:\n"
 		   "  -d, --dbname=CONNINFO  connection string or URI (default: PG* variables)\n"
 		   "  -l, --lease=D          lease (default: the server's dlock.default_lease;\n"
@@ -109,7 +131,8 @@ help(void)
 		   "  -f, --fence=N          unlock/renew only this holding\n"
 		   "      --poll             never LISTEN, poll instead\n"
 		   "      --fair             run/lock: wait in the resource's fair queue (first\n"
-		   "                         come, first served; needs dlock 0.2 on the server)\n"
+		   "                         come, first served; needs dlock 0.2 on the server);\n"
+		   "                         elect: always fair (accepted, changes nothing)\n"
 		   "      --lock-delay=D     keep RESOURCE unavailable for D after the lease if\n"
 		   "                         this holding ends uncleanly (at most 1h; default:\n"
 		   "                         the server's dlock.lock_delay)\n"
@@ -304,6 +327,7 @@ main(int argc, char **argv)
 	int			seen = 0;
 	int			rc;
 	int			allowed = -1;
+	size_t		which = 0;
 
 	memset(&o, 0, sizeof(o));
 	o.wait_ms = -1;
@@ -319,48 +343,44 @@ main(int argc, char **argv)
 	if (seen & O_VERSION)
 		return my_is_url(o.conninfo) ? my_version(&o) : cmd_version(&o);
 	if (o.subcommand == NULL)
-		return usage_error("missing subcommand (run, try, lock, unlock, renew, status, "
-						   "watch, reap)");
+		return usage_error("missing subcommand (run, elect, try, lock, unlock, renew, "
+						   "status, watch, observe, reap)");
 	for (size_t i = 0; i < sizeof(subcommands) / sizeof(subcommands[0]); i++)
 		if (strcmp(subcommands[i].name, o.subcommand) == 0)
+		{
 			allowed = subcommands[i].allowed | O_GLOBAL;
+			which = i;
+		}
 	if (allowed < 0)
 		return usage_error("unknown subcommand \"%s\"", o.subcommand);
 	for (size_t i = 0; i < sizeof(optdefs) / sizeof(optdefs[0]); i++)
 		if ((seen & optdefs[i].bit) && !(allowed & optdefs[i].bit))
 			return usage_error("option --%s does not apply to \"%s\"",
 							   optdefs[i].lng, o.subcommand);
-	if (o.dashdash && strcmp(o.subcommand, "run") != 0)
-		return usage_error("\"--\" and a COMMAND are only for \"run\"");
+	if (o.dashdash && strcmp(o.subcommand, "run") != 0 && strcmp(o.subcommand, "elect") != 0)
+		return usage_error("\"--\" and a COMMAND are only for \"run\" and \"elect\"");
 	for (int i = 0; i < o.npos; i++)
-		if (strlen(o.pos[i]) > 1000)
+		if (strlen(o.pos[i]) > 1000 && !(i == 1 && strcmp(o.subcommand, "elect") == 0))
 			return usage_error("RESOURCE must be at most 1000 bytes");
 
-	if (strcmp(o.subcommand, "help") == 0)
-	{
-		help();
-		return 0;
-	}
-	if (my_is_url(o.conninfo))
+	if (my_is_url(o.conninfo) && strcmp(o.subcommand, "help") != 0)
 	{
 		if (seen & (O_FAIR | O_LOCK_DELAY))
 			return usage_error("--fair and --lock-delay are not available in the MySQL "
 							   "edition");
+		if (!subcommands[which].mysql)
+			return usage_error("\"%s\" is not available in the MySQL edition",
+							   o.subcommand);
 		return my_command(&o);	/* the MySQL/MariaDB backend, my.c */
 	}
-	if (strcmp(o.subcommand, "run") == 0)
-		return cmd_run(&o);
-	if (strcmp(o.subcommand, "try") == 0)
-		return cmd_try(&o, false);
-	if (strcmp(o.subcommand, "lock") == 0)
-		return cmd_try(&o, true);
-	if (strcmp(o.subcommand, "unlock") == 0)
-		return cmd_unlock(&o);
-	if (strcmp(o.subcommand, "renew") == 0)
-		return cmd_renew(&o);
-	if (strcmp(o.subcommand, "status") == 0)
-		return cmd_status(&o);
-	if (strcmp(o.subcommand, "watch") == 0)
-		return cmd_watch(&o);
-	return cmd_reap(&o);
+	return subcommands[which].fn(&o);
+}
+
+/* do_help: "dlock help". */
+static int
+do_help(Options *o)
+{
+	(void) o;
+	help();
+	return 0;
 }

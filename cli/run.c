@@ -1,5 +1,6 @@
 /*
- * run.c - "dlock run": hold a lease lock while COMMAND runs.
+ * run.c - "dlock run": hold a lease lock while COMMAND runs; and "dlock
+ * elect": the same while this process leads an election.
  *
  * After acquiring (acquire.c) it forks the watchdog (watchdog.c), which
  * starts COMMAND in its own process group and stops COMMAND's whole
@@ -439,8 +440,48 @@ default_lease(PGconn **connp)
  * cmd_run: dlock run [--lease D] [--wait D] [--holder H] [--linger D]
  * [--grace D] [--poll] RESOURCE -- COMMAND [ARGS].
  */
+static int run_holding(Options *o, bool election);
+
 int
 cmd_run(Options *o)
+{
+	if (!o->dashdash)
+		return usage_error("run: missing \"--\" before COMMAND "
+						   "(usage: dlock run [OPTIONS] RESOURCE -- COMMAND [ARGS])");
+	if (o->npos != 1)
+		return usage_error("run: expected exactly one RESOURCE before \"--\"");
+	if (o->command[0] == NULL)
+		return usage_error("run: missing COMMAND after \"--\"");
+	return run_holding(o, false);
+}
+
+/*
+ * cmd_elect: "dlock elect [--lease D] [--wait D] [--holder H] [--grace D]
+ * [--poll] [--fair] ELECTION VALUE -- COMMAND [ARGS]": run COMMAND while
+ * this process leads ELECTION (campaign, always fair; renewals as run's;
+ * resign when COMMAND exits).
+ */
+int
+cmd_elect(Options *o)
+{
+	if (!o->dashdash)
+		return usage_error("elect: missing \"--\" before COMMAND "
+						   "(usage: dlock elect [OPTIONS] ELECTION VALUE -- COMMAND [ARGS])");
+	if (o->npos != 2)
+		return usage_error("elect: expected ELECTION and VALUE before \"--\"");
+	if (strlen(o->pos[1]) > 4000)
+		return usage_error("elect: VALUE must be at most 4000 bytes");
+	if (o->command[0] == NULL)
+		return usage_error("elect: missing COMMAND after \"--\"");
+	return run_holding(o, true);
+}
+
+/*
+ * run_holding: acquire (or campaign), run COMMAND under the watchdog while
+ * renewing, and release (or resign) when it exits.
+ */
+static int
+run_holding(Options *o, bool election)
 {
 	Lock		lk;
 	Run			rs;
@@ -449,20 +490,14 @@ cmd_run(Options *o)
 	bool		tty = false;
 	int			code;
 
-	if (!o->dashdash)
-		return usage_error("run: missing \"--\" before COMMAND "
-						   "(usage: dlock run [OPTIONS] RESOURCE -- COMMAND [ARGS])");
-	if (o->npos != 1)
-		return usage_error("run: expected exactly one RESOURCE before \"--\"");
-	if (o->command[0] == NULL)
-		return usage_error("run: missing COMMAND after \"--\"");
-
 	signals_install();
 	conn = db_connect(o, now_ms() + 30000, true, false);
 	if (conn == NULL)
 		return signals_term_count() > 0 ? 128 + signals_term_sig() : EXIT_CONN;
 	lock_init(&lk, o, o->pos[0], o->lease_ms > 0 ? o->lease_ms : default_lease(&conn));
 	lk.conn = conn;				/* acquire() reconnects if it was lost */
+	lk.election = election;
+	lk.value = election ? o->pos[1] : NULL;
 
 	switch (acquire(&lk, o->wait_ms))
 	{
@@ -551,7 +586,8 @@ cmd_run(Options *o)
 			const char *params[3] = {lk.resource, lk.holder, lk.fence};
 
 			/* best effort: frees the resource early if the server still has it */
-			if (db_exec(&lk.conn, "SELECT dlock.unlock($1, $2, $3::bigint)", 3,
+			if (db_exec(&lk.conn, lk.election ? "SELECT dlock.resign($1, $2, $3::bigint)"
+						: "SELECT dlock.unlock($1, $2, $3::bigint)", 3,
 						params, now_ms() + 2000, false, &r) == DB_OK)
 				PQclear(r);
 		}

@@ -395,7 +395,8 @@ supervise(Wd *w, int sigfd)
 /*
  * run_command: in the child of the watchdog: COMMAND in its own process
  * group, with the terminal if asked, normal signal state, SIGKILL if the
- * watchdog dies, and DLOCK_RESOURCE, DLOCK_HOLDER, DLOCK_FENCE set.
+ * watchdog dies, and DLOCK_RESOURCE, DLOCK_HOLDER, DLOCK_FENCE set (and
+ * for an election DLOCK_ELECTION, DLOCK_TERM, DLOCK_VALUE).
  */
 static void
 run_command(const Lock *lk, char **command, bool tty, pid_t watchdog)
@@ -412,6 +413,11 @@ run_command(const Lock *lk, char **command, bool tty, pid_t watchdog)
 	if (setenv("DLOCK_RESOURCE", lk->resource, 1) != 0 ||
 		setenv("DLOCK_HOLDER", lk->holder, 1) != 0 ||
 		setenv("DLOCK_FENCE", lk->fence, 1) != 0)
+		_exit(126);
+	if (lk->election &&
+		(setenv("DLOCK_ELECTION", lk->resource, 1) != 0 ||
+		 setenv("DLOCK_TERM", lk->fence, 1) != 0 ||
+		 setenv("DLOCK_VALUE", lk->value, 1) != 0))
 		_exit(126);
 	execvp(command[0], command);
 	fprintf(stderr, "%s: cannot run %s: %s\n", progname, command[0], strerror(errno));
