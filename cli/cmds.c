@@ -348,6 +348,28 @@ json_string(const char *s)
 	putchar('"');
 }
 
+/*
+ * print_events: print each notification on chan as one JSON line: the
+ * server's payload with "election" added first.
+ */
+static void
+print_events(PGconn *conn, const char *chan, const char *election)
+{
+	PGnotify   *n;
+
+	while ((n = PQnotifies(conn)) != NULL)
+	{
+		if (strcmp(n->relname, chan) == 0 && n->extra[0] == '{')
+		{
+			printf("{\"election\":");
+			json_string(election);
+			printf(",%s\n", n->extra + 1);
+		}
+		PQfreemem(n);
+	}
+	fflush(stdout);
+}
+
 #define OBSERVE_POLL_MS 200		/* leader() polling interval behind a pooler */
 #define OBSERVE_RECHECK_MS 5000	/* re-read while listening (unannounced expiry) */
 
@@ -506,7 +528,7 @@ cmd_observe(Options *o)
 				db_drop(&conn);
 				continue;
 			}
-			db_drain_notifies(conn, chan, true);
+			print_events(conn, chan, election);
 			/* what the events said is the state now: remember it quietly */
 			if (!observe_leader(&conn, election, &last, false))
 				db_drop(&conn);
