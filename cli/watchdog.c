@@ -150,14 +150,17 @@ read_ppid(const char *pid)
 }
 
 /*
- * signal_descendants: send sig to every process below us.  /proc is read
+ * signal_descendants: send sig to every process below us, except those in
+ * process group skip (which the caller signalled as a group: a process
+ * must not get the same SIGTERM twice, many take a second one to mean
+ * "quit now, skip the clean shutdown"); skip -1 skips none.  /proc is read
  * once into a table, then the descendants are found by following parent
  * links down from our pid.  A process forked after the scan is missed by
  * this sweep; when its parent dies it becomes our child and the next
  * sweep finds it.  Returns how many processes were signalled.
  */
 static int
-signal_descendants(int sig)
+signal_descendants(int sig, pid_t skip)
 {
 	DIR		   *d = opendir("/proc");
 	struct dirent *e;
@@ -207,7 +210,7 @@ signal_descendants(int sig)
 		{
 			if (tab[i].ppid != parent || tab[i].pid == 0)
 				continue;
-			if (kill(tab[i].pid, sig) == 0)
+			if ((skip <= 0 || getpgid(tab[i].pid) != skip) && kill(tab[i].pid, sig) == 0)
 				count++;
 			queue[tail++] = tab[i].pid;
 			tab[i].pid = 0;		/* each process once, even if /proc lied */
@@ -220,16 +223,15 @@ signal_descendants(int sig)
 
 /*
  * signal_tree: sig to COMMAND's process group (while COMMAND is not yet
- * waited for, its pid cannot name another group) and to every descendant.
+ * waited for, its pid cannot name another group) and to every descendant
+ * outside that group: each process gets sig once.
  */
 static int
 signal_tree(Wd *w, int sig)
 {
-	int			n = 0;
-
 	if (!w->reaped && kill(-w->command, sig) == 0)
-		n++;
-	return n + signal_descendants(sig);
+		return 1 + signal_descendants(sig, w->command);
+	return signal_descendants(sig, -1);
 }
 
 /*
