@@ -271,7 +271,7 @@ try_once(Lock *lk)
 		return TRY_LOST;		/* no COMMIT was sent: nothing committed */
 	if (!db_result_ok(r) || PQntuples(r) != 1 || PQnfields(r) < 2)
 	{
-		db_report("try_lock", lk->conn, r);
+		db_report(lk->election ? "campaign" : "try_lock", lk->conn, r);
 		PQclear(r);
 		db_drop(&lk->conn);		/* rolls the transaction back */
 		return TRY_ERROR;

@@ -359,9 +359,18 @@ main(int argc, char **argv)
 							   optdefs[i].lng, o.subcommand);
 	if (o.dashdash && strcmp(o.subcommand, "run") != 0 && strcmp(o.subcommand, "elect") != 0)
 		return usage_error("\"--\" and a COMMAND are only for \"run\" and \"elect\"");
+	/* RESOURCE/ELECTION: 1 to 1000 bytes (status's PREFIX may be empty) */
 	for (int i = 0; i < o.npos; i++)
-		if (strlen(o.pos[i]) > 1000 && !(i == 1 && strcmp(o.subcommand, "elect") == 0))
-			return usage_error("RESOURCE must be at most 1000 bytes");
+	{
+		bool		named = strcmp(o.subcommand, "elect") == 0 ||
+			strcmp(o.subcommand, "observe") == 0;
+		size_t		len = strlen(o.pos[i]);
+
+		if (i == 1 && strcmp(o.subcommand, "elect") == 0)
+			continue;			/* VALUE: checked by elect */
+		if (len > 1000 || (len == 0 && strcmp(o.subcommand, "status") != 0))
+			return usage_error("%s must be 1 to 1000 bytes", named ? "ELECTION" : "RESOURCE");
+	}
 
 	if (my_is_url(o.conninfo) && strcmp(o.subcommand, "help") != 0)
 	{
