@@ -11,11 +11,14 @@
 #      dlock kills its COMMAND and the second is elected after the lease,
 #      with a higher term; the second's COMMAND exits and the third, waiting
 #      client-side behind pgbouncer, is elected; COMMANDs never overlap and
-#      see the right environment.  Two observers (direct: events; through
-#      pgbouncer: polling) print exactly what happened, in order.
+#      see the right environment.  Three observers (direct: events; with
+#      --poll and through pgbouncer: polling dlock.leader()) print exactly
+#      what happened, in order.
 #   e2 (lease 30s): a COMMAND that exits resigns at once: the handover is
 #      measured and must be far below the lease; dlock elect exits with
-#      COMMAND's status; --wait gives up with 75.
+#      COMMAND's status; --wait gives up with 75; SIGTERM while waiting
+#      exits 143 and never runs COMMAND; SIGTERM to the leader reaches
+#      COMMAND once, and it resigns.
 #   e3 (lease 2s): the leader's dlock, its watchdog and COMMAND are all
 #      SIGSTOPped past the lease: the next is elected; a write fenced with
 #      the new term is accepted, one with the old term refused (55P03); at
@@ -305,9 +308,13 @@ is(slurp($log), '', 'and no COMMAND ran');
 
 # ---------- e1: three candidates, SIGKILL of the leader, handover, observers
 my $obs_direct = spawn('obs_direct', cmd => [ $cli, '-d', conn('obs_direct'), 'observe', 'e1' ]);
-my $obs_bouncer = defined $bconn
-  ? spawn('obs_bouncer', cmd => [ $cli, '-d', $bconn, 'observe', 'e1' ]) : undef;
-for my $o ('obs_direct', defined $obs_bouncer ? ('obs_bouncer') : ())
+# pollers: one through pgbouncer (it finds out by itself), one told --poll
+my %poller = (obs_poll => spawn('obs_poll',
+		cmd => [ $cli, '-d', conn('obs_poll'), 'observe', '--poll', 'e1' ]));
+$poller{obs_bouncer} = spawn('obs_bouncer', cmd => [ $cli, '-d', $bconn, 'observe', 'e1' ])
+  if defined $bconn;
+my @pollers = sort keys %poller;
+for my $o ('obs_direct', @pollers)
 {
 	ok(wait_until(30, sub { scalar(observed($o)) >= 1 }), "$o prints the current state");
 }
@@ -341,6 +348,7 @@ is(scalar(grep { $_->{kind} eq 'start' } records('e1')), 1, 'only c1\'s COMMAND 
 ok(proc_alive($s1->{pid}), 'c1\'s COMMAND runs');
 
 # SIGKILL c1's dlock: its COMMAND dies, c2 is elected after the lease
+my $expires1 = sql("SELECT extract(epoch FROM expires_at) FROM dlock.leader('e1')");
 my $killed = time;
 kill 'KILL', $pid{c1};
 is(wait_exit($pid{c1}, 30), 128 + 9, 'c1\'s dlock died of SIGKILL');
@@ -348,8 +356,9 @@ is(scalar(wait_gone(30, $s1->{pid})), 0, 'c1\'s COMMAND is gone too (the watchdo
 my $elected2 = wait_until(60, sub { started('v2') });
 ok($elected2, 'c2 is elected after c1\'s dlock was killed');
 my $s2 = started('v2') // {};
-diag(sprintf('c2 elected %.2f s after SIGKILL of the leader\'s dlock (lease 2 s)',
-		($elected2 // time) - $killed));
+diag(sprintf('c2 elected %.2f s after SIGKILL of the leader\'s dlock (lease 2 s), '
+		  . '%.2f s after the expiry dlock.leader() showed just before the kill',
+		($elected2 // time) - $killed, ($elected2 // time) - $expires1));
 cmp_ok(($elected2 // 1e9) - $killed, '<', 2 + 8, 'c2 elected within the lease (+ 8 s slack)');
 ok(fence_lt($t1, $s2->{term} // 0), 'c2\'s term is higher than c1\'s');
 is(join(' ', map { $_ // '' } @$s2{qw(election value)}), 'e1 v2', 'c2\'s DLOCK_ELECTION, DLOCK_VALUE');
@@ -358,13 +367,17 @@ is($s2->{term}, $t2, 'c2\'s DLOCK_TERM is the term dlock.leader() shows');
 is(sql("SELECT string_agg(holder, ',' ORDER BY position) FROM dlock.queue WHERE resource = 'e1'"),
 	'c3', 'c3 still waits, now at the head');
 
-# wait for the polling observer to see c2 (it samples every 200 ms), then
-# proclaim a new value: an event for both observers
-ok(wait_until(30, sub { grep { ($_->{candidate} // '') eq 'c2' } observed('obs_bouncer') }),
-	'the observer through pgbouncer saw c2') if defined $obs_bouncer;
+# wait for the polling observers to see c2 (it samples every 200 ms), then
+# proclaim a new value: an event for every observer
+for my $o (@pollers)
+{
+	ok(wait_until(30, sub { grep { ($_->{candidate} // '') eq 'c2' } observed($o) }), "$o saw c2");
+}
 is(sql("SELECT dlock.proclaim('e1', 'c2', 'v2b', $t2)"), 't', 'c2 proclaims v2b');
-ok(wait_until(30, sub { grep { ($_->{value} // '') eq 'v2b' } observed('obs_bouncer') }),
-	'the observer through pgbouncer saw v2b') if defined $obs_bouncer;
+for my $o (@pollers)
+{
+	ok(wait_until(30, sub { grep { ($_->{value} // '') eq 'v2b' } observed($o) }), "$o saw v2b");
+}
 
 # c2's COMMAND exits: c2 resigns at once, c3 (behind pgbouncer) is elected
 my $told2 = finish('v2', 0);
@@ -379,15 +392,17 @@ my (undef, $t3) = split / /, leader('e1');
 is(join(' ', map { $_ // '' } @$s3{qw(election term value)}), "e1 $t3 v3",
 	'c3\'s COMMAND environment: election, term, value');
 ok(fence_lt($t2, $t3), 'c3\'s term is higher than c2\'s');
-ok(wait_until(30, sub { grep { ($_->{candidate} // '') eq 'c3' } observed('obs_bouncer') }),
-	'the observer through pgbouncer saw c3') if defined $obs_bouncer;
+for my $o (@pollers)
+{
+	ok(wait_until(30, sub { grep { ($_->{candidate} // '') eq 'c3' } observed($o) }), "$o saw c3");
+}
 finish('v3', 0);
 is(wait_exit($pid{c3}, 30), 0, 'c3\'s dlock exits 0');
 is(leader('e1'), '', 'nobody leads e1 any more');
 ok(wait_until(30, sub { scalar(grep { $_->{event} eq 'resigned' } observed('obs_direct')) >= 2 }),
 	'the direct observer saw both resignations');
-ok(wait_until(30, sub { ((observed('obs_bouncer'))[-1] // {})->{event} eq 'none' }),
-	'the observer through pgbouncer saw the election empty') if defined $obs_bouncer;
+ok(wait_until(30, sub { ((observed($_))[-1] // {})->{event} eq 'none' }),
+	"$_ saw the election empty") for @pollers;
 
 # exactly one COMMAND at any moment: the intervals do not overlap, in
 # campaign order, with increasing terms
@@ -426,16 +441,16 @@ like(
 	'the direct observer printed none, then every event in order (elected, expired, proclaimed, resigned)'
 );
 is(scalar(grep { ($_->{election} // '') ne 'e1' } @d), 0, 'every line names the election');
-if (defined $obs_bouncer)
+for my $o (@pollers)
 {
-	kill 'TERM', $obs_bouncer;
-	is(wait_exit($obs_bouncer, 30), 0, 'the observer through pgbouncer exits 0 on SIGTERM');
-	my $bseq = join(',', map { brief($_) } observed('obs_bouncer'));
-	diag("observer through pgbouncer: $bseq");
+	kill 'TERM', $poller{$o};
+	is(wait_exit($poller{$o}, 30), 0, "$o exits 0 on SIGTERM");
+	my $seq = join(',', map { brief($_) } observed($o));
+	diag("$o: $seq");
 	like(
-		$bseq,
+		$seq,
 		qr/^none:::<null>,leader:c1:$t1:v1,(?:none:::<null>,)?leader:c2:$t2:v2,leader:c2:$t2:v2b,(?:none:::<null>,)?leader:c3:$t3:v3,none:::<null>$/,
-		'the observer through pgbouncer (polling) printed each leader in order');
+		"$o (polling) printed each leader in order");
 }
 
 # ---------- e2: a COMMAND that exits resigns at once (lease 30 s)
@@ -459,8 +474,22 @@ is(wait_exit($pid{d1}, 30), 3, 'd1\'s dlock exits with its COMMAND\'s status 3')
 my $sw2 = started('w2') // {};
 is((split / /, leader('e2'))[0] . ' ' . ((split / /, leader('e2'))[1] // ''), "d2 $sw2->{term}",
 	'd2 leads e2 under the term its COMMAND got');
-finish('w2', 0);
-is(wait_exit($pid{d2}, 30), 0, 'd2\'s dlock exits 0');
+# a candidate interrupted while it waits: exit 128 + 15, COMMAND never runs
+$pid{d4} = candidate('d4', 'e2', 'w4', lease => '30s');
+ok( $node->poll_query_until('postgres',
+		"SELECT count(*) = 1 FROM dlock.queue WHERE resource = 'e2' AND holder = 'd4'"),
+	'd4 is queued');
+kill 'TERM', $pid{d4};
+is(wait_exit($pid{d4}, 30), 128 + 15, 'd4, interrupted by SIGTERM while waiting, exits 143');
+ok(!started('w4'), 'd4\'s COMMAND never ran');
+
+# SIGTERM to the leader's dlock: forwarded to COMMAND, which exits 0 (so
+# does dlock), and the leader resigns
+kill 'TERM', $pid{d2};
+is(wait_exit($pid{d2}, 30), 0, 'd2\'s dlock, sent SIGTERM, exits with COMMAND\'s status 0');
+is(join(',', map { "$_->{kind}:" . ($_->{how} // '') } grep { $_->{value} eq 'w2' } records()),
+	'start:,stop:TERM', 'd2\'s COMMAND got the SIGTERM, once');
+is(leader('e2'), '', 'd2 resigned: nobody leads e2');
 
 # ---------- e3: a leader stopped past its lease is fenced off
 $pid{f1} = candidate('f1', 'e3', 'x1', opts => [ '--grace', '20s' ],
