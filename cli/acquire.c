@@ -255,8 +255,10 @@ try_once(Lock *lk)
 				? "SELECT f, CASE WHEN f IS NULL THEN NULL ELSE pg_current_xact_id() END, "
 				"  CASE WHEN f IS NULL THEN set_config('synchronous_commit', 'off', true) END, "
 				"  (extract(epoch FROM current_setting('dlock.queue_ttl', true)::interval) "
-				"   * 1000)::bigint "
-				"FROM dlock.campaign($1, $2, $4, $3::interval, wait => '0') AS f"
+				"   * 1000)::bigint, d.dup "
+				"FROM (SELECT EXISTS (SELECT FROM dlock.leader($1) WHERE candidate = $2) AS dup) d, "
+				"  LATERAL (SELECT CASE WHEN NOT d.dup "
+				"    THEN dlock.campaign($1, $2, $4, $3::interval, wait => '0') END AS f) c"
 				: lk->fair || lk->lock_delay_text[0]
 				? "SELECT f, CASE WHEN f IS NULL THEN NULL ELSE pg_current_xact_id() END, "
 				"  CASE WHEN f IS NULL AND $4 THEN set_config('synchronous_commit', 'off', true) END, "
@@ -276,8 +278,19 @@ try_once(Lock *lk)
 		db_drop(&lk->conn);		/* rolls the transaction back */
 		return TRY_ERROR;
 	}
-	if (PQnfields(r) == 4 && !PQgetisnull(r, 0, 3))
+	if (PQnfields(r) >= 4 && !PQgetisnull(r, 0, 3))
 		lk->queue_ttl_ms = strtoll(PQgetvalue(r, 0, 3), NULL, 10);
+	if (PQnfields(r) == 5 && strcmp(PQgetvalue(r, 0, 4), "t") == 0 && !lk->dup_said)
+	{
+		/*
+		 * Campaigning again, the leader gets its current term: two processes
+		 * with the same --holder would both run COMMAND, and the first to
+		 * resign would leave the other running beside the next leader.
+		 */
+		logmsg("candidate \"%s\" already leads \"%s\" (another process with the same "
+			   "--holder?): waiting until it no longer does", lk->holder, lk->resource);
+		lk->dup_said = true;
+	}
 	if (PQgetisnull(r, 0, 0))
 	{
 		/*

@@ -81,6 +81,7 @@ typedef struct Lock
 	int64_t		queue_ttl_ms;	/* the server's dlock.queue_ttl; 0: not known yet */
 	bool		election;		/* "dlock elect": campaign and resign */
 	const char *value;			/* elect: the candidate's value */
+	bool		dup_said;		/* elect: said that our candidate already leads */
 } Lock;
 
 /* util.c */
