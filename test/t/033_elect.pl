@@ -18,7 +18,8 @@
 #      measured and must be far below the lease; dlock elect exits with
 #      COMMAND's status; --wait gives up with 75; SIGTERM while waiting
 #      exits 143 and never runs COMMAND; SIGTERM to the leader reaches
-#      COMMAND once, and it resigns.
+#      COMMAND once, and it resigns; a second process with the leader's
+#      --holder does not run beside it but waits its turn.
 #   e3 (lease 2s): the leader's dlock, its watchdog and COMMAND are all
 #      SIGSTOPped past the lease: the next is elected; a write fenced with
 #      the new term is accepted, one with the old term refused (55P03); at
@@ -55,6 +56,7 @@ $node->append_conf(
 	'postgresql.conf', qq{
 shared_preload_libraries = 'dlock'
 dlock.database = 'postgres'
+dlock.queue_ttl = '3s'
 });
 $node->start;
 $node->safe_psql('postgres', 'CREATE EXTENSION dlock');
@@ -239,7 +241,7 @@ sub finish
 sub candidate
 {
 	my ($name, $election, $value, %o) = @_;
-	my @opts = ('--holder', $name, '--lease', $o{lease} // '2s', @{ $o{opts} // [] });
+	my @opts = ('--holder', $o{holder} // $name, '--lease', $o{lease} // '2s', @{ $o{opts} // [] });
 	my %env = $o{env} ? %{ $o{env} } : ();
 	return spawn($name,
 		cmd => [ $cli, '-d', $o{conn} // conn($name), 'elect', @opts, $election, $value, '--',
@@ -266,6 +268,37 @@ sub brief
 	my ($j) = @_;
 	return join(':', $j->{event}, $j->{candidate} // '', $j->{term} // '',
 		$j->{value} // '<null>');
+}
+
+# serial: exactly one COMMAND of an election ran at any moment: each
+# recorded its start and stop, in the expected order, with increasing
+# terms, and none started before the previous one stopped.
+sub serial
+{
+	my ($election, $order) = @_;
+	my @iv;
+	for my $r (records($election))
+	{
+		if ($r->{kind} eq 'start') { push @iv, [ $r->{value}, $r->{time}, undef, $r->{term} ] }
+		elsif ($r->{kind} eq 'stop')
+		{
+			my ($i) = grep { $_->[0] eq $r->{value} } @iv;
+			$i->[2] = $r->{time} if $i;
+		}
+	}
+	is(join(',', map { $_->[0] } @iv), $order, "$election: COMMANDs ran once each, in order");
+	is(scalar(grep { !defined $_->[2] } @iv), 0, "$election: each recorded its stop");
+	my ($overlap, $up) = (0, 1);
+	for my $i (1 .. $#iv)
+	{
+		$overlap++ if !defined $iv[ $i - 1 ][2] || $iv[$i][1] < $iv[ $i - 1 ][2];
+		$up = 0 unless fence_lt($iv[ $i - 1 ][3], $iv[$i][3]);
+	}
+	is($overlap, 0, "$election: no COMMAND started before the previous one stopped");
+	ok($up, "$election: terms increase");
+	diag("$election: " . join('; ', map { sprintf('%s %.3f..%.3f', $_->[0], $_->[1] - $iv[0][1],
+					($_->[2] // 0) - $iv[0][1]) } @iv));
+	return;
 }
 
 # ---------- usage errors: exit 64, nothing on the server
@@ -404,27 +437,7 @@ ok(wait_until(30, sub { scalar(grep { $_->{event} eq 'resigned' } observed('obs_
 ok(wait_until(30, sub { ((observed($_))[-1] // {})->{event} eq 'none' }),
 	"$_ saw the election empty") for @pollers;
 
-# exactly one COMMAND at any moment: the intervals do not overlap, in
-# campaign order, with increasing terms
-my @iv;
-for my $r (records('e1'))
-{
-	if ($r->{kind} eq 'start') { push @iv, [ $r->{value}, $r->{time}, undef, $r->{term} ] }
-	elsif ($r->{kind} eq 'stop')
-	{
-		my ($i) = grep { $_->[0] eq $r->{value} } @iv;
-		$i->[2] = $r->{time} if $i;
-	}
-}
-is(join(',', map { $_->[0] } @iv), 'v1,v2,v3', 'COMMANDs ran once each, in campaign order');
-is(scalar(grep { !defined $_->[2] } @iv), 0, 'each recorded its stop');
-my $overlap = 0;
-for my $i (1 .. $#iv)
-{
-	$overlap++ if !defined $iv[ $i - 1 ][2] || $iv[$i][1] < $iv[ $i - 1 ][2];
-}
-is($overlap, 0, 'no COMMAND started before the previous one stopped');
-diag(join('; ', map { sprintf('%s %.3f..%.3f', $_->[0], $_->[1] - $iv[0][1], ($_->[2] // 0) - $iv[0][1]) } @iv));
+serial('e1', 'v1,v2,v3');
 
 # what the observers printed, against what happened.  The direct observer
 # listens: every event, in order; its 5 s re-read of dlock.leader() may add
@@ -460,6 +473,11 @@ $pid{d2} = candidate('d2', 'e2', 'w2', lease => '30s');
 ok( $node->poll_query_until('postgres',
 		"SELECT count(*) = 1 FROM dlock.queue WHERE resource = 'e2' AND holder = 'd2'"),
 	'd2 is queued');
+# a second process with d1's --holder must not run beside it (campaigning
+# again, the leader gets its current term): it waits until d1 resigns
+$pid{d1dup} = candidate('d1dup', 'e2', 'w1b', lease => '30s', holder => 'd1');
+ok(wait_until(30, sub { slurp("$tmp/d1dup.err") =~ /candidate "d1" already leads "e2"/ }),
+	'a second process with d1\'s --holder says d1 already leads');
 ($rc, $out, $err) = cli('-d', conn(), 'elect', '--holder', 'd3', '--wait', '1s', 'e2', 'w3',
 	'--', @command);
 is($rc, 75, 'a candidate with --wait 1s gives up: exit 75');
@@ -471,6 +489,10 @@ diag(sprintf('handover on COMMAND exit: %.3f s (lease 30 s)', ($handed // time) 
 cmp_ok(($handed // 1e9) - $told, '<', 10,
 	'the handover did not wait for the lease (well below 30 s)');
 is(wait_exit($pid{d1}, 30), 3, 'd1\'s dlock exits with its COMMAND\'s status 3');
+ok(!started('w1b'), 'the second process with d1\'s --holder did not run COMMAND');
+ok( $node->poll_query_until('postgres',
+		"SELECT count(*) = 1 FROM dlock.queue WHERE resource = 'e2' AND holder = 'd1'"),
+	'it queued behind d2 once d1 resigned');
 my $sw2 = started('w2') // {};
 is((split / /, leader('e2'))[0] . ' ' . ((split / /, leader('e2'))[1] // ''), "d2 $sw2->{term}",
 	'd2 leads e2 under the term its COMMAND got');
@@ -485,11 +507,23 @@ ok(!started('w4'), 'd4\'s COMMAND never ran');
 
 # SIGTERM to the leader's dlock: forwarded to COMMAND, which exits 0 (so
 # does dlock), and the leader resigns
+my $term_d2 = time;
 kill 'TERM', $pid{d2};
 is(wait_exit($pid{d2}, 30), 0, 'd2\'s dlock, sent SIGTERM, exits with COMMAND\'s status 0');
 is(join(',', map { "$_->{kind}:" . ($_->{how} // '') } grep { $_->{value} eq 'w2' } records()),
 	'start:,stop:TERM', 'd2\'s COMMAND got the SIGTERM, once');
-is(leader('e2'), '', 'd2 resigned: nobody leads e2');
+my $elected_dup = wait_until(30, sub { started('w1b') });
+ok($elected_dup, 'd2 resigned: the second d1 process is elected');
+# d3 gave up (--wait) at the head of the queue after d2: its ticket lapses
+# only after dlock.queue_ttl (3 s here), and holds up who comes after it.
+diag(sprintf('d2 -> second d1: %.2f s after SIGTERM to d2 (d3\'s abandoned ticket lapses '
+		  . 'within queue_ttl 3 s of its last attempt)', ($elected_dup // time) - $term_d2));
+is(leader('e2'), "d1 " . ((started('w1b') // {})->{term} // '') . " w1b",
+	'it leads under the term its COMMAND got');
+finish('w1b', 0);
+is(wait_exit($pid{d1dup}, 30), 0, 'it exits 0');
+is(leader('e2'), '', 'nobody leads e2');
+serial('e2', 'w1,w2,w1b');
 
 # ---------- e3: a leader stopped past its lease is fenced off
 $pid{f1} = candidate('f1', 'e3', 'x1', opts => [ '--grace', '20s' ],
