@@ -18,6 +18,10 @@
  * client-side ticket lives in a table, so it must be committed), and the
  * attempts come at least three times per dlock.queue_ttl so that it never
  * lapses while we wait.  A single try (--wait 0) takes no ticket.
+ *
+ * Elections campaign (always fair) instead of try_lock; a candidate that
+ * already leads (another process with the same --holder) is treated as
+ * busy, since campaign would give it the current term and both would run.
  */
 #include "dlock.h"
 
