@@ -220,7 +220,8 @@ setup_tables(void)
 	command_or_die(conn, "CREATE TABLE stress_counter (id int PRIMARY KEY,"
 				   " value bigint NOT NULL, last_fence bigint)");
 	command_or_die(conn, "CREATE TABLE stress_log (seq bigserial PRIMARY KEY,"
-				   " value bigint NOT NULL, fence bigint NOT NULL, holder text NOT NULL)");
+				   " value bigint NOT NULL, fence bigint NOT NULL, holder text NOT NULL,"
+				   " at timestamptz NOT NULL DEFAULT clock_timestamp())");
 	command_or_die(conn, "INSERT INTO stress_counter VALUES (1, 0, NULL)");
 	PQfinish(conn);
 }
