@@ -255,6 +255,7 @@ typedef struct Figures
 	double		el_cli_p99[2][2];
 	double		el_cli_max[2][2];
 	int			el_cli_over1s[2][2];
+	int			el_cli_unordered[2][2]; /* handoffs not to the first queued */
 } Figures;
 
 extern Figures fig;

@@ -390,11 +390,13 @@ etcd_keys(const char *prefix)
 
 /*
  * handoffs: measurement c (etcd false) or d (etcd true) with nwait
- * candidates queued behind the leader; fills s (ms) and counts stalls.
+ * candidates queued behind the leader; fills s (ms).  Returns how many
+ * handoffs went to another candidate than the one queued first.
  */
-static void
+static int
 handoffs(bool etcd, int nwait, int nsamples, const char *election, Samples *s)
 {
+	int			out_of_order = 0;
 	PGconn	   *mon = etcd ? NULL : db_connect();
 	Cand		leader;
 	Cand		waiting[8];
@@ -452,6 +454,8 @@ handoffs(bool etcd, int nwait, int nsamples, const char *election, Samples *s)
 			t0 = read_until(&leader, "bye", 30);
 		}
 		next = first_output(waiting, nw, 60, &t1);	/* its "go" (or key) */
+		if (next != 0)
+			out_of_order++;
 		samples_add(s, (t1 - t0) * 1000);
 		status = reap_cand(&leader);
 		if (!etcd && (!WIFEXITED(status) || WEXITSTATUS(status) != 0))
@@ -474,6 +478,7 @@ handoffs(bool etcd, int nwait, int nsamples, const char *election, Samples *s)
 	reap_cand(&leader);
 	if (mon)
 		PQfinish(mon);
+	return out_of_order;
 }
 
 /* elect_cli: measurements c and d, with 1 and 2 candidates queued. */
@@ -506,7 +511,7 @@ elect_cli(void)
 			snprintf(election, sizeof(election), "elect-cli-%s-%d", name, q + 1);
 			progress("election: %s elect, %d queued, %d handoffs ...", name, q + 1,
 					 opt.elect_handoffs);
-			handoffs(etcd, q + 1, opt.elect_handoffs, election, &s);
+			fig.el_cli_unordered[t][q] = handoffs(etcd, q + 1, opt.elect_handoffs, election, &s);
 			fig.el_cli_done[t][q] = true;
 			fig.el_cli_n[t][q] = (int) s.n;
 			fig.el_cli_p50[t][q] = samples_pct(&s, 50);
@@ -517,10 +522,10 @@ elect_cli(void)
 				if (s.v[k] >= 1000)
 					fig.el_cli_over1s[t][q]++;
 			progress("election: %s elect, %d queued: %s -> next one elected p50 %.1f ms, "
-					 "p99 %.1f ms, max %.1f ms, %d of %d over 1 s", name, q + 1,
-					 etcd ? "SIGINT to the leader" : "leader's COMMAND exits",
+					 "p99 %.1f ms, max %.1f ms, %d of %d over 1 s, %d not to the first queued",
+					 name, q + 1, etcd ? "SIGINT to the leader" : "leader's COMMAND exits",
 					 fig.el_cli_p50[t][q], fig.el_cli_p99[t][q], fig.el_cli_max[t][q],
-					 fig.el_cli_over1s[t][q], fig.el_cli_n[t][q]);
+					 fig.el_cli_over1s[t][q], fig.el_cli_n[t][q], fig.el_cli_unordered[t][q]);
 			report_sample_rows(etcd ? "elect_cli_etcd_ms" : "elect_cli_dlock_ms", name,
 							   q + 1, &s);
 			samples_free(&s);

@@ -443,11 +443,12 @@ write_elect(FILE *f)
 		for (q = 0; q < 2; q++)
 			if (fig.el_cli_done[t][q])
 				fprintf(f, "| `%s elect`, %d queued: %s "
-						"(%d over 1 s) | %.1f ms | %.1f ms | %.1f ms | %d |\n",
+						"(%d over 1 s; %d not to the first queued) | %.1f ms | %.1f ms | "
+						"%.1f ms | %d |\n",
 						t ? "etcdctl" : "dlock", q + 1,
 						t ? "SIGINT to the leader's etcdctl -> the next etcdctl prints its key"
 						: "leader's COMMAND exits -> the next one's COMMAND starts",
-						fig.el_cli_over1s[t][q], fig.el_cli_p50[t][q], fig.el_cli_p99[t][q],
+						fig.el_cli_over1s[t][q], fig.el_cli_unordered[t][q], fig.el_cli_p50[t][q], fig.el_cli_p99[t][q],
 						fig.el_cli_max[t][q], fig.el_cli_n[t][q]);
 	fprintf(f, "\n");
 }
