@@ -42,6 +42,7 @@ typedef struct Options
 	int			elect_handoffs; /* CLI handoffs per tool and queue length */
 	const char *dlock_cli;		/* the dlock CLI for "dlock elect"; NULL: skip */
 	const char *etcd_endpoint;	/* host:port of etcd; NULL: skip etcdctl */
+	const char *only;			/* --only: the measurements run; NULL: all */
 } Options;
 
 extern Options opt;

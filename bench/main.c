@@ -141,6 +141,7 @@ main(int argc, char **argv)
 	if (opt.conninfo == NULL || opt.outdir == NULL || optind < argc)
 		usage(2);
 	set_defaults(quick);
+	opt.only = only;
 	if (getloadavg(load_start, 3) != 3)
 		load_start[0] = load_start[1] = load_start[2] = -1;
 

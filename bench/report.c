@@ -488,7 +488,7 @@ report_write(PGconn *conn, double total_s)
 
 	f = open_out("results.md");
 	fprintf(f, "# dlock benchmark results\n\n"
-			"- run: %s, `bench/run.sh%s`, %.0f s\n"
+			"- run: %s, `bench/run.sh%s%s%s`, %.0f s\n"
 			"- machine: %ld CPUs (%s), %.1f GiB RAM, Linux %s\n"
 			"- load average (1/5/15 min) at the start %.2f %.2f %.2f, at the end %.2f %.2f %.2f "
 			"(other work on the machine skews the figures)\n"
@@ -497,7 +497,8 @@ report_write(PGconn *conn, double total_s)
 			"- extension: %s\n"
 			"- clients: libpq over the Unix socket, one thread and connection each; "
 			"Redis over TCP 127.0.0.1\n\n",
-			when, opt.quick ? " --quick" : "", total_s,
+			when, opt.quick ? " --quick" : "", opt.only ? " --only " : "",
+			opt.only ? opt.only : "", total_s,
 			sysconf(_SC_NPROCESSORS_ONLN), cpu, mem_total_gib(), u.release,
 			load_start[0], load_start[1], load_start[2], load_end[0], load_end[1],
 			load_end[2], version, ext, settings, wal,
