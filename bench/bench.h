@@ -9,6 +9,8 @@
  *   contend.c  one hot resource, release->waiter latency, expiry takeover
  *   idle.c     server CPU of idle waiters
  *   scale.c    pair rate with many held leases, reaping 100k expired ones
+ *   elect.c    leader election: resign and kill handoffs, dlock elect
+ *              against etcdctl elect
  *   report.c   CSV files and results.md with the goals
  *   main.c     options and the order of the measurements
  */
@@ -37,6 +39,10 @@ typedef struct Options
 	long		scale_small;	/* held leases, small table */
 	long		scale_large;	/* held leases, large table */
 	long		reap_count;		/* expired leases to reap */
+	int			elect_handoffs; /* CLI handoffs per tool and queue length */
+	const char *dlock_cli;		/* the dlock CLI for "dlock elect"; NULL: skip */
+	const char *etcd_endpoint;	/* host:port of etcd; NULL: skip etcdctl */
+	const char *only;			/* --only: the measurements run; NULL: all */
 } Options;
 
 extern Options opt;
@@ -159,6 +165,9 @@ extern void bench_idle(void);
 /* ---- scale.c ---- */
 extern void bench_scale(void);
 
+/* ---- elect.c ---- */
+extern void bench_elect(void);
+
 /* ---- report.c: the figures every part fills in ---- */
 #define NCLIENT_COUNTS 3
 extern const int client_counts[NCLIENT_COUNTS];
@@ -225,6 +234,29 @@ typedef struct Figures
 	double		reap_worker_pair_p99;
 	double		base_acq_p99;	/* same acquirers, nothing reaping */
 	double		base_pair_p99;
+
+	/* 7: leader election; a: resign -> next leader (us) */
+	bool		el_resign_done;
+	int			el_resign_n;
+	double		el_resign_p50;
+	double		el_resign_p99;
+	double		el_resign_max;
+	/* b: killed leader (500 ms lease): ms after the lease end, ms after the kill */
+	bool		el_kill_done;
+	int			el_kill_n;
+	double		el_kill_late_p50;
+	double		el_kill_late_p99;
+	double		el_kill_late_max;
+	double		el_kill_since_p50;
+	double		el_kill_since_p99;
+	/* c, d: [0] dlock elect [1] etcdctl elect, by candidates queued (1, 2); ms */
+	bool		el_cli_done[2][2];
+	int			el_cli_n[2][2];
+	double		el_cli_p50[2][2];
+	double		el_cli_p99[2][2];
+	double		el_cli_max[2][2];
+	int			el_cli_over1s[2][2];
+	int			el_cli_unordered[2][2]; /* handoffs not to the first queued */
 } Figures;
 
 extern Figures fig;

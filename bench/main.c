@@ -2,14 +2,17 @@
  * main.c: dlock_bench, the benchmark client of bench/run.sh.
  *
  *   dlock_bench -d CONNINFO -o OUTDIR [--redis-port N] [--quick]
- *               [--only pairs,hot,release,takeover,idle,scale]
+ *               [--only pairs,hot,release,takeover,idle,scale,elect]
+ *               [--dlock-cli PATH] [--etcd-endpoint HOST:PORT]
  *
  * Runs the measurements of issue 5 in order against a server that has
  * dlock installed (and preloaded: the waits, the worker and dlock.stats()
  * need it), prints progress on stderr and writes CSV files and results.md
  * into OUTDIR.  --quick is a smoke run of a few seconds.  It changes the
  * server's dlock.reap_interval (ALTER SYSTEM) while reaping and expects a
- * throwaway cluster: run.sh makes one.
+ * throwaway cluster: run.sh makes one.  The election measurement runs
+ * `dlock elect` from --dlock-cli and, given --etcd-endpoint, `etcdctl
+ * elect` against that etcd.
  */
 #include <getopt.h>
 #include <stdio.h>
@@ -26,7 +29,8 @@ usage(int status)
 {
 	fprintf(status ? stderr : stdout,
 			"usage: dlock_bench -d CONNINFO -o OUTDIR [--redis-port N] [--quick]\n"
-			"                   [--only pairs,hot,release,takeover,idle,scale]\n");
+			"                   [--only pairs,hot,release,takeover,idle,scale,elect]\n"
+			"                   [--dlock-cli PATH] [--etcd-endpoint HOST:PORT]\n");
 	exit(status);
 }
 
@@ -46,6 +50,7 @@ set_defaults(bool quick)
 		opt.scale_small = 1000;
 		opt.scale_large = 20000;
 		opt.reap_count = 5000;
+		opt.elect_handoffs = 5;
 	}
 	else
 	{
@@ -58,6 +63,7 @@ set_defaults(bool quick)
 		opt.scale_small = 1000;
 		opt.scale_large = 1000000;
 		opt.reap_count = 100000;
+		opt.elect_handoffs = 30;
 	}
 }
 
@@ -89,6 +95,8 @@ main(int argc, char **argv)
 		{"redis-port", required_argument, NULL, 'r'},
 		{"quick", no_argument, NULL, 'q'},
 		{"only", required_argument, NULL, 'O'},
+		{"dlock-cli", required_argument, NULL, 'C'},
+		{"etcd-endpoint", required_argument, NULL, 'E'},
 		{"help", no_argument, NULL, 'h'},
 		{NULL, 0, NULL, 0}
 	};
@@ -117,6 +125,12 @@ main(int argc, char **argv)
 			case 'O':
 				only = optarg;
 				break;
+			case 'C':
+				opt.dlock_cli = optarg;
+				break;
+			case 'E':
+				opt.etcd_endpoint = optarg;
+				break;
 			case 'h':
 				usage(0);
 				break;
@@ -127,6 +141,7 @@ main(int argc, char **argv)
 	if (opt.conninfo == NULL || opt.outdir == NULL || optind < argc)
 		usage(2);
 	set_defaults(quick);
+	opt.only = only;
 	if (getloadavg(load_start, 3) != 3)
 		load_start[0] = load_start[1] = load_start[2] = -1;
 
@@ -149,6 +164,8 @@ main(int argc, char **argv)
 		bench_idle();
 	if (wanted(only, "scale"))
 		bench_scale();
+	if (wanted(only, "elect"))
+		bench_elect();
 
 	report_write(conn, now_s() - t0);
 	report_close();

@@ -289,6 +289,10 @@ write_goals(FILE *f)
 		goal(f, "P6 worker acquirers", "acquirers' try_lock p99 <= 10 ms meanwhile", m,
 			 fig.scale_done, fig.reap_worker_acq_p99 <= 10000);
 	}
+	snprintf(m, sizeof(m), "%.2f ms (p99 %.2f ms, %d samples)", fig.el_resign_p50 / 1000,
+			 fig.el_resign_p99 / 1000, fig.el_resign_n);
+	goal(f, "E1", "resign -> next leader elected p50 <= 5 ms", m, fig.el_resign_done,
+		 fig.el_resign_p50 <= 5000);
 	fprintf(f, "\n%d met, %d not met, %d not measured.%s\n\n", goals_met, goals_missed,
 			goals_unknown, opt.quick ? " (--quick: a smoke run, the figures are not "
 			"meaningful)" : "");
@@ -410,6 +414,45 @@ write_scale(FILE *f)
 			fig.base_pair_p99 / 1000);
 }
 
+/* write_elect: tables of measurement 7. */
+static void
+write_elect(FILE *f)
+{
+	int			t,
+				q;
+
+	if (!fig.el_resign_done && !fig.el_kill_done)
+		return;
+	fprintf(f, "## 7. Leader election\n\n| handoff | p50 | p99 | max | samples |\n"
+			"|---|---|---|---|---|\n");
+	if (fig.el_resign_done)
+		fprintf(f, "| resign -> waiting campaign() returns | %.2f ms | %.2f ms | %.2f ms | %d |\n",
+				fig.el_resign_p50 / 1000, fig.el_resign_p99 / 1000,
+				fig.el_resign_max / 1000, fig.el_resign_n);
+	if (fig.el_kill_done)
+	{
+		fprintf(f, "| killed leader (500 ms lease): elected after the lease end "
+				"(server clock) | %.2f ms | %.2f ms | %.2f ms | %d |\n",
+				fig.el_kill_late_p50, fig.el_kill_late_p99, fig.el_kill_late_max,
+				fig.el_kill_n);
+		fprintf(f, "| killed leader: elected after the kill (client clock) | %.0f ms | "
+				"%.0f ms | | %d |\n", fig.el_kill_since_p50, fig.el_kill_since_p99,
+				fig.el_kill_n);
+	}
+	for (t = 0; t < 2; t++)
+		for (q = 0; q < 2; q++)
+			if (fig.el_cli_done[t][q])
+				fprintf(f, "| `%s elect`, %d queued: %s "
+						"(%d over 1 s; %d not to the first queued) | %.1f ms | %.1f ms | "
+						"%.1f ms | %d |\n",
+						t ? "etcdctl" : "dlock", q + 1,
+						t ? "SIGINT to the leader's etcdctl -> the next etcdctl prints its key"
+						: "leader's COMMAND exits -> the next one's COMMAND starts",
+						fig.el_cli_over1s[t][q], fig.el_cli_unordered[t][q], fig.el_cli_p50[t][q], fig.el_cli_p99[t][q],
+						fig.el_cli_max[t][q], fig.el_cli_n[t][q]);
+	fprintf(f, "\n");
+}
+
 /* report_write: the summary tables and results.md. */
 void
 report_write(PGconn *conn, double total_s)
@@ -445,7 +488,7 @@ report_write(PGconn *conn, double total_s)
 
 	f = open_out("results.md");
 	fprintf(f, "# dlock benchmark results\n\n"
-			"- run: %s, `bench/run.sh%s`, %.0f s\n"
+			"- run: %s, `bench/run.sh%s%s%s`, %.0f s\n"
 			"- machine: %ld CPUs (%s), %.1f GiB RAM, Linux %s\n"
 			"- load average (1/5/15 min) at the start %.2f %.2f %.2f, at the end %.2f %.2f %.2f "
 			"(other work on the machine skews the figures)\n"
@@ -454,7 +497,8 @@ report_write(PGconn *conn, double total_s)
 			"- extension: %s\n"
 			"- clients: libpq over the Unix socket, one thread and connection each; "
 			"Redis over TCP 127.0.0.1\n\n",
-			when, opt.quick ? " --quick" : "", total_s,
+			when, opt.quick ? " --quick" : "", opt.only ? " --only " : "",
+			opt.only ? opt.only : "", total_s,
 			sysconf(_SC_NPROCESSORS_ONLN), cpu, mem_total_gib(), u.release,
 			load_start[0], load_start[1], load_start[2], load_end[0], load_end[1],
 			load_end[2], version, ext, settings, wal,
@@ -463,6 +507,7 @@ report_write(PGconn *conn, double total_s)
 	write_pairs(f);
 	write_contention(f);
 	write_scale(f);
+	write_elect(f);
 	fprintf(f, "Raw data: samples.csv (every latency sample), pairs.csv, hot_clients.csv, "
 			"figures.csv; plots: *.png.\n");
 	fclose(f);

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # bench/run.sh: the one command that runs dlock's benchmark (BENCHMARKS.md).
 #
-#   bench/run.sh [--quick]
+#   bench/run.sh [--quick] [--only LIST]
 #
 # Builds bench/dlock_bench, starts a throwaway PostgreSQL cluster (initdb in
 # a temporary directory, shared_preload_libraries = 'dlock', fsync and
@@ -14,7 +14,15 @@
 # directory.
 #
 # --quick is a smoke run of a few seconds; its results go to
-# bench/results/quick/ so they never overwrite a full run's.
+# bench/results/quick/ so they never overwrite a full run's.  --only LIST
+# (comma-separated: pairs,hot,release,takeover,idle,scale,elect) runs only
+# those measurements, into bench/results/only/ (with --quick:
+# bench/results/quick/).
+#
+# For the leader election measurement it runs the dlock CLI built in cli/
+# (else the one on PATH) and, when etcd and etcdctl are installed, starts a
+# throwaway single-node etcd on 127.0.0.1 (random ports, data in the
+# temporary directory) for the `etcdctl elect` baseline, stopped at the end.
 #
 # PostgreSQL refuses to run as root: as root the work is done as user
 # "postgres" on a copy of bench/ in /tmp (like test/lib.sh), and the
@@ -24,16 +32,22 @@ set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
 quick=""
+only=""
 inner=0
-for arg in "$@"; do
-    case "$arg" in
+while [ $# -gt 0 ]; do
+    case "$1" in
         --quick) quick="--quick" ;;
+        --only) [ $# -ge 2 ] || { echo "usage: bench/run.sh [--quick] [--only LIST]" >&2; exit 2; }
+                only=$2; shift ;;
         --inner) inner=1 ;;          # internal: the unprivileged half
-        -h|--help) sed -n '2,22p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
-        *) echo "usage: bench/run.sh [--quick]" >&2; exit 2 ;;
+        -h|--help) sed -n '2,32p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        *) echo "usage: bench/run.sh [--quick] [--only LIST]" >&2; exit 2 ;;
     esac
+    shift
 done
-resdir="$here/results${quick:+/quick}"
+sub="results${quick:+/quick}"
+[ -z "$quick" ] && [ -n "$only" ] && sub="results/only"
+resdir="$here/$sub"
 PG_CONFIG=${PG_CONFIG:-pg_config}
 PG_BIN=$("$PG_CONFIG" --bindir)
 
@@ -92,16 +106,17 @@ run_unprivileged() {
     trap 'rm -rf "$copy"' EXIT
     rsync -a --exclude results "$here"/ "$copy"/
     cp "$here/../mysql/dlock.sql" "$copy/mysql-dlock.sql" 2>/dev/null || true
+    cp "$here/../cli/dlock" "$copy/dlock-cli" 2>/dev/null || true
     chown -R postgres: "$copy"
     chmod 755 "$copy"
     say "running as user postgres in $copy"
     local status=0
     (cd "$copy" && runuser -u postgres -- env PG_CONFIG="$PG_CONFIG" \
         DLOCK_BENCH_NOTE="$DLOCK_BENCH_NOTE" \
-        bash "$copy/run.sh" --inner $quick) || status=$?
+        bash "$copy/run.sh" --inner $quick ${only:+--only "$only"}) || status=$?
     mkdir -p "$resdir"
     find "$resdir" -maxdepth 1 -type f -delete
-    cp "$copy/results${quick:+/quick}"/* "$resdir"/ 2>/dev/null || true
+    cp "$copy/$sub"/* "$resdir"/ 2>/dev/null || true
     if [ "$status" -ne 0 ]; then
         say "FAILED (status $status); what there is is in $resdir"
         exit "$status"
@@ -112,11 +127,16 @@ run_unprivileged() {
 # measure: the cluster, Redis, the benchmark, the plots (unprivileged).
 tmp=""
 rpid=""
-# cleanup: stop Redis and PostgreSQL, remove the temporary directory.
+epid=""
+# cleanup: stop Redis, etcd and PostgreSQL, remove the temporary directory.
 cleanup() {
     if [ -n "$rpid" ]; then
         kill "$rpid" 2>/dev/null || true
         wait "$rpid" 2>/dev/null || true
+    fi
+    if [ -n "$epid" ]; then
+        kill "$epid" 2>/dev/null || true
+        wait "$epid" 2>/dev/null || true
     fi
     if [ -n "$tmp" ]; then
         "$PG_BIN/pg_ctl" -D "$tmp/data" -m fast stop >/dev/null 2>&1 || true
@@ -124,8 +144,45 @@ cleanup() {
         rm -rf "$tmp"
     fi
 }
+# start_etcd: a throwaway single-node etcd for the `etcdctl elect`
+# baseline; sets eport (empty when etcd is not installed or did not start).
+eport=""
+start_etcd() {
+    local pport
+    if ! command -v etcd >/dev/null 2>&1 || ! command -v etcdctl >/dev/null 2>&1; then
+        say "etcd/etcdctl not installed: the etcdctl elect baseline is skipped"
+        return
+    fi
+    eport=$(free_port)
+    pport=$(free_port)
+    say "starting etcd on 127.0.0.1:$eport"
+    etcd --name bench --data-dir "$tmp/etcd" \
+        --listen-client-urls "http://127.0.0.1:$eport" \
+        --advertise-client-urls "http://127.0.0.1:$eport" \
+        --listen-peer-urls "http://127.0.0.1:$pport" \
+        --initial-advertise-peer-urls "http://127.0.0.1:$pport" \
+        --initial-cluster "bench=http://127.0.0.1:$pport" >"$tmp/etcd.log" 2>&1 &
+    epid=$!
+    for _ in $(seq 1 50); do
+        etcdctl --endpoints="127.0.0.1:$eport" endpoint health >/dev/null 2>&1 && return
+        sleep 0.2
+    done
+    tail -5 "$tmp/etcd.log" >&2
+    say "etcd did not start: the etcdctl elect baseline is skipped"
+    eport=""
+}
+
+# dlock_cli: the dlock CLI to measure: the copy run_unprivileged made, the
+# one built in cli/, or the one on PATH.
+dlock_cli() {
+    local c
+    for c in "$here/dlock-cli" "$here/../cli/dlock" "$(command -v dlock 2>/dev/null)"; do
+        [ -n "$c" ] && [ -x "$c" ] && { echo "$c"; return; }
+    done
+}
+
 measure() {
-    local port rport="" conninfo
+    local port rport="" conninfo cli
     tmp=$(mktemp -d /tmp/dlock-bench-pg.XXXXXX)
     trap cleanup EXIT
 
@@ -168,13 +225,20 @@ EOF
         say "redis-server not installed: the Redis reference is skipped"
     fi
 
+    start_etcd
+    cli=$(dlock_cli)
+    [ -n "$cli" ] || say "no dlock CLI found: the dlock elect measurement is skipped"
+
     mkdir -p "$resdir"
     find "$resdir" -maxdepth 1 -type f -delete
-    "$here/dlock_bench" -d "$conninfo" -o "$resdir" ${rport:+--redis-port "$rport"} $quick
+    "$here/dlock_bench" -d "$conninfo" -o "$resdir" ${rport:+--redis-port "$rport"} $quick \
+        ${only:+--only "$only"} ${cli:+--dlock-cli "$cli"} ${eport:+--etcd-endpoint "127.0.0.1:$eport"}
 
-    bash "$here/mysql.sh" "$resdir" $quick ||    # the MySQL edition, when MariaDB is installed
-        say "the MySQL edition benchmark failed"
-    if command -v gnuplot >/dev/null 2>&1; then
+    if [ -z "$only" ]; then
+        bash "$here/mysql.sh" "$resdir" $quick ||    # the MySQL edition, when MariaDB is installed
+            say "the MySQL edition benchmark failed"
+    fi
+    if [ -z "$only" ] && command -v gnuplot >/dev/null 2>&1; then
         say "plotting"
         gnuplot -e "dir='$resdir'" "$here/plots.gp" 2>"$tmp/gnuplot.log" ||
             { cat "$tmp/gnuplot.log" >&2; say "plotting failed"; }

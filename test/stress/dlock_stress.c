@@ -29,11 +29,17 @@
  * in acquisition (fence) order, those tickets strictly increase: the lock
  * went to the tickets in the order they were taken.
  *
+ * With --elect, workers are candidates of one election (the resource):
+ * dlock.campaign, then, while leader, renew, read, window, and the write
+ * fenced by the term; they resign now and then and probe that a write
+ * under the term they resigned is refused.  The chaos kills and pauses
+ * leaders.  See stress_elect.c for the loop and the extra checks.
+ *
  * Usage:
  *   dlock_stress -d CONNINFO [-c CLIENTS] [-n INCREMENTS] [--lease D]
  *                [--wait D] [--sleep-ms MS] [--kill K] [--pause P]
  *                [--pause-time D] [--resource NAME] [--max-seconds S]
- *                [--fair]
+ *                [--fair | --elect]
  * Durations: 250ms, 2s, 5m, 1h (a bare number is seconds).
  *
  * The workers are processes (fork), not threads, so that kill -9 and
@@ -42,135 +48,39 @@
  * claim_sleeping): a worker announces the window between its read and its
  * write, and the parent claims that window atomically before signalling, so
  * a kill never lands after the write has started.
+ *
+ * Files and shared state: see stress.h.
  */
-#include <errno.h>
 #include <getopt.h>
 #include <signal.h>
-#include <stdarg.h>
-#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
-#include <sys/types.h>
 #include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
 
-#include "libpq-fe.h"
+#include "stress.h"
 
-/* Where a worker is in its loop; the chaos handshake works on these. */
-enum
-{
-	ST_IDLE = 0,				/* not holding, or not between read and write */
-	ST_SLEEPING,				/* holding: read done, write not started */
-	ST_WRITING,					/* claimed its own window: writing now */
-	ST_DOOMED,					/* claimed by the parent: SIGKILL is coming */
-	ST_PAUSING,					/* claimed by the parent: SIGSTOP'ed */
-	ST_RESUMED,					/* SIGCONT'ed by the parent: go on writing */
-	ST_DONE						/* finished its work */
-};
-
-/* Worker exit codes the parent tells apart. */
-#define EXIT_WORKER_ERROR	3
-#define EXIT_WORKER_TIMEOUT	4
-
-/* One worker slot in shared memory; counters survive a killed worker. */
-typedef struct Slot
-{
-	int			state;			/* ST_*, changed with __atomic builtins */
-	pid_t		pid;
-	int			generation;		/* bumped each time the slot is refilled */
-	bool		done;			/* exited normally: work finished */
-	long		committed;		/* increments whose COMMIT succeeded */
-	long		fenced;			/* writes rejected by assert_fence (55P03) */
-	long		fenced_after_pause; /* of which after a chaos pause */
-	long		stale_writes;	/* writes accepted after a pause: a bug */
-	long		lock_timeouts;	/* dlock.lock returned NULL */
-	long		lost_unlocks;	/* unlock returned NULL after a good write */
-	long		errors;			/* unexpected errors */
-} Slot;
-
-/* One acquisition, for the fair-order check. */
-typedef struct Acq
-{
-	long long	fence;
-	long long	ticket;			/* the ticket seen while waiting; 0: none seen */
-	int			slotno;
-} Acq;
-
-/* Everything the processes share (one anonymous shared mapping). */
-typedef struct Shared
-{
-	int			chaos_wanted;	/* parent wants to claim a window soon */
-	long		committed_total;
-	long		nacq;			/* acquisitions logged (may exceed acq_cap) */
-	long		acq_cap;
-	Acq		   *acq;			/* acq_cap entries, after the slots */
-	Slot		slots[];	/* one per client */
-} Shared;
-
-/* Options. */
-static const char *conninfo = "";
-static int	nclients = 8;
-static long target = 50;
-static long lease_ms = 2000;
-static long wait_ms = 30000;
-static long sleep_ms = 5;
+/* Options (stress.h declares those the other files read). */
+const char *conninfo = "";
+int			nclients = 8;
+long		target = 50;
+long		lease_ms = 2000;
+long		wait_ms = 30000;
+long		sleep_ms = 5;
 static int	nkills = 0;
 static int	npauses = 0;
 static long pause_ms = -1;		/* default: lease + 500 ms */
-static const char *resource = "stress";
-static double max_seconds = 120;
+const char *resource = "stress";
+double		max_seconds = 120;
 
-static Shared *shared;
-static double start_time;
-static bool verbose = false;
-static bool no_fence = false;	/* skip assert_fence: checks the checker */
+Shared	   *shared;
+double		start_time;
+bool		verbose = false;
+bool		no_fence = false;	/* skip assert_fence: checks the checker */
 static bool fair = false;		/* --fair: wait in the fair queue */
-
-/* now_s: monotonic clock in seconds, for elapsed times and deadlines. */
-static double
-now_s(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return ts.tv_sec + ts.tv_nsec / 1e9;
-}
-
-/* sleep_ms_now: sleep for ms milliseconds (restarting after signals). */
-static void
-sleep_ms_now(long ms)
-{
-	struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
-
-	while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
-		;
-}
-
-/*
- * parse_duration: "250ms", "2s", "5m", "1h" or a bare number of seconds to
- * milliseconds; -1 if malformed.  Same forms as the dlock CLI accepts.
- */
-static long
-parse_duration(const char *s)
-{
-	char	   *end;
-	double		v = strtod(s, &end);
-
-	if (end == s || v < 0)
-		return -1;
-	if (*end == '\0' || strcmp(end, "s") == 0)
-		return (long) (v * 1000);
-	if (strcmp(end, "ms") == 0)
-		return (long) v;
-	if (strcmp(end, "m") == 0)
-		return (long) (v * 60000);
-	if (strcmp(end, "h") == 0)
-		return (long) (v * 3600000);
-	return -1;
-}
+static bool elect = false;		/* --elect: campaign, write under the term */
 
 /* usage: print the command line summary and exit with status code. */
 static void
@@ -190,6 +100,8 @@ usage(int code)
 			"      --max-seconds S   give up (FAIL) after S seconds (default 120)\n"
 			"      --no-fence        omit assert_fence (the checks must then fail)\n"
 			"      --fair            wait in the fair queue and check the serving order\n"
+			"      --elect           campaign for an election (the resource), write under\n"
+			"                        the term, resign sometimes; check the terms\n"
 			"  -v, --verbose         log chaos events\n"
 			"Exit status 0 only if every check passes.\n");
 	exit(code);
@@ -213,6 +125,7 @@ parse_args(int argc, char **argv)
 		{"max-seconds", required_argument, NULL, 8},
 		{"no-fence", no_argument, NULL, 9},
 		{"fair", no_argument, NULL, 10},
+		{"elect", no_argument, NULL, 11},
 		{"verbose", no_argument, NULL, 'v'},
 		{"help", no_argument, NULL, 'h'},
 		{NULL, 0, NULL, 0}
@@ -262,6 +175,9 @@ parse_args(int argc, char **argv)
 			case 10:
 				fair = true;
 				break;
+			case 11:
+				elect = true;
+				break;
 			case 'v':
 				verbose = true;
 				break;
@@ -274,7 +190,8 @@ parse_args(int argc, char **argv)
 	}
 	if (optind < argc || nclients < 1 || nclients > 1000 || target < 1 ||
 		lease_ms <= 0 || wait_ms < 0 || sleep_ms < 0 || nkills < 0 ||
-		npauses < 0 || max_seconds <= 0 || (pause_ms < 0 && pause_ms != -1))
+		npauses < 0 || max_seconds <= 0 || (pause_ms < 0 && pause_ms != -1) ||
+		(fair && elect))
 	{
 		fprintf(stderr, "dlock_stress: invalid arguments\n");
 		usage(2);
@@ -286,60 +203,6 @@ parse_args(int argc, char **argv)
 		fprintf(stderr, "dlock_stress: --pause-time must exceed --lease\n");
 		exit(2);
 	}
-}
-
-/* connect_or_die: open a connection; exit with code on failure. */
-static PGconn *
-connect_or_die(int code)
-{
-	PGconn	   *conn = PQconnectdb(conninfo);
-
-	if (PQstatus(conn) != CONNECTION_OK)
-	{
-		fprintf(stderr, "dlock_stress: connection failed: %s", PQerrorMessage(conn));
-		exit(code);
-	}
-	return conn;
-}
-
-/*
- * exec_ok: run a statement with text parameters; returns the result if it
- * succeeded, else prints the error, clears it and returns NULL.  *sqlstate
- * (if given) receives the error's SQLSTATE ("" on success).
- */
-static PGresult *
-exec_ok(PGconn *conn, const char *sql, int nparams, const char *const *params,
-		char *sqlstate)
-{
-	PGresult   *res = PQexecParams(conn, sql, nparams, NULL, params, NULL, NULL, 0);
-	ExecStatusType st = PQresultStatus(res);
-
-	if (sqlstate)
-		sqlstate[0] = '\0';
-	if (st == PGRES_COMMAND_OK || st == PGRES_TUPLES_OK)
-		return res;
-	if (sqlstate)
-	{
-		const char *s = PQresultErrorField(res, PG_DIAG_SQLSTATE);
-
-		snprintf(sqlstate, 6, "%s", s ? s : "?????");
-	}
-	if (!sqlstate || strcmp(sqlstate, "55P03") != 0)
-		fprintf(stderr, "dlock_stress[%d]: \"%s\" failed: %s", (int) getpid(),
-				sql, PQerrorMessage(conn));
-	PQclear(res);
-	return NULL;
-}
-
-/* command_or_die: run a statement that must succeed (setup, checks). */
-static void
-command_or_die(PGconn *conn, const char *sql)
-{
-	PGresult   *res = exec_ok(conn, sql, 0, NULL, NULL);
-
-	if (!res)
-		exit(2);
-	PQclear(res);
 }
 
 /*
@@ -357,119 +220,10 @@ setup_tables(void)
 	command_or_die(conn, "CREATE TABLE stress_counter (id int PRIMARY KEY,"
 				   " value bigint NOT NULL, last_fence bigint)");
 	command_or_die(conn, "CREATE TABLE stress_log (seq bigserial PRIMARY KEY,"
-				   " value bigint NOT NULL, fence bigint NOT NULL)");
+				   " value bigint NOT NULL, fence bigint NOT NULL, holder text NOT NULL,"
+				   " at timestamptz NOT NULL DEFAULT clock_timestamp())");
 	command_or_die(conn, "INSERT INTO stress_counter VALUES (1, 0, NULL)");
 	PQfinish(conn);
-}
-
-/* bump: atomically add 1 to a shared counter. */
-static void
-bump(long *counter)
-{
-	__atomic_add_fetch(counter, 1, __ATOMIC_SEQ_CST);
-}
-
-/* get_state / set_state / cas_state: the slot state handshake. */
-static int
-get_state(Slot *slot)
-{
-	return __atomic_load_n(&slot->state, __ATOMIC_SEQ_CST);
-}
-
-static void
-set_state(Slot *slot, int st)
-{
-	__atomic_store_n(&slot->state, st, __ATOMIC_SEQ_CST);
-}
-
-static bool
-cas_state(Slot *slot, int from, int to)
-{
-	return __atomic_compare_exchange_n(&slot->state, &from, to, false,
-									   __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
-}
-
-/*
- * write_increment: the fenced write, in one transaction: assert_fence, then
- * the counter update and the log insert.  Returns 1 if committed, 0 if
- * fenced off (55P03), -1 on any other error.
- */
-static int
-write_increment(PGconn *conn, const char *fence, long value)
-{
-	char		newval[32];
-	char		sqlstate[6];
-	const char *p_assert[2] = {resource, fence};
-	const char *p_write[2] = {newval, fence};
-	PGresult   *res;
-
-	snprintf(newval, sizeof(newval), "%ld", value + 1);
-	if (!(res = exec_ok(conn, "BEGIN", 0, NULL, NULL)))
-		return -1;
-	PQclear(res);
-	res = exec_ok(conn, no_fence ? "SELECT $1::text, $2::bigint" :
-				  "SELECT dlock.assert_fence($1, $2::bigint)", 2,
-				  p_assert, sqlstate);
-	if (!res)
-	{
-		PGresult   *rb = PQexec(conn, "ROLLBACK");
-
-		PQclear(rb);
-		return strcmp(sqlstate, "55P03") == 0 ? 0 : -1;
-	}
-	PQclear(res);
-	if (!(res = exec_ok(conn, "UPDATE stress_counter SET value = $1::bigint,"
-						" last_fence = $2::bigint WHERE id = 1", 2, p_write, NULL)))
-		return -1;
-	PQclear(res);
-	if (!(res = exec_ok(conn, "INSERT INTO stress_log (value, fence)"
-						" VALUES ($1::bigint, $2::bigint)", 2, p_write, NULL)))
-		return -1;
-	PQclear(res);
-	/* An error here (connection lost) leaves the outcome unknown: -1. */
-	if (!(res = exec_ok(conn, "COMMIT", 0, NULL, NULL)))
-		return -1;
-	if (strcmp(PQcmdStatus(res), "COMMIT") != 0)
-	{
-		fprintf(stderr, "dlock_stress[%d]: COMMIT said %s\n", (int) getpid(),
-				PQcmdStatus(res));
-		PQclear(res);
-		return -1;
-	}
-	PQclear(res);
-	return 1;
-}
-
-/*
- * wait_in_window: the read-to-write window.  Sleeps --sleep-ms, lingers
- * while the parent wants a chaos victim (so chaos never depends on luck),
- * then claims the window for the write.  If the parent claimed it first:
- * DOOMED waits for the SIGKILL; PAUSING waits (stopped) until RESUMED.
- * Returns true if the worker was paused.
- */
-static bool
-wait_in_window(Slot *slot)
-{
-	long		lingered = 0;
-
-	set_state(slot, ST_SLEEPING);
-	if (sleep_ms > 0)
-		sleep_ms_now(sleep_ms);
-	while (__atomic_load_n(&shared->chaos_wanted, __ATOMIC_SEQ_CST) &&
-		   get_state(slot) == ST_SLEEPING && lingered < 1000)
-	{
-		sleep_ms_now(1);
-		lingered++;
-	}
-	if (cas_state(slot, ST_SLEEPING, ST_WRITING))
-		return false;
-	if (get_state(slot) == ST_DOOMED)
-		for (;;)
-			pause();			/* SIGKILL is on its way */
-	while (get_state(slot) != ST_RESUMED)
-		sleep_ms_now(1);
-	set_state(slot, ST_WRITING);
-	return true;
 }
 
 /*
@@ -647,7 +401,7 @@ worker_main(Slot *slot, int slotno)
 		}
 
 		paused = wait_in_window(slot);
-		w = write_increment(conn, fence, value);
+		w = write_increment(conn, fence, value, holder);
 		set_state(slot, ST_IDLE);
 		if (w < 0)
 			goto fail;
@@ -707,7 +461,11 @@ spawn(int slotno)
 		exit(2);
 	}
 	if (pid == 0)
+	{
+		if (elect)
+			elect_worker_main(slot, slotno);
 		worker_main(slot, slotno);
+	}
 	slot->pid = pid;
 }
 
@@ -778,37 +536,6 @@ sum_slots(void)
 	return t;
 }
 
-/* check: print a PASS or FAIL line; returns ok. */
-static bool
-check(bool ok, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-
-static bool
-check(bool ok, const char *fmt, ...)
-{
-	va_list		ap;
-
-	printf("%s: ", ok ? "PASS" : "FAIL");
-	va_start(ap, fmt);
-	vprintf(fmt, ap);
-	va_end(ap);
-	printf("\n");
-	return ok;
-}
-
-/* row_label: a 0-based row index as a 1-based label, "none" if negative. */
-static const char *
-row_label(long i)
-{
-	static char buf[2][32];
-	static int	which = 0;
-
-	which = 1 - which;
-	if (i < 0)
-		return "none";
-	snprintf(buf[which], sizeof(buf[which]), "%ld", i + 1);
-	return buf[which];
-}
-
 /*
  * verify: read the final state on a fresh connection and check the
  * invariants against what the workers saw committed.  Returns the number
@@ -871,9 +598,10 @@ verify(const Totals *t)
 					 "stress_log holds values 1..%ld in write order, no gaps or"
 					 " duplicates (rows %ld, first bad row %s)",
 					 t->committed, rows, row_label(bad_value_at));
-	failed += !check(bad_fence_at < 0,
-					 "fences strictly increasing in write order (first bad row %s)",
-					 row_label(bad_fence_at));
+	if (!elect)					/* a term has many writes: verify_elect */
+		failed += !check(bad_fence_at < 0,
+						 "fences strictly increasing in write order (first bad row %s)",
+						 row_label(bad_fence_at));
 	failed += !check(rows == 0 || last_fence_counter == prev_fence,
 					 "counter's last_fence %lld is the last logged fence %lld",
 					 last_fence_counter, prev_fence);
@@ -976,7 +704,7 @@ main(int argc, char **argv)
 	printf("dlock_stress: %d clients, %ld increments, lease %ld ms, wait %ld ms,"
 		   " sleep %ld ms, kills %d, pauses %d (%ld ms), resource \"%s\"%s\n",
 		   nclients, target, lease_ms, wait_ms, sleep_ms, nkills, npauses,
-		   pause_ms, resource, fair ? ", fair" : "");
+		   pause_ms, resource, fair ? ", fair" : elect ? ", election" : "");
 	start_time = now_s();
 	for (i = 0; i < nclients; i++)
 		spawn(i);
@@ -1103,7 +831,7 @@ idle:
 	printf("kills:                %d of %d requested\n", kills_done, nkills);
 	printf("pauses:               %d of %d requested\n", pauses_done, npauses);
 	printf("lock timeouts:        %ld\n", t.lock_timeouts);
-	printf("lost unlocks:         %ld\n", t.lost_unlocks);
+	printf("%s         %ld\n", elect ? "lost resigns:" : "lost unlocks:", t.lost_unlocks);
 	printf("elapsed:              %.2f s\n", elapsed);
 	printf("increments/s:         %.1f\n", elapsed > 0 ? t.committed / elapsed : 0.0);
 
@@ -1119,6 +847,8 @@ idle:
 					 " (%ld of %d)", t.fenced_after_pause, pauses_done);
 	if (fair)
 		failed += verify_fair();
+	if (elect)
+		failed += verify_elect();
 	printf("RESULT: %s\n", failed ? "FAIL" : "PASS");
 	return failed ? 1 : 0;
 }

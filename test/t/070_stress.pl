@@ -7,7 +7,11 @@
 # runs once with dlock preloaded (waits woken by commits) and once without
 # (waits poll), and both ways again with --fair (waiters in the fair queue,
 # acquisitions checked against the order of their tickets; without
-# preloading only client-side tickets are visible).  The binary is
+# preloading only client-side tickets are visible).  With dlock preloaded
+# it also runs --elect: the workers are candidates of an election, write
+# fenced by their term, resign, and the leaders are killed and paused; the
+# checker's verdict on the terms is asserted, and a run with --no-fence
+# shows that the checker does catch writes under a stale term.  The binary is
 # $DLOCK_STRESS, else test/stress/dlock_stress in this repository.
 
 use strict;
@@ -52,6 +56,22 @@ sub run_stress
 		like($stdout, qr/^PASS: tickets served in the order they were taken/m,
 			"$what: acquisitions in ticket order");
 	}
+	if (grep { $_ eq '--elect' } @extra)
+	{
+		like($stdout, qr/^PASS: terms strictly increase from one leader's writes/m,
+			"$what: terms increase from leader to leader in write order");
+		like($stdout, qr/^PASS: each term's writes are all by one candidate/m,
+			"$what: no two leaders wrote under one term");
+		like($stdout, qr/^PASS: no write under a resigned term was accepted/m,
+			"$what: writes under a resigned term refused");
+		like($stdout, qr/^PASS: leaders resigned and wrote under their old term/m,
+			"$what: resigned leaders did try their old term");
+		is($node->safe_psql('postgres', q{SELECT count(*) FROM dlock.leader('stress')}),
+			'0', "$what: nobody leads at the end");
+		is($node->safe_psql('postgres',
+				q{SELECT count(*) FROM dlock.queue WHERE resource = 'stress'}),
+			'0', "$what: no candidate left in the queue");
+	}
 
 	# The final state as the server sees it.
 	is($node->safe_psql('postgres', 'SELECT value FROM stress_counter'),
@@ -79,6 +99,30 @@ run_stress($node, 'preloaded', 200, 2, 2);
 # Fair: half the workers wait in lock(..., fair => true), half retry
 # try_lock(..., fair => true) on their side; served in ticket order.
 run_stress($node, 'preloaded, fair', 150, 2, 2, '--fair');
+# Election: candidates campaign, lead (writes fenced by the term), resign;
+# leaders are killed and paused beyond their lease.
+run_stress($node, 'preloaded, election', 150, 2, 2, '--elect');
+
+# The checker can fail: without assert_fence, the write of a leader paused
+# beyond its lease and the writes tried under a resigned term go through,
+# and the checker must say so.
+{
+	my @cmd = (
+		$stress, '-d', $node->connstr('postgres'),
+		'-c', 4, '-n', 40, '--lease', '1s', '--sleep-ms', 5,
+		'--kill', 0, '--pause', 1, '--max-seconds', 50, '--elect', '--no-fence');
+	note "running @cmd";
+	my ($stdout, $stderr) = ('', '');
+	IPC::Run::run(\@cmd, '>', \$stdout, '2>', \$stderr, IPC::Run::timeout(90));
+	my $rc = $? >> 8;
+	diag("election without fencing (must fail):\n$stdout");
+	is($rc, 1, 'election, no fence: dlock_stress exited 1');
+	like($stdout, qr/^RESULT: FAIL$/m, 'election, no fence: dlock_stress reports FAIL');
+	like($stdout, qr/^FAIL: no write under a resigned term was accepted \((\d+) of \1\)$/m,
+		'election, no fence: every write under a resigned term was caught');
+	like($stdout, qr/^FAIL: no write of a holder paused beyond its lease was accepted \(1 accepted\)$/m,
+		'election, no fence: the paused leader\'s write was caught');
+}
 $node->stop;
 
 # Without preloading: waits poll at dlock.poll_interval, expiry is lazy.
