@@ -6,8 +6,8 @@
  * Each .c file has one job: guc.c the settings, resource.c argument checks,
  * hashing and the per-resource lock, holding.c the rules of a holding (who
  * the caller is, when a lease is free, who may change or pin it), store.c
- * the SPI statements against
- * dlock.leases, fence.c fence numbers, xact.c transaction bookkeeping,
+ * store sessions and the SPI statements that scan dlock.leases, rows.c
+ * the hot paths' direct access to one row of it, fence.c fence numbers, xact.c transaction bookkeeping,
  * lease.c the lease functions, xactlock.c transaction-scoped locks,
  * queue.c fair queues and lock-delay, elect.c leader election and
  * holding values, reap.c
@@ -100,9 +100,9 @@ extern TimestampTz dlock_lease_expiry(TimestampTz now, const Interval *span);
 extern TimestampTz dlock_add_interval(TimestampTz ts, const Interval *span);
 extern Interval *dlock_ms_interval(int64 ms);
 
-/* ---- store.c ---- */
+/* ---- store.c (sessions, scans) and rows.c (one row, direct access) ---- */
 
-/* One row of dlock.leases as read by store.c. */
+/* One row of dlock.leases as read by rows.c. */
 typedef struct DlockRow
 {
 	bool		exists;			/* false: no row for this resource */
@@ -117,6 +117,8 @@ typedef struct DlockRow
 } DlockRow;
 
 extern void dlock_store_begin(void);
+extern void dlock_store_spi(void);
+extern MemoryContext dlock_store_context(void);
 extern bool dlock_store_active(void);
 extern void dlock_store_end(void);
 extern void dlock_store_reset(void);

@@ -94,9 +94,11 @@ epoch_locktag(LOCKTAG *tag, uint32 which)
 static uint64
 epoch_exec(const char *sql, int nargs, Oid *types, Datum *values)
 {
-	SPIPlanPtr	plan = SPI_prepare(sql, nargs, types);
+	SPIPlanPtr	plan;
 	int			rc;
 
+	dlock_store_spi();
+	plan = SPI_prepare(sql, nargs, types);
 	if (plan == NULL)
 		elog(ERROR, "dlock: SPI_prepare failed for \"%s\"", sql);
 	rc = SPI_execute_snapshot(plan, values, NULL, GetLatestSnapshot(),
@@ -403,21 +405,19 @@ dlock_next_fence(void)
 PG_FUNCTION_INFO_V1(dlock_next_fence_sql);
 
 /*
- * dlock._next_fence(): a new fence, for dlock's own statements (EXECUTE is
- * revoked from PUBLIC; store sessions run as the extension's owner).  It
- * runs inside one of our SPI statements, so it opens its own SPI level in
- * case the epoch must be read.
+ * dlock._next_fence(): a new fence (EXECUTE is revoked from PUBLIC).  The
+ * statements of 0.1 and 0.1.1 drew their fences with it; since rows.c
+ * draws them in C, only the extension's owner calling it directly does.
+ * Its own store session, in case the epoch must be read.
  */
 Datum
 dlock_next_fence_sql(PG_FUNCTION_ARGS)
 {
 	int64		fence;
 
-	if (SPI_connect() != SPI_OK_CONNECT)
-		elog(ERROR, "SPI_connect failed");
+	dlock_store_begin();
 	fence = dlock_next_fence();
-	if (SPI_finish() != SPI_OK_FINISH)
-		elog(ERROR, "SPI_finish failed");
+	dlock_store_end();
 	PG_RETURN_INT64(fence);
 }
 

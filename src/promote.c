@@ -234,10 +234,15 @@ promotion_time(TimeLineID tli)
  * ---------------------------------------------------------------------
  */
 
-/* connectable_databases: OIDs of the databases that accept connections. */
+/*
+ * connectable_databases: OIDs of the databases that accept connections, in
+ * the caller's memory context (not the transaction's, which the commit
+ * frees).
+ */
 static List *
 connectable_databases(void)
 {
+	MemoryContext cxt = CurrentMemoryContext;
 	Relation	rel;
 	TableScanDesc scan;
 	HeapTuple	tup;
@@ -252,11 +257,17 @@ connectable_databases(void)
 		Form_pg_database db = (Form_pg_database) GETSTRUCT(tup);
 
 		if (db->datallowconn && db->datconnlimit != -2)
+		{
+			MemoryContext old = MemoryContextSwitchTo(cxt);
+
 			dbs = lappend_oid(dbs, db->oid);
+			MemoryContextSwitchTo(old);
+		}
 	}
 	table_endscan(scan);
 	table_close(rel, AccessShareLock);
 	CommitTransactionCommand();
+	MemoryContextSwitchTo(cxt);
 	return dbs;
 }
 
@@ -422,6 +433,7 @@ candidates(TimestampTz promoted_at, MemoryContext cxt)
 
 	values[0] = TimestampTzGetDatum(promoted_at);
 	dlock_store_begin();
+	dlock_store_spi();
 	if (SPI_execute_with_args("SELECT resource FROM dlock.leases WHERE " LIVE_AT_P,
 							  1, argtypes, values, NULL, true, 0) != SPI_OK_SELECT)
 		elog(ERROR, "could not read dlock.leases");
@@ -525,6 +537,7 @@ refresh_database(TimestampTz promoted_at, int64 *skipped)
 			PushActiveSnapshot(GetTransactionSnapshot());
 			pgstat_report_activity(STATE_RUNNING, "refreshing holdings live at the promotion");
 			dlock_store_begin();
+			dlock_store_spi();
 			for (; i < to; i++)
 			{
 				DlockResource res;

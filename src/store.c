@@ -41,20 +41,11 @@
 /* Identifies each prepared statement in plans[]. */
 typedef enum StoreStmt
 {
-	STMT_READ,
-	STMT_INSERT,
-	STMT_RENEW,
-	STMT_DECREMENT,
-	STMT_FREE,
 	STMT_HOLDER_ROWS,
 	STMT_EXPIRED,
 	STMT_STALE_FREE,
 	STMT_DELETE_FREE,
 	STMT_MIN_EXPIRY,
-	STMT_FAST_ACQUIRE,
-	STMT_FAST_ACQUIRE_QUEUED,
-	STMT_FAST_RELEASE,
-	STMT_REAP_ONE,
 	NUM_STMTS
 } StoreStmt;
 
@@ -66,54 +57,7 @@ typedef struct StoreStmtDef
 } StoreStmtDef;
 
 #define RES_EQ "resource OPERATOR(pg_catalog.=) ($1 COLLATE pg_catalog.\"C\")"
-/*
- * The row is held, unexpired at $4/$5 (now), by holder $2 of role $3: the
- * SQL form of HOLDING_MINE (holding.c, where the rule lives; $3 is the
- * caller's role captured there, never GetUserId() inside a session).
- */
-#define MINE_AT(now) "(holder OPERATOR(pg_catalog.=) ($2 COLLATE pg_catalog.\"C\")" \
-	" AND owner OPERATOR(pg_catalog.=) $3 AND expires_at OPERATOR(pg_catalog.>) " now ")"
-
-#define FAST_ACQUIRE_SET \
-	"UPDATE dlock.leases SET" \
-	"  count = CASE WHEN " MINE_AT("$5") " THEN count OPERATOR(pg_catalog.+) 1 ELSE 1 END," \
-	"  fence = CASE WHEN " MINE_AT("$5") " THEN fence ELSE dlock._next_fence() END," \
-	"  lease = CASE WHEN " MINE_AT("$5") " THEN lease ELSE $4 END," \
-	"  acquired_at = CASE WHEN " MINE_AT("$5") " THEN acquired_at ELSE $5 END," \
-	"  expires_at = CASE WHEN " MINE_AT("$5") " THEN GREATEST(expires_at, $6) ELSE $6 END," \
-	"  holder = $2, owner = $3, renewed_at = $5, released_at = NULL" \
-
-#define FAST_ACQUIRE_RETURNING \
-	"  RETURNING fence, count, expires_at," \
-	"    CASE WHEN count OPERATOR(pg_catalog.=) 1 THEN (SELECT o.holder IS NOT NULL" \
-	"      FROM dlock.leases o WHERE o.resource OPERATOR(pg_catalog.=) ($1 COLLATE pg_catalog.\"C\")) END"
-
 static const StoreStmtDef stmt_defs[NUM_STMTS] = {
-	[STMT_READ] = {
-		"SELECT holder, owner, count, fence, lease, expires_at"
-		"  FROM dlock.leases WHERE " RES_EQ,
-		1, {TEXTOID}
-	},
-	[STMT_INSERT] = {
-		"INSERT INTO dlock.leases (resource, holder, owner, count, fence,"
-		"  lease, acquired_at, renewed_at, expires_at)"
-		"  VALUES ($1, $2, $3, 1, $4, $5, $6, $6, $7)",
-		7, {TEXTOID, TEXTOID, REGROLEOID, INT8OID, INTERVALOID, TIMESTAMPTZOID, TIMESTAMPTZOID}
-	},
-	[STMT_RENEW] = {
-		"UPDATE dlock.leases SET lease = $2, renewed_at = $3, expires_at = $4"
-		"  WHERE " RES_EQ,
-		4, {TEXTOID, INTERVALOID, TIMESTAMPTZOID, TIMESTAMPTZOID}
-	},
-	[STMT_DECREMENT] = {
-		"UPDATE dlock.leases SET count = $2 WHERE " RES_EQ,
-		2, {TEXTOID, INT4OID}
-	},
-	[STMT_FREE] = {
-		"UPDATE dlock.leases SET holder = NULL, owner = NULL, count = 0,"
-		"  expires_at = NULL, released_at = $2 WHERE " RES_EQ,
-		2, {TEXTOID, TIMESTAMPTZOID}
-	},
 	[STMT_HOLDER_ROWS] = {
 		"SELECT resource FROM dlock.leases"
 		"  WHERE holder OPERATOR(pg_catalog.=) ($1 COLLATE pg_catalog.\"C\")"
@@ -136,69 +80,6 @@ static const StoreStmtDef stmt_defs[NUM_STMTS] = {
 		"DELETE FROM dlock.leases WHERE " RES_EQ " AND holder IS NULL",
 		1, {TEXTOID}
 	},
-	/*
-	 * The common successful acquisition in one statement: a free or expired
-	 * row gets a new holder and a fence drawn by dlock._next_fence() (only
-	 * for the row that matched, after the resource's lock was taken); the
-	 * holder's own unexpired holding is re-entered.  SET sees old values.
-	 * This form knows nothing of queues and lock-delay: it runs under the
-	 * 0.1 SQL, and as the takeover of the slow path once acquire.c has
-	 * checked them.
-	 */
-	[STMT_FAST_ACQUIRE] = {
-		FAST_ACQUIRE_SET
-		"  WHERE " RES_EQ " AND (holder IS NULL"
-		"    OR expires_at OPERATOR(pg_catalog.<=) $5 OR " MINE_AT("$5") ")"
-		FAST_ACQUIRE_RETURNING,
-		6, {TEXTOID, TEXTOID, REGROLEOID, INTERVALOID, TIMESTAMPTZOID, TIMESTAMPTZOID}
-	},
-	/*
-	 * The same under the 0.2 SQL: re-entry as before; a takeover only when
-	 * $7 (no other backend's in-server ticket is ahead of the caller's,
-	 * queue.c), no live client ticket below $8 (the caller's in-server
-	 * ticket, or the largest bigint) is queued, and the ended holding's
-	 * lock-delay is over (the SQL form of dlock_lease_available and the
-	 * queue rule, holding.c).
-	 */
-	[STMT_FAST_ACQUIRE_QUEUED] = {
-		FAST_ACQUIRE_SET
-		"  WHERE " RES_EQ " AND (" MINE_AT("$5") " OR ($7"
-		"    AND (holder IS NULL OR expires_at OPERATOR(pg_catalog.<=) $5)"
-		"    AND NOT EXISTS (SELECT FROM dlock.tickets t"
-		"      WHERE t.resource OPERATOR(pg_catalog.=) ($1 COLLATE pg_catalog.\"C\")"
-		"        AND t.expires_at OPERATOR(pg_catalog.>) $5"
-		"        AND t.ticket OPERATOR(pg_catalog.<) $8)"
-		"    AND NOT EXISTS (SELECT FROM dlock.delays d"
-		"      WHERE d.resource OPERATOR(pg_catalog.=) ($1 COLLATE pg_catalog.\"C\")"
-		"        AND d.fence OPERATOR(pg_catalog.=) leases.fence"
-		"        AND CASE WHEN leases.holder IS NULL"
-		"          THEN d.available_at OPERATOR(pg_catalog.>) $5"
-		"          ELSE leases.expires_at OPERATOR(pg_catalog.+) d.lock_delay OPERATOR(pg_catalog.>) $5 END)))"
-		FAST_ACQUIRE_RETURNING,
-		8, {TEXTOID, TEXTOID, REGROLEOID, INTERVALOID, TIMESTAMPTZOID, TIMESTAMPTZOID, BOOLOID, INT8OID}
-	},
-	/* The common unlock in one statement: the holder's own holding. */
-	[STMT_FAST_RELEASE] = {
-		"UPDATE dlock.leases SET"
-		"  count = count OPERATOR(pg_catalog.-) 1,"
-		"  holder = CASE WHEN count OPERATOR(pg_catalog.>) 1 THEN holder END,"
-		"  owner = CASE WHEN count OPERATOR(pg_catalog.>) 1 THEN owner END,"
-		"  expires_at = CASE WHEN count OPERATOR(pg_catalog.>) 1 THEN expires_at END,"
-		"  released_at = CASE WHEN count OPERATOR(pg_catalog.>) 1 THEN released_at ELSE $4 END"
-		"  WHERE " RES_EQ " AND " MINE_AT("$4")
-		"    AND ($5 IS NULL OR fence OPERATOR(pg_catalog.=) $5)"
-		"  RETURNING count, fence",
-		5, {TEXTOID, TEXTOID, REGROLEOID, TIMESTAMPTZOID, INT8OID}
-	},
-	/* Free a lease if it is (still) expired; its fence for the event. */
-	[STMT_REAP_ONE] = {
-		"UPDATE dlock.leases SET holder = NULL, owner = NULL, count = 0,"
-		"  expires_at = NULL, released_at = $2"
-		"  WHERE " RES_EQ " AND holder IS NOT NULL"
-		"    AND expires_at OPERATOR(pg_catalog.<=) $2"
-		"  RETURNING fence",
-		2, {TEXTOID, TIMESTAMPTZOID}
-	},
 	[STMT_MIN_EXPIRY] = {
 		"SELECT pg_catalog.min(expires_at) FROM dlock.leases WHERE holder IS NOT NULL",
 		0, {InvalidOid}
@@ -213,6 +94,7 @@ static Oid	saved_userid;
 static int	saved_sec_context;
 static int	saved_nestlevel;
 static MemoryContext caller_context;	/* where results are copied to */
+static bool spi_entered = false;	/* dlock_store_spi ran in this session */
 
 /* dlock_schema_oid: OID of schema dlock (errors if the extension is gone). */
 Oid
@@ -246,8 +128,10 @@ table_owner(void)
 }
 
 /*
- * dlock_store_begin: open a store session: SPI, the owner's identity and a
- * safe search_path.  Sessions nest (only the outermost one switches).
+ * dlock_store_begin: open a store session.  The direct row access of
+ * rows.c needs nothing more; the SPI part (the owner's identity, a safe
+ * search_path, SPI itself) is entered by the first statement that needs
+ * it (store_spi) and left when the outermost session ends.  Sessions nest.
  */
 void
 dlock_store_begin(void)
@@ -256,8 +140,23 @@ dlock_store_begin(void)
 		return;
 	dlock_own_writes_begin();
 	caller_context = CurrentMemoryContext;
+}
+
+/*
+ * dlock_store_spi: make the session ready for SPI statements (once per
+ * session): connect, become the table's owner, set the search_path.
+ */
+void
+dlock_store_spi(void)
+{
+	Assert(store_depth > 0);
+	if (spi_entered)
+		return;
+	/* SPI_finish returns to the context current at SPI_connect. */
+	MemoryContextSwitchTo(caller_context);
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "SPI_connect failed");
+	spi_entered = true;
 	GetUserIdAndSecContext(&saved_userid, &saved_sec_context);
 	SetUserIdAndSecContext(table_owner(),
 						   saved_sec_context | SECURITY_LOCAL_USERID_CHANGE |
@@ -279,11 +178,22 @@ dlock_store_begin(void)
 							 GUC_ACTION_SAVE, true, 0, false);
 }
 
-/* dlock_store_active: is a store session open (identity switched)? */
+/* dlock_store_active: is a store session open? */
 bool
 dlock_store_active(void)
 {
 	return store_depth > 0;
+}
+
+/*
+ * dlock_store_context: where results meant to outlive the session go (the
+ * memory context current when it began).
+ */
+MemoryContext
+dlock_store_context(void)
+{
+	Assert(store_depth > 0);
+	return caller_context;
 }
 
 /*
@@ -298,8 +208,12 @@ dlock_store_end(void)
 	if (--store_depth > 0)
 		return;
 	dlock_own_writes_end();
+	if (!spi_entered)
+		return;
+	spi_entered = false;
 	AtEOXact_GUC(true, saved_nestlevel);
 	SetUserIdAndSecContext(saved_userid, saved_sec_context);
+	/* Back in the context current when the session began. */
 	if (SPI_finish() != SPI_OK_FINISH)
 		elog(ERROR, "SPI_finish failed");
 }
@@ -309,6 +223,7 @@ void
 dlock_store_reset(void)
 {
 	store_depth = 0;
+	spi_entered = false;
 }
 
 /* get_plan: the prepared statement, preparing it on first use. */
@@ -343,7 +258,7 @@ run(StoreStmt which, Datum *values, const char *nulls, bool read_only,
 						which == STMT_MIN_EXPIRY);
 	int			nestlevel = 0;
 
-	Assert(store_depth > 0);
+	dlock_store_spi();
 	if (scan)
 	{
 		/* The statements that scan the table may plan a seq scan. */
@@ -360,111 +275,6 @@ run(StoreStmt which, Datum *values, const char *nulls, bool read_only,
 	if (rc < 0)
 		elog(ERROR, "SPI_execute_snapshot failed: %s", SPI_result_code_string(rc));
 	return SPI_processed;
-}
-
-/* run_change: run a statement that must change exactly one row. */
-static void
-run_change(StoreStmt which, Datum *values, const char *nulls)
-{
-	uint64		n = run(which, values, nulls, false, 0);
-
-	if (n != 1)
-		elog(ERROR, "dlock: expected to change one row, changed " UINT64_FORMAT, n);
-}
-
-/*
- * dlock_row_read: read a resource's row into *row (holder copied into the
- * memory context that was current when the store session began).
- */
-void
-dlock_row_read(const DlockResource *res, DlockRow *row)
-{
-	Datum		values[1] = {PointerGetDatum(res->name)};
-	HeapTuple	tup;
-	TupleDesc	desc;
-	bool		isnull;
-	Datum		d;
-
-	memset(row, 0, sizeof(*row));
-	if (run(STMT_READ, values, NULL, true, 0) == 0)
-		return;
-	row->exists = true;
-	tup = SPI_tuptable->vals[0];
-	desc = SPI_tuptable->tupdesc;
-
-	d = SPI_getbinval(tup, desc, 1, &isnull);
-	row->held = !isnull;
-	if (row->held)
-	{
-		MemoryContext old = MemoryContextSwitchTo(caller_context);
-
-		row->holder = TextDatumGetCString(d);
-		MemoryContextSwitchTo(old);
-	}
-	d = SPI_getbinval(tup, desc, 2, &isnull);
-	row->owner = isnull ? InvalidOid : DatumGetObjectId(d);
-	row->count = DatumGetInt32(SPI_getbinval(tup, desc, 3, &isnull));
-	d = SPI_getbinval(tup, desc, 4, &isnull);
-	row->fence = isnull ? 0 : DatumGetInt64(d);
-	d = SPI_getbinval(tup, desc, 5, &isnull);
-	if (!isnull)
-		row->lease = *DatumGetIntervalP(d);
-	d = SPI_getbinval(tup, desc, 6, &isnull);
-	row->expires_at = isnull ? DT_NOBEGIN : DatumGetTimestampTz(d);
-}
-
-/* dlock_row_insert: the first holding of a resource never seen. */
-void
-dlock_row_insert(const DlockResource *res, text *holder, Oid owner,
-				 int64 fence, const Interval *lease, TimestampTz now,
-				 TimestampTz expires)
-{
-	Datum		values[7];
-
-	values[0] = PointerGetDatum(res->name);
-	values[1] = PointerGetDatum(holder);
-	values[2] = ObjectIdGetDatum(owner);
-	values[3] = Int64GetDatum(fence);
-	values[4] = PointerGetDatum(lease);
-	values[5] = TimestampTzGetDatum(now);
-	values[6] = TimestampTzGetDatum(expires);
-	run_change(STMT_INSERT, values, NULL);
-}
-
-/* dlock_row_renew: a renewal's new lease and expiry. */
-void
-dlock_row_renew(const DlockResource *res, const Interval *lease,
-				TimestampTz now, TimestampTz expires)
-{
-	Datum		values[4];
-
-	values[0] = PointerGetDatum(res->name);
-	values[1] = PointerGetDatum(lease);
-	values[2] = TimestampTzGetDatum(now);
-	values[3] = TimestampTzGetDatum(expires);
-	run_change(STMT_RENEW, values, NULL);
-}
-
-/*
- * dlock_row_release: set the count left; at zero the row becomes free (it
- * stays, keeping its last fence, so the next acquisition updates in place).
- */
-void
-dlock_row_release(const DlockResource *res, int32 count_left, TimestampTz now)
-{
-	Datum		values[2];
-
-	values[0] = PointerGetDatum(res->name);
-	if (count_left > 0)
-	{
-		values[1] = Int32GetDatum(count_left);
-		run_change(STMT_DECREMENT, values, NULL);
-	}
-	else
-	{
-		values[1] = TimestampTzGetDatum(now);
-		run_change(STMT_FREE, values, NULL);
-	}
 }
 
 /*
@@ -567,92 +377,6 @@ dlock_min_expiry(void)
 }
 
 /*
- * dlock_row_fast_acquire: the one-statement acquisition (see
- * STMT_FAST_ACQUIRE; with queued, the 0.2 form STMT_FAST_ACQUIRE_QUEUED,
- * which takes over only when allow_takeover and no live client ticket
- * below tickets_below is queued).  Returns false, changing nothing, when the row is
- * missing or held by another; else sets the fence, the new count and
- * expiry, and whether an expired holding was taken over.
- */
-bool
-dlock_row_fast_acquire(const DlockResource *res, text *holder, Oid owner,
-					   const Interval *lease, TimestampTz now,
-					   TimestampTz expires, bool queued, bool allow_takeover,
-					   int64 tickets_below, int64 *fence, int32 *count,
-					   TimestampTz *new_expires, bool *took_over)
-{
-	Datum		values[8];
-	bool		isnull;
-	HeapTuple	tup;
-	TupleDesc	desc;
-
-	values[0] = PointerGetDatum(res->name);
-	values[1] = PointerGetDatum(holder);
-	values[2] = ObjectIdGetDatum(owner);
-	values[3] = PointerGetDatum(lease);
-	values[4] = TimestampTzGetDatum(now);
-	values[5] = TimestampTzGetDatum(expires);
-	values[6] = BoolGetDatum(allow_takeover);
-	values[7] = Int64GetDatum(tickets_below);
-	if (run(queued ? STMT_FAST_ACQUIRE_QUEUED : STMT_FAST_ACQUIRE,
-			values, NULL, false, 0) == 0)
-		return false;
-	tup = SPI_tuptable->vals[0];
-	desc = SPI_tuptable->tupdesc;
-	*fence = DatumGetInt64(SPI_getbinval(tup, desc, 1, &isnull));
-	*count = DatumGetInt32(SPI_getbinval(tup, desc, 2, &isnull));
-	*new_expires = DatumGetTimestampTz(SPI_getbinval(tup, desc, 3, &isnull));
-	*took_over = DatumGetBool(SPI_getbinval(tup, desc, 4, &isnull)) && !isnull;
-	return true;
-}
-
-/*
- * dlock_row_fast_release: the one-statement unlock of the caller's own
- * unexpired holding (under fence, when fence_given).  Returns false,
- * changing nothing, otherwise; else sets the count left and the fence.
- */
-bool
-dlock_row_fast_release(const DlockResource *res, text *holder, Oid owner,
-					   TimestampTz now, bool fence_given, int64 fence,
-					   int32 *left, int64 *fence_out)
-{
-	Datum		values[5];
-	char		nulls[5] = {' ', ' ', ' ', ' ', fence_given ? ' ' : 'n'};
-	bool		isnull;
-
-	values[0] = PointerGetDatum(res->name);
-	values[1] = PointerGetDatum(holder);
-	values[2] = ObjectIdGetDatum(owner);
-	values[3] = TimestampTzGetDatum(now);
-	values[4] = Int64GetDatum(fence);
-	if (run(STMT_FAST_RELEASE, values, nulls, false, 0) == 0)
-		return false;
-	*left = DatumGetInt32(SPI_getbinval(SPI_tuptable->vals[0],
-										SPI_tuptable->tupdesc, 1, &isnull));
-	*fence_out = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0],
-											 SPI_tuptable->tupdesc, 2, &isnull));
-	return true;
-}
-
-/*
- * dlock_row_reap: free the resource's lease if it expired by now; returns
- * its fence, or 0 if it was not (or no longer) expired.
- */
-int64
-dlock_row_reap(const DlockResource *res, TimestampTz now)
-{
-	Datum		values[2];
-	bool		isnull;
-
-	values[0] = PointerGetDatum(res->name);
-	values[1] = TimestampTzGetDatum(now);
-	if (run(STMT_REAP_ONE, values, NULL, false, 0) == 0)
-		return 0;
-	return DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0],
-									   SPI_tuptable->tupdesc, 1, &isnull));
-}
-
-/*
  * dlock_store_exec: run a statement of another file (queue.c) inside a
  * store session, on the latest snapshot, preparing it once into *plan.
  * Results are in SPI_tuptable until the next statement.
@@ -664,7 +388,7 @@ dlock_store_exec(SPIPlanPtr *plan, const char *sql, int nargs,
 {
 	int			rc;
 
-	Assert(store_depth > 0);
+	dlock_store_spi();
 	if (*plan == NULL)
 	{
 		SPIPlanPtr	p = SPI_prepare(sql, nargs, (Oid *) argtypes);

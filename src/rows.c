@@ -1,0 +1,610 @@
+/*-------------------------------------------------------------------------
+ *
+ * rows.c
+ *		The hot paths' reads and writes of one row of dlock.leases, by
+ *		direct heap access: no SPI, no planner, no identity switch.
+ *
+ * Each function finds the resource's row with a primary-key index scan on
+ * the latest snapshot, decides in C what the SQL statements of store.c
+ * used to decide in their WHERE clauses, and writes with heap_update
+ * (HOT: nothing indexed changes) or heap_insert plus index maintenance
+ * (CatalogTupleUpdate / CatalogTupleInsert, as Citus does for its own
+ * metadata tables).  The rules themselves stay where they live: what a
+ * holding is to a caller is holding.c's (HOLDING_MINE is restated here
+ * for the one-step re-entry and release, and must say the same), the
+ * queue and lock-delay are queue.c's.
+ *
+ * Concurrency: every write happens while the caller holds the resource's
+ * lock-manager lock in CHANGE mode (resource.c), taken before the row is
+ * read, so nothing else can change the row between the read and the
+ * write.  A concurrent update is therefore a bug, and simple_heap_update
+ * reports it as one ("tuple concurrently updated").  Reads use the latest
+ * snapshot for the same reason store.c's statements do.  Each write is
+ * followed by CommandCounterIncrement, so later reads in the transaction
+ * (direct or SPI) see it.
+ *
+ * Rights: direct access checks no privileges, as the store session's
+ * switch to the table's owner made them moot; read-only transactions and
+ * standbys are refused before any of this runs (dlock_check_writable).
+ *
+ * The relation, its primary key and its column numbers are looked up by
+ * name (so a library newer than the installed SQL finds its columns
+ * wherever they are) and cached until a relcache invalidation touches the
+ * table: DROP EXTENSION and ALTER EXTENSION UPDATE send one.  Backend-local.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "dlock.h"
+
+#include "access/genam.h"
+#include "access/heapam.h"
+#include "access/htup_details.h"
+#include "access/stratnum.h"
+#include "access/table.h"
+#include "access/xact.h"
+#include "catalog/indexing.h"
+#include "catalog/namespace.h"
+#include "utils/builtins.h"
+#include "utils/fmgroids.h"
+#include "utils/inval.h"
+#include "utils/lsyscache.h"
+#include "utils/rel.h"
+#include "utils/snapmgr.h"
+
+/* The columns of dlock.leases this file reads or writes. */
+typedef enum LeaseCol
+{
+	L_RESOURCE,
+	L_HOLDER,
+	L_OWNER,
+	L_COUNT,
+	L_FENCE,
+	L_LEASE,
+	L_ACQUIRED_AT,
+	L_RENEWED_AT,
+	L_EXPIRES_AT,
+	L_RELEASED_AT,
+	L_TOOK_OVER,				/* 0.1's scratch column; may be absent */
+	L_NUM
+} LeaseCol;
+
+static const char *const lease_cols[L_NUM] = {
+	"resource", "holder", "owner", "count", "fence", "lease", "acquired_at",
+	"renewed_at", "expires_at", "released_at", "took_over"
+};
+
+/* dlock.tickets (0.2): the columns the queue check reads. */
+enum
+{
+	T_RESOURCE, T_TICKET, T_EXPIRES_AT, T_NUM
+};
+static const char *const ticket_cols[T_NUM] = {"resource", "ticket", "expires_at"};
+
+/* dlock.delays (0.2) */
+enum
+{
+	D_RESOURCE, D_FENCE, D_LOCK_DELAY, D_AVAILABLE_AT, D_NUM
+};
+static const char *const delay_cols[D_NUM] = {
+	"resource", "fence", "lock_delay", "available_at"
+};
+
+#define MAX_COLS L_NUM
+
+/* The most columns a table of ours may have (it has 11). */
+#define MAX_ATTS 64
+
+/* A table of ours as this backend last looked it up. */
+typedef struct TableInfo
+{
+	const char *name;
+	const char *const *cols;
+	int			ncols;
+	bool		valid;			/* looked up since the last invalidation */
+	Oid			relid;			/* InvalidOid: not there (older SQL) */
+	Oid			pkey;
+	AttrNumber	att[MAX_COLS];	/* InvalidAttrNumber: no such column */
+} TableInfo;
+
+static TableInfo leases = {"leases", lease_cols, L_NUM};
+static TableInfo tickets = {"tickets", ticket_cols, T_NUM};
+static TableInfo delays = {"delays", delay_cols, D_NUM};
+static bool callback_registered = false;
+
+/* invalidate: a relcache invalidation of one of our tables, or of all. */
+static void
+invalidate(Datum arg, Oid relid)
+{
+	TableInfo  *all[] = {&leases, &tickets, &delays};
+
+	for (int i = 0; i < (int) lengthof(all); i++)
+		if (relid == InvalidOid || relid == all[i]->relid)
+			all[i]->valid = false;
+}
+
+/*
+ * table_info: the table's OID, primary key and column numbers; relid is
+ * InvalidOid when the installed SQL has no such table.
+ */
+static TableInfo *
+table_info(TableInfo *t)
+{
+	Relation	rel;
+
+	if (t->valid)
+		return t;
+	if (!callback_registered)
+	{
+		CacheRegisterRelcacheCallback(invalidate, (Datum) 0);
+		callback_registered = true;
+	}
+	t->relid = get_relname_relid(t->name, dlock_schema_oid());
+	if (!OidIsValid(t->relid))
+	{
+		/* Older SQL: looked up again next time (cheap, and rare). */
+		return t;
+	}
+	rel = table_open(t->relid, AccessShareLock);
+	t->pkey = RelationGetPrimaryKeyIndex(rel);
+	table_close(rel, AccessShareLock);
+	if (!OidIsValid(t->pkey))
+		elog(ERROR, "dlock: table dlock.%s has no primary key", t->name);
+	for (int i = 0; i < t->ncols; i++)
+		t->att[i] = get_attnum(t->relid, t->cols[i]);
+	for (int i = 0; i < t->ncols; i++)
+		if (t->att[i] == InvalidAttrNumber && !(t == &leases && i == L_TOOK_OVER))
+			elog(ERROR, "dlock: table dlock.%s has no column %s",
+				 t->name, t->cols[i]);
+	t->valid = true;
+	return t;
+}
+
+/* A row read for change: the tuple (with its TID) and its columns. */
+typedef struct RowImage
+{
+	HeapTuple	tup;			/* NULL: no row */
+	Datum		values[MAX_ATTS];
+	bool		nulls[MAX_ATTS];
+	bool		replace[MAX_ATTS];
+} RowImage;
+
+#define COL(t, img, c)		((img)->values[(t)->att[c] - 1])
+#define ISNULL(t, img, c)	((img)->nulls[(t)->att[c] - 1])
+
+/*
+ * fetch_row: the row of rel whose primary key is the resource, on the
+ * latest snapshot, copied and deformed into *img; false if none.
+ */
+static bool
+fetch_row(Relation rel, TableInfo *t, text *resource, RowImage *img)
+{
+	ScanKeyData key;
+	SysScanDesc scan;
+	Snapshot	snap = RegisterSnapshot(GetLatestSnapshot());
+	HeapTuple	tup;
+	TupleDesc	desc = RelationGetDescr(rel);
+
+	if (desc->natts > MAX_ATTS)
+		elog(ERROR, "dlock: table dlock.%s has too many columns", t->name);
+	ScanKeyInit(&key, t->att[0], BTEqualStrategyNumber, F_TEXTEQ,
+				PointerGetDatum(resource));
+	scan = systable_beginscan(rel, t->pkey, true, snap, 1, &key);
+	tup = systable_getnext(scan);
+	img->tup = HeapTupleIsValid(tup) ? heap_copytuple(tup) : NULL;
+	systable_endscan(scan);
+	UnregisterSnapshot(snap);
+	if (img->tup == NULL)
+		return false;
+	heap_deform_tuple(img->tup, desc, img->values, img->nulls);
+	memset(img->replace, 0, sizeof(img->replace));
+	return true;
+}
+
+/* set_col / set_null: change a column of the image for write_row. */
+static void
+set_col(TableInfo *t, RowImage *img, int c, Datum v)
+{
+	if (t->att[c] == InvalidAttrNumber)
+		return;
+	img->values[t->att[c] - 1] = v;
+	img->nulls[t->att[c] - 1] = false;
+	img->replace[t->att[c] - 1] = true;
+}
+
+static void
+set_null(TableInfo *t, RowImage *img, int c)
+{
+	if (t->att[c] == InvalidAttrNumber)
+		return;
+	img->values[t->att[c] - 1] = (Datum) 0;
+	img->nulls[t->att[c] - 1] = true;
+	img->replace[t->att[c] - 1] = true;
+}
+
+/* write_row: heap_update of the image's changed columns (HOT). */
+static void
+write_row(Relation rel, RowImage *img)
+{
+	HeapTuple	newtup = heap_modify_tuple(img->tup, RelationGetDescr(rel),
+										   img->values, img->nulls, img->replace);
+
+	CatalogTupleUpdate(rel, &img->tup->t_self, newtup);
+	heap_freetuple(newtup);
+	CommandCounterIncrement();
+}
+
+/* open_leases: dlock.leases opened for a read or a change. */
+static Relation
+open_leases(LOCKMODE mode)
+{
+	table_info(&leases);
+	if (!OidIsValid(leases.relid))
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("table dlock.leases does not exist"),
+				 errhint("Run CREATE EXTENSION dlock.")));
+	return table_open(leases.relid, mode);
+}
+
+/* text_eq: do two text values say the same (byte for byte, as "C")? */
+static bool
+text_eq(text *a, text *b)
+{
+	return VARSIZE_ANY_EXHDR(a) == VARSIZE_ANY_EXHDR(b) &&
+		memcmp(VARDATA_ANY(a), VARDATA_ANY(b), VARSIZE_ANY_EXHDR(a)) == 0;
+}
+
+/*
+ * is_mine: the row is held, unexpired at now, by holder of role owner:
+ * holding.c's HOLDING_MINE, for the one-step re-entry and release.
+ */
+static bool
+is_mine(RowImage *img, text *holder, Oid owner, TimestampTz now)
+{
+	return !ISNULL(&leases, img, L_HOLDER) &&
+		text_eq(DatumGetTextPP(COL(&leases, img, L_HOLDER)), holder) &&
+		!ISNULL(&leases, img, L_OWNER) &&
+		DatumGetObjectId(COL(&leases, img, L_OWNER)) == owner &&
+		!ISNULL(&leases, img, L_EXPIRES_AT) &&
+		DatumGetTimestampTz(COL(&leases, img, L_EXPIRES_AT)) > now;
+}
+
+/* ended: the row has no holder, or its lease ended by now. */
+static bool
+ended(RowImage *img, TimestampTz now)
+{
+	return ISNULL(&leases, img, L_HOLDER) ||
+		(!ISNULL(&leases, img, L_EXPIRES_AT) &&
+		 DatumGetTimestampTz(COL(&leases, img, L_EXPIRES_AT)) <= now);
+}
+
+/*
+ * dlock_row_read: read a resource's row into *row (holder copied into the
+ * memory context that was current when the store session began).
+ */
+void
+dlock_row_read(const DlockResource *res, DlockRow *row)
+{
+	Relation	rel = open_leases(AccessShareLock);
+	RowImage	img;
+
+	memset(row, 0, sizeof(*row));
+	if (fetch_row(rel, &leases, res->name, &img))
+	{
+		row->exists = true;
+		row->held = !ISNULL(&leases, &img, L_HOLDER);
+		if (row->held)
+		{
+			MemoryContext old = MemoryContextSwitchTo(dlock_store_context());
+
+			row->holder = TextDatumGetCString(COL(&leases, &img, L_HOLDER));
+			MemoryContextSwitchTo(old);
+		}
+		row->owner = ISNULL(&leases, &img, L_OWNER) ? InvalidOid :
+			DatumGetObjectId(COL(&leases, &img, L_OWNER));
+		row->count = DatumGetInt32(COL(&leases, &img, L_COUNT));
+		row->fence = ISNULL(&leases, &img, L_FENCE) ? 0 :
+			DatumGetInt64(COL(&leases, &img, L_FENCE));
+		if (!ISNULL(&leases, &img, L_LEASE))
+			row->lease = *DatumGetIntervalP(COL(&leases, &img, L_LEASE));
+		row->expires_at = ISNULL(&leases, &img, L_EXPIRES_AT) ? DT_NOBEGIN :
+			DatumGetTimestampTz(COL(&leases, &img, L_EXPIRES_AT));
+		heap_freetuple(img.tup);
+	}
+	table_close(rel, NoLock);
+}
+
+/* dlock_row_insert: the first holding of a resource never seen. */
+void
+dlock_row_insert(const DlockResource *res, text *holder, Oid owner,
+				 int64 fence, const Interval *lease, TimestampTz now,
+				 TimestampTz expires)
+{
+	Relation	rel = open_leases(RowExclusiveLock);
+	TupleDesc	desc = RelationGetDescr(rel);
+	RowImage	img;
+	HeapTuple	tup;
+
+	if (desc->natts > MAX_ATTS)
+		elog(ERROR, "dlock: table dlock.leases has too many columns");
+	for (int i = 0; i < desc->natts; i++)
+	{
+		img.values[i] = (Datum) 0;
+		img.nulls[i] = true;
+	}
+	set_col(&leases, &img, L_RESOURCE, PointerGetDatum(res->name));
+	set_col(&leases, &img, L_HOLDER, PointerGetDatum(holder));
+	set_col(&leases, &img, L_OWNER, ObjectIdGetDatum(owner));
+	set_col(&leases, &img, L_COUNT, Int32GetDatum(1));
+	set_col(&leases, &img, L_FENCE, Int64GetDatum(fence));
+	set_col(&leases, &img, L_LEASE, PointerGetDatum(lease));
+	set_col(&leases, &img, L_ACQUIRED_AT, TimestampTzGetDatum(now));
+	set_col(&leases, &img, L_RENEWED_AT, TimestampTzGetDatum(now));
+	set_col(&leases, &img, L_EXPIRES_AT, TimestampTzGetDatum(expires));
+	set_col(&leases, &img, L_TOOK_OVER, BoolGetDatum(false));
+	tup = heap_form_tuple(desc, img.values, img.nulls);
+	CatalogTupleInsert(rel, tup);
+	heap_freetuple(tup);
+	CommandCounterIncrement();
+	table_close(rel, NoLock);
+}
+
+/*
+ * change_row: read the resource's row for a change that must find it;
+ * errors (a bug: the caller holds the resource's lock and saw the row).
+ */
+static void
+change_row(Relation rel, const DlockResource *res, RowImage *img)
+{
+	if (!fetch_row(rel, &leases, res->name, img))
+		elog(ERROR, "dlock: the row of \"%s\" is gone",
+			 text_to_cstring(res->name));
+}
+
+/* dlock_row_renew: a renewal's new lease and expiry. */
+void
+dlock_row_renew(const DlockResource *res, const Interval *lease,
+				TimestampTz now, TimestampTz expires)
+{
+	Relation	rel = open_leases(RowExclusiveLock);
+	RowImage	img;
+
+	change_row(rel, res, &img);
+	set_col(&leases, &img, L_LEASE, PointerGetDatum(lease));
+	set_col(&leases, &img, L_RENEWED_AT, TimestampTzGetDatum(now));
+	set_col(&leases, &img, L_EXPIRES_AT, TimestampTzGetDatum(expires));
+	write_row(rel, &img);
+	table_close(rel, NoLock);
+}
+
+/* set_free: the image of a freed row: no holder, released at now. */
+static void
+set_free(RowImage *img, TimestampTz now)
+{
+	set_null(&leases, img, L_HOLDER);
+	set_null(&leases, img, L_OWNER);
+	set_col(&leases, img, L_COUNT, Int32GetDatum(0));
+	set_null(&leases, img, L_EXPIRES_AT);
+	set_col(&leases, img, L_RELEASED_AT, TimestampTzGetDatum(now));
+}
+
+/*
+ * dlock_row_release: set the count left; at zero the row becomes free (it
+ * stays, keeping its last fence, so the next acquisition updates in place).
+ */
+void
+dlock_row_release(const DlockResource *res, int32 count_left, TimestampTz now)
+{
+	Relation	rel = open_leases(RowExclusiveLock);
+	RowImage	img;
+
+	change_row(rel, res, &img);
+	if (count_left > 0)
+		set_col(&leases, &img, L_COUNT, Int32GetDatum(count_left));
+	else
+		set_free(&img, now);
+	write_row(rel, &img);
+	table_close(rel, NoLock);
+}
+
+/*
+ * tickets_ahead: is a live client ticket of the resource below `below`
+ * queued (0.2)?  The statement form was a NOT EXISTS on dlock.tickets.
+ */
+static bool
+tickets_ahead(text *resource, int64 below, TimestampTz now)
+{
+	TableInfo  *t = table_info(&tickets);
+	Relation	rel;
+	ScanKeyData keys[2];
+	SysScanDesc scan;
+	Snapshot	snap;
+	HeapTuple	tup;
+	bool		found = false;
+
+	if (!OidIsValid(t->relid))
+		return false;
+	rel = table_open(t->relid, AccessShareLock);
+	snap = RegisterSnapshot(GetLatestSnapshot());
+	ScanKeyInit(&keys[0], t->att[T_RESOURCE], BTEqualStrategyNumber, F_TEXTEQ,
+				PointerGetDatum(resource));
+	ScanKeyInit(&keys[1], t->att[T_TICKET], BTLessStrategyNumber, F_INT8LT,
+				Int64GetDatum(below));
+	scan = systable_beginscan(rel, t->pkey, true, snap, 2, keys);
+	while (!found && HeapTupleIsValid(tup = systable_getnext(scan)))
+	{
+		bool		isnull;
+		Datum		d = heap_getattr(tup, t->att[T_EXPIRES_AT],
+									 RelationGetDescr(rel), &isnull);
+
+		found = !isnull && DatumGetTimestampTz(d) > now;
+	}
+	systable_endscan(scan);
+	UnregisterSnapshot(snap);
+	table_close(rel, NoLock);
+	return found;
+}
+
+/*
+ * delayed: is the row's ended holding under its lock-delay at now (0.2)?
+ * The same rule as dlock_delay_read + dlock_lease_available: while held
+ * (expired), its expiry plus the delay; once freed, the stored moment
+ * (NULL after a clean unlock: no delay).
+ */
+static bool
+delayed(text *resource, RowImage *img, TimestampTz now)
+{
+	TableInfo  *t = table_info(&delays);
+	Relation	rel;
+	RowImage	d;
+	bool		result = false;
+
+	if (!OidIsValid(t->relid) || ISNULL(&leases, img, L_FENCE))
+		return false;
+	rel = table_open(t->relid, AccessShareLock);
+	if (fetch_row(rel, t, resource, &d))
+	{
+		if (DatumGetInt64(COL(t, &d, D_FENCE)) ==
+			DatumGetInt64(COL(&leases, img, L_FENCE)))
+		{
+			if (!ISNULL(&leases, img, L_HOLDER))
+				result = dlock_add_interval(DatumGetTimestampTz(COL(&leases, img, L_EXPIRES_AT)),
+											DatumGetIntervalP(COL(t, &d, D_LOCK_DELAY))) > now;
+			else
+				result = !ISNULL(t, &d, D_AVAILABLE_AT) &&
+					DatumGetTimestampTz(COL(t, &d, D_AVAILABLE_AT)) > now;
+		}
+		heap_freetuple(d.tup);
+	}
+	table_close(rel, NoLock);
+	return result;
+}
+
+/*
+ * dlock_row_fast_acquire: the one-step acquisition: the holder's own
+ * unexpired holding is re-entered (count + 1, expiry extended to at least
+ * expires); a free or expired row is taken with a new fence, drawn only
+ * then (after the resource's lock was taken).  With queued (the 0.2 SQL) a
+ * takeover also needs allow_takeover (no other backend's in-server ticket
+ * ahead, queue.c), no live client ticket below tickets_below, and the
+ * ended holding's lock-delay over.  Returns false, changing nothing, when
+ * the row is missing or not to be taken; else sets the fence, the new
+ * count and expiry, and whether an expired holding was taken over.
+ */
+bool
+dlock_row_fast_acquire(const DlockResource *res, text *holder, Oid owner,
+					   const Interval *lease, TimestampTz now,
+					   TimestampTz expires, bool queued, bool allow_takeover,
+					   int64 tickets_below, int64 *fence, int32 *count,
+					   TimestampTz *new_expires, bool *took_over)
+{
+	Relation	rel = open_leases(RowExclusiveLock);
+	RowImage	img;
+	bool		done = false;
+
+	if (!fetch_row(rel, &leases, res->name, &img))
+	{
+		table_close(rel, NoLock);
+		return false;
+	}
+	if (is_mine(&img, holder, owner, now))
+	{
+		TimestampTz old = DatumGetTimestampTz(COL(&leases, &img, L_EXPIRES_AT));
+
+		*fence = DatumGetInt64(COL(&leases, &img, L_FENCE));
+		*count = DatumGetInt32(COL(&leases, &img, L_COUNT)) + 1;
+		*new_expires = Max(old, expires);
+		*took_over = false;
+		set_col(&leases, &img, L_COUNT, Int32GetDatum(*count));
+		set_col(&leases, &img, L_EXPIRES_AT, TimestampTzGetDatum(*new_expires));
+		set_col(&leases, &img, L_RENEWED_AT, TimestampTzGetDatum(now));
+		done = true;
+	}
+	else if (ended(&img, now) &&
+			 (!queued ||
+			  (allow_takeover &&
+			   !tickets_ahead(res->name, tickets_below, now) &&
+			   !delayed(res->name, &img, now))))
+	{
+		*took_over = !ISNULL(&leases, &img, L_HOLDER);
+		*fence = dlock_next_fence();
+		*count = 1;
+		*new_expires = expires;
+		set_col(&leases, &img, L_COUNT, Int32GetDatum(1));
+		set_col(&leases, &img, L_FENCE, Int64GetDatum(*fence));
+		set_col(&leases, &img, L_LEASE, PointerGetDatum(lease));
+		set_col(&leases, &img, L_ACQUIRED_AT, TimestampTzGetDatum(now));
+		set_col(&leases, &img, L_EXPIRES_AT, TimestampTzGetDatum(expires));
+		set_col(&leases, &img, L_RENEWED_AT, TimestampTzGetDatum(now));
+		done = true;
+	}
+	if (done)
+	{
+		set_col(&leases, &img, L_HOLDER, PointerGetDatum(holder));
+		set_col(&leases, &img, L_OWNER, ObjectIdGetDatum(owner));
+		set_null(&leases, &img, L_RELEASED_AT);
+		write_row(rel, &img);
+	}
+	heap_freetuple(img.tup);
+	table_close(rel, NoLock);
+	return done;
+}
+
+/*
+ * dlock_row_fast_release: the one-step unlock of the caller's own
+ * unexpired holding (under fence, when fence_given).  Returns false,
+ * changing nothing, otherwise; else sets the count left and the fence.
+ */
+bool
+dlock_row_fast_release(const DlockResource *res, text *holder, Oid owner,
+					   TimestampTz now, bool fence_given, int64 fence,
+					   int32 *left, int64 *fence_out)
+{
+	Relation	rel = open_leases(RowExclusiveLock);
+	RowImage	img;
+	bool		done = false;
+
+	if (fetch_row(rel, &leases, res->name, &img))
+	{
+		if (is_mine(&img, holder, owner, now) &&
+			(!fence_given || DatumGetInt64(COL(&leases, &img, L_FENCE)) == fence))
+		{
+			*left = DatumGetInt32(COL(&leases, &img, L_COUNT)) - 1;
+			*fence_out = DatumGetInt64(COL(&leases, &img, L_FENCE));
+			if (*left > 0)
+				set_col(&leases, &img, L_COUNT, Int32GetDatum(*left));
+			else
+				set_free(&img, now);
+			write_row(rel, &img);
+			done = true;
+		}
+		heap_freetuple(img.tup);
+	}
+	table_close(rel, NoLock);
+	return done;
+}
+
+/*
+ * dlock_row_reap: free the resource's lease if it expired by now; returns
+ * its fence, or 0 if it was not (or no longer) expired.
+ */
+int64
+dlock_row_reap(const DlockResource *res, TimestampTz now)
+{
+	Relation	rel = open_leases(RowExclusiveLock);
+	RowImage	img;
+	int64		fence = 0;
+
+	if (fetch_row(rel, &leases, res->name, &img))
+	{
+		if (!ISNULL(&leases, &img, L_HOLDER) && ended(&img, now))
+		{
+			fence = DatumGetInt64(COL(&leases, &img, L_FENCE));
+			set_free(&img, now);
+			write_row(rel, &img);
+		}
+		heap_freetuple(img.tup);
+	}
+	table_close(rel, NoLock);
+	return fence;
+}

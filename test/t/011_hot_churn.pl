@@ -1,0 +1,129 @@
+# 011_hot_churn.pl: the hot paths write dlock.leases in place.
+#
+# rows.c changes a lease row with heap_update and never changes an indexed
+# column, so every update of an existing row is HOT: under churn (acquire,
+# re-enter, renew, release, contention, expiry and reaping, from several
+# clients) the table's updates are all HOT and its primary key does not
+# grow.  The churned table still dumps and restores: the holdings come back
+# as they were, and the next fence is above every restored one.
+
+use strict;
+use warnings;
+
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use Test::More;
+
+my $node = PostgreSQL::Test::Cluster->new('hot');
+$node->init;
+$node->append_conf('postgresql.conf', q{
+shared_preload_libraries = 'dlock'
+dlock.database = 'postgres'
+dlock.reap_interval = '100ms'
+autovacuum = off
+});
+$node->start;
+$node->safe_psql('postgres', 'CREATE EXTENSION dlock');
+$node->safe_psql('postgres', 'CREATE ROLE regress_churn LOGIN');
+
+# The rows exist before the churn: from here on nothing inserts.
+$node->safe_psql('postgres', q{
+	SELECT dlock.try_lock('churn/' || g, 'seed', '1s') FROM generate_series(1, 20) g;
+	SELECT dlock.unlock('churn/' || g, 'seed') FROM generate_series(1, 20) g;
+});
+# That session's statistics are flushed when it exits.
+$node->poll_query_until('postgres', q{
+	SELECT n_tup_ins = 20 FROM pg_stat_user_tables WHERE relid = 'dlock.leases'::regclass})
+  or die 'statistics of the first acquisitions never arrived';
+
+sub stats
+{
+	return split /\|/, $node->safe_psql('postgres', q{
+		SELECT n_tup_upd, n_tup_hot_upd, n_tup_ins,
+		       pg_relation_size('dlock.leases_pkey'), pg_relation_size('dlock.leases')
+		  FROM pg_stat_user_tables WHERE relid = 'dlock.leases'::regclass});
+}
+
+# Each transaction of the script is one of the hot paths on one of the 20
+# resources; some leases are 10 ms long, so that they expire and are taken
+# over or reaped while the others churn.
+my $script = $node->basedir . '/churn.sql';
+open my $fh, '>', $script or die;
+print $fh q{
+\set r random(1, 20)
+\set h random(1, 4)
+\set ms random(10, 2000)
+SELECT dlock.try_lock('churn/' || :r, 'h' || :h, (:ms || ' ms')::interval);
+SELECT dlock.try_lock('churn/' || :r, 'h' || :h, '2s');
+SELECT dlock.renew('churn/' || :r, 'h' || :h, '1s');
+SELECT dlock.unlock('churn/' || :r, 'h' || :h);
+SELECT dlock.try_lock('churn/' || :r, 'h' || :h, '10ms', fair => true);
+SELECT dlock.unlock('churn/' || :r, 'h' || :h);
+};
+close $fh;
+
+# churn: run the script from $clients clients, $n transactions each; the
+# table's statistics before and after.
+sub churn
+{
+	my ($clients, $n) = @_;
+	my ($upd0, $hot0, $ins0, $idx0, $heap0) = stats();
+	$node->command_ok(
+		[ 'pgbench', '-n', '-c', $clients, '-t', $n, '-f', $script,
+		  '-d', $node->connstr('postgres') . ' user=regress_churn' ],
+		"$clients clients churn 20 resources (" . $clients * $n . ' transactions)');
+	$node->safe_psql('postgres', 'SELECT dlock.reap()');
+	# The clients' statistics are flushed as they exit; wait for them.
+	$node->poll_query_until('postgres', qq{
+		SELECT n_tup_upd >= $upd0 + $clients * $n FROM pg_stat_user_tables
+		 WHERE relid = 'dlock.leases'::regclass})
+	  or die 'statistics of the churn never arrived';
+	my ($upd1, $hot1, $ins1, $idx1, $heap1) = stats();
+	diag("churn, $clients clients: " . ($upd1 - $upd0) . ' updates, '
+		  . ($hot1 - $hot0) . " HOT; pkey $idx0 -> $idx1 bytes, heap $heap0 -> $heap1 bytes");
+	cmp_ok($upd1 - $upd0, '>=', $clients * $n, 'the churn updated the rows');
+	is($ins1 - $ins0, 0, 'nothing was inserted: the rows were reused');
+	is($idx1, $idx0, 'the primary key did not grow');
+	return ($upd1 - $upd0, $hot1 - $hot0);
+}
+
+# One client: each old version is dead to everyone by the next update, so
+# pruning always makes room on the page: every update is HOT.
+my ($updates, $hot) = churn(1, 1000);
+is($hot, $updates, 'one client: every update of a lease row was HOT');
+
+# Four clients: a page can fill with versions still visible to a
+# concurrent snapshot, and PostgreSQL then moves the row to another page
+# (not HOT).  That is rare; an update that changed an indexed column would
+# make all of them non-HOT.
+($updates, $hot) = churn(4, 500);
+cmp_ok($hot, '>=', 0.98 * $updates, 'four clients: at least 98% of the updates were HOT');
+
+# A dump of the churned table restores.
+$node->safe_psql('postgres', q{
+	SELECT dlock.try_lock('keep/' || g, 'keeper', '1h') FROM generate_series(1, 5) g});
+my $before = $node->safe_psql('postgres', q{
+	SELECT string_agg(resource || ' ' || holder || ' ' || fence || ' ' || count, ',' ORDER BY resource)
+	  FROM dlock.locks WHERE resource LIKE 'keep/%'});
+my $dump = $node->basedir . '/churned.dump';
+$node->command_ok([ 'pg_dump', '-Fc', '-f', $dump, '-d', $node->connstr('postgres') ],
+	'pg_dump of the churned database');
+$node->safe_psql('postgres', 'CREATE DATABASE restored');
+$node->command_ok([ 'pg_restore', '-d', $node->connstr('restored'), $dump ],
+	'pg_restore into another database');
+is($node->safe_psql('restored', q{
+	SELECT string_agg(resource || ' ' || holder || ' ' || fence || ' ' || count, ',' ORDER BY resource)
+	  FROM dlock.locks WHERE resource LIKE 'keep/%'}),
+	$before, 'the holdings come back with their holders, fences and counts');
+is($node->safe_psql('restored', q{SELECT dlock.try_lock('keep/1', 'other')}), '',
+	'a restored holding is held');
+my $next = $node->safe_psql('restored', q{SELECT dlock.try_lock('fresh', 'h')});
+my $max = $node->safe_psql('restored', q{SELECT max(fence) FROM dlock.leases});
+is($next, $max, 'a new holding in the restored database gets the largest fence');
+cmp_ok($node->safe_psql('restored', q{SELECT count(*) FROM dlock.leases WHERE fence >= } . $next),
+	'==', 1, 'above every restored fence');
+is($node->safe_psql('restored', q{SELECT dlock.unlock('fresh', 'h')}), '0',
+	'and is released in place');
+
+$node->stop;
+done_testing();
