@@ -234,6 +234,28 @@ EOF
     "$here/dlock_bench" -d "$conninfo" -o "$resdir" ${rport:+--redis-port "$rport"} $quick \
         ${only:+--only "$only"} ${cli:+--dlock-cli "$cli"} ${eport:+--etcd-endpoint "127.0.0.1:$eport"}
 
+    # CPU alone: the uncontended pairs again with fsync = off (WAL is still
+    # written, never flushed), in the same cluster, into fsync_off/; its
+    # pairs table is appended to results.md.
+    if [ -z "$only" ] || [[ ",$only," == *,pairs,* ]]; then
+        say "uncontended pairs with fsync = off (CPU alone)"
+        "$PG_BIN/psql" -X -q -d "$conninfo" -c "ALTER SYSTEM SET fsync = off" -c "SELECT pg_reload_conf()" >/dev/null
+        mkdir -p "$resdir/fsync_off"
+        find "$resdir/fsync_off" -maxdepth 1 -type f -delete
+        "$here/dlock_bench" -d "$conninfo" -o "$resdir/fsync_off" ${rport:+--redis-port "$rport"} \
+            $quick --only pairs
+        "$PG_BIN/psql" -X -q -d "$conninfo" -c "ALTER SYSTEM RESET fsync" -c "SELECT pg_reload_conf()" >/dev/null
+        {
+            echo
+            echo "## CPU alone: uncontended pairs with fsync = off"
+            echo
+            echo "The same measurement in the same cluster right after, with fsync = off (WAL"
+            echo "written, never flushed): what each method costs in CPU. Full report:"
+            echo "fsync_off/results.md."
+            awk '/^## 1\./ {on = 1; next} /^## / {on = 0} on' "$resdir/fsync_off/results.md"
+        } >>"$resdir/results.md"
+    fi
+
     if [ -z "$only" ]; then
         bash "$here/mysql.sh" "$resdir" $quick ||    # the MySQL edition, when MariaDB is installed
             say "the MySQL edition benchmark failed"
