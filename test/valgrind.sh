@@ -42,13 +42,13 @@ done
 "$BIN/pg_isready" -q -h "$tmp" -p "$port" || { tail "$tmp/server.log"; exit 1; }
 
 status=0
-opts="--use-existing --host=$tmp --port=$port --user=postgres"
+opts="--host=$tmp --port=$port --user=postgres"
 echo "== regression suite"
-make -s installcheck-regress REGRESS_OPTS="--inputdir=test --load-extension=dlock $opts" ||
+make -s installcheck-regress REGRESS_OPTS="--inputdir=test --load-extension=dlock --dbname=contrib_regression $opts" ||
     status=1
 echo "== isolation suite"
 make -s installcheck-isolation \
-    ISOLATION_OPTS="--inputdir=test/isolation --outputdir=output_iso --load-extension=dlock $opts" ||
+    ISOLATION_OPTS="--inputdir=test/isolation --outputdir=output_iso --load-extension=dlock --dbname=isolation_regression $opts" ||
     status=1
 "$BIN/pg_ctl" -D "$tmp/data" -m fast -t 300 stop >/dev/null || true
 trap - EXIT
