@@ -244,6 +244,9 @@ EOF
         find "$resdir/fsync_off" -maxdepth 1 -type f -delete
         "$here/dlock_bench" -d "$conninfo" -o "$resdir/fsync_off" ${rport:+--redis-port "$rport"} \
             $quick --only pairs
+        say "server CPU per pair (bench/cpu.sh)"
+        bash "$here/cpu.sh" "$tmp/data" $([ -n "$quick" ] && echo 3000 || echo 20000) \
+            >"$resdir/fsync_off/cpu.md" || echo "(bench/cpu.sh failed)" >"$resdir/fsync_off/cpu.md"
         "$PG_BIN/psql" -X -q -d "$conninfo" -c "ALTER SYSTEM RESET fsync" -c "SELECT pg_reload_conf()" >/dev/null
         {
             echo
@@ -253,6 +256,11 @@ EOF
             echo "written, never flushed): what each method costs in CPU. Full report:"
             echo "fsync_off/results.md."
             awk '/^## 1\./ {on = 1; next} /^## / {on = 0} on' "$resdir/fsync_off/results.md"
+            echo
+            echo "Server CPU per pair (all the cluster's processes, from /proc; \`bench/cpu.sh\`,"
+            echo "one pgbench client, one resource, fsync = off):"
+            echo
+            cat "$resdir/fsync_off/cpu.md"
         } >>"$resdir/results.md"
     fi
 
