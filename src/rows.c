@@ -511,8 +511,16 @@ dlock_row_fast_acquire(const DlockResource *res, text *holder, Oid owner,
 	{
 		TimestampTz old = DatumGetTimestampTz(COL(&leases, &img, L_EXPIRES_AT));
 
+		int32		held = DatumGetInt32(COL(&leases, &img, L_COUNT));
+
+		if (held == PG_INT32_MAX)
+			ereport(ERROR,
+					(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
+					 errmsg("holder \"%s\" has re-entered resource \"%s\" too many times",
+							text_to_cstring(holder), text_to_cstring(res->name)),
+					 errdetail("A holding is re-entered at most %d times.", PG_INT32_MAX - 1)));
 		*fence = DatumGetInt64(COL(&leases, &img, L_FENCE));
-		*count = DatumGetInt32(COL(&leases, &img, L_COUNT)) + 1;
+		*count = held + 1;
 		*new_expires = Max(old, expires);
 		*took_over = false;
 		set_col(&leases, &img, L_COUNT, Int32GetDatum(*count));
