@@ -81,6 +81,14 @@ SELECT expires_at = acquired_at + interval '1000 years' AS written_as_given
   FROM dlock.locks WHERE resource = 'err/long';
 SELECT dlock.unlock('err/long', 'h');
 
+-- Re-entry at the largest count: 54000, and the holding is unchanged.
+SELECT dlock.try_lock('err/count', 'h', '1h') IS NOT NULL AS taken;
+UPDATE dlock.leases SET count = 2147483647 WHERE resource = 'err/count';
+SELECT pg_temp.err($$SELECT dlock.try_lock('err/count', 'h')$$);
+SELECT count, holder FROM dlock.leases WHERE resource = 'err/count';
+UPDATE dlock.leases SET count = 1 WHERE resource = 'err/count';
+SELECT dlock.unlock('err/count', 'h');
+
 -- assert_fence's own error: SQLSTATE 55P03 with a detail.
 SELECT pg_temp.err($$SELECT dlock.assert_fence('err/held', 1)$$);
 
