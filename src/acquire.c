@@ -160,6 +160,8 @@ typedef struct LeaseAttemptArgs
 	bool		in_server;		/* waiting in lock(): an in-server ticket */
 	const Interval *lock_delay; /* NULL: none */
 	int64		ticket;			/* the in-server ticket held, or 0 */
+	bool		campaign;		/* never re-enter: the holder's own holding is had as is */
+	bool		already;		/* campaign: the holder held it already */
 } LeaseAttemptArgs;
 
 /*
@@ -186,14 +188,17 @@ queue_up(const DlockResource *res, LeaseAttemptArgs *a, TimestampTz now)
 
 /*
  * acquired: bookkeeping of a successful attempt: leave the queue, record
- * the lock-delay of a new holding.  Inside the store session.
+ * the lock-delay of a new holding.  Inside the store session.  A new
+ * holding drops the holder's client ticket whatever the path it came by
+ * (a non-fair attempt, lock(), campaign): a ticket left behind would head
+ * the queue once it releases, and hold everyone off until it lapses.
  */
 static void
 acquired(const DlockResource *res, LeaseAttemptArgs *a, bool queued,
 		 int64 fence, int32 count, TimestampTz expires)
 {
 	dlock_server_ticket_drop(res, &a->ticket);
-	if (queued && a->fair && !a->in_server)
+	if (queued && count == 1)
 		dlock_client_ticket_drop(res, a->holder, a->caller->role);
 	if (queued && count == 1 && a->lock_delay != NULL)
 		dlock_delay_set(res, fence, a->lock_delay);
@@ -257,6 +262,25 @@ lease_attempt(const DlockResource *res, void *arg, int64 *fence,
 
 	dlock_store_begin();
 	queued = dlock_queue_installed();
+	if (a->campaign)
+	{
+		/*
+		 * campaign never re-enters: a candidate that leads already (it
+		 * came to lead by another path, or on another connection, since
+		 * campaign looked) gets its holding as it is, its term unchanged.
+		 */
+		dlock_row_read(res, &row);
+		if (dlock_holding_verdict(&row, a->holder, a->caller, now) == HOLDING_MINE)
+		{
+			dlock_server_ticket_drop(res, &a->ticket);
+			if (queued)
+				dlock_client_ticket_drop(res, a->holder, a->caller->role);
+			dlock_store_end();
+			*fence = row.fence;
+			a->already = true;
+			return ATTEMPT_ACQUIRED;
+		}
+	}
 	/*
 	 * The common case first, in one statement: our own (re-entry), or
 	 * available with nobody queued ahead of us.  In-server tickets are
@@ -370,10 +394,31 @@ dlock_acquire(const DlockResource *res, text *holder, const DlockCaller *caller,
 			  const Interval *lock_delay)
 {
 	LeaseAttemptArgs args = {holder, caller, lease, fair, wait_ms != 0,
-	lock_delay, 0};
+	lock_delay, 0, false, false};
 	int64		fence;
 
 	fence = dlock_wait_loop(res, holder, wait_ms, lease_attempt, lease_leave,
 							&args);
+	return fence;
+}
+
+/*
+ * dlock_campaign_acquire: campaign's fair acquisition, which never
+ * re-enters: the term, or 0 if not elected in time; *already is set when
+ * the candidate led already (its holding unchanged, the resource's lock
+ * kept until the transaction ends like an acquisition's).
+ */
+int64
+dlock_campaign_acquire(const DlockResource *res, text *candidate,
+					   const DlockCaller *caller, const Interval *lease,
+					   int64 wait_ms, const Interval *lock_delay, bool *already)
+{
+	LeaseAttemptArgs args = {candidate, caller, lease, true, wait_ms != 0,
+	lock_delay, 0, true, false};
+	int64		fence;
+
+	fence = dlock_wait_loop(res, candidate, wait_ms, lease_attempt, lease_leave,
+							&args);
+	*already = fence != 0 && args.already;
 	return fence;
 }

@@ -208,6 +208,7 @@ extern void dlock_delay_on_end(const DlockResource *res, TimestampTz at,
 							   TimestampTz expired_by);
 extern int	dlock_queue_purge(TimestampTz now);
 extern void dlock_queue_forget(const DlockResource *res);
+extern bool dlock_delay_pending(const DlockResource *res, TimestampTz now);
 extern Interval *dlock_check_lock_delay(FunctionCallInfo fcinfo, int argno);
 extern bool dlock_check_fair(FunctionCallInfo fcinfo, int argno);
 
@@ -256,6 +257,10 @@ extern int64 dlock_acquire(const DlockResource *res, text *holder,
 						   const DlockCaller *caller, const Interval *lease,
 						   int64 wait_ms, bool fair,
 						   const Interval *lock_delay);
+extern int64 dlock_campaign_acquire(const DlockResource *res, text *candidate,
+									const DlockCaller *caller,
+									const Interval *lease, int64 wait_ms,
+									const Interval *lock_delay, bool *already);
 
 /* ---- events.c ---- */
 extern void dlock_notify(const DlockResource *res, const char *event,

@@ -499,6 +499,27 @@ dlock_queue_purge(TimestampTz now)
 }
 
 /*
+ * dlock_delay_pending: is res, freed uncleanly, still under its lock-delay
+ * at now?  Then its row must stay (the purge of long-free rows, reap.c):
+ * without it the resource would look never seen, free at once.  Under
+ * the resource's lock.
+ */
+bool
+dlock_delay_pending(const DlockResource *res, TimestampTz now)
+{
+	static SPIPlanPtr plan = NULL;
+	static const Oid types[2] = {TEXTOID, TIMESTAMPTZOID};
+	Datum		values[2];
+
+	values[0] = PointerGetDatum(res->name);
+	values[1] = TimestampTzGetDatum(now);
+	return dlock_store_exec(&plan,
+							"SELECT FROM dlock.delays d WHERE " RES_IS("d")
+							"   AND d.available_at OPERATOR(pg_catalog.>) $2",
+							2, types, values, NULL, true) > 0;
+}
+
+/*
  * dlock_queue_forget: delete res's delay row if its holding ended cleanly
  * (or is gone), with the resource's row once that has been free long
  * enough (reap.c).  Under the resource's lock: a sweeping DELETE without
