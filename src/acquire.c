@@ -231,6 +231,7 @@ lease_attempt(const DlockResource *res, void *arg, int64 *fence,
 	bool		queued;
 	bool		allow;
 	int64		below;
+	TimestampTz server_until = DT_NOEND;
 	DlockRow	row;
 	DlockQueueHead head;
 
@@ -291,7 +292,7 @@ lease_attempt(const DlockResource *res, void *arg, int64 *fence,
 	below = a->ticket != 0 ? a->ticket : PG_INT64_MAX;
 	allow = true;
 	if (queued && dlock_server_tickets_others(res))
-		allow = dlock_server_head_is(res, a->ticket);
+		allow = dlock_server_head_allows(res, a->ticket, &server_until);
 	if (dlock_row_fast_acquire(res, a->holder, a->caller->role, a->lease, now,
 							   expires, queued, allow, below,
 							   fence, &count, &new_expires, &took_over))
@@ -314,7 +315,7 @@ lease_attempt(const DlockResource *res, void *arg, int64 *fence,
 		queue_up(res, a, now);
 		dlock_store_end();
 		dlock_resource_unlock(res, DLOCK_CHANGE);
-		*busy_until = DT_NOEND;
+		*busy_until = server_until;
 		return ATTEMPT_BUSY;
 	}
 

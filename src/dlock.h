@@ -47,6 +47,8 @@
 #define DLOCK_LOCKTAG_TICKET	(DLOCK_LOCKTAG_CLASS + 5)
 /* ... of "a resource has in-server fair waiters" (queue.c) */
 #define DLOCK_LOCKTAG_FAIR		(DLOCK_LOCKTAG_CLASS + 6)
+/* ... of the end of a client ticket still in flight (queue.c) */
+#define DLOCK_LOCKTAG_LAPSE		(DLOCK_LOCKTAG_CLASS + 7)
 
 /* The modes of the per-resource lock (resource.c explains them). */
 typedef enum DlockLockMode
@@ -194,7 +196,8 @@ extern bool dlock_queue_installed(void);
 extern void dlock_server_ticket_take(const DlockResource *res, int64 *ticket);
 extern void dlock_server_ticket_drop(const DlockResource *res, int64 *ticket);
 extern bool dlock_server_tickets_others(const DlockResource *res);
-extern bool dlock_server_head_is(const DlockResource *res, int64 mine);
+extern bool dlock_server_head_allows(const DlockResource *res, int64 mine,
+									 TimestampTz *until);
 extern void dlock_queue_head(const DlockResource *res, text *holder, Oid owner,
 							 int64 mine, TimestampTz now, DlockQueueHead *head);
 extern void dlock_client_ticket_keep(const DlockResource *res, text *holder,
