@@ -30,6 +30,13 @@
 #define MAX_BACKOFF_MS 100
 
 /*
+ * Longest a client-side fair attempt whose ticket heads the queue waits for
+ * the resource's lock (see take_resource_as_head): far longer than another
+ * attempt holds it, far shorter than a client's recheck.
+ */
+#define FAIR_HEAD_WAIT_MS 50
+
+/*
  * check_lock_timeout: lock_timeout bounds a wait in lock() like any lock
  * wait in PostgreSQL, with the same error.
  */
@@ -213,6 +220,46 @@ acquired(const DlockResource *res, LeaseAttemptArgs *a, bool queued,
 }
 
 /*
+ * take_resource_as_head: dlock_take_resource, except that a client-side
+ * fair attempt whose ticket heads the queue waits up to FAIR_HEAD_WAIT_MS
+ * for the resource's lock.  Every event wakes every client-side waiter, so
+ * the head's attempt often meets another's holding the lock for a moment;
+ * failing at once, the head would not look again before its client's next
+ * recheck (the CLI's is 1 s), and nobody else may take the resource
+ * meanwhile.  Others, and a head still held off after that, fail at once
+ * as before.
+ */
+static bool
+take_resource_as_head(const DlockResource *res, const LeaseAttemptArgs *a)
+{
+	TimestampTz give_up;
+	long		sleep_ms = 1;
+	bool		head;
+
+	if (dlock_take_resource(res))
+		return true;
+	if (!a->fair || a->in_server)
+		return false;
+	dlock_store_begin();
+	head = dlock_queue_installed() &&
+		dlock_client_ticket_heads(res, a->holder, a->caller->role,
+								  GetCurrentTimestamp());
+	dlock_store_end();
+	if (!head)
+		return false;
+	give_up = GetCurrentTimestamp() + (TimestampTz) FAIR_HEAD_WAIT_MS * 1000;
+	for (;;)
+	{
+		dlock_wait_sleep(sleep_ms);
+		if (dlock_take_resource(res))
+			return true;
+		if (GetCurrentTimestamp() >= give_up)
+			return false;
+		sleep_ms = Min(sleep_ms * 2, 8);
+	}
+}
+
+/*
  * lease_attempt: one attempt at a lease for holder: the caller's own,
  * re-enter it (count + 1, the expiry extended to at least now + lease);
  * available (holding.c) and the queue empty or headed by the caller, take
@@ -235,7 +282,7 @@ lease_attempt(const DlockResource *res, void *arg, int64 *fence,
 	DlockRow	row;
 	DlockQueueHead head;
 
-	if (!dlock_take_resource(res))
+	if (!take_resource_as_head(res, a))
 	{
 		/*
 		 * Another transaction is changing the resource: a fair attempt

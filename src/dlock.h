@@ -204,6 +204,8 @@ extern void dlock_client_ticket_keep(const DlockResource *res, text *holder,
 									 Oid owner, TimestampTz now);
 extern void dlock_client_ticket_drop(const DlockResource *res, text *holder,
 									 Oid owner);
+extern bool dlock_client_ticket_heads(const DlockResource *res, text *holder,
+									  Oid owner, TimestampTz now);
 extern void dlock_delay_read(const DlockResource *res, DlockRow *row);
 extern void dlock_delay_set(const DlockResource *res, int64 fence,
 							const Interval *delay);

@@ -424,6 +424,36 @@ dlock_client_ticket_keep(const DlockResource *res, text *holder, Oid owner,
 	LockRelease(&fair_tag, ShareLock, false);
 }
 
+/*
+ * dlock_client_ticket_heads: is the holder's live client ticket the lowest
+ * live client ticket of res at now?  Read without the resource's lock: a
+ * hint only (acquire.c's wait for the lock), the head is decided under it.
+ */
+bool
+dlock_client_ticket_heads(const DlockResource *res, text *holder, Oid owner,
+						  TimestampTz now)
+{
+	static SPIPlanPtr plan = NULL;
+	static const Oid types[4] = {TEXTOID, TEXTOID, REGROLEOID, TIMESTAMPTZOID};
+	Datum		values[4];
+	bool		isnull;
+
+	values[0] = PointerGetDatum(res->name);
+	values[1] = PointerGetDatum(holder);
+	values[2] = ObjectIdGetDatum(owner);
+	values[3] = TimestampTzGetDatum(now);
+	if (dlock_store_exec(&plan,
+						 "SELECT t.holder OPERATOR(pg_catalog.=) ($2 COLLATE pg_catalog.\"C\")"
+						 "   AND t.owner OPERATOR(pg_catalog.=) $3"
+						 "  FROM dlock.tickets t WHERE " RES_IS("t")
+						 "   AND t.expires_at OPERATOR(pg_catalog.>) $4"
+						 "  ORDER BY t.ticket LIMIT 1",
+						 4, types, values, NULL, true) != 1)
+		return false;
+	return DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc,
+									  1, &isnull)) && !isnull;
+}
+
 /* dlock_client_ticket_drop: the holder's ticket for res leaves the queue. */
 void
 dlock_client_ticket_drop(const DlockResource *res, text *holder, Oid owner)
