@@ -172,15 +172,24 @@ typedef struct LeaseAttemptArgs
 } LeaseAttemptArgs;
 
 /*
- * queue_up: a fair attempt was not served: take or keep its ticket (held in
- * the lock manager while waiting in lock(), else a row kept for
- * dlock.queue_ttl).  Inside a store session.
+ * queue_up: an attempt was not served.  Waiting in lock(), with no ticket
+ * yet, it adopts the holder's live client ticket if it has one (it queued
+ * client-side before: it keeps that place; returns true); else a fair
+ * attempt takes or keeps its ticket (held in the lock manager while
+ * waiting in lock(), else a row kept for dlock.queue_ttl).  Inside a
+ * store session.
  */
-static void
+static bool
 queue_up(const DlockResource *res, LeaseAttemptArgs *a, TimestampTz now)
 {
+	if (a->in_server && a->ticket == 0 &&
+		dlock_client_ticket_adopt(res, a->holder, a->caller->role, now, &a->ticket))
+	{
+		dlock_wait_set_ticket(a->ticket, a->caller->role);
+		return true;
+	}
 	if (!a->fair)
-		return;
+		return false;
 	if (a->in_server)
 	{
 		if (a->ticket == 0)
@@ -191,6 +200,7 @@ queue_up(const DlockResource *res, LeaseAttemptArgs *a, TimestampTz now)
 	}
 	else
 		dlock_client_ticket_keep(res, a->holder, a->caller->role, now);
+	return false;
 }
 
 /*
@@ -289,11 +299,11 @@ lease_attempt(const DlockResource *res, void *arg, int64 *fence,
 		 * still takes its place in the queue now (a ticket is its own row,
 		 * or its own lock, and needs no resource lock to be taken).
 		 */
-		if (a->fair)
+		if (a->fair || (a->in_server && a->ticket == 0))
 		{
 			dlock_store_begin();
 			if (dlock_queue_installed())
-				queue_up(res, a, GetCurrentTimestamp());
+				(void) queue_up(res, a, GetCurrentTimestamp());
 			dlock_store_end();
 		}
 		return ATTEMPT_CONTENDED;
@@ -359,10 +369,12 @@ lease_attempt(const DlockResource *res, void *arg, int64 *fence,
 		 * leaves or releases.  (A client-side attempt goes on: its ticket
 		 * may be the head of the whole queue.)
 		 */
-		queue_up(res, a, now);
+		bool		adopted = queue_up(res, a, now);
+
 		dlock_store_end();
 		dlock_resource_unlock(res, DLOCK_CHANGE);
-		*busy_until = server_until;
+		/* With the place its client ticket kept, it may be its turn. */
+		*busy_until = adopted ? now : server_until;
 		return ATTEMPT_BUSY;
 	}
 
@@ -375,7 +387,7 @@ lease_attempt(const DlockResource *res, void *arg, int64 *fence,
 	if (!dlock_lease_available(&row, now))
 	{
 		/* Held by another, or under lock-delay. */
-		queue_up(res, a, now);
+		(void) queue_up(res, a, now);
 		dlock_store_end();
 		dlock_resource_unlock(res, DLOCK_CHANGE);
 		*busy_until = dlock_lease_ended(&row, now) ? row.available_at :
@@ -388,7 +400,8 @@ lease_attempt(const DlockResource *res, void *arg, int64 *fence,
 		if (head.exists && !head.mine)
 		{
 			/* Someone is ahead: wait for its turn to pass. */
-			queue_up(res, a, now);
+			if (queue_up(res, a, now))
+				head.expires_at = now;	/* it may be ours now: look again */
 			dlock_store_end();
 			dlock_resource_unlock(res, DLOCK_CHANGE);
 			*busy_until = head.expires_at;

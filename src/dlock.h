@@ -194,6 +194,8 @@ typedef struct DlockQueueHead
 
 extern bool dlock_queue_installed(void);
 extern void dlock_server_ticket_take(const DlockResource *res, int64 *ticket);
+extern bool dlock_client_ticket_adopt(const DlockResource *res, text *holder,
+									  Oid owner, TimestampTz now, int64 *ticket);
 extern void dlock_server_ticket_drop(const DlockResource *res, int64 *ticket);
 extern bool dlock_server_tickets_others(const DlockResource *res);
 extern bool dlock_server_head_allows(const DlockResource *res, int64 mine,

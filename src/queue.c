@@ -163,6 +163,52 @@ dlock_server_ticket_take(const DlockResource *res, int64 *ticket)
 	dlock_wake_after_abort(res->hash);
 }
 
+/*
+ * dlock_client_ticket_adopt: this backend, waiting in lock() for res as
+ * holder, holds the holder's live client ticket (taken by its earlier
+ * client-side attempts) in the lock manager as its in-server ticket, so
+ * that it keeps that place: served when it heads the queue, woken in its
+ * order.  False, changing nothing, if there is none, or if another
+ * backend waiting for the same holder holds it already.
+ */
+bool
+dlock_client_ticket_adopt(const DlockResource *res, text *holder, Oid owner,
+						  TimestampTz now, int64 *ticket)
+{
+	static SPIPlanPtr plan = NULL;
+	static const Oid types[4] = {TEXTOID, TEXTOID, REGROLEOID, TIMESTAMPTZOID};
+	Datum		values[4];
+	LOCKTAG		fair_tag, ticket_tag;
+	int64		number;
+	bool		isnull;
+
+	values[0] = PointerGetDatum(res->name);
+	values[1] = PointerGetDatum(holder);
+	values[2] = ObjectIdGetDatum(owner);
+	values[3] = TimestampTzGetDatum(now);
+	if (dlock_store_exec(&plan,
+						 "SELECT t.ticket FROM dlock.tickets t WHERE " RES_IS("t")
+						 "   AND t.holder OPERATOR(pg_catalog.=) ($2 COLLATE pg_catalog.\"C\")"
+						 "   AND t.owner OPERATOR(pg_catalog.=) $3"
+						 "   AND t.expires_at OPERATOR(pg_catalog.>) $4",
+						 4, types, values, NULL, true) != 1)
+		return false;
+	number = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0],
+										 SPI_tuptable->tupdesc, 1, &isnull));
+	set_fair_tag(&fair_tag, res);
+	(void) LockAcquire(&fair_tag, ShareLock, false, false);
+	set_ticket_tag(&ticket_tag, res, number);
+	if (LockAcquire(&ticket_tag, ExclusiveLock, false, true) == LOCKACQUIRE_NOT_AVAIL)
+	{
+		LockRelease(&fair_tag, ShareLock, false);
+		return false;
+	}
+	*ticket = number;
+	/* If the wait ends in an error, the abort drops the ticket: wake the next. */
+	dlock_wake_after_abort(res->hash);
+	return true;
+}
+
 /* dlock_server_ticket_drop: leave the queue (acquired, or gave up). */
 void
 dlock_server_ticket_drop(const DlockResource *res, int64 *ticket)
