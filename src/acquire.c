@@ -215,7 +215,7 @@ acquired(const DlockResource *res, LeaseAttemptArgs *a, bool queued,
 		 int64 fence, int32 count, TimestampTz expires)
 {
 	dlock_server_ticket_drop(res, &a->ticket);
-	if (queued && count == 1)
+	if (queued && (count == 1 || (a->fair && !a->in_server)))
 		dlock_client_ticket_drop(res, a->holder, a->caller->role);
 	if (queued && count == 1 && a->lock_delay != NULL)
 		dlock_delay_set(res, fence, a->lock_delay);
@@ -301,9 +301,15 @@ lease_attempt(const DlockResource *res, void *arg, int64 *fence,
 		 */
 		if (a->fair || (a->in_server && a->ticket == 0))
 		{
+			TimestampTz at = GetCurrentTimestamp();
+			DlockRow	seen;
+
 			dlock_store_begin();
-			if (dlock_queue_installed())
-				(void) queue_up(res, a, GetCurrentTimestamp());
+			dlock_row_read(res, &seen);
+			/* The holder's own attempt is a re-entry: it never queues. */
+			if (dlock_queue_installed() &&
+				dlock_holding_verdict(&seen, a->holder, a->caller, at) != HOLDING_MINE)
+				(void) queue_up(res, a, at);
 			dlock_store_end();
 		}
 		return ATTEMPT_CONTENDED;
