@@ -297,7 +297,9 @@ lease_attempt(const DlockResource *res, void *arg, int64 *fence,
 		/*
 		 * Another transaction is changing the resource: a fair attempt
 		 * still takes its place in the queue now (a ticket is its own row,
-		 * or its own lock, and needs no resource lock to be taken).
+		 * or its own lock, and needs no resource lock to be taken), and a
+		 * wait in lock() adopts the holder's client ticket; unless the
+		 * holder holds the resource (a re-entry, delayed).
 		 */
 		if (a->fair || (a->in_server && a->ticket == 0))
 		{

@@ -18,7 +18,10 @@
  *	  AccessShareLock on (low 32 bits of the ticket, its expiry in
  *	  milliseconds modulo 2^32, low 32 bits of the mixed hash), so that a
  *	  ticket whose transaction stays open (a client hung inside BEGIN)
- *	  lapses after dlock.queue_ttl like a committed one.
+ *	  lapses after dlock.queue_ttl like a committed one.  A holder that
+ *	  queued client-side and then waits in lock() (or campaign) holds its
+ *	  live client ticket's number in the lock manager like an in-server
+ *	  ticket (it adopts it), keeping its place and its turn to be woken.
  *	- A backend waiting in lock(..., fair => true) holds its ticket in the
  *	  lock manager, where other backends see it while its transaction is
  *	  still open, and where it goes with the wait (timeout, cancel,
