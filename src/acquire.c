@@ -169,6 +169,7 @@ typedef struct LeaseAttemptArgs
 	int64		ticket;			/* the in-server ticket held, or 0 */
 	bool		campaign;		/* never re-enter: the holder's own holding is had as is */
 	bool		already;		/* campaign: the holder held it already */
+	bool		adopted;		/* ticket is the holder's client ticket */
 } LeaseAttemptArgs;
 
 /*
@@ -186,6 +187,7 @@ queue_up(const DlockResource *res, LeaseAttemptArgs *a, TimestampTz now)
 		dlock_client_ticket_adopt(res, a->holder, a->caller->role, now, &a->ticket))
 	{
 		dlock_wait_set_ticket(a->ticket, a->caller->role);
+		a->adopted = true;
 		return true;
 	}
 	if (!a->fair)
@@ -443,7 +445,9 @@ lease_attempt(const DlockResource *res, void *arg, int64 *fence,
 /*
  * lease_leave: the wait is over: an in-server ticket still held (the wait
  * gave up) leaves the queue before the waiter slot does, so the waiter the
- * slot then wakes sees the queue without it.
+ * slot then wakes sees the queue without it.  An adopted client ticket
+ * leaves with it (lock() timed out: it left the queue), and the next
+ * waiter is woken again once that is committed.
  */
 static void
 lease_leave(const DlockResource *res, void *arg, bool acquired)
@@ -451,6 +455,13 @@ lease_leave(const DlockResource *res, void *arg, bool acquired)
 	LeaseAttemptArgs *a = arg;
 
 	dlock_server_ticket_drop(res, &a->ticket);
+	if (a->adopted && !acquired)
+	{
+		dlock_store_begin();
+		dlock_client_ticket_drop(res, a->holder, a->caller->role);
+		dlock_store_end();
+		dlock_wake_after_commit(res->hash);
+	}
 }
 
 /*
@@ -463,7 +474,7 @@ dlock_acquire(const DlockResource *res, text *holder, const DlockCaller *caller,
 			  const Interval *lock_delay)
 {
 	LeaseAttemptArgs args = {holder, caller, lease, fair, wait_ms != 0,
-	lock_delay, 0, false, false};
+	lock_delay, 0, false, false, false};
 	int64		fence;
 
 	fence = dlock_wait_loop(res, holder, wait_ms, lease_attempt, lease_leave,
@@ -483,7 +494,7 @@ dlock_campaign_acquire(const DlockResource *res, text *candidate,
 					   int64 wait_ms, const Interval *lock_delay, bool *already)
 {
 	LeaseAttemptArgs args = {candidate, caller, lease, true, wait_ms != 0,
-	lock_delay, 0, true, false};
+	lock_delay, 0, true, false, false};
 	int64		fence;
 
 	fence = dlock_wait_loop(res, candidate, wait_ms, lease_attempt, lease_leave,

@@ -5,6 +5,8 @@
 # resource is released, not after its client ticket lapses (the in-server
 # waiters took it for someone else's turn and slept until then).
 #
+# Such a lock() that times out leaves the queue.
+#
 # Latch waits are invisible to isolationtester: the waits here run
 # asynchronously through DBD::Pg, and the order in which they return is
 # what is checked (the first to return holds a long lease, so the other
@@ -126,6 +128,19 @@ for my $how ('lock', 'campaign')
 	$b->disconnect;
 	$w->disconnect;
 }
+
+# A holder whose lock() (adopting its client ticket) times out leaves the
+# queue: the ticket does not stay at the head until it lapses.
+sql("SELECT dlock.try_lock('mixed-timeout', 'A', '60s')");
+is(sql("SELECT dlock.try_lock('mixed-timeout', 'B', fair => true) IS NULL"), 't',
+	'timeout: B queued client-side');
+is(sql("SELECT dlock.lock('mixed-timeout', 'B', wait => '300ms') IS NULL"), 't',
+	'timeout: B\'s lock() times out');
+is(sql("SELECT count(*) FROM dlock.queue WHERE resource = 'mixed-timeout'"), '0',
+	'timeout: B left the queue');
+sql("SELECT dlock.unlock('mixed-timeout', 'A')");
+is(sql("SELECT dlock.try_lock('mixed-timeout', 'C') IS NOT NULL"), 't',
+	'timeout: a newcomer is served at once');
 
 $node->stop;
 done_testing();
