@@ -178,12 +178,12 @@ typedef struct LeaseAttemptArgs
  * client-side before: it keeps that place; returns true); else a fair
  * attempt takes or keeps its ticket (held in the lock manager while
  * waiting in lock(), else a row kept for dlock.queue_ttl).  Inside a
- * store session.
+ * store session; under the 0.1 SQL (no queues) it does nothing.
  */
 static bool
 queue_up(const DlockResource *res, LeaseAttemptArgs *a, TimestampTz now)
 {
-	if (a->in_server && a->ticket == 0 &&
+	if (a->in_server && a->ticket == 0 && dlock_queue_installed() &&
 		dlock_client_ticket_adopt(res, a->holder, a->caller->role, now, &a->ticket))
 	{
 		dlock_wait_set_ticket(a->ticket, a->caller->role);
