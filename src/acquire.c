@@ -211,13 +211,15 @@ queue_up(const DlockResource *res, LeaseAttemptArgs *a, TimestampTz now)
  * holding drops the holder's client ticket whatever the path it came by
  * (a non-fair attempt, lock(), campaign): a ticket left behind would head
  * the queue once it releases, and hold everyone off until it lapses.
+ * no_tickets: the acquisition found no live client ticket of the resource
+ * at all, so there is none to drop.
  */
 static void
 acquired(const DlockResource *res, LeaseAttemptArgs *a, bool queued,
-		 int64 fence, int32 count, TimestampTz expires)
+		 int64 fence, int32 count, TimestampTz expires, bool no_tickets)
 {
 	dlock_server_ticket_drop(res, &a->ticket);
-	if (queued && (count == 1 || (a->fair && !a->in_server)))
+	if (queued && ((count == 1 && !no_tickets) || (a->fair && !a->in_server)))
 		dlock_client_ticket_drop(res, a->holder, a->caller->role);
 	if (queued && count == 1 && a->lock_delay != NULL)
 		dlock_delay_set(res, fence, a->lock_delay);
@@ -366,7 +368,8 @@ lease_attempt(const DlockResource *res, void *arg, int64 *fence,
 	{
 		if (took_over)
 			dlock_count(DLOCK_STAT_EXPIRED);
-		acquired(res, a, queued, *fence, count, new_expires);
+		acquired(res, a, queued, *fence, count, new_expires,
+				 below == PG_INT64_MAX);
 		dlock_store_end();
 		return ATTEMPT_ACQUIRED;
 	}
@@ -425,7 +428,7 @@ lease_attempt(const DlockResource *res, void *arg, int64 *fence,
 		*fence = dlock_next_fence();
 		dlock_row_insert(res, a->holder, a->caller->role, *fence, a->lease,
 						 now, expires);
-		acquired(res, a, queued, *fence, 1, expires);
+		acquired(res, a, queued, *fence, 1, expires, false);
 		dlock_store_end();
 		return ATTEMPT_ACQUIRED;
 	}
@@ -437,7 +440,7 @@ lease_attempt(const DlockResource *res, void *arg, int64 *fence,
 			 text_to_cstring(res->name));
 	if (took_over)
 		dlock_count(DLOCK_STAT_EXPIRED);
-	acquired(res, a, queued, *fence, count, new_expires);
+	acquired(res, a, queued, *fence, count, new_expires, false);
 	dlock_store_end();
 	return ATTEMPT_ACQUIRED;
 }
