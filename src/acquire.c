@@ -30,6 +30,13 @@
 #define MAX_BACKOFF_MS 100
 
 /*
+ * Longest a client-side fair attempt whose ticket heads the queue waits for
+ * the resource's lock (see take_resource_as_head): far longer than another
+ * attempt holds it, far shorter than a client's recheck.
+ */
+#define FAIR_HEAD_WAIT_MS 50
+
+/*
  * check_lock_timeout: lock_timeout bounds a wait in lock() like any lock
  * wait in PostgreSQL, with the same error.
  */
@@ -160,18 +167,31 @@ typedef struct LeaseAttemptArgs
 	bool		in_server;		/* waiting in lock(): an in-server ticket */
 	const Interval *lock_delay; /* NULL: none */
 	int64		ticket;			/* the in-server ticket held, or 0 */
+	bool		campaign;		/* never re-enter: the holder's own holding is had as is */
+	bool		already;		/* campaign: the holder held it already */
+	bool		adopted;		/* ticket is the holder's client ticket */
 } LeaseAttemptArgs;
 
 /*
- * queue_up: a fair attempt was not served: take or keep its ticket (held in
- * the lock manager while waiting in lock(), else a row kept for
- * dlock.queue_ttl).  Inside a store session.
+ * queue_up: an attempt was not served.  Waiting in lock(), with no ticket
+ * yet, it adopts the holder's live client ticket if it has one (it queued
+ * client-side before: it keeps that place; returns true); else a fair
+ * attempt takes or keeps its ticket (held in the lock manager while
+ * waiting in lock(), else a row kept for dlock.queue_ttl).  Inside a
+ * store session; under the 0.1 SQL (no queues) it does nothing.
  */
-static void
+static bool
 queue_up(const DlockResource *res, LeaseAttemptArgs *a, TimestampTz now)
 {
+	if (a->in_server && a->ticket == 0 && dlock_queue_installed() &&
+		dlock_client_ticket_adopt(res, a->holder, a->caller->role, now, &a->ticket))
+	{
+		dlock_wait_set_ticket(a->ticket, a->caller->role);
+		a->adopted = true;
+		return true;
+	}
 	if (!a->fair)
-		return;
+		return false;
 	if (a->in_server)
 	{
 		if (a->ticket == 0)
@@ -182,18 +202,24 @@ queue_up(const DlockResource *res, LeaseAttemptArgs *a, TimestampTz now)
 	}
 	else
 		dlock_client_ticket_keep(res, a->holder, a->caller->role, now);
+	return false;
 }
 
 /*
  * acquired: bookkeeping of a successful attempt: leave the queue, record
- * the lock-delay of a new holding.  Inside the store session.
+ * the lock-delay of a new holding.  Inside the store session.  A new
+ * holding drops the holder's client ticket whatever the path it came by
+ * (a non-fair attempt, lock(), campaign): a ticket left behind would head
+ * the queue once it releases, and hold everyone off until it lapses.
+ * no_tickets: the acquisition found no live client ticket of the resource
+ * at all, so there is none to drop.
  */
 static void
 acquired(const DlockResource *res, LeaseAttemptArgs *a, bool queued,
-		 int64 fence, int32 count, TimestampTz expires)
+		 int64 fence, int32 count, TimestampTz expires, bool no_tickets)
 {
 	dlock_server_ticket_drop(res, &a->ticket);
-	if (queued && a->fair && !a->in_server)
+	if (queued && ((count == 1 && !no_tickets) || (a->fair && !a->in_server)))
 		dlock_client_ticket_drop(res, a->holder, a->caller->role);
 	if (queued && count == 1 && a->lock_delay != NULL)
 		dlock_delay_set(res, fence, a->lock_delay);
@@ -205,6 +231,46 @@ acquired(const DlockResource *res, LeaseAttemptArgs *a, bool queued,
 	}
 	else
 		dlock_count(DLOCK_STAT_REENTERED);
+}
+
+/*
+ * take_resource_as_head: dlock_take_resource, except that a client-side
+ * fair attempt whose ticket heads the queue waits up to FAIR_HEAD_WAIT_MS
+ * for the resource's lock.  Every event wakes every client-side waiter, so
+ * the head's attempt often meets another's holding the lock for a moment;
+ * failing at once, the head would not look again before its client's next
+ * recheck (the CLI's is 1 s), and nobody else may take the resource
+ * meanwhile.  Others, and a head still held off after that, fail at once
+ * as before.
+ */
+static bool
+take_resource_as_head(const DlockResource *res, const LeaseAttemptArgs *a)
+{
+	TimestampTz give_up;
+	long		sleep_ms = 1;
+	bool		head;
+
+	if (dlock_take_resource(res))
+		return true;
+	if (!a->fair || a->in_server)
+		return false;
+	dlock_store_begin();
+	head = dlock_queue_installed() &&
+		dlock_client_ticket_heads(res, a->holder, a->caller->role,
+								  GetCurrentTimestamp());
+	dlock_store_end();
+	if (!head)
+		return false;
+	give_up = GetCurrentTimestamp() + (TimestampTz) FAIR_HEAD_WAIT_MS * 1000;
+	for (;;)
+	{
+		dlock_wait_sleep(sleep_ms);
+		if (dlock_take_resource(res))
+			return true;
+		if (GetCurrentTimestamp() >= give_up)
+			return false;
+		sleep_ms = Min(sleep_ms * 2, 8);
+	}
 }
 
 /*
@@ -226,21 +292,30 @@ lease_attempt(const DlockResource *res, void *arg, int64 *fence,
 	bool		queued;
 	bool		allow;
 	int64		below;
+	TimestampTz server_until = DT_NOEND;
 	DlockRow	row;
 	DlockQueueHead head;
 
-	if (!dlock_take_resource(res))
+	if (!take_resource_as_head(res, a))
 	{
 		/*
 		 * Another transaction is changing the resource: a fair attempt
 		 * still takes its place in the queue now (a ticket is its own row,
-		 * or its own lock, and needs no resource lock to be taken).
+		 * or its own lock, and needs no resource lock to be taken), and a
+		 * wait in lock() adopts the holder's client ticket; unless the
+		 * holder holds the resource (a re-entry, delayed).
 		 */
-		if (a->fair)
+		if (a->fair || (a->in_server && a->ticket == 0))
 		{
+			TimestampTz at = GetCurrentTimestamp();
+			DlockRow	seen;
+
 			dlock_store_begin();
-			if (dlock_queue_installed())
-				queue_up(res, a, GetCurrentTimestamp());
+			dlock_row_read(res, &seen);
+			/* The holder's own attempt is a re-entry: it never queues. */
+			if (dlock_queue_installed() &&
+				dlock_holding_verdict(&seen, a->holder, a->caller, at) != HOLDING_MINE)
+				(void) queue_up(res, a, at);
 			dlock_store_end();
 		}
 		return ATTEMPT_CONTENDED;
@@ -257,6 +332,25 @@ lease_attempt(const DlockResource *res, void *arg, int64 *fence,
 
 	dlock_store_begin();
 	queued = dlock_queue_installed();
+	if (a->campaign)
+	{
+		/*
+		 * campaign never re-enters: a candidate that leads already (it
+		 * came to lead by another path, or on another connection, since
+		 * campaign looked) gets its holding as it is, its term unchanged.
+		 */
+		dlock_row_read(res, &row);
+		if (dlock_holding_verdict(&row, a->holder, a->caller, now) == HOLDING_MINE)
+		{
+			dlock_server_ticket_drop(res, &a->ticket);
+			if (queued)
+				dlock_client_ticket_drop(res, a->holder, a->caller->role);
+			dlock_store_end();
+			*fence = row.fence;
+			a->already = true;
+			return ATTEMPT_ACQUIRED;
+		}
+	}
 	/*
 	 * The common case first, in one statement: our own (re-entry), or
 	 * available with nobody queued ahead of us.  In-server tickets are
@@ -267,14 +361,15 @@ lease_attempt(const DlockResource *res, void *arg, int64 *fence,
 	below = a->ticket != 0 ? a->ticket : PG_INT64_MAX;
 	allow = true;
 	if (queued && dlock_server_tickets_others(res))
-		allow = dlock_server_head_is(res, a->ticket);
+		allow = dlock_server_head_allows(res, a->ticket, &server_until);
 	if (dlock_row_fast_acquire(res, a->holder, a->caller->role, a->lease, now,
 							   expires, queued, allow, below,
 							   fence, &count, &new_expires, &took_over))
 	{
 		if (took_over)
 			dlock_count(DLOCK_STAT_EXPIRED);
-		acquired(res, a, queued, *fence, count, new_expires);
+		acquired(res, a, queued, *fence, count, new_expires,
+				 below == PG_INT64_MAX);
 		dlock_store_end();
 		return ATTEMPT_ACQUIRED;
 	}
@@ -287,10 +382,12 @@ lease_attempt(const DlockResource *res, void *arg, int64 *fence,
 		 * leaves or releases.  (A client-side attempt goes on: its ticket
 		 * may be the head of the whole queue.)
 		 */
-		queue_up(res, a, now);
+		bool		adopted = queue_up(res, a, now);
+
 		dlock_store_end();
 		dlock_resource_unlock(res, DLOCK_CHANGE);
-		*busy_until = DT_NOEND;
+		/* With the place its client ticket kept, it may be its turn. */
+		*busy_until = adopted ? now : server_until;
 		return ATTEMPT_BUSY;
 	}
 
@@ -303,7 +400,7 @@ lease_attempt(const DlockResource *res, void *arg, int64 *fence,
 	if (!dlock_lease_available(&row, now))
 	{
 		/* Held by another, or under lock-delay. */
-		queue_up(res, a, now);
+		(void) queue_up(res, a, now);
 		dlock_store_end();
 		dlock_resource_unlock(res, DLOCK_CHANGE);
 		*busy_until = dlock_lease_ended(&row, now) ? row.available_at :
@@ -316,7 +413,8 @@ lease_attempt(const DlockResource *res, void *arg, int64 *fence,
 		if (head.exists && !head.mine)
 		{
 			/* Someone is ahead: wait for its turn to pass. */
-			queue_up(res, a, now);
+			if (queue_up(res, a, now))
+				head.expires_at = now;	/* it may be ours now: look again */
 			dlock_store_end();
 			dlock_resource_unlock(res, DLOCK_CHANGE);
 			*busy_until = head.expires_at;
@@ -330,7 +428,7 @@ lease_attempt(const DlockResource *res, void *arg, int64 *fence,
 		*fence = dlock_next_fence();
 		dlock_row_insert(res, a->holder, a->caller->role, *fence, a->lease,
 						 now, expires);
-		acquired(res, a, queued, *fence, 1, expires);
+		acquired(res, a, queued, *fence, 1, expires, false);
 		dlock_store_end();
 		return ATTEMPT_ACQUIRED;
 	}
@@ -342,7 +440,7 @@ lease_attempt(const DlockResource *res, void *arg, int64 *fence,
 			 text_to_cstring(res->name));
 	if (took_over)
 		dlock_count(DLOCK_STAT_EXPIRED);
-	acquired(res, a, queued, *fence, count, new_expires);
+	acquired(res, a, queued, *fence, count, new_expires, false);
 	dlock_store_end();
 	return ATTEMPT_ACQUIRED;
 }
@@ -350,7 +448,9 @@ lease_attempt(const DlockResource *res, void *arg, int64 *fence,
 /*
  * lease_leave: the wait is over: an in-server ticket still held (the wait
  * gave up) leaves the queue before the waiter slot does, so the waiter the
- * slot then wakes sees the queue without it.
+ * slot then wakes sees the queue without it.  An adopted client ticket
+ * leaves with it (lock() timed out: it left the queue), and the next
+ * waiter is woken again once that is committed.
  */
 static void
 lease_leave(const DlockResource *res, void *arg, bool acquired)
@@ -358,6 +458,13 @@ lease_leave(const DlockResource *res, void *arg, bool acquired)
 	LeaseAttemptArgs *a = arg;
 
 	dlock_server_ticket_drop(res, &a->ticket);
+	if (a->adopted && !acquired)
+	{
+		dlock_store_begin();
+		dlock_client_ticket_drop(res, a->holder, a->caller->role);
+		dlock_store_end();
+		dlock_wake_after_commit(res->hash);
+	}
 }
 
 /*
@@ -370,10 +477,31 @@ dlock_acquire(const DlockResource *res, text *holder, const DlockCaller *caller,
 			  const Interval *lock_delay)
 {
 	LeaseAttemptArgs args = {holder, caller, lease, fair, wait_ms != 0,
-	lock_delay, 0};
+	lock_delay, 0, false, false, false};
 	int64		fence;
 
 	fence = dlock_wait_loop(res, holder, wait_ms, lease_attempt, lease_leave,
 							&args);
+	return fence;
+}
+
+/*
+ * dlock_campaign_acquire: campaign's fair acquisition, which never
+ * re-enters: the term, or 0 if not elected in time; *already is set when
+ * the candidate led already (its holding unchanged, the resource's lock
+ * kept until the transaction ends like an acquisition's).
+ */
+int64
+dlock_campaign_acquire(const DlockResource *res, text *candidate,
+					   const DlockCaller *caller, const Interval *lease,
+					   int64 wait_ms, const Interval *lock_delay, bool *already)
+{
+	LeaseAttemptArgs args = {candidate, caller, lease, true, wait_ms != 0,
+	lock_delay, 0, true, false, false};
+	int64		fence;
+
+	fence = dlock_wait_loop(res, candidate, wait_ms, lease_attempt, lease_leave,
+							&args);
+	*already = fence != 0 && args.already;
 	return fence;
 }

@@ -47,6 +47,8 @@
 #define DLOCK_LOCKTAG_TICKET	(DLOCK_LOCKTAG_CLASS + 5)
 /* ... of "a resource has in-server fair waiters" (queue.c) */
 #define DLOCK_LOCKTAG_FAIR		(DLOCK_LOCKTAG_CLASS + 6)
+/* ... of the end of a client ticket still in flight (queue.c) */
+#define DLOCK_LOCKTAG_LAPSE		(DLOCK_LOCKTAG_CLASS + 7)
 
 /* The modes of the per-resource lock (resource.c explains them). */
 typedef enum DlockLockMode
@@ -194,15 +196,20 @@ typedef struct DlockQueueHead
 
 extern bool dlock_queue_installed(void);
 extern void dlock_server_ticket_take(const DlockResource *res, int64 *ticket);
+extern bool dlock_client_ticket_adopt(const DlockResource *res, text *holder,
+									  Oid owner, TimestampTz now, int64 *ticket);
 extern void dlock_server_ticket_drop(const DlockResource *res, int64 *ticket);
 extern bool dlock_server_tickets_others(const DlockResource *res);
-extern bool dlock_server_head_is(const DlockResource *res, int64 mine);
+extern bool dlock_server_head_allows(const DlockResource *res, int64 mine,
+									 TimestampTz *until);
 extern void dlock_queue_head(const DlockResource *res, text *holder, Oid owner,
 							 int64 mine, TimestampTz now, DlockQueueHead *head);
 extern void dlock_client_ticket_keep(const DlockResource *res, text *holder,
 									 Oid owner, TimestampTz now);
 extern void dlock_client_ticket_drop(const DlockResource *res, text *holder,
 									 Oid owner);
+extern bool dlock_client_ticket_heads(const DlockResource *res, text *holder,
+									  Oid owner, TimestampTz now);
 extern void dlock_delay_read(const DlockResource *res, DlockRow *row);
 extern void dlock_delay_set(const DlockResource *res, int64 fence,
 							const Interval *delay);
@@ -210,6 +217,7 @@ extern void dlock_delay_on_end(const DlockResource *res, TimestampTz at,
 							   TimestampTz expired_by);
 extern int	dlock_queue_purge(TimestampTz now);
 extern void dlock_queue_forget(const DlockResource *res);
+extern bool dlock_delay_pending(const DlockResource *res, TimestampTz now);
 extern Interval *dlock_check_lock_delay(FunctionCallInfo fcinfo, int argno);
 extern bool dlock_check_fair(FunctionCallInfo fcinfo, int argno);
 
@@ -258,6 +266,10 @@ extern int64 dlock_acquire(const DlockResource *res, text *holder,
 						   const DlockCaller *caller, const Interval *lease,
 						   int64 wait_ms, bool fair,
 						   const Interval *lock_delay);
+extern int64 dlock_campaign_acquire(const DlockResource *res, text *candidate,
+									const DlockCaller *caller,
+									const Interval *lease, int64 wait_ms,
+									const Interval *lock_delay, bool *already);
 
 /* ---- events.c ---- */
 extern void dlock_notify(const DlockResource *res, const char *event,

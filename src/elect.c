@@ -210,9 +210,41 @@ current_term(const DlockResource *res, text *candidate, const DlockCaller *calle
 }
 
 /*
+ * still_leader: candidate leads res already under term, with the
+ * resource's lock taken (CHANGE) and the store session open: a value given
+ * (and different) is proclaimed; the session is closed, the lock kept only
+ * if something changed.
+ */
+static void
+still_leader(const DlockResource *res, int64 term, text *candidate, text *value)
+{
+	bool		changed = false;
+	char	   *old_holder;
+	char	   *old_value;
+	bool		election;
+
+	if (value != NULL)
+	{
+		(void) dlock_value_read(res, term, &old_holder, &old_value, &election);
+		changed = old_value == NULL || strcmp(old_value, text_to_cstring(value)) != 0;
+		if (changed)
+		{
+			value_set(res, term, candidate, value, false);
+			dlock_notify_holding(res, "proclaimed", term, text_to_cstring(candidate),
+								 value_cstring(value));
+		}
+	}
+	dlock_store_end();
+	if (!changed)
+		dlock_resource_unlock(res, DLOCK_CHANGE);
+}
+
+/*
  * dlock.campaign(election, candidate, value, lease, wait): the term once
  * elected, NULL on timeout.  The leader campaigning again gets its current
- * term; a value given then (and different) is proclaimed.
+ * term, never a re-entry, however it came to lead (also while it waits); a
+ * value given then (and different) is proclaimed.  The holding takes the
+ * lock-delay of dlock.lock_delay, as lock() does.
  */
 Datum
 dlock_campaign(PG_FUNCTION_ARGS)
@@ -221,48 +253,39 @@ dlock_campaign(PG_FUNCTION_ARGS)
 	text	   *candidate;
 	text	   *value;
 	Interval   *lease;
+	Interval   *lock_delay;
 	int64		wait_ms;
 	DlockCaller caller;
 	int64		term;
-	char	   *old_holder;
-	char	   *old_value;
-	bool		election;
+	bool		already;
 
 	dlock_resource_init(&res, dlock_check_election(fcinfo, 0));
 	candidate = dlock_check_candidate(fcinfo, 1);
 	value = check_value(fcinfo, 2);
 	lease = dlock_check_lease(fcinfo, 3);
 	wait_ms = dlock_check_wait_ms(fcinfo, 4);
+	lock_delay = dlock_check_lock_delay(fcinfo, PG_NARGS());	/* the GUC */
 	dlock_check_writable("dlock.campaign()");
 	caller = dlock_caller();
 
 	term = current_term(&res, candidate, &caller);
 	if (term != 0)
 	{
-		bool		changed = false;
-
-		if (value != NULL)
-		{
-			(void) dlock_value_read(&res, term, &old_holder, &old_value, &election);
-			changed = old_value == NULL || strcmp(old_value, text_to_cstring(value)) != 0;
-			if (changed)
-			{
-				value_set(&res, term, candidate, value, false);
-				dlock_notify_holding(&res, "proclaimed", term, text_to_cstring(candidate),
-									 value_cstring(value));
-			}
-		}
-		dlock_store_end();
-		if (!changed)
-			dlock_resource_unlock(&res, DLOCK_CHANGE);
+		still_leader(&res, term, candidate, value);
 		PG_RETURN_INT64(term);
 	}
 
-	term = dlock_acquire(&res, candidate, &caller, lease, wait_ms, true, NULL);
+	term = dlock_campaign_acquire(&res, candidate, &caller, lease, wait_ms,
+								  lock_delay, &already);
 	if (term == 0)
 		PG_RETURN_NULL();
-	/* Elected: the resource's lock is ours until the transaction ends. */
+	/* The resource's lock is ours until the transaction ends. */
 	dlock_store_begin();
+	if (already)
+	{
+		still_leader(&res, term, candidate, value);
+		PG_RETURN_INT64(term);
+	}
 	value_set(&res, term, candidate, value, true);
 	dlock_store_end();
 	dlock_notify_holding(&res, "elected", term, text_to_cstring(candidate), value_cstring(value));

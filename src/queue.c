@@ -14,7 +14,14 @@
  *	  that takes a new ticket, at the back.  Until the attempt's
  *	  transaction ends, a new ticket is also held in the lock manager like
  *	  an in-server one (below), so that nobody drawing a later number is
- *	  served before it becomes visible.
+ *	  served before it becomes visible; with it, its end: an
+ *	  AccessShareLock on (low 32 bits of the ticket, its expiry in
+ *	  milliseconds modulo 2^32, low 32 bits of the mixed hash), so that a
+ *	  ticket whose transaction stays open (a client hung inside BEGIN)
+ *	  lapses after dlock.queue_ttl like a committed one.  A holder that
+ *	  queued client-side and then waits in lock() (or campaign) holds its
+ *	  live client ticket's number in the lock manager like an in-server
+ *	  ticket (it adopts it), keeping its place and its turn to be woken.
  *	- A backend waiting in lock(..., fair => true) holds its ticket in the
  *	  lock manager, where other backends see it while its transaction is
  *	  still open, and where it goes with the wait (timeout, cancel,
@@ -99,6 +106,18 @@ set_fair_tag(LOCKTAG *tag, const DlockResource *res)
 						 (uint32) res->hash, DLOCK_LOCKTAG_FAIR);
 }
 
+/*
+ * set_lapse_tag: the lock saying that client ticket (in flight) of res
+ * lapses at expires.
+ */
+static void
+set_lapse_tag(LOCKTAG *tag, const DlockResource *res, int64 ticket,
+			  TimestampTz expires)
+{
+	SET_LOCKTAG_ADVISORY(*tag, (uint32) ticket, (uint32) (expires / 1000),
+						 (uint32) mixed_hash(res), DLOCK_LOCKTAG_LAPSE);
+}
+
 /* ticket_before: is a before b, modulo 2^32? */
 static bool
 ticket_before(uint32 a, uint32 b)
@@ -147,6 +166,52 @@ dlock_server_ticket_take(const DlockResource *res, int64 *ticket)
 	dlock_wake_after_abort(res->hash);
 }
 
+/*
+ * dlock_client_ticket_adopt: this backend, waiting in lock() for res as
+ * holder, holds the holder's live client ticket (taken by its earlier
+ * client-side attempts) in the lock manager as its in-server ticket, so
+ * that it keeps that place: served when it heads the queue, woken in its
+ * order.  False, changing nothing, if there is none, or if another
+ * backend waiting for the same holder holds it already.
+ */
+bool
+dlock_client_ticket_adopt(const DlockResource *res, text *holder, Oid owner,
+						  TimestampTz now, int64 *ticket)
+{
+	static SPIPlanPtr plan = NULL;
+	static const Oid types[4] = {TEXTOID, TEXTOID, REGROLEOID, TIMESTAMPTZOID};
+	Datum		values[4];
+	LOCKTAG		fair_tag, ticket_tag;
+	int64		number;
+	bool		isnull;
+
+	values[0] = PointerGetDatum(res->name);
+	values[1] = PointerGetDatum(holder);
+	values[2] = ObjectIdGetDatum(owner);
+	values[3] = TimestampTzGetDatum(now);
+	if (dlock_store_exec(&plan,
+						 "SELECT t.ticket FROM dlock.tickets t WHERE " RES_IS("t")
+						 "   AND t.holder OPERATOR(pg_catalog.=) ($2 COLLATE pg_catalog.\"C\")"
+						 "   AND t.owner OPERATOR(pg_catalog.=) $3"
+						 "   AND t.expires_at OPERATOR(pg_catalog.>) $4",
+						 4, types, values, NULL, true) != 1)
+		return false;
+	number = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0],
+										 SPI_tuptable->tupdesc, 1, &isnull));
+	set_fair_tag(&fair_tag, res);
+	(void) LockAcquire(&fair_tag, ShareLock, false, false);
+	set_ticket_tag(&ticket_tag, res, number);
+	if (LockAcquire(&ticket_tag, ExclusiveLock, false, true) == LOCKACQUIRE_NOT_AVAIL)
+	{
+		LockRelease(&fair_tag, ShareLock, false);
+		return false;
+	}
+	*ticket = number;
+	/* If the wait ends in an error, the abort drops the ticket: wake the next. */
+	dlock_wake_after_abort(res->hash);
+	return true;
+}
+
 /* dlock_server_ticket_drop: leave the queue (acquired, or gave up). */
 void
 dlock_server_ticket_drop(const DlockResource *res, int64 *ticket)
@@ -179,17 +244,24 @@ dlock_server_tickets_others(const DlockResource *res)
 }
 
 /*
- * server_head: the lowest in-server ticket of res (low 32 bits), and
- * whether it is this backend's.  False if there is none.
+ * server_head: the lowest live ticket of res in the lock manager (low 32
+ * bits), whether it is this backend's, and until when it lives (DT_NOEND
+ * for a waiter in lock(); a client ticket in flight lapses at its end).
+ * False if there is none; *lapsed: tickets in flight that lapsed were
+ * passed over.
  */
 static bool
-server_head(const DlockResource *res, int64 mine, uint32 *head, bool *is_mine)
+server_head(const DlockResource *res, int64 mine, uint32 *head, bool *is_mine,
+			TimestampTz *until, bool *lapsed)
 {
 	uint64		h = mixed_hash(res);
+	uint32		now_ms = (uint32) (GetCurrentTimestamp() / 1000);
 	LockData   *data;
 	bool		found = false;
 	int			i;
 
+	*until = DT_NOEND;
+	*lapsed = false;
 	if (!dlock_server_tickets_others(res))
 	{
 		if (mine == 0)
@@ -203,6 +275,8 @@ server_head(const DlockResource *res, int64 mine, uint32 *head, bool *is_mine)
 	{
 		LockInstanceData *inst = &data->locks[i];
 		const LOCKTAG *t = &inst->locktag;
+		TimestampTz ends = DT_NOEND;
+		int			j;
 
 		if (t->locktag_type != LOCKTAG_ADVISORY ||
 			t->locktag_field4 != DLOCK_LOCKTAG_TICKET ||
@@ -210,10 +284,32 @@ server_head(const DlockResource *res, int64 mine, uint32 *head, bool *is_mine)
 			t->locktag_field3 != (uint32) h ||
 			(inst->holdMask & LOCKBIT_ON(ExclusiveLock)) == 0)
 			continue;
+		/* A client ticket in flight: has it lapsed? */
+		for (j = 0; j < data->nelements; j++)
+		{
+			const LOCKTAG *e = &data->locks[j].locktag;
+			int32		left;
+
+			if (e->locktag_type != LOCKTAG_ADVISORY ||
+				e->locktag_field4 != DLOCK_LOCKTAG_LAPSE ||
+				e->locktag_field1 != t->locktag_field1 ||
+				e->locktag_field3 != (uint32) h ||
+				data->locks[j].pid != inst->pid)
+				continue;
+			left = (int32) (e->locktag_field2 - now_ms);
+			ends = GetCurrentTimestamp() + (TimestampTz) left * 1000;
+			break;
+		}
+		if (ends != DT_NOEND && ends <= GetCurrentTimestamp())
+		{
+			*lapsed = true;
+			continue;
+		}
 		if (!found || ticket_before(t->locktag_field1, *head))
 		{
 			*head = t->locktag_field1;
 			*is_mine = (inst->pid == MyProcPid);
+			*until = ends;
 			found = true;
 		}
 	}
@@ -221,16 +317,23 @@ server_head(const DlockResource *res, int64 mine, uint32 *head, bool *is_mine)
 }
 
 /*
- * dlock_server_head_is: is this backend's in-server ticket mine (not 0)
- * the lowest in-server ticket of res?
+ * dlock_server_head_allows: may this backend, whose in-server ticket is
+ * mine (0: none), take res as far as the lock manager's tickets go?  Yes
+ * if the lowest live one is mine; with none of its own, only if there are
+ * none but lapsed ones (another backend taking a ticket right now may not
+ * be visible yet).  If not, *until is when the head lapses (DT_NOEND:
+ * when it leaves).  Call it only when dlock_server_tickets_others.
  */
 bool
-dlock_server_head_is(const DlockResource *res, int64 mine)
+dlock_server_head_allows(const DlockResource *res, int64 mine, TimestampTz *until)
 {
 	uint32		head;
 	bool		is_mine = false;
+	bool		lapsed;
 
-	return mine != 0 && server_head(res, mine, &head, &is_mine) && is_mine;
+	if (server_head(res, mine, &head, &is_mine, until, &lapsed))
+		return is_mine;
+	return lapsed;
 }
 
 /*
@@ -251,6 +354,8 @@ dlock_queue_head(const DlockResource *res, text *holder, Oid owner,
 	TimestampTz client_expires = 0;
 	uint32		shead = 0;
 	bool		smine = false;
+	TimestampTz suntil = DT_NOEND;
+	bool		slapsed;
 	bool		server;
 	char		nulls[4] = {' ', holder ? ' ' : 'n', ' ', ' '};
 
@@ -259,7 +364,7 @@ dlock_queue_head(const DlockResource *res, text *holder, Oid owner,
 	 * when we look there is either seen there, or committed before our
 	 * statement's (later) snapshot is taken, and so seen in the table.
 	 */
-	server = server_head(res, mine, &shead, &smine);
+	server = server_head(res, mine, &shead, &smine, &suntil, &slapsed);
 
 	values[0] = PointerGetDatum(res->name);
 	values[1] = PointerGetDatum(holder);
@@ -299,7 +404,7 @@ dlock_queue_head(const DlockResource *res, text *holder, Oid owner,
 	{
 		head->client = false;
 		head->mine = smine;
-		head->expires_at = DT_NOEND;
+		head->expires_at = suntil;
 	}
 }
 
@@ -326,8 +431,9 @@ dlock_client_ticket_keep(const DlockResource *res, text *holder, Oid owner,
 	static const Oid types[6] = {TEXTOID, TEXTOID, REGROLEOID, INT8OID,
 	TIMESTAMPTZOID, TIMESTAMPTZOID};
 	Datum		values[6];
-	LOCKTAG		fair_tag, ticket_tag;
+	LOCKTAG		fair_tag, ticket_tag, lapse_tag;
 	int64		ticket;
+	TimestampTz expires = now + (TimestampTz) dlock_queue_ttl_ms * 1000;
 	bool		isnull;
 
 	set_fair_tag(&fair_tag, res);
@@ -341,7 +447,7 @@ dlock_client_ticket_keep(const DlockResource *res, text *holder, Oid owner,
 	values[2] = ObjectIdGetDatum(owner);
 	values[3] = Int64GetDatum(ticket);
 	values[4] = TimestampTzGetDatum(now);
-	values[5] = TimestampTzGetDatum(now + (TimestampTz) dlock_queue_ttl_ms * 1000);
+	values[5] = TimestampTzGetDatum(expires);
 	if (dlock_store_exec(&plan,
 							"INSERT INTO dlock.tickets AS t"
 							"  (resource, ticket, holder, owner, queued_at, expires_at)"
@@ -357,12 +463,44 @@ dlock_client_ticket_keep(const DlockResource *res, text *holder, Oid owner,
 		DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc,
 									1, &isnull)) == ticket)
 	{
-		/* a new ticket: in flight until the transaction ends */
+		/* a new ticket: in flight until the transaction ends, or lapses */
+		set_lapse_tag(&lapse_tag, res, ticket, expires);
+		(void) LockAcquire(&lapse_tag, AccessShareLock, false, false);
 		dlock_wake_after_commit(res->hash);
 		return;
 	}
 	LockRelease(&ticket_tag, ExclusiveLock, false);
 	LockRelease(&fair_tag, ShareLock, false);
+}
+
+/*
+ * dlock_client_ticket_heads: is the holder's live client ticket the lowest
+ * live client ticket of res at now?  Read without the resource's lock: a
+ * hint only (acquire.c's wait for the lock), the head is decided under it.
+ */
+bool
+dlock_client_ticket_heads(const DlockResource *res, text *holder, Oid owner,
+						  TimestampTz now)
+{
+	static SPIPlanPtr plan = NULL;
+	static const Oid types[4] = {TEXTOID, TEXTOID, REGROLEOID, TIMESTAMPTZOID};
+	Datum		values[4];
+	bool		isnull;
+
+	values[0] = PointerGetDatum(res->name);
+	values[1] = PointerGetDatum(holder);
+	values[2] = ObjectIdGetDatum(owner);
+	values[3] = TimestampTzGetDatum(now);
+	if (dlock_store_exec(&plan,
+						 "SELECT t.holder OPERATOR(pg_catalog.=) ($2 COLLATE pg_catalog.\"C\")"
+						 "   AND t.owner OPERATOR(pg_catalog.=) $3"
+						 "  FROM dlock.tickets t WHERE " RES_IS("t")
+						 "   AND t.expires_at OPERATOR(pg_catalog.>) $4"
+						 "  ORDER BY t.ticket LIMIT 1",
+						 4, types, values, NULL, true) != 1)
+		return false;
+	return DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc,
+									  1, &isnull)) && !isnull;
 }
 
 /* dlock_client_ticket_drop: the holder's ticket for res leaves the queue. */
@@ -496,6 +634,27 @@ dlock_queue_purge(TimestampTz now)
 						  "  WHERE d.available_at OPERATOR(pg_catalog.<=) $1",
 						  1, types, values, NULL, false);
 	return (int) Min(n, (uint64) INT_MAX);
+}
+
+/*
+ * dlock_delay_pending: is res, freed uncleanly, still under its lock-delay
+ * at now?  Then its row must stay (the purge of long-free rows, reap.c):
+ * without it the resource would look never seen, free at once.  Under
+ * the resource's lock.
+ */
+bool
+dlock_delay_pending(const DlockResource *res, TimestampTz now)
+{
+	static SPIPlanPtr plan = NULL;
+	static const Oid types[2] = {TEXTOID, TIMESTAMPTZOID};
+	Datum		values[2];
+
+	values[0] = PointerGetDatum(res->name);
+	values[1] = TimestampTzGetDatum(now);
+	return dlock_store_exec(&plan,
+							"SELECT FROM dlock.delays d WHERE " RES_IS("d")
+							"   AND d.available_at OPERATOR(pg_catalog.>) $2",
+							2, types, values, NULL, true) > 0;
 }
 
 /*

@@ -150,13 +150,15 @@ dlock_reap_list(List *resources, int from, int to, TimestampTz now)
 
 /*
  * dlock_purge_list: delete the rows of resources[from .. to-1] that are
- * (still) free.  Runs in the caller's (a round's) transaction.
+ * (still) free, and not under a pending lock-delay.  Runs in the caller's
+ * (a round's) transaction.
  */
 void
 dlock_purge_list(List *resources, int from, int to)
 {
 	int			i;
 	bool		queued;
+	TimestampTz now = GetCurrentTimestamp();
 
 	dlock_store_begin();
 	queued = dlock_queue_installed() && dlock_values_installed();
@@ -166,6 +168,13 @@ dlock_purge_list(List *resources, int from, int to)
 
 		dlock_resource_init(&res, list_nth(resources, i));
 		if (!take_for_maintenance(&res))
+			continue;
+		/*
+		 * A row freed uncleanly keeps its lock-delay (queue.c) while that
+		 * runs: a broken holding of a long lease may be unavailable for
+		 * longer than a row is kept free.
+		 */
+		if (queued && dlock_delay_pending(&res, now))
 			continue;
 		dlock_row_delete_free(&res);
 		if (queued)
