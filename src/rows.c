@@ -7,12 +7,15 @@
  * Each function finds the resource's row with a primary-key index scan on
  * the latest snapshot, decides in C what the SQL statements of store.c
  * used to decide in their WHERE clauses, and writes with heap_update
- * (HOT: nothing indexed changes) or heap_insert plus index maintenance
- * (CatalogTupleUpdate / CatalogTupleInsert, as Citus does for its own
- * metadata tables).  The rules themselves stay where they live: what a
- * holding is to a caller is holding.c's (HOLDING_MINE is restated here
- * for the one-step re-entry and release, and must say the same), the
- * queue and lock-delay are queue.c's.
+ * (HOT: nothing indexed changes) or heap_insert, checking the table's
+ * constraints and maintaining its indexes as the executor does
+ * (store_tuple): a superuser may add an expression or partial index or a
+ * CHECK constraint to dlock.leases, which CatalogTupleUpdate does not
+ * support (an expression index crashed the server).  Triggers on the table
+ * do not fire (the statements fired them).  The rules themselves stay
+ * where they live: what a holding is to a caller is holding.c's
+ * (HOLDING_MINE is restated here for the one-step re-entry and release,
+ * and must say the same), the queue and lock-delay are queue.c's.
  *
  * Concurrency: every write happens while the caller holds the resource's
  * lock-manager lock in CHANGE mode (resource.c), taken before the row is
@@ -42,7 +45,7 @@
 #include "access/stratnum.h"
 #include "access/table.h"
 #include "access/xact.h"
-#include "catalog/indexing.h"
+#include "executor/executor.h"
 #include "catalog/namespace.h"
 #include "utils/builtins.h"
 #include "utils/fmgroids.h"
@@ -221,14 +224,54 @@ set_null(TableInfo *t, RowImage *img, int c)
 	img->replace[t->att[c] - 1] = true;
 }
 
-/* write_row: heap_update of the image's changed columns (HOT). */
+/*
+ * store_tuple: write tup as a new row (otid NULL) or as the new version of
+ * the row at otid (HOT when nothing indexed changes), as the executor
+ * would: the table's NOT NULL and CHECK constraints first, then an entry
+ * in every index (expressions and predicates evaluated) unless HOT.
+ */
+static void
+store_tuple(Relation rel, ItemPointer otid, HeapTuple tup)
+{
+	EState	   *estate = CreateExecutorState();
+	ResultRelInfo *rri = makeNode(ResultRelInfo);
+	TupleTableSlot *slot;
+
+	InitResultRelInfo(rri, rel, 0, NULL, 0);
+	ExecOpenIndices(rri, false);
+	slot = ExecInitExtraTupleSlot(estate, RelationGetDescr(rel),
+								  &TTSOpsHeapTuple);
+	ExecStoreHeapTuple(tup, slot, false);
+	if (RelationGetDescr(rel)->constr != NULL)
+		ExecConstraints(rri, slot, estate);
+	if (otid != NULL)
+		simple_heap_update(rel, otid, tup);
+	else
+		simple_heap_insert(rel, tup);
+	if (rri->ri_NumIndices > 0 && (otid == NULL || !HeapTupleIsHeapOnly(tup)))
+	{
+		ExecStoreHeapTuple(tup, slot, false);	/* with its new TID */
+		if (ExecInsertIndexTuples(rri, slot, estate, false, false, NULL,
+								  NIL) != NIL)
+			ereport(ERROR,
+					(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+					 errmsg("table dlock.%s has a deferrable constraint",
+							RelationGetRelationName(rel)),
+					 errhint("Make the constraint not deferrable.")));
+	}
+	ExecCloseIndices(rri);
+	ExecResetTupleTable(estate->es_tupleTable, false);
+	FreeExecutorState(estate);
+}
+
+/* write_row: the update of the image's changed columns (HOT). */
 static void
 write_row(Relation rel, RowImage *img)
 {
 	HeapTuple	newtup = heap_modify_tuple(img->tup, RelationGetDescr(rel),
 										   img->values, img->nulls, img->replace);
 
-	CatalogTupleUpdate(rel, &img->tup->t_self, newtup);
+	store_tuple(rel, &img->tup->t_self, newtup);
 	heap_freetuple(newtup);
 	CommandCounterIncrement();
 }
@@ -343,7 +386,7 @@ dlock_row_insert(const DlockResource *res, text *holder, Oid owner,
 	set_col(&leases, &img, L_EXPIRES_AT, TimestampTzGetDatum(expires));
 	set_col(&leases, &img, L_TOOK_OVER, BoolGetDatum(false));
 	tup = heap_form_tuple(desc, img.values, img.nulls);
-	CatalogTupleInsert(rel, tup);
+	store_tuple(rel, NULL, tup);
 	heap_freetuple(tup);
 	CommandCounterIncrement();
 	table_close(rel, NoLock);
