@@ -45,6 +45,7 @@
 #include "access/stratnum.h"
 #include "access/table.h"
 #include "access/xact.h"
+#include "storage/lmgr.h"
 #include "executor/executor.h"
 #include "catalog/namespace.h"
 #include "utils/builtins.h"
@@ -126,30 +127,48 @@ invalidate(Datum arg, Oid relid)
 }
 
 /*
- * table_info: the table's OID, primary key and column numbers; relid is
- * InvalidOid when the installed SQL has no such table.
+ * open_table: the table opened (and locked) in mode, its OID, primary key
+ * and column numbers in *t; NULL when the installed SQL has no such table.
+ * The OID cached, or just looked up by name, may name a table that another
+ * session dropped (DROP EXTENSION; CREATE EXTENSION) since this backend
+ * last read the invalidation messages: locking it reads them, and if they
+ * say the table changed, it is looked up again (as RangeVarGetRelid does).
  */
-static TableInfo *
-table_info(TableInfo *t)
+static Relation
+open_table(TableInfo *t, LOCKMODE mode)
 {
 	Relation	rel;
+	Oid			relid;
 
-	if (t->valid)
-		return t;
 	if (!callback_registered)
 	{
 		CacheRegisterRelcacheCallback(invalidate, (Datum) 0);
 		callback_registered = true;
 	}
-	t->relid = get_relname_relid(t->name, dlock_schema_oid());
-	if (!OidIsValid(t->relid))
+	for (;;)
 	{
-		/* Older SQL: looked up again next time (cheap, and rare). */
-		return t;
+		bool		was_valid = t->valid;
+
+		relid = was_valid ? t->relid :
+			get_relname_relid(t->name, dlock_schema_oid());
+		if (!OidIsValid(relid))
+		{
+			/* Older SQL: looked up again next time (cheap, and rare). */
+			t->relid = InvalidOid;
+			return NULL;
+		}
+		LockRelationOid(relid, mode);
+		if (was_valid ? t->valid :
+			get_relname_relid(t->name, dlock_schema_oid()) == relid)
+			break;
+		/* Dropped, or changed, meanwhile: look again. */
+		UnlockRelationOid(relid, mode);
 	}
-	rel = table_open(t->relid, AccessShareLock);
+	rel = table_open(relid, NoLock);
+	if (t->valid)
+		return rel;
+	t->relid = relid;
 	t->pkey = RelationGetPrimaryKeyIndex(rel);
-	table_close(rel, AccessShareLock);
 	if (!OidIsValid(t->pkey))
 		elog(ERROR, "dlock: table dlock.%s has no primary key", t->name);
 	for (int i = 0; i < t->ncols; i++)
@@ -159,7 +178,7 @@ table_info(TableInfo *t)
 			elog(ERROR, "dlock: table dlock.%s has no column %s",
 				 t->name, t->cols[i]);
 	t->valid = true;
-	return t;
+	return rel;
 }
 
 /* A row read for change: the tuple (with its TID) and its columns. */
@@ -280,13 +299,14 @@ write_row(Relation rel, RowImage *img)
 static Relation
 open_leases(LOCKMODE mode)
 {
-	table_info(&leases);
-	if (!OidIsValid(leases.relid))
+	Relation	rel = open_table(&leases, mode);
+
+	if (rel == NULL)
 		ereport(ERROR,
 				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
 				 errmsg("table dlock.leases does not exist"),
 				 errhint("Run CREATE EXTENSION dlock.")));
-	return table_open(leases.relid, mode);
+	return rel;
 }
 
 /* text_eq: do two text values say the same (byte for byte, as "C")? */
@@ -457,17 +477,16 @@ dlock_row_release(const DlockResource *res, int32 count_left, TimestampTz now)
 static bool
 tickets_ahead(text *resource, int64 below, TimestampTz now)
 {
-	TableInfo  *t = table_info(&tickets);
-	Relation	rel;
+	TableInfo  *t = &tickets;
+	Relation	rel = open_table(t, AccessShareLock);
 	ScanKeyData keys[2];
 	SysScanDesc scan;
 	Snapshot	snap;
 	HeapTuple	tup;
 	bool		found = false;
 
-	if (!OidIsValid(t->relid))
+	if (rel == NULL)
 		return false;
-	rel = table_open(t->relid, AccessShareLock);
 	snap = RegisterSnapshot(GetLatestSnapshot());
 	ScanKeyInit(&keys[0], t->att[T_RESOURCE], BTEqualStrategyNumber, F_TEXTEQ,
 				PointerGetDatum(resource));
@@ -497,14 +516,16 @@ tickets_ahead(text *resource, int64 below, TimestampTz now)
 static bool
 delayed(text *resource, RowImage *img, TimestampTz now)
 {
-	TableInfo  *t = table_info(&delays);
+	TableInfo  *t = &delays;
 	Relation	rel;
 	RowImage	d;
 	bool		result = false;
 
-	if (!OidIsValid(t->relid) || ISNULL(&leases, img, L_FENCE))
+	if (ISNULL(&leases, img, L_FENCE))
 		return false;
-	rel = table_open(t->relid, AccessShareLock);
+	rel = open_table(t, AccessShareLock);
+	if (rel == NULL)
+		return false;
 	if (fetch_row(rel, t, resource, &d))
 	{
 		if (DatumGetInt64(COL(t, &d, D_FENCE)) ==
