@@ -20,9 +20,10 @@
  * Concurrency: every write happens while the caller holds the resource's
  * lock-manager lock in CHANGE mode (resource.c), taken before the row is
  * read, so nothing else can change the row between the read and the
- * write.  A concurrent update is therefore a bug, and simple_heap_update
- * reports it as one ("tuple concurrently updated").  Reads use the latest
- * snapshot for the same reason store.c's statements do.  Each write is
+ * write.  Only a superuser's UPDATE or DELETE by hand can change the row
+ * meanwhile: the write then waits for it, and the row is read and decided
+ * again (store_tuple), as the statements' EvalPlanQual did.  Reads use
+ * the latest snapshot for the same reason store.c's statements do.  Each write is
  * followed by CommandCounterIncrement, so later reads in the transaction
  * (direct or SPI) see it.
  *
@@ -248,13 +249,21 @@ set_null(TableInfo *t, RowImage *img, int c)
  * the row at otid (HOT when nothing indexed changes), as the executor
  * would: the table's NOT NULL and CHECK constraints first, then an entry
  * in every index (expressions and predicates evaluated) unless HOT.
+ * Returns false, changing nothing, if the row at otid was updated or
+ * deleted by another transaction that committed since it was read (after
+ * waiting for it): not a dlock call (those hold the resource's lock), but
+ * a superuser's UPDATE by hand.  The caller reads the row again and
+ * decides again, as a statement's EvalPlanQual recheck did.
  */
-static void
+static bool
 store_tuple(Relation rel, ItemPointer otid, HeapTuple tup)
 {
 	EState	   *estate = CreateExecutorState();
 	ResultRelInfo *rri = makeNode(ResultRelInfo);
 	TupleTableSlot *slot;
+	TM_Result	result = TM_Ok;
+	TM_FailureData tmfd;
+	LockTupleMode lockmode;
 
 	InitResultRelInfo(rri, rel, 0, NULL, 0);
 	ExecOpenIndices(rri, false);
@@ -264,10 +273,16 @@ store_tuple(Relation rel, ItemPointer otid, HeapTuple tup)
 	if (RelationGetDescr(rel)->constr != NULL)
 		ExecConstraints(rri, slot, estate);
 	if (otid != NULL)
-		simple_heap_update(rel, otid, tup);
+		result = heap_update(rel, otid, tup, GetCurrentCommandId(true),
+							 InvalidSnapshot, true, &tmfd, &lockmode);
 	else
 		simple_heap_insert(rel, tup);
-	if (rri->ri_NumIndices > 0 && (otid == NULL || !HeapTupleIsHeapOnly(tup)))
+	if (result == TM_SelfModified)
+		elog(ERROR, "dlock: the row was already changed by this command");
+	else if (result != TM_Ok && result != TM_Updated && result != TM_Deleted)
+		elog(ERROR, "dlock: unexpected heap_update result %d", (int) result);
+	if (result == TM_Ok && rri->ri_NumIndices > 0 &&
+		(otid == NULL || !HeapTupleIsHeapOnly(tup)))
 	{
 		ExecStoreHeapTuple(tup, slot, false);	/* with its new TID */
 		if (ExecInsertIndexTuples(rri, slot, estate, false, false, NULL,
@@ -281,18 +296,24 @@ store_tuple(Relation rel, ItemPointer otid, HeapTuple tup)
 	ExecCloseIndices(rri);
 	ExecResetTupleTable(estate->es_tupleTable, false);
 	FreeExecutorState(estate);
+	return result == TM_Ok;
 }
 
-/* write_row: the update of the image's changed columns (HOT). */
-static void
+/*
+ * write_row: the update of the image's changed columns (HOT); false if the
+ * row changed meanwhile (store_tuple): read it again and decide again.
+ */
+static bool
 write_row(Relation rel, RowImage *img)
 {
 	HeapTuple	newtup = heap_modify_tuple(img->tup, RelationGetDescr(rel),
 										   img->values, img->nulls, img->replace);
+	bool		done = store_tuple(rel, &img->tup->t_self, newtup);
 
-	store_tuple(rel, &img->tup->t_self, newtup);
 	heap_freetuple(newtup);
-	CommandCounterIncrement();
+	if (done)
+		CommandCounterIncrement();
+	return done;
 }
 
 /* open_leases: dlock.leases opened for a read or a change. */
@@ -406,7 +427,7 @@ dlock_row_insert(const DlockResource *res, text *holder, Oid owner,
 	set_col(&leases, &img, L_EXPIRES_AT, TimestampTzGetDatum(expires));
 	set_col(&leases, &img, L_TOOK_OVER, BoolGetDatum(false));
 	tup = heap_form_tuple(desc, img.values, img.nulls);
-	store_tuple(rel, NULL, tup);
+	(void) store_tuple(rel, NULL, tup);
 	heap_freetuple(tup);
 	CommandCounterIncrement();
 	table_close(rel, NoLock);
@@ -432,11 +453,13 @@ dlock_row_renew(const DlockResource *res, const Interval *lease,
 	Relation	rel = open_leases(RowExclusiveLock);
 	RowImage	img;
 
-	change_row(rel, res, &img);
-	set_col(&leases, &img, L_LEASE, PointerGetDatum(lease));
-	set_col(&leases, &img, L_RENEWED_AT, TimestampTzGetDatum(now));
-	set_col(&leases, &img, L_EXPIRES_AT, TimestampTzGetDatum(expires));
-	write_row(rel, &img);
+	do
+	{
+		change_row(rel, res, &img);
+		set_col(&leases, &img, L_LEASE, PointerGetDatum(lease));
+		set_col(&leases, &img, L_RENEWED_AT, TimestampTzGetDatum(now));
+		set_col(&leases, &img, L_EXPIRES_AT, TimestampTzGetDatum(expires));
+	} while (!write_row(rel, &img));
 	table_close(rel, NoLock);
 }
 
@@ -461,12 +484,14 @@ dlock_row_release(const DlockResource *res, int32 count_left, TimestampTz now)
 	Relation	rel = open_leases(RowExclusiveLock);
 	RowImage	img;
 
-	change_row(rel, res, &img);
-	if (count_left > 0)
-		set_col(&leases, &img, L_COUNT, Int32GetDatum(count_left));
-	else
-		set_free(&img, now);
-	write_row(rel, &img);
+	do
+	{
+		change_row(rel, res, &img);
+		if (count_left > 0)
+			set_col(&leases, &img, L_COUNT, Int32GetDatum(count_left));
+		else
+			set_free(&img, now);
+	} while (!write_row(rel, &img));
 	table_close(rel, NoLock);
 }
 
@@ -564,60 +589,69 @@ dlock_row_fast_acquire(const DlockResource *res, text *holder, Oid owner,
 {
 	Relation	rel = open_leases(RowExclusiveLock);
 	RowImage	img;
-	bool		done = false;
+	bool		done;
+	bool		written;
+	int64		drawn = 0;
 
-	if (!fetch_row(rel, &leases, res->name, &img))
+	do
 	{
-		table_close(rel, NoLock);
-		return false;
-	}
-	if (is_mine(&img, holder, owner, now))
-	{
-		TimestampTz old = DatumGetTimestampTz(COL(&leases, &img, L_EXPIRES_AT));
+		if (!fetch_row(rel, &leases, res->name, &img))
+		{
+			table_close(rel, NoLock);
+			return false;
+		}
+		done = false;
+		written = true;
+		if (is_mine(&img, holder, owner, now))
+		{
+			TimestampTz old = DatumGetTimestampTz(COL(&leases, &img, L_EXPIRES_AT));
+			int32		held = DatumGetInt32(COL(&leases, &img, L_COUNT));
 
-		int32		held = DatumGetInt32(COL(&leases, &img, L_COUNT));
-
-		if (held == PG_INT32_MAX)
-			ereport(ERROR,
-					(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
-					 errmsg("holder \"%s\" has re-entered resource \"%s\" too many times",
-							text_to_cstring(holder), text_to_cstring(res->name)),
-					 errdetail("A holding is re-entered at most %d times.", PG_INT32_MAX - 1)));
-		*fence = DatumGetInt64(COL(&leases, &img, L_FENCE));
-		*count = held + 1;
-		*new_expires = Max(old, expires);
-		*took_over = false;
-		set_col(&leases, &img, L_COUNT, Int32GetDatum(*count));
-		set_col(&leases, &img, L_EXPIRES_AT, TimestampTzGetDatum(*new_expires));
-		set_col(&leases, &img, L_RENEWED_AT, TimestampTzGetDatum(now));
-		done = true;
-	}
-	else if (ended(&img, now) &&
-			 (!queued ||
-			  (allow_takeover &&
-			   !tickets_ahead(res->name, tickets_below, now) &&
-			   !delayed(res->name, &img, now))))
-	{
-		*took_over = !ISNULL(&leases, &img, L_HOLDER);
-		*fence = dlock_next_fence();
-		*count = 1;
-		*new_expires = expires;
-		set_col(&leases, &img, L_COUNT, Int32GetDatum(1));
-		set_col(&leases, &img, L_FENCE, Int64GetDatum(*fence));
-		set_col(&leases, &img, L_LEASE, PointerGetDatum(lease));
-		set_col(&leases, &img, L_ACQUIRED_AT, TimestampTzGetDatum(now));
-		set_col(&leases, &img, L_EXPIRES_AT, TimestampTzGetDatum(expires));
-		set_col(&leases, &img, L_RENEWED_AT, TimestampTzGetDatum(now));
-		done = true;
-	}
-	if (done)
-	{
-		set_col(&leases, &img, L_HOLDER, PointerGetDatum(holder));
-		set_col(&leases, &img, L_OWNER, ObjectIdGetDatum(owner));
-		set_null(&leases, &img, L_RELEASED_AT);
-		write_row(rel, &img);
-	}
-	heap_freetuple(img.tup);
+			if (held == PG_INT32_MAX)
+				ereport(ERROR,
+						(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
+						 errmsg("holder \"%s\" has re-entered resource \"%s\" too many times",
+								text_to_cstring(holder), text_to_cstring(res->name)),
+						 errdetail("A holding is re-entered at most %d times.", PG_INT32_MAX - 1)));
+			*fence = DatumGetInt64(COL(&leases, &img, L_FENCE));
+			*count = held + 1;
+			*new_expires = Max(old, expires);
+			*took_over = false;
+			set_col(&leases, &img, L_COUNT, Int32GetDatum(*count));
+			set_col(&leases, &img, L_EXPIRES_AT, TimestampTzGetDatum(*new_expires));
+			set_col(&leases, &img, L_RENEWED_AT, TimestampTzGetDatum(now));
+			done = true;
+		}
+		else if (ended(&img, now) &&
+				 (!queued ||
+				  (allow_takeover &&
+				   !tickets_ahead(res->name, tickets_below, now) &&
+				   !delayed(res->name, &img, now))))
+		{
+			/* Drawn once: a second try after a concurrent update keeps it. */
+			if (drawn == 0)
+				drawn = dlock_next_fence();
+			*took_over = !ISNULL(&leases, &img, L_HOLDER);
+			*fence = drawn;
+			*count = 1;
+			*new_expires = expires;
+			set_col(&leases, &img, L_COUNT, Int32GetDatum(1));
+			set_col(&leases, &img, L_FENCE, Int64GetDatum(*fence));
+			set_col(&leases, &img, L_LEASE, PointerGetDatum(lease));
+			set_col(&leases, &img, L_ACQUIRED_AT, TimestampTzGetDatum(now));
+			set_col(&leases, &img, L_EXPIRES_AT, TimestampTzGetDatum(expires));
+			set_col(&leases, &img, L_RENEWED_AT, TimestampTzGetDatum(now));
+			done = true;
+		}
+		if (done)
+		{
+			set_col(&leases, &img, L_HOLDER, PointerGetDatum(holder));
+			set_col(&leases, &img, L_OWNER, ObjectIdGetDatum(owner));
+			set_null(&leases, &img, L_RELEASED_AT);
+			written = write_row(rel, &img);
+		}
+		heap_freetuple(img.tup);
+	} while (!written);
 	table_close(rel, NoLock);
 	return done;
 }
@@ -636,10 +670,12 @@ dlock_row_fast_release(const DlockResource *res, text *holder, Oid owner,
 	RowImage	img;
 	bool		done = false;
 
-	if (fetch_row(rel, &leases, res->name, &img))
+	while (!done && fetch_row(rel, &leases, res->name, &img))
 	{
-		if (is_mine(&img, holder, owner, now) &&
-			(!fence_given || DatumGetInt64(COL(&leases, &img, L_FENCE)) == fence))
+		bool		mine = is_mine(&img, holder, owner, now) &&
+			(!fence_given || DatumGetInt64(COL(&leases, &img, L_FENCE)) == fence);
+
+		if (mine)
 		{
 			*left = DatumGetInt32(COL(&leases, &img, L_COUNT)) - 1;
 			*fence_out = DatumGetInt64(COL(&leases, &img, L_FENCE));
@@ -647,10 +683,11 @@ dlock_row_fast_release(const DlockResource *res, text *holder, Oid owner,
 				set_col(&leases, &img, L_COUNT, Int32GetDatum(*left));
 			else
 				set_free(&img, now);
-			write_row(rel, &img);
-			done = true;
+			done = write_row(rel, &img);
 		}
 		heap_freetuple(img.tup);
+		if (!mine)
+			break;
 	}
 	table_close(rel, NoLock);
 	return done;
@@ -666,17 +703,20 @@ dlock_row_reap(const DlockResource *res, TimestampTz now)
 	Relation	rel = open_leases(RowExclusiveLock);
 	RowImage	img;
 	int64		fence = 0;
+	bool		written = false;
 
-	if (fetch_row(rel, &leases, res->name, &img))
+	while (!written && fetch_row(rel, &leases, res->name, &img))
 	{
+		fence = 0;
+		written = true;
 		if (!ISNULL(&leases, &img, L_HOLDER) && ended(&img, now))
 		{
 			fence = DatumGetInt64(COL(&leases, &img, L_FENCE));
 			set_free(&img, now);
-			write_row(rel, &img);
+			written = write_row(rel, &img);
 		}
 		heap_freetuple(img.tup);
 	}
 	table_close(rel, NoLock);
-	return fence;
+	return written ? fence : 0;
 }
