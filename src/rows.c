@@ -259,12 +259,15 @@ static bool
 store_tuple(Relation rel, ItemPointer otid, HeapTuple tup)
 {
 	EState	   *estate = CreateExecutorState();
-	ResultRelInfo *rri = makeNode(ResultRelInfo);
+	ResultRelInfo *rri;
 	TupleTableSlot *slot;
 	TM_Result	result = TM_Ok;
 	TM_FailureData tmfd;
 	LockTupleMode lockmode;
+	MemoryContext old = MemoryContextSwitchTo(estate->es_query_cxt);
 
+	/* All of it in the executor state's memory, freed with it. */
+	rri = makeNode(ResultRelInfo);
 	InitResultRelInfo(rri, rel, 0, NULL, 0);
 	ExecOpenIndices(rri, false);
 	slot = ExecInitExtraTupleSlot(estate, RelationGetDescr(rel),
@@ -295,6 +298,7 @@ store_tuple(Relation rel, ItemPointer otid, HeapTuple tup)
 	}
 	ExecCloseIndices(rri);
 	ExecResetTupleTable(estate->es_tupleTable, false);
+	MemoryContextSwitchTo(old);
 	FreeExecutorState(estate);
 	return result == TM_Ok;
 }
