@@ -36,3 +36,48 @@ SELECT dlock.try_lock('rows/x', 'a-long-holder-name', '10s');
 SELECT count(*) FROM dlock.leases WHERE resource = 'rows/c';
 SELECT holder FROM dlock.leases WHERE resource = 'rows/x';
 ALTER TABLE dlock.leases DROP CONSTRAINT short_holder;
+
+-- Savepoints: a direct write rolled back is gone for the reads that
+-- follow in the transaction; a store session cut by an error (after it
+-- entered SPI for the fair queue) leaves nothing behind for the next call.
+ALTER TABLE dlock.leases ADD CONSTRAINT short_holder CHECK (length(holder) < 10);
+BEGIN;
+SELECT dlock.try_lock('rows/s', 'h', '10s') IS NOT NULL AS acquired;
+SAVEPOINT a;
+SELECT dlock.unlock('rows/s', 'h');
+SELECT dlock.try_lock('rows/s2', 'h', '10s') IS NOT NULL AS acquired;
+ROLLBACK TO SAVEPOINT a;
+SELECT resource, holder, count FROM dlock.leases WHERE resource LIKE 'rows/s%' ORDER BY 1;
+SELECT dlock.try_lock('rows/s', 'h', '10s') IS NOT NULL AS reentered;
+SAVEPOINT b;
+\set VERBOSITY terse
+SELECT dlock.try_lock('rows/s3', 'a-long-holder-name', '10s', fair => true);
+\set VERBOSITY default
+ROLLBACK TO SAVEPOINT b;
+SELECT dlock.try_lock('rows/s3', 'h', '10s', fair => true) IS NOT NULL AS acquired;
+SELECT resource, holder, count FROM dlock.leases WHERE resource LIKE 'rows/s%' ORDER BY 1;
+COMMIT;
+ALTER TABLE dlock.leases DROP CONSTRAINT short_holder;
+
+-- Nested: from plpgsql (inside SPI), with an exception block around a
+-- call that acquired; break_lock then a new holder in one transaction.
+CREATE FUNCTION pg_temp.nested(r text) RETURNS integer LANGUAGE plpgsql AS $$
+BEGIN
+  PERFORM dlock.try_lock(r, 'n', '10s', fair => true);
+  PERFORM dlock.try_lock(r, 'n', '10s');
+  PERFORM dlock.unlock(r, 'n');
+  BEGIN
+    PERFORM dlock.try_lock(r || '/e', 'n', '10s');
+    RAISE EXCEPTION 'undo';
+  EXCEPTION WHEN raise_exception THEN NULL;
+  END;
+  RETURN (SELECT count FROM dlock.leases WHERE resource = r);
+END $$;
+SELECT pg_temp.nested('rows/n');
+SELECT count(*) AS undone FROM dlock.leases WHERE resource = 'rows/n/e';
+BEGIN;
+SELECT dlock.break_lock('rows/n');
+SELECT dlock.try_lock('rows/n', 'm', '10s') IS NOT NULL AS taken_after_break;
+SELECT holder, count FROM dlock.leases WHERE resource = 'rows/n';
+COMMIT;
+SELECT dlock.unlock('rows/n', 'm'), dlock.unlock_all('h');
