@@ -48,6 +48,8 @@
 #include "access/xact.h"
 #include "storage/lmgr.h"
 #include "executor/executor.h"
+#include "executor/nodeModifyTable.h"
+#include "rewrite/rewriteHandler.h"
 #include "catalog/namespace.h"
 #include "utils/builtins.h"
 #include "utils/fmgroids.h"
@@ -249,6 +251,7 @@ set_null(TableInfo *t, RowImage *img, int c)
  * the row at otid (HOT when nothing indexed changes), as the executor
  * would: the table's NOT NULL and CHECK constraints first, then an entry
  * in every index (expressions and predicates evaluated) unless HOT.
+ * Stored generated columns are computed (into a copy of tup).
  * Returns false, changing nothing, if the row at otid was updated or
  * deleted by another transaction that committed since it was read (after
  * waiting for it): not a dlock call (those hold the resource's lock), but
@@ -273,6 +276,13 @@ store_tuple(Relation rel, ItemPointer otid, HeapTuple tup)
 	slot = ExecInitExtraTupleSlot(estate, RelationGetDescr(rel),
 								  &TTSOpsHeapTuple);
 	ExecStoreHeapTuple(tup, slot, false);
+	if (RelationGetDescr(rel)->constr != NULL &&
+		RelationGetDescr(rel)->constr->has_generated_stored)
+	{
+		/* All of them, as for an INSERT: nothing says which changed. */
+		ExecComputeStoredGenerated(rri, estate, slot, CMD_INSERT);
+		tup = heap_copytuple(ExecFetchSlotHeapTuple(slot, false, NULL));
+	}
 	if (RelationGetDescr(rel)->constr != NULL)
 		ExecConstraints(rri, slot, estate);
 	if (otid != NULL)
@@ -402,6 +412,39 @@ dlock_row_read(const DlockResource *res, DlockRow *row)
 	table_close(rel, NoLock);
 }
 
+/*
+ * fill_defaults: the defaults of the columns of a new row that dlock does
+ * not set (columns a superuser added, as an INSERT would fill them).
+ * Returns the executor state holding their values (free it once the tuple
+ * is formed), or NULL if there were none.
+ */
+static EState *
+fill_defaults(Relation rel, RowImage *img)
+{
+	TupleDesc	desc = RelationGetDescr(rel);
+	EState	   *estate = NULL;
+
+	for (int i = 0; i < desc->natts; i++)
+	{
+		Form_pg_attribute att = TupleDescAttr(desc, i);
+		Node	   *def;
+		ExprState  *expr;
+
+		if (att->attisdropped || att->attgenerated || img->replace[i])
+			continue;
+		def = build_column_default(rel, i + 1);
+		if (def == NULL)
+			continue;
+		if (estate == NULL)
+			estate = CreateExecutorState();
+		expr = ExecPrepareExpr((Expr *) def, estate);
+		img->values[i] = ExecEvalExprSwitchContext(expr,
+												   GetPerTupleExprContext(estate),
+												   &img->nulls[i]);
+	}
+	return estate;
+}
+
 /* dlock_row_insert: the first holding of a resource never seen. */
 void
 dlock_row_insert(const DlockResource *res, text *holder, Oid owner,
@@ -412,6 +455,7 @@ dlock_row_insert(const DlockResource *res, text *holder, Oid owner,
 	TupleDesc	desc = RelationGetDescr(rel);
 	RowImage	img;
 	HeapTuple	tup;
+	EState	   *estate;
 
 	if (desc->natts > MAX_ATTS)
 		elog(ERROR, "dlock: table dlock.leases has too many columns");
@@ -419,6 +463,7 @@ dlock_row_insert(const DlockResource *res, text *holder, Oid owner,
 	{
 		img.values[i] = (Datum) 0;
 		img.nulls[i] = true;
+		img.replace[i] = false;
 	}
 	set_col(&leases, &img, L_RESOURCE, PointerGetDatum(res->name));
 	set_col(&leases, &img, L_HOLDER, PointerGetDatum(holder));
@@ -430,7 +475,10 @@ dlock_row_insert(const DlockResource *res, text *holder, Oid owner,
 	set_col(&leases, &img, L_RENEWED_AT, TimestampTzGetDatum(now));
 	set_col(&leases, &img, L_EXPIRES_AT, TimestampTzGetDatum(expires));
 	set_col(&leases, &img, L_TOOK_OVER, BoolGetDatum(false));
+	estate = fill_defaults(rel, &img);
 	tup = heap_form_tuple(desc, img.values, img.nulls);
+	if (estate != NULL)
+		FreeExecutorState(estate);
 	(void) store_tuple(rel, NULL, tup);
 	heap_freetuple(tup);
 	CommandCounterIncrement();

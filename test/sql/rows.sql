@@ -81,3 +81,17 @@ SELECT dlock.try_lock('rows/n', 'm', '10s') IS NOT NULL AS taken_after_break;
 SELECT holder, count FROM dlock.leases WHERE resource = 'rows/n';
 COMMIT;
 SELECT dlock.unlock('rows/n', 'm'), dlock.unlock_all('h');
+
+-- Columns a superuser adds: a new row gets their defaults (a NOT NULL one
+-- too), and a stored generated column is computed on every write, as the
+-- statements' INSERT and UPDATE did.
+ALTER TABLE dlock.leases ADD COLUMN team text NOT NULL DEFAULT 'core';
+ALTER TABLE dlock.leases ADD COLUMN held boolean GENERATED ALWAYS AS (holder IS NOT NULL) STORED;
+SELECT dlock.try_lock('rows/d', 'h', '10s') IS NOT NULL AS acquired;
+SELECT team, held FROM dlock.leases WHERE resource = 'rows/d';
+SELECT dlock.unlock('rows/d', 'h');
+SELECT team, held FROM dlock.leases WHERE resource = 'rows/d';
+SELECT dlock.try_lock('rows/d', 'h', '10s') IS NOT NULL AS acquired;
+SELECT team, held FROM dlock.leases WHERE resource = 'rows/d';
+SELECT dlock.unlock('rows/d', 'h');
+ALTER TABLE dlock.leases DROP COLUMN team, DROP COLUMN held;
