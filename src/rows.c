@@ -51,7 +51,9 @@
 #include "executor/nodeModifyTable.h"
 #include "rewrite/rewriteHandler.h"
 #include "catalog/namespace.h"
+#include "miscadmin.h"
 #include "utils/builtins.h"
+#include "utils/guc.h"
 #include "utils/fmgroids.h"
 #include "utils/inval.h"
 #include "utils/lsyscache.h"
@@ -247,6 +249,62 @@ set_null(TableInfo *t, RowImage *img, int c)
 }
 
 /*
+ * What a write runs of the table's own expressions (CHECK constraints,
+ * defaults, generated columns, index expressions and predicates) runs as
+ * the table's owner with a safe search_path, as the statements of the
+ * store session ran it: a caller needs no rights on the functions and
+ * sequences they use.  Only when there is any: the plain table needs none.
+ */
+typedef struct OwnerSwitch
+{
+	bool		active;
+	Oid			saved_userid;
+	int			saved_sec_context;
+	int			nestlevel;
+} OwnerSwitch;
+
+static void
+become_owner(Relation rel, OwnerSwitch *sw)
+{
+	GetUserIdAndSecContext(&sw->saved_userid, &sw->saved_sec_context);
+	SetUserIdAndSecContext(rel->rd_rel->relowner,
+						   sw->saved_sec_context | SECURITY_LOCAL_USERID_CHANGE |
+						   SECURITY_RESTRICTED_OPERATION);
+	sw->nestlevel = NewGUCNestLevel();
+	(void) set_config_option("search_path", "pg_catalog, pg_temp",
+							 PGC_USERSET, PGC_S_SESSION,
+							 GUC_ACTION_SAVE, true, 0, false);
+	sw->active = true;
+}
+
+/* leave_owner: undo become_owner (an error undoes it by itself). */
+static void
+leave_owner(OwnerSwitch *sw)
+{
+	if (!sw->active)
+		return;
+	AtEOXact_GUC(true, sw->nestlevel);
+	SetUserIdAndSecContext(sw->saved_userid, sw->saved_sec_context);
+	sw->active = false;
+}
+
+/* runs_expressions: do the table's constraints or indexes have any? */
+static bool
+runs_expressions(Relation rel, ResultRelInfo *rri)
+{
+	TupleConstr *constr = RelationGetDescr(rel)->constr;
+
+	if (constr != NULL && (constr->num_check > 0 || constr->has_generated_stored))
+		return true;
+	for (int i = 0; i < rri->ri_NumIndices; i++)
+		if (rri->ri_IndexRelationInfo[i]->ii_Expressions != NIL ||
+			rri->ri_IndexRelationInfo[i]->ii_Predicate != NIL ||
+			rri->ri_IndexRelationInfo[i]->ii_ExclusionOps != NULL)
+			return true;
+	return false;
+}
+
+/*
  * store_tuple: write tup as a new row (otid NULL) or as the new version of
  * the row at otid (HOT when nothing indexed changes), as the executor
  * would: the table's NOT NULL and CHECK constraints first, then an entry
@@ -267,12 +325,15 @@ store_tuple(Relation rel, ItemPointer otid, HeapTuple tup)
 	TM_Result	result = TM_Ok;
 	TM_FailureData tmfd;
 	LockTupleMode lockmode;
+	OwnerSwitch sw = {false};
 	MemoryContext old = MemoryContextSwitchTo(estate->es_query_cxt);
 
 	/* All of it in the executor state's memory, freed with it. */
 	rri = makeNode(ResultRelInfo);
 	InitResultRelInfo(rri, rel, 0, NULL, 0);
 	ExecOpenIndices(rri, false);
+	if (runs_expressions(rel, rri))
+		become_owner(rel, &sw);
 	slot = ExecInitExtraTupleSlot(estate, RelationGetDescr(rel),
 								  &TTSOpsHeapTuple);
 	ExecStoreHeapTuple(tup, slot, false);
@@ -306,6 +367,7 @@ store_tuple(Relation rel, ItemPointer otid, HeapTuple tup)
 							RelationGetRelationName(rel)),
 					 errhint("Make the constraint not deferrable.")));
 	}
+	leave_owner(&sw);
 	ExecCloseIndices(rri);
 	ExecResetTupleTable(estate->es_tupleTable, false);
 	MemoryContextSwitchTo(old);
@@ -414,7 +476,8 @@ dlock_row_read(const DlockResource *res, DlockRow *row)
 
 /*
  * fill_defaults: the defaults of the columns of a new row that dlock does
- * not set (columns a superuser added, as an INSERT would fill them).
+ * not set (columns a superuser added, as an INSERT would fill them), as
+ * the table's owner.
  * Returns the executor state holding their values (free it once the tuple
  * is formed), or NULL if there were none.
  */
@@ -423,6 +486,7 @@ fill_defaults(Relation rel, RowImage *img)
 {
 	TupleDesc	desc = RelationGetDescr(rel);
 	EState	   *estate = NULL;
+	OwnerSwitch sw = {false};
 
 	for (int i = 0; i < desc->natts; i++)
 	{
@@ -436,12 +500,16 @@ fill_defaults(Relation rel, RowImage *img)
 		if (def == NULL)
 			continue;
 		if (estate == NULL)
+		{
 			estate = CreateExecutorState();
+			become_owner(rel, &sw);
+		}
 		expr = ExecPrepareExpr((Expr *) def, estate);
 		img->values[i] = ExecEvalExprSwitchContext(expr,
 												   GetPerTupleExprContext(estate),
 												   &img->nulls[i]);
 	}
+	leave_owner(&sw);
 	return estate;
 }
 

@@ -95,3 +95,25 @@ SELECT dlock.try_lock('rows/d', 'h', '10s') IS NOT NULL AS acquired;
 SELECT team, held FROM dlock.leases WHERE resource = 'rows/d';
 SELECT dlock.unlock('rows/d', 'h');
 ALTER TABLE dlock.leases DROP COLUMN team, DROP COLUMN held;
+
+-- What the table's constraints, defaults and index expressions run is
+-- run as the table's owner, as the statements ran it: an ordinary role
+-- needs no rights on the functions or sequences they use.
+CREATE ROLE dlock_rows_user;
+CREATE FUNCTION public.rows_holder_ok(h text) RETURNS boolean
+    LANGUAGE sql IMMUTABLE AS 'SELECT length(h) < 100';
+REVOKE EXECUTE ON FUNCTION public.rows_holder_ok(text) FROM PUBLIC;
+ALTER TABLE dlock.leases ADD CONSTRAINT holder_ok CHECK (public.rows_holder_ok(holder));
+CREATE INDEX leases_holder_ok ON dlock.leases (public.rows_holder_ok(holder));
+ALTER TABLE dlock.leases ADD COLUMN serial bigserial;
+SET ROLE dlock_rows_user;
+SELECT dlock.try_lock('rows/o', 'h', '10s') IS NOT NULL AS acquired;
+SELECT dlock.unlock('rows/o', 'h');
+SELECT dlock.try_lock('rows/o', 'h', '10s') IS NOT NULL AS acquired;
+SELECT dlock.unlock('rows/o', 'h');
+RESET ROLE;
+SELECT serial IS NOT NULL AS serial_set FROM dlock.leases WHERE resource = 'rows/o';
+ALTER TABLE dlock.leases DROP COLUMN serial, DROP CONSTRAINT holder_ok;
+DROP INDEX dlock.leases_holder_ok;
+DROP FUNCTION public.rows_holder_ok(text);
+DROP ROLE dlock_rows_user;
