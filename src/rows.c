@@ -23,18 +23,23 @@
  * write.  Only a superuser's UPDATE or DELETE by hand can change the row
  * meanwhile: the write then waits for it, and the row is read and decided
  * again (store_tuple), as the statements' EvalPlanQual did.  Reads use
- * the latest snapshot for the same reason store.c's statements do.  Each write is
- * followed by CommandCounterIncrement, so later reads in the transaction
- * (direct or SPI) see it.
+ * the latest snapshot for the same reason store.c's statements do.  Each
+ * write is followed by CommandCounterIncrement, so later reads in the
+ * transaction (direct or SPI) see it.
  *
  * Rights: direct access checks no privileges, as the store session's
  * switch to the table's owner made them moot; read-only transactions and
  * standbys are refused before any of this runs (dlock_check_writable).
+ * What the table's own expressions run (CHECK constraints, defaults,
+ * generated columns, index expressions: a superuser may add them) runs as
+ * the table's owner with a safe search_path, as the statements ran it
+ * (become_owner; only when the table has any).
  *
  * The relation, its primary key and its column numbers are looked up by
  * name (so a library newer than the installed SQL finds its columns
- * wherever they are) and cached until a relcache invalidation touches the
- * table: DROP EXTENSION and ALTER EXTENSION UPDATE send one.  Backend-local.
+ * wherever they are), checked after the table is locked (open_table), and
+ * cached until a relcache invalidation touches the table: DROP EXTENSION
+ * and ALTER EXTENSION UPDATE send one.  Backend-local.
  *
  *-------------------------------------------------------------------------
  */
