@@ -363,14 +363,24 @@ store_tuple(Relation rel, ItemPointer otid, HeapTuple tup)
 	if (result == TM_Ok && rri->ri_NumIndices > 0 &&
 		(otid == NULL || !HeapTupleIsHeapOnly(tup)))
 	{
+		List	   *recheck;
+
 		ExecStoreHeapTuple(tup, slot, false);	/* with its new TID */
-		if (ExecInsertIndexTuples(rri, slot, estate, false, false, NULL,
-								  NIL) != NIL)
+		recheck = ExecInsertIndexTuples(rri, slot, estate, false, false,
+										NULL, NIL);
+
+		/*
+		 * A deferrable unique or exclusion constraint that the new row may
+		 * violate: the executor would check it again at commit (an AFTER
+		 * trigger); dlock fires none, so it refuses the row now.
+		 */
+		if (recheck != NIL)
 			ereport(ERROR,
-					(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
-					 errmsg("table dlock.%s has a deferrable constraint",
-							RelationGetRelationName(rel)),
-					 errhint("Make the constraint not deferrable.")));
+					(errcode(ERRCODE_UNIQUE_VIOLATION),
+					 errmsg("duplicate key value violates unique constraint \"%s\"",
+							get_rel_name(linitial_oid(recheck))),
+					 errdetail("dlock checks deferrable constraints on dlock.%s at once.",
+							   RelationGetRelationName(rel))));
 	}
 	leave_owner(&sw);
 	ExecCloseIndices(rri);

@@ -117,3 +117,14 @@ ALTER TABLE dlock.leases DROP COLUMN serial, DROP CONSTRAINT holder_ok;
 DROP INDEX dlock.leases_holder_ok;
 DROP FUNCTION public.rows_holder_ok(text);
 DROP ROLE dlock_rows_user;
+
+-- A deferrable unique constraint: dlock checks it at once (it fires no
+-- trigger to check it at commit), with the executor's error.
+SELECT count(dlock.break_lock(resource)) >= 0 AS all_free FROM dlock.leases WHERE holder IS NOT NULL;
+ALTER TABLE dlock.leases ADD CONSTRAINT one_per_holder UNIQUE (holder) DEFERRABLE INITIALLY DEFERRED;
+SELECT dlock.try_lock('rows/u1', 'uh', '10s') IS NOT NULL AS acquired;
+SELECT dlock.try_lock('rows/u2', 'uh', '10s');
+SELECT dlock.try_lock('rows/u1', 'uh2', '10s') AS other;
+SELECT resource, holder FROM dlock.leases WHERE resource LIKE 'rows/u%' ORDER BY 1;
+ALTER TABLE dlock.leases DROP CONSTRAINT one_per_holder;
+SELECT dlock.unlock('rows/u1', 'uh');
