@@ -105,7 +105,10 @@ static const char *const delay_cols[D_NUM] = {
 
 #define MAX_COLS L_NUM
 
-/* The most columns a table of ours may have (it has 11). */
+/*
+ * Columns (dropped ones included) a row image holds without allocating;
+ * ours have 11, a superuser may add more.
+ */
 #define MAX_ATTS 64
 
 /* A table of ours as this backend last looked it up. */
@@ -191,14 +194,40 @@ open_table(TableInfo *t, LOCKMODE mode)
 	return rel;
 }
 
-/* A row read for change: the tuple (with its TID) and its columns. */
+/*
+ * A row read for change: the tuple (with its TID) and its columns, in the
+ * buffers of the image itself, or allocated when the table has more than
+ * MAX_ATTS columns.  Never copied (it points into itself).
+ */
 typedef struct RowImage
 {
 	HeapTuple	tup;			/* NULL: no row */
-	Datum		values[MAX_ATTS];
-	bool		nulls[MAX_ATTS];
-	bool		replace[MAX_ATTS];
+	Datum	   *values;
+	bool	   *nulls;
+	bool	   *replace;
+	Datum		values_buf[MAX_ATTS];
+	bool		nulls_buf[MAX_ATTS];
+	bool		replace_buf[MAX_ATTS];
 } RowImage;
+
+/* image_init: columns for natts attributes, none to be replaced. */
+static void
+image_init(RowImage *img, int natts)
+{
+	if (natts <= MAX_ATTS)
+	{
+		img->values = img->values_buf;
+		img->nulls = img->nulls_buf;
+		img->replace = img->replace_buf;
+	}
+	else
+	{
+		img->values = palloc(natts * sizeof(Datum));
+		img->nulls = palloc(natts * sizeof(bool));
+		img->replace = palloc(natts * sizeof(bool));
+	}
+	memset(img->replace, 0, natts * sizeof(bool));
+}
 
 #define COL(t, img, c)		((img)->values[(t)->att[c] - 1])
 #define ISNULL(t, img, c)	((img)->nulls[(t)->att[c] - 1])
@@ -216,8 +245,6 @@ fetch_row(Relation rel, TableInfo *t, text *resource, RowImage *img)
 	HeapTuple	tup;
 	TupleDesc	desc = RelationGetDescr(rel);
 
-	if (desc->natts > MAX_ATTS)
-		elog(ERROR, "dlock: table dlock.%s has too many columns", t->name);
 	ScanKeyInit(&key, t->att[0], BTEqualStrategyNumber, F_TEXTEQ,
 				PointerGetDatum(resource));
 	scan = systable_beginscan(rel, t->pkey, true, snap, 1, &key);
@@ -227,8 +254,8 @@ fetch_row(Relation rel, TableInfo *t, text *resource, RowImage *img)
 	UnregisterSnapshot(snap);
 	if (img->tup == NULL)
 		return false;
+	image_init(img, desc->natts);
 	heap_deform_tuple(img->tup, desc, img->values, img->nulls);
-	memset(img->replace, 0, sizeof(img->replace));
 	return true;
 }
 
@@ -540,13 +567,11 @@ dlock_row_insert(const DlockResource *res, text *holder, Oid owner,
 	HeapTuple	tup;
 	EState	   *estate;
 
-	if (desc->natts > MAX_ATTS)
-		elog(ERROR, "dlock: table dlock.leases has too many columns");
+	image_init(&img, desc->natts);
 	for (int i = 0; i < desc->natts; i++)
 	{
 		img.values[i] = (Datum) 0;
 		img.nulls[i] = true;
-		img.replace[i] = false;
 	}
 	set_col(&leases, &img, L_RESOURCE, PointerGetDatum(res->name));
 	set_col(&leases, &img, L_HOLDER, PointerGetDatum(holder));

@@ -128,3 +128,21 @@ SELECT dlock.try_lock('rows/u1', 'uh2', '10s') AS other;
 SELECT resource, holder FROM dlock.leases WHERE resource LIKE 'rows/u%' ORDER BY 1;
 ALTER TABLE dlock.leases DROP CONSTRAINT one_per_holder;
 SELECT dlock.unlock('rows/u1', 'uh');
+
+-- Many columns: 60 added and dropped (they stay in the row, dropped).
+DO $$ BEGIN
+  FOR i IN 1..60 LOOP
+    EXECUTE format('ALTER TABLE dlock.leases ADD COLUMN extra%s integer DEFAULT %s', i, i);
+  END LOOP;
+END $$;
+SELECT dlock.try_lock('rows/m', 'h', '10s') IS NOT NULL AS acquired;
+SELECT dlock.try_lock('rows/m', 'h', '10s') IS NOT NULL AS reentered;
+SELECT extra1, extra60, count FROM dlock.leases WHERE resource = 'rows/m';
+DO $$ BEGIN
+  FOR i IN 1..60 LOOP
+    EXECUTE format('ALTER TABLE dlock.leases DROP COLUMN extra%s', i);
+  END LOOP;
+END $$;
+SELECT dlock.unlock('rows/m', 'h'), dlock.unlock('rows/m', 'h');
+SELECT dlock.try_lock('rows/m', 'h', '10s') IS NOT NULL AS acquired;
+SELECT dlock.unlock_all('h');
