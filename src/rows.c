@@ -7,30 +7,39 @@
  * Each function finds the resource's row with a primary-key index scan on
  * the latest snapshot, decides in C what the SQL statements of store.c
  * used to decide in their WHERE clauses, and writes with heap_update
- * (HOT: nothing indexed changes) or heap_insert plus index maintenance
- * (CatalogTupleUpdate / CatalogTupleInsert, as Citus does for its own
- * metadata tables).  The rules themselves stay where they live: what a
- * holding is to a caller is holding.c's (HOLDING_MINE is restated here
- * for the one-step re-entry and release, and must say the same), the
- * queue and lock-delay are queue.c's.
+ * (HOT: nothing indexed changes) or heap_insert, checking the table's
+ * constraints and maintaining its indexes as the executor does
+ * (store_tuple): a superuser may add an expression or partial index or a
+ * CHECK constraint to dlock.leases, which CatalogTupleUpdate does not
+ * support (an expression index crashed the server).  Triggers on the table
+ * do not fire (the statements fired them).  The rules themselves stay
+ * where they live: what a holding is to a caller is holding.c's
+ * (HOLDING_MINE is restated here for the one-step re-entry and release,
+ * and must say the same), the queue and lock-delay are queue.c's.
  *
  * Concurrency: every write happens while the caller holds the resource's
  * lock-manager lock in CHANGE mode (resource.c), taken before the row is
  * read, so nothing else can change the row between the read and the
- * write.  A concurrent update is therefore a bug, and simple_heap_update
- * reports it as one ("tuple concurrently updated").  Reads use the latest
- * snapshot for the same reason store.c's statements do.  Each write is
- * followed by CommandCounterIncrement, so later reads in the transaction
- * (direct or SPI) see it.
+ * write.  Only a superuser's UPDATE or DELETE by hand can change the row
+ * meanwhile: the write then waits for it, and the row is read and decided
+ * again (store_tuple), as the statements' EvalPlanQual did.  Reads use
+ * the latest snapshot for the same reason store.c's statements do.  Each
+ * write is followed by CommandCounterIncrement, so later reads in the
+ * transaction (direct or SPI) see it.
  *
  * Rights: direct access checks no privileges, as the store session's
  * switch to the table's owner made them moot; read-only transactions and
  * standbys are refused before any of this runs (dlock_check_writable).
+ * What the table's own expressions run (CHECK constraints, defaults,
+ * generated columns, index expressions: a superuser may add them) runs as
+ * the table's owner with a safe search_path, as the statements ran it
+ * (become_owner; only when the table has any).
  *
  * The relation, its primary key and its column numbers are looked up by
  * name (so a library newer than the installed SQL finds its columns
- * wherever they are) and cached until a relcache invalidation touches the
- * table: DROP EXTENSION and ALTER EXTENSION UPDATE send one.  Backend-local.
+ * wherever they are), checked after the table is locked (open_table), and
+ * cached until a relcache invalidation touches the table: DROP EXTENSION
+ * and ALTER EXTENSION UPDATE send one.  Backend-local.
  *
  *-------------------------------------------------------------------------
  */
@@ -42,9 +51,14 @@
 #include "access/stratnum.h"
 #include "access/table.h"
 #include "access/xact.h"
-#include "catalog/indexing.h"
+#include "storage/lmgr.h"
+#include "executor/executor.h"
+#include "executor/nodeModifyTable.h"
+#include "rewrite/rewriteHandler.h"
 #include "catalog/namespace.h"
+#include "miscadmin.h"
 #include "utils/builtins.h"
+#include "utils/guc.h"
 #include "utils/fmgroids.h"
 #include "utils/inval.h"
 #include "utils/lsyscache.h"
@@ -91,7 +105,10 @@ static const char *const delay_cols[D_NUM] = {
 
 #define MAX_COLS L_NUM
 
-/* The most columns a table of ours may have (it has 11). */
+/*
+ * Columns (dropped ones included) a row image holds without allocating;
+ * ours have 11, a superuser may add more.
+ */
 #define MAX_ATTS 64
 
 /* A table of ours as this backend last looked it up. */
@@ -123,30 +140,48 @@ invalidate(Datum arg, Oid relid)
 }
 
 /*
- * table_info: the table's OID, primary key and column numbers; relid is
- * InvalidOid when the installed SQL has no such table.
+ * open_table: the table opened (and locked) in mode, its OID, primary key
+ * and column numbers in *t; NULL when the installed SQL has no such table.
+ * The OID cached, or just looked up by name, may name a table that another
+ * session dropped (DROP EXTENSION; CREATE EXTENSION) since this backend
+ * last read the invalidation messages: locking it reads them, and if they
+ * say the table changed, it is looked up again (as RangeVarGetRelid does).
  */
-static TableInfo *
-table_info(TableInfo *t)
+static Relation
+open_table(TableInfo *t, LOCKMODE mode)
 {
 	Relation	rel;
+	Oid			relid;
 
-	if (t->valid)
-		return t;
 	if (!callback_registered)
 	{
 		CacheRegisterRelcacheCallback(invalidate, (Datum) 0);
 		callback_registered = true;
 	}
-	t->relid = get_relname_relid(t->name, dlock_schema_oid());
-	if (!OidIsValid(t->relid))
+	for (;;)
 	{
-		/* Older SQL: looked up again next time (cheap, and rare). */
-		return t;
+		bool		was_valid = t->valid;
+
+		relid = was_valid ? t->relid :
+			get_relname_relid(t->name, dlock_schema_oid());
+		if (!OidIsValid(relid))
+		{
+			/* Older SQL: looked up again next time (cheap, and rare). */
+			t->relid = InvalidOid;
+			return NULL;
+		}
+		LockRelationOid(relid, mode);
+		if (was_valid ? t->valid :
+			get_relname_relid(t->name, dlock_schema_oid()) == relid)
+			break;
+		/* Dropped, or changed, meanwhile: look again. */
+		UnlockRelationOid(relid, mode);
 	}
-	rel = table_open(t->relid, AccessShareLock);
+	rel = table_open(relid, NoLock);
+	if (t->valid)
+		return rel;
+	t->relid = relid;
 	t->pkey = RelationGetPrimaryKeyIndex(rel);
-	table_close(rel, AccessShareLock);
 	if (!OidIsValid(t->pkey))
 		elog(ERROR, "dlock: table dlock.%s has no primary key", t->name);
 	for (int i = 0; i < t->ncols; i++)
@@ -156,17 +191,43 @@ table_info(TableInfo *t)
 			elog(ERROR, "dlock: table dlock.%s has no column %s",
 				 t->name, t->cols[i]);
 	t->valid = true;
-	return t;
+	return rel;
 }
 
-/* A row read for change: the tuple (with its TID) and its columns. */
+/*
+ * A row read for change: the tuple (with its TID) and its columns, in the
+ * buffers of the image itself, or allocated when the table has more than
+ * MAX_ATTS columns.  Never copied (it points into itself).
+ */
 typedef struct RowImage
 {
 	HeapTuple	tup;			/* NULL: no row */
-	Datum		values[MAX_ATTS];
-	bool		nulls[MAX_ATTS];
-	bool		replace[MAX_ATTS];
+	Datum	   *values;
+	bool	   *nulls;
+	bool	   *replace;
+	Datum		values_buf[MAX_ATTS];
+	bool		nulls_buf[MAX_ATTS];
+	bool		replace_buf[MAX_ATTS];
 } RowImage;
+
+/* image_init: columns for natts attributes, none to be replaced. */
+static void
+image_init(RowImage *img, int natts)
+{
+	if (natts <= MAX_ATTS)
+	{
+		img->values = img->values_buf;
+		img->nulls = img->nulls_buf;
+		img->replace = img->replace_buf;
+	}
+	else
+	{
+		img->values = palloc(natts * sizeof(Datum));
+		img->nulls = palloc(natts * sizeof(bool));
+		img->replace = palloc(natts * sizeof(bool));
+	}
+	memset(img->replace, 0, natts * sizeof(bool));
+}
 
 #define COL(t, img, c)		((img)->values[(t)->att[c] - 1])
 #define ISNULL(t, img, c)	((img)->nulls[(t)->att[c] - 1])
@@ -184,8 +245,6 @@ fetch_row(Relation rel, TableInfo *t, text *resource, RowImage *img)
 	HeapTuple	tup;
 	TupleDesc	desc = RelationGetDescr(rel);
 
-	if (desc->natts > MAX_ATTS)
-		elog(ERROR, "dlock: table dlock.%s has too many columns", t->name);
 	ScanKeyInit(&key, t->att[0], BTEqualStrategyNumber, F_TEXTEQ,
 				PointerGetDatum(resource));
 	scan = systable_beginscan(rel, t->pkey, true, snap, 1, &key);
@@ -195,8 +254,8 @@ fetch_row(Relation rel, TableInfo *t, text *resource, RowImage *img)
 	UnregisterSnapshot(snap);
 	if (img->tup == NULL)
 		return false;
+	image_init(img, desc->natts);
 	heap_deform_tuple(img->tup, desc, img->values, img->nulls);
-	memset(img->replace, 0, sizeof(img->replace));
 	return true;
 }
 
@@ -221,29 +280,172 @@ set_null(TableInfo *t, RowImage *img, int c)
 	img->replace[t->att[c] - 1] = true;
 }
 
-/* write_row: heap_update of the image's changed columns (HOT). */
+/*
+ * What a write runs of the table's own expressions (CHECK constraints,
+ * defaults, generated columns, index expressions and predicates) runs as
+ * the table's owner with a safe search_path, as the statements of the
+ * store session ran it: a caller needs no rights on the functions and
+ * sequences they use.  Only when there is any: the plain table needs none.
+ */
+typedef struct OwnerSwitch
+{
+	bool		active;
+	Oid			saved_userid;
+	int			saved_sec_context;
+	int			nestlevel;
+} OwnerSwitch;
+
 static void
+become_owner(Relation rel, OwnerSwitch *sw)
+{
+	GetUserIdAndSecContext(&sw->saved_userid, &sw->saved_sec_context);
+	SetUserIdAndSecContext(rel->rd_rel->relowner,
+						   sw->saved_sec_context | SECURITY_LOCAL_USERID_CHANGE |
+						   SECURITY_RESTRICTED_OPERATION);
+	sw->nestlevel = NewGUCNestLevel();
+	(void) set_config_option("search_path", "pg_catalog, pg_temp",
+							 PGC_USERSET, PGC_S_SESSION,
+							 GUC_ACTION_SAVE, true, 0, false);
+	sw->active = true;
+}
+
+/* leave_owner: undo become_owner (an error undoes it by itself). */
+static void
+leave_owner(OwnerSwitch *sw)
+{
+	if (!sw->active)
+		return;
+	AtEOXact_GUC(true, sw->nestlevel);
+	SetUserIdAndSecContext(sw->saved_userid, sw->saved_sec_context);
+	sw->active = false;
+}
+
+/* runs_expressions: do the table's constraints or indexes have any? */
+static bool
+runs_expressions(Relation rel, ResultRelInfo *rri)
+{
+	TupleConstr *constr = RelationGetDescr(rel)->constr;
+
+	if (constr != NULL && (constr->num_check > 0 || constr->has_generated_stored))
+		return true;
+	for (int i = 0; i < rri->ri_NumIndices; i++)
+		if (rri->ri_IndexRelationInfo[i]->ii_Expressions != NIL ||
+			rri->ri_IndexRelationInfo[i]->ii_Predicate != NIL ||
+			rri->ri_IndexRelationInfo[i]->ii_ExclusionOps != NULL)
+			return true;
+	return false;
+}
+
+/*
+ * store_tuple: write tup as a new row (otid NULL) or as the new version of
+ * the row at otid (HOT when nothing indexed changes), as the executor
+ * would: the table's NOT NULL and CHECK constraints first, then an entry
+ * in every index (expressions and predicates evaluated) unless HOT.
+ * Stored generated columns are computed (into a copy of tup).
+ * Returns false, changing nothing, if the row at otid was updated or
+ * deleted by another transaction that committed since it was read (after
+ * waiting for it): not a dlock call (those hold the resource's lock), but
+ * a superuser's UPDATE by hand.  The caller reads the row again and
+ * decides again, as a statement's EvalPlanQual recheck did.
+ */
+static bool
+store_tuple(Relation rel, ItemPointer otid, HeapTuple tup)
+{
+	EState	   *estate = CreateExecutorState();
+	ResultRelInfo *rri;
+	TupleTableSlot *slot;
+	TM_Result	result = TM_Ok;
+	TM_FailureData tmfd;
+	LockTupleMode lockmode;
+	OwnerSwitch sw = {false};
+	MemoryContext old = MemoryContextSwitchTo(estate->es_query_cxt);
+
+	/* All of it in the executor state's memory, freed with it. */
+	rri = makeNode(ResultRelInfo);
+	InitResultRelInfo(rri, rel, 0, NULL, 0);
+	ExecOpenIndices(rri, false);
+	if (runs_expressions(rel, rri))
+		become_owner(rel, &sw);
+	slot = ExecInitExtraTupleSlot(estate, RelationGetDescr(rel),
+								  &TTSOpsHeapTuple);
+	ExecStoreHeapTuple(tup, slot, false);
+	if (RelationGetDescr(rel)->constr != NULL &&
+		RelationGetDescr(rel)->constr->has_generated_stored)
+	{
+		/* All of them, as for an INSERT: nothing says which changed. */
+		ExecComputeStoredGenerated(rri, estate, slot, CMD_INSERT);
+		tup = heap_copytuple(ExecFetchSlotHeapTuple(slot, false, NULL));
+	}
+	if (RelationGetDescr(rel)->constr != NULL)
+		ExecConstraints(rri, slot, estate);
+	if (otid != NULL)
+		result = heap_update(rel, otid, tup, GetCurrentCommandId(true),
+							 InvalidSnapshot, true, &tmfd, &lockmode);
+	else
+		simple_heap_insert(rel, tup);
+	if (result == TM_SelfModified)
+		elog(ERROR, "dlock: the row was already changed by this command");
+	else if (result != TM_Ok && result != TM_Updated && result != TM_Deleted)
+		elog(ERROR, "dlock: unexpected heap_update result %d", (int) result);
+	if (result == TM_Ok && rri->ri_NumIndices > 0 &&
+		(otid == NULL || !HeapTupleIsHeapOnly(tup)))
+	{
+		List	   *recheck;
+
+		ExecStoreHeapTuple(tup, slot, false);	/* with its new TID */
+		recheck = ExecInsertIndexTuples(rri, slot, estate, false, false,
+										NULL, NIL);
+
+		/*
+		 * A deferrable unique or exclusion constraint that the new row may
+		 * violate: the executor would check it again at commit (an AFTER
+		 * trigger); dlock fires none, so it refuses the row now.
+		 */
+		if (recheck != NIL)
+			ereport(ERROR,
+					(errcode(ERRCODE_UNIQUE_VIOLATION),
+					 errmsg("duplicate key value violates unique constraint \"%s\"",
+							get_rel_name(linitial_oid(recheck))),
+					 errdetail("dlock checks deferrable constraints on dlock.%s at once.",
+							   RelationGetRelationName(rel))));
+	}
+	leave_owner(&sw);
+	ExecCloseIndices(rri);
+	ExecResetTupleTable(estate->es_tupleTable, false);
+	MemoryContextSwitchTo(old);
+	FreeExecutorState(estate);
+	return result == TM_Ok;
+}
+
+/*
+ * write_row: the update of the image's changed columns (HOT); false if the
+ * row changed meanwhile (store_tuple): read it again and decide again.
+ */
+static bool
 write_row(Relation rel, RowImage *img)
 {
 	HeapTuple	newtup = heap_modify_tuple(img->tup, RelationGetDescr(rel),
 										   img->values, img->nulls, img->replace);
+	bool		done = store_tuple(rel, &img->tup->t_self, newtup);
 
-	CatalogTupleUpdate(rel, &img->tup->t_self, newtup);
 	heap_freetuple(newtup);
-	CommandCounterIncrement();
+	if (done)
+		CommandCounterIncrement();
+	return done;
 }
 
 /* open_leases: dlock.leases opened for a read or a change. */
 static Relation
 open_leases(LOCKMODE mode)
 {
-	table_info(&leases);
-	if (!OidIsValid(leases.relid))
+	Relation	rel = open_table(&leases, mode);
+
+	if (rel == NULL)
 		ereport(ERROR,
 				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
 				 errmsg("table dlock.leases does not exist"),
 				 errhint("Run CREATE EXTENSION dlock.")));
-	return table_open(leases.relid, mode);
+	return rel;
 }
 
 /* text_eq: do two text values say the same (byte for byte, as "C")? */
@@ -314,6 +516,45 @@ dlock_row_read(const DlockResource *res, DlockRow *row)
 	table_close(rel, NoLock);
 }
 
+/*
+ * fill_defaults: the defaults of the columns of a new row that dlock does
+ * not set (columns a superuser added, as an INSERT would fill them), as
+ * the table's owner.
+ * Returns the executor state holding their values (free it once the tuple
+ * is formed), or NULL if there were none.
+ */
+static EState *
+fill_defaults(Relation rel, RowImage *img)
+{
+	TupleDesc	desc = RelationGetDescr(rel);
+	EState	   *estate = NULL;
+	OwnerSwitch sw = {false};
+
+	for (int i = 0; i < desc->natts; i++)
+	{
+		Form_pg_attribute att = TupleDescAttr(desc, i);
+		Node	   *def;
+		ExprState  *expr;
+
+		if (att->attisdropped || att->attgenerated || img->replace[i])
+			continue;
+		def = build_column_default(rel, i + 1);
+		if (def == NULL)
+			continue;
+		if (estate == NULL)
+		{
+			estate = CreateExecutorState();
+			become_owner(rel, &sw);
+		}
+		expr = ExecPrepareExpr((Expr *) def, estate);
+		img->values[i] = ExecEvalExprSwitchContext(expr,
+												   GetPerTupleExprContext(estate),
+												   &img->nulls[i]);
+	}
+	leave_owner(&sw);
+	return estate;
+}
+
 /* dlock_row_insert: the first holding of a resource never seen. */
 void
 dlock_row_insert(const DlockResource *res, text *holder, Oid owner,
@@ -324,9 +565,9 @@ dlock_row_insert(const DlockResource *res, text *holder, Oid owner,
 	TupleDesc	desc = RelationGetDescr(rel);
 	RowImage	img;
 	HeapTuple	tup;
+	EState	   *estate;
 
-	if (desc->natts > MAX_ATTS)
-		elog(ERROR, "dlock: table dlock.leases has too many columns");
+	image_init(&img, desc->natts);
 	for (int i = 0; i < desc->natts; i++)
 	{
 		img.values[i] = (Datum) 0;
@@ -342,8 +583,11 @@ dlock_row_insert(const DlockResource *res, text *holder, Oid owner,
 	set_col(&leases, &img, L_RENEWED_AT, TimestampTzGetDatum(now));
 	set_col(&leases, &img, L_EXPIRES_AT, TimestampTzGetDatum(expires));
 	set_col(&leases, &img, L_TOOK_OVER, BoolGetDatum(false));
+	estate = fill_defaults(rel, &img);
 	tup = heap_form_tuple(desc, img.values, img.nulls);
-	CatalogTupleInsert(rel, tup);
+	if (estate != NULL)
+		FreeExecutorState(estate);
+	(void) store_tuple(rel, NULL, tup);
 	heap_freetuple(tup);
 	CommandCounterIncrement();
 	table_close(rel, NoLock);
@@ -369,11 +613,13 @@ dlock_row_renew(const DlockResource *res, const Interval *lease,
 	Relation	rel = open_leases(RowExclusiveLock);
 	RowImage	img;
 
-	change_row(rel, res, &img);
-	set_col(&leases, &img, L_LEASE, PointerGetDatum(lease));
-	set_col(&leases, &img, L_RENEWED_AT, TimestampTzGetDatum(now));
-	set_col(&leases, &img, L_EXPIRES_AT, TimestampTzGetDatum(expires));
-	write_row(rel, &img);
+	do
+	{
+		change_row(rel, res, &img);
+		set_col(&leases, &img, L_LEASE, PointerGetDatum(lease));
+		set_col(&leases, &img, L_RENEWED_AT, TimestampTzGetDatum(now));
+		set_col(&leases, &img, L_EXPIRES_AT, TimestampTzGetDatum(expires));
+	} while (!write_row(rel, &img));
 	table_close(rel, NoLock);
 }
 
@@ -398,12 +644,14 @@ dlock_row_release(const DlockResource *res, int32 count_left, TimestampTz now)
 	Relation	rel = open_leases(RowExclusiveLock);
 	RowImage	img;
 
-	change_row(rel, res, &img);
-	if (count_left > 0)
-		set_col(&leases, &img, L_COUNT, Int32GetDatum(count_left));
-	else
-		set_free(&img, now);
-	write_row(rel, &img);
+	do
+	{
+		change_row(rel, res, &img);
+		if (count_left > 0)
+			set_col(&leases, &img, L_COUNT, Int32GetDatum(count_left));
+		else
+			set_free(&img, now);
+	} while (!write_row(rel, &img));
 	table_close(rel, NoLock);
 }
 
@@ -414,17 +662,16 @@ dlock_row_release(const DlockResource *res, int32 count_left, TimestampTz now)
 static bool
 tickets_ahead(text *resource, int64 below, TimestampTz now)
 {
-	TableInfo  *t = table_info(&tickets);
-	Relation	rel;
+	TableInfo  *t = &tickets;
+	Relation	rel = open_table(t, AccessShareLock);
 	ScanKeyData keys[2];
 	SysScanDesc scan;
 	Snapshot	snap;
 	HeapTuple	tup;
 	bool		found = false;
 
-	if (!OidIsValid(t->relid))
+	if (rel == NULL)
 		return false;
-	rel = table_open(t->relid, AccessShareLock);
 	snap = RegisterSnapshot(GetLatestSnapshot());
 	ScanKeyInit(&keys[0], t->att[T_RESOURCE], BTEqualStrategyNumber, F_TEXTEQ,
 				PointerGetDatum(resource));
@@ -454,14 +701,16 @@ tickets_ahead(text *resource, int64 below, TimestampTz now)
 static bool
 delayed(text *resource, RowImage *img, TimestampTz now)
 {
-	TableInfo  *t = table_info(&delays);
+	TableInfo  *t = &delays;
 	Relation	rel;
 	RowImage	d;
 	bool		result = false;
 
-	if (!OidIsValid(t->relid) || ISNULL(&leases, img, L_FENCE))
+	if (ISNULL(&leases, img, L_FENCE))
 		return false;
-	rel = table_open(t->relid, AccessShareLock);
+	rel = open_table(t, AccessShareLock);
+	if (rel == NULL)
+		return false;
 	if (fetch_row(rel, t, resource, &d))
 	{
 		if (DatumGetInt64(COL(t, &d, D_FENCE)) ==
@@ -500,60 +749,69 @@ dlock_row_fast_acquire(const DlockResource *res, text *holder, Oid owner,
 {
 	Relation	rel = open_leases(RowExclusiveLock);
 	RowImage	img;
-	bool		done = false;
+	bool		done;
+	bool		written;
+	int64		drawn = 0;
 
-	if (!fetch_row(rel, &leases, res->name, &img))
+	do
 	{
-		table_close(rel, NoLock);
-		return false;
-	}
-	if (is_mine(&img, holder, owner, now))
-	{
-		TimestampTz old = DatumGetTimestampTz(COL(&leases, &img, L_EXPIRES_AT));
+		if (!fetch_row(rel, &leases, res->name, &img))
+		{
+			table_close(rel, NoLock);
+			return false;
+		}
+		done = false;
+		written = true;
+		if (is_mine(&img, holder, owner, now))
+		{
+			TimestampTz old = DatumGetTimestampTz(COL(&leases, &img, L_EXPIRES_AT));
+			int32		held = DatumGetInt32(COL(&leases, &img, L_COUNT));
 
-		int32		held = DatumGetInt32(COL(&leases, &img, L_COUNT));
-
-		if (held == PG_INT32_MAX)
-			ereport(ERROR,
-					(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
-					 errmsg("holder \"%s\" has re-entered resource \"%s\" too many times",
-							text_to_cstring(holder), text_to_cstring(res->name)),
-					 errdetail("A holding is re-entered at most %d times.", PG_INT32_MAX - 1)));
-		*fence = DatumGetInt64(COL(&leases, &img, L_FENCE));
-		*count = held + 1;
-		*new_expires = Max(old, expires);
-		*took_over = false;
-		set_col(&leases, &img, L_COUNT, Int32GetDatum(*count));
-		set_col(&leases, &img, L_EXPIRES_AT, TimestampTzGetDatum(*new_expires));
-		set_col(&leases, &img, L_RENEWED_AT, TimestampTzGetDatum(now));
-		done = true;
-	}
-	else if (ended(&img, now) &&
-			 (!queued ||
-			  (allow_takeover &&
-			   !tickets_ahead(res->name, tickets_below, now) &&
-			   !delayed(res->name, &img, now))))
-	{
-		*took_over = !ISNULL(&leases, &img, L_HOLDER);
-		*fence = dlock_next_fence();
-		*count = 1;
-		*new_expires = expires;
-		set_col(&leases, &img, L_COUNT, Int32GetDatum(1));
-		set_col(&leases, &img, L_FENCE, Int64GetDatum(*fence));
-		set_col(&leases, &img, L_LEASE, PointerGetDatum(lease));
-		set_col(&leases, &img, L_ACQUIRED_AT, TimestampTzGetDatum(now));
-		set_col(&leases, &img, L_EXPIRES_AT, TimestampTzGetDatum(expires));
-		set_col(&leases, &img, L_RENEWED_AT, TimestampTzGetDatum(now));
-		done = true;
-	}
-	if (done)
-	{
-		set_col(&leases, &img, L_HOLDER, PointerGetDatum(holder));
-		set_col(&leases, &img, L_OWNER, ObjectIdGetDatum(owner));
-		set_null(&leases, &img, L_RELEASED_AT);
-		write_row(rel, &img);
-	}
-	heap_freetuple(img.tup);
+			if (held == PG_INT32_MAX)
+				ereport(ERROR,
+						(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
+						 errmsg("holder \"%s\" has re-entered resource \"%s\" too many times",
+								text_to_cstring(holder), text_to_cstring(res->name)),
+						 errdetail("A holding is re-entered at most %d times.", PG_INT32_MAX - 1)));
+			*fence = DatumGetInt64(COL(&leases, &img, L_FENCE));
+			*count = held + 1;
+			*new_expires = Max(old, expires);
+			*took_over = false;
+			set_col(&leases, &img, L_COUNT, Int32GetDatum(*count));
+			set_col(&leases, &img, L_EXPIRES_AT, TimestampTzGetDatum(*new_expires));
+			set_col(&leases, &img, L_RENEWED_AT, TimestampTzGetDatum(now));
+			done = true;
+		}
+		else if (ended(&img, now) &&
+				 (!queued ||
+				  (allow_takeover &&
+				   !tickets_ahead(res->name, tickets_below, now) &&
+				   !delayed(res->name, &img, now))))
+		{
+			/* Drawn once: a second try after a concurrent update keeps it. */
+			if (drawn == 0)
+				drawn = dlock_next_fence();
+			*took_over = !ISNULL(&leases, &img, L_HOLDER);
+			*fence = drawn;
+			*count = 1;
+			*new_expires = expires;
+			set_col(&leases, &img, L_COUNT, Int32GetDatum(1));
+			set_col(&leases, &img, L_FENCE, Int64GetDatum(*fence));
+			set_col(&leases, &img, L_LEASE, PointerGetDatum(lease));
+			set_col(&leases, &img, L_ACQUIRED_AT, TimestampTzGetDatum(now));
+			set_col(&leases, &img, L_EXPIRES_AT, TimestampTzGetDatum(expires));
+			set_col(&leases, &img, L_RENEWED_AT, TimestampTzGetDatum(now));
+			done = true;
+		}
+		if (done)
+		{
+			set_col(&leases, &img, L_HOLDER, PointerGetDatum(holder));
+			set_col(&leases, &img, L_OWNER, ObjectIdGetDatum(owner));
+			set_null(&leases, &img, L_RELEASED_AT);
+			written = write_row(rel, &img);
+		}
+		heap_freetuple(img.tup);
+	} while (!written);
 	table_close(rel, NoLock);
 	return done;
 }
@@ -572,10 +830,12 @@ dlock_row_fast_release(const DlockResource *res, text *holder, Oid owner,
 	RowImage	img;
 	bool		done = false;
 
-	if (fetch_row(rel, &leases, res->name, &img))
+	while (!done && fetch_row(rel, &leases, res->name, &img))
 	{
-		if (is_mine(&img, holder, owner, now) &&
-			(!fence_given || DatumGetInt64(COL(&leases, &img, L_FENCE)) == fence))
+		bool		mine = is_mine(&img, holder, owner, now) &&
+			(!fence_given || DatumGetInt64(COL(&leases, &img, L_FENCE)) == fence);
+
+		if (mine)
 		{
 			*left = DatumGetInt32(COL(&leases, &img, L_COUNT)) - 1;
 			*fence_out = DatumGetInt64(COL(&leases, &img, L_FENCE));
@@ -583,10 +843,11 @@ dlock_row_fast_release(const DlockResource *res, text *holder, Oid owner,
 				set_col(&leases, &img, L_COUNT, Int32GetDatum(*left));
 			else
 				set_free(&img, now);
-			write_row(rel, &img);
-			done = true;
+			done = write_row(rel, &img);
 		}
 		heap_freetuple(img.tup);
+		if (!mine)
+			break;
 	}
 	table_close(rel, NoLock);
 	return done;
@@ -602,17 +863,20 @@ dlock_row_reap(const DlockResource *res, TimestampTz now)
 	Relation	rel = open_leases(RowExclusiveLock);
 	RowImage	img;
 	int64		fence = 0;
+	bool		written = false;
 
-	if (fetch_row(rel, &leases, res->name, &img))
+	while (!written && fetch_row(rel, &leases, res->name, &img))
 	{
+		fence = 0;
+		written = true;
 		if (!ISNULL(&leases, &img, L_HOLDER) && ended(&img, now))
 		{
 			fence = DatumGetInt64(COL(&leases, &img, L_FENCE));
 			set_free(&img, now);
-			write_row(rel, &img);
+			written = write_row(rel, &img);
 		}
 		heap_freetuple(img.tup);
 	}
 	table_close(rel, NoLock);
-	return fence;
+	return written ? fence : 0;
 }
