@@ -382,9 +382,9 @@ loop(Run *rs)
 }
 
 /*
- * reap_watchdog: wait for the watchdog, which exits right after its
- * WD_EXITED (or was told to go, see drop_watchdog); give up after a
- * second rather than hang on a watchdog someone stopped.
+ * reap_watchdog: after the release, wait for the watchdog, which exits
+ * right after its WD_EXITED; give up after a second rather than hang on
+ * a watchdog someone stopped (it has nothing left to supervise).
  */
 static void
 reap_watchdog(Run *rs)

@@ -2,16 +2,17 @@
  * watchdog.c - the process between "dlock run" and COMMAND that keeps
  * COMMAND's whole process tree inside the lease.
  *
- *   dlock run (the client) --socketpair-- watchdog --fork/exec-- COMMAND
+ *   dlock run (the client) --socketpair-- watchdog --vfork/exec-- COMMAND
  *
  * The client forks the watchdog (the same binary, no exec) before it
  * starts waiting for the lock (watchdog_spawn), so that the fork is not
  * on the path from the acquisition to COMMAND; the watchdog starts nothing
  * until the client's WD_GO says the acquisition committed (and exits
  * quietly if the client goes away first).  It then vforks COMMAND into
- * its own process group and only supervises.  It never talks to the database.  It knows the lease's
- * deadline on CLOCK_BOOTTIME (the time the last acknowledged renewal was
- * sent, plus the lease, minus a safety margin), and the client sends it a
+ * its own process group and only supervises.  It never talks to the
+ * database.  It knows the lease's deadline on CLOCK_BOOTTIME (the time
+ * the last acknowledged renewal was sent, plus the lease, minus a safety
+ * margin), and the client sends it a
  * new one after each acknowledged renewal.  It stops COMMAND's whole tree
  * (SIGTERM and SIGCONT, then SIGKILL after --grace) when:
  *   - its deadline passes without a newer one: this holds even when the
