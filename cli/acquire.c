@@ -313,8 +313,14 @@ try_once(Lock *lk)
 	snprintf(xid, sizeof(xid), "%s", PQgetvalue(r, 0, 1));
 	PQclear(r);
 
-	/* From here on the outcome can be unknown. */
-	st = db_exec(&lk->conn, "COMMIT", 0, NULL, sent + assumed_lease(lk), false, &r);
+	/*
+	 * From here on the outcome can be unknown.  A waiter that listened
+	 * stops listening in the same transaction (UNLISTEN takes effect at
+	 * its commit), saving a round trip before COMMAND starts; the result
+	 * is COMMIT's, or UNLISTEN's error (then nothing committed).
+	 */
+	st = db_exec(&lk->conn, lk->listening ? "UNLISTEN *; COMMIT" : "COMMIT", 0, NULL,
+				 sent + assumed_lease(lk), false, &r);
 	if (st != DB_OK)
 		return resolve(lk, xid, sent);
 	if (!db_result_ok(r) || strcmp(PQcmdStatus(r), "COMMIT") != 0)
@@ -324,6 +330,7 @@ try_once(Lock *lk)
 		return TRY_ERROR;
 	}
 	PQclear(r);
+	lk->listening = false;
 	lk->deadline = sent + assumed_lease(lk);
 	return TRY_HELD;
 }
@@ -391,16 +398,7 @@ acquire(Lock *lk, int64_t wait_ms)
 		switch (try_once(lk))
 		{
 			case TRY_HELD:
-				if (lk->listening && lk->conn)
-				{
-					PGresult   *r;
-
-					/* stop events piling up while we hold it */
-					if (db_exec(&lk->conn, "UNLISTEN *", 0, NULL,
-								now_ms() + STMT_TIMEOUT_MS, false, &r) == DB_OK)
-						PQclear(r);
-					lk->listening = false;
-				}
+				/* no longer listening: try_once's commit, or resolve()'s new connection */
 				return ACQ_OK;
 			case TRY_ERROR:
 				return ACQ_ERROR;

@@ -162,7 +162,24 @@ typedef struct WdMsg
 	int64_t		value;
 } WdMsg;
 
+/*
+ * The one message that starts COMMAND (client -> watchdog, before any
+ * other): the holding's fence, the deadline, whether COMMAND gets the
+ * terminal.  A watchdog spawned ahead (watchdog_spawn) waits for it.
+ */
+typedef struct WdGo
+{
+	int32_t		type;			/* WD_GO */
+	int32_t		tty;
+	int64_t		deadline;
+	char		fence[32];
+} WdGo;
+
+#define WD_GO 100
+
 int64_t		watchdog_margin(int64_t lease_ms);
+pid_t		watchdog_spawn(const Lock *lk, char **command, int *fd);
+bool		watchdog_go(int fd, const Lock *lk, bool tty, int64_t deadline);
 pid_t		watchdog_start(const Lock *lk, char **command, bool tty, int64_t deadline, int *fd);
 bool		watchdog_send(int fd, int type, int arg, int64_t value);
 int			watchdog_recv(int fd, WdMsg *m);

@@ -2,8 +2,9 @@
  * run.c - "dlock run": hold a lease lock while COMMAND runs; and "dlock
  * elect": the same while this process leads an election.
  *
- * After acquiring (acquire.c) it forks the watchdog (watchdog.c), which
- * starts COMMAND in its own process group and stops COMMAND's whole
+ * Before acquiring (acquire.c) it forks the watchdog (watchdog.c); once
+ * the acquisition committed it tells the watchdog to go, which starts
+ * COMMAND in its own process group and stops COMMAND's whole
  * process tree when the lease's deadline passes, when this process dies
  * or when told so; then this process runs one event loop until the
  * watchdog reports that COMMAND and every process it left are gone.  The
@@ -19,8 +20,9 @@
  *     then SIGKILL after --grace;
  *   - forwards SIGINT/SIGTERM/SIGHUP to COMMAND through the watchdog
  *     (SIGKILL after --grace).
- * When the watchdog has exited it releases the lock (or lingers), and
- * exits with COMMAND's status.
+ * When the watchdog reports that COMMAND's tree is gone (or has exited
+ * without a word) it releases the lock (or lingers), and exits with
+ * COMMAND's status.
  */
 #include "dlock.h"
 
@@ -280,8 +282,15 @@ loop(Run *rs)
 		if (!rs->lost && now >= lk->deadline)
 			lose(rs, "its deadline passed on the local monotonic clock");
 
-		/* 2. What the watchdog said; has it exited (COMMAND's tree gone)? */
+		/*
+		 * 2. What the watchdog said.  Its WD_EXITED means COMMAND and every
+		 * process it left are gone: no need to wait for the watchdog's own
+		 * exit (reap_watchdog does that after the release).  Or has it
+		 * exited without a word?
+		 */
 		on_watchdog(rs);
+		if (rs->have_status)
+			return;
 		signals_take_child();
 		if (!rs->exited)
 		{
@@ -369,6 +378,50 @@ loop(Run *rs)
 			if (sock >= 0 && pfd[sock].revents)
 				sock_ready = true;
 		}
+	}
+}
+
+/*
+ * reap_watchdog: after the release, wait for the watchdog, which exits
+ * right after its WD_EXITED; give up after a second rather than hang on
+ * a watchdog someone stopped (it has nothing left to supervise).
+ */
+static void
+reap_watchdog(Run *rs)
+{
+	for (int i = 0; !rs->exited && i < 100; i++)
+	{
+		int			st;
+
+		if (waitpid(rs->watchdog, &st, WNOHANG) != 0)
+		{
+			rs->exited = true;
+			rs->wd_status = st;
+		}
+		else
+			db_sleep(now_ms() + 10);
+	}
+}
+
+/*
+ * drop_watchdog: the watchdog spawned ahead will not be needed (the lock
+ * was not acquired, or shutdown began first): it has started nothing, so
+ * SIGKILL is safe; reap it.
+ */
+static void
+drop_watchdog(Run *rs)
+{
+	if (rs->wd >= 0)
+	{
+		close(rs->wd);
+		rs->wd = -1;
+	}
+	if (rs->watchdog > 0)
+	{
+		kill(rs->watchdog, SIGKILL);
+		while (waitpid(rs->watchdog, NULL, 0) < 0 && errno == EINTR)
+			;
+		rs->exited = true;
 	}
 }
 
@@ -498,51 +551,68 @@ run_holding(Options *o, bool election)
 	lk.conn = conn;				/* acquire() reconnects if it was lost */
 	lk.election = election;
 	lk.value = election ? o->pos[1] : NULL;
+	memset(&rs, 0, sizeof(rs));
+	rs.lk = &lk;
+	rs.opt = o;
+	rs.backoff = 100;
+
+	/*
+	 * The watchdog is forked now, while we wait, so that once the lock is
+	 * held starting COMMAND costs one message, not a fork of this process.
+	 * It starts nothing until watchdog_go.
+	 */
+	rs.watchdog = watchdog_spawn(&lk, o->command, &rs.wd);
+	if (rs.watchdog < 0)
+	{
+		db_drop(&lk.conn);
+		return EXIT_CONN;
+	}
 
 	switch (acquire(&lk, o->wait_ms))
 	{
 		case ACQ_OK:
 			break;
 		case ACQ_TIMEOUT:
+			drop_watchdog(&rs);
 			logmsg("\"%s\" not acquired in time", lk.resource);
 			db_drop(&lk.conn);
 			return EXIT_NOT_ACQUIRED;
 		case ACQ_SIGNAL:
+			drop_watchdog(&rs);
 			vlog(o, "interrupted while waiting");
 			db_drop(&lk.conn);
 			return 128 + signals_term_sig();
 		case ACQ_CONN:
 		case ACQ_ERROR:
+			drop_watchdog(&rs);
 			db_drop(&lk.conn);
 			return EXIT_CONN;
 	}
 	vlog(o, "acquired \"%s\" as %s with fence %s", lk.resource, lk.holder, lk.fence);
 
-	/* Never start COMMAND once shutdown began: check and fork as one step. */
+	/* Never start COMMAND once shutdown began: check and start as one step. */
 	signals_block_term(&old);
 	if (signals_term_count() > 0)
 	{
 		signals_restore(&old);
+		drop_watchdog(&rs);
 		release(&lk, 0, lk.deadline);
 		db_drop(&lk.conn);
 		return 128 + signals_term_sig();
 	}
-	memset(&rs, 0, sizeof(rs));
-	rs.lk = &lk;
-	rs.opt = o;
 	rs.next_renew = lk.deadline - lk.lease_ms + lk.lease_ms / 3;
-	rs.backoff = 100;
 	/* If our stdin is the terminal's foreground, COMMAND gets the terminal. */
 	tty = isatty(STDIN_FILENO) && tcgetpgrp(STDIN_FILENO) == getpgrp();
-	rs.watchdog = watchdog_start(&lk, o->command, tty,
-								 lk.deadline - watchdog_margin(lk.lease_ms), &rs.wd);
-	signals_restore(&old);
-	if (rs.watchdog < 0)
+	if (!watchdog_go(rs.wd, &lk, tty, lk.deadline - watchdog_margin(lk.lease_ms)))
 	{
+		signals_restore(&old);
+		logmsg("the watchdog process is gone: COMMAND not started");
+		drop_watchdog(&rs);
 		release(&lk, 0, lk.deadline);
 		db_drop(&lk.conn);
 		return EXIT_CONN;
 	}
+	signals_restore(&old);
 
 	loop(&rs);
 	if (tty)
@@ -554,6 +624,7 @@ run_holding(Options *o, bool election)
 		if (rs.failed)
 		{
 			/* COMMAND never started: give the lock back */
+			reap_watchdog(&rs);
 			release(&lk, 0, lk.deadline);
 			db_drop(&lk.conn);
 			return EXIT_CONN;
@@ -592,6 +663,7 @@ run_holding(Options *o, bool election)
 				PQclear(r);
 		}
 		db_drop(&lk.conn);
+		reap_watchdog(&rs);
 		return EXIT_LEASE_LOST;
 	}
 
@@ -599,6 +671,7 @@ run_holding(Options *o, bool election)
 	if (rs.lost)
 	{
 		db_drop(&lk.conn);
+		reap_watchdog(&rs);
 		return EXIT_LEASE_LOST;
 	}
 	if (release(&lk, rs.shutdown ? 0 : o->linger_ms, lk.deadline) == 1)
@@ -608,5 +681,6 @@ run_holding(Options *o, bool election)
 		vlog(o, rs.shutdown || o->linger_ms == 0 ? "released \"%s\""
 			 : "left \"%s\" to expire after --linger", lk.resource);
 	db_drop(&lk.conn);
+	reap_watchdog(&rs);
 	return code;
 }

@@ -2,13 +2,17 @@
  * watchdog.c - the process between "dlock run" and COMMAND that keeps
  * COMMAND's whole process tree inside the lease.
  *
- *   dlock run (the client) --socketpair-- watchdog --fork/exec-- COMMAND
+ *   dlock run (the client) --socketpair-- watchdog --vfork/exec-- COMMAND
  *
- * The client forks the watchdog (the same binary, no exec) once the lock
- * is held; the watchdog forks COMMAND into its own process group and then
- * only supervises.  It never talks to the database.  It knows the lease's
- * deadline on CLOCK_BOOTTIME (the time the last acknowledged renewal was
- * sent, plus the lease, minus a safety margin), and the client sends it a
+ * The client forks the watchdog (the same binary, no exec) before it
+ * starts waiting for the lock (watchdog_spawn), so that the fork is not
+ * on the path from the acquisition to COMMAND; the watchdog starts nothing
+ * until the client's WD_GO says the acquisition committed (and exits
+ * quietly if the client goes away first).  It then vforks COMMAND into
+ * its own process group and only supervises.  It never talks to the
+ * database.  It knows the lease's deadline on CLOCK_BOOTTIME (the time
+ * the last acknowledged renewal was sent, plus the lease, minus a safety
+ * margin), and the client sends it a
  * new one after each acknowledged renewal.  It stops COMMAND's whole tree
  * (SIGTERM and SIGCONT, then SIGKILL after --grace) when:
  *   - its deadline passes without a newer one: this holds even when the
@@ -395,13 +399,34 @@ supervise(Wd *w, int sigfd)
 }
 
 /*
- * run_command: in the child of the watchdog: COMMAND in its own process
- * group, with the terminal if asked, normal signal state, SIGKILL if the
- * watchdog dies, and DLOCK_RESOURCE, DLOCK_HOLDER, DLOCK_FENCE set (and
- * for an election DLOCK_ELECTION, DLOCK_TERM, DLOCK_VALUE).
+ * command_env: in the watchdog, before COMMAND is forked: DLOCK_RESOURCE,
+ * DLOCK_HOLDER, DLOCK_FENCE (and for an election DLOCK_ELECTION,
+ * DLOCK_TERM, DLOCK_VALUE), set in the watchdog's own environment, which
+ * COMMAND inherits (the watchdog itself never reads it).
+ */
+static bool
+command_env(const Lock *lk)
+{
+	if (setenv("DLOCK_RESOURCE", lk->resource, 1) != 0 ||
+		setenv("DLOCK_HOLDER", lk->holder, 1) != 0 ||
+		setenv("DLOCK_FENCE", lk->fence, 1) != 0)
+		return false;
+	if (lk->election &&
+		(setenv("DLOCK_ELECTION", lk->resource, 1) != 0 ||
+		 setenv("DLOCK_TERM", lk->fence, 1) != 0 ||
+		 setenv("DLOCK_VALUE", lk->value, 1) != 0))
+		return false;
+	return true;
+}
+
+/*
+ * run_command: in the child of the watchdog, made by vfork (it shares the
+ * watchdog's memory until exec, so it only makes system calls): COMMAND
+ * in its own process group, with the terminal if asked, normal signal
+ * state and SIGKILL if the watchdog dies.
  */
 static void
-run_command(const Lock *lk, char **command, bool tty, pid_t watchdog)
+run_command(char **command, bool tty, pid_t watchdog)
 {
 	setpgid(0, 0);
 	if (tty)
@@ -412,27 +437,62 @@ run_command(const Lock *lk, char **command, bool tty, pid_t watchdog)
 	signals_default_in_child();
 	if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0 || getppid() != watchdog)
 		_exit(EXIT_LEASE_LOST);
-	if (setenv("DLOCK_RESOURCE", lk->resource, 1) != 0 ||
-		setenv("DLOCK_HOLDER", lk->holder, 1) != 0 ||
-		setenv("DLOCK_FENCE", lk->fence, 1) != 0)
-		_exit(126);
-	if (lk->election &&
-		(setenv("DLOCK_ELECTION", lk->resource, 1) != 0 ||
-		 setenv("DLOCK_TERM", lk->fence, 1) != 0 ||
-		 setenv("DLOCK_VALUE", lk->value, 1) != 0))
-		_exit(126);
 	execvp(command[0], command);
 	fprintf(stderr, "%s: cannot run %s: %s\n", progname, command[0], strerror(errno));
 	_exit(errno == ENOENT ? 127 : 126);
 }
 
 /*
- * watchdog_main: the watchdog process, just forked from the client (whose
- * pid is client); fd is its end of the socket.  Never returns.
+ * wait_go: in a watchdog spawned ahead, wait for the client's WD_GO (the
+ * lock is held, its acquisition committed).  If the client goes away
+ * first (EOF on the socket, or PR_SET_PDEATHSIG), nothing was started and
+ * there is nothing to stop: exit quietly.
  */
 static void
-watchdog_main(const Lock *lk, char **command, bool tty, int64_t deadline,
-			  pid_t client, int fd)
+wait_go(int fd, int sigfd, pid_t client, WdGo *go)
+{
+	for (;;)
+	{
+		struct pollfd pfd[2] = {{sigfd, POLLIN, 0}, {fd, POLLIN, 0}};
+		ssize_t		n;
+
+		if (poll(pfd, 2, -1) < 0)
+		{
+			if (errno == EINTR)
+				continue;
+			_exit(1);
+		}
+		if (pfd[0].revents)
+		{
+			struct signalfd_siginfo si;
+
+			while (read(sigfd, &si, sizeof(si)) == (ssize_t) sizeof(si))
+				if (si.ssi_signo == SIGUSR1 && getppid() != client)
+					_exit(0);
+		}
+		if (pfd[1].revents == 0)
+			continue;
+		memset(go, 0, sizeof(*go));
+		n = recv(fd, go, sizeof(*go), MSG_DONTWAIT);
+		if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
+			continue;
+		if (n <= 0)
+			_exit(0);			/* the client is gone: it never said go */
+		if (n == (ssize_t) sizeof(*go) && go->type == WD_GO)
+		{
+			go->fence[sizeof(go->fence) - 1] = '\0';
+			return;
+		}
+	}
+}
+
+/*
+ * watchdog_main: the watchdog process, just forked from the client (whose
+ * pid is client); fd is its end of the socket.  It waits for WD_GO, then
+ * starts COMMAND and supervises it.  Never returns.
+ */
+static void
+watchdog_main(const Lock *client_lk, char **command, pid_t client, int fd)
 {
 	/* what the client catches or what would stop us with its group */
 	int			blocked[] = {SIGCHLD, SIGUSR1, SIGINT, SIGTERM, SIGHUP, SIGQUIT,
@@ -441,14 +501,17 @@ watchdog_main(const Lock *lk, char **command, bool tty, int64_t deadline,
 	int			sigfd;
 	pid_t		me;
 	Wd			w;
+	WdGo		go;
+	Lock		lk = *client_lk;
 
 	sigemptyset(&set);
 	for (size_t i = 0; i < sizeof(blocked) / sizeof(blocked[0]); i++)
 		sigaddset(&set, blocked[i]);
 	sigprocmask(SIG_BLOCK, &set, NULL);
 	signals_uninstall();		/* the client's handlers and self-pipe */
-	if (lk->conn)
-		close(PQsocket(lk->conn));	/* never PQfinish: that would talk */
+	if (lk.conn)
+		close(PQsocket(lk.conn));	/* never PQfinish: that would talk */
+	lk.conn = NULL;
 	sigfd = signalfd(-1, &set, SFD_CLOEXEC | SFD_NONBLOCK);
 	if (sigfd < 0)
 	{
@@ -465,14 +528,24 @@ watchdog_main(const Lock *lk, char **command, bool tty, int64_t deadline,
 		_exit(1);
 	}
 
+	wait_go(fd, sigfd, client, &go);
+	snprintf(lk.fence, sizeof(lk.fence), "%s", go.fence);
+	if (!command_env(&lk))
+	{
+		logmsg("watchdog: setenv: %s", strerror(errno));
+		watchdog_send(fd, WD_FAILED, errno, 0);
+		_exit(1);
+	}
+
 	memset(&w, 0, sizeof(w));
-	w.opt = lk->opt;
+	w.opt = lk.opt;
 	w.fd = fd;
 	w.client = client;
-	w.deadline = deadline;
+	w.deadline = go.deadline;
 	w.kill_at = NEVER;
 	me = getpid();
-	w.command = fork();
+	fflush(NULL);
+	w.command = vfork();
 	if (w.command < 0)
 	{
 		logmsg("fork: %s", strerror(errno));
@@ -480,20 +553,21 @@ watchdog_main(const Lock *lk, char **command, bool tty, int64_t deadline,
 		_exit(1);
 	}
 	if (w.command == 0)
-		run_command(lk, command, tty, me);
+		run_command(command, go.tty != 0, me);
 	setpgid(w.command, w.command);
 	watchdog_send(fd, WD_STARTED, (int) w.command, 0);
 	supervise(&w, sigfd);
 }
 
 /*
- * watchdog_start: fork the watchdog, which starts COMMAND and stops its
- * whole tree at deadline (CLOCK_BOOTTIME ms, see now_ms) unless told a
- * later one.  *fd is the client's end of the socket to it (non-blocking).
- * Returns the watchdog's pid, or -1.
+ * watchdog_spawn: fork the watchdog ahead of the acquisition, so that
+ * once the lock is held starting COMMAND costs no fork of the client.
+ * It starts COMMAND only when watchdog_go tells it to, and exits without
+ * starting anything when the client closes *fd (its end of the socket,
+ * non-blocking) or dies first.  Returns the watchdog's pid, or -1.
  */
 pid_t
-watchdog_start(const Lock *lk, char **command, bool tty, int64_t deadline, int *fd)
+watchdog_spawn(const Lock *lk, char **command, int *fd)
 {
 	int			sv[2];
 	pid_t		client = getpid();
@@ -516,10 +590,51 @@ watchdog_start(const Lock *lk, char **command, bool tty, int64_t deadline, int *
 	if (pid == 0)
 	{
 		close(sv[0]);			/* else we would never see the client's EOF */
-		watchdog_main(lk, command, tty, deadline, client, sv[1]);
+		watchdog_main(lk, command, client, sv[1]);
 	}
 	close(sv[1]);
 	fcntl(sv[0], F_SETFL, fcntl(sv[0], F_GETFL) | O_NONBLOCK);
 	*fd = sv[0];
+	return pid;
+}
+
+/*
+ * watchdog_go: the lock is held (its acquisition committed): have the
+ * watchdog start COMMAND with lk's fence, stopping its whole tree at
+ * deadline (CLOCK_BOOTTIME ms, see now_ms) unless told a later one; tty:
+ * COMMAND gets the terminal.  False if the watchdog is gone.
+ */
+bool
+watchdog_go(int fd, const Lock *lk, bool tty, int64_t deadline)
+{
+	WdGo		go;
+
+	memset(&go, 0, sizeof(go));
+	go.type = WD_GO;
+	go.tty = tty ? 1 : 0;
+	go.deadline = deadline;
+	snprintf(go.fence, sizeof(go.fence), "%s", lk->fence);
+	return send(fd, &go, sizeof(go), MSG_NOSIGNAL | MSG_DONTWAIT) == (ssize_t) sizeof(go);
+}
+
+/*
+ * watchdog_start: spawn the watchdog and have it start COMMAND at once
+ * (watchdog_spawn + watchdog_go).  Returns the watchdog's pid, or -1.
+ */
+pid_t
+watchdog_start(const Lock *lk, char **command, bool tty, int64_t deadline, int *fd)
+{
+	pid_t		pid = watchdog_spawn(lk, command, fd);
+
+	if (pid < 0)
+		return -1;
+	if (!watchdog_go(*fd, lk, tty, deadline))
+	{
+		logmsg("watchdog: %s", strerror(errno));
+		close(*fd);
+		kill(pid, SIGKILL);
+		waitpid(pid, NULL, 0);
+		return -1;
+	}
 	return pid;
 }

@@ -8,9 +8,10 @@
 # stopped by the watchdog while the CLI is still stopped, exit 76 at
 # SIGCONT; more in 052_run_faults.pl), an admin break_lock (exit 76),
 # SIGTERM while waiting and while running, a terminated backend while
-# waiting (COMMAND only starts once the lock is really held), a COMMIT
-# whose outcome is unknown (connection terminated while the COMMIT waits
-# for a synchronous standby that does not exist: the CLI resolves it with
+# waiting (COMMAND only starts once the lock is really held), SIGKILL
+# while waiting (the watchdog forked ahead starts nothing and exits too),
+# a COMMIT whose outcome is unknown (connection terminated while the COMMIT
+# waits for a synchronous standby that does not exist: the CLI resolves it with
 # pg_xact_status and runs COMMAND because it did commit), --linger, and
 # lease expiry wakeups.
 #
@@ -346,6 +347,25 @@ sql("SELECT dlock.unlock('exp2', 'me')");
 	is(sql("SELECT holder || ' ' || fence FROM dlock.locks WHERE resource = 'w'"), "other $f",
 		"the other holder's lock is untouched");
 	sql("SELECT dlock.unlock('w', 'other')");
+}
+
+# ---------- SIGKILL while waiting: the watchdog, forked before the wait,
+# has started nothing, and goes away with its client
+{
+	my $f = sql("SELECT dlock.try_lock('wk', 'other', '60s')");
+	my $pid = spawn('killwait',
+		cmd => [ $cli, '-d', conn('killwait'), 'run', '--wait', '60s', 'wk', '--', 'touch', "$tmp/wk.ran" ]);
+	wait_waiting('killwait');
+	my @tree = DlockTest::Proc::proc_tree($pid);
+	is(scalar(@tree), 1, 'a waiting run has one child (its watchdog), nothing started');
+	kill 'KILL', $pid;
+	is(wait_exit($pid, 30), 128 + 9, 'SIGKILL while waiting: exit 137');
+	is(join(',', DlockTest::Proc::wait_gone(30, @tree)), '',
+		'the watchdog exited with its client');
+	sql("SELECT dlock.unlock('wk', 'other')");
+	is(sql("SELECT count(*) FROM dlock.locks WHERE resource = 'wk'"), '0',
+		'the killed waiter took nothing');
+	ok(!-e "$tmp/wk.ran", 'COMMAND never ran');
 }
 
 # ---------- SIGTERM while running
