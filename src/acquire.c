@@ -102,7 +102,11 @@ dlock_wait_loop(const DlockResource *res, text *holder, int64 wait_ms,
 	{
 		TimestampTz busy_until = DT_NOEND;
 		TimestampTz now;
-		DlockAttempt result = attempt(res, arg, &fence, &busy_until);
+		DlockAttempt result;
+
+		if (waiting)
+			dlock_wait_look();
+		result = attempt(res, arg, &fence, &busy_until);
 
 		if (held_extra)
 		{

@@ -306,6 +306,7 @@ extern void dlock_wait_begin(const DlockResource *res, text *holder,
 							 TimestampTz deadline);
 extern void dlock_wait_end(bool acquired);
 extern void dlock_wait_abort(void);
+extern void dlock_wait_look(void);
 extern void dlock_wait_sleep(long timeout_ms);
 extern void dlock_wait_set_ticket(int64 ticket, Oid owner);
 extern void dlock_wake_queue(uint64 hash);

@@ -387,6 +387,29 @@ dlock_wait_abort(void)
 }
 
 /*
+ * dlock_wait_look: the waiter is about to look at its resource: a wakeup
+ * sent before now is used by this look.  It must be consumed before the
+ * look, not after: a release that commits while we look would otherwise
+ * find us still marked woken, skip us (wake_locked wakes the first unwoken
+ * waiter) and wake someone behind us, and we would clear the mark and
+ * sleep through it (the head of a fair queue then slept until the safety
+ * net, with the resource free).  A wakeup sent after this point sets the
+ * mark and our latch again, so the next sleep returns at once.
+ */
+void
+dlock_wait_look(void)
+{
+	DlockWaiter *w = my_slot();
+
+	if (w && w->in_use && w->woken)
+	{
+		LWLockAcquire(shared->lock, LW_EXCLUSIVE);
+		w->woken = false;
+		LWLockRelease(shared->lock);
+	}
+}
+
+/*
  * dlock_wait_sleep: sleep until woken, timeout_ms passes, or an interrupt
  * (cancel, statement_timeout, termination: CHECK_FOR_INTERRUPTS raises it
  * and the abort path clears the slot).  Without shared memory the sleep is
@@ -399,13 +422,6 @@ dlock_wait_sleep(long timeout_ms)
 	DlockWaiter *w = my_slot();
 	long		cap = (w && w->in_use) ? DLOCK_WAKE_SAFETY_MS : dlock_poll_interval_ms;
 
-	if (w && w->in_use && w->woken)
-	{
-		/* The wakeup was consumed by the look we just took. */
-		LWLockAcquire(shared->lock, LW_EXCLUSIVE);
-		w->woken = false;
-		LWLockRelease(shared->lock);
-	}
 	(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
 					 Min(timeout_ms, cap), PG_WAIT_EXTENSION);
 	ResetLatch(MyLatch);

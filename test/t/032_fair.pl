@@ -266,13 +266,16 @@ run_queue($node, 'fair/r', \@kinds,
 
 # ---------- steady contention: everyone re-queues right after releasing
 # 12 clients (8 waiting in lock(), 4 retrying try_lock) loop lock / 50 us /
-# unlock for 4 s.  While all of them loop, no client ever gets the lock
+# unlock for 8 s.  While all of them loop, no client ever gets the lock
 # twice in a row: a releaser that asks again is a newcomer and queues at the
 # back, whatever the timing (this found a race between a ticket being
-# taken by a contended attempt and a newcomer's look at the queue).
+# taken by a contended attempt and a newcomer's look at the queue).  They
+# connect first and start together (a go file), so that on a loaded machine
+# slow connections do not shrink the time when all of them loop.
 sub looper
 {
 	my ($kind, $dsn, $resource, $who, $secs, $out) = @_;
+	my $go = "$tmp/loop.go";
 	my $pid = fork();
 	die "fork: $!" unless defined $pid;
 	return $pid if $pid;
@@ -285,6 +288,9 @@ sub looper
 			: q{SELECT dlock.try_lock($1, $2, '30s', fair => true)});
 		my $ul = $dbh->prepare(q{SELECT dlock.unlock($1, $2)});
 		open(my $fh, '>', $out) or die "$out: $!";
+		open(my $rf, '>', "$out.ready") or die "$out.ready: $!";
+		close($rf);
+		usleep(5_000) until -e $go;
 		my $end = time + $secs;
 		while (time < $end)
 		{
@@ -310,10 +316,14 @@ sub looper
 	my @pids;
 	for my $i (1 .. 12)
 	{
-		push @pids, looper($i <= 8 ? 'server' : 'client', dsn_direct($node), 'fair/loop', "l$i", 4,
+		push @pids, looper($i <= 8 ? 'server' : 'client', dsn_direct($node), 'fair/loop', "l$i", 8,
 			"$tmp/loop.$i");
 	}
-	is(wait_child($_, 60), 0, "looper $_ finished") for @pids;
+	my $ready_by = time + 60;
+	usleep(20_000) while grep({ !-e "$tmp/loop.$_.ready" } 1 .. 12) && time < $ready_by;
+	open(my $gf, '>', "$tmp/loop.go") or die;
+	close($gf);
+	is(wait_child($_, 90), 0, "looper $_ finished") for @pids;
 	my @acq;
 	for my $i (1 .. 12)
 	{
@@ -326,14 +336,20 @@ sub looper
 	for (@acq) { $first{ $_->[1] } //= $_->[2]; $last{ $_->[1] } = $_->[2]; }
 	my ($from) = sort { $b <=> $a } values %first;
 	my ($to) = sort { $a <=> $b } values %last;
-	my ($steady, $repeats) = (0, 0);
+	my ($steady, $repeats, $gap) = (0, 0, 0);
 	for my $k (1 .. $#acq)
 	{
 		next unless $acq[$k][2] > $from && $acq[$k][2] < $to;
 		$steady++;
 		$repeats++ if $acq[$k][1] eq $acq[ $k - 1 ][1];
+		$gap = $acq[$k][2] - $acq[ $k - 1 ][2] if $acq[$k][2] - $acq[ $k - 1 ][2] > $gap;
 	}
+	diag(sprintf('steady contention: %d acquisitions in %.1f s, longest gap %.3f s',
+		$steady, $to - $from, $gap));
 	cmp_ok($steady, '>', 50, "steady contention: $steady acquisitions while all 12 looped");
+	# A lost wakeup leaves the resource free with the head asleep until the
+	# 5 s safety net (waiters.c): the longest gap shows it.
+	cmp_ok($gap, '<', 4, 'steady contention: the resource never sat free for the safety net');
 	is($repeats, 0, 'steady contention: no client got the lock twice in a row');
 }
 
@@ -364,8 +380,8 @@ sub looper
 	is($node->safe_psql('postgres',
 			"SELECT available_at - expires_at FROM dlock.locks WHERE resource = 'fair/d'"),
 		'00:00:03', 'dlock.locks: available at expiry + lock_delay');
-	$node->poll_query_until('postgres',
-		"SELECT clock_timestamp() > expires_at FROM dlock.locks WHERE resource = 'fair/d'");
+	# (Against the expiry read above: once reaped, the row has none.)
+	$node->poll_query_until('postgres', "SELECT clock_timestamp() > '$exp'::timestamptz");
 	# Refused by the delay alone (nobody is queued yet).  On a machine so
 	# loaded that the 3 s window passed already, there is nothing to check.
 	my $refused = $node->safe_psql('postgres',
