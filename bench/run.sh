@@ -117,6 +117,10 @@ run_unprivileged() {
     mkdir -p "$resdir"
     find "$resdir" -maxdepth 1 -type f -delete
     cp "$copy/$sub"/* "$resdir"/ 2>/dev/null || true
+    if [ -d "$copy/$sub/fsync_off" ]; then    # the fsync = off pass's own report
+        rm -rf "$resdir/fsync_off"
+        cp -r "$copy/$sub/fsync_off" "$resdir"/
+    fi
     if [ "$status" -ne 0 ]; then
         say "FAILED (status $status); what there is is in $resdir"
         exit "$status"
