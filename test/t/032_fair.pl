@@ -20,6 +20,9 @@ use POSIX ();
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
+use FindBin;
+use lib "$FindBin::RealBin/../perl";
+use DlockTest::Bouncer;
 use Time::HiRes qw(time usleep);
 
 my $QUEUE_TTL = 1.0;    # seconds, set server-wide below
@@ -41,47 +44,7 @@ $node->safe_psql('postgres',
 $node->safe_psql('postgres', 'GRANT ALL ON served TO PUBLIC');
 
 my $tmp = PostgreSQL::Test::Utils::tempdir();
-my $pgbouncer = '/usr/sbin/pgbouncer';
-my ($bport, $bouncer);
-if (-x $pgbouncer)
-{
-	$bport = PostgreSQL::Test::Cluster::get_free_port();
-	my $user = getpwuid($<);
-	my ($host, $pgport) = ($node->host, $node->port);
-	open(my $fh, '>', "$tmp/userlist.txt") or die;
-	print $fh qq{"$user" ""\n};
-	close($fh);
-	open($fh, '>', "$tmp/pgbouncer.ini") or die;
-	print $fh <<"EOF";
-[databases]
-postgres = host=$host port=$pgport dbname=postgres
-
-[pgbouncer]
-listen_addr = 127.0.0.1
-listen_port = $bport
-unix_socket_dir =
-auth_type = trust
-auth_file = $tmp/userlist.txt
-pool_mode = transaction
-default_pool_size = 4
-max_client_conn = 100
-logfile = $tmp/pgbouncer.log
-pidfile = $tmp/pgbouncer.pid
-EOF
-	close($fh);
-	$bouncer = IPC::Run::start([ $pgbouncer, "$tmp/pgbouncer.ini" ],
-		'>', "$tmp/pgbouncer.out", '2>&1');
-	my $up = 0;
-	for (1 .. 600)
-	{
-		my $dbh = DBI->connect("dbi:Pg:host=127.0.0.1;port=$bport;dbname=postgres;sslmode=disable",
-			'', '', { PrintError => 0, RaiseError => 0 });
-		if ($dbh) { $up = 1; $dbh->disconnect; last }
-		usleep(100_000);
-	}
-	ok($up, 'pgbouncer accepts connections');
-}
-END { local $?; $bouncer->kill_kill if $bouncer }
+my $bport = DlockTest::Bouncer::start($node, $tmp, pool => 4, clients => 100);
 
 sub dsn_direct
 {

@@ -44,6 +44,7 @@ use Test::More;
 use FindBin;
 use lib "$FindBin::RealBin/../perl";
 use DlockTest::Proc;
+use DlockTest::Bouncer;
 
 my $cli = $ENV{DLOCK_CLI}
   // (defined $ENV{TESTDIR} ? "$ENV{TESTDIR}/cli/dlock" : 'cli/dlock');
@@ -67,47 +68,7 @@ my $tmp = PostgreSQL::Test::Utils::tempdir();
 DlockTest::Proc::set_dir($tmp);
 
 # pgbouncer in transaction mode, if installed (the suite installs it)
-my $pgbouncer = '/usr/sbin/pgbouncer';
-my ($bport, $bouncer);
-if (-x $pgbouncer)
-{
-	$bport = PostgreSQL::Test::Cluster::get_free_port();
-	my $user = getpwuid($<);
-	my ($host, $pgport) = ($node->host, $node->port);
-	open(my $fh, '>', "$tmp/userlist.txt") or die;
-	print $fh qq{"$user" ""\n};
-	close($fh);
-	open($fh, '>', "$tmp/pgbouncer.ini") or die;
-	print $fh <<"EOF";
-[databases]
-postgres = host=$host port=$pgport dbname=postgres
-
-[pgbouncer]
-listen_addr = 127.0.0.1
-listen_port = $bport
-unix_socket_dir =
-auth_type = trust
-auth_file = $tmp/userlist.txt
-pool_mode = transaction
-default_pool_size = 3
-max_client_conn = 50
-logfile = $tmp/pgbouncer.log
-pidfile = $tmp/pgbouncer.pid
-EOF
-	close($fh);
-	$bouncer = IPC::Run::start([ $pgbouncer, "$tmp/pgbouncer.ini" ],
-		'>', "$tmp/pgbouncer.out", '2>&1');
-	my $up = 0;
-	for (1 .. 600)
-	{
-		my $dbh = DBI->connect("dbi:Pg:host=127.0.0.1;port=$bport;dbname=postgres;sslmode=disable",
-			'', '', { PrintError => 0, RaiseError => 0 });
-		if ($dbh) { $up = 1; $dbh->disconnect; last }
-		usleep(100_000);
-	}
-	ok($up, 'pgbouncer accepts connections');
-}
-END { local $?; $bouncer->kill_kill if $bouncer }
+my $bport = DlockTest::Bouncer::start($node, $tmp, pool => 3, clients => 50);
 
 sub conn
 {
