@@ -17,7 +17,8 @@ use Test::More;
 my $node = PostgreSQL::Test::Cluster->new('hot');
 $node->init;
 $node->append_conf('postgresql.conf', q{
-shared_preload_libraries = 'dlock'
+shared_preload_libraries = 'dlock, pg_stat_statements'
+pg_stat_statements.track = 'all'
 dlock.database = 'postgres'
 dlock.reap_interval = '100ms'
 autovacuum = off
@@ -35,6 +36,34 @@ $node->safe_psql('postgres', q{
 $node->poll_query_until('postgres', q{
 	SELECT n_tup_ins = 20 FROM pg_stat_user_tables WHERE relid = 'dlock.leases'::regclass})
   or die 'statistics of the first acquisitions never arrived';
+
+# No SQL on the hot paths: with pg_stat_statements tracking nested
+# statements, a takeover, a re-entry, a renewal and two unlocks of an
+# existing row record no statement of their own (the SPI statements they
+# ran before 0.2 were "UPDATE dlock.leases ..." and "SELECT holder, owner,
+# ... FROM dlock.leases").  unlock_all, which still scans by SPI, shows that
+# nested statements are recorded at all.
+$node->safe_psql('postgres', 'CREATE EXTENSION pg_stat_statements');
+$node->safe_psql('postgres', 'SELECT pg_stat_statements_reset()');
+$node->safe_psql('postgres', q{
+	SELECT dlock.try_lock('churn/1', 'p', '10s');
+	SELECT dlock.try_lock('churn/1', 'p', '10s');
+	SELECT dlock.renew('churn/1', 'p', '20s');
+	SELECT dlock.unlock('churn/1', 'p');
+	SELECT dlock.unlock('churn/1', 'p');
+	SELECT dlock.unlock_all('nobody');
+});
+is($node->safe_psql('postgres', q{
+	SELECT count(*) FROM pg_stat_statements
+	 WHERE NOT toplevel AND (query ILIKE 'UPDATE dlock.leases%' OR query ILIKE 'INSERT INTO dlock.leases%'
+	       OR query ILIKE 'SELECT holder, owner%')}),
+	'0', 'the hot paths ran no SQL statement on dlock.leases');
+cmp_ok($node->safe_psql('postgres', q{
+	SELECT count(*) FROM pg_stat_statements WHERE NOT toplevel AND query ILIKE '%FROM dlock.leases%'}),
+	'>', 0, 'while nested statements are recorded (unlock_all scans by SPI)');
+is($node->safe_psql('postgres', q{
+	SELECT sum(calls) FROM pg_stat_statements WHERE toplevel AND query ILIKE 'SELECT dlock.%'}),
+	'6', 'the six calls themselves were recorded');
 
 sub stats
 {
