@@ -27,5 +27,6 @@ _PG_init(void)
 	dlock_guc_init();
 	dlock_xact_init();
 	dlock_shmem_init();
+	dlock_listeners_init();
 	dlock_worker_init();
 }

@@ -301,6 +301,18 @@ typedef enum DlockStat
 } DlockStat;
 
 extern void dlock_shmem_init(void);
+
+/* ---- listeners.c ---- */
+extern void dlock_listeners_init(void);
+extern Size dlock_listeners_shmem_size(void);
+extern void dlock_listeners_shmem_startup(void);
+extern void dlock_listeners_decide(void);
+extern bool dlock_listened(const char *channel);
+extern void dlock_listeners_done(void);
+extern void dlock_listeners_commit(void);
+extern void dlock_listeners_abort(void);
+extern void dlock_listeners_subxact(bool commit, SubTransactionId mySubid,
+									SubTransactionId parentSubid);
 extern void dlock_count(DlockStat stat);
 extern void dlock_wait_begin(const DlockResource *res, text *holder,
 							 TimestampTz deadline);

@@ -12,7 +12,8 @@
  * An event is not sent when the change is made but queued here, and:
  *	- at PRE_COMMIT handed to Async_Notify (PreCommit_Notify runs after the
  *	  PRE_COMMIT callbacks), so PostgreSQL delivers it when, and only if,
- *	  the transaction commits;
+ *	  the transaction commits; with shared memory, only if some session
+ *	  may LISTEN on its channel (listeners.c: NOTIFY serialises commits);
  *	- at PRE_PREPARE written into dlock.outbox instead, since a prepared
  *	  transaction may not NOTIFY: the rows commit with COMMIT PREPARED (and
  *	  vanish with ROLLBACK PREPARED), and the next reaper round delivers
@@ -145,11 +146,15 @@ dlock_events_pre_commit(void)
 {
 	ListCell   *lc;
 
+	if (pending == NIL)
+		return;
+	dlock_listeners_decide();
 	foreach(lc, pending)
 	{
 		PendingEvent *ev = lfirst(lc);
 
-		Async_Notify(ev->channel, ev->payload);
+		if (dlock_listened(ev->channel))
+			Async_Notify(ev->channel, ev->payload);
 	}
 	pending = NIL;
 }

@@ -131,6 +131,7 @@ dlock_shmem_request(void)
 	if (prev_shmem_request_hook)
 		prev_shmem_request_hook();
 	RequestAddinShmemSpace(shared_size());
+	RequestAddinShmemSpace(dlock_listeners_shmem_size());
 	RequestNamedLWLockTranche("dlock", 1);
 }
 
@@ -157,6 +158,7 @@ dlock_shmem_startup(void)
 		shared->nslots = MaxBackends;
 		memset(shared->slots, 0, shared_size() - offsetof(DlockShared, slots));
 	}
+	dlock_listeners_shmem_startup();
 	LWLockRelease(AddinShmemInitLock);
 }
 

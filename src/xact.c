@@ -261,9 +261,11 @@ dlock_xact_callback(XactEvent event, void *arg)
 			break;
 		case XACT_EVENT_ABORT:
 			dlock_wait_abort();
+			dlock_listeners_abort();
 			reset_state();
 			break;
 		case XACT_EVENT_COMMIT:
+			dlock_listeners_commit();
 			if (xact_acquired)
 				dlock_expiry_hint(xact_min_expiry);
 			reset_state();
@@ -275,6 +277,7 @@ dlock_xact_callback(XactEvent event, void *arg)
 			 */
 			if (xact_acquired || xact_prepared_events)
 				dlock_expiry_hint(GetCurrentTimestamp());
+			dlock_listeners_abort();
 			reset_state();
 			break;
 		default:
@@ -295,6 +298,7 @@ dlock_release_callback(ResourceReleasePhase phase, bool isCommit,
 
 	if (phase != RESOURCE_RELEASE_AFTER_LOCKS || !isTopLevel)
 		return;
+	dlock_listeners_done();
 	for (i = 0; i < nwake; i++)
 		if (!isCommit || !wake[i].abort_only)
 			dlock_wake_queue(wake[i].hash);
@@ -323,10 +327,12 @@ dlock_subxact_callback(SubXactEvent event, SubTransactionId mySubid,
 		}
 		dlock_store_reset();
 		dlock_events_subxact(false, mySubid, parentSubid);
+		dlock_listeners_subxact(false, mySubid, parentSubid);
 	}
 	else if (event == SUBXACT_EVENT_COMMIT_SUB)
 	{
 		dlock_events_subxact(true, mySubid, parentSubid);
+		dlock_listeners_subxact(true, mySubid, parentSubid);
 		foreach(lc, xact_holdings)
 		{
 			XactHolding *h = lfirst(lc);
