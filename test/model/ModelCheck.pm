@@ -44,6 +44,15 @@
 #                 purpose (42501, 55P03, 40001, 40P01, 57014).
 #
 # MARGIN_US absorbs rounding of the clock to microseconds.
+#
+# Cost: the operations are indexed once (holdings by fence; per resource
+# and holder text, the renews by t0; the releases by what they release;
+# per resource, holder text and role, the holdings' extensions), so a check
+# costs O(n log n) plus the operations inside the time spans it asks about
+# (a holding's life), not a scan of the whole history per operation:
+# a history of 10 minutes checks in seconds.  test/model/compare-checkers.pl
+# compares the decisions with those of an older version of this file.
+# The state is local to one call of check().
 
 package ModelCheck;
 
