@@ -56,6 +56,7 @@ print $tfh $src;
 close $tfh;
 do $tmp or die "loading the old checker: " . ($@ || $!) . "\n";
 
+$| = 1;
 srand($o{seed});
 sub pick { my @a = @_; return @a ? $a[ int(rand(@a)) ] : undef; }
 sub ok_ { return !defined $_[0]{err}; }
