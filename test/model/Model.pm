@@ -8,7 +8,8 @@
 # of role B), waits for them, and hands their logs to ModelCheck.pm.  It
 # prints the seed first; the same seed replays the same random choices
 # (the interleaving, set by the scheduler, differs).  Returns
-# (violations, stats, seed).
+# (violations, stats, seed).  The logs stay in dir; Model::check_dir(dir)
+# checks them again offline.
 
 package Model;
 
@@ -17,6 +18,7 @@ use warnings;
 
 use File::Path qw(make_path);
 use POSIX ();
+use Time::HiRes ();
 
 use ModelCheck;
 use ModelDriver;
@@ -87,14 +89,45 @@ sub run
 		waitpid($pid, 0);
 		$failed_clients++ if $? != 0;
 	}
-	my ($v, $stats) = ModelCheck::check(ModelCheck::load(@logs));
+	my ($v, $stats) = check_logs($out, @logs);
 	$stats->{'clients that died'} = $failed_clients;
 	push @$v, "VIOLATION [client] $failed_clients client(s) died (see stderr)\n"
 	  if $failed_clients;
+	report($out, "seed $seed", $v, $stats);
+	return ($v, $stats, $seed);
+}
+
+# check_logs: load and check the logs, printing how long the check took.
+sub check_logs
+{
+	my ($out, @logs) = @_;
+	my $start = Time::HiRes::time();
+	my $ops = ModelCheck::load(@logs);
+	my ($v, $stats) = ModelCheck::check($ops);
+	printf $out "dlock model: checked %d ops of %d logs in %.1f s\n", scalar @$ops,
+	  scalar @logs, Time::HiRes::time() - $start;
+	return ($v, $stats);
+}
+
+sub report
+{
+	my ($out, $what, $v, $stats) = @_;
 	print $out "dlock model: " . join(', ', map { "$_ $stats->{$_}" } sort keys %$stats) . "\n";
 	print $out $_ for @$v;
-	print $out "dlock model: seed $seed: " . (@$v ? scalar(@$v) . " violation(s)" : 'PASS') . "\n";
-	return ($v, $stats, $seed);
+	print $out "dlock model: $what: " . (@$v ? scalar(@$v) . " violation(s)" : 'PASS') . "\n";
+}
+
+# check_dir: check again, offline, the logs a run left in dir (Model::run's
+# dir, kept); returns (violations, stats).
+sub check_dir
+{
+	my ($dir, $out) = @_;
+	$out //= \*STDOUT;
+	my @logs = sort glob("$dir/client*.log");
+	die "no client*.log in $dir\n" unless @logs;
+	my ($v, $stats) = check_logs($out, @logs);
+	report($out, $dir, $v, $stats);
+	return ($v, $stats);
 }
 
 1;

@@ -5,7 +5,10 @@
 #
 #   test/model/run-model.pl --conninfo 'host=/tmp dbname=postgres' \
 #       [--seed N] [--clients 6] [--seconds 10] [--resources 3] [--dir DIR]
+#   test/model/run-model.pl --check DIR
 #
+# The run's logs (its recorded history) stay in DIR; --check DIR checks such
+# a history again, offline, without a server.
 # The conninfo's user must be a superuser (it creates the extension if
 # needed and two login roles, dlock_model_a and dlock_model_b, which must be
 # able to log in with the same conninfo).  The seed defaults to
@@ -24,7 +27,7 @@ use Model;
 my %o = (conninfo => $ENV{DLOCK_MODEL_CONNINFO} // 'dbname=postgres',
 	seed => $ENV{DLOCK_MODEL_SEED}, clients => 6, seconds => 10, resources => 3);
 GetOptions(\%o, 'conninfo=s', 'seed=i', 'clients=i', 'seconds=f', 'resources=i',
-	'dir=s', 'tag=s')
+	'dir=s', 'tag=s', 'check=s')
   or exit 2;
-my ($v) = Model::run(%o);
+my ($v) = defined $o{check} ? Model::check_dir($o{check}) : Model::run(%o);
 exit(@$v ? 1 : 0);

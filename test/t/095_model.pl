@@ -53,6 +53,13 @@ sub model_run
 	cmp_ok($stats->{holdings} // 0, '>', 50, "$what: the workload took holdings");
 	cmp_ok($stats->{probes} // 0, '>', 10, "$what: the prober probed");
 	cmp_ok($stats->{'ok unlock'} // 0, '>', 10, "$what: unlocks succeeded");
+	# The kept logs (run-model.pl --check DIR) check again, offline, alike.
+	my $again = '';
+	open($fh, '>', \$again) or die;
+	my ($v2, $stats2) = Model::check_dir($dir, $fh);
+	close $fh;
+	is_deeply([ $v2, $stats2->{holdings} ], [ $v, $stats->{holdings} ],
+		"$what: the kept logs check again offline to the same verdict");
 	return $dir;
 }
 
