@@ -10,6 +10,7 @@
 # redis-server for the reference figures when one is installed, runs the
 # measurements with progress on stderr, writes bench/results/ (results.md,
 # raw CSV, PNG plots made with gnuplot, installed with apt-get if missing,
+# as redis-server is,
 # and the server log), then stops everything and removes the temporary
 # directory.
 #
@@ -70,13 +71,22 @@ free_port() {
     done
 }
 
-# prepare: everything that may need root: gnuplot, the build, checks.
+# prepare: everything that may need root: gnuplot, redis-server, the build,
+# checks.
 prepare() {
     if ! command -v gnuplot >/dev/null 2>&1; then
         say "installing gnuplot-nox for the plots"
         as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
             --no-install-recommends gnuplot-nox >/dev/null 2>&1 ||
             say "could not install gnuplot: plots will be skipped"
+    fi
+    if ! command -v redis-server >/dev/null 2>&1; then
+        say "installing redis-server for the Redis reference"
+        as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
+            --no-install-recommends redis-server >/dev/null 2>&1 ||
+            say "could not install redis-server: the Redis reference will be skipped"
+        # Debian starts a system-wide redis-server; the benchmark starts its own.
+        as_root systemctl disable --now redis-server >/dev/null 2>&1 || true
     fi
     if [ ! -f "$("$PG_CONFIG" --sharedir)/extension/dlock.control" ]; then
         echo "dlock is not installed: run 'make && make install' in $(dirname "$here")" >&2
@@ -249,8 +259,10 @@ EOF
         "$here/dlock_bench" -d "$conninfo" -o "$resdir/fsync_off" ${rport:+--redis-port "$rport"} \
             $quick --only pairs
         say "server CPU per pair (bench/cpu.sh)"
-        bash "$here/cpu.sh" "$tmp/data" $([ -n "$quick" ] && echo 3000 || echo 20000) \
-            >"$resdir/fsync_off/cpu.md" || echo "(bench/cpu.sh failed)" >"$resdir/fsync_off/cpu.md"
+        for c in 1 8; do
+            bash "$here/cpu.sh" "$tmp/data" $([ -n "$quick" ] && echo 3000 || echo 20000) $c \
+                >"$resdir/fsync_off/cpu_$c.md" || echo "(bench/cpu.sh failed)" >"$resdir/fsync_off/cpu_$c.md"
+        done
         "$PG_BIN/psql" -X -q -d "$conninfo" -c "ALTER SYSTEM RESET fsync" -c "SELECT pg_reload_conf()" >/dev/null
         {
             echo
@@ -262,9 +274,12 @@ EOF
             awk '/^## 1\./ {on = 1; next} /^## / {on = 0} on' "$resdir/fsync_off/results.md"
             echo
             echo "Server CPU per pair (all the cluster's processes, from /proc; \`bench/cpu.sh\`,"
-            echo "one pgbench client, one resource, fsync = off):"
+            echo "one resource per pgbench client, fsync = off), and pgbench's own CPU per pair;"
+            echo "1 client, then 8:"
             echo
-            cat "$resdir/fsync_off/cpu.md"
+            cat "$resdir/fsync_off/cpu_1.md"
+            echo
+            cat "$resdir/fsync_off/cpu_8.md"
         } >>"$resdir/results.md"
     fi
 
