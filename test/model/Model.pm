@@ -53,7 +53,9 @@ sub run
 	my $seconds = $a{seconds} // 10;
 	my $nres = $a{resources} // 3;
 	my $dir = $a{dir} // "/tmp/dlock-model-$$";
-	my $tag = $a{tag} // 'm';
+	# The tag begins the run's resources and ends its holder texts: runs
+	# sharing a database need distinct tags (this process's by default).
+	my $tag = $a{tag} // "m$$";
 	my $out = $a{out} // \*STDOUT;
 	print $out "dlock model: seed $seed ($clients clients + 1 prober, $seconds s, $nres resources, logs in $dir)\n";
 	make_path($dir);
@@ -71,7 +73,7 @@ sub run
 		my $client = ModelDriver->new(
 			id => $i, role => $role, login => $login, is_super => $su,
 			conninfo => $a{conninfo}, seed => ($seed * 1009 + $i * 7919) % 4294967291,
-			seconds => $seconds, resources => \@res,
+			seconds => $seconds, resources => \@res, tag => $tag,
 			probe => $prober ? "$tag/probe" : undef, logfile => $log);
 		my $pid = fork;
 		die "fork: $!" unless defined $pid;

@@ -42,6 +42,17 @@
 #                 unlock of a holding of count n returns n - 1.
 #  error          no SQLSTATE outside those the workload provokes on
 #                 purpose (42501, 55P03, 40001, 40P01, 57014).
+#  shared-db      no steal touched a resource outside the run's own (those
+#                 its other operations use).  One that did shows another
+#                 run (another tag) shared the database with this one, as
+#                 the drivers before their steals kept to their own
+#                 resources did: the other run's steals (a superuser's
+#                 renew) and unlock_all calls (holder texts were equal
+#                 across runs) then changed this run's holdings without a
+#                 record here, and its revival, overlap, role and
+#                 assert-fence verdicts may be false alarms (a 2026-11
+#                 history, s1001, had 11 of them, every one explained by a
+#                 concurrent run's logged renews and unlock_all calls).
 #
 # MARGIN_US absorbs rounding of the clock to microseconds.
 #
@@ -197,6 +208,19 @@ sub check
 
 	$stats{ops} = scalar @$ops;
 	$stats{"ok $_->{k}"}++ for grep { ok($_) && defined $_->{res} } @$ops;
+
+	# shared-db first (it says what the verdicts below are worth): the
+	# run's resources are those its operations other than steals use
+	# (steals pick from dlock.locks).
+	my %own_res = map { $_->{r} => 1 } grep { defined $_->{r} && !$_->{steal} } @$ops;
+	my %foreign;
+	for my $o (grep { $_->{steal} && defined $_->{r} && !$own_res{ $_->{r} } } @$ops)
+	{
+		next if $foreign{ $o->{r} }++;
+		$viol->('shared-db', "a steal touched resource $o->{r}, not one of this run's: another run "
+			  . "shared the database, and its steals and unlock_all may have changed this run's "
+			  . "holdings unrecorded (other verdicts may be false alarms)", $o);
+	}
 
 	# Holdings by fence.
 	my (%hold, %by_rh);

@@ -58,13 +58,21 @@ sub now_us
 }
 
 # Client object: conninfo, role, is_super, id, seed, seconds, resources,
-# probe (resource, for the prober), logfile, can_break.
+# tag (the run's; ends its holder texts), probe (resource, for the
+# prober), logfile, can_break.
 sub new
 {
 	my ($class, %a) = @_;
 	my $self = bless {%a}, $class;
-	$self->{holders} = [ map { "$a{role}/c$a{id}/h$_" } 0 .. 1 ];
-	$self->{shared} = [ map { "shared/h$_" } 0 .. 1 ];
+	# Holder texts end in "\@tag" (the run's tag, as its resources begin
+	# with it): runs sharing a database must not touch each other's
+	# holdings, and unlock_all(holder) spans every resource, so holder
+	# texts equal across runs (role/cN/hM) let one run's unlock_all end
+	# another's holdings unlogged, which its checker then took for dlock
+	# defects.  ModelCheck.pm's private-holder test reads the prefix.
+	my $tag = defined $a{tag} ? "\@$a{tag}" : '';
+	$self->{holders} = [ map { "$a{role}/c$a{id}/h$_$tag" } 0 .. 1 ];
+	$self->{shared} = [ map { "shared/h$_$tag" } 0 .. 1 ];
 	$self->{fence} = {};    # "r\0h" => last fence this client saw returned
 	$self->{seq} = 0;
 	$self->{unit} = 0;
@@ -212,7 +220,10 @@ sub random_op
 # steal: unlock or renew a holding of another role, under the holder text
 # read from dlock.locks.  A role other than the owner must get 42501 or
 # NULL (superusers aside: the superuser only renews, so counts stay the
-# owners').
+# owners').  Only on this run's own resources: a run that shares the
+# database with another (another tag) must not renew the other's
+# holdings, which the other's checker cannot see (a superuser's renew of
+# another run's holding made that run's checker report a revival).
 sub steal
 {
 	my ($self) = @_;
@@ -220,7 +231,8 @@ sub steal
 		q{SELECT resource, holder, fence FROM dlock.locks
 		   WHERE owner::text <> current_user AND NOT expired
 		     AND holder NOT LIKE 'shared/%' AND holder NOT LIKE 'probe/%'
-		   ORDER BY resource, holder});
+		     AND resource = ANY ($1::text[])
+		   ORDER BY resource, holder}, undef, $self->{resources});
 	if (my $bad = $self->read_failed) { return $bad }
 	return undef unless $rows && @$rows;
 	my ($r, $h, $f) = @{ pick(@$rows) };

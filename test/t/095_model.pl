@@ -123,6 +123,13 @@ sub check_fires
 		$_[0][0]{err} = 'XX000';
 		return 1;
 	});
+	# A steal on another run's resource: the database was shared.
+	$flagged->('shared-db', sub {
+		my ($s) = grep { $_->{steal} } @{ $_[0] };
+		return 0 unless $s;
+		$s->{r} = 'another-run/r0';
+		return 1;
+	});
 	# A renew long after the lease ran out.
 	$flagged->('revival', sub {
 		my ($r) = grep { $_->{k} eq 'renew' && defined $_->{res} && defined $_->{f}
