@@ -5,8 +5,11 @@
 #
 #   test/model/run-model.pl --conninfo 'host=/tmp dbname=postgres' \
 #       [--seed N] [--clients 6] [--seconds 10] [--resources 3] [--dir DIR]
+#       [--tag T]
 #   test/model/run-model.pl --check DIR
 #
+# The tag (default: m and this process's id) begins the run's resources and
+# ends its holder texts, so runs with different tags may share a database.
 # The run's logs (its recorded history) stay in DIR; --check DIR checks such
 # a history again, offline, without a server.
 # The conninfo's user must be a superuser (it creates the extension if
