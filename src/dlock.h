@@ -279,6 +279,8 @@ extern void dlock_notify_holding(const DlockResource *res, const char *event,
 								 const char *value);
 extern void dlock_events_pre_commit(void);
 extern bool dlock_events_pre_prepare(void);
+extern List *dlock_subxact_items(List *items, size_t subxid_off, bool commit,
+								 SubTransactionId mySubid, SubTransactionId parentSubid);
 extern void dlock_events_subxact(bool commit, SubTransactionId mySubid,
 								 SubTransactionId parentSubid);
 extern void dlock_events_reset(void);

@@ -175,19 +175,8 @@ void
 dlock_events_subxact(bool commit, SubTransactionId mySubid,
 					 SubTransactionId parentSubid)
 {
-	ListCell   *lc;
-
-	foreach(lc, pending)
-	{
-		PendingEvent *ev = lfirst(lc);
-
-		if (ev->subxid != mySubid)
-			continue;
-		if (commit)
-			ev->subxid = parentSubid;
-		else
-			pending = foreach_delete_current(pending, lc);
-	}
+	pending = dlock_subxact_items(pending, offsetof(PendingEvent, subxid),
+								  commit, mySubid, parentSubid);
 }
 
 /* State of an outbox session (outbox_begin .. outbox_end). */

@@ -216,18 +216,17 @@ wait_for_deciders(void)
 	}
 }
 
-static bool
-counted_in(List *channels, const char *channel)
+/* find: the element of channels (char *) equal to channel, or NULL. */
+static char *
+find(List *channels, const char *channel)
 {
 	ListCell   *lc;
 
 	foreach(lc, channels)
 		if (strcmp(lfirst(lc), channel) == 0)
-			return true;
-	return false;
+			return lfirst(lc);
+	return NULL;
 }
-
-#define counted(channel) counted_in(my_channels, channel)
 
 /* uncount_all: at exit (the backend listens to nothing any more). */
 static void
@@ -250,7 +249,7 @@ listeners_exit(int code, Datum arg)
 	dlock_listeners_done();
 }
 
-/* remember: an action of this transaction, for replay() at its commit. */
+/* remember: an action of this transaction, for dlock_listeners_commit(). */
 static void
 remember(bool listen, const char *channel)
 {
@@ -271,7 +270,7 @@ on_listen(const char *channel)
 	MemoryContext old;
 
 	remember(true, channel);
-	if (counted(channel))
+	if (find(my_channels, channel))
 		return;
 	if (!exit_registered)
 	{
@@ -296,7 +295,6 @@ dlock_listeners_commit(void)
 {
 	List	   *keep;
 	ListCell   *lc;
-	ListCell   *lc2;
 
 	if (pending == NIL)
 		return;
@@ -304,20 +302,17 @@ dlock_listeners_commit(void)
 	foreach(lc, pending)
 	{
 		PendingAction *a = lfirst(lc);
+		char	   *c = a->channel ? find(my_channels, a->channel) : NULL;
 
 		if (a->listen)
 		{
-			if (!counted_in(keep, a->channel))
-				foreach(lc2, my_channels)
-					if (strcmp(lfirst(lc2), a->channel) == 0)
-						keep = lappend(keep, lfirst(lc2));
+			if (c)				/* always: a LISTEN is counted when it runs */
+				keep = list_append_unique_ptr(keep, c);
 		}
 		else if (a->channel == NULL)
 			keep = NIL;
-		else
-			foreach(lc2, keep)
-				if (strcmp(lfirst(lc2), a->channel) == 0)
-					keep = foreach_delete_current(keep, lc2);
+		else if (c)
+			keep = list_delete_ptr(keep, c);
 	}
 	foreach(lc, my_channels)
 	{
@@ -350,19 +345,8 @@ void
 dlock_listeners_subxact(bool commit, SubTransactionId mySubid,
 						SubTransactionId parentSubid)
 {
-	ListCell   *lc;
-
-	foreach(lc, pending)
-	{
-		PendingAction *a = lfirst(lc);
-
-		if (a->subxid != mySubid)
-			continue;
-		if (commit)
-			a->subxid = parentSubid;
-		else
-			pending = foreach_delete_current(pending, lc);
-	}
+	pending = dlock_subxact_items(pending, offsetof(PendingAction, subxid),
+								  commit, mySubid, parentSubid);
 }
 
 /* The utility hook: see LISTEN, UNLISTEN and DISCARD ALL. */

@@ -21,6 +21,9 @@
  *	- Events (events.c): queued during the transaction, handed to NOTIFY at
  *	  PRE_COMMIT or written to dlock.outbox at PRE_PREPARE; those of an
  *	  aborted subtransaction are dropped.
+ *	- LISTEN/UNLISTEN bookkeeping (listeners.c): applied at COMMIT, dropped
+ *	  at ABORT and with an aborted subtransaction; the backend stops holding
+ *	  up LISTENs once its locks are released.
  *	- Wakeups: resources whose state this transaction changed in a way a
  *	  waiter cares about; once the transaction's locks are released after
  *	  COMMIT (or ABORT), one waiter of each is woken (waiters.c; a no-op
@@ -341,6 +344,33 @@ dlock_subxact_callback(SubXactEvent event, SubTransactionId mySubid,
 				h->subxid = parentSubid;
 		}
 	}
+}
+
+/*
+ * dlock_subxact_items: for a list of items that each carry the
+ * SubTransactionId that made them (at subxid_off), the end of subtransaction
+ * mySubid: its items (and those its committed children handed it) are
+ * dropped if it aborted, handed to parentSubid if it committed.  Returns
+ * the list.  Used by events.c and listeners.c.
+ */
+List *
+dlock_subxact_items(List *items, size_t subxid_off, bool commit,
+					SubTransactionId mySubid, SubTransactionId parentSubid)
+{
+	ListCell   *lc;
+
+	foreach(lc, items)
+	{
+		SubTransactionId *subxid = (SubTransactionId *) ((char *) lfirst(lc) + subxid_off);
+
+		if (*subxid != mySubid)
+			continue;
+		if (commit)
+			*subxid = parentSubid;
+		else
+			items = foreach_delete_current(items, lc);
+	}
+	return items;
 }
 
 /* dlock_xact_init: register the callbacks (once per backend). */

@@ -15,6 +15,7 @@
 #    LISTEN in one transaction; UNLISTEN in a savepoint rolled back, or in
 #    a transaction rolled back; two sessions, one of which exits): the
 #    release notifies and the listener gets the event;
+#  - not preloaded, nothing is counted and every event is sent;
 #  - the race: a release that decided before a LISTEN was counted (it is
 #    stuck in its commit, waiting for the standby) holds the LISTEN up
 #    until it has committed, so the listener's next look finds the resource
@@ -228,4 +229,25 @@ like($out, qr/listening/, 'LISTEN with nothing under way');
 
 $_->quit for $l1, $l2, $l3, $l4, $l5, $l6, $l8, $l9, $l10, $rel;
 $node->stop;
+
+# Not preloaded: no counting, every event is sent, as before.
+my $plain = PostgreSQL::Test::Cluster->new('listeners_plain');
+$plain->init;
+$plain->start;
+$plain->safe_psql('postgres', 'CREATE EXTENSION dlock');
+my $pl = $plain->background_psql('postgres', timeout => 300);
+$pl->query_safe(q{DO $$ BEGIN EXECUTE format('LISTEN %I', dlock.channel('p1')); END $$});
+my $pf = $plain->safe_psql('postgres', "SELECT dlock.try_lock('p1', 'a', '1h')");
+$plain->safe_psql('postgres', "SELECT dlock.unlock('p1', 'a')");
+my %pgot;
+for my $try (1 .. 50)
+{
+	received($pl, \%pgot);
+	last if %pgot;
+	usleep(100_000);
+}
+is_deeply([ map { @$_ } values %pgot ], [qq({"event":"released","resource":"p1","fence":$pf})],
+	'not preloaded: the listener gets the released event');
+$pl->quit;
+$plain->stop;
 done_testing();
