@@ -23,7 +23,7 @@ if [ "${1:-}" != --cluster ]; then
 fi
 
 # ---- as the unprivileged user ----
-export PATH=${DLOCK_PG_BIN:-/usr/lib/postgresql/15/bin}:$PATH
+export PATH=/usr/lib/postgresql/${DLOCK_PG_MAJOR:-15}/bin:$PATH
 dir=$(mktemp -d /tmp/dlock-demo.XXXXXX)
 port=$((20000 + RANDOM % 20000))
 trap 'pg_ctl -D "$dir/data" -m immediate stop >/dev/null 2>&1 || true; rm -rf "$dir"' EXIT
@@ -38,7 +38,7 @@ unix_socket_directories = '$dir'
 CONF
 pg_ctl -D "$dir/data" -l "$dir/log" -w start >/dev/null
 export PGHOST=$dir PGPORT=$port PGDATABASE=postgres
-psql -qX -c "CREATE EXTENSION dlock" -c "CREATE TABLE report (run serial, worker text, fence bigint)"
+psql -qX -P pager=off -c "CREATE EXTENSION dlock" -c "CREATE TABLE report (run serial, worker text, fence bigint)"
 
 t0=$(date +%s.%N)
 # say TEXT: print TEXT after the seconds since the start.
@@ -46,7 +46,7 @@ say() {
     printf '%6.2fs  %s\n' "$(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { print b - a }')" "$*"
 }
 # q ARGS: psql, unaligned, tuples only (SQL with :variables comes on stdin).
-q() { psql -qAtX "$@"; }
+q() { psql -qAtX -P pager=off "$@"; }
 
 echo "Cluster up on port $port with dlock preloaded."
 echo
@@ -75,7 +75,7 @@ SQL
 worker A & worker B & wait
 echo
 echo "The fenced writes, in the order they committed:"
-psql -X -c "SELECT run, worker, fence, fence > lag(fence) OVER (ORDER BY run) AS above_previous FROM report ORDER BY run"
+psql -X -P pager=off -c "SELECT run, worker, fence, fence > lag(fence) OVER (ORDER BY run) AS above_previous FROM report ORDER BY run"
 
 echo "2. A stale holder: worker A takes nightly-report with a 2s lease, then pauses"
 echo "   for 4s (a GC pause, SIGSTOP, a network partition) before its write."
@@ -127,5 +127,5 @@ wait "$taker" "$stale"
 q -c "SELECT dlock.unlock('nightly-report', 'B')" >/dev/null
 echo
 echo "The last writes: A's stale write is not there, B's is."
-psql -X -c "SELECT run, worker, fence FROM report ORDER BY run DESC LIMIT 2"
-psql -X -c "SELECT acquired, released, waits, wakeups, timeouts FROM dlock.stats()"
+psql -X -P pager=off -c "SELECT run, worker, fence FROM report ORDER BY run DESC LIMIT 2"
+psql -X -P pager=off -c "SELECT acquired, released, waits, wakeups, timeouts FROM dlock.stats()"

@@ -1,11 +1,28 @@
 # lib.sh: shared steps of test/run-tests.sh and test/demo.sh.
 # Sourced, not run.
 
-PG_BIN=/usr/lib/postgresql/15/bin
-PACKAGES="build-essential postgresql-15 postgresql-server-dev-15 libpq-dev
-    libipc-run-perl libdbd-pg-perl pgbouncer postgresql-15-cron rsync procps
+# The PostgreSQL major to build and test against: $DLOCK_PG_MAJOR, else the
+# one this Debian release ships (15 on Debian 12, 17 on 13, 18 on forky),
+# else the newest installed.
+debian_pg_major() {
+    local codename
+    codename=$(. /etc/os-release 2>/dev/null && echo "${VERSION_CODENAME:-}")
+    case $codename in
+        bookworm) echo 15 ;;
+        trixie) echo 17 ;;
+        forky|sid) echo 18 ;;
+        *) ls /usr/lib/postgresql 2>/dev/null | sort -n | tail -n 1 ;;
+    esac
+}
+PG_MAJOR=${DLOCK_PG_MAJOR:-$(debian_pg_major)}
+PG_MAJOR=${PG_MAJOR:-15}
+export DLOCK_PG_MAJOR=$PG_MAJOR
+PG_BIN=/usr/lib/postgresql/$PG_MAJOR/bin
+PG_CONFIG=$PG_BIN/pg_config
+PACKAGES="build-essential postgresql-$PG_MAJOR postgresql-server-dev-$PG_MAJOR libpq-dev
+    libipc-run-perl libdbd-pg-perl pgbouncer postgresql-$PG_MAJOR-cron rsync procps iproute2
     debhelper postgresql-server-dev-all dpkg-dev
-    patroni etcd-server etcd-client
+    patroni python3-etcd etcd-server etcd-client
     mariadb-server mariadb-client libmariadb-dev libdbd-mariadb-perl"
 
 # A locale that is set but not generated (LANG=en_US.UTF-8 on a minimal
@@ -40,8 +57,8 @@ install_packages() {
 # build_and_install [MAKE ARGS]: build the extension and the CLI, install
 # both (run-tests.sh passes WERROR=1).
 build_and_install() {
-    make -s PG_CONFIG=/usr/bin/pg_config "$@"
-    as_root make -s install PG_CONFIG=/usr/bin/pg_config "$@"
+    make -s PG_CONFIG="$PG_CONFIG" "$@"
+    as_root make -s install PG_CONFIG="$PG_CONFIG" "$@"
 }
 
 # run_as_tester DIR SCRIPT: run SCRIPT with bash in DIR as a user that may

@@ -10,27 +10,46 @@
 # PostgreSQL refuses to run as root, so as root the tests run as the
 # "postgres" user on a copy of the tree.  Ends with a line
 # "dlock: N passed, M failed" counting single tests, and exits non-zero if
-# anything failed.
+# anything failed.  Each part's results are shown as they come.
+#
+#   bash test/run-tests.sh [PART|FILE ...]
+#
+# With arguments, only those run: PART is regress, isolation, tap or mysql;
+# FILE a TAP file (test/t/032_fair.pl, test/mysql/t/030_races.t).  The
+# PostgreSQL major is the one this Debian release ships, or $DLOCK_PG_MAJOR.
 set -euo pipefail
 
 top=$(cd "$(dirname "$0")/.." && pwd)
 cd "$top"
 . test/lib.sh
 
+export DLOCK_TESTS="$*"
+for t in $DLOCK_TESTS; do
+    case $t in
+        regress|isolation|tap|mysql) ;;
+        test/t/*.pl|test/mysql/t/*.t) [ -f "$t" ] || { echo "$0: no such test file: $t" >&2; exit 2; }
+            case $t in test/t/*) DLOCK_TESTS="$DLOCK_TESTS tap" ;; *) DLOCK_TESTS="$DLOCK_TESTS mysql" ;; esac ;;
+        *) echo "$0: unknown part or test file: $t (regress, isolation, tap, mysql, test/t/*.pl, test/mysql/t/*.t)" >&2; exit 2 ;;
+    esac
+done
+
 install_packages
+# Built afresh: objects left by test/demo.sh were built without WERROR=1.
+make -s clean PG_CONFIG="$PG_CONFIG" >/dev/null 2>&1 || true
 build_and_install WERROR=1
 
 run_as_tester "$top" '
-    set -u
-    export PATH=/usr/lib/postgresql/15/bin:$PATH
-    export PERL5LIB=/usr/lib/postgresql/15/lib/pgxs/src/test/perl
+    set -u -o pipefail
+    export PATH=/usr/lib/postgresql/$DLOCK_PG_MAJOR/bin:$PATH
+    export PERL5LIB=/usr/lib/postgresql/$DLOCK_PG_MAJOR/lib/pgxs/src/test/perl
+    export PG_CONFIG=/usr/lib/postgresql/$DLOCK_PG_MAJOR/bin/pg_config
     export PGHOST=/tmp
     passed=0; failed=0
     # pg_regress_counts LOG: add the counts of a pg_regress summary.
     pg_regress_counts() {
         local all bad
-        all=$(sed -n "s/^ *All \([0-9]*\) tests passed.*/\1/p; s/^ *[0-9]* of \([0-9]*\) tests failed.*/\1/p" "$1" | tail -n 1)
-        bad=$(sed -n "s/^ *\([0-9]*\) of [0-9]* tests failed.*/\1/p" "$1" | tail -n 1)
+        all=$(sed -n "s/^[# ]*All \([0-9]*\) tests passed.*/\1/p; s/^[# ]*[0-9]* of \([0-9]*\) tests failed.*/\1/p" "$1" | tail -n 1)
+        bad=$(sed -n "s/^[# ]*\([0-9]*\) of [0-9]* tests failed.*/\1/p" "$1" | tail -n 1)
         [ -n "$all" ] || { failed=$((failed + 1)); return; }
         passed=$((passed + all - ${bad:-0})); failed=$((failed + ${bad:-0}))
     }
@@ -49,28 +68,46 @@ run_as_tester "$top" '
         done
         return 0
     }
-    echo "=== building the stress client (test/stress)"
-    if ! make -s -C test/stress > stress-build.log 2>&1; then
-        cat stress-build.log
-        echo "FAILED: building the stress client (test/t/070_stress.pl will fail too)"
-        failed=$((failed + 1))
-    fi
-    # suite NAME TARGET LOG: run one make target, show its output (and the
-    # diffs if it failed).
-    suite() {
-        echo "=== $1"
-        make -s "$2" > "$3" 2>&1 || { cat "$3"; show_diffs; return 0; }
-        cat "$3"
+    # want PART: is PART (regress, isolation, tap, mysql) selected?
+    want() { [ -z "$DLOCK_TESTS" ] || [[ " $DLOCK_TESTS " == *" $1 "* ]]; }
+    # tap_files DIR: the TAP files of DIR named in DLOCK_TESTS (all when
+    # the whole part, or nothing, is named).
+    tap_files() {
+        local f out=
+        for f in $DLOCK_TESTS; do case $f in "$1"/*) out="$out $f" ;; esac; done
+        echo "${out:-$1/*}"
     }
-    suite "regression tests (pg_regress)" installcheck-regress regress.log
-    pg_regress_counts regress.log
-    suite "isolation tests" installcheck-isolation isolation.log
-    pg_regress_counts isolation.log
-    suite "TAP tests" installcheck-tap tap.log
-    prove_counts tap.log
-    echo "=== MySQL and MariaDB edition (test/mysql/t)"
-    prove test/mysql/t > mysql.log 2>&1 || true; cat mysql.log
-    prove_counts mysql.log
+    if want tap; then
+        echo "=== building the stress client (test/stress)"
+        if ! make -s -C test/stress > stress-build.log 2>&1; then
+            cat stress-build.log
+            echo "FAILED: building the stress client (test/t/070_stress.pl will fail too)"
+            failed=$((failed + 1))
+        fi
+    fi
+    # suite NAME LOG CMD...: run one part, its output shown as it comes (and
+    # the diffs if it failed).
+    suite() {
+        local name=$1 log=$2; shift 2
+        echo "=== $name"
+        "$@" 2>&1 | tee "$log" || show_diffs
+    }
+    if want regress; then
+        suite "regression tests (pg_regress, test/sql)" regress.log make -s installcheck-regress
+        pg_regress_counts regress.log
+    fi
+    if want isolation; then
+        suite "isolation tests (test/isolation/specs)" isolation.log make -s installcheck-isolation
+        pg_regress_counts isolation.log
+    fi
+    if want tap; then
+        suite "TAP tests (test/t)" tap.log make -s installcheck-tap PROVE_TESTS="$(tap_files test/t)"
+        prove_counts tap.log
+    fi
+    if want mysql; then
+        suite "MySQL and MariaDB edition (test/mysql/t)" mysql.log prove $(tap_files test/mysql/t)
+        prove_counts mysql.log
+    fi
     echo
     echo "dlock: $passed passed, $failed failed"
     [ "$failed" -eq 0 ]
