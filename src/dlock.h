@@ -11,7 +11,7 @@
  * lease.c the lease functions, xactlock.c transaction-scoped locks,
  * queue.c fair queues and lock-delay, elect.c leader election and
  * holding values, reap.c
- * expiry, events.c NOTIFY, waiters.c shared memory for sleeping waiters and
+ * expiry, compat.h what differs between PostgreSQL majors, events.c NOTIFY, waiters.c shared memory for sleeping waiters and
  * statistics, worker.c the background reaper, promote.c the refresh of
  * holdings after a promotion.
  *
@@ -22,6 +22,7 @@
 
 #include "postgres.h"
 
+#include "compat.h"
 #include "datatype/timestamp.h"
 #include "executor/spi.h"
 #include "fmgr.h"

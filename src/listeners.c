@@ -145,9 +145,9 @@ bucket(const char *channel)
 static pg_atomic_uint64 *
 my_slot(void)
 {
-	if (shared == NULL || MyProc == NULL || MyProc->pgprocno >= shared->nprocs)
+	if (shared == NULL || MyProc == NULL || DLOCK_PROC_NUMBER(MyProc) >= shared->nprocs)
 		return NULL;
-	return &shared->deciding[MyProc->pgprocno];
+	return &shared->deciding[DLOCK_PROC_NUMBER(MyProc)];
 }
 
 /*
@@ -197,7 +197,7 @@ dlock_listeners_done(void)
 static void
 wait_for_deciders(void)
 {
-	int			me = MyProc ? MyProc->pgprocno : -1;
+	int			me = MyProc ? DLOCK_PROC_NUMBER(MyProc) : -1;
 
 	for (int i = 0; i < shared->nprocs; i++)
 	{

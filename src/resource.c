@@ -205,8 +205,8 @@ dlock_lease_expiry(TimestampTz now, const Interval *span)
 {
 	TimestampTz expires;
 
-	if (Abs((int64) span->month) > DLOCK_MAX_LEASE_MONTHS ||
-		Abs((int64) span->day) > DLOCK_MAX_LEASE_DAYS ||
+	if (span->month > DLOCK_MAX_LEASE_MONTHS || span->month < -DLOCK_MAX_LEASE_MONTHS ||
+		span->day > DLOCK_MAX_LEASE_DAYS || span->day < -DLOCK_MAX_LEASE_DAYS ||
 		span->time > DLOCK_MAX_LEASE_USECS || span->time < -DLOCK_MAX_LEASE_USECS)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),

@@ -181,7 +181,7 @@ open_table(TableInfo *t, LOCKMODE mode)
 	if (t->valid)
 		return rel;
 	t->relid = relid;
-	t->pkey = RelationGetPrimaryKeyIndex(rel);
+	t->pkey = dlock_primary_key_index(rel);
 	if (!OidIsValid(t->pkey))
 		elog(ERROR, "dlock: table dlock.%s has no primary key", t->name);
 	for (int i = 0; i < t->ncols; i++)
@@ -357,6 +357,7 @@ store_tuple(Relation rel, ItemPointer otid, HeapTuple tup)
 	TM_Result	result = TM_Ok;
 	TM_FailureData tmfd;
 	LockTupleMode lockmode;
+	DlockIndexUpdate indexes = DLOCK_INDEX_ALL;
 	OwnerSwitch sw = {false};
 	MemoryContext old = MemoryContextSwitchTo(estate->es_query_cxt);
 
@@ -379,8 +380,7 @@ store_tuple(Relation rel, ItemPointer otid, HeapTuple tup)
 	if (RelationGetDescr(rel)->constr != NULL)
 		ExecConstraints(rri, slot, estate);
 	if (otid != NULL)
-		result = heap_update(rel, otid, tup, GetCurrentCommandId(true),
-							 InvalidSnapshot, true, &tmfd, &lockmode);
+		result = dlock_heap_update(rel, otid, tup, &tmfd, &lockmode, &indexes);
 	else
 		simple_heap_insert(rel, tup);
 	if (result == TM_SelfModified)
@@ -388,13 +388,12 @@ store_tuple(Relation rel, ItemPointer otid, HeapTuple tup)
 	else if (result != TM_Ok && result != TM_Updated && result != TM_Deleted)
 		elog(ERROR, "dlock: unexpected heap_update result %d", (int) result);
 	if (result == TM_Ok && rri->ri_NumIndices > 0 &&
-		(otid == NULL || !HeapTupleIsHeapOnly(tup)))
+		(otid == NULL || indexes != DLOCK_INDEX_NONE))
 	{
 		List	   *recheck;
 
 		ExecStoreHeapTuple(tup, slot, false);	/* with its new TID */
-		recheck = ExecInsertIndexTuples(rri, slot, estate, false, false,
-										NULL, NIL);
+		recheck = dlock_insert_index_tuples(rri, slot, estate, indexes);
 
 		/*
 		 * A deferrable unique or exclusion constraint that the new row may

@@ -226,9 +226,9 @@ dlock_reap_started(void)
 static DlockWaiter *
 my_slot(void)
 {
-	if (shared == NULL || MyProc == NULL || MyProc->pgprocno >= shared->nslots)
+	if (shared == NULL || MyProc == NULL || DLOCK_PROC_NUMBER(MyProc) >= shared->nslots)
 		return NULL;
-	return &shared->slots[MyProc->pgprocno];
+	return &shared->slots[DLOCK_PROC_NUMBER(MyProc)];
 }
 
 /* first_in_line: does waiter a come before waiter b? */
@@ -335,7 +335,7 @@ dlock_wait_begin(const DlockResource *res, text *holder, TimestampTz deadline)
 	 * The names first, outside the lock: the slot is not in use, so nobody
 	 * reads them until the locked section below publishes it.
 	 */
-	names = slot_names(MyProc->pgprocno);
+	names = slot_names(DLOCK_PROC_NUMBER(MyProc));
 	text_to_cstring_buffer(res->name, names->resource, sizeof(names->resource));
 	if (holder)
 		text_to_cstring_buffer(holder, names->holder, sizeof(names->holder));

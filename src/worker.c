@@ -231,7 +231,8 @@ in_batches(List *list, int batch, const char *activity,
 
 	while (i < n)
 	{
-		int			to = Min(i + cur_batch, n);
+		/* volatile: read after PG_TRY's longjmp target is set */
+		volatile int to = Min(i + cur_batch, n);
 
 		CHECK_FOR_INTERRUPTS();
 		PG_TRY();
