@@ -32,6 +32,9 @@ PROVE_TESTS = test/t/*.pl
 NO_LOCALE = 1
 ENCODING = UTF8
 
+# Named in the "+++ regress install-check in DIR +++" lines of PGXS.
+subdir = $(CURDIR)
+
 PG_CONFIG ?= pg_config
 PGXS := $(shell $(PG_CONFIG) --pgxs)
 include $(PGXS)

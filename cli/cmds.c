@@ -587,7 +587,7 @@ cmd_version(Options *o)
 	conn = db_connect(o, now_ms() + 5000, false, true);
 	if (conn == NULL)
 	{
-		logmsg("could not connect to report the server extension's version: %s",
+		logmsg("note: the server extension's version is not known (no connection: %s)",
 			   db_lost_reason());
 		return 0;
 	}

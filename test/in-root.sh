@@ -4,7 +4,7 @@
 # the suite natively on Debian 12 (PostgreSQL 15) and through this script on
 # Debian 13 "trixie" (PostgreSQL 17) and Debian "forky" (PostgreSQL 18).
 #
-#   bash test/in-root.sh [--root DIR] SUITE [COMMAND [ARGS]]
+#   bash test/in-root.sh [--root DIR] [--old-pg N] SUITE [COMMAND [ARGS]]
 #
 # SUITE is a Debian code name (bookworm, trixie, forky, ...).  The root is
 # made once in DIR (default /var/cache/dlock-roots/SUITE) and reused; the
@@ -16,18 +16,27 @@
 # killed when COMMAND ends, and their shared memory goes with the root's
 # private /dev/shm.  Several roots may run at once.  Root only (debootstrap,
 # chroot, unshare).
+#
+# --old-pg N copies this machine's PostgreSQL N (installed with apt-get if
+# missing) into the root, with dlock built for it from this tree and the
+# shared libraries of this machine that the root's release no longer ships
+# (libicu, libldap of Debian 12), and sets DLOCK_OLD_PG_MAJOR=N: the upgrade
+# tests from N (test/t/097_cross_major.pl: pg_upgrade, dump and restore)
+# then run against the root's own major.  Debian ships one major per
+# release, so this is how both meet on one system.
 set -euo pipefail
 
 top=$(cd "$(dirname "$0")/.." && pwd)
-root=
+root= old_pg=
 while [ $# -gt 0 ]; do
     case $1 in
         --root) root=$2; shift 2 ;;
+        --old-pg) old_pg=$2; shift 2 ;;
         -h|--help) sed -n '2,/^set -e/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
         *) break ;;
     esac
 done
-[ $# -ge 1 ] || { echo "usage: $0 [--root DIR] SUITE [COMMAND [ARGS]]" >&2; exit 2; }
+[ $# -ge 1 ] || { echo "usage: $0 [--root DIR] [--old-pg N] SUITE [COMMAND [ARGS]]" >&2; exit 2; }
 suite=$1; shift
 [ $# -gt 0 ] || set -- bash test/run-tests.sh
 root=${root:-/var/cache/dlock-roots/$suite}
@@ -60,6 +69,47 @@ rsync -a --delete --exclude=.git --exclude=tmp_check --exclude=tmp_check_iso \
     --exclude=output_iso --exclude=results --exclude=log --exclude='*.o' --exclude='*.so' \
     --exclude='*.bc' --exclude=cli/dlock --exclude='*.log' "$top"/ "$root/src"/
 
+# copy_old_pg N: this machine's PostgreSQL N, with dlock, into the root.
+copy_old_pg() {
+    local n=$1 build lib missing i
+    if [ ! -x "/usr/lib/postgresql/$n/bin/postgres" ] || [ ! -x "/usr/lib/postgresql/$n/bin/pg_config" ]; then
+        apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends \
+            "postgresql-$n" "postgresql-server-dev-$n" build-essential libpq-dev
+    fi
+    echo "=== PostgreSQL $n of this machine, with dlock, into the root (for the upgrade tests)"
+    rm -rf "$root/usr/lib/postgresql/$n" "$root/usr/share/postgresql/$n"
+    mkdir -p "$root/usr/lib/postgresql" "$root/usr/share/postgresql"
+    cp -a "/usr/lib/postgresql/$n" "$root/usr/lib/postgresql/"
+    cp -a "/usr/share/postgresql/$n" "$root/usr/share/postgresql/"
+    rm -rf "$root/usr/lib/postgresql/$n/lib/dlock.so" "$root/usr/lib/postgresql/$n/lib/bitcode/dlock"* \
+        "$root/usr/share/postgresql/$n/extension/dlock"*
+    build=$(mktemp -d)
+    rsync -a --exclude=.git --exclude='*.o' --exclude='*.so' --exclude='*.bc' "$root/src"/ "$build"/
+    make -s -C "$build" SKIP_CLI=1 PG_CONFIG="/usr/lib/postgresql/$n/bin/pg_config" > "$build/build.log" 2>&1 &&
+        make -s -C "$build" SKIP_CLI=1 PG_CONFIG="/usr/lib/postgresql/$n/bin/pg_config" install DESTDIR="$root" \
+            >> "$build/build.log" 2>&1 || { cat "$build/build.log"; rm -rf "$build"; return 1; }
+    rm -rf "$build"
+    # The shared libraries it needs that the root lacks, from this machine.
+    lib=/usr/lib/postgresql/$n/compat-lib
+    mkdir -p "$root$lib"
+    echo "$lib" > "$root/etc/ld.so.conf.d/dlock-postgresql-$n.conf"
+    for i in 1 2 3 4; do
+        chroot "$root" ldconfig
+        missing=$(for f in "$root/usr/lib/postgresql/$n"/bin/* "$root/usr/lib/postgresql/$n"/lib/*.so; do
+                      chroot "$root" ldd "${f#"$root"}" 2>/dev/null
+                  done | sed -n 's/^[[:space:]]*\([^ ]*\) => not found$/\1/p' | sort -u)
+        [ -n "$missing" ] || return 0
+        for so in $missing; do
+            path=$(ldconfig -p | awk -v so="$so" '$1 == so && /x86-64/ {print $NF; exit}')
+            [ -n "$path" ] || { echo "copy_old_pg: $so not found on this machine" >&2; return 1; }
+            cp -L "$path" "$root$lib/$so"
+        done
+    done
+    echo "copy_old_pg: libraries still missing: $missing" >&2
+    return 1
+}
+[ -z "$old_pg" ] || copy_old_pg "$old_pg"
+
 # in_root NETNS CMD...: CMD in the root, in new mount, PID and IPC namespaces
 # (and a new network namespace with only loopback up when NETNS is 1).
 in_root() {
@@ -84,4 +134,4 @@ in_root() {
 in_root 0 env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin HOME=/root LANG=C.UTF-8 \
     bash -c 'cd /src && . test/lib.sh && install_packages'
 in_root 1 env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin HOME=/root LANG=C.UTF-8 CI="${CI:-}" \
-    DLOCK_PG_MAJOR="${DLOCK_PG_MAJOR:-}" bash -c 'cd /src && exec "$@"' cmd "$@"
+    DLOCK_PG_MAJOR="${DLOCK_PG_MAJOR:-}" DLOCK_OLD_PG_MAJOR="$old_pg" bash -c 'cd /src && exec "$@"' cmd "$@"

@@ -120,7 +120,8 @@ BEGIN
     EXECUTE q;
     RETURN 'no error';
 EXCEPTION WHEN OTHERS THEN
-    RETURN SQLSTATE || ': ' || SQLERRM;
+    -- PostgreSQL 17 names the unit in a setting's range ("0 ms .. 3600000 ms").
+    RETURN SQLSTATE || ': ' || regexp_replace(SQLERRM, '\((-?\d+) ms \.\. (-?\d+) ms\)$', '(\1 .. \2)');
 END $$;
 SELECT dlock.try_lock('fx', 'A', '1h') IS NOT NULL AS setup;
 SELECT dlock.try_lock('fx', 'Q', fair => true) IS NULL AS setup_ticket;

@@ -120,7 +120,22 @@ sub client
 my $B = sync_standby_of($A, 'B');
 my $dsn = 'dbi:Pg:dbname=postgres;host=' . $A->host . ';port=' . $A->port;
 my @pids = map { client($_, $dsn) } 1 .. $CLIENTS;
-usleep(3_000_000);
+# Until enough was acknowledged (at least 3 s; on a loaded machine the
+# synchronous commits take longer), then the crash.
+my $t_run = time;
+while (time < $t_run + 120)
+{
+	usleep(200_000);
+	next if time < $t_run + 3;
+	my ($a, $n) = (0, 0);
+	for my $c (1 .. $CLIENTS)
+	{
+		my $text = slurp("$tmp/client$c.log") // '';
+		$a += () = $text =~ /^A /mg;
+		$n += () = $text =~ /^N /mg;
+	}
+	last if $a >= 60 && $n >= 25;
+}
 $A->kill9;
 for my $p (@pids)
 {

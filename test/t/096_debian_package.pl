@@ -1,5 +1,6 @@
 # 096_debian_package.pl: the Debian packages (debian/, pg_buildext).  On a
-# copy of the tree, dpkg-buildpackage -us -uc -b builds postgresql-15-dlock
+# copy of the tree, dpkg-buildpackage -us -uc -b builds postgresql-NN-dlock
+# (NN: the PostgreSQL major under test; debian/pgversions says 15+)
 # and dlock-cli; their version is dlock.control's; the extension package
 # holds the library and every install and upgrade script, the CLI package
 # the dlock binary and its man page.  Both are extracted (dpkg-deb -x, never
@@ -16,6 +17,10 @@ use Test::More;
 use File::Basename qw(basename);
 
 use JSON::PP;
+
+# The major under test (pg_config's), as pg_buildext picks it on this release.
+my ($major) = `pg_config --version` =~ /PostgreSQL (\d+)/;
+ok($major, "PostgreSQL major under test: $major");
 
 open(my $ctl, '<', 'dlock.control') or die "dlock.control: $!";
 my ($version) = map { /^default_version = '(.*)'/ ? $1 : () } <$ctl>;
@@ -73,9 +78,9 @@ my ($changelog_version) = `cd '$src' && dpkg-parsechangelog -S Version`;
 chomp $changelog_version;
 like($changelog_version, qr/^\Q$version\E-\d+$/, "debian/changelog's version ($changelog_version) is dlock.control's");
 
-my ($ext_deb) = glob("$tmp/postgresql-15-dlock_${changelog_version}_*.deb");
+my ($ext_deb) = glob("$tmp/postgresql-${major}-dlock_${changelog_version}_*.deb");
 my ($cli_deb) = glob("$tmp/dlock-cli_${changelog_version}_*.deb");
-ok($ext_deb && -f $ext_deb, 'postgresql-15-dlock built: ' . basename($ext_deb // '(none)'));
+ok($ext_deb && -f $ext_deb, "postgresql-${major}-dlock built: " . basename($ext_deb // '(none)'));
 ok($cli_deb && -f $cli_deb, 'dlock-cli built: ' . basename($cli_deb // '(none)'));
 BAIL_OUT('no packages') unless $ext_deb && $cli_deb;
 
@@ -83,41 +88,42 @@ BAIL_OUT('no packages') unless $ext_deb && $cli_deb;
 my @ext = map { s{^\./}{}r } grep { !m{/$} } map { (split ' ', $_)[5] } split /\n/, `dpkg-deb -c '$ext_deb'`;
 my @cli = map { s{^\./}{}r } grep { !m{/$} } map { (split ' ', $_)[5] } split /\n/, `dpkg-deb -c '$cli_deb'`;
 my @scripts = sort map { basename($_) } glob('sql/dlock--*.sql');
-is_deeply([ sort map { basename($_) } grep { m{^usr/share/postgresql/15/extension/dlock--} } @ext ],
+is_deeply([ sort map { basename($_) } grep { m{^usr/share/postgresql/$major/extension/dlock--} } @ext ],
 	\@scripts, 'the extension package holds every install and upgrade script: ' . join(' ', @scripts));
-ok((grep { $_ eq 'usr/share/postgresql/15/extension/dlock.control' } @ext), 'and dlock.control');
-ok((grep { $_ eq 'usr/lib/postgresql/15/lib/dlock.so' } @ext), 'and dlock.so');
+ok((grep { $_ eq "usr/share/postgresql/$major/extension/dlock.control" } @ext), 'and dlock.control');
+ok((grep { $_ eq "usr/lib/postgresql/$major/lib/dlock.so" } @ext), 'and dlock.so');
 ok(!(grep { m{^usr/(local/)?bin/} } @ext), 'and no CLI');
 ok((grep { $_ eq 'usr/bin/dlock' } @cli), 'the CLI package holds usr/bin/dlock');
 ok((grep { m{^usr/share/man/man1/dlock\.1} } @cli), 'and its man page');
-like(`dpkg-deb -f '$ext_deb' Depends`, qr/\bpostgresql-15\b/, 'the extension depends on postgresql-15');
+like(`dpkg-deb -f '$ext_deb' Depends`, qr/\bpostgresql-$major\b/, "the extension depends on postgresql-$major");
 like(`dpkg-deb -f '$cli_deb' Depends`, qr/\blibpq5\b/, 'the CLI depends on libpq5');
+like(`dpkg-deb -f '$cli_deb' Depends`, qr/\blibmariadb3\b/, 'and on libmariadb3 (its MySQL and MariaDB support is always built)');
 
 # A private PostgreSQL: this one's files (bin, lib, share), without dlock,
 # and the packages' files over them.
 my $bindir = `pg_config --bindir`;
 my $sharedir = `pg_config --sharedir`;
 chomp($bindir, $sharedir);
-my ($prefix) = $bindir =~ m{^(.*)/lib/postgresql/15/bin$};
-ok(defined $prefix && $sharedir eq "$prefix/share/postgresql/15",
+my ($prefix) = $bindir =~ m{^(.*)/lib/postgresql/$major/bin$};
+ok(defined $prefix && $sharedir eq "$prefix/share/postgresql/$major",
 	"this PostgreSQL has Debian's layout ($bindir, $sharedir)");
 my $root = "$tmp/root";
 ok(run_logged("$tmp/copy.log", 'sh', '-c',
 		"mkdir -p '$root/usr/lib/postgresql' '$root/usr/share/postgresql'"
-		  . " && cp -a '$prefix/lib/postgresql/15' '$root/usr/lib/postgresql/'"
-		  . " && cp -a '$prefix/share/postgresql/15' '$root/usr/share/postgresql/'"
-		  . " && rm -rf '$root'/usr/lib/postgresql/15/lib/dlock.so '$root'/usr/lib/postgresql/15/lib/bitcode/dlock*"
-		  . " '$root'/usr/share/postgresql/15/extension/dlock*"),
+		  . " && cp -a '$prefix/lib/postgresql/$major' '$root/usr/lib/postgresql/'"
+		  . " && cp -a '$prefix/share/postgresql/$major' '$root/usr/share/postgresql/'"
+		  . " && rm -rf '$root'/usr/lib/postgresql/$major/lib/dlock.so '$root'/usr/lib/postgresql/$major/lib/bitcode/dlock*"
+		  . " '$root'/usr/share/postgresql/$major/extension/dlock*"),
 	'a private copy of this PostgreSQL without dlock');
 ok(run_logged("$tmp/extract.log", 'sh', '-c', "dpkg-deb -x '$ext_deb' '$root' && dpkg-deb -x '$cli_deb' '$root'"),
 	'extracted both packages over it');
-my $pg_config = "$root/usr/lib/postgresql/15/bin/pg_config";
-is(`'$pg_config' --pkglibdir`, "$root/usr/lib/postgresql/15/lib\n", "the copy's \$libdir is its own");
-is(`'$pg_config' --sharedir`, "$root/usr/share/postgresql/15\n", 'and so is its share directory');
+my $pg_config = "$root/usr/lib/postgresql/$major/bin/pg_config";
+is(`'$pg_config' --pkglibdir`, "$root/usr/lib/postgresql/$major/lib\n", "the copy's \$libdir is its own");
+is(`'$pg_config' --sharedir`, "$root/usr/share/postgresql/$major\n", 'and so is its share directory');
 
 # The regression suite against the packaged library and scripts.
 my $ok = run_logged("$tmp/regress.log", 'sh', '-c',
-	"cd '$src' && PATH='$root/usr/lib/postgresql/15/bin':\$PATH make -s installcheck-regress PG_CONFIG='$pg_config'");
+	"cd '$src' && PATH='$root/usr/lib/postgresql/$major/bin':\$PATH make -s installcheck-regress PG_CONFIG='$pg_config'");
 my $regress = slurp_file("$tmp/regress.log");
 ok($ok, 'the pg_regress suite passes against the packaged files');
 like($regress, qr/All \d+ tests passed/, 'pg_regress: ' . (($regress =~ /(All \d+ tests passed|\d+ of \d+ tests failed)/)[0] // '?'));
