@@ -14,7 +14,7 @@
 # as root in private mount, PID, IPC and network namespaces: the servers the
 # tests start see only their own loopback, every process they leave is
 # killed when COMMAND ends, and their shared memory goes with the root's
-# private /dev/shm.  Several roots may run at once.  Root only (debootstrap,
+# private /dev/shm.  A failed run's logs stay under DIR/tmp until the next.  Several roots may run at once.  Root only (debootstrap,
 # chroot, unshare).
 #
 # --old-pg N copies this machine's PostgreSQL N (installed with apt-get if
@@ -96,7 +96,7 @@ copy_old_pg() {
     for i in 1 2 3 4; do
         chroot "$root" ldconfig
         missing=$(for f in "$root/usr/lib/postgresql/$n"/bin/* "$root/usr/lib/postgresql/$n"/lib/*.so; do
-                      chroot "$root" ldd "${f#"$root"}" 2>/dev/null
+                      chroot "$root" ldd "${f#"$root"}" 2>/dev/null || true
                   done | sed -n 's/^[[:space:]]*\([^ ]*\) => not found$/\1/p' | sort -u)
         [ -n "$missing" ] || return 0
         for so in $missing; do
@@ -121,13 +121,17 @@ in_root() {
         mount -t tmpfs -o mode=1777,size=2g tmpfs "$root/dev/shm"
         mount -t proc proc "$root/proc"
         mount -t sysfs sysfs "$root/sys" 2>/dev/null || true
-        mount -t tmpfs -o mode=1777 tmpfs "$root/tmp"
         if [ "$net" = 1 ]; then
             exec unshare --net -- bash -c "ip link set lo up && exec chroot \"\$0\" \"\$@\"" "$root" "$@"
         fi
         exec chroot "$root" "$@"
     ' in_root "$root" "$net" "$@"
 }
+
+# The root's /tmp is its own: emptied before each run, kept after it (a
+# failed run's copy of the tree, with its logs, stays there).
+rm -rf "${root:?}/tmp"
+mkdir -m 1777 "$root/tmp"
 
 # Packages first (the registry is reached from the host's network), then
 # COMMAND with loopback alone.

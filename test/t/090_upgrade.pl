@@ -135,9 +135,10 @@ IPC::Run::run([ @dump, 'fresh' ], '>', \$fresh, '2>', \$err) or die $err;
 # (pg_dump's \restrict lines carry a random key.)
 s/^\\(un)?restrict .*$//mg for ($walked, $fresh);
 is($walked, $fresh, 'pg_dump --schema-only after the walk equals a fresh install');
-my $cat = q{SELECT string_agg(p.proname || '(' || pg_get_function_identity_arguments(p.oid) || ') '
-	|| p.provolatile::text || p.proparallel::text || coalesce(array_to_string(p.proacl, ','), ''), E'\n' ORDER BY 1)
-	FROM pg_proc p WHERE p.pronamespace = 'dlock'::regnamespace};
+my $cat = q{SELECT string_agg(f, E'\n' ORDER BY f) FROM (
+	SELECT p.proname || '(' || pg_get_function_identity_arguments(p.oid) || ') '
+	|| p.provolatile::text || p.proparallel::text || coalesce(array_to_string(p.proacl, ','), '') AS f
+	FROM pg_proc p WHERE p.pronamespace = 'dlock'::regnamespace) s};
 is($node->safe_psql('walk', $cat), $node->safe_psql('fresh', $cat),
 	'functions, volatility, parallel safety and grants match a fresh install');
 
