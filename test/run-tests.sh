@@ -34,6 +34,7 @@ for t in $DLOCK_TESTS; do
 done
 
 install_packages
+echo "=== building and installing dlock and its CLI for PostgreSQL $PG_MAJOR (-Werror)"
 # Built afresh: objects left by test/demo.sh were built without WERROR=1.
 make -s clean PG_CONFIG="$PG_CONFIG" >/dev/null 2>&1 || true
 build_and_install WERROR=1
