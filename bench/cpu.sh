@@ -49,7 +49,7 @@ ticks() {
     done
     echo "$t"
 }
-psql() { "$bin/psql" -X -q -h "$sock" -p "$port" -U postgres -d postgres "$@"; }
+psql() { "$bin/psql" -X -q -P pager=off -h "$sock" -p "$port" -U postgres -d postgres "$@"; }
 psql -c "CREATE TABLE IF NOT EXISTS naive (resource text PRIMARY KEY, holder text, expires_at timestamptz)"
 
 echo "| method | server CPU per pair | pgbench CPU per pair | pairs/s ($clients client$([ "$clients" = 1 ] || echo s)) |"

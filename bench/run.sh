@@ -227,7 +227,7 @@ EOF
         [ "$attempt" -eq 5 ] && { echo "could not start PostgreSQL" >&2; exit 1; }
     done
     conninfo="host=$tmp port=$port user=postgres dbname=postgres"
-    "$PG_BIN/psql" -X -q -d "$conninfo" -c "CREATE EXTENSION dlock"
+    "$PG_BIN/psql" -X -q -P pager=off -d "$conninfo" -c "CREATE EXTENSION dlock"
 
     if command -v redis-server >/dev/null 2>&1; then
         rport=$(free_port)
@@ -253,7 +253,7 @@ EOF
     # pairs table is appended to results.md.
     if [ -z "$only" ] || [[ ",$only," == *,pairs,* ]]; then
         say "uncontended pairs with fsync = off (CPU alone)"
-        "$PG_BIN/psql" -X -q -d "$conninfo" -c "ALTER SYSTEM SET fsync = off" -c "SELECT pg_reload_conf()" >/dev/null
+        "$PG_BIN/psql" -X -q -P pager=off -d "$conninfo" -c "ALTER SYSTEM SET fsync = off" -c "SELECT pg_reload_conf()" >/dev/null
         mkdir -p "$resdir/fsync_off"
         find "$resdir/fsync_off" -maxdepth 1 -type f -delete
         "$here/dlock_bench" -d "$conninfo" -o "$resdir/fsync_off" ${rport:+--redis-port "$rport"} \
@@ -263,7 +263,7 @@ EOF
             bash "$here/cpu.sh" "$tmp/data" $([ -n "$quick" ] && echo 3000 || echo 20000) $c \
                 >"$resdir/fsync_off/cpu_$c.md" || echo "(bench/cpu.sh failed)" >"$resdir/fsync_off/cpu_$c.md"
         done
-        "$PG_BIN/psql" -X -q -d "$conninfo" -c "ALTER SYSTEM RESET fsync" -c "SELECT pg_reload_conf()" >/dev/null
+        "$PG_BIN/psql" -X -q -P pager=off -d "$conninfo" -c "ALTER SYSTEM RESET fsync" -c "SELECT pg_reload_conf()" >/dev/null
         {
             echo
             echo "## CPU alone: uncontended pairs with fsync = off"

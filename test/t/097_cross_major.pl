@@ -170,9 +170,10 @@ my $control_ok;
 }
 SKIP:
 {
-	skip("pg_upgrade from this PostgreSQL $old_major to $new_major fails for a plain table without dlock "
-		  . '(see tmp_check/log/regress_log_097_cross_major): not a dlock matter', 1)
-	  unless $control_ok;
+	my $why = "pg_upgrade from this PostgreSQL $old_major to $new_major fails for a plain table without dlock "
+	  . '(see tmp_check/log/regress_log_097_cross_major): not a dlock matter';
+	diag("pg_upgrade part skipped: $why") unless $control_ok;
+	skip($why, 1) unless $control_ok;
 	my ($old, $fence) = old_node('upg_old');
 	my $max_old = max_fence($old);
 	$old->stop;
