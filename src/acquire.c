@@ -22,9 +22,18 @@
 #include "dlock.h"
 
 #include "miscadmin.h"
+#include "storage/latch.h"
 #include "storage/lmgr.h"
 #include "storage/proc.h"
+#include "tcop/tcopprot.h"
 #include "utils/builtins.h"
+
+/*
+ * libpq/libpq.h's, declared here: that header includes libpq-be.h, which
+ * needs the GSSAPI headers of a server built with GSSAPI (PostgreSQL
+ * 14 to 18 all have it).
+ */
+extern bool pq_check_connection(void);
 
 /* Longest back-off while another transaction has the resource's lock. */
 #define MAX_BACKOFF_MS 100
@@ -58,6 +67,32 @@ ms_until(TimestampTz now, TimestampTz then)
 	if (then - now > (TimestampTz) 3600 * 1000 * 1000)
 		return 3600 * 1000;
 	return (long) ((then - now + 999) / 1000);
+}
+
+/*
+ * check_client: before each look after a sleep, a waiter makes sure its
+ * client is still there, whatever client_connection_check_interval says.
+ * A client killed while its backend waits (SIGKILL, a lost host) leaves a
+ * backend that would otherwise wait on, be served in its turn, take the
+ * lock, and only then, sending the result, find nobody to send it to: the
+ * lock (and a fair queue behind it) held by nobody until its lease ends.
+ * A gone client ends the wait as PostgreSQL's own check does (FATAL
+ * "connection to client lost"); the abort drops the ticket and wakes the
+ * next waiter.  One poll of the socket; the latch it may reset is looked
+ * at right after (dlock_wait_look), so no wakeup is lost.
+ */
+static void
+check_client(void)
+{
+	if (MyProcPort == NULL || whereToSendOutput != DestRemote ||
+		!WaitEventSetCanReportClosed())
+		return;
+	if (!pq_check_connection())
+	{
+		ClientConnectionLost = true;
+		InterruptPending = true;
+		CHECK_FOR_INTERRUPTS();
+	}
 }
 
 /*
@@ -105,7 +140,10 @@ dlock_wait_loop(const DlockResource *res, text *holder, int64 wait_ms,
 		DlockAttempt result;
 
 		if (waiting)
+		{
+			check_client();
 			dlock_wait_look();
+		}
 		result = attempt(res, arg, &fence, &busy_until);
 
 		if (held_extra)

@@ -209,6 +209,8 @@ extern void dlock_client_ticket_keep(const DlockResource *res, text *holder,
 									 Oid owner, TimestampTz now);
 extern void dlock_client_ticket_drop(const DlockResource *res, text *holder,
 									 Oid owner);
+extern void dlock_client_ticket_release(const DlockResource *res, text *holder,
+										Oid owner);
 extern bool dlock_client_ticket_heads(const DlockResource *res, text *holder,
 									  Oid owner, TimestampTz now);
 extern void dlock_delay_read(const DlockResource *res, DlockRow *row);

@@ -181,11 +181,14 @@ value_cstring(text *value)
 /*
  * current_term: if candidate (of the caller's role) leads election now,
  * its term, with the resource's lock taken (CHANGE) and the store session
- * open; else 0, with neither.  A first look without the lock keeps a
- * candidate that does not lead from waiting for anyone here.
+ * open; else 0, with neither; -1 (with neither) if another transaction
+ * kept the resource's lock for longer than wait_ms (0: not at all; -1: no
+ * limit but lock_timeout and statement_timeout).  A first look without the
+ * lock keeps a candidate that does not lead from waiting for anyone here.
  */
 static int64
-current_term(const DlockResource *res, text *candidate, const DlockCaller *caller)
+current_term(const DlockResource *res, text *candidate, const DlockCaller *caller,
+			 int64 wait_ms)
 {
 	DlockRow	row;
 
@@ -197,7 +200,24 @@ current_term(const DlockResource *res, text *candidate, const DlockCaller *calle
 		return 0;
 	}
 	dlock_store_end();
-	dlock_change_wait(res);
+	if (wait_ms < 0)
+		dlock_change_wait(res);
+	else
+	{
+		/* Within the wait: one try for '0', never a wait in the lock manager. */
+		TimestampTz deadline = GetCurrentTimestamp() + wait_ms * 1000;
+		long		sleep_ms = 1;
+
+		while (!dlock_take_resource(res))
+		{
+			TimestampTz now = GetCurrentTimestamp();
+
+			if (now >= deadline)
+				return -1;
+			dlock_wait_sleep(Min(sleep_ms, (long) ((deadline - now + 999) / 1000)));
+			sleep_ms = Min(sleep_ms * 2, 100);
+		}
+	}
 	dlock_store_begin();
 	dlock_row_read(res, &row);
 	if (dlock_holding_verdict(&row, candidate, caller, GetCurrentTimestamp()) != HOLDING_MINE)
@@ -212,28 +232,34 @@ current_term(const DlockResource *res, text *candidate, const DlockCaller *calle
 /*
  * still_leader: candidate leads res already under term, with the
  * resource's lock taken (CHANGE) and the store session open: a value given
- * (and different) is proclaimed; the session is closed, the lock kept only
- * if something changed.
+ * (and different) is proclaimed, and the holding becomes an election's
+ * however it was taken (a try_lock, say), so that its end by expiry is
+ * announced with candidate, term and value like any leader's; the session
+ * is closed, the lock kept only if something changed.
  */
 static void
 still_leader(const DlockResource *res, int64 term, text *candidate, text *value)
 {
+	bool		proclaimed = false;
 	bool		changed = false;
 	char	   *old_holder;
 	char	   *old_value;
 	bool		election;
+	bool		exists;
 
+	exists = dlock_value_read(res, term, &old_holder, &old_value, &election);
 	if (value != NULL)
+		proclaimed = old_value == NULL || strcmp(old_value, text_to_cstring(value)) != 0;
+	if (proclaimed || !exists || !election)
 	{
-		(void) dlock_value_read(res, term, &old_holder, &old_value, &election);
-		changed = old_value == NULL || strcmp(old_value, text_to_cstring(value)) != 0;
-		if (changed)
-		{
-			value_set(res, term, candidate, value, false);
-			dlock_notify_holding(res, "proclaimed", term, text_to_cstring(candidate),
-								 value_cstring(value));
-		}
+		value_set(res, term, candidate,
+				  proclaimed ? value : (old_value ? cstring_to_text(old_value) : NULL),
+				  true);
+		changed = true;
 	}
+	if (proclaimed)
+		dlock_notify_holding(res, "proclaimed", term, text_to_cstring(candidate),
+							 value_cstring(value));
 	dlock_store_end();
 	if (!changed)
 		dlock_resource_unlock(res, DLOCK_CHANGE);
@@ -268,7 +294,9 @@ dlock_campaign(PG_FUNCTION_ARGS)
 	dlock_check_writable("dlock.campaign()");
 	caller = dlock_caller();
 
-	term = current_term(&res, candidate, &caller);
+	term = current_term(&res, candidate, &caller, wait_ms);
+	if (term < 0)
+		PG_RETURN_NULL();
 	if (term != 0)
 	{
 		still_leader(&res, term, candidate, value);
@@ -369,6 +397,7 @@ dlock_resign(PG_FUNCTION_ARGS)
 	}
 	(void) dlock_value_read(&res, row.fence, &old_holder, &value, &election);
 	dlock_row_release(&res, 0, now);
+	dlock_client_ticket_release(&res, candidate, row.owner);
 	dlock_store_end();
 	dlock_notify_holding(&res, "resigned", row.fence, text_to_cstring(candidate), value);
 	dlock_wake_after_commit(res.hash);
