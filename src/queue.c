@@ -567,9 +567,9 @@ dlock_withdraw(PG_FUNCTION_ARGS)
 	caller = dlock_caller();
 
 	/*
-	 * One statement: delete the caller's role's ticket (or, for a
-	 * superuser, every role's of that holder), and report the roles of the
-	 * holder's other tickets, which it may not touch.
+	 * One statement: delete the caller's role's ticket (a superuser
+	 * without one: every other role's of that holder), and report the
+	 * roles of the holder's other live tickets, which it may not touch.
 	 */
 	values[0] = PointerGetDatum(res.name);
 	values[1] = PointerGetDatum(holder);
@@ -579,7 +579,10 @@ dlock_withdraw(PG_FUNCTION_ARGS)
 	if (dlock_store_exec(&plan,
 						 "WITH d AS (DELETE FROM dlock.tickets t WHERE " RES_IS("t")
 						 "    AND t.holder OPERATOR(pg_catalog.=) ($2 COLLATE pg_catalog.\"C\")"
-						 "    AND (t.owner OPERATOR(pg_catalog.=) $3 OR $4)"
+						 "    AND (t.owner OPERATOR(pg_catalog.=) $3 OR ($4 AND NOT EXISTS"
+						 "     (SELECT FROM dlock.tickets o WHERE " RES_IS("o")
+						 "       AND o.holder OPERATOR(pg_catalog.=) ($2 COLLATE pg_catalog.\"C\")"
+						 "       AND o.owner OPERATOR(pg_catalog.=) $3)))"
 						 "  RETURNING t.expires_at)"
 						 " SELECT CASE WHEN d.expires_at OPERATOR(pg_catalog.>) pg_catalog.clock_timestamp()"
 						 "   THEN 1 ELSE 0 END, NULL::pg_catalog.oid FROM d"

@@ -546,4 +546,29 @@ is(leader('e3'), "f2 $tf2 x2", 'f2 still leads under its term');
 finish('x2', 0);
 is(wait_exit($pid{f2}, 30), 0, 'f2\'s dlock exits 0');
 
+# ---------- campaign by a holder that took the lock with try_lock: its
+# holding is a leader's from then on, and its end by expiry is announced
+# with candidate, term and value like any leader's.
+{
+	my $chan = sql(q{SELECT dlock.channel('e4')});
+	my $ls = $node->background_psql('postgres');
+	$ls->query_safe(qq{LISTEN "$chan"});
+	my $t4 = sql(q{SELECT dlock.try_lock('e4', 'g1', '1s')});
+	is(sql(q{SELECT dlock.campaign('e4', 'g1')}), $t4,
+		'campaign by the try_lock holder returns its term');
+	ok($node->poll_query_until('postgres',
+			q{SELECT count(*) = 0 FROM dlock.locks WHERE resource = 'e4' AND holder IS NOT NULL}),
+		'its lease runs out and the reaper ends it');
+	my $note = '';
+	for (my $i = 0; $i < 100 && $note !~ /"event":"expired"/; $i++)
+	{
+		$note .= $ls->query_safe('SELECT 1');
+		usleep(50_000) if $note !~ /"event":"expired"/;
+	}
+	like($note,
+		qr/payload "\{"event":"expired","resource":"e4","fence":$t4,"candidate":"g1","term":$t4,"value":null\}"/,
+		'its expired event carries candidate, term and value');
+	$ls->quit;
+}
+
 done_testing();

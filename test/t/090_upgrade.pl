@@ -99,6 +99,16 @@ for my $i (1 .. $#versions)
 		is($node->safe_psql('walk', $queue_q), $queue, "$v: every queue entry intact");
 		is($node->safe_psql('walk', $delay_q), $delay, "$v: every lock-delay intact");
 		is($node->safe_psql('walk', $leader_q), $leader, "$v: the leader and its value intact");
+		# From 0.3 on a client-side waiter withdraws its ticket.
+		if ($node->safe_psql('walk', q{SELECT to_regprocedure('dlock.withdraw(text,text)') IS NOT NULL}) eq 't')
+		{
+			$node->safe_psql('walk',
+				qq{SET dlock.queue_ttl = '1h'; SELECT dlock.try_lock('walk/q', 'q$v', fair => true)});
+			is($node->safe_psql('walk', $queue_q), "$queue q$v:3", "$v: a ticket joins the queue");
+			is($node->safe_psql('walk', qq{SELECT dlock.withdraw('walk/q', 'q$v')}), 't',
+				"$v: withdraw takes it out");
+			is($node->safe_psql('walk', $queue_q), $queue, "$v: the queue is as it was");
+		}
 	}
 	elsif ($node->safe_psql('walk', q{SELECT to_regclass('dlock.tickets') IS NOT NULL}) eq 't')
 	{
