@@ -1,8 +1,9 @@
 /*
  * dlock--0.2--0.3.sql: upgrade from 0.2 to 0.3: withdraw (a client-side
  * fair waiter gives up its ticket at once), dlock.queue lists a ticket
- * once while a lock() call waits with it, and dlock.leader() names its own
- * argument in its errors.  The 0.3 library runs under the 0.2 SQL until
+ * once while a lock() call waits with it, dlock.leader() names its own
+ * argument in its errors, and the recent terms of elections (view
+ * dlock.terms) for observers that poll.  The 0.3 library runs under the 0.2 SQL until
  * ALTER EXTENSION dlock UPDATE: dlock_withdraw is only reached from here.
  *
  * Like 0.2's, nothing here locks dlock.leases (test/t/090_upgrade.pl).
@@ -74,3 +75,28 @@ BEGIN
            AND l.holder IS NOT NULL AND NOT l.expired;
 END
 $$;
+
+-- ---- Recent terms of elections (src/elect.c) ----
+-- Every term campaign elects, kept for ten minutes, so that an observer
+-- that cannot LISTEN (behind a pooler) and polls sees every term, also one
+-- that began and ended between two of its looks.  Not dumped: history.
+CREATE TABLE dlock.term_log (
+    resource   text COLLATE "C" NOT NULL,
+    term       bigint NOT NULL,
+    candidate  text COLLATE "C" NOT NULL,
+    value      text,
+    owner      regrole NOT NULL,
+    elected_at timestamptz NOT NULL,
+    PRIMARY KEY (resource, term)
+);
+REVOKE ALL ON dlock.term_log FROM PUBLIC;
+COMMENT ON TABLE dlock.term_log IS
+    'Terms elected by campaign in the last ten minutes; read them through dlock.terms';
+
+CREATE VIEW dlock.terms AS
+    SELECT t.resource AS election, t.term, t.candidate, t.value, t.elected_at,
+           t.owner
+      FROM dlock.term_log t;
+GRANT SELECT ON dlock.terms TO PUBLIC;
+COMMENT ON VIEW dlock.terms IS
+    'Terms elected by campaign in the last ten minutes (election, term, candidate, value at election, elected_at, owner), for observers that poll';

@@ -23,9 +23,15 @@
  * resigned, and expired from the reaper, each with candidate, term and
  * value.
  *
+ * Each term campaign elects is also appended to dlock.term_log (0.3 SQL),
+ * kept for ten minutes (view dlock.terms), so that an observer that polls
+ * sees every term.
+ *
  * Shared state: rows of dlock.holding_values, written only under the
- * resource's lock (CHANGE), except the purge of dead rows.  Only under the
- * 0.2 SQL (dlock_values_installed); the functions exist only there.
+ * resource's lock (CHANGE), except the purge of dead rows; rows of
+ * dlock.term_log, written (appended, and the election's old ones deleted)
+ * only under the election's lock.  Only under the 0.2 SQL
+ * (dlock_values_installed); the functions exist only there.
  *
  *-------------------------------------------------------------------------
  */
@@ -171,6 +177,41 @@ dlock_values_forget(const DlockResource *res)
 							1, types, values, NULL, false);
 }
 
+/*
+ * term_log: a new term of res (0.3 SQL): append it to dlock.term_log, the
+ * history behind view dlock.terms that lets an observer that polls (behind
+ * a pooler: no LISTEN) see every term, also one that began and ended
+ * between two of its looks.  The election's terms older than TERM_LOG_KEEP
+ * go in the same statement.  Inside a store session, under the resource's
+ * lock; nothing under older SQL.
+ */
+#define TERM_LOG_KEEP "10 minutes"
+static void
+term_log(const DlockResource *res, int64 term, text *candidate, text *value,
+		 Oid owner)
+{
+	static SPIPlanPtr plan = NULL;
+	static const Oid types[5] = {TEXTOID, INT8OID, TEXTOID, TEXTOID, REGROLEOID};
+	Datum		values[5];
+	char		nulls[5] = {' ', ' ', ' ', value ? ' ' : 'n', ' '};
+
+	if (!OidIsValid(get_relname_relid("term_log", dlock_schema_oid())))
+		return;
+	values[0] = PointerGetDatum(res->name);
+	values[1] = Int64GetDatum(term);
+	values[2] = PointerGetDatum(candidate);
+	values[3] = PointerGetDatum(value);
+	values[4] = ObjectIdGetDatum(owner);
+	(void) dlock_store_exec(&plan,
+							"WITH old AS (DELETE FROM dlock.term_log t WHERE " RES_IS("t")
+							"   AND t.elected_at OPERATOR(pg_catalog.<) pg_catalog.clock_timestamp()"
+							"     OPERATOR(pg_catalog.-) '" TERM_LOG_KEEP "'::pg_catalog.interval)"
+							" INSERT INTO dlock.term_log (resource, term, candidate, value, owner, elected_at)"
+							"  VALUES ($1, $2, $3, $4, $5, pg_catalog.clock_timestamp())"
+							"  ON CONFLICT DO NOTHING",
+							5, types, values, nulls, false);
+}
+
 /* value_cstring: a text value as a C string, or NULL. */
 static char *
 value_cstring(text *value)
@@ -238,7 +279,8 @@ current_term(const DlockResource *res, text *candidate, const DlockCaller *calle
  * is closed, the lock kept only if something changed.
  */
 static void
-still_leader(const DlockResource *res, int64 term, text *candidate, text *value)
+still_leader(const DlockResource *res, int64 term, text *candidate, text *value,
+			 Oid owner)
 {
 	bool		proclaimed = false;
 	bool		changed = false;
@@ -252,9 +294,11 @@ still_leader(const DlockResource *res, int64 term, text *candidate, text *value)
 		proclaimed = old_value == NULL || strcmp(old_value, text_to_cstring(value)) != 0;
 	if (proclaimed || !exists || !election)
 	{
-		value_set(res, term, candidate,
-				  proclaimed ? value : (old_value ? cstring_to_text(old_value) : NULL),
-				  true);
+		text	   *v = proclaimed ? value : (old_value ? cstring_to_text(old_value) : NULL);
+
+		value_set(res, term, candidate, v, true);
+		if (!exists || !election)
+			term_log(res, term, candidate, v, owner);	/* a leader's term from now */
 		changed = true;
 	}
 	if (proclaimed)
@@ -299,7 +343,7 @@ dlock_campaign(PG_FUNCTION_ARGS)
 		PG_RETURN_NULL();
 	if (term != 0)
 	{
-		still_leader(&res, term, candidate, value);
+		still_leader(&res, term, candidate, value, caller.role);
 		PG_RETURN_INT64(term);
 	}
 
@@ -311,10 +355,11 @@ dlock_campaign(PG_FUNCTION_ARGS)
 	dlock_store_begin();
 	if (already)
 	{
-		still_leader(&res, term, candidate, value);
+		still_leader(&res, term, candidate, value, caller.role);
 		PG_RETURN_INT64(term);
 	}
 	value_set(&res, term, candidate, value, true);
+	term_log(&res, term, candidate, value, caller.role);
 	dlock_store_end();
 	dlock_notify_holding(&res, "elected", term, text_to_cstring(candidate), value_cstring(value));
 	PG_RETURN_INT64(term);

@@ -571,4 +571,24 @@ is(wait_exit($pid{f2}, 30), 0, 'f2\'s dlock exits 0');
 	$ls->quit;
 }
 
+# ---------- a polling observer sees every term, also one that began and
+# ended between two of its looks (200 ms apart): dlock.terms (0.3)
+{
+	my $op = spawn('obs_short', cmd => [ $cli, '-d', conn('obs_short'), 'observe', '--poll', 'e5' ]);
+	ok(wait_until(30, sub { scalar(observed('obs_short')) >= 1 }), 'the poller prints the state of e5');
+	my ($ta, $resigned) = split /\n/,
+	  sql(q{SELECT dlock.campaign('e5', 'sa', 'va', '1h'); SELECT dlock.resign('e5', 'sa')});
+	is($resigned, 't', 'sa is elected and resigns at once');
+	my $tb = sql(q{SELECT dlock.campaign('e5', 'sb', 'vb', '1h')});
+	ok(wait_until(30, sub { grep { ($_->{candidate} // '') eq 'sb' } observed('obs_short') }),
+		'the poller sees sb lead');
+	kill 'TERM', $op;
+	is(wait_exit($op, 30), 0, 'the poller exits 0 on SIGTERM');
+	my $seq = join(',', map { brief($_) } observed('obs_short'));
+	diag("obs_short: $seq");
+	like($seq, qr/^none:::<null>,(?:elected|leader):sa:$ta:va,(?:none:::<null>,)?leader:sb:$tb:vb$/,
+		'the poller printed sa\'s term of a few milliseconds, then sb');
+	sql(q{SELECT dlock.resign('e5', 'sb')});
+}
+
 done_testing();

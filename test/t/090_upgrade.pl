@@ -90,8 +90,6 @@ for my $i (1 .. $#versions)
 	my $f = $node->safe_psql('walk', "SELECT dlock.try_lock('walk/v$v', 'hv', '1h')");
 	cmp_ok($f, '>', $f3, "$v: the next fence is higher than every earlier one");
 	$f3 = $f;
-	$before = $node->safe_psql('walk',
-		q{SELECT string_agg(resource || ' ' || holder || ' ' || count || ' ' || fence || ' ' || owner, ', ' ORDER BY resource) FROM dlock.locks});
 
 	# From 0.2 on there are queues and lock-delays: every step keeps them.
 	if ($queue ne '')
@@ -126,6 +124,9 @@ for my $i (1 .. $#versions)
 		$leader = $node->safe_psql('walk', $leader_q);
 		is($leader, "le where-e $term", "$v: dlock.leader() shows it with its value");
 	}
+	# (after this step's new holdings: the next step must keep them all)
+	$before = $node->safe_psql('walk',
+		q{SELECT string_agg(resource || ' ' || holder || ' ' || count || ' ' || fence || ' ' || owner, ', ' ORDER BY resource) FROM dlock.locks});
 }
 
 # The waiter is still waiting and gets the lock when it is released.
