@@ -13,7 +13,9 @@
  * committed).  The wait loop decides what to do about busy and contended:
  * give up (try_lock), sleep until woken by a releasing commit or until the
  * lease ends, or wait in the lock manager.  Times come from the server
- * clock at the moment of each attempt.
+ * clock at the moment of each attempt.  After each sleep a waiter checks
+ * that its client is still connected (check_client): a waiter whose client
+ * is gone must not be served.
  *
  * Backend-local; the waiter slot it registers is waiters.c's.
  *

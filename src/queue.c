@@ -37,6 +37,11 @@
  * one, the resource goes only to it (the rule is holding.c's; acquire.c and
  * xactlock.c apply it).
  *
+ * A client ticket also leaves the queue by dlock.withdraw() (0.3 SQL: its
+ * holder stops waiting), and when its holder's holding ends cleanly (a
+ * ticket the holder took on another connection while its own acquisition
+ * was still uncommitted, and so invisible to that attempt).
+ *
  * Lock-delay: a holding taken with a lock-delay has a row in dlock.delays,
  * tied to it by its fence.  If the holding ends uncleanly, the resource is
  * not available before the end of the lease plus the delay: computed from
@@ -49,9 +54,10 @@
  * already; rows of dlock.tickets, written by fair attempts with or without
  * the resource's lock (a ticket is taken even while another transaction is
  * changing the resource; each holder's row is its own, and the upsert
- * serialises a holder's concurrent attempts), and read for the head only
- * under it; and the lock manager's locks.  The functions here run
- * inside store sessions (store.c) and only under the 0.2 SQL
+ * serialises a holder's concurrent attempts; withdraw deletes the holder's
+ * row without it), and read for the head only under it; and the lock
+ * manager's locks.  The functions here run
+ * inside store sessions (store.c) and only under the 0.2 SQL or later
  * (dlock_queue_installed); under older SQL there are no queues or delays.
  *
  *-------------------------------------------------------------------------
