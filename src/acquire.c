@@ -80,8 +80,9 @@ ms_until(TimestampTz now, TimestampTz then)
  * lock (and a fair queue behind it) held by nobody until its lease ends.
  * A gone client ends the wait as PostgreSQL's own check does (FATAL
  * "connection to client lost"); the abort drops the ticket and wakes the
- * next waiter.  One poll of the socket; the latch it may reset is looked
- * at right after (dlock_wait_look), so no wakeup is lost.
+ * next waiter.  One poll of the socket.  It may reset our latch: pending
+ * interrupts are handled right after it, and a wakeup it swallowed is seen
+ * by the look that follows (dlock_wait_look), so none is lost.
  */
 static void
 check_client(void)
@@ -93,8 +94,9 @@ check_client(void)
 	{
 		ClientConnectionLost = true;
 		InterruptPending = true;
-		CHECK_FOR_INTERRUPTS();
 	}
+	/* also any interrupt whose latch the check reset (a cancel, say) */
+	CHECK_FOR_INTERRUPTS();
 }
 
 /*
