@@ -29,8 +29,8 @@
  *
  * Shared state: rows of dlock.holding_values, written only under the
  * resource's lock (CHANGE), except the purge of dead rows; rows of
- * dlock.term_log, written (appended, and the election's old ones deleted)
- * only under the election's lock.  Only under the 0.2 SQL
+ * dlock.term_log, appended under the election's lock, and old ones (of any
+ * election) deleted by the next campaigns with SKIP LOCKED.  Only under the 0.2 SQL
  * (dlock_values_installed); the functions exist only there.
  *
  *-------------------------------------------------------------------------
@@ -181,11 +181,15 @@ dlock_values_forget(const DlockResource *res)
  * term_log: a new term of res (0.3 SQL): append it to dlock.term_log, the
  * history behind view dlock.terms that lets an observer that polls (behind
  * a pooler: no LISTEN) see every term, also one that began and ended
- * between two of its looks.  The election's terms older than TERM_LOG_KEEP
- * go in the same statement.  Inside a store session, under the resource's
- * lock; nothing under older SQL.
+ * between two of its looks.  In the same statement, up to TERM_LOG_SWEEP
+ * terms (of any election) older than TERM_LOG_KEEP go, skipping rows
+ * another such sweep has locked (never waiting): each new term removes
+ * more old ones than it adds, so the log holds little more than the last
+ * ten minutes' terms.  Inside a store session, under the resource's lock;
+ * nothing under older SQL.
  */
 #define TERM_LOG_KEEP "10 minutes"
+#define TERM_LOG_SWEEP "64"
 static void
 term_log(const DlockResource *res, int64 term, text *candidate, text *value,
 		 Oid owner)
@@ -203,9 +207,12 @@ term_log(const DlockResource *res, int64 term, text *candidate, text *value,
 	values[3] = PointerGetDatum(value);
 	values[4] = ObjectIdGetDatum(owner);
 	(void) dlock_store_exec(&plan,
-							"WITH old AS (DELETE FROM dlock.term_log t WHERE " RES_IS("t")
-							"   AND t.elected_at OPERATOR(pg_catalog.<) pg_catalog.clock_timestamp()"
-							"     OPERATOR(pg_catalog.-) '" TERM_LOG_KEEP "'::pg_catalog.interval)"
+							"WITH old AS (DELETE FROM dlock.term_log t"
+							"  WHERE t.ctid OPERATOR(pg_catalog.=) ANY (ARRAY("
+							"   SELECT o.ctid FROM dlock.term_log o"
+							"    WHERE o.elected_at OPERATOR(pg_catalog.<) pg_catalog.clock_timestamp()"
+							"      OPERATOR(pg_catalog.-) '" TERM_LOG_KEEP "'::pg_catalog.interval"
+							"    LIMIT " TERM_LOG_SWEEP " FOR UPDATE SKIP LOCKED)))"
 							" INSERT INTO dlock.term_log (resource, term, candidate, value, owner, elected_at)"
 							"  VALUES ($1, $2, $3, $4, $5, pg_catalog.clock_timestamp())"
 							"  ON CONFLICT DO NOTHING",
