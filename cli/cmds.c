@@ -544,9 +544,9 @@ observe_leader(PGconn **connp, const char *election, Observed *ob, bool print,
  * released or broken for plain holdings), and the leader is re-read every
  * 5 s so that a change nobody announced (an expiry without a reaper) is
  * printed too.  Behind a pooler (or with --poll) dlock.leader() is polled
- * every 200 ms and a "leader"/"none" line printed on each change: what it
- * prints is true at that moment and in increasing terms, but a term that
- * begins and ends between two polls is not seen (README, man page).  After a
+ * every 200 ms and a "leader"/"none" line printed on each change, after an
+ * "elected" line for each term that began and ended since the last poll
+ * (dlock.terms, 0.3 SQL; with 0.2 such a term is missed).  After a
  * lost connection it reconnects, reads the leader again and prints it if
  * it changed (events in between are missed; stderr says so).
  */
