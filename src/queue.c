@@ -537,11 +537,13 @@ dlock_client_ticket_drop(const DlockResource *res, text *holder, Oid owner)
  * see that the holder was taking the resource); it would head the queue
  * once the holding is gone and hold everyone off until it lapses.  Under
  * the resource's lock, inside a store session; nothing under the 0.1 SQL.
+ * A release is a hot path: the statement runs only if the resource has a
+ * live ticket at all, looked up without SPI (rows.c).
  */
 void
 dlock_client_ticket_release(const DlockResource *res, text *holder, Oid owner)
 {
-	if (dlock_queue_installed())
+	if (dlock_row_tickets_live(res, GetCurrentTimestamp()))
 		dlock_client_ticket_drop(res, holder, owner);
 }
 
