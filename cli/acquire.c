@@ -17,7 +17,10 @@
  * With --fair, each failed attempt commits the ticket try_lock wrote (a
  * client-side ticket lives in a table, so it must be committed), and the
  * attempts come at least three times per dlock.queue_ttl so that it never
- * lapses while we wait.  A single try (--wait 0) takes no ticket.
+ * lapses while we wait.  A single try (--wait 0) takes no ticket.  A wait
+ * that ends without the lock (timeout, signal, error) withdraws its ticket
+ * (dlock.withdraw, where the server has the 0.3 SQL; before, it lapses
+ * within dlock.queue_ttl), so that the next waiter is served at once.
  *
  * Elections campaign (always fair) instead of try_lock; a candidate that
  * already leads (another process with the same --holder) is treated as
@@ -259,7 +262,8 @@ try_once(Lock *lk)
 				? "SELECT f, CASE WHEN f IS NULL THEN NULL ELSE pg_current_xact_id() END, "
 				"  CASE WHEN f IS NULL THEN set_config('synchronous_commit', 'off', true) END, "
 				"  (extract(epoch FROM current_setting('dlock.queue_ttl', true)::interval) "
-				"   * 1000)::bigint, d.dup "
+				"   * 1000)::bigint, d.dup, "
+				"  to_regprocedure('dlock.withdraw(text,text)') IS NOT NULL "
 				"FROM (SELECT EXISTS (SELECT FROM dlock.leader($1) WHERE candidate = $2) AS dup) d, "
 				"  LATERAL (SELECT CASE WHEN NOT d.dup "
 				"    THEN dlock.campaign($1, $2, $4, $3::interval, wait => '0') END AS f) c"
@@ -267,7 +271,8 @@ try_once(Lock *lk)
 				? "SELECT f, CASE WHEN f IS NULL THEN NULL ELSE pg_current_xact_id() END, "
 				"  CASE WHEN f IS NULL AND $4 THEN set_config('synchronous_commit', 'off', true) END, "
 				"  (extract(epoch FROM current_setting('dlock.queue_ttl', true)::interval) "
-				"   * 1000)::bigint "
+				"   * 1000)::bigint, "
+				"  to_regprocedure('dlock.withdraw(text,text)') IS NOT NULL "
 				"FROM dlock.try_lock($1, $2, $3::interval, fair => $4::boolean, "
 				"                    lock_delay => $5::interval) AS f"
 				: "SELECT f, CASE WHEN f IS NULL THEN NULL ELSE pg_current_xact_id() END "
@@ -284,7 +289,9 @@ try_once(Lock *lk)
 	}
 	if (PQnfields(r) >= 4 && !PQgetisnull(r, 0, 3))
 		lk->queue_ttl_ms = strtoll(PQgetvalue(r, 0, 3), NULL, 10);
-	if (PQnfields(r) == 5 && strcmp(PQgetvalue(r, 0, 4), "t") == 0 && !lk->dup_said)
+	if (PQnfields(r) >= 5)
+		lk->can_withdraw = strcmp(PQgetvalue(r, 0, PQnfields(r) - 1), "t") == 0;
+	if (lk->election && strcmp(PQgetvalue(r, 0, 4), "t") == 0 && !lk->dup_said)
 	{
 		/*
 		 * Campaigning again, the leader gets its current term: two processes
@@ -306,7 +313,12 @@ try_once(Lock *lk)
 		PQclear(r);
 		if (db_exec(&lk->conn, lk->fair ? "COMMIT" : "ROLLBACK", 0, NULL,
 					now_ms() + STMT_TIMEOUT_MS, false, &r) == DB_OK)
+		{
+			/* (a lost COMMIT may have committed a ticket too) */
 			PQclear(r);
+		}
+		if (lk->fair)
+			lk->ticketed = true;
 		return TRY_BUSY;
 	}
 	snprintf(lk->fence, sizeof(lk->fence), "%s", PQgetvalue(r, 0, 0));
@@ -331,6 +343,7 @@ try_once(Lock *lk)
 	}
 	PQclear(r);
 	lk->listening = false;
+	lk->ticketed = false;		/* an acquisition drops the holder's ticket */
 	lk->deadline = sent + assumed_lease(lk);
 	return TRY_HELD;
 }
@@ -369,15 +382,58 @@ setup_listen(Lock *lk)
 }
 
 /*
+ * withdraw: a fair wait ended without the lock: give the ticket back at
+ * once (dlock.withdraw), so that the next waiter need not wait for it to
+ * lapse.  Best effort, bounded: a ticket not withdrawn still lapses within
+ * dlock.queue_ttl.  Only where the server has the 0.3 SQL.
+ */
+static void
+withdraw(Lock *lk)
+{
+	const char *params[2] = {lk->resource, lk->holder};
+	PGresult   *r;
+
+	if (!lk->ticketed || !lk->can_withdraw)
+		return;
+	lk->ticketed = false;
+	if (lk->conn == NULL && !lock_reconnect(lk, now_ms() + 2000, false))
+		return;
+	if (db_exec(&lk->conn, "SELECT dlock.withdraw($1, $2)", 2, params,
+				now_ms() + 2000, false, &r) != DB_OK)
+		return;
+	if (!db_result_ok(r))
+		db_report("withdraw", lk->conn, r);
+	else
+		vlog(lk->opt, "withdrew from the queue of \"%s\"", lk->resource);
+	PQclear(r);
+}
+
+static AcqStatus acquire_wait(Lock *lk, int64_t wait_ms);
+
+/*
  * acquire: take the lock, waiting up to wait_ms (-1: forever, 0: one
+ * try); a fair wait that ends without it withdraws its ticket.
+ */
+AcqStatus
+acquire(Lock *lk, int64_t wait_ms)
+{
+	AcqStatus	st = acquire_wait(lk, wait_ms);
+
+	if (st != ACQ_OK)
+		withdraw(lk);
+	return st;
+}
+
+/*
+ * acquire_wait: take the lock, waiting up to wait_ms (-1: forever, 0: one
  * try).  On ACQ_OK, lk->fence is the fence and lk->deadline the local
  * monotonic time until which the lease surely lasts (time try_lock was
  * sent + lease).  A terminating signal ends the wait (ACQ_SIGNAL); an
  * acquisition that committed meanwhile is still reported as ACQ_OK so
  * the caller can release it.
  */
-AcqStatus
-acquire(Lock *lk, int64_t wait_ms)
+static AcqStatus
+acquire_wait(Lock *lk, int64_t wait_ms)
 {
 	int64_t		wait_deadline = wait_ms < 0 ? NEVER : now_ms() + wait_ms;
 	int64_t		poll_ms = POLL_MIN_MS;

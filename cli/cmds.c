@@ -373,22 +373,83 @@ print_events(PGconn *conn, const char *chan, const char *election)
 #define OBSERVE_POLL_MS 200		/* leader() polling interval behind a pooler */
 #define OBSERVE_RECHECK_MS 5000	/* re-read while listening (unannounced expiry) */
 
+/* What observe printed so far. */
+typedef struct Observed
+{
+	char	   *last;			/* key of the last state printed (malloc'd), or NULL */
+	long long	seen;			/* highest term printed or passed over; -1: none yet */
+	int			terms;			/* the server has dlock.terms (0.3): -1 not asked yet */
+} Observed;
+
+/* print_term: a term that began (and maybe ended) since the last look. */
+static void
+print_term(const char *election, PGresult *r, int i)
+{
+	printf("{\"event\":\"elected\",\"election\":");
+	json_string(election);
+	printf(",\"candidate\":");
+	json_string(PQgetvalue(r, i, 1));
+	printf(",\"term\":%s,\"value\":", PQgetvalue(r, i, 2));
+	if (PQgetisnull(r, i, 3))
+		printf("null");
+	else
+		json_string(PQgetvalue(r, i, 3));
+	printf("}\n");
+}
+
 /*
  * observe_leader: read dlock.leader(election); if its (candidate, term,
- * value) differs from *last (malloc'd, NULL at first), print it as one
- * JSON line (when print) and remember it.  False if the query failed
- * (*connp may be dropped).
+ * value) differs from the last state printed, print it as one JSON line
+ * (when print) and remember it.  With terms (a poller, on a server with
+ * the 0.3 SQL), first print an "elected" line for each term elected since
+ * the last look that no longer leads (dlock.terms: the ones that began and
+ * ended between two looks), in the same statement, so that none falls
+ * between the two reads; then the state line, even if it is the same as
+ * before.  False if the query failed (*connp may be dropped).
  */
 static bool
-observe_leader(PGconn **connp, const char *election, char **last, bool print)
+observe_leader(PGconn **connp, const char *election, Observed *ob, bool print,
+			   bool terms)
 {
-	const char *params[1] = {election};
+	char		seen[32];
+	const char *params[2] = {election, seen};
 	PGresult   *r;
 	char	   *key;
 	size_t		len;
+	int			n, lead;
+	bool		passed = false;
 
-	if (db_exec(connp, "SELECT candidate, term, value, expires_at FROM dlock.leader($1)",
-				1, params, now_ms() + ONE_SHOT_MS, false, &r) != DB_OK)
+	if (terms && ob->terms < 0)
+	{
+		if (db_exec(connp, "SELECT to_regclass('dlock.terms') IS NOT NULL", 0, NULL,
+					now_ms() + ONE_SHOT_MS, false, &r) != DB_OK)
+			return false;
+		if (!db_result_ok(r) || PQntuples(r) != 1)
+		{
+			db_report("dlock.terms", *connp, r);
+			PQclear(r);
+			return false;
+		}
+		ob->terms = strcmp(PQgetvalue(r, 0, 0), "t") == 0;
+		PQclear(r);
+	}
+	terms = terms && ob->terms == 1;
+	snprintf(seen, sizeof(seen), "%lld", ob->seen < 0 ? 9223372036854775807LL : ob->seen);
+	if (db_exec(connp,
+				terms
+				? "WITH l AS MATERIALIZED (SELECT candidate, term, value, expires_at "
+				"                          FROM dlock.leader($1)) "
+				"SELECT true AS passed, t.candidate, t.term, t.value, NULL::timestamptz, NULL::bigint "
+				"  FROM dlock.terms t WHERE t.election = $1 AND t.term > $2::bigint "
+				"   AND t.term < coalesce((SELECT l.term FROM l), 9223372036854775807) "
+				"UNION ALL "
+				"SELECT false, l.candidate, l.term, l.value, l.expires_at, NULL FROM l "
+				"UNION ALL "
+				"SELECT NULL, NULL, NULL, NULL, NULL, max(t.term) FROM dlock.terms t "
+				"  WHERE t.election = $1 "
+				"ORDER BY 1 DESC NULLS LAST, 3"
+				: "SELECT false, candidate, term, value, expires_at FROM dlock.leader($1)",
+				terms ? 2 : 1, params, now_ms() + ONE_SHOT_MS, false, &r) != DB_OK)
 		return false;
 	if (!db_result_ok(r))
 	{
@@ -396,30 +457,59 @@ observe_leader(PGconn **connp, const char *election, char **last, bool print)
 		PQclear(r);
 		return false;
 	}
-	len = PQntuples(r) == 0 ? 1 : strlen(PQgetvalue(r, 0, 0)) + strlen(PQgetvalue(r, 0, 1)) +
-		strlen(PQgetvalue(r, 0, 2)) + 8;
+
+	/* the terms passed over, the leader's row (if any), then the newest term */
+	n = PQntuples(r);
+	lead = -1;
+	for (int i = 0; i < n; i++)
+	{
+		if (PQgetisnull(r, i, 0))
+		{
+			/* the newest term of the log: nothing older is news at the first look */
+			if (ob->seen < 0 && !PQgetisnull(r, i, 5))
+				ob->seen = strtoll(PQgetvalue(r, i, 5), NULL, 10);
+			continue;
+		}
+		if (strcmp(PQgetvalue(r, i, 0), "f") == 0)
+		{
+			lead = i;
+			continue;
+		}
+		if (print)
+			print_term(election, r, i);
+		passed = true;
+		if (strtoll(PQgetvalue(r, i, 2), NULL, 10) > ob->seen)
+			ob->seen = strtoll(PQgetvalue(r, i, 2), NULL, 10);
+	}
+	if (lead >= 0 && strtoll(PQgetvalue(r, lead, 2), NULL, 10) > ob->seen)
+		ob->seen = strtoll(PQgetvalue(r, lead, 2), NULL, 10);
+	if (ob->seen < 0)
+		ob->seen = 0;
+
+	len = lead < 0 ? 1 : strlen(PQgetvalue(r, lead, 1)) + strlen(PQgetvalue(r, lead, 2)) +
+		strlen(PQgetvalue(r, lead, 3)) + 8;
 	key = malloc(len);
 	if (key == NULL)
 	{
 		PQclear(r);
 		return false;
 	}
-	if (PQntuples(r) == 0)
+	if (lead < 0)
 		key[0] = '\0';
 	else
-		snprintf(key, len, "%s\x1f%s\x1f%c%s", PQgetvalue(r, 0, 0), PQgetvalue(r, 0, 1),
-				 PQgetisnull(r, 0, 2) ? 'n' : 'v', PQgetvalue(r, 0, 2));
-	if (*last != NULL && strcmp(*last, key) == 0)
+		snprintf(key, len, "%s\x1f%s\x1f%c%s", PQgetvalue(r, lead, 1), PQgetvalue(r, lead, 2),
+				 PQgetisnull(r, lead, 3) ? 'n' : 'v', PQgetvalue(r, lead, 3));
+	if (!passed && ob->last != NULL && strcmp(ob->last, key) == 0)
 	{
 		free(key);
 		PQclear(r);
 		return true;
 	}
-	free(*last);
-	*last = key;
+	free(ob->last);
+	ob->last = key;
 	if (print)
 	{
-		if (PQntuples(r) == 0)
+		if (lead < 0)
 		{
 			printf("{\"event\":\"none\",\"election\":");
 			json_string(election);
@@ -430,14 +520,14 @@ observe_leader(PGconn **connp, const char *election, char **last, bool print)
 			printf("{\"event\":\"leader\",\"election\":");
 			json_string(election);
 			printf(",\"candidate\":");
-			json_string(PQgetvalue(r, 0, 0));
-			printf(",\"term\":%s,\"value\":", PQgetvalue(r, 0, 1));
-			if (PQgetisnull(r, 0, 2))
+			json_string(PQgetvalue(r, lead, 1));
+			printf(",\"term\":%s,\"value\":", PQgetvalue(r, lead, 2));
+			if (PQgetisnull(r, lead, 3))
 				printf("null");
 			else
-				json_string(PQgetvalue(r, 0, 2));
+				json_string(PQgetvalue(r, lead, 3));
 			printf(",\"expires_at\":");
-			json_string(PQgetvalue(r, 0, 3));
+			json_string(PQgetvalue(r, lead, 4));
 			printf("}\n");
 		}
 		fflush(stdout);
@@ -454,7 +544,9 @@ observe_leader(PGconn **connp, const char *election, char **last, bool print)
  * released or broken for plain holdings), and the leader is re-read every
  * 5 s so that a change nobody announced (an expiry without a reaper) is
  * printed too.  Behind a pooler (or with --poll) dlock.leader() is polled
- * every 200 ms and a "leader"/"none" line printed on each change.  After a
+ * every 200 ms and a "leader"/"none" line printed on each change, after an
+ * "elected" line for each term that began and ended since the last poll
+ * (dlock.terms, 0.3 SQL; with 0.2 such a term is missed).  After a
  * lost connection it reconnects, reads the leader again and prints it if
  * it changed (events in between are missed; stderr says so).
  */
@@ -463,7 +555,7 @@ cmd_observe(Options *o)
 {
 	PGconn	   *conn;
 	char	   *chan = NULL;
-	char	   *last = NULL;
+	Observed	ob = {NULL, -1, -1};
 	bool		polling = o->poll;
 	const char *election;
 
@@ -478,7 +570,7 @@ cmd_observe(Options *o)
 	if (conn != NULL && !polling)
 		chan = subscribe(&conn, election);
 	if (conn == NULL || (!polling && chan == NULL) ||
-		!observe_leader(&conn, election, &last, true))
+		!observe_leader(&conn, election, &ob, true, polling))
 	{
 		free(chan);
 		db_drop(&conn);
@@ -504,7 +596,7 @@ cmd_observe(Options *o)
 				conn = resubscribe(o, election, &chan);
 			if (conn == NULL)
 				continue;
-			if (!observe_leader(&conn, election, &last, true))
+			if (!observe_leader(&conn, election, &ob, true, polling))
 				db_drop(&conn);
 			continue;
 		}
@@ -513,7 +605,7 @@ cmd_observe(Options *o)
 			st = db_sleep(next);
 			if (st == DB_SIGNAL || signals_term_count() > 0)
 				break;
-			if (!observe_leader(&conn, election, &last, true))
+			if (!observe_leader(&conn, election, &ob, true, true))
 				db_drop(&conn);
 			continue;
 		}
@@ -530,12 +622,12 @@ cmd_observe(Options *o)
 			}
 			print_events(conn, chan, election);
 			/* what the events said is the state now: remember it quietly */
-			if (!observe_leader(&conn, election, &last, false))
+			if (!observe_leader(&conn, election, &ob, false, false))
 				db_drop(&conn);
 		}
 		else if (st == DB_TIMEOUT)
 		{
-			if (!observe_leader(&conn, election, &last, true))
+			if (!observe_leader(&conn, election, &ob, true, false))
 				db_drop(&conn);
 		}
 		else
@@ -545,7 +637,7 @@ cmd_observe(Options *o)
 		}
 	}
 	free(chan);
-	free(last);
+	free(ob.last);
 	db_drop(&conn);
 	return 0;
 }

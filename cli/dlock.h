@@ -79,6 +79,8 @@ typedef struct Lock
 	char		lock_delay_text[48];	/* "N milliseconds"; empty: server default */
 	bool		fair;			/* attempts take a ticket (and commit it) */
 	int64_t		queue_ttl_ms;	/* the server's dlock.queue_ttl; 0: not known yet */
+	bool		ticketed;		/* a failed fair attempt committed a ticket */
+	bool		can_withdraw;	/* the server has dlock.withdraw (0.3 SQL) */
 	bool		election;		/* "dlock elect": campaign and resign */
 	const char *value;			/* elect: the candidate's value */
 	bool		dup_said;		/* elect: said that our candidate already leads */

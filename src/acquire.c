@@ -13,7 +13,9 @@
  * committed).  The wait loop decides what to do about busy and contended:
  * give up (try_lock), sleep until woken by a releasing commit or until the
  * lease ends, or wait in the lock manager.  Times come from the server
- * clock at the moment of each attempt.
+ * clock at the moment of each attempt.  After each sleep a waiter checks
+ * that its client is still connected (check_client): a waiter whose client
+ * is gone must not be served.
  *
  * Backend-local; the waiter slot it registers is waiters.c's.
  *
@@ -22,9 +24,18 @@
 #include "dlock.h"
 
 #include "miscadmin.h"
+#include "storage/latch.h"
 #include "storage/lmgr.h"
 #include "storage/proc.h"
+#include "tcop/tcopprot.h"
 #include "utils/builtins.h"
+
+/*
+ * libpq/libpq.h's, declared here: that header includes libpq-be.h, which
+ * needs the GSSAPI headers of a server built with GSSAPI (PostgreSQL
+ * 14 to 18 all have it).
+ */
+extern bool pq_check_connection(void);
 
 /* Longest back-off while another transaction has the resource's lock. */
 #define MAX_BACKOFF_MS 100
@@ -58,6 +69,34 @@ ms_until(TimestampTz now, TimestampTz then)
 	if (then - now > (TimestampTz) 3600 * 1000 * 1000)
 		return 3600 * 1000;
 	return (long) ((then - now + 999) / 1000);
+}
+
+/*
+ * check_client: before each look after a sleep, a waiter makes sure its
+ * client is still there, whatever client_connection_check_interval says.
+ * A client killed while its backend waits (SIGKILL, a lost host) leaves a
+ * backend that would otherwise wait on, be served in its turn, take the
+ * lock, and only then, sending the result, find nobody to send it to: the
+ * lock (and a fair queue behind it) held by nobody until its lease ends.
+ * A gone client ends the wait as PostgreSQL's own check does (FATAL
+ * "connection to client lost"); the abort drops the ticket and wakes the
+ * next waiter.  One poll of the socket.  It may reset our latch: pending
+ * interrupts are handled right after it, and a wakeup it swallowed is seen
+ * by the look that follows (dlock_wait_look), so none is lost.
+ */
+static void
+check_client(void)
+{
+	if (MyProcPort == NULL || whereToSendOutput != DestRemote ||
+		!WaitEventSetCanReportClosed())
+		return;
+	if (!pq_check_connection())
+	{
+		ClientConnectionLost = true;
+		InterruptPending = true;
+	}
+	/* also any interrupt whose latch the check reset (a cancel, say) */
+	CHECK_FOR_INTERRUPTS();
 }
 
 /*
@@ -105,7 +144,10 @@ dlock_wait_loop(const DlockResource *res, text *holder, int64 wait_ms,
 		DlockAttempt result;
 
 		if (waiting)
+		{
+			check_client();
 			dlock_wait_look();
+		}
 		result = attempt(res, arg, &fence, &busy_until);
 
 		if (held_extra)

@@ -145,6 +145,7 @@ extern bool dlock_row_fast_acquire(const DlockResource *res, text *holder,
 								   int64 tickets_below,
 								   int64 *fence, int32 *count,
 								   TimestampTz *new_expires, bool *took_over);
+extern bool dlock_row_tickets_live(const DlockResource *res, TimestampTz now);
 extern bool dlock_row_fast_release(const DlockResource *res, text *holder,
 								   Oid owner, TimestampTz now, bool fence_given,
 								   int64 fence, int32 *left, int64 *fence_out);
@@ -209,6 +210,8 @@ extern void dlock_client_ticket_keep(const DlockResource *res, text *holder,
 									 Oid owner, TimestampTz now);
 extern void dlock_client_ticket_drop(const DlockResource *res, text *holder,
 									 Oid owner);
+extern void dlock_client_ticket_release(const DlockResource *res, text *holder,
+										Oid owner);
 extern bool dlock_client_ticket_heads(const DlockResource *res, text *holder,
 									  Oid owner, TimestampTz now);
 extern void dlock_delay_read(const DlockResource *res, DlockRow *row);

@@ -23,9 +23,15 @@
  * resigned, and expired from the reaper, each with candidate, term and
  * value.
  *
+ * Each term campaign elects is also appended to dlock.term_log (0.3 SQL),
+ * kept for ten minutes (view dlock.terms), so that an observer that polls
+ * sees every term.
+ *
  * Shared state: rows of dlock.holding_values, written only under the
- * resource's lock (CHANGE), except the purge of dead rows.  Only under the
- * 0.2 SQL (dlock_values_installed); the functions exist only there.
+ * resource's lock (CHANGE), except the purge of dead rows; rows of
+ * dlock.term_log, appended under the election's lock, and old ones (of any
+ * election) deleted by the next campaigns with SKIP LOCKED.  Only under the 0.2 SQL
+ * (dlock_values_installed); the functions exist only there.
  *
  *-------------------------------------------------------------------------
  */
@@ -171,6 +177,48 @@ dlock_values_forget(const DlockResource *res)
 							1, types, values, NULL, false);
 }
 
+/*
+ * term_log: a new term of res (0.3 SQL): append it to dlock.term_log, the
+ * history behind view dlock.terms that lets an observer that polls (behind
+ * a pooler: no LISTEN) see every term, also one that began and ended
+ * between two of its looks.  In the same statement, up to TERM_LOG_SWEEP
+ * terms (of any election) older than TERM_LOG_KEEP go, skipping rows
+ * another such sweep has locked (never waiting): each new term removes
+ * more old ones than it adds, so the log holds little more than the last
+ * ten minutes' terms.  Inside a store session, under the resource's lock;
+ * nothing under older SQL.
+ */
+#define TERM_LOG_KEEP "10 minutes"
+#define TERM_LOG_SWEEP "64"
+static void
+term_log(const DlockResource *res, int64 term, text *candidate, text *value,
+		 Oid owner)
+{
+	static SPIPlanPtr plan = NULL;
+	static const Oid types[5] = {TEXTOID, INT8OID, TEXTOID, TEXTOID, REGROLEOID};
+	Datum		values[5];
+	char		nulls[5] = {' ', ' ', ' ', value ? ' ' : 'n', ' '};
+
+	if (!OidIsValid(get_relname_relid("term_log", dlock_schema_oid())))
+		return;
+	values[0] = PointerGetDatum(res->name);
+	values[1] = Int64GetDatum(term);
+	values[2] = PointerGetDatum(candidate);
+	values[3] = PointerGetDatum(value);
+	values[4] = ObjectIdGetDatum(owner);
+	(void) dlock_store_exec(&plan,
+							"WITH old AS (DELETE FROM dlock.term_log t"
+							"  WHERE t.ctid OPERATOR(pg_catalog.=) ANY (ARRAY("
+							"   SELECT o.ctid FROM dlock.term_log o"
+							"    WHERE o.elected_at OPERATOR(pg_catalog.<) (pg_catalog.clock_timestamp()"
+							"      OPERATOR(pg_catalog.-) '" TERM_LOG_KEEP "'::pg_catalog.interval)"
+							"    LIMIT " TERM_LOG_SWEEP " FOR UPDATE SKIP LOCKED)))"
+							" INSERT INTO dlock.term_log (resource, term, candidate, value, owner, elected_at)"
+							"  VALUES ($1, $2, $3, $4, $5, pg_catalog.clock_timestamp())"
+							"  ON CONFLICT DO NOTHING",
+							5, types, values, nulls, false);
+}
+
 /* value_cstring: a text value as a C string, or NULL. */
 static char *
 value_cstring(text *value)
@@ -181,11 +229,14 @@ value_cstring(text *value)
 /*
  * current_term: if candidate (of the caller's role) leads election now,
  * its term, with the resource's lock taken (CHANGE) and the store session
- * open; else 0, with neither.  A first look without the lock keeps a
- * candidate that does not lead from waiting for anyone here.
+ * open; else 0, with neither; -1 (with neither) if another transaction
+ * kept the resource's lock for longer than wait_ms (0: not at all; -1: no
+ * limit but lock_timeout and statement_timeout).  A first look without the
+ * lock keeps a candidate that does not lead from waiting for anyone here.
  */
 static int64
-current_term(const DlockResource *res, text *candidate, const DlockCaller *caller)
+current_term(const DlockResource *res, text *candidate, const DlockCaller *caller,
+			 int64 wait_ms)
 {
 	DlockRow	row;
 
@@ -197,7 +248,24 @@ current_term(const DlockResource *res, text *candidate, const DlockCaller *calle
 		return 0;
 	}
 	dlock_store_end();
-	dlock_change_wait(res);
+	if (wait_ms < 0)
+		dlock_change_wait(res);
+	else
+	{
+		/* Within the wait: one try for '0', never a wait in the lock manager. */
+		TimestampTz deadline = GetCurrentTimestamp() + wait_ms * 1000;
+		long		sleep_ms = 1;
+
+		while (!dlock_take_resource(res))
+		{
+			TimestampTz now = GetCurrentTimestamp();
+
+			if (now >= deadline)
+				return -1;
+			dlock_wait_sleep(Min(sleep_ms, (long) ((deadline - now + 999) / 1000)));
+			sleep_ms = Min(sleep_ms * 2, 100);
+		}
+	}
 	dlock_store_begin();
 	dlock_row_read(res, &row);
 	if (dlock_holding_verdict(&row, candidate, caller, GetCurrentTimestamp()) != HOLDING_MINE)
@@ -212,28 +280,37 @@ current_term(const DlockResource *res, text *candidate, const DlockCaller *calle
 /*
  * still_leader: candidate leads res already under term, with the
  * resource's lock taken (CHANGE) and the store session open: a value given
- * (and different) is proclaimed; the session is closed, the lock kept only
- * if something changed.
+ * (and different) is proclaimed, and the holding becomes an election's
+ * however it was taken (a try_lock, say), so that its end by expiry is
+ * announced with candidate, term and value like any leader's; the session
+ * is closed, the lock kept only if something changed.
  */
 static void
-still_leader(const DlockResource *res, int64 term, text *candidate, text *value)
+still_leader(const DlockResource *res, int64 term, text *candidate, text *value,
+			 Oid owner)
 {
+	bool		proclaimed = false;
 	bool		changed = false;
 	char	   *old_holder;
 	char	   *old_value;
 	bool		election;
+	bool		exists;
 
+	exists = dlock_value_read(res, term, &old_holder, &old_value, &election);
 	if (value != NULL)
+		proclaimed = old_value == NULL || strcmp(old_value, text_to_cstring(value)) != 0;
+	if (proclaimed || !exists || !election)
 	{
-		(void) dlock_value_read(res, term, &old_holder, &old_value, &election);
-		changed = old_value == NULL || strcmp(old_value, text_to_cstring(value)) != 0;
-		if (changed)
-		{
-			value_set(res, term, candidate, value, false);
-			dlock_notify_holding(res, "proclaimed", term, text_to_cstring(candidate),
-								 value_cstring(value));
-		}
+		text	   *v = proclaimed ? value : (old_value ? cstring_to_text(old_value) : NULL);
+
+		value_set(res, term, candidate, v, true);
+		if (!exists || !election)
+			term_log(res, term, candidate, v, owner);	/* a leader's term from now */
+		changed = true;
 	}
+	if (proclaimed)
+		dlock_notify_holding(res, "proclaimed", term, text_to_cstring(candidate),
+							 value_cstring(value));
 	dlock_store_end();
 	if (!changed)
 		dlock_resource_unlock(res, DLOCK_CHANGE);
@@ -268,10 +345,12 @@ dlock_campaign(PG_FUNCTION_ARGS)
 	dlock_check_writable("dlock.campaign()");
 	caller = dlock_caller();
 
-	term = current_term(&res, candidate, &caller);
+	term = current_term(&res, candidate, &caller, wait_ms);
+	if (term < 0)
+		PG_RETURN_NULL();
 	if (term != 0)
 	{
-		still_leader(&res, term, candidate, value);
+		still_leader(&res, term, candidate, value, caller.role);
 		PG_RETURN_INT64(term);
 	}
 
@@ -283,10 +362,11 @@ dlock_campaign(PG_FUNCTION_ARGS)
 	dlock_store_begin();
 	if (already)
 	{
-		still_leader(&res, term, candidate, value);
+		still_leader(&res, term, candidate, value, caller.role);
 		PG_RETURN_INT64(term);
 	}
 	value_set(&res, term, candidate, value, true);
+	term_log(&res, term, candidate, value, caller.role);
 	dlock_store_end();
 	dlock_notify_holding(&res, "elected", term, text_to_cstring(candidate), value_cstring(value));
 	PG_RETURN_INT64(term);
@@ -369,6 +449,7 @@ dlock_resign(PG_FUNCTION_ARGS)
 	}
 	(void) dlock_value_read(&res, row.fence, &old_holder, &value, &election);
 	dlock_row_release(&res, 0, now);
+	dlock_client_ticket_release(&res, candidate, row.owner);
 	dlock_store_end();
 	dlock_notify_holding(&res, "resigned", row.fence, text_to_cstring(candidate), value);
 	dlock_wake_after_commit(res.hash);

@@ -22,7 +22,10 @@ bool		dlock_refresh_on_promotion = true;
 
 /*
  * dlock_guc_init: define the dlock.* settings.  The worker's settings are
- * PGC_SIGHUP (server-wide); the others can be set per session.
+ * PGC_SIGHUP (server-wide).  dlock.queue_ttl is PGC_SUSET: it bounds how
+ * long a dead client's ticket blocks everybody else's queue, so it is the
+ * administrator's (postgresql.conf, ALTER SYSTEM/DATABASE/ROLE by a
+ * superuser), not the ticket-taker's.  The others can be set per session.
  */
 void
 dlock_guc_init(void)
@@ -56,7 +59,7 @@ dlock_guc_init(void)
 							"A client that retries try_lock(..., fair => true) less often than this loses its place in the queue.",
 							&dlock_queue_ttl_ms,
 							10000, 1, 3600 * 1000,
-							PGC_USERSET, GUC_UNIT_MS,
+							PGC_SUSET, GUC_UNIT_MS,
 							NULL, NULL, NULL);
 
 	DefineCustomIntVariable("dlock.lock_delay",

@@ -109,6 +109,7 @@ release_row(const DlockResource *res, const DlockRow *row, TimestampTz now,
 	dlock_row_release(res, left, now);
 	if (left == 0)
 	{
+		dlock_client_ticket_release(res, cstring_to_text(row->holder), row->owner);
 		dlock_notify(res, event, row->fence);
 		dlock_wake_after_commit(res->hash);
 	}
@@ -152,6 +153,7 @@ dlock_unlock(PG_FUNCTION_ARGS)
 	{
 		if (left == 0)
 		{
+			dlock_client_ticket_release(&res, holder, caller.role);
 			dlock_notify(&res, "released", fence_out);
 			dlock_wake_after_commit(res.hash);
 		}

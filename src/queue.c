@@ -37,6 +37,11 @@
  * one, the resource goes only to it (the rule is holding.c's; acquire.c and
  * xactlock.c apply it).
  *
+ * A client ticket also leaves the queue by dlock.withdraw() (0.3 SQL: its
+ * holder stops waiting), and when its holder's holding ends cleanly (a
+ * ticket the holder took on another connection while its own acquisition
+ * was still uncommitted, and so invisible to that attempt).
+ *
  * Lock-delay: a holding taken with a lock-delay has a row in dlock.delays,
  * tied to it by its fence.  If the holding ends uncleanly, the resource is
  * not available before the end of the lease plus the delay: computed from
@@ -49,9 +54,10 @@
  * already; rows of dlock.tickets, written by fair attempts with or without
  * the resource's lock (a ticket is taken even while another transaction is
  * changing the resource; each holder's row is its own, and the upsert
- * serialises a holder's concurrent attempts), and read for the head only
- * under it; and the lock manager's locks.  The functions here run
- * inside store sessions (store.c) and only under the 0.2 SQL
+ * serialises a holder's concurrent attempts; withdraw deletes the holder's
+ * row without it), and read for the head only under it; and the lock
+ * manager's locks.  The functions here run
+ * inside store sessions (store.c) and only under the 0.2 SQL or later
  * (dlock_queue_installed); under older SQL there are no queues or delays.
  *
  *-------------------------------------------------------------------------
@@ -71,6 +77,8 @@
 #define MAX_LOCK_DELAY_USECS	((int64) 3600 * USECS_PER_SEC)
 
 #define RES_IS(alias) alias ".resource OPERATOR(pg_catalog.=) ($1 COLLATE pg_catalog.\"C\")"
+
+PG_FUNCTION_INFO_V1(dlock_withdraw);
 
 /*
  * dlock_queue_installed: is the 0.2 SQL there (queues and lock-delay)?  A
@@ -519,6 +527,108 @@ dlock_client_ticket_drop(const DlockResource *res, text *holder, Oid owner)
 							"  AND t.holder OPERATOR(pg_catalog.=) ($2 COLLATE pg_catalog.\"C\")"
 							"  AND t.owner OPERATOR(pg_catalog.=) $3",
 							3, types, values, NULL, false);
+}
+
+/*
+ * dlock_client_ticket_release: the holding of holder (of role owner) of res
+ * has ended cleanly (unlock, unlock_all, resign): a client ticket of that
+ * holder left behind is stale (taken by a fair attempt on another
+ * connection that met the acquisition still uncommitted, so it could not
+ * see that the holder was taking the resource); it would head the queue
+ * once the holding is gone and hold everyone off until it lapses.  Under
+ * the resource's lock, inside a store session; nothing under the 0.1 SQL.
+ * A release is a hot path: the statement runs only if the resource has a
+ * live ticket at all, looked up without SPI (rows.c).
+ */
+void
+dlock_client_ticket_release(const DlockResource *res, text *holder, Oid owner)
+{
+	if (dlock_row_tickets_live(res, GetCurrentTimestamp()))
+		dlock_client_ticket_drop(res, holder, owner);
+}
+
+/*
+ * dlock.withdraw(resource, holder) (0.3 SQL): the holder gives up its
+ * client ticket for resource at once (a client-side waiter that stops
+ * waiting); false if it had none.  Owner checks as for unlock: the
+ * caller's role's ticket; another role's ticket of the same holder text
+ * raises 42501 (a superuser withdraws it).  The next waiter is woken once
+ * the withdrawal commits, so the next ticket is served at once.  A ticket
+ * held by a wait in lock() is the wait's: it leaves with the wait.
+ */
+Datum
+dlock_withdraw(PG_FUNCTION_ARGS)
+{
+	static SPIPlanPtr plan = NULL;
+	static const Oid types[4] = {TEXTOID, TEXTOID, REGROLEOID, BOOLOID};
+	Datum		values[4];
+	DlockResource res;
+	text	   *holder;
+	DlockCaller caller;
+	Oid			other = InvalidOid;
+	bool		withdrawn = false;
+	uint64		i;
+
+	dlock_resource_init(&res, dlock_check_resource(fcinfo, 0));
+	holder = dlock_check_holder(fcinfo, 1);
+	dlock_check_writable("dlock.withdraw()");
+	caller = dlock_caller();
+
+	/*
+	 * One statement: delete the caller's role's ticket (a superuser
+	 * without one: every other role's of that holder), and report the
+	 * roles of the holder's other live tickets, which it may not touch.
+	 */
+	values[0] = PointerGetDatum(res.name);
+	values[1] = PointerGetDatum(holder);
+	values[2] = ObjectIdGetDatum(caller.role);
+	values[3] = BoolGetDatum(caller.is_super);
+	dlock_store_begin();
+	if (dlock_store_exec(&plan,
+						 "WITH d AS (DELETE FROM dlock.tickets t WHERE " RES_IS("t")
+						 "    AND t.holder OPERATOR(pg_catalog.=) ($2 COLLATE pg_catalog.\"C\")"
+						 "    AND (t.owner OPERATOR(pg_catalog.=) $3 OR ($4 AND NOT EXISTS"
+						 "     (SELECT FROM dlock.tickets o WHERE " RES_IS("o")
+						 "       AND o.holder OPERATOR(pg_catalog.=) ($2 COLLATE pg_catalog.\"C\")"
+						 "       AND o.owner OPERATOR(pg_catalog.=) $3)))"
+						 "  RETURNING t.expires_at)"
+						 " SELECT CASE WHEN d.expires_at OPERATOR(pg_catalog.>) pg_catalog.clock_timestamp()"
+						 "   THEN 1 ELSE 0 END, NULL::pg_catalog.oid FROM d"
+						 " UNION ALL"
+						 " SELECT 2, t.owner::pg_catalog.oid FROM dlock.tickets t"
+						 "  WHERE " RES_IS("t")
+						 "    AND t.holder OPERATOR(pg_catalog.=) ($2 COLLATE pg_catalog.\"C\")"
+						 "    AND t.owner OPERATOR(pg_catalog.<>) $3 AND NOT $4"
+						 "    AND t.expires_at OPERATOR(pg_catalog.>) pg_catalog.clock_timestamp()",
+						 4, types, values, NULL, false) > 0)
+	{
+		for (i = 0; i < SPI_processed; i++)
+		{
+			bool		isnull;
+			Datum		d = SPI_getbinval(SPI_tuptable->vals[i], SPI_tuptable->tupdesc,
+										  1, &isnull);
+
+			if (DatumGetInt32(d) == 1)
+				withdrawn = true;	/* a live ticket (a lapsed one goes too) */
+			else if (DatumGetInt32(d) == 2)
+				other = DatumGetObjectId(SPI_getbinval(SPI_tuptable->vals[i],
+													   SPI_tuptable->tupdesc, 2, &isnull));
+		}
+	}
+	dlock_store_end();
+	if (!withdrawn && OidIsValid(other))
+	{
+		const char *name = GetUserNameFromId(other, true);
+
+		ereport(ERROR,
+				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+				 errmsg("permission denied to withdraw a ticket taken by role \"%s\"",
+						name ? name : "(dropped)"),
+				 errdetail("Only the role that took a ticket, or a superuser, can withdraw it.")));
+	}
+	if (withdrawn)
+		dlock_wake_after_commit(res.hash);
+	PG_RETURN_BOOL(withdrawn);
 }
 
 /*

@@ -692,6 +692,18 @@ tickets_ahead(text *resource, int64 below, TimestampTz now)
 }
 
 /*
+ * dlock_row_tickets_live: has res a live client ticket at now (0.2)?  A
+ * direct index scan, so that a release finds out without SPI that there is
+ * no ticket to drop (queue.c's dlock_client_ticket_release); false under
+ * older SQL.
+ */
+bool
+dlock_row_tickets_live(const DlockResource *res, TimestampTz now)
+{
+	return tickets_ahead(res->name, PG_INT64_MAX, now);
+}
+
+/*
  * delayed: is the row's ended holding under its lock-delay at now (0.2)?
  * The same rule as dlock_delay_read + dlock_lease_available: while held
  * (expired), its expiry plus the delay; once freed, the stored moment

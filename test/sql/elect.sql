@@ -148,3 +148,29 @@ SELECT dlock.resign('bad', 'L');
 BEGIN READ ONLY;
 SELECT pg_temp.err($$SELECT dlock.campaign('ro', 'A')$$);
 ROLLBACK;
+
+-- dlock.terms (0.3): every term campaign elected in the last ten minutes,
+-- readable by everyone (for observers that poll); each new term sweeps old
+-- ones, of any election.
+INSERT INTO dlock.term_log VALUES
+    ('old-e', 1, 'Old', NULL, current_user::regrole, clock_timestamp() - interval '1 hour');
+SELECT dlock.campaign('tl', 'T1', 't1', '1h') AS t1 \gset
+SELECT dlock.resign('tl', 'T1');
+SELECT dlock.campaign('tl', 'T2', wait => '0') AS t2 \gset
+SELECT candidate, value, term = :t1 AS is_t1, term = :t2 AS is_t2
+  FROM dlock.terms WHERE election = 'tl' ORDER BY term;
+SELECT count(*) AS old_left FROM dlock.term_log WHERE resource = 'old-e';
+SELECT dlock.resign('tl', 'T2');
+-- A holder that took the lock otherwise and campaigns: a leader's term.
+SELECT dlock.try_lock('tl2', 'P', '1h') AS p_fence \gset
+SELECT dlock.campaign('tl2', 'P') = :p_fence AS same_term;
+SELECT candidate, term = :p_fence AS its_fence FROM dlock.terms WHERE election = 'tl2';
+SELECT dlock.campaign('tl2', 'P', 'pv') = :p_fence AS same_term_again;
+SELECT count(*) AS logged_once FROM dlock.terms WHERE election = 'tl2';
+SELECT dlock.unlock('tl2', 'P');
+CREATE ROLE regress_dlock_terms;
+SET ROLE regress_dlock_terms;
+SELECT count(*) AS readable FROM dlock.terms WHERE election = 'tl';
+SELECT count(*) FROM dlock.term_log;   -- closed to users
+RESET ROLE;
+DROP ROLE regress_dlock_terms;

@@ -143,7 +143,13 @@ SELECT q, pg_temp.err(q) FROM (VALUES
   ($$SELECT dlock.try_lock('fx', 'B', fair => true, lock_delay => '2h')$$),
   ($$SET dlock.lock_delay = '2h'$$),
   ($$SET dlock.lock_delay = '-1'$$),
-  ($$SET dlock.queue_ttl = 0$$)
+  ($$SET dlock.queue_ttl = 0$$),
+  ($$SELECT dlock.withdraw(NULL, 'Q')$$),
+  ($$SELECT dlock.withdraw('', 'Q')$$),
+  ($$SELECT dlock.withdraw(repeat('x', 1001), 'Q')$$),
+  ($$SELECT dlock.withdraw('fx', NULL)$$),
+  ($$SELECT dlock.withdraw('fx', '')$$),
+  ($$SELECT dlock.withdraw('fx', repeat('x', 256))$$)
 ) AS t(q);
 SELECT b.leases = (SELECT array_agg(l ORDER BY resource)::text FROM dlock.leases l) AS leases_same,
        b.tickets = (SELECT array_agg(t ORDER BY resource, ticket)::text FROM dlock.tickets t) AS tickets_same,
@@ -156,3 +162,53 @@ SELECT dlock.try_lock('fx', 'B', lock_delay => '1h') IS NULL AS b_behind_ticket_
 DELETE FROM dlock.tickets WHERE resource = 'fx';
 SELECT dlock.try_lock('fx', 'B', lock_delay => '1h') IS NOT NULL AS one_hour_is_allowed;
 SELECT dlock.unlock('fx', 'B');
+
+-- withdraw (0.3): a client-side waiter gives up its ticket at once, and
+-- the next ticket heads the queue; false if it had none.
+SELECT dlock.try_lock('fw', 'A') IS NOT NULL AS a_holds;
+SELECT dlock.try_lock('fw', 'B', fair => true) IS NULL AS b_queued;
+SELECT dlock.try_lock('fw', 'C', fair => true) IS NULL AS c_queued;
+SELECT dlock.withdraw('fw', 'B') AS b_withdrawn;
+SELECT * FROM pg_temp.q('fw');
+SELECT dlock.withdraw('fw', 'B') AS b_again;
+SELECT dlock.withdraw('fw', 'A') AS holder_has_none;
+SELECT dlock.withdraw('fw-none', 'B') AS no_queue;
+SELECT dlock.unlock('fw', 'A');
+SELECT dlock.try_lock('fw', 'C', fair => true) IS NOT NULL AS c_served_next;
+SELECT dlock.unlock('fw', 'C');
+-- The session's holder is the default.
+SELECT dlock.try_lock('fw', 'A') IS NOT NULL AS a_holds;
+SELECT dlock.try_lock('fw', fair => true) IS NULL AS session_queued;
+SELECT dlock.withdraw('fw') AS session_withdrawn;
+SELECT count(*) AS left_in_queue FROM dlock.queue WHERE resource = 'fw';
+-- Owner checks as for unlock: another role's ticket of the same holder
+-- text raises 42501 and stays; a superuser withdraws it.
+CREATE ROLE dlock_fw_a;
+CREATE ROLE dlock_fw_b;
+SET ROLE dlock_fw_a;
+SELECT dlock.try_lock('fw', 'X', fair => true) IS NULL AS x_queued_by_a;
+SET ROLE dlock_fw_b;
+SELECT pg_temp.err($$SELECT dlock.withdraw('fw', 'X')$$);
+SELECT holder, owner FROM dlock.queue WHERE resource = 'fw';
+-- dlock.queue_ttl bounds how long a dead ticket blocks everybody: it is
+-- the administrator's, not a session's (42501), and stays as it was.
+SELECT pg_temp.err($$SET dlock.queue_ttl = '1h'$$);
+SELECT current_setting('dlock.queue_ttl') AS queue_ttl;
+SET ROLE dlock_fw_a;
+SELECT dlock.withdraw('fw', 'X') AS own_withdrawn;
+RESET ROLE;
+SELECT dlock.try_lock('fw', 'Y', fair => true) IS NULL AS y_queued;
+SET ROLE dlock_fw_a;
+SELECT dlock.try_lock('fw', 'Y', fair => true) IS NULL AS y_queued_by_a;
+RESET ROLE;
+SELECT dlock.withdraw('fw', 'Y') AS own_role_first;
+SELECT holder, owner FROM dlock.queue WHERE resource = 'fw';
+SELECT dlock.withdraw('fw', 'Y') AS superuser_withdraws_other_role;
+SELECT count(*) AS left_in_queue FROM dlock.queue WHERE resource = 'fw';
+SELECT dlock.unlock('fw', 'A');
+DROP ROLE dlock_fw_a;
+DROP ROLE dlock_fw_b;
+-- In a read-only transaction: 25006.
+BEGIN READ ONLY;
+SELECT pg_temp.err($$SELECT dlock.withdraw('fw', 'B')$$);
+ROLLBACK;

@@ -373,6 +373,75 @@ sub looper
 	$node->safe_psql('postgres', 'DELETE FROM served');
 }
 
+# ---------- a waiter in lock(..., fair => true) whose client is killed
+# (SIGKILL of the client process, not of its backend), with
+# client_connection_check_interval off: its backend must not be served (it
+# would take the lock for its lease and only then die); the next waiter is.
+{
+	is($node->safe_psql('postgres', 'SHOW client_connection_check_interval'), '0',
+		'client_connection_check_interval is off');
+	$node->safe_psql('postgres', "SELECT dlock.try_lock('fair/k', 'holder', '1h')");
+	my $dead = waiter('server', dsn_direct($node), 'fair/k', 'k1');
+	ok(queued($node, 'fair/k', 'k1', 1, 1), 'k1 waits in lock(fair)');
+	my $next = waiter('server', dsn_direct($node), 'fair/k', 'k2');
+	ok(queued($node, 'fair/k', 'k2', 2, 1), 'k2 waits behind it');
+	kill 'KILL', $dead;
+	waitpid($dead, 0);
+	$node->safe_psql('postgres', "SELECT dlock.unlock('fair/k', 'holder')");
+	ok($node->poll_query_until('postgres',
+			"SELECT EXISTS (SELECT FROM served WHERE who = 'k2')
+			     OR EXISTS (SELECT FROM dlock.locks WHERE resource = 'fair/k' AND holder = 'k1')"),
+		'after the release, somebody took fair/k');
+	is($node->safe_psql('postgres', "SELECT string_agg(who, ' ') FROM served"), 'k2',
+		'the next live waiter k2 was served, not the killed client\'s backend');
+	is(wait_child($next, 60), 0, 'k2 done');
+	is($node->safe_psql('postgres', "SELECT count(*) FROM dlock.queue WHERE resource = 'fair/k'"),
+		'0', 'nothing is left in the queue');
+	is($node->safe_psql('postgres',
+			"SELECT count(*) FROM dlock.locks WHERE resource = 'fair/k' AND holder IS NOT NULL"),
+		'0', 'nor in dlock.locks');
+	$node->safe_psql('postgres', 'DELETE FROM served');
+}
+
+# ---------- a holder that queued client-side and then waits in lock()
+# (which adopts its ticket) is one ticket: dlock.queue lists it once.
+{
+	$node->safe_psql('postgres', "SELECT dlock.try_lock('fair/a', 'holder', '1h')");
+	$node->safe_psql('postgres',
+		"SET dlock.queue_ttl = '1h'; SELECT dlock.try_lock('fair/a', 'ad', fair => true)");
+	my $bg = $node->background_psql('postgres');
+	$bg->query_until(qr/waiting/, "\\echo waiting\nSELECT dlock.lock('fair/a', 'ad', '1h', '60s');\n");
+	ok($node->poll_query_until('postgres',
+			"SELECT count(*) = 1 FROM dlock.waiters WHERE resource = 'fair/a' AND holder = 'ad' AND fair"),
+		'ad waits in lock() with its client ticket');
+	is($node->safe_psql('postgres',
+			"SELECT string_agg(holder || ':' || position || ':' || (pid IS NOT NULL), ' ')
+			   FROM dlock.queue WHERE resource = 'fair/a'"),
+		'ad:1:true', 'dlock.queue lists its ticket once, as the waiter');
+	$node->safe_psql('postgres', "SELECT dlock.unlock('fair/a', 'holder')");
+	ok($node->poll_query_until('postgres',
+			"SELECT holder = 'ad' FROM dlock.locks WHERE resource = 'fair/a'"), 'ad is served');
+	$bg->quit;
+	$node->safe_psql('postgres', "SELECT dlock.unlock('fair/a', 'ad')");
+}
+
+# ---------- withdraw: a client ticket at the head leaves, and a waiter in
+# lock() behind it is served at once (not after dlock.queue_ttl, 1 h here).
+{
+	$node->safe_psql('postgres', "SELECT dlock.try_lock('fair/x', 'holder', '1h')");
+	$node->safe_psql('postgres',
+		"SET dlock.queue_ttl = '1h'; SELECT dlock.try_lock('fair/x', 'c1', fair => true)");
+	my $w = waiter('server', dsn_direct($node), 'fair/x', 'x2');
+	ok(queued($node, 'fair/x', 'x2', 2, 1), 'x2 waits in lock(fair) behind client ticket c1');
+	$node->safe_psql('postgres', "SELECT dlock.unlock('fair/x', 'holder')");
+	is($node->safe_psql('postgres',
+			"SELECT string_agg(holder, ' ' ORDER BY position) FROM dlock.queue WHERE resource = 'fair/x'"),
+		'c1 x2', 'released: c1 heads the queue, x2 waits');
+	is($node->safe_psql('postgres', "SELECT dlock.withdraw('fair/x', 'c1')"), 't', 'c1 withdraws');
+	is(wait_child($w, 60), 0, 'x2 is served');
+	$node->safe_psql('postgres', 'DELETE FROM served');
+}
+
 # ---------- client tickets are rows: a queue survives a restart
 {
 	$node->safe_psql('postgres', "ALTER SYSTEM SET dlock.queue_ttl = '1h'");

@@ -546,4 +546,49 @@ is(leader('e3'), "f2 $tf2 x2", 'f2 still leads under its term');
 finish('x2', 0);
 is(wait_exit($pid{f2}, 30), 0, 'f2\'s dlock exits 0');
 
+# ---------- campaign by a holder that took the lock with try_lock: its
+# holding is a leader's from then on, and its end by expiry is announced
+# with candidate, term and value like any leader's.
+{
+	my $chan = sql(q{SELECT dlock.channel('e4')});
+	my $ls = $node->background_psql('postgres');
+	$ls->query_safe(qq{LISTEN "$chan"});
+	my $t4 = sql(q{SELECT dlock.try_lock('e4', 'g1', '1s')});
+	is(sql(q{SELECT dlock.campaign('e4', 'g1')}), $t4,
+		'campaign by the try_lock holder returns its term');
+	ok($node->poll_query_until('postgres',
+			q{SELECT count(*) = 0 FROM dlock.locks WHERE resource = 'e4' AND holder IS NOT NULL}),
+		'its lease runs out and the reaper ends it');
+	my $note = '';
+	for (my $i = 0; $i < 100 && $note !~ /"event":"expired"/; $i++)
+	{
+		$note .= $ls->query_safe('SELECT 1');
+		usleep(50_000) if $note !~ /"event":"expired"/;
+	}
+	like($note,
+		qr/payload "\{"event":"expired","resource":"e4","fence":$t4,"candidate":"g1","term":$t4,"value":null\}"/,
+		'its expired event carries candidate, term and value');
+	$ls->quit;
+}
+
+# ---------- a polling observer sees every term, also one that began and
+# ended between two of its looks (200 ms apart): dlock.terms (0.3)
+{
+	my $op = spawn('obs_short', cmd => [ $cli, '-d', conn('obs_short'), 'observe', '--poll', 'e5' ]);
+	ok(wait_until(30, sub { scalar(observed('obs_short')) >= 1 }), 'the poller prints the state of e5');
+	my ($ta, $resigned) = split /\n/,
+	  sql(q{SELECT dlock.campaign('e5', 'sa', 'va', '1h'); SELECT dlock.resign('e5', 'sa')});
+	is($resigned, 't', 'sa is elected and resigns at once');
+	my $tb = sql(q{SELECT dlock.campaign('e5', 'sb', 'vb', '1h')});
+	ok(wait_until(30, sub { grep { ($_->{candidate} // '') eq 'sb' } observed('obs_short') }),
+		'the poller sees sb lead');
+	kill 'TERM', $op;
+	is(wait_exit($op, 30), 0, 'the poller exits 0 on SIGTERM');
+	my $seq = join(',', map { brief($_) } observed('obs_short'));
+	diag("obs_short: $seq");
+	like($seq, qr/^none:::<null>,(?:elected|leader):sa:$ta:va,(?:none:::<null>,)?leader:sb:$tb:vb$/,
+		'the poller printed sa\'s term of a few milliseconds, then sb');
+	sql(q{SELECT dlock.resign('e5', 'sb')});
+}
+
 done_testing();

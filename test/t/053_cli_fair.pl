@@ -223,4 +223,44 @@ is($rc, 0, 'run --lock-delay 30s: COMMAND ran');
 ($rc, $out, $err) = cli('-d', conn(), 'try', 'ld2', '--holder', 'd');
 is($rc, 0, 'a clean release by run frees the resource at once, whatever the delay');
 
+# ---------- a fair waiter that gives up withdraws its ticket at once
+# (dlock.withdraw, 0.3 SQL): with queue_ttl at 1 h, the tickets of a "dlock
+# lock --fair" that times out, a "dlock run --fair" that gets SIGTERM and a
+# "dlock elect" candidate that times out are gone when they exit, and the
+# next waiter is served right after the release.
+sql("ALTER SYSTEM SET dlock.queue_ttl = '1h'");
+$node->reload;
+ok($node->poll_query_until('postgres', "SELECT current_setting('dlock.queue_ttl') = '1h'"),
+	'queue_ttl is 1h');
+sql("SELECT dlock.try_lock('gq', 'boss', '60s')");
+sql("SELECT dlock.campaign('ge', 'boss', 'b', '60s')");
+my $gw = spawn('gw',
+	cmd => [ $cli, '-d', conn('gw'), 'lock', '--fair', '--holder', 'gw', '--wait', '3s', 'gq' ]);
+ok($node->poll_query_until('postgres', "SELECT count(*) = 1 FROM dlock.queue WHERE holder = 'gw'"),
+	'gw (lock --fair --wait 3s) is queued');
+my $gs = spawn('gs',
+	cmd => [ $cli, '-d', conn('gs'), 'run', '--fair', '--holder', 'gs', 'gq', '--', 'true' ]);
+ok($node->poll_query_until('postgres', "SELECT count(*) = 1 FROM dlock.queue WHERE holder = 'gs'"),
+	'gs (run --fair) is queued');
+my $ge = spawn('ge',
+	cmd => [ $cli, '-d', conn('ge'), 'elect', '--holder', 'ge', '--wait', '3s', 'ge', 'v', '--', 'true' ]);
+ok($node->poll_query_until('postgres', "SELECT count(*) = 1 FROM dlock.queue WHERE holder = 'ge'"),
+	'ge (elect --wait 3s) is queued');
+my $gn = spawn('gn',
+	cmd => [ $cli, '-d', conn('gn'), 'run', '--fair', '--holder', 'gn', 'gq', '--', 'true' ]);
+ok($node->poll_query_until('postgres', "SELECT count(*) = 1 FROM dlock.queue WHERE holder = 'gn'"),
+	'gn (run --fair) is queued last');
+kill 'TERM', $gs;
+ok(defined wait_exit($gs, 30), 'gs ends on SIGTERM');
+is(sql("SELECT count(*) FROM dlock.queue WHERE holder = 'gs'"), '0', 'gs withdrew its ticket');
+is(wait_exit($gw, 30), 75, 'gw gives up: exit 75');
+is(sql("SELECT count(*) FROM dlock.queue WHERE holder = 'gw'"), '0', 'gw withdrew its ticket');
+is(wait_exit($ge, 30), 75, 'ge gives up: exit 75');
+is(sql("SELECT count(*) FROM dlock.queue WHERE holder = 'ge'"), '0', 'ge withdrew its ticket');
+sql("SELECT dlock.unlock('gq', 'boss')");
+is(wait_exit($gn, 30), 0, 'the next waiter gn is served after the release (not after queue_ttl)');
+sql("SELECT dlock.resign('ge', 'boss')");
+sql("ALTER SYSTEM RESET dlock.queue_ttl");
+$node->reload;
+
 done_testing();

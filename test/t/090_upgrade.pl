@@ -90,8 +90,6 @@ for my $i (1 .. $#versions)
 	my $f = $node->safe_psql('walk', "SELECT dlock.try_lock('walk/v$v', 'hv', '1h')");
 	cmp_ok($f, '>', $f3, "$v: the next fence is higher than every earlier one");
 	$f3 = $f;
-	$before = $node->safe_psql('walk',
-		q{SELECT string_agg(resource || ' ' || holder || ' ' || count || ' ' || fence || ' ' || owner, ', ' ORDER BY resource) FROM dlock.locks});
 
 	# From 0.2 on there are queues and lock-delays: every step keeps them.
 	if ($queue ne '')
@@ -99,6 +97,16 @@ for my $i (1 .. $#versions)
 		is($node->safe_psql('walk', $queue_q), $queue, "$v: every queue entry intact");
 		is($node->safe_psql('walk', $delay_q), $delay, "$v: every lock-delay intact");
 		is($node->safe_psql('walk', $leader_q), $leader, "$v: the leader and its value intact");
+		# From 0.3 on a client-side waiter withdraws its ticket.
+		if ($node->safe_psql('walk', q{SELECT to_regprocedure('dlock.withdraw(text,text)') IS NOT NULL}) eq 't')
+		{
+			$node->safe_psql('walk',
+				qq{SET dlock.queue_ttl = '1h'; SELECT dlock.try_lock('walk/q', 'q$v', fair => true)});
+			is($node->safe_psql('walk', $queue_q), "$queue q$v:3", "$v: a ticket joins the queue");
+			is($node->safe_psql('walk', qq{SELECT dlock.withdraw('walk/q', 'q$v')}), 't',
+				"$v: withdraw takes it out");
+			is($node->safe_psql('walk', $queue_q), $queue, "$v: the queue is as it was");
+		}
 	}
 	elsif ($node->safe_psql('walk', q{SELECT to_regclass('dlock.tickets') IS NOT NULL}) eq 't')
 	{
@@ -116,6 +124,9 @@ for my $i (1 .. $#versions)
 		$leader = $node->safe_psql('walk', $leader_q);
 		is($leader, "le where-e $term", "$v: dlock.leader() shows it with its value");
 	}
+	# (after this step's new holdings: the next step must keep them all)
+	$before = $node->safe_psql('walk',
+		q{SELECT string_agg(resource || ' ' || holder || ' ' || count || ' ' || fence || ' ' || owner, ', ' ORDER BY resource) FROM dlock.locks});
 }
 
 # The waiter is still waiting and gets the lock when it is released.

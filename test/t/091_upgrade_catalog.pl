@@ -109,6 +109,27 @@ sub exercise
 	is(wq(q{SELECT dlock.reap() >= 0}), 't', "$v SQL: reap");
 	is(wq(q{SELECT count(*) FROM dlock.locks WHERE resource LIKE 'walk/%'}), '3', "$v SQL: dlock.locks");
 	is(wq(q{SELECT count(*) FROM dlock.stats()}), '1', "$v SQL: stats");
+	if (wq(q{SELECT to_regclass('dlock.tickets') IS NOT NULL}) eq 't')
+	{
+		# Fair queues (0.2); withdraw (0.3), else the ticket is deleted.
+		wq(qq{SELECT dlock.try_lock('ex/$v/q', 'hq', '1h')});
+		is(wq(qq{SELECT dlock.try_lock('ex/$v/q', 'qw', fair => true) IS NULL}), 't',
+			"$v SQL: a fair attempt takes a ticket");
+		is(wq(qq{SELECT string_agg(holder || ':' || position, ' ') FROM dlock.queue WHERE resource = 'ex/$v/q'}),
+			'qw:1', "$v SQL: dlock.queue lists it");
+		if (wq(q{SELECT to_regprocedure('dlock.withdraw(text,text)') IS NOT NULL}) eq 't')
+		{
+			is(wq(qq{SELECT dlock.withdraw('ex/$v/q', 'qw')}), 't', "$v SQL: withdraw");
+			is(wq(qq{SELECT dlock.withdraw('ex/$v/q', 'qw')}), 'f', "$v SQL: withdraw of no ticket");
+		}
+		else
+		{
+			wq(qq{DELETE FROM dlock.tickets WHERE resource = 'ex/$v/q'});
+		}
+		is(wq(qq{SELECT count(*) FROM dlock.queue WHERE resource = 'ex/$v/q'}), '0',
+			"$v SQL: the queue is empty again");
+		is(wq(qq{SELECT dlock.unlock('ex/$v/q', 'hq')}), '0', "$v SQL: unlock of the queued resource");
+	}
 }
 
 exercise($versions[0]);
