@@ -5,7 +5,10 @@
  * my_command() and nothing else in the client knows about MySQL.  This
  * file runs the subcommands that make sense against mysql/dlock.sql: run,
  * try, lock, unlock, renew, status, reap (and --version), with the same
- * exit codes as the PostgreSQL path.  It reuses util.c (clocks, durations,
+ * exit codes as the PostgreSQL path; watch (no NOTIFY), elect and observe
+ * (no elections in that schema) are refused with 64.  A routine's error is
+ * printed with its SQLSTATE; lock wait timeouts and deadlocks (1205, 1213)
+ * are retried as failed attempts.  It reuses util.c (clocks, durations,
  * holders, the signal self-pipe) and the watchdog of watchdog.c, which
  * stops COMMAND's tree at the deadline of the last acknowledged renewal.
  * There is no LISTEN in MySQL: waits poll.  Every call is a blocking
@@ -196,11 +199,24 @@ transient_error(unsigned e)
 	return e == 1205 || e == 1213;
 }
 
-/* report_stmt_error: the server's message and SQLSTATE of a failed statement. */
+/*
+ * stmt_errno, report_stmt_error: the error of a failed statement, and its
+ * message and SQLSTATE on stderr.  An error that arrives while rows are
+ * fetched (a routine's SIGNAL) is left on the connection, not the statement.
+ */
+static unsigned
+stmt_errno(MYSQL_STMT *st)
+{
+	return mysql_stmt_errno(st) ? mysql_stmt_errno(st) : mysql_errno(my);
+}
+
 static void
 report_stmt_error(MYSQL_STMT *st)
 {
-	logmsg("server error: %s (SQLSTATE %s)", mysql_stmt_error(st), mysql_stmt_sqlstate(st));
+	if (mysql_stmt_errno(st))
+		logmsg("server error: %s (SQLSTATE %s)", mysql_stmt_error(st), mysql_stmt_sqlstate(st));
+	else
+		logmsg("server error: %s (SQLSTATE %s)", mysql_error(my), mysql_sqlstate(my));
 }
 
 /* Outcome of one statement. */
@@ -257,7 +273,7 @@ my_scalar(const char *sql, int n, const char *const *vals, char *out, size_t out
 		mysql_stmt_execute(st) != 0 ||
 		mysql_stmt_bind_result(st, &res) != 0)
 	{
-		unsigned	e = mysql_stmt_errno(st);
+		unsigned	e = stmt_errno(st);
 
 		if (connection_error(e))
 			status = Q_LOST;
@@ -279,7 +295,7 @@ my_scalar(const char *sql, int n, const char *const *vals, char *out, size_t out
 
 		if (f == 1)
 		{
-			unsigned	e = mysql_stmt_errno(st);
+			unsigned	e = stmt_errno(st);
 
 			if (connection_error(e))
 				status = Q_LOST;
@@ -845,6 +861,10 @@ my_command(Options *o)
 		return my_status(o);
 	if (strcmp(o->subcommand, "reap") == 0)
 		return my_reap(o);
+	if (strcmp(o->subcommand, "elect") == 0 || strcmp(o->subcommand, "observe") == 0)
+		return usage_error("%s: not available with MySQL/MariaDB: mysql/dlock.sql has no elections "
+						   "(no campaign, leader or resign; see the README, \"MySQL and MariaDB\")",
+						   o->subcommand);
 	return usage_error("%s: not available with MySQL/MariaDB (no LISTEN/NOTIFY)", o->subcommand);
 }
 
