@@ -5,10 +5,10 @@
  * my_command() and nothing else in the client knows about MySQL.  This
  * file runs the subcommands that make sense against mysql/dlock.sql: run,
  * try, lock, unlock, renew, status, reap (and --version), with the same
- * exit codes as the PostgreSQL path; watch (no NOTIFY), elect and observe
- * (no elections in that schema) are refused with 64.  A routine's error is
- * printed with its SQLSTATE; lock wait timeouts and deadlocks (1205, 1213)
- * are retried as failed attempts.  It reuses util.c (clocks, durations,
+ * exit codes as the PostgreSQL path (main.c refuses elect and observe: no
+ * elections in that schema; watch is refused here: no NOTIFY).  A
+ * routine's error is printed with its SQLSTATE; lock wait timeouts and
+ * deadlocks (1205, 1213) are retried as failed attempts.  It reuses util.c (clocks, durations,
  * holders, the signal self-pipe) and the watchdog of watchdog.c, which
  * stops COMMAND's tree at the deadline of the last acknowledged renewal.
  * There is no LISTEN in MySQL: waits poll.  Every call is a blocking
@@ -861,10 +861,6 @@ my_command(Options *o)
 		return my_status(o);
 	if (strcmp(o->subcommand, "reap") == 0)
 		return my_reap(o);
-	if (strcmp(o->subcommand, "elect") == 0 || strcmp(o->subcommand, "observe") == 0)
-		return usage_error("%s: not available with MySQL/MariaDB: mysql/dlock.sql has no elections "
-						   "(no campaign, leader or resign; see the README, \"MySQL and MariaDB\")",
-						   o->subcommand);
 	return usage_error("%s: not available with MySQL/MariaDB (no LISTEN/NOTIFY)", o->subcommand);
 }
 

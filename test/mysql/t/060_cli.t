@@ -69,10 +69,10 @@ is($rc, 64, 'watch (needs LISTEN): 64');
 # No elections in the MySQL schema: elect and observe are refused, saying so.
 ($rc, $out, $err) = dlock('-d', $url, 'elect', 'cli/e', 'v', '--', 'true');
 is($rc, 64, 'elect: 64');
-like($err, qr/elect: not available with MySQL\/MariaDB: mysql\/dlock\.sql has no elections/, 'elect says why');
+like($err, qr/"elect" is not available in the MySQL edition: mysql\/dlock\.sql has no elections/, 'elect says why');
 ($rc, $out, $err) = dlock('-d', $url, 'observe', 'cli/e');
 is($rc, 64, 'observe: 64');
-like($err, qr/observe: not available with MySQL\/MariaDB: mysql\/dlock\.sql has no elections/, 'observe says why');
+like($err, qr/"observe" is not available in the MySQL edition: mysql\/dlock\.sql has no elections/, 'observe says why');
 ($rc) = dlock('-d', $url, 'run', 'cli/r', '--', 'sh', '-c', 'exit 3');
 is($rc, 3, "run: COMMAND's exit status");
 ($rc) = dlock('-d', $url, 'run', 'cli/r', '--', 'sh', '-c', 'kill -TERM $$');
