@@ -180,6 +180,7 @@ is(one($bob, "SELECT dlock.unlock_all('hb')"), 1, 'bob releases his');
 for my $q ("SELECT * FROM dlock.leases", "UPDATE dlock.leases SET holder = 'me'",
            "DELETE FROM dlock.leases", "INSERT INTO dlock.leases (resource) VALUES ('x')",
            "INSERT INTO dlock.fences () VALUES ()", "SELECT dlock._fence()",
+           "SELECT * FROM dlock.fence_lock",
            "SELECT dlock._reap_one('x')", "CALL dlock._reap(\@n)",
            "SELECT dlock._xact_try('x')", "ALTER TABLE dlock.fences AUTO_INCREMENT = 1",
            "DROP EVENT dlock.reap") {
