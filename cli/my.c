@@ -8,10 +8,10 @@
  * exit codes as the PostgreSQL path (main.c refuses elect and observe: no
  * elections in that schema; watch is refused here: no NOTIFY).  A
  * routine's error is printed with its SQLSTATE; lock wait timeouts and
- * deadlocks (1205, 1213) are retried as failed attempts.  It reuses util.c (clocks, durations,
- * holders, the signal self-pipe) and the watchdog of watchdog.c, which
- * stops COMMAND's tree at the deadline of the last acknowledged renewal.
- * There is no LISTEN in MySQL: waits poll.  Every call is a blocking
+ * deadlocks (1205, 1213) are retried as failed attempts.  It reuses util.c
+ * (clocks, durations, holders, the signal self-pipe) and the watchdog of
+ * watchdog.c, which stops COMMAND's tree at the deadline of the last
+ * acknowledged renewal.  There is no LISTEN in MySQL: waits poll.  Every call is a blocking
  * libmariadb call bounded by connect/read/write timeouts, with parameters
  * bound through prepared statements (nothing is spliced into SQL).
  *
@@ -49,7 +49,7 @@ typedef struct MyUrl
 
 static MyUrl url;
 static MYSQL *my;				/* NULL while disconnected */
-static unsigned last_errno;		/* server error of the last Q_ERROR, 0 if none */
+static unsigned last_errno;		/* error of my_scalar's last Q_ERROR, else 0 */
 
 /* decode: copy [s, s+n) percent-decoded into out; false if it does not fit. */
 static bool
