@@ -378,8 +378,11 @@ main(int argc, char **argv)
 			return usage_error("--fair and --lock-delay are not available in the MySQL "
 							   "edition");
 		if (!subcommands[which].mysql)
-			return usage_error("\"%s\" is not available in the MySQL edition",
-							   o.subcommand);
+			return usage_error("\"%s\" is not available in the MySQL edition%s", o.subcommand,
+							   subcommands[which].fn == cmd_elect ||
+							   subcommands[which].fn == cmd_observe
+							   ? ": mysql/dlock.sql has no elections (no campaign, leader or "
+							   "resign; see the README, \"MySQL and MariaDB\")" : "");
 		return my_command(&o);	/* the MySQL/MariaDB backend, my.c */
 	}
 	return subcommands[which].fn(&o);

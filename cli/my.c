@@ -5,10 +5,13 @@
  * my_command() and nothing else in the client knows about MySQL.  This
  * file runs the subcommands that make sense against mysql/dlock.sql: run,
  * try, lock, unlock, renew, status, reap (and --version), with the same
- * exit codes as the PostgreSQL path.  It reuses util.c (clocks, durations,
- * holders, the signal self-pipe) and the watchdog of watchdog.c, which
- * stops COMMAND's tree at the deadline of the last acknowledged renewal.
- * There is no LISTEN in MySQL: waits poll.  Every call is a blocking
+ * exit codes as the PostgreSQL path (main.c refuses elect and observe: no
+ * elections in that schema; watch is refused here: no NOTIFY).  A
+ * routine's error is printed with its SQLSTATE; lock wait timeouts and
+ * deadlocks (1205, 1213) are retried as failed attempts.  It reuses util.c
+ * (clocks, durations, holders, the signal self-pipe) and the watchdog of
+ * watchdog.c, which stops COMMAND's tree at the deadline of the last
+ * acknowledged renewal.  There is no LISTEN in MySQL: waits poll.  Every call is a blocking
  * libmariadb call bounded by connect/read/write timeouts, with parameters
  * bound through prepared statements (nothing is spliced into SQL).
  *
@@ -46,6 +49,7 @@ typedef struct MyUrl
 
 static MyUrl url;
 static MYSQL *my;				/* NULL while disconnected */
+static unsigned last_errno;		/* error of my_scalar's last Q_ERROR, else 0 */
 
 /* decode: copy [s, s+n) percent-decoded into out; false if it does not fit. */
 static bool
@@ -184,6 +188,37 @@ connection_error(unsigned e)
 		e == CR_CONN_HOST_ERROR || e == CR_SERVER_LOST_EXTENDED || e == 1927 /* killed */ ;
 }
 
+/*
+ * transient_error: a lock wait timeout (1205) or a deadlock (1213): the
+ * statement was rolled back, the lease (if any) is as it was, and the same
+ * call may be retried.
+ */
+static bool
+transient_error(unsigned e)
+{
+	return e == 1205 || e == 1213;
+}
+
+/*
+ * stmt_errno, report_stmt_error: the error of a failed statement, and its
+ * message and SQLSTATE on stderr.  An error that arrives while rows are
+ * fetched (a routine's SIGNAL) is left on the connection, not the statement.
+ */
+static unsigned
+stmt_errno(MYSQL_STMT *st)
+{
+	return mysql_stmt_errno(st) ? mysql_stmt_errno(st) : mysql_errno(my);
+}
+
+static void
+report_stmt_error(MYSQL_STMT *st)
+{
+	if (mysql_stmt_errno(st))
+		logmsg("server error: %s (SQLSTATE %s)", mysql_stmt_error(st), mysql_stmt_sqlstate(st));
+	else
+		logmsg("server error: %s (SQLSTATE %s)", mysql_error(my), mysql_sqlstate(my));
+}
+
 /* Outcome of one statement. */
 typedef enum
 {
@@ -209,6 +244,7 @@ my_scalar(const char *sql, int n, const char *const *vals, char *out, size_t out
 	my_bool		null = 1;
 	QStatus		status = Q_OK;
 
+	last_errno = 0;
 	if (my == NULL)
 		return Q_LOST;
 	st = mysql_stmt_init(my);
@@ -237,23 +273,39 @@ my_scalar(const char *sql, int n, const char *const *vals, char *out, size_t out
 		mysql_stmt_execute(st) != 0 ||
 		mysql_stmt_bind_result(st, &res) != 0)
 	{
-		unsigned	e = mysql_stmt_errno(st);
+		unsigned	e = stmt_errno(st);
 
 		if (connection_error(e))
 			status = Q_LOST;
 		else
 		{
-			logmsg("server error: %s (SQLSTATE %s)", mysql_stmt_error(st),
-				   mysql_stmt_sqlstate(st));
+			report_stmt_error(st);
+			last_errno = e;
 			status = Q_ERROR;
 		}
 	}
 	else
 	{
+		/*
+		 * A routine called in the select list runs while the row is made:
+		 * its SIGNAL (42501, 22023, ...) or a lock wait timeout arrives
+		 * here, at the fetch, not at the execute.
+		 */
 		int			f = mysql_stmt_fetch(st);
 
 		if (f == 1)
-			status = connection_error(mysql_stmt_errno(st)) ? Q_LOST : Q_ERROR;
+		{
+			unsigned	e = stmt_errno(st);
+
+			if (connection_error(e))
+				status = Q_LOST;
+			else
+			{
+				report_stmt_error(st);
+				last_errno = e;
+				status = Q_ERROR;
+			}
+		}
 		else if (f == MYSQL_NO_DATA)
 			null = 1;
 		else
@@ -322,7 +374,7 @@ my_acquire(const Options *o, MyLock *m, int64_t wait_ms)
 		if (my == NULL && !my_open(o, 5, false))
 			return EXIT_CONN;
 		s = my_try(m, &got);
-		if (s == Q_ERROR)
+		if (s == Q_ERROR && !transient_error(last_errno))
 			return EXIT_CONN;
 		if (s == Q_LOST && !my_open(o, 5, false))
 			return EXIT_CONN;
@@ -400,6 +452,11 @@ my_renew(MyLock *m)
 	if (my == NULL && !my_open(m->lk.opt, (unsigned) (m->lk.lease_ms / 3000 + 1), true))
 		return -1;
 	s = my_scalar("SELECT dlock.renew(?, ?, ?, ?)", 4, v, out, sizeof(out), &isnull);
+	if (s == Q_ERROR && transient_error(last_errno))
+	{
+		logmsg("renewal failed (will retry)");
+		return -1;
+	}
 	if (s == Q_ERROR)
 		return 0;
 	if (s != Q_OK)
@@ -639,7 +696,8 @@ my_status(const Options *o)
 		mysql_stmt_bind_param(st, in) != 0 || mysql_stmt_execute(st) != 0 ||
 		mysql_stmt_bind_result(st, out) != 0)
 	{
-		logmsg("server error: %s", st ? mysql_stmt_error(st) : mysql_error(my));
+		logmsg("server error: %s (SQLSTATE %s)", st ? mysql_stmt_error(st) : mysql_error(my),
+			   st ? mysql_stmt_sqlstate(st) : mysql_sqlstate(my));
 		if (st)
 			mysql_stmt_close(st);
 		my_close();
@@ -674,7 +732,7 @@ my_reap(const Options *o)
 		return EXIT_CONN;
 	if (mysql_query(my, "CALL dlock.reap()") != 0 || (r = mysql_store_result(my)) == NULL)
 	{
-		logmsg("server error: %s", mysql_error(my));
+		logmsg("server error: %s (SQLSTATE %s)", mysql_error(my), mysql_sqlstate(my));
 		my_close();
 		return EXIT_CONN;
 	}

@@ -26,18 +26,27 @@
  *   everything that retries (lock, xact_lock, reaping) is a procedure whose
  *   every attempt is a statement of its own.
  * - dlock.fences, an AUTO_INCREMENT counter: InnoDB hands out its values
- *   outside transactions (never reused after a rollback) and persists the
- *   counter in the redo log (MariaDB >= 10.2.4, MySQL 8), which is flushed
- *   at every commit, so no fence a committed acquisition returned is ever
- *   handed out again, across crash and restart.  A fence is drawn only after
- *   the resource's row is locked.  It starts at install time at
- *   (milliseconds since 2020-01-01 UTC) << 22, like PostgreSQL dlock's, so
- *   that a re-installation starts above the fences of the one before.
+ *   outside transactions (never reused after a rollback) and never lowers
+ *   it while the server runs.  A fence is drawn only after the resource's
+ *   row is locked, under a named lock (dlock.fence_lock's) held for the
+ *   draw only.  A fence is never below the clock: when the counter is
+ *   behind (milliseconds since 2020-01-01 UTC) << 22, the draw raises it
+ *   there by inserting that value, which InnoDB applies at once, whatever
+ *   becomes of the transaction.  So a fence drawn at millisecond t is in
+ *   [t << 22, (t + 1) << 22) (fewer than 2^22 draws a millisecond), and
+ *   whatever sets the counter back (a crash that loses the redo of an
+ *   acquisition never committed, a restore from a dump, which carries the
+ *   counter as it was, a re-installation, a replica's promotion) is undone
+ *   by the next draw, at a later millisecond: the same assumption about
+ *   clocks as PostgreSQL dlock's epochs (README, "Fence format").
  * - Users get EXECUTE on the public routines and SELECT on dlock.locks and
  *   nothing else.  The routines run as `dlock`@`localhost` (SQL SECURITY
  *   DEFINER), a locked account that owns nothing outside this database.
- *   Inside them CURRENT_USER() is that account, so the caller is read from
- *   USER() (the login user name; see README, "MySQL and MariaDB").
+ *   Inside them CURRENT_USER() is that account, so the owner of a holding
+ *   is the user name part of USER(), the name the client logged in with:
+ *   the same as CURRENT_USER()'s user part for every account but an
+ *   anonymous one (User = ''), through which a client names itself; the
+ *   install warns when such accounts exist (README, "MySQL and MariaDB").
  * - Time: all lease arithmetic uses SYSDATE(6), the clock at the call (NOW()
  *   is the start of the statement), converted to UTC; times are stored and
  *   shown in UTC.
@@ -92,6 +101,11 @@ CREATE TABLE dlock.leases (
 CREATE TABLE dlock.fences (
     n BIGINT NOT NULL AUTO_INCREMENT PRIMARY KEY
 ) ENGINE = InnoDB;
+-- The name of the named lock _fence draws under (random; users cannot read it).
+CREATE TABLE dlock.fence_lock (
+    name VARCHAR(64) CHARACTER SET ascii NOT NULL PRIMARY KEY
+) ENGINE = InnoDB;
+INSERT INTO dlock.fence_lock VALUES (CONCAT('dlock:', LEFT(SHA2(CONCAT(UUID(), RAND(), SYSDATE(6), CONNECTION_ID()), 256), 56)));
 SET @dlock_first_fence = CAST(TIMESTAMPDIFF(MICROSECOND, '2020-01-01', UTC_TIMESTAMP(6)) DIV 1000 AS UNSIGNED) << 22;
 SET @dlock_sql = CONCAT('ALTER TABLE dlock.fences AUTO_INCREMENT = ', @dlock_first_fence);
 PREPARE dlock_stmt FROM @dlock_sql;
@@ -144,6 +158,63 @@ BEGIN
     END IF;
 END//
 
+/*
+ * _seconds, _integer: an argument of a duration (seconds, fractional
+ * allowed) or a fence, taken as text so that a value that is not one (a
+ * word, '12abc', 1e400, a number beyond BIGINT) signals SQLSTATE 22023
+ * naming the argument instead of MariaDB's conversion errors (1265, 1366,
+ * 1264, 1367), raised before a routine with DOUBLE or BIGINT parameters
+ * could check anything.  NULL stays NULL.
+ */
+CREATE DEFINER = 'dlock'@'localhost' FUNCTION dlock._seconds(p_name VARCHAR(16), p_v LONGBLOB) RETURNS DOUBLE
+    DETERMINISTIC NO SQL SQL SECURITY DEFINER
+BEGIN
+    DECLARE v DOUBLE;
+    DECLARE v_msg VARCHAR(128) DEFAULT CONCAT(p_name, ' must be a number of seconds');
+    DECLARE EXIT HANDLER FOR SQLEXCEPTION, SQLWARNING
+        SIGNAL SQLSTATE '22023' SET MESSAGE_TEXT = v_msg;
+    IF p_v IS NULL THEN
+        RETURN NULL;
+    ELSEIF LENGTH(p_v) > 64
+        OR NOT p_v REGEXP '^ *[-+]?([0-9]+[.]?[0-9]*|[.][0-9]+)([eE][-+]?[0-9]{1,3})? *$' THEN
+        SIGNAL SQLSTATE '22023' SET MESSAGE_TEXT = v_msg;
+    END IF;
+    SET v = CAST(TRIM(p_v) AS DOUBLE);
+    RETURN v;
+END//
+
+CREATE DEFINER = 'dlock'@'localhost' FUNCTION dlock._integer(p_name VARCHAR(16), p_v LONGBLOB) RETURNS BIGINT
+    DETERMINISTIC NO SQL SQL SECURITY DEFINER
+BEGIN
+    DECLARE v_msg VARCHAR(128) DEFAULT CONCAT(p_name, ' must be an integer (BIGINT)');
+    DECLARE EXIT HANDLER FOR SQLEXCEPTION, SQLWARNING
+        SIGNAL SQLSTATE '22023' SET MESSAGE_TEXT = v_msg;
+    IF p_v IS NULL THEN
+        RETURN NULL;
+    ELSEIF LENGTH(p_v) > 40 OR NOT p_v REGEXP '^ *[-+]?[0-9]+ *$'
+        OR CAST(TRIM(p_v) AS DECIMAL(40, 0)) NOT BETWEEN -9223372036854775808 AND 9223372036854775807 THEN
+        SIGNAL SQLSTATE '22023' SET MESSAGE_TEXT = v_msg;
+    END IF;
+    RETURN CAST(TRIM(p_v) AS SIGNED);
+END//
+
+/*
+ * _show: a resource for a message: "text" (at most 100 characters) when it
+ * is valid UTF-8, else its bytes in hex, x'...' (at most 50 bytes).
+ */
+CREATE DEFINER = 'dlock'@'localhost' FUNCTION dlock._show(p LONGBLOB) RETURNS VARCHAR(300) CHARACTER SET utf8mb4
+    DETERMINISTIC NO SQL SQL SECURITY DEFINER
+BEGIN
+    DECLARE v LONGTEXT CHARACTER SET utf8mb4;
+    DECLARE EXIT HANDLER FOR SQLEXCEPTION, SQLWARNING
+        RETURN CONCAT('x''', HEX(LEFT(p, 50)), IF(LENGTH(p) > 50, '...', ''), '''');
+    SET v = CONVERT(p USING utf8mb4);
+    IF CONVERT(v USING binary) <> p THEN
+        RETURN CONCAT('x''', HEX(LEFT(p, 50)), IF(LENGTH(p) > 50, '...', ''), '''');
+    END IF;
+    RETURN CONCAT('"', LEFT(v, 100), IF(CHAR_LENGTH(v) > 100, '..."', '"'));
+END//
+
 -- _me: the caller (the login user name of USER(), whatever the definer).
 CREATE DEFINER = 'dlock'@'localhost' FUNCTION dlock._me() RETURNS VARCHAR(128) CHARACTER SET utf8mb4
     NOT DETERMINISTIC NO SQL SQL SECURITY DEFINER
@@ -154,28 +225,65 @@ CREATE DEFINER = 'dlock'@'localhost' FUNCTION dlock._now() RETURNS DATETIME(6)
     NOT DETERMINISTIC NO SQL SQL SECURITY DEFINER
     RETURN SYSDATE(6) - INTERVAL TIMESTAMPDIFF(SECOND, UTC_TIMESTAMP(), NOW()) SECOND//
 
--- _fence: the next fence.  Callers hold the resource's row lock.
+/*
+ * _fence: the next fence, never below the clock (see the header: the
+ * counter, raised to (milliseconds since 2020-01-01 UTC) << 22 when it is
+ * behind).  Callers hold the resource's row lock.  The draw and the raise
+ * happen under the named lock of dlock.fence_lock, held for these few
+ * statements only (not to the end of the transaction), so that no two
+ * sessions insert the same explicit value (the second would wait for the
+ * first's transaction).  Its name is random, made at install time, and
+ * users cannot read it; a lock left by this session (a statement killed
+ * in the middle) is released first.
+ */
 CREATE DEFINER = 'dlock'@'localhost' FUNCTION dlock._fence() RETURNS BIGINT
     NOT DETERMINISTIC MODIFIES SQL DATA SQL SECURITY DEFINER
 BEGIN
     DECLARE v BIGINT;
+    DECLARE v_clock BIGINT;
+    DECLARE v_name VARCHAR(64);
+    DECLARE v_left INT DEFAULT 10;
+    DECLARE EXIT HANDLER FOR SQLEXCEPTION
+    BEGIN
+        DO RELEASE_LOCK(v_name);
+        RESIGNAL;
+    END;
+    SELECT name INTO v_name FROM dlock.fence_lock;
+    WHILE v_left > 0 AND IS_USED_LOCK(v_name) = CONNECTION_ID() DO
+        DO RELEASE_LOCK(v_name);
+        SET v_left = v_left - 1;
+    END WHILE;
+    IF IFNULL(GET_LOCK(v_name, 10), 0) <> 1 THEN
+        SIGNAL SQLSTATE '55P03' SET MESSAGE_TEXT = 'dlock: could not draw a fence: the fence counter''s lock was not granted within 10 s';
+    END IF;
     INSERT INTO dlock.fences () VALUES ();
     SET v = LAST_INSERT_ID();
     DELETE FROM dlock.fences WHERE n = v;
+    SET v_clock = CAST(TIMESTAMPDIFF(MICROSECOND, '2020-01-01', UTC_TIMESTAMP(6)) DIV 1000 AS SIGNED) << 22;
+    IF v < v_clock THEN
+        -- An explicit value above the counter raises it (InnoDB, at once,
+        -- whatever becomes of this transaction).
+        INSERT INTO dlock.fences (n) VALUES (v_clock);
+        DELETE FROM dlock.fences WHERE n = v_clock;
+        SET v = v_clock;
+    END IF;
+    DO RELEASE_LOCK(v_name);
     RETURN v;
 END//
 
--- session_holder: 'conn:<connection id>:<server start, unix seconds>'.
+/*
+ * session_holder: 'conn:<connection id>:<UUID()>', made at the connection's
+ * first call and kept in @dlock_session_holder.  UUID() is unique over the
+ * server's lifetime and across restarts (a 100 ns clock, and a node part
+ * drawn at server start), so a connection that gets a dead one's id after
+ * a crash never re-enters its leases.
+ */
 CREATE DEFINER = 'dlock'@'localhost' FUNCTION dlock.session_holder() RETURNS VARCHAR(64)
-    NOT DETERMINISTIC READS SQL DATA SQL SECURITY DEFINER
+    NOT DETERMINISTIC NO SQL SQL SECURITY DEFINER
 BEGIN
-    DECLARE v_up BIGINT;
     IF @dlock_session_holder IS NULL
        OR @dlock_session_holder NOT LIKE CONCAT('conn:', CONNECTION_ID(), ':%') THEN
-        SELECT VARIABLE_VALUE INTO v_up FROM information_schema.GLOBAL_STATUS
-         WHERE VARIABLE_NAME = 'UPTIME';
-        SET @dlock_session_holder = CONCAT('conn:', CONNECTION_ID(), ':',
-            ROUND(UNIX_TIMESTAMP(SYSDATE()) - v_up, -1));
+        SET @dlock_session_holder = CONCAT('conn:', CONNECTION_ID(), ':', UUID());
     END IF;
     RETURN @dlock_session_holder;
 END//
@@ -185,9 +293,10 @@ END//
  * the resource or another transaction is changing it.  Never waits.
  */
 CREATE DEFINER = 'dlock'@'localhost' FUNCTION dlock.try_lock(
-    p_resource LONGBLOB, p_holder LONGBLOB, p_lease DOUBLE) RETURNS BIGINT
+    p_resource LONGBLOB, p_holder LONGBLOB, p_lease_arg LONGBLOB) RETURNS BIGINT
     NOT DETERMINISTIC MODIFIES SQL DATA SQL SECURITY DEFINER
 BEGIN
+    DECLARE p_lease DOUBLE DEFAULT dlock._seconds('lease', p_lease_arg);
     DECLARE v_holder LONGBLOB DEFAULT IFNULL(p_holder, dlock.session_holder());
     DECLARE v_me VARCHAR(128) CHARACTER SET utf8mb4 DEFAULT dlock._me();
     DECLARE v_lease_us BIGINT;
@@ -249,9 +358,11 @@ END//
  * Returns one row, `fence`, NULL on timeout.
  */
 CREATE DEFINER = 'dlock'@'localhost' PROCEDURE dlock.lock(
-    IN p_resource LONGBLOB, IN p_holder LONGBLOB, IN p_lease DOUBLE, IN p_wait DOUBLE)
+    IN p_resource LONGBLOB, IN p_holder LONGBLOB, IN p_lease_arg LONGBLOB, IN p_wait_arg LONGBLOB)
     MODIFIES SQL DATA SQL SECURITY DEFINER
 BEGIN
+    DECLARE p_lease DOUBLE DEFAULT dlock._seconds('lease', p_lease_arg);
+    DECLARE p_wait DOUBLE DEFAULT dlock._seconds('wait', p_wait_arg);
     DECLARE v_holder LONGBLOB DEFAULT IFNULL(p_holder, dlock.session_holder());
     DECLARE v_fence BIGINT;
     DECLARE v_deadline DATETIME(6);
@@ -288,9 +399,10 @@ END//
  * the holder text is held by another user.
  */
 CREATE DEFINER = 'dlock'@'localhost' FUNCTION dlock.unlock(
-    p_resource LONGBLOB, p_holder LONGBLOB, p_fence BIGINT) RETURNS INT
+    p_resource LONGBLOB, p_holder LONGBLOB, p_fence_arg LONGBLOB) RETURNS INT
     NOT DETERMINISTIC MODIFIES SQL DATA SQL SECURITY DEFINER
 BEGIN
+    DECLARE p_fence BIGINT DEFAULT dlock._integer('fence', p_fence_arg);
     DECLARE v_holder LONGBLOB DEFAULT IFNULL(p_holder, dlock.session_holder());
     DECLARE v_exists INT DEFAULT 0;
     DECLARE v_h VARBINARY(255);
@@ -332,9 +444,11 @@ END//
  * An expired lease is never revived.
  */
 CREATE DEFINER = 'dlock'@'localhost' FUNCTION dlock.renew(
-    p_resource LONGBLOB, p_holder LONGBLOB, p_lease DOUBLE, p_fence BIGINT) RETURNS DATETIME(6)
+    p_resource LONGBLOB, p_holder LONGBLOB, p_lease_arg LONGBLOB, p_fence_arg LONGBLOB) RETURNS DATETIME(6)
     NOT DETERMINISTIC MODIFIES SQL DATA SQL SECURITY DEFINER
 BEGIN
+    DECLARE p_lease DOUBLE DEFAULT dlock._seconds('lease', p_lease_arg);
+    DECLARE p_fence BIGINT DEFAULT dlock._integer('fence', p_fence_arg);
     DECLARE v_holder LONGBLOB DEFAULT IFNULL(p_holder, dlock.session_holder());
     DECLARE v_exists INT DEFAULT 0;
     DECLARE v_h VARBINARY(255);
@@ -468,9 +582,10 @@ END//
 
 -- check_fence: is that fence the current, unexpired holding?
 CREATE DEFINER = 'dlock'@'localhost' FUNCTION dlock.check_fence(
-    p_resource LONGBLOB, p_fence BIGINT) RETURNS BOOLEAN
+    p_resource LONGBLOB, p_fence_arg LONGBLOB) RETURNS BOOLEAN
     NOT DETERMINISTIC READS SQL DATA SQL SECURITY DEFINER
 BEGIN
+    DECLARE p_fence BIGINT DEFAULT dlock._integer('fence', p_fence_arg);
     DECLARE v_n INT;
     CALL dlock._check('check_fence', FALSE, TRUE, p_resource, NULL, NULL, NULL);
     IF p_fence IS NULL THEN
@@ -489,9 +604,10 @@ END//
  * user who holds it may pin it (42501).
  */
 CREATE DEFINER = 'dlock'@'localhost' FUNCTION dlock.assert_fence(
-    p_resource LONGBLOB, p_fence BIGINT) RETURNS BOOLEAN
+    p_resource LONGBLOB, p_fence_arg LONGBLOB) RETURNS BOOLEAN
     NOT DETERMINISTIC READS SQL DATA SQL SECURITY DEFINER
 BEGIN
+    DECLARE p_fence BIGINT DEFAULT dlock._integer('fence', p_fence_arg);
     DECLARE v_exists INT DEFAULT 0;
     DECLARE v_h VARBINARY(255);
     DECLARE v_owner VARCHAR(128) CHARACTER SET utf8mb4;
@@ -509,8 +625,8 @@ BEGIN
           FROM dlock.leases AS locked WHERE resource = p_resource LOCK IN SHARE MODE;
     END IF;
     IF v_h IS NULL OR v_fence <> p_fence OR v_exp <= dlock._now() THEN
-        SET v_msg = CONCAT('fence ', p_fence, ' is not the current holding of resource "',
-                           CONVERT(LEFT(p_resource, 200) USING utf8mb4), '"');
+        SET v_msg = CONCAT('fence ', p_fence, ' is not the current holding of resource ',
+                           dlock._show(p_resource));
         SIGNAL SQLSTATE '55P03' SET MESSAGE_TEXT = v_msg;
     ELSEIF v_owner <> dlock._me() THEN
         SIGNAL SQLSTATE '42501' SET MESSAGE_TEXT = 'permission denied: the holding belongs to another user';
@@ -584,9 +700,10 @@ END//
  * row lock it took to see the lease cannot be let go before the
  * transaction ends.
  */
-CREATE DEFINER = 'dlock'@'localhost' PROCEDURE dlock.xact_lock(IN p_resource LONGBLOB, IN p_wait DOUBLE)
+CREATE DEFINER = 'dlock'@'localhost' PROCEDURE dlock.xact_lock(IN p_resource LONGBLOB, IN p_wait_arg LONGBLOB)
     MODIFIES SQL DATA SQL SECURITY DEFINER
 BEGIN
+    DECLARE p_wait DOUBLE DEFAULT dlock._seconds('wait', p_wait_arg);
     DECLARE v_fence BIGINT;
     DECLARE v_deadline DATETIME(6);
     DECLARE v_left DOUBLE;
@@ -642,11 +759,21 @@ CREATE ALGORITHM = TEMPTABLE DEFINER = 'dlock'@'localhost' SQL SECURITY DEFINER 
       FROM dlock.leases l
      WHERE l.holder IS NOT NULL;
 
-/* Lazy expiry plus this event (needs event_scheduler = ON). */
+/*
+ * Lazy expiry plus this event (needs event_scheduler = ON).  On a read-only
+ * server (a replica) it does nothing: its definer cannot write there, and
+ * every failed run would write lines to the error log, every second.
+ */
+DELIMITER //
 CREATE DEFINER = 'dlock'@'localhost' EVENT dlock.reap
     ON SCHEDULE EVERY 1 SECOND ON COMPLETION PRESERVE ENABLE
     COMMENT 'dlock: frees expired leases'
-    DO CALL dlock._reap(@dlock_reaped);
+    DO BEGIN
+        IF NOT @@global.read_only THEN
+            CALL dlock._reap(@dlock_reaped);
+        END IF;
+    END//
+DELIMITER ;
 
 /* What users may do: call the public routines, read the view. */
 GRANT EXECUTE ON FUNCTION dlock.version TO PUBLIC;
@@ -668,4 +795,7 @@ SELECT 'dlock 0.1 installed' AS dlock,
        IF(@@global.innodb_flush_log_at_trx_commit = 1, 'ok',
           'WARNING: innodb_flush_log_at_trx_commit is not 1: acquisitions may be lost in a crash') AS durability,
        IF(@@global.event_scheduler = 'ON', 'ok',
-          'note: event_scheduler is off: expired leases are freed lazily and by CALL dlock.reap()') AS reaping;
+          'note: event_scheduler is off: expired leases are freed lazily and by CALL dlock.reap()') AS reaping,
+       IF(EXISTS (SELECT 1 FROM mysql.user WHERE User = ''),
+          'WARNING: anonymous accounts exist (User = '''' in mysql.user): whoever logs in through one chooses the user name dlock takes for the owner of holdings, and can act on that user''s holdings: DROP USER them',
+          'ok') AS accounts;

@@ -158,7 +158,7 @@ is(one("SELECT holder FROM dlock.locks WHERE resource = 'api/d'"), 'h7', 'the ho
 ok(one("SELECT dlock.try_lock('api/e', NULL, NULL)"), 'default holder');
 my ($h, $lease) = $a->selectrow_array("SELECT holder, lease FROM dlock.locks WHERE resource = 'api/e'");
 is($h, one("SELECT dlock.session_holder()"), 'holder is session_holder()');
-like($h, qr/^conn:\d+:\d+$/, 'session_holder format');
+like($h, qr/^conn:\d+:[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/, 'session_holder format: conn:<connection id>:<UUID>');
 isnt(DlockMy::one($b, "SELECT dlock.session_holder()"), $h, 'another connection, another session holder');
 is($lease, '30.0000', 'default lease 30 s');
 is(one("SELECT dlock.unlock('api/e', NULL, NULL)"), 0, 'unlock with the default holder');

@@ -59,6 +59,24 @@ my @cases = (
   ["CALL dlock.xact_lock('', NULL)", 'resource must not be empty'],
   ["CALL dlock.xact_lock('err/x', -1)", 'wait must not be negative'],
   ["SELECT dlock.try_xact_lock(NULL)", 'resource must not be null'],
+  # Durations and fences that are not numbers, or beyond range: 22023 too,
+  # not MariaDB's conversion errors (1265, 1366, 1264, 1367).
+  ["SELECT dlock.try_lock('err/x', 'h', 'abc')", 'lease must be a number of seconds'],
+  ["SELECT dlock.try_lock('err/x', 'h', '12abc')", 'lease must be a number of seconds'],
+  ["SELECT dlock.try_lock('err/x', 'h', '')", 'lease must be a number of seconds'],
+  ["SELECT dlock.try_lock('err/x', 'h', '1e999')", 'lease must be a number of seconds'],
+  ["CALL dlock.lock('err/x', 'h', 'x', NULL)", 'lease must be a number of seconds'],
+  ["CALL dlock.lock('err/x', 'h', 1, 'soon')", 'wait must be a number of seconds'],
+  ["CALL dlock.lock('err/x', 'h', 1, '1e400')", 'wait must be a number of seconds'],
+  ["CALL dlock.xact_lock('err/x', '5s')", 'wait must be a number of seconds'],
+  ["SELECT dlock.renew('err/held', 'h', 'long', NULL)", 'lease must be a number of seconds'],
+  ["SELECT dlock.renew('err/held', 'h', NULL, 'abc')", 'fence must be an integer (BIGINT)'],
+  ["SELECT dlock.unlock('err/held', 'h', '12abc')", 'fence must be an integer (BIGINT)'],
+  ["SELECT dlock.unlock('err/held', 'h', 1e30)", 'fence must be an integer (BIGINT)'],
+  ["SELECT dlock.unlock('err/held', 'h', '9223372036854775808')", 'fence must be an integer (BIGINT)'],
+  ["SELECT dlock.check_fence('err/held', 'abc')", 'fence must be an integer (BIGINT)'],
+  ["SELECT dlock.check_fence('err/held', 1.5)", 'fence must be an integer (BIGINT)'],
+  ["SELECT dlock.assert_fence('err/held', '-99999999999999999999')", 'fence must be an integer (BIGINT)'],
 );
 for my $c (@cases) {
     is(err($alice, $c->[0]), "22023: $c->[1]", $c->[0]);
@@ -72,9 +90,21 @@ is(one($alice, "SELECT dlock.unlock('err/long', 'h', NULL)"), 0, 'released');
 
 $before = $snapshot->();
 
-# assert_fence's own error.
+# Numbers given as text, and the ends of the ranges, are fine.
+is(one($alice, "SELECT dlock.check_fence('err/held', ' 9223372036854775807 ')"), 0, 'the largest fence, as text');
+is(one($alice, "SELECT dlock.unlock('err/held', 'h', -9223372036854775808)"), undef, 'the smallest fence: not held');
+ok(one($alice, "SELECT dlock.renew('err/held', 'h', '3600.5', NULL)"), 'a lease as text');
+
+$before = $snapshot->();
+
+# assert_fence's own error, naming the resource (as hex when it is not
+# UTF-8, where it used to fail with 1300 instead).
 is(err($alice, "SELECT dlock.assert_fence('err/held', 1)"),
    '55P03: fence 1 is not the current holding of resource "err/held"', 'assert_fence 55P03');
+is(err($alice, "SELECT dlock.assert_fence(UNHEX('FF00E9'), 1)"),
+   "55P03: fence 1 is not the current holding of resource x'FF00E9'", 'assert_fence 55P03 for a resource that is not UTF-8');
+is(err($alice, "SELECT dlock.assert_fence(REPEAT(UNHEX('C3A9'), 150), 1)"),
+   '55P03: fence 1 is not the current holding of resource "' . ("\x{e9}" x 100) . '..."', 'a long one is cut');
 
 # Read-only transactions and servers: 25006, and reads still work.
 $alice->do('START TRANSACTION READ ONLY');
@@ -98,6 +128,25 @@ is(err($root, "SELECT dlock.try_lock('err/ro', 'h', NULL)"), '25006: cannot exec
 is(one($alice, "SELECT dlock.check_fence('err/held', ?)", $f), 1, 'check_fence works read-only');
 $root->do('SET GLOBAL read_only = 0');
 is($snapshot->(), $before, 'still nothing changed');
+
+# The reap event keeps quiet on a read-only server (it used to fail every
+# second, each time with lines in the error log), and reaps again after.
+ok(one($alice, "SELECT dlock.try_lock('err/expiring', 'h', 0.2)"), 'a lease about to expire');
+$root->do('SET GLOBAL read_only = 1');
+my $log_size = -s "$my->{dir}/error.log";
+sleep 3.5;
+my $log_new = do { open my $lf, '<', "$my->{dir}/error.log"; seek $lf, $log_size, 0; local $/; <$lf> } // '';
+is($log_new, '', 'read-only: the reap event writes nothing to the error log') or diag $log_new;
+is(one($root, "SELECT holder FROM dlock.leases WHERE resource = 'err/expiring'"), 'h', 'and reaps nothing');
+$root->do('SET GLOBAL read_only = 0');
+my $reaped;
+for (1 .. 100) {
+    $reaped = !defined one($root, "SELECT holder FROM dlock.leases WHERE resource = 'err/expiring'");
+    last if $reaped;
+    select undef, undef, undef, 0.1;
+}
+ok($reaped, 'writable again: the event reaps it');
+$before = $snapshot->();
 
 # ---- Rights between users ----
 ok(one($alice, "SELECT dlock.try_lock('roles/r', 'shared', 3600)"), 'alice acquires');
@@ -131,6 +180,7 @@ is(one($bob, "SELECT dlock.unlock_all('hb')"), 1, 'bob releases his');
 for my $q ("SELECT * FROM dlock.leases", "UPDATE dlock.leases SET holder = 'me'",
            "DELETE FROM dlock.leases", "INSERT INTO dlock.leases (resource) VALUES ('x')",
            "INSERT INTO dlock.fences () VALUES ()", "SELECT dlock._fence()",
+           "SELECT * FROM dlock.fence_lock",
            "SELECT dlock._reap_one('x')", "CALL dlock._reap(\@n)",
            "SELECT dlock._xact_try('x')", "ALTER TABLE dlock.fences AUTO_INCREMENT = 1",
            "DROP EVENT dlock.reap") {
@@ -143,6 +193,19 @@ $bob->begin_work;
 $bob->selectall_arrayref('SELECT * FROM dlock.locks FOR UPDATE');
 ok(one($alice, "SELECT dlock.try_lock('roles/v', 'h', 1)"), 'a FOR UPDATE of the view blocks no acquisition');
 $bob->rollback;
+
+# ---- Anonymous accounts: the install warns ----
+# Through an anonymous account (User = '') a client names itself: USER()
+# is the name it gave, and dlock takes that for the owner.
+my $an = DlockMy->new(install => 0);
+my $anon = $an->connect('root')->selectall_arrayref("SELECT Host FROM mysql.user WHERE User = ''");
+$an->do_root(map { "DROP USER ''\@'$_->[0]'" } @$anon);
+my $inst = $an->install;
+unlike($inst, qr/anonymous/, 'no anonymous accounts: no warning');
+$an->do_root('DROP DATABASE dlock', "CREATE USER ''\@'localhost'");
+$inst = $an->install;
+like($inst, qr/WARNING: anonymous accounts exist/, 'an anonymous account: the install warns');
+$an->stop;
 
 # ---- Binary logging: the install checks what it needs ----
 my $bl = DlockMy->new(install => 0, args => ['--log-bin=mysql-bin', '--server-id=1', '--log-bin-trust-function-creators=0']);

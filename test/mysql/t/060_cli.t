@@ -66,6 +66,13 @@ is($rc, 69, 'wrong password: 69');
 is($rc, 64, 'malformed URL: 64');
 ($rc) = dlock('-d', $url, 'watch', 'cli/a');
 is($rc, 64, 'watch (needs LISTEN): 64');
+# No elections in the MySQL schema: elect and observe are refused, saying so.
+($rc, $out, $err) = dlock('-d', $url, 'elect', 'cli/e', 'v', '--', 'true');
+is($rc, 64, 'elect: 64');
+like($err, qr/"elect" is not available in the MySQL edition: mysql\/dlock\.sql has no elections/, 'elect says why');
+($rc, $out, $err) = dlock('-d', $url, 'observe', 'cli/e');
+is($rc, 64, 'observe: 64');
+like($err, qr/"observe" is not available in the MySQL edition: mysql\/dlock\.sql has no elections/, 'observe says why');
 ($rc) = dlock('-d', $url, 'run', 'cli/r', '--', 'sh', '-c', 'exit 3');
 is($rc, 3, "run: COMMAND's exit status");
 ($rc) = dlock('-d', $url, 'run', 'cli/r', '--', 'sh', '-c', 'kill -TERM $$');
@@ -134,5 +141,48 @@ is($rc, 75, 'busy right after');
 sleep 1.7;
 ($rc) = dlock('-d', $url, 'try', '--holder', 'next', 'cli/linger');
 is($rc, 0, 'free after the linger');
+
+# A routine's error reaches stderr with the server's message and SQLSTATE
+# (it arrives at the fetch, not at the execute), as with PostgreSQL.
+my $bobc = $my->connect('bob');
+DlockMy::one($bobc, "SELECT dlock.try_lock('cli/bobs', 'shared-h', 60)");
+($rc, $out, $err) = dlock('-d', $url, 'unlock', '--holder', 'shared-h', 'cli/bobs');
+is($rc, 69, "unlock of another user's holding: 69");
+like($err, qr/permission denied: the holding belongs to another user \(SQLSTATE 42501\)/,
+     'and the server says why, with the SQLSTATE');
+($rc, $out, $err) = dlock('-d', $url, 'renew', '--holder', 'shared-h', 'cli/bobs');
+is($rc, 69, "renew of another user's holding: 69");
+like($err, qr/\(SQLSTATE 42501\)/, 'with the SQLSTATE');
+
+# A renewal that meets a lock wait timeout (1205: the holding is pinned by
+# assert_fence in a transaction that lasts longer than
+# innodb_lock_wait_timeout) is reported and retried, not taken for a lost
+# lease.
+$root->do('SET GLOBAL innodb_lock_wait_timeout = 1');
+$pid = fork // die;
+if ($pid == 0) {
+    my ($r, undef, $e) = dlock('-d', $url, 'run', '--lease', '6s', 'cli/pin', '--', 'sleep', '5');
+    open my $f, '>', "$my->{dir}/pin.err" or die;
+    print $f $e;
+    close $f;
+    POSIX::_exit($r);
+}
+my $pinned;
+for (1 .. 200) {
+    $pinned = DlockMy::one($root, "SELECT fence FROM dlock.locks WHERE resource = 'cli/pin'");
+    last if $pinned;
+    sleep 0.02;
+}
+my $alice = $my->connect('alice');
+$alice->begin_work;
+ok(DlockMy::one($alice, "SELECT dlock.assert_fence('cli/pin', ?)", $pinned), 'the holding is pinned');
+sleep 3.5;      # the renewal at 2 s waits 1 s, fails with 1205, is retried
+$alice->commit;
+waitpid $pid, 0;
+is($? >> 8, 0, "run: a renewal's lock wait timeout is retried; COMMAND's exit status");
+my $pin_err = do { local $/; open my $f, '<', "$my->{dir}/pin.err"; <$f> } // '';
+like($pin_err, qr/Lock wait timeout exceeded.*\(SQLSTATE HY000\)/, 'the lock wait timeout is reported');
+unlike($pin_err, qr/lost/, 'no lease loss reported');
+$root->do('SET GLOBAL innodb_lock_wait_timeout = 50');
 
 done_testing;
