@@ -135,13 +135,13 @@ walk($pre, 'preloaded');
 
 # The error says what is in the way and what to do.
 my ($ret, $out, $err) = $pre->psql('postgres',
-	"BEGIN; SELECT dlock.xact_lock('self/hint'); SELECT dlock.lock('self/hint', 'h');");
+	"SET statement_timeout = '5s'; BEGIN; SELECT dlock.xact_lock('self/hint'); SELECT dlock.lock('self/hint', 'h');");
 like($err, qr/ERROR:  deadlock detected/, 'the error is a deadlock');
 like($err, qr/DETAIL:  .*transaction-scoped lock on resource "self\/hint"/,
 	'its detail names the resource and what holds it');
 like($err, qr/HINT:  /, 'with a hint');
 ($ret, $out, $err) = $pre->psql('postgres',
-	"BEGIN; SELECT dlock.lock('self/hint2', 'a', '1h'); SELECT dlock.xact_lock('self/hint2');");
+	"SET statement_timeout = '5s'; BEGIN; SELECT dlock.lock('self/hint2', 'a', '1h'); SELECT dlock.xact_lock('self/hint2');");
 like($err, qr/DETAIL:  .*resource "self\/hint2"/, 'a lease in the way: the detail names the resource');
 
 # Lock-delay left by the transaction's own release ends with time alone:
