@@ -249,8 +249,7 @@ is($st{ $rel13->{pid} }, 'idle', 'the release of r13 committed');
 my %got13;
 for my $try (1 .. 50)
 {
-	%got13 = ();
-	received($_, \%got13) for $l12, $l13;
+	received($_, \%got13) for $l12, $l13;    # (what is read is gone: keep it)
 	last if 2 == @{ $got13{ $ch{r13} } // [] };
 	usleep(100_000);
 }
