@@ -85,7 +85,7 @@ refuse_self_wait(const DlockResource *res)
 	ereport(ERROR,
 			(errcode(ERRCODE_T_R_DEADLOCK_DETECTED),
 			 errmsg("deadlock detected"),
-			 errdetail("Resource \"%s\" is held by, or queued for by, another holder, and this transaction holds the resource's lock (it took, changed or pinned it), so only the end of this transaction could free it.",
+			 errdetail("Resource \"%s\" has a holding or a fair queue in the way, and this transaction holds the resource's lock (it took, changed, renewed or pinned it): nothing can change that before this transaction ends.",
 					   text_to_cstring(res->name)),
 			 errhint("Commit or roll back first, or use try_lock() or try_xact_lock(), which return NULL at once.")));
 }

@@ -142,7 +142,7 @@ like($err, qr/DETAIL:  .*transaction-scoped lock on resource "self\/hint"/,
 like($err, qr/HINT:  /, 'with a hint');
 ($ret, $out, $err) = $pre->psql('postgres',
 	"SET statement_timeout = '5s'; BEGIN; SELECT dlock.lock('self/hint2', 'a', '1h'); SELECT dlock.xact_lock('self/hint2');");
-like($err, qr/DETAIL:  .*resource "self\/hint2"/, 'a lease in the way: the detail names the resource');
+like($err, qr/DETAIL:  Resource "self\/hint2" has a holding/, 'a lease in the way: the detail names the resource');
 
 # Lock-delay left by the transaction's own release ends with time alone:
 # lock() waits it out (not 40P01) and takes the resource.
