@@ -24,7 +24,9 @@
 #    event to come;
 #  - only that LISTEN waits: one of another resource's channel returns at
 #    once, and so does one of the channel of a stuck release that sends its
-#    event (the new listener gets it once the release commits).
+#    event (the new listener gets it once the release commits); a release
+#    of more channels than a commit decides on sends the others' events,
+#    and a listener either waits for it or gets its event.
 
 use strict;
 use warnings;
@@ -264,6 +266,43 @@ my ($out) = $l10->query(qq{LISTEN "$ch{r1}"; SELECT 'listening'});
 like($out, qr/listening/, 'LISTEN with nothing under way');
 
 $_->quit for $l1, $l2, $l3, $l4, $l5, $l6, $l8, $l9, $l10, $l11, $l12, $l13, $rel, $rel13;
+
+# A release of more channels than a commit decides on (16): the events of
+# the others are sent.  Every listener that comes while it is stuck either
+# waits for it or gets its event; some come at once (and get it).
+my @many = map { "m$_" } 1 .. 18;
+$node->safe_psql('postgres', "SELECT dlock.try_lock('$_', 'm', '1h')") for @many;
+my %mfence = split /[|\n]/,
+  $node->safe_psql('postgres', "SELECT resource, fence FROM dlock.locks WHERE holder = 'm'");
+block();
+my $relm = session();
+send_sql($relm, "BEGIN; SELECT dlock.unlock_all('m'); COMMIT;");
+%st = settle([$relm], 'object', 'SyncRep');
+like($st{ $relm->{pid} }, qr/^(object|SyncRep)$/, 'a release of 18 resources is stuck in its commit');
+my %lm;
+for my $r (@many)
+{
+	$lm{$r} = session();
+	send_sql($lm{$r}, qq{LISTEN "@{[ channel($r) ]}";});
+}
+%st = settle([ values %lm ], 'Extension');
+my @at_once = grep { $st{ $lm{$_}{pid} } eq 'idle' } @many;
+my @waited = grep { $st{ $lm{$_}{pid} } eq 'Extension' } @many;
+is(@at_once + @waited, scalar(@many), 'each LISTEN returned or waits for the release');
+cmp_ok(scalar(@at_once), '>=', 2, 'the LISTENs of the channels beyond 16 return at once');
+unblock();
+%st = settle([ $relm, values %lm ]);
+is(scalar(grep { $_ eq 'idle' } values %st), @many + 1, 'the release and every LISTEN finished');
+my %gotm;
+for my $try (1 .. 50)
+{
+	received($lm{$_}, \%gotm) for @at_once;
+	last if @at_once == grep { @{ $gotm{ channel($_) } // [] } } @at_once;
+	usleep(100_000);
+}
+is_deeply($gotm{ channel($_) }, [qq({"event":"released","resource":"$_","fence":$mfence{$_}})],
+	"$_: its LISTEN returned at once, and it got the event") for @at_once;
+$_->quit for $relm, values %lm;
 $node->stop;
 
 # Not preloaded: no counting, every event is sent, as before.
