@@ -5,17 +5,21 @@
  *		try_lock, lock, xact_lock and try_xact_lock share.
  *
  * An attempt (a DlockAttemptFn) takes the resource's lock without waiting,
- * reads the resource on the latest snapshot, and says one of three things:
+ * reads the resource on the latest snapshot, and says one of four things:
  * acquired (with the fence, the resource's lock kept until the transaction
  * ends), busy until some time (another holder's lease ends then; the
- * resource's lock given back), or contended (another transaction holds the
- * resource's lock: it is changing the resource, or changed it and has not
- * committed).  The wait loop decides what to do about busy and contended:
- * give up (try_lock), sleep until woken by a releasing commit or until the
- * lease ends, or wait in the lock manager.  Times come from the server
- * clock at the moment of each attempt.  After each sleep a waiter checks
- * that its client is still connected (check_client): a waiter whose client
- * is gone must not be served.
+ * resource's lock given back), delayed (free, but under lock-delay until
+ * some time), or contended (another transaction holds the resource's lock:
+ * it is changing the resource, or changed it and has not committed).  The
+ * wait loop decides what to do about busy and contended: give up
+ * (try_lock), sleep until woken by a releasing commit or until the lease
+ * ends, or wait in the lock manager; or, when the transaction itself holds
+ * the resource's lock and something other than lock-delay is in the way,
+ * raise 40P01 at once: nothing but the end of the transaction could free
+ * it, so the wait would be for the transaction itself.  Times come from
+ * the server clock at the moment of each attempt.  After each sleep a
+ * waiter checks that its client is still connected (check_client): a
+ * waiter whose client is gone must not be served.
  *
  * Backend-local; the waiter slot it registers is waiters.c's.
  *
@@ -100,6 +104,32 @@ check_client(void)
 }
 
 /*
+ * refuse_self_wait: an attempt is held off by what only the end of this
+ * transaction can move: the transaction holds the resource's lock (it
+ * took, changed, renewed or pinned the resource), so the holding, queue or
+ * transaction-scoped lock in the way cannot change hands before it ends,
+ * and a wait would wait for the transaction itself.  Like a deadlock in
+ * the lock manager: 40P01, at once.
+ */
+static void
+refuse_self_wait(const DlockResource *res)
+{
+	if (dlock_xact_fence(res) != 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_T_R_DEADLOCK_DETECTED),
+				 errmsg("deadlock detected"),
+				 errdetail("This transaction holds a transaction-scoped lock on resource \"%s\" until it ends, and that excludes every lease, the caller's too.",
+						   text_to_cstring(res->name)),
+				 errhint("Take the lease in another transaction, or use try_lock(), which returns NULL at once.")));
+	ereport(ERROR,
+			(errcode(ERRCODE_T_R_DEADLOCK_DETECTED),
+			 errmsg("deadlock detected"),
+			 errdetail("Resource \"%s\" has a holding or a fair queue in the way, and this transaction holds the resource's lock (it took, changed, renewed or pinned it): nothing can change that before this transaction ends.",
+					   text_to_cstring(res->name)),
+			 errhint("Commit or roll back first, or use try_lock() or try_xact_lock(), which return NULL at once.")));
+}
+
+/*
  * dlock_take_resource: take res's lock in CHANGE mode without waiting for
  * anyone but a reaper (resource.c); false if another transaction has it.
  */
@@ -119,7 +149,10 @@ dlock_take_resource(const DlockResource *res)
  * wait_ms: 0 one try, -1 no limit (but statement_timeout), else the limit.
  * holder is only shown in dlock.waiters.  leave (may be NULL) runs when the
  * wait ends, before the waiter slot is left (which may wake the next
- * waiter).  Returns the fence, or 0.
+ * waiter).  Returns the fence, or 0.  A wait for the transaction itself
+ * (refuse_self_wait) raises 40P01 at once, after leave; a try (wait_ms 0)
+ * returns 0 then as for any busy resource.  Lock-delay is waited out even
+ * then: only time ends it.
  */
 int64
 dlock_wait_loop(const DlockResource *res, text *holder, int64 wait_ms,
@@ -132,6 +165,7 @@ dlock_wait_loop(const DlockResource *res, text *holder, int64 wait_ms,
 	long		backoff_ms = 1;
 	bool		waiting = false;
 	bool		held_extra = false;
+	bool		self_checked = false;
 	int64		fence = 0;
 	LOCKTAG		tag;
 
@@ -160,7 +194,26 @@ dlock_wait_loop(const DlockResource *res, text *holder, int64 wait_ms,
 			break;
 		fence = 0;
 		now = GetCurrentTimestamp();
-		if (wait_ms == 0 || now >= deadline)
+		if (wait_ms == 0)
+			break;
+		if (result == ATTEMPT_BUSY && busy_until > now && !self_checked)
+		{
+			/*
+			 * Once per wait: whether the transaction holds the resource's
+			 * lock does not change while it waits (an attempt's own
+			 * reference is gone again when it is busy).
+			 */
+			self_checked = true;
+			if (dlock_resource_held(res))
+			{
+				if (leave)
+					leave(res, arg, false);
+				if (waiting)
+					dlock_wait_end(false);
+				refuse_self_wait(res);
+			}
+		}
+		if (now >= deadline)
 			break;
 		check_lock_timeout(now, lock_limit);
 		if (!waiting)
@@ -449,8 +502,12 @@ lease_attempt(const DlockResource *res, void *arg, int64 *fence,
 		(void) queue_up(res, a, now);
 		dlock_store_end();
 		dlock_resource_unlock(res, DLOCK_CHANGE);
-		*busy_until = dlock_lease_ended(&row, now) ? row.available_at :
-			Max(row.expires_at, row.available_at);
+		if (dlock_lease_ended(&row, now))
+		{
+			*busy_until = row.available_at;
+			return ATTEMPT_DELAYED;
+		}
+		*busy_until = Max(row.expires_at, row.available_at);
 		return ATTEMPT_BUSY;
 	}
 	if (queued)

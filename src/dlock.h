@@ -93,6 +93,7 @@ extern void dlock_resource_unlock(const DlockResource *res, DlockLockMode mode);
 extern void dlock_pin(const DlockResource *res);
 extern void dlock_unpin(const DlockResource *res);
 extern bool dlock_pinned(const DlockResource *res);
+extern bool dlock_resource_held(const DlockResource *res);
 extern void dlock_change_wait(const DlockResource *res);
 extern bool dlock_maintenance_lock(const DlockResource *res);
 extern void dlock_maintenance_unlock(const DlockResource *res);
@@ -253,6 +254,7 @@ typedef enum DlockAttempt
 {
 	ATTEMPT_ACQUIRED,			/* *fence set; the resource's lock kept */
 	ATTEMPT_BUSY,				/* held by another until *busy_until */
+	ATTEMPT_DELAYED,			/* free, but under lock-delay until *busy_until */
 	ATTEMPT_CONTENDED			/* another transaction has the resource's lock */
 } DlockAttempt;
 

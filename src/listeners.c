@@ -25,26 +25,36 @@
  *	  channels it counted (my_channels) and its UNLISTENs not yet committed
  *	  (pending, dropped with an aborting subtransaction as PostgreSQL drops
  *	  them).
- *	- deciding[pgprocno]: odd from the moment a backend decides, at
- *	  PRE_COMMIT, which events to send until its locks are released after
- *	  its commit or abort (dlock_listeners_done).
+ *	- deciding[pgprocno]: a backend's deciding round: seq is odd from the
+ *	  moment it decides, at PRE_COMMIT, which events to send until its locks
+ *	  are released after its commit or abort (dlock_listeners_done); keys
+ *	  [0, n) are the hashes of the channels it decided on (a key set back
+ *	  to 0 once it decided to send that channel's event).  At most
+ *	  DECIDE_MAX channels are decided on; the events of any more are sent.
  *
  * A commit hands an event to NOTIFY only if its channel's bucket counts a
  * listener.  The race this must not lose: a session LISTENs, looks at the
  * resource (busy) and waits for the event.  A release that decided before
  * the LISTEN was counted sends nothing, and could become visible only
  * after the look.  So a LISTEN, once counted, waits for every backend
- * that was deciding at that moment to release its locks: then either a
- * release decided after the count (and sends), or it is visible and its
- * resource lock free when the LISTEN returns.  Both sides write (count,
- * parity) with a full barrier before they read the other's (Dekker), so
- * at least one sees the other.  The wait is as long as a commit.
+ * that was deciding at that moment not to send an event of its channel,
+ * until that backend has released its locks: then either a release
+ * decided after the count (and sends), or it is visible and its resource
+ * lock free when the LISTEN returns.  Both sides write (count; key, n)
+ * with a full barrier before they read the other's (Dekker), so at least
+ * one sees the other.  The wait is as long as a commit, which with a
+ * synchronous standby includes the wait for the standby; but only a
+ * release that sent nothing on the LISTEN's own channel is waited for:
+ * releases of other channels, and one that sends the event (PostgreSQL
+ * delivers a notification not yet committed when a LISTEN takes effect),
+ * never hold a LISTEN up.
  *
  * Without shared memory (not preloaded) every event is sent, as before.
  *
- * Locking: none; counts and deciding are atomics.  A backend writes only
- * its own deciding slot.  my_channels lives in TopMemoryContext, pending
- * in TopTransactionContext.
+ * Locking: none; counts and deciding slots are atomics.  A backend writes
+ * only its own deciding slot; a reader takes a slot's keys as those of the
+ * round it saw (seq odd) only while seq has not moved on.  my_channels
+ * lives in TopMemoryContext, pending in TopTransactionContext.
  *
  *-------------------------------------------------------------------------
  */
@@ -65,14 +75,28 @@
 
 #define NBUCKETS 4096
 
+/* Most channels a backend decides on in one commit (see dlock_listened). */
+#define DECIDE_MAX 16
+
+/* A key: no channel (0), or a channel's hash (0 taken as 1). */
+#define NO_KEY 0
+
 /* The prefix of every channel of ours (dlock.channel()). */
 #define CHANNEL_PREFIX "dlock_"
+
+/* A backend's deciding round (see above). */
+typedef struct DecideSlot
+{
+	pg_atomic_uint64 seq;		/* odd while deciding */
+	pg_atomic_uint32 n;			/* keys published this round */
+	pg_atomic_uint32 keys[DECIDE_MAX];
+} DecideSlot;
 
 typedef struct ListenShared
 {
 	pg_atomic_uint32 counts[NBUCKETS];
 	int			nprocs;
-	pg_atomic_uint64 deciding[FLEXIBLE_ARRAY_MEMBER];
+	DecideSlot	deciding[FLEXIBLE_ARRAY_MEMBER];
 } ListenShared;
 
 /* A LISTEN or UNLISTEN (channel NULL: all) of the current transaction. */
@@ -95,7 +119,7 @@ static Size
 shared_size(int nprocs)
 {
 	return add_size(offsetof(ListenShared, deciding),
-					mul_size(nprocs, sizeof(pg_atomic_uint64)));
+					mul_size(nprocs, sizeof(DecideSlot)));
 }
 
 static int
@@ -124,7 +148,12 @@ dlock_listeners_shmem_startup(void)
 			pg_atomic_init_u32(&shared->counts[i], 0);
 		shared->nprocs = procs_needed();
 		for (int i = 0; i < shared->nprocs; i++)
-			pg_atomic_init_u64(&shared->deciding[i], 0);
+		{
+			pg_atomic_init_u64(&shared->deciding[i].seq, 0);
+			pg_atomic_init_u32(&shared->deciding[i].n, 0);
+			for (int k = 0; k < DECIDE_MAX; k++)
+				pg_atomic_init_u32(&shared->deciding[i].keys[k], NO_KEY);
+		}
 	}
 }
 
@@ -135,14 +164,28 @@ ours(const char *channel)
 		strncmp(channel, CHANNEL_PREFIX, strlen(CHANNEL_PREFIX)) == 0;
 }
 
+static uint32
+channel_hash(const char *channel)
+{
+	return hash_bytes((const unsigned char *) channel, strlen(channel));
+}
+
 static pg_atomic_uint32 *
 bucket(const char *channel)
 {
-	return &shared->counts[hash_bytes((const unsigned char *) channel,
-									  strlen(channel)) % NBUCKETS];
+	return &shared->counts[channel_hash(channel) % NBUCKETS];
 }
 
-static pg_atomic_uint64 *
+/* channel_key: the key of a channel in a deciding slot. */
+static uint32
+channel_key(const char *channel)
+{
+	uint32		h = channel_hash(channel);
+
+	return h == NO_KEY ? NO_KEY + 1 : h;
+}
+
+static DecideSlot *
 my_slot(void)
 {
 	if (shared == NULL || MyProc == NULL || DLOCK_PROC_NUMBER(MyProc) >= shared->nprocs)
@@ -157,24 +200,40 @@ my_slot(void)
 void
 dlock_listeners_decide(void)
 {
-	pg_atomic_uint64 *slot = my_slot();
+	DecideSlot *slot = my_slot();
 
 	if (slot == NULL || deciding)
 		return;
-	pg_atomic_fetch_add_u64(slot, 1);	/* odd; a full barrier */
+	/* Nobody reads the keys while seq is even. */
+	pg_atomic_write_u32(&slot->n, 0);
+	pg_atomic_fetch_add_u64(&slot->seq, 1); /* odd; a full barrier */
 	deciding = true;
 }
 
 /*
  * dlock_listened: might a backend listen on channel?  True without shared
- * memory, or if this backend could not mark itself deciding.
+ * memory, if this backend could not mark itself deciding, or once it has
+ * decided on DECIDE_MAX channels.  The channel's key is published before
+ * its bucket is read; when the event is to be sent, the key is taken back
+ * (a LISTEN of that channel gets the notification, it need not wait).
  */
 bool
 dlock_listened(const char *channel)
 {
+	DecideSlot *slot = my_slot();
+	uint32		k;
+
 	if (!deciding)
 		return true;
-	return pg_atomic_read_u32(bucket(channel)) > 0;
+	k = pg_atomic_read_u32(&slot->n);
+	if (k >= DECIDE_MAX)
+		return true;
+	pg_atomic_write_u32(&slot->keys[k], channel_key(channel));
+	pg_atomic_fetch_add_u32(&slot->n, 1);	/* a full barrier */
+	if (pg_atomic_read_u32(bucket(channel)) == 0)
+		return false;
+	pg_atomic_write_u32(&slot->keys[k], NO_KEY);
+	return true;
 }
 
 /*
@@ -186,27 +245,52 @@ dlock_listeners_done(void)
 {
 	if (!deciding)
 		return;
-	pg_atomic_fetch_add_u64(my_slot(), 1);	/* even */
+	pg_atomic_fetch_add_u64(&my_slot()->seq, 1);	/* even */
 	deciding = false;
 }
 
 /*
- * wait_for_deciders: wait until every backend that is deciding now has
- * released its locks.  Called after counting a LISTEN.
+ * decides_without_sending: did the round seen (odd) of slot d decide, so
+ * far, not to send an event of the channel with key?  Keys read after seq
+ * moved on may be another round's: a wrong answer then only makes the
+ * caller look at seq again, which has moved on.
+ */
+static bool
+decides_without_sending(DecideSlot *d, uint32 key)
+{
+	uint32		n;
+
+	pg_read_barrier();			/* seq before n */
+	n = Min(pg_atomic_read_u32(&d->n), DECIDE_MAX);
+	pg_read_barrier();			/* n before the keys it counts */
+	for (uint32 k = 0; k < n; k++)
+		if (pg_atomic_read_u32(&d->keys[k]) == key)
+			return true;
+	return false;
+}
+
+/*
+ * wait_for_deciders: wait until every backend that is deciding now, and
+ * decided not to send an event of channel, has released its locks.
+ * Called after counting a LISTEN of channel.
  */
 static void
-wait_for_deciders(void)
+wait_for_deciders(const char *channel)
 {
 	int			me = MyProc ? DLOCK_PROC_NUMBER(MyProc) : -1;
+	uint32		key = channel_key(channel);
 
 	for (int i = 0; i < shared->nprocs; i++)
 	{
+		DecideSlot *d = &shared->deciding[i];
 		uint64		seen;
 
 		if (i == me)
 			continue;
-		seen = pg_atomic_read_u64(&shared->deciding[i]);
-		while ((seen & 1) && pg_atomic_read_u64(&shared->deciding[i]) == seen)
+		seen = pg_atomic_read_u64(&d->seq);
+		if (!(seen & 1) || !decides_without_sending(d, key))
+			continue;
+		while (pg_atomic_read_u64(&d->seq) == seen)
 		{
 			CHECK_FOR_INTERRUPTS();
 			(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
@@ -281,7 +365,7 @@ on_listen(const char *channel)
 	my_channels = lappend(my_channels, pstrdup(channel));
 	MemoryContextSwitchTo(old);
 	pg_atomic_fetch_add_u32(bucket(channel), 1);	/* a full barrier */
-	wait_for_deciders();
+	wait_for_deciders(channel);
 }
 
 /*

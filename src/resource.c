@@ -378,6 +378,31 @@ dlock_pinned(const DlockResource *res)
 }
 
 /*
+ * dlock_resource_held: does this transaction hold res's lock, in any mode
+ * (it took, changed, renewed or pinned the resource)?  Then no other
+ * transaction can change the resource before this one ends.
+ */
+bool
+dlock_resource_held(const DlockResource *res)
+{
+	static const LOCKMODE modes[] = {DLOCK_CHANGE, DLOCK_RENEW, DLOCK_PIN};
+	LOCKTAG		tag;
+
+	dlock_set_locktag(&tag, res->hash);
+	for (size_t i = 0; i < lengthof(modes); i++)
+	{
+		LockAcquireResult r = LockAcquire(&tag, modes[i], false, true);
+
+		if (r == LOCKACQUIRE_NOT_AVAIL)
+			continue;
+		LockRelease(&tag, modes[i], false);
+		if (r != LOCKACQUIRE_OK)
+			return true;		/* held already (or already clear) */
+	}
+	return false;
+}
+
+/*
  * dlock_change_wait: take res's lock in CHANGE mode, waiting as long as it
  * takes: in the lock manager (deadlock detection, cancel, visible to
  * isolationtester) while no pin holds it, polling while one does.

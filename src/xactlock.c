@@ -49,8 +49,12 @@ xact_attempt(const DlockResource *res, void *arg, int64 *fence,
 	{
 		dlock_store_end();
 		dlock_resource_unlock(res, DLOCK_CHANGE);
-		*busy_until = dlock_lease_ended(&row, now) ? row.available_at :
-			Max(row.expires_at, row.available_at);
+		if (dlock_lease_ended(&row, now))
+		{
+			*busy_until = row.available_at;
+			return ATTEMPT_DELAYED;
+		}
+		*busy_until = Max(row.expires_at, row.available_at);
 		return ATTEMPT_BUSY;
 	}
 	if (queued)

@@ -21,7 +21,12 @@
 #    until it has committed, so the listener's next look finds the resource
 #    free.  Without that wait (listeners.c's wait_for_deciders) LISTEN would
 #    return at once and the look would find the resource busy, with no
-#    event to come.
+#    event to come;
+#  - only that LISTEN waits: one of another resource's channel returns at
+#    once, and so does one of the channel of a stuck release that sends its
+#    event (the new listener gets it once the release commits); a release
+#    of more channels than a commit decides on sends the others' events,
+#    and a listener either waits for it or gets its event.
 
 use strict;
 use warnings;
@@ -135,7 +140,7 @@ sub received
 my @res = map { "r$_" } 1 .. 10;
 my %fence;
 $fence{$_} = $node->safe_psql('postgres', "SELECT dlock.try_lock('$_', 'a', '1h')") for @res;
-my %ch = map { $_ => channel($_) } @res, 'r11';
+my %ch = map { $_ => channel($_) } @res, 'r11', 'r12', 'r13';
 
 # The listeners.
 my $l1 = session();    # r2 and r8
@@ -204,6 +209,9 @@ for my $r (qw(r2 r4 r5 r6 r8 r10))
 
 # The race: a release decided before the LISTEN, committing after it.
 my $f11 = $node->safe_psql('postgres', "SELECT dlock.try_lock('r11', 'a', '1h')");
+my $f13 = $node->safe_psql('postgres', "SELECT dlock.try_lock('r13', 'a', '1h')");
+my $l12 = session();    # r13, listened before any release is under way
+$l12->query_safe(qq{LISTEN "$ch{r13}"});
 block();    # (to wait for the setting; its NOTIFY does not matter here)
 my $rel = session();
 send_sql($rel, "BEGIN; SELECT dlock.unlock('r11', 'a'); COMMIT;");
@@ -217,8 +225,38 @@ usleep(500_000);
 is(state_of($l10), 'Extension', 'and still waits while the release is not committed');
 is($node->safe_psql('postgres', "SELECT holder FROM dlock.locks WHERE resource = 'r11'"),
 	'a', 'the resource is still held meanwhile');
+
+# Only a release that sent nothing on the LISTEN's own channel holds it up.
+# A LISTEN of another resource's channel returns at once, though the
+# release of r11 is stuck in its commit; so does a LISTEN of r13's channel
+# while a release of r13 that sends its event (l12 listens) is stuck: the
+# notification is delivered to the new listener when it commits.
+my $l11 = session();
+send_sql($l11, qq{LISTEN "$ch{r12}";});
+%st = settle([$l11], 'Extension');
+is($st{ $l11->{pid} }, 'idle', 'LISTEN of an unrelated channel does not wait for the stuck release');
+my $rel13 = session();
+send_sql($rel13, "BEGIN; SELECT dlock.unlock('r13', 'a'); COMMIT;");
+%st = settle([$rel13], 'object', 'SyncRep');
+like($st{ $rel13->{pid} }, qr/^(object|SyncRep)$/, 'a release of r13 (listened: it notifies) is stuck in its commit');
+my $l13 = session();
+send_sql($l13, qq{LISTEN "$ch{r13}";});
+%st = settle([$l13], 'Extension');
+is($st{ $l13->{pid} }, 'idle', 'LISTEN of the channel of a stuck release that notifies does not wait');
+is(state_of($l10), 'Extension', 'the LISTEN of r11 still waits for the release of r11');
+
 unblock();
-%st = settle([ $l10, $rel ]);
+%st = settle([ $l10, $rel, $rel13 ]);
+is($st{ $rel13->{pid} }, 'idle', 'the release of r13 committed');
+my %got13;
+for my $try (1 .. 50)
+{
+	received($_, \%got13) for $l12, $l13;    # (what is read is gone: keep it)
+	last if 2 == @{ $got13{ $ch{r13} } // [] };
+	usleep(100_000);
+}
+is_deeply($got13{ $ch{r13} }, [ (qq({"event":"released","resource":"r13","fence":$f13})) x 2 ],
+	'both listeners of r13, the one that came while the release was stuck too, got its event');
 is($st{ $l10->{pid} }, 'idle', 'LISTEN returns once the release committed');
 my ($look) = $l10->query("SELECT dlock.try_lock('r11', 'l', '1h') > $f11");
 like($look, qr/^t$/m, 'the listener\'s first look after LISTEN finds the resource free');
@@ -227,7 +265,44 @@ like($look, qr/^t$/m, 'the listener\'s first look after LISTEN finds the resourc
 my ($out) = $l10->query(qq{LISTEN "$ch{r1}"; SELECT 'listening'});
 like($out, qr/listening/, 'LISTEN with nothing under way');
 
-$_->quit for $l1, $l2, $l3, $l4, $l5, $l6, $l8, $l9, $l10, $rel;
+$_->quit for $l1, $l2, $l3, $l4, $l5, $l6, $l8, $l9, $l10, $l11, $l12, $l13, $rel, $rel13;
+
+# A release of more channels than a commit decides on (16): the events of
+# the others are sent.  Every listener that comes while it is stuck either
+# waits for it or gets its event; some come at once (and get it).
+my @many = map { "m$_" } 1 .. 18;
+$node->safe_psql('postgres', "SELECT dlock.try_lock('$_', 'm', '1h')") for @many;
+my %mfence = split /[|\n]/,
+  $node->safe_psql('postgres', "SELECT resource, fence FROM dlock.locks WHERE holder = 'm'");
+block();
+my $relm = session();
+send_sql($relm, "BEGIN; SELECT dlock.unlock_all('m'); COMMIT;");
+%st = settle([$relm], 'object', 'SyncRep');
+like($st{ $relm->{pid} }, qr/^(object|SyncRep)$/, 'a release of 18 resources is stuck in its commit');
+my %lm;
+for my $r (@many)
+{
+	$lm{$r} = session();
+	send_sql($lm{$r}, qq{LISTEN "@{[ channel($r) ]}";});
+}
+%st = settle([ values %lm ], 'Extension');
+my @at_once = grep { $st{ $lm{$_}{pid} } eq 'idle' } @many;
+my @waited = grep { $st{ $lm{$_}{pid} } eq 'Extension' } @many;
+is(@at_once + @waited, scalar(@many), 'each LISTEN returned or waits for the release');
+cmp_ok(scalar(@at_once), '>=', 2, 'the LISTENs of the channels beyond 16 return at once');
+unblock();
+%st = settle([ $relm, values %lm ]);
+is(scalar(grep { $_ eq 'idle' } values %st), @many + 1, 'the release and every LISTEN finished');
+my %gotm;
+for my $try (1 .. 50)
+{
+	received($lm{$_}, \%gotm) for @at_once;
+	last if @at_once == grep { @{ $gotm{ channel($_) } // [] } } @at_once;
+	usleep(100_000);
+}
+is_deeply($gotm{ channel($_) }, [qq({"event":"released","resource":"$_","fence":$mfence{$_}})],
+	"$_: its LISTEN returned at once, and it got the event") for @at_once;
+$_->quit for $relm, values %lm;
 $node->stop;
 
 # Not preloaded: no counting, every event is sent, as before.
