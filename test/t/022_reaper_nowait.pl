@@ -81,7 +81,7 @@ sub settle
 	my $until = time + 60;
 	while (time < $until)
 	{
-		$p->{h}->pump_nb;
+		$p->{h}->pump_nb if $p->{h}->pumpable;
 		return 'done' unless $p->{h}->pumpable;
 		return 'waits'
 		  if $node->safe_psql('postgres', qq{
@@ -98,7 +98,7 @@ sub settle
 sub finish
 {
 	my ($p) = @_;
-	$p->{h}->pump_nb;
+	$p->{h}->pump_nb if $p->{h}->pumpable;
 	$node->safe_psql('postgres',
 		"SELECT pg_cancel_backend(pid) FROM pg_stat_activity WHERE application_name = '$p->{name}'")
 	  if $p->{h}->pumpable;
