@@ -63,11 +63,12 @@
  *	  without waiting; if another transaction of the same holder has it
  *	  (two attempts of one holder at once, one of them in an open
  *	  transaction), it leaves the row to that one instead of waiting for
- *	  its upsert's row lock;
+ *	  its upsert's row lock.  (The lock names the holder by a 32-bit hash:
+ *	  should two holders' collide, one of them skips a write at worst);
  *	- the reaper's purge deletes only the dead rows it can lock at once
  *	  (SKIP LOCKED): a row an open transaction is taking over is left to a
- *	  later round.  A writer may wait for a purge, which is short and
- *	  waits for nobody.
+ *	  later round.  A writer may wait for a purge, a short transaction
+ *	  that waits for no lock.
  *
  * The functions here run inside store sessions (store.c) and only under
  * the 0.2 SQL or later (dlock_queue_installed); under older SQL there are
