@@ -13,8 +13,9 @@
 #     reaps an expired lease, and the purge leaves the new holding's delay
 #     alone.  (0.2: the purge waited for the open transaction.)
 #  3. A holder's second fair try_lock while its first one (or its
-#     acquisition, which drops its ticket) sits in an open transaction
-#     returns NULL at once, and the resource's holder renews meanwhile.
+#     acquisition, which drops its ticket, or its withdraw()) sits in an
+#     open transaction returns NULL at once, and the resource's holder
+#     renews meanwhile.
 #     (0.2: the second attempt waited for the ticket row, holding the
 #     resource's lock, and the renew waited behind it.)
 #
@@ -221,6 +222,23 @@ is(q_solo(q{SELECT holder FROM dlock.locks WHERE resource = 'q2-res'}), 'q2c',
 	'3b: q2c holds the resource');
 is(q_solo(q{SELECT count(*) FROM dlock.tickets WHERE resource = 'q2-res'}), '0',
 	'3b: and has no ticket left');
+
+# 3c. withdraw (0.3) of the holder's ticket sits in an open transaction;
+# the holder's fair attempt on another connection must not wait for it.
+q_solo(q{SELECT dlock.try_lock('q3-res', 'q3h', '1h')});
+q_solo(q{SELECT dlock.try_lock('q3-res', 'q3c', fair => true)});
+$open = $node->background_psql('solo', on_error_stop => 0);
+$open->query_safe('BEGIN');
+is($open->query_safe(q{SELECT dlock.withdraw('q3-res', 'q3c')}), 't',
+	'3c: qc withdraws its ticket in an open transaction');
+$try = start_probe('try3c', q{SELECT dlock.try_lock('q3-res', 'q3c', fair => true) IS NULL});
+is(settle($try), 'done', "3c: q3c's fair try_lock on another connection returns");
+is(bounded(q{SELECT dlock.renew('q3-res', 'q3h') IS NOT NULL}), 't', '3c: the holder renews');
+is(finish($try), 't', '3c: the try_lock returned NULL (held), no error');
+$open->query_safe('COMMIT');
+$open->quit;
+is(q_solo(q{SELECT count(*) FROM dlock.tickets WHERE resource = 'q3-res'}), '0',
+	'3c: the withdrawal stands');
 
 $node->stop;
 done_testing();
