@@ -63,8 +63,10 @@
  *	  without waiting; if another transaction of the same holder has it
  *	  (two attempts of one holder at once, one of them in an open
  *	  transaction), it leaves the row to that one instead of waiting for
- *	  its upsert's row lock.  (The lock names the holder by a 32-bit hash:
- *	  should two holders' collide, one of them skips a write at worst);
+ *	  its upsert's row lock.  withdraw takes it too, waiting (in the lock
+ *	  manager rather than for the row).  The lock names the holder by a
+ *	  32-bit hash: should two holders' collide, one of them skips a write
+ *	  at worst;
  *	- the reaper's purge deletes only the dead rows it can lock at once
  *	  (SKIP LOCKED): a row an open transaction is taking over is left to a
  *	  later round.  A writer may wait for a purge, a short transaction
@@ -143,11 +145,12 @@ set_lapse_tag(LOCKTAG *tag, const DlockResource *res, int64 ticket,
 
 /*
  * take_ticket_row: the writer lock of holder's (of role owner) ticket row
- * of res, until the transaction ends, without waiting; false if another
- * transaction has it (it is writing that row: see the header comment).
+ * of res, until the transaction ends; without waiting unless wait: false
+ * if another transaction has it (it is writing that row: see the header
+ * comment).
  */
 static bool
-take_ticket_row(const DlockResource *res, text *holder, Oid owner)
+take_ticket_row(const DlockResource *res, text *holder, Oid owner, bool wait)
 {
 	LOCKTAG		tag;
 	uint64		h = mixed_hash(res);
@@ -157,7 +160,7 @@ take_ticket_row(const DlockResource *res, text *holder, Oid owner)
 
 	SET_LOCKTAG_ADVISORY(tag, who, (uint32) (h >> 32), (uint32) h,
 						 DLOCK_LOCKTAG_TICKET_ROW);
-	return LockAcquire(&tag, ExclusiveLock, false, true) != LOCKACQUIRE_NOT_AVAIL;
+	return LockAcquire(&tag, ExclusiveLock, false, !wait) != LOCKACQUIRE_NOT_AVAIL;
 }
 
 /* ticket_before: is a before b, modulo 2^32? */
@@ -483,7 +486,7 @@ dlock_client_ticket_keep(const DlockResource *res, text *holder, Oid owner,
 	TimestampTz expires = now + (TimestampTz) dlock_queue_ttl_ms * 1000;
 	bool		isnull;
 
-	if (!take_ticket_row(res, holder, owner))
+	if (!take_ticket_row(res, holder, owner, false))
 		return;
 	set_fair_tag(&fair_tag, res);
 	(void) LockAcquire(&fair_tag, ShareLock, false, false);
@@ -565,7 +568,7 @@ dlock_client_ticket_drop(const DlockResource *res, text *holder, Oid owner)
 	static const Oid types[3] = {TEXTOID, TEXTOID, REGROLEOID};
 	Datum		values[3];
 
-	if (!take_ticket_row(res, holder, owner))
+	if (!take_ticket_row(res, holder, owner, false))
 		return;
 	values[0] = PointerGetDatum(res->name);
 	values[1] = PointerGetDatum(holder);
@@ -631,6 +634,13 @@ dlock_withdraw(PG_FUNCTION_ARGS)
 	values[1] = PointerGetDatum(holder);
 	values[2] = ObjectIdGetDatum(caller.role);
 	values[3] = BoolGetDatum(caller.is_super);
+	/*
+	 * The writer lock of the caller's ticket row (see the header comment),
+	 * so that the holder's fair attempts meanwhile leave the row alone
+	 * instead of waiting for this transaction.  (A superuser's withdrawal
+	 * of other roles' tickets does not take theirs.)
+	 */
+	(void) take_ticket_row(&res, holder, caller.role, true);
 	dlock_store_begin();
 	if (dlock_store_exec(&plan,
 						 "WITH d AS (DELETE FROM dlock.tickets t WHERE " RES_IS("t")
