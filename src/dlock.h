@@ -50,6 +50,8 @@
 #define DLOCK_LOCKTAG_FAIR		(DLOCK_LOCKTAG_CLASS + 6)
 /* ... of the end of a client ticket still in flight (queue.c) */
 #define DLOCK_LOCKTAG_LAPSE		(DLOCK_LOCKTAG_CLASS + 7)
+/* ... of a transaction writing a holder's client ticket row (queue.c) */
+#define DLOCK_LOCKTAG_TICKET_ROW	(DLOCK_LOCKTAG_CLASS + 8)
 
 /* The modes of the per-resource lock (resource.c explains them). */
 typedef enum DlockLockMode

@@ -19,12 +19,18 @@
  *	  and before anything can be written on the new timeline.  So it is the
  *	  same after a crash and restart, whenever the launcher runs;
  *	- "live at P" is decided against P, not against the time the refresh
- *	  runs: a holding is refreshed iff P < expires_at < P + lease.  Every
- *	  acquisition or renewal made after P has expires_at >= its time +
- *	  lease > P + lease (the lease column is the holding's own), so those
- *	  are never touched, a holding that had expired at P is never revived,
- *	  and running the refresh twice with the same P changes nothing the
- *	  second time.  The fence is not touched;
+ *	  runs: a holding is refreshed iff P < expires_at < P + lease, and it
+ *	  is still unexpired when the refresh writes it (under its renewal
+ *	  lock, like a renewal).  Every acquisition or renewal made after P has
+ *	  expires_at >= its time + lease > P + lease (the lease column is the
+ *	  holding's own), so those are never touched, a holding that had
+ *	  expired at P is never revived, and running the refresh twice with the
+ *	  same P changes nothing the second time.  Nor is one that expired
+ *	  after P but before the refresh came to it (the refresh may wait for
+ *	  a worker slot): its holder's renewal has already got NULL, and an
+ *	  xact_lock may have handed out a newer fence without touching the
+ *	  row; extending it would hand the old fence back.  The fence is not
+ *	  touched;
  *	- every database that accepts connections gets a refresh worker
  *	  ("dlock refresh", a dynamic background worker like the reaper's
  *	  rounds) in turn, which does nothing where dlock is not installed.
@@ -452,15 +458,15 @@ candidates(TimestampTz promoted_at, MemoryContext cxt)
 }
 
 /*
- * refresh_one: extend res's holding if it is still one that was live at P;
- * *busy if another transaction is working on the resource.  Returns the
- * new expiry, or 0 if nothing changed.
+ * refresh_one: extend res's holding if it is still one that was live at P,
+ * and still unexpired now; *busy if another transaction is working on the
+ * resource.  Returns the new expiry, or 0 if nothing changed.
  */
 static TimestampTz
 refresh_one(const DlockResource *res, TimestampTz promoted_at, bool *busy)
 {
-	Oid			argtypes[2] = {TIMESTAMPTZOID, TEXTOID};
-	Datum		values[2];
+	Oid			argtypes[3] = {TIMESTAMPTZOID, TEXTOID, TIMESTAMPTZOID};
+	Datum		values[3];
 	bool		isnull;
 
 	*busy = false;
@@ -477,12 +483,15 @@ refresh_one(const DlockResource *res, TimestampTz promoted_at, bool *busy)
 	}
 	values[0] = TimestampTzGetDatum(promoted_at);
 	values[1] = PointerGetDatum(res->name);
+	/* Now, under the renewal lock: like a renewal, only an unexpired holding. */
+	values[2] = TimestampTzGetDatum(GetCurrentTimestamp());
 	if (SPI_execute_with_args("UPDATE dlock.leases"
 							  "   SET expires_at = $1 OPERATOR(pg_catalog.+) lease"
 							  " WHERE resource OPERATOR(pg_catalog.=) ($2 COLLATE pg_catalog.\"C\")"
 							  "   AND " LIVE_AT_P
+							  "   AND expires_at OPERATOR(pg_catalog.>) $3"
 							  " RETURNING expires_at",
-							  2, argtypes, values, NULL, false, 0) != SPI_OK_UPDATE_RETURNING)
+							  3, argtypes, values, NULL, false, 0) != SPI_OK_UPDATE_RETURNING)
 		elog(ERROR, "could not update dlock.leases");
 	if (SPI_processed == 0)
 		return 0;

@@ -53,12 +53,28 @@
  * lock (CHANGE, resource.c), except the purge of rows that are dead
  * already; rows of dlock.tickets, written by fair attempts with or without
  * the resource's lock (a ticket is taken even while another transaction is
- * changing the resource; each holder's row is its own, and the upsert
- * serialises a holder's concurrent attempts; withdraw deletes the holder's
- * row without it), and read for the head only under it; and the lock
- * manager's locks.  The functions here run
- * inside store sessions (store.c) and only under the 0.2 SQL or later
- * (dlock_queue_installed); under older SQL there are no queues or delays.
+ * changing the resource; each holder's row is its own; withdraw deletes
+ * the holder's row without it), and read for the head only under it; and
+ * the lock manager's locks.  Nothing here waits for a row lock, as
+ * try_lock and the reaper never wait:
+ *
+ *	- a transaction writing a holder's ticket row (keep, drop) first takes
+ *	  that row's writer lock (DLOCK_LOCKTAG_TICKET_ROW, until it ends)
+ *	  without waiting; if another transaction of the same holder has it
+ *	  (two attempts of one holder at once, one of them in an open
+ *	  transaction), it leaves the row to that one instead of waiting for
+ *	  its upsert's row lock.  withdraw takes it too, waiting (in the lock
+ *	  manager rather than for the row).  The lock names the holder by a
+ *	  32-bit hash: should two holders' collide, one of them skips a write
+ *	  at worst;
+ *	- the reaper's purge deletes only the dead rows it can lock at once
+ *	  (SKIP LOCKED): a row an open transaction is taking over is left to a
+ *	  later round.  A writer may wait for a purge, a short transaction
+ *	  that waits for no lock.
+ *
+ * The functions here run inside store sessions (store.c) and only under
+ * the 0.2 SQL or later (dlock_queue_installed); under older SQL there are
+ * no queues or delays.
  *
  *-------------------------------------------------------------------------
  */
@@ -67,6 +83,7 @@
 #include "catalog/namespace.h"
 #include "catalog/pg_type.h"
 #include "commands/sequence.h"
+#include "common/hashfn.h"
 #include "executor/spi.h"
 #include "miscadmin.h"
 #include "storage/lmgr.h"
@@ -124,6 +141,26 @@ set_lapse_tag(LOCKTAG *tag, const DlockResource *res, int64 ticket,
 {
 	SET_LOCKTAG_ADVISORY(*tag, (uint32) ticket, (uint32) (expires / 1000),
 						 (uint32) mixed_hash(res), DLOCK_LOCKTAG_LAPSE);
+}
+
+/*
+ * take_ticket_row: the writer lock of holder's (of role owner) ticket row
+ * of res, until the transaction ends; without waiting unless wait: false
+ * if another transaction has it (it is writing that row: see the header
+ * comment).
+ */
+static bool
+take_ticket_row(const DlockResource *res, text *holder, Oid owner, bool wait)
+{
+	LOCKTAG		tag;
+	uint64		h = mixed_hash(res);
+	uint32		who = hash_combine(hash_any((const unsigned char *) VARDATA_ANY(holder),
+											VARSIZE_ANY_EXHDR(holder)),
+								   (uint32) owner);
+
+	SET_LOCKTAG_ADVISORY(tag, who, (uint32) (h >> 32), (uint32) h,
+						 DLOCK_LOCKTAG_TICKET_ROW);
+	return LockAcquire(&tag, ExclusiveLock, false, !wait) != LOCKACQUIRE_NOT_AVAIL;
 }
 
 /* ticket_before: is a before b, modulo 2^32? */
@@ -430,6 +467,11 @@ dlock_queue_head(const DlockResource *res, text *holder, Oid owner,
  * the next waiter to look again (at the committed row, or past the
  * rolled-back ticket).  A kept ticket is committed already: its locks are
  * given back at once.
+ *
+ * If another transaction of the same holder is writing the row (its own
+ * fair attempt, or its acquisition dropping the ticket, still open), this
+ * attempt leaves the row alone rather than wait for it: that transaction
+ * keeps the holder's place, or takes the resource.
  */
 void
 dlock_client_ticket_keep(const DlockResource *res, text *holder, Oid owner,
@@ -444,6 +486,8 @@ dlock_client_ticket_keep(const DlockResource *res, text *holder, Oid owner,
 	TimestampTz expires = now + (TimestampTz) dlock_queue_ttl_ms * 1000;
 	bool		isnull;
 
+	if (!take_ticket_row(res, holder, owner, false))
+		return;
 	set_fair_tag(&fair_tag, res);
 	(void) LockAcquire(&fair_tag, ShareLock, false, false);
 	ticket = next_ticket();
@@ -511,7 +555,12 @@ dlock_client_ticket_heads(const DlockResource *res, text *holder, Oid owner,
 									  1, &isnull)) && !isnull;
 }
 
-/* dlock_client_ticket_drop: the holder's ticket for res leaves the queue. */
+/*
+ * dlock_client_ticket_drop: the holder's ticket for res leaves the queue;
+ * unless another transaction of the same holder is writing it (see
+ * dlock_client_ticket_keep): that one's ticket stays, to lapse or be
+ * dropped by the holder's next acquisition, rather than this one waiting.
+ */
 void
 dlock_client_ticket_drop(const DlockResource *res, text *holder, Oid owner)
 {
@@ -519,6 +568,8 @@ dlock_client_ticket_drop(const DlockResource *res, text *holder, Oid owner)
 	static const Oid types[3] = {TEXTOID, TEXTOID, REGROLEOID};
 	Datum		values[3];
 
+	if (!take_ticket_row(res, holder, owner, false))
+		return;
 	values[0] = PointerGetDatum(res->name);
 	values[1] = PointerGetDatum(holder);
 	values[2] = ObjectIdGetDatum(owner);
@@ -583,6 +634,13 @@ dlock_withdraw(PG_FUNCTION_ARGS)
 	values[1] = PointerGetDatum(holder);
 	values[2] = ObjectIdGetDatum(caller.role);
 	values[3] = BoolGetDatum(caller.is_super);
+	/*
+	 * The writer lock of the caller's ticket row (see the header comment),
+	 * so that the holder's fair attempts meanwhile leave the row alone
+	 * instead of waiting for this transaction.  (A superuser's withdrawal
+	 * of other roles' tickets does not take theirs.)
+	 */
+	(void) take_ticket_row(&res, holder, caller.role, true);
 	dlock_store_begin();
 	if (dlock_store_exec(&plan,
 						 "WITH d AS (DELETE FROM dlock.tickets t WHERE " RES_IS("t")
@@ -720,8 +778,12 @@ dlock_delay_on_end(const DlockResource *res, TimestampTz at,
 /*
  * dlock_queue_purge: delete client tickets nobody kept alive, and delays
  * that are over.  Only dead rows, so no resource lock is needed: a row a
- * fair attempt or a new holding takes over meanwhile no longer matches
- * when the DELETE re-checks it.  Returns how many.
+ * fair attempt or a new holding took over meanwhile no longer matches
+ * when its lock re-checks it.  For the reaper, which never waits: only
+ * rows locked at once are deleted (SKIP LOCKED); a row an open
+ * transaction is taking over (a client re-taking its lapsed ticket, an
+ * acquisition with a lock-delay) is left for a later round, which finds
+ * it dead again or not.  Returns how many.
  */
 int
 dlock_queue_purge(TimestampTz now)
@@ -737,11 +799,19 @@ dlock_queue_purge(TimestampTz now)
 	values[0] = TimestampTzGetDatum(now);
 	n = dlock_store_exec(&tickets_plan,
 						 "DELETE FROM dlock.tickets t"
-						 "  WHERE t.expires_at OPERATOR(pg_catalog.<=) $1",
+						 "  WHERE t.ctid OPERATOR(pg_catalog.=) ANY (ARRAY("
+						 "    SELECT k.ctid FROM dlock.tickets k"
+						 "     WHERE k.expires_at OPERATOR(pg_catalog.<=) $1"
+						 "     FOR UPDATE SKIP LOCKED))"
+						 "   AND t.expires_at OPERATOR(pg_catalog.<=) $1",
 						 1, types, values, NULL, false);
 	n += dlock_store_exec(&delays_plan,
 						  "DELETE FROM dlock.delays d"
-						  "  WHERE d.available_at OPERATOR(pg_catalog.<=) $1",
+						  "  WHERE d.ctid OPERATOR(pg_catalog.=) ANY (ARRAY("
+						  "    SELECT k.ctid FROM dlock.delays k"
+						  "     WHERE k.available_at OPERATOR(pg_catalog.<=) $1"
+						  "     FOR UPDATE SKIP LOCKED))"
+						  "   AND d.available_at OPERATOR(pg_catalog.<=) $1",
 						  1, types, values, NULL, false);
 	return (int) Min(n, (uint64) INT_MAX);
 }
