@@ -1,6 +1,7 @@
 /*
- * mysql/dlock.sql: dlock 0.1 for MariaDB (10.6 and later; tested on 10.11)
- * and MySQL 8 (written for it where the dialects agree; untested there).
+ * mysql/dlock.sql: dlock 0.1 for MariaDB (10.6.18, 10.11.8, 11.4.2 and later;
+ * tested on 10.11 and 11.8).  MySQL 8 lacks innodb_snapshot_isolation and
+ * innodb_lock_wait_timeout = 0, which the routines use (see the README).
  *
  *     mariadb < mysql/dlock.sql           (as an administrator, once)
  *
@@ -13,18 +14,49 @@
  * Shared state and what protects it:
  * - dlock.leases, one row per resource.  Every change of a holding happens
  *   under that row's InnoDB record lock, taken by the routine that changes
- *   it and held to the end of the caller's transaction.  Routines look for
- *   a row with a plain (non-locking) read first and lock it only when it
- *   exists, so no routine ever takes a gap lock (the REPEATABLE READ trap:
- *   two sessions holding gap locks and inserting deadlock).  Acquirers lock
- *   with SKIP LOCKED: they never wait for another transaction.  Each kind of
- *   read has its own table alias (seen, locked, skipping): inside a stored
- *   function all statements share the tables opened for the calling
- *   statement, and a SKIP LOCKED read through the same alias as an earlier
- *   plain read of the table silently waits instead (MariaDB 10.11); and
- *   SKIP LOCKED holds only at its first execution within one statement, so
- *   everything that retries (lock, xact_lock, reaping) is a procedure whose
- *   every attempt is a statement of its own.
+ *   it and held to the end of the caller's transaction.  Locks are taken
+ *   only where they are meant to be kept, because InnoDB keeps every row
+ *   lock to the end of the transaction (REPEATABLE READ), or drops it only
+ *   from a scan (READ COMMITTED), never from a primary-key lookup:
+ *   . a routine first reads the row plainly (no lock) and locks it only
+ *     when that read says the caller may change it: a busy resource,
+ *     someone else's holding, a stale fence are answered from the plain
+ *     read, so a failed call inside an open transaction pins nothing;
+ *   . no routine ever locks a key that is not there (a gap lock: the
+ *     REPEATABLE READ trap where two sessions holding gap locks insert and
+ *     deadlock, or every insert into the gap waits);
+ *   . acquirers lock with SKIP LOCKED and never wait for another
+ *     transaction: a row another transaction holds is busy (NULL);
+ *   . a new row is inserted only under its creation gate: dlock.gates holds
+ *     4096 rows, and whoever inserts a resource's row first locks the gate
+ *     row of its slot (CRC32 of the resource, SKIP LOCKED) and keeps it to
+ *     the end of its transaction.  An INSERT waits for the unique key of
+ *     another transaction's uncommitted row; the gate makes sure there is
+ *     none: a gate another transaction holds means busy, at the price of a
+ *     NULL for another new resource of the same slot while a transaction
+ *     that created one is open.  Procedures (lock, xact_lock), which can
+ *     catch a lock wait timeout, insert with innodb_lock_wait_timeout = 0
+ *     when the row their snapshot shows is gone (reaped since).
+ *   . assert_fence pins a holding with a shared lock on the entry of the
+ *     unique index `pin` (fence, holder) alone, read through that index;
+ *     a takeover, release, expiry or break changes the entry and waits for
+ *     it (acquirers and the reaper check it with SKIP LOCKED first), while
+ *     renewal and re-entry change only the clustered row and go through.
+ *     The row '' (fence 0, never a valid resource) keeps the entries of new
+ *     rows (fence NULL) out of the gap before any pinned entry.
+ *   . inside the routines innodb_snapshot_isolation (MariaDB 10.6.18+, on by
+ *     default from 11.6) is off, so that a locking read returns the row as
+ *     it is (what every decision here is made on) rather than failing with
+ *     error 1020 when the row changed after the caller's snapshot; each
+ *     public routine restores the caller's setting, also on its errors.
+ *   Each kind of read has its own table alias (seen, locked, skipping,
+ *   pinning, gate): inside a stored function all statements share the
+ *   tables opened for the calling statement, and a SKIP LOCKED read through
+ *   the same alias as an earlier plain read of the table silently waits
+ *   instead (MariaDB 10.11); and SKIP LOCKED holds only at its first
+ *   execution within one statement, so everything that retries (lock,
+ *   xact_lock, reaping) is a procedure whose every attempt is a statement
+ *   of its own.  Clocks are read after the row is locked.
  * - dlock.fences, an AUTO_INCREMENT counter: InnoDB hands out its values
  *   outside transactions (never reused after a rollback) and never lowers
  *   it while the server runs.  A fence is drawn only after the resource's
@@ -65,6 +97,11 @@ BEGIN
         SIGNAL SQLSTATE '55000' SET MESSAGE_TEXT =
             'binary logging is on: set log_bin_trust_function_creators = 1 (dlock''s functions write and read the clock), then DROP DATABASE dlock and run this script again';
     END IF;
+    IF NOT EXISTS (SELECT 1 FROM information_schema.GLOBAL_VARIABLES
+                    WHERE VARIABLE_NAME = 'INNODB_SNAPSHOT_ISOLATION') THEN
+        SIGNAL SQLSTATE '55000' SET MESSAGE_TEXT =
+            'dlock needs MariaDB 10.6.18, 10.11.8, 11.4.2 or later (innodb_snapshot_isolation): upgrade, then DROP DATABASE dlock and run this script again';
+    END IF;
     IF @@global.log_bin = 1 AND @@global.binlog_format = 'STATEMENT' THEN
         SIGNAL SQLSTATE '55000' SET MESSAGE_TEXT =
             'binlog_format = STATEMENT would replay dlock calls with the replica''s clock: use ROW or MIXED, then DROP DATABASE dlock and run this script again';
@@ -94,8 +131,22 @@ CREATE TABLE dlock.leases (
     acquired_at DATETIME(6) NULL,
     renewed_at  DATETIME(6) NULL,
     expires_at  DATETIME(6) NULL,
-    released_at DATETIME(6) NULL
+    released_at DATETIME(6) NULL,
+    UNIQUE KEY pin (fence, holder)      -- assert_fence's lock (see the header)
 ) ENGINE = InnoDB;
+-- Below every fence: new rows' entries in `pin` (fence NULL) sort before it.
+INSERT INTO dlock.leases (resource, fence) VALUES ('', 0);
+
+-- Creation gates (see the header): one row per slot, never changed.
+CREATE TABLE dlock.gates (
+    slot SMALLINT NOT NULL PRIMARY KEY
+) ENGINE = InnoDB;
+INSERT INTO dlock.gates (slot)
+    WITH h(n) AS (SELECT 0 UNION ALL SELECT 1 UNION ALL SELECT 2 UNION ALL SELECT 3 UNION ALL
+                  SELECT 4 UNION ALL SELECT 5 UNION ALL SELECT 6 UNION ALL SELECT 7 UNION ALL
+                  SELECT 8 UNION ALL SELECT 9 UNION ALL SELECT 10 UNION ALL SELECT 11 UNION ALL
+                  SELECT 12 UNION ALL SELECT 13 UNION ALL SELECT 14 UNION ALL SELECT 15)
+    SELECT a.n * 256 + b.n * 16 + c.n FROM h a, h b, h c;
 
 -- The fence counter (see the header).  Rows live for one statement.
 CREATE TABLE dlock.fences (
@@ -289,6 +340,146 @@ BEGIN
 END//
 
 /*
+ * _si_off / _si_restore: innodb_snapshot_isolation off for the routine (see
+ * the header), and the caller's setting back.  An error no handler may catch
+ * inside a function (a lock wait timeout, a deadlock, KILL) skips the
+ * restore: @dlock_si_caller keeps the caller's setting until the session's
+ * next dlock call restores it.
+ */
+CREATE DEFINER = 'dlock'@'localhost' FUNCTION dlock._si_off() RETURNS BOOLEAN
+    NOT DETERMINISTIC NO SQL SQL SECURITY DEFINER
+BEGIN
+    DECLARE v BOOLEAN DEFAULT @@session.innodb_snapshot_isolation;
+    IF @dlock_si_caller IS NOT NULL THEN
+        SET v = @dlock_si_caller;
+    END IF;
+    SET @dlock_si_caller = v;
+    SET SESSION innodb_snapshot_isolation = OFF;
+    RETURN v;
+END//
+
+CREATE DEFINER = 'dlock'@'localhost' PROCEDURE dlock._si_restore(IN p BOOLEAN)
+    NO SQL SQL SECURITY DEFINER
+BEGIN
+    SET SESSION innodb_snapshot_isolation = p;
+    SET @dlock_si_caller = NULL;
+END//
+
+-- _slot: the creation gate of a resource (see the header).
+CREATE DEFINER = 'dlock'@'localhost' FUNCTION dlock._slot(p_resource LONGBLOB) RETURNS SMALLINT
+    DETERMINISTIC NO SQL SQL SECURITY DEFINER
+    RETURN CRC32(p_resource) % 4096//
+
+/*
+ * _take: one attempt at an acquisition, without waiting for anyone: for
+ * holder p_holder (a lease of p_lease_us) or, p_holder NULL, for the
+ * caller's transaction (xact_lock).  Returns the fence; 0 when the
+ * resource is busy (another transaction has its row or its gate, or, for
+ * a lease, a live lease of another holder); -1 for xact_lock when a live
+ * lease holds it; -2 when the row this transaction's snapshot shows cannot
+ * be locked: another transaction has it, or it was deleted since the
+ * snapshot (the procedures then try to create it, see _create).  Locks
+ * nothing it does not change, but in the race where the row changes hands
+ * between the plain read and the lock.
+ */
+CREATE DEFINER = 'dlock'@'localhost' FUNCTION dlock._take(
+    p_resource LONGBLOB, p_holder LONGBLOB, p_me VARCHAR(128) CHARACTER SET utf8mb4,
+    p_lease_us BIGINT) RETURNS BIGINT
+    NOT DETERMINISTIC MODIFIES SQL DATA SQL SECURITY DEFINER
+BEGIN
+    DECLARE v_seen INT DEFAULT 0;
+    DECLARE v_found INT DEFAULT 0;
+    DECLARE v_free INT DEFAULT 0;
+    DECLARE v_dup INT DEFAULT 0;
+    DECLARE v_h VARBINARY(255);
+    DECLARE v_owner VARCHAR(128) CHARACTER SET utf8mb4;
+    DECLARE v_fence BIGINT;
+    DECLARE v_exp DATETIME(6);
+    DECLARE v_now DATETIME(6);
+    DECLARE v_busy BIGINT DEFAULT IF(p_holder IS NULL, -1, 0);
+    DECLARE CONTINUE HANDLER FOR NOT FOUND BEGIN END;  -- no row: the variables stay as they are
+    DECLARE CONTINUE HANDLER FOR 1062 SET v_dup = 1;
+    SELECT 1, holder, owner, expires_at INTO v_seen, v_h, v_owner, v_exp
+      FROM dlock.leases AS seen WHERE resource = p_resource;
+    IF v_seen = 0 THEN
+        -- A new row, under its gate: no other transaction is inserting it.
+        SELECT 1 INTO v_free FROM dlock.gates AS gate
+         WHERE slot = dlock._slot(p_resource) FOR UPDATE SKIP LOCKED;
+        IF v_free = 0 THEN
+            RETURN 0;
+        END IF;
+        -- released_at set: reaping deletes an unused row an hour later.
+        -- 1062: created after this transaction's snapshot; locked below.
+        INSERT INTO dlock.leases (resource, released_at) VALUES (p_resource, dlock._now());
+    ELSEIF v_h IS NOT NULL AND v_exp > dlock._now()
+           AND NOT (p_holder IS NOT NULL AND v_h = p_holder AND v_owner = p_me) THEN
+        RETURN v_busy;    -- plainly busy: nothing locked
+    END IF;
+    SELECT 1, holder, owner, fence, expires_at INTO v_found, v_h, v_owner, v_fence, v_exp
+      FROM dlock.leases AS skipping WHERE resource = p_resource FOR UPDATE SKIP LOCKED;
+    IF v_found = 0 THEN
+        RETURN IF(v_seen = 1, -2, 0);
+    END IF;
+    SET v_now = dlock._now();    -- the clock once the row is ours
+    IF v_h IS NOT NULL AND v_exp > v_now THEN
+        IF v_h = p_holder AND v_owner = p_me THEN
+            UPDATE dlock.leases
+               SET count = count + 1, renewed_at = v_now,
+                   expires_at = GREATEST(expires_at, v_now + INTERVAL p_lease_us MICROSECOND)
+             WHERE resource = p_resource;
+            RETURN v_fence;
+        END IF;
+        RETURN v_busy;    -- taken since the plain read
+    ELSEIF v_h IS NOT NULL THEN
+        -- An expired holding: not while assert_fence pins it.
+        SET v_free = 0;
+        SELECT 1 INTO v_free FROM dlock.leases AS pinning FORCE INDEX (pin)
+         WHERE fence = v_fence AND holder = v_h FOR UPDATE SKIP LOCKED;
+        IF v_free = 0 THEN
+            RETURN v_busy;
+        END IF;
+    END IF;
+    SET v_fence = dlock._fence();
+    IF p_holder IS NULL THEN
+        IF v_h IS NOT NULL THEN
+            UPDATE dlock.leases SET holder = NULL, owner = NULL, count = 0, released_at = v_now
+             WHERE resource = p_resource;
+        END IF;
+        RETURN v_fence;
+    END IF;
+    UPDATE dlock.leases
+       SET holder = p_holder, owner = p_me, count = 1, fence = v_fence,
+           lease_us = p_lease_us, acquired_at = v_now, renewed_at = v_now,
+           expires_at = v_now + INTERVAL p_lease_us MICROSECOND, released_at = NULL
+     WHERE resource = p_resource;
+    RETURN v_fence;
+END//
+
+/*
+ * _create: for lock and xact_lock when _take says -2: insert the row the
+ * snapshot shows but the table no longer has (reaped since), under its
+ * gate and without waiting (a procedure can catch the lock wait timeout).
+ * Nothing happens when another transaction has the row or the gate.
+ */
+CREATE DEFINER = 'dlock'@'localhost' PROCEDURE dlock._create(IN p_resource LONGBLOB)
+    MODIFIES SQL DATA SQL SECURITY DEFINER
+BEGIN
+    DECLARE v_gate INT DEFAULT 0;
+    DECLARE v_wait BIGINT DEFAULT @@session.innodb_lock_wait_timeout;
+    DECLARE CONTINUE HANDLER FOR NOT FOUND BEGIN END;
+    DECLARE CONTINUE HANDLER FOR 1062, 1205 BEGIN END;  -- there, or busy: _take will see
+    DECLARE EXIT HANDLER FOR SQLEXCEPTION
+        BEGIN SET SESSION innodb_lock_wait_timeout = v_wait; RESIGNAL; END;
+    SELECT 1 INTO v_gate FROM dlock.gates AS gate
+     WHERE slot = dlock._slot(p_resource) FOR UPDATE SKIP LOCKED;
+    IF v_gate = 1 THEN
+        SET SESSION innodb_lock_wait_timeout = 0;
+        INSERT INTO dlock.leases (resource, released_at) VALUES (p_resource, dlock._now());
+        SET SESSION innodb_lock_wait_timeout = v_wait;
+    END IF;
+END//
+
+/*
  * try_lock: the fence if acquired or re-entered, NULL if another holder has
  * the resource or another transaction is changing it.  Never waits.
  */
@@ -298,56 +489,14 @@ CREATE DEFINER = 'dlock'@'localhost' FUNCTION dlock.try_lock(
 BEGIN
     DECLARE p_lease DOUBLE DEFAULT dlock._seconds('lease', p_lease_arg);
     DECLARE v_holder LONGBLOB DEFAULT IFNULL(p_holder, dlock.session_holder());
-    DECLARE v_me VARCHAR(128) CHARACTER SET utf8mb4 DEFAULT dlock._me();
-    DECLARE v_lease_us BIGINT;
-    DECLARE v_now DATETIME(6);
-    DECLARE v_exists INT DEFAULT 0;
-    DECLARE v_found INT DEFAULT 0;
-    DECLARE v_dup INT DEFAULT 0;
-    DECLARE v_mine INT;
+    DECLARE v_si BOOLEAN DEFAULT dlock._si_off();
     DECLARE v_fence BIGINT;
-    DECLARE CONTINUE HANDLER FOR NOT FOUND BEGIN END;  -- no row: the variables stay as they are
-    DECLARE CONTINUE HANDLER FOR 1062 SET v_dup = 1;
+    DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN CALL dlock._si_restore(v_si); RESIGNAL; END;
     CALL dlock._check('try_lock', TRUE, TRUE, p_resource, v_holder, p_lease, NULL);
-    SET v_lease_us = IFNULL(ROUND(p_lease * 1000000), 30000000);
-    SET v_now = dlock._now();
-    SELECT COUNT(*) INTO v_exists FROM dlock.leases AS seen WHERE resource = p_resource;
-    IF v_exists = 0 THEN
-        INSERT INTO dlock.leases (resource, holder, owner, count, lease_us,
-                                  acquired_at, renewed_at, expires_at)
-        VALUES (p_resource, v_holder, v_me, 1, v_lease_us, v_now, v_now,
-                v_now + INTERVAL v_lease_us MICROSECOND);
-        IF v_dup = 0 THEN
-            SET v_fence = dlock._fence();
-            UPDATE dlock.leases SET fence = v_fence WHERE resource = p_resource;
-            RETURN v_fence;
-        END IF;
-    END IF;
-    -- The row exists: lock it unless another transaction has it, and only
-    -- if it is free, expired or ours (READ COMMITTED then keeps no lock on
-    -- a busy row; REPEATABLE READ keeps it to the end of the transaction).
-    SELECT 1, holder = v_holder AND owner = v_me AND expires_at > v_now, fence
-      INTO v_found, v_mine, v_fence
-      FROM dlock.leases AS skipping
-     WHERE resource = p_resource
-       AND (holder IS NULL OR expires_at <= v_now OR (holder = v_holder AND owner = v_me))
-       FOR UPDATE SKIP LOCKED;
-    IF v_found = 0 THEN
-        RETURN NULL;
-    ELSEIF v_mine THEN
-        UPDATE dlock.leases
-           SET count = count + 1, renewed_at = v_now,
-               expires_at = GREATEST(expires_at, v_now + INTERVAL v_lease_us MICROSECOND)
-         WHERE resource = p_resource;
-        RETURN v_fence;
-    END IF;
-    SET v_fence = dlock._fence();
-    UPDATE dlock.leases
-       SET holder = v_holder, owner = v_me, count = 1, fence = v_fence,
-           lease_us = v_lease_us, acquired_at = v_now, renewed_at = v_now,
-           expires_at = v_now + INTERVAL v_lease_us MICROSECOND, released_at = NULL
-     WHERE resource = p_resource;
-    RETURN v_fence;
+    SET v_fence = dlock._take(p_resource, v_holder, dlock._me(),
+                              IFNULL(ROUND(p_lease * 1000000), 30000000));
+    CALL dlock._si_restore(v_si);
+    RETURN IF(v_fence > 0, v_fence, NULL);
 END//
 
 /*
@@ -364,17 +513,24 @@ BEGIN
     DECLARE p_lease DOUBLE DEFAULT dlock._seconds('lease', p_lease_arg);
     DECLARE p_wait DOUBLE DEFAULT dlock._seconds('wait', p_wait_arg);
     DECLARE v_holder LONGBLOB DEFAULT IFNULL(p_holder, dlock.session_holder());
+    DECLARE v_si BOOLEAN DEFAULT dlock._si_off();
+    DECLARE v_me VARCHAR(128) CHARACTER SET utf8mb4 DEFAULT dlock._me();
     DECLARE v_fence BIGINT;
     DECLARE v_deadline DATETIME(6);
     DECLARE v_nap DOUBLE DEFAULT 0.005;
     DECLARE v_left DOUBLE;
+    DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN CALL dlock._si_restore(v_si); RESIGNAL; END;
     CALL dlock._check('lock', TRUE, TRUE, p_resource, v_holder, p_lease, p_wait);
     IF p_wait IS NOT NULL THEN
         SET v_deadline = SYSDATE(6) + INTERVAL ROUND(LEAST(p_wait, 31557600000) * 1000000) MICROSECOND;
     END IF;
     poll: LOOP
-        SET v_fence = dlock.try_lock(p_resource, v_holder, p_lease);
-        IF v_fence IS NOT NULL THEN
+        SET v_fence = dlock._take(p_resource, v_holder, v_me, IFNULL(ROUND(p_lease * 1000000), 30000000));
+        IF v_fence = -2 THEN
+            CALL dlock._create(p_resource);
+            SET v_fence = dlock._take(p_resource, v_holder, v_me, IFNULL(ROUND(p_lease * 1000000), 30000000));
+        END IF;
+        IF v_fence > 0 THEN
             LEAVE poll;
         END IF;
         IF v_deadline IS NOT NULL THEN
@@ -390,13 +546,49 @@ BEGIN
         END IF;
         SET v_nap = LEAST(v_nap * 2, 0.1);
     END LOOP;
-    SELECT v_fence AS fence;
+    CALL dlock._si_restore(v_si);
+    SELECT IF(v_fence > 0, v_fence, NULL) AS fence;
+END//
+
+/*
+ * _mine: for unlock and renew: the plain read of a holding, and the same
+ * checks once the row is locked.  0 when p_holder holds the resource
+ * (under fence p_fence when given), NULL when it does not; 42501 when the
+ * holding of that holder text belongs to another user.  p_locked: the read
+ * that locks the row (waiting for it: only the holder gets this far).
+ */
+CREATE DEFINER = 'dlock'@'localhost' FUNCTION dlock._mine(
+    p_resource LONGBLOB, p_holder LONGBLOB, p_fence BIGINT, p_locked BOOLEAN) RETURNS INT
+    NOT DETERMINISTIC READS SQL DATA SQL SECURITY DEFINER
+BEGIN
+    DECLARE v_found INT DEFAULT 0;
+    DECLARE v_h VARBINARY(255);
+    DECLARE v_owner VARCHAR(128) CHARACTER SET utf8mb4;
+    DECLARE v_fence BIGINT;
+    DECLARE v_exp DATETIME(6);
+    DECLARE CONTINUE HANDLER FOR NOT FOUND BEGIN END;  -- no row: the variables stay as they are
+    IF p_locked THEN
+        SELECT 1, holder, owner, fence, expires_at INTO v_found, v_h, v_owner, v_fence, v_exp
+          FROM dlock.leases AS locked WHERE resource = p_resource FOR UPDATE;
+    ELSE
+        SELECT 1, holder, owner, fence, expires_at INTO v_found, v_h, v_owner, v_fence, v_exp
+          FROM dlock.leases AS seen WHERE resource = p_resource;
+    END IF;
+    IF v_found = 0 OR v_h IS NULL OR v_h <> p_holder OR v_exp <= dlock._now() THEN
+        RETURN NULL;
+    ELSEIF v_owner <> dlock._me() THEN
+        SIGNAL SQLSTATE '42501' SET MESSAGE_TEXT = 'permission denied: the holding belongs to another user';
+    ELSEIF p_fence IS NOT NULL AND p_fence <> v_fence THEN
+        RETURN NULL;
+    END IF;
+    RETURN 0;
 END//
 
 /*
  * unlock: the count left, 0 when released; NULL if this holder does not
  * hold the resource (expired, someone else's, another fence).  42501 if
- * the holder text is held by another user.
+ * the holder text is held by another user.  Locks the row only when the
+ * plain read says the caller holds it.
  */
 CREATE DEFINER = 'dlock'@'localhost' FUNCTION dlock.unlock(
     p_resource LONGBLOB, p_holder LONGBLOB, p_fence_arg LONGBLOB) RETURNS INT
@@ -404,44 +596,30 @@ CREATE DEFINER = 'dlock'@'localhost' FUNCTION dlock.unlock(
 BEGIN
     DECLARE p_fence BIGINT DEFAULT dlock._integer('fence', p_fence_arg);
     DECLARE v_holder LONGBLOB DEFAULT IFNULL(p_holder, dlock.session_holder());
-    DECLARE v_exists INT DEFAULT 0;
-    DECLARE v_h VARBINARY(255);
-    DECLARE v_owner VARCHAR(128) CHARACTER SET utf8mb4;
+    DECLARE v_si BOOLEAN DEFAULT dlock._si_off();
     DECLARE v_count INT;
-    DECLARE v_fence BIGINT;
-    DECLARE v_exp DATETIME(6);
-    DECLARE v_now DATETIME(6);
-    DECLARE CONTINUE HANDLER FOR NOT FOUND BEGIN END;  -- no row: the variables stay as they are
+    DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN CALL dlock._si_restore(v_si); RESIGNAL; END;
     CALL dlock._check('unlock', TRUE, TRUE, p_resource, v_holder, NULL, NULL);
-    -- A plain read first: nothing to lock when this holder plainly does not
-    -- hold it (so a stale call never gets in a takeover's way).
-    SELECT COUNT(*) INTO v_exists FROM dlock.leases AS seen
-     WHERE resource = p_resource AND holder = v_holder AND expires_at > dlock._now();
-    IF v_exists = 0 THEN
+    IF dlock._mine(p_resource, v_holder, p_fence, FALSE) IS NULL
+       OR dlock._mine(p_resource, v_holder, p_fence, TRUE) IS NULL THEN
+        CALL dlock._si_restore(v_si);
         RETURN NULL;
     END IF;
-    SELECT holder, owner, count, fence, expires_at INTO v_h, v_owner, v_count, v_fence, v_exp
-      FROM dlock.leases AS locked WHERE resource = p_resource FOR UPDATE;
-    SET v_now = dlock._now();
-    IF v_h IS NULL OR v_h <> v_holder OR v_exp <= v_now THEN
-        RETURN NULL;
-    ELSEIF v_owner <> dlock._me() THEN
-        SIGNAL SQLSTATE '42501' SET MESSAGE_TEXT = 'permission denied: the holding belongs to another user';
-    ELSEIF p_fence IS NOT NULL AND p_fence <> v_fence THEN
-        RETURN NULL;
-    ELSEIF v_count > 1 THEN
+    SELECT count INTO v_count FROM dlock.leases AS locked WHERE resource = p_resource FOR UPDATE;
+    IF v_count > 1 THEN
         UPDATE dlock.leases SET count = count - 1 WHERE resource = p_resource;
-        RETURN v_count - 1;
+    ELSE
+        UPDATE dlock.leases SET holder = NULL, owner = NULL, count = 0, released_at = dlock._now()
+         WHERE resource = p_resource;
     END IF;
-    UPDATE dlock.leases SET holder = NULL, owner = NULL, count = 0, released_at = v_now
-     WHERE resource = p_resource;
-    RETURN 0;
+    CALL dlock._si_restore(v_si);
+    RETURN v_count - 1;
 END//
 
 /*
  * renew: the new expiry (UTC), now + lease (NULL: the lease it was taken
  * with); NULL if the lease was lost or the fence is not the current one.
- * An expired lease is never revived.
+ * An expired lease is never revived.  Changes nothing assert_fence pins.
  */
 CREATE DEFINER = 'dlock'@'localhost' FUNCTION dlock.renew(
     p_resource LONGBLOB, p_holder LONGBLOB, p_lease_arg LONGBLOB, p_fence_arg LONGBLOB) RETURNS DATETIME(6)
@@ -450,36 +628,24 @@ BEGIN
     DECLARE p_lease DOUBLE DEFAULT dlock._seconds('lease', p_lease_arg);
     DECLARE p_fence BIGINT DEFAULT dlock._integer('fence', p_fence_arg);
     DECLARE v_holder LONGBLOB DEFAULT IFNULL(p_holder, dlock.session_holder());
-    DECLARE v_exists INT DEFAULT 0;
-    DECLARE v_h VARBINARY(255);
-    DECLARE v_owner VARCHAR(128) CHARACTER SET utf8mb4;
-    DECLARE v_fence BIGINT;
+    DECLARE v_si BOOLEAN DEFAULT dlock._si_off();
     DECLARE v_lease_us BIGINT;
-    DECLARE v_exp DATETIME(6);
     DECLARE v_now DATETIME(6);
-    DECLARE CONTINUE HANDLER FOR NOT FOUND BEGIN END;  -- no row: the variables stay as they are
+    DECLARE v_exp DATETIME(6);
+    DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN CALL dlock._si_restore(v_si); RESIGNAL; END;
     CALL dlock._check('renew', TRUE, TRUE, p_resource, v_holder, p_lease, NULL);
-    -- A plain read first: nothing to lock when this holder plainly does not
-    -- hold it (so a stale call never gets in a takeover's way).
-    SELECT COUNT(*) INTO v_exists FROM dlock.leases AS seen
-     WHERE resource = p_resource AND holder = v_holder AND expires_at > dlock._now();
-    IF v_exists = 0 THEN
+    IF dlock._mine(p_resource, v_holder, p_fence, FALSE) IS NULL
+       OR dlock._mine(p_resource, v_holder, p_fence, TRUE) IS NULL THEN
+        CALL dlock._si_restore(v_si);
         RETURN NULL;
     END IF;
-    SELECT holder, owner, fence, lease_us, expires_at INTO v_h, v_owner, v_fence, v_lease_us, v_exp
-      FROM dlock.leases AS locked WHERE resource = p_resource FOR UPDATE;
-    SET v_now = dlock._now();
-    IF v_h IS NULL OR v_h <> v_holder OR v_exp <= v_now THEN
-        RETURN NULL;
-    ELSEIF v_owner <> dlock._me() THEN
-        SIGNAL SQLSTATE '42501' SET MESSAGE_TEXT = 'permission denied: the holding belongs to another user';
-    ELSEIF p_fence IS NOT NULL AND p_fence <> v_fence THEN
-        RETURN NULL;
-    END IF;
+    SELECT lease_us INTO v_lease_us FROM dlock.leases AS locked WHERE resource = p_resource FOR UPDATE;
     SET v_lease_us = IFNULL(ROUND(p_lease * 1000000), v_lease_us);
+    SET v_now = dlock._now();
     SET v_exp = v_now + INTERVAL v_lease_us MICROSECOND;
     UPDATE dlock.leases SET lease_us = v_lease_us, renewed_at = v_now, expires_at = v_exp
      WHERE resource = p_resource;
+    CALL dlock._si_restore(v_si);
     RETURN v_exp;
 END//
 
@@ -488,6 +654,7 @@ CREATE DEFINER = 'dlock'@'localhost' FUNCTION dlock.unlock_all(p_holder LONGBLOB
     NOT DETERMINISTIC MODIFIES SQL DATA SQL SECURITY DEFINER
 BEGIN
     DECLARE v_holder LONGBLOB DEFAULT IFNULL(p_holder, dlock.session_holder());
+    DECLARE v_si BOOLEAN DEFAULT dlock._si_off();
     DECLARE v_me VARCHAR(128) CHARACTER SET utf8mb4 DEFAULT dlock._me();
     DECLARE v_last VARBINARY(1000) DEFAULT '';
     DECLARE v_next VARBINARY(1000);
@@ -495,6 +662,7 @@ BEGIN
     DECLARE v_now DATETIME(6);
     DECLARE v_one INT;
     DECLARE CONTINUE HANDLER FOR NOT FOUND BEGIN END;  -- no row: the variables stay as they are
+    DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN CALL dlock._si_restore(v_si); RESIGNAL; END;
     CALL dlock._check('unlock_all', TRUE, FALSE, NULL, v_holder, NULL, NULL);
     scan: LOOP
         SET v_next = NULL;
@@ -511,28 +679,37 @@ BEGIN
          WHERE resource = v_next AND holder = v_holder AND owner = v_me AND expires_at > v_now;
         SET v_n = v_n + ROW_COUNT();
     END LOOP;
+    CALL dlock._si_restore(v_si);
     RETURN v_n;
 END//
 
 /*
  * _reap_one: frees the resource if its lease has expired (1), deletes it if
- * free for an hour (0).  Skips a row another transaction holds.
+ * free for an hour (0).  Skips a row another transaction holds, and a
+ * holding assert_fence pins.
  */
 CREATE DEFINER = 'dlock'@'localhost' FUNCTION dlock._reap_one(p_resource VARBINARY(1000)) RETURNS INT
     NOT DETERMINISTIC MODIFIES SQL DATA SQL SECURITY DEFINER
 BEGIN
     DECLARE v_found INT DEFAULT 0;
+    DECLARE v_free INT DEFAULT 0;
     DECLARE v_h VARBINARY(255);
+    DECLARE v_fence BIGINT;
     DECLARE v_exp DATETIME(6);
     DECLARE v_rel DATETIME(6);
     DECLARE v_now DATETIME(6);
     DECLARE CONTINUE HANDLER FOR NOT FOUND BEGIN END;  -- no row: the variables stay as they are
-    SELECT 1, holder, expires_at, released_at INTO v_found, v_h, v_exp, v_rel
+    SELECT 1, holder, fence, expires_at, released_at INTO v_found, v_h, v_fence, v_exp, v_rel
       FROM dlock.leases AS skipping WHERE resource = p_resource FOR UPDATE SKIP LOCKED;
     SET v_now = dlock._now();
     IF v_found = 0 THEN
         RETURN 0;
     ELSEIF v_h IS NOT NULL AND v_exp <= v_now THEN
+        SELECT 1 INTO v_free FROM dlock.leases AS pinning FORCE INDEX (pin)
+         WHERE fence = v_fence AND holder = v_h FOR UPDATE SKIP LOCKED;
+        IF v_free = 0 THEN
+            RETURN 0;
+        END IF;
         UPDATE dlock.leases SET holder = NULL, owner = NULL, count = 0, released_at = v_now
          WHERE resource = p_resource;
         RETURN 1;
@@ -552,7 +729,9 @@ BEGIN
     DECLARE v_last VARBINARY(1000) DEFAULT '';
     DECLARE v_next VARBINARY(1000);
     DECLARE v_now DATETIME(6);
+    DECLARE v_si BOOLEAN DEFAULT dlock._si_off();
     DECLARE CONTINUE HANDLER FOR NOT FOUND BEGIN END;  -- no row: the variables stay as they are
+    DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN CALL dlock._si_restore(v_si); RESIGNAL; END;
     SET p_reaped = 0;
     scan: LOOP
         SET v_next = NULL;
@@ -568,6 +747,7 @@ BEGIN
         SET v_last = v_next;
         SET p_reaped = p_reaped + dlock._reap_one(v_next);
     END LOOP;
+    CALL dlock._si_restore(v_si);
 END//
 
 -- reap: frees every expired lease now; one row, `reaped`.
@@ -580,7 +760,7 @@ BEGIN
     SELECT v_n AS reaped;
 END//
 
--- check_fence: is that fence the current, unexpired holding?
+-- check_fence: is that fence the current, unexpired holding?  A plain read.
 CREATE DEFINER = 'dlock'@'localhost' FUNCTION dlock.check_fence(
     p_resource LONGBLOB, p_fence_arg LONGBLOB) RETURNS BOOLEAN
     NOT DETERMINISTIC READS SQL DATA SQL SECURITY DEFINER
@@ -599,38 +779,45 @@ END//
 
 /*
  * assert_fence: 55P03 unless check_fence holds; then a shared lock on the
- * row pins the holding (no takeover, expiry, break or release by anyone,
- * and no renewal either) until the caller's transaction ends.  Only the
- * user who holds it may pin it (42501).
+ * holding's entry in the index `pin` (fence, holder) pins it until the
+ * caller's transaction ends: no takeover, expiry, break or release by
+ * anyone; the holder's renew still goes through.  Only the user who holds
+ * it may pin it (42501, and nothing locked).
  */
 CREATE DEFINER = 'dlock'@'localhost' FUNCTION dlock.assert_fence(
     p_resource LONGBLOB, p_fence_arg LONGBLOB) RETURNS BOOLEAN
     NOT DETERMINISTIC READS SQL DATA SQL SECURITY DEFINER
 BEGIN
     DECLARE p_fence BIGINT DEFAULT dlock._integer('fence', p_fence_arg);
-    DECLARE v_exists INT DEFAULT 0;
+    DECLARE v_found INT DEFAULT 0;
+    DECLARE v_pinned INT DEFAULT 0;
     DECLARE v_h VARBINARY(255);
     DECLARE v_owner VARCHAR(128) CHARACTER SET utf8mb4;
     DECLARE v_fence BIGINT;
     DECLARE v_exp DATETIME(6);
     DECLARE v_msg VARCHAR(1200);
+    DECLARE v_si BOOLEAN DEFAULT dlock._si_off();
     DECLARE CONTINUE HANDLER FOR NOT FOUND BEGIN END;  -- no row: the variables stay as they are
+    DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN CALL dlock._si_restore(v_si); RESIGNAL; END;
     CALL dlock._check('assert_fence', FALSE, TRUE, p_resource, NULL, NULL, NULL);
     IF p_fence IS NULL THEN
         SIGNAL SQLSTATE '22023' SET MESSAGE_TEXT = 'fence must not be null';
     END IF;
-    SELECT COUNT(*) INTO v_exists FROM dlock.leases AS seen WHERE resource = p_resource;
-    IF v_exists > 0 THEN
-        SELECT holder, owner, fence, expires_at INTO v_h, v_owner, v_fence, v_exp
-          FROM dlock.leases AS locked WHERE resource = p_resource LOCK IN SHARE MODE;
+    SELECT 1, holder, owner, fence, expires_at INTO v_found, v_h, v_owner, v_fence, v_exp
+      FROM dlock.leases AS seen WHERE resource = p_resource;
+    IF v_found = 1 AND v_h IS NOT NULL AND v_fence = p_fence AND v_exp > dlock._now() THEN
+        IF v_owner <> dlock._me() THEN
+            SIGNAL SQLSTATE '42501' SET MESSAGE_TEXT = 'permission denied: the holding belongs to another user';
+        END IF;
+        SELECT 1 INTO v_pinned FROM dlock.leases AS pinning FORCE INDEX (pin)
+         WHERE fence = p_fence AND holder = v_h LOCK IN SHARE MODE;
     END IF;
-    IF v_h IS NULL OR v_fence <> p_fence OR v_exp <= dlock._now() THEN
+    IF v_pinned = 0 THEN
         SET v_msg = CONCAT('fence ', p_fence, ' is not the current holding of resource ',
                            dlock._show(p_resource));
         SIGNAL SQLSTATE '55P03' SET MESSAGE_TEXT = v_msg;
-    ELSEIF v_owner <> dlock._me() THEN
-        SIGNAL SQLSTATE '42501' SET MESSAGE_TEXT = 'permission denied: the holding belongs to another user';
     END IF;
+    CALL dlock._si_restore(v_si);
     RETURN TRUE;
 END//
 
@@ -640,53 +827,21 @@ CREATE DEFINER = 'dlock'@'localhost' FUNCTION dlock.break_lock(p_resource LONGBL
 BEGIN
     DECLARE v_exists INT DEFAULT 0;
     DECLARE v_h VARBINARY(255);
+    DECLARE v_si BOOLEAN DEFAULT dlock._si_off();
     DECLARE CONTINUE HANDLER FOR NOT FOUND BEGIN END;  -- no row: the variables stay as they are
+    DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN CALL dlock._si_restore(v_si); RESIGNAL; END;
     CALL dlock._check('break_lock', TRUE, TRUE, p_resource, NULL, NULL, NULL);
     SELECT COUNT(*) INTO v_exists FROM dlock.leases AS seen
      WHERE resource = p_resource AND holder IS NOT NULL;
-    IF v_exists = 0 THEN
-        RETURN FALSE;
+    IF v_exists > 0 THEN
+        SELECT holder INTO v_h FROM dlock.leases AS locked WHERE resource = p_resource FOR UPDATE;
     END IF;
-    SELECT holder INTO v_h FROM dlock.leases AS locked WHERE resource = p_resource FOR UPDATE;
-    IF v_h IS NULL THEN
-        RETURN FALSE;
+    IF v_h IS NOT NULL THEN
+        UPDATE dlock.leases SET holder = NULL, owner = NULL, count = 0, released_at = dlock._now()
+         WHERE resource = p_resource;
     END IF;
-    UPDATE dlock.leases SET holder = NULL, owner = NULL, count = 0, released_at = dlock._now()
-     WHERE resource = p_resource;
-    RETURN TRUE;
-END//
-
-/*
- * _xact_try: one attempt at a transaction-scoped lock: the fence, 0 when
- * another transaction holds the row, -1 when a live lease holds it.
- */
-CREATE DEFINER = 'dlock'@'localhost' FUNCTION dlock._xact_try(p_resource LONGBLOB) RETURNS BIGINT
-    NOT DETERMINISTIC MODIFIES SQL DATA SQL SECURITY DEFINER
-BEGIN
-    DECLARE v_exists INT;
-    DECLARE v_found INT DEFAULT 0;
-    DECLARE v_dup INT DEFAULT 0;
-    DECLARE v_leased INT;
-    DECLARE v_now DATETIME(6);
-    DECLARE CONTINUE HANDLER FOR NOT FOUND BEGIN END;  -- no row: the variables stay as they are
-    DECLARE CONTINUE HANDLER FOR 1062 SET v_dup = 1;
-    SELECT COUNT(*) INTO v_exists FROM dlock.leases AS seen WHERE resource = p_resource;
-    IF v_exists = 0 THEN
-        -- released_at set: reaping deletes the row an hour later
-        INSERT INTO dlock.leases (resource, released_at) VALUES (p_resource, dlock._now());
-        IF v_dup = 0 THEN
-            RETURN dlock._fence();
-        END IF;
-    END IF;
-    SET v_now = dlock._now();
-    SELECT 1, holder IS NOT NULL AND expires_at > v_now INTO v_found, v_leased
-      FROM dlock.leases AS skipping WHERE resource = p_resource FOR UPDATE SKIP LOCKED;
-    IF v_found = 0 THEN
-        RETURN 0;
-    ELSEIF v_leased THEN
-        RETURN -1;
-    END IF;
-    RETURN dlock._fence();
+    CALL dlock._si_restore(v_si);
+    RETURN v_h IS NOT NULL;
 END//
 
 /*
@@ -696,25 +851,30 @@ END//
  * transactions' locks like lock(), holding nothing while it sleeps.  A
  * procedure: MariaDB honours SKIP LOCKED only at its first execution within
  * one statement, so a function could not retry.  A resource under a live
- * lease makes it return NULL at once, because under REPEATABLE READ the
- * row lock it took to see the lease cannot be let go before the
- * transaction ends.
+ * lease makes it return NULL at once: it would wait for a lease, not for a
+ * transaction (and the transaction may hold that lease itself).
  */
 CREATE DEFINER = 'dlock'@'localhost' PROCEDURE dlock.xact_lock(IN p_resource LONGBLOB, IN p_wait_arg LONGBLOB)
     MODIFIES SQL DATA SQL SECURITY DEFINER
 BEGIN
     DECLARE p_wait DOUBLE DEFAULT dlock._seconds('wait', p_wait_arg);
+    DECLARE v_si BOOLEAN DEFAULT dlock._si_off();
     DECLARE v_fence BIGINT;
     DECLARE v_deadline DATETIME(6);
     DECLARE v_left DOUBLE;
     DECLARE v_nap DOUBLE DEFAULT 0.005;
+    DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN CALL dlock._si_restore(v_si); RESIGNAL; END;
     CALL dlock._check('xact_lock', TRUE, TRUE, p_resource, NULL, NULL, p_wait);
     IF p_wait IS NOT NULL THEN
         SET v_deadline = SYSDATE(6) + INTERVAL ROUND(LEAST(p_wait, 31557600000) * 1000000) MICROSECOND;
     END IF;
     poll: LOOP
-        SET v_fence = dlock._xact_try(p_resource);
-        IF v_fence <> 0 THEN
+        SET v_fence = dlock._take(p_resource, NULL, NULL, NULL);
+        IF v_fence = -2 THEN
+            CALL dlock._create(p_resource);
+            SET v_fence = dlock._take(p_resource, NULL, NULL, NULL);
+        END IF;
+        IF v_fence > 0 OR v_fence = -1 THEN
             LEAVE poll;
         END IF;
         IF v_deadline IS NOT NULL THEN
@@ -730,6 +890,7 @@ BEGIN
         END IF;
         SET v_nap = LEAST(v_nap * 2, 0.1);
     END LOOP;
+    CALL dlock._si_restore(v_si);
     SELECT IF(v_fence > 0, v_fence, NULL) AS fence;
 END//
 
@@ -737,9 +898,12 @@ END//
 CREATE DEFINER = 'dlock'@'localhost' FUNCTION dlock.try_xact_lock(p_resource LONGBLOB) RETURNS BIGINT
     NOT DETERMINISTIC MODIFIES SQL DATA SQL SECURITY DEFINER
 BEGIN
+    DECLARE v_si BOOLEAN DEFAULT dlock._si_off();
     DECLARE v_fence BIGINT;
+    DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN CALL dlock._si_restore(v_si); RESIGNAL; END;
     CALL dlock._check('try_xact_lock', TRUE, TRUE, p_resource, NULL, NULL, NULL);
-    SET v_fence = dlock._xact_try(p_resource);
+    SET v_fence = dlock._take(p_resource, NULL, NULL, NULL);
+    CALL dlock._si_restore(v_si);
     RETURN IF(v_fence > 0, v_fence, NULL);
 END//
 

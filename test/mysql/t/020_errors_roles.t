@@ -182,7 +182,8 @@ for my $q ("SELECT * FROM dlock.leases", "UPDATE dlock.leases SET holder = 'me'"
            "INSERT INTO dlock.fences () VALUES ()", "SELECT dlock._fence()",
            "SELECT * FROM dlock.fence_lock",
            "SELECT dlock._reap_one('x')", "CALL dlock._reap(\@n)",
-           "SELECT dlock._xact_try('x')", "ALTER TABLE dlock.fences AUTO_INCREMENT = 1",
+           "SELECT dlock._take('x', 'h', 'alice', 1)", "CALL dlock._create('x')",
+           "DELETE FROM dlock.gates", "ALTER TABLE dlock.fences AUTO_INCREMENT = 1",
            "DROP EVENT dlock.reap") {
     like(err($alice, $q), qr/^42000: /, "alice: $q denied");
 }
@@ -219,7 +220,7 @@ is(eval { $bl->install; 'ok' } // $@, 'ok', 'installs with log_bin_trust_functio
 my $bd = $bl->connect('root');
 my $f1 = one($bd, "SELECT dlock.try_lock('bl/a', 'h', 60)");
 ok($f1 && one($bd, "SELECT dlock.unlock('bl/a', 'h', NULL)") == 0, 'works with binary logging on');
-my $events = join ' ', map { $_->[5] // '' } @{ $bd->selectall_arrayref("SHOW BINLOG EVENTS IN 'mysql-bin.000001'") };
+my $events = join ' ', map { ($_->[2] // '') . ' ' . ($_->[5] // '') } @{ $bd->selectall_arrayref("SHOW BINLOG EVENTS IN 'mysql-bin.000001'") };
 like($events, qr/Write_rows|NAME_CONST\('v_now',TIMESTAMP'/, "dlock calls are logged with the primary's clock (rows, or its time as a constant)");
 $bl->stop;
 
