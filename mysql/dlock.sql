@@ -37,13 +37,16 @@
  *     that created one is open.  Procedures (lock, xact_lock), which can
  *     catch a lock wait timeout, insert with innodb_lock_wait_timeout = 0
  *     when the row their snapshot shows is gone (reaped since).
- *   . assert_fence pins a holding with a shared lock on the entry of the
- *     unique index `pin` (fence, holder) alone, read through that index;
- *     a takeover, release, expiry or break changes the entry and waits for
- *     it (acquirers and the reaper check it with SKIP LOCKED first), while
- *     renewal and re-entry change only the clustered row and go through.
- *     The row '' (fence 0, never a valid resource) keeps the entries of new
- *     rows (fence NULL) out of the gap before any pinned entry.
+ *   . assert_fence pins a holding with a shared lock on the resource's row
+ *     of dlock.pins, which holds the fence of the current holding (NULL
+ *     when there is none) and is changed, under its row lock, by whatever
+ *     changes who holds the resource: a takeover, release, expiry or break
+ *     waits for the pin (acquirers and the reaper skip a pinned row), while
+ *     renewal and re-entry change only dlock.leases and go through.  Every
+ *     row of dlock.leases has its row in dlock.pins, inserted and deleted
+ *     with it (a clustered key: no index whose key grows with the fences,
+ *     where the locks of inserts and searches would cover every new entry).
+ *     Lock order: the row of dlock.leases, then its row of dlock.pins.
  *   . inside the routines innodb_snapshot_isolation (MariaDB 10.6.18+, on by
  *     default from 11.6) is off, so that a locking read returns the row as
  *     it is (what every decision here is made on) rather than failing with
@@ -131,11 +134,14 @@ CREATE TABLE dlock.leases (
     acquired_at DATETIME(6) NULL,
     renewed_at  DATETIME(6) NULL,
     expires_at  DATETIME(6) NULL,
-    released_at DATETIME(6) NULL,
-    UNIQUE KEY pin (fence, holder)      -- assert_fence's lock (see the header)
+    released_at DATETIME(6) NULL
 ) ENGINE = InnoDB;
--- Below every fence: new rows' entries in `pin` (fence NULL) sort before it.
-INSERT INTO dlock.leases (resource, fence) VALUES ('', 0);
+
+-- What assert_fence locks (see the header): each resource's current fence.
+CREATE TABLE dlock.pins (
+    resource VARBINARY(1000) NOT NULL PRIMARY KEY,
+    fence    BIGINT NULL
+) ENGINE = InnoDB;
 
 -- Creation gates (see the header): one row per slot, never changed.
 CREATE TABLE dlock.gates (
@@ -411,6 +417,9 @@ BEGIN
         -- released_at set: reaping deletes an unused row an hour later.
         -- 1062: created after this transaction's snapshot; locked below.
         INSERT INTO dlock.leases (resource, released_at) VALUES (p_resource, dlock._now());
+        IF v_dup = 0 THEN
+            INSERT IGNORE INTO dlock.pins (resource) VALUES (p_resource);
+        END IF;
     ELSEIF v_h IS NOT NULL AND v_exp > dlock._now()
            AND NOT (p_holder IS NOT NULL AND v_h = p_holder AND v_owner = p_me) THEN
         RETURN v_busy;    -- plainly busy: nothing locked
@@ -430,11 +439,11 @@ BEGIN
             RETURN v_fence;
         END IF;
         RETURN v_busy;    -- taken since the plain read
-    ELSEIF v_h IS NOT NULL THEN
-        -- An expired holding: not while assert_fence pins it.
+    ELSEIF v_h IS NOT NULL OR p_holder IS NOT NULL THEN
+        -- A change of holder: not while assert_fence pins an expired one.
         SET v_free = 0;
-        SELECT 1 INTO v_free FROM dlock.leases AS pinning FORCE INDEX (pin)
-         WHERE fence = v_fence AND holder = v_h FOR UPDATE SKIP LOCKED;
+        SELECT 1 INTO v_free FROM dlock.pins AS pinning
+         WHERE resource = p_resource FOR UPDATE SKIP LOCKED;
         IF v_free = 0 THEN
             RETURN v_busy;
         END IF;
@@ -444,6 +453,7 @@ BEGIN
         IF v_h IS NOT NULL THEN
             UPDATE dlock.leases SET holder = NULL, owner = NULL, count = 0, released_at = v_now
              WHERE resource = p_resource;
+            UPDATE dlock.pins SET fence = NULL WHERE resource = p_resource;
         END IF;
         RETURN v_fence;
     END IF;
@@ -452,6 +462,7 @@ BEGIN
            lease_us = p_lease_us, acquired_at = v_now, renewed_at = v_now,
            expires_at = v_now + INTERVAL p_lease_us MICROSECOND, released_at = NULL
      WHERE resource = p_resource;
+    UPDATE dlock.pins SET fence = v_fence WHERE resource = p_resource;
     RETURN v_fence;
 END//
 
@@ -475,6 +486,9 @@ BEGIN
     IF v_gate = 1 THEN
         SET SESSION innodb_lock_wait_timeout = 0;
         INSERT INTO dlock.leases (resource, released_at) VALUES (p_resource, dlock._now());
+        IF ROW_COUNT() = 1 THEN
+            INSERT IGNORE INTO dlock.pins (resource) VALUES (p_resource);
+        END IF;
         SET SESSION innodb_lock_wait_timeout = v_wait;
     END IF;
 END//
@@ -609,6 +623,7 @@ BEGIN
     IF v_count > 1 THEN
         UPDATE dlock.leases SET count = count - 1 WHERE resource = p_resource;
     ELSE
+        UPDATE dlock.pins SET fence = NULL WHERE resource = p_resource;    -- waits for a pin
         UPDATE dlock.leases SET holder = NULL, owner = NULL, count = 0, released_at = dlock._now()
          WHERE resource = p_resource;
     END IF;
@@ -677,7 +692,10 @@ BEGIN
         SET v_now = dlock._now();
         UPDATE dlock.leases SET holder = NULL, owner = NULL, count = 0, released_at = v_now
          WHERE resource = v_next AND holder = v_holder AND owner = v_me AND expires_at > v_now;
-        SET v_n = v_n + ROW_COUNT();
+        IF ROW_COUNT() = 1 THEN
+            SET v_n = v_n + 1;
+            UPDATE dlock.pins SET fence = NULL WHERE resource = v_next;    -- waits for a pin
+        END IF;
     END LOOP;
     CALL dlock._si_restore(v_si);
     RETURN v_n;
@@ -702,20 +720,22 @@ BEGIN
     SELECT 1, holder, fence, expires_at, released_at INTO v_found, v_h, v_fence, v_exp, v_rel
       FROM dlock.leases AS skipping WHERE resource = p_resource FOR UPDATE SKIP LOCKED;
     SET v_now = dlock._now();
-    IF v_found = 0 THEN
+    IF v_found = 0 OR NOT ((v_h IS NOT NULL AND v_exp <= v_now)
+                           OR (v_h IS NULL AND v_rel < v_now - INTERVAL 1 HOUR)) THEN
         RETURN 0;
-    ELSEIF v_h IS NOT NULL AND v_exp <= v_now THEN
-        SELECT 1 INTO v_free FROM dlock.leases AS pinning FORCE INDEX (pin)
-         WHERE fence = v_fence AND holder = v_h FOR UPDATE SKIP LOCKED;
-        IF v_free = 0 THEN
-            RETURN 0;
-        END IF;
+    END IF;
+    SELECT 1 INTO v_free FROM dlock.pins AS pinning
+     WHERE resource = p_resource FOR UPDATE SKIP LOCKED;
+    IF v_free = 0 THEN
+        RETURN 0;    -- pinned (or being changed)
+    ELSEIF v_h IS NOT NULL THEN
         UPDATE dlock.leases SET holder = NULL, owner = NULL, count = 0, released_at = v_now
          WHERE resource = p_resource;
+        UPDATE dlock.pins SET fence = NULL WHERE resource = p_resource;
         RETURN 1;
-    ELSEIF v_h IS NULL AND v_rel < v_now - INTERVAL 1 HOUR THEN
-        DELETE FROM dlock.leases WHERE resource = p_resource;
     END IF;
+    DELETE FROM dlock.leases WHERE resource = p_resource;
+    DELETE FROM dlock.pins WHERE resource = p_resource;
     RETURN 0;
 END//
 
@@ -779,10 +799,11 @@ END//
 
 /*
  * assert_fence: 55P03 unless check_fence holds; then a shared lock on the
- * holding's entry in the index `pin` (fence, holder) pins it until the
- * caller's transaction ends: no takeover, expiry, break or release by
- * anyone; the holder's renew still goes through.  Only the user who holds
- * it may pin it (42501, and nothing locked).
+ * resource's row of dlock.pins, read as it is (a locking read) and still
+ * showing that fence, pins the holding until the caller's transaction ends:
+ * no takeover, expiry, break or release by anyone; the holder's renew still
+ * goes through.  Only the user who holds it may pin it (42501, and nothing
+ * locked).
  */
 CREATE DEFINER = 'dlock'@'localhost' FUNCTION dlock.assert_fence(
     p_resource LONGBLOB, p_fence_arg LONGBLOB) RETURNS BOOLEAN
@@ -790,7 +811,7 @@ CREATE DEFINER = 'dlock'@'localhost' FUNCTION dlock.assert_fence(
 BEGIN
     DECLARE p_fence BIGINT DEFAULT dlock._integer('fence', p_fence_arg);
     DECLARE v_found INT DEFAULT 0;
-    DECLARE v_pinned INT DEFAULT 0;
+    DECLARE v_pinned BIGINT;
     DECLARE v_h VARBINARY(255);
     DECLARE v_owner VARCHAR(128) CHARACTER SET utf8mb4;
     DECLARE v_fence BIGINT;
@@ -809,10 +830,10 @@ BEGIN
         IF v_owner <> dlock._me() THEN
             SIGNAL SQLSTATE '42501' SET MESSAGE_TEXT = 'permission denied: the holding belongs to another user';
         END IF;
-        SELECT 1 INTO v_pinned FROM dlock.leases AS pinning FORCE INDEX (pin)
-         WHERE fence = p_fence AND holder = v_h LOCK IN SHARE MODE;
+        SELECT fence INTO v_pinned FROM dlock.pins AS pinning
+         WHERE resource = p_resource LOCK IN SHARE MODE;
     END IF;
-    IF v_pinned = 0 THEN
+    IF v_pinned IS NULL OR v_pinned <> p_fence THEN
         SET v_msg = CONCAT('fence ', p_fence, ' is not the current holding of resource ',
                            dlock._show(p_resource));
         SIGNAL SQLSTATE '55P03' SET MESSAGE_TEXT = v_msg;
@@ -837,6 +858,7 @@ BEGIN
         SELECT holder INTO v_h FROM dlock.leases AS locked WHERE resource = p_resource FOR UPDATE;
     END IF;
     IF v_h IS NOT NULL THEN
+        UPDATE dlock.pins SET fence = NULL WHERE resource = p_resource;    -- waits for a pin
         UPDATE dlock.leases SET holder = NULL, owner = NULL, count = 0, released_at = dlock._now()
          WHERE resource = p_resource;
     END IF;
