@@ -317,6 +317,51 @@ for my $iso ('READ COMMITTED', 'REPEATABLE READ') {
     }
 }
 
+# 10. Transactions that changed other resources get in nobody's way: an
+#     open transaction that acquired, took over, released, renewed, pinned
+#     or xact_locked some resources, then every call that never waits on a
+#     new resource and on a free one.
+{
+    my @blockers = (
+        ['a new acquisition',     "SELECT dlock.try_lock('other/new', 'ha', 60)"],
+        ['a takeover',            "SELECT dlock.try_lock('other/expired', 'ha', 60)"],
+        ['a re-acquisition',      "SELECT dlock.try_lock('other/free', 'ha', 60)"],
+        ['a release',             "SELECT dlock.unlock('other/held', 'ha', NULL)"],
+        ['a renewal',             "SELECT dlock.renew('other/held', 'ha', 60, NULL)"],
+        ['a pin',                 "SELECT dlock.assert_fence('other/held', ?)"],
+        ['an xact_lock',          "CALL dlock.xact_lock('other/xact', NULL)"],
+    );
+    my $n = 0;
+    for my $b (@blockers) {
+        my ($what, $sql) = @$b;
+        $root->do("DELETE FROM dlock.leases WHERE resource LIKE 'other/%'");
+        $root->do("DELETE FROM dlock.pins WHERE resource LIKE 'other/%'");
+        DlockMy::one($alice, "SELECT dlock.try_lock('other/expired', 'hx', 0.05)");
+        DlockMy::one($alice, "SELECT dlock.try_lock(?, 'ha', 60)", $_) for 'other/free', 'other/xact';
+        DlockMy::one($alice, "SELECT dlock.unlock(?, 'ha', NULL)", $_) for 'other/free', 'other/xact';
+        my $f = DlockMy::one($alice, "SELECT dlock.try_lock('other/held', 'ha', 60)");
+        sleep 0.1;
+        for my $iso ('READ COMMITTED', 'REPEATABLE READ') {
+            my $c = conn('alice', $iso);
+            $c->begin_work;
+            my $res = run($c, $sql, $sql =~ /\?/ ? $f : ());
+            ok(defined $res->[0] && $res->[0] !~ /^error/, "$iso: $what in an open transaction") or diag($res->[0]);
+            for my $r ('fresh/' . $n++, 'fresh/' . $n++) {
+                if ($n % 4 == 0) {    # a free resource, not a new one
+                    DlockMy::one($alice, "SELECT dlock.try_lock(?, 'hb', 60)", $r);
+                    DlockMy::one($alice, "SELECT dlock.unlock(?, 'hb', NULL)", $r);
+                }
+                ok(quick("$iso, behind $what: try_lock of $r", $bob, "SELECT dlock.try_lock(?, 'hb', 60)", $r), 'acquired');
+                is(quick("... unlock", $bob, "SELECT dlock.unlock(?, 'hb', NULL)", $r), 0, 'released');
+                ok(quick("... try_xact_lock", $bob, "SELECT dlock.try_xact_lock(?)", $r), 'acquired for the statement');
+                ok(quick("... lock", $bob, "CALL dlock.lock(?, 'hb', 60, 0)", $r), 'acquired');
+                quick("... reap", $bob, 'CALL dlock.reap()');
+            }
+            $c->rollback;
+        }
+    }
+}
+
 # 9. The routines turn innodb_snapshot_isolation off inside and give the
 #    caller's setting back: after a call, after a call's error, and (at the
 #    next call) after a call ended by max_statement_time while it waited.
