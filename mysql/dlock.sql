@@ -44,9 +44,9 @@
  *     waits for the pin (acquirers and the reaper skip a pinned row), while
  *     renewal and re-entry change only dlock.leases and go through.  Every
  *     row of dlock.leases has its row in dlock.pins, inserted and deleted
- *     with it (a clustered key: no index whose key grows with the fences,
- *     where the locks of inserts and searches would cover every new entry).
- *     Lock order: the row of dlock.leases, then its row of dlock.pins.
+ *     with it, so that a pin is a record lock on one existing row (keyed by
+ *     resource, like dlock.leases).  Lock order: the row of dlock.leases,
+ *     then its row of dlock.pins.
  *   . inside the routines innodb_snapshot_isolation (MariaDB 10.6.18+, on by
  *     default from 11.6) is off, so that a locking read returns the row as
  *     it is (what every decision here is made on) rather than failing with
