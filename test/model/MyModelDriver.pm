@@ -9,7 +9,7 @@
 # (try_lock, CALL lock, unlock, renew, unlock_all, CALL reap, break_lock,
 # check_fence, assert_fence, CALL xact_lock, try_xact_lock, and "steals":
 # unlock/renew of another user's holding read from dlock.locks) on a few
-# resources with short leases, in autocommit and in transactions
+# resources with short leases (and now and then one new to the table), in autocommit and in transactions
 # (REPEATABLE READ or READ COMMITTED, with savepoints, ROLLBACK TO, and
 # rollbacks).  One client is the prober (ModelDriver.pm's): alone on its
 # own resource, it checks that its expired lease is free at once while
@@ -24,8 +24,8 @@
 # the contract says never wait for another transaction (try_lock,
 # try_xact_lock, check_fence, renew, and lock, xact_lock and reap, which
 # poll or skip instead).  The waits monitor (a root connection polling
-# information_schema.INNODB_TRX for transactions in LOCK WAIT) logs which
-# connection waited when; mark_waits() sets waited on the operations that
+# information_schema.INNODB_LOCK_WAITS) logs which connection waited when,
+# for which; mark_waits() sets waited on the operations that
 # were running then, and on those that ended in a lock wait timeout (1205)
 # or a deadlock (1213, which needs a wait), so that ModelCheck's no-wait
 # check flags every nowait call that waited.
@@ -74,7 +74,8 @@ sub now_us
 }
 
 # Client object: sock, user, pass, id, seed, seconds, resources, tag,
-# probe (resource, for the prober), logfile.
+# probe (resource, for the prober), logfile, start (the run's, the same
+# for every client: names the new resources).
 sub new
 {
 	my ($class, %a) = @_;
@@ -99,12 +100,18 @@ sub record
 		u => $self->{unit}, n => $self->{seq}++, k => $op, ($NOWAIT{$op} ? (nowait => 1) : ()), %f };
 }
 
+# set_err: the error of a failed call, bracketed by the client's last
+# clock read before it (tlast) and one after (t0e, t1e: mark_waits looks
+# there for its waits).
 sub set_err
 {
 	my ($self, $rec, $h) = @_;
 	$rec->{err} = $h->state || 'XXXXX';
 	$rec->{errno} = $h->err;
 	$rec->{msg} = $h->errstr;
+	$rec->{t0e} = $self->{tlast};
+	my ($t) = $self->{dbh}->selectrow_array("SELECT $T");
+	$rec->{t1e} = $t;
 }
 
 # call: a function call in one statement "SELECT t0, call, t1".
@@ -114,7 +121,7 @@ sub call
 	my $dbh = $self->{dbh};
 	my $rec = $self->record($op, %f);
 	my $row = $dbh->selectrow_arrayref("SELECT $T, $sql, $T", undef, @$binds);
-	if ($row) { ($rec->{t0}, $rec->{res}, $rec->{t1}) = @$row }
+	if ($row) { ($rec->{t0}, $rec->{res}, $rec->{t1}) = @$row; $self->{tlast} = $rec->{t1} }
 	else { $self->set_err($rec, $dbh) }
 	return $rec;
 }
@@ -128,7 +135,7 @@ sub call_proc
 	my $rec = $self->record($op, %f);
 	my ($t0) = $dbh->selectrow_array("SELECT $T");
 	if (!defined $t0) { $self->set_err($rec, $dbh); return $rec }
-	$rec->{t0} = $t0;
+	$rec->{t0} = $self->{tlast} = $t0;
 	my $sth = $dbh->prepare($sql);
 	if ($sth && $sth->execute(@$binds))
 	{
@@ -145,7 +152,7 @@ sub call_proc
 	}
 	my ($t1) = $dbh->selectrow_array("SELECT $T");
 	if (!defined $t1) { $self->set_err($rec, $dbh); delete $rec->{t0}; return $rec }
-	$rec->{t1} = $t1;
+	$rec->{t1} = $self->{tlast} = $t1;
 	return $rec;
 }
 
@@ -164,7 +171,10 @@ sub read_failed
 sub random_op
 {
 	my ($self, $in_xact) = @_;
-	my $r = pick(@{ $self->{resources} });
+	# One time in eight a resource new to the table, the same for every
+	# client during a quarter of a second: acquisitions of a new row race.
+	my $r = rnd(8) ? pick(@{ $self->{resources} })
+	  : "$self->{tag}/new" . int((time - $self->{start}) * 4);
 	my $h = rnd(4) == 0 ? pick(@{ $self->{shared} }) : pick(@{ $self->{holders} });
 	my $key = "$r\0$h";
 	my $lease = pick(@LEASES_MS);
@@ -289,7 +299,7 @@ sub steal
 sub finish
 {
 	my ($self, $recs, $fate, $tlo) = @_;
-	my $tdone = now_us($self->{dbh});
+	my $tdone = $self->{tlast} = now_us($self->{dbh});
 	for my $rec (@$recs)
 	{
 		$rec->{fate} = $rec->{undone} ? 'rollback' : $fate;
@@ -444,7 +454,8 @@ sub run
 	$self->{log}->autoflush(1);
 	$self->{dbh} = connect_as($self->{sock}, $self->{user}, $self->{pass});
 	($self->{tid}) = $self->{dbh}->selectrow_array('SELECT CONNECTION_ID()');
-	my $end = time + $self->{seconds};
+	$self->{start} //= time;
+	my $end = $self->{start} + $self->{seconds};
 	while (time < $end)
 	{
 		$self->{unit}++;
@@ -463,8 +474,13 @@ sub run
 }
 
 # monitor(sock, user, pass, logfile, seconds): the waits monitor: every
-# 5 ms, the connections whose transaction waits for a row lock, with the
-# server clock, one JSON line each ({tid, t}).
+# 110 ms, the connections whose transaction waits for a row lock, the
+# statement waiting and the connection it waits for, with the server
+# clock, one JSON line each ({t, tid, q, by}).  InnoDB serves
+# information_schema.INNODB_TRX and INNODB_LOCK_WAITS from a cache it
+# refreshes when read at least 100 ms after its last refresh: read every
+# 110 ms, it is as of the read (more often, up to 100 ms stale).  So waits
+# shorter than that may go unseen; longer ones are seen.
 sub monitor
 {
 	my ($sock, $user, $pass, $logfile, $seconds) = @_;
@@ -472,17 +488,19 @@ sub monitor
 	open(my $log, '>', $logfile) or die "$logfile: $!\n";
 	$log->autoflush(1);
 	my $sth = $dbh->prepare(
-		qq{SELECT $T, trx_mysql_thread_id FROM information_schema.INNODB_TRX
-		    WHERE trx_state = 'LOCK WAIT'});
+		qq{SELECT $T, r.trx_mysql_thread_id, LEFT(r.trx_query, 300), b.trx_mysql_thread_id
+		     FROM information_schema.INNODB_LOCK_WAITS w
+		     JOIN information_schema.INNODB_TRX r ON r.trx_id = w.requesting_trx_id
+		     LEFT JOIN information_schema.INNODB_TRX b ON b.trx_id = w.blocking_trx_id});
 	my $end = time + $seconds;
 	while (time < $end)
 	{
 		$sth->execute or die $dbh->errstr;
-		while (my ($t, $tid) = $sth->fetchrow_array)
+		while (my ($t, $tid, $q, $by) = $sth->fetchrow_array)
 		{
-			print $log $JSON->encode({ t => $t, tid => $tid }), "\n";
+			print $log $JSON->encode({ t => $t, tid => $tid, q => $q, by => $by }), "\n";
 		}
-		usleep(5000);
+		usleep(110_000);
 	}
 	close $log;
 	$dbh->disconnect;
@@ -490,7 +508,8 @@ sub monitor
 
 # mark_waits(ops, waits logfile): set waited on the operations running
 # ([t0, t1]) on a connection seen waiting, and on those ended by a lock wait
-# timeout or a deadlock; returns the number of wait sightings not inside
+# timeout or a deadlock (blocker: the connection it waited for, wq: the
+# statement that waited); returns the number of wait sightings not inside
 # any operation (waits of statements between them: none expected).
 sub mark_waits
 {
@@ -499,17 +518,18 @@ sub mark_waits
 	for my $o (@$ops)
 	{
 		$o->{waited} = 1 if defined $o->{errno} && ($o->{errno} == 1205 || $o->{errno} == 1213);
-		push @{ $by_tid{ $o->{tid} } }, $o if defined $o->{tid} && !defined $o->{err};
+		next unless defined $o->{tid};
+		my ($lo, $hi) = defined $o->{err} ? @$o{qw(t0e t1e)} : @$o{qw(t0 t1)};
+		push @{ $by_tid{ $o->{tid} } }, [ $lo, $hi, $o ] if defined $lo && defined $hi;
 	}
-	$_ = [ sort { $a->{t0} <=> $b->{t0} } @$_ ] for values %by_tid;
 	my $stray = 0;
 	open(my $fh, '<', $logfile) or return 0;
 	while (my $line = <$fh>)
 	{
 		my $w = eval { decode_json($line) } or next;
 		my $list = $by_tid{ $w->{tid} } or next;
-		my ($o) = grep { $_->{t0} <= $w->{t} && $w->{t} <= $_->{t1} } @$list;
-		if ($o) { $o->{waited} = 1 }
+		my ($o) = map { $_->[2] } grep { $_->[0] <= $w->{t} && $w->{t} <= $_->[1] } @$list;
+		if ($o) { $o->{waited} = 1; $o->{blocker} //= $w->{by}; $o->{wq} //= $w->{q} }
 		else { $stray++ }
 	}
 	close $fh;

@@ -10,7 +10,8 @@
 # transaction's row lock, as seen by a monitor polling INNODB_TRX.
 #
 # Six clients of three users (admin, granted break_lock; alice; bob) play
-# random operations on three resources with leases of 50 ms to 1 s, in
+# random operations on three resources (and now and then one new to the
+# table, the same for all clients for a quarter of a second) with leases of 50 ms to 1 s, in
 # autocommit and in transactions (REPEATABLE READ and READ COMMITTED,
 # savepoints, ROLLBACK TO, rollbacks), steal other users' holdings, keep
 # CALL dlock.reap() open in transactions, while a prober (bob) checks that
@@ -29,6 +30,7 @@ use Test::More;
 use POSIX ();
 use File::Path qw(make_path remove_tree);
 use File::Temp qw(tempdir);
+use Time::HiRes ();
 
 use ModelCheck;
 use MyModelDriver;
@@ -67,6 +69,7 @@ sub ok_error
 
 my @pids;
 my @logs;
+my $start = Time::HiRes::time() + 0.5;
 for my $i (0 .. $clients)
 {
 	my $prober = $i == $clients;
@@ -77,7 +80,7 @@ for my $i (0 .. $clients)
 		id => $i, user => $user, pass => $pass{$user}, sock => $my->{sock},
 		seed => ($seed * 1009 + $i * 7919) % 4294967291, seconds => $seconds,
 		resources => \@res, tag => $tag, probe => $prober ? "$tag/probe" : undef,
-		logfile => $log);
+		logfile => $log, start => $start);
 	my $pid = fork // die "fork: $!";
 	if ($pid == 0)
 	{
@@ -119,28 +122,65 @@ is(scalar @$v, 0, "no violation (seed $seed)")
   or diag('violations by kind: ' . join(', ', map { "$_ $kinds{$_}" } sort keys %kinds)
 	  . "; logs kept in $dir");
 explain_refusals($ops) if $kinds{'free-at-once'};
+explain_waits($ops) if $kinds{'no-wait'};
+
+# open_units: the transactions of the run, {c, t0, tdone, ops}.
+sub open_units
+{
+	my ($ops) = @_;
+	my %unit;
+	for my $o (grep { $_->{xact} } @$ops)
+	{
+		my $u = $unit{"$o->{c}/$o->{u}"} //= { c => $o->{c}, t0 => $o->{t0}, tdone => $o->{tdone}, ops => [] };
+		$u->{t0} = $o->{t0} if $o->{t0} < $u->{t0};
+		push @{ $u->{ops} }, $o;
+	}
+	return values %unit;
+}
+
+# unit_text: a transaction's operations started before time t.
+sub unit_text
+{
+	my ($u, $t) = @_;
+	return "c$u->{c} ($u->{ops}[0]{iso}): "
+	  . join(' ', map { $_->{k} . (defined $_->{r} ? "($_->{r}" . (defined $_->{h} ? " $_->{h}" : '')
+		  . (defined $_->{err} ? " error $_->{err}" : defined $_->{res} ? '' : ' NULL') . ')' : '') }
+		  grep { $_->{t0} <= $t } @{ $u->{ops} });
+}
+
+# explain_waits: for the first nowait calls seen waiting, the transaction
+# of the connection they waited for.
+sub explain_waits
+{
+	my ($ops) = @_;
+	my @units = open_units($ops);
+	my %client_of = map { $_->{tid} => $_->{c} } grep { defined $_->{tid} } @$ops;
+	my %shown;
+	for my $w (grep { $_->{nowait} && $_->{waited} } @$ops)
+	{
+		next if ($shown{ $w->{k} }++ // 0) >= 3;
+		my $bc = defined $w->{blocker} ? $client_of{ $w->{blocker} } : undef;
+		my @by = defined $bc ? grep { $_->{c} == $bc && $_->{t0} <= $w->{t1} && $w->{t0} <= $_->{tdone} } @units : ();
+		diag("$w->{k} (c$w->{c} $w->{role}" . (defined $w->{r} ? " $w->{r}" : '')
+			  . (defined $w->{err} ? " error $w->{err}" : '') . ") waited"
+			  . (defined $w->{wq} ? " in: $w->{wq}" : '') . "; for: "
+			  . (@by ? join('; ', map { unit_text($_, $w->{t1}) } @by) : defined $bc ? "c$bc" : 'unknown'));
+	}
+}
 
 # explain_refusals: for each refused probe, the transactions of other
 # clients open at that moment and what they had done by then.
 sub explain_refusals
 {
 	my ($ops) = @_;
-	my %unit;
-	for my $o (grep { $_->{xact} } @$ops)
-	{
-		my $u = $unit{"$o->{c}/$o->{u}"} //= { t0 => $o->{t0}, tdone => $o->{tdone}, ops => [] };
-		$u->{t0} = $o->{t0} if $o->{t0} < $u->{t0};
-		push @{ $u->{ops} }, $o;
-	}
+	my @units = open_units($ops);
 	my $n = 0;
 	for my $p (grep { $_->{expect_free} && !defined $_->{err} && !defined $_->{res} } @$ops)
 	{
 		last if $n++ >= 5;
-		my @open = grep { $_->{t0} <= $p->{t0} && $p->{t0} <= $_->{tdone} } values %unit;
+		my @open = grep { $_->{t0} <= $p->{t0} && $p->{t0} <= $_->{tdone} } @units;
 		diag("refused probe at $p->{t0}: open transactions then: "
-			  . join('; ', map { my $u = $_; "c$u->{ops}[0]{c} ($u->{ops}[0]{iso}): "
-				  . join(' ', map { $_->{k} . (defined $_->{r} ? "($_->{r})" : '') }
-					  grep { $_->{t0} <= $p->{t0} } @{ $u->{ops} }) } @open));
+			  . join('; ', map { unit_text($_, $p->{t0}) } @open));
 	}
 }
 cmp_ok($stats->{holdings} // 0, '>', 50, 'the workload took holdings');
