@@ -22,13 +22,14 @@
 # are read by the statements right before and after it, in the same
 # transaction.  Besides: tid, the connection id, and nowait, set on calls
 # the contract says never wait for another transaction (try_lock,
-# try_xact_lock, check_fence, renew, and lock, xact_lock and reap, which
-# poll or skip instead).  The waits monitor (a root connection polling
+# try_xact_lock, check_fence, renew; lock, xact_lock and reap, which poll
+# or skip instead; unlock and unlock_all unless behind a pin, see
+# mark_waits).  The waits monitor (a root connection polling
 # information_schema.INNODB_LOCK_WAITS) logs which connection waited when,
-# for which; mark_waits() sets waited on the operations that
-# were running then, and on those that ended in a lock wait timeout (1205)
-# or a deadlock (1213, which needs a wait), so that ModelCheck's no-wait
-# check flags every nowait call that waited.
+# in which statement, for which connection; mark_waits() sets waited on
+# the operations that were running then, and on those that ended in a lock
+# wait timeout (1205) or a deadlock (1213, which needs a wait), so that
+# ModelCheck's no-wait check flags every nowait call that waited.
 #
 # Random choices come from a per-client seed derived from the run's seed.
 
@@ -507,30 +508,54 @@ sub monitor
 }
 
 # mark_waits(ops, waits logfile): set waited on the operations running
-# ([t0, t1]) on a connection seen waiting, and on those ended by a lock wait
-# timeout or a deadlock (blocker: the connection it waited for, wq: the
-# statement that waited); returns the number of wait sightings not inside
-# any operation (waits of statements between them: none expected).
+# ([t0, t1]) on a connection seen waiting inside a dlock routine, and on
+# those ended by a lock wait timeout or a deadlock (blocker: the connection
+# it waited for, wq: the statement that waited).  An unlock or unlock_all
+# may wait only for a pin (the holder's assert_fence in another open
+# transaction): one seen waiting for a transaction that asserted no fence
+# on that resource is marked nowait too.  Sightings of statements that are
+# not dlock's (the cache was stale) are left out.  Returns the number of
+# sightings inside no operation (none expected).
 sub mark_waits
 {
 	my ($ops, $logfile) = @_;
-	my %by_tid;
+	my (%by_tid, %client_of, %units);
 	for my $o (@$ops)
 	{
 		$o->{waited} = 1 if defined $o->{errno} && ($o->{errno} == 1205 || $o->{errno} == 1213);
 		next unless defined $o->{tid};
+		$client_of{ $o->{tid} } = $o->{c};
 		my ($lo, $hi) = defined $o->{err} ? @$o{qw(t0e t1e)} : @$o{qw(t0 t1)};
 		push @{ $by_tid{ $o->{tid} } }, [ $lo, $hi, $o ] if defined $lo && defined $hi;
+		push @{ $units{ $o->{c} }{ $o->{u} } }, $o if $o->{xact};
 	}
 	my $stray = 0;
 	open(my $fh, '<', $logfile) or return 0;
 	while (my $line = <$fh>)
 	{
 		my $w = eval { decode_json($line) } or next;
+		next unless ($w->{q} // '') =~ /dlock/i;
 		my $list = $by_tid{ $w->{tid} } or next;
 		my ($o) = map { $_->[2] } grep { $_->[0] <= $w->{t} && $w->{t} <= $_->[1] } @$list;
-		if ($o) { $o->{waited} = 1; $o->{blocker} //= $w->{by}; $o->{wq} //= $w->{q} }
-		else { $stray++ }
+		if (!$o)
+		{
+			$stray++;
+			next;
+		}
+		$o->{waited} = 1;
+		$o->{wq} //= $w->{q};
+		next unless defined $w->{by} && defined $client_of{ $w->{by} };
+		$o->{blocker} //= "c$client_of{ $w->{by} }";
+		next unless $o->{k} eq 'unlock' || $o->{k} eq 'unlock_all';
+		# The blocker's transactions open then: did one assert a fence there?
+		my $pinned = grep {
+			my @u = @$_;
+			my ($t0) = sort { $a <=> $b } map { $_->{t0} } @u;
+			$t0 <= $w->{t} && $w->{t} <= $u[0]{tdone}
+			  && grep { $_->{k} eq 'assert_fence' && !defined $_->{err}
+				  && ($o->{k} eq 'unlock_all' || $_->{r} eq $o->{r}) } @u
+		} values %{ $units{ $client_of{ $w->{by} } } };
+		$o->{nowait} = 1 unless $pinned;
 	}
 	close $fh;
 	return $stray;

@@ -6,8 +6,9 @@
 # holding, counts, the prober's expired lease free at once, assert_fence
 # only for a live holding, no unexpected error) plus no-wait: no call the
 # contract says never waits (try_lock, try_xact_lock, check_fence, renew;
-# lock, xact_lock and reap, which poll or skip) waits for another
-# transaction's row lock, as seen by a monitor polling INNODB_TRX.
+# lock, xact_lock and reap, which poll or skip; unlock and unlock_all
+# except behind a pin) waits for another transaction's row lock, as seen
+# by a monitor polling INNODB_LOCK_WAITS (see MyModelDriver.pm).
 #
 # Six clients of three users (admin, granted break_lock; alice; bob) play
 # random operations on three resources (and now and then one new to the
@@ -154,12 +155,11 @@ sub explain_waits
 {
 	my ($ops) = @_;
 	my @units = open_units($ops);
-	my %client_of = map { $_->{tid} => $_->{c} } grep { defined $_->{tid} } @$ops;
 	my %shown;
 	for my $w (grep { $_->{nowait} && $_->{waited} } @$ops)
 	{
 		next if ($shown{ $w->{k} }++ // 0) >= 3;
-		my $bc = defined $w->{blocker} ? $client_of{ $w->{blocker} } : undef;
+		my ($bc) = ($w->{blocker} // '') =~ /^c(\d+)$/;
 		my @by = defined $bc ? grep { $_->{c} == $bc && $_->{t0} <= $w->{t1} && $w->{t0} <= $_->{tdone} } @units : ();
 		diag("$w->{k} (c$w->{c} $w->{role}" . (defined $w->{r} ? " $w->{r}" : '')
 			  . (defined $w->{err} ? " error $w->{err}" : '') . ") waited"
