@@ -122,6 +122,12 @@ if (@$v)
 is(scalar @$v, 0, "no violation (seed $seed)")
   or diag('violations by kind: ' . join(', ', map { "$_ $kinds{$_}" } sort keys %kinds)
 	  . "; logs kept in $dir");
+if ($kinds{'no-wait'})
+{
+	my %nw;
+	$nw{ $_->{k} }++ for grep { $_->{nowait} && $_->{waited} } @$ops;
+	diag('no-wait violations by call: ' . join(', ', map { "$_ $nw{$_}" } sort keys %nw));
+}
 explain_refusals($ops) if $kinds{'free-at-once'};
 explain_waits($ops) if $kinds{'no-wait'};
 
