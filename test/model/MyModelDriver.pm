@@ -477,7 +477,8 @@ sub run
 # monitor(sock, user, pass, logfile, seconds): the waits monitor: every
 # 110 ms, the connections whose transaction waits for a row lock, the
 # statement waiting and the connection it waits for, with the server
-# clock, one JSON line each ({t, tid, q, by}).  InnoDB serves
+# clock, one JSON line each ({t, tid, q, by, lk: the locks wanted and
+# held}).  InnoDB serves
 # information_schema.INNODB_TRX and INNODB_LOCK_WAITS from a cache it
 # refreshes when read at least 100 ms after its last refresh: read every
 # 110 ms, it is as of the read (more often, up to 100 ms stale).  So waits
@@ -489,17 +490,20 @@ sub monitor
 	open(my $log, '>', $logfile) or die "$logfile: $!\n";
 	$log->autoflush(1);
 	my $sth = $dbh->prepare(
-		qq{SELECT $T, r.trx_mysql_thread_id, LEFT(r.trx_query, 300), b.trx_mysql_thread_id
+		qq{SELECT $T, r.trx_mysql_thread_id, LEFT(r.trx_query, 300), b.trx_mysql_thread_id,
+		          CONCAT_WS(' ', rl.lock_mode, 'wants', rl.lock_index, rl.lock_data, '; held', bl.lock_mode)
 		     FROM information_schema.INNODB_LOCK_WAITS w
 		     JOIN information_schema.INNODB_TRX r ON r.trx_id = w.requesting_trx_id
-		     LEFT JOIN information_schema.INNODB_TRX b ON b.trx_id = w.blocking_trx_id});
+		     LEFT JOIN information_schema.INNODB_TRX b ON b.trx_id = w.blocking_trx_id
+		     LEFT JOIN information_schema.INNODB_LOCKS rl ON rl.lock_id = w.requested_lock_id
+		     LEFT JOIN information_schema.INNODB_LOCKS bl ON bl.lock_id = w.blocking_lock_id});
 	my $end = time + $seconds;
 	while (time < $end)
 	{
 		$sth->execute or die $dbh->errstr;
-		while (my ($t, $tid, $q, $by) = $sth->fetchrow_array)
+		while (my ($t, $tid, $q, $by, $lk) = $sth->fetchrow_array)
 		{
-			print $log $JSON->encode({ t => $t, tid => $tid, q => $q, by => $by }), "\n";
+			print $log $JSON->encode({ t => $t, tid => $tid, q => $q, by => $by, lk => $lk }), "\n";
 		}
 		usleep(110_000);
 	}
@@ -544,6 +548,7 @@ sub mark_waits
 		}
 		$o->{waited} = 1;
 		$o->{wq} //= $w->{q};
+		$o->{wlock} //= $w->{lk};
 		next unless defined $w->{by} && defined $client_of{ $w->{by} };
 		$o->{blocker} //= "c$client_of{ $w->{by} }";
 		next unless $o->{k} eq 'unlock' || $o->{k} eq 'unlock_all';

@@ -169,7 +169,7 @@ sub explain_waits
 		my @by = defined $bc ? grep { $_->{c} == $bc && $_->{t0} <= $w->{t1} && $w->{t0} <= $_->{tdone} } @units : ();
 		diag("$w->{k} (c$w->{c} $w->{role}" . (defined $w->{r} ? " $w->{r}" : '')
 			  . (defined $w->{err} ? " error $w->{err}" : '') . ") waited"
-			  . (defined $w->{wq} ? " in: $w->{wq}" : '') . "; for: "
+			  . (defined $w->{wq} ? " in: $w->{wq}" : '') . (defined $w->{wlock} ? " [$w->{wlock}]" : '') . "; for: "
 			  . (@by ? join('; ', map { unit_text($_, $w->{t1}) } @by) : defined $bc ? "c$bc" : 'unknown'));
 	}
 }
