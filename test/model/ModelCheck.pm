@@ -111,7 +111,7 @@ sub show
 	my ($o) = @_;
 	return 'none' unless $o;
 	my @a = map { defined $o->{$_} ? "$_=$o->{$_}" : () }
-	  qw(c role k r h lease wait f res err t0 t1 tlo tdone fate steal iso u n blocker);
+	  qw(c role k r h lease wait f res err t0 t1 tlo tdone fate steal blocker);
 	return "{@a}";
 }
 
