@@ -518,7 +518,8 @@ sub monitor
 # may wait only for a pin (the holder's assert_fence in another open
 # transaction): one seen waiting for a transaction that asserted no fence
 # on that resource is marked nowait too.  Sightings of statements that are
-# not dlock's (the cache was stale) are left out.  Returns the number of
+# not dlock's, or that do not name the operation's resource, are left out
+# (the wait state may be older than the statement text: the cache).  Returns the number of
 # sightings inside no operation (none expected).
 sub mark_waits
 {
@@ -546,6 +547,10 @@ sub mark_waits
 			$stray++;
 			next;
 		}
+		# The statement that waited names the operation's resource (as a
+		# quoted literal) when it has one: a sighting whose wait state was
+		# older than its statement text is not taken for another call's.
+		next if defined $o->{r} && index($w->{q}, "'$o->{r}'") < 0;
 		$o->{waited} = 1;
 		$o->{wq} //= $w->{q};
 		$o->{wlock} //= $w->{lk};
