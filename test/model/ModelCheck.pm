@@ -41,7 +41,11 @@
 #                 client's own operations (undoing what rolled back):
 #                 unlock of a holding of count n returns n - 1.
 #  error          no SQLSTATE outside those the workload provokes on
-#                 purpose (42501, 55P03, 40001, 40P01, 57014).
+#                 purpose (42501, 55P03, 40001, 40P01, 57014; or those the
+#                 caller's ok_error decides, for the MySQL edition).
+#  no-wait        no call marked nowait (one the contract says never waits
+#                 for another transaction) is marked waited (the MySQL
+#                 driver marks both; ModelDriver.pm marks neither).
 #  shared-db      no steal touched a resource outside the run's own (those
 #                 its other operations use).  One that did shows another
 #                 run (another tag) shared the database with this one, as
@@ -107,7 +111,7 @@ sub show
 	my ($o) = @_;
 	return 'none' unless $o;
 	my @a = map { defined $o->{$_} ? "$_=$o->{$_}" : () }
-	  qw(c role k r h lease wait f res err t0 t1 tlo tdone fate steal);
+	  qw(c role k r h lease wait f res err t0 t1 tlo tdone fate steal blocker);
 	return "{@a}";
 }
 
@@ -194,10 +198,14 @@ sub span_ops
 # extension: the latest a holding's acquisition op could have made it last.
 sub extension { my ($o) = @_; return $o->{t1} + ($o->{lease} // 0) * 1000; }
 
-# check: run every check; returns (list of violation texts, stats).
+# check(ops, ok_error => sub { my ($op) = @_; ... }): run every check;
+# returns (list of violation texts, stats).  ok_error, if given, says which
+# failed operations the workload provoked on purpose (default: those with
+# a SQLSTATE of %OK_ERR).
 sub check
 {
-	my ($ops) = @_;
+	my ($ops, %opt) = @_;
+	my $ok_error = $opt{ok_error} // sub { $OK_ERR{ $_[0]{err} } };
 	my @v;
 	my %stats;
 	my $viol = sub {
@@ -442,9 +450,16 @@ sub check
 	my %probe_last;
 	for my $o (@$ops)
 	{
-		if (defined $o->{err} && !$OK_ERR{ $o->{err} })
+		if (defined $o->{err} && !$ok_error->($o))
 		{
 			$viol->('error', "unexpected SQLSTATE $o->{err}: " . ($o->{msg} // ''), $o);
+		}
+		if ($o->{waited})
+		{
+			$stats{"waited $o->{k}"}++;
+			$viol->('no-wait', "$o->{k} waited for another transaction"
+				  . (defined $o->{err} ? " (until error $o->{err}: " . ($o->{msg} // '') . ')' : ''), $o)
+			  if $o->{nowait};
 		}
 		if ($o->{k} eq 'renew' && ok($o) && defined $o->{res} && defined $o->{f}
 			&& (my $hd = $hold{ $o->{f} }))

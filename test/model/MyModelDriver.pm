@@ -1,0 +1,574 @@
+# MyModelDriver.pm: the clients of dlock's randomized, model-checked
+# workload for the MySQL/MariaDB edition (mysql/dlock.sql), the twin of
+# ModelDriver.pm (PostgreSQL): its logs are checked by the same checker,
+# ModelCheck.pm.
+#
+# Each client is a forked process with its own DBD::MariaDB connection as
+# one MariaDB user (admin, granted break_lock, alice and bob, who are not;
+# no user stands above the owner check there), playing random operations
+# (try_lock, CALL lock, unlock, renew, unlock_all, CALL reap, break_lock,
+# check_fence, assert_fence, CALL xact_lock, try_xact_lock, and "steals":
+# unlock/renew of another user's holding read from dlock.locks) on a few
+# resources with short leases (and now and then one new to the table), in autocommit and in transactions
+# (REPEATABLE READ or READ COMMITTED, with savepoints, ROLLBACK TO, and
+# rollbacks).  One client is the prober (ModelDriver.pm's): alone on its
+# own resource, it checks that its expired lease is free at once while
+# other clients keep CALL reap() open in transactions.
+#
+# Records are those of ModelDriver.pm (see there and ModelCheck.pm): the
+# server clock (SYSDATE(6), the clock at the call) read in the same
+# statement right before and after a function call (t0, t1); a procedure
+# (CALL lock, reap, xact_lock) cannot share a statement, so its t0 and t1
+# are read by the statements right before and after it, in the same
+# transaction.  Besides: tid, the connection id, and nowait, set on calls
+# the contract says never wait for another transaction (try_lock,
+# try_xact_lock, check_fence, renew; lock, xact_lock and reap, which poll
+# or skip instead; unlock and unlock_all unless behind a pin, see
+# mark_waits).  The waits monitor (a root connection polling
+# information_schema.INNODB_LOCK_WAITS) logs which connection waited when,
+# in which statement, for which connection; mark_waits() sets waited on
+# the operations that were running then, and on those that ended in a lock
+# wait timeout (1205) or a deadlock (1213, which needs a wait), so that
+# ModelCheck's no-wait check flags every nowait call that waited.
+#
+# Random choices come from a per-client seed derived from the run's seed.
+
+package MyModelDriver;
+
+use strict;
+use warnings;
+
+use DBI;
+use JSON::PP;
+use List::Util ();
+use POSIX ();
+use Time::HiRes qw(time usleep);
+
+# The server clock in microseconds since the epoch (sessions run in UTC).
+my $T = q{CAST(UNIX_TIMESTAMP(SYSDATE(6)) * 1000000 AS SIGNED)};
+
+my @LEASES_MS = (50, 100, 200, 500, 1000);
+my $JSON = JSON::PP->new->canonical;
+my %NOWAIT = map { $_ => 1 } qw(try_lock try_xact_lock check renew lock xact_lock reap);
+
+# connect_as: a connection through the socket as user, autocommit, errors
+# reported (not raised), the session in UTC, waits for a row lock ended
+# after 2 s (lock wait timeout, 1205).
+sub connect_as
+{
+	my ($sock, $user, $pass) = @_;
+	my $dbh = DBI->connect("DBI:MariaDB:mariadb_socket=$sock", $user, $pass,
+		{ AutoCommit => 1, RaiseError => 0, PrintError => 0, PrintWarn => 0 })
+	  or die "cannot connect as $user: $DBI::errstr\n";
+	$dbh->do(q{SET time_zone = '+00:00'}) or die $dbh->errstr;
+	$dbh->do(q{SET SESSION innodb_lock_wait_timeout = 2}) or die $dbh->errstr;
+	$dbh->do(q{SET SESSION max_statement_time = 20}) or die $dbh->errstr;
+	return $dbh;
+}
+
+sub now_us
+{
+	my ($dbh) = @_;
+	my ($t) = $dbh->selectrow_array("SELECT $T");
+	die "cannot read the server clock: " . ($dbh->errstr // '') . "\n" unless defined $t;
+	return $t;
+}
+
+# Client object: sock, user, pass, id, seed, seconds, resources, tag,
+# probe (resource, for the prober), logfile, start (the run's, the same
+# for every client: names the new resources).
+sub new
+{
+	my ($class, %a) = @_;
+	my $self = bless {%a}, $class;
+	my $tag = defined $a{tag} ? "\@$a{tag}" : '';
+	$self->{role} = $a{user};
+	$self->{holders} = [ map { "$a{user}/c$a{id}/h$_$tag" } 0 .. 1 ];
+	$self->{shared} = [ map { "shared/h$_$tag" } 0 .. 1 ];
+	$self->{fence} = {};
+	$self->{seq} = 0;
+	$self->{unit} = 0;
+	return $self;
+}
+
+sub rnd { my ($n) = @_; return int(rand($n)); }
+sub pick { my @a = @_; return $a[ rnd(scalar @a) ]; }
+
+sub record
+{
+	my ($self, $op, %f) = @_;
+	return { c => $self->{id}, role => $self->{role}, su => 0, tid => $self->{tid},
+		u => $self->{unit}, n => $self->{seq}++, k => $op, ($NOWAIT{$op} ? (nowait => 1) : ()), %f };
+}
+
+# set_err: the error of a failed call, bracketed by the client's last
+# clock read before it (tlast) and one after (t0e, t1e: mark_waits looks
+# there for its waits).
+sub set_err
+{
+	my ($self, $rec, $h) = @_;
+	$rec->{err} = $h->state || 'XXXXX';
+	$rec->{errno} = $h->err;
+	$rec->{msg} = $h->errstr;
+	$rec->{t0e} = $self->{tlast};
+	my ($t) = $self->{dbh}->selectrow_array("SELECT $T");
+	$rec->{t1e} = $t;
+}
+
+# call: a function call in one statement "SELECT t0, call, t1".
+sub call
+{
+	my ($self, $op, $sql, $binds, %f) = @_;
+	my $dbh = $self->{dbh};
+	my $rec = $self->record($op, %f);
+	my $row = $dbh->selectrow_arrayref("SELECT $T, $sql, $T", undef, @$binds);
+	if ($row) { ($rec->{t0}, $rec->{res}, $rec->{t1}) = @$row; $self->{tlast} = $rec->{t1} }
+	else { $self->set_err($rec, $dbh) }
+	return $rec;
+}
+
+# call_proc: a CALL, its first column of its one row the result; the clock
+# read by the statements right before and after.
+sub call_proc
+{
+	my ($self, $op, $sql, $binds, %f) = @_;
+	my $dbh = $self->{dbh};
+	my $rec = $self->record($op, %f);
+	my ($t0) = $dbh->selectrow_array("SELECT $T");
+	if (!defined $t0) { $self->set_err($rec, $dbh); return $rec }
+	$rec->{t0} = $self->{tlast} = $t0;
+	my $sth = $dbh->prepare($sql);
+	if ($sth && $sth->execute(@$binds))
+	{
+		my $row = $sth->fetchrow_arrayref;
+		$rec->{res} = $row ? $row->[0] : undef;
+		$sth->finish;
+		1 while $sth->more_results;
+	}
+	else
+	{
+		$self->set_err($rec, $sth // $dbh);
+		delete $rec->{t0};
+		return $rec;
+	}
+	my ($t1) = $dbh->selectrow_array("SELECT $T");
+	if (!defined $t1) { $self->set_err($rec, $dbh); delete $rec->{t0}; return $rec }
+	$rec->{t1} = $self->{tlast} = $t1;
+	return $rec;
+}
+
+sub secs { my ($ms) = @_; return $ms / 1000; }
+
+sub read_failed
+{
+	my ($self) = @_;
+	my $dbh = $self->{dbh};
+	return undef unless $dbh->err;
+	my $rec = $self->record('read');
+	$self->set_err($rec, $dbh);
+	return $rec;
+}
+
+sub random_op
+{
+	my ($self, $in_xact) = @_;
+	# One time in eight a resource new to the table, the same for every
+	# client during a quarter of a second: acquisitions of a new row race.
+	my $r = rnd(8) ? pick(@{ $self->{resources} })
+	  : "$self->{tag}/new" . int((time - $self->{start}) * 4);
+	my $h = rnd(4) == 0 ? pick(@{ $self->{shared} }) : pick(@{ $self->{holders} });
+	my $key = "$r\0$h";
+	my $lease = pick(@LEASES_MS);
+	my $fence = $self->{fence}{$key};
+	my $x = rnd(100);
+	my $rec;
+
+	if ($x < 22)
+	{
+		$rec = $self->call('try_lock', 'dlock.try_lock(?, ?, ?)', [ $r, $h, secs($lease) ],
+			r => $r, h => $h, lease => $lease);
+	}
+	elsif ($x < 32)
+	{
+		my $wait = pick(0, 20, 100, 300);
+		$rec = $self->call_proc('lock', 'CALL dlock.lock(?, ?, ?, ?)',
+			[ $r, $h, secs($lease), secs($wait) ], r => $r, h => $h, lease => $lease, wait => $wait);
+	}
+	elsif ($x < 46)
+	{
+		my $f = rnd(3) ? $fence : undef;
+		$rec = $self->call('unlock', 'dlock.unlock(?, ?, ?)', [ $r, $h, $f ], r => $r, h => $h, f => $f);
+	}
+	elsif ($x < 58)
+	{
+		my $f = rnd(3) ? $fence : undef;
+		my $l = rnd(3) ? $lease : undef;
+		$rec = $self->call('renew',
+			q{TIMESTAMPDIFF(MICROSECOND, '1970-01-01', dlock.renew(?, ?, ?, ?))},
+			[ $r, $h, defined $l ? secs($l) : undef, $f ], r => $r, h => $h, lease => $l, f => $f);
+	}
+	elsif ($x < 61)
+	{
+		$rec = $self->call('unlock_all', 'dlock.unlock_all(?)', [$h], h => $h);
+	}
+	elsif ($x < 64)
+	{
+		$rec = $self->call_proc('reap', 'CALL dlock.reap()', []);
+	}
+	elsif ($x < 67)
+	{
+		$rec = $self->call('break_lock', 'dlock.break_lock(?) + 0', [$r], r => $r);
+	}
+	elsif ($x < 73)
+	{
+		my ($f) = $self->{dbh}->selectrow_array('SELECT fence FROM dlock.locks WHERE resource = ?',
+			undef, $r);
+		if (my $bad = $self->read_failed) { return $bad }
+		$f = $fence if rnd(2) || !defined $f;
+		return undef unless defined $f;
+		if (rnd(2))
+		{
+			$rec = $self->call('check', 'dlock.check_fence(?, ?) + 0', [ $r, $f ], r => $r, f => $f);
+		}
+		else
+		{
+			$rec = $self->call('assert_fence', 'dlock.assert_fence(?, ?) + 0', [ $r, $f ],
+				r => $r, f => $f);
+		}
+	}
+	elsif ($x < 79)
+	{
+		# xact_lock is a procedure whose attempts commit on their own in
+		# autocommit: only inside transactions (try_xact_lock anywhere).
+		if (rnd(2) || !$in_xact)
+		{
+			$rec = $self->call('try_xact_lock', 'dlock.try_xact_lock(?)', [$r], r => $r);
+		}
+		else
+		{
+			my $wait = pick(0, 20, 100);
+			$rec = $self->call_proc('xact_lock', 'CALL dlock.xact_lock(?, ?)', [ $r, secs($wait) ],
+				r => $r, wait => $wait);
+		}
+	}
+	elsif ($x < 88)
+	{
+		$rec = $self->steal;
+	}
+	elsif ($in_xact)
+	{
+		my $ms = pick(10, 50, 150, 300);
+		$rec = $self->call('sleep', 'SLEEP(?) = 0', [ secs($ms) ], ms => $ms);
+	}
+	else
+	{
+		return undef;
+	}
+	return undef unless $rec;
+	if (!$rec->{err} && defined $rec->{res} && ($rec->{k} eq 'try_lock' || $rec->{k} eq 'lock'))
+	{
+		$self->{fence}{$key} = $rec->{res};
+	}
+	return $rec;
+}
+
+# steal: unlock or renew a live holding of another user on this run's
+# resources, under the holder text read from dlock.locks: it must get
+# 42501 or NULL.
+sub steal
+{
+	my ($self) = @_;
+	my $in = join(', ', ('?') x @{ $self->{resources} });
+	my $rows = $self->{dbh}->selectall_arrayref(
+		qq{SELECT resource, holder, fence FROM dlock.locks
+		    WHERE owner <> ? AND NOT expired
+		      AND holder NOT LIKE 'shared/%' AND holder NOT LIKE 'probe/%'
+		      AND resource IN ($in)
+		    ORDER BY resource, holder}, undef, $self->{user}, @{ $self->{resources} });
+	if (my $bad = $self->read_failed) { return $bad }
+	return undef unless $rows && @$rows;
+	my ($r, $h, $f) = @{ pick(@$rows) };
+	if (rnd(2))
+	{
+		return $self->call('unlock', 'dlock.unlock(?, ?, ?)', [ $r, $h, rnd(2) ? $f : undef ],
+			r => $r, h => $h, f => undef, steal => 1);
+	}
+	return $self->call('renew', q{TIMESTAMPDIFF(MICROSECOND, '1970-01-01', dlock.renew(?, ?, 1, ?))},
+		[ $r, $h, $f ], r => $r, h => $h, lease => 1000, f => $f, steal => 1);
+}
+
+sub finish
+{
+	my ($self, $recs, $fate, $tlo) = @_;
+	my $tdone = $self->{tlast} = now_us($self->{dbh});
+	for my $rec (@$recs)
+	{
+		$rec->{fate} = $rec->{undone} ? 'rollback' : $fate;
+		$rec->{ufate} = $fate;
+		$rec->{tdone} = $tdone;
+		$rec->{tlo} = $tlo // $rec->{t1} // $tdone;
+		$rec->{t0} //= $tdone;    # a failed CALL: no bracket, never a holding
+		$rec->{t1} //= $tdone;
+		print { $self->{log} } $JSON->encode($rec), "\n";
+	}
+}
+
+sub auto_unit
+{
+	my ($self) = @_;
+	my $rec = $self->random_op(0) or return;
+	$rec->{xact} = 0;
+	$self->finish([$rec], 'commit', $rec->{t1});
+}
+
+# xact_unit: a transaction of a few operations, maybe a savepoint and a
+# ROLLBACK TO, ending in COMMIT or ROLLBACK.  An error ends the transaction
+# (ROLLBACK) unless a savepoint takes it back: InnoDB rolls back only the
+# failed statement (a deadlock: the whole transaction, and the savepoint
+# with it, so ROLLBACK TO then fails and the transaction is rolled back).
+sub xact_unit
+{
+	my ($self) = @_;
+	my $dbh = $self->{dbh};
+	my $iso = rnd(2) ? 'REPEATABLE READ' : 'READ COMMITTED';
+	$dbh->do("SET TRANSACTION ISOLATION LEVEL $iso") or die $dbh->errstr;
+	$dbh->do('START TRANSACTION') or die $dbh->errstr;
+	my (@recs, $sp_at, $aborted, $tlo);
+	my $n = 1 + rnd(5);
+	for my $i (1 .. $n)
+	{
+		if (!defined $sp_at && rnd(4) == 0)
+		{
+			$dbh->do('SAVEPOINT s') or do { $aborted = 1; last };
+			$sp_at = scalar @recs;
+		}
+		my $rec = $self->random_op(1) or next;
+		$rec->{xact} = 1;
+		$rec->{iso} = $iso;
+		push @recs, $rec;
+		my $rollback_to = $rec->{err} || rnd(6) == 0;
+		if ($rollback_to && defined $sp_at)
+		{
+			$dbh->do('ROLLBACK TO SAVEPOINT s') or do { $aborted = 1; last };
+			$recs[$_]{undone} = 1 for $sp_at .. $#recs;
+			$dbh->do('RELEASE SAVEPOINT s');
+			undef $sp_at;
+		}
+		elsif ($rec->{err})
+		{
+			$aborted = 1;
+			last;
+		}
+	}
+	my $fate = 'rollback';
+	if (!$aborted)
+	{
+		$tlo = now_us($dbh);
+		if (rnd(10) < 7)
+		{
+			$fate = $dbh->do('COMMIT') ? 'commit' : 'rollback';
+			if ($fate eq 'rollback')
+			{
+				$_->{commit_err} = $dbh->state for @recs;
+				$dbh->do('ROLLBACK');
+			}
+		}
+		else
+		{
+			$dbh->do('ROLLBACK');
+		}
+	}
+	else
+	{
+		$dbh->do('ROLLBACK');
+	}
+	$self->finish(\@recs, $fate, $tlo);
+}
+
+# reap_unit: CALL dlock.reap() in a transaction left open a while: it must
+# not keep acquirers from expired leases (the prober's).
+sub reap_unit
+{
+	my ($self) = @_;
+	my $dbh = $self->{dbh};
+	my $iso = rnd(2) ? 'REPEATABLE READ' : 'READ COMMITTED';
+	$dbh->do("SET TRANSACTION ISOLATION LEVEL $iso") or die $dbh->errstr;
+	$dbh->do('START TRANSACTION') or die $dbh->errstr;
+	my $rec = $self->call_proc('reap', 'CALL dlock.reap()', []);
+	$rec->{xact} = 1;
+	$rec->{iso} = $iso;
+	$rec->{open} = 1;
+	$dbh->do('DO SLEEP(?)', undef, secs(pick(100, 200, 300, 400))) unless $rec->{err};
+	my $tlo = $rec->{err} ? undef : now_us($dbh);
+	my $ok = !$rec->{err} && $dbh->do('COMMIT');
+	$dbh->do('ROLLBACK') unless $ok;
+	$self->finish([$rec], $ok ? 'commit' : 'rollback', $tlo);
+}
+
+# probe_unit: as ModelDriver.pm's.
+sub probe_unit
+{
+	my ($self) = @_;
+	my $dbh = $self->{dbh};
+	my $r = $self->{probe};
+	my $lease = pick(50, 100, 200);
+	my $h = "probe/h" . ($self->{unit} % 2);
+	my $rec = $self->call('try_lock', 'dlock.try_lock(?, ?, ?)', [ $r, $h, secs($lease) ],
+		r => $r, h => $h, lease => $lease, probe => 1);
+	$rec->{xact} = 0;
+	$self->finish([$rec], 'commit', $rec->{t1});
+	return if $rec->{err} || !defined $rec->{res};
+	if (rnd(4) == 0)
+	{
+		$self->{unit}++;
+		my $u = $self->call('unlock', 'dlock.unlock(?, ?, ?)', [ $r, $h, $rec->{res} ],
+			r => $r, h => $h, f => $rec->{res}, probe => 1);
+		$u->{xact} = 0;
+		$self->finish([$u], 'commit', $u->{t1});
+	}
+	my $until = $rec->{t1} + $lease * 1000 + 5000;
+	while ((my $now = now_us($dbh)) < $until)
+	{
+		usleep(List::Util::min(($until - $now), 50_000));
+	}
+	$self->{unit}++;
+	my $h2 = "probe/h" . ($self->{unit} % 2);
+	my $p = $self->call('try_lock', 'dlock.try_lock(?, ?, ?)', [ $r, $h2, secs($lease) ],
+		r => $r, h => $h2, lease => $lease, probe => 1, expect_free => 1);
+	$p->{xact} = 0;
+	$self->finish([$p], 'commit', $p->{t1});
+	if (!$p->{err} && defined $p->{res})
+	{
+		$self->{unit}++;
+		my $u = $self->call('unlock', 'dlock.unlock(?, ?, ?)', [ $r, $h2, $p->{res} ],
+			r => $r, h => $h2, f => $p->{res}, probe => 1);
+		$u->{xact} = 0;
+		$self->finish([$u], 'commit', $u->{t1});
+	}
+}
+
+sub run
+{
+	my ($self) = @_;
+	srand($self->{seed});
+	open($self->{log}, '>', $self->{logfile}) or die "$self->{logfile}: $!\n";
+	$self->{log}->autoflush(1);
+	$self->{dbh} = connect_as($self->{sock}, $self->{user}, $self->{pass});
+	($self->{tid}) = $self->{dbh}->selectrow_array('SELECT CONNECTION_ID()');
+	$self->{start} //= time;
+	my $end = $self->{start} + $self->{seconds};
+	while (time < $end)
+	{
+		$self->{unit}++;
+		if ($self->{probe})
+		{
+			$self->probe_unit;
+			next;
+		}
+		my $x = rnd(100);
+		if ($x < 55) { $self->auto_unit }
+		elsif ($x < 93) { $self->xact_unit }
+		else { $self->reap_unit }
+	}
+	$self->{dbh}->disconnect;
+	close $self->{log};
+}
+
+# monitor(sock, user, pass, logfile, seconds): the waits monitor: every
+# 110 ms, the connections whose transaction waits for a row lock, the
+# statement waiting and the connection it waits for, with the server
+# clock, one JSON line each ({t, tid, q, by, lk: the locks wanted and
+# held}).  InnoDB serves
+# information_schema.INNODB_TRX and INNODB_LOCK_WAITS from a cache it
+# refreshes when read at least 100 ms after its last refresh: read every
+# 110 ms, it is as of the read (more often, up to 100 ms stale).  So waits
+# shorter than that may go unseen; longer ones are seen.
+sub monitor
+{
+	my ($sock, $user, $pass, $logfile, $seconds) = @_;
+	my $dbh = connect_as($sock, $user, $pass);
+	open(my $log, '>', $logfile) or die "$logfile: $!\n";
+	$log->autoflush(1);
+	my $sth = $dbh->prepare(
+		qq{SELECT $T, r.trx_mysql_thread_id, LEFT(r.trx_query, 300), b.trx_mysql_thread_id,
+		          CONCAT_WS(' ', rl.lock_mode, 'wants', rl.lock_index, rl.lock_data, '; held', bl.lock_mode)
+		     FROM information_schema.INNODB_LOCK_WAITS w
+		     JOIN information_schema.INNODB_TRX r ON r.trx_id = w.requesting_trx_id
+		     LEFT JOIN information_schema.INNODB_TRX b ON b.trx_id = w.blocking_trx_id
+		     LEFT JOIN information_schema.INNODB_LOCKS rl ON rl.lock_id = w.requested_lock_id
+		     LEFT JOIN information_schema.INNODB_LOCKS bl ON bl.lock_id = w.blocking_lock_id});
+	my $end = time + $seconds;
+	while (time < $end)
+	{
+		$sth->execute or die $dbh->errstr;
+		while (my ($t, $tid, $q, $by, $lk) = $sth->fetchrow_array)
+		{
+			print $log $JSON->encode({ t => $t, tid => $tid, q => $q, by => $by, lk => $lk }), "\n";
+		}
+		usleep(110_000);
+	}
+	close $log;
+	$dbh->disconnect;
+}
+
+# mark_waits(ops, waits logfile): set waited on the operations running
+# ([t0, t1]) on a connection seen waiting inside a dlock routine, and on
+# those ended by a lock wait timeout or a deadlock (blocker: the connection
+# it waited for, wq: the statement that waited).  An unlock or unlock_all
+# may wait only for a pin (the holder's assert_fence in another open
+# transaction): one seen waiting for a transaction that asserted no fence
+# on that resource is marked nowait too.  Sightings of statements that are
+# not dlock's, or that do not name the operation's resource, are left out
+# (the wait state may be older than the statement text: the cache).  Returns the number of
+# sightings inside no operation (none expected).
+sub mark_waits
+{
+	my ($ops, $logfile) = @_;
+	my (%by_tid, %client_of, %units);
+	for my $o (@$ops)
+	{
+		$o->{waited} = 1 if defined $o->{errno} && ($o->{errno} == 1205 || $o->{errno} == 1213);
+		next unless defined $o->{tid};
+		$client_of{ $o->{tid} } = $o->{c};
+		my ($lo, $hi) = defined $o->{err} ? @$o{qw(t0e t1e)} : @$o{qw(t0 t1)};
+		push @{ $by_tid{ $o->{tid} } }, [ $lo, $hi, $o ] if defined $lo && defined $hi;
+		push @{ $units{ $o->{c} }{ $o->{u} } }, $o if $o->{xact};
+	}
+	my $stray = 0;
+	open(my $fh, '<', $logfile) or return 0;
+	while (my $line = <$fh>)
+	{
+		my $w = eval { decode_json($line) } or next;
+		next unless ($w->{q} // '') =~ /dlock/i;
+		my $list = $by_tid{ $w->{tid} } or next;
+		my ($o) = map { $_->[2] } grep { $_->[0] <= $w->{t} && $w->{t} <= $_->[1] } @$list;
+		if (!$o)
+		{
+			$stray++;
+			next;
+		}
+		# The statement that waited names the operation's resource (as a
+		# quoted literal) when it has one: a sighting whose wait state was
+		# older than its statement text is not taken for another call's.
+		next if defined $o->{r} && index($w->{q}, "'$o->{r}'") < 0;
+		$o->{waited} = 1;
+		$o->{wq} //= $w->{q};
+		$o->{wlock} //= $w->{lk};
+		next unless defined $w->{by} && defined $client_of{ $w->{by} };
+		$o->{blocker} //= "c$client_of{ $w->{by} }";
+		next unless $o->{k} eq 'unlock' || $o->{k} eq 'unlock_all';
+		# The blocker's transactions open then: did one assert a fence there?
+		my $pinned = grep {
+			my @u = @$_;
+			my ($t0) = sort { $a <=> $b } map { $_->{t0} } @u;
+			$t0 <= $w->{t} && $w->{t} <= $u[0]{tdone}
+			  && grep { $_->{k} eq 'assert_fence' && !defined $_->{err}
+				  && ($o->{k} eq 'unlock_all' || $_->{r} eq $o->{r}) } @u
+		} values %{ $units{ $client_of{ $w->{by} } } };
+		$o->{nowait} = 1 unless $pinned;
+	}
+	close $fh;
+	return $stray;
+}
+
+1;

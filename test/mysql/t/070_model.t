@@ -1,0 +1,227 @@
+# 070_model.t: the randomized, model-checked workload on the MySQL/MariaDB
+# edition (test/model/MyModelDriver.pm), checked by the checker of the
+# PostgreSQL edition's (test/model/ModelCheck.pm, see there for each
+# property: fences unique and increasing per resource, no overlapping
+# holdings, no revival of an expired lease, only the owner changes its
+# holding, counts, the prober's expired lease free at once, assert_fence
+# only for a live holding, no unexpected error) plus no-wait: no call the
+# contract says never waits (try_lock, try_xact_lock, check_fence, renew;
+# lock, xact_lock and reap, which poll or skip; unlock and unlock_all
+# except behind a pin) waits for another transaction's row lock, as seen
+# by a monitor polling INNODB_LOCK_WAITS (see MyModelDriver.pm).
+#
+# Six clients of three users (admin, granted break_lock; alice; bob) play
+# random operations on three resources (and now and then one new to the
+# table, the same for all clients for a quarter of a second) with leases of 50 ms to 1 s, in
+# autocommit and in transactions (REPEATABLE READ and READ COMMITTED,
+# savepoints, ROLLBACK TO, rollbacks), steal other users' holdings, keep
+# CALL dlock.reap() open in transactions, while a prober (bob) checks that
+# its expired lease is free at once.
+#
+# The seed is printed (diag); DLOCK_MODEL_SEED=N replays its choices (the
+# interleaving differs).  DLOCK_MODEL_SECONDS (default 30) sets the run's
+# length; DLOCK_KEEP=1 keeps the server's directory and the logs.
+use strict;
+use warnings;
+use FindBin;
+use lib "$FindBin::Bin/..";
+use lib "$FindBin::Bin/../../model";
+use DlockMy;
+use Test::More;
+use POSIX ();
+use File::Path qw(make_path remove_tree);
+use File::Temp qw(tempdir);
+use Time::HiRes ();
+
+use ModelCheck;
+use MyModelDriver;
+
+my $seed = $ENV{DLOCK_MODEL_SEED} // int(rand(2_000_000_000));
+my $seconds = $ENV{DLOCK_MODEL_SECONDS} // 30;
+my $clients = 6;
+my $tag = 'my';
+
+my $my = DlockMy->new;
+# The logs go to test/mysql/tmp_check/model-*, removed when every test
+# passed (and DLOCK_KEEP is not set): a failed run keeps its history.
+make_path("$FindBin::Bin/../tmp_check");
+my $dir = tempdir('model-XXXXXX', DIR => "$FindBin::Bin/../tmp_check", CLEANUP => 0);
+END { remove_tree($dir) if $dir && !$ENV{DLOCK_KEEP} && Test::More->builder->is_passing }
+my %pass = (alice => 'pa', bob => 'pb', admin => 'pc', root => '');
+my @users = qw(admin alice bob);
+my @res = map { "$tag/r$_" } 0 .. 2;
+diag("dlock model (MariaDB): seed $seed ($clients clients + 1 prober, $seconds s, "
+	  . scalar(@res) . " resources, logs in $dir)");
+
+# ok_error: the errors the workload provokes on purpose: another user's
+# holding (42501), a stale fence in assert_fence (55P03), break_lock by a
+# user not granted it (1370, SQLSTATE 42000), and waits that ran into the
+# lock wait timeout or a deadlock (no-wait decides whether the call may
+# wait at all).
+sub ok_error
+{
+	my ($o) = @_;
+	my ($s, $n) = ($o->{err}, $o->{errno} // 0);
+	return 1 if $s eq '42501' || $s eq '55P03';
+	return 1 if $n == 1370 && $o->{k} eq 'break_lock' && $o->{role} ne 'admin';
+	return 1 if $n == 1205 || $n == 1213;
+	return 0;
+}
+
+my @pids;
+my @logs;
+my $start = Time::HiRes::time() + 0.5;
+for my $i (0 .. $clients)
+{
+	my $prober = $i == $clients;
+	my $user = $prober ? 'bob' : $users[ $i % 3 ];
+	my $log = "$dir/client$i.log";
+	push @logs, $log;
+	my $client = MyModelDriver->new(
+		id => $i, user => $user, pass => $pass{$user}, sock => $my->{sock},
+		seed => ($seed * 1009 + $i * 7919) % 4294967291, seconds => $seconds,
+		resources => \@res, tag => $tag, probe => $prober ? "$tag/probe" : undef,
+		logfile => $log, start => $start);
+	my $pid = fork // die "fork: $!";
+	if ($pid == 0)
+	{
+		my $ok = eval { $client->run; 1 };
+		print STDERR "client $i: $@" unless $ok;
+		POSIX::_exit($ok ? 0 : 1);
+	}
+	push @pids, $pid;
+}
+my $mon = fork // die "fork: $!";
+if ($mon == 0)
+{
+	my $ok = eval { MyModelDriver::monitor($my->{sock}, 'root', '', "$dir/waits.log", $seconds + 1); 1 };
+	print STDERR "monitor: $@" unless $ok;
+	POSIX::_exit($ok ? 0 : 1);
+}
+my $died = 0;
+for my $pid (@pids, $mon)
+{
+	waitpid($pid, 0);
+	$died++ if $? != 0;
+}
+is($died, 0, 'every client and the waits monitor ran to the end');
+
+my $ops = ModelCheck::load(@logs);
+my $stray = MyModelDriver::mark_waits($ops, "$dir/waits.log");
+my ($v, $stats) = ModelCheck::check($ops, ok_error => \&ok_error);
+$stats->{'waits outside operations'} = $stray;
+diag('dlock model: ' . join(', ', map { "$_ $stats->{$_}" } sort keys %$stats));
+my %kinds;
+for (@$v) { $kinds{$1}++ if /^VIOLATION \[([^\]]+)\]/ }
+if (@$v)
+{
+	# The first few of each kind.
+	my %shown;
+	diag($_) for grep { my ($k) = /^VIOLATION \[([^\]]+)\]/; ($shown{$k}++ // 0) < 3 } @$v;
+}
+is(scalar @$v, 0, "no violation (seed $seed)")
+  or diag('violations by kind: ' . join(', ', map { "$_ $kinds{$_}" } sort keys %kinds)
+	  . "; logs kept in $dir");
+if ($kinds{'no-wait'})
+{
+	my %nw;
+	$nw{ $_->{k} }++ for grep { $_->{nowait} && $_->{waited} } @$ops;
+	diag('no-wait violations by call: ' . join(', ', map { "$_ $nw{$_}" } sort keys %nw));
+}
+explain_refusals($ops) if $kinds{'free-at-once'};
+explain_waits($ops) if $kinds{'no-wait'};
+
+# open_units: the transactions of the run, {c, t0, tdone, ops}.
+sub open_units
+{
+	my ($ops) = @_;
+	my %unit;
+	for my $o (grep { $_->{xact} } @$ops)
+	{
+		my $u = $unit{"$o->{c}/$o->{u}"} //= { c => $o->{c}, t0 => $o->{t0}, tdone => $o->{tdone}, ops => [] };
+		$u->{t0} = $o->{t0} if $o->{t0} < $u->{t0};
+		push @{ $u->{ops} }, $o;
+	}
+	return values %unit;
+}
+
+# unit_text: a transaction's operations started before time t.
+sub unit_text
+{
+	my ($u, $t) = @_;
+	return "c$u->{c} ($u->{ops}[0]{iso}): "
+	  . join(' ', map { $_->{k} . (defined $_->{r} ? "($_->{r}" . (defined $_->{h} ? " $_->{h}" : '')
+		  . (defined $_->{err} ? " error $_->{err}" : defined $_->{res} ? '' : ' NULL') . ')' : '') }
+		  grep { $_->{t0} <= $t } @{ $u->{ops} });
+}
+
+# explain_waits: for the first nowait calls seen waiting, the transaction
+# of the connection they waited for.
+sub explain_waits
+{
+	my ($ops) = @_;
+	my @units = open_units($ops);
+	my %shown;
+	for my $w (grep { $_->{nowait} && $_->{waited} } @$ops)
+	{
+		next if ($shown{ $w->{k} }++ // 0) >= 3;
+		my ($bc) = ($w->{blocker} // '') =~ /^c(\d+)$/;
+		my @by = defined $bc ? grep { $_->{c} == $bc && $_->{t0} <= $w->{t1} && $w->{t0} <= $_->{tdone} } @units : ();
+		diag("$w->{k} (c$w->{c} $w->{role}" . (defined $w->{r} ? " $w->{r}" : '')
+			  . (defined $w->{err} ? " error $w->{err}" : '') . ") waited"
+			  . (defined $w->{wq} ? " in: $w->{wq}" : '') . (defined $w->{wlock} ? " [$w->{wlock}]" : '') . "; for: "
+			  . (@by ? join('; ', map { unit_text($_, $w->{t1}) } @by) : defined $bc ? "c$bc" : 'unknown'));
+	}
+}
+
+# explain_refusals: for each refused probe, the transactions of other
+# clients open at that moment and what they had done by then.
+sub explain_refusals
+{
+	my ($ops) = @_;
+	my @units = open_units($ops);
+	my $n = 0;
+	for my $p (grep { $_->{expect_free} && !defined $_->{err} && !defined $_->{res} } @$ops)
+	{
+		last if $n++ >= 5;
+		my @open = grep { $_->{t0} <= $p->{t0} && $p->{t0} <= $_->{tdone} } @units;
+		diag("refused probe at $p->{t0}: open transactions then: "
+			  . join('; ', map { unit_text($_, $p->{t0}) } @open));
+	}
+}
+cmp_ok($stats->{holdings} // 0, '>', 50, 'the workload took holdings');
+cmp_ok($stats->{probes} // 0, '>', 10, 'the prober probed');
+cmp_ok($stats->{'ok unlock'} // 0, '>', 10, 'unlocks succeeded');
+cmp_ok($stats->{'ok try_xact_lock'} // 0, '>', 5, 'transaction-scoped locks were taken');
+
+# The checker fires on this edition's records: a nowait call marked waited,
+# an error not provoked on purpose, two holdings given one fence.
+my $flagged = sub {
+	my ($kind, $alter) = @_;
+	my $copy = [ map { {%$_} } @$ops ];
+	my $done = $alter->($copy);
+	my ($v2) = ModelCheck::check($copy, ok_error => \&ok_error);
+	ok($done && grep({ /^VIOLATION \[$kind\]/ } @$v2), "checker: an altered log breaks '$kind'");
+};
+$flagged->('no-wait', sub {
+	my ($o) = grep { $_->{nowait} && !$_->{waited} && $_->{k} eq 'try_lock' } @{ $_[0] };
+	return 0 unless $o;
+	$o->{waited} = 1;
+	return 1;
+});
+$flagged->('error', sub {
+	my ($o) = grep { $_->{k} eq 'break_lock' } @{ $_[0] };
+	return 0 unless $o;
+	@$o{qw(err errno msg)} = ('HY000', 1020, 'Record has changed since last read');
+	return 1;
+});
+$flagged->('fence-unique', sub {
+	my @a = grep { ($_->{k} eq 'try_lock' || $_->{k} eq 'lock')
+		  && !defined $_->{err} && defined $_->{res} } @{ $_[0] };
+	my ($x) = grep { $_->{h} ne $a[0]{h} || $_->{r} ne $a[0]{r} } @a;
+	return 0 unless $x;
+	$x->{res} = $a[0]{res};
+	return 1;
+});
+
+done_testing();
