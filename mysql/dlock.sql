@@ -664,7 +664,11 @@ BEGIN
     RETURN v_exp;
 END//
 
--- unlock_all: releases every live holding of this holder and user.
+/*
+ * unlock_all: releases every live holding of this holder and user.  An
+ * expired one is left alone (another transaction may be taking it over:
+ * never waited for).
+ */
 CREATE DEFINER = 'dlock'@'localhost' FUNCTION dlock.unlock_all(p_holder LONGBLOB) RETURNS INT
     NOT DETERMINISTIC MODIFIES SQL DATA SQL SECURITY DEFINER
 BEGIN
@@ -683,6 +687,7 @@ BEGIN
         SET v_next = NULL;
         SELECT resource INTO v_next FROM dlock.leases AS seen
          WHERE resource > v_last AND holder = v_holder AND owner = v_me
+           AND expires_at > dlock._now()
          ORDER BY resource LIMIT 1;
         IF v_next IS NULL THEN
             LEAVE scan;
@@ -770,11 +775,23 @@ BEGIN
     CALL dlock._si_restore(v_si);
 END//
 
--- reap: frees every expired lease now; one row, `reaped`.
+/*
+ * reap: frees every expired lease now; one row, `reaped`.  Only in
+ * autocommit mode: inside a transaction (or with autocommit off) every row
+ * it freed or deleted would stay locked to the end of the caller's
+ * transaction (a procedure cannot commit apart from it), so an expired
+ * lease would not be free at once, and a REPEATABLE READ scan's gap locks
+ * would hold up new resources.  Refused there with SQLSTATE 25001, before
+ * it reads or locks anything.
+ */
 CREATE DEFINER = 'dlock'@'localhost' PROCEDURE dlock.reap()
     MODIFIES SQL DATA SQL SECURITY DEFINER
 BEGIN
     DECLARE v_n INT;
+    IF @@session.in_transaction = 1 OR @@session.autocommit = 0 THEN
+        SIGNAL SQLSTATE '25001' SET MESSAGE_TEXT =
+            'dlock.reap() cannot run inside a transaction: the rows it frees would stay locked until the transaction ends; call it in autocommit mode';
+    END IF;
     CALL dlock._check('reap', TRUE, FALSE, NULL, NULL, NULL, NULL);
     CALL dlock._reap(v_n);
     SELECT v_n AS reaped;

@@ -362,6 +362,57 @@ for my $iso ('READ COMMITTED', 'REPEATABLE READ') {
     }
 }
 
+# 11. CALL dlock.reap() inside a transaction (START TRANSACTION in READ
+#     COMMITTED or REPEATABLE READ, or autocommit off) is refused at once
+#     with 25001 and changes and locks nothing: the rows it would free would
+#     stay locked to the end of the caller's transaction (a procedure cannot
+#     commit apart from it), so an expired lease would not be free at once,
+#     and a REPEATABLE READ scan's gap locks would hold up new resources.
+#     In autocommit it frees the lease.
+{
+    my $n = 0;
+    for my $mode ('REPEATABLE READ', 'READ COMMITTED', 'autocommit off') {
+        my $r = 'reapx/' . $n++;
+        $root->do('ALTER EVENT dlock.reap DISABLE');
+        DlockMy::one($alice, "SELECT dlock.try_lock(?, 'ho', 0.05)", $r);
+        sleep 0.1;
+        my $c = conn('alice', $mode =~ /READ/ ? $mode : undef);
+        if ($mode eq 'autocommit off') { $c->do('SET autocommit = 0') } else { $c->begin_work }
+        my $res = run($c, 'CALL dlock.reap()');
+        like($res->[0], qr/^error 25001: .*autocommit/, "$mode: CALL dlock.reap() refused (25001)") or diag($res->[0]);
+        ok($res->[1] < $quick_bound, "$mode: ... at once");
+        is(DlockMy::one($root, "SELECT COUNT(*) FROM dlock.locks WHERE resource = ?", $r), 1, "$mode: ... the expired lease is still listed (not reaped)");
+        ok(quick("$mode, reap refused in an open transaction: try_lock of the expired lease", $bob, "SELECT dlock.try_lock(?, 'hr', 60)", $r), '... acquired');
+        ok(quick("$mode, reap refused in an open transaction: try_lock of a new resource", $bob, "SELECT dlock.try_lock(?, 'hr', 60)", "$r/new"), '... acquired');
+        is(quick("... unlock_all", $bob, "SELECT dlock.unlock_all('hr')"), 2, '... both released');
+        if ($mode eq 'autocommit off') { $c->do('ROLLBACK'); $c->do('SET autocommit = 1') } else { $c->rollback }
+        $root->do('ALTER EVENT dlock.reap ENABLE');
+    }
+    my $r = 'reapx/auto';
+    $root->do('ALTER EVENT dlock.reap DISABLE');
+    DlockMy::one($alice, "SELECT dlock.try_lock(?, 'ho', 0.05)", $r);
+    sleep 0.1;
+    my $c = conn('alice');
+    ok(defined quick('autocommit: CALL dlock.reap()', $c, 'CALL dlock.reap()'), 'autocommit: reap runs');
+    is(DlockMy::one($root, "SELECT COUNT(*) FROM dlock.locks WHERE resource = ?", $r), 0, '... and frees the expired lease');
+    $root->do('ALTER EVENT dlock.reap ENABLE');
+}
+
+# 12. unlock_all passes by an expired holding of its holder that another
+#     transaction is taking over (it used to wait for that transaction's row
+#     lock), and releases the holder's live ones.
+for my $iso ('READ COMMITTED', 'REPEATABLE READ') {
+    my $r = "ua/$iso";
+    DlockMy::one($alice, "SELECT dlock.try_lock(?, 'hu', 0.05)", $r);
+    DlockMy::one($alice, "SELECT dlock.try_lock(?, 'hu', 60)", "$r/live");
+    sleep 0.1;
+    my $c = conn('bob', $iso);
+    $c->begin_work;
+    ok(DlockMy::one($c, "SELECT dlock.try_lock(?, 'hb', 60)", $r), "$iso: bob takes over the expired lease in an open transaction");
+    is(quick("$iso, behind a takeover: unlock_all of the old holder", $alice, "SELECT dlock.unlock_all('hu')"), 1, '... releases only the live holding');
+    $c->rollback;
+}
+
 # 9. The routines turn innodb_snapshot_isolation off inside and give the
 #    caller's setting back: after a call, after a call's error, and (at the
 #    next call) after a call ended by max_statement_time while it waited.
