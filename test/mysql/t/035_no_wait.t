@@ -13,7 +13,9 @@
 # reader of dlock.locks, a rollback of a new row with acquirers around it,
 # a snapshot older than the reaper's deletion of a row, a snapshot older
 # than a change of the row (MariaDB 11.6+'s innodb_snapshot_isolation), and
-# every pair of calls on one resource inside one transaction.  The caller's
+# every pair of calls on one resource inside one transaction, a CALL
+# dlock.reap() refused inside a transaction, a takeover of a holder's
+# expired lease (its unlock_all passes by).  The caller's
 # innodb_snapshot_isolation survives every call.
 use strict;
 use warnings;
