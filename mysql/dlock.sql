@@ -568,11 +568,19 @@ END//
  * _mine: for unlock and renew: the plain read of a holding, and the same
  * checks once the row is locked.  0 when p_holder holds the resource
  * (under fence p_fence when given), NULL when it does not; 42501 when the
- * holding of that holder text belongs to another user.  p_locked: the read
- * that locks the row (waiting for it: only the holder gets this far).
+ * holding of that holder text belongs to another user.  p_locked: 0, the
+ * plain read; 1, the read that locks the row (waiting for it: only the
+ * holder gets this far); 2, for renew, which waits for no change of
+ * holder: when another transaction has the row, NULL at once if that
+ * transaction is changing who holds it (a takeover of an expired lease the
+ * caller's snapshot still shows live, a release, a break: it has the row of
+ * dlock.pins, tested with a shared lock, SKIP LOCKED), else the wait for
+ * it (the holder's own other transaction renewing or re-entering; the
+ * shared lock on the pins row is then kept, like a pin, to the end of the
+ * caller's transaction).
  */
 CREATE DEFINER = 'dlock'@'localhost' FUNCTION dlock._mine(
-    p_resource LONGBLOB, p_holder LONGBLOB, p_fence BIGINT, p_locked BOOLEAN) RETURNS INT
+    p_resource LONGBLOB, p_holder LONGBLOB, p_fence BIGINT, p_locked TINYINT) RETURNS INT
     NOT DETERMINISTIC READS SQL DATA SQL SECURITY DEFINER
 BEGIN
     DECLARE v_found INT DEFAULT 0;
@@ -580,8 +588,21 @@ BEGIN
     DECLARE v_owner VARCHAR(128) CHARACTER SET utf8mb4;
     DECLARE v_fence BIGINT;
     DECLARE v_exp DATETIME(6);
+    DECLARE v_pin INT DEFAULT 0;
     DECLARE CONTINUE HANDLER FOR NOT FOUND BEGIN END;  -- no row: the variables stay as they are
-    IF p_locked THEN
+    IF p_locked = 2 THEN
+        SELECT 1, holder, owner, fence, expires_at INTO v_found, v_h, v_owner, v_fence, v_exp
+          FROM dlock.leases AS skipping WHERE resource = p_resource FOR UPDATE SKIP LOCKED;
+        IF v_found = 0 THEN
+            SELECT 1 INTO v_pin FROM dlock.pins AS pinning
+             WHERE resource = p_resource LOCK IN SHARE MODE SKIP LOCKED;
+            IF v_pin = 0 THEN
+                RETURN NULL;    -- changing hands: not waited for
+            END IF;
+            SELECT 1, holder, owner, fence, expires_at INTO v_found, v_h, v_owner, v_fence, v_exp
+              FROM dlock.leases AS locked WHERE resource = p_resource FOR UPDATE;
+        END IF;
+    ELSEIF p_locked = 1 THEN
         SELECT 1, holder, owner, fence, expires_at INTO v_found, v_h, v_owner, v_fence, v_exp
           FROM dlock.leases AS locked WHERE resource = p_resource FOR UPDATE;
     ELSE
@@ -614,8 +635,8 @@ BEGIN
     DECLARE v_count INT;
     DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN CALL dlock._si_restore(v_si); RESIGNAL; END;
     CALL dlock._check('unlock', TRUE, TRUE, p_resource, v_holder, NULL, NULL);
-    IF dlock._mine(p_resource, v_holder, p_fence, FALSE) IS NULL
-       OR dlock._mine(p_resource, v_holder, p_fence, TRUE) IS NULL THEN
+    IF dlock._mine(p_resource, v_holder, p_fence, 0) IS NULL
+       OR dlock._mine(p_resource, v_holder, p_fence, 1) IS NULL THEN
         CALL dlock._si_restore(v_si);
         RETURN NULL;
     END IF;
@@ -633,7 +654,8 @@ END//
 
 /*
  * renew: the new expiry (UTC), now + lease (NULL: the lease it was taken
- * with); NULL if the lease was lost or the fence is not the current one.
+ * with); NULL if the lease was lost or the fence is not the current one,
+ * at once when another transaction is changing hands (see _mine).
  * An expired lease is never revived.  Changes nothing assert_fence pins.
  */
 CREATE DEFINER = 'dlock'@'localhost' FUNCTION dlock.renew(
@@ -649,8 +671,8 @@ BEGIN
     DECLARE v_exp DATETIME(6);
     DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN CALL dlock._si_restore(v_si); RESIGNAL; END;
     CALL dlock._check('renew', TRUE, TRUE, p_resource, v_holder, p_lease, NULL);
-    IF dlock._mine(p_resource, v_holder, p_fence, FALSE) IS NULL
-       OR dlock._mine(p_resource, v_holder, p_fence, TRUE) IS NULL THEN
+    IF dlock._mine(p_resource, v_holder, p_fence, 0) IS NULL
+       OR dlock._mine(p_resource, v_holder, p_fence, 2) IS NULL THEN
         CALL dlock._si_restore(v_si);
         RETURN NULL;
     END IF;

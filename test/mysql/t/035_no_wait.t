@@ -15,7 +15,8 @@
 # than a change of the row (MariaDB 11.6+'s innodb_snapshot_isolation), and
 # every pair of calls on one resource inside one transaction, a CALL
 # dlock.reap() refused inside a transaction, a takeover of a holder's
-# expired lease (its unlock_all passes by).  The caller's
+# expired lease (its unlock_all passes by, and its renew from an old
+# snapshot returns NULL).  The caller's
 # innodb_snapshot_isolation survives every call.
 use strict;
 use warnings;
@@ -413,6 +414,26 @@ for my $iso ('READ COMMITTED', 'REPEATABLE READ') {
     ok(DlockMy::one($c, "SELECT dlock.try_lock(?, 'hb', 60)", $r), "$iso: bob takes over the expired lease in an open transaction");
     is(quick("$iso, behind a takeover: unlock_all of the old holder", $alice, "SELECT dlock.unlock_all('hu')"), 1, '... releases only the live holding');
     $c->rollback;
+}
+
+# 13. A holder's renew inside a REPEATABLE READ transaction whose snapshot
+#     still shows its lease live, after the lease expired and another
+#     transaction took it over (still open): NULL at once (it used to wait
+#     for the takeover's transaction).
+{
+    my $r = 'renewx';
+    DlockMy::one($alice, "SELECT dlock.try_lock(?, 'hn', 60)", $r);
+    my $c = conn('alice', 'REPEATABLE READ');
+    $c->begin_work;
+    is(DlockMy::one($c, 'SELECT COUNT(*) FROM dlock.locks WHERE resource = ?', $r), 1, 'a snapshot with the lease live');
+    ok(DlockMy::one($alice, "SELECT dlock.renew(?, 'hn', 0.05, NULL)", $r), 'renewed for 50 ms (autocommit)');
+    sleep 0.1;
+    my $b = conn('bob', 'READ COMMITTED');
+    $b->begin_work;
+    ok(DlockMy::one($b, "SELECT dlock.try_lock(?, 'hb', 60)", $r), 'bob takes the expired lease over in an open transaction');
+    is(quick('renew with an old snapshot, behind the takeover', $c, "SELECT dlock.renew(?, 'hn', 60, NULL)", $r), undef, '... NULL: lost');
+    $c->rollback;
+    $b->rollback;
 }
 
 # 9. The routines turn innodb_snapshot_isolation off inside and give the
