@@ -12,7 +12,8 @@
 # across restart, dump and restore into a fresh database, a reload of old
 # data into the same database, and DROP SCHEMA + re-installation.
 #
-# DLOCK_PORTABLE_MAJORS="14 18" picks majors (default: all found).
+# DLOCK_PORTABLE_MAJORS="14 18" picks majors (default: all found);
+# DLOCK_PORTABLE_REQUIRE="debian 14 15 16 17 18" fails for any missing.
 use strict;
 use warnings;
 use DBI;
@@ -36,6 +37,12 @@ if (-x "/usr/lib/postgresql/$debian_major/bin/postgres") {
 for my $n (14 .. 18) {
     next if %want && !$want{$n};
     push @servers, ["npm $n", "$cache/$n/bin", $n] if -x "$cache/$n/bin/postgres";
+}
+# test/run-tests.sh requires them all: a missing one fails, never skips.
+for my $need (split ' ', ($ENV{DLOCK_PORTABLE_REQUIRE} // '')) {
+    next if %want && !$want{$need};
+    ok((grep { $_->[0] =~ /^(?:npm|Debian) \Q$need\E$/ || ($need eq 'debian' && $_->[0] =~ /^Debian/) } @servers),
+       "server $need is there (test/portable/servers.sh fetches the npm ones)");
 }
 plan skip_all => "no PostgreSQL server found (run test/portable/servers.sh)" unless @servers;
 
