@@ -304,6 +304,23 @@ CREATE OR REPLACE FUNCTION dlock._caller(OUT roleid oid, OUT is_super boolean)
                 ELSE pg_catalog.current_setting('role') END
 $$;
 
+-- _may_poll: a wait polls, and only READ COMMITTED statements see what
+-- committed since the transaction began: under REPEATABLE READ and
+-- SERIALIZABLE a wait could never see the release it waits for, so it is
+-- refused (0A000) rather than left to sleep.  One try (wait '0') is fine.
+CREATE OR REPLACE FUNCTION dlock._may_poll(fname text)
+    RETURNS void LANGUAGE plpgsql STABLE
+    SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    IF current_setting('transaction_isolation') <> 'read committed' THEN
+        RAISE EXCEPTION '% cannot wait in a % transaction', fname, upper(current_setting('transaction_isolation'))
+            USING ERRCODE = 'feature_not_supported',
+                  DETAIL = 'The portable edition waits by polling, and this transaction''s snapshot would never see the release.',
+                  HINT = 'Wait in a READ COMMITTED transaction (or autocommit), or use try_lock.';
+    END IF;
+END
+$$;
+
 -- _key: the resource's advisory lock key (the first 64 bits of its md5).
 CREATE OR REPLACE FUNCTION dlock._key(resource text)
     RETURNS bigint LANGUAGE sql IMMUTABLE
@@ -617,12 +634,12 @@ BEGIN
                 RETURN NULL;
             END IF;
         END IF;
+        PERFORM dlock._may_poll('dlock.lock()');
         -- Bounded backoff: 1 ms doubling up to dlock.poll_interval, never
         -- past the deadline.  pg_sleep is interrupted by cancel and
         -- statement_timeout, which end the call (nothing is held).
         PERFORM pg_sleep(extract(epoch FROM least(pause, coalesce(left_, pause))));
         pause := least(pause * 2, poll);
-        -- In READ COMMITTED each attempt reads the latest committed state.
     END LOOP;
 END
 $$;
@@ -895,6 +912,7 @@ BEGIN
                 RETURN NULL;
             END IF;
         END IF;
+        PERFORM dlock._may_poll('dlock.xact_lock()');
         PERFORM pg_sleep(extract(epoch FROM least(pause, coalesce(left_, pause))));
         pause := least(pause * 2, poll);
     END LOOP;
@@ -932,7 +950,7 @@ GRANT SELECT ON dlock.locks TO PUBLIC;
 REVOKE EXECUTE ON FUNCTION
     dlock._text_arg(text, text, integer), dlock._setting(text, interval),
     dlock._expiry(timestamptz, interval), dlock._lease(interval), dlock._wait(interval),
-    dlock._fence_arg(bigint), dlock._writable(text), dlock._caller(), dlock._key(text),
+    dlock._fence_arg(bigint), dlock._writable(text), dlock._may_poll(text), dlock._caller(), dlock._key(text),
     dlock._sync(), dlock._event(text, text, bigint), dlock._history(), dlock._next_fence(),
     dlock._attempt(text, text, interval, oid), dlock._release(text, bigint, integer, text),
     dlock._may_change(dlock.leases, text, oid, boolean, text),

@@ -418,6 +418,13 @@ sub concurrency_tests {
     ok(defined $fe, "$label: lock() takes over when the lease expires");
     ok(q1($bo, "SELECT acquired_at >= ?::timestamptz FROM dlock.locks WHERE resource = 'cc/e'", $exp),
        "$label: ... not before its expiry");
+    # Under REPEATABLE READ a wait could never see the release: refused.
+    q1($al, "SELECT dlock.try_lock('cc/rr', 'a', '1h')");
+    $bo->begin_work;
+    $bo->do("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ");
+    is(q1($bo, "SELECT dlock.lock('cc/rr', 'b', '1h', '0')"), undef, "$label: REPEATABLE READ: one try");
+    like(err($bo, "SELECT dlock.lock('cc/rr', 'b', '1h', '1s')"),
+         qr/^0A000: dlock.lock\(\) cannot wait in a REPEATABLE READ transaction/, "$label: REPEATABLE READ: no wait (0A000)");
     # Timeout, statement_timeout and cancel end the wait cleanly.
     q1($al, "SELECT dlock.try_lock('cc/t', 'a', '1h')");
     is(q1($bo, "SELECT dlock.lock('cc/t', 'b', '1h', '200ms')"), undef, "$label: lock() times out with NULL");
