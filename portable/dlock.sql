@@ -173,25 +173,27 @@ BEGIN
 END
 $$;
 
--- _setting_ms: a setting of the C edition (an integer of milliseconds, or
+-- _setting: a setting of the C edition (an integer of milliseconds, or
 -- a value with a unit such as '30s' or '1min'), read with
 -- current_setting(name, true); dflt when unset.
 CREATE OR REPLACE FUNCTION dlock._setting(name text, dflt interval)
     RETURNS interval LANGUAGE plpgsql STABLE
     SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
-    v text := current_setting(name, true);
+    v text := btrim(current_setting(name, true));
 BEGIN
-    IF v IS NULL OR btrim(v) = '' THEN
+    IF v IS NULL OR v = '' THEN
         RETURN dflt;
     END IF;
-    IF btrim(v) ~ '^[0-9]+$' THEN
-        RETURN make_interval(secs => btrim(v)::numeric / 1000);
+    IF v ~ '^[0-9]+$' THEN
+        RETURN make_interval(secs => v::numeric / 1000);
     END IF;
-    RETURN v::interval;
-EXCEPTION WHEN data_exception THEN
-    RAISE EXCEPTION 'invalid value for parameter "%": "%"', name, v
-        USING ERRCODE = 'invalid_parameter_value';
+    BEGIN       -- a block (a subtransaction) only when the setting is set with a unit
+        RETURN v::interval;
+    EXCEPTION WHEN data_exception THEN
+        RAISE EXCEPTION 'invalid value for parameter "%": "%"', name, v
+            USING ERRCODE = 'invalid_parameter_value';
+    END;
 END
 $$;
 
@@ -358,15 +360,20 @@ CREATE OR REPLACE FUNCTION dlock._history(OUT sysid text, OUT dboid oid, OUT tim
     SET search_path = pg_catalog, pg_temp AS $$
 BEGIN
     -- pg_control_system() is open to PUBLIC in PostgreSQL; a service that
-    -- closes it leaves the other three (and the row's xmin) to tell.
-    IF has_function_privilege('pg_catalog.pg_control_system()', 'EXECUTE') THEN
-        SELECT s.system_identifier::text INTO sysid FROM pg_control_system() s;
-    ELSE
-        sysid := '';
-    END IF;
+    -- closes it (or has no WAL of its own to name, as Aurora may) leaves the
+    -- others, and the epoch row's xmin, to tell: '' and -1 stand for unknown.
+    BEGIN
+        IF has_function_privilege('pg_catalog.pg_control_system()', 'EXECUTE') THEN
+            SELECT s.system_identifier::text INTO sysid FROM pg_control_system() s;
+        END IF;
+        -- The WAL file name's first 8 hex digits: the insertion timeline.
+        timeline := ('x' || substr(pg_walfile_name(pg_current_wal_insert_lsn()), 1, 8))::bit(32)::bigint;
+    EXCEPTION WHEN feature_not_supported OR insufficient_privilege OR object_not_in_prerequisite_state THEN
+        NULL;
+    END;
+    sysid := coalesce(sysid, '');
+    timeline := coalesce(timeline, -1);
     SELECT d.oid INTO dboid FROM pg_database d WHERE d.datname = current_database();
-    -- The WAL file name's first 8 hex digits: the insertion timeline.
-    timeline := ('x' || substr(pg_walfile_name(pg_current_wal_insert_lsn()), 1, 8))::bit(32)::bigint;
     started := pg_postmaster_start_time();
 END
 $$;

@@ -192,6 +192,12 @@ sub api_tests {
     $al->do("SET dlock.default_lease = '1min'");
     q1($al, "SELECT dlock.try_lock('api/default2')");
     is(q1($al, "SELECT lease FROM dlock.locks WHERE resource = 'api/default2'"), '00:01:00', "$label: dlock.default_lease is read");
+    $al->do("SET dlock.default_lease = '45000'");
+    q1($al, "SELECT dlock.try_lock('api/default3')");
+    is(q1($al, "SELECT lease FROM dlock.locks WHERE resource = 'api/default3'"), '00:00:45', "$label: a number is milliseconds, as in the C edition");
+    $al->do("SET dlock.default_lease = 'soon'");
+    like(err($al, "SELECT dlock.try_lock('api/default4')"), qr/^22023: invalid value for parameter "dlock.default_lease"/,
+         "$label: a bad dlock.default_lease: 22023");
     $al->do("RESET dlock.default_lease");
     is(q1($al, "SELECT dlock.channel('api/a')"), q1($al, "SELECT 'dlock_' || md5('api/a')"), "$label: channel");
     is(join(',', @{ $al->selectcol_arrayref(
@@ -613,6 +619,14 @@ sub fence_tests {
         is(q1($c, "SELECT count(*) FROM pg_class WHERE relnamespace = 'dlock'::regnamespace"), $objs,
            "$label: ... and changes nothing");
         $c->disconnect;
+        # The other way round (the C extension's own refusal is a later
+        # step): CREATE EXTENSION fails on the existing objects, changing nothing.
+        my $p = conn('admin', 'app');
+        my $held = q1($p, "SELECT string_agg(resource || fence, ',' ORDER BY resource) FROM dlock.locks");
+        isnt(err($p, "CREATE EXTENSION dlock"), 'no error', "$label: CREATE EXTENSION dlock over the portable schema fails");
+        is(q1($p, "SELECT string_agg(resource || fence, ',' ORDER BY resource) FROM dlock.locks"), $held,
+           "$label: ... and the portable install is intact");
+        $p->disconnect;
         $ext->disconnect;
     }
     $snap->disconnect;
