@@ -340,6 +340,25 @@ sub role_tests {
                  "SELECT dlock._release('role/p', 1, 0, 'released')") {
         like(err($al, $sql), qr/^42501/, "$label: users cannot: $sql");
     }
+    is(q1($al, "SELECT string_agg(proname, ',') FROM pg_proc WHERE pronamespace = 'dlock'::regnamespace
+                 AND NOT coalesce('search_path=pg_catalog, pg_temp' = ANY (proconfig), false)"), undef,
+       "$label: every function pins search_path");
+    is(q1($al, "SELECT string_agg(proname, ',') FROM pg_proc WHERE pronamespace = 'dlock'::regnamespace
+                 AND (proname LIKE '\\_%' OR proname = 'break_lock') AND has_function_privilege('alice', oid, 'EXECUTE')"), undef,
+       "$label: internal functions and break_lock are closed to users");
+    is(q1($al, "SELECT string_agg(c.relname, ',') FROM pg_class c WHERE c.relnamespace = 'dlock'::regnamespace
+                 AND (has_table_privilege('alice', c.oid, 'INSERT, UPDATE, DELETE, TRUNCATE')
+                      OR (c.relkind <> 'v' AND has_table_privilege('alice', c.oid, 'SELECT')))"), undef,
+       "$label: users may write no table, and read only the view");
+    {
+        open my $fh, '<', $script or die "$script: $!";
+        my $text = do { local $/; <$fh> };
+        $text =~ s{/\*.*?\*/}{}gs;
+        $text =~ s{--[^\n]*}{}g;
+        $text =~ s{'(?:[^']|'')*'}{}g;      # string literals
+        my @dyn = $text =~ /\bEXECUTE\b(?!\s+ON\b)(?!\s+FUNCTION\b)/gi;
+        is(scalar @dyn, 0, "$label: no dynamic SQL (EXECUTE) in portable/dlock.sql");
+    }
     # search_path and planted objects do not reach the functions.
     $db->do("CREATE SCHEMA evil");
     $db->do("GRANT USAGE ON SCHEMA evil TO PUBLIC");
