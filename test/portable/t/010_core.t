@@ -412,6 +412,17 @@ sub wait_ready {
 sub concurrency_tests {
     my ($al, $bo) = @_;
     $bo->do("SET statement_timeout = '20s'");
+    # An uncommitted takeover of an existing (free) row: others' try_lock
+    # returns NULL without waiting; a rollback leaves the resource free.
+    q1($al, "SELECT dlock.try_lock('cc/old', 'a', '1h')");
+    q1($al, "SELECT dlock.unlock('cc/old', 'a')");
+    $al->begin_work;
+    ok(defined q1($al, "SELECT dlock.try_lock('cc/old', 'a', '1h')"), "$label: an uncommitted takeover of an existing row");
+    $bo->do("SET lock_timeout = '1ms'");
+    is(q1($bo, "SELECT dlock.try_lock('cc/old', 'b')"), undef, "$label: ... others' try_lock: NULL, no wait");
+    $bo->do("RESET lock_timeout");
+    $al->rollback;
+    ok(defined q1($bo, "SELECT dlock.try_lock('cc/old', 'b', '1h')"), "$label: a rolled-back acquisition vanishes");
     # An uncommitted acquisition: others' try_lock returns NULL at once.
     $al->begin_work;
     my $fa = q1($al, "SELECT dlock.try_lock('cc/a', 'a', '1h')");
