@@ -401,8 +401,10 @@ BEGIN
 
     -- A new epoch.  Jumps take this session-level lock for the read and the
     -- setval only, so that no two jumps interleave (the second would set
-    -- the sequence back); it is given back whatever happens.
-    PERFORM pg_advisory_lock(dlock._key('dlock fence epoch'));
+    -- the sequence back); it is given back whatever happens.  dlock's own
+    -- advisory locks use the two-key form: no resource's key (one bigint)
+    -- can collide with them.
+    PERFORM pg_advisory_lock(1684828003, 1);
     BEGIN
         SELECT CASE WHEN f.is_called THEN f.last_value ELSE f.last_value - 1 END
           INTO cur FROM dlock.fences f;
@@ -419,19 +421,19 @@ BEGIN
         PERFORM setval('dlock.fences', fence, true);
     EXCEPTION
         WHEN query_canceled THEN
-            PERFORM pg_advisory_unlock(dlock._key('dlock fence epoch'));
+            PERFORM pg_advisory_unlock(1684828003, 1);
             RAISE;
         WHEN OTHERS THEN
-            PERFORM pg_advisory_unlock(dlock._key('dlock fence epoch'));
+            PERFORM pg_advisory_unlock(1684828003, 1);
             RAISE;
     END;
-    PERFORM pg_advisory_unlock(dlock._key('dlock fence epoch'));
+    PERFORM pg_advisory_unlock(1684828003, 1);
     RAISE LOG 'dlock: new fence epoch in database %, first fence %', h.dboid, fence
         USING DETAIL = format('System identifier %s, timeline %s.', h.sysid, h.timeline);
 
     -- Record it, unless another transaction is recording one right now
     -- (never wait for its uncommitted row).
-    IF pg_try_advisory_xact_lock(dlock._key('dlock fence epoch writer')) THEN
+    IF pg_try_advisory_xact_lock(1684828003, 2) THEN
         INSERT INTO dlock.fence_epoch AS e (sysid, dboid, timeline, started, first_fence)
              VALUES (h.sysid, h.dboid, h.timeline, h.started, fence)
         ON CONFLICT (one) DO UPDATE

@@ -454,6 +454,18 @@ sub concurrency_tests {
     ok(defined $fe, "$label: lock() takes over when the lease expires");
     ok(q1($bo, "SELECT acquired_at >= ?::timestamptz FROM dlock.locks WHERE resource = 'cc/e'", $exp),
        "$label: ... not before its expiry");
+    # A new epoch is never held up by a resource's lock (whatever its name).
+    $al->begin_work;
+    ok(defined q1($al, "SELECT dlock.try_lock('dlock fence epoch', 'a', '1h')")
+       && defined q1($al, "SELECT dlock.try_lock('dlock fence epoch writer', 'a', '1h')"), "$label: resources named like dlock's own locks");
+    my $own = conn('dbo');
+    $own->do("DELETE FROM dlock.fence_epoch") or die $own->errstr;   # the next fence starts an epoch
+    $bo->do("SET lock_timeout = '2s'");
+    my $fj = q1($bo, "SELECT dlock.try_lock('cc/jump', 'b', '1h')");
+    ok(defined $fj && $fj > $fb, "$label: ... do not hold up a new epoch");
+    $bo->do("RESET lock_timeout");
+    $al->rollback;
+    $own->disconnect;
     # Under REPEATABLE READ a wait could never see the release: refused.
     q1($al, "SELECT dlock.try_lock('cc/rr', 'a', '1h')");
     $bo->begin_work;
