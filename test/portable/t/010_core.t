@@ -179,6 +179,11 @@ sub api_tests {
     is(q1($bo, "SELECT dlock.renew('api/short', 'h2')"), undef, "$label: an expired lease is not renewed");
     ok(q1($bo, "SELECT expired FROM dlock.locks WHERE resource = 'api/short'"), "$label: locks shows it expired");
     ok(defined q1($al, "SELECT dlock.try_lock('api/short', 'h1', '1h')"), "$label: an expired lease is free at once");
+    # 1000 calendar years is the longest lease, written as given.
+    ok(defined q1($al, "SELECT dlock.try_lock('api/long', 'h1', '1000 years')"), "$label: a 1000-year lease");
+    ok(q1($al, "SELECT expires_at = acquired_at + interval '1000 years' FROM dlock.locks WHERE resource = 'api/long'"),
+       "$label: ... written as given");
+    q1($al, "SELECT dlock.unlock('api/long', 'h1')");
     # unlock_all, session_holder, channel, view columns
     q1($bo, "SELECT dlock.try_lock('api/b', 'h2', '1h')");
     q1($bo, "SELECT dlock.try_lock('api/b', 'h2', '1h')");
@@ -393,6 +398,14 @@ sub sync_tests {
     $al->begin_work;
     q1($al, "SELECT dlock.unlock('sync/a', 'h')");
     is(q1($al, "SHOW synchronous_commit"), 'off', "$label: a release keeps the caller's setting");
+    $al->commit;
+    # Why dlock uses set_config(..., true) and not a SET clause on its
+    # functions: a function's SET clause is undone when it returns, before
+    # the commit it was meant for.
+    $al->do("CREATE FUNCTION pg_temp.f() RETURNS int LANGUAGE sql SET synchronous_commit = on AS 'SELECT 1'");
+    $al->begin_work;
+    q1($al, "SELECT pg_temp.f()");
+    is(q1($al, "SHOW synchronous_commit"), 'off', "$label: (a function's SET clause would not reach the commit)");
     $al->commit;
     $al->do("SET synchronous_commit = remote_apply");
     $al->begin_work;
