@@ -145,8 +145,55 @@ sub run_server {
     event_tests($al, $bo, $db, $a0);
     fence_tests($al, $db, $admin, $a0, $dir);
 
+    standby_tests($dir) if $major <= $debian_major && -x "$client/pg_basebackup";
+
     $_->disconnect for ($al, $bo, $db, $a0, $admin);
     stop_server();
+}
+
+# standby_tests: on a hot standby (made with Debian's pg_basebackup, so for
+# majors it can copy) state changes raise 25006 and check() reads the
+# replicated holdings; after the promotion of the standby, cut off so that
+# it lags behind the primary, every fence is above every fence the primary
+# handed out.
+sub standby_tests {
+    my ($dir) = @_;
+    my $sdir = "$dir/standby";
+    mkdir $sdir;
+    my ($rc, $out) = run_cmd("$client/pg_basebackup", '-h', $sock, '-U', 'admin', '-D', "$sdir/data", '-R', '-X', 'stream', '-c', 'fast');
+    is($rc, 0, "$label: pg_basebackup of a standby") or return diag($out);
+    ($rc, $out) = run_cmd("$bindir/pg_ctl", '-D', "$sdir/data", '-l', "$sdir/server.log", '-w',
+        '-o', qq{"-k $sdir -c listen_addresses='' -c fsync=off -c hot_standby=on"}, 'start');
+    is($rc, 0, "$label: the standby starts") or return diag($out);
+    my $p = conn('alice');
+    my $f = q1($p, "SELECT dlock.try_lock('standby/a', 'h', '1h')");
+    my $s = DBI->connect("dbi:Pg:dbname=app;host=$sdir", 'alice', '', { AutoCommit => 1, RaiseError => 0, PrintError => 0 })
+        or return fail("$label: connect to the standby: $DBI::errstr");
+    my $seen;
+    for (1 .. 500) { $seen = q1($s, "SELECT dlock.check('standby/a', ?)", $f); last if $seen; sleep 0.02; }
+    ok($seen, "$label: check() on the standby sees the replicated holding");
+    like(err($s, "SELECT dlock.try_lock('standby/b', 'h')"), qr/^25006: cannot execute dlock.try_lock\(\) during recovery/,
+         "$label: try_lock on a standby: 25006");
+    like(err($s, "SELECT dlock.unlock('standby/a', 'h')"), qr/^25006/, "$label: unlock on a standby: 25006");
+    # The standby is cut off (a lagging standby); more fences on the
+    # primary; then the promotion.
+    my $sa = DBI->connect("dbi:Pg:dbname=app;host=$sdir", 'admin', '', { AutoCommit => 1, RaiseError => 0, PrintError => 0 });
+    $sa->do("ALTER SYSTEM SET primary_conninfo = ''") or diag($sa->errstr);
+    $sa->do("SELECT pg_reload_conf()");
+    for (1 .. 500) { last unless q1($sa, "SELECT count(*) FROM pg_stat_wal_receiver"); sleep 0.02; }
+    $sa->disconnect;
+    my @more = map { q1($p, "SELECT dlock.try_lock('standby/more$_', 'h', '1h')") } 1 .. 5;
+    ($rc, $out) = run_cmd("$bindir/pg_ctl", '-D', "$sdir/data", '-w', 'promote');
+    is($rc, 0, "$label: the standby is promoted") or diag($out);
+    my $n;
+    for (1 .. 500) { $n = q1($s, "SELECT NOT pg_is_in_recovery()"); last if $n; sleep 0.02; }
+    is(q1($s, "SELECT count(*) FROM dlock.locks WHERE resource LIKE 'standby/more%'"), 0,
+       "$label: the promoted standby lacks the primary's last acquisitions");
+    my $g = q1($s, "SELECT dlock.try_lock('standby/after', 'h', '1h')");
+    ok($g > $more[-1], "$label: after the promotion every fence is above the primary's");
+    $s->disconnect;
+    $p->disconnect;
+    run_cmd("$bindir/pg_ctl", '-D', "$sdir/data", '-m', 'immediate', '-w', 'stop');
 }
 
 sub api_tests {
