@@ -114,7 +114,7 @@ copy_old_pg() {
 # (and a new network namespace with only loopback up when NETNS is 1).
 in_root() {
     local net=$1; shift
-    unshare --mount --pid --ipc --fork --propagation private -- bash -c '
+    unshare --mount --pid --ipc --fork --kill-child --propagation private -- bash -c '
         set -e
         root=$1 net=$2; shift 2
         mount --rbind /dev "$root/dev"
