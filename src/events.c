@@ -317,12 +317,29 @@ dlock_outbox_deliver(void)
 	uint64		i;
 	int			delivered;
 	bool		isnull;
+	bool		prepared_exist;
 	int			rc;
 
 	if (!OidIsValid(relid))
 		return 0;
 	PushActiveSnapshot(GetTransactionSnapshot());
 	outbox_begin(relid, &s);
+
+	/*
+	 * Look for prepared transactions first, then take the events with a
+	 * snapshot of their own (READ COMMITTED: the statement's).  A prepared
+	 * transaction leaves pg_prepared_xacts only after its commit is visible,
+	 * so one that commits in between is either seen here (and the hint
+	 * brings the next round) or its events are in the snapshot below.  The
+	 * other order lost them until the next full scan.
+	 */
+	rc = SPI_execute(prepared_sql, true, 0);
+	if (rc != SPI_OK_SELECT || SPI_processed != 1)
+		elog(ERROR, "dlock: could not look for prepared transactions: %s",
+			 SPI_result_code_string(rc));
+	prepared_exist = DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0],
+												SPI_tuptable->tupdesc, 1,
+												&isnull));
 	values[0] = Int32GetDatum(OUTBOX_BATCH);
 	rc = SPI_execute_with_args(deliver_sql, 1, argtypes, values, NULL, false, 0);
 	if (rc != SPI_OK_SELECT)
@@ -342,13 +359,7 @@ dlock_outbox_deliver(void)
 			dlock_wake_after_commit((uint64) DatumGetInt64(hash));
 	}
 
-	rc = SPI_execute(prepared_sql, true, 0);
-	if (rc != SPI_OK_SELECT || SPI_processed != 1)
-		elog(ERROR, "dlock: could not look for prepared transactions: %s",
-			 SPI_result_code_string(rc));
-	if (delivered >= OUTBOX_BATCH ||
-		DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0],
-								   SPI_tuptable->tupdesc, 1, &isnull)))
+	if (delivered >= OUTBOX_BATCH || prepared_exist)
 		dlock_expiry_hint(GetCurrentTimestamp());
 	outbox_end(&s);
 	PopActiveSnapshot();

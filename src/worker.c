@@ -200,6 +200,11 @@ begin_xact(const char *activity)
 {
 	SetCurrentStatementStartTimestamp();
 	StartTransactionCommand();
+	/*
+	 * Whatever default_transaction_isolation says, each statement sees what
+	 * committed before it (dlock_outbox_deliver relies on it).
+	 */
+	XactIsoLevel = XACT_READ_COMMITTED;
 	PushActiveSnapshot(GetTransactionSnapshot());
 	pgstat_report_activity(STATE_RUNNING, activity);
 }

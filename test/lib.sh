@@ -23,7 +23,12 @@ PACKAGES="build-essential postgresql-$PG_MAJOR postgresql-server-dev-$PG_MAJOR l
     libipc-run-perl libdbd-pg-perl pgbouncer postgresql-$PG_MAJOR-cron rsync procps iproute2
     debhelper postgresql-server-dev-all dpkg-dev
     patroni python3-etcd etcd-server etcd-client
-    mariadb-server mariadb-client libmariadb-dev libdbd-mariadb-perl"
+    mariadb-server mariadb-client libmariadb-dev libdbd-mariadb-perl
+    python3-psycopg python3-tooz"
+# Node.js and npm (the Node client's tests, the portable edition's server
+# packages) from Debian, unless this machine has them already (a NodeSource
+# nodejs bundles npm and conflicts with Debian's).
+command -v npm >/dev/null || PACKAGES="$PACKAGES nodejs npm"
 
 # A locale that is set but not generated (LANG=en_US.UTF-8 on a minimal
 # image, or forwarded by ssh) makes perl, apt and bash warn at every call:

@@ -14,9 +14,10 @@
 #
 #   bash test/run-tests.sh [PART|FILE ...]
 #
-# With arguments, only those run: PART is regress, isolation, tap, mysql or
-# portable; FILE a TAP file (test/t/032_fair.pl, test/mysql/t/030_races.t,
-# test/portable/t/010_core.t).  The
+# With arguments, only those run: PART is regress, isolation, tap, mysql,
+# portable or clients; FILE a TAP file (test/t/032_fair.pl,
+# test/mysql/t/030_races.t, test/portable/t/010_core.t,
+# test/clients/t/010_python.t).  The
 # PostgreSQL major is the one this Debian release ships, or $DLOCK_PG_MAJOR.
 set -euo pipefail
 
@@ -27,14 +28,15 @@ cd "$top"
 export DLOCK_TESTS="$*"
 for t in $DLOCK_TESTS; do
     case $t in
-        regress|isolation|tap|mysql|portable) ;;
-        test/t/*.pl|test/mysql/t/*.t|test/portable/t/*.t) [ -f "$t" ] || { echo "$0: no such test file: $t" >&2; exit 2; }
+        regress|isolation|tap|mysql|portable|clients) ;;
+        test/t/*.pl|test/mysql/t/*.t|test/portable/t/*.t|test/clients/t/*.t) [ -f "$t" ] || { echo "$0: no such test file: $t" >&2; exit 2; }
             case $t in
                 test/t/*) DLOCK_TESTS="$DLOCK_TESTS tap" ;;
                 test/mysql/*) DLOCK_TESTS="$DLOCK_TESTS mysql" ;;
+                test/clients/*) DLOCK_TESTS="$DLOCK_TESTS clients" ;;
                 *) DLOCK_TESTS="$DLOCK_TESTS portable" ;;
             esac ;;
-        *) echo "$0: unknown part or test file: $t (regress, isolation, tap, mysql, portable, test/t/*.pl, test/mysql/t/*.t, test/portable/t/*.t)" >&2; exit 2 ;;
+        *) echo "$0: unknown part or test file: $t (regress, isolation, tap, mysql, portable, clients, test/t/*.pl, test/mysql/t/*.t, test/portable/t/*.t, test/clients/t/*.t)" >&2; exit 2 ;;
     esac
 done
 
@@ -129,6 +131,10 @@ run_as_tester "$top" '
         suite "portable edition (test/portable/t; PostgreSQL $DLOCK_PG_MAJOR and 14-18 from npm)" portable.log \
             env DLOCK_PORTABLE_REQUIRE="debian 14 15 16 17 18" DLOCK_PORTABLE_MAJORS="${DLOCK_PORTABLE_MAJORS:-}" prove $(tap_files test/portable/t)
         prove_counts portable.log
+    fi
+    if want clients && [ -d test/clients/t ]; then
+        suite "client libraries (test/clients/t)" clients.log prove $(tap_files test/clients/t)
+        prove_counts clients.log
     fi
     # A server SIGKILLed by a test (043_failover_sync) leaves its dynamic
     # shared memory segments behind: remove those that appeared during the
