@@ -106,6 +106,7 @@ int			signals_term_sig(void);
 int			signals_term_count(void);
 bool		signals_take_child(void);
 int64_t		jitter(int64_t ms);
+int			exit_status(int st);
 
 /* db.c */
 PGconn	   *db_connect(const Options *o, int64_t deadline, bool interruptible, bool quiet);

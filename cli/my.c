@@ -467,16 +467,6 @@ my_renew(MyLock *m)
 	return 1;
 }
 
-static int
-exit_status(int st)
-{
-	if (WIFEXITED(st))
-		return WEXITSTATUS(st);
-	if (WIFSIGNALED(st))
-		return 128 + WTERMSIG(st);
-	return 1;
-}
-
 /*
  * my_run: acquire, start COMMAND under the watchdog, renew every third of
  * the lease until the watchdog says COMMAND's tree is gone, release.

@@ -426,20 +426,6 @@ drop_watchdog(Run *rs)
 }
 
 /*
- * exit_status: the shell's convention for COMMAND's waitpid status
- * (128 + signal number when it was killed by a signal).
- */
-static int
-exit_status(int st)
-{
-	if (WIFEXITED(st))
-		return WEXITSTATUS(st);
-	if (WIFSIGNALED(st))
-		return 128 + WTERMSIG(st);
-	return 1;
-}
-
-/*
  * finish_renewal: before releasing, wait briefly for a renewal still on
  * the wire, so its answer is not taken for the release's.
  */

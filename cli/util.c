@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -349,4 +350,18 @@ jitter(int64_t ms)
 	if (getrandom(&r, sizeof(r), 0) != (ssize_t) sizeof(r))
 		r = (uint32_t) now_ms() * 2654435761u;
 	return ms / 2 + (int64_t) (r % (uint32_t) (ms / 2 + 1));
+}
+
+/*
+ * exit_status: the shell's convention for COMMAND's waitpid status
+ * (128 + signal number when it was killed by a signal).
+ */
+int
+exit_status(int st)
+{
+	if (WIFEXITED(st))
+		return WEXITSTATUS(st);
+	if (WIFSIGNALED(st))
+		return 128 + WTERMSIG(st);
+	return 1;
 }
