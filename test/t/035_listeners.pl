@@ -250,10 +250,8 @@ unblock();
 %st = settle([ $l10, $rel, $rel13 ]);
 is($st{ $rel13->{pid} }, 'idle', 'the release of r13 committed');
 is($st{ $rel->{pid} }, 'idle', 'the release of r11 committed');
-# Its event waits in the outbox for a reaper round (dlock.reap_interval
-# is 1h here).
-is($node->safe_psql('postgres', 'SELECT count(*) FROM dlock.outbox'), '1',
-	'the event of r11 nobody listened for when it committed is in the outbox');
+# Its event went to the outbox, for a reaper round (dlock.reap_interval is
+# 1h here, but the reload in unblock() may have started one already).
 $node->safe_psql('postgres', 'SELECT dlock.reap()');
 my %got11;
 for my $try (1 .. 50)
