@@ -285,7 +285,7 @@ extern void dlock_notify(const DlockResource *res, const char *event,
 extern void dlock_notify_holding(const DlockResource *res, const char *event,
 								 int64 fence, const char *candidate,
 								 const char *value);
-extern void dlock_events_pre_commit(void);
+extern bool dlock_events_pre_commit(void);
 extern bool dlock_events_pre_prepare(void);
 extern List *dlock_subxact_items(List *items, size_t subxid_off, bool commit,
 								 SubTransactionId mySubid, SubTransactionId parentSubid);
@@ -318,6 +318,7 @@ extern Size dlock_listeners_shmem_size(void);
 extern void dlock_listeners_shmem_startup(void);
 extern void dlock_listeners_decide(void);
 extern bool dlock_listened(const char *channel);
+extern bool dlock_listening(const char *channel);
 extern void dlock_listeners_done(void);
 extern void dlock_listeners_commit(void);
 extern void dlock_listeners_abort(void);

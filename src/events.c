@@ -14,6 +14,10 @@
  *	  PRE_COMMIT callbacks), so PostgreSQL delivers it when, and only if,
  *	  the transaction commits; with shared memory, only if some session
  *	  may LISTEN on its channel (listeners.c: NOTIFY serialises commits);
+ *	  but if the commit will wait for a synchronous standby, in the
+ *	  reaper's database, and nobody listens on its channel, written into
+ *	  dlock.outbox and sent by the next reaper round, so that a LISTEN
+ *	  meanwhile need not wait for the standby (listeners.c);
  *	- at PRE_PREPARE written into dlock.outbox instead, since a prepared
  *	  transaction may not NOTIFY: the rows commit with COMMIT PREPARED (and
  *	  vanish with ROLLBACK PREPARED), and the next reaper round delivers
@@ -38,10 +42,13 @@
 #include "catalog/pg_class.h"
 #include "catalog/pg_type.h"
 #include "commands/async.h"
+#include "commands/dbcommands.h"
 #include "executor/spi.h"
 #include "fmgr.h"
 #include "lib/stringinfo.h"
 #include "miscadmin.h"
+#include "replication/syncrep.h"
+#include "replication/walsender.h"
 #include "utils/builtins.h"
 #include "utils/guc.h"
 #include "utils/json.h"
@@ -140,23 +147,69 @@ dlock_notify_holding(const DlockResource *res, const char *event, int64 fence,
 	MemoryContextSwitchTo(old);
 }
 
-/* dlock_events_pre_commit: hand the queued events to NOTIFY. */
-void
+static Oid	outbox_relid(void);
+static void outbox_write(Oid relid, List *events);
+
+/*
+ * commit_waits_for_standby: will this transaction's commit wait for a
+ * synchronous standby (SyncRepWaitForLSN's test, with this backend's view
+ * of synchronous_standby_names), in the database whose reaper delivers
+ * dlock.outbox within dlock.reap_interval?  Then an event nobody listens
+ * for goes to the outbox instead of holding up the LISTENs of its channel
+ * for as long as the standby is away (listeners.c).  Elsewhere (no reaper
+ * rounds, only dlock.reap()) the LISTEN waits, as before.
+ */
+static bool
+commit_waits_for_standby(void)
+{
+	char	   *db;
+
+	if (!SyncRepRequested() || SyncRepStandbyNames == NULL ||
+		SyncRepStandbyNames[0] == '\0' || dlock_database == NULL)
+		return false;
+	db = get_database_name(MyDatabaseId);
+	return db != NULL && strcmp(db, dlock_database) == 0;
+}
+
+/*
+ * dlock_events_pre_commit: hand the queued events to NOTIFY, after
+ * force_sync_commit (xact.c) has set the commit's level.  A commit that
+ * will wait for a synchronous standby sends those of channels someone
+ * listens on, and writes the others into dlock.outbox (0.2 SQL or later)
+ * for the reaper's next round (see commit_waits_for_standby).  Returns
+ * whether any went to the outbox.
+ */
+bool
 dlock_events_pre_commit(void)
 {
 	ListCell   *lc;
+	List	   *later = NIL;
+	Oid			relid = InvalidOid;
 
 	if (pending == NIL)
-		return;
-	dlock_listeners_decide();
+		return false;
+	if (commit_waits_for_standby())
+		relid = outbox_relid();
+	if (!OidIsValid(relid))
+		dlock_listeners_decide();
 	foreach(lc, pending)
 	{
 		PendingEvent *ev = lfirst(lc);
 
-		if (dlock_listened(ev->channel))
+		if (!OidIsValid(relid))
+		{
+			if (dlock_listened(ev->channel))
+				Async_Notify(ev->channel, ev->payload);
+		}
+		else if (dlock_listening(ev->channel))
 			Async_Notify(ev->channel, ev->payload);
+		else
+			later = lappend(later, ev);
 	}
+	if (later != NIL)
+		outbox_write(relid, later);
 	pending = NIL;
+	return later != NIL;
 }
 
 /* dlock_events_reset: forget the queue (memory goes with the transaction). */
@@ -239,15 +292,7 @@ outbox_end(OutboxSession *s)
 bool
 dlock_events_pre_prepare(void)
 {
-	static const char *sql =
-		"INSERT INTO dlock.outbox (channel, payload, hash, queued_at)"
-		" VALUES ($1, $2, $3, $4)";
-	Oid			argtypes[4] = {TEXTOID, TEXTOID, INT8OID, TIMESTAMPTZOID};
 	Oid			relid;
-	OutboxSession s;
-	SPIPlanPtr	plan;
-	ListCell   *lc;
-	TimestampTz now = GetCurrentTimestamp();
 
 	if (pending == NIL)
 		return false;
@@ -259,6 +304,27 @@ dlock_events_pre_prepare(void)
 				 errdetail("The event of the release must wait in table dlock.outbox for the prepared transaction to commit, and that table does not exist yet."),
 				 errhint("Run ALTER EXTENSION dlock UPDATE in this database.")));
 
+	outbox_write(relid, pending);
+	pending = NIL;
+	return true;
+}
+
+/*
+ * outbox_write: insert events (PendingEvent *) into dlock.outbox (relid),
+ * at PRE_PREPARE or PRE_COMMIT.
+ */
+static void
+outbox_write(Oid relid, List *events)
+{
+	static const char *sql =
+		"INSERT INTO dlock.outbox (channel, payload, hash, queued_at)"
+		" VALUES ($1, $2, $3, $4)";
+	Oid			argtypes[4] = {TEXTOID, TEXTOID, INT8OID, TIMESTAMPTZOID};
+	OutboxSession s;
+	SPIPlanPtr	plan;
+	ListCell   *lc;
+	TimestampTz now = GetCurrentTimestamp();
+
 	/* Portals are closed by now: SPI needs a snapshot of its own. */
 	PushActiveSnapshot(GetTransactionSnapshot());
 	outbox_begin(relid, &s);
@@ -266,7 +332,7 @@ dlock_events_pre_prepare(void)
 	if (plan == NULL)
 		elog(ERROR, "SPI_prepare failed for \"%s\": %s",
 			 sql, SPI_result_code_string(SPI_result));
-	foreach(lc, pending)
+	foreach(lc, events)
 	{
 		PendingEvent *ev = lfirst(lc);
 		Datum		values[4];
@@ -283,8 +349,6 @@ dlock_events_pre_prepare(void)
 	}
 	outbox_end(&s);
 	PopActiveSnapshot();
-	pending = NIL;
-	return true;
 }
 
 /*

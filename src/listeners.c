@@ -42,12 +42,15 @@
  * decided after the count (and sends), or it is visible and its resource
  * lock free when the LISTEN returns.  Both sides write (count; key, n)
  * with a full barrier before they read the other's (Dekker), so at least
- * one sees the other.  The wait is as long as a commit, which with a
- * synchronous standby includes the wait for the standby; but only a
- * release that sent nothing on the LISTEN's own channel is waited for:
- * releases of other channels, and one that sends the event (PostgreSQL
- * delivers a notification not yet committed when a LISTEN takes effect),
- * never hold a LISTEN up.
+ * one sees the other.  The wait is as long as a commit; only a release
+ * that sent nothing on the LISTEN's own channel is waited for: releases
+ * of other channels, and one that sends the event (PostgreSQL delivers a
+ * notification not yet committed when a LISTEN takes effect), never hold
+ * a LISTEN up.  A commit that will wait for a synchronous standby (which
+ * may be gone for good) does not decide at all: in the reaper's database
+ * the events nobody listens for (dlock_listening) go to dlock.outbox with
+ * the commit, and the next reaper round sends them (events.c), so no
+ * LISTEN ever waits for such a commit.
  *
  * Without shared memory (not preloaded) every event is sent, as before.
  *
@@ -234,6 +237,21 @@ dlock_listened(const char *channel)
 		return false;
 	pg_atomic_write_u32(&slot->keys[k], NO_KEY);
 	return true;
+}
+
+/*
+ * dlock_listening: does some backend count as listening on channel now?
+ * True without shared memory.  Publishes nothing: for a commit that does
+ * not decide (it sends the events of channels nobody listens on another
+ * way, see above).
+ */
+bool
+dlock_listening(const char *channel)
+{
+	if (shared == NULL)
+		return true;
+	pg_memory_barrier();
+	return pg_atomic_read_u32(bucket(channel)) != 0;
 }
 
 /*

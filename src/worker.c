@@ -21,7 +21,9 @@
  *	  context is reset every round (pg_cron).  Not started by pg_upgrade.
  *	- a round, "dlock reaper round", a dynamic background worker in one
  *	  database that reaps every expired lease (reap.c: short transactions,
- *	  nothing waited for), delivers queued events, purges long-free rows,
+ *	  nothing waited for, all committed asynchronously, so a synchronous
+ *	  standby is not waited for either), delivers queued events, purges
+ *	  dead tickets and lock-delays and long-free rows,
  *	  lowers the hint to the earliest expiry left, and exits.  The launcher
  *	  starts one per due interval; dlock.reap() starts one in its own
  *	  database and waits for its count (passed back in a small DSM
@@ -53,6 +55,7 @@
 #include "storage/ipc.h"
 #include "storage/latch.h"
 #include "tcop/tcopprot.h"
+#include "utils/guc.h"
 #include "utils/memutils.h"
 #include "utils/snapmgr.h"
 #include "utils/timestamp.h"
@@ -362,6 +365,13 @@ dlock_round_main(Datum main_arg)
 	pqsignal(SIGTERM, die);
 	BackgroundWorkerUnblockSignals();
 	BackgroundWorkerInitializeConnectionByOid(dbid, InvalidOid, 0);
+	/*
+	 * Rounds never wait, not for a synchronous standby either: every
+	 * transaction of a round commits asynchronously (what it writes is
+	 * maintenance: reaping, delivering the outbox, purging; a crash that
+	 * loses it leaves it to a later round).
+	 */
+	SetConfigOption("synchronous_commit", "off", PGC_SUSET, PGC_S_OVERRIDE);
 
 	seg = dsm_attach(handle);
 	if (seg == NULL)

@@ -19,8 +19,10 @@
  *	- The reaper's hint: after COMMIT, the earliest expiry this transaction
  *	  set is passed to waiters.c, so the reaper knows when to look again.
  *	- Events (events.c): queued during the transaction, handed to NOTIFY at
- *	  PRE_COMMIT or written to dlock.outbox at PRE_PREPARE; those of an
- *	  aborted subtransaction are dropped.
+ *	  PRE_COMMIT (once the commit's level is set: some go to dlock.outbox
+ *	  when it waits for a synchronous standby) or written to dlock.outbox
+ *	  at PRE_PREPARE; the reaper is told to look soon after either; those
+ *	  of an aborted subtransaction are dropped.
  *	- LISTEN/UNLISTEN bookkeeping (listeners.c): applied at COMMIT, dropped
  *	  at ABORT and with an aborted subtransaction; the backend stops holding
  *	  up LISTENs once its locks are released.
@@ -56,7 +58,7 @@ static TimestampTz xact_min_expiry; /* earliest expiry it set, if so */
 static bool xact_async_release = false; /* released outside a block */
 static XLogRecPtr own_writes_end = InvalidXLogRecPtr;	/* WAL end after ours */
 static bool foreign_writes = false;	/* the transaction wrote WAL not ours */
-static bool xact_prepared_events = false;	/* PREPARE put events in the outbox */
+static bool xact_outbox_events = false;	/* events went to the outbox */
 static List *xact_holdings = NIL;	/* XactHolding * */
 
 /*
@@ -243,7 +245,7 @@ reset_state(void)
 	xact_async_release = false;
 	own_writes_end = InvalidXLogRecPtr;
 	foreign_writes = false;
-	xact_prepared_events = false;
+	xact_outbox_events = false;
 	xact_holdings = NIL;		/* memory goes with TopTransactionContext */
 	dlock_events_reset();
 	dlock_store_reset();
@@ -256,11 +258,12 @@ dlock_xact_callback(XactEvent event, void *arg)
 	switch (event)
 	{
 		case XACT_EVENT_PRE_COMMIT:
-			dlock_events_pre_commit();
+			/* (events.c asks whether the commit waits for a standby) */
 			force_sync_commit();
+			xact_outbox_events = dlock_events_pre_commit();
 			break;
 		case XACT_EVENT_PRE_PREPARE:
-			xact_prepared_events = dlock_events_pre_prepare();
+			xact_outbox_events = dlock_events_pre_prepare();
 			break;
 		case XACT_EVENT_ABORT:
 			dlock_wait_abort();
@@ -271,6 +274,8 @@ dlock_xact_callback(XactEvent event, void *arg)
 			dlock_listeners_commit();
 			if (xact_acquired)
 				dlock_expiry_hint(xact_min_expiry);
+			if (xact_outbox_events)
+				dlock_expiry_hint(GetCurrentTimestamp());	/* deliver them */
 			reset_state();
 			break;
 		case XACT_EVENT_PREPARE:
@@ -278,7 +283,7 @@ dlock_xact_callback(XactEvent event, void *arg)
 			 * Committed later, elsewhere: let the reaper look soon (for its
 			 * expiry, or for the events it left in dlock.outbox).
 			 */
-			if (xact_acquired || xact_prepared_events)
+			if (xact_acquired || xact_outbox_events)
 				dlock_expiry_hint(GetCurrentTimestamp());
 			dlock_listeners_abort();
 			reset_state();
