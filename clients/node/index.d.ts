@@ -1,0 +1,114 @@
+// Type declarations for dlock (hand-written; the package is plain JavaScript).
+import type { Pool, PoolClient, ClientBase } from 'pg';
+
+/** A lease or wait: milliseconds, or a PostgreSQL interval string ("30s", "1 min"). */
+export type Duration = number | string;
+
+/** Anything with pg.Pool's connect(): dlock checks out a client per statement. */
+export type Queryable = Pick<Pool, 'connect'>;
+
+export interface LockOptions {
+  /** The lease (default: the server's dlock.default_lease, 30 s). */
+  lease?: Duration | null;
+  /** How long to wait for the lock (default: no limit but statement_timeout; 0: one try). */
+  wait?: Duration | null;
+  /** The holder text (default: unique to this lock object). */
+  holder?: string | null;
+  /** Wait in the resource's fair queue. */
+  fair?: boolean;
+  /** Chubby's lock-delay (needs the server's [fair] SQL). */
+  lockDelay?: Duration | null;
+}
+
+/** A lease lock, renewed in the background every third of its lease. */
+export declare class Lock {
+  private constructor();
+  readonly resource: string;
+  readonly holder: string;
+  /** The fencing token. */
+  readonly fence: bigint;
+  /** The lease in milliseconds. */
+  readonly lease: number;
+  /** Aborted, with a LockLost as its reason, when the lease is lost. */
+  readonly signal: AbortSignal;
+  readonly lost: boolean;
+  readonly released: boolean;
+  /** Gives the lock back; false if the lease had been lost. */
+  release(): Promise<boolean>;
+  /** dlock.assert_fence in the transaction of `client` (SQLSTATE 55P03 if stale). */
+  assertFence(client: ClientBase | PoolClient): Promise<void>;
+  /** dlock.check: whether this holding is still current. */
+  check(): Promise<boolean>;
+}
+
+export declare function acquire(pool: Queryable, resource: string, options?: LockOptions): Promise<Lock>;
+export declare function tryAcquire(pool: Queryable, resource: string, options?: Omit<LockOptions, 'wait'>): Promise<Lock | null>;
+export declare function withLock<T>(
+  pool: Queryable,
+  resource: string,
+  fn: (lock: Lock) => T | PromiseLike<T>,
+  options?: LockOptions,
+): Promise<T>;
+
+export interface ElectionOptions {
+  /** This candidate's holder text (default: unique to the Election object). */
+  candidate?: string | null;
+  /** The leadership's lease (default: the server's). */
+  lease?: Duration | null;
+}
+
+export interface CampaignOptions {
+  /** How long to wait to be elected (default: no limit). */
+  wait?: Duration | null;
+}
+
+export interface ObserveOptions {
+  signal?: AbortSignal;
+  /** Polling interval behind a pooler, ms (default 200). */
+  pollInterval?: number;
+  /** Re-read interval while listening, ms (default 5000). */
+  recheckInterval?: number;
+}
+
+export interface Leader {
+  candidate: string;
+  value: string | null;
+  term: bigint;
+  electedAt: Date;
+  expiresAt: Date;
+}
+
+export declare class Leadership extends Lock {
+  /** The term (the holding's fence). */
+  readonly term: bigint;
+  proclaim(value: string | null): Promise<boolean>;
+  resign(): Promise<boolean>;
+}
+
+export declare class Election implements AsyncIterable<Leader | null> {
+  constructor(pool: Queryable, name: string, options?: ElectionOptions);
+  readonly name: string;
+  readonly candidate: string;
+  readonly leadership: Leadership | null;
+  campaign(value?: string | null, options?: CampaignOptions): Promise<Leadership>;
+  proclaim(value: string | null): Promise<boolean>;
+  resign(): Promise<boolean>;
+  leader(): Promise<Leader | null>;
+  observe(options?: ObserveOptions): AsyncGenerator<Leader | null, void, undefined>;
+  [Symbol.asyncIterator](): AsyncGenerator<Leader | null, void, undefined>;
+}
+
+export declare class DlockError extends Error {
+  /** The SQLSTATE, where one applies. */
+  code?: string;
+}
+export declare class LockLost extends DlockError {
+  readonly resource: string;
+  readonly fence: bigint;
+  /** withLock: what the callback threw, if it threw. */
+  callbackError?: unknown;
+}
+export declare class LockTimeout extends DlockError {
+  readonly resource: string;
+  code: '55P03';
+}

@@ -1,0 +1,7 @@
+// ESM entry point: the CommonJS module's exports.
+import dlock from './index.js';
+
+export const {
+  acquire, tryAcquire, withLock, Lock, Election, Leadership, DlockError, LockLost, LockTimeout,
+} = dlock;
+export default dlock;

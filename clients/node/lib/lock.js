@@ -1,0 +1,301 @@
+'use strict';
+// lock.js - lease locks: acquire(), withLock(), and the Lock object that
+// renews its lease in the background and says when it is lost.
+//
+// Renewal: every third of the lease, dlock.renew(resource, holder, lease,
+// fence) on a client checked out of the pool for that one statement
+// (holder-based, so it works behind pgbouncer in transaction pooling and
+// never queues behind the caller's own work on its connection).  A failed
+// renewal is retried with back-off until shortly before the lease's end
+// as this process measures it (from when the last acknowledged renewal was
+// sent, minus a margin); then, or at once when renew() returns NULL (the
+// lock was broken, or it expired and someone took it), the lock is lost:
+// `signal` is aborted with a LockLost, before the lease's end.
+//
+// State: each Lock's own fields, touched only from this event loop; a
+// renewal that returns after release() or loss is ignored.
+
+const { LockLost, LockTimeout, DlockError } = require('./errors');
+const db = require('./db');
+
+const RETRY_MIN_MS = 100;
+const RETRY_MAX_MS = 1000;
+const RELEASE_TIMEOUT_MS = 10000;
+
+// margin: how much before the lease's end a lock whose renewals fail is
+// declared lost (a tenth of the lease, at most one second): room for the
+// caller to stop, and for clock-rate differences with the server.
+const margin = (leaseMs) => Math.min(leaseMs / 10, 1000);
+
+const now = () => performance.now();
+
+class Lock {
+  // Made by acquire() and Election#campaign(), not by callers.
+  constructor(pool, spec) {
+    this._pool = pool;
+    this._resource = spec.resource;
+    this._holder = spec.holder;
+    this._fence = spec.fence;
+    this._leaseParam = spec.leaseParam;
+    this._leaseMs = spec.leaseMs;
+    this._releaseSql = spec.releaseSql;
+    this._controller = new AbortController();
+    this._state = 'held';          // held, released, lost
+    this._lastError = undefined;
+    this._renewTimer = null;
+    this._lossTimer = null;
+    this._renewed(spec.sentAt);
+  }
+
+  get resource() { return this._resource; }
+  get holder() { return this._holder; }
+  /** The fencing token (bigint). */
+  get fence() { return this._fence; }
+  /** The lease in milliseconds. */
+  get lease() { return this._leaseMs; }
+  /** Aborted (with a LockLost as its reason) when the lease is lost. */
+  get signal() { return this._controller.signal; }
+  get lost() { return this._state === 'lost'; }
+  get released() { return this._state === 'released'; }
+
+  // _renewed SENT: a renewal (or the acquisition) sent at SENT was
+  // acknowledged: the lease lasts until SENT + lease at least.
+  _renewed(sent) {
+    if (this._state !== 'held') return;
+    this._lastError = undefined;
+    this._deadline = sent + this._leaseMs - margin(this._leaseMs);
+    clearTimeout(this._lossTimer);
+    this._lossTimer = setTimeout(() => this._lose('renewals failed until just before the lease\'s end'),
+      Math.max(0, this._deadline - now()));
+    this._schedule(Math.max(0, sent + this._leaseMs / 3 - now()));
+  }
+
+  _schedule(delay) {
+    clearTimeout(this._renewTimer);
+    this._renewTimer = setTimeout(() => { this._renewOnce(RETRY_MIN_MS); }, delay);
+  }
+
+  async _renewOnce(backoff) {
+    if (this._state !== 'held') return;
+    const sent = now();
+    let rows;
+    try {
+      rows = await db.call(this._pool,
+        'SELECT dlock.renew($1, $2, $3::interval, $4::bigint) AS expiry',
+        [this._resource, this._holder, this._leaseParam, this._fence.toString()],
+        Math.max(1, this._deadline - sent));
+    } catch (err) {
+      if (this._state !== 'held') return;
+      this._lastError = err;
+      const wait = Math.min(backoff, RETRY_MAX_MS, Math.max(0, this._deadline - now()));
+      clearTimeout(this._renewTimer);
+      this._renewTimer = setTimeout(() => { this._renewOnce(Math.min(backoff * 2, RETRY_MAX_MS)); }, wait);
+      return;
+    }
+    if (this._state !== 'held') return;
+    if (rows[0].expiry === null) this._lose('renew() found it no longer held (broken, or expired and taken)');
+    else this._renewed(sent);
+  }
+
+  _stop(state) {
+    this._state = state;
+    clearTimeout(this._renewTimer);
+    clearTimeout(this._lossTimer);
+  }
+
+  _lose(reason) {
+    if (this._state !== 'held') return;
+    const err = new LockLost(this._resource, this._fence, reason, this._lastError);
+    this._stop('lost');
+    this._controller.abort(err);
+  }
+
+  /**
+   * Gives the lock back (one count of it).  Resolves to true if it was
+   * still held, false if the lease had been lost (then signal is aborted
+   * too, if it was not already).  A lost lock is released too, in case the
+   * server still has it (its renewals failed, not its lease).
+   */
+  async release() {
+    if (this._state === 'released') return true;
+    const wasLost = this._state === 'lost';
+    if (!wasLost) this._stop('released');
+    const args = [this._resource, this._holder, this._fence.toString()];
+    let rows;
+    try {
+      rows = await db.call(this._pool, this._releaseSql, args, RELEASE_TIMEOUT_MS);
+    } catch (err) {
+      if (wasLost) return false;
+      if (db.isServerError(err)) throw err;
+      // A lost connection: once more on another (the lease ends anyway).
+      rows = await db.call(this._pool, this._releaseSql, args, RELEASE_TIMEOUT_MS);
+    }
+    if (wasLost) return false;
+    const r = rows[0].r;
+    if (r === null || r === false) {
+      this._state = 'held';
+      this._lose('it was no longer held at release (broken, or expired and taken)');
+      return false;
+    }
+    return true;
+  }
+
+  /**
+   * Runs dlock.assert_fence(resource, fence) on CLIENT, in the caller's
+   * transaction: raises SQLSTATE 55P03 there unless this holding is still
+   * current, and then keeps it from being taken over until that
+   * transaction ends, so that a write fenced in it is atomic with the check.
+   */
+  async assertFence(client) {
+    if (!client || typeof client.query !== 'function')
+      throw new TypeError('dlock: assertFence needs the client of your transaction');
+    await client.query('SELECT dlock.assert_fence($1, $2::bigint)',
+      [this._resource, this._fence.toString()]);
+  }
+
+  /** dlock.check(resource, fence): whether this holding is current. */
+  async check() {
+    const rows = await db.call(this._pool, 'SELECT dlock.check($1, $2::bigint) AS ok',
+      [this._resource, this._fence.toString()], 0);
+    return rows[0].ok === true;
+  }
+}
+
+// acquisitionSql OPTS: the statement that takes a lock, with its named
+// arguments.  The kinds of lock the server does not have yet (shared
+// locks, semaphores, several resources at once: dlock's [kinds]) are
+// refused here; each will be one more statement shape (try_lock(...,
+// shared => true), acquire(semaphore, ...), lock_all(resources, ...)),
+// released and renewed by the same Lock.
+function acquisitionSql(opts) {
+  for (const k of ['shared', 'permits', 'maxPermits']) {
+    if (opts[k] !== undefined)
+      throw new DlockError(`dlock: the "${k}" option needs dlock's shared locks and semaphores, which this version does not have yet`,
+        { code: '0A000' });
+  }
+  let sql = 'SELECT dlock.lock($1, $2, $3::interval, $4::interval';
+  const extra = [];
+  if (opts.fair !== undefined) {
+    if (typeof opts.fair !== 'boolean') throw db.invalid('fair must be a boolean');
+    sql += `, fair => $${5 + extra.length}::boolean`;
+    extra.push(opts.fair);
+  }
+  if (opts.lockDelay !== undefined && opts.lockDelay !== null) {
+    sql += `, lock_delay => $${5 + extra.length}::interval`;
+    extra.push(db.duration('lockDelay', opts.lockDelay));
+  }
+  return { sql: sql + ') AS f', extra };
+}
+
+// leaseOf: the lease in ms of a holding just taken: the number given, or
+// what the server recorded (its default, or an interval string).
+async function leaseOf(pool, resource, holder, fence, leaseOpt) {
+  if (typeof leaseOpt === 'number') return leaseOpt;
+  const rows = await db.call(pool,
+    'SELECT extract(epoch FROM lease)::float8 * 1000 AS ms FROM dlock.locks ' +
+    'WHERE resource = $1 AND holder = $2 AND fence = $3::bigint',
+    [resource, holder, fence.toString()], 0);
+  if (rows.length === 0 || rows[0].ms === null)
+    throw new LockLost(resource, fence, 'gone right after it was acquired');
+  return Number(rows[0].ms);
+}
+
+// take: run an acquisition or campaign statement; the Lock, or null when
+// it returned NULL.  A lost connection leaves the outcome unknown: a
+// holder made up here is then released (best effort), since nobody else
+// can use it.
+async function take(pool, Kind, resource, holder, generated, opts, sql, values, releaseSql) {
+  const sent = now();
+  let rows;
+  try {
+    rows = await db.call(pool, sql, values, 0);
+  } catch (err) {
+    if (generated && !db.isServerError(err)) {
+      await db.call(pool, 'SELECT dlock.unlock_all($1)', [holder], RELEASE_TIMEOUT_MS).catch(() => {});
+    }
+    throw err;
+  }
+  const fence = db.bigintOrNull(rows[0].f);
+  if (fence === null) return null;
+  let leaseMs;
+  try {
+    leaseMs = await leaseOf(pool, resource, holder, fence, opts.lease);
+  } catch (err) {
+    await db.call(pool, releaseSql, [resource, holder, fence.toString()], RELEASE_TIMEOUT_MS).catch(() => {});
+    throw err;
+  }
+  return new Kind(pool, {
+    resource, holder, fence, leaseParam: values[2], leaseMs, sentAt: sent, releaseSql,
+  });
+}
+
+function checkOpts(opts) {
+  if (opts === undefined || opts === null) return {};
+  if (typeof opts !== 'object') throw new TypeError('dlock: options must be an object');
+  return opts;
+}
+
+/**
+ * Takes RESOURCE, waiting up to opts.wait (ms or an interval string;
+ * default: no limit but statement_timeout), with opts.lease (default: the
+ * server's dlock.default_lease) and opts.holder (default: unique to this
+ * lock).  Rejects with LockTimeout (55P03) if the wait ends first.
+ */
+async function acquire(pool, resource, opts) {
+  db.checkPool(pool);
+  opts = checkOpts(opts);
+  const lock = await tryTake(pool, resource, opts, opts.wait);
+  if (lock === null) throw new LockTimeout(resource);
+  return lock;
+}
+
+/** One attempt, no waiting: the Lock, or null if someone else has it. */
+async function tryAcquire(pool, resource, opts) {
+  db.checkPool(pool);
+  opts = checkOpts(opts);
+  return tryTake(pool, resource, opts, 0);
+}
+
+async function tryTake(pool, resource, opts, wait) {
+  db.text('resource', resource);
+  const generated = opts.holder === undefined || opts.holder === null;
+  const holder = generated ? db.uniqueHolder() : db.text('holder', opts.holder);
+  const { sql, extra } = acquisitionSql(opts);
+  const values = [resource, holder, db.duration('lease', opts.lease), db.duration('wait', wait), ...extra];
+  return take(pool, Lock, resource, holder, generated, opts, sql, values,
+    'SELECT dlock.unlock($1, $2, $3::bigint) AS r');
+}
+
+/**
+ * Runs FN(lock) holding RESOURCE and releases it after; FN's result.  If
+ * the lease was lost meanwhile, rejects with the LockLost (after FN has
+ * settled; FN should watch lock.signal), whatever FN did; its own error is
+ * then the LockLost's `callbackError`.
+ */
+async function withLock(pool, resource, fn, opts) {
+  if (typeof fn !== 'function') throw new TypeError('dlock: withLock needs a function');
+  const lock = await acquire(pool, resource, opts);
+  let result, failure, failed = false;
+  try {
+    result = await fn(lock);
+  } catch (err) {
+    failed = true;
+    failure = err;
+  }
+  let held;
+  try {
+    held = await lock.release();
+  } catch {
+    // Not released (twice a lost connection, or the server refused): the
+    // lease then runs out.  FN ran under a held lease all the same.
+  }
+  if (lock.lost || held === false) {
+    const lost = lock.signal.reason;
+    if (failed) lost.callbackError = failure;
+    throw lost;
+  }
+  if (failed) throw failure;
+  return result;
+}
+
+module.exports = { Lock, acquire, tryAcquire, withLock, take, checkOpts };
