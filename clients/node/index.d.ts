@@ -22,7 +22,7 @@ export interface LockOptions {
 
 /** A lease lock, renewed in the background every third of its lease. */
 export declare class Lock {
-  private constructor();
+  protected constructor();
   readonly resource: string;
   readonly holder: string;
   /** The fencing token. */

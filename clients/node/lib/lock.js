@@ -83,7 +83,7 @@ class Lock {
       rows = await db.call(this._pool,
         'SELECT dlock.renew($1, $2, $3::interval, $4::bigint) AS expiry',
         [this._resource, this._holder, this._leaseParam, this._fence.toString()],
-        Math.max(1, this._deadline - sent));
+        Math.max(1, Math.min(this._leaseMs / 3, this._deadline - sent)));
     } catch (err) {
       if (this._state !== 'held') return;
       this._lastError = err;
@@ -123,7 +123,9 @@ class Lock {
     const args = [this._resource, this._holder, this._fence.toString()];
     let rows;
     try {
-      rows = await db.call(this._pool, this._releaseSql, args, RELEASE_TIMEOUT_MS);
+      // A lost lock's release is a courtesy: bounded by a third of the lease.
+      rows = await db.call(this._pool, this._releaseSql, args,
+        wasLost ? Math.min(this._leaseMs / 3, RELEASE_TIMEOUT_MS) : RELEASE_TIMEOUT_MS);
     } catch (err) {
       if (wasLost) return false;
       if (db.isServerError(err)) throw err;

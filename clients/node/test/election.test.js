@@ -1,0 +1,106 @@
+'use strict';
+// Elections: two candidates in campaign order, proclaim, resign, an
+// observer following every change, and a leadership lost to break_lock.
+const { test, after } = require('node:test');
+const assert = require('node:assert/strict');
+const dlock = require('..');
+const { unique, pool, within, aborted } = require('./helpers');
+
+const app = pool({ application_name: 'node-test-elect' });
+const admin = pool();
+after(() => Promise.all([app.end(), admin.end()]));
+
+// follow ELECTION: an observer collecting what it yields; next(pred) waits
+// for a yielded state matching pred (every state is kept, in order).
+function follow(election, opts = {}) {
+  const ac = new AbortController();
+  const seen = [];
+  let waiters = [];
+  const done = (async () => {
+    for await (const l of election.observe({ signal: ac.signal, ...opts })) {
+      seen.push(l);
+      waiters = waiters.filter((w) => !w(l));
+    }
+  })();
+  let pos = 0;
+  return {
+    seen,
+    async next(pred, what) {
+      for (; pos < seen.length; pos++) if (pred(seen[pos])) return seen[pos++];
+      return within(20000, new Promise((resolve) => {
+        waiters.push((l) => {
+          if (!pred(l)) return false;
+          pos = seen.length;
+          resolve(l);
+          return true;
+        });
+      }), `observer: ${what}`);
+    },
+    stop() { ac.abort(); return done; },
+  };
+}
+
+test('election: two candidates elected in turn, proclaim, resign; the observer sees each change', async () => {
+  const name = unique('election');
+  const a = new dlock.Election(app, name, { lease: 3000 });
+  const b = new dlock.Election(app, name, { lease: 3000 });
+  assert.notEqual(a.candidate, b.candidate);
+  const obs = follow(new dlock.Election(app, name));
+  assert.equal(await obs.next(() => true, 'the first state'), null, 'no leader yet');
+
+  const la = await a.campaign('http://a');
+  assert.equal(typeof la.term, 'bigint');
+  assert.equal(la.term, la.fence);
+  let l = await obs.next((x) => x !== null, 'a elected');
+  assert.deepEqual([l.candidate, l.value, l.term], [a.candidate, 'http://a', la.term]);
+
+  await assert.rejects(b.campaign('http://b', { wait: 200 }), dlock.LockTimeout);
+  const bWins = b.campaign('http://b', { wait: 20000 });
+
+  assert.equal(await a.proclaim('http://a2'), true);
+  l = await obs.next((x) => x && x.value === 'http://a2', 'the proclaimed value');
+  assert.equal(l.term, la.term);
+  assert.deepEqual(await a.leader(), l);
+
+  assert.equal(await a.resign(), true);
+  assert.ok(la.released);
+  const lb = await within(20000, bWins, 'b elected after a resigned');
+  assert.ok(lb.term > la.term, 'a new term');
+  l = await obs.next((x) => x && x.candidate === b.candidate, 'b elected');
+  assert.deepEqual([l.value, l.term], ['http://b', lb.term]);
+  assert.equal(await a.proclaim('x'), false, 'a no longer leads');
+
+  await b.resign();
+  assert.equal(await obs.next((x) => x === null, 'no leader'), null);
+  await obs.stop();
+});
+
+test('election: a leadership broken by an administrator aborts its signal', async () => {
+  const name = unique('election-broken');
+  const e = new dlock.Election(app, name, { lease: 1500 });
+  const lead = await e.campaign('v');
+  assert.equal(e.leadership, lead);
+  assert.equal(await e.campaign('v'), lead, 'campaigning again while leading: the same leadership');
+  await admin.query('SELECT dlock.break_lock($1)', [name]);
+  const reason = await within(10000, aborted(lead.signal), 'the loss signal');
+  assert.ok(reason instanceof dlock.LockLost);
+  assert.equal(await e.resign(), false);
+});
+
+test('election: the observer survives its connection being killed', async () => {
+  const name = unique('election-kill');
+  const obsPool = pool({ application_name: 'node-test-observer' });
+  const e = new dlock.Election(app, name, { lease: 5000 });
+  const obs = follow(new dlock.Election(obsPool, name), { recheckInterval: 300 });
+  try {
+    await obs.next((x) => x === null, 'the first state');
+    await admin.query("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = 'node-test-observer'");
+    const lead = await e.campaign('after');
+    const l = await obs.next((x) => x && x.value === 'after', 'the leader after the kill');
+    assert.equal(l.term, lead.term);
+    await e.resign();
+  } finally {
+    await obs.stop();
+    await obsPool.end();
+  }
+});

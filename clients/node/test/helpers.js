@@ -1,0 +1,79 @@
+'use strict';
+// helpers.js - what the tests share: pools on the test server (PGHOST,
+// PGPORT, PGUSER, PGDATABASE: a superuser, for break_lock and
+// pg_terminate_backend), on pgbouncer (DLOCK_TEST_BOUNCER_PORT, transaction
+// pooling), and through a TCP proxy the tests can cut.
+const net = require('node:net');
+const pg = require('pg');
+
+let n = 0;
+// unique: a resource name of its own for each test.
+const unique = (what) => `node-test:${what}:${process.pid}:${++n}`;
+
+function pool(extra) {
+  return new pg.Pool({ max: 4, ...extra });
+}
+
+const bouncerPort = process.env.DLOCK_TEST_BOUNCER_PORT;
+function bouncerPool(extra) {
+  return new pg.Pool({ host: '127.0.0.1', port: Number(bouncerPort), max: 4, ...extra });
+}
+
+// proxy: a TCP proxy to the server's socket.  cut() closes every
+// connection and black-holes new ones (accepted, never answered), as a
+// partition would; heal() lets them through again.
+async function proxy() {
+  const target = process.env.PGHOST.startsWith('/')
+    ? { path: `${process.env.PGHOST}/.s.PGSQL.${process.env.PGPORT || 5432}` }
+    : { host: process.env.PGHOST, port: Number(process.env.PGPORT || 5432) };
+  const sockets = new Set();
+  let cut = false;
+  const server = net.createServer((c) => {
+    sockets.add(c);
+    c.on('close', () => sockets.delete(c));
+    c.on('error', () => {});
+    if (cut) return;
+    const s = net.connect(target);
+    sockets.add(s);
+    s.on('close', () => { sockets.delete(s); c.destroy(); });
+    s.on('error', () => {});
+    c.on('close', () => s.destroy());
+    c.pipe(s);
+    s.pipe(c);
+  });
+  await new Promise((resolve) => server.listen(0, '127.0.0.1', resolve));
+  return {
+    port: server.address().port,
+    pool(extra) {
+      return new pg.Pool({ host: '127.0.0.1', port: server.address().port, max: 4, ...extra });
+    },
+    cut() { cut = true; for (const s of sockets) s.destroy(); },
+    heal() { cut = false; },
+    close() {
+      for (const s of sockets) s.destroy();
+      return new Promise((resolve) => server.close(resolve));
+    },
+  };
+}
+
+// within MS PROMISE WHAT: PROMISE, or a failure after MS (a bound on a
+// hang, never a speed assertion).
+function within(ms, promise, what) {
+  let timer;
+  return Promise.race([
+    promise,
+    new Promise((_, reject) => {
+      timer = setTimeout(() => reject(new Error(`${what}: nothing after ${ms} ms`)), ms);
+    }),
+  ]).finally(() => clearTimeout(timer));
+}
+
+const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+
+// aborted SIGNAL: resolves with the signal's reason once it is aborted.
+const aborted = (signal) => new Promise((resolve) => {
+  if (signal.aborted) resolve(signal.reason);
+  else signal.addEventListener('abort', () => resolve(signal.reason), { once: true });
+});
+
+module.exports = { pg, unique, pool, bouncerPool, bouncerPort, proxy, within, sleep, aborted };

@@ -1,0 +1,216 @@
+'use strict';
+// Locks: the happy path, waits, fences, assertFence, bad input, and lease
+// loss (broken by an administrator; renewals impossible) on a real server.
+const { test, after } = require('node:test');
+const assert = require('node:assert/strict');
+const dlock = require('..');
+const { unique, pool, proxy, within, sleep, aborted } = require('./helpers');
+
+const app = pool({ application_name: 'node-test-app' });
+const admin = pool({ application_name: 'node-test-admin' });
+after(() => Promise.all([app.end(), admin.end()]));
+
+const row = async (resource) =>
+  (await admin.query('SELECT holder, fence, count, expires_at > clock_timestamp() AS live, ' +
+    'extract(epoch FROM lease) * 1000 AS lease_ms FROM dlock.locks WHERE resource = $1', [resource])).rows[0];
+
+test('withLock: holds the resource during the callback, releases it after, returns its result', async () => {
+  const r = unique('happy');
+  let seen;
+  const result = await dlock.withLock(app, r, async (lock) => {
+    assert.equal(typeof lock.fence, 'bigint');
+    assert.equal(lock.signal.aborted, false);
+    seen = await row(r);
+    assert.equal(await dlock.tryAcquire(app, r), null, 'another holder cannot take it meanwhile');
+    return 42;
+  }, { lease: 5000 });
+  assert.equal(result, 42);
+  assert.ok(seen && seen.live, 'held while the callback ran');
+  assert.equal(Number(seen.lease_ms), 5000);
+  assert.equal(await row(r), undefined, 'released after');
+});
+
+test('acquire/release: explicit; the holder is unique to each lock object; the server default lease', async () => {
+  const r = unique('explicit');
+  const a = await dlock.acquire(app, r);
+  const b = await dlock.tryAcquire(app, r);
+  assert.equal(b, null, 'a second lock object of this process does not re-enter');
+  assert.equal(a.lease, 30000, 'lease read back from the server (dlock.default_lease)');
+  assert.equal((await row(r)).holder, a.holder);
+  assert.equal(await a.check(), true);
+  assert.equal(await a.release(), true);
+  assert.equal(a.released, true);
+  assert.equal(await a.check(), false);
+  const c = await dlock.acquire(app, r, { holder: 'node-test-holder', lease: '2 min' });
+  assert.equal(c.holder, 'node-test-holder');
+  assert.equal(c.lease, 120000);
+  assert.equal(await c.release(), true);
+});
+
+test('withLock: the callback throws: released, the error passes through', async () => {
+  const r = unique('throws');
+  const boom = new Error('boom');
+  await assert.rejects(dlock.withLock(app, r, async () => { throw boom; }), (e) => e === boom);
+  assert.equal(await row(r), undefined);
+});
+
+test('wait: a busy resource rejects with LockTimeout (55P03) after the wait; tryAcquire gives null', async () => {
+  const r = unique('timeout');
+  const held = await dlock.acquire(app, r, { lease: 10000 });
+  await assert.rejects(dlock.acquire(app, r, { wait: 300 }), (e) =>
+    e instanceof dlock.LockTimeout && e.code === '55P03' && e.resource === r);
+  await assert.rejects(dlock.withLock(app, r, () => assert.fail('ran without the lock'), { wait: 0 }),
+    dlock.LockTimeout);
+  assert.equal(await dlock.tryAcquire(app, r), null);
+  // a waiter gets it once it is released
+  const waiting = dlock.acquire(app, r, { wait: 20000 });
+  await sleep(200);
+  await held.release();
+  const got = await within(20000, waiting, 'the waiter');
+  assert.ok(got.fence > held.fence);
+  await got.release();
+});
+
+test('fences: strictly increasing over successive holders', async () => {
+  const r = unique('fences');
+  let last = -1n;
+  for (let i = 0; i < 5; i++) {
+    const f = await dlock.withLock(app, r, async (lock) => lock.fence);
+    assert.equal(typeof f, 'bigint');
+    assert.ok(f > last, `fence ${f} after ${last}`);
+    last = f;
+  }
+});
+
+test('assertFence: passes in the holder\'s transaction, rejects a stale fence with 55P03 there', async () => {
+  const r = unique('fence');
+  await admin.query('CREATE TABLE IF NOT EXISTS node_fenced (resource text PRIMARY KEY, fence bigint)');
+  const old = await dlock.acquire(app, r, { lease: 10000 });
+  await old.release();
+  const cur = await dlock.acquire(app, r, { lease: 10000 });
+  const c = await app.connect();
+  try {
+    await c.query('BEGIN');
+    await assert.rejects(old.assertFence(c), (e) => e.code === '55P03');
+    await c.query('ROLLBACK');
+    await c.query('BEGIN');
+    await cur.assertFence(c);
+    await c.query('INSERT INTO node_fenced VALUES ($1, $2)', [r, cur.fence.toString()]);
+    await c.query('COMMIT');
+  } finally {
+    c.release();
+  }
+  assert.equal((await admin.query('SELECT fence FROM node_fenced WHERE resource = $1', [r])).rows[0].fence,
+    cur.fence.toString());
+  await cur.release();
+  const c2 = await app.connect();
+  try {
+    await c2.query('BEGIN');
+    await assert.rejects(cur.assertFence(c2), (e) => e.code === '55P03', 'released: stale');
+    await c2.query('ROLLBACK');
+  } finally {
+    c2.release();
+  }
+});
+
+test('bad input: rejected with a SQLSTATE, nothing held', async () => {
+  const r = unique('bad');
+  const cases = [
+    [() => dlock.acquire(app, ''), '22023'],
+    [() => dlock.acquire(app, 'x'.repeat(1001)), '22023'],
+    [() => dlock.acquire(app, r, { holder: '' }), '22023'],
+    [() => dlock.acquire(app, r, { holder: 'h'.repeat(256) }), '22023'],
+    [() => dlock.acquire(app, r, { lease: -5 }), '22023'],
+    [() => dlock.acquire(app, r, { lease: 0 }), '22023'],
+    [() => dlock.acquire(app, r, { lease: NaN }), '22023'],
+    [() => dlock.acquire(app, r, { lease: Infinity }), '22023'],
+    [() => dlock.acquire(app, r, { lease: 'forever' }), '22007'],
+    [() => dlock.acquire(app, r, { wait: -1 }), '22023'],
+    [() => dlock.acquire(app, r, { lease: {} }), '22023'],
+    [() => dlock.acquire(app, 42), '22023'],
+    [() => dlock.acquire(app, r, { shared: true }), '0A000'],
+    [() => dlock.tryAcquire(app, r, { fair: 'yes' }), '22023'],
+    [() => new dlock.Election(app, '').campaign('v', { wait: 0 }), '22023'],
+  ];
+  for (const [i, [fn, code]] of cases.entries()) {
+    await assert.rejects(fn, (e) => {
+      assert.equal(e.code, code, `case ${i}: ${e.message}`);
+      return true;
+    });
+  }
+  const left = await admin.query("SELECT count(*)::int AS n FROM dlock.locks WHERE resource = $1 OR resource = ''", [r]);
+  assert.equal(left.rows[0].n, 0);
+  await assert.rejects(dlock.withLock(app, r, 'not a function'), TypeError);
+});
+
+test('renewal: the lease is renewed every third of itself; a lost connection is retried', async () => {
+  const r = unique('renew');
+  const lock = await dlock.acquire(app, r, { lease: 1500 });
+  const first = await admin.query('SELECT renewed_at FROM dlock.locks WHERE resource = $1', [r]);
+  // kill the app pool's connections twice while it renews: retried
+  for (let i = 0; i < 2; i++) {
+    await sleep(700);
+    await admin.query("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = 'node-test-app'");
+  }
+  await sleep(2000);
+  assert.equal(lock.lost, false, `lost: ${lock.signal.reason}`);
+  const now = await admin.query('SELECT renewed_at, fence, expires_at > clock_timestamp() AS live FROM dlock.locks WHERE resource = $1', [r]);
+  assert.ok(now.rows[0].live, 'still held past its first lease');
+  assert.ok(now.rows[0].renewed_at > first.rows[0].renewed_at, 'renewed');
+  assert.equal(now.rows[0].fence, lock.fence.toString(), 'same holding');
+  assert.equal(await lock.release(), true);
+});
+
+test('lease broken by an administrator: signal aborted with LockLost, withLock rejects with it after the callback', async () => {
+  const r = unique('broken');
+  let finished = false, reason;
+  await assert.rejects(dlock.withLock(app, r, async (lock) => {
+    await admin.query('SELECT dlock.break_lock($1)', [r]);
+    reason = await within(10000, aborted(lock.signal), 'the loss signal');
+    finished = true;
+    return 'done';
+  }, { lease: 1500 }), (e) => {
+    assert.ok(e instanceof dlock.LockLost, String(e));
+    assert.equal(e, reason, 'the signal\'s reason');
+    assert.equal(e.resource, r);
+    return true;
+  });
+  assert.ok(finished, 'rejected after the callback finished');
+});
+
+test('a lock broken between renewals and released: release() says false, withLock rejects', async () => {
+  const r = unique('broken-late');
+  const lock = await dlock.acquire(app, r, { lease: 60000 });
+  await admin.query('SELECT dlock.break_lock($1)', [r]);
+  assert.equal(await lock.release(), false);
+  assert.ok(lock.signal.aborted && lock.signal.reason instanceof dlock.LockLost);
+  const boom = new Error('boom');
+  await assert.rejects(dlock.withLock(app, r, async () => {
+    await admin.query('SELECT dlock.break_lock($1)', [r]);
+    throw boom;
+  }, { lease: 60000 }), (e) => e instanceof dlock.LockLost && e.callbackError === boom);
+});
+
+test('renewal impossible (its connections killed, the server unreachable): loss signalled before the lease\'s end', async () => {
+  const r = unique('partition');
+  const px = await proxy();
+  const cut = px.pool({ application_name: 'node-test-cut' });
+  try {
+    let before;
+    await assert.rejects(dlock.withLock(cut, r, async (lock) => {
+      px.cut();
+      await admin.query("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = 'node-test-cut'");
+      await within(20000, aborted(lock.signal), 'the loss signal');
+      before = (await row(r)) || null;
+    }, { lease: 4000 }), (e) => {
+      assert.ok(e instanceof dlock.LockLost, String(e));
+      assert.ok(e.cause, 'the last renewal error is the cause');
+      return true;
+    });
+    assert.ok(before, 'still in dlock.locks when the loss was signalled');
+    assert.ok(before.live, 'loss signalled before the lease ended on the server');
+  } finally {
+    await px.close();
+    await cut.end().catch(() => {});
+  }
+});
