@@ -146,6 +146,13 @@ npm_majors=$(echo "$portable_majors" | tr ' ' '\n' | grep -x '[0-9][0-9]*' | tr 
 if [ -n "${npm_majors// /}" ]; then
     DLOCK_PORTABLE_CACHE="$root/var/cache/dlock-portable" bash "$top/test/portable/servers.sh" $npm_majors
 fi
+# The npm packages of the Node client's tests, the same way, when the
+# command runs them (the whole suite, the clients part or one of its files).
+case " $* " in
+    *" test/run-tests.sh "|*" clients "*|*" test/clients/"*)
+        DLOCK_NPM_CACHE="$root/var/cache/dlock-npm" bash "$top/test/clients/node-deps.sh" ||
+            echo "test/clients/node-deps.sh failed: the Node client's tests will be skipped" ;;
+esac
 in_root 0 env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin HOME=/root LANG=C.UTF-8 \
     bash -c 'cd /src && . test/lib.sh && install_packages'
 in_root 1 env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin HOME=/root LANG=C.UTF-8 CI="${CI:-}" \

@@ -50,6 +50,11 @@ npm_majors="14 15 16 17 18"
 if [ -n "${npm_majors// /}" ] && { [ -z "$DLOCK_TESTS" ] || [[ " $DLOCK_TESTS " == *" portable "* ]]; }; then
     bash test/portable/servers.sh $npm_majors || echo "test/portable/servers.sh failed: the portable tests will say which majors are missing"
 fi
+# The Node client's tests use npm packages (pg, typescript), fetched once
+# into /var/cache/dlock-npm (in a root, test/in-root.sh has fetched them).
+if { [ -z "$DLOCK_TESTS" ] || [[ " $DLOCK_TESTS " == *" clients "* ]]; }; then
+    bash test/clients/node-deps.sh || echo "test/clients/node-deps.sh failed: the Node client's tests will be skipped"
+fi
 echo "=== building and installing dlock and its CLI for PostgreSQL $PG_MAJOR (-Werror)"
 # Built afresh: objects left by test/demo.sh were built without WERROR=1.
 make -s clean PG_CONFIG="$PG_CONFIG" >/dev/null 2>&1 || true
