@@ -10,13 +10,21 @@ let n = 0;
 // unique: a resource name of its own for each test.
 const unique = (what) => `node-test:${what}:${process.pid}:${++n}`;
 
+// newPool: a pg.Pool with the 'error' listener every application needs
+// (pg emits a killed idle connection's error on its pool).
+function newPool(config) {
+  const p = new pg.Pool(config);
+  p.on('error', () => {});
+  return p;
+}
+
 function pool(extra) {
-  return new pg.Pool({ max: 4, ...extra });
+  return newPool({ max: 4, ...extra });
 }
 
 const bouncerPort = process.env.DLOCK_TEST_BOUNCER_PORT;
 function bouncerPool(extra) {
-  return new pg.Pool({ host: '127.0.0.1', port: Number(bouncerPort), max: 4, ...extra });
+  return newPool({ host: '127.0.0.1', port: Number(bouncerPort), max: 4, ...extra });
 }
 
 // proxy: a TCP proxy to the server's socket.  cut() closes every
@@ -45,7 +53,7 @@ async function proxy() {
   return {
     port: server.address().port,
     pool(extra) {
-      return new pg.Pool({ host: '127.0.0.1', port: server.address().port, max: 4, ...extra });
+      return newPool({ host: '127.0.0.1', port: server.address().port, max: 4, ...extra });
     },
     cut() { cut = true; for (const s of sockets) s.destroy(); },
     heal() { cut = false; },

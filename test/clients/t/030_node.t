@@ -38,6 +38,17 @@ my @files = $ENV{DLOCK_NODE_TESTS} ? split(' ', $ENV{DLOCK_NODE_TESTS})
   : sort glob("$client/test/*.test.js");
 die "no test files in $client/test" unless @files;
 
+# PostgreSQL::Test::Cluster runs pg_regress --config-auth: outside PGXS's
+# prove_installcheck, say where it is.
+if (!$ENV{PG_REGRESS})
+{
+	my $pg_config = $ENV{PG_CONFIG} // 'pg_config';
+	my $pgxs = `$pg_config --pgxs`;
+	chomp $pgxs;
+	$pgxs =~ s{/src/makefiles/pgxs\.mk$}{};
+	$ENV{PG_REGRESS} = "$pgxs/src/test/regress/pg_regress";
+}
+
 my $pg = PostgreSQL::Test::Cluster->new('node_client');
 $pg->init;
 $pg->append_conf('postgresql.conf', "shared_preload_libraries = 'dlock'\nmax_connections = 100\n");
@@ -88,7 +99,7 @@ INI
 	}
 	die "pgbouncer did not start: " . slurp_file("$tmp/pgbouncer.out") unless $up;
 }
-END { $bouncer->kill_kill if $bouncer }
+END { local $?; $bouncer->kill_kill if $bouncer }
 
 my %env = (
 	PGHOST => $pg->host,
