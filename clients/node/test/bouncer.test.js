@@ -5,7 +5,7 @@
 const { test, after } = require('node:test');
 const assert = require('node:assert/strict');
 const dlock = require('..');
-const { unique, pool, bouncerPool, bouncerPort, within, sleep } = require('./helpers');
+const { unique, pool, bouncerPool, bouncerPort, within, sleep, elections, noElections } = require('./helpers');
 
 const skip = bouncerPort ? false : 'no pgbouncer (DLOCK_TEST_BOUNCER_PORT unset)';
 const bp = skip ? null : bouncerPool();
@@ -35,7 +35,8 @@ test('pgbouncer (transaction pooling): a lock held for three leases is renewed a
   }
 });
 
-test('pgbouncer: an election observed by polling', { skip }, async () => {
+test('pgbouncer: an election observed by polling', { skip }, async (t) => {
+  if (!(await elections(admin))) return t.skip(noElections);
   const name = unique('bouncer-elect');
   const e = new dlock.Election(bp, name, { lease: 3000 });
   const ac = new AbortController();

@@ -4,7 +4,7 @@
 const { test, after } = require('node:test');
 const assert = require('node:assert/strict');
 const dlock = require('..');
-const { unique, pool, within, aborted } = require('./helpers');
+const { unique, pool, within, aborted, elections, noElections } = require('./helpers');
 
 const app = pool({ application_name: 'node-test-elect' });
 const admin = pool();
@@ -40,7 +40,8 @@ function follow(election, opts = {}) {
   };
 }
 
-test('election: two candidates elected in turn, proclaim, resign; the observer sees each change', async () => {
+test('election: two candidates elected in turn, proclaim, resign; the observer sees each change', async (t) => {
+  if (!(await elections(admin))) return t.skip(noElections);
   const name = unique('election');
   const a = new dlock.Election(app, name, { lease: 3000 });
   const b = new dlock.Election(app, name, { lease: 3000 });
@@ -75,7 +76,8 @@ test('election: two candidates elected in turn, proclaim, resign; the observer s
   await obs.stop();
 });
 
-test('election: a leadership broken by an administrator aborts its signal', async () => {
+test('election: a leadership broken by an administrator aborts its signal', async (t) => {
+  if (!(await elections(admin))) return t.skip(noElections);
   const name = unique('election-broken');
   const e = new dlock.Election(app, name, { lease: 1500 });
   const lead = await e.campaign('v');
@@ -87,7 +89,8 @@ test('election: a leadership broken by an administrator aborts its signal', asyn
   assert.equal(await e.resign(), false);
 });
 
-test('election: the observer survives its connection being killed', async () => {
+test('election: the observer survives its connection being killed', async (t) => {
+  if (!(await elections(admin))) return t.skip(noElections);
   const name = unique('election-kill');
   const obsPool = pool({ application_name: 'node-test-observer' });
   const e = new dlock.Election(app, name, { lease: 5000 });

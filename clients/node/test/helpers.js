@@ -84,4 +84,15 @@ const aborted = (signal) => new Promise((resolve) => {
   else signal.addEventListener('abort', () => resolve(signal.reason), { once: true });
 });
 
-module.exports = { pg, unique, pool, bouncerPool, bouncerPort, proxy, within, sleep, aborted };
+// elections POOL: whether the server has dlock's [elect] functions (the
+// portable edition has only [core] so far); tests of elections skip
+// themselves otherwise.
+async function elections(pool) {
+  const r = await pool.query("SELECT to_regprocedure('dlock.leader(text)') IS NOT NULL AS ok");
+  if (!r.rows[0].ok && process.env.DLOCK_TEST_ELECTIONS === 'required')
+    throw new Error('DLOCK_TEST_ELECTIONS=required, but the server has no dlock.leader(text)');
+  return r.rows[0].ok;
+}
+const noElections = 'this server has no dlock.campaign/leader (the portable edition: [core] only)';
+
+module.exports = { elections, noElections, pg, unique, pool, bouncerPool, bouncerPort, proxy, within, sleep, aborted };

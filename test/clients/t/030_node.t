@@ -3,8 +3,10 @@
 # reporter, one node process per file, and turns each of their top-level
 # tests into one ok/not ok line here, so that the counts are node's.
 #
-# The server: a throwaway cluster with dlock preloaded, and pgbouncer in
-# transaction pooling in front of it (its tests are skipped without
+# The servers: a throwaway cluster with dlock preloaded (the C extension),
+# another with the portable edition (portable/dlock.sql, installed and used
+# by a role that is no superuser); each file runs against both.  pgbouncer
+# in transaction pooling in front of both (its tests are skipped without
 # /usr/sbin/pgbouncer).  The npm packages (pg; typescript, @types/node and
 # @types/pg for the type check) come from DLOCK_NODE_MODULES (default
 # /var/cache/dlock-npm/node_modules, filled by test/clients/node-deps.sh).
@@ -56,6 +58,16 @@ $pg->start;
 $pg->safe_psql('postgres', 'CREATE EXTENSION dlock');
 my $user = getpwuid($<);
 
+# The portable edition: another cluster, installed and used by a role that
+# owns its database and is no superuser.
+my $pp = PostgreSQL::Test::Cluster->new('node_portable');
+$pp->init;
+$pp->start;
+$pp->safe_psql('postgres', "CREATE ROLE dbo LOGIN; CREATE DATABASE app OWNER dbo");
+system('psql', '-XqAt', '-v', 'ON_ERROR_STOP=1', '-h', $pp->host, '-p', $pp->port,
+	'-U', 'dbo', '-d', 'app', '-o', '/dev/null', '-f', "$top/portable/dlock.sql") == 0
+  or die "installing portable/dlock.sql failed";
+
 # ---------- pgbouncer in transaction mode in front of the cluster
 my $pgbouncer = '/usr/sbin/pgbouncer';
 my ($bport, $bouncer);
@@ -65,12 +77,13 @@ if (-x $pgbouncer)
 	$bport = PostgreSQL::Test::Cluster::get_free_port();
 	my ($host, $port) = ($pg->host, $pg->port);
 	open(my $fh, '>', "$tmp/userlist.txt") or die;
-	print $fh qq{"$user" ""\n};
+	print $fh qq{"$user" ""\n"dbo" ""\n};
 	close($fh);
 	open($fh, '>', "$tmp/pgbouncer.ini") or die;
 	print $fh <<"INI";
 [databases]
 postgres = host=$host port=$port dbname=postgres
+app = host=@{[ $pp->host ]} port=@{[ $pp->port ]} dbname=app
 
 [pgbouncer]
 listen_addr = 127.0.0.1
@@ -101,59 +114,75 @@ INI
 }
 END { local $?; $bouncer->kill_kill if $bouncer }
 
-my %env = (
-	PGHOST => $pg->host,
-	PGPORT => $pg->port,
-	PGUSER => $user,
-	PGDATABASE => 'postgres',
-	NODE_PATH => $modules,
-	DLOCK_NODE_MODULES => $modules,
-	($bport ? (DLOCK_TEST_BOUNCER_PORT => $bport) : ()),
+my @editions = (
+	[ 'C extension', PGHOST => $pg->host, PGPORT => $pg->port, PGUSER => $user, PGDATABASE => 'postgres',
+	  DLOCK_TEST_ELECTIONS => 'required' ],
+	[ 'portable', PGHOST => $pp->host, PGPORT => $pp->port, PGUSER => 'dbo', PGDATABASE => 'app' ],
 );
-local @ENV{ keys %env } = values %env;
-delete local $ENV{PGSERVICE};
-
 note "node $version; pgbouncer " . ($bport ? "on port $bport" : "not installed");
-for my $file (@files)
+for my $edition (@editions)
 {
-	my $name = basename($file);
-	my ($out, $err) = ('', '');
-	# One file per process: its tests are then top-level TAP lines, on
-	# node 18 as on 20 and later.
-	IPC::Run::run([ $node, '--test-reporter=tap', $file ], '<', \undef,
-		'>', \$out, '2>', \$err, IPC::Run::timeout(600));
-	my $rc = $? >> 8;
-	my ($plan, $seen, $failed) = (undef, 0, 0);
-	my @lines = split /\n/, $out;
-	for (my $i = 0; $i < @lines; $i++)
+	my ($label, %pgenv) = @$edition;
+	my %env = (
+		DLOCK_TEST_ELECTIONS => '',
+		%pgenv,
+		NODE_PATH => $modules,
+		DLOCK_NODE_MODULES => $modules,
+		($bport ? (DLOCK_TEST_BOUNCER_PORT => $bport) : ()),
+	);
+	local @ENV{ keys %env } = values %env;
+	delete local $ENV{PGSERVICE};
+	run_files($label);
+}
+
+# run_files LABEL: each test file in a node process of its own (its tests
+# are then top-level TAP lines, on node 18 as on 20 and later); one ok/not
+# ok here per node test.
+sub run_files
+{
+	my ($label) = @_;
+	for my $file (@files)
 	{
-		my $l = $lines[$i];
-		$plan = $1 if $l =~ /^1\.\.(\d+)$/;
-		next unless $l =~ /^(not )?ok \d+ - (.*?)(?: # (SKIP|TODO)\b ?(.*))?$/;
-		my ($not, $desc, $dir, $why) = ($1, $2, $3, $4);
-		$seen++;
-		# the YAML block below a test: its diagnostics
-		my @diag;
-		push @diag, $lines[ ++$i ] while $i + 1 < @lines && $lines[ $i + 1 ] =~ /^\s/;
-		if ($dir && $dir eq 'SKIP')
+		# the type check does not depend on the server
+		next if $label ne 'C extension' && basename($file) eq 'types.test.js';
+		my $name = "$label: " . basename($file);
+		my ($out, $err) = ('', '');
+		IPC::Run::run([ $node, '--test-reporter=tap', $file ], '<', \undef,
+			'>', \$out, '2>', \$err, IPC::Run::timeout(600));
+		my $rc = $? >> 8;
+		my ($plan, $seen, $failed) = (undef, 0, 0);
+		my @lines = split /\n/, $out;
+		for (my $i = 0; $i < @lines; $i++)
 		{
-		  SKIP: { skip "$name: $desc: " . ($why // ''), 1; }
-			next;
+			my $l = $lines[$i];
+			$plan = $1 if $l =~ /^1\.\.(\d+)$/;
+			next unless $l =~ /^(not )?ok \d+ - (.*?)(?: # (SKIP|TODO)\b ?(.*))?$/;
+			my ($not, $desc, $dir, $why) = ($1, $2, $3, $4);
+			$seen++;
+			# the YAML block below a test: its diagnostics
+			my @diag;
+			push @diag, $lines[ ++$i ] while $i + 1 < @lines && $lines[ $i + 1 ] =~ /^\s/;
+			if ($dir && $dir eq 'SKIP')
+			{
+			  SKIP: { skip "$name: $desc: " . ($why // ''), 1; }
+				next;
+			}
+			ok(!$not, "$name: $desc") or do { $failed++; diag join("\n", @diag); };
 		}
-		ok(!$not, "$name: $desc") or do { $failed++; diag join("\n", @diag); };
-	}
-	# A file that died before reporting, or reported fewer tests than it
-	# planned, fails once more.
-	if (!$seen || !defined $plan || $plan != $seen || ($rc != 0 && !$failed))
-	{
-		fail("$name: node exited $rc after $seen test(s) of " . ($plan // '?'));
-		diag "stdout:\n$out\nstderr:\n$err";
-	}
-	elsif ($err ne '')
-	{
-		diag "$name: stderr:\n$err";
+		# A file that died before reporting, or reported fewer tests than
+		# it planned, fails once more.
+		if (!$seen || !defined $plan || $plan != $seen || ($rc != 0 && !$failed))
+		{
+			fail("$name: node exited $rc after $seen test(s) of " . ($plan // '?'));
+			diag "stdout:\n$out\nstderr:\n$err";
+		}
+		elsif ($err ne '')
+		{
+			diag "$name: stderr:\n$err";
+		}
 	}
 }
 
 $pg->stop;
+$pp->stop;
 done_testing();
