@@ -221,3 +221,19 @@ test('renewal impossible (its connections killed, the server unreachable): loss 
     await cut.end().catch(() => {});
   }
 });
+
+test('the server restarted within the lease: renewals get through again, the lock is kept', async (t) => {
+  const restart = process.env.DLOCK_TEST_RESTART;
+  if (!restart) return t.skip('DLOCK_TEST_RESTART (a command restarting the server) unset');
+  const { execSync } = require('node:child_process');
+  const r = unique('restart');
+  const lock = await dlock.acquire(app, r, { lease: 8000 });
+  await sleep(1000);
+  execSync(restart, { stdio: 'ignore' });
+  await sleep(9000); // past the lease the lock was last renewed with before the restart
+  assert.equal(lock.lost, false, `lost: ${lock.signal.reason}`);
+  const now = await row(r);
+  assert.ok(now && now.live, 'still held');
+  assert.equal(await lock.check(), true);
+  assert.equal(await lock.release(), true);
+});

@@ -116,8 +116,9 @@ END { local $?; $bouncer->kill_kill if $bouncer }
 
 my @editions = (
 	[ 'C extension', PGHOST => $pg->host, PGPORT => $pg->port, PGUSER => $user, PGDATABASE => 'postgres',
-	  DLOCK_TEST_ELECTIONS => 'required' ],
-	[ 'portable', PGHOST => $pp->host, PGPORT => $pp->port, PGUSER => 'dbo', PGDATABASE => 'app' ],
+	  DLOCK_TEST_ELECTIONS => 'required', DLOCK_TEST_RESTART => restart_cmd($pg) ],
+	[ 'portable', PGHOST => $pp->host, PGPORT => $pp->port, PGUSER => 'dbo', PGDATABASE => 'app',
+	  DLOCK_TEST_RESTART => restart_cmd($pp) ],
 );
 note "node $version; pgbouncer " . ($bport ? "on port $bport" : "not installed");
 for my $edition (@editions)
@@ -133,6 +134,14 @@ for my $edition (@editions)
 	local @ENV{ keys %env } = values %env;
 	delete local $ENV{PGSERVICE};
 	run_files($label);
+}
+
+# restart_cmd NODE: a shell command restarting NODE's server (fast
+# shutdown: connections are cut).
+sub restart_cmd
+{
+	my ($n) = @_;
+	return "pg_ctl -D '" . $n->data_dir . "' -l '" . $n->logfile . "' -w -m fast restart";
 }
 
 # run_files LABEL: each test file in a node process of its own (its tests
