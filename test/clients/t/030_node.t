@@ -116,9 +116,9 @@ END { local $?; $bouncer->kill_kill if $bouncer }
 
 my @editions = (
 	[ 'C extension', PGHOST => $pg->host, PGPORT => $pg->port, PGUSER => $user, PGDATABASE => 'postgres',
-	  DLOCK_TEST_ELECTIONS => 'required', DLOCK_TEST_RESTART => restart_cmd($pg) ],
+	  DLOCK_TEST_ELECTIONS => 'required', DLOCK_TEST_PG_CTL => pg_ctl($pg) ],
 	[ 'portable', PGHOST => $pp->host, PGPORT => $pp->port, PGUSER => 'dbo', PGDATABASE => 'app',
-	  DLOCK_TEST_RESTART => restart_cmd($pp) ],
+	  DLOCK_TEST_PG_CTL => pg_ctl($pp) ],
 );
 note "node $version; pgbouncer " . ($bport ? "on port $bport" : "not installed");
 for my $edition (@editions)
@@ -136,12 +136,11 @@ for my $edition (@editions)
 	run_files($label);
 }
 
-# restart_cmd NODE: a shell command restarting NODE's server (fast
-# shutdown: connections are cut).
-sub restart_cmd
+# pg_ctl NODE: pg_ctl for NODE's server, for the tests that stop and start it.
+sub pg_ctl
 {
 	my ($n) = @_;
-	return "pg_ctl -D '" . $n->data_dir . "' -l '" . $n->logfile . "' -w -m fast restart";
+	return "pg_ctl -D '" . $n->data_dir . "' -l '" . $n->logfile . "'";
 }
 
 # run_files LABEL: each test file in a node process of its own (its tests
