@@ -72,7 +72,15 @@ class Lock {
 
   _schedule(delay) {
     clearTimeout(this._renewTimer);
-    this._renewTimer = setTimeout(() => { this._renewOnce(RETRY_MIN_MS); }, delay);
+    this._renewTimer = setTimeout(() => { this._renewLater(RETRY_MIN_MS); }, delay);
+  }
+
+  // _renewLater: a renewal from a timer; never an unhandled rejection.
+  _renewLater(backoff) {
+    this._renewOnce(backoff).catch((err) => {
+      this._lastError = err;
+      this._lose(`renewal failed unexpectedly: ${err && err.message}`);
+    });
   }
 
   async _renewOnce(backoff) {
@@ -89,7 +97,7 @@ class Lock {
       this._lastError = err;
       const wait = Math.min(backoff, RETRY_MAX_MS, Math.max(0, this._deadline - now()));
       clearTimeout(this._renewTimer);
-      this._renewTimer = setTimeout(() => { this._renewOnce(Math.min(backoff * 2, RETRY_MAX_MS)); }, wait);
+      this._renewTimer = setTimeout(() => { this._renewLater(Math.min(backoff * 2, RETRY_MAX_MS)); }, wait);
       return;
     }
     if (this._state !== 'held') return;
