@@ -1,0 +1,144 @@
+# DlockTest::Python: the Python client's tests under prove
+# (test/clients/t/010_python.t, 020_tooz.t).
+#
+#   use DlockTest::Python;
+#   my $node = DlockTest::Python::cluster('py');   # dlock preloaded, TCP on 127.0.0.1
+#   my $venv = DlockTest::Python::venv($tmp);      # undef (skip_all) if impossible
+#   DlockTest::Python::pytest($venv, $tmp, \%env, @pytest_args);
+#
+# venv() makes a virtual environment with Debian's packages visible
+# (--system-site-packages: psycopg, tooz, pytest) and installs
+# clients/python into it offline (pip --no-build-isolation --no-index);
+# that install is itself one test.  pytest() runs pytest with a JUnit XML
+# report and turns every test case into one ok / not ok / skip line, so
+# the counts prove shows are the Python tests' own.
+
+package DlockTest::Python;
+
+use strict;
+use warnings;
+
+use Cwd qw(abs_path);
+use File::Basename qw(dirname);
+use IPC::Run;
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use Test::More;
+
+my $top = abs_path(dirname(__FILE__) . '/../../..');
+
+# cluster NAME: a started throwaway cluster with dlock preloaded and
+# created in database postgres, listening on 127.0.0.1 too.
+sub cluster
+{
+	my ($name) = @_;
+	my $node = PostgreSQL::Test::Cluster->new($name);
+	$node->init;
+	$node->append_conf('postgresql.conf', <<'EOF');
+shared_preload_libraries = 'dlock'
+listen_addresses = '127.0.0.1'
+max_connections = 200
+dlock.reap_interval = '200ms'
+EOF
+	$node->start;
+	$node->safe_psql('postgres', 'CREATE EXTENSION dlock');
+	return $node;
+}
+
+# venv TMP: the path of a venv with clients/python installed, or undef.
+sub venv
+{
+	my ($tmp) = @_;
+	my $venv = "$tmp/venv";
+	my ($out, $err) = ('', '');
+	my $ok = IPC::Run::run([ 'python3', '-m', 'venv', '--system-site-packages', $venv ],
+		'>', \$out, '2>', \$err);
+	unless ($ok)
+	{
+		diag("python3 -m venv failed: $out$err");
+		return undef;
+	}
+	# pip builds in a copy of the tree; keep its caches in TMP.
+	local $ENV{PIP_CACHE_DIR} = "$tmp/pip-cache";
+	local $ENV{PIP_DISABLE_PIP_VERSION_CHECK} = 1;
+	local $ENV{PIP_NO_INPUT} = 1;
+	$ok = IPC::Run::run(
+		[
+			"$venv/bin/pip", 'install', '--no-build-isolation', '--no-index',
+			'--quiet', "$top/clients/python"
+		],
+		'>', \$out, '2>', \$err);
+	ok($ok, 'pip install --no-build-isolation ./clients/python (offline) into a venv')
+	  or diag("$out$err");
+	return $ok ? $venv : undef;
+}
+
+# pytest VENV TMP ENV ARGS...: run pytest, one TAP line per test case.
+# Returns the number of test cases.
+sub pytest
+{
+	my ($venv, $tmp, $env, @args) = @_;
+	my $xml = "$tmp/junit-" . int(rand(1e9)) . ".xml";
+	my %saved = %ENV;
+	local %ENV = (%saved, %$env,
+		PYTHONDONTWRITEBYTECODE => 1,
+		XDG_CACHE_HOME => "$tmp/cache",
+		HOME => $tmp);
+	my ($out, $err) = ('', '');
+	IPC::Run::run(
+		[
+			"$venv/bin/python", '-m', 'pytest', '-p', 'no:cacheprovider',
+			'-v', '-rs', "--junitxml=$xml", '-o', 'junit_family=xunit1',
+			@args
+		],
+		'>', \$out, '2>', \$err);
+	my $junit = -e $xml ? slurp_file($xml) : '';
+	my $n = 0;
+	while ($junit =~ m{<testcase\b([^>]*?)(/>|>(.*?)</testcase>)}gs)
+	{
+		my ($attrs, $body) = ($1, $3 // '');
+		my ($class) = $attrs =~ /classname="([^"]*)"/;
+		my ($name) = $attrs =~ /\bname="([^"]*)"/;
+		my $label = ($class // '') . '::' . ($name // '?');
+		$n++;
+		if ($body =~ /<skipped\b[^>]*?message="([^"]*)"/s)
+		{
+		  SKIP: { skip(_unxml($1), 1); }
+		}
+		elsif ($body =~ /<(failure|error)\b[^>]*?message="([^"]*)"[^>]*>(.*?)<\/\1>/s
+			|| $body =~ /<(failure|error)\b([^>]*)>(.*?)<\/\1>/s)
+		{
+			fail($label);
+			diag(_unxml("$2\n$3"));
+		}
+		else
+		{
+			pass($label);
+		}
+	}
+	if ($n == 0)
+	{
+		fail("pytest @args ran no tests");
+		diag("$out$err");
+	}
+	elsif ($ENV{DLOCK_TEST_VERBOSE})
+	{
+		note($out);
+	}
+	return $n;
+}
+
+sub _unxml
+{
+	my ($s) = @_;
+	$s =~ s/&lt;/</g;
+	$s =~ s/&gt;/>/g;
+	$s =~ s/&quot;/"/g;
+	$s =~ s/&#10;/\n/g;
+	$s =~ s/&#13;//g;
+	$s =~ s/&apos;/'/g;
+	$s =~ s/&amp;/&/g;
+	return $s;
+}
+
+1;
