@@ -27,6 +27,15 @@ use Test::More;
 
 my $top = abs_path(dirname(__FILE__) . '/../../..');
 
+# PostgreSQL::Test::Cluster's init() runs pg_regress --config-auth: under
+# prove (not make installcheck) nobody has said where it is.
+unless ($ENV{PG_REGRESS})
+{
+	my $pgxs = `pg_config --pgxs`;
+	chomp $pgxs;
+	$ENV{PG_REGRESS} = dirname(dirname($pgxs)) . '/test/regress/pg_regress';
+}
+
 # cluster NAME: a started throwaway cluster with dlock preloaded and
 # created in database postgres, listening on 127.0.0.1 too.
 sub cluster
@@ -49,6 +58,7 @@ EOF
 sub venv
 {
 	my ($tmp) = @_;
+	$tmp = abs_path($tmp);
 	my $venv = "$tmp/venv";
 	my ($out, $err) = ('', '');
 	my $ok = IPC::Run::run([ 'python3', '-m', 'venv', '--system-site-packages', $venv ],
@@ -74,10 +84,11 @@ sub venv
 }
 
 # pytest VENV TMP ENV ARGS...: run pytest, one TAP line per test case.
-# Returns the number of test cases.
+# Returns the number of test cases; says the counts with diag().
 sub pytest
 {
 	my ($venv, $tmp, $env, @args) = @_;
+	$tmp = abs_path($tmp);
 	my $xml = "$tmp/junit-" . int(rand(1e9)) . ".xml";
 	my %saved = %ENV;
 	local %ENV = (%saved, %$env,
@@ -91,9 +102,12 @@ sub pytest
 			'-v', '-rs', "--junitxml=$xml", '-o', 'junit_family=xunit1',
 			@args
 		],
-		'>', \$out, '2>', \$err);
+		'>', \$out, '2>', \$err,
+		# Not from the tree's top: its dlock.so (the extension) would be
+		# imported as the Python module dlock.
+		init => sub { chdir $tmp or die "chdir $tmp: $!" });
 	my $junit = -e $xml ? slurp_file($xml) : '';
-	my $n = 0;
+	my ($n, $pass, $skip, $fail) = (0, 0, 0, 0);
 	while ($junit =~ m{<testcase\b([^>]*?)(/>|>(.*?)</testcase>)}gs)
 	{
 		my ($attrs, $body) = ($1, $3 // '');
@@ -104,16 +118,19 @@ sub pytest
 		if ($body =~ /<skipped\b[^>]*?message="([^"]*)"/s)
 		{
 		  SKIP: { skip(_unxml($1), 1); }
+			$skip++;
 		}
 		elsif ($body =~ /<(failure|error)\b[^>]*?message="([^"]*)"[^>]*>(.*?)<\/\1>/s
 			|| $body =~ /<(failure|error)\b([^>]*)>(.*?)<\/\1>/s)
 		{
 			fail($label);
 			diag(_unxml("$2\n$3"));
+			$fail++;
 		}
 		else
 		{
 			pass($label);
+			$pass++;
 		}
 	}
 	if ($n == 0)
@@ -125,6 +142,7 @@ sub pytest
 	{
 		note($out);
 	}
+	diag("pytest @args: $n tests: $pass passed, $skip skipped, $fail failed");
 	return $n;
 }
 
