@@ -179,6 +179,7 @@ def test_assert_fence_in_callers_transaction(dsn, admin, name):
     admin.execute("SELECT dlock.break_lock(%s)", (name,))
     with dlock.Lock(dsn, name, lease=30) as current:
         assert current.fence > stale.fence
+        current_fence = current.fence
         with psycopg.connect(dsn) as conn:
             with pytest.raises(dlock.StaleFence) as info:
                 with conn.transaction():
@@ -190,7 +191,7 @@ def test_assert_fence_in_callers_transaction(dsn, admin, name):
                 current.assert_fence(conn.cursor())
                 conn.execute("INSERT INTO pytest_writes VALUES (%s, %s)", (name, current.fence))
     rows = admin.execute("SELECT fence FROM pytest_writes WHERE resource = %s", (name,)).fetchall()
-    assert rows == [(current.fence,)], "the stale write was rolled back"
+    assert rows == [(current_fence,)], "the stale write was rolled back"
     with pytest.raises(dlock.LockLost):
         stale.__exit__(None, None, None)
 
