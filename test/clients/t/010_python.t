@@ -2,7 +2,7 @@
 # pytest) against a throwaway cluster with dlock preloaded, and through a
 # pgbouncer in transaction mode in front of it.  The package is installed
 # offline into a venv as a user would (pip install --no-build-isolation).
-# One TAP line per Python test.
+# One TAP line per Python test.  DLOCK_PYTEST_ARGS adds pytest arguments.
 use strict;
 use warnings;
 
@@ -30,6 +30,7 @@ $env{DLOCK_TEST_BOUNCER} = "host=127.0.0.1 port=$bport dbname=postgres user=$use
   if $bport;
 
 my $tests = abs_path("$FindBin::RealBin/../../../clients/python/tests");
-DlockTest::Python::pytest($venv, $tmp, \%env, $tests);
+# DLOCK_PYTEST_ARGS: more pytest arguments (e.g. "-k renewal").
+DlockTest::Python::pytest($venv, $tmp, \%env, split(' ', $ENV{DLOCK_PYTEST_ARGS} // ''), $tests);
 
 done_testing();
