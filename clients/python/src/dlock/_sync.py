@@ -111,7 +111,8 @@ class _Leased:
         try:
             yield conn
         except BaseException:
-            if conn.broken or conn.closed:
+            if conn.broken or conn.closed or \
+                    conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
                 conn.close()
             else:
                 with self._mutex:

@@ -105,7 +105,10 @@ class _Leased:
         try:
             yield conn
         except BaseException:
-            if conn.broken or conn.closed:
+            # A statement cut short (cancelled, timed out) leaves the
+            # connection busy: only an idle one is kept.
+            if conn.broken or conn.closed or \
+                    conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
                 await conn.close()
             else:
                 self._conn, conn = conn, self._conn
