@@ -116,3 +116,28 @@ def test_aio_election_two_candidates(dsn, name):
     # Between a's resignation and b's election nobody may lead for a moment.
     assert [(s.candidate, s.term) for s in seen if s] == [("a", ta), ("b", tb)]
     assert seen[-1] is None
+
+
+def test_aio_renewal_blocked_lost_before_server_expiry(dsn, admin, name):
+    import os
+    import signal
+    import uuid
+    app = "dlock-pytest-" + uuid.uuid4().hex[:8]
+
+    async def main():
+        lock = dlock.aio.Lock(dsn + f" application_name={app}", name, lease=3, cancel=None)
+        assert await lock.acquire()
+        pid = admin.execute("SELECT pid FROM pg_stat_activity WHERE application_name = %s",
+                            (app,)).fetchone()[0]
+        os.kill(pid, signal.SIGSTOP)
+        try:
+            await asyncio.wait_for(lock.lost.wait(), 10)
+            lost_at, expires = admin.execute(
+                "SELECT clock_timestamp(), (SELECT expires_at FROM dlock.locks"
+                " WHERE resource = %s)", (name,)).fetchone()
+            assert expires is None or lost_at < expires
+        finally:
+            os.kill(pid, signal.SIGCONT)
+        with pytest.raises(dlock.LockLost):
+            await lock.__aexit__(None, None, None)
+    run(main())
