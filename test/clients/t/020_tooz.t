@@ -28,6 +28,16 @@ my $version = `$venv/bin/python -c 'import importlib.metadata as m; print(m.vers
 chomp $version;
 note("tooz $version, TOOZ_TEST_URL=$url");
 
+# tooz before 7.0.0 patches lock.acquire with mock's wraps=True: on
+# Python 3.13, whose mock calls what it wraps, that test fails with every
+# driver ("'bool' object is not callable"); tooz fixed its test in 7.0.0
+# (commit 2e66610, "Fix wrong usage of 'wraps'").  Debian 13 ships 6.3.0.
+my ($major) = $version =~ /^(\d+)/;
+local %DlockTest::Python::TODO_TESTS = (
+	test_lock_context_manager_acquire_argument =>
+	  "tooz $version's own test passes wraps=True to mock (fixed in tooz 7.0.0)")
+  if defined $major && $major < 7;
+
 my $n = DlockTest::Python::pytest($venv, $tmp, { TOOZ_TEST_URL => $url },
 	'--pyargs', 'tooz.tests.test_coordination');
 note("tooz $version: $n tests");

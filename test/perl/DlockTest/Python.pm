@@ -25,6 +25,11 @@ use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
 
+# %TODO_TESTS: test name => reason: a failure of that test is shown as a
+# TODO (a known bug outside dlock, e.g. in tooz's own test), not counted.
+our %TODO_TESTS;
+our $TODO;
+
 my $top = abs_path(dirname(__FILE__) . '/../../..');
 
 # PostgreSQL::Test::Cluster's init() runs pg_regress --config-auth: under
@@ -115,6 +120,7 @@ sub pytest
 		my ($name) = $attrs =~ /\bname="([^"]*)"/;
 		my $label = ($class // '') . '::' . ($name // '?');
 		$n++;
+		local $TODO = $TODO_TESTS{ $name // '' };
 		if ($body =~ /<skipped\b[^>]*?message="([^"]*)"/s)
 		{
 		  SKIP: { skip(_unxml($1), 1); }
