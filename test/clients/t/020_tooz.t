@@ -34,8 +34,10 @@ note("tooz $version, TOOZ_TEST_URL=$url");
 # (commit 2e66610, "Fix wrong usage of 'wraps'").  Debian 13 ships 6.3.0.
 my ($major) = $version =~ /^(\d+)/;
 local %DlockTest::Python::TODO_TESTS = (
-	test_lock_context_manager_acquire_argument =>
-	  "tooz $version's own test passes wraps=True to mock (fixed in tooz 7.0.0)")
+	test_lock_context_manager_acquire_argument => [
+		"tooz $version's own test passes wraps=True to mock (fixed in tooz 7.0.0)",
+		qr/'bool' object is not callable/
+	])
   if defined $major && $major < 7;
 
 my $n = DlockTest::Python::pytest($venv, $tmp, { TOOZ_TEST_URL => $url },
