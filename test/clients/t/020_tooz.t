@@ -35,7 +35,7 @@ note("tooz $version, TOOZ_TEST_URL=$url");
 my ($major) = $version =~ /^(\d+)/;
 local %DlockTest::Python::TODO_TESTS = (
 	test_lock_context_manager_acquire_argument => [
-		"tooz $version's own test passes wraps=True to mock (fixed in tooz 7.0.0)",
+		"tooz ${version}'s own test passes wraps=True to mock (fixed in tooz 7.0.0)",
 		qr/'bool' object is not callable/
 	])
   if defined $major && $major < 7;
