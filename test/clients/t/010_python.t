@@ -21,7 +21,7 @@ plan skip_all => "psycopg 3 or pytest missing (apt-get install python3-psycopg p
   if $?;
 
 my $node = DlockTest::Python::cluster('python');
-my $tmp = PostgreSQL::Test::Utils::tempdir();
+my $tmp = abs_path(PostgreSQL::Test::Utils::tempdir());
 my $venv = DlockTest::Python::venv($tmp);
 BAIL_OUT('the Python client could not be installed') unless $venv;
 
