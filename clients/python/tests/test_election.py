@@ -80,3 +80,20 @@ def test_bad_election_name(dsn):
     with pytest.raises(dlock.InvalidArgument) as info:
         dlock.leader(dsn, "")
     assert info.value.sqlstate == "22023"
+
+
+def test_observe_through_a_pool(dsn, name):
+    import contextlib
+
+    import psycopg
+
+    class TinyPool:
+        @contextlib.contextmanager
+        def connection(self):
+            with psycopg.connect(dsn) as conn:     # not autocommit, like a pool's
+                yield conn
+                assert conn.autocommit is False, "given back as it came"
+
+    with dlock.Election(dsn, name, candidate="p", value="v", lease=5) as e:
+        seen = list(dlock.observe(TinyPool(), name, poll=0.2, timeout=0.5))
+        assert [(s.candidate, s.term) for s in seen] == [("p", e.term)]

@@ -261,20 +261,25 @@ class Lock(_Leased):
                          on_lost=on_lost)
         self.wait = c.seconds(wait, "wait", zero_ok=True, none_ok=True)
         self.fair = bool(fair)
-        # Extension point for [kinds]: shared locks, semaphores and
-        # multi-locks add their own acquisition statement here once the
-        # server has them (issue 23); renewal, loss and release stay.
+
+    def _acquire_statement(self, wait: Optional[float]) -> "tuple[str, tuple]":
+        """The statement that acquires, returning the fence or NULL.
+        Extension point for the server's [kinds] (issue 23): a shared lock
+        (``lock(..., shared => true)``) or a semaphore (``acquire(...)``)
+        is a subclass that returns its own statement here; renewal, loss
+        and release stay the same."""
+        return (c.SQL_LOCK_FAIR if self.fair else c.SQL_LOCK,
+                (self.resource, self.holder, c.interval(self.lease), c.interval(wait)))
 
     def acquire(self, wait: Optional[c.Seconds] = ..., ) -> bool:  # type: ignore[assignment]
         """Acquire; True when held, False when WAIT ran out."""
         if self.fence is not None:
             raise RuntimeError(f"lock {self.resource!r} is already acquired by this object")
         w = self.wait if wait is ... else c.seconds(wait, "wait", zero_ok=True, none_ok=True)
-        sql = c.SQL_LOCK_FAIR if self.fair else c.SQL_LOCK
+        sql, params = self._acquire_statement(w)
         sent_at = time.monotonic()
         with self._connection() as conn:
-            fence = _one(conn, sql, (self.resource, self.holder, c.interval(self.lease),
-                                     c.interval(w)))
+            fence = _one(conn, sql, params)
         if fence is None:
             self._close()
             return False
@@ -442,7 +447,8 @@ def observe(conninfo_or_pool: Any, election: str, *, poll: float = 1.0,
     else:
         cm = contextlib.closing(source.connect())
     with cm as conn:
-        if not conn.autocommit:
+        autocommit = conn.autocommit
+        if not autocommit:    # a pool's connection: given back as it came
             conn.commit()
             conn.autocommit = True
         channel = _one(conn, c.SQL_CHANNEL, (election,))
@@ -467,5 +473,6 @@ def observe(conninfo_or_pool: Any, election: str, *, poll: float = 1.0,
             if not conn.closed and not conn.broken:
                 try:
                     conn.execute("UNLISTEN *", prepare=False)
+                    conn.autocommit = autocommit
                 except psycopg.Error:
                     pass

@@ -244,16 +244,21 @@ class Lock(_Leased):
                          on_lost=on_lost, cancel=cancel)
         self.wait = c.seconds(wait, "wait", zero_ok=True, none_ok=True)
         self.fair = bool(fair)
-        # Extension point for [kinds] (issue 23): see dlock.Lock.
+
+    def _acquire_statement(self, wait: Optional[float]) -> "tuple[str, tuple]":
+        """Extension point for the server's [kinds] (issue 23): see
+        dlock.Lock._acquire_statement."""
+        return (c.SQL_LOCK_FAIR if self.fair else c.SQL_LOCK,
+                (self.resource, self.holder, c.interval(self.lease), c.interval(wait)))
 
     async def acquire(self, wait: Optional[c.Seconds] = ...) -> bool:  # type: ignore[assignment]
         if self.fence is not None:
             raise RuntimeError(f"lock {self.resource!r} is already acquired by this object")
         w = self.wait if wait is ... else c.seconds(wait, "wait", zero_ok=True, none_ok=True)
+        sql, params = self._acquire_statement(w)
         sent_at = time.monotonic()
         async with self._connection() as conn:
-            fence = await _one(conn, c.SQL_LOCK_FAIR if self.fair else c.SQL_LOCK,
-                               (self.resource, self.holder, c.interval(self.lease), c.interval(w)))
+            fence = await _one(conn, sql, params)
         if fence is None:
             await self._close()
             return False
@@ -394,7 +399,8 @@ async def observe(conninfo_or_pool: Any, election: str, *, poll: float = 1.0,
     """See dlock.observe."""
     source = conninfo_or_pool if isinstance(conninfo_or_pool, _Source) else _Source(conninfo_or_pool)
     async with source.connection() as conn:
-        if not conn.autocommit:
+        autocommit = conn.autocommit
+        if not autocommit:    # a pool's connection: given back as it came
             await conn.commit()
             await conn.set_autocommit(True)
         channel = await _one(conn, c.SQL_CHANNEL, (election,))
@@ -429,3 +435,4 @@ async def observe(conninfo_or_pool: Any, election: str, *, poll: float = 1.0,
             if not conn.closed and not conn.broken:
                 with contextlib.suppress(psycopg.Error):
                     await conn.execute("UNLISTEN *", prepare=False)
+                    await conn.set_autocommit(autocommit)
