@@ -73,6 +73,12 @@ async def _one(conn: psycopg.AsyncConnection, sql: str, params: tuple) -> Any:
     return None if row is None else row[0]
 
 
+def _forget(task: "asyncio.Task[Any]") -> None:
+    """Done-callback of an abandoned renewal: its outcome no longer matters."""
+    if not task.cancelled():
+        task.exception()
+
+
 class _Leased:
     _kind = "lock"
 
@@ -169,11 +175,23 @@ class _Leased:
             if time.monotonic() >= deadline:
                 continue
             sent_at = time.monotonic()
+            # The attempt runs as a task of its own, waited for no longer
+            # than the deadline: a statement stuck on an unresponsive
+            # server may not end promptly even when cancelled (psycopg
+            # first tries to cancel it in the server), and the loss must
+            # not wait for that.
+            attempt = asyncio.get_running_loop().create_task(self._renew_once())
+            done, _ = await asyncio.wait({attempt}, timeout=max(0.0, deadline - sent_at))
+            if not done:
+                attempt.cancel()
+                attempt.add_done_callback(_forget)
+                log.warning("dlock: renewing %r got no answer within the lease", self.resource)
+                continue
             try:
-                expiry = await asyncio.wait_for(self._renew_once(), deadline - sent_at)
-            except (psycopg.Error, Error, OSError, asyncio.TimeoutError) as e:
+                expiry = attempt.result()
+            except (psycopg.Error, Error, OSError) as e:
                 log.warning("dlock: renewing %r failed, retrying within the lease: %s",
-                            self.resource, e or type(e).__name__)
+                            self.resource, e)
                 next_at = time.monotonic() + retry
                 continue
             if expiry is None:
