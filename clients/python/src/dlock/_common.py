@@ -87,7 +87,8 @@ def leader_from_row(row: Optional[tuple]) -> Optional[Leader]:
 def lost_margin(lease: float) -> float:
     """How long before the lease's end (as the client measures it from the
     moment it sent the last successful acquisition or renewal) the lock is
-    declared lost when no renewal got through: a tenth of the lease, at
-    most a second.  The server's lease began after that moment, so loss is
-    signalled before the server's expiry, never after."""
-    return min(1.0, lease / 10.0)
+    declared lost when no renewal got through: a sixth of the lease, at
+    most two seconds: slack for a busy client whose timer fires late.  The
+    server's lease began after that moment, so loss is signalled before
+    the server's expiry, never after."""
+    return min(2.0, lease / 6.0)
