@@ -24,7 +24,8 @@ PACKAGES="build-essential postgresql-$PG_MAJOR postgresql-server-dev-$PG_MAJOR l
     debhelper postgresql-server-dev-all dpkg-dev
     patroni python3-etcd etcd-server etcd-client
     mariadb-server mariadb-client libmariadb-dev libdbd-mariadb-perl
-    python3-psycopg python3-tooz"
+    python3-psycopg python3-tooz python3-venv python3-pip python3-setuptools python3-wheel python3-pytest
+    python3-testtools python3-fixtures"
 # Node.js and npm (the Node client's tests, the portable edition's server
 # packages) from Debian, unless this machine has them already (a NodeSource
 # nodejs bundles npm and conflicts with Debian's).

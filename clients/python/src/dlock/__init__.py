@@ -1,0 +1,34 @@
+"""dlock: leased distributed locks with fencing tokens, in PostgreSQL.
+
+The client library for the dlock extension (and its portable edition):
+
+    import dlock
+
+    with dlock.Lock("dbname=app", "nightly-report", lease=30, wait=10) as lock:
+        ...                        # renewed in the background
+        with conn.transaction():   # a fenced write
+            lock.assert_fence(conn)
+            conn.execute("UPDATE ...")
+
+``dlock.aio`` has the same for asyncio; ``dlock.Election`` runs elections;
+``dlock.tooz`` is a driver for OpenStack's tooz (URL ``dlock://...``).
+Nothing is printed: the library logs to the ``dlock`` logger."""
+
+import logging as _logging
+
+from ._common import Leader
+from ._errors import (DatabaseError, Error, InvalidArgument, LockLost, LockTimeout,
+                      NotHeld, PermissionDenied, StaleFence)
+from ._sync import Election, Lock, leader, observe
+
+__version__ = "0.4.0"
+
+# Nothing is printed: without a handler configured by the application,
+# Python's last-resort handler would write dlock's warnings to stderr.
+_logging.getLogger("dlock").addHandler(_logging.NullHandler())
+
+__all__ = [
+    "Lock", "Election", "leader", "observe", "Leader",
+    "Error", "DatabaseError", "InvalidArgument", "StaleFence", "PermissionDenied",
+    "LockTimeout", "LockLost", "NotHeld", "__version__",
+]

@@ -1,0 +1,78 @@
+"""dlock's exceptions.  Every error that comes from the server carries its
+SQLSTATE (``exc.sqlstate``, psycopg's ``diag.sqlstate``) and the psycopg
+error as ``__cause__``."""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import psycopg
+
+__all__ = [
+    "Error", "DatabaseError", "InvalidArgument", "StaleFence",
+    "PermissionDenied", "LockTimeout", "LockLost", "NotHeld",
+]
+
+
+class Error(Exception):
+    """Base class of dlock's exceptions."""
+
+    sqlstate: Optional[str] = None
+
+
+class DatabaseError(Error):
+    """The server refused a call; ``sqlstate`` says why (e.g. 22023, 55P03,
+    42501, 25006) and ``diag`` is psycopg's diagnostic."""
+
+    def __init__(self, message: str, sqlstate: Optional[str] = None,
+                 diag: Optional[psycopg.errors.Diagnostic] = None) -> None:
+        super().__init__(message)
+        self.sqlstate = sqlstate
+        self.diag = diag
+
+
+class InvalidArgument(DatabaseError, ValueError):
+    """SQLSTATE 22023: a bad resource, holder, lease or wait."""
+
+
+class StaleFence(DatabaseError):
+    """SQLSTATE 55P03: ``assert_fence`` refused a fence that is no longer
+    the current holding's."""
+
+
+class PermissionDenied(DatabaseError, PermissionError):
+    """SQLSTATE 42501: the holding belongs to another role, or the caller
+    may not call the function (``break_lock``)."""
+
+
+class LockTimeout(Error, TimeoutError):
+    """The lock (or election) was not obtained within ``wait``."""
+
+
+class LockLost(Error):
+    """The lease was lost while the block ran (it expired, or an
+    administrator broke it): work done in the block was not protected to
+    its end.  Raised when leaving the block."""
+
+
+class NotHeld(Error):
+    """An operation that needs the lock held (``assert_fence``,
+    ``release``) was called on a lock that is not held."""
+
+
+_BY_SQLSTATE = {
+    "22023": InvalidArgument,
+    "55P03": StaleFence,
+    "42501": PermissionDenied,
+}
+
+
+def translate(exc: psycopg.Error) -> Error:
+    """The dlock exception for a psycopg error (raise it ``from exc``)."""
+    sqlstate = getattr(exc, "sqlstate", None)
+    if sqlstate is None:
+        diag = getattr(exc, "diag", None)
+        sqlstate = getattr(diag, "sqlstate", None)
+    cls = _BY_SQLSTATE.get(sqlstate or "", DatabaseError)
+    return cls(str(exc).strip() or type(exc).__name__, sqlstate,
+               getattr(exc, "diag", None))

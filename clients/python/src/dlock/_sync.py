@@ -1,0 +1,478 @@
+"""The synchronous API: Lock, Election and observe().
+
+Threads: each held Lock (or campaigning Election) has one renewal thread
+and one deadline timer.  The lock's state (fence, lost, the renewal
+connection) is guarded by ``self._mutex``; callbacks run outside it."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import select
+import threading
+import time
+from types import TracebackType
+from typing import Any, Callable, Iterator, Optional, Type
+
+import psycopg
+from psycopg import sql as pgsql
+
+from . import _common as c
+from ._errors import Error, LockLost, LockTimeout, NotHeld, translate
+
+log = logging.getLogger("dlock")
+
+__all__ = ["Lock", "Election", "observe", "leader"]
+
+
+class _Source:
+    """Where connections come from: a conninfo string (dlock opens its own,
+    autocommit, no server-side prepared statements so that pgbouncer in
+    transaction mode is fine), or a pool with a ``connection()`` context
+    manager (psycopg_pool.ConnectionPool), borrowed per call."""
+
+    def __init__(self, conninfo_or_pool: Any) -> None:
+        if isinstance(conninfo_or_pool, str):
+            self.conninfo: Optional[str] = conninfo_or_pool
+            self.pool = None
+        elif callable(getattr(conninfo_or_pool, "connection", None)):
+            self.conninfo = None
+            self.pool = conninfo_or_pool
+        else:
+            raise TypeError("dlock needs a conninfo string or a connection pool"
+                            " (an object with a connection() context manager),"
+                            f" not {type(conninfo_or_pool).__name__}")
+
+    def connect(self) -> psycopg.Connection:
+        assert self.conninfo is not None
+        return psycopg.connect(self.conninfo, autocommit=True, prepare_threshold=None)
+
+    @contextlib.contextmanager
+    def connection(self) -> Iterator[psycopg.Connection]:
+        if self.pool is not None:
+            with self.pool.connection() as conn:
+                yield conn
+        else:
+            conn = self.connect()
+            try:
+                yield conn
+            finally:
+                conn.close()
+
+
+def _one(conn: psycopg.Connection, sql: str, params: tuple) -> Any:
+    """Run SQL, return the first column of its one row; dlock errors."""
+    try:
+        row = conn.execute(sql, params, prepare=False).fetchone()
+    except psycopg.Error as e:
+        if getattr(e, "sqlstate", None) is None:
+            raise  # connection trouble: the caller decides (retry or not)
+        raise translate(e) from e
+    return None if row is None else row[0]
+
+
+class _Leased:
+    """A holding kept alive by renewal: what Lock and Election share."""
+
+    _kind = "lock"
+
+    def __init__(self, conninfo_or_pool: Any, resource: str, *, lease: c.Seconds,
+                 holder: Optional[str], on_lost: Optional[Callable[[Any], Any]]) -> None:
+        self._source = _Source(conninfo_or_pool)
+        self.resource = c.check_text(resource, "resource")
+        self.holder = c.check_text(holder, "holder") if holder is not None else c.default_holder()
+        self.lease = c.seconds(lease, "lease")
+        assert self.lease is not None
+        self.on_lost = on_lost
+        self.fence: Optional[int] = None
+        self.lost = threading.Event()
+        self.lost_reason: Optional[str] = None
+        self._mutex = threading.RLock()
+        self._conn: Optional[psycopg.Connection] = None  # conninfo mode: ours
+        self._stop = threading.Event()
+        self._thread: Optional[threading.Thread] = None
+        self._timer: Optional[threading.Timer] = None
+        self._valid_from = 0.0  # monotonic time of the last successful send
+
+    # ---- connections
+    @contextlib.contextmanager
+    def _connection(self) -> Iterator[psycopg.Connection]:
+        """The lock's own connection (conninfo) or a pool's (per call);
+        a connection that failed is dropped, the next call opens another."""
+        if self._source.pool is not None:
+            with self._source.connection() as conn:
+                yield conn
+            return
+        with self._mutex:
+            conn = self._conn
+            self._conn = None
+        if conn is None or conn.closed:
+            conn = self._source.connect()
+        try:
+            yield conn
+        except BaseException:
+            if conn.broken or conn.closed or \
+                    conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
+                conn.close()
+            else:
+                with self._mutex:
+                    self._conn, conn = conn, self._conn
+                if conn is not None:
+                    conn.close()
+            raise
+        with self._mutex:
+            self._conn, conn = conn, self._conn
+        if conn is not None:
+            conn.close()
+
+    def _close(self) -> None:
+        with self._mutex:
+            conn, self._conn = self._conn, None
+        if conn is not None:
+            conn.close()
+
+    # ---- renewal
+    @property
+    def held(self) -> bool:
+        return self.fence is not None and not self.lost.is_set()
+
+    def _started(self, fence: int, sent_at: float) -> None:
+        self.fence = fence
+        self.lost.clear()
+        self.lost_reason = None
+        self._stop.clear()
+        self._valid_from = sent_at
+        self._arm(sent_at)
+        self._thread = threading.Thread(target=self._renew_loop, daemon=True,
+                                        name=f"dlock renew {self.resource[:40]}")
+        self._thread.start()
+
+    def _arm(self, sent_at: float) -> None:
+        assert self.lease is not None
+        delay = sent_at + self.lease - c.lost_margin(self.lease) - time.monotonic()
+        timer = threading.Timer(max(0.0, delay), self._deadline, args=(sent_at,))
+        timer.daemon = True
+        with self._mutex:
+            old, self._timer = self._timer, timer
+        if old is not None:
+            old.cancel()
+        timer.start()
+
+    def _deadline(self, sent_at: float) -> None:
+        with self._mutex:
+            current = self._valid_from == sent_at and not self._stop.is_set()
+        if current:
+            self._declare_lost("no renewal got through within the lease")
+
+    def _declare_lost(self, reason: str) -> None:
+        with self._mutex:
+            if self.lost.is_set() or self.fence is None:
+                return
+            self.lost_reason = reason
+            self.lost.set()
+            self._stop.set()
+            timer = self._timer
+        if timer is not None:
+            timer.cancel()
+        log.warning("dlock: %s %r lost (fence %s): %s", self._kind, self.resource,
+                    self.fence, reason)
+        if self.on_lost is not None:
+            try:
+                self.on_lost(self)
+            except Exception:
+                log.exception("dlock: on_lost callback of %r failed", self.resource)
+
+    def _renew_loop(self) -> None:
+        assert self.lease is not None
+        period = self.lease / 3.0
+        retry = max(0.05, min(1.0, period / 3.0))
+        next_at = self._valid_from + period
+        while not self._stop.wait(max(0.0, next_at - time.monotonic())):
+            sent_at = time.monotonic()
+            try:
+                with self._connection() as conn:
+                    expiry = _one(conn, c.SQL_RENEW, (self.resource, self.holder,
+                                                      c.interval(self.lease), self.fence))
+            except (psycopg.Error, Error, OSError) as e:
+                log.warning("dlock: renewing %r failed, retrying within the lease: %s",
+                            self.resource, e)
+                next_at = time.monotonic() + retry
+                continue
+            if self._stop.is_set():
+                return
+            if expiry is None:
+                self._declare_lost("renew returned NULL: the lease ended or was broken")
+                return
+            with self._mutex:
+                self._valid_from = sent_at
+            self._arm(sent_at)
+            next_at = sent_at + period
+
+    def _stop_renewal(self) -> None:
+        self._stop.set()
+        with self._mutex:
+            timer, self._timer = self._timer, None
+        if timer is not None:
+            timer.cancel()
+        thread, self._thread = self._thread, None
+        if thread is not None and thread is not threading.current_thread():
+            # A renewal stuck on an unresponsive server is left behind
+            # (daemon thread): it cannot change anything any more.
+            thread.join(timeout=max(1.0, min(5.0, (self.lease or 3) / 3)))
+
+    # ---- fenced writes
+    def assert_fence(self, cur: Any) -> None:
+        """Run ``dlock.assert_fence(resource, fence)`` with CUR (a psycopg
+        cursor or connection) in the caller's transaction: raises
+        StaleFence (55P03) unless this holding is current, and then keeps it
+        from being taken over until that transaction ends."""
+        if self.fence is None:
+            raise NotHeld(f"{self._kind} {self.resource!r} is not held")
+        try:
+            cur.execute(c.SQL_ASSERT_FENCE, (self.resource, self.fence), prepare=False)
+        except psycopg.Error as e:
+            if getattr(e, "sqlstate", None) is None:
+                raise
+            raise translate(e) from e
+
+    def check(self) -> bool:
+        """Is this holding still the current one, as the server sees it?"""
+        if self.fence is None:
+            return False
+        with self._source.connection() as conn:
+            return bool(_one(conn, c.SQL_CHECK, (self.resource, self.fence)))
+
+
+class Lock(_Leased):
+    """A leased lock on RESOURCE, renewed in the background.
+
+    ``with dlock.Lock(conninfo_or_pool, "resource", lease=30, wait=10) as
+    lock:`` acquires (waiting up to WAIT seconds, None: no limit, 0: one
+    try; LockTimeout otherwise), renews every third of LEASE on its own
+    connection, sets ``lock.lost`` and calls ``on_lost(lock)`` when the
+    lease is lost, and raises LockLost when the block is left after a
+    loss.  HOLDER defaults to a text unique to this object."""
+
+    def __init__(self, conninfo_or_pool: Any, resource: str, *, lease: c.Seconds = 30,
+                 wait: Optional[c.Seconds] = None, holder: Optional[str] = None,
+                 fair: bool = False,
+                 on_lost: Optional[Callable[["Lock"], Any]] = None) -> None:
+        super().__init__(conninfo_or_pool, resource, lease=lease, holder=holder,
+                         on_lost=on_lost)
+        self.wait = c.seconds(wait, "wait", zero_ok=True, none_ok=True)
+        self.fair = bool(fair)
+
+    def _acquire_statement(self, wait: Optional[float]) -> "tuple[str, tuple]":
+        """The statement that acquires, returning the fence or NULL.
+        Extension point for the server's [kinds] (issue 23): a shared lock
+        (``lock(..., shared => true)``) or a semaphore (``acquire(...)``)
+        is a subclass that returns its own statement here; renewal, loss
+        and release stay the same."""
+        return (c.SQL_LOCK_FAIR if self.fair else c.SQL_LOCK,
+                (self.resource, self.holder, c.interval(self.lease), c.interval(wait)))
+
+    def acquire(self, wait: Optional[c.Seconds] = ..., ) -> bool:  # type: ignore[assignment]
+        """Acquire; True when held, False when WAIT ran out."""
+        if self.fence is not None:
+            raise RuntimeError(f"lock {self.resource!r} is already acquired by this object")
+        w = self.wait if wait is ... else c.seconds(wait, "wait", zero_ok=True, none_ok=True)
+        sql, params = self._acquire_statement(w)
+        sent_at = time.monotonic()
+        with self._connection() as conn:
+            fence = _one(conn, sql, params)
+        if fence is None:
+            self._close()
+            return False
+        self._started(fence, sent_at)
+        return True
+
+    def release(self) -> bool:
+        """Release.  True if released; False if the lease had been lost
+        (``lost`` is set then)."""
+        if self.fence is None:
+            raise NotHeld(f"lock {self.resource!r} is not held")
+        self._stop_renewal()
+        try:
+            with self._connection() as conn:
+                left = _one(conn, c.SQL_UNLOCK, (self.resource, self.holder, self.fence))
+        finally:
+            self._close()
+        if left is None:
+            self._declare_lost("unlock found the holding gone: the lease had been lost")
+        self.fence = None
+        return left is not None
+
+    def __enter__(self) -> "Lock":
+        if not self.acquire():
+            raise LockTimeout(f"lock {self.resource!r} not acquired within {self.wait} s")
+        return self
+
+    def __exit__(self, exc_type: Optional[Type[BaseException]],
+                 exc: Optional[BaseException], tb: Optional[TracebackType]) -> None:
+        fence = self.fence
+        try:
+            released = self.release()
+        except (psycopg.Error, Error, OSError) as e:
+            # The release did not get through: the lease ends by itself.
+            log.warning("dlock: releasing %r failed (its lease will end): %s",
+                        self.resource, e)
+            released = not self.lost.is_set()
+            self.fence = None
+        if not released or self.lost.is_set():
+            raise LockLost(f"lock {self.resource!r} (fence {fence}) was lost while held: "
+                           f"{self.lost_reason}")
+
+
+class Election(_Leased):
+    """Campaign in ELECTION as CANDIDATE (default: unique to this object).
+
+    ``term = e.campaign(value, wait=...)`` waits to lead (LockTimeout after
+    WAIT); the leadership is then renewed like a Lock's, ``lost`` and
+    ``on_lost`` say when it ends.  ``proclaim(value)``, ``resign()``,
+    ``leader()``; ``observe()`` iterates over leader changes.  As a
+    context manager it campaigns on entry and resigns on exit (LockLost if
+    leadership was lost meanwhile)."""
+
+    _kind = "election"
+
+    def __init__(self, conninfo_or_pool: Any, election: str, *, candidate: Optional[str] = None,
+                 value: Optional[str] = None, lease: c.Seconds = 30,
+                 wait: Optional[c.Seconds] = None,
+                 on_lost: Optional[Callable[["Election"], Any]] = None) -> None:
+        super().__init__(conninfo_or_pool, election, lease=lease, holder=candidate,
+                         on_lost=on_lost)
+        self.value = value
+        self.wait = c.seconds(wait, "wait", zero_ok=True, none_ok=True)
+
+    @property
+    def election(self) -> str:
+        return self.resource
+
+    @property
+    def candidate(self) -> str:
+        return self.holder
+
+    @property
+    def term(self) -> Optional[int]:
+        return self.fence
+
+    def campaign(self, value: Optional[str] = ..., wait: Optional[c.Seconds] = ...) -> int:  # type: ignore[assignment]
+        """Wait to lead; return the term.  LockTimeout after WAIT."""
+        if value is not ...:
+            self.value = value
+        w = self.wait if wait is ... else c.seconds(wait, "wait", zero_ok=True, none_ok=True)
+        if self.fence is not None and not self.lost.is_set():
+            self._stop_renewal()
+        sent_at = time.monotonic()
+        with self._connection() as conn:
+            term = _one(conn, c.SQL_CAMPAIGN, (self.resource, self.holder, self.value,
+                                               c.interval(self.lease), c.interval(w)))
+        if term is None:
+            self._close()
+            raise LockTimeout(f"not elected in {self.resource!r} within {w} s")
+        self._started(term, sent_at)
+        return term
+
+    def proclaim(self, value: Optional[str]) -> bool:
+        """Change the leader's value; False if no longer the leader."""
+        with self._connection() as conn:
+            ok = bool(_one(conn, c.SQL_PROCLAIM, (self.resource, self.holder, value, self.fence)))
+        if ok:
+            self.value = value
+        return ok
+
+    def resign(self) -> bool:
+        """Step down (the next candidate is elected at once); False if this
+        candidate did not lead (any more)."""
+        self._stop_renewal()
+        try:
+            with self._connection() as conn:
+                ok = bool(_one(conn, c.SQL_RESIGN, (self.resource, self.holder, self.fence)))
+        finally:
+            self._close()
+        if not ok and self.fence is not None:
+            self._declare_lost("resign found this candidate no longer leading")
+        self.fence = None
+        return ok
+
+    def leader(self) -> Optional[c.Leader]:
+        return leader(self._source, self.resource)
+
+    def observe(self, *, poll: float = 1.0, timeout: Optional[float] = None) -> Iterator[Optional[c.Leader]]:
+        return observe(self._source, self.resource, poll=poll, timeout=timeout)
+
+    def __enter__(self) -> "Election":
+        self.campaign()
+        return self
+
+    def __exit__(self, exc_type: Optional[Type[BaseException]],
+                 exc: Optional[BaseException], tb: Optional[TracebackType]) -> None:
+        term = self.fence
+        try:
+            ok = self.resign()
+        except (psycopg.Error, Error, OSError) as e:
+            log.warning("dlock: resigning from %r failed (the lease will end): %s",
+                        self.resource, e)
+            ok = not self.lost.is_set()
+            self.fence = None
+        if not ok or self.lost.is_set():
+            raise LockLost(f"leadership of {self.resource!r} (term {term}) was lost: "
+                           f"{self.lost_reason}")
+
+
+def leader(conninfo_or_pool: Any, election: str) -> Optional[c.Leader]:
+    """The current leader of ELECTION, or None."""
+    source = conninfo_or_pool if isinstance(conninfo_or_pool, _Source) else _Source(conninfo_or_pool)
+    with source.connection() as conn:
+        try:
+            row = conn.execute(c.SQL_LEADER, (election,), prepare=False).fetchone()
+        except psycopg.Error as e:
+            if getattr(e, "sqlstate", None) is None:
+                raise
+            raise translate(e) from e
+    return c.leader_from_row(row)
+
+
+def observe(conninfo_or_pool: Any, election: str, *, poll: float = 1.0,
+            timeout: Optional[float] = None) -> Iterator[Optional[c.Leader]]:
+    """Yield the leader of ELECTION (None: nobody leads) now and after each
+    change: a new term, a new value, or no leader.  Listens on
+    ``dlock.channel(election)`` on a connection of its own and also looks
+    every POLL seconds (so it works where notifications do not arrive,
+    behind pgbouncer in transaction mode).  Ends after TIMEOUT seconds
+    without a change (None: never)."""
+    source = conninfo_or_pool if isinstance(conninfo_or_pool, _Source) else _Source(conninfo_or_pool)
+    if source.conninfo is None:
+        cm: Any = source.pool.connection()  # type: ignore[union-attr]
+    else:
+        cm = contextlib.closing(source.connect())
+    with cm as conn:
+        autocommit = conn.autocommit
+        if not autocommit:    # a pool's connection: given back as it came
+            conn.commit()
+            conn.autocommit = True
+        channel = _one(conn, c.SQL_CHANNEL, (election,))
+        conn.execute(pgsql.SQL("LISTEN {}").format(pgsql.Identifier(channel)),
+                     prepare=False)
+        try:
+            last: Any = ...
+            quiet_since = time.monotonic()
+            while True:
+                row = conn.execute(c.SQL_LEADER, (election,), prepare=False).fetchone()
+                now = c.leader_from_row(row)
+                key = None if now is None else (now.candidate, now.term, now.value)
+                if last is ... or key != last:
+                    last = key
+                    quiet_since = time.monotonic()
+                    yield now
+                elif timeout is not None and time.monotonic() - quiet_since >= timeout:
+                    return
+                # Wait for a notification (the socket becomes readable) or POLL.
+                select.select([conn.fileno()], [], [], poll)
+        finally:
+            if not conn.closed and not conn.broken:
+                try:
+                    conn.execute("UNLISTEN *", prepare=False)
+                    conn.autocommit = autocommit
+                except psycopg.Error:
+                    pass

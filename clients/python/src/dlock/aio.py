@@ -1,0 +1,456 @@
+"""dlock for asyncio: the same Lock and Election as the synchronous API,
+on psycopg's AsyncConnection (a conninfo string) or an async pool
+(psycopg_pool.AsyncConnectionPool).
+
+The renewal is a task of the event loop that entered the lock; when the
+lease is lost, ``lost`` (an asyncio.Event) is set, ``on_lost(lock)`` runs
+(a coroutine function is awaited), and the task chosen with ``cancel``
+(by default the task that entered ``async with``) is cancelled; leaving
+the block then raises dlock.LockLost instead of CancelledError."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import inspect
+import logging
+import time
+from types import TracebackType
+from typing import Any, AsyncIterator, Callable, Optional, Type, Union
+
+import psycopg
+from psycopg import sql as pgsql
+
+from . import _common as c
+from ._common import Leader
+from ._errors import Error, LockLost, LockTimeout, NotHeld, translate
+
+log = logging.getLogger("dlock")
+
+__all__ = ["Lock", "Election", "observe", "leader", "Leader"]
+
+CancelScope = Union[bool, "asyncio.Task[Any]", None]
+
+
+class _Source:
+    def __init__(self, conninfo_or_pool: Any) -> None:
+        if isinstance(conninfo_or_pool, str):
+            self.conninfo: Optional[str] = conninfo_or_pool
+            self.pool = None
+        elif callable(getattr(conninfo_or_pool, "connection", None)):
+            self.conninfo = None
+            self.pool = conninfo_or_pool
+        else:
+            raise TypeError("dlock.aio needs a conninfo string or an async connection pool,"
+                            f" not {type(conninfo_or_pool).__name__}")
+
+    async def connect(self) -> psycopg.AsyncConnection:
+        assert self.conninfo is not None
+        return await psycopg.AsyncConnection.connect(self.conninfo, autocommit=True,
+                                                     prepare_threshold=None)
+
+    @contextlib.asynccontextmanager
+    async def connection(self) -> AsyncIterator[psycopg.AsyncConnection]:
+        if self.pool is not None:
+            async with self.pool.connection() as conn:
+                yield conn
+        else:
+            conn = await self.connect()
+            try:
+                yield conn
+            finally:
+                await conn.close()
+
+
+async def _one(conn: psycopg.AsyncConnection, sql: str, params: tuple) -> Any:
+    try:
+        cur = await conn.execute(sql, params, prepare=False)
+        row = await cur.fetchone()
+    except psycopg.Error as e:
+        if getattr(e, "sqlstate", None) is None:
+            raise
+        raise translate(e) from e
+    return None if row is None else row[0]
+
+
+def _forget(task: "asyncio.Task[Any]") -> None:
+    """Done-callback of an abandoned renewal: its outcome no longer matters."""
+    if not task.cancelled():
+        task.exception()
+
+
+class _Leased:
+    _kind = "lock"
+
+    def __init__(self, conninfo_or_pool: Any, resource: str, *, lease: c.Seconds,
+                 holder: Optional[str], on_lost: Optional[Callable[[Any], Any]],
+                 cancel: CancelScope) -> None:
+        self._source = _Source(conninfo_or_pool)
+        self.resource = c.check_text(resource, "resource")
+        self.holder = c.check_text(holder, "holder") if holder is not None else c.default_holder()
+        self.lease = c.seconds(lease, "lease")
+        self.on_lost = on_lost
+        self.cancel = cancel
+        self.fence: Optional[int] = None
+        self.lost = asyncio.Event()
+        self.lost_reason: Optional[str] = None
+        self._conn: Optional[psycopg.AsyncConnection] = None
+        self._task: Optional[asyncio.Task[Any]] = None
+        self._scope: Optional[asyncio.Task[Any]] = None
+        self._cancelled_scope = False
+
+    @contextlib.asynccontextmanager
+    async def _connection(self) -> AsyncIterator[psycopg.AsyncConnection]:
+        if self._source.pool is not None:
+            async with self._source.connection() as conn:
+                yield conn
+            return
+        conn, self._conn = self._conn, None
+        if conn is None or conn.closed:
+            conn = await self._source.connect()
+        try:
+            yield conn
+        except BaseException:
+            # A statement cut short (cancelled, timed out) leaves the
+            # connection busy: only an idle one is kept.
+            if conn.broken or conn.closed or \
+                    conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
+                await conn.close()
+            else:
+                self._conn, conn = conn, self._conn
+                if conn is not None:
+                    await conn.close()
+            raise
+        self._conn, conn = conn, self._conn
+        if conn is not None:
+            await conn.close()
+
+    async def _close(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            await conn.close()
+
+    @property
+    def held(self) -> bool:
+        return self.fence is not None and not self.lost.is_set()
+
+    def _started(self, fence: int, sent_at: float) -> None:
+        self.fence = fence
+        self.lost.clear()
+        self.lost_reason = None
+        self._cancelled_scope = False
+        self._task = asyncio.get_running_loop().create_task(self._renew_loop(sent_at))
+
+    async def _declare_lost(self, reason: str) -> None:
+        if self.lost.is_set() or self.fence is None:
+            return
+        self.lost_reason = reason
+        self.lost.set()
+        log.warning("dlock: %s %r lost (fence %s): %s", self._kind, self.resource,
+                    self.fence, reason)
+        if self._scope is not None and not self._scope.done():
+            self._cancelled_scope = True
+            self._scope.cancel()
+        if self.on_lost is not None:
+            try:
+                r = self.on_lost(self)
+                if inspect.isawaitable(r):
+                    await r
+            except Exception:
+                log.exception("dlock: on_lost callback of %r failed", self.resource)
+
+    async def _renew_loop(self, valid_from: float) -> None:
+        assert self.lease is not None
+        period = self.lease / 3.0
+        retry = max(0.05, min(1.0, period / 3.0))
+        margin = c.lost_margin(self.lease)
+        next_at = valid_from + period
+        while True:
+            deadline = valid_from + self.lease - margin
+            now = time.monotonic()
+            if now >= deadline:
+                await self._declare_lost("no renewal got through within the lease")
+                return
+            await asyncio.sleep(max(0.0, min(next_at, deadline) - now))
+            if time.monotonic() >= deadline:
+                continue
+            sent_at = time.monotonic()
+            # The attempt runs as a task of its own, waited for no longer
+            # than the deadline: a statement stuck on an unresponsive
+            # server may not end promptly even when cancelled (psycopg
+            # first tries to cancel it in the server), and the loss must
+            # not wait for that.
+            attempt = asyncio.get_running_loop().create_task(self._renew_once())
+            done, _ = await asyncio.wait({attempt}, timeout=max(0.0, deadline - sent_at))
+            if not done:
+                attempt.cancel()
+                attempt.add_done_callback(_forget)
+                log.warning("dlock: renewing %r got no answer within the lease", self.resource)
+                continue
+            try:
+                expiry = attempt.result()
+            except (psycopg.Error, Error, OSError) as e:
+                log.warning("dlock: renewing %r failed, retrying within the lease: %s",
+                            self.resource, e)
+                next_at = time.monotonic() + retry
+                continue
+            if expiry is None:
+                await self._declare_lost("renew returned NULL: the lease ended or was broken")
+                return
+            valid_from = sent_at
+            next_at = sent_at + period
+
+    async def _renew_once(self) -> Any:
+        async with self._connection() as conn:
+            return await _one(conn, c.SQL_RENEW, (self.resource, self.holder,
+                                                  c.interval(self.lease), self.fence))
+
+    async def _stop_renewal(self) -> None:
+        task, self._task = self._task, None
+        if task is not None and task is not asyncio.current_task():
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+
+    async def assert_fence(self, cur: Any) -> None:
+        """``dlock.assert_fence(resource, fence)`` with CUR (an async cursor
+        or connection) in the caller's transaction (StaleFence, 55P03)."""
+        if self.fence is None:
+            raise NotHeld(f"{self._kind} {self.resource!r} is not held")
+        try:
+            await cur.execute(c.SQL_ASSERT_FENCE, (self.resource, self.fence), prepare=False)
+        except psycopg.Error as e:
+            if getattr(e, "sqlstate", None) is None:
+                raise
+            raise translate(e) from e
+
+    async def check(self) -> bool:
+        if self.fence is None:
+            return False
+        async with self._source.connection() as conn:
+            return bool(await _one(conn, c.SQL_CHECK, (self.resource, self.fence)))
+
+    def _enter_scope(self) -> None:
+        if self.cancel is True:
+            self._scope = asyncio.current_task()
+        elif isinstance(self.cancel, asyncio.Task):
+            self._scope = self.cancel
+        else:
+            self._scope = None
+
+    def _exit_error(self, exc: Optional[BaseException], released: bool, fence: Optional[int]) -> None:
+        if self._cancelled_scope and self._scope is not None:
+            uncancel = getattr(self._scope, "uncancel", None)
+            if uncancel is not None and self._scope is asyncio.current_task():
+                uncancel()
+        self._scope = None
+        if not released or self.lost.is_set():
+            raise LockLost(f"{self._kind} {self.resource!r} (fence {fence}) was lost while held: "
+                           f"{self.lost_reason}")
+
+
+class Lock(_Leased):
+    """``async with dlock.aio.Lock(conninfo_or_pool, "r", lease=30, wait=10)
+    as lock:`` -- see dlock.Lock.  CANCEL: the task cancelled when the
+    lease is lost (True: the task that enters the block; None: none)."""
+
+    def __init__(self, conninfo_or_pool: Any, resource: str, *, lease: c.Seconds = 30,
+                 wait: Optional[c.Seconds] = None, holder: Optional[str] = None,
+                 fair: bool = False, on_lost: Optional[Callable[["Lock"], Any]] = None,
+                 cancel: CancelScope = True) -> None:
+        super().__init__(conninfo_or_pool, resource, lease=lease, holder=holder,
+                         on_lost=on_lost, cancel=cancel)
+        self.wait = c.seconds(wait, "wait", zero_ok=True, none_ok=True)
+        self.fair = bool(fair)
+
+    def _acquire_statement(self, wait: Optional[float]) -> "tuple[str, tuple]":
+        """Extension point for the server's [kinds] (issue 23): see
+        dlock.Lock._acquire_statement."""
+        return (c.SQL_LOCK_FAIR if self.fair else c.SQL_LOCK,
+                (self.resource, self.holder, c.interval(self.lease), c.interval(wait)))
+
+    async def acquire(self, wait: Optional[c.Seconds] = ...) -> bool:  # type: ignore[assignment]
+        if self.fence is not None:
+            raise RuntimeError(f"lock {self.resource!r} is already acquired by this object")
+        w = self.wait if wait is ... else c.seconds(wait, "wait", zero_ok=True, none_ok=True)
+        sql, params = self._acquire_statement(w)
+        sent_at = time.monotonic()
+        async with self._connection() as conn:
+            fence = await _one(conn, sql, params)
+        if fence is None:
+            await self._close()
+            return False
+        self._started(fence, sent_at)
+        return True
+
+    async def release(self) -> bool:
+        if self.fence is None:
+            raise NotHeld(f"lock {self.resource!r} is not held")
+        await self._stop_renewal()
+        try:
+            async with self._connection() as conn:
+                left = await _one(conn, c.SQL_UNLOCK, (self.resource, self.holder, self.fence))
+        finally:
+            await self._close()
+        if left is None:
+            await self._declare_lost("unlock found the holding gone: the lease had been lost")
+        self.fence = None
+        return left is not None
+
+    async def __aenter__(self) -> "Lock":
+        if not await self.acquire():
+            raise LockTimeout(f"lock {self.resource!r} not acquired within {self.wait} s")
+        self._enter_scope()
+        return self
+
+    async def __aexit__(self, exc_type: Optional[Type[BaseException]],
+                        exc: Optional[BaseException], tb: Optional[TracebackType]) -> None:
+        fence = self.fence
+        try:
+            released = await self.release()
+        except (psycopg.Error, Error, OSError) as e:
+            log.warning("dlock: releasing %r failed (its lease will end): %s", self.resource, e)
+            released = not self.lost.is_set()
+            self.fence = None
+        self._exit_error(exc, released, fence)
+
+
+class Election(_Leased):
+    """See dlock.Election; all methods are coroutines, observe() an async
+    iterator."""
+
+    _kind = "election"
+
+    def __init__(self, conninfo_or_pool: Any, election: str, *, candidate: Optional[str] = None,
+                 value: Optional[str] = None, lease: c.Seconds = 30,
+                 wait: Optional[c.Seconds] = None,
+                 on_lost: Optional[Callable[["Election"], Any]] = None,
+                 cancel: CancelScope = True) -> None:
+        super().__init__(conninfo_or_pool, election, lease=lease, holder=candidate,
+                         on_lost=on_lost, cancel=cancel)
+        self.value = value
+        self.wait = c.seconds(wait, "wait", zero_ok=True, none_ok=True)
+
+    @property
+    def term(self) -> Optional[int]:
+        return self.fence
+
+    @property
+    def candidate(self) -> str:
+        return self.holder
+
+    async def campaign(self, value: Optional[str] = ..., wait: Optional[c.Seconds] = ...) -> int:  # type: ignore[assignment]
+        if value is not ...:
+            self.value = value
+        w = self.wait if wait is ... else c.seconds(wait, "wait", zero_ok=True, none_ok=True)
+        await self._stop_renewal()
+        sent_at = time.monotonic()
+        async with self._connection() as conn:
+            term = await _one(conn, c.SQL_CAMPAIGN, (self.resource, self.holder, self.value,
+                                                     c.interval(self.lease), c.interval(w)))
+        if term is None:
+            await self._close()
+            raise LockTimeout(f"not elected in {self.resource!r} within {w} s")
+        self._started(term, sent_at)
+        return term
+
+    async def proclaim(self, value: Optional[str]) -> bool:
+        async with self._connection() as conn:
+            ok = bool(await _one(conn, c.SQL_PROCLAIM, (self.resource, self.holder, value,
+                                                        self.fence)))
+        if ok:
+            self.value = value
+        return ok
+
+    async def resign(self) -> bool:
+        await self._stop_renewal()
+        try:
+            async with self._connection() as conn:
+                ok = bool(await _one(conn, c.SQL_RESIGN, (self.resource, self.holder, self.fence)))
+        finally:
+            await self._close()
+        if not ok and self.fence is not None:
+            await self._declare_lost("resign found this candidate no longer leading")
+        self.fence = None
+        return ok
+
+    async def leader(self) -> Optional[Leader]:
+        return await leader(self._source, self.resource)
+
+    def observe(self, *, poll: float = 1.0,
+                timeout: Optional[float] = None) -> AsyncIterator[Optional[Leader]]:
+        return observe(self._source, self.resource, poll=poll, timeout=timeout)
+
+    async def __aenter__(self) -> "Election":
+        await self.campaign()
+        self._enter_scope()
+        return self
+
+    async def __aexit__(self, exc_type: Optional[Type[BaseException]],
+                        exc: Optional[BaseException], tb: Optional[TracebackType]) -> None:
+        term = self.fence
+        try:
+            ok = await self.resign()
+        except (psycopg.Error, Error, OSError) as e:
+            log.warning("dlock: resigning from %r failed (the lease will end): %s",
+                        self.resource, e)
+            ok = not self.lost.is_set()
+            self.fence = None
+        self._exit_error(exc, ok, term)
+
+
+async def leader(conninfo_or_pool: Any, election: str) -> Optional[Leader]:
+    source = conninfo_or_pool if isinstance(conninfo_or_pool, _Source) else _Source(conninfo_or_pool)
+    async with source.connection() as conn:
+        try:
+            cur = await conn.execute(c.SQL_LEADER, (election,), prepare=False)
+            row = await cur.fetchone()
+        except psycopg.Error as e:
+            if getattr(e, "sqlstate", None) is None:
+                raise
+            raise translate(e) from e
+    return c.leader_from_row(row)
+
+
+async def observe(conninfo_or_pool: Any, election: str, *, poll: float = 1.0,
+                  timeout: Optional[float] = None) -> AsyncIterator[Optional[Leader]]:
+    """See dlock.observe."""
+    source = conninfo_or_pool if isinstance(conninfo_or_pool, _Source) else _Source(conninfo_or_pool)
+    async with source.connection() as conn:
+        autocommit = conn.autocommit
+        if not autocommit:    # a pool's connection: given back as it came
+            await conn.commit()
+            await conn.set_autocommit(True)
+        channel = await _one(conn, c.SQL_CHANNEL, (election,))
+        await conn.execute(pgsql.SQL("LISTEN {}").format(pgsql.Identifier(channel)), prepare=False)
+        loop = asyncio.get_running_loop()
+        readable = asyncio.Event()
+        fd = conn.fileno()
+        try:
+            last: Any = ...
+            quiet_since = time.monotonic()
+            while True:
+                cur = await conn.execute(c.SQL_LEADER, (election,), prepare=False)
+                now = c.leader_from_row(await cur.fetchone())
+                key = None if now is None else (now.candidate, now.term, now.value)
+                if last is ... or key != last:
+                    last = key
+                    quiet_since = time.monotonic()
+                    yield now
+                elif timeout is not None and time.monotonic() - quiet_since >= timeout:
+                    return
+                # Wait for a notification (the socket becomes readable) or
+                # POLL; psycopg uses the socket's reader itself while a
+                # statement runs, so ours is there only in between.
+                readable.clear()
+                loop.add_reader(fd, readable.set)
+                try:
+                    with contextlib.suppress(asyncio.TimeoutError):
+                        await asyncio.wait_for(readable.wait(), poll)
+                finally:
+                    loop.remove_reader(fd)
+        finally:
+            if not conn.closed and not conn.broken:
+                with contextlib.suppress(psycopg.Error):
+                    await conn.execute("UNLISTEN *", prepare=False)
+                    await conn.set_autocommit(autocommit)

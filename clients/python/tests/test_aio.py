@@ -1,0 +1,145 @@
+"""dlock.aio against a real server (asyncio.run in each test)."""
+
+import asyncio
+import time
+
+import psycopg
+import pytest
+
+import dlock
+import dlock.aio
+
+
+def run(coro):
+    return asyncio.run(coro)
+
+
+def test_aio_happy_path_and_fences(dsn, admin, name):
+    async def main():
+        fences = []
+        for _ in range(3):
+            async with dlock.aio.Lock(dsn, name, lease=1.5, wait=5) as lock:
+                row = admin.execute("SELECT fence FROM dlock.locks WHERE resource = %s",
+                                    (name,)).fetchone()
+                assert row[0] == lock.fence
+                fences.append(lock.fence)
+        await asyncio.sleep(0)
+        return fences
+    fences = run(main())
+    assert fences == sorted(set(fences))
+
+
+def test_aio_renewal(dsn, admin, name):
+    async def main():
+        async with dlock.aio.Lock(dsn, name, lease=1.5) as lock:
+            await asyncio.sleep(4)
+            assert not lock.lost.is_set()
+            assert await lock.check()
+    run(main())
+
+
+def test_aio_wait_timeout(dsn, name):
+    async def main():
+        async with dlock.aio.Lock(dsn, name, lease=5):
+            with pytest.raises(dlock.LockTimeout):
+                async with dlock.aio.Lock(dsn, name, wait=0.3):
+                    pytest.fail("entered a held lock")
+    run(main())
+
+
+def test_aio_loss_cancels_block_and_raises(dsn, admin, name):
+    called = []
+
+    async def on_lost(lock):
+        called.append(lock)
+
+    async def main():
+        with pytest.raises(dlock.LockLost):
+            async with dlock.aio.Lock(dsn, name, lease=1.5, on_lost=on_lost) as lock:
+                admin.execute("SELECT dlock.break_lock(%s)", (name,))
+                await asyncio.sleep(30)     # cancelled by the loss
+                pytest.fail("the block was not cancelled")
+        assert lock.lost.is_set() and called == [lock]
+    t0 = time.monotonic()
+    run(main())
+    assert time.monotonic() - t0 < 30
+
+
+def test_aio_assert_fence_stale(dsn, admin, name):
+    async def main():
+        stale = dlock.aio.Lock(dsn, name, lease=30, cancel=None)
+        assert await stale.acquire()
+        admin.execute("SELECT dlock.break_lock(%s)", (name,))
+        async with await psycopg.AsyncConnection.connect(dsn) as conn:
+            with pytest.raises(dlock.StaleFence) as info:
+                async with conn.transaction():
+                    await stale.assert_fence(conn)
+            assert info.value.sqlstate == "55P03"
+        with pytest.raises(dlock.LockLost):
+            await stale.__aexit__(None, None, None)
+    run(main())
+
+
+def test_aio_bad_input(dsn, name):
+    async def main():
+        with pytest.raises(dlock.InvalidArgument) as info:
+            await dlock.aio.Lock(dsn, "").acquire()
+        assert info.value.sqlstate == "22023"
+    run(main())
+
+
+def test_aio_election_two_candidates(dsn, name):
+    async def main():
+        seen = []
+        a = dlock.aio.Election(dsn, name, candidate="a", value="1", lease=3)
+        b = dlock.aio.Election(dsn, name, candidate="b", value="2", lease=3)
+        ta = await a.campaign()
+
+        async def observer():
+            async for leader in dlock.aio.observe(dsn, name, poll=0.5, timeout=15):
+                seen.append(leader)
+                if leader is None and any(s and s.candidate == "b" for s in seen):
+                    return
+        obs = asyncio.create_task(observer())
+        campaign_b = asyncio.create_task(b.campaign(wait=20))
+        await asyncio.sleep(0.5)
+        assert not campaign_b.done()
+        assert await a.resign()
+        tb = await asyncio.wait_for(campaign_b, 20)
+        assert tb > ta
+        assert (await b.leader()).candidate == "b"
+        await asyncio.sleep(1)
+        assert await b.resign()
+        await asyncio.wait_for(obs, 20)
+        return ta, tb, seen
+    ta, tb, seen = run(main())
+    # Between a's resignation and b's election nobody may lead for a moment.
+    assert [(s.candidate, s.term) for s in seen if s] == [("a", ta), ("b", tb)]
+    assert seen[-1] is None
+
+
+def test_aio_renewal_blocked_lost_before_server_expiry(dsn, admin, name):
+    import os
+    import signal
+    import uuid
+    app = "dlock-pytest-" + uuid.uuid4().hex[:8]
+
+    async def main():
+        lock = dlock.aio.Lock(dsn + f" application_name={app}", name, lease=3, cancel=None)
+        assert await lock.acquire()
+        pid = admin.execute("SELECT pid FROM pg_stat_activity WHERE application_name = %s",
+                            (app,)).fetchone()[0]
+        before = admin.execute("SELECT expires_at FROM dlock.locks WHERE resource = %s",
+                               (name,)).fetchone()[0]
+        os.kill(pid, signal.SIGSTOP)
+        try:
+            await asyncio.wait_for(lock.lost.wait(), 10)
+            lost_at, expires = admin.execute(
+                "SELECT clock_timestamp(), (SELECT expires_at FROM dlock.locks"
+                " WHERE resource = %s)", (name,)).fetchone()
+            assert lost_at < (expires or before)
+        finally:
+            os.kill(pid, signal.SIGCONT)
+        with pytest.raises(dlock.LockLost):
+            await lock.__aexit__(None, None, None)
+    run(main())

@@ -1,0 +1,266 @@
+"""dlock.Lock against a real server (DLOCK_TEST_DSN)."""
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+import uuid
+
+import psycopg
+import pytest
+
+import dlock
+
+
+def holding(admin, resource):
+    return admin.execute("SELECT holder, fence, expires_at, renewed_at, acquired_at"
+                         " FROM dlock.locks WHERE resource = %s AND NOT expired",
+                         (resource,)).fetchone()
+
+
+def backend_pid(admin, app):
+    row = admin.execute("SELECT pid FROM pg_stat_activity WHERE application_name = %s",
+                        (app,)).fetchone()
+    assert row is not None, f"no backend with application_name {app}"
+    return row[0]
+
+
+def test_happy_path(dsn, admin, name):
+    with dlock.Lock(dsn, name, lease=3, wait=5) as lock:
+        assert isinstance(lock.fence, int)
+        row = holding(admin, name)
+        assert row[0] == lock.holder and row[1] == lock.fence
+        assert lock.held and not lock.lost.is_set()
+        assert lock.check()
+    assert holding(admin, name) is None
+    assert lock.fence is None
+
+
+def test_default_holders_are_unique(dsn, name):
+    a, b = dlock.Lock(dsn, name), dlock.Lock(dsn, name)
+    assert a.holder != b.holder
+
+
+def test_renewal_keeps_lease_past_its_length(dsn, admin, name):
+    with dlock.Lock(dsn, name, lease=1.5) as lock:
+        first = holding(admin, name)
+        time.sleep(4)   # well past the lease: only renewals keep it
+        now = holding(admin, name)
+        assert now is not None and now[1] == lock.fence
+        assert now[2] > first[2], "expiry moved forward"
+        assert not lock.lost.is_set()
+
+
+def test_wait_timeout(dsn, name):
+    with dlock.Lock(dsn, name, lease=5):
+        other = dlock.Lock(dsn, name, wait=0.5)
+        t0 = time.monotonic()
+        with pytest.raises(dlock.LockTimeout):
+            with other:
+                pytest.fail("entered a lock held by another holder")
+        assert time.monotonic() - t0 >= 0.45
+        assert other.acquire(wait=0) is False
+        assert other.fence is None
+
+
+def test_waiter_gets_lock_after_release(dsn, name):
+    first = dlock.Lock(dsn, name, lease=5)
+    assert first.acquire()
+    got = {}
+
+    def wait():
+        with dlock.Lock(dsn, name, lease=5, wait=20) as second:
+            got["fence"] = second.fence
+    t = threading.Thread(target=wait)
+    t.start()
+    time.sleep(0.3)
+    assert "fence" not in got
+    first_fence = first.fence
+    assert first.release() is True
+    t.join(20)
+    assert got["fence"] > first_fence
+
+
+def test_fences_increase(dsn, name):
+    fences = []
+    for _ in range(4):
+        with dlock.Lock(dsn, name, lease=5) as lock:
+            fences.append(lock.fence)
+    with dlock.Lock(dsn, name + "/other", lease=5) as lock:
+        fences.append(lock.fence)
+    assert fences == sorted(fences) and len(set(fences)) == len(fences)
+
+
+def test_break_lock_sets_lost_runs_on_lost_raises(dsn, admin, name):
+    called = []
+    with pytest.raises(dlock.LockLost):
+        with dlock.Lock(dsn, name, lease=1.5, on_lost=called.append) as lock:
+            assert admin.execute("SELECT dlock.break_lock(%s)", (name,)).fetchone()[0]
+            assert lock.lost.wait(5), "loss noticed by the next renewal"
+            assert called == [lock]
+            assert "NULL" in lock.lost_reason
+
+
+def test_renewal_blocked_lost_before_server_expiry(dsn, admin, name):
+    """The renewal connection's backend is paused (SIGSTOP): no renewal gets
+    through, and loss is signalled before the lease ends on the server."""
+    app = "dlock-pytest-" + uuid.uuid4().hex[:8]
+    called = []
+    lock = dlock.Lock(dsn + f" application_name={app}", name, lease=3, on_lost=called.append)
+    assert lock.acquire()
+    pid = backend_pid(admin, app)
+    expires = holding(admin, name)[2]
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        assert lock.lost.wait(10)
+        lost_at = admin.execute("SELECT clock_timestamp()").fetchone()[0]
+        expires = holding(admin, name)[2] if holding(admin, name) else expires
+        assert lost_at < expires, f"lost signalled at {lost_at}, lease ended {expires}"
+        assert called == [lock]
+    finally:
+        os.kill(pid, signal.SIGCONT)
+    with pytest.raises(dlock.LockLost):
+        lock.__exit__(None, None, None)
+
+
+def test_renewal_connection_killed_reconnects(dsn, admin, name):
+    app = "dlock-pytest-" + uuid.uuid4().hex[:8]
+    with dlock.Lock(dsn + f" application_name={app}", name, lease=3) as lock:
+        pid = backend_pid(admin, app)
+        assert admin.execute("SELECT pg_terminate_backend(%s)", (pid,)).fetchone()[0]
+        time.sleep(4)    # past the lease: renewals on a new connection
+        assert not lock.lost.is_set()
+        assert lock.check()
+        assert holding(admin, name)[1] == lock.fence
+
+
+def test_through_pgbouncer_transaction_pooling(bouncer, admin, name):
+    with dlock.Lock(bouncer, name, lease=1.5, wait=5) as lock:
+        # Other clients' statements share the two server connections.
+        with psycopg.connect(bouncer, autocommit=True, prepare_threshold=None) as other:
+            for _ in range(20):
+                other.execute("SELECT dlock.try_lock(%s, 'someone', '5s')", (name + "/x",))
+                time.sleep(0.15)
+        assert not lock.lost.is_set()
+        assert holding(admin, name)[1] == lock.fence
+    assert holding(admin, name) is None
+
+
+class TinyPool:
+    """The shape of psycopg_pool.ConnectionPool that dlock uses."""
+
+    def __init__(self, dsn):
+        self.dsn = dsn
+        self.borrowed = 0
+
+    @contextlib.contextmanager
+    def connection(self):
+        self.borrowed += 1
+        with psycopg.connect(self.dsn) as conn:   # commits on exit
+            yield conn
+
+
+def test_with_a_pool(dsn, admin, name):
+    pool = TinyPool(dsn)
+    with dlock.Lock(pool, name, lease=1.5) as lock:
+        time.sleep(2)
+        assert holding(admin, name)[1] == lock.fence
+    assert holding(admin, name) is None
+    assert pool.borrowed >= 4   # acquire, renewals, release
+
+
+def test_assert_fence_in_callers_transaction(dsn, admin, name):
+    admin.execute("CREATE TABLE IF NOT EXISTS pytest_writes (resource text, fence bigint)")
+    stale = dlock.Lock(dsn, name, lease=30)
+    assert stale.acquire()
+    admin.execute("SELECT dlock.break_lock(%s)", (name,))
+    with dlock.Lock(dsn, name, lease=30) as current:
+        assert current.fence > stale.fence
+        current_fence = current.fence
+        with psycopg.connect(dsn) as conn:
+            with pytest.raises(dlock.StaleFence) as info:
+                with conn.transaction():
+                    conn.execute("INSERT INTO pytest_writes VALUES (%s, %s)", (name, stale.fence))
+                    stale.assert_fence(conn)
+            assert info.value.sqlstate == "55P03"
+            assert isinstance(info.value.__cause__, psycopg.Error)
+            with conn.transaction():
+                current.assert_fence(conn.cursor())
+                conn.execute("INSERT INTO pytest_writes VALUES (%s, %s)", (name, current.fence))
+    rows = admin.execute("SELECT fence FROM pytest_writes WHERE resource = %s", (name,)).fetchall()
+    assert rows == [(current_fence,)], "the stale write was rolled back"
+    with pytest.raises(dlock.LockLost):
+        stale.__exit__(None, None, None)
+
+
+@pytest.mark.parametrize("kwargs", [
+    {"resource": ""},
+    {"resource": "x" * 1001},
+    {"holder": ""},
+    {"holder": "h" * 256},
+])
+def test_bad_inputs_from_the_server(dsn, admin, name, kwargs):
+    resource = kwargs.pop("resource", name)
+    lock = dlock.Lock(dsn, resource, **kwargs)
+    with pytest.raises(dlock.InvalidArgument) as info:
+        lock.acquire()
+    assert info.value.sqlstate == "22023"
+    assert isinstance(info.value.__cause__, psycopg.Error)
+    assert info.value.__cause__.diag.sqlstate == "22023"
+    assert admin.execute("SELECT count(*) FROM dlock.locks WHERE resource = %s",
+                         (resource,)).fetchone()[0] == 0
+
+
+@pytest.mark.parametrize("kwargs", [
+    {"lease": -1}, {"lease": 0}, {"lease": float("inf")}, {"lease": "30"},
+    {"wait": -1}, {"wait": float("nan")},
+])
+def test_bad_inputs_refused_before_sending(dsn, name, kwargs):
+    with pytest.raises(dlock.InvalidArgument) as info:
+        dlock.Lock(dsn, name, **kwargs)
+    assert info.value.sqlstate == "22023"
+
+
+def test_not_a_connection_source(name):
+    with pytest.raises(TypeError):
+        dlock.Lock(42, name)
+
+
+def test_unlock_of_other_roles_holding_has_sqlstate(dsn, admin, name):
+    role = "pytest_" + uuid.uuid4().hex[:8]
+    admin.execute(f"CREATE ROLE {role} LOGIN")
+    admin.execute(f"GRANT USAGE ON SCHEMA dlock TO {role}")
+    try:
+        with dlock.Lock(dsn, name, lease=30) as lock:
+            other = dlock.Lock(dsn + f" user={role}", name, holder=lock.holder)
+            other.fence = lock.fence
+            with pytest.raises(dlock.PermissionDenied) as info:
+                other.release()
+            assert info.value.sqlstate == "42501"
+    finally:
+        admin.execute(f"DROP OWNED BY {role}")
+        admin.execute(f"DROP ROLE {role}")
+
+
+def test_nothing_printed(dsn, name):
+    """A lost lease logs a warning, but with no logging configured the
+    library prints nothing (no last-resort handler output)."""
+    script = f"""
+import psycopg, dlock
+admin = psycopg.connect({dsn!r}, autocommit=True)
+try:
+    with dlock.Lock({dsn!r}, {name!r}, lease=1.5) as lock:
+        admin.execute("SELECT dlock.break_lock(%s)", ({name!r},))
+        assert lock.lost.wait(5)
+except dlock.LockLost:
+    pass
+else:
+    raise SystemExit(3)
+"""
+    r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                       cwd="/", timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout == "" and r.stderr == ""

@@ -1,0 +1,31 @@
+"""The README's Python examples run as written (one test per block), with
+libpq's PG* variables pointing at the test server."""
+
+import os
+import pathlib
+import re
+import subprocess
+import sys
+
+import psycopg.conninfo
+import pytest
+
+README = pathlib.Path(__file__).resolve().parent.parent / "README.md"
+BLOCKS = re.findall(r"```python\n(.*?)```", README.read_text(), re.S)
+
+
+@pytest.mark.parametrize("index", range(len(BLOCKS)))
+def test_readme_example(dsn, index):
+    code = BLOCKS[index]
+    if "tooz" in code:
+        pytest.importorskip("tooz")
+    params = psycopg.conninfo.conninfo_to_dict(dsn)
+    env = dict(os.environ)
+    for key, var in (("host", "PGHOST"), ("port", "PGPORT"), ("user", "PGUSER"),
+                     ("dbname", "PGDATABASE")):
+        if key in params:
+            env[var] = str(params[key])
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                       cwd="/", env=env, timeout=120)
+    assert r.returncode == 0, f"README example {index + 1} failed:\n{code}\n{r.stdout}\n{r.stderr}"
+    assert "Traceback" not in r.stderr

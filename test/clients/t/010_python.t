@@ -1,0 +1,66 @@
+# 010_python.t - the Python client's own tests (clients/python/tests,
+# pytest) against a throwaway cluster with dlock preloaded, and through a
+# pgbouncer in transaction mode in front of it.  The package is installed
+# offline into a venv as a user would (pip install --no-build-isolation).
+# One TAP line per Python test.  Then a client holds a lock across a
+# server restart.  DLOCK_PYTEST_ARGS adds pytest arguments.
+use strict;
+use warnings;
+
+use Cwd qw(abs_path);
+use FindBin;
+use PostgreSQL::Test::Utils;
+use Test::More;
+use IPC::Run;
+use lib "$FindBin::RealBin/../../perl";
+use DlockTest::Bouncer;
+use DlockTest::Python;
+
+my $probe = `python3 -c 'import psycopg, pytest' 2>&1`;
+plan skip_all => "psycopg 3 or pytest missing (apt-get install python3-psycopg python3-pytest): $probe"
+  if $?;
+
+my $node = DlockTest::Python::cluster('python');
+my $tmp = abs_path(PostgreSQL::Test::Utils::tempdir());
+my $venv = DlockTest::Python::venv($tmp);
+BAIL_OUT('the Python client could not be installed') unless $venv;
+
+my $bport = DlockTest::Bouncer::start($node, $tmp, pool => 2, clients => 100);
+my $user = getpwuid($<);
+my %env = (DLOCK_TEST_DSN => "host=127.0.0.1 port=" . $node->port . " dbname=postgres user=$user");
+$env{DLOCK_TEST_BOUNCER} = "host=127.0.0.1 port=$bport dbname=postgres user=$user sslmode=disable"
+  if $bport;
+
+my $tests = abs_path("$FindBin::RealBin/../../../clients/python/tests");
+# DLOCK_PYTEST_ARGS: more pytest arguments (e.g. "-k renewal").
+DlockTest::Python::pytest($venv, $tmp, \%env, split(' ', $ENV{DLOCK_PYTEST_ARGS} // ''), $tests);
+
+# ---- the server restarts while a lock is held: the renewal reconnects
+# and the lock is kept (holdings survive a restart; the lease is 8 s, the
+# restart takes about one).
+{
+	my $script = <<'PY';
+import sys, time, dlock
+lock = dlock.Lock(sys.argv[1], "restart-test", lease=8)
+assert lock.acquire(wait=5)
+open(sys.argv[2] + ".tmp", "w").write(str(lock.fence))
+import os; os.rename(sys.argv[2] + ".tmp", sys.argv[2])
+time.sleep(14)
+print("lost" if lock.lost.is_set() else "kept", lock.check(), lock.fence)
+lock.release()
+PY
+	my $out = '';
+	my $ready = "$tmp/restart-fence";
+	my $h = IPC::Run::start([ "$venv/bin/python", '-c', $script, $env{DLOCK_TEST_DSN}, $ready ],
+		'>', \$out, '2>&1', init => sub { chdir $tmp });
+	my $waited = 0;
+	while (!-e $ready && $waited++ < 300) { select(undef, undef, undef, 0.1); }
+	ok(-e $ready, 'a Python client holds a lock before the restart');
+	my $fence = -e $ready ? slurp_file($ready) : 'none';
+	$node->restart;
+	$h->finish;
+	is($out, "kept True $fence\n",
+		'across a server restart the lock is kept, renewed and released by its client');
+}
+
+done_testing();
