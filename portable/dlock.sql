@@ -91,6 +91,11 @@ END
 $refuse$;
 
 CREATE SCHEMA IF NOT EXISTS dlock;
+-- Functions whose arguments grew ([fair]): a new parameter cannot be added
+-- in place, and an overload would make calls ambiguous.
+DROP FUNCTION IF EXISTS dlock.try_lock(text, text, interval);
+DROP FUNCTION IF EXISTS dlock.lock(text, text, interval, interval);
+DROP FUNCTION IF EXISTS dlock._attempt(text, text, interval, oid);
 COMMENT ON SCHEMA dlock IS
     'dlock (portable edition): leased distributed locks with fencing tokens (see the dlock README)';
 GRANT USAGE ON SCHEMA dlock TO PUBLIC;
@@ -145,7 +150,47 @@ CREATE TABLE IF NOT EXISTS dlock.fence_epoch_seal (
 COMMENT ON TABLE dlock.fence_epoch_seal IS
     'The xmin of the dlock.fence_epoch row as written: a restored copy of the row has another, and starts a new epoch';
 
-REVOKE ALL ON dlock.portable, dlock.leases, dlock.fences, dlock.fence_epoch, dlock.fence_epoch_seal
+-- Fair queues ([fair]).  Tickets are drawn from one sequence, so their
+-- order is the order in which they were taken.  A client that waits on its
+-- own side (try_lock(..., fair => true) retried) keeps its ticket here for
+-- dlock.queue_ttl after each attempt.  A session waiting in lock(...,
+-- fair => true) holds its ticket as a session-level advisory lock instead
+-- (see _ahead), which other sessions see while its transaction is open and
+-- which goes with the wait (timeout, cancel, disconnect).
+CREATE SEQUENCE IF NOT EXISTS dlock.ticket_seq AS bigint
+    MINVALUE 1 MAXVALUE 9223372036854775807 START 1 CACHE 1 NO CYCLE;
+COMMENT ON SEQUENCE dlock.ticket_seq IS
+    'Fair-queue ticket numbers: tickets are served in the order of this sequence';
+CREATE TABLE IF NOT EXISTS dlock.tickets (
+    resource   text COLLATE "C" NOT NULL,
+    ticket     bigint NOT NULL,
+    holder     text COLLATE "C" NOT NULL,
+    owner      regrole NOT NULL,
+    queued_at  timestamptz NOT NULL,
+    expires_at timestamptz NOT NULL,   -- last attempt + dlock.queue_ttl
+    PRIMARY KEY (resource, ticket),
+    UNIQUE (resource, holder, owner)
+);
+COMMENT ON TABLE dlock.tickets IS
+    'Tickets of client-side fair waiters (try_lock(..., fair => true) retried), kept for dlock.queue_ttl after each attempt; read them through dlock.queue';
+
+-- Lock-delay (Chubby): a holding taken with a lock-delay has a row here,
+-- tied to it by its fence.  When it ends uncleanly (its lease runs out, or
+-- it is broken) the resource is not available before the end of the lease
+-- plus lock_delay: from the holding's expires_at while it is in
+-- dlock.leases, from available_at once reaped or broken.  A clean unlock
+-- leaves available_at NULL: free at once.
+CREATE TABLE IF NOT EXISTS dlock.delays (
+    resource     text COLLATE "C" NOT NULL PRIMARY KEY,
+    fence        bigint NOT NULL,
+    lock_delay   interval NOT NULL,
+    available_at timestamptz
+);
+COMMENT ON TABLE dlock.delays IS
+    'Lock-delays of holdings (by fence), and when a resource freed uncleanly becomes available';
+
+REVOKE ALL ON dlock.portable, dlock.leases, dlock.fences, dlock.fence_epoch, dlock.fence_epoch_seal,
+    dlock.ticket_seq, dlock.tickets, dlock.delays
     FROM PUBLIC;
 
 -- ---------------------------------------------------------------------------
@@ -447,34 +492,236 @@ BEGIN
 END
 $$;
 
+-- _lock_delay: the lock_delay argument (NULL: dlock.lock_delay), between 0
+-- and 1 hour, without months or days; NULL when it is zero.
+CREATE OR REPLACE FUNCTION dlock._lock_delay(lock_delay interval)
+    RETURNS interval LANGUAGE plpgsql STABLE
+    SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    d interval;
+BEGIN
+    IF lock_delay IS NULL THEN
+        d := dlock._setting('dlock.lock_delay', interval '0');
+        IF d < interval '0' OR d > interval '1 hour' OR extract(day FROM d) <> 0
+           OR extract(month FROM d) <> 0 OR extract(year FROM d) <> 0 THEN
+            RAISE EXCEPTION 'invalid value for parameter "dlock.lock_delay": "%"', current_setting('dlock.lock_delay', true)
+                USING ERRCODE = 'invalid_parameter_value', DETAIL = 'It must be between 0 and 1 hour.';
+        END IF;
+    ELSE
+        d := lock_delay;
+        IF extract(month FROM d) <> 0 OR extract(year FROM d) <> 0 OR extract(day FROM d) <> 0 THEN
+            RAISE EXCEPTION 'lock_delay must be between 0 and 1 hour' USING ERRCODE = 'invalid_parameter_value',
+                DETAIL = 'A lock_delay is given in hours, minutes and seconds, not in days or months.';
+        END IF;
+        IF d < interval '0' OR d > interval '1 hour' THEN
+            RAISE EXCEPTION 'lock_delay must be between 0 and 1 hour' USING ERRCODE = 'invalid_parameter_value';
+        END IF;
+    END IF;
+    RETURN CASE WHEN d > interval '0' THEN d END;
+END
+$$;
+
+-- _fair: the fair argument.
+CREATE OR REPLACE FUNCTION dlock._fair(fair boolean)
+    RETURNS boolean LANGUAGE plpgsql IMMUTABLE
+    SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    IF fair IS NULL THEN
+        RAISE EXCEPTION 'fair must not be null' USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    RETURN fair;
+END
+$$;
+
+-- _queue_ttl: dlock.queue_ttl (default 10s), between 1 ms and 1 hour.
+CREATE OR REPLACE FUNCTION dlock._queue_ttl()
+    RETURNS interval LANGUAGE plpgsql STABLE
+    SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    t interval := dlock._setting('dlock.queue_ttl', interval '10 seconds');
+BEGIN
+    IF t < interval '1 millisecond' OR t > interval '1 hour' OR extract(day FROM t) <> 0
+       OR extract(month FROM t) <> 0 OR extract(year FROM t) <> 0 THEN
+        RAISE EXCEPTION 'invalid value for parameter "dlock.queue_ttl": "%"', current_setting('dlock.queue_ttl', true)
+            USING ERRCODE = 'invalid_parameter_value', DETAIL = 'It must be between 1 ms and 1 hour.';
+    END IF;
+    RETURN t;
+END
+$$;
+
+-- _qkey: the first key of the resource's queue locks (two-key advisory
+-- locks): 32 bits of its md5, never dlock's own first keys (1684828003, 1684828005).
+-- (_qkey, 0) is the "fair waiters" mark, held shared by every session
+-- waiting in lock() with a ticket; (_qkey, low 32 bits of the ticket) is
+-- that ticket, held exclusive.  Two resources whose keys collide only
+-- hold each other's newcomers off while a waiter of the other waits.
+CREATE OR REPLACE FUNCTION dlock._qkey(resource text)
+    RETURNS integer LANGUAGE sql IMMUTABLE
+    SET search_path = pg_catalog, pg_temp AS $$
+    SELECT CASE WHEN k OPERATOR(pg_catalog.=) ANY ('{1684828003,1684828005}'::integer[]) THEN 1684828004 ELSE k END
+      FROM (SELECT ('x' OPERATOR(pg_catalog.||) pg_catalog.substr(pg_catalog.md5(resource), 17, 8))::bit(32)::integer AS k) s
+$$;
+
+-- _ahead: is a live ticket of someone else ahead of p_ticket (the caller's
+-- in-server ticket, or else its holder's live client ticket; with neither,
+-- any ticket)?  In-server tickets are looked up in pg_locks only when the
+-- "fair waiters" mark says there are any, and compared by their low 32
+-- bits modulo 2^32 (the live tickets of a resource span far fewer).
+CREATE OR REPLACE FUNCTION dlock._ahead(p_resource text, p_holder text, p_role oid, p_ticket bigint)
+    RETURNS boolean LANGUAGE plpgsql VOLATILE
+    SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    mine bigint := p_ticket;
+    k integer := dlock._qkey(p_resource);
+BEGIN
+    IF mine IS NULL AND p_holder IS NOT NULL THEN
+        SELECT t.ticket INTO mine FROM dlock.tickets t
+         WHERE t.resource = p_resource AND t.holder = p_holder AND t.owner = p_role
+           AND t.expires_at > clock_timestamp();
+    END IF;
+    IF EXISTS (SELECT FROM dlock.tickets t
+                WHERE t.resource = p_resource AND t.expires_at > clock_timestamp()
+                  AND (mine IS NULL OR t.ticket < mine)) THEN
+        RETURN true;
+    END IF;
+    IF pg_try_advisory_lock(k, 0) THEN
+        PERFORM pg_advisory_unlock(k, 0);
+        RETURN false;       -- nobody else waits in lock() with a ticket
+    END IF;
+    RETURN EXISTS (SELECT FROM pg_locks x
+                    WHERE x.locktype = 'advisory' AND x.objsubid = 2 AND x.granted
+                      AND x.database = (SELECT d.oid FROM pg_database d WHERE d.datname = current_database())
+                      AND x.classid = k::bit(32)::bigint::oid AND x.objid <> 0::oid
+                      AND x.pid <> pg_backend_pid() AND x.mode = 'ExclusiveLock'
+                      AND (mine IS NULL
+                           OR ((x.objid::bigint - (mine & 4294967295) + 6442450944) % 4294967296) - 2147483648 < 0));
+END
+$$;
+
+-- _queue_up: a client-side fair attempt that did not get the lock takes a
+-- ticket, or keeps its live one for another dlock.queue_ttl.  The holder's
+-- ticket row is written under its writer lock (a two-key advisory lock
+-- taken without waiting, to the end of the transaction): another
+-- transaction of the same holder writing it meanwhile is left to do so.
+CREATE OR REPLACE FUNCTION dlock._queue_up(p_resource text, p_holder text, p_role oid)
+    RETURNS void LANGUAGE plpgsql VOLATILE
+    SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    v_now timestamptz := clock_timestamp();
+    ttl interval := dlock._queue_ttl();
+BEGIN
+    IF NOT pg_try_advisory_xact_lock(1684828005,
+                                     hashtext(p_resource || chr(1) || p_holder || chr(1) || p_role::text)) THEN
+        RETURN;
+    END IF;
+    UPDATE dlock.tickets t SET expires_at = v_now + ttl
+     WHERE t.resource = p_resource AND t.holder = p_holder AND t.owner = p_role::regrole
+       AND t.expires_at > v_now;
+    IF FOUND THEN
+        RETURN;
+    END IF;
+    DELETE FROM dlock.tickets t
+     WHERE t.resource = p_resource AND t.holder = p_holder AND t.owner = p_role::regrole;
+    INSERT INTO dlock.tickets (resource, ticket, holder, owner, queued_at, expires_at)
+         VALUES (p_resource, nextval('dlock.ticket_seq'), p_holder, p_role::regrole, v_now, v_now + ttl);
+END
+$$;
+
+-- _delayed: is the resource of this (free or expired) row still under a
+-- lock-delay?
+CREATE OR REPLACE FUNCTION dlock._delayed(r dlock.leases, p_now timestamptz)
+    RETURNS boolean LANGUAGE sql STABLE
+    SET search_path = pg_catalog, pg_temp AS $$
+    SELECT coalesce((SELECT CASE WHEN r.holder IS NOT NULL
+                                 THEN r.expires_at OPERATOR(pg_catalog.+) d.lock_delay
+                                 ELSE d.available_at END OPERATOR(pg_catalog.>) p_now
+                       FROM dlock.delays d
+                      WHERE d.resource OPERATOR(pg_catalog.=) r.resource
+                        AND d.fence OPERATOR(pg_catalog.=) r.fence), false)
+$$;
+
+-- _acquired: a new holding (or a re-entry) of holder: its client ticket
+-- leaves the queue, and a new holding records its lock-delay.
+CREATE OR REPLACE FUNCTION dlock._acquired(p_resource text, p_holder text, p_role oid, p_fence bigint,
+                                           p_new boolean, p_delay interval)
+    RETURNS void LANGUAGE plpgsql VOLATILE
+    SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    DELETE FROM dlock.tickets t
+     WHERE t.ctid = ANY (ARRAY(SELECT x.ctid FROM dlock.tickets x
+                                WHERE x.resource = p_resource AND x.holder = p_holder
+                                  AND x.owner = p_role::regrole
+                                  FOR UPDATE SKIP LOCKED));
+    IF p_new AND p_delay IS NOT NULL THEN
+        INSERT INTO dlock.delays AS d (resource, fence, lock_delay, available_at)
+             VALUES (p_resource, p_fence, p_delay, NULL)
+        ON CONFLICT (resource) DO UPDATE
+               SET fence = excluded.fence, lock_delay = excluded.lock_delay, available_at = NULL;
+    END IF;
+END
+$$;
+
 -- _attempt: one acquisition attempt that never waits: the fence if
--- acquired or re-entered, NULL if the resource is busy.
-CREATE OR REPLACE FUNCTION dlock._attempt(p_resource text, p_holder text, p_lease interval, p_role oid)
+-- acquired or re-entered, NULL if the resource is busy (held by another,
+-- under lock-delay, or its queue headed by someone else).  p_ticket: the
+-- ticket of a wait in lock() (NULL: none); a fair attempt without one
+-- (client-side) that does not get the lock takes or keeps a client ticket.
+CREATE OR REPLACE FUNCTION dlock._attempt(p_resource text, p_holder text, p_lease interval, p_role oid,
+                                          p_fair boolean, p_delay interval, p_ticket bigint)
     RETURNS bigint LANGUAGE plpgsql VOLATILE
     SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
     r dlock.leases%ROWTYPE;
     v_now timestamptz;
     v_fence bigint;
-    v_count integer;
     v_exp timestamptz;
     rc boolean := current_setting('transaction_isolation') = 'read committed';
+    client boolean := p_fair AND p_ticket IS NULL;
 BEGIN
-    -- Held by another live holder: answered without taking anything.
+    -- Held by another live holder, delayed or queued for: answered without
+    -- taking anything (but a client-side fair attempt's ticket).
     IF rc THEN
         SELECT * INTO r FROM dlock.leases l WHERE l.resource = p_resource;
-        IF FOUND AND r.holder IS NOT NULL AND r.expires_at > clock_timestamp()
-           AND NOT (r.holder = p_holder AND r.owner = p_role) THEN
+        v_now := clock_timestamp();
+        IF FOUND AND r.holder IS NOT NULL AND r.expires_at > v_now THEN
+            IF NOT (r.holder = p_holder AND r.owner = p_role) THEN
+                IF client THEN
+                    PERFORM dlock._queue_up(p_resource, p_holder, p_role);
+                END IF;
+                RETURN NULL;
+            END IF;
+        ELSIF (FOUND AND dlock._delayed(r, v_now)) OR dlock._ahead(p_resource, p_holder, p_role, p_ticket) THEN
+            IF client THEN
+                PERFORM dlock._queue_up(p_resource, p_holder, p_role);
+            END IF;
             RETURN NULL;
         END IF;
     END IF;
     IF NOT pg_try_advisory_xact_lock(dlock._key(p_resource)) THEN
-        RETURN NULL;        -- another transaction is acquiring it
+        -- Another transaction is acquiring it; a fair attempt still takes
+        -- its place (unless it is the holder's re-entry).
+        IF client AND NOT (r.holder IS NOT NULL AND r.holder = p_holder AND r.owner = p_role) THEN
+            PERFORM dlock._queue_up(p_resource, p_holder, p_role);
+        END IF;
+        RETURN NULL;
     END IF;
     -- Look again now that no other acquirer can move (a new snapshot).
     SELECT * INTO r FROM dlock.leases l WHERE l.resource = p_resource;
+    v_now := clock_timestamp();
+    IF FOUND AND r.holder IS NOT NULL AND r.expires_at > v_now THEN
+        IF NOT (r.holder = p_holder AND r.owner = p_role) THEN
+            IF client THEN
+                PERFORM dlock._queue_up(p_resource, p_holder, p_role);
+            END IF;
+            RETURN NULL;
+        END IF;
+    ELSIF (FOUND AND dlock._delayed(r, v_now)) OR dlock._ahead(p_resource, p_holder, p_role, p_ticket) THEN
+        IF client THEN
+            PERFORM dlock._queue_up(p_resource, p_holder, p_role);
+        END IF;
+        RETURN NULL;
+    END IF;
     IF NOT FOUND THEN
-        v_now := clock_timestamp();
         v_exp := dlock._expiry(v_now, p_lease);
         v_fence := dlock._next_fence();
         INSERT INTO dlock.leases (resource, holder, owner, count, fence, lease,
@@ -484,21 +731,24 @@ BEGIN
         IF NOT FOUND THEN
             RETURN NULL;
         END IF;
+        PERFORM dlock._acquired(p_resource, p_holder, p_role, v_fence, true, p_delay);
         PERFORM dlock._sync();
         RETURN v_fence;
-    END IF;
-    IF r.holder IS NOT NULL AND r.expires_at > clock_timestamp()
-       AND NOT (r.holder = p_holder AND r.owner = p_role) THEN
-        RETURN NULL;
     END IF;
     -- Lock the row; one another transaction is changing or pinning is busy.
     SELECT * INTO r FROM dlock.leases l WHERE l.resource = p_resource FOR UPDATE SKIP LOCKED;
     IF NOT FOUND THEN
+        IF client THEN
+            PERFORM dlock._queue_up(p_resource, p_holder, p_role);
+        END IF;
         RETURN NULL;
     END IF;
     v_now := clock_timestamp();
     IF r.holder IS NOT NULL AND r.expires_at > v_now THEN
         IF NOT (r.holder = p_holder AND r.owner = p_role) THEN
+            IF client THEN
+                PERFORM dlock._queue_up(p_resource, p_holder, p_role);
+            END IF;
             RETURN NULL;
         END IF;
         -- Re-entry: count + 1, expiry at least now + lease, same fence.
@@ -510,8 +760,15 @@ BEGIN
         v_exp := greatest(r.expires_at, dlock._expiry(v_now, p_lease));
         UPDATE dlock.leases l SET count = l.count + 1, expires_at = v_exp, renewed_at = v_now
          WHERE l.resource = p_resource;
+        PERFORM dlock._acquired(p_resource, p_holder, p_role, r.fence, false, NULL);
         PERFORM dlock._sync();
         RETURN r.fence;
+    END IF;
+    IF dlock._delayed(r, v_now) THEN
+        IF client THEN
+            PERFORM dlock._queue_up(p_resource, p_holder, p_role);
+        END IF;
+        RETURN NULL;
     END IF;
     -- Free, or expired (lazy expiry): take it with a new fence.
     v_exp := dlock._expiry(v_now, p_lease);
@@ -520,6 +777,7 @@ BEGIN
        SET holder = p_holder, owner = p_role::regrole, count = 1, fence = v_fence, lease = p_lease,
            acquired_at = v_now, renewed_at = v_now, expires_at = v_exp, released_at = NULL
      WHERE l.resource = p_resource;
+    PERFORM dlock._acquired(p_resource, p_holder, p_role, v_fence, true, p_delay);
     PERFORM dlock._sync();
     RETURN v_fence;
 END
@@ -533,6 +791,13 @@ BEGIN
     IF p_left > 0 THEN
         UPDATE dlock.leases l SET count = p_left WHERE l.resource = p_resource;
     ELSE
+        -- Ended uncleanly: a lock-delay holds the resource off until the
+        -- end of the lease plus the delay.
+        IF p_event <> 'released' THEN
+            UPDATE dlock.delays d SET available_at = l.expires_at + d.lock_delay
+              FROM dlock.leases l
+             WHERE d.resource = p_resource AND d.fence = p_fence AND l.resource = p_resource;
+        END IF;
         UPDATE dlock.leases l SET holder = NULL, count = 0, released_at = clock_timestamp()
          WHERE l.resource = p_resource;
         PERFORM dlock._event(p_event, p_resource, p_fence);
@@ -591,69 +856,184 @@ COMMENT ON FUNCTION dlock.channel(text) IS
 
 CREATE OR REPLACE FUNCTION dlock.try_lock(resource text,
                                           holder text DEFAULT dlock.session_holder(),
-                                          lease interval DEFAULT NULL)
+                                          lease interval DEFAULT NULL,
+                                          fair boolean DEFAULT false,
+                                          lock_delay interval DEFAULT NULL)
     RETURNS bigint LANGUAGE plpgsql VOLATILE SECURITY DEFINER
     SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
     l interval;
+    f boolean;
+    d interval;
 BEGIN
     PERFORM dlock._text_arg(resource, 'resource', 1000);
     PERFORM dlock._text_arg(holder, 'holder', 255);
     l := dlock._lease(lease);
+    f := dlock._fair(fair);
+    d := dlock._lock_delay(lock_delay);
     PERFORM dlock._writable('dlock.try_lock()');
-    RETURN dlock._attempt(resource, holder, l, (dlock._caller()).roleid);
+    RETURN dlock._attempt(resource, holder, l, (dlock._caller()).roleid, f, d, NULL);
 END
 $$;
-COMMENT ON FUNCTION dlock.try_lock(text, text, interval) IS
-    'Acquire or re-enter resource for holder with a lease; returns the fence, or NULL at once if another holder has it';
+COMMENT ON FUNCTION dlock.try_lock(text, text, interval, boolean, interval) IS
+    'Acquire or re-enter resource for holder with a lease; returns the fence, or NULL at once if another holder has it, it is under lock-delay, or its fair queue is not headed by the caller (fair => true takes a ticket)';
+
+-- _try: one attempt of a wait (lock(), campaign), in a subtransaction
+-- that is rolled back when it fails, so that the resource's advisory lock
+-- it may have taken is given back at once instead of holding the head of
+-- the queue off for the rest of the wait.
+CREATE OR REPLACE FUNCTION dlock._try(p_resource text, p_holder text, p_lease interval, p_role oid,
+                                      p_delay interval, p_ticket bigint)
+    RETURNS bigint LANGUAGE plpgsql VOLATILE
+    SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    f bigint;
+BEGIN
+    BEGIN
+        f := dlock._attempt(p_resource, p_holder, p_lease, p_role, false, p_delay, p_ticket);
+        IF f IS NULL THEN
+            RAISE SQLSTATE 'DL001';
+        END IF;
+        RETURN f;
+    EXCEPTION WHEN SQLSTATE 'DL001' THEN
+        RETURN NULL;
+    END;
+END
+$$;
+
+-- _wait_ticket: the ticket a wait in lock() holds from its first failed
+-- attempt: its holder's live client ticket (adopted: it keeps its place),
+-- or for a fair wait a new one; NULL for a wait that is not fair and has
+-- none.  Held as session-level advisory locks (_qkey): given back by
+-- _leave, or by the end of the session.
+CREATE OR REPLACE FUNCTION dlock._wait_ticket(p_resource text, p_holder text, p_role oid, p_fair boolean)
+    RETURNS bigint LANGUAGE plpgsql VOLATILE
+    SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    k integer := dlock._qkey(p_resource);
+    t bigint;
+BEGIN
+    SELECT x.ticket INTO t FROM dlock.tickets x
+     WHERE x.resource = p_resource AND x.holder = p_holder AND x.owner = p_role::regrole
+       AND x.expires_at > clock_timestamp();
+    IF t IS NOT NULL AND t::bit(32)::integer <> 0 AND pg_try_advisory_lock(k, t::bit(32)::integer) THEN
+        PERFORM pg_advisory_lock_shared(k, 0);
+        RETURN t;
+    END IF;
+    IF NOT p_fair THEN
+        RETURN NULL;
+    END IF;
+    LOOP
+        t := nextval('dlock.ticket_seq');
+        EXIT WHEN t::bit(32)::integer <> 0 AND pg_try_advisory_lock(k, t::bit(32)::integer);
+    END LOOP;
+    PERFORM pg_advisory_lock_shared(k, 0);
+    RETURN t;
+END
+$$;
+
+-- _leave: a wait is over: its ticket leaves the queue.  An adopted client
+-- ticket goes with it when the wait gave up (timeout).
+CREATE OR REPLACE FUNCTION dlock._leave(p_resource text, p_holder text, p_role oid, p_ticket bigint,
+                                        p_gave_up boolean)
+    RETURNS void LANGUAGE plpgsql VOLATILE
+    SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    k integer := dlock._qkey(p_resource);
+BEGIN
+    IF p_ticket IS NULL THEN
+        RETURN;
+    END IF;
+    PERFORM pg_advisory_unlock(k, p_ticket::bit(32)::integer);
+    PERFORM pg_advisory_unlock_shared(k, 0);
+    IF p_gave_up THEN
+        DELETE FROM dlock.tickets t
+         WHERE t.ctid = ANY (ARRAY(SELECT x.ctid FROM dlock.tickets x
+                                    WHERE x.resource = p_resource AND x.ticket = p_ticket
+                                      FOR UPDATE SKIP LOCKED));
+    END IF;
+END
+$$;
+
+-- _wait_loop: lock()'s and campaign's wait: attempts, polling with bounded
+-- backoff (1 ms doubling up to dlock.poll_interval, never past the
+-- deadline), in the fair queue from the first failed attempt when fair.
+-- pg_sleep is interrupted by cancel and statement_timeout, which end the
+-- call: its ticket is given back, nothing is held.
+CREATE OR REPLACE FUNCTION dlock._wait_loop(p_resource text, p_holder text, p_lease interval, p_wait interval,
+                                       p_fair boolean, p_delay interval, p_fname text)
+    RETURNS bigint LANGUAGE plpgsql VOLATILE
+    SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    v_role oid := (dlock._caller()).roleid;
+    deadline timestamptz := clock_timestamp() + p_wait;
+    pause interval := interval '1 millisecond';
+    poll interval := greatest(dlock._setting('dlock.poll_interval', interval '100 milliseconds'),
+                              interval '1 millisecond');
+    left_ interval;
+    ticket bigint;
+    tried boolean := false;
+    fence bigint;
+BEGIN
+    BEGIN
+        LOOP
+            fence := dlock._try(p_resource, p_holder, p_lease, v_role, p_delay, ticket);
+            IF fence IS NOT NULL THEN
+                PERFORM dlock._leave(p_resource, p_holder, v_role, ticket, false);
+                RETURN fence;
+            END IF;
+            IF deadline IS NOT NULL THEN
+                left_ := deadline - clock_timestamp();
+                IF left_ <= interval '0' THEN
+                    PERFORM dlock._leave(p_resource, p_holder, v_role, ticket, true);
+                    RETURN NULL;
+                END IF;
+            END IF;
+            PERFORM dlock._may_poll(p_fname);
+            IF NOT tried THEN
+                tried := true;
+                ticket := dlock._wait_ticket(p_resource, p_holder, v_role, p_fair);
+                CONTINUE WHEN ticket IS NOT NULL;   -- with its place, it may be its turn
+            END IF;
+            PERFORM pg_sleep(extract(epoch FROM least(pause, coalesce(left_, pause))));
+            pause := least(pause * 2, poll);
+        END LOOP;
+    EXCEPTION WHEN query_canceled OR OTHERS THEN
+        IF ticket IS NOT NULL THEN
+            PERFORM pg_advisory_unlock(dlock._qkey(p_resource), ticket::bit(32)::integer);
+            PERFORM pg_advisory_unlock_shared(dlock._qkey(p_resource), 0);
+        END IF;
+        RAISE;
+    END;
+END
+$$;
 
 CREATE OR REPLACE FUNCTION dlock.lock(resource text,
                                       holder text DEFAULT dlock.session_holder(),
                                       lease interval DEFAULT NULL,
-                                      wait interval DEFAULT NULL)
+                                      wait interval DEFAULT NULL,
+                                      fair boolean DEFAULT false,
+                                      lock_delay interval DEFAULT NULL)
     RETURNS bigint LANGUAGE plpgsql VOLATILE SECURITY DEFINER
     SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
     l interval;
     w interval;
-    v_role oid;
-    deadline timestamptz;
-    fence bigint;
-    pause interval := interval '1 millisecond';
-    poll interval;
-    left_ interval;
+    f boolean;
+    d interval;
 BEGIN
     PERFORM dlock._text_arg(resource, 'resource', 1000);
     PERFORM dlock._text_arg(holder, 'holder', 255);
     l := dlock._lease(lease);
     w := dlock._wait(wait);
+    f := dlock._fair(fair);
+    d := dlock._lock_delay(lock_delay);
     PERFORM dlock._writable('dlock.lock()');
-    v_role := (dlock._caller()).roleid;
-    poll := greatest(dlock._setting('dlock.poll_interval', interval '100 milliseconds'),
-                     interval '1 millisecond');
-    deadline := clock_timestamp() + w;
-    LOOP
-        fence := dlock._attempt(resource, holder, l, v_role);
-        IF fence IS NOT NULL THEN
-            RETURN fence;
-        END IF;
-        IF deadline IS NOT NULL THEN
-            left_ := deadline - clock_timestamp();
-            IF left_ <= interval '0' THEN
-                RETURN NULL;
-            END IF;
-        END IF;
-        PERFORM dlock._may_poll('dlock.lock()');
-        -- Bounded backoff: 1 ms doubling up to dlock.poll_interval, never
-        -- past the deadline.  pg_sleep is interrupted by cancel and
-        -- statement_timeout, which end the call (nothing is held).
-        PERFORM pg_sleep(extract(epoch FROM least(pause, coalesce(left_, pause))));
-        pause := least(pause * 2, poll);
-    END LOOP;
+    RETURN dlock._wait_loop(resource, holder, l, w, f, d, 'dlock.lock()');
 END
 $$;
-COMMENT ON FUNCTION dlock.lock(text, text, interval, interval) IS
-    'Like try_lock, but waits up to wait (NULL: no limit but statement_timeout), polling; NULL on timeout';
+COMMENT ON FUNCTION dlock.lock(text, text, interval, interval, boolean, interval) IS
+    'Like try_lock, but waits up to wait (NULL: no limit but statement_timeout), polling, in the fair queue with fair => true; NULL on timeout';
 
 CREATE OR REPLACE FUNCTION dlock.unlock(resource text,
                                         holder text DEFAULT dlock.session_holder(),
@@ -771,11 +1151,21 @@ BEGIN
         PERFORM dlock._release(r.resource, r.fence, 0, 'expired');
         n := n + 1;
     END LOOP;
-    -- Rows free for over an hour go.
+    -- Rows free for over an hour go, unless a lock-delay is still pending;
+    -- lapsed tickets and the delays of gone rows too.
     DELETE FROM dlock.leases l
      WHERE l.ctid = ANY (ARRAY(SELECT x.ctid FROM dlock.leases x
                                 WHERE x.holder IS NULL
                                   AND x.released_at < clock_timestamp() - interval '1 hour'
+                                  AND NOT dlock._delayed(x, clock_timestamp())
+                                  FOR UPDATE SKIP LOCKED));
+    DELETE FROM dlock.delays d
+     WHERE d.ctid = ANY (ARRAY(SELECT x.ctid FROM dlock.delays x
+                                WHERE NOT EXISTS (SELECT FROM dlock.leases l WHERE l.resource = x.resource)
+                                  FOR UPDATE SKIP LOCKED));
+    DELETE FROM dlock.tickets t
+     WHERE t.ctid = ANY (ARRAY(SELECT x.ctid FROM dlock.tickets x
+                                WHERE x.expires_at <= clock_timestamp()
                                   FOR UPDATE SKIP LOCKED));
     RETURN n;
 END
@@ -878,11 +1268,26 @@ BEGIN
     IF own IS NOT NULL AND own <> '' THEN
         RETURN own::bigint;
     END IF;
+    -- Held, delayed or queued for: answered before taking anything.
+    IF current_setting('transaction_isolation') = 'read committed' THEN
+        SELECT * INTO r FROM dlock.leases l WHERE l.resource = p_resource;
+        IF FOUND AND ((r.holder IS NOT NULL AND r.expires_at > clock_timestamp())
+                      OR dlock._delayed(r, clock_timestamp())) THEN
+            RETURN NULL;
+        END IF;
+        IF dlock._ahead(p_resource, NULL, NULL, NULL) THEN
+            RETURN NULL;
+        END IF;
+    END IF;
     IF NOT pg_try_advisory_xact_lock(dlock._key(p_resource)) THEN
         RETURN NULL;
     END IF;
     SELECT * INTO r FROM dlock.leases l WHERE l.resource = p_resource;
-    IF FOUND AND r.holder IS NOT NULL AND r.expires_at > clock_timestamp() THEN
+    IF FOUND AND ((r.holder IS NOT NULL AND r.expires_at > clock_timestamp())
+                  OR dlock._delayed(r, clock_timestamp())) THEN
+        RETURN NULL;
+    END IF;
+    IF dlock._ahead(p_resource, NULL, NULL, NULL) THEN
         RETURN NULL;
     END IF;
     -- The advisory lock, held to the end of the transaction, keeps lease
@@ -943,17 +1348,89 @@ COMMENT ON FUNCTION dlock.try_xact_lock(text) IS
     'Transaction-scoped lock on resource, never waits; returns a fence, or NULL if busy';
 
 -- Current holdings; expired ones stay listed (expired = true) until reaped
--- or taken over.
+-- or taken over.  available_at is when the resource becomes available to
+-- others if the holding is not released first (its expiry plus its
+-- lock-delay); a free resource still under lock-delay stays listed, with a
+-- NULL holder, until then (the columns of the C extension's 0.3 SQL).
 CREATE OR REPLACE VIEW dlock.locks AS
     SELECT l.resource, l.holder, l.count, l.fence, l.lease,
            l.acquired_at, l.renewed_at, l.expires_at,
            l.owner::pg_catalog.regrole AS owner,
-           l.expires_at OPERATOR(pg_catalog.<=) pg_catalog.clock_timestamp() AS expired
+           l.expires_at OPERATOR(pg_catalog.<=) pg_catalog.clock_timestamp() AS expired,
+           CASE WHEN l.holder IS NOT NULL
+                THEN l.expires_at OPERATOR(pg_catalog.+)
+                     COALESCE(d.lock_delay, '0'::pg_catalog.interval)
+                ELSE d.available_at END AS available_at,
+           NULL::text AS value
       FROM dlock.leases l
-     WHERE l.holder IS NOT NULL;
+      LEFT JOIN dlock.delays d
+        ON d.resource OPERATOR(pg_catalog.=) l.resource
+       AND d.fence OPERATOR(pg_catalog.=) l.fence
+     WHERE l.holder IS NOT NULL
+        OR d.available_at OPERATOR(pg_catalog.>) pg_catalog.clock_timestamp();
 COMMENT ON VIEW dlock.locks IS
     'Current holdings; an expired lease stays listed (expired = true) until it is reaped or taken over';
 GRANT SELECT ON dlock.locks TO PUBLIC;
+
+-- dlock.queue: every live client ticket, position 1 = served next.  A
+-- session waiting in lock() holds its ticket as an advisory lock and is
+-- not listed (as in the C extension without shared_preload_libraries);
+-- pid is always NULL.
+CREATE OR REPLACE VIEW dlock.queue AS
+    SELECT t.resource, t.holder,
+           pg_catalog.row_number() OVER (PARTITION BY t.resource ORDER BY t.ticket) AS "position",
+           t.queued_at, t.expires_at, t.owner::pg_catalog.regrole AS owner,
+           t.ticket, NULL::integer AS pid
+      FROM dlock.tickets t
+     WHERE t.expires_at OPERATOR(pg_catalog.>) pg_catalog.clock_timestamp();
+COMMENT ON VIEW dlock.queue IS
+    'Every live client-side fair-queue ticket, position 1 = served next (sessions waiting in lock() are not listed)';
+GRANT SELECT ON dlock.queue TO PUBLIC;
+
+CREATE OR REPLACE FUNCTION dlock.withdraw(resource text,
+                                          holder text DEFAULT dlock.session_holder())
+    RETURNS boolean LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+    SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    c record;
+    n integer;
+    live boolean := false;
+    other oid;
+BEGIN
+    PERFORM dlock._text_arg(resource, 'resource', 1000);
+    PERFORM dlock._text_arg(holder, 'holder', 255);
+    PERFORM dlock._writable('dlock.withdraw()');
+    c := dlock._caller();
+    -- The caller's role's ticket (a superuser without one: every other
+    -- role's of that holder); a lapsed one goes too, but does not count.
+    WITH d AS (DELETE FROM dlock.tickets t
+                WHERE t.resource = withdraw.resource AND t.holder = withdraw.holder
+                  AND (t.owner = c.roleid::regrole
+                       OR (c.is_super AND NOT EXISTS
+                           (SELECT FROM dlock.tickets o
+                             WHERE o.resource = withdraw.resource AND o.holder = withdraw.holder
+                               AND o.owner = c.roleid::regrole)))
+               RETURNING t.expires_at)
+    SELECT coalesce(bool_or(d.expires_at > clock_timestamp()), false) INTO live FROM d;
+    IF live THEN
+        RETURN true;
+    END IF;
+    IF NOT c.is_super THEN
+        SELECT t.owner INTO other FROM dlock.tickets t
+         WHERE t.resource = withdraw.resource AND t.holder = withdraw.holder
+           AND t.owner <> c.roleid::regrole AND t.expires_at > clock_timestamp()
+         LIMIT 1;
+        IF other IS NOT NULL THEN
+            RAISE EXCEPTION 'permission denied to withdraw a ticket taken by role "%"', other::regrole::text
+                USING ERRCODE = 'insufficient_privilege',
+                      DETAIL = 'Only the role that took a ticket, or a superuser, can withdraw it.';
+        END IF;
+    END IF;
+    RETURN false;
+END
+$$;
+COMMENT ON FUNCTION dlock.withdraw(text, text) IS
+    'The holder gives up its ticket in resource''s fair queue at once (a client-side waiter that stops waiting); false if it had none; 42501 for another role''s';
 
 -- Internal helpers are closed; break_lock is for administrators.
 REVOKE EXECUTE ON FUNCTION
@@ -961,7 +1438,13 @@ REVOKE EXECUTE ON FUNCTION
     dlock._expiry(timestamptz, interval), dlock._lease(interval), dlock._wait(interval),
     dlock._fence_arg(bigint), dlock._writable(text), dlock._may_poll(text), dlock._caller(), dlock._key(text),
     dlock._sync(), dlock._event(text, text, bigint), dlock._history(), dlock._next_fence(),
-    dlock._attempt(text, text, interval, oid), dlock._release(text, bigint, integer, text),
+    dlock._attempt(text, text, interval, oid, boolean, interval, bigint), dlock._release(text, bigint, integer, text),
+    dlock._lock_delay(interval), dlock._fair(boolean), dlock._queue_ttl(), dlock._qkey(text),
+    dlock._ahead(text, text, oid, bigint), dlock._queue_up(text, text, oid), dlock._delayed(dlock.leases, timestamptz),
+    dlock._acquired(text, text, oid, bigint, boolean, interval),
+    dlock._try(text, text, interval, oid, interval, bigint), dlock._wait_ticket(text, text, oid, boolean),
+    dlock._leave(text, text, oid, bigint, boolean),
+    dlock._wait_loop(text, text, interval, interval, boolean, interval, text),
     dlock._may_change(dlock.leases, text, oid, boolean, text),
     dlock._current(text, bigint, boolean), dlock._xact_attempt(text),
     dlock.break_lock(text)
