@@ -722,11 +722,24 @@ sub fence_tests {
         is(q1($c, "SELECT count(*) FROM pg_class WHERE relnamespace = 'dlock'::regnamespace"), $objs,
            "$label: ... and changes nothing");
         $c->disconnect;
-        # The other way round (the C extension's own refusal is a later
-        # step): CREATE EXTENSION fails on the existing objects, changing nothing.
+        # The other way round: the C extension's install script refuses the
+        # portable schema first thing (55000, with a hint), for every
+        # version (each walks through dlock--0.1.sql), without
+        # shared_preload_libraries (this server has none), changing nothing.
         my $p = conn('admin', 'app');
         my $held = q1($p, "SELECT string_agg(resource || fence, ',' ORDER BY resource) FROM dlock.locks");
-        isnt(err($p, "CREATE EXTENSION dlock"), 'no error', "$label: CREATE EXTENSION dlock over the portable schema fails");
+        my $objs_p = q1($p, "SELECT count(*) FROM pg_class WHERE relnamespace = 'dlock'::regnamespace");
+        is(q1($p, "SELECT current_setting('shared_preload_libraries')"), '', "$label: (dlock is not preloaded here)");
+        for my $v ('', " VERSION '0.1'", " VERSION '0.2'") {
+            is(err($p, "CREATE EXTENSION dlock$v"), '55000: the dlock portable edition is installed in database "app"',
+               "$label: CREATE EXTENSION dlock$v over the portable schema is refused (55000)");
+        }
+        $p->do("CREATE EXTENSION dlock");
+        like($p->errstr, qr/HINT:\s+Keep using the portable edition here, or DROP SCHEMA dlock CASCADE first/,
+             "$label: ... with a hint");
+        is(q1($p, "SELECT count(*) FROM pg_extension WHERE extname = 'dlock'"), 0, "$label: ... no extension is left");
+        is(q1($p, "SELECT count(*) FROM pg_class WHERE relnamespace = 'dlock'::regnamespace"), $objs_p,
+           "$label: ... no object added to the schema");
         is(q1($p, "SELECT string_agg(resource || fence, ',' ORDER BY resource) FROM dlock.locks"), $held,
            "$label: ... and the portable install is intact");
         $p->disconnect;
