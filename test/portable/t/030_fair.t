@@ -123,6 +123,7 @@ sub run_server {
     my $su = conn('admin');
     note("=== $label");
 
+    upgrade($admin, $dir);
     queue_api($al, $bo, $db, $su);
     delay_api($al, $bo, $db);
     bad_input($al, $db);
@@ -133,6 +134,36 @@ sub run_server {
 
     $_->disconnect for ($al, $bo, $db, $su, $admin);
     `$bindir/pg_ctl -D $dir/data -m fast -w stop 2>&1`;
+}
+
+# Running the script over a [core]-only portable install (the first
+# release's, test/portable/old/dlock-core.sql) upgrades it in place: every
+# holding and fence kept, calls of the old signatures still resolve, the
+# new arguments work.
+sub upgrade {
+    my ($admin, $dir) = @_;
+    $admin->do("CREATE DATABASE old OWNER dbo") or die $admin->errstr;
+    my $out = `$client/psql -X -q -h $dir -U dbo -d old -f $top/test/portable/old/dlock-core.sql 2>&1`;
+    is($?, 0, "$label: upgrade: the [core] release installed") or diag($out);
+    my $o = conn('alice', 'old');
+    my $f1 = q1($o, "SELECT dlock.try_lock('up/a', 'h', '1h')");
+    q1($o, "SELECT dlock.try_lock('up/a', 'h', '1h')");
+    my $before = q1($o, "SELECT string_agg(concat_ws(' ', resource, holder, count, fence, expires_at), ',' ORDER BY resource) FROM dlock.locks");
+    $o->disconnect;
+    $out = `$client/psql -X -q -h $dir -U dbo -d old -f $script 2>&1`;
+    is($?, 0, "$label: upgrade: this script over it") or diag($out);
+    $o = conn('alice', 'old');
+    is(q1($o, "SELECT string_agg(concat_ws(' ', resource, holder, count, fence, expires_at), ',' ORDER BY resource) FROM dlock.locks"),
+       $before, "$label: upgrade: every holding kept");
+    is(q1($o, "SELECT count(*) FROM pg_proc WHERE proname IN ('try_lock', 'lock') AND pronamespace = 'dlock'::regnamespace"), 2,
+       "$label: upgrade: one try_lock and one lock (the old signatures replaced)");
+    is(q1($o, "SELECT dlock.try_lock('up/a', 'h', '1h')"), $f1, "$label: upgrade: a call of the old signature re-enters the old holding");
+    is(q1($o, "SELECT dlock.try_lock('up/a', 'q', fair => true)"), undef, "$label: upgrade: fair => true queues");
+    is(q1($o, "SELECT holder FROM dlock.queue WHERE resource = 'up/a'"), 'q', "$label: upgrade: ... in dlock.queue");
+    is(q1($o, "SELECT dlock.unlock('up/a', 'h', ?) ", $f1), 2, "$label: upgrade: the old holding unlocks");
+    my $f2 = q1($o, "SELECT dlock.try_lock('up/b', 'h', '1h', lock_delay => '1s')");
+    ok($f2 > $f1, "$label: upgrade: fences keep increasing");
+    $o->disconnect;
 }
 
 # fair.sql's first sections: a queue forms, re-entry never queues, the
