@@ -739,6 +739,11 @@ DECLARE
     rc boolean := current_setting('transaction_isolation') = 'read committed';
     client boolean := p_fair AND p_ticket IS NULL;
 BEGIN
+    -- This transaction's own transaction-scoped lock excludes a lease, even
+    -- one of this transaction (as in the C extension).
+    IF coalesce(current_setting('dlock.xact_' || md5(p_resource), true), '') <> '' THEN
+        RETURN NULL;
+    END IF;
     -- Held by another live holder, delayed or queued for: answered without
     -- taking anything (but a client-side fair attempt's ticket).
     IF rc THEN
