@@ -2,8 +2,8 @@
  * portable/dlock.sql: dlock's portable edition, for PostgreSQL where no C
  * extension can be loaded (Amazon RDS and Aurora, Google Cloud SQL, Azure,
  * Supabase, Neon, Crunchy Bridge): the lock schema of the C extension's
- * [core] section (see ../README.md, "Portable edition"), in SQL and
- * PL/pgSQL only, for PostgreSQL 14 to 18.
+ * [core], [fair] and [elect] sections (see ../README.md, "Portable
+ * edition"), in SQL and PL/pgSQL only, for PostgreSQL 14 to 18.
  *
  *     psql -d DB -f portable/dlock.sql
  *
@@ -59,6 +59,17 @@
  *   is weaker (off, local, remote_write); remote_apply is kept.
  * - Events: pg_notify, which PostgreSQL delivers when the transaction
  *   commits and drops when it rolls back.
+ * - Fair queues: client-side tickets (try_lock(..., fair => true)) are rows
+ *   of dlock.tickets, kept for dlock.queue_ttl after each attempt.  A
+ *   session waiting in lock(..., fair => true) or campaign holds its ticket
+ *   as session-level advisory locks (_qkey), seen by others in pg_locks
+ *   while its transaction is open and given back when the wait ends, also
+ *   by cancel, or with the session.  A wait retries each attempt in a
+ *   subtransaction that is rolled back when it fails, so the resource's
+ *   advisory lock never stays with a waiter that is not served.
+ * - Lock-delay and holding values: rows of dlock.delays and
+ *   dlock.holding_values tied to a holding by its fence (a row of another
+ *   fence is dead), as in the C extension's 0.2 SQL.
  */
 \set ON_ERROR_STOP on
 \set QUIET on
@@ -91,6 +102,11 @@ END
 $refuse$;
 
 CREATE SCHEMA IF NOT EXISTS dlock;
+-- Functions whose arguments grew ([fair]): a new parameter cannot be added
+-- in place, and an overload would make calls ambiguous.
+DROP FUNCTION IF EXISTS dlock.try_lock(text, text, interval);
+DROP FUNCTION IF EXISTS dlock.lock(text, text, interval, interval);
+DROP FUNCTION IF EXISTS dlock._attempt(text, text, interval, oid);
 COMMENT ON SCHEMA dlock IS
     'dlock (portable edition): leased distributed locks with fencing tokens (see the dlock README)';
 GRANT USAGE ON SCHEMA dlock TO PUBLIC;
@@ -145,7 +161,75 @@ CREATE TABLE IF NOT EXISTS dlock.fence_epoch_seal (
 COMMENT ON TABLE dlock.fence_epoch_seal IS
     'The xmin of the dlock.fence_epoch row as written: a restored copy of the row has another, and starts a new epoch';
 
-REVOKE ALL ON dlock.portable, dlock.leases, dlock.fences, dlock.fence_epoch, dlock.fence_epoch_seal
+-- Fair queues ([fair]).  Tickets are drawn from one sequence, so their
+-- order is the order in which they were taken.  A client that waits on its
+-- own side (try_lock(..., fair => true) retried) keeps its ticket here for
+-- dlock.queue_ttl after each attempt.  A session waiting in lock(...,
+-- fair => true) holds its ticket as a session-level advisory lock instead
+-- (see _ahead), which other sessions see while its transaction is open and
+-- which goes with the wait (timeout, cancel, disconnect).
+CREATE SEQUENCE IF NOT EXISTS dlock.ticket_seq AS bigint
+    MINVALUE 1 MAXVALUE 9223372036854775807 START 1 CACHE 1 NO CYCLE;
+COMMENT ON SEQUENCE dlock.ticket_seq IS
+    'Fair-queue ticket numbers: tickets are served in the order of this sequence';
+CREATE TABLE IF NOT EXISTS dlock.tickets (
+    resource   text COLLATE "C" NOT NULL,
+    ticket     bigint NOT NULL,
+    holder     text COLLATE "C" NOT NULL,
+    owner      regrole NOT NULL,
+    queued_at  timestamptz NOT NULL,
+    expires_at timestamptz NOT NULL,   -- last attempt + dlock.queue_ttl
+    PRIMARY KEY (resource, ticket),
+    UNIQUE (resource, holder, owner)
+);
+COMMENT ON TABLE dlock.tickets IS
+    'Tickets of client-side fair waiters (try_lock(..., fair => true) retried), kept for dlock.queue_ttl after each attempt; read them through dlock.queue';
+
+-- Lock-delay (Chubby): a holding taken with a lock-delay has a row here,
+-- tied to it by its fence.  When it ends uncleanly (its lease runs out, or
+-- it is broken) the resource is not available before the end of the lease
+-- plus lock_delay: from the holding's expires_at while it is in
+-- dlock.leases, from available_at once reaped or broken.  A clean unlock
+-- leaves available_at NULL: free at once.
+CREATE TABLE IF NOT EXISTS dlock.delays (
+    resource     text COLLATE "C" NOT NULL PRIMARY KEY,
+    fence        bigint NOT NULL,
+    lock_delay   interval NOT NULL,
+    available_at timestamptz
+);
+COMMENT ON TABLE dlock.delays IS
+    'Lock-delays of holdings (by fence), and when a resource freed uncleanly becomes available';
+
+-- Holding values and leader election ([elect]).  The value of a holding
+-- (who leads and where to reach it), tied to the holding by its fence like
+-- a lock-delay: a row whose fence is not the resource's current holding is
+-- dead.  election: taken by campaign, so that its expiry is announced with
+-- candidate, term and value.
+CREATE TABLE IF NOT EXISTS dlock.holding_values (
+    resource text COLLATE "C" NOT NULL PRIMARY KEY,
+    fence    bigint NOT NULL,
+    holder   text COLLATE "C" NOT NULL,
+    value    text,
+    election boolean NOT NULL DEFAULT false
+);
+COMMENT ON TABLE dlock.holding_values IS
+    'Values of holdings (by fence), set by campaign and proclaim; read them through dlock.locks and dlock.leader()';
+-- Every term campaign elects, kept for ten minutes (view dlock.terms), so
+-- that an observer that polls sees every term.
+CREATE TABLE IF NOT EXISTS dlock.term_log (
+    resource   text COLLATE "C" NOT NULL,
+    term       bigint NOT NULL,
+    candidate  text COLLATE "C" NOT NULL,
+    value      text,
+    owner      regrole NOT NULL,
+    elected_at timestamptz NOT NULL,
+    PRIMARY KEY (resource, term)
+);
+COMMENT ON TABLE dlock.term_log IS
+    'Terms elected by campaign in the last ten minutes; read them through dlock.terms';
+
+REVOKE ALL ON dlock.portable, dlock.leases, dlock.fences, dlock.fence_epoch, dlock.fence_epoch_seal,
+    dlock.ticket_seq, dlock.tickets, dlock.delays, dlock.holding_values, dlock.term_log
     FROM PUBLIC;
 
 -- ---------------------------------------------------------------------------
@@ -353,6 +437,28 @@ BEGIN
 END
 $$;
 
+-- _event_holding: an event of a holding that carries its holder and value
+-- (elections: elected, proclaimed, resigned, expired): resource and fence
+-- as _event's, with candidate, term (the fence) and value; a value that
+-- would make the payload longer than NOTIFY takes is left out
+-- ("value_omitted": true; dlock.leader() has it).
+CREATE OR REPLACE FUNCTION dlock._event_holding(event text, resource text, fence bigint,
+                                                candidate text, value text)
+    RETURNS void LANGUAGE plpgsql VOLATILE
+    SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    head text := '{"event":' || to_json(event)::text || ',"resource":' || to_json(resource)::text
+                 || ',"fence":' || fence::text || ',"candidate":' || to_json(candidate)::text
+                 || ',"term":' || fence::text;
+    payload text := head || ',"value":' || coalesce(to_json(value)::text, 'null') || '}';
+BEGIN
+    IF octet_length(payload) >= 8192 - 64 - 128 THEN
+        payload := head || ',"value_omitted":true}';
+    END IF;
+    PERFORM pg_notify('dlock_' || md5(resource), payload);
+END
+$$;
+
 -- _history: (system identifier, database, timeline, postmaster start) now.
 CREATE OR REPLACE FUNCTION dlock._history(OUT sysid text, OUT dboid oid, OUT timeline bigint,
                                           OUT started timestamptz)
@@ -447,34 +553,241 @@ BEGIN
 END
 $$;
 
+-- _lock_delay: the lock_delay argument (NULL: dlock.lock_delay), between 0
+-- and 1 hour, without months or days; NULL when it is zero.
+CREATE OR REPLACE FUNCTION dlock._lock_delay(lock_delay interval)
+    RETURNS interval LANGUAGE plpgsql STABLE
+    SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    d interval;
+BEGIN
+    IF lock_delay IS NULL THEN
+        d := dlock._setting('dlock.lock_delay', interval '0');
+        IF d < interval '0' OR d > interval '1 hour' OR extract(day FROM d) <> 0
+           OR extract(month FROM d) <> 0 OR extract(year FROM d) <> 0 THEN
+            RAISE EXCEPTION 'invalid value for parameter "dlock.lock_delay": "%"', current_setting('dlock.lock_delay', true)
+                USING ERRCODE = 'invalid_parameter_value', DETAIL = 'It must be between 0 and 1 hour.';
+        END IF;
+    ELSE
+        d := lock_delay;
+        IF extract(month FROM d) <> 0 OR extract(year FROM d) <> 0 OR extract(day FROM d) <> 0 THEN
+            RAISE EXCEPTION 'lock_delay must be between 0 and 1 hour' USING ERRCODE = 'invalid_parameter_value',
+                DETAIL = 'A lock_delay is given in hours, minutes and seconds, not in days or months.';
+        END IF;
+        IF d < interval '0' OR d > interval '1 hour' THEN
+            RAISE EXCEPTION 'lock_delay must be between 0 and 1 hour' USING ERRCODE = 'invalid_parameter_value';
+        END IF;
+    END IF;
+    RETURN CASE WHEN d > interval '0' THEN d END;
+END
+$$;
+
+-- _fair: the fair argument.
+CREATE OR REPLACE FUNCTION dlock._fair(fair boolean)
+    RETURNS boolean LANGUAGE plpgsql IMMUTABLE
+    SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    IF fair IS NULL THEN
+        RAISE EXCEPTION 'fair must not be null' USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    RETURN fair;
+END
+$$;
+
+-- _queue_ttl: dlock.queue_ttl (default 10s), between 1 ms and 1 hour.
+CREATE OR REPLACE FUNCTION dlock._queue_ttl()
+    RETURNS interval LANGUAGE plpgsql STABLE
+    SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    t interval := dlock._setting('dlock.queue_ttl', interval '10 seconds');
+BEGIN
+    IF t < interval '1 millisecond' OR t > interval '1 hour' OR extract(day FROM t) <> 0
+       OR extract(month FROM t) <> 0 OR extract(year FROM t) <> 0 THEN
+        RAISE EXCEPTION 'invalid value for parameter "dlock.queue_ttl": "%"', current_setting('dlock.queue_ttl', true)
+            USING ERRCODE = 'invalid_parameter_value', DETAIL = 'It must be between 1 ms and 1 hour.';
+    END IF;
+    RETURN t;
+END
+$$;
+
+-- _qkey: the first key of the resource's queue locks (two-key advisory
+-- locks): 32 bits of its md5, never dlock's own first keys (1684828003, 1684828005).
+-- (_qkey, 0) is the "fair waiters" mark, held shared by every session
+-- waiting in lock() with a ticket; (_qkey, low 32 bits of the ticket) is
+-- that ticket, held exclusive.  Two resources whose keys collide only
+-- hold each other's newcomers off while a waiter of the other waits.
+CREATE OR REPLACE FUNCTION dlock._qkey(resource text)
+    RETURNS integer LANGUAGE sql IMMUTABLE
+    SET search_path = pg_catalog, pg_temp AS $$
+    SELECT CASE WHEN k OPERATOR(pg_catalog.=) ANY ('{1684828003,1684828005}'::integer[]) THEN 1684828004 ELSE k END
+      FROM (SELECT ('x' OPERATOR(pg_catalog.||) pg_catalog.substr(pg_catalog.md5(resource), 17, 8))::bit(32)::integer AS k) s
+$$;
+
+-- _ahead: is a live ticket of someone else ahead of p_ticket (the caller's
+-- in-server ticket, or else its holder's live client ticket; with neither,
+-- any ticket)?  In-server tickets are looked up in pg_locks only when the
+-- "fair waiters" mark says there are any, and compared by their low 32
+-- bits modulo 2^32 (the live tickets of a resource span far fewer).
+CREATE OR REPLACE FUNCTION dlock._ahead(p_resource text, p_holder text, p_role oid, p_ticket bigint)
+    RETURNS boolean LANGUAGE plpgsql VOLATILE
+    SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    mine bigint := p_ticket;
+    k integer := dlock._qkey(p_resource);
+BEGIN
+    IF mine IS NULL AND p_holder IS NOT NULL THEN
+        SELECT t.ticket INTO mine FROM dlock.tickets t
+         WHERE t.resource = p_resource AND t.holder = p_holder AND t.owner = p_role
+           AND t.expires_at > clock_timestamp();
+    END IF;
+    IF EXISTS (SELECT FROM dlock.tickets t
+                WHERE t.resource = p_resource AND t.expires_at > clock_timestamp()
+                  AND (mine IS NULL OR t.ticket < mine)) THEN
+        RETURN true;
+    END IF;
+    IF pg_try_advisory_lock(k, 0) THEN
+        PERFORM pg_advisory_unlock(k, 0);
+        RETURN false;       -- nobody else waits in lock() with a ticket
+    END IF;
+    RETURN EXISTS (SELECT FROM pg_locks x
+                    WHERE x.locktype = 'advisory' AND x.objsubid = 2 AND x.granted
+                      AND x.database = (SELECT d.oid FROM pg_database d WHERE d.datname = current_database())
+                      AND x.classid = k::bit(32)::bigint::oid AND x.objid <> 0::oid
+                      AND x.pid <> pg_backend_pid() AND x.mode = 'ExclusiveLock'
+                      AND (mine IS NULL
+                           OR ((x.objid::bigint - (mine & 4294967295) + 6442450944) % 4294967296) - 2147483648 < 0));
+END
+$$;
+
+-- _queue_up: a client-side fair attempt that did not get the lock takes a
+-- ticket, or keeps its live one for another dlock.queue_ttl.  The holder's
+-- ticket row is written under its writer lock (a two-key advisory lock
+-- taken without waiting, to the end of the transaction): another
+-- transaction of the same holder writing it meanwhile is left to do so.
+CREATE OR REPLACE FUNCTION dlock._queue_up(p_resource text, p_holder text, p_role oid)
+    RETURNS void LANGUAGE plpgsql VOLATILE
+    SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    v_now timestamptz := clock_timestamp();
+    ttl interval := dlock._queue_ttl();
+BEGIN
+    IF NOT pg_try_advisory_xact_lock(1684828005,
+                                     hashtext(p_resource || chr(1) || p_holder || chr(1) || p_role::text)) THEN
+        RETURN;
+    END IF;
+    UPDATE dlock.tickets t SET expires_at = v_now + ttl
+     WHERE t.resource = p_resource AND t.holder = p_holder AND t.owner = p_role::regrole
+       AND t.expires_at > v_now;
+    IF FOUND THEN
+        RETURN;
+    END IF;
+    DELETE FROM dlock.tickets t
+     WHERE t.resource = p_resource AND t.holder = p_holder AND t.owner = p_role::regrole;
+    INSERT INTO dlock.tickets (resource, ticket, holder, owner, queued_at, expires_at)
+         VALUES (p_resource, nextval('dlock.ticket_seq'), p_holder, p_role::regrole, v_now, v_now + ttl);
+END
+$$;
+
+-- _delayed: is the resource of this (free or expired) row still under a
+-- lock-delay?
+CREATE OR REPLACE FUNCTION dlock._delayed(r dlock.leases, p_now timestamptz)
+    RETURNS boolean LANGUAGE sql STABLE
+    SET search_path = pg_catalog, pg_temp AS $$
+    SELECT coalesce((SELECT CASE WHEN r.holder IS NOT NULL
+                                 THEN r.expires_at OPERATOR(pg_catalog.+) d.lock_delay
+                                 ELSE d.available_at END OPERATOR(pg_catalog.>) p_now
+                       FROM dlock.delays d
+                      WHERE d.resource OPERATOR(pg_catalog.=) r.resource
+                        AND d.fence OPERATOR(pg_catalog.=) r.fence), false)
+$$;
+
+-- _acquired: a new holding (or a re-entry) of holder: its client ticket
+-- leaves the queue, and a new holding records its lock-delay.
+CREATE OR REPLACE FUNCTION dlock._acquired(p_resource text, p_holder text, p_role oid, p_fence bigint,
+                                           p_new boolean, p_delay interval)
+    RETURNS void LANGUAGE plpgsql VOLATILE
+    SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    DELETE FROM dlock.tickets t
+     WHERE t.ctid = ANY (ARRAY(SELECT x.ctid FROM dlock.tickets x
+                                WHERE x.resource = p_resource AND x.holder = p_holder
+                                  AND x.owner = p_role::regrole
+                                  FOR UPDATE SKIP LOCKED));
+    IF p_new AND p_delay IS NOT NULL THEN
+        INSERT INTO dlock.delays AS d (resource, fence, lock_delay, available_at)
+             VALUES (p_resource, p_fence, p_delay, NULL)
+        ON CONFLICT (resource) DO UPDATE
+               SET fence = excluded.fence, lock_delay = excluded.lock_delay, available_at = NULL;
+    END IF;
+END
+$$;
+
 -- _attempt: one acquisition attempt that never waits: the fence if
--- acquired or re-entered, NULL if the resource is busy.
-CREATE OR REPLACE FUNCTION dlock._attempt(p_resource text, p_holder text, p_lease interval, p_role oid)
+-- acquired or re-entered, NULL if the resource is busy (held by another,
+-- under lock-delay, or its queue headed by someone else).  p_ticket: the
+-- ticket of a wait in lock() (NULL: none); a fair attempt without one
+-- (client-side) that does not get the lock takes or keeps a client ticket.
+CREATE OR REPLACE FUNCTION dlock._attempt(p_resource text, p_holder text, p_lease interval, p_role oid,
+                                          p_fair boolean, p_delay interval, p_ticket bigint)
     RETURNS bigint LANGUAGE plpgsql VOLATILE
     SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
     r dlock.leases%ROWTYPE;
     v_now timestamptz;
     v_fence bigint;
-    v_count integer;
     v_exp timestamptz;
     rc boolean := current_setting('transaction_isolation') = 'read committed';
+    client boolean := p_fair AND p_ticket IS NULL;
 BEGIN
-    -- Held by another live holder: answered without taking anything.
+    -- This transaction's own transaction-scoped lock excludes a lease, even
+    -- one of this transaction (as in the C extension).
+    IF coalesce(current_setting('dlock.xact_' || md5(p_resource), true), '') <> '' THEN
+        RETURN NULL;
+    END IF;
+    -- Held by another live holder, delayed or queued for: answered without
+    -- taking anything (but a client-side fair attempt's ticket).
     IF rc THEN
         SELECT * INTO r FROM dlock.leases l WHERE l.resource = p_resource;
-        IF FOUND AND r.holder IS NOT NULL AND r.expires_at > clock_timestamp()
-           AND NOT (r.holder = p_holder AND r.owner = p_role) THEN
+        v_now := clock_timestamp();
+        IF FOUND AND r.holder IS NOT NULL AND r.expires_at > v_now THEN
+            IF NOT (r.holder = p_holder AND r.owner = p_role) THEN
+                IF client THEN
+                    PERFORM dlock._queue_up(p_resource, p_holder, p_role);
+                END IF;
+                RETURN NULL;
+            END IF;
+        ELSIF (FOUND AND dlock._delayed(r, v_now)) OR dlock._ahead(p_resource, p_holder, p_role, p_ticket) THEN
+            IF client THEN
+                PERFORM dlock._queue_up(p_resource, p_holder, p_role);
+            END IF;
             RETURN NULL;
         END IF;
     END IF;
     IF NOT pg_try_advisory_xact_lock(dlock._key(p_resource)) THEN
-        RETURN NULL;        -- another transaction is acquiring it
+        -- Another transaction is acquiring it; a fair attempt still takes
+        -- its place (unless it is the holder's re-entry).
+        IF client AND NOT (r.holder IS NOT NULL AND r.holder = p_holder AND r.owner = p_role) THEN
+            PERFORM dlock._queue_up(p_resource, p_holder, p_role);
+        END IF;
+        RETURN NULL;
     END IF;
     -- Look again now that no other acquirer can move (a new snapshot).
     SELECT * INTO r FROM dlock.leases l WHERE l.resource = p_resource;
+    v_now := clock_timestamp();
+    IF FOUND AND r.holder IS NOT NULL AND r.expires_at > v_now THEN
+        IF NOT (r.holder = p_holder AND r.owner = p_role) THEN
+            IF client THEN
+                PERFORM dlock._queue_up(p_resource, p_holder, p_role);
+            END IF;
+            RETURN NULL;
+        END IF;
+    ELSIF (FOUND AND dlock._delayed(r, v_now)) OR dlock._ahead(p_resource, p_holder, p_role, p_ticket) THEN
+        IF client THEN
+            PERFORM dlock._queue_up(p_resource, p_holder, p_role);
+        END IF;
+        RETURN NULL;
+    END IF;
     IF NOT FOUND THEN
-        v_now := clock_timestamp();
         v_exp := dlock._expiry(v_now, p_lease);
         v_fence := dlock._next_fence();
         INSERT INTO dlock.leases (resource, holder, owner, count, fence, lease,
@@ -484,21 +797,24 @@ BEGIN
         IF NOT FOUND THEN
             RETURN NULL;
         END IF;
+        PERFORM dlock._acquired(p_resource, p_holder, p_role, v_fence, true, p_delay);
         PERFORM dlock._sync();
         RETURN v_fence;
-    END IF;
-    IF r.holder IS NOT NULL AND r.expires_at > clock_timestamp()
-       AND NOT (r.holder = p_holder AND r.owner = p_role) THEN
-        RETURN NULL;
     END IF;
     -- Lock the row; one another transaction is changing or pinning is busy.
     SELECT * INTO r FROM dlock.leases l WHERE l.resource = p_resource FOR UPDATE SKIP LOCKED;
     IF NOT FOUND THEN
+        IF client THEN
+            PERFORM dlock._queue_up(p_resource, p_holder, p_role);
+        END IF;
         RETURN NULL;
     END IF;
     v_now := clock_timestamp();
     IF r.holder IS NOT NULL AND r.expires_at > v_now THEN
         IF NOT (r.holder = p_holder AND r.owner = p_role) THEN
+            IF client THEN
+                PERFORM dlock._queue_up(p_resource, p_holder, p_role);
+            END IF;
             RETURN NULL;
         END IF;
         -- Re-entry: count + 1, expiry at least now + lease, same fence.
@@ -510,8 +826,15 @@ BEGIN
         v_exp := greatest(r.expires_at, dlock._expiry(v_now, p_lease));
         UPDATE dlock.leases l SET count = l.count + 1, expires_at = v_exp, renewed_at = v_now
          WHERE l.resource = p_resource;
+        PERFORM dlock._acquired(p_resource, p_holder, p_role, r.fence, false, NULL);
         PERFORM dlock._sync();
         RETURN r.fence;
+    END IF;
+    IF dlock._delayed(r, v_now) THEN
+        IF client THEN
+            PERFORM dlock._queue_up(p_resource, p_holder, p_role);
+        END IF;
+        RETURN NULL;
     END IF;
     -- Free, or expired (lazy expiry): take it with a new fence.
     v_exp := dlock._expiry(v_now, p_lease);
@@ -520,6 +843,7 @@ BEGIN
        SET holder = p_holder, owner = p_role::regrole, count = 1, fence = v_fence, lease = p_lease,
            acquired_at = v_now, renewed_at = v_now, expires_at = v_exp, released_at = NULL
      WHERE l.resource = p_resource;
+    PERFORM dlock._acquired(p_resource, p_holder, p_role, v_fence, true, p_delay);
     PERFORM dlock._sync();
     RETURN v_fence;
 END
@@ -529,13 +853,30 @@ $$;
 CREATE OR REPLACE FUNCTION dlock._release(p_resource text, p_fence bigint, p_left integer, p_event text)
     RETURNS integer LANGUAGE plpgsql VOLATILE
     SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    v dlock.holding_values%ROWTYPE;
+    v_holder text;
 BEGIN
     IF p_left > 0 THEN
         UPDATE dlock.leases l SET count = p_left WHERE l.resource = p_resource;
     ELSE
+        -- Ended uncleanly: a lock-delay holds the resource off until the
+        -- end of the lease plus the delay.
+        IF p_event IN ('expired', 'broken') THEN
+            UPDATE dlock.delays d SET available_at = l.expires_at + d.lock_delay
+              FROM dlock.leases l
+             WHERE d.resource = p_resource AND d.fence = p_fence AND l.resource = p_resource;
+        END IF;
+        SELECT l.holder INTO v_holder FROM dlock.leases l WHERE l.resource = p_resource;
         UPDATE dlock.leases l SET holder = NULL, count = 0, released_at = clock_timestamp()
          WHERE l.resource = p_resource;
-        PERFORM dlock._event(p_event, p_resource, p_fence);
+        -- An election's expiry, and a resignation, carry candidate, term and value.
+        SELECT * INTO v FROM dlock.holding_values x WHERE x.resource = p_resource AND x.fence = p_fence;
+        IF p_event = 'resigned' OR (p_event = 'expired' AND FOUND AND v.election) THEN
+            PERFORM dlock._event_holding(p_event, p_resource, p_fence, v_holder, v.value);
+        ELSE
+            PERFORM dlock._event(p_event, p_resource, p_fence);
+        END IF;
     END IF;
     RETURN p_left;
 END
@@ -591,69 +932,184 @@ COMMENT ON FUNCTION dlock.channel(text) IS
 
 CREATE OR REPLACE FUNCTION dlock.try_lock(resource text,
                                           holder text DEFAULT dlock.session_holder(),
-                                          lease interval DEFAULT NULL)
+                                          lease interval DEFAULT NULL,
+                                          fair boolean DEFAULT false,
+                                          lock_delay interval DEFAULT NULL)
     RETURNS bigint LANGUAGE plpgsql VOLATILE SECURITY DEFINER
     SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
     l interval;
+    f boolean;
+    d interval;
 BEGIN
     PERFORM dlock._text_arg(resource, 'resource', 1000);
     PERFORM dlock._text_arg(holder, 'holder', 255);
     l := dlock._lease(lease);
+    f := dlock._fair(fair);
+    d := dlock._lock_delay(lock_delay);
     PERFORM dlock._writable('dlock.try_lock()');
-    RETURN dlock._attempt(resource, holder, l, (dlock._caller()).roleid);
+    RETURN dlock._attempt(resource, holder, l, (dlock._caller()).roleid, f, d, NULL);
 END
 $$;
-COMMENT ON FUNCTION dlock.try_lock(text, text, interval) IS
-    'Acquire or re-enter resource for holder with a lease; returns the fence, or NULL at once if another holder has it';
+COMMENT ON FUNCTION dlock.try_lock(text, text, interval, boolean, interval) IS
+    'Acquire or re-enter resource for holder with a lease; returns the fence, or NULL at once if another holder has it, it is under lock-delay, or its fair queue is not headed by the caller (fair => true takes a ticket)';
+
+-- _try: one attempt of a wait (lock(), campaign), in a subtransaction
+-- that is rolled back when it fails, so that the resource's advisory lock
+-- it may have taken is given back at once instead of holding the head of
+-- the queue off for the rest of the wait.
+CREATE OR REPLACE FUNCTION dlock._try(p_resource text, p_holder text, p_lease interval, p_role oid,
+                                      p_delay interval, p_ticket bigint)
+    RETURNS bigint LANGUAGE plpgsql VOLATILE
+    SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    f bigint;
+BEGIN
+    BEGIN
+        f := dlock._attempt(p_resource, p_holder, p_lease, p_role, false, p_delay, p_ticket);
+        IF f IS NULL THEN
+            RAISE SQLSTATE 'DL001';
+        END IF;
+        RETURN f;
+    EXCEPTION WHEN SQLSTATE 'DL001' THEN
+        RETURN NULL;
+    END;
+END
+$$;
+
+-- _wait_ticket: the ticket a wait in lock() holds from its first failed
+-- attempt: its holder's live client ticket (adopted: it keeps its place),
+-- or for a fair wait a new one; NULL for a wait that is not fair and has
+-- none.  Held as session-level advisory locks (_qkey): given back by
+-- _leave, or by the end of the session.
+CREATE OR REPLACE FUNCTION dlock._wait_ticket(p_resource text, p_holder text, p_role oid, p_fair boolean)
+    RETURNS bigint LANGUAGE plpgsql VOLATILE
+    SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    k integer := dlock._qkey(p_resource);
+    t bigint;
+BEGIN
+    SELECT x.ticket INTO t FROM dlock.tickets x
+     WHERE x.resource = p_resource AND x.holder = p_holder AND x.owner = p_role::regrole
+       AND x.expires_at > clock_timestamp();
+    IF t IS NOT NULL AND t::bit(32)::integer <> 0 AND pg_try_advisory_lock(k, t::bit(32)::integer) THEN
+        PERFORM pg_advisory_lock_shared(k, 0);
+        RETURN t;
+    END IF;
+    IF NOT p_fair THEN
+        RETURN NULL;
+    END IF;
+    LOOP
+        t := nextval('dlock.ticket_seq');
+        EXIT WHEN t::bit(32)::integer <> 0 AND pg_try_advisory_lock(k, t::bit(32)::integer);
+    END LOOP;
+    PERFORM pg_advisory_lock_shared(k, 0);
+    RETURN t;
+END
+$$;
+
+-- _leave: a wait is over: its ticket leaves the queue.  An adopted client
+-- ticket goes with it when the wait gave up (timeout).
+CREATE OR REPLACE FUNCTION dlock._leave(p_resource text, p_holder text, p_role oid, p_ticket bigint,
+                                        p_gave_up boolean)
+    RETURNS void LANGUAGE plpgsql VOLATILE
+    SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    k integer := dlock._qkey(p_resource);
+BEGIN
+    IF p_ticket IS NULL THEN
+        RETURN;
+    END IF;
+    PERFORM pg_advisory_unlock(k, p_ticket::bit(32)::integer);
+    PERFORM pg_advisory_unlock_shared(k, 0);
+    IF p_gave_up THEN
+        DELETE FROM dlock.tickets t
+         WHERE t.ctid = ANY (ARRAY(SELECT x.ctid FROM dlock.tickets x
+                                    WHERE x.resource = p_resource AND x.ticket = p_ticket
+                                      FOR UPDATE SKIP LOCKED));
+    END IF;
+END
+$$;
+
+-- _wait_loop: lock()'s and campaign's wait: attempts, polling with bounded
+-- backoff (1 ms doubling up to dlock.poll_interval, never past the
+-- deadline), in the fair queue from the first failed attempt when fair.
+-- pg_sleep is interrupted by cancel and statement_timeout, which end the
+-- call: its ticket is given back, nothing is held.
+CREATE OR REPLACE FUNCTION dlock._wait_loop(p_resource text, p_holder text, p_lease interval, p_wait interval,
+                                       p_fair boolean, p_delay interval, p_fname text)
+    RETURNS bigint LANGUAGE plpgsql VOLATILE
+    SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    v_role oid := (dlock._caller()).roleid;
+    deadline timestamptz := clock_timestamp() + p_wait;
+    pause interval := interval '1 millisecond';
+    poll interval := greatest(dlock._setting('dlock.poll_interval', interval '100 milliseconds'),
+                              interval '1 millisecond');
+    left_ interval;
+    ticket bigint;
+    tried boolean := false;
+    fence bigint;
+BEGIN
+    BEGIN
+        LOOP
+            fence := dlock._try(p_resource, p_holder, p_lease, v_role, p_delay, ticket);
+            IF fence IS NOT NULL THEN
+                PERFORM dlock._leave(p_resource, p_holder, v_role, ticket, false);
+                RETURN fence;
+            END IF;
+            IF deadline IS NOT NULL THEN
+                left_ := deadline - clock_timestamp();
+                IF left_ <= interval '0' THEN
+                    PERFORM dlock._leave(p_resource, p_holder, v_role, ticket, true);
+                    RETURN NULL;
+                END IF;
+            END IF;
+            PERFORM dlock._may_poll(p_fname);
+            IF NOT tried THEN
+                tried := true;
+                ticket := dlock._wait_ticket(p_resource, p_holder, v_role, p_fair);
+                CONTINUE WHEN ticket IS NOT NULL;   -- with its place, it may be its turn
+            END IF;
+            PERFORM pg_sleep(extract(epoch FROM least(pause, coalesce(left_, pause))));
+            pause := least(pause * 2, poll);
+        END LOOP;
+    EXCEPTION WHEN query_canceled OR OTHERS THEN
+        IF ticket IS NOT NULL THEN
+            PERFORM pg_advisory_unlock(dlock._qkey(p_resource), ticket::bit(32)::integer);
+            PERFORM pg_advisory_unlock_shared(dlock._qkey(p_resource), 0);
+        END IF;
+        RAISE;
+    END;
+END
+$$;
 
 CREATE OR REPLACE FUNCTION dlock.lock(resource text,
                                       holder text DEFAULT dlock.session_holder(),
                                       lease interval DEFAULT NULL,
-                                      wait interval DEFAULT NULL)
+                                      wait interval DEFAULT NULL,
+                                      fair boolean DEFAULT false,
+                                      lock_delay interval DEFAULT NULL)
     RETURNS bigint LANGUAGE plpgsql VOLATILE SECURITY DEFINER
     SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
     l interval;
     w interval;
-    v_role oid;
-    deadline timestamptz;
-    fence bigint;
-    pause interval := interval '1 millisecond';
-    poll interval;
-    left_ interval;
+    f boolean;
+    d interval;
 BEGIN
     PERFORM dlock._text_arg(resource, 'resource', 1000);
     PERFORM dlock._text_arg(holder, 'holder', 255);
     l := dlock._lease(lease);
     w := dlock._wait(wait);
+    f := dlock._fair(fair);
+    d := dlock._lock_delay(lock_delay);
     PERFORM dlock._writable('dlock.lock()');
-    v_role := (dlock._caller()).roleid;
-    poll := greatest(dlock._setting('dlock.poll_interval', interval '100 milliseconds'),
-                     interval '1 millisecond');
-    deadline := clock_timestamp() + w;
-    LOOP
-        fence := dlock._attempt(resource, holder, l, v_role);
-        IF fence IS NOT NULL THEN
-            RETURN fence;
-        END IF;
-        IF deadline IS NOT NULL THEN
-            left_ := deadline - clock_timestamp();
-            IF left_ <= interval '0' THEN
-                RETURN NULL;
-            END IF;
-        END IF;
-        PERFORM dlock._may_poll('dlock.lock()');
-        -- Bounded backoff: 1 ms doubling up to dlock.poll_interval, never
-        -- past the deadline.  pg_sleep is interrupted by cancel and
-        -- statement_timeout, which end the call (nothing is held).
-        PERFORM pg_sleep(extract(epoch FROM least(pause, coalesce(left_, pause))));
-        pause := least(pause * 2, poll);
-    END LOOP;
+    RETURN dlock._wait_loop(resource, holder, l, w, f, d, 'dlock.lock()');
 END
 $$;
-COMMENT ON FUNCTION dlock.lock(text, text, interval, interval) IS
-    'Like try_lock, but waits up to wait (NULL: no limit but statement_timeout), polling; NULL on timeout';
+COMMENT ON FUNCTION dlock.lock(text, text, interval, interval, boolean, interval) IS
+    'Like try_lock, but waits up to wait (NULL: no limit but statement_timeout), polling, in the fair queue with fair => true; NULL on timeout';
 
 CREATE OR REPLACE FUNCTION dlock.unlock(resource text,
                                         holder text DEFAULT dlock.session_holder(),
@@ -771,11 +1227,25 @@ BEGIN
         PERFORM dlock._release(r.resource, r.fence, 0, 'expired');
         n := n + 1;
     END LOOP;
-    -- Rows free for over an hour go.
+    -- Rows free for over an hour go, unless a lock-delay is still pending;
+    -- lapsed tickets and the delays of gone rows too.
     DELETE FROM dlock.leases l
      WHERE l.ctid = ANY (ARRAY(SELECT x.ctid FROM dlock.leases x
                                 WHERE x.holder IS NULL
                                   AND x.released_at < clock_timestamp() - interval '1 hour'
+                                  AND NOT dlock._delayed(x, clock_timestamp())
+                                  FOR UPDATE SKIP LOCKED));
+    DELETE FROM dlock.delays d
+     WHERE d.ctid = ANY (ARRAY(SELECT x.ctid FROM dlock.delays x
+                                WHERE NOT EXISTS (SELECT FROM dlock.leases l WHERE l.resource = x.resource)
+                                  FOR UPDATE SKIP LOCKED));
+    DELETE FROM dlock.holding_values v
+     WHERE v.ctid = ANY (ARRAY(SELECT x.ctid FROM dlock.holding_values x
+                                WHERE NOT EXISTS (SELECT FROM dlock.leases l WHERE l.resource = x.resource)
+                                  FOR UPDATE SKIP LOCKED));
+    DELETE FROM dlock.tickets t
+     WHERE t.ctid = ANY (ARRAY(SELECT x.ctid FROM dlock.tickets x
+                                WHERE x.expires_at <= clock_timestamp()
                                   FOR UPDATE SKIP LOCKED));
     RETURN n;
 END
@@ -878,11 +1348,26 @@ BEGIN
     IF own IS NOT NULL AND own <> '' THEN
         RETURN own::bigint;
     END IF;
+    -- Held, delayed or queued for: answered before taking anything.
+    IF current_setting('transaction_isolation') = 'read committed' THEN
+        SELECT * INTO r FROM dlock.leases l WHERE l.resource = p_resource;
+        IF FOUND AND ((r.holder IS NOT NULL AND r.expires_at > clock_timestamp())
+                      OR dlock._delayed(r, clock_timestamp())) THEN
+            RETURN NULL;
+        END IF;
+        IF dlock._ahead(p_resource, NULL, NULL, NULL) THEN
+            RETURN NULL;
+        END IF;
+    END IF;
     IF NOT pg_try_advisory_xact_lock(dlock._key(p_resource)) THEN
         RETURN NULL;
     END IF;
     SELECT * INTO r FROM dlock.leases l WHERE l.resource = p_resource;
-    IF FOUND AND r.holder IS NOT NULL AND r.expires_at > clock_timestamp() THEN
+    IF FOUND AND ((r.holder IS NOT NULL AND r.expires_at > clock_timestamp())
+                  OR dlock._delayed(r, clock_timestamp())) THEN
+        RETURN NULL;
+    END IF;
+    IF dlock._ahead(p_resource, NULL, NULL, NULL) THEN
         RETURN NULL;
     END IF;
     -- The advisory lock, held to the end of the transaction, keeps lease
@@ -943,17 +1428,341 @@ COMMENT ON FUNCTION dlock.try_xact_lock(text) IS
     'Transaction-scoped lock on resource, never waits; returns a fence, or NULL if busy';
 
 -- Current holdings; expired ones stay listed (expired = true) until reaped
--- or taken over.
+-- or taken over.  available_at is when the resource becomes available to
+-- others if the holding is not released first (its expiry plus its
+-- lock-delay); a free resource still under lock-delay stays listed, with a
+-- NULL holder, until then (the columns of the C extension's 0.3 SQL).
 CREATE OR REPLACE VIEW dlock.locks AS
     SELECT l.resource, l.holder, l.count, l.fence, l.lease,
            l.acquired_at, l.renewed_at, l.expires_at,
            l.owner::pg_catalog.regrole AS owner,
-           l.expires_at OPERATOR(pg_catalog.<=) pg_catalog.clock_timestamp() AS expired
+           l.expires_at OPERATOR(pg_catalog.<=) pg_catalog.clock_timestamp() AS expired,
+           CASE WHEN l.holder IS NOT NULL
+                THEN l.expires_at OPERATOR(pg_catalog.+)
+                     COALESCE(d.lock_delay, '0'::pg_catalog.interval)
+                ELSE d.available_at END AS available_at,
+           v.value
       FROM dlock.leases l
-     WHERE l.holder IS NOT NULL;
+      LEFT JOIN dlock.delays d
+        ON d.resource OPERATOR(pg_catalog.=) l.resource
+       AND d.fence OPERATOR(pg_catalog.=) l.fence
+      LEFT JOIN dlock.holding_values v
+        ON v.resource OPERATOR(pg_catalog.=) l.resource
+       AND v.fence OPERATOR(pg_catalog.=) l.fence
+       AND l.holder IS NOT NULL
+     WHERE l.holder IS NOT NULL
+        OR d.available_at OPERATOR(pg_catalog.>) pg_catalog.clock_timestamp();
 COMMENT ON VIEW dlock.locks IS
     'Current holdings; an expired lease stays listed (expired = true) until it is reaped or taken over';
 GRANT SELECT ON dlock.locks TO PUBLIC;
+
+-- dlock.queue: every live client ticket, position 1 = served next.  A
+-- session waiting in lock() holds its ticket as an advisory lock and is
+-- not listed (as in the C extension without shared_preload_libraries);
+-- pid is always NULL.
+CREATE OR REPLACE VIEW dlock.queue AS
+    SELECT t.resource, t.holder,
+           pg_catalog.row_number() OVER (PARTITION BY t.resource ORDER BY t.ticket) AS "position",
+           t.queued_at, t.expires_at, t.owner::pg_catalog.regrole AS owner,
+           t.ticket, NULL::integer AS pid
+      FROM dlock.tickets t
+     WHERE t.expires_at OPERATOR(pg_catalog.>) pg_catalog.clock_timestamp();
+COMMENT ON VIEW dlock.queue IS
+    'Every live client-side fair-queue ticket, position 1 = served next (sessions waiting in lock() are not listed)';
+GRANT SELECT ON dlock.queue TO PUBLIC;
+
+CREATE OR REPLACE FUNCTION dlock.withdraw(resource text,
+                                          holder text DEFAULT dlock.session_holder())
+    RETURNS boolean LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+    SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    c record;
+    n integer;
+    live boolean := false;
+    other oid;
+BEGIN
+    PERFORM dlock._text_arg(resource, 'resource', 1000);
+    PERFORM dlock._text_arg(holder, 'holder', 255);
+    PERFORM dlock._writable('dlock.withdraw()');
+    c := dlock._caller();
+    -- The caller's role's ticket (a superuser without one: every other
+    -- role's of that holder); a lapsed one goes too, but does not count.
+    WITH d AS (DELETE FROM dlock.tickets t
+                WHERE t.resource = withdraw.resource AND t.holder = withdraw.holder
+                  AND (t.owner = c.roleid::regrole
+                       OR (c.is_super AND NOT EXISTS
+                           (SELECT FROM dlock.tickets o
+                             WHERE o.resource = withdraw.resource AND o.holder = withdraw.holder
+                               AND o.owner = c.roleid::regrole)))
+               RETURNING t.expires_at)
+    SELECT coalesce(bool_or(d.expires_at > clock_timestamp()), false) INTO live FROM d;
+    IF live THEN
+        RETURN true;
+    END IF;
+    IF NOT c.is_super THEN
+        SELECT t.owner INTO other FROM dlock.tickets t
+         WHERE t.resource = withdraw.resource AND t.holder = withdraw.holder
+           AND t.owner <> c.roleid::regrole AND t.expires_at > clock_timestamp()
+         LIMIT 1;
+        IF other IS NOT NULL THEN
+            RAISE EXCEPTION 'permission denied to withdraw a ticket taken by role "%"', other::regrole::text
+                USING ERRCODE = 'insufficient_privilege',
+                      DETAIL = 'Only the role that took a ticket, or a superuser, can withdraw it.';
+        END IF;
+    END IF;
+    RETURN false;
+END
+$$;
+COMMENT ON FUNCTION dlock.withdraw(text, text) IS
+    'The holder gives up its ticket in resource''s fair queue at once (a client-side waiter that stops waiting); false if it had none; 42501 for another role''s';
+
+-- ---------------------------------------------------------------------------
+-- Leader election ([elect]): an election is a resource whose holder is the
+-- leader; the term is the holding's fence, so renew, check and
+-- assert_fence work on elections unchanged.  campaign is a fair lock()
+-- (with wait => '0' a client-side fair attempt, as try_lock(..., fair =>
+-- true)) that never re-enters: the current leader campaigning again gets
+-- its current term.
+-- ---------------------------------------------------------------------------
+
+-- _value: the value argument: NULL, or at most 4000 bytes (an event
+-- carrying it fits a NOTIFY).
+CREATE OR REPLACE FUNCTION dlock._value(val text)
+    RETURNS text LANGUAGE plpgsql IMMUTABLE
+    SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    IF octet_length(val) > 4000 THEN
+        RAISE EXCEPTION 'value must be at most 4000 bytes long' USING ERRCODE = 'invalid_parameter_value',
+            DETAIL = format('The value given is %s bytes long.', octet_length(val));
+    END IF;
+    RETURN val;
+END
+$$;
+
+-- _value_set: the holding fence of resource now has value; p_election:
+-- campaign took it (false keeps what the row says for this holding).
+-- Called with the resource's row locked.
+CREATE OR REPLACE FUNCTION dlock._value_set(p_resource text, p_fence bigint, p_holder text, p_value text,
+                                            p_election boolean)
+    RETURNS void LANGUAGE sql VOLATILE
+    SET search_path = pg_catalog, pg_temp AS $$
+    INSERT INTO dlock.holding_values AS v (resource, fence, holder, value, election)
+         VALUES (p_resource, p_fence, p_holder, p_value, p_election)
+    ON CONFLICT (resource) DO UPDATE
+           SET value = excluded.value, holder = excluded.holder,
+               election = excluded.election OR (v.election AND v.fence OPERATOR(pg_catalog.=) excluded.fence),
+               fence = excluded.fence
+$$;
+
+-- _term_log: a new term: appended to dlock.term_log; up to 64 terms (of
+-- any election) older than ten minutes go, skipping rows another sweep has
+-- locked.
+CREATE OR REPLACE FUNCTION dlock._term_log(p_resource text, p_term bigint, p_candidate text, p_value text,
+                                           p_owner oid)
+    RETURNS void LANGUAGE sql VOLATILE
+    SET search_path = pg_catalog, pg_temp AS $$
+    WITH old AS (DELETE FROM dlock.term_log t
+                  WHERE t.ctid OPERATOR(pg_catalog.=) ANY (ARRAY(
+                        SELECT o.ctid FROM dlock.term_log o
+                         WHERE o.elected_at OPERATOR(pg_catalog.<)
+                               (pg_catalog.clock_timestamp() OPERATOR(pg_catalog.-) interval '10 minutes')
+                         LIMIT 64 FOR UPDATE SKIP LOCKED)))
+    INSERT INTO dlock.term_log (resource, term, candidate, value, owner, elected_at)
+         VALUES (p_resource, p_term, p_candidate, p_value, p_owner::regrole, pg_catalog.clock_timestamp())
+    ON CONFLICT DO NOTHING
+$$;
+
+-- _still_leader: candidate leads already under term (its row locked): a
+-- value given (and different) is proclaimed, and the holding becomes an
+-- election's however it was taken (a try_lock, say), with its term logged.
+CREATE OR REPLACE FUNCTION dlock._still_leader(p_resource text, p_term bigint, p_candidate text,
+                                               p_value text, p_role oid)
+    RETURNS void LANGUAGE plpgsql VOLATILE
+    SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    v dlock.holding_values%ROWTYPE;
+    proclaimed boolean;
+    was_election boolean;
+BEGIN
+    SELECT * INTO v FROM dlock.holding_values x WHERE x.resource = p_resource AND x.fence = p_term;
+    was_election := FOUND AND v.election;
+    proclaimed := p_value IS NOT NULL AND v.value IS DISTINCT FROM p_value;
+    IF proclaimed OR NOT was_election THEN
+        PERFORM dlock._value_set(p_resource, p_term, p_candidate,
+                                 CASE WHEN proclaimed THEN p_value ELSE v.value END, true);
+        IF NOT was_election THEN
+            PERFORM dlock._term_log(p_resource, p_term, p_candidate,
+                                    CASE WHEN proclaimed THEN p_value ELSE v.value END, p_role);
+        END IF;
+    END IF;
+    IF proclaimed THEN
+        PERFORM dlock._event_holding('proclaimed', p_resource, p_term, p_candidate, p_value);
+    END IF;
+END
+$$;
+
+CREATE OR REPLACE FUNCTION dlock.campaign(election text,
+                                          candidate text DEFAULT dlock.session_holder(),
+                                          value text DEFAULT NULL,
+                                          lease interval DEFAULT NULL,
+                                          wait interval DEFAULT NULL)
+    RETURNS bigint LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+    SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    l interval;
+    w interval;
+    d interval;
+    v_role oid;
+    r dlock.leases%ROWTYPE;
+    term bigint;
+    deadline timestamptz;
+    pause interval := interval '1 millisecond';
+BEGIN
+    PERFORM dlock._text_arg(election, 'election', 1000);
+    PERFORM dlock._text_arg(candidate, 'candidate', 255);
+    PERFORM dlock._value(value);
+    l := dlock._lease(lease);
+    w := dlock._wait(wait);
+    d := dlock._lock_delay(NULL);
+    PERFORM dlock._writable('dlock.campaign()');
+    v_role := (dlock._caller()).roleid;
+    -- The leader campaigning again: its term, never a re-entry (its row
+    -- locked within the wait; a first look takes nothing).
+    SELECT * INTO r FROM dlock.leases x WHERE x.resource = election;
+    IF FOUND AND r.holder = candidate AND r.owner = v_role AND r.expires_at > clock_timestamp() THEN
+        deadline := clock_timestamp() + w;
+        LOOP
+            SELECT * INTO r FROM dlock.leases x WHERE x.resource = election FOR UPDATE SKIP LOCKED;
+            EXIT WHEN FOUND;
+            IF deadline IS NOT NULL AND clock_timestamp() >= deadline THEN
+                RETURN NULL;
+            END IF;
+            PERFORM pg_sleep(extract(epoch FROM pause));
+            pause := least(pause * 2, interval '100 milliseconds');
+        END LOOP;
+        IF r.holder = candidate AND r.owner = v_role AND r.expires_at > clock_timestamp() THEN
+            PERFORM dlock._still_leader(election, r.fence, candidate, value, v_role);
+            RETURN r.fence;
+        END IF;
+    END IF;
+    IF w = interval '0' THEN
+        term := dlock._attempt(election, candidate, l, v_role, true, d, NULL);
+    ELSE
+        term := dlock._wait_loop(election, candidate, l, w, true, d, 'dlock.campaign()');
+    END IF;
+    IF term IS NULL THEN
+        RETURN NULL;
+    END IF;
+    -- The row is ours (locked) until the transaction ends.  A re-entry
+    -- (the candidate came to lead since the first look) is undone.
+    SELECT * INTO r FROM dlock.leases x WHERE x.resource = election;
+    IF r.count > 1 THEN
+        UPDATE dlock.leases x SET count = x.count - 1 WHERE x.resource = election;
+        PERFORM dlock._still_leader(election, term, candidate, value, v_role);
+        RETURN term;
+    END IF;
+    PERFORM dlock._value_set(election, term, candidate, value, true);
+    PERFORM dlock._term_log(election, term, candidate, value, v_role);
+    PERFORM dlock._event_holding('elected', election, term, candidate, value);
+    RETURN term;
+END
+$$;
+COMMENT ON FUNCTION dlock.campaign(text, text, text, interval, interval) IS
+    'Wait in election''s fair queue until candidate leads, with value; returns the term (the fence), NULL on timeout; the leader campaigning again gets its term';
+
+CREATE OR REPLACE FUNCTION dlock.proclaim(election text, candidate text, value text,
+                                          term bigint DEFAULT NULL)
+    RETURNS boolean LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+    SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    c record;
+    r dlock.leases%ROWTYPE;
+BEGIN
+    PERFORM dlock._text_arg(election, 'election', 1000);
+    PERFORM dlock._text_arg(candidate, 'candidate', 255);
+    PERFORM dlock._value(value);
+    PERFORM dlock._writable('dlock.proclaim()');
+    c := dlock._caller();
+    SELECT * INTO r FROM dlock.leases x WHERE x.resource = election;
+    IF NOT dlock._may_change(r, candidate, c.roleid, c.is_super, 'proclaim') THEN
+        RETURN false;
+    END IF;
+    SELECT * INTO r FROM dlock.leases x WHERE x.resource = election FOR UPDATE;
+    IF NOT dlock._may_change(r, candidate, c.roleid, c.is_super, 'proclaim')
+       OR (term IS NOT NULL AND term <> r.fence) THEN
+        RETURN false;
+    END IF;
+    PERFORM dlock._value_set(election, r.fence, candidate, value, false);
+    PERFORM dlock._event_holding('proclaimed', election, r.fence, candidate, value);
+    RETURN true;
+END
+$$;
+COMMENT ON FUNCTION dlock.proclaim(text, text, text, bigint) IS
+    'The holder (leader) of a holding changes its value (under term, if given); false if it does not hold it';
+
+CREATE OR REPLACE FUNCTION dlock.resign(election text, candidate text, term bigint DEFAULT NULL)
+    RETURNS boolean LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+    SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    c record;
+    r dlock.leases%ROWTYPE;
+BEGIN
+    PERFORM dlock._text_arg(election, 'election', 1000);
+    PERFORM dlock._text_arg(candidate, 'candidate', 255);
+    PERFORM dlock._writable('dlock.resign()');
+    c := dlock._caller();
+    SELECT * INTO r FROM dlock.leases x WHERE x.resource = election;
+    IF NOT dlock._may_change(r, candidate, c.roleid, c.is_super, 'resign') THEN
+        RETURN false;
+    END IF;
+    SELECT * INTO r FROM dlock.leases x WHERE x.resource = election FOR UPDATE;
+    IF NOT dlock._may_change(r, candidate, c.roleid, c.is_super, 'resign')
+       OR (term IS NOT NULL AND term <> r.fence) THEN
+        RETURN false;
+    END IF;
+    -- Whatever its count; a clean end (no lock-delay); its client ticket goes.
+    PERFORM dlock._release(election, r.fence, 0, 'resigned');
+    DELETE FROM dlock.tickets t
+     WHERE t.ctid = ANY (ARRAY(SELECT x.ctid FROM dlock.tickets x
+                                WHERE x.resource = election AND x.holder = candidate AND x.owner = r.owner
+                                  FOR UPDATE SKIP LOCKED));
+    RETURN true;
+END
+$$;
+COMMENT ON FUNCTION dlock.resign(text, text, bigint) IS
+    'The leader steps down (under term, if given), whatever its count; the next candidate is elected at once; false if it does not lead';
+
+CREATE OR REPLACE FUNCTION dlock.leader(election text)
+    RETURNS TABLE (candidate text, value text, term bigint, elected_at timestamptz,
+                   expires_at timestamptz, owner regrole)
+    LANGUAGE plpgsql VOLATILE
+    SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    IF election IS NULL THEN
+        RAISE EXCEPTION 'election must not be null' USING ERRCODE = '22023';
+    ELSIF election OPERATOR(pg_catalog.=) '' THEN
+        RAISE EXCEPTION 'election must not be empty' USING ERRCODE = '22023';
+    ELSIF pg_catalog.octet_length(election) OPERATOR(pg_catalog.>) 1000 THEN
+        RAISE EXCEPTION 'election must be at most 1000 bytes long' USING ERRCODE = '22023',
+            DETAIL = pg_catalog.format('The election given is %s bytes long.',
+                                       pg_catalog.octet_length(election));
+    END IF;
+    RETURN QUERY
+        SELECT l.holder, l.value, l.fence, l.acquired_at, l.expires_at, l.owner
+          FROM dlock.locks l
+         WHERE l.resource OPERATOR(pg_catalog.=) (election COLLATE "C")
+           AND l.holder IS NOT NULL AND NOT l.expired;
+END
+$$;
+COMMENT ON FUNCTION dlock.leader(text) IS
+    'The current leader of election: candidate, value, term, elected_at, expires_at, owner; no row when there is none';
+
+CREATE OR REPLACE VIEW dlock.terms AS
+    SELECT t.resource AS election, t.term, t.candidate, t.value, t.elected_at, t.owner
+      FROM dlock.term_log t;
+COMMENT ON VIEW dlock.terms IS
+    'Terms elected by campaign in the last ten minutes (election, term, candidate, value at election, elected_at, owner), for observers that poll';
+GRANT SELECT ON dlock.terms TO PUBLIC;
 
 -- Internal helpers are closed; break_lock is for administrators.
 REVOKE EXECUTE ON FUNCTION
@@ -961,7 +1770,16 @@ REVOKE EXECUTE ON FUNCTION
     dlock._expiry(timestamptz, interval), dlock._lease(interval), dlock._wait(interval),
     dlock._fence_arg(bigint), dlock._writable(text), dlock._may_poll(text), dlock._caller(), dlock._key(text),
     dlock._sync(), dlock._event(text, text, bigint), dlock._history(), dlock._next_fence(),
-    dlock._attempt(text, text, interval, oid), dlock._release(text, bigint, integer, text),
+    dlock._attempt(text, text, interval, oid, boolean, interval, bigint), dlock._release(text, bigint, integer, text),
+    dlock._lock_delay(interval), dlock._fair(boolean), dlock._queue_ttl(), dlock._qkey(text),
+    dlock._ahead(text, text, oid, bigint), dlock._queue_up(text, text, oid), dlock._delayed(dlock.leases, timestamptz),
+    dlock._acquired(text, text, oid, bigint, boolean, interval),
+    dlock._try(text, text, interval, oid, interval, bigint), dlock._wait_ticket(text, text, oid, boolean),
+    dlock._leave(text, text, oid, bigint, boolean),
+    dlock._wait_loop(text, text, interval, interval, boolean, interval, text),
+    dlock._event_holding(text, text, bigint, text, text), dlock._value(text),
+    dlock._value_set(text, bigint, text, text, boolean), dlock._term_log(text, bigint, text, text, oid),
+    dlock._still_leader(text, bigint, text, text, oid),
     dlock._may_change(dlock.leases, text, oid, boolean, text),
     dlock._current(text, bigint, boolean), dlock._xact_attempt(text),
     dlock.break_lock(text)

@@ -10,6 +10,24 @@
 -- complain if script is sourced in psql, rather than via CREATE EXTENSION
 \echo Use "CREATE EXTENSION dlock" to load this file. \quit
 
+-- Refuse a database where the portable edition (portable/dlock.sql) is
+-- installed, before anything changes: its schema dlock, marked by its
+-- table dlock.portable, holds live holdings this script would collide
+-- with.  Every install walks through this script first.
+DO $refuse$
+BEGIN
+    IF EXISTS (SELECT FROM pg_catalog.pg_class c
+                 JOIN pg_catalog.pg_namespace n ON n.oid OPERATOR(pg_catalog.=) c.relnamespace
+                WHERE n.nspname OPERATOR(pg_catalog.=) 'dlock'
+                  AND c.relname OPERATOR(pg_catalog.=) 'portable') THEN
+        RAISE EXCEPTION 'the dlock portable edition is installed in database "%"', pg_catalog.current_database()
+            USING ERRCODE = 'object_not_in_prerequisite_state',
+                  DETAIL = 'The C extension and the portable edition (portable/dlock.sql) cannot share a database.',
+                  HINT = 'Keep using the portable edition here, or DROP SCHEMA dlock CASCADE first (its holdings go with it).';
+    END IF;
+END
+$refuse$;
+
 /*
  * One row per resource ever locked.  A release keeps the row (holder NULL)
  * so that the next acquisition is a HOT update in place; only the primary

@@ -254,7 +254,8 @@ sub api_tests {
     is(q1($al, "SELECT dlock.channel('api/a')"), q1($al, "SELECT 'dlock_' || md5('api/a')"), "$label: channel");
     is(join(',', @{ $al->selectcol_arrayref(
         "SELECT attname FROM pg_attribute WHERE attrelid = 'dlock.locks'::regclass AND attnum > 0 ORDER BY attnum") }),
-       'resource,holder,count,fence,lease,acquired_at,renewed_at,expires_at,owner,expired', "$label: dlock.locks columns");
+       'resource,holder,count,fence,lease,acquired_at,renewed_at,expires_at,owner,expired,available_at,value',
+       "$label: dlock.locks columns (the C extension's 0.3)");
     # break_lock, reap
     is(err($al, "SELECT dlock.break_lock('api/short')") =~ s/:.*//r, '42501', "$label: break_lock is not for PUBLIC");
     ok(q1($db, "SELECT dlock.break_lock('api/short')"), "$label: the owner may break a lock");
@@ -388,7 +389,7 @@ sub role_tests {
     for my $sql ("SELECT * FROM dlock.leases", "INSERT INTO dlock.leases (resource) VALUES ('x')",
                  "UPDATE dlock.leases SET fence = 1", "SELECT nextval('dlock.fences')",
                  "SELECT setval('dlock.fences', 1)", "DELETE FROM dlock.fence_epoch",
-                 "SELECT dlock._next_fence()", "SELECT dlock._attempt('x', 'h', '1h', 10)",
+                 "SELECT dlock._next_fence()", "SELECT dlock._attempt('x', 'h', '1h', 10, false, NULL, NULL)",
                  "SELECT dlock._release('role/p', 1, 0, 'released')") {
         like(err($al, $sql), qr/^42501/, "$label: users cannot: $sql");
     }
@@ -721,11 +722,24 @@ sub fence_tests {
         is(q1($c, "SELECT count(*) FROM pg_class WHERE relnamespace = 'dlock'::regnamespace"), $objs,
            "$label: ... and changes nothing");
         $c->disconnect;
-        # The other way round (the C extension's own refusal is a later
-        # step): CREATE EXTENSION fails on the existing objects, changing nothing.
+        # The other way round: the C extension's install script refuses the
+        # portable schema first thing (55000, with a hint), for every
+        # version (each walks through dlock--0.1.sql), without
+        # shared_preload_libraries (this server has none), changing nothing.
         my $p = conn('admin', 'app');
         my $held = q1($p, "SELECT string_agg(resource || fence, ',' ORDER BY resource) FROM dlock.locks");
-        isnt(err($p, "CREATE EXTENSION dlock"), 'no error', "$label: CREATE EXTENSION dlock over the portable schema fails");
+        my $objs_p = q1($p, "SELECT count(*) FROM pg_class WHERE relnamespace = 'dlock'::regnamespace");
+        is(q1($p, "SELECT current_setting('shared_preload_libraries')"), '', "$label: (dlock is not preloaded here)");
+        for my $v ('', " VERSION '0.1'", " VERSION '0.2'") {
+            is(err($p, "CREATE EXTENSION dlock$v"), '55000: the dlock portable edition is installed in database "app"',
+               "$label: CREATE EXTENSION dlock$v over the portable schema is refused (55000)");
+        }
+        $p->do("CREATE EXTENSION dlock");
+        like($p->errstr, qr/HINT:\s+Keep using the portable edition here, or DROP SCHEMA dlock CASCADE first/,
+             "$label: ... with a hint");
+        is(q1($p, "SELECT count(*) FROM pg_extension WHERE extname = 'dlock'"), 0, "$label: ... no extension is left");
+        is(q1($p, "SELECT count(*) FROM pg_class WHERE relnamespace = 'dlock'::regnamespace"), $objs_p,
+           "$label: ... no object added to the schema");
         is(q1($p, "SELECT string_agg(resource || fence, ',' ORDER BY resource) FROM dlock.locks"), $held,
            "$label: ... and the portable install is intact");
         $p->disconnect;

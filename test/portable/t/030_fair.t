@@ -1,0 +1,571 @@
+#!/usr/bin/perl
+# 030_fair.t: the portable edition's [fair] (fair queues, withdraw,
+# dlock.queue, dlock.queue_ttl, lock-delay), on every server 010_core.t
+# uses, installed and used by non-superuser roles.  The same calls, results
+# and SQLSTATEs as the C extension's test/sql/fair.sql and fair_review.sql,
+# and between sessions: fair waiters in lock() served in the order they
+# queued, ahead of any newcomer (also in the moment between a release and
+# the head's next poll); a wait that ends (timeout, cancel, disconnect)
+# leaves the queue at once; client-side tickets and waiting sessions in
+# one queue; and a race of fair waiters and non-fair pollers with fenced
+# writes (never stale, every waiter served).
+#
+# DLOCK_PORTABLE_MAJORS as for 010_core.t.
+use strict;
+use warnings;
+use DBI;
+use DBD::Pg qw(:async);
+use File::Temp qw(tempdir);
+use Time::HiRes qw(time sleep);
+use Test::More;
+
+my $top = $ENV{DLOCK_TOP} // do { my $d = __FILE__; $d =~ s{/test/portable/t/[^/]*$}{}; $d eq __FILE__ ? '.' : $d };
+my $script = "$top/portable/dlock.sql";
+my $cache = $ENV{DLOCK_PORTABLE_CACHE} // '/var/cache/dlock-portable';
+my $debian_major = $ENV{DLOCK_PG_MAJOR} // 15;
+my $client = "/usr/lib/postgresql/$debian_major/bin";
+
+my @servers;
+my %want = map { $_ => 1 } split ' ', ($ENV{DLOCK_PORTABLE_MAJORS} // '');
+push @servers, ["Debian $debian_major", "/usr/lib/postgresql/$debian_major/bin"]
+    if -x "/usr/lib/postgresql/$debian_major/bin/postgres" && (!%want || $want{debian} || $want{$debian_major});
+for my $n (14 .. 18) {
+    next if %want && !$want{$n};
+    push @servers, ["npm $n", "$cache/$n/bin"] if -x "$cache/$n/bin/postgres";
+}
+plan skip_all => "no PostgreSQL server found (run test/portable/servers.sh)" unless @servers;
+
+my ($label, $sock);
+
+for my $s (@servers) {
+    run_server(@$s);
+}
+done_testing();
+
+sub conn {
+    my ($user, $db) = @_;
+    my $dbh = DBI->connect("dbi:Pg:dbname=" . ($db // 'app') . ";host=$sock", $user, '',
+        { AutoCommit => 1, RaiseError => 0, PrintError => 0, AutoInactiveDestroy => 1, pg_server_prepare => 0 })
+        or die "connect $user: $DBI::errstr";
+    $dbh->do("SET client_min_messages = warning");
+    return $dbh;
+}
+
+sub q1 {
+    my ($dbh, $sql, @bind) = @_;
+    my $row = $dbh->selectrow_arrayref($sql, undef, @bind);
+    die "$label: $sql: " . $dbh->errstr . "\n" if $dbh->err;
+    return $row ? $row->[0] : undef;
+}
+
+sub err {
+    my ($dbh, $sql, @bind) = @_;
+    my $ok = $dbh->do($sql, undef, @bind);
+    return 'no error' if defined $ok;
+    my $e = $dbh->state . ': ' . ($dbh->errstr =~ s/^ERROR:\s*//r =~ s/\n.*//sr);
+    $dbh->rollback unless $dbh->{AutoCommit};
+    return $e;
+}
+
+# queue: "holder:position ..." of a resource's queue.
+sub queue {
+    my ($dbh, $r) = @_;
+    my $rows = $dbh->selectall_arrayref(
+        "SELECT holder || ':' || position FROM dlock.queue WHERE resource = ? ORDER BY position", undef, $r);
+    die "$label: queue: " . $dbh->errstr if $dbh->err;
+    return join ' ', map { $_->[0] } @$rows;
+}
+
+sub wait_ready {
+    my ($dbh, $secs) = @_;
+    for (1 .. $secs * 100) { return 1 if $dbh->pg_ready; sleep 0.01; }
+    return 0;
+}
+
+# async: start a statement on its own connection; returns [dbh, sth].
+sub async {
+    my ($user, $sql, @bind) = @_;
+    my $h = conn($user);
+    $h->do("SET statement_timeout = '60s'");
+    my $sth = $h->prepare($sql, { pg_async => PG_ASYNC });
+    $sth->execute(@bind);
+    return [$h, $sth];
+}
+
+sub result {
+    my ($a) = @_;
+    return undef unless wait_ready($a->[0], 20);
+    $a->[0]->pg_result;
+    return undef if $a->[0]->err;
+    my ($v) = $a->[1]->fetchrow_array;
+    $a->[1]->finish;
+    return $v;
+}
+
+sub run_server {
+    my ($bindir);
+    ($label, $bindir) = @_;
+    my $dir = tempdir("dlock-fair-XXXXXX", TMPDIR => 1, CLEANUP => 1);
+    $sock = $dir;
+    my $out = `$bindir/initdb -D $dir/data -U admin --auth=trust --no-locale -E UTF8 -N 2>&1`;
+    die "initdb: $out" if $?;
+    $out = `$bindir/pg_ctl -D $dir/data -l $dir/server.log -w -o "-k $dir -c listen_addresses='' -c fsync=off -c max_connections=40" start 2>&1`;
+    die "pg_ctl: $out" if $?;
+    my $admin = conn('admin', 'postgres');
+    $admin->do($_) or die $admin->errstr
+        for ("CREATE ROLE dbo LOGIN", "CREATE ROLE alice LOGIN", "CREATE ROLE bob LOGIN",
+             "CREATE DATABASE app OWNER dbo");
+    $out = `$client/psql -X -q -h $dir -U dbo -d app -f $script 2>&1`;
+    is($?, 0, "$label: installed by the database owner") or diag($out);
+    my $al = conn('alice');
+    my $bo = conn('bob');
+    my $db = conn('dbo');
+    my $su = conn('admin');
+    note("=== $label");
+
+    upgrade($admin, $dir);
+    queue_api($al, $bo, $db, $su);
+    delay_api($al, $bo, $db);
+    bad_input($al, $db);
+    withdraw_api($al, $bo, $su);
+    review($al);
+    waiting_sessions($al, $bo);
+    race($dir);
+
+    $_->disconnect for ($al, $bo, $db, $su, $admin);
+    `$bindir/pg_ctl -D $dir/data -m fast -w stop 2>&1`;
+}
+
+# Running the script over a [core]-only portable install (the first
+# release's, test/portable/old/dlock-core.sql) upgrades it in place: every
+# holding and fence kept, calls of the old signatures still resolve, the
+# new arguments work.
+sub upgrade {
+    my ($admin, $dir) = @_;
+    $admin->do("CREATE DATABASE old OWNER dbo") or die $admin->errstr;
+    my $out = `$client/psql -X -q -h $dir -U dbo -d old -f $top/test/portable/old/dlock-core.sql 2>&1`;
+    is($?, 0, "$label: upgrade: the [core] release installed") or diag($out);
+    my $o = conn('alice', 'old');
+    my $f1 = q1($o, "SELECT dlock.try_lock('up/a', 'h', '1h')");
+    q1($o, "SELECT dlock.try_lock('up/a', 'h', '1h')");
+    my $before = q1($o, "SELECT string_agg(concat_ws(' ', resource, holder, count, fence, expires_at), ',' ORDER BY resource) FROM dlock.locks");
+    $o->disconnect;
+    $out = `$client/psql -X -q -h $dir -U dbo -d old -f $script 2>&1`;
+    is($?, 0, "$label: upgrade: this script over it") or diag($out);
+    $o = conn('alice', 'old');
+    is(q1($o, "SELECT string_agg(concat_ws(' ', resource, holder, count, fence, expires_at), ',' ORDER BY resource) FROM dlock.locks"),
+       $before, "$label: upgrade: every holding kept");
+    is(q1($o, "SELECT count(*) FROM pg_proc WHERE proname IN ('try_lock', 'lock') AND pronamespace = 'dlock'::regnamespace"), 2,
+       "$label: upgrade: one try_lock and one lock (the old signatures replaced)");
+    is(q1($o, "SELECT dlock.try_lock('up/a', 'h', '1h')"), $f1, "$label: upgrade: a call of the old signature re-enters the old holding");
+    is(q1($o, "SELECT dlock.try_lock('up/a', 'q', fair => true)"), undef, "$label: upgrade: fair => true queues");
+    is(q1($o, "SELECT holder FROM dlock.queue WHERE resource = 'up/a'"), 'q', "$label: upgrade: ... in dlock.queue");
+    is(q1($o, "SELECT dlock.unlock('up/a', 'h', ?) ", $f1), 2, "$label: upgrade: the old holding unlocks");
+    my $f2 = q1($o, "SELECT dlock.try_lock('up/b', 'h', '1h', lock_delay => '1s')");
+    ok($f2 > $f1, "$label: upgrade: fences keep increasing");
+    $o->disconnect;
+}
+
+# fair.sql's first sections: a queue forms, re-entry never queues, the
+# head is served, a dead ticket lapses, tickets are the role's.
+sub queue_api {
+    my ($al, $bo, $db, $su) = @_;
+    ok(defined q1($al, "SELECT dlock.try_lock('fq', 'A')"), "$label: A holds");
+    is(q1($al, "SELECT dlock.try_lock('fq', 'B', fair => true)"), undef, "$label: B fair: NULL, queued");
+    is(q1($al, "SELECT dlock.try_lock('fq', 'C', fair => true)"), undef, "$label: C fair: queued");
+    is(q1($al, "SELECT dlock.try_lock('fq', 'D')"), undef, "$label: D (not fair): NULL");
+    is(queue($al, 'fq'), 'B:1 C:2', "$label: dlock.queue: B then C; a non-fair attempt takes no ticket");
+    ok(defined q1($al, "SELECT dlock.try_lock('fq', 'A', fair => true)"), "$label: re-entry by the holder never queues");
+    is(q1($al, "SELECT count FROM dlock.locks WHERE resource = 'fq'"), 2, "$label: ... and counts");
+    q1($al, "SELECT dlock.unlock('fq', 'A')");
+    is(q1($al, "SELECT dlock.unlock('fq', 'A')"), 0, "$label: released");
+    is(q1($al, "SELECT dlock.try_lock('fq', 'D')"), undef, "$label: free but queued: a newcomer is refused");
+    is(q1($al, "SELECT dlock.try_lock('fq', 'E', fair => true)"), undef, "$label: ... a fair newcomer queues");
+    $al->begin_work;
+    is(q1($al, "SELECT dlock.try_xact_lock('fq')"), undef, "$label: ... try_xact_lock is refused");
+    $al->rollback;
+    is(q1($al, "SELECT dlock.try_lock('fq', 'C', fair => true)"), undef, "$label: ... the second ticket is refused");
+    ok(defined q1($al, "SELECT dlock.try_lock('fq', 'B', fair => true)"), "$label: the head is served");
+    is(queue($al, 'fq'), 'C:1 E:2', "$label: ... and leaves the queue");
+    q1($al, "SELECT dlock.unlock('fq', 'B')");
+    ok(defined q1($al, "SELECT dlock.try_lock('fq', 'C', fair => true)"), "$label: the next is served");
+    q1($al, "SELECT dlock.unlock('fq', 'C')");
+    ok(defined q1($al, "SELECT dlock.try_lock('fq', 'E', fair => true)"), "$label: the last is served");
+    q1($al, "SELECT dlock.unlock('fq', 'E')");
+    is(queue($al, 'fq'), '', "$label: the queue is empty");
+    ok(defined q1($al, "SELECT dlock.try_lock('fq', 'D')"), "$label: an empty queue lets a non-fair attempt through");
+    q1($al, "SELECT dlock.unlock('fq', 'D')");
+
+    # queue_ttl: a ticket nobody keeps alive lapses; its holder requeues at the back.
+    $al->do("SET dlock.queue_ttl = '1s'");
+    q1($al, "SELECT dlock.try_lock('ft', 'A')");
+    is(q1($al, "SELECT dlock.try_lock('ft', 'B', fair => true)"), undef, "$label: ttl: B queued");
+    ok(q1($al, "SELECT expires_at - queued_at = interval '1s' FROM dlock.queue WHERE resource = 'ft'"),
+       "$label: ... kept for dlock.queue_ttl");
+    sleep 1.2;
+    is(q1($al, "SELECT dlock.try_lock('ft', 'C', fair => true)"), undef, "$label: ttl: C queued");
+    is(queue($al, 'ft'), 'C:1', "$label: B's lapsed ticket is gone from dlock.queue");
+    is(q1($al, "SELECT dlock.try_lock('ft', 'B', fair => true)"), undef, "$label: B comes back");
+    is(queue($al, 'ft'), 'C:1 B:2', "$label: ... at the back");
+    q1($al, "SELECT dlock.unlock('ft', 'A')");
+    is(q1($al, "SELECT dlock.try_lock('ft', 'B', fair => true)"), undef, "$label: B is not the head");
+    ok(defined q1($al, "SELECT dlock.try_lock('ft', 'C', fair => true)"), "$label: C is");
+    q1($al, "SELECT dlock.unlock('ft', 'C')");
+    sleep 1.2;
+    ok(defined q1($al, "SELECT dlock.try_lock('ft', 'Z')"), "$label: a dead queue blocks nobody");
+    q1($al, "SELECT dlock.unlock('ft', 'Z')");
+    $al->do("RESET dlock.queue_ttl");
+    q1($al, "SELECT dlock.try_lock('ft', 'A')");
+    $al->do("SET dlock.queue_ttl = '0'");
+    like(err($al, "SELECT dlock.try_lock('ft', 'Y', fair => true)"), qr/^22023: invalid value for parameter "dlock.queue_ttl"/,
+         "$label: a bad dlock.queue_ttl: 22023 when used");
+    $al->do("RESET dlock.queue_ttl");
+    q1($al, "SELECT dlock.unlock('ft', 'A')");
+
+    # A ticket is the holder's and its role's.
+    q1($al, "SELECT dlock.try_lock('fr', 'A')");
+    is(q1($al, "SELECT dlock.try_lock('fr', 'B', fair => true)"), undef, "$label: roles: alice's B queued");
+    is(q1($bo, "SELECT dlock.try_lock('fr', 'B', fair => true)"), undef, "$label: roles: bob's B queued too");
+    is(q1($bo, "SELECT string_agg(holder || ':' || position || ':' || owner, ' ' ORDER BY position) FROM dlock.queue WHERE resource = 'fr'"),
+       'B:1:alice B:2:bob', "$label: ... two tickets, with their owners");
+    like(err($bo, "SELECT count(*) FROM dlock.tickets"), qr/^42501/, "$label: dlock.tickets is closed to users");
+    like(err($bo, "DELETE FROM dlock.tickets"), qr/^42501/, "$label: ... also for writing");
+    like(err($bo, "SELECT nextval('dlock.ticket_seq')"), qr/^42501/, "$label: ... and so is dlock.ticket_seq");
+    q1($al, "SELECT dlock.unlock('fr', 'A')");
+    is(q1($bo, "SELECT dlock.try_lock('fr', 'B', fair => true)"), undef, "$label: bob's B: not its turn");
+    ok(defined q1($al, "SELECT dlock.try_lock('fr', 'B', fair => true)"), "$label: alice's B is served");
+    q1($al, "SELECT dlock.unlock('fr', 'B')");
+    ok(defined q1($bo, "SELECT dlock.try_lock('fr', 'B', fair => true)"), "$label: then bob's");
+    q1($bo, "SELECT dlock.unlock('fr', 'B')");
+}
+
+sub delay_api {
+    my ($al, $bo, $db) = @_;
+    ok(defined q1($al, "SELECT dlock.try_lock('fd', 'A', '200ms', lock_delay => '30s')"), "$label: delay: taken with a 30s lock-delay");
+    sleep 0.5;
+    ok(q1($al, "SELECT expired AND available_at = expires_at + interval '30s' FROM dlock.locks WHERE resource = 'fd'"),
+       "$label: delay: locks shows available_at = expiry + 30s");
+    is(q1($bo, "SELECT dlock.try_lock('fd', 'B')"), undef, "$label: delay: an expired holding's resource is refused");
+    $bo->begin_work;
+    is(q1($bo, "SELECT dlock.try_xact_lock('fd')"), undef, "$label: delay: ... to try_xact_lock too");
+    $bo->rollback;
+    is(q1($al, "SELECT dlock.renew('fd', 'A')"), undef, "$label: delay: the lost holder cannot renew");
+    ok(q1($al, "SELECT dlock.reap() >= 1"), "$label: delay: reaped");
+    ok(q1($al, "SELECT holder IS NULL AND available_at > clock_timestamp() FROM dlock.locks WHERE resource = 'fd'"),
+       "$label: delay: reaped, still listed, with no holder, until available_at");
+    is(q1($bo, "SELECT dlock.try_lock('fd', 'B')"), undef, "$label: delay: still refused");
+    is(q1($bo, "SELECT dlock.lock('fd', 'B', wait => '300ms')"), undef, "$label: delay: lock() waits it out (times out here)");
+    # A short delay runs out.
+    ok(defined q1($al, "SELECT dlock.try_lock('fe', 'A', '100ms', lock_delay => '300ms')"), "$label: delay: 300ms");
+    my $avail = q1($al, "SELECT available_at FROM dlock.locks WHERE resource = 'fe'");
+    my $fb = q1($bo, "SELECT dlock.lock('fe', 'B', wait => '5s')");
+    ok(defined $fb, "$label: delay: lock() gets it after the delay");
+    ok(q1($bo, "SELECT acquired_at >= ?::timestamptz FROM dlock.locks WHERE resource = 'fe'", $avail),
+       "$label: delay: ... not before expiry + delay");
+    q1($bo, "SELECT dlock.unlock('fe', 'B')");
+    # Clean unlock frees at once.
+    q1($al, "SELECT dlock.try_lock('fc', 'A', lock_delay => '1h')");
+    q1($al, "SELECT dlock.unlock('fc', 'A')");
+    ok(defined q1($bo, "SELECT dlock.try_lock('fc', 'B')"), "$label: delay: a clean unlock frees at once");
+    q1($bo, "SELECT dlock.unlock('fc', 'B')");
+    # break_lock: not before the broken lease's end plus the delay.
+    q1($al, "SELECT dlock.try_lock('fb', 'A', '1h', lock_delay => '1s')");
+    ok(q1($db, "SELECT dlock.break_lock('fb')"), "$label: delay: broken (by the schema's owner)");
+    is(q1($bo, "SELECT dlock.try_lock('fb', 'B')"), undef, "$label: delay: a broken holding's resource is refused");
+    ok(q1($al, "SELECT holder IS NULL AND available_at >= clock_timestamp() + interval '59 min' FROM dlock.locks WHERE resource = 'fb'"),
+       "$label: delay: ... until the lease's end plus the delay");
+    # The default comes from dlock.lock_delay.
+    $al->do("SET dlock.lock_delay = '30s'");
+    q1($al, "SELECT dlock.try_lock('fg', 'A', '100ms')");
+    $al->do("RESET dlock.lock_delay");
+    sleep 0.2;
+    is(q1($bo, "SELECT dlock.try_lock('fg', 'B')"), undef, "$label: delay: dlock.lock_delay is the default");
+    $al->do("SET dlock.lock_delay = '2h'");
+    like(err($al, "SELECT dlock.try_lock('fg2', 'A')"), qr/^22023: invalid value for parameter "dlock.lock_delay"/,
+         "$label: delay: a bad dlock.lock_delay: 22023 when used");
+    $al->do("RESET dlock.lock_delay");
+    # Re-entry keeps the first delay.
+    q1($al, "SELECT dlock.try_lock('fh', 'A', '100ms', lock_delay => '300ms')");
+    q1($al, "SELECT dlock.try_lock('fh', 'A', '100ms', lock_delay => '0')");
+    is(q1($db, "SELECT lock_delay FROM dlock.delays WHERE resource = 'fh'"), '00:00:00.3', "$label: delay: re-entry keeps the first delay");
+    like(err($al, "SELECT * FROM dlock.delays"), qr/^42501/, "$label: delay: dlock.delays is closed to users");
+    # The purge keeps a row whose delay is pending.
+    q1($al, "SELECT dlock.try_lock('rv5', 'A', '2h', lock_delay => '1h')");
+    q1($db, "SELECT dlock.break_lock('rv5')");
+    $db->do("UPDATE dlock.leases SET released_at = released_at - interval '90 min' WHERE resource = 'rv5'");
+    q1($al, "SELECT dlock.reap()");
+    is(q1($db, "SELECT count(*) FROM dlock.leases WHERE resource = 'rv5'"), 1, "$label: delay: the purge keeps a pending delay's row");
+    is(q1($bo, "SELECT dlock.try_lock('rv5', 'B')"), undef, "$label: delay: ... which still holds newcomers off");
+    q1($al, "SELECT dlock.try_lock('rv5b', 'A', '1h', lock_delay => '1s')");
+    q1($db, "SELECT dlock.break_lock('rv5b')");
+    $db->do("UPDATE dlock.leases SET released_at = released_at - interval '3h' WHERE resource = 'rv5b'");
+    $db->do("UPDATE dlock.delays SET available_at = available_at - interval '3h' WHERE resource = 'rv5b'");
+    q1($al, "SELECT dlock.reap()");
+    is(q1($db, "SELECT count(*) FROM dlock.leases WHERE resource = 'rv5b'"), 0, "$label: delay: a row whose delay is over is purged");
+    ok(defined q1($bo, "SELECT dlock.try_lock('rv5b', 'B')"), "$label: delay: ... and the resource is free");
+}
+
+sub bad_input {
+    my ($al, $db) = @_;
+    q1($al, "SELECT dlock.try_lock('fx', 'A', '1h')");
+    q1($al, "SELECT dlock.try_lock('fx', 'Q', fair => true)");
+    my $state = "SELECT md5(concat((SELECT string_agg(l::text, '|' ORDER BY resource) FROM dlock.leases l),
+                       (SELECT string_agg(t::text, '|' ORDER BY resource, ticket) FROM dlock.tickets t),
+                       (SELECT string_agg(d::text, '|' ORDER BY resource) FROM dlock.delays d),
+                       (SELECT last_value FROM dlock.fences), (SELECT last_value FROM dlock.ticket_seq)))";
+    my $before = q1($db, $state);
+    my @cases = (
+        ["SELECT dlock.try_lock('fx', 'B', fair => NULL)", '22023: fair must not be null'],
+        ["SELECT dlock.lock('fx', 'B', wait => '0', fair => NULL)", '22023: fair must not be null'],
+        ["SELECT dlock.lock('fx', 'B', wait => '1s', fair => NULL)", '22023: fair must not be null'],
+        ["SELECT dlock.try_lock('fx', 'B', lock_delay => '-1s')", '22023: lock_delay must be between 0 and 1 hour'],
+        ["SELECT dlock.try_lock('fx', 'B', lock_delay => '1h 0.000001s')", '22023: lock_delay must be between 0 and 1 hour'],
+        ["SELECT dlock.try_lock('fx', 'B', lock_delay => '1 day')", '22023: lock_delay must be between 0 and 1 hour'],
+        ["SELECT dlock.try_lock('fx', 'B', lock_delay => '1 mon')", '22023: lock_delay must be between 0 and 1 hour'],
+        ["SELECT dlock.try_lock('fx', 'B', lock_delay => '-1 day 25 hours')", '22023: lock_delay must be between 0 and 1 hour'],
+        ["SELECT dlock.try_lock('fx', 'B', fair => true, lock_delay => '2h')", '22023: lock_delay must be between 0 and 1 hour'],
+        ["SELECT dlock.withdraw(NULL, 'Q')", '22023: resource must not be null'],
+        ["SELECT dlock.withdraw('', 'Q')", '22023: resource must not be empty'],
+        ["SELECT dlock.withdraw(repeat('x', 1001), 'Q')", '22023: resource must be at most 1000 bytes long'],
+        ["SELECT dlock.withdraw('fx', NULL)", '22023: holder must not be null'],
+        ["SELECT dlock.withdraw('fx', '')", '22023: holder must not be empty'],
+        ["SELECT dlock.withdraw('fx', repeat('x', 256))", '22023: holder must be at most 255 bytes long'],
+    );
+    for my $c (@cases) {
+        is(err($al, $c->[0]), $c->[1], "$label: $c->[0]");
+    }
+    is(q1($db, $state), $before, "$label: bad input changed nothing");
+    q1($al, "SELECT dlock.unlock('fx', 'A')");
+    is(q1($al, "SELECT dlock.try_lock('fx', 'B', lock_delay => '1h')"), undef, "$label: B behind Q's ticket");
+    q1($al, "SELECT dlock.withdraw('fx', 'Q')");
+    ok(defined q1($al, "SELECT dlock.try_lock('fx', 'B', lock_delay => '1h')"), "$label: a lock_delay of 1 hour is allowed");
+    q1($al, "SELECT dlock.unlock('fx', 'B')");
+}
+
+sub withdraw_api {
+    my ($al, $bo, $su) = @_;
+    q1($al, "SELECT dlock.try_lock('fw', 'A')");
+    q1($al, "SELECT dlock.try_lock('fw', 'B', fair => true)");
+    q1($al, "SELECT dlock.try_lock('fw', 'C', fair => true)");
+    ok(q1($al, "SELECT dlock.withdraw('fw', 'B')"), "$label: withdraw: true for a ticket");
+    is(queue($al, 'fw'), 'C:1', "$label: withdraw: the next ticket heads the queue");
+    ok(!q1($al, "SELECT dlock.withdraw('fw', 'B')"), "$label: withdraw: false the second time");
+    ok(!q1($al, "SELECT dlock.withdraw('fw', 'A')"), "$label: withdraw: false for the holder");
+    ok(!q1($al, "SELECT dlock.withdraw('fw-none', 'B')"), "$label: withdraw: false with no queue");
+    q1($al, "SELECT dlock.unlock('fw', 'A')");
+    ok(defined q1($al, "SELECT dlock.try_lock('fw', 'C', fair => true)"), "$label: withdraw: C is served next");
+    q1($al, "SELECT dlock.unlock('fw', 'C')");
+    q1($al, "SELECT dlock.try_lock('fw', 'A')");
+    is(q1($al, "SELECT dlock.try_lock('fw', fair => true)"), undef, "$label: withdraw: the session holder queues");
+    ok(q1($al, "SELECT dlock.withdraw('fw')"), "$label: withdraw: the session holder is the default");
+    is(queue($al, 'fw'), '', "$label: withdraw: nothing left");
+    is(q1($al, "SELECT dlock.try_lock('fw', 'X', fair => true)"), undef, "$label: withdraw: alice's X queued");
+    is(err($bo, "SELECT dlock.withdraw('fw', 'X')"), '42501: permission denied to withdraw a ticket taken by role "alice"',
+       "$label: withdraw: another role's ticket: 42501");
+    is(queue($al, 'fw'), 'X:1', "$label: withdraw: ... and it stays");
+    is(q1($bo, "SELECT dlock.try_lock('fw', 'Y', fair => true)"), undef, "$label: withdraw: bob's Y queued");
+    ok(q1($su, "SELECT dlock.withdraw('fw', 'Y')"), "$label: withdraw: a superuser withdraws another role's ticket");
+    ok(q1($al, "SELECT dlock.withdraw('fw', 'X')"), "$label: withdraw: the owner withdraws its own");
+    q1($al, "SELECT dlock.unlock('fw', 'A')");
+    $al->begin_work;
+    $al->do("SET TRANSACTION READ ONLY");
+    like(err($al, "SELECT dlock.withdraw('fw', 'B')"), qr/^25006: cannot execute dlock.withdraw\(\) in a read-only transaction/,
+         "$label: withdraw: read-only: 25006");
+    $al->rollback if !$al->{AutoCommit};
+}
+
+# fair_review.sql: a client that queued and then acquires by another path
+# leaves the queue.
+sub review {
+    my ($al) = @_;
+    for my $how (["try_lock", "dlock.try_lock('R', 'B')"], ["lock", "dlock.lock('R', 'B', wait => '10s')"],
+                 ["fair lock", "dlock.lock('R', 'B', wait => '10s', fair => true)"]) {
+        my $r = "rv1/$how->[0]";
+        (my $call = $how->[1]) =~ s/'R'/'$r'/;
+        q1($al, "SELECT dlock.try_lock(?, 'A')", $r);
+        q1($al, "SELECT dlock.try_lock(?, 'B', fair => true)", $r);
+        q1($al, "SELECT dlock.unlock(?, 'A')", $r);
+        ok(defined q1($al, "SELECT $call"), "$label: queued B served by $how->[0]");
+        is(queue($al, $r), '', "$label: ... and out of the queue");
+        q1($al, "SELECT dlock.unlock(?, 'B')", $r);
+        ok(defined q1($al, "SELECT dlock.try_lock(?, 'C')", $r), "$label: ... a newcomer is served after it");
+        q1($al, "SELECT dlock.unlock(?, 'C')", $r);
+    }
+}
+
+# Between sessions: waiters in lock(..., fair => true).
+sub waiting_sessions {
+    my ($al, $bo) = @_;
+    my $lk = "SELECT dlock.lock('w/fifo', ?, '1h', '30s', fair => true)";
+    q1($al, "SELECT dlock.try_lock('w/fifo', 'holder', '1h')");
+    my @w;
+    for my $i (1 .. 3) {
+        push @w, async('bob', $lk, "w$i");
+        sleep 0.3;
+    }
+    ok(!$w[0][0]->pg_ready, "$label: fifo: three fair waiters wait");
+    is(queue($al, 'w/fifo'), '', "$label: fifo: waiting sessions are not listed in dlock.queue (pid NULL)");
+    q1($al, "SELECT dlock.unlock('w/fifo', 'holder')");
+    # At once, before the head's next poll: its ticket holds newcomers off.
+    is(q1($bo, "SELECT dlock.try_lock('w/fifo', 'newcomer')"), undef, "$label: fifo: a newcomer right after the release: NULL");
+    is(q1($bo, "SELECT dlock.try_lock('w/fifo', 'newcomer', fair => true)"), undef, "$label: fifo: a fair newcomer queues");
+    my @order;
+    for my $n (1 .. 3) {
+        my $got;
+        for (1 .. 1000) { ($got) = grep { $_->[0]->pg_ready } @w; last if $got; sleep 0.01; }
+        last unless $got;
+        my $f = result($got);
+        my $h = q1($al, "SELECT holder FROM dlock.locks WHERE resource = 'w/fifo' AND fence = ?", $f // 0);
+        push @order, $h // 'none';
+        sleep 0.3;
+        is(scalar(grep { $_->[0]->pg_ready } grep { $_ != $got } @w), 0, "$label: fifo: one waiter served at a time ($n)");
+        @w = grep { $_ != $got } @w;
+        $got->[0]->disconnect;
+        q1($bo, "SELECT dlock.unlock('w/fifo', ?)", $h) if $h;
+    }
+    is("@order", "w1 w2 w3", "$label: fifo: served in the order they queued");
+    is(q1($bo, "SELECT dlock.try_lock('w/fifo', 'newcomer2')"), undef, "$label: fifo: then the fair newcomer's ticket heads");
+    ok(defined q1($bo, "SELECT dlock.try_lock('w/fifo', 'newcomer', fair => true)"), "$label: fifo: ... and it is served");
+    q1($bo, "SELECT dlock.unlock('w/fifo', 'newcomer')");
+
+    # A wait that ends leaves the queue at once: timeout, cancel, disconnect.
+    q1($al, "SELECT dlock.try_lock('w/end', 'holder', '1h')");
+    is(q1($bo, "SELECT dlock.lock('w/end', 'w', '1h', '300ms', fair => true)"), undef, "$label: end: a fair wait times out");
+    is(q1($bo, "SELECT count(*) FROM pg_locks WHERE pid = pg_backend_pid() AND locktype = 'advisory'"), 0,
+       "$label: end: ... and holds no advisory lock");
+    my $c = async('bob', "SELECT dlock.lock('w/end', 'c', '1h', '30s', fair => true)");
+    sleep 0.3;
+    $c->[0]->pg_cancel;
+    is($c->[0]->state, '57014', "$label: end: a fair wait cancelled");
+    is(q1($c->[0], "SELECT count(*) FROM pg_locks WHERE pid = pg_backend_pid() AND locktype = 'advisory'"), 0,
+       "$label: end: ... holds no advisory lock");
+    # A waiter whose client is gone leaves when the server notices, which
+    # needs client_connection_check_interval (PostgreSQL 14+; README).
+    my $d = conn('bob');
+    $d->do("SET client_connection_check_interval = '100ms'");
+    $d = [$d, $d->prepare("SELECT dlock.lock('w/end', 'd', '1h', '30s', fair => true)", { pg_async => PG_ASYNC })];
+    $d->[1]->execute;
+    sleep 0.3;
+    my $dpid = $d->[0]->{pg_pid};
+    $d->[0]->disconnect;
+    for (1 .. 500) { last unless q1($al, "SELECT count(*) FROM pg_stat_activity WHERE pid = ?", $dpid); sleep 0.01; }
+    q1($al, "SELECT dlock.unlock('w/end', 'holder')");
+    ok(defined q1($al, "SELECT dlock.try_lock('w/end', 'newcomer')"), "$label: end: after timeout, cancel and disconnect a newcomer is served at once");
+    q1($al, "SELECT dlock.unlock('w/end', 'newcomer')");
+
+    # Client tickets and waiting sessions share one queue, in ticket order.
+    q1($al, "SELECT dlock.try_lock('w/mix', 'holder', '1h')");
+    is(q1($al, "SELECT dlock.try_lock('w/mix', 'client', fair => true)"), undef, "$label: mix: a client ticket first");
+    my $s = async('bob', "SELECT dlock.lock('w/mix', 'session', '1h', '30s', fair => true)");
+    sleep 0.3;
+    q1($al, "SELECT dlock.unlock('w/mix', 'holder')");
+    sleep 0.5;
+    ok(!$s->[0]->pg_ready, "$label: mix: the waiting session is behind the client ticket");
+    ok(defined q1($al, "SELECT dlock.try_lock('w/mix', 'client', fair => true)"), "$label: mix: the client is served");
+    q1($al, "SELECT dlock.unlock('w/mix', 'client')");
+    my $fs = result($s);
+    ok(defined $fs, "$label: mix: then the waiting session");
+    $s->[0]->disconnect;
+    # A waiting session ahead of a client ticket: the client is refused until it is served.
+    $bo->do("SELECT dlock.unlock('w/mix', 'session')");
+    q1($al, "SELECT dlock.try_lock('w/mix2', 'holder', '1h')");
+    my $s2 = async('bob', "SELECT dlock.lock('w/mix2', 'session', '1h', '30s', fair => true)");
+    sleep 0.3;
+    is(q1($al, "SELECT dlock.try_lock('w/mix2', 'client', fair => true)"), undef, "$label: mix: a client ticket after a waiting session");
+    q1($al, "SELECT dlock.unlock('w/mix2', 'holder')");
+    is(q1($al, "SELECT dlock.try_lock('w/mix2', 'client', fair => true)"), undef, "$label: mix: ... is not served before it");
+    ok(defined result($s2), "$label: mix: the session is");
+    $s2->[0]->disconnect;
+
+    # A client that queued and then waits in lock() keeps its place
+    # (it adopts its ticket) even beyond dlock.queue_ttl.
+    $al->do("SET dlock.queue_ttl = '200ms'");
+    q1($al, "SELECT dlock.try_lock('w/adopt', 'holder', '1h')");
+    is(q1($al, "SELECT dlock.try_lock('w/adopt', 'first', fair => true)"), undef, "$label: adopt: first queues client-side");
+    my $second = conn('alice');
+    is(q1($second, "SELECT dlock.try_lock('w/adopt', 'second', fair => true)"), undef, "$label: adopt: second too");
+    my $fst = async('alice', "SELECT dlock.lock('w/adopt', 'first', '1h', '30s')");
+    sleep 0.5;      # first's row lapses, its adopted ticket does not
+    is(q1($second, "SELECT dlock.try_lock('w/adopt', 'second', fair => true)"), undef, "$label: adopt: second keeps its ticket");
+    q1($al, "SELECT dlock.unlock('w/adopt', 'holder')");
+    is(q1($second, "SELECT dlock.try_lock('w/adopt', 'second', fair => true)"), undef, "$label: adopt: second is not served first");
+    ok(defined result($fst), "$label: adopt: the waiting first one is");
+    $fst->[0]->disconnect;
+    $al->do("RESET dlock.queue_ttl");
+    $second->disconnect;
+}
+
+# A race: fair waiters in lock(), client-side fair pollers and non-fair
+# pollers on one resource, with fenced writes.  Never two holders, every
+# fair waiter and poller served its rounds, no errors.
+sub race {
+    my ($dir) = @_;
+    my $db = conn('dbo');
+    $db->do($_) or die $db->errstr for (
+        "CREATE TABLE work (resource text PRIMARY KEY, last_fence bigint NOT NULL, inside integer NOT NULL)",
+        "INSERT INTO work VALUES ('race', 0, 0)",
+        "GRANT SELECT, UPDATE ON work TO alice, bob");
+    my @kids;
+    my $rounds = 15;
+    for my $w (0 .. 5) {
+        my $pid = fork // die "fork: $!";
+        if ($pid == 0) {
+            my $h = conn($w % 2 ? 'bob' : 'alice');
+            $h->do("SET statement_timeout = '60s'");
+            open my $log, '>', "$dir/fair$w" or die $!;
+            my $kind = $w < 3 ? 'lock' : $w < 5 ? 'client' : 'plain';
+            my $holder = "w$w";
+            my $done = 0;
+            my $deadline = time + 60;
+            while ($done < $rounds && time < $deadline) {
+                my $f;
+                if ($kind eq 'lock') {
+                    ($f) = $h->selectrow_array("SELECT dlock.lock('race', ?, '5s', '30s', fair => true)", undef, $holder);
+                } else {
+                    ($f) = $h->selectrow_array("SELECT dlock.try_lock('race', ?, '5s', fair => ?)", undef,
+                                               $holder, $kind eq 'client' ? 1 : 0);
+                }
+                if ($h->err) { print $log "error acquire: ", $h->state, " ", $h->errstr, "\n"; last; }
+                unless (defined $f) { sleep 0.005; next; }
+                $h->begin_work;
+                if ($h->do("SELECT dlock.assert_fence('race', ?)", undef, $f)) {
+                    my $n = $h->do("UPDATE work SET last_fence = ?, inside = inside + 1 WHERE resource = 'race' AND last_fence < ? AND inside = 0",
+                                   undef, $f, $f);
+                    print $log ($n && $n == 1 ? "wrote $f\n" : "STALE $f\n");
+                    $h->commit;
+                    sleep 0.005;
+                    $h->do("UPDATE work SET inside = inside - 1 WHERE resource = 'race'") if $n && $n == 1;
+                } else {
+                    print $log "error assert: ", $h->state, "\n";
+                    $h->rollback;
+                }
+                $h->selectrow_array("SELECT dlock.unlock('race', ?, ?)", undef, $holder, $f);
+                print $log "error unlock: ", $h->state, "\n" if $h->err;
+                $done++;
+            }
+            print $log "done $done\n";
+            close $log;
+            exit 0;
+        }
+        push @kids, $pid;
+    }
+    waitpid $_, 0 for @kids;
+    my ($writes, $stale, @errors, %done) = (0, 0);
+    for my $w (0 .. 5) {
+        open my $log, '<', "$dir/fair$w" or die $!;
+        while (<$log>) {
+            $writes++ if /^wrote /;
+            $stale++ if /^STALE /;
+            push @errors, "w$w: $_" if /^error /;
+            $done{$w} = $1 if /^done (\d+)/;
+        }
+    }
+    is($stale, 0, "$label: race: never two holders, fences increase ($writes fenced writes)");
+    is(scalar @errors, 0, "$label: race: no errors") or diag(join '', @errors[0 .. ($#errors < 9 ? $#errors : 9)]);
+    is(join(',', map { $done{$_} // 0 } 0 .. 4), join(',', ($rounds) x 5),
+       "$label: race: every fair waiter and client-side fair poller was served $rounds times");
+    is(q1($db, "SELECT count(*) FROM dlock.tickets t WHERE t.resource = 'race' AND t.expires_at > clock_timestamp()"), 0,
+       "$label: race: no live ticket is left")
+        or diag(join "\n", map { "@$_" } @{ $db->selectall_arrayref("SELECT * FROM dlock.tickets") });
+    $db->disconnect;
+}
