@@ -52,6 +52,22 @@
  *     it is (what every decision here is made on) rather than failing with
  *     error 1020 when the row changed after the caller's snapshot; each
  *     public routine restores the caller's setting, also on its errors.
+ *   . an xact_lock taken inside a transaction marks the row (xconn, xtrx,
+ *     xfence: the connection, the InnoDB transaction id, the fence), so
+ *     that the same transaction's later calls know the row's lock is its
+ *     own: xact_lock again returns that fence, a lease is refused (NULL,
+ *     or 40P01 from lock(), which would wait for its own transaction).
+ *     MariaDB shows a routine no transaction id; dlock._xid() reads it from
+ *     the ROW START of a row it inserts into dlock.xids, a table with
+ *     transaction-precise system versioning (and deletes the row: no
+ *     history).  A marker outlives its transaction's commit and counts only
+ *     for the transaction it names.
+ *   . when the row an acquirer has just locked turns out busy (it changed
+ *     hands after the acquirer's plain read: a REPEATABLE READ snapshot
+ *     older than the change), the lock would stay to the end of the
+ *     acquirer's transaction and hold up the holder: _unpin reads it again
+ *     with innodb_snapshot_isolation on, which fails with error 1020 and
+ *     rolls that transaction back, its locks with it.
  *   Each kind of read has its own table alias (seen, locked, skipping,
  *   pinning, gate): inside a stored function all statements share the
  *   tables opened for the calling statement, and a SKIP LOCKED read through
@@ -134,7 +150,14 @@ CREATE TABLE dlock.leases (
     acquired_at DATETIME(6) NULL,
     renewed_at  DATETIME(6) NULL,
     expires_at  DATETIME(6) NULL,
-    released_at DATETIME(6) NULL
+    released_at DATETIME(6) NULL,
+    -- The explicit transaction that holds this row's xact_lock (see the
+    -- header): its connection, its InnoDB transaction id (dlock._xid()) and
+    -- its fence.  Left behind when that transaction commits: a marker
+    -- counts only for the transaction whose id it names.
+    xconn       BIGINT UNSIGNED NULL,
+    xtrx        BIGINT UNSIGNED NULL,
+    xfence      BIGINT NULL
 ) ENGINE = InnoDB;
 
 -- What assert_fence locks (see the header): each resource's current fence.
@@ -142,6 +165,19 @@ CREATE TABLE dlock.pins (
     resource VARBINARY(1000) NOT NULL PRIMARY KEY,
     fence    BIGINT NULL
 ) ENGINE = InnoDB;
+
+/*
+ * Transaction ids (see the header, dlock._xid): a table with
+ * transaction-precise system versioning, so that InnoDB writes the id of
+ * the transaction that inserted a row into its ROW START column.  Rows live
+ * for one call (inserted and deleted by the same transaction: no history).
+ */
+CREATE TABLE dlock.xids (
+    id        BIGINT UNSIGNED NOT NULL AUTO_INCREMENT PRIMARY KEY,
+    trx_start BIGINT UNSIGNED GENERATED ALWAYS AS ROW START INVISIBLE,
+    trx_end   BIGINT UNSIGNED GENERATED ALWAYS AS ROW END INVISIBLE,
+    PERIOD FOR SYSTEM_TIME (trx_start, trx_end)
+) ENGINE = InnoDB WITH SYSTEM VERSIONING;
 
 -- Creation gates (see the header): one row per slot, never changed.
 CREATE TABLE dlock.gates (
@@ -377,6 +413,59 @@ CREATE DEFINER = 'dlock'@'localhost' FUNCTION dlock._slot(p_resource LONGBLOB) R
     RETURN CRC32(p_resource) % 4096//
 
 /*
+ * _xid: the InnoDB id of the caller's transaction (MariaDB shows a routine
+ * no other way to tell its own transaction from an earlier one of the same
+ * connection: see the header).  Inserts a row of dlock.xids, whose ROW
+ * START InnoDB sets to that id, and deletes it: a new key at the end of
+ * the index (no duplicate check, no gap lock), then a record lock on a row
+ * no other transaction ever sees; the same transaction deleting its own
+ * row leaves no history.
+ */
+CREATE DEFINER = 'dlock'@'localhost' FUNCTION dlock._xid() RETURNS BIGINT UNSIGNED
+    NOT DETERMINISTIC MODIFIES SQL DATA SQL SECURITY DEFINER
+BEGIN
+    DECLARE v_id BIGINT UNSIGNED;
+    DECLARE v BIGINT UNSIGNED;
+    INSERT INTO dlock.xids () VALUES ();
+    SET v_id = LAST_INSERT_ID();
+    SELECT trx_start INTO v FROM dlock.xids AS mine
+     WHERE id = v_id AND trx_end = 18446744073709551615;
+    DELETE FROM dlock.xids WHERE id = v_id AND trx_end = 18446744073709551615;
+    RETURN v;
+END//
+
+/*
+ * _in_xact: is the caller inside an explicit transaction (or running with
+ * autocommit off), whose locks outlive this statement?
+ */
+CREATE DEFINER = 'dlock'@'localhost' FUNCTION dlock._in_xact() RETURNS BOOLEAN
+    NOT DETERMINISTIC NO SQL SQL SECURITY DEFINER
+    RETURN @@session.in_transaction = 1 OR @@session.autocommit = 0//
+
+/*
+ * _unpin: for _take, when the row it has just locked turns out busy (it
+ * changed hands after the plain read: a REPEATABLE READ snapshot older
+ * than that change, or a commit in between).  Inside a transaction the
+ * lock would stay to its end and hold up the holder's renew and unlock:
+ * instead the row is read again with innodb_snapshot_isolation on, which
+ * fails with error 1020 and rolls the caller's transaction back (its locks
+ * with it) when the row changed after the caller's snapshot, as MariaDB
+ * 11.6+ does by default for every locking read.  In autocommit mode the
+ * lock ends with the statement: nothing to do.
+ */
+CREATE DEFINER = 'dlock'@'localhost' PROCEDURE dlock._unpin(IN p_resource LONGBLOB)
+    READS SQL DATA SQL SECURITY DEFINER
+BEGIN
+    DECLARE v_one INT;
+    DECLARE CONTINUE HANDLER FOR NOT FOUND BEGIN END;
+    IF dlock._in_xact() THEN
+        SET SESSION innodb_snapshot_isolation = ON;
+        SELECT 1 INTO v_one FROM dlock.leases AS recheck WHERE resource = p_resource FOR UPDATE;
+        SET SESSION innodb_snapshot_isolation = OFF;
+    END IF;
+END//
+
+/*
  * _take: one attempt at an acquisition, without waiting for anyone: for
  * holder p_holder (a lease of p_lease_us) or, p_holder NULL, for the
  * caller's transaction (xact_lock).  Returns the fence; 0 when the
@@ -384,9 +473,12 @@ CREATE DEFINER = 'dlock'@'localhost' FUNCTION dlock._slot(p_resource LONGBLOB) R
  * a lease, a live lease of another holder); -1 for xact_lock when a live
  * lease holds it; -2 when the row this transaction's snapshot shows cannot
  * be locked: another transaction has it, or it was deleted since the
- * snapshot (the procedures then try to create it, see _create).  Locks
- * nothing it does not change, but in the race where the row changes hands
- * between the plain read and the lock.
+ * snapshot (the procedures then try to create it, see _create); -3 for a
+ * lease when the caller's own transaction holds the resource's xact_lock
+ * (only its end frees it: try_lock NULL, lock 40P01).  xact_lock again in
+ * the transaction that holds it returns that lock's fence.  Locks nothing
+ * it does not change; where the row changed hands between the plain read
+ * and the lock, see _unpin.
  */
 CREATE DEFINER = 'dlock'@'localhost' FUNCTION dlock._take(
     p_resource LONGBLOB, p_holder LONGBLOB, p_me VARCHAR(128) CHARACTER SET utf8mb4,
@@ -402,11 +494,22 @@ BEGIN
     DECLARE v_fence BIGINT;
     DECLARE v_exp DATETIME(6);
     DECLARE v_now DATETIME(6);
+    DECLARE v_xconn BIGINT UNSIGNED;
+    DECLARE v_xtrx BIGINT UNSIGNED;
+    DECLARE v_xfence BIGINT;
     DECLARE v_busy BIGINT DEFAULT IF(p_holder IS NULL, -1, 0);
     DECLARE CONTINUE HANDLER FOR NOT FOUND BEGIN END;  -- no row: the variables stay as they are
     DECLARE CONTINUE HANDLER FOR 1062 SET v_dup = 1;
-    SELECT 1, holder, owner, expires_at INTO v_seen, v_h, v_owner, v_exp
+    SELECT 1, holder, owner, expires_at, xconn, xtrx, xfence
+      INTO v_seen, v_h, v_owner, v_exp, v_xconn, v_xtrx, v_xfence
       FROM dlock.leases AS seen WHERE resource = p_resource;
+    -- This transaction's own xact_lock (a marker of an earlier transaction
+    -- of this connection names another id and counts for nothing).
+    IF v_xfence IS NOT NULL AND v_xconn = CONNECTION_ID() THEN
+        IF v_xtrx = dlock._xid() THEN
+            RETURN IF(p_holder IS NULL, v_xfence, -3);
+        END IF;
+    END IF;
     IF v_seen = 0 THEN
         -- A new row, under its gate: no other transaction is inserting it.
         SELECT 1 INTO v_free FROM dlock.gates AS gate
@@ -438,6 +541,7 @@ BEGIN
              WHERE resource = p_resource;
             RETURN v_fence;
         END IF;
+        CALL dlock._unpin(p_resource);
         RETURN v_busy;    -- taken since the plain read
     ELSEIF v_h IS NOT NULL OR p_holder IS NOT NULL THEN
         -- A change of holder: not while assert_fence pins an expired one.
@@ -454,6 +558,12 @@ BEGIN
             UPDATE dlock.leases SET holder = NULL, owner = NULL, count = 0, released_at = v_now
              WHERE resource = p_resource;
             UPDATE dlock.pins SET fence = NULL WHERE resource = p_resource;
+        END IF;
+        -- The marker of this transaction's xact_lock (in autocommit mode
+        -- the lock ends with the statement: none).
+        IF dlock._in_xact() THEN
+            UPDATE dlock.leases SET xconn = CONNECTION_ID(), xtrx = dlock._xid(), xfence = v_fence
+             WHERE resource = p_resource;
         END IF;
         RETURN v_fence;
     END IF;
@@ -546,6 +656,9 @@ BEGIN
         END IF;
         IF v_fence > 0 THEN
             LEAVE poll;
+        ELSEIF v_fence = -3 THEN
+            SIGNAL SQLSTATE '40P01' SET MESSAGE_TEXT =
+                'deadlock detected: this transaction holds the resource''s xact_lock, which only its end releases; lock() would wait for its own transaction (HINT: take the lease outside the transaction, or before xact_lock)';
         END IF;
         IF v_deadline IS NOT NULL THEN
             SET v_left = TIMESTAMPDIFF(MICROSECOND, SYSDATE(6), v_deadline) / 1000000;
