@@ -56,7 +56,9 @@
  *     xfence: the connection, the InnoDB transaction id, the fence), so
  *     that the same transaction's later calls know the row's lock is its
  *     own: xact_lock again returns that fence, a lease is refused (NULL,
- *     or 40P01 from lock(), which would wait for its own transaction).
+ *     or 40P01 from lock(), which would wait for its own transaction);
+ *     so does a change of a lease inside a transaction (xfence NULL:
+ *     lock() of another holder raises 40P01 instead of waiting for it).
  *     MariaDB shows a routine no transaction id; dlock._xid() reads it from
  *     the ROW START of a row it inserts into dlock.xids, a table with
  *     transaction-precise system versioning (and deletes the row: no
@@ -466,6 +468,22 @@ BEGIN
 END//
 
 /*
+ * _mark: after a change of a holding inside a transaction (an acquisition,
+ * re-entry, renewal, or an unlock that leaves a count), the transaction
+ * holds the row's lock to its end: mark it as this transaction's (xconn,
+ * xtrx; xfence NULL), so that its own lock() of another holder raises
+ * 40P01 instead of waiting for itself.  Callers hold the row's lock.
+ */
+CREATE DEFINER = 'dlock'@'localhost' PROCEDURE dlock._mark(IN p_resource LONGBLOB)
+    MODIFIES SQL DATA SQL SECURITY DEFINER
+BEGIN
+    IF dlock._in_xact() THEN
+        UPDATE dlock.leases SET xconn = CONNECTION_ID(), xtrx = dlock._xid(), xfence = NULL
+         WHERE resource = p_resource;
+    END IF;
+END//
+
+/*
  * _take: one attempt at an acquisition, without waiting for anyone: for
  * holder p_holder (a lease of p_lease_us) or, p_holder NULL, for the
  * caller's transaction (xact_lock).  Returns the fence; 0 when the
@@ -475,7 +493,8 @@ END//
  * be locked: another transaction has it, or it was deleted since the
  * snapshot (the procedures then try to create it, see _create); -3 for a
  * lease when the caller's own transaction holds the resource's xact_lock
- * (only its end frees it: try_lock NULL, lock 40P01).  xact_lock again in
+ * or changed another holder's holding of it (see _mark): only its end
+ * frees it (try_lock NULL, lock 40P01).  xact_lock again in
  * the transaction that holds it returns that lock's fence.  Locks nothing
  * it does not change; where the row changed hands between the plain read
  * and the lock, see _unpin.
@@ -525,6 +544,11 @@ BEGIN
         END IF;
     ELSEIF v_h IS NOT NULL AND v_exp > dlock._now()
            AND NOT (p_holder IS NOT NULL AND v_h = p_holder AND v_owner = p_me) THEN
+        IF p_holder IS NOT NULL AND v_xconn = CONNECTION_ID() THEN
+            IF v_xtrx = dlock._xid() THEN
+                RETURN -3;    -- this transaction changed that holding
+            END IF;
+        END IF;
         RETURN v_busy;    -- plainly busy: nothing locked
     END IF;
     SELECT 1, holder, owner, fence, expires_at INTO v_found, v_h, v_owner, v_fence, v_exp
@@ -539,6 +563,7 @@ BEGIN
                SET count = count + 1, renewed_at = v_now,
                    expires_at = GREATEST(expires_at, v_now + INTERVAL p_lease_us MICROSECOND)
              WHERE resource = p_resource;
+            CALL dlock._mark(p_resource);
             RETURN v_fence;
         END IF;
         CALL dlock._unpin(p_resource);
@@ -573,6 +598,7 @@ BEGIN
            expires_at = v_now + INTERVAL p_lease_us MICROSECOND, released_at = NULL
      WHERE resource = p_resource;
     UPDATE dlock.pins SET fence = v_fence WHERE resource = p_resource;
+    CALL dlock._mark(p_resource);
     RETURN v_fence;
 END//
 
@@ -658,7 +684,7 @@ BEGIN
             LEAVE poll;
         ELSEIF v_fence = -3 THEN
             SIGNAL SQLSTATE '40P01' SET MESSAGE_TEXT =
-                'deadlock detected: this transaction holds the resource''s xact_lock, which only its end releases; lock() would wait for its own transaction (HINT: take the lease outside the transaction, or before xact_lock)';
+                'deadlock detected: this transaction holds the resource (its xact_lock, or a holding it took, re-entered or renewed) and only its end lets go: lock() would wait for its own transaction (HINT: call lock() before, or outside, that transaction)';
         END IF;
         IF v_deadline IS NOT NULL THEN
             SET v_left = TIMESTAMPDIFF(MICROSECOND, SYSDATE(6), v_deadline) / 1000000;
@@ -756,6 +782,7 @@ BEGIN
     SELECT count INTO v_count FROM dlock.leases AS locked WHERE resource = p_resource FOR UPDATE;
     IF v_count > 1 THEN
         UPDATE dlock.leases SET count = count - 1 WHERE resource = p_resource;
+        CALL dlock._mark(p_resource);
     ELSE
         UPDATE dlock.pins SET fence = NULL WHERE resource = p_resource;    -- waits for a pin
         UPDATE dlock.leases SET holder = NULL, owner = NULL, count = 0, released_at = dlock._now()
@@ -795,6 +822,7 @@ BEGIN
     SET v_exp = v_now + INTERVAL v_lease_us MICROSECOND;
     UPDATE dlock.leases SET lease_us = v_lease_us, renewed_at = v_now, expires_at = v_exp
      WHERE resource = p_resource;
+    CALL dlock._mark(p_resource);
     CALL dlock._si_restore(v_si);
     RETURN v_exp;
 END//

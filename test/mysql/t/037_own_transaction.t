@@ -16,6 +16,8 @@
 #    end of the transaction, so the holder's unlock and renew waited for
 #    it.  Now the acquirer gets error 1020 and its transaction is rolled
 #    back (its locks with it), and the holder renews and releases at once.
+# 3. lock() of another holder in a transaction that took, re-entered or
+#    renewed the resource's holding: 40P01 at once, not a wait for itself.
 # Statements run with max_statement_time = 5 and the server with
 # innodb_lock_wait_timeout = 20: a call that waits shows as an error.
 use strict;
@@ -139,6 +141,38 @@ for my $acq (['try_lock', "SELECT dlock.try_lock(?, 'hb', 60)"],
     like(res($b, $sql, $r), qr/^\d+$/, "bob's $what from a current snapshot: acquired");
     $b->rollback;
 }
+# 3. A holding the transaction itself took, re-entered or renewed: lock()
+#    of another holder raises 40P01 at once instead of waiting for its own
+#    transaction (it waited until its wait ran out, or the lease ended);
+#    the same holder re-enters; a lease taken by an earlier, committed
+#    transaction of the connection is waited for as usual.
+for my $first (['try_lock', "SELECT dlock.try_lock(?, 'h1', 60)", 0],
+               ['lock', "CALL dlock.lock(?, 'h1', 60, NULL)", 0],
+               ['renew', "SELECT dlock.renew(?, 'h1', 60, NULL)", 1],
+               ['re-entry', "SELECT dlock.try_lock(?, 'h1', 60)", 1],
+               ['unlock of one of two', "SELECT dlock.unlock(?, 'h1', NULL)", 2]) {
+    my ($what, $sql, $before) = @$first;
+    my $r = "self/$what";
+    res($a, "SELECT dlock.try_lock(?, 'h1', 60)", $r) for 1 .. $before;
+    $a->begin_work;
+    my $x = res($a, $sql, $r);
+    ok(defined $x && $x !~ /^error/, "$what of h1 in a transaction");
+    my ($res, $secs) = @{ run($a, "CALL dlock.lock(?, 'h2', 60, NULL)", $r) };
+    is($res, 'error 1644 40P01', "$what, then lock(h2) without a wait limit in the same transaction: 40P01");
+    cmp_ok($secs, '<', 0.4, '... at once');
+    ($res, $secs) = @{ run($a, "CALL dlock.lock(?, 'h2', 60, 2)", $r) };
+    is($res, 'error 1644 40P01', "$what, then lock(h2, wait 2 s): 40P01");
+    cmp_ok($secs, '<', 0.4, '... at once');
+    is(res($a, "SELECT dlock.try_lock(?, 'h2', 60)", $r), undef, '... try_lock(h2): NULL');
+    like(res($a, "CALL dlock.lock(?, 'h1', 60, NULL)", $r), qr/^\d+$/, '... lock(h1): re-entered');
+    $a->commit;
+    $a->begin_work;
+    ($res, $secs) = @{ run($a, "CALL dlock.lock(?, 'h2', 60, 0.3)", $r) };
+    is($res, undef, "in the next transaction, lock(h2, wait 0.3 s) waits for h1's lease: NULL");
+    cmp_ok($secs, '>=', 0.29, '... after its wait');
+    $a->rollback;
+}
+
 is(res($b, 'SELECT @@session.innodb_snapshot_isolation'), $b_si,
    "bob's innodb_snapshot_isolation is his own again after the next call");
 
