@@ -52,6 +52,24 @@
  *     it is (what every decision here is made on) rather than failing with
  *     error 1020 when the row changed after the caller's snapshot; each
  *     public routine restores the caller's setting, also on its errors.
+ *   . an xact_lock taken inside a transaction marks the row (xconn, xtrx,
+ *     xfence: the connection, the InnoDB transaction id, the fence), so
+ *     that the same transaction's later calls know the row's lock is its
+ *     own: xact_lock again returns that fence, a lease is refused (NULL,
+ *     or 40P01 from lock(), which would wait for its own transaction);
+ *     so does a change of a lease inside a transaction (xfence NULL:
+ *     lock() of another holder raises 40P01 instead of waiting for it).
+ *     MariaDB shows a routine no transaction id; dlock._xid() reads it from
+ *     the ROW START of a row it inserts into dlock.xids, a table with
+ *     transaction-precise system versioning (and deletes the row: no
+ *     history).  A marker outlives its transaction's commit and counts only
+ *     for the transaction it names.
+ *   . when the row an acquirer has just locked turns out busy (it changed
+ *     hands after the acquirer's plain read: a REPEATABLE READ snapshot
+ *     older than the change), the lock would stay to the end of the
+ *     acquirer's transaction and hold up the holder: _unpin reads it again
+ *     with innodb_snapshot_isolation on, which fails with error 1020 and
+ *     rolls that transaction back, its locks with it.
  *   Each kind of read has its own table alias (seen, locked, skipping,
  *   pinning, gate): inside a stored function all statements share the
  *   tables opened for the calling statement, and a SKIP LOCKED read through
@@ -134,7 +152,14 @@ CREATE TABLE dlock.leases (
     acquired_at DATETIME(6) NULL,
     renewed_at  DATETIME(6) NULL,
     expires_at  DATETIME(6) NULL,
-    released_at DATETIME(6) NULL
+    released_at DATETIME(6) NULL,
+    -- The explicit transaction that holds this row's xact_lock (see the
+    -- header): its connection, its InnoDB transaction id (dlock._xid()) and
+    -- its fence.  Left behind when that transaction commits: a marker
+    -- counts only for the transaction whose id it names.
+    xconn       BIGINT UNSIGNED NULL,
+    xtrx        BIGINT UNSIGNED NULL,
+    xfence      BIGINT NULL
 ) ENGINE = InnoDB;
 
 -- What assert_fence locks (see the header): each resource's current fence.
@@ -142,6 +167,19 @@ CREATE TABLE dlock.pins (
     resource VARBINARY(1000) NOT NULL PRIMARY KEY,
     fence    BIGINT NULL
 ) ENGINE = InnoDB;
+
+/*
+ * Transaction ids (see the header, dlock._xid): a table with
+ * transaction-precise system versioning, so that InnoDB writes the id of
+ * the transaction that inserted a row into its ROW START column.  Rows live
+ * for one call (inserted and deleted by the same transaction: no history).
+ */
+CREATE TABLE dlock.xids (
+    id        BIGINT UNSIGNED NOT NULL AUTO_INCREMENT PRIMARY KEY,
+    trx_start BIGINT UNSIGNED GENERATED ALWAYS AS ROW START INVISIBLE,
+    trx_end   BIGINT UNSIGNED GENERATED ALWAYS AS ROW END INVISIBLE,
+    PERIOD FOR SYSTEM_TIME (trx_start, trx_end)
+) ENGINE = InnoDB WITH SYSTEM VERSIONING;
 
 -- Creation gates (see the header): one row per slot, never changed.
 CREATE TABLE dlock.gates (
@@ -377,6 +415,75 @@ CREATE DEFINER = 'dlock'@'localhost' FUNCTION dlock._slot(p_resource LONGBLOB) R
     RETURN CRC32(p_resource) % 4096//
 
 /*
+ * _xid: the InnoDB id of the caller's transaction (MariaDB shows a routine
+ * no other way to tell its own transaction from an earlier one of the same
+ * connection: see the header).  Inserts a row of dlock.xids, whose ROW
+ * START InnoDB sets to that id, and deletes it: a new key at the end of
+ * the index (no duplicate check, no gap lock), then a record lock on a row
+ * no other transaction ever sees; the same transaction deleting its own
+ * row leaves no history.
+ */
+CREATE DEFINER = 'dlock'@'localhost' FUNCTION dlock._xid() RETURNS BIGINT UNSIGNED
+    NOT DETERMINISTIC MODIFIES SQL DATA SQL SECURITY DEFINER
+BEGIN
+    DECLARE v_id BIGINT UNSIGNED;
+    DECLARE v BIGINT UNSIGNED;
+    INSERT INTO dlock.xids () VALUES ();
+    SET v_id = LAST_INSERT_ID();
+    SELECT trx_start INTO v FROM dlock.xids AS mine
+     WHERE id = v_id AND trx_end = 18446744073709551615;
+    DELETE FROM dlock.xids WHERE id = v_id AND trx_end = 18446744073709551615;
+    RETURN v;
+END//
+
+/*
+ * _in_xact: is the caller inside an explicit transaction (or running with
+ * autocommit off), whose locks outlive this statement?
+ */
+CREATE DEFINER = 'dlock'@'localhost' FUNCTION dlock._in_xact() RETURNS BOOLEAN
+    NOT DETERMINISTIC NO SQL SQL SECURITY DEFINER
+    RETURN @@session.in_transaction = 1 OR @@session.autocommit = 0//
+
+/*
+ * _unpin: for _take, when the row it has just locked turns out busy (it
+ * changed hands after the plain read: a REPEATABLE READ snapshot older
+ * than that change, or a commit in between).  Inside a transaction the
+ * lock would stay to its end and hold up the holder's renew and unlock:
+ * instead the row is read again with innodb_snapshot_isolation on, which
+ * fails with error 1020 and rolls the caller's transaction back (its locks
+ * with it) when the row changed after the caller's snapshot, as MariaDB
+ * 11.6+ does by default for every locking read.  In autocommit mode the
+ * lock ends with the statement: nothing to do.
+ */
+CREATE DEFINER = 'dlock'@'localhost' PROCEDURE dlock._unpin(IN p_resource LONGBLOB)
+    READS SQL DATA SQL SECURITY DEFINER
+BEGIN
+    DECLARE v_one INT;
+    DECLARE CONTINUE HANDLER FOR NOT FOUND BEGIN END;
+    IF dlock._in_xact() THEN
+        SET SESSION innodb_snapshot_isolation = ON;
+        SELECT 1 INTO v_one FROM dlock.leases AS recheck WHERE resource = p_resource FOR UPDATE;
+        SET SESSION innodb_snapshot_isolation = OFF;
+    END IF;
+END//
+
+/*
+ * _mark: after a change of a holding inside a transaction (an acquisition,
+ * re-entry, renewal, or an unlock that leaves a count), the transaction
+ * holds the row's lock to its end: mark it as this transaction's (xconn,
+ * xtrx; xfence NULL), so that its own lock() of another holder raises
+ * 40P01 instead of waiting for itself.  Callers hold the row's lock.
+ */
+CREATE DEFINER = 'dlock'@'localhost' PROCEDURE dlock._mark(IN p_resource LONGBLOB)
+    MODIFIES SQL DATA SQL SECURITY DEFINER
+BEGIN
+    IF dlock._in_xact() THEN
+        UPDATE dlock.leases SET xconn = CONNECTION_ID(), xtrx = dlock._xid(), xfence = NULL
+         WHERE resource = p_resource;
+    END IF;
+END//
+
+/*
  * _take: one attempt at an acquisition, without waiting for anyone: for
  * holder p_holder (a lease of p_lease_us) or, p_holder NULL, for the
  * caller's transaction (xact_lock).  Returns the fence; 0 when the
@@ -384,9 +491,13 @@ CREATE DEFINER = 'dlock'@'localhost' FUNCTION dlock._slot(p_resource LONGBLOB) R
  * a lease, a live lease of another holder); -1 for xact_lock when a live
  * lease holds it; -2 when the row this transaction's snapshot shows cannot
  * be locked: another transaction has it, or it was deleted since the
- * snapshot (the procedures then try to create it, see _create).  Locks
- * nothing it does not change, but in the race where the row changes hands
- * between the plain read and the lock.
+ * snapshot (the procedures then try to create it, see _create); -3 for a
+ * lease when the caller's own transaction holds the resource's xact_lock
+ * or changed another holder's holding of it (see _mark): only its end
+ * frees it (try_lock NULL, lock 40P01).  xact_lock again in
+ * the transaction that holds it returns that lock's fence.  Locks nothing
+ * it does not change; where the row changed hands between the plain read
+ * and the lock, see _unpin.
  */
 CREATE DEFINER = 'dlock'@'localhost' FUNCTION dlock._take(
     p_resource LONGBLOB, p_holder LONGBLOB, p_me VARCHAR(128) CHARACTER SET utf8mb4,
@@ -402,11 +513,22 @@ BEGIN
     DECLARE v_fence BIGINT;
     DECLARE v_exp DATETIME(6);
     DECLARE v_now DATETIME(6);
+    DECLARE v_xconn BIGINT UNSIGNED;
+    DECLARE v_xtrx BIGINT UNSIGNED;
+    DECLARE v_xfence BIGINT;
     DECLARE v_busy BIGINT DEFAULT IF(p_holder IS NULL, -1, 0);
     DECLARE CONTINUE HANDLER FOR NOT FOUND BEGIN END;  -- no row: the variables stay as they are
     DECLARE CONTINUE HANDLER FOR 1062 SET v_dup = 1;
-    SELECT 1, holder, owner, expires_at INTO v_seen, v_h, v_owner, v_exp
+    SELECT 1, holder, owner, expires_at, xconn, xtrx, xfence
+      INTO v_seen, v_h, v_owner, v_exp, v_xconn, v_xtrx, v_xfence
       FROM dlock.leases AS seen WHERE resource = p_resource;
+    -- This transaction's own xact_lock (a marker of an earlier transaction
+    -- of this connection names another id and counts for nothing).
+    IF v_xfence IS NOT NULL AND v_xconn = CONNECTION_ID() THEN
+        IF v_xtrx = dlock._xid() THEN
+            RETURN IF(p_holder IS NULL, v_xfence, -3);
+        END IF;
+    END IF;
     IF v_seen = 0 THEN
         -- A new row, under its gate: no other transaction is inserting it.
         SELECT 1 INTO v_free FROM dlock.gates AS gate
@@ -422,6 +544,11 @@ BEGIN
         END IF;
     ELSEIF v_h IS NOT NULL AND v_exp > dlock._now()
            AND NOT (p_holder IS NOT NULL AND v_h = p_holder AND v_owner = p_me) THEN
+        IF p_holder IS NOT NULL AND v_xconn = CONNECTION_ID() THEN
+            IF v_xtrx = dlock._xid() THEN
+                RETURN -3;    -- this transaction changed that holding
+            END IF;
+        END IF;
         RETURN v_busy;    -- plainly busy: nothing locked
     END IF;
     SELECT 1, holder, owner, fence, expires_at INTO v_found, v_h, v_owner, v_fence, v_exp
@@ -436,8 +563,10 @@ BEGIN
                SET count = count + 1, renewed_at = v_now,
                    expires_at = GREATEST(expires_at, v_now + INTERVAL p_lease_us MICROSECOND)
              WHERE resource = p_resource;
+            CALL dlock._mark(p_resource);
             RETURN v_fence;
         END IF;
+        CALL dlock._unpin(p_resource);
         RETURN v_busy;    -- taken since the plain read
     ELSEIF v_h IS NOT NULL OR p_holder IS NOT NULL THEN
         -- A change of holder: not while assert_fence pins an expired one.
@@ -455,6 +584,12 @@ BEGIN
              WHERE resource = p_resource;
             UPDATE dlock.pins SET fence = NULL WHERE resource = p_resource;
         END IF;
+        -- The marker of this transaction's xact_lock (in autocommit mode
+        -- the lock ends with the statement: none).
+        IF dlock._in_xact() THEN
+            UPDATE dlock.leases SET xconn = CONNECTION_ID(), xtrx = dlock._xid(), xfence = v_fence
+             WHERE resource = p_resource;
+        END IF;
         RETURN v_fence;
     END IF;
     UPDATE dlock.leases
@@ -463,6 +598,7 @@ BEGIN
            expires_at = v_now + INTERVAL p_lease_us MICROSECOND, released_at = NULL
      WHERE resource = p_resource;
     UPDATE dlock.pins SET fence = v_fence WHERE resource = p_resource;
+    CALL dlock._mark(p_resource);
     RETURN v_fence;
 END//
 
@@ -546,6 +682,9 @@ BEGIN
         END IF;
         IF v_fence > 0 THEN
             LEAVE poll;
+        ELSEIF v_fence = -3 THEN
+            SIGNAL SQLSTATE '40P01' SET MESSAGE_TEXT =
+                'deadlock detected: this transaction holds the resource (its xact_lock, or a holding it took, re-entered or renewed) and only its end lets go: lock() would wait for its own transaction (HINT: call lock() before, or outside, that transaction)';
         END IF;
         IF v_deadline IS NOT NULL THEN
             SET v_left = TIMESTAMPDIFF(MICROSECOND, SYSDATE(6), v_deadline) / 1000000;
@@ -643,6 +782,7 @@ BEGIN
     SELECT count INTO v_count FROM dlock.leases AS locked WHERE resource = p_resource FOR UPDATE;
     IF v_count > 1 THEN
         UPDATE dlock.leases SET count = count - 1 WHERE resource = p_resource;
+        CALL dlock._mark(p_resource);
     ELSE
         UPDATE dlock.pins SET fence = NULL WHERE resource = p_resource;    -- waits for a pin
         UPDATE dlock.leases SET holder = NULL, owner = NULL, count = 0, released_at = dlock._now()
@@ -682,6 +822,7 @@ BEGIN
     SET v_exp = v_now + INTERVAL v_lease_us MICROSECOND;
     UPDATE dlock.leases SET lease_us = v_lease_us, renewed_at = v_now, expires_at = v_exp
      WHERE resource = p_resource;
+    CALL dlock._mark(p_resource);
     CALL dlock._si_restore(v_si);
     RETURN v_exp;
 END//

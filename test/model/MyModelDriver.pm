@@ -24,8 +24,8 @@
 # transaction.  Besides: tid, the connection id, and nowait, set on calls
 # the contract says never wait for another transaction (try_lock,
 # try_xact_lock, check_fence, renew; lock, xact_lock and reap, which poll
-# or skip instead; unlock and unlock_all unless behind a pin, see
-# mark_waits).  The waits monitor (a root connection polling
+# or skip instead; renew, unlock and unlock_all may wait only for a
+# transaction that pinned or changed that holding, see mark_waits).  The waits monitor (a root connection polling
 # information_schema.INNODB_LOCK_WAITS) logs which connection waited when,
 # in which statement, for which connection; mark_waits() sets waited on
 # the operations that were running then, and on those that ended in a lock
@@ -494,7 +494,8 @@ sub monitor
 	$log->autoflush(1);
 	my $sth = $dbh->prepare(
 		qq{SELECT $T, r.trx_mysql_thread_id, LEFT(r.trx_query, 300), b.trx_mysql_thread_id,
-		          CONCAT_WS(' ', rl.lock_mode, 'wants', rl.lock_index, rl.lock_data, '; held', bl.lock_mode)
+		          CONCAT_WS(' ', rl.lock_mode, 'wants', rl.lock_table, rl.lock_index, rl.lock_data, '; held', bl.lock_mode),
+		          r.trx_id, (SELECT COUNT(*) FROM information_schema.INNODB_TRX x WHERE x.trx_id = r.trx_id)
 		     FROM information_schema.INNODB_LOCK_WAITS w
 		     JOIN information_schema.INNODB_TRX r ON r.trx_id = w.requesting_trx_id
 		     LEFT JOIN information_schema.INNODB_TRX b ON b.trx_id = w.blocking_trx_id
@@ -504,9 +505,10 @@ sub monitor
 	while (time < $end)
 	{
 		$sth->execute or die $dbh->errstr;
-		while (my ($t, $tid, $q, $by, $lk) = $sth->fetchrow_array)
+		while (my ($t, $tid, $q, $by, $lk, $trx, $same) = $sth->fetchrow_array)
 		{
-			print $log $JSON->encode({ t => $t, tid => $tid, q => $q, by => $by, lk => $lk }), "\n";
+			print $log $JSON->encode({ t => $t, tid => $tid, q => $q, by => $by, lk => $lk,
+				trx => $trx, same => $same }), "\n";
 		}
 		usleep(110_000);
 	}
@@ -517,13 +519,18 @@ sub monitor
 # mark_waits(ops, waits logfile): set waited on the operations running
 # ([t0, t1]) on a connection seen waiting inside a dlock routine, and on
 # those ended by a lock wait timeout or a deadlock (blocker: the connection
-# it waited for, wq: the statement that waited).  An unlock or unlock_all
-# may wait only for a pin (the holder's assert_fence in another open
-# transaction): one seen waiting for a transaction that asserted no fence
-# on that resource is marked nowait too.  Sightings of statements that are
+# it waited for, wq: the statement that waited).  A renew, unlock or
+# unlock_all may wait only for a transaction that pinned (assert_fence) or
+# changed that very holding before the wait was seen: the same holder text
+# on that resource (re-entry, renew, unlock, unlock_all: the holder's own
+# other transaction) or a break_lock of it (README, MySQL "Traps"); an
+# unlock or unlock_all seen waiting for anything else is marked nowait, a
+# renew waiting only for those is not.  Sightings of statements that are
 # not dlock's, or that do not name the operation's resource, are left out
-# (the wait state may be older than the statement text: the cache).  Returns the number of
-# sightings inside no operation (none expected).
+# (the wait state may be older than the statement text: the cache).
+# Returns the number of sightings inside no operation (none expected) and
+# of those left out because INNODB_TRX gave their transaction id to
+# several connections.
 sub mark_waits
 {
 	my ($ops, $logfile) = @_;
@@ -537,12 +544,35 @@ sub mark_waits
 		push @{ $by_tid{ $o->{tid} } }, [ $lo, $hi, $o ] if defined $lo && defined $hi;
 		push @{ $units{ $o->{c} }{ $o->{u} } }, $o if $o->{xact};
 	}
-	my $stray = 0;
-	open(my $fh, '<', $logfile) or return 0;
+	# touches(op, x): did x (of another transaction) pin or change the
+	# holding op waits to change?
+	my $touches = sub {
+		my ($o, $x) = @_;
+		return 0 if defined $x->{err};
+		my $same_r = !defined $o->{r} || (defined $x->{r} && $x->{r} eq $o->{r});
+		my $same_h = defined $x->{h} && $x->{h} eq $o->{h};
+		return 1 if $x->{k} eq 'assert_fence' && $same_r;
+		return 1 if $x->{k} eq 'break_lock' && $x->{res} && $same_r;
+		return 1 if $x->{k} eq 'unlock_all' && $x->{res} && $same_h;
+		return 1 if $same_r && $same_h && defined $x->{res}
+		  && ($x->{k} eq 'try_lock' || $x->{k} eq 'lock' || $x->{k} eq 'renew' || $x->{k} eq 'unlock');
+		return 0;
+	};
+	my %holding_call = map { $_ => 1 } qw(renew unlock unlock_all);
+	my ($stray, $ambiguous) = (0, 0);
+	open(my $fh, '<', $logfile) or return (0, 0);
 	while (my $line = <$fh>)
 	{
 		my $w = eval { decode_json($line) } or next;
 		next unless ($w->{q} // '') =~ /dlock/i;
+		# INNODB_TRX may list several transactions under one id (seen on
+		# MariaDB 10.11: a SLEEP and a consistent read "waiting" for the
+		# lock an assert_fence waited for): which of them waits is unknown.
+		if (($w->{same} // 1) > 1)
+		{
+			$ambiguous++;
+			next;
+		}
 		my $list = $by_tid{ $w->{tid} } or next;
 		my ($o) = map { $_->[2] } grep { $_->[0] <= $w->{t} && $w->{t} <= $_->[1] } @$list;
 		if (!$o)
@@ -557,21 +587,24 @@ sub mark_waits
 		$o->{waited} = 1;
 		$o->{wq} //= $w->{q};
 		$o->{wlock} //= $w->{lk};
-		next unless defined $w->{by} && defined $client_of{ $w->{by} };
-		$o->{blocker} //= "c$client_of{ $w->{by} }";
-		next unless $o->{k} eq 'unlock' || $o->{k} eq 'unlock_all';
-		# The blocker's transactions open then: did one assert a fence there?
-		my $pinned = grep {
+		$o->{blocker} //= "c$client_of{ $w->{by} }" if defined $w->{by} && defined $client_of{ $w->{by} };
+		next unless $holding_call{ $o->{k} };
+		# The blocker's transactions open then: did one pin or change it?
+		my $ok = defined $w->{by} && defined $client_of{ $w->{by} } && grep {
 			my @u = @$_;
 			my ($t0) = sort { $a <=> $b } map { $_->{t0} } @u;
 			$t0 <= $w->{t} && $w->{t} <= $u[0]{tdone}
-			  && grep { $_->{k} eq 'assert_fence' && !defined $_->{err}
-				  && ($o->{k} eq 'unlock_all' || $_->{r} eq $o->{r}) } @u
+			  && grep { $_->{t0} <= $w->{t} && $touches->($o, $_) } @u
 		} values %{ $units{ $client_of{ $w->{by} } } };
-		$o->{nowait} = 1 unless $pinned;
+		$o->{bad_wait} = 1 unless $ok;
 	}
 	close $fh;
-	return $stray;
+	for my $o (grep { $holding_call{ $_->{k} } && $_->{waited} } @$ops)
+	{
+		if ($o->{bad_wait}) { $o->{nowait} = 1 }
+		elsif (!defined $o->{errno} || ($o->{errno} != 1205 && $o->{errno} != 1213)) { delete $o->{nowait} }
+	}
+	return ($stray, $ambiguous);
 }
 
 1;

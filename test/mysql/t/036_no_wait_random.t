@@ -8,6 +8,10 @@
 # the others (unlock, renew, assert_fence, unlock_all) may wait for
 # another transaction (see the README on REPEATABLE READ snapshots) and fail
 # only as documented (55P03, 42501, a deadlock, max_statement_time).
+# Inside transactions acquisitions may also fail as documented, at once:
+# error 1020 in REPEATABLE READ (a snapshot older than a change of holder:
+# the transaction rolled back), 40P01 from lock() (its own transaction holds
+# the resource).
 # Transactions now and then stay open longer than the bound, so that a call
 # waiting behind one shows.
 # DLOCK_MY_RANDOM_SECONDS sets the length (default 15).
@@ -66,7 +70,21 @@ sub worker {
             my $secs = time - $t0;
             $fence{$r} = $res if defined $res && $res =~ /^\d{10,}$/ && $sql =~ /try_lock|lock\(/;
             my $bad;
-            if ($never_waits && $mode && $sql =~ /reap/) {
+            # Documented outcomes inside a transaction (README, MySQL
+            # "Traps"): an acquisition whose REPEATABLE READ snapshot is
+            # older than a change of holder gets error 1020, its
+            # transaction rolled back; lock() where only the end of its own
+            # transaction could free the resource, 40P01.  Both at once.
+            my $documented = $mode && defined $err && $sql =~ /try_lock|xact_lock|dlock\.lock/
+                && ($err =~ /^HY000 1020: / && $mode eq 'REPEATABLE READ'
+                    || $err =~ /^40P01 / && $sql =~ /dlock\.lock/);
+            if ($documented) {
+                $bad = 'waited' if $secs >= $bound;
+                if (!$bad) {
+                    last if $err =~ / 1020: /;    # the transaction is gone
+                    next;
+                }
+            } elsif ($never_waits && $mode && $sql =~ /reap/) {
                 # refused inside a transaction, at once
                 $bad = 'waited' if $secs >= $bound;
                 $bad = 'not refused' if ($err // '') !~ /^25001 /;
