@@ -140,9 +140,9 @@ dlock_notify_holding(const DlockResource *res, const char *event, int64 fence,
 	MemoryContextSwitchTo(old);
 }
 
-/* dlock_events_pre_commit: hand the queued events to NOTIFY. */
-void
-dlock_events_pre_commit(void)
+/* events_pre_commit: hand the queued events to NOTIFY. */
+static void
+events_pre_commit(void)
 {
 	ListCell   *lc;
 
@@ -159,20 +159,20 @@ dlock_events_pre_commit(void)
 	pending = NIL;
 }
 
-/* dlock_events_reset: forget the queue (memory goes with the transaction). */
-void
-dlock_events_reset(void)
+/* events_end: forget the queue (memory goes with the transaction). */
+static void
+events_end(DlockXactEnd how)
 {
 	pending = NIL;
 }
 
 /*
- * dlock_events_subxact: drop the events of an aborted subtransaction (and
- * of its committed children, already handed to it); give those of a
+ * events_subxact: drop the events of an aborted subtransaction (and of
+ * its committed children, already handed to it); give those of a
  * committed one to its parent.
  */
-void
-dlock_events_subxact(bool commit, SubTransactionId mySubid,
+static void
+events_subxact(bool commit, SubTransactionId mySubid,
 					 SubTransactionId parentSubid)
 {
 	pending = dlock_subxact_items(pending, offsetof(PendingEvent, subxid),
@@ -232,12 +232,12 @@ outbox_end(OutboxSession *s)
 }
 
 /*
- * dlock_events_pre_prepare: the transaction is being prepared: write its
+ * events_pre_prepare: the transaction is being prepared: write its
  * queued events into dlock.outbox, to be delivered once it commits.
  * Returns whether there were any.
  */
-bool
-dlock_events_pre_prepare(void)
+static bool
+events_pre_prepare(void)
 {
 	static const char *sql =
 		"INSERT INTO dlock.outbox (channel, payload, hash, queued_at)"
@@ -286,6 +286,14 @@ dlock_events_pre_prepare(void)
 	pending = NIL;
 	return true;
 }
+
+/* What events.c does when a transaction ends (xact.c calls them). */
+const DlockXactHooks dlock_events_xact_hooks = {
+	.pre_commit = events_pre_commit,
+	.pre_prepare = events_pre_prepare,
+	.end = events_end,
+	.subxact = events_subxact,
+};
 
 /*
  * dlock_outbox_deliver: send the events that prepared transactions left

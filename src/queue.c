@@ -34,15 +34,17 @@
  *	  than 2^31 numbers.
  *
  * The head of a resource's queue is its lowest live ticket.  While there is
- * one, the resource goes only to it (the rule is holding.c's; acquire.c and
- * xactlock.c apply it).
+ * one, the resource goes only to it (the rule is holding.c's; admit.c
+ * decides with what this file reads; acquire.c takes and drops tickets as
+ * its verdicts say).
  *
  * A client ticket also leaves the queue by dlock.withdraw() (0.3 SQL: its
  * holder stops waiting), and when its holder's holding ends cleanly (a
  * ticket the holder took on another connection while its own acquisition
  * was still uncommitted, and so invisible to that attempt).
  *
- * Lock-delay: a holding taken with a lock-delay has a row in dlock.delays,
+ * Lock-delay: a holding taken with a lock-delay has a row in dlock.delays
+ * (read by rows.c's dlock_row_read_delay for admit.c),
  * tied to it by its fence.  If the holding ends uncleanly, the resource is
  * not available before the end of the lease plus the delay: computed from
  * the row's expiry while the expired holding is still in dlock.leases, and
@@ -687,44 +689,6 @@ dlock_withdraw(PG_FUNCTION_ARGS)
 	if (withdrawn)
 		dlock_wake_after_commit(res.hash);
 	PG_RETURN_BOOL(withdrawn);
-}
-
-/*
- * dlock_delay_read: set row->available_at from the lock-delay of the
- * row's holding: its expiry plus the delay while it is held (expired or
- * not), the stored moment once it was freed uncleanly; 0 (no delay)
- * otherwise.
- */
-void
-dlock_delay_read(const DlockResource *res, DlockRow *row)
-{
-	static SPIPlanPtr plan = NULL;
-	static const Oid types[2] = {TEXTOID, INT8OID};
-	Datum		values[2];
-	bool		isnull;
-	Datum		d;
-
-	row->available_at = 0;
-	if (!row->exists)
-		return;
-	values[0] = PointerGetDatum(res->name);
-	values[1] = Int64GetDatum(row->fence);
-	if (dlock_store_exec(&plan,
-						 "SELECT d.lock_delay, d.available_at FROM dlock.delays d"
-						 "  WHERE " RES_IS("d") " AND d.fence OPERATOR(pg_catalog.=) $2",
-						 2, types, values, NULL, true) == 0)
-		return;
-	if (row->held)
-	{
-		d = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
-		row->available_at = dlock_add_interval(row->expires_at, DatumGetIntervalP(d));
-	}
-	else
-	{
-		d = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2, &isnull);
-		if (!isnull)
-			row->available_at = DatumGetTimestampTz(d);
-	}
 }
 
 /* dlock_delay_set: the new holding fence of res has this lock-delay. */

@@ -1,7 +1,7 @@
 /*-------------------------------------------------------------------------
  *
  * reap.c
- *		Expiry: what one transaction of a reaper does, and dlock.reap().
+ *		Expiry: what one transaction of a reaper round does.
  *
  * An expired lease is already free to acquirers (lazy expiry); reaping
  * makes the row free for real, emits the "expired" event and wakes a
@@ -33,10 +33,7 @@
  */
 #include "dlock.h"
 
-#include "fmgr.h"
 #include "storage/lock.h"
-
-PG_FUNCTION_INFO_V1(dlock_reap);
 
 #define DLOCK_FREE_ROW_TTL_SECS 3600
 
@@ -186,19 +183,4 @@ dlock_purge_list(List *resources, int from, int to)
 	dlock_store_end();
 	/* Nothing anyone waits for: commit without waiting for a standby. */
 	dlock_note_release();
-}
-
-/*
- * dlock.reap(): reap the leases expired now and emit their events, in a
- * reaper round of its own (see above); returns how many.
- */
-Datum
-dlock_reap(PG_FUNCTION_ARGS)
-{
-	int64		reaped;
-
-	dlock_check_writable("dlock.reap()");
-	(void) dlock_schema_oid();	/* the extension must be here */
-	reaped = dlock_run_round();
-	PG_RETURN_INT32((int32) Min(reaped, PG_INT32_MAX));
 }

@@ -1,7 +1,8 @@
 /*-------------------------------------------------------------------------
  *
  * worker.c
- *		The background reaper ("dlock reaper") and its rounds.
+ *		The background reaper ("dlock reaper"), its rounds, and
+ *		dlock.reap(), which runs one.
  *
  * Two kinds of background worker:
  *
@@ -56,6 +57,8 @@
 #include "utils/memutils.h"
 #include "utils/snapmgr.h"
 #include "utils/timestamp.h"
+
+PG_FUNCTION_INFO_V1(dlock_reap);
 
 PGDLLEXPORT void dlock_worker_main(Datum main_arg);
 PGDLLEXPORT void dlock_round_main(Datum main_arg);
@@ -192,6 +195,21 @@ dlock_run_round(void)
 				 errmsg("dlock reaper round ended before finishing"),
 				 errhint("See the server log.")));
 	return reaped;
+}
+
+/*
+ * dlock.reap(): reap the leases expired now and emit their events, in a
+ * reaper round of its own (reap.c says why); returns how many.
+ */
+Datum
+dlock_reap(PG_FUNCTION_ARGS)
+{
+	int64		reaped;
+
+	dlock_check_writable("dlock.reap()");
+	(void) dlock_schema_oid();	/* the extension must be here */
+	reaped = dlock_run_round();
+	PG_RETURN_INT32((int32) Min(reaped, PG_INT32_MAX));
 }
 
 /* begin_xact / end_xact: one transaction of a round. */
