@@ -9,7 +9,9 @@
  * decide, carries the verdict out (lease_attempt's admit_write and
  * acquired() for a lease: the row through rows.c, the queue through
  * queue.c, what the transaction must do at its end through xact.c and
- * waiters.c; queue_up for a refusal), and says one of four things:
+ * waiters.c; share_write for a shared lease; queue_up for a refusal, and
+ * for an exclusive wait in lock() the "writer waits" tags of queue.c),
+ * and says one of four things:
  * acquired (with the fence, the resource's lock kept until the transaction
  * ends), busy until some time (another holder's lease ends then; the
  * resource's lock given back), delayed (free, but under lock-delay until
@@ -273,6 +275,9 @@ typedef struct LeaseAttemptArgs
 	bool		campaign;		/* never re-enter: the holder's own holding is had as is */
 	bool		already;		/* campaign: the holder held it already */
 	bool		adopted;		/* ticket is the holder's client ticket */
+	bool		shared;			/* a shared lease (0.4) */
+	bool		writer;			/* holds the "writer waits" tags (queue.c) */
+	bool		upgrade;		/* ... and its "upgrading" tag */
 } LeaseAttemptArgs;
 
 /*
@@ -380,10 +385,60 @@ take_resource_as_head(const DlockResource *res, const LeaseAttemptArgs *a)
 static DlockRequest
 request_of(const LeaseAttemptArgs *a)
 {
-	DlockRequest req = {DLOCK_KIND_EXCLUSIVE, a->holder, a->caller, a->fair,
-	a->in_server, a->ticket, a->campaign};
+	DlockRequest req = {a->shared ? DLOCK_KIND_SHARED : DLOCK_KIND_EXCLUSIVE,
+		a->holder, a->caller, a->fair, a->in_server, a->ticket, a->campaign};
 
 	return req;
+}
+
+/*
+ * share_write: admit_write for a shared lease (0.4): re-enter the
+ * holder's shared holding, or add one beside the others (with its own
+ * fence); a new one wakes the next waiter too, which may be another
+ * reader.  A shared holding takes no lock-delay (it is the exclusive
+ * holding's).
+ */
+static bool
+share_write(const DlockResource *res, LeaseAttemptArgs *a,
+			const DlockResourceState *st, DlockReason reason,
+			TimestampTz expires, int64 *drawn, int64 *fence)
+{
+	const DlockRow *mine = st->share_mine;
+
+	if (reason == ADMIT_REENTER)
+	{
+		TimestampTz new_expires = Max(mine->expires_at, expires);
+
+		if (mine->count == PG_INT32_MAX)
+			ereport(ERROR,
+					(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
+					 errmsg("holder \"%s\" has re-entered resource \"%s\" too many times",
+							mine->holder, text_to_cstring(res->name)),
+					 errdetail("A holding is re-entered at most %d times.", PG_INT32_MAX - 1)));
+		if (!dlock_share_change(res, mine, mine->count + 1, NULL, st->now,
+								new_expires))
+			return false;
+		*fence = mine->fence;
+		dlock_server_ticket_drop(res, &a->ticket);
+		dlock_note_acquisition(new_expires);
+		dlock_count(DLOCK_STAT_REENTERED);
+		return true;
+	}
+	if (reason != ADMIT_NEW)
+		elog(ERROR, "dlock: verdict %d does not admit", (int) reason);
+	if (*drawn == 0)
+		*drawn = dlock_next_fence();
+	dlock_share_insert(res, a->holder, a->caller->role, *drawn, a->lease,
+					   st->now, expires);
+	*fence = *drawn;
+	dlock_server_ticket_drop(res, &a->ticket);
+	if (st->queues)
+		dlock_client_ticket_drop(res, a->holder, a->caller->role);
+	dlock_note_acquisition(expires);
+	dlock_wake_after_abort(res->hash);
+	dlock_wake_after_commit(res->hash);
+	dlock_count(DLOCK_STAT_ACQUIRED);
+	return true;
 }
 
 /*
@@ -403,6 +458,8 @@ admit_write(const DlockResource *res, LeaseAttemptArgs *a,
 	TimestampTz new_expires;
 	int32		count;
 
+	if (a->shared)
+		return share_write(res, a, st, reason, expires, drawn, fence);
 	switch (reason)
 	{
 		case ADMIT_AS_IS:
@@ -499,6 +556,20 @@ lease_attempt(const DlockResource *res, void *arg, int64 *fence,
 		return ATTEMPT_ACQUIRED;
 	}
 	adopted = v.queue && queue_up(res, a, st.now);
+	if (v.reason == REFUSE_DEADLOCK)
+	{
+		dlock_store_end();
+		dlock_resource_unlock(res, DLOCK_CHANGE);
+		ereport(ERROR,
+				(errcode(ERRCODE_T_R_DEADLOCK_DETECTED),
+				 errmsg("deadlock detected"),
+				 errdetail("Holder \"%s\" waits to upgrade its shared lock on resource \"%s\" to exclusive, and another shared holder waits to upgrade too: each waits for the other.",
+						   text_to_cstring(a->holder), text_to_cstring(res->name)),
+				 errhint("Release the shared lock and take the exclusive one afresh.")));
+	}
+	if (!a->shared && a->in_server && !a->campaign && dlock_shares_installed())
+		dlock_writer_wait(res, a->holder, a->caller->role,
+						  (a->upgrade = st.share_mine != NULL), &a->writer);
 	dlock_store_end();
 	dlock_resource_unlock(res, DLOCK_CHANGE);
 
@@ -523,6 +594,14 @@ lease_leave(const DlockResource *res, void *arg, bool acquired)
 	LeaseAttemptArgs *a = arg;
 
 	dlock_server_ticket_drop(res, &a->ticket);
+	if (a->writer)
+	{
+		/* Readers held off by this wait look again once it is over. */
+		dlock_writer_wait_end(res, a->holder, a->caller->role, a->upgrade,
+							  &a->writer);
+		if (!acquired)
+			dlock_wake_after_commit(res->hash);
+	}
 	if (a->adopted && !acquired)
 	{
 		dlock_store_begin();
@@ -539,10 +618,10 @@ lease_leave(const DlockResource *res, void *arg, bool acquired)
 int64
 dlock_acquire(const DlockResource *res, text *holder, const DlockCaller *caller,
 			  const Interval *lease, int64 wait_ms, bool fair,
-			  const Interval *lock_delay)
+			  const Interval *lock_delay, bool shared)
 {
 	LeaseAttemptArgs args = {holder, caller, lease, fair, wait_ms != 0,
-	lock_delay, 0, false, false, false};
+	lock_delay, 0, false, false, false, shared, false, false};
 	int64		fence;
 
 	fence = dlock_wait_loop(res, holder, wait_ms, lease_attempt, lease_leave,
@@ -562,7 +641,7 @@ dlock_campaign_acquire(const DlockResource *res, text *candidate,
 					   int64 wait_ms, const Interval *lock_delay, bool *already)
 {
 	LeaseAttemptArgs args = {candidate, caller, lease, true, wait_ms != 0,
-	lock_delay, 0, true, false, false};
+	lock_delay, 0, true, false, false, false, false, false};
 	int64		fence;
 
 	fence = dlock_wait_loop(res, candidate, wait_ms, lease_attempt, lease_leave,

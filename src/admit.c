@@ -9,14 +9,16 @@
  *
  *	1. read (dlock_admit_read): the resource's state, once, into a
  *	   DlockResourceState: its holding (rows.c), what that holding is to the
- *	   request (holding.c), whether this transaction holds a
- *	   transaction-scoped lock on it (xact.c); and, when the decision asks
+ *	   request (holding.c), its shared holdings (0.4, rows.c; for an
+ *	   upgrade, whether another shared holder waits to upgrade too,
+ *	   queue.c), whether this transaction holds a transaction-scoped lock
+ *	   on it (xact.c); and, when the decision asks
  *	   for them, its lock-delay and fair queue (other backends' in-server
  *	   tickets and client tickets ahead, queue.c and rows.c), and the exact
  *	   head of the queue (queue.c, one SPI statement);
  *	2. decide (dlock_admit_decide): a pure function of the request and the
- *	   state, one per kind (admit_exclusive, admit_xact): a verdict, admit or
- *	   refuse, with its reason, and for a refusal when to look again and
+ *	   state, one per kind (admit_exclusive, admit_shared, admit_xact): a
+ *	   verdict, admit or refuse, with its reason, and for a refusal when to look again and
  *	   whether the request keeps a place in the queue.  Fairness and
  *	   lock-delay are inputs like the holding.  A decision that needs a
  *	   part of the state not read yet says so (NEED_QUEUE, NEED_HEAD) and
@@ -28,8 +30,8 @@
  *	   through queue.c, and what the transaction must do at its end
  *	   (xact.c, waiters.c).
  *
- * A new kind of lock (shared holders, semaphore permits) is a new
- * DlockKind with its own admission function here, over the same state.
+ * A new kind of lock (semaphore permits next) is a new DlockKind with its
+ * own admission function here, over the same state, as shared locks were.
  *
  * No shared state: it only reads, under the resource's lock (CHANGE,
  * resource.c) that the caller holds (or, for a contended attempt, the
@@ -84,6 +86,10 @@ refuse_unavailable(const DlockResourceState *st, bool queue)
  *	- a holding not ended, or under lock-delay, is busy until then;
  *	- free: while the queue has a live ticket, only its head takes it;
  *	- else a new holding.
+ * With shared holdings (0.4), after the re-entry: live shared holdings of
+ * others make it wait until they end (an upgrade, by a holder that shares
+ * it too, succeeds only when it is the only holder); an upgrade waiting
+ * for another holder that waits to upgrade too is a deadlock.
  * A refusal keeps a place in the queue for a fair request, and for a wait
  * in lock() (which adopts the holder's client ticket).
  */
@@ -99,6 +105,13 @@ admit_exclusive(const DlockRequest *req, const DlockResourceState *st)
 		return refuse(REFUSE_OWN_XACT_LOCK, DT_NOEND, false);
 	if (st->holding == HOLDING_MINE)
 		return admit(req->campaign ? ADMIT_AS_IS : ADMIT_REENTER);
+	if (st->shares_others > 0)
+	{
+		/* Shared by others: an upgrade waits for them, unless they wait too. */
+		if (st->upgrade_crossed)
+			return refuse(REFUSE_DEADLOCK, DT_NOEND, false);
+		return refuse(REFUSE_SHARED, st->shares_until, queue);
+	}
 	if (!st->queues)
 	{
 		if (dlock_lease_ended(&st->row, st->now))
@@ -123,9 +136,54 @@ admit_exclusive(const DlockRequest *req, const DlockResourceState *st)
 }
 
 /*
+ * admit_shared: a shared lease (shared => true, 0.4).  In order:
+ *	- this transaction's transaction-scoped lock excludes it;
+ *	- the holder's own shared holding is re-entered;
+ *	- the holder's own exclusive holding also takes shared (a downgrade);
+ *	- a waiter in lock() not at the head of the in-server tickets waits;
+ *	- an exclusive holding not ended, or under lock-delay, is busy;
+ *	- an exclusive request waiting in lock() keeps new shared holders out
+ *	  (writers do not starve); so does a queue headed by another ticket;
+ *	- else a new shared holding, beside the others.
+ */
+static DlockAdmission
+admit_shared(const DlockRequest *req, const DlockResourceState *st)
+{
+	bool		queue = req->fair || req->in_server;
+
+	if (st->contended)
+		return refuse(REFUSE_CONTENDED, DT_NOEND,
+					  queue && st->queues && st->share_mine == NULL &&
+					  st->holding != HOLDING_MINE);
+	if (st->own_xact_lock)
+		return refuse(REFUSE_OWN_XACT_LOCK, DT_NOEND, false);
+	if (st->share_mine != NULL)
+		return admit(ADMIT_REENTER);
+	if (st->holding == HOLDING_MINE)
+		return admit(ADMIT_NEW);
+	if (!st->know_queue)
+		return refuse(NEED_QUEUE, DT_NOEND, false);
+	if (req->in_server && !st->server_allows)
+		return refuse(REFUSE_NOT_TURN, st->server_until, queue);
+	if (!dlock_lease_available(&st->row, st->now))
+		return refuse_unavailable(st, queue);
+	if (st->writer_waiting)
+		return refuse(REFUSE_NOT_TURN, DT_NOEND, queue);
+	if (!st->server_allows || st->client_ahead)
+	{
+		if (!st->know_head)
+			return refuse(NEED_HEAD, DT_NOEND, false);
+		if (st->head.exists && !st->head.mine)
+			return refuse(REFUSE_NOT_TURN, st->head.expires_at, queue);
+	}
+	return admit(ADMIT_NEW);
+}
+
+/*
  * admit_xact: a transaction-scoped lock (xact_lock, try_xact_lock).  Its
  * re-entry is xactlock.c's (the transaction holds the resource's lock
- * already).  A holding not ended, or under lock-delay, is busy; a free
+ * already).  Live shared holdings (0.4) make it busy until they end, as
+ * does an exclusive holding not ended, or under lock-delay; a free
  * resource is taken unless the queue has a live ticket: a
  * transaction-scoped lock never queues, nor jumps a queue.
  */
@@ -134,6 +192,8 @@ admit_xact(const DlockRequest *req, const DlockResourceState *st)
 {
 	if (st->contended)
 		return refuse(REFUSE_CONTENDED, DT_NOEND, false);
+	if (st->shares_others > 0)
+		return refuse(REFUSE_SHARED, st->shares_until, false);
 	if (!st->queues)
 	{
 		if (dlock_lease_ended(&st->row, st->now))
@@ -164,11 +224,55 @@ dlock_admit_decide(const DlockRequest *req, const DlockResourceState *st)
 	{
 		case DLOCK_KIND_EXCLUSIVE:
 			return admit_exclusive(req, st);
+		case DLOCK_KIND_SHARED:
+			return admit_shared(req, st);
 		case DLOCK_KIND_XACT:
 			return admit_xact(req, st);
 	}
 	elog(ERROR, "dlock: unknown kind of request %d", (int) req->kind);
 	pg_unreachable();
+}
+
+/*
+ * read_shares: the shared holdings of res (0.4; none under older SQL):
+ * the request's holder's live one, how many live ones others have and
+ * when the last of them ends; for an upgrade waiting in lock(), whether
+ * one of those others waits to upgrade too.
+ */
+static void
+read_shares(const DlockResource *res, const DlockRequest *req, bool locked,
+			DlockResourceState *st)
+{
+	ListCell   *lc;
+
+	st->shares = dlock_row_read_shares(res);
+	st->shares_until = DT_NOBEGIN;
+	foreach(lc, st->shares)
+	{
+		DlockRow   *s = lfirst(lc);
+
+		if (s->expires_at <= st->now)
+			continue;
+		if (req->holder != NULL &&
+			dlock_holding_verdict(s, req->holder, req->caller, st->now) == HOLDING_MINE)
+			st->share_mine = s;
+		else
+		{
+			st->shares_others++;
+			st->shares_until = Max(st->shares_until, s->expires_at);
+		}
+	}
+	if (!locked || req->kind != DLOCK_KIND_EXCLUSIVE || !req->in_server ||
+		st->share_mine == NULL || st->shares_others == 0)
+		return;
+	foreach(lc, st->shares)
+	{
+		DlockRow   *s = lfirst(lc);
+
+		if (s != st->share_mine && s->expires_at > st->now &&
+			dlock_upgrading(res, s->holder, s->owner))
+			st->upgrade_crossed = true;
+	}
 }
 
 /*
@@ -193,6 +297,7 @@ dlock_admit_read(const DlockResource *res, const DlockRequest *req,
 	else
 		st->holding = dlock_lease_ended(&st->row, st->now) ?
 			HOLDING_FREE : HOLDING_OTHERS;
+	read_shares(res, req, locked, st);
 }
 
 /*
@@ -212,6 +317,8 @@ read_queue(const DlockResource *res, const DlockRequest *req,
 	st->client_ahead = dlock_row_tickets_below(res,
 											   req->ticket != 0 ? req->ticket : PG_INT64_MAX,
 											   st->now);
+	if (req->kind == DLOCK_KIND_SHARED)
+		st->writer_waiting = dlock_writer_waiting(res);
 	st->know_queue = true;
 }
 

@@ -64,6 +64,10 @@
 #define DLOCK_LOCKTAG_LAPSE		(DLOCK_LOCKTAG_CLASS + 7)
 /* ... of a transaction writing a holder's client ticket row (queue.c) */
 #define DLOCK_LOCKTAG_TICKET_ROW	(DLOCK_LOCKTAG_CLASS + 8)
+/* ... of "an exclusive request waits in lock()" (queue.c) */
+#define DLOCK_LOCKTAG_WRITER	(DLOCK_LOCKTAG_CLASS + 9)
+/* ... of "this shared holder waits to upgrade" (queue.c) */
+#define DLOCK_LOCKTAG_UPGRADE	(DLOCK_LOCKTAG_CLASS + 10)
 
 /* The modes of the per-resource lock (resource.c explains them). */
 typedef enum DlockLockMode
@@ -164,6 +168,14 @@ extern bool dlock_row_take(const DlockResource *res, const DlockRow *seen,
 						   TimestampTz expires);
 extern bool dlock_row_tickets_below(const DlockResource *res, int64 below,
 									TimestampTz now);
+extern bool dlock_shares_installed(void);
+extern List *dlock_row_read_shares(const DlockResource *res);
+extern void dlock_share_insert(const DlockResource *res, text *holder,
+							   Oid owner, int64 fence, const Interval *lease,
+							   TimestampTz now, TimestampTz expires);
+extern bool dlock_share_change(const DlockResource *res, const DlockRow *seen,
+							   int32 count, const Interval *lease,
+							   TimestampTz now, TimestampTz expires);
 extern bool dlock_row_tickets_live(const DlockResource *res, TimestampTz now);
 extern bool dlock_row_fast_release(const DlockResource *res, text *holder,
 								   Oid owner, TimestampTz now, bool fence_given,
@@ -237,11 +249,19 @@ extern void dlock_delay_set(const DlockResource *res, int64 fence,
 							const Interval *delay);
 extern void dlock_delay_on_end(const DlockResource *res, TimestampTz at,
 							   TimestampTz expired_by);
+extern void dlock_writer_wait(const DlockResource *res, text *holder,
+							  Oid owner, bool upgrade, bool *registered);
+extern void dlock_writer_wait_end(const DlockResource *res, text *holder,
+								  Oid owner, bool upgrade, bool *registered);
+extern bool dlock_writer_waiting(const DlockResource *res);
+extern bool dlock_upgrading(const DlockResource *res, const char *holder,
+							Oid owner);
 extern int	dlock_queue_purge(TimestampTz now);
 extern void dlock_queue_forget(const DlockResource *res);
 extern bool dlock_delay_pending(const DlockResource *res, TimestampTz now);
 extern Interval *dlock_check_lock_delay(FunctionCallInfo fcinfo, int argno);
 extern bool dlock_check_fair(FunctionCallInfo fcinfo, int argno);
+extern bool dlock_check_shared(FunctionCallInfo fcinfo, int argno);
 
 /* ---- elect.c ---- */
 extern bool dlock_values_installed(void);
@@ -302,6 +322,7 @@ extern List *dlock_subxact_items(List *items, size_t subxid_off, bool commit,
 typedef enum DlockKind
 {
 	DLOCK_KIND_EXCLUSIVE,		/* a lease: try_lock, lock, campaign */
+	DLOCK_KIND_SHARED,			/* a shared lease: shared => true (0.4) */
 	DLOCK_KIND_XACT				/* a transaction-scoped lock */
 } DlockKind;
 
@@ -326,12 +347,19 @@ typedef struct DlockResourceState
 	bool		own_xact_lock;	/* this transaction holds a transaction-scoped lock */
 	DlockRow	row;			/* the holding (available_at: with know_queue) */
 	DlockVerdict holding;		/* what it is to the request (holding.c) */
+	/* The shared holdings (0.4 SQL), read with the holding. */
+	List	   *shares;			/* DlockRow *, every row of dlock.shares */
+	DlockRow   *share_mine;		/* the request's holder's live one, or NULL */
+	int			shares_others;	/* live shared holdings of other holders */
+	TimestampTz shares_until;	/* when the last of those ends */
+	bool		upgrade_crossed;	/* another of them waits to upgrade too */
 	/* The queue and lock-delay, read when the decision asks (know_queue). */
 	bool		know_queue;
 	bool		server_others;	/* other backends hold in-server tickets */
 	bool		server_allows;	/* ... none of them ahead of the request's */
 	TimestampTz server_until;	/* if not: when the one ahead lapses */
 	bool		client_ahead;	/* a live client ticket below the request's */
+	bool		writer_waiting; /* an exclusive request waits in lock() */
 	/* The exact head of the queue, read when the decision asks (know_head). */
 	bool		know_head;
 	DlockQueueHead head;
@@ -347,7 +375,10 @@ typedef enum DlockReason
 	REFUSE_OWN_XACT_LOCK,		/* this transaction's transaction-scoped lock */
 	REFUSE_HELD,				/* another holder's unexpired holding */
 	REFUSE_DELAYED,				/* free, but under lock-delay */
-	REFUSE_NOT_TURN,			/* free, but another ticket heads the queue */
+	REFUSE_NOT_TURN,			/* free, but another ticket heads the queue,
+								 * or (shared) a writer waits */
+	REFUSE_SHARED,				/* exclusive: other holders share it */
+	REFUSE_DEADLOCK,			/* an upgrade waits for another upgrade */
 	NEED_QUEUE,					/* undecided: read the queue and lock-delay */
 	NEED_HEAD					/* undecided: read the exact head */
 } DlockReason;
@@ -393,7 +424,7 @@ extern int64 dlock_wait_loop(const DlockResource *res, text *holder,
 extern int64 dlock_acquire(const DlockResource *res, text *holder,
 						   const DlockCaller *caller, const Interval *lease,
 						   int64 wait_ms, bool fair,
-						   const Interval *lock_delay);
+						   const Interval *lock_delay, bool shared);
 extern int64 dlock_campaign_acquire(const DlockResource *res, text *candidate,
 									const DlockCaller *caller,
 									const Interval *lease, int64 wait_ms,

@@ -74,6 +74,10 @@
  *	  later round.  A writer may wait for a purge, a short transaction
  *	  that waits for no lock.
  *
+ * Shared locks (0.4) add two lock-manager tags (see dlock_writer_wait):
+ * "an exclusive request waits in lock()" (writers do not starve) and "this
+ * shared holder waits to upgrade" (crossing upgrades are found, 40P01).
+ *
  * The functions here run inside store sessions (store.c) and only under
  * the 0.2 SQL or later (dlock_queue_installed); under older SQL there are
  * no queues or delays.
@@ -740,6 +744,104 @@ dlock_delay_on_end(const DlockResource *res, TimestampTz at,
 }
 
 /*
+ * Shared locks (0.4): writers do not starve.  An exclusive request that
+ * waits in lock() holds the resource's "writer waits" tag in ShareLock for
+ * as long as it waits; a new shared holder is admitted only while nobody
+ * holds it (one conditional lock, as for the fair tag).  An exclusive
+ * request of a shared holder (an upgrade) also holds its own "upgrading"
+ * tag in ExclusiveLock while it waits, so that two shared holders waiting
+ * to upgrade find each other (admit.c: 40P01) instead of waiting forever.
+ */
+static void
+set_writer_tag(LOCKTAG *tag, const DlockResource *res)
+{
+	SET_LOCKTAG_ADVISORY(*tag, MyDatabaseId, (uint32) (res->hash >> 32),
+						 (uint32) res->hash, DLOCK_LOCKTAG_WRITER);
+}
+
+static void
+set_upgrade_tag(LOCKTAG *tag, const DlockResource *res, const char *holder,
+				Oid owner)
+{
+	uint64		h = mixed_hash(res);
+	uint32		who = hash_combine(hash_any((const unsigned char *) holder,
+											strlen(holder)), (uint32) owner);
+
+	SET_LOCKTAG_ADVISORY(*tag, who, (uint32) (h >> 32), (uint32) h,
+						 DLOCK_LOCKTAG_UPGRADE);
+}
+
+/*
+ * dlock_writer_wait: an exclusive request of holder (of role owner) waits
+ * in lock() for res: hold the tags until dlock_writer_wait_end (or the
+ * transaction's end).  No-op once *registered.
+ */
+void
+dlock_writer_wait(const DlockResource *res, text *holder, Oid owner,
+				  bool upgrade, bool *registered)
+{
+	LOCKTAG		tag;
+
+	if (*registered)
+		return;
+	set_writer_tag(&tag, res);
+	(void) LockAcquire(&tag, ShareLock, false, false);
+	if (upgrade)
+	{
+		set_upgrade_tag(&tag, res, text_to_cstring(holder), owner);
+		(void) LockAcquire(&tag, ExclusiveLock, false, false);
+	}
+	*registered = true;
+	/* If the wait ends in an error, readers held off should look again. */
+	dlock_wake_after_abort(res->hash);
+}
+
+/* dlock_writer_wait_end: the wait is over. */
+void
+dlock_writer_wait_end(const DlockResource *res, text *holder, Oid owner,
+					  bool upgrade, bool *registered)
+{
+	LOCKTAG		tag;
+
+	if (!*registered)
+		return;
+	set_writer_tag(&tag, res);
+	LockRelease(&tag, ShareLock, false);
+	if (upgrade)
+	{
+		set_upgrade_tag(&tag, res, text_to_cstring(holder), owner);
+		LockRelease(&tag, ExclusiveLock, false);
+	}
+	*registered = false;
+}
+
+/* dlock_writer_waiting: does another backend's exclusive request wait for res? */
+bool
+dlock_writer_waiting(const DlockResource *res)
+{
+	LOCKTAG		tag;
+
+	set_writer_tag(&tag, res);
+	if (LockAcquire(&tag, ExclusiveLock, false, true) == LOCKACQUIRE_NOT_AVAIL)
+		return true;
+	LockRelease(&tag, ExclusiveLock, false);
+	return false;
+}
+
+/* dlock_upgrading: does holder (of role owner) wait to upgrade its share of res? */
+bool
+dlock_upgrading(const DlockResource *res, const char *holder, Oid owner)
+{
+	LOCKTAG		tag;
+
+	set_upgrade_tag(&tag, res, holder, owner);
+	if (LockAcquire(&tag, ShareLock, false, true) == LOCKACQUIRE_NOT_AVAIL)
+		return true;
+	LockRelease(&tag, ShareLock, false);
+	return false;
+}
+
+/*
  * dlock_queue_purge: delete client tickets nobody kept alive, and delays
  * that are over.  Only dead rows, so no resource lock is needed: a row a
  * fair attempt or a new holding took over meanwhile no longer matches
@@ -857,5 +959,18 @@ dlock_check_fair(FunctionCallInfo fcinfo, int argno)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("fair must not be null")));
+	return PG_GETARG_BOOL(argno);
+}
+
+/* dlock_check_shared: the shared argument (false when the SQL has none). */
+bool
+dlock_check_shared(FunctionCallInfo fcinfo, int argno)
+{
+	if (argno >= PG_NARGS())
+		return false;
+	if (PG_ARGISNULL(argno))
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("shared must not be null")));
 	return PG_GETARG_BOOL(argno);
 }

@@ -198,6 +198,25 @@ dlock_run_round(void)
 }
 
 /*
+ * shares_min_expiry: the earliest expiry of a shared holding (0.4), or
+ * DT_NOEND (none, or older SQL).  Inside a store session.
+ */
+static TimestampTz
+shares_min_expiry(void)
+{
+	static SPIPlanPtr plan = NULL;
+	bool		isnull;
+	Datum		d;
+
+	if (!dlock_shares_installed() ||
+		dlock_store_exec(&plan, "SELECT pg_catalog.min(s.expires_at) FROM dlock.shares s",
+						 0, NULL, NULL, NULL, true) != 1)
+		return DT_NOEND;
+	d = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
+	return isnull ? DT_NOEND : DatumGetTimestampTz(d);
+}
+
+/*
  * dlock.reap(): reap the leases expired now and emit their events, in a
  * reaper round of its own (reap.c says why); returns how many.
  */
@@ -360,6 +379,7 @@ reap_round(MemoryContext loop_context)
 	begin_xact("finding the next expiry");
 	dlock_store_begin();
 	dlock_expiry_hint(dlock_min_expiry());
+	dlock_expiry_hint(shares_min_expiry());
 	dlock_store_end();
 	end_xact();
 	return reaped;
