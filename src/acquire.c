@@ -5,7 +5,13 @@
  *		try_lock, lock, xact_lock and try_xact_lock share.
  *
  * An attempt (a DlockAttemptFn) takes the resource's lock without waiting,
- * reads the resource on the latest snapshot, and says one of four things:
+ * has admit.c read the resource's state (on the latest snapshot) and
+ * decide, carries the verdict out (lease_attempt's admit_write and
+ * acquired() for a lease: the row through rows.c, the queue through
+ * queue.c, what the transaction must do at its end through xact.c and
+ * waiters.c; share_write for a shared lease; queue_up for a refusal, and
+ * for an exclusive wait in lock() the "writer waits" tags of queue.c),
+ * and says one of four things:
  * acquired (with the fence, the resource's lock kept until the transaction
  * ends), busy until some time (another holder's lease ends then; the
  * resource's lock given back), delayed (free, but under lock-delay until
@@ -269,6 +275,9 @@ typedef struct LeaseAttemptArgs
 	bool		campaign;		/* never re-enter: the holder's own holding is had as is */
 	bool		already;		/* campaign: the holder held it already */
 	bool		adopted;		/* ticket is the holder's client ticket */
+	bool		shared;			/* a shared lease (0.4) */
+	bool		writer;			/* holds the "writer waits" tags (queue.c) */
+	bool		upgrade;		/* ... and its "upgrading" tag */
 } LeaseAttemptArgs;
 
 /*
@@ -372,28 +381,144 @@ take_resource_as_head(const DlockResource *res, const LeaseAttemptArgs *a)
 	}
 }
 
+/* request_of: the admission request of a lease attempt (admit.c). */
+static DlockRequest
+request_of(const LeaseAttemptArgs *a)
+{
+	DlockRequest req = {a->shared ? DLOCK_KIND_SHARED : DLOCK_KIND_EXCLUSIVE,
+		a->holder, a->caller, a->fair, a->in_server, a->ticket, a->campaign};
+
+	return req;
+}
+
 /*
- * lease_attempt: one attempt at a lease for holder: the caller's own,
- * re-enter it (count + 1, the expiry extended to at least now + lease);
- * available (holding.c) and the queue empty or headed by the caller, take
- * it with a new fence; else busy, queued if fair.
+ * share_write: admit_write for a shared lease (0.4): re-enter the
+ * holder's shared holding, or add one beside the others (with its own
+ * fence); a new one wakes the next waiter too, which may be another
+ * reader.  A shared holding takes no lock-delay (it is the exclusive
+ * holding's).
+ */
+static bool
+share_write(const DlockResource *res, LeaseAttemptArgs *a,
+			const DlockResourceState *st, DlockReason reason,
+			TimestampTz expires, int64 *drawn, int64 *fence)
+{
+	const DlockRow *mine = st->share_mine;
+
+	if (reason == ADMIT_REENTER)
+	{
+		TimestampTz new_expires = Max(mine->expires_at, expires);
+
+		if (mine->count == PG_INT32_MAX)
+			ereport(ERROR,
+					(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
+					 errmsg("holder \"%s\" has re-entered resource \"%s\" too many times",
+							mine->holder, text_to_cstring(res->name)),
+					 errdetail("A holding is re-entered at most %d times.", PG_INT32_MAX - 1)));
+		if (!dlock_share_change(res, mine, mine->count + 1, NULL, st->now,
+								new_expires))
+			return false;
+		*fence = mine->fence;
+		dlock_server_ticket_drop(res, &a->ticket);
+		dlock_note_acquisition(new_expires);
+		dlock_count(DLOCK_STAT_REENTERED);
+		return true;
+	}
+	if (reason != ADMIT_NEW)
+		elog(ERROR, "dlock: verdict %d does not admit", (int) reason);
+	if (*drawn == 0)
+		*drawn = dlock_next_fence();
+	dlock_share_insert(res, a->holder, a->caller->role, *drawn, a->lease,
+					   st->now, expires);
+	*fence = *drawn;
+	dlock_server_ticket_drop(res, &a->ticket);
+	if (st->queues)
+		dlock_client_ticket_drop(res, a->holder, a->caller->role);
+	dlock_note_acquisition(expires);
+	dlock_wake_after_abort(res->hash);
+	dlock_wake_after_commit(res->hash);
+	dlock_count(DLOCK_STAT_ACQUIRED);
+	return true;
+}
+
+/*
+ * admit_write: carry out an admitting verdict decided on *st, inside the
+ * store session, under the resource's lock: the holding (rows.c), then
+ * the bookkeeping of acquired().  *drawn keeps a fence drawn for a new
+ * holding across a second try.  Returns false, changing nothing, if the
+ * row changed since it was read (a superuser's UPDATE by hand): read and
+ * decide again.
+ */
+static bool
+admit_write(const DlockResource *res, LeaseAttemptArgs *a,
+			const DlockResourceState *st, DlockReason reason,
+			int64 *drawn, int64 *fence)
+{
+	TimestampTz expires = dlock_lease_expiry(st->now, a->lease);
+	TimestampTz new_expires;
+	int32		count;
+
+	if (a->shared)
+		return share_write(res, a, st, reason, expires, drawn, fence);
+	switch (reason)
+	{
+		case ADMIT_AS_IS:
+			/*
+			 * campaign never re-enters: a candidate that leads already (it
+			 * came to lead by another path, or on another connection, since
+			 * campaign looked) gets its holding as it is, its term unchanged.
+			 */
+			dlock_server_ticket_drop(res, &a->ticket);
+			if (st->queues)
+				dlock_client_ticket_drop(res, a->holder, a->caller->role);
+			*fence = st->row.fence;
+			a->already = true;
+			return true;
+		case ADMIT_REENTER:
+			if (!dlock_row_reenter(res, &st->row, st->now, expires,
+								   &count, &new_expires))
+				return false;
+			*fence = st->row.fence;
+			acquired(res, a, st->queues, *fence, count, new_expires, false);
+			return true;
+		case ADMIT_NEW:
+			/* The fence is drawn only now, under the resource's lock. */
+			if (*drawn == 0)
+				*drawn = dlock_next_fence();
+			if (!dlock_row_take(res, &st->row, a->holder, a->caller->role,
+								*drawn, a->lease, st->now, expires))
+				return false;
+			if (st->row.held)
+				dlock_count(DLOCK_STAT_EXPIRED);	/* took over an expired lease */
+			*fence = *drawn;
+			/* No live client ticket at all: none of the holder's to drop. */
+			acquired(res, a, st->queues, *fence, 1, expires,
+					 st->know_queue && a->ticket == 0 && st->server_allows &&
+					 !st->client_ahead);
+			return true;
+		default:
+			elog(ERROR, "dlock: verdict %d does not admit", (int) reason);
+	}
+	return false;
+}
+
+/*
+ * lease_attempt: one attempt at a lease for holder: take the resource's
+ * lock (or find another transaction has it), let admit.c decide on the
+ * resource's state, and carry the verdict out: admitted, write it
+ * (admit_write); refused, keep a place in the queue if the verdict says
+ * so and say when to look again.
  */
 static DlockAttempt
 lease_attempt(const DlockResource *res, void *arg, int64 *fence,
 			  TimestampTz *busy_until)
 {
 	LeaseAttemptArgs *a = arg;
-	TimestampTz now;
-	TimestampTz expires;
-	TimestampTz new_expires;
-	int32		count;
-	bool		took_over;
-	bool		queued;
-	bool		allow;
-	int64		below;
-	TimestampTz server_until = DT_NOEND;
-	DlockRow	row;
-	DlockQueueHead head;
+	DlockRequest req = request_of(a);
+	DlockResourceState st;
+	DlockAdmission v;
+	int64		drawn = 0;
+	bool		adopted;
 
 	if (!take_resource_as_head(res, a))
 	{
@@ -402,150 +527,58 @@ lease_attempt(const DlockResource *res, void *arg, int64 *fence,
 		 * still takes its place in the queue now (a ticket is its own row,
 		 * or its own lock, and needs no resource lock to be taken), and a
 		 * wait in lock() adopts the holder's client ticket; unless the
-		 * holder holds the resource (a re-entry, delayed).
+		 * holder holds the resource (a re-entry, delayed).  The holding is
+		 * read without the lock, as a hint.
 		 */
 		if (a->fair || (a->in_server && a->ticket == 0))
 		{
-			TimestampTz at = GetCurrentTimestamp();
-			DlockRow	seen;
-
 			dlock_store_begin();
-			dlock_row_read(res, &seen);
-			/* The holder's own attempt is a re-entry: it never queues. */
-			if (dlock_queue_installed() &&
-				dlock_holding_verdict(&seen, a->holder, a->caller, at) != HOLDING_MINE)
-				(void) queue_up(res, a, at);
+			v = dlock_admit(res, &req, false, &st);
+			if (v.queue)
+				(void) queue_up(res, a, st.now);
 			dlock_store_end();
 		}
 		return ATTEMPT_CONTENDED;
 	}
-	if (dlock_xact_fence(res) != 0)
-	{
-		/* Our own transaction-scoped lock excludes a lease, even ours. */
-		dlock_resource_unlock(res, DLOCK_CHANGE);
-		*busy_until = DT_NOEND;
-		return ATTEMPT_BUSY;
-	}
-	now = GetCurrentTimestamp();
-	expires = dlock_lease_expiry(now, a->lease);
 
 	dlock_store_begin();
-	queued = dlock_queue_installed();
-	if (a->campaign)
+	for (;;)
 	{
-		/*
-		 * campaign never re-enters: a candidate that leads already (it
-		 * came to lead by another path, or on another connection, since
-		 * campaign looked) gets its holding as it is, its term unchanged.
-		 */
-		dlock_row_read(res, &row);
-		if (dlock_holding_verdict(&row, a->holder, a->caller, now) == HOLDING_MINE)
-		{
-			dlock_server_ticket_drop(res, &a->ticket);
-			if (queued)
-				dlock_client_ticket_drop(res, a->holder, a->caller->role);
-			dlock_store_end();
-			*fence = row.fence;
-			a->already = true;
-			return ATTEMPT_ACQUIRED;
-		}
+		v = dlock_admit(res, &req, true, &st);
+		if (!v.admit ||
+			admit_write(res, a, &st, v.reason, &drawn, fence))
+			break;
+		/* The row changed since it was read: read it and decide again. */
 	}
-	/*
-	 * The common case first, in one statement: our own (re-entry), or
-	 * available with nobody queued ahead of us.  In-server tickets are
-	 * looked up here (a waiter at the head of them passes its ticket, so
-	 * only client tickets taken before it stop it); client tickets and
-	 * lock-delay by the statement.
-	 */
-	below = a->ticket != 0 ? a->ticket : PG_INT64_MAX;
-	allow = true;
-	if (queued && dlock_server_tickets_others(res))
-		allow = dlock_server_head_allows(res, a->ticket, &server_until);
-	if (dlock_row_fast_acquire(res, a->holder, a->caller->role, a->lease, now,
-							   expires, queued, allow, below,
-							   fence, &count, &new_expires, &took_over))
+	if (v.admit)
 	{
-		if (took_over)
-			dlock_count(DLOCK_STAT_EXPIRED);
-		acquired(res, a, queued, *fence, count, new_expires,
-				 below == PG_INT64_MAX);
 		dlock_store_end();
 		return ATTEMPT_ACQUIRED;
 	}
-	if (!allow && a->in_server)
+	adopted = v.queue && queue_up(res, a, st.now);
+	if (v.reason == REFUSE_DEADLOCK)
 	{
-		/*
-		 * We wait in lock() and another backend's in-server ticket is
-		 * ahead of ours (or we have none yet): whatever the row says, it
-		 * is not our turn.  Whoever is ahead wakes the next waiter when it
-		 * leaves or releases.  (A client-side attempt goes on: its ticket
-		 * may be the head of the whole queue.)
-		 */
-		bool		adopted = queue_up(res, a, now);
-
 		dlock_store_end();
 		dlock_resource_unlock(res, DLOCK_CHANGE);
-		/* With the place its client ticket kept, it may be its turn. */
-		*busy_until = adopted ? now : server_until;
-		return ATTEMPT_BUSY;
+		ereport(ERROR,
+				(errcode(ERRCODE_T_R_DEADLOCK_DETECTED),
+				 errmsg("deadlock detected"),
+				 errdetail("Holder \"%s\" waits to upgrade its shared lock on resource \"%s\" to exclusive, and another shared holder waits to upgrade too: each waits for the other.",
+						   text_to_cstring(a->holder), text_to_cstring(res->name)),
+				 errhint("Release the shared lock and take the exclusive one afresh.")));
 	}
-
-	dlock_row_read(res, &row);
-	if (queued)
-		dlock_delay_read(res, &row);
-	if (dlock_holding_verdict(&row, a->holder, a->caller, now) == HOLDING_MINE)
-		elog(ERROR, "dlock: re-entry of an own holding of \"%s\" changed nothing",
-			 text_to_cstring(res->name));
-	if (!dlock_lease_available(&row, now))
-	{
-		/* Held by another, or under lock-delay. */
-		(void) queue_up(res, a, now);
-		dlock_store_end();
-		dlock_resource_unlock(res, DLOCK_CHANGE);
-		if (dlock_lease_ended(&row, now))
-		{
-			*busy_until = row.available_at;
-			return ATTEMPT_DELAYED;
-		}
-		*busy_until = Max(row.expires_at, row.available_at);
-		return ATTEMPT_BUSY;
-	}
-	if (queued)
-	{
-		dlock_queue_head(res, a->holder, a->caller->role, a->ticket, now, &head);
-		if (head.exists && !head.mine)
-		{
-			/* Someone is ahead: wait for its turn to pass. */
-			if (queue_up(res, a, now))
-				head.expires_at = now;	/* it may be ours now: look again */
-			dlock_store_end();
-			dlock_resource_unlock(res, DLOCK_CHANGE);
-			*busy_until = head.expires_at;
-			return ATTEMPT_BUSY;
-		}
-	}
-
-	if (!row.exists)
-	{
-		/* A resource never seen (or purged): its first row. */
-		*fence = dlock_next_fence();
-		dlock_row_insert(res, a->holder, a->caller->role, *fence, a->lease,
-						 now, expires);
-		acquired(res, a, queued, *fence, 1, expires, false);
-		dlock_store_end();
-		return ATTEMPT_ACQUIRED;
-	}
-	/* Ours to take: the takeover of the 0.1 statement, checks done above. */
-	if (!dlock_row_fast_acquire(res, a->holder, a->caller->role, a->lease, now,
-								expires, false, true, PG_INT64_MAX,
-								fence, &count, &new_expires, &took_over))
-		elog(ERROR, "dlock: takeover of an available holding of \"%s\" changed nothing",
-			 text_to_cstring(res->name));
-	if (took_over)
-		dlock_count(DLOCK_STAT_EXPIRED);
-	acquired(res, a, queued, *fence, count, new_expires, false);
+	if (!a->shared && a->in_server && !a->campaign && dlock_shares_installed())
+		dlock_writer_wait(res, a->holder, a->caller->role,
+						  (a->upgrade = st.share_mine != NULL), &a->writer);
 	dlock_store_end();
-	return ATTEMPT_ACQUIRED;
+	dlock_resource_unlock(res, DLOCK_CHANGE);
+
+	/*
+	 * With the place its client ticket kept, a wait held off by the queue
+	 * may have its turn now: look again at once.
+	 */
+	*busy_until = (adopted && v.reason == REFUSE_NOT_TURN) ? st.now : v.retry_at;
+	return v.reason == REFUSE_DELAYED ? ATTEMPT_DELAYED : ATTEMPT_BUSY;
 }
 
 /*
@@ -561,6 +594,14 @@ lease_leave(const DlockResource *res, void *arg, bool acquired)
 	LeaseAttemptArgs *a = arg;
 
 	dlock_server_ticket_drop(res, &a->ticket);
+	if (a->writer)
+	{
+		/* Readers held off by this wait look again once it is over. */
+		dlock_writer_wait_end(res, a->holder, a->caller->role, a->upgrade,
+							  &a->writer);
+		if (!acquired)
+			dlock_wake_after_commit(res->hash);
+	}
 	if (a->adopted && !acquired)
 	{
 		dlock_store_begin();
@@ -577,10 +618,10 @@ lease_leave(const DlockResource *res, void *arg, bool acquired)
 int64
 dlock_acquire(const DlockResource *res, text *holder, const DlockCaller *caller,
 			  const Interval *lease, int64 wait_ms, bool fair,
-			  const Interval *lock_delay)
+			  const Interval *lock_delay, bool shared)
 {
 	LeaseAttemptArgs args = {holder, caller, lease, fair, wait_ms != 0,
-	lock_delay, 0, false, false, false};
+	lock_delay, 0, false, false, false, shared, false, false};
 	int64		fence;
 
 	fence = dlock_wait_loop(res, holder, wait_ms, lease_attempt, lease_leave,
@@ -600,7 +641,7 @@ dlock_campaign_acquire(const DlockResource *res, text *candidate,
 					   int64 wait_ms, const Interval *lock_delay, bool *already)
 {
 	LeaseAttemptArgs args = {candidate, caller, lease, true, wait_ms != 0,
-	lock_delay, 0, true, false, false};
+	lock_delay, 0, true, false, false, false, false, false};
 	int64		fence;
 
 	fence = dlock_wait_loop(res, candidate, wait_ms, lease_attempt, lease_leave,

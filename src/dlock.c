@@ -26,6 +26,17 @@ _PG_init(void)
 {
 	dlock_guc_init();
 	dlock_xact_init();
+
+	/*
+	 * What each area does when a transaction ends, in this order: LISTEN
+	 * bookkeeping before the wakeups (its locks released, a backend first
+	 * stops holding LISTENs up, then wakes waiters), events, and the store
+	 * session's state last.
+	 */
+	dlock_xact_hooks_add(&dlock_listeners_xact_hooks);
+	dlock_xact_hooks_add(&dlock_waiters_xact_hooks);
+	dlock_xact_hooks_add(&dlock_events_xact_hooks);
+	dlock_xact_hooks_add(&dlock_store_xact_hooks);
 	dlock_shmem_init();
 	dlock_listeners_init();
 	dlock_worker_init();

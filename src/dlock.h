@@ -7,13 +7,24 @@
  * hashing and the per-resource lock, holding.c the rules of a holding (who
  * the caller is, when a lease is free, who may change or pin it), store.c
  * store sessions and the SPI statements that scan dlock.leases, rows.c
- * the hot paths' direct access to one row of it, fence.c fence numbers, xact.c transaction bookkeeping,
- * lease.c the lease functions, xactlock.c transaction-scoped locks,
- * queue.c fair queues and lock-delay, elect.c leader election and
- * holding values, reap.c
- * expiry, compat.h what differs between PostgreSQL majors, events.c NOTIFY, waiters.c shared memory for sleeping waiters and
- * statistics, worker.c the background reaper, promote.c the refresh of
- * holdings after a promotion.
+ * the hot paths' direct access to one row of it, fence.c fence numbers,
+ * xact.c transaction bookkeeping and the hooks other files run at its end,
+ * admit.c the admission decision (may a request have the resource now),
+ * acquire.c attempts and the wait loop, lease.c the lease functions,
+ * xactlock.c transaction-scoped locks, queue.c fair queues and lock-delay,
+ * elect.c leader election and holding values, reap.c expiry, compat.h
+ * what differs between PostgreSQL majors, events.c NOTIFY, listeners.c who
+ * LISTENs, waiters.c shared memory for sleeping waiters, wakeups and
+ * statistics, worker.c the background reaper and dlock.reap(), promote.c
+ * the refresh of holdings after a promotion.
+ *
+ * Calls go one way, down these layers (a file calls only files of lower
+ * layers, never back up; no two files call each other in a circle):
+ *	dlock.c > worker.c > promote.c > reap.c > lease.c, elect.c, xactlock.c >
+ *	acquire.c > admit.c > queue.c, events.c > rows.c, holding.c, fence.c,
+ *	waiters.c > store.c, listeners.c > xact.c, resource.c, guc.c.
+ * What must happen when a transaction ends is registered with xact.c as
+ * hooks (DlockXactHooks; dlock.c adds them), so xact.c calls nobody.
  *
  *-------------------------------------------------------------------------
  */
@@ -27,6 +38,7 @@
 #include "executor/spi.h"
 #include "fmgr.h"
 #include "nodes/pg_list.h"
+#include "storage/itemptr.h"
 #include "storage/lock.h"
 #include "utils/timestamp.h"
 
@@ -52,6 +64,10 @@
 #define DLOCK_LOCKTAG_LAPSE		(DLOCK_LOCKTAG_CLASS + 7)
 /* ... of a transaction writing a holder's client ticket row (queue.c) */
 #define DLOCK_LOCKTAG_TICKET_ROW	(DLOCK_LOCKTAG_CLASS + 8)
+/* ... of "an exclusive request waits in lock()" (queue.c) */
+#define DLOCK_LOCKTAG_WRITER	(DLOCK_LOCKTAG_CLASS + 9)
+/* ... of "this shared holder waits to upgrade" (queue.c) */
+#define DLOCK_LOCKTAG_UPGRADE	(DLOCK_LOCKTAG_CLASS + 10)
 
 /* The modes of the per-resource lock (resource.c explains them). */
 typedef enum DlockLockMode
@@ -112,6 +128,7 @@ extern Interval *dlock_ms_interval(int64 ms);
 typedef struct DlockRow
 {
 	bool		exists;			/* false: no row for this resource */
+	ItemPointerData tid;		/* the version read (rows.c's writes check it) */
 	bool		held;			/* holder is not NULL */
 	char	   *holder;			/* palloc'd in the caller's context */
 	Oid			owner;
@@ -119,7 +136,8 @@ typedef struct DlockRow
 	int64		fence;
 	Interval	lease;
 	TimestampTz expires_at;
-	TimestampTz available_at;	/* lock-delay: not available before (queue.c) */
+	TimestampTz available_at;	/* lock-delay: not available before
+								 * (dlock_row_read_delay) */
 } DlockRow;
 
 extern void dlock_store_begin(void);
@@ -127,7 +145,6 @@ extern void dlock_store_spi(void);
 extern MemoryContext dlock_store_context(void);
 extern bool dlock_store_active(void);
 extern void dlock_store_end(void);
-extern void dlock_store_reset(void);
 extern void dlock_row_read(const DlockResource *res, DlockRow *row);
 extern void dlock_row_insert(const DlockResource *res, text *holder,
 							 Oid owner, int64 fence, const Interval *lease,
@@ -141,13 +158,24 @@ extern List *dlock_rows_expired(TimestampTz now, int limit);
 extern List *dlock_rows_stale_free(TimestampTz cutoff, int limit);
 extern TimestampTz dlock_min_expiry(void);
 extern int64 dlock_row_reap(const DlockResource *res, TimestampTz now);
-extern bool dlock_row_fast_acquire(const DlockResource *res, text *holder,
-								   Oid owner, const Interval *lease,
-								   TimestampTz now, TimestampTz expires,
-								   bool queued, bool allow_takeover,
-								   int64 tickets_below,
-								   int64 *fence, int32 *count,
-								   TimestampTz *new_expires, bool *took_over);
+extern void dlock_row_read_delay(const DlockResource *res, DlockRow *row);
+extern bool dlock_row_reenter(const DlockResource *res, const DlockRow *seen,
+							  TimestampTz now, TimestampTz expires,
+							  int32 *count, TimestampTz *new_expires);
+extern bool dlock_row_take(const DlockResource *res, const DlockRow *seen,
+						   text *holder, Oid owner, int64 fence,
+						   const Interval *lease, TimestampTz now,
+						   TimestampTz expires);
+extern bool dlock_row_tickets_below(const DlockResource *res, int64 below,
+									TimestampTz now);
+extern bool dlock_shares_installed(void);
+extern List *dlock_row_read_shares(const DlockResource *res);
+extern void dlock_share_insert(const DlockResource *res, text *holder,
+							   Oid owner, int64 fence, const Interval *lease,
+							   TimestampTz now, TimestampTz expires);
+extern bool dlock_share_change(const DlockResource *res, const DlockRow *seen,
+							   int32 count, const Interval *lease,
+							   TimestampTz now, TimestampTz expires);
 extern bool dlock_row_tickets_live(const DlockResource *res, TimestampTz now);
 extern bool dlock_row_fast_release(const DlockResource *res, text *holder,
 								   Oid owner, TimestampTz now, bool fence_given,
@@ -217,16 +245,23 @@ extern void dlock_client_ticket_release(const DlockResource *res, text *holder,
 										Oid owner);
 extern bool dlock_client_ticket_heads(const DlockResource *res, text *holder,
 									  Oid owner, TimestampTz now);
-extern void dlock_delay_read(const DlockResource *res, DlockRow *row);
 extern void dlock_delay_set(const DlockResource *res, int64 fence,
 							const Interval *delay);
 extern void dlock_delay_on_end(const DlockResource *res, TimestampTz at,
 							   TimestampTz expired_by);
+extern void dlock_writer_wait(const DlockResource *res, text *holder,
+							  Oid owner, bool upgrade, bool *registered);
+extern void dlock_writer_wait_end(const DlockResource *res, text *holder,
+								  Oid owner, bool upgrade, bool *registered);
+extern bool dlock_writer_waiting(const DlockResource *res);
+extern bool dlock_upgrading(const DlockResource *res, const char *holder,
+							Oid owner);
 extern int	dlock_queue_purge(TimestampTz now);
 extern void dlock_queue_forget(const DlockResource *res);
 extern bool dlock_delay_pending(const DlockResource *res, TimestampTz now);
 extern Interval *dlock_check_lock_delay(FunctionCallInfo fcinfo, int argno);
 extern bool dlock_check_fair(FunctionCallInfo fcinfo, int argno);
+extern bool dlock_check_shared(FunctionCallInfo fcinfo, int argno);
 
 /* ---- elect.c ---- */
 extern bool dlock_values_installed(void);
@@ -239,15 +274,133 @@ extern void dlock_values_forget(const DlockResource *res);
 extern int64 dlock_next_fence(void);
 
 /* ---- xact.c ---- */
+
+/* How a transaction ended, for the hooks' end(). */
+typedef enum DlockXactEnd
+{
+	DLOCK_XACT_COMMIT,
+	DLOCK_XACT_ABORT,
+	DLOCK_XACT_PREPARE
+} DlockXactEnd;
+
+/*
+ * What an area does when a transaction ends (xact.c calls them; any may be
+ * NULL).  pre_commit runs once the commit's level is set; it and
+ * pre_prepare return whether they left work for the reaper (events in
+ * dlock.outbox).
+ */
+typedef struct DlockXactHooks
+{
+	bool		(*pre_commit) (void);
+	bool		(*pre_prepare) (void);
+	void		(*end) (DlockXactEnd how);
+	void		(*after_locks) (bool commit);
+	void		(*subxact) (bool commit, SubTransactionId mySubid,
+							SubTransactionId parentSubid);
+} DlockXactHooks;
+
+/* Each area's hooks (dlock.c adds them, in this order). */
+extern const DlockXactHooks dlock_listeners_xact_hooks;
+extern const DlockXactHooks dlock_waiters_xact_hooks;
+extern const DlockXactHooks dlock_events_xact_hooks;
+extern const DlockXactHooks dlock_store_xact_hooks;
+
 extern void dlock_xact_init(void);
+extern void dlock_xact_hooks_add(const DlockXactHooks *hooks);
+extern bool dlock_xact_acquired(TimestampTz *min_expiry);
+extern bool dlock_xact_outbox_events(void);
 extern void dlock_note_acquisition(TimestampTz expires);
 extern void dlock_note_release(void);
 extern void dlock_own_writes_begin(void);
 extern void dlock_own_writes_end(void);
 extern void dlock_xact_register(const DlockResource *res, int64 fence);
 extern int64 dlock_xact_fence(const DlockResource *res);
-extern void dlock_wake_after_commit(uint64 hash);
-extern void dlock_wake_after_abort(uint64 hash);
+extern List *dlock_subxact_items(List *items, size_t subxid_off, bool commit,
+								 SubTransactionId mySubid, SubTransactionId parentSubid);
+
+/* ---- admit.c ---- */
+
+/* The kinds of request admit.c decides on (one admission function each). */
+typedef enum DlockKind
+{
+	DLOCK_KIND_EXCLUSIVE,		/* a lease: try_lock, lock, campaign */
+	DLOCK_KIND_SHARED,			/* a shared lease: shared => true (0.4) */
+	DLOCK_KIND_XACT				/* a transaction-scoped lock */
+} DlockKind;
+
+/* Who asks, for what, and how (admit.c). */
+typedef struct DlockRequest
+{
+	DlockKind	kind;
+	text	   *holder;			/* NULL for DLOCK_KIND_XACT */
+	const DlockCaller *caller;
+	bool		fair;			/* a refusal takes or keeps a ticket */
+	bool		in_server;		/* waiting in lock(): may adopt a client ticket */
+	int64		ticket;			/* the in-server ticket it holds, or 0 */
+	bool		campaign;		/* never re-enter: its own holding is had as is */
+} DlockRequest;
+
+/* A resource's state, read once per attempt (dlock_admit_read). */
+typedef struct DlockResourceState
+{
+	TimestampTz now;			/* the server clock at the read */
+	bool		contended;		/* another transaction has the resource's lock */
+	bool		queues;			/* the 0.2 SQL: fair queues and lock-delay */
+	bool		own_xact_lock;	/* this transaction holds a transaction-scoped lock */
+	DlockRow	row;			/* the holding (available_at: with know_queue) */
+	DlockVerdict holding;		/* what it is to the request (holding.c) */
+	/* The shared holdings (0.4 SQL), read with the holding. */
+	List	   *shares;			/* DlockRow *, every row of dlock.shares */
+	DlockRow   *share_mine;		/* the request's holder's live one, or NULL */
+	int			shares_others;	/* live shared holdings of other holders */
+	TimestampTz shares_until;	/* when the last of those ends */
+	bool		upgrade_crossed;	/* another of them waits to upgrade too */
+	/* The queue and lock-delay, read when the decision asks (know_queue). */
+	bool		know_queue;
+	bool		server_others;	/* other backends hold in-server tickets */
+	bool		server_allows;	/* ... none of them ahead of the request's */
+	TimestampTz server_until;	/* if not: when the one ahead lapses */
+	bool		client_ahead;	/* a live client ticket below the request's */
+	bool		writer_waiting; /* an exclusive request waits in lock() */
+	/* The exact head of the queue, read when the decision asks (know_head). */
+	bool		know_head;
+	DlockQueueHead head;
+} DlockResourceState;
+
+/* Why a request was admitted or refused (dlock_admit_decide). */
+typedef enum DlockReason
+{
+	ADMIT_NEW,					/* a new holding, with a new fence */
+	ADMIT_REENTER,				/* the holder's own holding, count + 1 */
+	ADMIT_AS_IS,				/* campaign: its own holding, unchanged */
+	REFUSE_CONTENDED,			/* another transaction has the resource's lock */
+	REFUSE_OWN_XACT_LOCK,		/* this transaction's transaction-scoped lock */
+	REFUSE_HELD,				/* another holder's unexpired holding */
+	REFUSE_DELAYED,				/* free, but under lock-delay */
+	REFUSE_NOT_TURN,			/* free, but another ticket heads the queue,
+								 * or (shared) a writer waits */
+	REFUSE_SHARED,				/* exclusive: other holders share it */
+	REFUSE_DEADLOCK,			/* an upgrade waits for another upgrade */
+	NEED_QUEUE,					/* undecided: read the queue and lock-delay */
+	NEED_HEAD					/* undecided: read the exact head */
+} DlockReason;
+
+/* The verdict: pure data, nothing done yet. */
+typedef struct DlockAdmission
+{
+	DlockReason reason;
+	bool		admit;
+	TimestampTz retry_at;		/* refused: look again then (DT_NOEND: when woken) */
+	bool		queue;			/* refused: the request keeps a place in the queue */
+} DlockAdmission;
+
+extern void dlock_admit_read(const DlockResource *res, const DlockRequest *req,
+							 bool locked, DlockResourceState *st);
+extern DlockAdmission dlock_admit_decide(const DlockRequest *req,
+										 const DlockResourceState *st);
+extern DlockAdmission dlock_admit(const DlockResource *res,
+								  const DlockRequest *req, bool locked,
+								  DlockResourceState *st);
 
 /* ---- acquire.c ---- */
 
@@ -273,7 +426,7 @@ extern int64 dlock_wait_loop(const DlockResource *res, text *holder,
 extern int64 dlock_acquire(const DlockResource *res, text *holder,
 						   const DlockCaller *caller, const Interval *lease,
 						   int64 wait_ms, bool fair,
-						   const Interval *lock_delay);
+						   const Interval *lock_delay, bool shared);
 extern int64 dlock_campaign_acquire(const DlockResource *res, text *candidate,
 									const DlockCaller *caller,
 									const Interval *lease, int64 wait_ms,
@@ -285,13 +438,6 @@ extern void dlock_notify(const DlockResource *res, const char *event,
 extern void dlock_notify_holding(const DlockResource *res, const char *event,
 								 int64 fence, const char *candidate,
 								 const char *value);
-extern bool dlock_events_pre_commit(void);
-extern bool dlock_events_pre_prepare(void);
-extern List *dlock_subxact_items(List *items, size_t subxid_off, bool commit,
-								 SubTransactionId mySubid, SubTransactionId parentSubid);
-extern void dlock_events_subxact(bool commit, SubTransactionId mySubid,
-								 SubTransactionId parentSubid);
-extern void dlock_events_reset(void);
 extern int	dlock_outbox_deliver(void);
 
 /* ---- waiters.c (shared memory; inert unless preloaded) ---- */
@@ -319,20 +465,15 @@ extern void dlock_listeners_shmem_startup(void);
 extern void dlock_listeners_decide(void);
 extern bool dlock_listened(const char *channel);
 extern bool dlock_listening(const char *channel);
-extern void dlock_listeners_done(void);
-extern void dlock_listeners_commit(void);
-extern void dlock_listeners_abort(void);
-extern void dlock_listeners_subxact(bool commit, SubTransactionId mySubid,
-									SubTransactionId parentSubid);
 extern void dlock_count(DlockStat stat);
 extern void dlock_wait_begin(const DlockResource *res, text *holder,
 							 TimestampTz deadline);
 extern void dlock_wait_end(bool acquired);
-extern void dlock_wait_abort(void);
 extern void dlock_wait_look(void);
 extern void dlock_wait_sleep(long timeout_ms);
 extern void dlock_wait_set_ticket(int64 ticket, Oid owner);
-extern void dlock_wake_queue(uint64 hash);
+extern void dlock_wake_after_commit(uint64 hash);
+extern void dlock_wake_after_abort(uint64 hash);
 extern void dlock_expiry_hint(TimestampTz expires);
 extern bool dlock_reap_due(TimestampTz now);
 extern void dlock_reap_started(void);

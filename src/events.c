@@ -172,15 +172,15 @@ commit_waits_for_standby(void)
 }
 
 /*
- * dlock_events_pre_commit: hand the queued events to NOTIFY, after
+ * events_pre_commit: hand the queued events to NOTIFY, after
  * force_sync_commit (xact.c) has set the commit's level.  A commit that
  * will wait for a synchronous standby sends those of channels someone
  * listens on, and writes the others into dlock.outbox (0.2 SQL or later)
  * for the reaper's next round (see commit_waits_for_standby).  Returns
  * whether any went to the outbox.
  */
-bool
-dlock_events_pre_commit(void)
+static bool
+events_pre_commit(void)
 {
 	ListCell   *lc;
 	List	   *later = NIL;
@@ -212,20 +212,20 @@ dlock_events_pre_commit(void)
 	return later != NIL;
 }
 
-/* dlock_events_reset: forget the queue (memory goes with the transaction). */
-void
-dlock_events_reset(void)
+/* events_end: forget the queue (memory goes with the transaction). */
+static void
+events_end(DlockXactEnd how)
 {
 	pending = NIL;
 }
 
 /*
- * dlock_events_subxact: drop the events of an aborted subtransaction (and
- * of its committed children, already handed to it); give those of a
+ * events_subxact: drop the events of an aborted subtransaction (and of
+ * its committed children, already handed to it); give those of a
  * committed one to its parent.
  */
-void
-dlock_events_subxact(bool commit, SubTransactionId mySubid,
+static void
+events_subxact(bool commit, SubTransactionId mySubid,
 					 SubTransactionId parentSubid)
 {
 	pending = dlock_subxact_items(pending, offsetof(PendingEvent, subxid),
@@ -285,12 +285,12 @@ outbox_end(OutboxSession *s)
 }
 
 /*
- * dlock_events_pre_prepare: the transaction is being prepared: write its
+ * events_pre_prepare: the transaction is being prepared: write its
  * queued events into dlock.outbox, to be delivered once it commits.
  * Returns whether there were any.
  */
-bool
-dlock_events_pre_prepare(void)
+static bool
+events_pre_prepare(void)
 {
 	Oid			relid;
 
@@ -350,6 +350,14 @@ outbox_write(Oid relid, List *events)
 	outbox_end(&s);
 	PopActiveSnapshot();
 }
+
+/* What events.c does when a transaction ends (xact.c calls them). */
+const DlockXactHooks dlock_events_xact_hooks = {
+	.pre_commit = events_pre_commit,
+	.pre_prepare = events_pre_prepare,
+	.end = events_end,
+	.subxact = events_subxact,
+};
 
 /*
  * dlock_outbox_deliver: send the events that prepared transactions left

@@ -11,9 +11,9 @@
  *	  at or before now (lazy expiry: nobody has to reap it first).
  *	- A resource is available to a new holder when its holding has ended
  *	  and the lock-delay of an unclean end is over (row->available_at,
- *	  queue.c); and, while its fair queue has a live ticket, only to the
- *	  ticket at the head of the queue (queue.c finds the head, acquire.c
- *	  and xactlock.c apply this).  Re-entry by the holder never queues.
+ *	  rows.c reads it); and, while its fair queue has a live ticket, only to
+ *	  the ticket at the head of the queue (queue.c finds the head, admit.c
+ *	  decides with it).  Re-entry by the holder never queues.
  *	- A holding is the caller's when the holder text and the role that took
  *	  it are both the caller's and it has not expired.  The same holder text
  *	  presented by another role is another holder; unlock and renew of it
@@ -23,9 +23,8 @@
  *	  privileges of the role that took it, or superuser: otherwise any role
  *	  reading a fence from dlock.locks could freeze another role's lock.
  *
- * store.c's one-statement acquisition and release are the SQL form of
- * "free or the caller's" and "the caller's" (its MINE_AT macro); they are
- * only fast paths: a miss falls back to the rules here.
+ * admit.c builds each admission verdict from these rules; rows.c's
+ * one-step release restates "the caller's" (is_mine) and must say the same.
  *
  * No shared state: everything here is per call.
  *

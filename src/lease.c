@@ -12,6 +12,11 @@
  * from the server clock at the moment of the call (GetCurrentTimestamp,
  * i.e. clock_timestamp()), never from the transaction start.
  *
+ * A holder's shared holdings (0.4, dlock.shares) follow the same pattern:
+ * unlock and renew turn to the caller's shared holding when it has no
+ * exclusive one (find_share); unlock_all, break_lock, check and
+ * assert_fence cover them too.
+ *
  * Backend-local: no shared state of its own.
  *
  *-------------------------------------------------------------------------
@@ -36,8 +41,8 @@ PG_FUNCTION_INFO_V1(dlock_assert_fence);
 PG_FUNCTION_INFO_V1(dlock_session_holder);
 
 /*
- * dlock.try_lock(resource, holder, lease, fair, lock_delay); the 0.1 SQL
- * passes only the first three.
+ * dlock.try_lock(resource, holder, lease, fair, lock_delay, shared); the
+ * 0.1 SQL passes only the first three, the 0.2 and 0.3 SQL five.
  */
 Datum
 dlock_try_lock(PG_FUNCTION_ARGS)
@@ -47,6 +52,7 @@ dlock_try_lock(PG_FUNCTION_ARGS)
 	Interval   *lease;
 	bool		fair;
 	Interval   *lock_delay;
+	bool		shared;
 	DlockCaller caller;
 	int64		fence;
 
@@ -55,18 +61,20 @@ dlock_try_lock(PG_FUNCTION_ARGS)
 	lease = dlock_check_lease(fcinfo, 2);
 	fair = dlock_check_fair(fcinfo, 3);
 	lock_delay = dlock_check_lock_delay(fcinfo, 4);
+	shared = dlock_check_shared(fcinfo, 5);
 	dlock_check_writable("dlock.try_lock()");
 	caller = dlock_caller();
 
-	fence = dlock_acquire(&res, holder, &caller, lease, 0, fair, lock_delay);
+	fence = dlock_acquire(&res, holder, &caller, lease, 0, fair, lock_delay,
+						  shared);
 	if (fence == 0)
 		PG_RETURN_NULL();
 	PG_RETURN_INT64(fence);
 }
 
 /*
- * dlock.lock(resource, holder, lease, wait, fair, lock_delay); the 0.1 SQL
- * passes only the first four.
+ * dlock.lock(resource, holder, lease, wait, fair, lock_delay, shared); the
+ * 0.1 SQL passes only the first four, the 0.2 and 0.3 SQL six.
  */
 Datum
 dlock_lock(PG_FUNCTION_ARGS)
@@ -77,6 +85,7 @@ dlock_lock(PG_FUNCTION_ARGS)
 	int64		wait_ms;
 	bool		fair;
 	Interval   *lock_delay;
+	bool		shared;
 	DlockCaller caller;
 	int64		fence;
 
@@ -86,10 +95,12 @@ dlock_lock(PG_FUNCTION_ARGS)
 	wait_ms = dlock_check_wait_ms(fcinfo, 3);
 	fair = dlock_check_fair(fcinfo, 4);
 	lock_delay = dlock_check_lock_delay(fcinfo, 5);
+	shared = dlock_check_shared(fcinfo, 6);
 	dlock_check_writable("dlock.lock()");
 	caller = dlock_caller();
 
-	fence = dlock_acquire(&res, holder, &caller, lease, wait_ms, fair, lock_delay);
+	fence = dlock_acquire(&res, holder, &caller, lease, wait_ms, fair, lock_delay,
+						  shared);
 	if (fence == 0)
 		PG_RETURN_NULL();
 	PG_RETURN_INT64(fence);
@@ -114,6 +125,83 @@ release_row(const DlockResource *res, const DlockRow *row, TimestampTz now,
 		dlock_wake_after_commit(res->hash);
 	}
 	return left;
+}
+
+/*
+ * find_share: the caller's live shared holding of res (0.4), or NULL;
+ * 42501 for another role's of the same holder text (dlock_may_change's
+ * rule).  *others: how many live shared holdings others have.
+ */
+static DlockRow *
+find_share(const DlockResource *res, text *holder, const DlockCaller *caller,
+		   TimestampTz now, const char *action, int *others)
+{
+	List	   *shares = dlock_row_read_shares(res);
+	DlockRow   *found = NULL;
+	int			live = 0;
+	ListCell   *lc;
+
+	/* The caller's own first: another role's of the holder text may also be there. */
+	foreach(lc, shares)
+	{
+		DlockRow   *sh = lfirst(lc);
+
+		if (sh->expires_at <= now)
+			continue;
+		live++;
+		if (found == NULL &&
+			dlock_holding_verdict(sh, holder, caller, now) == HOLDING_MINE)
+			found = sh;
+	}
+	if (found == NULL)
+	{
+		foreach(lc, shares)
+		{
+			DlockRow   *sh = lfirst(lc);
+
+			if (sh->expires_at > now &&
+				dlock_may_change(sh, holder, caller, now, action))
+			{
+				found = sh;
+				break;
+			}
+		}
+	}
+	*others = live - (found != NULL ? 1 : 0);
+	return found;
+}
+
+/*
+ * share_release: release one level (all of it, with all) of the caller's
+ * shared holding of res, under fence when fence_given; false if it has
+ * none.  When it is gone: its event, and, if it was the last holding of
+ * the resource, the wakeup of a waiter (a writer waits for the last
+ * reader only).  Inside a store session, under the resource's lock.
+ */
+static bool
+share_release(const DlockResource *res, text *holder, const DlockCaller *caller,
+			  TimestampTz now, bool fence_given, int64 fence, bool all,
+			  int32 *left)
+{
+	int			others;
+	DlockRow	row;
+	DlockRow   *sh = find_share(res, holder, caller, now, "unlock", &others);
+
+	if (sh == NULL || (fence_given && fence != sh->fence))
+		return false;
+	*left = all ? 0 : sh->count - 1;
+	if (!dlock_share_change(res, sh, *left, NULL, now, 0))
+		elog(ERROR, "dlock: the shared holding of \"%s\" changed meanwhile",
+			 text_to_cstring(res->name));
+	if (*left == 0)
+	{
+		dlock_client_ticket_release(res, holder, sh->owner);
+		dlock_notify(res, "released", sh->fence);
+		dlock_row_read(res, &row);
+		if (others == 0 && dlock_lease_ended(&row, now))
+			dlock_wake_after_commit(res->hash);
+	}
+	return true;
 }
 
 /* fence_arg: an optional fence argument; false if NULL. */
@@ -165,14 +253,22 @@ dlock_unlock(PG_FUNCTION_ARGS)
 		if (!dlock_may_change(&row, holder, &caller, now, "unlock") ||
 			(fence_given && fence != row.fence))
 		{
-			dlock_store_end();
-			dlock_resource_unlock(&res, DLOCK_CHANGE);
-			PG_RETURN_NULL();
+			/* Not an exclusive holding of the caller's: a shared one? */
+			if (!share_release(&res, holder, &caller, now, fence_given, fence,
+							   false, &left))
+			{
+				dlock_store_end();
+				dlock_resource_unlock(&res, DLOCK_CHANGE);
+				PG_RETURN_NULL();
+			}
 		}
-		if (row.owner == caller.role)
-			elog(ERROR, "dlock: unlock of an own holding of \"%s\" changed nothing",
-				 text_to_cstring(res.name));
-		left = release_row(&res, &row, now, false, "released");
+		else
+		{
+			if (row.owner == caller.role)
+				elog(ERROR, "dlock: unlock of an own holding of \"%s\" changed nothing",
+					 text_to_cstring(res.name));
+			left = release_row(&res, &row, now, false, "released");
+		}
 	}
 	dlock_store_end();
 	if (left == 0)
@@ -215,6 +311,26 @@ dlock_renew(PG_FUNCTION_ARGS)
 	if (!dlock_may_change(&row, holder, &caller, now, "renew") ||
 		(fence_given && fence != row.fence))
 	{
+		int			others;
+		DlockRow   *sh = find_share(&res, holder, &caller, now, "renew", &others);
+
+		if (sh != NULL && (!fence_given || fence == sh->fence))
+		{
+			/* The caller's shared holding (0.4). */
+			if (lease == NULL)
+			{
+				lease = palloc(sizeof(Interval));
+				*lease = sh->lease;
+			}
+			expires = dlock_lease_expiry(now, lease);
+			if (!dlock_share_change(&res, sh, sh->count, lease, now, expires))
+				elog(ERROR, "dlock: the shared holding of \"%s\" changed meanwhile",
+					 text_to_cstring(res.name));
+			dlock_store_end();
+			dlock_note_acquisition(expires);
+			dlock_count(DLOCK_STAT_RENEWED);
+			PG_RETURN_TIMESTAMPTZ(expires);
+		}
 		dlock_store_end();
 		dlock_resource_unlock(&res, DLOCK_RENEW);
 		dlock_count(DLOCK_STAT_LOST_RENEWALS);
@@ -231,6 +347,59 @@ dlock_renew(PG_FUNCTION_ARGS)
 	dlock_note_acquisition(expires);
 	dlock_count(DLOCK_STAT_RENEWED);
 	PG_RETURN_TIMESTAMPTZ(expires);
+}
+
+/*
+ * unlock_all_shares: release every live shared holding (0.4) of holder
+ * taken by the caller's role; how many.  Inside a store session.
+ */
+static int32
+unlock_all_shares(text *holder, const DlockCaller *caller)
+{
+	static SPIPlanPtr plan = NULL;
+	static const Oid types[2] = {TEXTOID, REGROLEOID};
+	Datum		values[2];
+	List	   *resources = NIL;
+	ListCell   *lc;
+	int32		released = 0;
+
+	if (!dlock_shares_installed())
+		return 0;
+	values[0] = PointerGetDatum(holder);
+	values[1] = ObjectIdGetDatum(caller->role);
+	if (dlock_store_exec(&plan,
+						 "SELECT s.resource FROM dlock.shares s"
+						 "  WHERE s.holder OPERATOR(pg_catalog.=) ($1 COLLATE pg_catalog.\"C\")"
+						 "    AND s.owner OPERATOR(pg_catalog.=) $2",
+						 2, types, values, NULL, true) > 0)
+	{
+		for (uint64 i = 0; i < SPI_processed; i++)
+		{
+			bool		isnull;
+
+			resources = lappend(resources,
+								dlock_store_copy_text(SPI_getbinval(SPI_tuptable->vals[i],
+																	SPI_tuptable->tupdesc,
+																	1, &isnull)));
+		}
+	}
+	foreach(lc, resources)
+	{
+		DlockResource res;
+		int32		left;
+
+		dlock_resource_init(&res, cstring_to_text(lfirst(lc)));
+		dlock_change_wait(&res);
+		if (share_release(&res, holder, caller, GetCurrentTimestamp(), false, 0,
+						  true, &left))
+		{
+			dlock_count(DLOCK_STAT_RELEASED);
+			released++;
+		}
+		else
+			dlock_resource_unlock(&res, DLOCK_CHANGE);
+	}
+	return released;
 }
 
 /*
@@ -271,6 +440,7 @@ dlock_unlock_all(PG_FUNCTION_ARGS)
 		else
 			dlock_resource_unlock(&res, DLOCK_CHANGE);
 	}
+	released += unlock_all_shares(holder, &caller);
 	dlock_store_end();
 	if (released > 0)
 		dlock_note_release();
@@ -278,8 +448,35 @@ dlock_unlock_all(PG_FUNCTION_ARGS)
 }
 
 /*
- * dlock.break_lock(resource): end the current holding whoever holds it.
- * EXECUTE is revoked from PUBLIC; true if there was an unexpired holding.
+ * break_shares: end every live shared holding of res (0.4), each with its
+ * "broken" event; how many.  Under the resource's lock, in a store session.
+ */
+static int
+break_shares(const DlockResource *res, TimestampTz now)
+{
+	ListCell   *lc;
+	int			broken = 0;
+
+	foreach(lc, dlock_row_read_shares(res))
+	{
+		DlockRow   *sh = lfirst(lc);
+
+		if (sh->expires_at <= now)
+			continue;
+		if (!dlock_share_change(res, sh, 0, NULL, now, 0))
+			elog(ERROR, "dlock: the shared holding of \"%s\" changed meanwhile",
+				 text_to_cstring(res->name));
+		dlock_notify(res, "broken", sh->fence);
+		dlock_count(DLOCK_STAT_BROKEN);
+		broken++;
+	}
+	return broken;
+}
+
+/*
+ * dlock.break_lock(resource): end the current holding whoever holds it
+ * (with shared locks, 0.4: every current holding).  EXECUTE is revoked
+ * from PUBLIC; true if there was an unexpired holding.
  */
 Datum
 dlock_break_lock(PG_FUNCTION_ARGS)
@@ -287,6 +484,7 @@ dlock_break_lock(PG_FUNCTION_ARGS)
 	DlockResource res;
 	DlockRow	row;
 	TimestampTz now;
+	int			shares;
 
 	dlock_resource_init(&res, dlock_check_resource(fcinfo, 0));
 	dlock_check_writable("dlock.break_lock()");
@@ -294,12 +492,18 @@ dlock_break_lock(PG_FUNCTION_ARGS)
 	dlock_change_wait(&res);
 	now = GetCurrentTimestamp();
 	dlock_store_begin();
+	shares = break_shares(&res, now);
 	dlock_row_read(&res, &row);
 	if (dlock_lease_ended(&row, now))
 	{
 		dlock_store_end();
-		dlock_resource_unlock(&res, DLOCK_CHANGE);
-		PG_RETURN_BOOL(false);
+		if (shares == 0)
+		{
+			dlock_resource_unlock(&res, DLOCK_CHANGE);
+			PG_RETURN_BOOL(false);
+		}
+		dlock_wake_after_commit(res.hash);
+		PG_RETURN_BOOL(true);
 	}
 	if (dlock_queue_installed())
 		dlock_delay_on_end(&res, now, DT_NOEND);
@@ -336,8 +540,27 @@ fence_is_current(const DlockResource *res, int64 fence, DlockRow *row)
 		return own == fence;
 	dlock_store_begin();
 	dlock_row_read(res, row);
+	if (dlock_lease_ended(row, now) || row->fence != fence)
+	{
+		/* Any current shared holding's fence (0.4) is current too. */
+		ListCell   *lc;
+
+		foreach(lc, dlock_row_read_shares(res))
+		{
+			DlockRow   *sh = lfirst(lc);
+
+			if (sh->fence == fence && sh->expires_at > now)
+			{
+				*row = *sh;
+				dlock_store_end();
+				return true;
+			}
+		}
+		dlock_store_end();
+		return false;
+	}
 	dlock_store_end();
-	return !dlock_lease_ended(row, now) && row->fence == fence;
+	return true;
 }
 
 /* dlock.check(resource, fence): Chubby's CheckSequencer. */

@@ -27,7 +27,7 @@
  *	  them).
  *	- deciding[pgprocno]: a backend's deciding round: seq is odd from the
  *	  moment it decides, at PRE_COMMIT, which events to send until its locks
- *	  are released after its commit or abort (dlock_listeners_done); keys
+ *	  are released after its commit or abort (listeners_done); keys
  *	  [0, n) are the hashes of the channels it decided on (a key set back
  *	  to 0 once it decided to send that channel's event).  At most
  *	  DECIDE_MAX channels are decided on; the events of any more are sent.
@@ -255,11 +255,11 @@ dlock_listening(const char *channel)
 }
 
 /*
- * dlock_listeners_done: this backend's locks are released (commit or
- * abort): it no longer holds up a LISTEN.
+ * listeners_done: this backend's locks are released (commit or abort):
+ * it no longer holds up a LISTEN.
  */
-void
-dlock_listeners_done(void)
+static void
+listeners_done(void)
 {
 	if (!deciding)
 		return;
@@ -348,10 +348,10 @@ listeners_exit(int code, Datum arg)
 	if (shared == NULL)
 		return;
 	uncount_all();
-	dlock_listeners_done();
+	listeners_done();
 }
 
-/* remember: an action of this transaction, for dlock_listeners_commit(). */
+/* remember: an action of this transaction, for listeners_commit(). */
 static void
 remember(bool listen, const char *channel)
 {
@@ -387,13 +387,13 @@ on_listen(const char *channel)
 }
 
 /*
- * dlock_listeners_commit: the transaction committed, and its LISTENs and
+ * listeners_commit: the transaction committed, and its LISTENs and
  * UNLISTENs took effect in the order they ran (as PostgreSQL applies
  * them): uncount what it no longer listens to.  Every LISTEN was counted
  * when it ran, so what remains is a subset of my_channels.
  */
-void
-dlock_listeners_commit(void)
+static void
+listeners_commit(void)
 {
 	List	   *keep;
 	ListCell   *lc;
@@ -431,25 +431,45 @@ dlock_listeners_commit(void)
 	pending = NIL;
 }
 
-/* dlock_listeners_abort: the actions of an aborted transaction vanish. */
-void
-dlock_listeners_abort(void)
+/*
+ * listeners_end: a commit applies the transaction's actions; with an
+ * abort, or a PREPARE (committed elsewhere, later), they vanish.
+ */
+static void
+listeners_end(DlockXactEnd how)
 {
-	pending = NIL;
+	if (how == DLOCK_XACT_COMMIT)
+		listeners_commit();
+	else
+		pending = NIL;
+}
+
+/* listeners_after_locks: the transaction's locks are released. */
+static void
+listeners_after_locks(bool commit)
+{
+	listeners_done();
 }
 
 /*
- * dlock_listeners_subxact: the actions of an aborted subtransaction vanish
+ * listeners_subxact: the actions of an aborted subtransaction vanish
  * (as AtSubAbort_Notify drops them; its LISTENs stay counted); those of a
  * committed one pass to the parent.
  */
-void
-dlock_listeners_subxact(bool commit, SubTransactionId mySubid,
-						SubTransactionId parentSubid)
+static void
+listeners_subxact(bool commit, SubTransactionId mySubid,
+				  SubTransactionId parentSubid)
 {
 	pending = dlock_subxact_items(pending, offsetof(PendingAction, subxid),
 								  commit, mySubid, parentSubid);
 }
+
+/* What listeners.c does when a transaction ends (xact.c calls them). */
+const DlockXactHooks dlock_listeners_xact_hooks = {
+	.end = listeners_end,
+	.after_locks = listeners_after_locks,
+	.subxact = listeners_subxact,
+};
 
 /* The utility hook: see LISTEN, UNLISTEN and DISCARD ALL. */
 static void

@@ -46,7 +46,8 @@
  *
  * The statements name only columns of dlock 0.1's dlock.leases (resource,
  * holder, lease, expires_at), so the library may run under any installed
- * version of the SQL.
+ * version of the SQL; the shared holdings of dlock.shares (0.4), when the
+ * table is there, are refreshed by the same rule.
  *
  * Shared state: the launcher's own statics (one process); the file is
  * written only by the launcher; a refresh worker's DSM segment is written
@@ -440,7 +441,10 @@ candidates(TimestampTz promoted_at, MemoryContext cxt)
 	values[0] = TimestampTzGetDatum(promoted_at);
 	dlock_store_begin();
 	dlock_store_spi();
-	if (SPI_execute_with_args("SELECT resource FROM dlock.leases WHERE " LIVE_AT_P,
+	if (SPI_execute_with_args(dlock_shares_installed() ?
+							  "SELECT resource FROM dlock.leases WHERE " LIVE_AT_P
+							  " UNION SELECT resource FROM dlock.shares WHERE " LIVE_AT_P :
+							  "SELECT resource FROM dlock.leases WHERE " LIVE_AT_P,
 							  1, argtypes, values, NULL, true, 0) != SPI_OK_SELECT)
 		elog(ERROR, "could not read dlock.leases");
 	for (i = 0; i < SPI_processed; i++)
@@ -468,6 +472,7 @@ refresh_one(const DlockResource *res, TimestampTz promoted_at, bool *busy)
 	Oid			argtypes[3] = {TIMESTAMPTZOID, TEXTOID, TIMESTAMPTZOID};
 	Datum		values[3];
 	bool		isnull;
+	TimestampTz result = 0;
 
 	*busy = false;
 	if (!dlock_maintenance_lock(res))
@@ -493,10 +498,29 @@ refresh_one(const DlockResource *res, TimestampTz promoted_at, bool *busy)
 							  " RETURNING expires_at",
 							  3, argtypes, values, NULL, false, 0) != SPI_OK_UPDATE_RETURNING)
 		elog(ERROR, "could not update dlock.leases");
-	if (SPI_processed == 0)
-		return 0;
-	return DatumGetTimestampTz(SPI_getbinval(SPI_tuptable->vals[0],
-											 SPI_tuptable->tupdesc, 1, &isnull));
+	if (SPI_processed > 0)
+		result = DatumGetTimestampTz(SPI_getbinval(SPI_tuptable->vals[0],
+												   SPI_tuptable->tupdesc, 1, &isnull));
+	if (!dlock_shares_installed())
+		return result;
+	/* The shared holdings of the resource (0.4), each by the same rule. */
+	if (SPI_execute_with_args("UPDATE dlock.shares"
+							  "   SET expires_at = $1 OPERATOR(pg_catalog.+) lease"
+							  " WHERE resource OPERATOR(pg_catalog.=) ($2 COLLATE pg_catalog.\"C\")"
+							  "   AND " LIVE_AT_P
+							  "   AND expires_at OPERATOR(pg_catalog.>) $3"
+							  " RETURNING expires_at",
+							  3, argtypes, values, NULL, false, 0) != SPI_OK_UPDATE_RETURNING)
+		elog(ERROR, "could not update dlock.shares");
+	for (uint64 i = 0; i < SPI_processed; i++)
+	{
+		TimestampTz e = DatumGetTimestampTz(SPI_getbinval(SPI_tuptable->vals[i],
+														  SPI_tuptable->tupdesc, 1, &isnull));
+
+		if (result == 0 || e < result)
+			result = e;
+	}
+	return result;
 }
 
 /*

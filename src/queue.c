@@ -34,15 +34,17 @@
  *	  than 2^31 numbers.
  *
  * The head of a resource's queue is its lowest live ticket.  While there is
- * one, the resource goes only to it (the rule is holding.c's; acquire.c and
- * xactlock.c apply it).
+ * one, the resource goes only to it (the rule is holding.c's; admit.c
+ * decides with what this file reads; acquire.c takes and drops tickets as
+ * its verdicts say).
  *
  * A client ticket also leaves the queue by dlock.withdraw() (0.3 SQL: its
  * holder stops waiting), and when its holder's holding ends cleanly (a
  * ticket the holder took on another connection while its own acquisition
  * was still uncommitted, and so invisible to that attempt).
  *
- * Lock-delay: a holding taken with a lock-delay has a row in dlock.delays,
+ * Lock-delay: a holding taken with a lock-delay has a row in dlock.delays
+ * (read by rows.c's dlock_row_read_delay for admit.c),
  * tied to it by its fence.  If the holding ends uncleanly, the resource is
  * not available before the end of the lease plus the delay: computed from
  * the row's expiry while the expired holding is still in dlock.leases, and
@@ -71,6 +73,10 @@
  *	  (SKIP LOCKED): a row an open transaction is taking over is left to a
  *	  later round.  A writer may wait for a purge, a short transaction
  *	  that waits for no lock.
+ *
+ * Shared locks (0.4) add two lock-manager tags (see dlock_writer_wait):
+ * "an exclusive request waits in lock()" (writers do not starve) and "this
+ * shared holder waits to upgrade" (crossing upgrades are found, 40P01).
  *
  * The functions here run inside store sessions (store.c) and only under
  * the 0.2 SQL or later (dlock_queue_installed); under older SQL there are
@@ -689,44 +695,6 @@ dlock_withdraw(PG_FUNCTION_ARGS)
 	PG_RETURN_BOOL(withdrawn);
 }
 
-/*
- * dlock_delay_read: set row->available_at from the lock-delay of the
- * row's holding: its expiry plus the delay while it is held (expired or
- * not), the stored moment once it was freed uncleanly; 0 (no delay)
- * otherwise.
- */
-void
-dlock_delay_read(const DlockResource *res, DlockRow *row)
-{
-	static SPIPlanPtr plan = NULL;
-	static const Oid types[2] = {TEXTOID, INT8OID};
-	Datum		values[2];
-	bool		isnull;
-	Datum		d;
-
-	row->available_at = 0;
-	if (!row->exists)
-		return;
-	values[0] = PointerGetDatum(res->name);
-	values[1] = Int64GetDatum(row->fence);
-	if (dlock_store_exec(&plan,
-						 "SELECT d.lock_delay, d.available_at FROM dlock.delays d"
-						 "  WHERE " RES_IS("d") " AND d.fence OPERATOR(pg_catalog.=) $2",
-						 2, types, values, NULL, true) == 0)
-		return;
-	if (row->held)
-	{
-		d = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
-		row->available_at = dlock_add_interval(row->expires_at, DatumGetIntervalP(d));
-	}
-	else
-	{
-		d = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2, &isnull);
-		if (!isnull)
-			row->available_at = DatumGetTimestampTz(d);
-	}
-}
-
 /* dlock_delay_set: the new holding fence of res has this lock-delay. */
 void
 dlock_delay_set(const DlockResource *res, int64 fence, const Interval *delay)
@@ -773,6 +741,104 @@ dlock_delay_on_end(const DlockResource *res, TimestampTz at,
 							"   AND l.fence OPERATOR(pg_catalog.=) d.fence AND l.holder IS NOT NULL"
 							"   AND l.expires_at OPERATOR(pg_catalog.<=) $3",
 							3, types, values, NULL, false);
+}
+
+/*
+ * Shared locks (0.4): writers do not starve.  An exclusive request that
+ * waits in lock() holds the resource's "writer waits" tag in ShareLock for
+ * as long as it waits; a new shared holder is admitted only while nobody
+ * holds it (one conditional lock, as for the fair tag).  An exclusive
+ * request of a shared holder (an upgrade) also holds its own "upgrading"
+ * tag in ExclusiveLock while it waits, so that two shared holders waiting
+ * to upgrade find each other (admit.c: 40P01) instead of waiting forever.
+ */
+static void
+set_writer_tag(LOCKTAG *tag, const DlockResource *res)
+{
+	SET_LOCKTAG_ADVISORY(*tag, MyDatabaseId, (uint32) (res->hash >> 32),
+						 (uint32) res->hash, DLOCK_LOCKTAG_WRITER);
+}
+
+static void
+set_upgrade_tag(LOCKTAG *tag, const DlockResource *res, const char *holder,
+				Oid owner)
+{
+	uint64		h = mixed_hash(res);
+	uint32		who = hash_combine(hash_any((const unsigned char *) holder,
+											strlen(holder)), (uint32) owner);
+
+	SET_LOCKTAG_ADVISORY(*tag, who, (uint32) (h >> 32), (uint32) h,
+						 DLOCK_LOCKTAG_UPGRADE);
+}
+
+/*
+ * dlock_writer_wait: an exclusive request of holder (of role owner) waits
+ * in lock() for res: hold the tags until dlock_writer_wait_end (or the
+ * transaction's end).  No-op once *registered.
+ */
+void
+dlock_writer_wait(const DlockResource *res, text *holder, Oid owner,
+				  bool upgrade, bool *registered)
+{
+	LOCKTAG		tag;
+
+	if (*registered)
+		return;
+	set_writer_tag(&tag, res);
+	(void) LockAcquire(&tag, ShareLock, false, false);
+	if (upgrade)
+	{
+		set_upgrade_tag(&tag, res, text_to_cstring(holder), owner);
+		(void) LockAcquire(&tag, ExclusiveLock, false, false);
+	}
+	*registered = true;
+	/* If the wait ends in an error, readers held off should look again. */
+	dlock_wake_after_abort(res->hash);
+}
+
+/* dlock_writer_wait_end: the wait is over. */
+void
+dlock_writer_wait_end(const DlockResource *res, text *holder, Oid owner,
+					  bool upgrade, bool *registered)
+{
+	LOCKTAG		tag;
+
+	if (!*registered)
+		return;
+	set_writer_tag(&tag, res);
+	LockRelease(&tag, ShareLock, false);
+	if (upgrade)
+	{
+		set_upgrade_tag(&tag, res, text_to_cstring(holder), owner);
+		LockRelease(&tag, ExclusiveLock, false);
+	}
+	*registered = false;
+}
+
+/* dlock_writer_waiting: does another backend's exclusive request wait for res? */
+bool
+dlock_writer_waiting(const DlockResource *res)
+{
+	LOCKTAG		tag;
+
+	set_writer_tag(&tag, res);
+	if (LockAcquire(&tag, ExclusiveLock, false, true) == LOCKACQUIRE_NOT_AVAIL)
+		return true;
+	LockRelease(&tag, ExclusiveLock, false);
+	return false;
+}
+
+/* dlock_upgrading: does holder (of role owner) wait to upgrade its share of res? */
+bool
+dlock_upgrading(const DlockResource *res, const char *holder, Oid owner)
+{
+	LOCKTAG		tag;
+
+	set_upgrade_tag(&tag, res, holder, owner);
+	if (LockAcquire(&tag, ShareLock, false, true) == LOCKACQUIRE_NOT_AVAIL)
+		return true;
+	LockRelease(&tag, ShareLock, false);
+	return false;
 }
 
 /*
@@ -893,5 +959,18 @@ dlock_check_fair(FunctionCallInfo fcinfo, int argno)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("fair must not be null")));
+	return PG_GETARG_BOOL(argno);
+}
+
+/* dlock_check_shared: the shared argument (false when the SQL has none). */
+bool
+dlock_check_shared(FunctionCallInfo fcinfo, int argno)
+{
+	if (argno >= PG_NARGS())
+		return false;
+	if (PG_ARGISNULL(argno))
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("shared must not be null")));
 	return PG_GETARG_BOOL(argno);
 }

@@ -1,7 +1,7 @@
 /*-------------------------------------------------------------------------
  *
  * reap.c
- *		Expiry: what one transaction of a reaper does, and dlock.reap().
+ *		Expiry: what one transaction of a reaper round does.
  *
  * An expired lease is already free to acquirers (lazy expiry); reaping
  * makes the row free for real, emits the "expired" event and wakes a
@@ -27,16 +27,19 @@
  *	  each, sized from max_locks_per_transaction so the shared lock table
  *	  never runs out.
  *
+ * Shared holdings (0.4, dlock.shares) expire the same way, each with its
+ * own event; the last one of a resource gone wakes a waiter.
+ *
  * No shared state of its own (the statistics and the hint are waiters.c's).
  *
  *-------------------------------------------------------------------------
  */
 #include "dlock.h"
 
-#include "fmgr.h"
+#include "catalog/pg_type.h"
+#include "executor/spi.h"
 #include "storage/lock.h"
-
-PG_FUNCTION_INFO_V1(dlock_reap);
+#include "utils/builtins.h"
 
 #define DLOCK_FREE_ROW_TTL_SECS 3600
 
@@ -71,6 +74,75 @@ take_for_maintenance(const DlockResource *res)
 }
 
 /*
+ * shares_expired: up to limit resources with an expired shared holding
+ * (0.4), as text* in the store session's caller context.
+ */
+static List *
+shares_expired(TimestampTz now, int limit)
+{
+	static SPIPlanPtr plan = NULL;
+	static const Oid types[2] = {TIMESTAMPTZOID, INT4OID};
+	Datum		values[2];
+	List	   *result = NIL;
+
+	values[0] = TimestampTzGetDatum(now);
+	values[1] = Int32GetDatum(limit);
+	if (dlock_store_exec(&plan,
+						 "SELECT DISTINCT s.resource FROM dlock.shares s"
+						 "  WHERE s.expires_at OPERATOR(pg_catalog.<=) $1 LIMIT $2",
+						 2, types, values, NULL, true) > 0)
+	{
+		for (uint64 i = 0; i < SPI_processed; i++)
+		{
+			bool		isnull;
+			char	   *r = dlock_store_copy_text(SPI_getbinval(SPI_tuptable->vals[i],
+															   SPI_tuptable->tupdesc,
+															   1, &isnull));
+			MemoryContext old = MemoryContextSwitchTo(dlock_store_context());
+
+			result = lappend(result, cstring_to_text(r));
+			MemoryContextSwitchTo(old);
+		}
+	}
+	return result;
+}
+
+/*
+ * reap_shares: free res's shared holdings (0.4) that expired by now, with
+ * their events; the last holding of the resource gone wakes a waiter.
+ * Returns how many.  Under the resource's lock.
+ */
+static int
+reap_shares(const DlockResource *res, TimestampTz now)
+{
+	List	   *shares = dlock_row_read_shares(res);
+	ListCell   *lc;
+	int			reaped = 0;
+	int			live = 0;
+	DlockRow	row;
+
+	foreach(lc, shares)
+	{
+		DlockRow   *sh = lfirst(lc);
+
+		if (sh->expires_at > now)
+		{
+			live++;
+			continue;
+		}
+		if (!dlock_share_change(res, sh, 0, NULL, now, 0))
+			continue;			/* changed by hand meanwhile: a later round */
+		dlock_notify(res, "expired", sh->fence);
+		dlock_count(DLOCK_STAT_EXPIRED);
+		reaped++;
+	}
+	dlock_row_read(res, &row);
+	if (reaped > 0 && live == 0 && dlock_lease_ended(&row, now))
+		dlock_wake_after_commit(res->hash);
+	return reaped;
+}
+
+/*
  * dlock_reap_candidates: up to limit resources whose lease ended by now,
  * as text* in the current memory context (the round keeps them across the
  * transactions that reap them).
@@ -82,6 +154,9 @@ dlock_reap_candidates(TimestampTz now, int limit)
 
 	dlock_store_begin();
 	resources = dlock_rows_expired(now, limit);
+	if (list_length(resources) < limit && dlock_shares_installed())
+		resources = list_concat(resources,
+								shares_expired(now, limit - list_length(resources)));
 	dlock_store_end();
 	return resources;
 }
@@ -113,10 +188,12 @@ dlock_reap_list(List *resources, int from, int to, TimestampTz now)
 	int			i;
 	bool		queued;
 	bool		values;
+	bool		shares;
 
 	dlock_store_begin();
 	queued = dlock_queue_installed();
 	values = queued && dlock_values_installed();
+	shares = dlock_shares_installed();
 	for (i = from; i < to; i++)
 	{
 		DlockResource res;
@@ -128,6 +205,8 @@ dlock_reap_list(List *resources, int from, int to, TimestampTz now)
 		dlock_resource_init(&res, list_nth(resources, i));
 		if (!take_for_maintenance(&res))
 			continue;
+		if (shares)
+			reaped += reap_shares(&res, now);
 		if (queued)
 			dlock_delay_on_end(&res, DT_NOBEGIN, now);
 		fence = dlock_row_reap(&res, now);
@@ -186,19 +265,4 @@ dlock_purge_list(List *resources, int from, int to)
 	dlock_store_end();
 	/* Nothing anyone waits for: commit without waiting for a standby. */
 	dlock_note_release();
-}
-
-/*
- * dlock.reap(): reap the leases expired now and emit their events, in a
- * reaper round of its own (see above); returns how many.
- */
-Datum
-dlock_reap(PG_FUNCTION_ARGS)
-{
-	int64		reaped;
-
-	dlock_check_writable("dlock.reap()");
-	(void) dlock_schema_oid();	/* the extension must be here */
-	reaped = dlock_run_round();
-	PG_RETURN_INT32((int32) Min(reaped, PG_INT32_MAX));
 }

@@ -5,24 +5,33 @@
  *		direct heap access: no SPI, no planner, no identity switch.
  *
  * Each function finds the resource's row with a primary-key index scan on
- * the latest snapshot, decides in C what the SQL statements of store.c
- * used to decide in their WHERE clauses, and writes with heap_update
+ * the latest snapshot and writes with heap_update
  * (HOT: nothing indexed changes) or heap_insert, checking the table's
  * constraints and maintaining its indexes as the executor does
  * (store_tuple): a superuser may add an expression or partial index or a
  * CHECK constraint to dlock.leases, which CatalogTupleUpdate does not
  * support (an expression index crashed the server).  Triggers on the table
- * do not fire (the statements fired them).  The rules themselves stay
- * where they live: what a holding is to a caller is holding.c's
- * (HOLDING_MINE is restated here for the one-step re-entry and release,
- * and must say the same), the queue and lock-delay are queue.c's.
+ * do not fire (the statements fired them).  Acquisitions are decided
+ * elsewhere: this file reads the row, its lock-delay row and whether
+ * client tickets are queued (for admit.c's state), and writes what admit.c
+ * admitted (dlock_row_reenter, dlock_row_take), checking that the row is
+ * still the version the decision read.  The rules stay where they live:
+ * what a holding is to a caller is holding.c's (HOLDING_MINE is restated
+ * here for the one-step release and must say the same).
+ *
+ * dlock.shares (0.4) holds the shared holdings, several per resource
+ * (primary key resource, holder, owner): read all at once for admit.c
+ * (dlock_row_read_shares), written one by one (dlock_share_insert,
+ * dlock_share_change) under the same rules as dlock.leases.
  *
  * Concurrency: every write happens while the caller holds the resource's
  * lock-manager lock in CHANGE mode (resource.c), taken before the row is
  * read, so nothing else can change the row between the read and the
  * write.  Only a superuser's UPDATE or DELETE by hand can change the row
- * meanwhile: the write then waits for it, and the row is read and decided
- * again (store_tuple), as the statements' EvalPlanQual did.  Reads use
+ * meanwhile: the write then waits for it, or finds another version than
+ * the one read, changes nothing and says so, and the caller reads and
+ * decides again (store_tuple, fetch_seen), as the statements'
+ * EvalPlanQual did.  Reads use
  * the latest snapshot for the same reason store.c's statements do.  Each
  * write is followed by CommandCounterIncrement, so later reads in the
  * transaction (direct or SPI) see it.
@@ -103,7 +112,7 @@ static const char *const delay_cols[D_NUM] = {
 	"resource", "fence", "lock_delay", "available_at"
 };
 
-#define MAX_COLS L_NUM
+#define MAX_COLS L_NUM	/* the most of any table here (shares: 9) */
 
 /*
  * Columns (dropped ones included) a row image holds without allocating;
@@ -126,13 +135,27 @@ typedef struct TableInfo
 static TableInfo leases = {"leases", lease_cols, L_NUM};
 static TableInfo tickets = {"tickets", ticket_cols, T_NUM};
 static TableInfo delays = {"delays", delay_cols, D_NUM};
+/*
+ * dlock.shares (0.4): shared holdings, several per resource.  Read and
+ * written like dlock.leases, under the resource's lock (CHANGE).
+ */
+enum
+{
+	S_RESOURCE, S_HOLDER, S_OWNER, S_COUNT, S_FENCE, S_LEASE, S_ACQUIRED_AT,
+	S_RENEWED_AT, S_EXPIRES_AT, S_NUM
+};
+static const char *const share_cols[S_NUM] = {
+	"resource", "holder", "owner", "count", "fence", "lease", "acquired_at",
+	"renewed_at", "expires_at"
+};
+static TableInfo shares = {"shares", share_cols, S_NUM};
 static bool callback_registered = false;
 
 /* invalidate: a relcache invalidation of one of our tables, or of all. */
 static void
 invalidate(Datum arg, Oid relid)
 {
-	TableInfo  *all[] = {&leases, &tickets, &delays};
+	TableInfo  *all[] = {&leases, &tickets, &delays, &shares};
 
 	for (int i = 0; i < (int) lengthof(all); i++)
 		if (relid == InvalidOid || relid == all[i]->relid)
@@ -493,6 +516,7 @@ dlock_row_read(const DlockResource *res, DlockRow *row)
 	if (fetch_row(rel, &leases, res->name, &img))
 	{
 		row->exists = true;
+		row->tid = img.tup->t_self;
 		row->held = !ISNULL(&leases, &img, L_HOLDER);
 		if (row->held)
 		{
@@ -655,11 +679,13 @@ dlock_row_release(const DlockResource *res, int32 count_left, TimestampTz now)
 }
 
 /*
- * tickets_ahead: is a live client ticket of the resource below `below`
- * queued (0.2)?  The statement form was a NOT EXISTS on dlock.tickets.
+ * dlock_row_tickets_below: is a live client ticket of res below `below`
+ * queued at now (0.2)?  A direct index scan (the statement form was a NOT
+ * EXISTS on dlock.tickets), so that the common acquisition and release
+ * find out without SPI that nobody queued; false under older SQL.
  */
-static bool
-tickets_ahead(text *resource, int64 below, TimestampTz now)
+bool
+dlock_row_tickets_below(const DlockResource *res, int64 below, TimestampTz now)
 {
 	TableInfo  *t = &tickets;
 	Relation	rel = open_table(t, AccessShareLock);
@@ -673,7 +699,7 @@ tickets_ahead(text *resource, int64 below, TimestampTz now)
 		return false;
 	snap = RegisterSnapshot(GetLatestSnapshot());
 	ScanKeyInit(&keys[0], t->att[T_RESOURCE], BTEqualStrategyNumber, F_TEXTEQ,
-				PointerGetDatum(resource));
+				PointerGetDatum(res->name));
 	ScanKeyInit(&keys[1], t->att[T_TICKET], BTLessStrategyNumber, F_INT8LT,
 				Int64GetDatum(below));
 	scan = systable_beginscan(rel, t->pkey, true, snap, 2, keys);
@@ -692,139 +718,147 @@ tickets_ahead(text *resource, int64 below, TimestampTz now)
 }
 
 /*
- * dlock_row_tickets_live: has res a live client ticket at now (0.2)?  A
- * direct index scan, so that a release finds out without SPI that there is
- * no ticket to drop (queue.c's dlock_client_ticket_release); false under
- * older SQL.
+ * dlock_row_tickets_live: has res a live client ticket at now (0.2)?  So
+ * that a release finds out without SPI that there is no ticket to drop
+ * (queue.c's dlock_client_ticket_release).
  */
 bool
 dlock_row_tickets_live(const DlockResource *res, TimestampTz now)
 {
-	return tickets_ahead(res->name, PG_INT64_MAX, now);
+	return dlock_row_tickets_below(res, PG_INT64_MAX, now);
 }
 
 /*
- * delayed: is the row's ended holding under its lock-delay at now (0.2)?
- * The same rule as dlock_delay_read + dlock_lease_available: while held
- * (expired), its expiry plus the delay; once freed, the stored moment
- * (NULL after a clean unlock: no delay).
+ * dlock_row_read_delay: set row->available_at (read by dlock_row_read)
+ * from the lock-delay of its holding (0.2): its expiry plus the delay
+ * while it is held (expired or not), the stored moment once it was freed
+ * uncleanly (NULL after a clean unlock); 0, no delay, otherwise and under
+ * older SQL.  holding.c's dlock_lease_available applies it.
  */
-static bool
-delayed(text *resource, RowImage *img, TimestampTz now)
+void
+dlock_row_read_delay(const DlockResource *res, DlockRow *row)
 {
 	TableInfo  *t = &delays;
 	Relation	rel;
 	RowImage	d;
-	bool		result = false;
 
-	if (ISNULL(&leases, img, L_FENCE))
-		return false;
+	row->available_at = 0;
+	if (!row->exists)
+		return;
 	rel = open_table(t, AccessShareLock);
 	if (rel == NULL)
-		return false;
-	if (fetch_row(rel, t, resource, &d))
+		return;
+	if (fetch_row(rel, t, res->name, &d))
 	{
-		if (DatumGetInt64(COL(t, &d, D_FENCE)) ==
-			DatumGetInt64(COL(&leases, img, L_FENCE)))
+		if (DatumGetInt64(COL(t, &d, D_FENCE)) == row->fence)
 		{
-			if (!ISNULL(&leases, img, L_HOLDER))
-				result = dlock_add_interval(DatumGetTimestampTz(COL(&leases, img, L_EXPIRES_AT)),
-											DatumGetIntervalP(COL(t, &d, D_LOCK_DELAY))) > now;
-			else
-				result = !ISNULL(t, &d, D_AVAILABLE_AT) &&
-					DatumGetTimestampTz(COL(t, &d, D_AVAILABLE_AT)) > now;
+			if (row->held)
+				row->available_at = dlock_add_interval(row->expires_at,
+													   DatumGetIntervalP(COL(t, &d, D_LOCK_DELAY)));
+			else if (!ISNULL(t, &d, D_AVAILABLE_AT))
+				row->available_at = DatumGetTimestampTz(COL(t, &d, D_AVAILABLE_AT));
 		}
 		heap_freetuple(d.tup);
 	}
 	table_close(rel, NoLock);
-	return result;
 }
 
 /*
- * dlock_row_fast_acquire: the one-step acquisition: the holder's own
- * unexpired holding is re-entered (count + 1, expiry extended to at least
- * expires); a free or expired row is taken with a new fence, drawn only
- * then (after the resource's lock was taken).  With queued (the 0.2 SQL) a
- * takeover also needs allow_takeover (no other backend's in-server ticket
- * ahead, queue.c), no live client ticket below tickets_below, and the
- * ended holding's lock-delay over.  Returns false, changing nothing, when
- * the row is missing or not to be taken; else sets the fence, the new
- * count and expiry, and whether an expired holding was taken over.
+ * fetch_seen: the resource's row for a write decided on *seen (read by
+ * dlock_row_read under the resource's lock): false if it is no longer
+ * that version (a superuser's UPDATE or DELETE by hand meanwhile): the
+ * caller reads again and decides again.
+ */
+static bool
+fetch_seen(Relation rel, const DlockResource *res, const DlockRow *seen,
+		   RowImage *img)
+{
+	if (!fetch_row(rel, &leases, res->name, img))
+		return false;
+	if (!ItemPointerEquals(&img->tup->t_self, (ItemPointer) &seen->tid))
+	{
+		heap_freetuple(img->tup);
+		return false;
+	}
+	return true;
+}
+
+/*
+ * dlock_row_reenter: write a re-entry decided on *seen (the holder's own
+ * unexpired holding): count + 1, expiry extended to at least expires.
+ * Sets the new count and expiry; false, changing nothing, if the row
+ * changed since it was read (fetch_seen).
  */
 bool
-dlock_row_fast_acquire(const DlockResource *res, text *holder, Oid owner,
-					   const Interval *lease, TimestampTz now,
-					   TimestampTz expires, bool queued, bool allow_takeover,
-					   int64 tickets_below, int64 *fence, int32 *count,
-					   TimestampTz *new_expires, bool *took_over)
+dlock_row_reenter(const DlockResource *res, const DlockRow *seen,
+				  TimestampTz now, TimestampTz expires, int32 *count,
+				  TimestampTz *new_expires)
 {
 	Relation	rel = open_leases(RowExclusiveLock);
 	RowImage	img;
-	bool		done;
-	bool		written;
-	int64		drawn = 0;
+	bool		written = false;
 
-	do
+	if (fetch_seen(rel, res, seen, &img))
 	{
-		if (!fetch_row(rel, &leases, res->name, &img))
-		{
-			table_close(rel, NoLock);
-			return false;
-		}
-		done = false;
-		written = true;
-		if (is_mine(&img, holder, owner, now))
-		{
-			TimestampTz old = DatumGetTimestampTz(COL(&leases, &img, L_EXPIRES_AT));
-			int32		held = DatumGetInt32(COL(&leases, &img, L_COUNT));
+		TimestampTz old = DatumGetTimestampTz(COL(&leases, &img, L_EXPIRES_AT));
+		int32		held = DatumGetInt32(COL(&leases, &img, L_COUNT));
 
-			if (held == PG_INT32_MAX)
-				ereport(ERROR,
-						(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
-						 errmsg("holder \"%s\" has re-entered resource \"%s\" too many times",
-								text_to_cstring(holder), text_to_cstring(res->name)),
-						 errdetail("A holding is re-entered at most %d times.", PG_INT32_MAX - 1)));
-			*fence = DatumGetInt64(COL(&leases, &img, L_FENCE));
-			*count = held + 1;
-			*new_expires = Max(old, expires);
-			*took_over = false;
-			set_col(&leases, &img, L_COUNT, Int32GetDatum(*count));
-			set_col(&leases, &img, L_EXPIRES_AT, TimestampTzGetDatum(*new_expires));
-			set_col(&leases, &img, L_RENEWED_AT, TimestampTzGetDatum(now));
-			done = true;
-		}
-		else if (ended(&img, now) &&
-				 (!queued ||
-				  (allow_takeover &&
-				   !tickets_ahead(res->name, tickets_below, now) &&
-				   !delayed(res->name, &img, now))))
-		{
-			/* Drawn once: a second try after a concurrent update keeps it. */
-			if (drawn == 0)
-				drawn = dlock_next_fence();
-			*took_over = !ISNULL(&leases, &img, L_HOLDER);
-			*fence = drawn;
-			*count = 1;
-			*new_expires = expires;
-			set_col(&leases, &img, L_COUNT, Int32GetDatum(1));
-			set_col(&leases, &img, L_FENCE, Int64GetDatum(*fence));
-			set_col(&leases, &img, L_LEASE, PointerGetDatum(lease));
-			set_col(&leases, &img, L_ACQUIRED_AT, TimestampTzGetDatum(now));
-			set_col(&leases, &img, L_EXPIRES_AT, TimestampTzGetDatum(expires));
-			set_col(&leases, &img, L_RENEWED_AT, TimestampTzGetDatum(now));
-			done = true;
-		}
-		if (done)
-		{
-			set_col(&leases, &img, L_HOLDER, PointerGetDatum(holder));
-			set_col(&leases, &img, L_OWNER, ObjectIdGetDatum(owner));
-			set_null(&leases, &img, L_RELEASED_AT);
-			written = write_row(rel, &img);
-		}
+		if (held == PG_INT32_MAX)
+			ereport(ERROR,
+					(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
+					 errmsg("holder \"%s\" has re-entered resource \"%s\" too many times",
+							seen->holder, text_to_cstring(res->name)),
+					 errdetail("A holding is re-entered at most %d times.", PG_INT32_MAX - 1)));
+		*count = held + 1;
+		*new_expires = Max(old, expires);
+		set_col(&leases, &img, L_COUNT, Int32GetDatum(*count));
+		set_col(&leases, &img, L_EXPIRES_AT, TimestampTzGetDatum(*new_expires));
+		set_col(&leases, &img, L_RENEWED_AT, TimestampTzGetDatum(now));
+		set_null(&leases, &img, L_RELEASED_AT);
+		written = write_row(rel, &img);
 		heap_freetuple(img.tup);
-	} while (!written);
+	}
 	table_close(rel, NoLock);
-	return done;
+	return written;
+}
+
+/*
+ * dlock_row_take: write a new holding decided on *seen (a free or ended
+ * holding, or no row at all: then the row is inserted), with the fence
+ * drawn after the resource's lock was taken.  False, changing nothing, if
+ * the row changed since it was read (fetch_seen).
+ */
+bool
+dlock_row_take(const DlockResource *res, const DlockRow *seen, text *holder,
+			   Oid owner, int64 fence, const Interval *lease,
+			   TimestampTz now, TimestampTz expires)
+{
+	Relation	rel;
+	RowImage	img;
+	bool		written = false;
+
+	if (!seen->exists)
+	{
+		dlock_row_insert(res, holder, owner, fence, lease, now, expires);
+		return true;
+	}
+	rel = open_leases(RowExclusiveLock);
+	if (fetch_seen(rel, res, seen, &img))
+	{
+		set_col(&leases, &img, L_HOLDER, PointerGetDatum(holder));
+		set_col(&leases, &img, L_OWNER, ObjectIdGetDatum(owner));
+		set_col(&leases, &img, L_COUNT, Int32GetDatum(1));
+		set_col(&leases, &img, L_FENCE, Int64GetDatum(fence));
+		set_col(&leases, &img, L_LEASE, PointerGetDatum(lease));
+		set_col(&leases, &img, L_ACQUIRED_AT, TimestampTzGetDatum(now));
+		set_col(&leases, &img, L_EXPIRES_AT, TimestampTzGetDatum(expires));
+		set_col(&leases, &img, L_RENEWED_AT, TimestampTzGetDatum(now));
+		set_null(&leases, &img, L_RELEASED_AT);
+		written = write_row(rel, &img);
+		heap_freetuple(img.tup);
+	}
+	table_close(rel, NoLock);
+	return written;
 }
 
 /*
@@ -890,4 +924,184 @@ dlock_row_reap(const DlockResource *res, TimestampTz now)
 	}
 	table_close(rel, NoLock);
 	return written ? fence : 0;
+}
+/* dlock_shares_installed: is the 0.4 SQL there (shared holdings)? */
+bool
+dlock_shares_installed(void)
+{
+	Relation	rel = open_table(&shares, AccessShareLock);
+
+	if (rel == NULL)
+		return false;
+	table_close(rel, NoLock);
+	return true;
+}
+
+/*
+ * dlock_row_read_shares: the shared holdings of res (all of them, expired
+ * ones too), each copied into the store session's caller context; NIL
+ * under older SQL.
+ */
+List *
+dlock_row_read_shares(const DlockResource *res)
+{
+	Relation	rel = open_table(&shares, AccessShareLock);
+	ScanKeyData key;
+	SysScanDesc scan;
+	Snapshot	snap;
+	HeapTuple	tup;
+	List	   *result = NIL;
+	TupleDesc	desc;
+
+	if (rel == NULL)
+		return NIL;
+	desc = RelationGetDescr(rel);
+	snap = RegisterSnapshot(GetLatestSnapshot());
+	ScanKeyInit(&key, shares.att[S_RESOURCE], BTEqualStrategyNumber, F_TEXTEQ,
+				PointerGetDatum(res->name));
+	scan = systable_beginscan(rel, shares.pkey, true, snap, 1, &key);
+	while (HeapTupleIsValid(tup = systable_getnext(scan)))
+	{
+		MemoryContext old = MemoryContextSwitchTo(dlock_store_context());
+		DlockRow   *s = palloc0(sizeof(DlockRow));
+		bool		isnull;
+
+		s->exists = true;
+		s->held = true;
+		s->tid = tup->t_self;
+		s->holder = TextDatumGetCString(heap_getattr(tup, shares.att[S_HOLDER], desc, &isnull));
+		s->owner = DatumGetObjectId(heap_getattr(tup, shares.att[S_OWNER], desc, &isnull));
+		s->count = DatumGetInt32(heap_getattr(tup, shares.att[S_COUNT], desc, &isnull));
+		s->fence = DatumGetInt64(heap_getattr(tup, shares.att[S_FENCE], desc, &isnull));
+		s->lease = *DatumGetIntervalP(heap_getattr(tup, shares.att[S_LEASE], desc, &isnull));
+		s->expires_at = DatumGetTimestampTz(heap_getattr(tup, shares.att[S_EXPIRES_AT], desc, &isnull));
+		result = lappend(result, s);
+		MemoryContextSwitchTo(old);
+	}
+	systable_endscan(scan);
+	UnregisterSnapshot(snap);
+	table_close(rel, NoLock);
+	return result;
+}
+
+/* fetch_share: the share row at seen->tid, if it is still that version. */
+static bool
+fetch_share(Relation rel, const DlockResource *res, const DlockRow *seen,
+			RowImage *img)
+{
+	ScanKeyData keys[3];
+	SysScanDesc scan;
+	Snapshot	snap = RegisterSnapshot(GetLatestSnapshot());
+	HeapTuple	tup;
+	TupleDesc	desc = RelationGetDescr(rel);
+	text	   *holder = cstring_to_text(seen->holder);
+
+	ScanKeyInit(&keys[0], shares.att[S_RESOURCE], BTEqualStrategyNumber, F_TEXTEQ,
+				PointerGetDatum(res->name));
+	ScanKeyInit(&keys[1], shares.att[S_HOLDER], BTEqualStrategyNumber, F_TEXTEQ,
+				PointerGetDatum(holder));
+	ScanKeyInit(&keys[2], shares.att[S_OWNER], BTEqualStrategyNumber, F_OIDEQ,
+				ObjectIdGetDatum(seen->owner));
+	scan = systable_beginscan(rel, shares.pkey, true, snap, 3, keys);
+	tup = systable_getnext(scan);
+	img->tup = HeapTupleIsValid(tup) && ItemPointerEquals(&tup->t_self, (ItemPointer) &seen->tid) ?
+		heap_copytuple(tup) : NULL;
+	systable_endscan(scan);
+	UnregisterSnapshot(snap);
+	if (img->tup == NULL)
+		return false;
+	image_init(img, desc->natts);
+	heap_deform_tuple(img->tup, desc, img->values, img->nulls);
+	return true;
+}
+
+/* open_shares: dlock.shares for a change (the 0.4 SQL is there). */
+static Relation
+open_shares(void)
+{
+	Relation	rel = open_table(&shares, RowExclusiveLock);
+
+	if (rel == NULL)
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("shared locks need the 0.4 SQL of dlock"),
+				 errhint("Run ALTER EXTENSION dlock UPDATE.")));
+	return rel;
+}
+
+/* dlock_share_insert: a new shared holding of res. */
+void
+dlock_share_insert(const DlockResource *res, text *holder, Oid owner,
+				   int64 fence, const Interval *lease, TimestampTz now,
+				   TimestampTz expires)
+{
+	Relation	rel = open_shares();
+	TupleDesc	desc = RelationGetDescr(rel);
+	RowImage	img;
+	HeapTuple	tup;
+	EState	   *estate;
+
+	image_init(&img, desc->natts);
+	for (int i = 0; i < desc->natts; i++)
+	{
+		img.values[i] = (Datum) 0;
+		img.nulls[i] = true;
+	}
+	set_col(&shares, &img, S_RESOURCE, PointerGetDatum(res->name));
+	set_col(&shares, &img, S_HOLDER, PointerGetDatum(holder));
+	set_col(&shares, &img, S_OWNER, ObjectIdGetDatum(owner));
+	set_col(&shares, &img, S_COUNT, Int32GetDatum(1));
+	set_col(&shares, &img, S_FENCE, Int64GetDatum(fence));
+	set_col(&shares, &img, S_LEASE, PointerGetDatum(lease));
+	set_col(&shares, &img, S_ACQUIRED_AT, TimestampTzGetDatum(now));
+	set_col(&shares, &img, S_RENEWED_AT, TimestampTzGetDatum(now));
+	set_col(&shares, &img, S_EXPIRES_AT, TimestampTzGetDatum(expires));
+	estate = fill_defaults(rel, &img);
+	tup = heap_form_tuple(desc, img.values, img.nulls);
+	if (estate != NULL)
+		FreeExecutorState(estate);
+	(void) store_tuple(rel, NULL, tup);
+	heap_freetuple(tup);
+	CommandCounterIncrement();
+	table_close(rel, NoLock);
+}
+
+/*
+ * dlock_share_change: a shared holding read as *seen gets count (0: it is
+ * deleted), and, when expires is not 0, that expiry (and lease, if not
+ * NULL).  False, changing nothing, if the row changed since it was read.
+ */
+bool
+dlock_share_change(const DlockResource *res, const DlockRow *seen,
+				   int32 count, const Interval *lease, TimestampTz now,
+				   TimestampTz expires)
+{
+	Relation	rel = open_shares();
+	RowImage	img;
+	bool		written = false;
+
+	if (fetch_share(rel, res, seen, &img))
+	{
+		if (count == 0)
+		{
+			simple_heap_delete(rel, &img.tup->t_self);
+			CommandCounterIncrement();
+			written = true;
+		}
+		else
+		{
+			set_col(&shares, &img, S_COUNT, Int32GetDatum(count));
+			if (expires != 0)
+			{
+				set_col(&shares, &img, S_EXPIRES_AT, TimestampTzGetDatum(expires));
+				set_col(&shares, &img, S_RENEWED_AT, TimestampTzGetDatum(now));
+			}
+			if (lease != NULL)
+				set_col(&shares, &img, S_LEASE, PointerGetDatum(lease));
+			written = write_row(rel, &img);
+		}
+		heap_freetuple(img.tup);
+	}
+	table_close(rel, NoLock);
+	return written;
 }

@@ -199,7 +199,7 @@ dlock_store_context(void)
 /*
  * dlock_store_end: close the store session opened by dlock_store_begin.
  * On error the transaction (or subtransaction) abort restores all of this,
- * so store_depth is reset by dlock_store_reset from the xact callbacks.
+ * so store_depth is reset by store_reset from xact.c's hooks.
  */
 void
 dlock_store_end(void)
@@ -218,13 +218,36 @@ dlock_store_end(void)
 		elog(ERROR, "SPI_finish failed");
 }
 
-/* dlock_store_reset: forget open sessions after an error unwound them. */
-void
-dlock_store_reset(void)
+/*
+ * store_reset: forget open sessions after an error unwound them: at the
+ * end of every transaction, and of an aborted subtransaction (xact.c's
+ * hooks).
+ */
+static void
+store_reset(void)
 {
 	store_depth = 0;
 	spi_entered = false;
 }
+
+static void
+store_end_xact(DlockXactEnd how)
+{
+	store_reset();
+}
+
+static void
+store_subxact(bool commit, SubTransactionId mySubid,
+			  SubTransactionId parentSubid)
+{
+	if (!commit)
+		store_reset();
+}
+
+const DlockXactHooks dlock_store_xact_hooks = {
+	.end = store_end_xact,
+	.subxact = store_subxact,
+};
 
 /* get_plan: the prepared statement, preparing it on first use. */
 static SPIPlanPtr

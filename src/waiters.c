@@ -7,7 +7,8 @@
  * Present only with shared_preload_libraries = 'dlock'.  Each backend has
  * one waiter slot, indexed by its pgprocno, so registering a wait never
  * allocates.  A waiter sleeps on its own latch; the transaction that frees
- * a resource wakes, once its locks are released (xact.c), the waiter of
+ * a resource (dlock_wake_after_commit) wakes, once its locks are released
+ * (xact.c calls this file's after_locks hook), the waiter of
  * that resource that is first in line and has not been woken yet: the fair
  * waiter with the lowest ticket (queue.c), else the one that arrived
  * first.  One release wakes one waiter, not a herd.  A fair waiter that
@@ -30,7 +31,8 @@
  * false, before the locked section that sets it, and read under the lock
  * only for slots in use.  A wakeup scans the slots alone: 56 bytes each,
  * not the 1.3 kB the names take.  The statistics and
- * next_expiry are atomics and need no lock.
+ * next_expiry are atomics and need no lock.  The list of resources to wake
+ * at the end of the transaction is backend-local (TopMemoryContext).
  *
  *-------------------------------------------------------------------------
  */
@@ -47,6 +49,7 @@
 #include "storage/proc.h"
 #include "storage/shmem.h"
 #include "utils/builtins.h"
+#include "utils/memutils.h"
 #include "utils/timestamp.h"
 
 PG_FUNCTION_INFO_V1(dlock_waiters);
@@ -270,11 +273,11 @@ wake_locked(Oid dbid, uint64 hash)
 }
 
 /*
- * dlock_wake_queue: the resource with this hash may be free: wake its
+ * wake_queue: the resource with this hash may be free: wake its
  * first waiter.  Called after the freeing transaction's locks are gone.
  */
-void
-dlock_wake_queue(uint64 hash)
+static void
+wake_queue(uint64 hash)
 {
 	if (shared == NULL || !OidIsValid(MyDatabaseId))
 		return;
@@ -381,12 +384,104 @@ dlock_wait_end(bool acquired)
 	leave_slot(acquired);
 }
 
-/* dlock_wait_abort: from transaction abort: a wait ended by an error. */
-void
-dlock_wait_abort(void)
+/*
+ * Resources to wake a waiter of when the transaction ends.  Kept in
+ * TopMemoryContext because the wakeups go out after the transaction's
+ * locks are released (xact.c's after_locks hook), so that the woken waiter
+ * finds the resource's lock free.  Backend-local.
+ */
+typedef struct WakeEntry
 {
-	leave_slot(false);
+	uint64		hash;
+	bool		abort_only;		/* an acquisition: wake only if it aborts */
+} WakeEntry;
+
+static WakeEntry *wake = NULL;
+static int	nwake = 0;
+static int	maxwake = 0;
+
+static void
+add_wake(uint64 hash, bool abort_only)
+{
+	if (nwake >= maxwake)
+	{
+		maxwake = Max(16, maxwake * 2);
+		wake = wake ? repalloc(wake, maxwake * sizeof(WakeEntry)) :
+			MemoryContextAlloc(TopMemoryContext, maxwake * sizeof(WakeEntry));
+	}
+	wake[nwake].hash = hash;
+	wake[nwake].abort_only = abort_only;
+	nwake++;
 }
+
+/*
+ * dlock_wake_after_commit: this transaction changed the resource with this
+ * hash in a way its waiters care about: wake one when the transaction ends.
+ */
+void
+dlock_wake_after_commit(uint64 hash)
+{
+	add_wake(hash, false);
+}
+
+/*
+ * dlock_wake_after_abort: an uncommitted acquisition others may be waiting
+ * behind; if it rolls back, one of them should look again.
+ */
+void
+dlock_wake_after_abort(uint64 hash)
+{
+	add_wake(hash, true);
+}
+
+/*
+ * waiters_end: an abort ends a wait that an error interrupted; a commit
+ * that acquired or renewed lowers the reaper's hint to its earliest
+ * expiry, one that left events in dlock.outbox to now; a PREPARE (committed later, elsewhere) lets the reaper look soon,
+ * for its expiry or for the events it left in dlock.outbox.
+ */
+static void
+waiters_end(DlockXactEnd how)
+{
+	TimestampTz min_expiry;
+
+	switch (how)
+	{
+		case DLOCK_XACT_ABORT:
+			leave_slot(false);
+			break;
+		case DLOCK_XACT_COMMIT:
+			if (dlock_xact_acquired(&min_expiry))
+				dlock_expiry_hint(min_expiry);
+			if (dlock_xact_outbox_events())
+				dlock_expiry_hint(GetCurrentTimestamp());	/* deliver them */
+			break;
+		case DLOCK_XACT_PREPARE:
+			if (dlock_xact_acquired(NULL) || dlock_xact_outbox_events())
+				dlock_expiry_hint(GetCurrentTimestamp());
+			break;
+	}
+}
+
+/*
+ * waiters_after_locks: the top-level transaction's locks are gone (its
+ * changes visible, the resources' locks free): wake one waiter of each
+ * resource it released, and of each it acquired if it aborted.
+ */
+static void
+waiters_after_locks(bool commit)
+{
+	for (int i = 0; i < nwake; i++)
+		if (!commit || !wake[i].abort_only)
+			wake_queue(wake[i].hash);
+	nwake = 0;
+}
+
+/* What waiters.c does when a transaction ends (xact.c calls them). */
+const DlockXactHooks dlock_waiters_xact_hooks = {
+	.end = waiters_end,
+	.after_locks = waiters_after_locks,
+};
 
 /*
  * dlock_wait_look: the waiter is about to look at its resource: a wakeup

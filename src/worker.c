@@ -1,7 +1,8 @@
 /*-------------------------------------------------------------------------
  *
  * worker.c
- *		The background reaper ("dlock reaper") and its rounds.
+ *		The background reaper ("dlock reaper"), its rounds, and
+ *		dlock.reap(), which runs one.
  *
  * Two kinds of background worker:
  *
@@ -59,6 +60,8 @@
 #include "utils/memutils.h"
 #include "utils/snapmgr.h"
 #include "utils/timestamp.h"
+
+PG_FUNCTION_INFO_V1(dlock_reap);
 
 PGDLLEXPORT void dlock_worker_main(Datum main_arg);
 PGDLLEXPORT void dlock_round_main(Datum main_arg);
@@ -195,6 +198,40 @@ dlock_run_round(void)
 				 errmsg("dlock reaper round ended before finishing"),
 				 errhint("See the server log.")));
 	return reaped;
+}
+
+/*
+ * shares_min_expiry: the earliest expiry of a shared holding (0.4), or
+ * DT_NOEND (none, or older SQL).  Inside a store session.
+ */
+static TimestampTz
+shares_min_expiry(void)
+{
+	static SPIPlanPtr plan = NULL;
+	bool		isnull;
+	Datum		d;
+
+	if (!dlock_shares_installed() ||
+		dlock_store_exec(&plan, "SELECT pg_catalog.min(s.expires_at) FROM dlock.shares s",
+						 0, NULL, NULL, NULL, true) != 1)
+		return DT_NOEND;
+	d = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
+	return isnull ? DT_NOEND : DatumGetTimestampTz(d);
+}
+
+/*
+ * dlock.reap(): reap the leases expired now and emit their events, in a
+ * reaper round of its own (reap.c says why); returns how many.
+ */
+Datum
+dlock_reap(PG_FUNCTION_ARGS)
+{
+	int64		reaped;
+
+	dlock_check_writable("dlock.reap()");
+	(void) dlock_schema_oid();	/* the extension must be here */
+	reaped = dlock_run_round();
+	PG_RETURN_INT32((int32) Min(reaped, PG_INT32_MAX));
 }
 
 /* begin_xact / end_xact: one transaction of a round. */
@@ -345,6 +382,7 @@ reap_round(MemoryContext loop_context)
 	begin_xact("finding the next expiry");
 	dlock_store_begin();
 	dlock_expiry_hint(dlock_min_expiry());
+	dlock_expiry_hint(shares_min_expiry());
 	dlock_store_end();
 	end_xact();
 	return reaped;

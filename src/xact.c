@@ -16,20 +16,18 @@
  *	- Transaction-scoped locks: the (resource, fence) pairs this transaction
  *	  holds, for check() and assert_fence(); entries made in a
  *	  subtransaction vanish with it, as its lock-manager locks do.
- *	- The reaper's hint: after COMMIT, the earliest expiry this transaction
- *	  set is passed to waiters.c, so the reaper knows when to look again.
- *	- Events (events.c): queued during the transaction, handed to NOTIFY at
- *	  PRE_COMMIT (once the commit's level is set: some go to dlock.outbox
- *	  when it waits for a synchronous standby) or written to dlock.outbox
- *	  at PRE_PREPARE; the reaper is told to look soon after either; those
- *	  of an aborted subtransaction are dropped.
- *	- LISTEN/UNLISTEN bookkeeping (listeners.c): applied at COMMIT, dropped
- *	  at ABORT and with an aborted subtransaction; the backend stops holding
- *	  up LISTENs once its locks are released.
- *	- Wakeups: resources whose state this transaction changed in a way a
- *	  waiter cares about; once the transaction's locks are released after
- *	  COMMIT (or ABORT), one waiter of each is woken (waiters.c; a no-op
- *	  without shared memory).
+ *	- The transaction's end, for the other areas: each registers its
+ *	  DlockXactHooks once per backend (dlock.c, in the order they are
+ *	  called: listeners.c, waiters.c, events.c, store.c), and this file
+ *	  calls them at PRE_COMMIT (once the commit's level is set: events.c
+ *	  sends some events through dlock.outbox when the commit waits for a
+ *	  synchronous standby),
+ *	  PRE_PREPARE, COMMIT / ABORT / PREPARE (before its own state is
+ *	  forgotten, so they can ask for it: dlock_xact_acquired), after the
+ *	  top-level transaction's locks are released, and at the end of a
+ *	  subtransaction.  So this file calls no other file of dlock: events,
+ *	  LISTEN bookkeeping, wakeups and the reaper's hint are their files'
+ *	  business, and they call down to here, never the other way round.
  *
  * All of it is backend-local and lives in TopTransactionContext.
  *
@@ -61,21 +59,44 @@ static bool foreign_writes = false;	/* the transaction wrote WAL not ours */
 static bool xact_outbox_events = false;	/* events went to the outbox */
 static List *xact_holdings = NIL;	/* XactHolding * */
 
-/*
- * Resources to wake a waiter of when the transaction ends.  Kept in
- * TopMemoryContext because the wakeups go out from the resource-release
- * callback after the transaction's locks are released, so that the woken
- * waiter finds the resource's lock free.
- */
-typedef struct WakeEntry
-{
-	uint64		hash;
-	bool		abort_only;		/* an acquisition: wake only if it aborts */
-} WakeEntry;
+/* The other areas' hooks, in the order they are called. */
+#define MAX_HOOKS 8
+static const DlockXactHooks *hooks[MAX_HOOKS];
+static int	nhooks = 0;
 
-static WakeEntry *wake = NULL;
-static int	nwake = 0;
-static int	maxwake = 0;
+/*
+ * dlock_xact_hooks_add: call h's functions at the ends of transactions,
+ * after those added before.  Once per backend (_PG_init).
+ */
+void
+dlock_xact_hooks_add(const DlockXactHooks *h)
+{
+	if (nhooks >= MAX_HOOKS)
+		elog(ERROR, "dlock: too many transaction hooks");
+	hooks[nhooks++] = h;
+}
+
+/*
+ * dlock_xact_acquired: did this transaction acquire or renew a lease?  If
+ * so, *min_expiry is the earliest expiry it set.  For the hooks' end().
+ */
+bool
+dlock_xact_acquired(TimestampTz *min_expiry)
+{
+	if (xact_acquired && min_expiry)
+		*min_expiry = xact_min_expiry;
+	return xact_acquired;
+}
+
+/*
+ * dlock_xact_outbox_events: did PRE_COMMIT or PRE_PREPARE leave work for
+ * the reaper (a hook's pre_commit or pre_prepare said so)?
+ */
+bool
+dlock_xact_outbox_events(void)
+{
+	return xact_outbox_events;
+}
 
 /*
  * dlock_note_acquisition: this transaction acquired or renewed a lease
@@ -120,40 +141,6 @@ dlock_own_writes_end(void)
 	own_writes_end = XactLastRecEnd;
 }
 
-/*
- * dlock_wake_after_commit: remember to wake one waiter of hash when this
- * transaction ends.
- */
-static void
-add_wake(uint64 hash, bool abort_only)
-{
-	if (nwake >= maxwake)
-	{
-		maxwake = Max(16, maxwake * 2);
-		wake = wake ? repalloc(wake, maxwake * sizeof(WakeEntry)) :
-			MemoryContextAlloc(TopMemoryContext, maxwake * sizeof(WakeEntry));
-	}
-	wake[nwake].hash = hash;
-	wake[nwake].abort_only = abort_only;
-	nwake++;
-}
-
-void
-dlock_wake_after_commit(uint64 hash)
-{
-	add_wake(hash, false);
-}
-
-/*
- * dlock_wake_after_abort: an uncommitted acquisition others may be waiting
- * behind; if it rolls back, one of them should look again.
- */
-void
-dlock_wake_after_abort(uint64 hash)
-{
-	add_wake(hash, true);
-}
-
 /* dlock_xact_register: record a transaction-scoped lock of ours. */
 void
 dlock_xact_register(const DlockResource *res, int64 fence)
@@ -167,7 +154,6 @@ dlock_xact_register(const DlockResource *res, int64 fence)
 	h->subxid = GetCurrentSubTransactionId();
 	xact_holdings = lappend(xact_holdings, h);
 	MemoryContextSwitchTo(old);
-	dlock_wake_after_commit(res->hash);
 }
 
 /* find_holding: this transaction's transaction-scoped lock on res, if any. */
@@ -247,46 +233,43 @@ reset_state(void)
 	foreign_writes = false;
 	xact_outbox_events = false;
 	xact_holdings = NIL;		/* memory goes with TopTransactionContext */
-	dlock_events_reset();
-	dlock_store_reset();
 }
 
-/* dlock_xact_callback: force the commit level; forget state at the end. */
+/* call_end: the hooks' end(), then forget. */
+static void
+call_end(DlockXactEnd how)
+{
+	for (int i = 0; i < nhooks; i++)
+		if (hooks[i]->end)
+			hooks[i]->end(how);
+	reset_state();
+}
+
+/* dlock_xact_callback: the hooks; the commit level; forget at the end. */
 static void
 dlock_xact_callback(XactEvent event, void *arg)
 {
 	switch (event)
 	{
 		case XACT_EVENT_PRE_COMMIT:
-			/* (events.c asks whether the commit waits for a standby) */
 			force_sync_commit();
-			xact_outbox_events = dlock_events_pre_commit();
+			for (int i = 0; i < nhooks; i++)
+				if (hooks[i]->pre_commit && hooks[i]->pre_commit())
+					xact_outbox_events = true;
 			break;
 		case XACT_EVENT_PRE_PREPARE:
-			xact_outbox_events = dlock_events_pre_prepare();
+			for (int i = 0; i < nhooks; i++)
+				if (hooks[i]->pre_prepare && hooks[i]->pre_prepare())
+					xact_outbox_events = true;
 			break;
 		case XACT_EVENT_ABORT:
-			dlock_wait_abort();
-			dlock_listeners_abort();
-			reset_state();
+			call_end(DLOCK_XACT_ABORT);
 			break;
 		case XACT_EVENT_COMMIT:
-			dlock_listeners_commit();
-			if (xact_acquired)
-				dlock_expiry_hint(xact_min_expiry);
-			if (xact_outbox_events)
-				dlock_expiry_hint(GetCurrentTimestamp());	/* deliver them */
-			reset_state();
+			call_end(DLOCK_XACT_COMMIT);
 			break;
 		case XACT_EVENT_PREPARE:
-			/*
-			 * Committed later, elsewhere: let the reaper look soon (for its
-			 * expiry, or for the events it left in dlock.outbox).
-			 */
-			if (xact_acquired || xact_outbox_events)
-				dlock_expiry_hint(GetCurrentTimestamp());
-			dlock_listeners_abort();
-			reset_state();
+			call_end(DLOCK_XACT_PREPARE);
 			break;
 		default:
 			break;
@@ -295,34 +278,31 @@ dlock_xact_callback(XactEvent event, void *arg)
 
 /*
  * dlock_release_callback: after the top-level transaction's locks are gone
- * (its changes are visible and the resources' locks free), wake one waiter
- * of each resource it released, and of each it acquired if it aborted.
+ * (its changes are visible and the resources' locks free): the hooks'
+ * after_locks (the wakeups of waiters.c).
  */
 static void
 dlock_release_callback(ResourceReleasePhase phase, bool isCommit,
 					   bool isTopLevel, void *arg)
 {
-	int			i;
-
 	if (phase != RESOURCE_RELEASE_AFTER_LOCKS || !isTopLevel)
 		return;
-	dlock_listeners_done();
-	for (i = 0; i < nwake; i++)
-		if (!isCommit || !wake[i].abort_only)
-			dlock_wake_queue(wake[i].hash);
-	nwake = 0;
+	for (int i = 0; i < nhooks; i++)
+		if (hooks[i]->after_locks)
+			hooks[i]->after_locks(isCommit);
 }
 
 /*
  * dlock_subxact_callback: drop transaction-scoped locks taken in an aborted
  * subtransaction (its lock-manager locks are gone); hand those of a
- * committed one to the parent.
+ * committed one to the parent; then the hooks' subxact.
  */
 static void
 dlock_subxact_callback(SubXactEvent event, SubTransactionId mySubid,
 					   SubTransactionId parentSubid, void *arg)
 {
 	ListCell   *lc;
+	bool		commit;
 
 	if (event == SUBXACT_EVENT_ABORT_SUB)
 	{
@@ -333,14 +313,10 @@ dlock_subxact_callback(SubXactEvent event, SubTransactionId mySubid,
 			if (h->subxid == mySubid)
 				xact_holdings = foreach_delete_current(xact_holdings, lc);
 		}
-		dlock_store_reset();
-		dlock_events_subxact(false, mySubid, parentSubid);
-		dlock_listeners_subxact(false, mySubid, parentSubid);
+		commit = false;
 	}
 	else if (event == SUBXACT_EVENT_COMMIT_SUB)
 	{
-		dlock_events_subxact(true, mySubid, parentSubid);
-		dlock_listeners_subxact(true, mySubid, parentSubid);
 		foreach(lc, xact_holdings)
 		{
 			XactHolding *h = lfirst(lc);
@@ -348,7 +324,13 @@ dlock_subxact_callback(SubXactEvent event, SubTransactionId mySubid,
 			if (h->subxid == mySubid)
 				h->subxid = parentSubid;
 		}
+		commit = true;
 	}
+	else
+		return;
+	for (int i = 0; i < nhooks; i++)
+		if (hooks[i]->subxact)
+			hooks[i]->subxact(commit, mySubid, parentSubid);
 }
 
 /*
@@ -356,7 +338,7 @@ dlock_subxact_callback(SubXactEvent event, SubTransactionId mySubid,
  * SubTransactionId that made them (at subxid_off), the end of subtransaction
  * mySubid: its items (and those its committed children handed it) are
  * dropped if it aborted, handed to parentSubid if it committed.  Returns
- * the list.  Used by events.c and listeners.c.
+ * the list.  For the hooks' subxact (events.c, listeners.c).
  */
 List *
 dlock_subxact_items(List *items, size_t subxid_off, bool commit,

@@ -9,7 +9,8 @@
  * every lease change takes the same lock, and a live lease excludes it
  * because the row is checked under that lock.  The fence is drawn after the
  * lock is taken, like any other, and remembered for check()/assert_fence().
- * The wait loop is acquire.c's.  Backend-local (xact.c keeps the fences).
+ * Whether it may be taken now is admit.c's decision (DLOCK_KIND_XACT); the
+ * wait loop is acquire.c's.  Backend-local (xact.c keeps the fences).
  *
  *-------------------------------------------------------------------------
  */
@@ -22,58 +23,38 @@ PG_FUNCTION_INFO_V1(dlock_try_xact_lock);
 
 /*
  * xact_attempt: one attempt at a transaction-scoped lock: re-entry keeps
- * the fence; a free or expired resource is taken with a new fence, the
- * resource's lock (CHANGE) kept to the end of the transaction; a live
- * lease, even one of this session's, makes it busy until it ends.
+ * the fence; else admit.c decides (a free or expired resource nobody
+ * queues for is taken with a new fence, the resource's lock (CHANGE) kept
+ * to the end of the transaction; a live lease, even one of this
+ * session's, makes it busy until it ends).
  */
 static DlockAttempt
 xact_attempt(const DlockResource *res, void *arg, int64 *fence,
 			 TimestampTz *busy_until)
 {
-	DlockRow	row;
-	DlockQueueHead head;
-	TimestampTz now;
-	bool		queued;
+	DlockRequest req = {DLOCK_KIND_XACT, NULL, NULL, false, false, 0, false};
+	DlockResourceState st;
+	DlockAdmission v;
 
 	if ((*fence = dlock_xact_fence(res)) != 0)
 		return ATTEMPT_ACQUIRED;
 	if (!dlock_take_resource(res))
 		return ATTEMPT_CONTENDED;
-	now = GetCurrentTimestamp();
 	dlock_store_begin();
-	queued = dlock_queue_installed();
-	dlock_row_read(res, &row);
-	if (queued)
-		dlock_delay_read(res, &row);
-	if (!dlock_lease_available(&row, now))
+	v = dlock_admit(res, &req, true, &st);
+	if (!v.admit)
 	{
 		dlock_store_end();
 		dlock_resource_unlock(res, DLOCK_CHANGE);
-		if (dlock_lease_ended(&row, now))
-		{
-			*busy_until = row.available_at;
-			return ATTEMPT_DELAYED;
-		}
-		*busy_until = Max(row.expires_at, row.available_at);
-		return ATTEMPT_BUSY;
+		*busy_until = v.retry_at;
+		return v.reason == REFUSE_DELAYED ? ATTEMPT_DELAYED : ATTEMPT_BUSY;
 	}
-	if (queued)
-	{
-		/* A transaction-scoped lock never queues, nor jumps a queue. */
-		dlock_queue_head(res, NULL, InvalidOid, 0, now, &head);
-		if (head.exists)
-		{
-			dlock_store_end();
-			dlock_resource_unlock(res, DLOCK_CHANGE);
-			*busy_until = head.expires_at;
-			return ATTEMPT_BUSY;
-		}
-	}
-	if (row.held)
+	if (st.row.held)
 		dlock_count(DLOCK_STAT_EXPIRED);	/* takes over an expired lease */
 	*fence = dlock_next_fence();
 	dlock_store_end();
 	dlock_xact_register(res, *fence);
+	dlock_wake_after_commit(res->hash);
 	dlock_count(DLOCK_STAT_ACQUIRED);
 	return ATTEMPT_ACQUIRED;
 }

@@ -129,6 +129,24 @@ for my $i (1 .. $#versions)
 		q{SELECT string_agg(resource || ' ' || holder || ' ' || count || ' ' || fence || ' ' || owner, ', ' ORDER BY resource) FROM dlock.locks});
 }
 
+# From 0.4 on: shared holdings, each with its own fence, beside the
+# exclusive holdings that came through the walk (shown with their mode).
+if ($node->safe_psql('walk', q{SELECT to_regclass('dlock.shares') IS NOT NULL}) eq 't')
+{
+	is($node->safe_psql('walk', q{SELECT string_agg(DISTINCT mode, ',') FROM dlock.locks WHERE holder IS NOT NULL}),
+		'exclusive', "$newest: the walked holdings are exclusive");
+	my $s1 = $node->safe_psql('walk', q{SELECT dlock.try_lock('walk/s', 's1', '1h', shared => true)});
+	my $s2 = $node->safe_psql('walk', q{SELECT dlock.try_lock('walk/s', 's2', '1h', shared => true)});
+	cmp_ok($s1, '>', $f3, "$newest: a shared holding's fence is higher than every earlier one");
+	cmp_ok($s2, '>', $s1, "$newest: a second shared holder gets its own, higher fence");
+	is($node->safe_psql('walk', q{SELECT string_agg(holder || ' ' || mode, ', ' ORDER BY holder) FROM dlock.locks WHERE resource = 'walk/s'}),
+		's1 shared, s2 shared', "$newest: dlock.locks shows both, with their mode");
+	is($node->safe_psql('walk', q{SELECT dlock.try_lock('walk/s', 'w', '1h')}), '',
+		"$newest: an exclusive request is refused while they share");
+	is($node->safe_psql('walk', q{SELECT dlock.unlock_all('s1') + dlock.unlock_all('s2')}), '2',
+		"$newest: unlock_all releases shared holdings");
+}
+
 # The waiter is still waiting and gets the lock when it is released.
 is($node->safe_psql('walk', q{SELECT dlock.unlock('walk/a', 'ha')}), '0', 'walk/a released after the walk');
 ok($node->poll_query_until('walk', q{SELECT holder = 'waiter' FROM dlock.locks WHERE resource = 'walk/a'}),

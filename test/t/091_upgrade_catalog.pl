@@ -130,6 +130,19 @@ sub exercise
 			"$v SQL: the queue is empty again");
 		is(wq(qq{SELECT dlock.unlock('ex/$v/q', 'hq')}), '0', "$v SQL: unlock of the queued resource");
 	}
+	if (wq(q{SELECT to_regclass('dlock.shares') IS NOT NULL}) eq 't')
+	{
+		# Shared locks (0.4): two holders, each with its own fence.
+		my $s1 = wq(qq{SELECT dlock.try_lock('ex/$v/s', 's1', '1h', shared => true)});
+		my $s2 = wq(qq{SELECT dlock.try_lock('ex/$v/s', 's2', '1h', shared => true)});
+		cmp_ok($s1, '>', $fences[-1], "$v SQL: a shared holding gets a higher fence");
+		cmp_ok($s2, '>', $s1, "$v SQL: so does a second shared holder");
+		push @fences, $s2;
+		is(wq(qq{SELECT dlock.check('ex/$v/s', $s1) AND dlock.check('ex/$v/s', $s2)}), 't',
+			"$v SQL: check accepts both fences");
+		is(wq(qq{SELECT dlock.unlock('ex/$v/s', 's1') + dlock.unlock('ex/$v/s', 's2')}), '0',
+			"$v SQL: unlock of shared holdings");
+	}
 }
 
 exercise($versions[0]);

@@ -1,0 +1,352 @@
+/*-------------------------------------------------------------------------
+ *
+ * admit.c
+ *		Admission: may this request have the resource now, and if not, why.
+ *		The one place that decides it, for every kind of request.
+ *
+ * An attempt at a resource (acquire.c for leases and campaign, xactlock.c
+ * for transaction-scoped locks) goes through three steps:
+ *
+ *	1. read (dlock_admit_read): the resource's state, once, into a
+ *	   DlockResourceState: its holding (rows.c), what that holding is to the
+ *	   request (holding.c), its shared holdings (0.4, rows.c; for an
+ *	   upgrade, whether another shared holder waits to upgrade too,
+ *	   queue.c), whether this transaction holds a transaction-scoped lock
+ *	   on it (xact.c); and, when the decision asks
+ *	   for them, its lock-delay and fair queue (other backends' in-server
+ *	   tickets and client tickets ahead, queue.c and rows.c), and the exact
+ *	   head of the queue (queue.c, one SPI statement);
+ *	2. decide (dlock_admit_decide): a pure function of the request and the
+ *	   state, one per kind (admit_exclusive, admit_shared, admit_xact): a
+ *	   verdict, admit or refuse, with its reason, and for a refusal when to look again and
+ *	   whether the request keeps a place in the queue.  Fairness and
+ *	   lock-delay are inputs like the holding.  A decision that needs a
+ *	   part of the state not read yet says so (NEED_QUEUE, NEED_HEAD) and
+ *	   dlock_admit reads it and asks again: the common case (a re-entry,
+ *	   a free resource nobody queues for) never pays for the queue's
+ *	   statements, and the rules stay here alone;
+ *	3. write: the caller carries the verdict out (acquire.c's
+ *	   admit_write, xactlock.c): the holding through rows.c, the queue
+ *	   through queue.c, and what the transaction must do at its end
+ *	   (xact.c, waiters.c).
+ *
+ * A new kind of lock (semaphore permits next) is a new DlockKind with its
+ * own admission function here, over the same state, as shared locks were.
+ *
+ * No shared state: it only reads, under the resource's lock (CHANGE,
+ * resource.c) that the caller holds (or, for a contended attempt, the
+ * holding alone, as a hint for queueing), inside the caller's store
+ * session (store.c).
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "dlock.h"
+
+/* refuse: a refusal, looking again at retry_at. */
+static DlockAdmission
+refuse(DlockReason reason, TimestampTz retry_at, bool queue)
+{
+	DlockAdmission v = {reason, false, retry_at, queue};
+
+	return v;
+}
+
+static DlockAdmission
+admit(DlockReason reason)
+{
+	DlockAdmission v = {reason, true, DT_NOEND, false};
+
+	return v;
+}
+
+/*
+ * refuse_unavailable: the holding has not ended, or its lock-delay is not
+ * over: look again when it ends (held) or when the delay is over.
+ */
+static DlockAdmission
+refuse_unavailable(const DlockResourceState *st, bool queue)
+{
+	if (dlock_lease_ended(&st->row, st->now))
+		return refuse(REFUSE_DELAYED, st->row.available_at, queue);
+	return refuse(REFUSE_HELD, Max(st->row.expires_at, st->row.available_at),
+				  queue);
+}
+
+/*
+ * admit_exclusive: a lease (try_lock, lock, campaign).  In order:
+ *	- this transaction's transaction-scoped lock excludes every lease, its
+ *	  own too (only the transaction's end frees it);
+ *	- the holder's own holding is re-entered (campaign has it as is): a
+ *	  re-entry never queues;
+ *	- under the 0.1 SQL (no queues, no lock-delay): an ended holding is
+ *	  taken, a live one is busy until it ends;
+ *	- a waiter in lock() whose in-server ticket is not the lowest (or that
+ *	  has none while others have one) waits its turn, whatever the row
+ *	  says: whoever is ahead wakes it;
+ *	- a holding not ended, or under lock-delay, is busy until then;
+ *	- free: while the queue has a live ticket, only its head takes it;
+ *	- else a new holding.
+ * With shared holdings (0.4), after the re-entry: live shared holdings of
+ * others make it wait until they end (an upgrade, by a holder that shares
+ * it too, succeeds only when it is the only holder); an upgrade waiting
+ * for another holder that waits to upgrade too is a deadlock.
+ * A refusal keeps a place in the queue for a fair request, and for a wait
+ * in lock() (which adopts the holder's client ticket).
+ */
+static DlockAdmission
+admit_exclusive(const DlockRequest *req, const DlockResourceState *st)
+{
+	bool		queue = req->fair || req->in_server;
+
+	if (st->contended)
+		return refuse(REFUSE_CONTENDED, DT_NOEND,
+					  queue && st->queues && st->holding != HOLDING_MINE);
+	if (st->own_xact_lock)
+		return refuse(REFUSE_OWN_XACT_LOCK, DT_NOEND, false);
+	if (st->holding == HOLDING_MINE)
+		return admit(req->campaign ? ADMIT_AS_IS : ADMIT_REENTER);
+	if (st->shares_others > 0)
+	{
+		/* Shared by others: an upgrade waits for them, unless they wait too. */
+		if (st->upgrade_crossed)
+			return refuse(REFUSE_DEADLOCK, DT_NOEND, false);
+		return refuse(REFUSE_SHARED, st->shares_until, queue);
+	}
+	if (!st->queues)
+	{
+		if (dlock_lease_ended(&st->row, st->now))
+			return admit(ADMIT_NEW);
+		return refuse(REFUSE_HELD, st->row.expires_at, queue);
+	}
+	if (!st->know_queue)
+		return refuse(NEED_QUEUE, DT_NOEND, false);
+	if (req->in_server && !st->server_allows)
+		return refuse(REFUSE_NOT_TURN, st->server_until, queue);
+	if (!dlock_lease_available(&st->row, st->now))
+		return refuse_unavailable(st, queue);
+	if (!st->server_allows || st->client_ahead)
+	{
+		/* Someone may be ahead: the exact head decides. */
+		if (!st->know_head)
+			return refuse(NEED_HEAD, DT_NOEND, false);
+		if (st->head.exists && !st->head.mine)
+			return refuse(REFUSE_NOT_TURN, st->head.expires_at, queue);
+	}
+	return admit(ADMIT_NEW);
+}
+
+/*
+ * admit_shared: a shared lease (shared => true, 0.4).  In order:
+ *	- this transaction's transaction-scoped lock excludes it;
+ *	- the holder's own shared holding is re-entered;
+ *	- the holder's own exclusive holding also takes shared (a downgrade);
+ *	- a waiter in lock() not at the head of the in-server tickets waits;
+ *	- an exclusive holding not ended, or under lock-delay, is busy;
+ *	- an exclusive request waiting in lock() keeps new shared holders out
+ *	  (writers do not starve); so does a queue headed by another ticket;
+ *	- else a new shared holding, beside the others.
+ */
+static DlockAdmission
+admit_shared(const DlockRequest *req, const DlockResourceState *st)
+{
+	bool		queue = req->fair || req->in_server;
+
+	if (st->contended)
+		return refuse(REFUSE_CONTENDED, DT_NOEND,
+					  queue && st->queues && st->share_mine == NULL &&
+					  st->holding != HOLDING_MINE);
+	if (st->own_xact_lock)
+		return refuse(REFUSE_OWN_XACT_LOCK, DT_NOEND, false);
+	if (st->share_mine != NULL)
+		return admit(ADMIT_REENTER);
+	if (st->holding == HOLDING_MINE)
+		return admit(ADMIT_NEW);
+	if (!st->know_queue)
+		return refuse(NEED_QUEUE, DT_NOEND, false);
+	if (req->in_server && !st->server_allows)
+		return refuse(REFUSE_NOT_TURN, st->server_until, queue);
+	if (!dlock_lease_available(&st->row, st->now))
+		return refuse_unavailable(st, queue);
+	if (st->writer_waiting)
+		return refuse(REFUSE_NOT_TURN, DT_NOEND, queue);
+	if (!st->server_allows || st->client_ahead)
+	{
+		if (!st->know_head)
+			return refuse(NEED_HEAD, DT_NOEND, false);
+		if (st->head.exists && !st->head.mine)
+			return refuse(REFUSE_NOT_TURN, st->head.expires_at, queue);
+	}
+	return admit(ADMIT_NEW);
+}
+
+/*
+ * admit_xact: a transaction-scoped lock (xact_lock, try_xact_lock).  Its
+ * re-entry is xactlock.c's (the transaction holds the resource's lock
+ * already).  Live shared holdings (0.4) make it busy until they end, as
+ * does an exclusive holding not ended, or under lock-delay; a free
+ * resource is taken unless the queue has a live ticket: a
+ * transaction-scoped lock never queues, nor jumps a queue.
+ */
+static DlockAdmission
+admit_xact(const DlockRequest *req, const DlockResourceState *st)
+{
+	if (st->contended)
+		return refuse(REFUSE_CONTENDED, DT_NOEND, false);
+	if (st->shares_others > 0)
+		return refuse(REFUSE_SHARED, st->shares_until, false);
+	if (!st->queues)
+	{
+		if (dlock_lease_ended(&st->row, st->now))
+			return admit(ADMIT_NEW);
+		return refuse(REFUSE_HELD, st->row.expires_at, false);
+	}
+	if (!st->know_queue)
+		return refuse(NEED_QUEUE, DT_NOEND, false);
+	if (!dlock_lease_available(&st->row, st->now))
+		return refuse_unavailable(st, false);
+	if (st->server_others || st->client_ahead)
+	{
+		if (!st->know_head)
+			return refuse(NEED_HEAD, DT_NOEND, false);
+		if (st->head.exists)
+			return refuse(REFUSE_NOT_TURN, st->head.expires_at, false);
+	}
+	return admit(ADMIT_NEW);
+}
+
+/*
+ * dlock_admit_decide: the verdict on req given st; no side effects.
+ */
+DlockAdmission
+dlock_admit_decide(const DlockRequest *req, const DlockResourceState *st)
+{
+	switch (req->kind)
+	{
+		case DLOCK_KIND_EXCLUSIVE:
+			return admit_exclusive(req, st);
+		case DLOCK_KIND_SHARED:
+			return admit_shared(req, st);
+		case DLOCK_KIND_XACT:
+			return admit_xact(req, st);
+	}
+	elog(ERROR, "dlock: unknown kind of request %d", (int) req->kind);
+	pg_unreachable();
+}
+
+/*
+ * read_shares: the shared holdings of res (0.4; none under older SQL):
+ * the request's holder's live one, how many live ones others have and
+ * when the last of them ends; for an upgrade waiting in lock(), whether
+ * one of those others waits to upgrade too.
+ */
+static void
+read_shares(const DlockResource *res, const DlockRequest *req, bool locked,
+			DlockResourceState *st)
+{
+	ListCell   *lc;
+
+	st->shares = dlock_row_read_shares(res);
+	st->shares_until = DT_NOBEGIN;
+	foreach(lc, st->shares)
+	{
+		DlockRow   *s = lfirst(lc);
+
+		if (s->expires_at <= st->now)
+			continue;
+		if (req->holder != NULL &&
+			dlock_holding_verdict(s, req->holder, req->caller, st->now) == HOLDING_MINE)
+			st->share_mine = s;
+		else
+		{
+			st->shares_others++;
+			st->shares_until = Max(st->shares_until, s->expires_at);
+		}
+	}
+	if (!locked || req->kind != DLOCK_KIND_EXCLUSIVE || !req->in_server ||
+		st->share_mine == NULL || st->shares_others == 0)
+		return;
+	foreach(lc, st->shares)
+	{
+		DlockRow   *s = lfirst(lc);
+
+		if (s != st->share_mine && s->expires_at > st->now &&
+			dlock_upgrading(res, s->holder, s->owner))
+			st->upgrade_crossed = true;
+	}
+}
+
+/*
+ * dlock_admit_read: read res's state for req into *st: the holding, and
+ * whether this transaction holds a transaction-scoped lock on it.  locked:
+ * the caller holds the resource's lock; if not (contended), the holding is
+ * read as a hint only.  Inside a store session.
+ */
+void
+dlock_admit_read(const DlockResource *res, const DlockRequest *req,
+				 bool locked, DlockResourceState *st)
+{
+	memset(st, 0, sizeof(*st));
+	st->now = GetCurrentTimestamp();
+	st->contended = !locked;
+	st->queues = dlock_queue_installed();
+	st->own_xact_lock = locked && dlock_xact_fence(res) != 0;
+	dlock_row_read(res, &st->row);
+	if (req->holder != NULL)
+		st->holding = dlock_holding_verdict(&st->row, req->holder, req->caller,
+											st->now);
+	else
+		st->holding = dlock_lease_ended(&st->row, st->now) ?
+			HOLDING_FREE : HOLDING_OTHERS;
+	read_shares(res, req, locked, st);
+}
+
+/*
+ * read_queue: the lock-delay of the holding, and the cheap look at the
+ * queue: other backends' in-server tickets (the lock manager) and live
+ * client tickets below the request's ticket (an index scan).
+ */
+static void
+read_queue(const DlockResource *res, const DlockRequest *req,
+		   DlockResourceState *st)
+{
+	dlock_row_read_delay(res, &st->row);
+	st->server_until = DT_NOEND;
+	st->server_others = dlock_server_tickets_others(res);
+	st->server_allows = !st->server_others ||
+		dlock_server_head_allows(res, req->ticket, &st->server_until);
+	st->client_ahead = dlock_row_tickets_below(res,
+											   req->ticket != 0 ? req->ticket : PG_INT64_MAX,
+											   st->now);
+	if (req->kind == DLOCK_KIND_SHARED)
+		st->writer_waiting = dlock_writer_waiting(res);
+	st->know_queue = true;
+}
+
+/*
+ * dlock_admit: read, decide, and read more while the decision asks for
+ * it; the verdict, with the state it was decided on in *st.
+ */
+DlockAdmission
+dlock_admit(const DlockResource *res, const DlockRequest *req, bool locked,
+			DlockResourceState *st)
+{
+	dlock_admit_read(res, req, locked, st);
+	for (;;)
+	{
+		DlockAdmission v = dlock_admit_decide(req, st);
+
+		if (v.reason == NEED_QUEUE && !st->know_queue)
+			read_queue(res, req, st);
+		else if (v.reason == NEED_HEAD && !st->know_head)
+		{
+			dlock_queue_head(res, req->holder,
+							 req->holder ? req->caller->role : InvalidOid,
+							 req->ticket, st->now, &st->head);
+			st->know_head = true;
+		}
+		else if (v.reason == NEED_QUEUE || v.reason == NEED_HEAD)
+			elog(ERROR, "dlock: admission asked again for what it was given");
+		else
+			return v;
+	}
+}

@@ -1,0 +1,78 @@
+-- shared: shared (read-write) locks, 0.4: any number of shared holders,
+-- each with its own fence, or one exclusive holder; downgrade, upgrade
+-- when the only holder, writers keep new readers out.
+\pset null '(null)'
+\set VERBOSITY sqlstate
+
+CREATE TEMP TABLE f (name text PRIMARY KEY, fence bigint);
+
+-- Two readers share; each has its own fence, newer than the last one.
+INSERT INTO f SELECT 'r1', dlock.try_lock('sh/a', 'r1', '1h', shared => true);
+INSERT INTO f SELECT 'r2', dlock.try_lock('sh/a', 'r2', '1h', shared => true);
+SELECT (SELECT fence FROM f WHERE name = 'r2') > (SELECT fence FROM f WHERE name = 'r1') AS own_fences;
+-- Re-entry keeps the fence.
+SELECT dlock.try_lock('sh/a', 'r1', '1h', shared => true) = (SELECT fence FROM f WHERE name = 'r1') AS reentry_same_fence;
+SELECT holder, count, mode FROM dlock.locks WHERE resource = 'sh/a' ORDER BY holder;
+-- A writer is kept out while readers hold it; so is a transaction-scoped lock.
+SELECT dlock.try_lock('sh/a', 'w', '1h') AS writer_refused;
+SELECT dlock.try_xact_lock('sh/a') AS xact_lock_refused;
+-- check and assert_fence accept any current holder's fence.
+SELECT dlock.check('sh/a', (SELECT fence FROM f WHERE name = 'r1')) AS check_r1,
+       dlock.check('sh/a', (SELECT fence FROM f WHERE name = 'r2')) AS check_r2;
+BEGIN;
+SELECT dlock.assert_fence('sh/a', (SELECT fence FROM f WHERE name = 'r2')) AS assert_r2;
+COMMIT;
+-- Renew and unlock work on a shared holding.
+SELECT dlock.renew('sh/a', 'r2', '2h') > now() + '1h' AS renewed;
+SELECT dlock.renew('sh/a', 'r2', '2h', (SELECT fence FROM f WHERE name = 'r1')) AS renew_wrong_fence;
+SELECT dlock.unlock('sh/a', 'r1') AS r1_left_1;
+SELECT dlock.unlock('sh/a', 'r1') AS r1_left_0;
+SELECT dlock.unlock('sh/a', 'r1') AS r1_not_held;
+SELECT dlock.check('sh/a', (SELECT fence FROM f WHERE name = 'r1')) AS check_r1_released;
+-- An upgrade succeeds only when the caller is the only holder.
+SELECT dlock.try_lock('sh/a', 'r2', '1h') > (SELECT fence FROM f WHERE name = 'r2') AS upgraded;
+SELECT holder, mode FROM dlock.locks WHERE resource = 'sh/a' ORDER BY mode;
+-- ... and then readers are kept out.
+SELECT dlock.try_lock('sh/a', 'r3', '1h', shared => true) AS reader_refused;
+SELECT dlock.unlock('sh/a', 'r2') AS exclusive_released;
+SELECT dlock.unlock('sh/a', 'r2') AS shared_released;
+SELECT count(*) AS left_over FROM dlock.locks WHERE resource = 'sh/a';
+
+-- Downgrade: the exclusive holder also takes shared; others still wait.
+SELECT dlock.try_lock('sh/b', 'w', '1h') IS NOT NULL AS exclusive;
+SELECT dlock.try_lock('sh/b', 'w', '1h', shared => true) IS NOT NULL AS downgrade;
+SELECT dlock.try_lock('sh/b', 'r', '1h', shared => true) AS reader_waits;
+SELECT dlock.unlock('sh/b', 'w') AS exclusive_released;
+SELECT dlock.try_lock('sh/b', 'r', '1h', shared => true) IS NOT NULL AS reader_joins;
+SELECT dlock.unlock_all('w') + dlock.unlock_all('r') AS released;
+
+-- Bad input: shared must not be null.
+SELECT dlock.try_lock('sh/c', 'r', '1h', shared => NULL);
+SELECT dlock.lock('sh/c', 'r', '1h', '0', shared => NULL);
+
+-- Another role's shared holding of the same holder text is another holder:
+-- unlock and renew of it raise 42501 and change nothing.
+CREATE ROLE regress_dlock_sh_a;
+CREATE ROLE regress_dlock_sh_b;
+SET ROLE regress_dlock_sh_a;
+SELECT dlock.try_lock('sh/r', 'same', '1h', shared => true) IS NOT NULL AS a_shares;
+SET ROLE regress_dlock_sh_b;
+SELECT dlock.unlock('sh/r', 'same');
+SELECT dlock.renew('sh/r', 'same');
+SELECT dlock.try_lock('sh/r', 'same', '1h', shared => true) IS NOT NULL AS b_shares_too;
+SELECT dlock.unlock_all('same') AS b_releases_its_own;
+RESET ROLE;
+SELECT holder, owner, mode FROM dlock.locks WHERE resource = 'sh/r';
+-- break_lock ends every shared holding.
+SELECT dlock.break_lock('sh/r') AS broken, dlock.break_lock('sh/r') AS again;
+SELECT count(*) AS left_over FROM dlock.locks WHERE resource = 'sh/r';
+DROP ROLE regress_dlock_sh_a;
+DROP ROLE regress_dlock_sh_b;
+
+-- An expired shared holding is free at once and reaped like a lease.
+SELECT dlock.try_lock('sh/e', 'r', '10ms', shared => true) IS NOT NULL AS short_share;
+SELECT pg_sleep(0.05);
+SELECT dlock.try_lock('sh/e', 'w', '1h') IS NOT NULL AS writer_takes_over;
+SELECT dlock.reap() >= 1 AS reaped;
+SELECT holder, mode FROM dlock.locks WHERE resource = 'sh/e';
+SELECT dlock.unlock('sh/e', 'w') AS released;
