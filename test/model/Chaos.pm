@@ -196,10 +196,13 @@ sub epoch
 {
 	my ($self) = @_;
 	my $r = "$self->{tag}/chaos/epoch";
-	my $o = $self->op(undef, 'try_lock', 'dlock.try_lock($1, $2, $3::interval)',
-		[ $r, 'chaos/e', '1 second' ], r => $r, h => 'chaos/e', lease => 1000);
-	$self->op(undef, 'unlock', 'dlock.unlock($1, $2, $3::int8)', [ $r, 'chaos/e', $o->{res} ],
-		r => $r, h => 'chaos/e', f => $o->{res})
+	# (A new holder text each time: an unlock undone by a crash leaves the
+	# last one holding for its lease, and a re-entry keeps its fence.)
+	my $h = 'chaos/e' . ++$self->{epochs};
+	my $o = $self->op(undef, 'lock', 'dlock.lock($1, $2, $3::interval, $4::interval)',
+		[ $r, $h, '1 second', '5 seconds' ], r => $r, h => $h, lease => 1000, wait => 5000);
+	$self->op(undef, 'unlock', 'dlock.unlock($1, $2, $3::int8)', [ $r, $h, $o->{res} ],
+		r => $r, h => $h, f => $o->{res})
 	  if defined $o->{res};
 }
 

@@ -100,9 +100,20 @@ sub rules
 	my $M = $cx->{margin};
 	my @restarts = grep { $_->{k} eq 'restart' } @$ops;
 
-	# fence-restart.
-	my %acq;
-	push @{ $acq{ $_->{r} } }, $_ for grep { is_acq($_) && ok($_) && defined $_->{res} } @$ops;
+	# fence-restart.  A re-entry after the restart of a holding that lived
+	# through it (same resource, holder text and role) keeps its fence: it
+	# hands out no new fence.
+	my (%acq, %first);
+	for my $o (sort { $a->{t1} <=> $b->{t1} } grep { is_acq($_) && ok($_) && defined $_->{res} } @$ops)
+	{
+		push @{ $acq{ $o->{r} } }, $o;
+		$first{ $o->{res} } //= $o;
+	}
+	my $same = sub {
+		my ($a, $b) = @_;
+		return $a->{k} !~ /xact/ && $b->{k} !~ /xact/ && $a->{r} eq $b->{r} && $a->{h} eq $b->{h}
+		  && $a->{role} eq $b->{role};
+	};
 	for my $rs (@restarts)
 	{
 		for my $r (sort keys %acq)
@@ -111,6 +122,8 @@ sub rules
 			for my $o (@{ $acq{$r} })
 			{
 				$before = $o if $o->{t1} < $rs->{tstop} && (!$before || $o->{res} > $before->{res});
+				my $f = $first{ $o->{res} };
+				next if $f->{t1} < $rs->{tstop} && $same->($f, $o);
 				$after = $o if $o->{t0} > $rs->{tup} && (!$after || $o->{res} < $after->{res});
 			}
 			next unless $before && $after;
