@@ -123,7 +123,7 @@ sub rules
 			{
 				$before = $o if $o->{t1} < $rs->{tstop} && (!$before || $o->{res} > $before->{res});
 				my $f = $first{ $o->{res} };
-				next if $f->{t1} < $rs->{tstop} && $same->($f, $o);
+				next if $f && $f->{t1} < $rs->{tstop} && $same->($f, $o);
 				$after = $o if $o->{t0} > $rs->{tup} && (!$after || $o->{res} < $after->{res});
 			}
 			next unless $before && $after;
