@@ -270,8 +270,9 @@ sub waiter_episode
 	my ($pid) = $v->selectrow_array('SELECT pg_backend_pid()');
 	my $fair = rnd(2) ? 'true' : 'false';
 	my $t0 = $self->clock;
-	$v->do("SELECT dlock.lock(\$1, 'chaos/w', '1 second', '30 seconds', $fair)::text",
-		{ pg_async => PG_ASYNC }, $r);
+	my $sth = $v->prepare("SELECT dlock.lock(\$1, 'chaos/w', '1 second', '30 seconds', $fair)::text",
+		{ pg_async => PG_ASYNC });
+	$sth->execute($r);
 	usleep(100_000 + rnd(300_000));
 	my $how = pick('terminate', 'cancel', 'sigkill');
 	$self->kill_session($how, $pid);
@@ -279,12 +280,12 @@ sub waiter_episode
 	my ($res, $err, $lost);
 	if ($how eq 'cancel')
 	{
-		my $n = $v->pg_result;
-		if (defined $n) { my $row = $v->fetchrow_arrayref; $res = $row && $row->[0] }
-		else { $err = $v->state }
+		my $n = $sth->pg_result;
+		if (defined $n) { my $row = $sth->fetchrow_arrayref; $res = $row && $row->[0] }
+		else { $err = $v->state || 'XXXXX' }
 	}
 	else { $lost = 1; $err = '57P01' }
-	eval { $v->disconnect };
+	eval { $sth->finish; $v->disconnect };
 	my $t1 = $self->clock;
 	$self->log_rec(k => 'lock', r => $r, h => 'chaos/w', lease => 1000, wait => 30000,
 		fair => $fair eq 'true' ? 1 : 0, victim => 1, t0 => $t0, t1 => $t1, res => $res,

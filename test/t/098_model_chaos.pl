@@ -84,10 +84,14 @@ my @restarts = grep { $_->{k} eq 'restart' } @$ops;
 # A fence after a restart below one before it.
 $flagged->('fence-restart', 'a fence gone backwards across a restart', sub {
 	my $rs = $restarts[0];
-	my ($before) = sort { $b->{res} <=> $a->{res} } grep { $_->{k} eq 'try_lock'
-		  && !defined $_->{err} && defined $_->{res} && $_->{t1} < $rs->{tstop} } @{ $_[0] };
-	my ($after) = grep { $_->{k} eq 'try_lock' && !defined $_->{err} && defined $_->{res}
-		  && $_->{r} eq ($before // {})->{r} && $_->{t0} > $rs->{tup} } @{ $_[0] };
+	my @a = grep { ($_->{k} eq 'try_lock' || $_->{k} eq 'lock') && !defined $_->{err}
+		  && defined $_->{res} } @{ $_[0] };
+	my ($before, $after);
+	for my $x (grep { $_->{t0} > $rs->{tup} } @a)
+	{
+		($before) = grep { $_->{r} eq $x->{r} && $_->{t1} < $rs->{tstop} } @a;
+		$after = $x, last if $before;
+	}
 	return 0 unless $after;
 	$after->{res} = $before->{res} - 1;    # a fence never handed out
 	return 1;
