@@ -393,7 +393,8 @@ sub run
 	srand($seed ^ 0x5eed);
 	my $actor = Chaos->new(node => $node, conninfo => $conninfo, dir => $dir, tag => $tag,
 		id => $clients + 1, super => $super);
-	$actor->act(time + $seconds);
+	my $actor_ok = eval { $actor->act(time + $seconds); 1 };
+	my $actor_err = $@;
 	my $failed = 0;
 	for my $pid (@pids)
 	{
@@ -404,6 +405,7 @@ sub run
 	$stats->{"chaos $_"} = $actor->{stats}{$_} for keys %{ $actor->{stats} };
 	$stats->{'clients that died'} = $failed;
 	push @$v, "VIOLATION [client] $failed client(s) died (see stderr)\n" if $failed;
+	push @$v, "VIOLATION [actor] the chaos actor died: $actor_err" unless $actor_ok;
 	Model::report($out, "seed $seed", $v, $stats);
 	return ($v, $stats, $seed);
 }
