@@ -644,7 +644,7 @@ sub check_counts
 	my $flush = sub {
 		my ($client, $unit_ops) = @_;
 		return unless @$unit_ops;
-		my $start = { count => {%count}, fence => {%fence} };
+		my $start = { count => {%count}, fence => {%fence}, unknown => {%unknown} };
 		my $undo_seen;
 		for my $o (@$unit_ops)
 		{
@@ -706,6 +706,16 @@ sub check_counts
 		{
 			%count = %{ $start->{count} };
 			%fence = %{ $start->{fence} };
+			%unknown = %{ $start->{unknown} };
+			# A maybe unit: the counts it touched are unknown (see above).
+			if ($unit_ops->[0]{ufate} eq 'maybe')
+			{
+				for my $o (grep { !$_->{undone} && defined $_->{h} } @$unit_ops)
+				{
+					$unknown{$_} = 1 for grep { (split /\0/, $_)[1] eq $o->{h} }
+					  $o->{k} eq 'unlock_all' ? (keys %count) : (defined $o->{r} ? "$o->{r}\0$o->{h}" : ());
+				}
+			}
 		}
 	};
 	my @unit;
