@@ -89,8 +89,9 @@
 #     possible life of its holder text's holding and of its role's claim
 #     (role) to t1 + lease.
 #   - count: after a maybe operation on a private holder text, its count is
-#     unknown until an unlock returns it again (or a renew returns NULL,
-#     or unlock_all runs).
+#     unknown (not checked) until an unlock returns 0 (or a renew without
+#     a fence returns NULL, or unlock_all runs); a unit that rolled back
+#     restores what was unknown at its start.
 #   - free-at-once: a lost prober acquisition may hold until t1 + lease.
 # Each lost operation's SQLSTATE (the connection's end: 57P01, 57P02,
 # 08006 ...) is the caller's to accept (ok_error).  check()'s extra hook
@@ -708,7 +709,7 @@ sub check_counts
 			%fence = %{ $start->{fence} };
 			%unknown = %{ $start->{unknown} };
 			# A maybe unit: the counts it touched are unknown (see above).
-			if ($unit_ops->[0]{ufate} eq 'maybe')
+			if (($unit_ops->[0]{ufate} // '') eq 'maybe')
 			{
 				for my $o (grep { !$_->{undone} && defined $_->{h} } @$unit_ops)
 				{
