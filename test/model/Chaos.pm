@@ -280,6 +280,13 @@ sub waiter_episode
 	my ($res, $err, $lost);
 	if ($how eq 'cancel')
 	{
+		# A cancel that came before the call began is lost: cancel again.
+		for (1 .. 60)
+		{
+			last if $v->pg_ready;
+			usleep(100_000);
+			$self->dbh->do('SELECT pg_cancel_backend($1)', undef, $pid) if $_ % 5 == 0;
+		}
 		my $n = $sth->pg_result;
 		if (defined $n) { my $row = $sth->fetchrow_arrayref; $res = $row && $row->[0] }
 		else { $err = $v->state || 'XXXXX' }

@@ -102,8 +102,12 @@ sub rules
 
 	# fence-restart.  A re-entry after the restart of a holding that lived
 	# through it (same resource, holder text and role) keeps its fence: it
-	# hands out no new fence.
-	my (%acq, %first);
+	# hands out no new fence.  So does one of a lost acquisition's holding
+	# (its fence unseen): a call after the restart under the key of a lost
+	# acquisition started before the stop is not compared.
+	my (%acq, %first, %lost_key);
+	$lost_key{"$_->{r}\0$_->{h}\0$_->{role}"} = $_->{t0}
+	  for sort { $b->{t0} <=> $a->{t0} } grep { $_->{lost} && $_->{k} =~ /^(?:try_lock|lock)$/ } @$ops;
 	for my $o (sort { $a->{t1} <=> $b->{t1} } grep { is_acq($_) && ok($_) && defined $_->{res} } @$ops)
 	{
 		push @{ $acq{ $o->{r} } }, $o;
@@ -124,6 +128,8 @@ sub rules
 				$before = $o if $o->{t1} < $rs->{tstop} && (!$before || $o->{res} > $before->{res});
 				my $f = $first{ $o->{res} };
 				next if $f && $f->{t1} < $rs->{tstop} && $same->($f, $o);
+				my $lk = $o->{k} =~ /xact/ ? undef : $lost_key{"$o->{r}\0$o->{h}\0$o->{role}"};
+				next if defined $lk && $lk < $rs->{tstop};
 				$after = $o if $o->{t0} > $rs->{tup} && (!$after || $o->{res} < $after->{res});
 			}
 			next unless $before && $after;

@@ -172,7 +172,7 @@ sub xact_unit
 		{
 			$dbh->do('ROLLBACK TO SAVEPOINT s') or do { $aborted = 1; last };
 			$recs[$_]{undone} = 1 for $sp_at .. $#recs;
-			$dbh->do('RELEASE SAVEPOINT s');
+			$dbh->do('RELEASE SAVEPOINT s') or do { $aborted = 1; last };
 			undef $sp_at;
 		}
 		elsif ($rec->{err})
