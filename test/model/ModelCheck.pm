@@ -67,8 +67,9 @@
 # COMMIT got no answer has fate "maybe": its operations' results are known
 # but it may or may not have committed, between tlo and tdone.  (A
 # transaction whose connection died before COMMIT was sent rolled back:
-# fate "rollback", certain.)  The rule, for every check above: a maybe
-# never blames dlock and never excuses nothing.
+# fate "rollback", certain.)  The rule, for every check above: a maybe is
+# never the ground of a violation, and excuses one only as far as it could
+# have happened (within its bracket, with its bounds).
 #   - A maybe acquisition (lost, or in a maybe transaction) is a possible
 #     holding: it is not one of the holdings whose overlap, order or
 #     durability is checked (its fence may be unknown), until an operation
