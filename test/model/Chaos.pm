@@ -353,6 +353,9 @@ sub act
 			$e eq 'xact' ? $self->xact_episode : $self->waiter_episode;
 		}
 	}
+	# Whatever the loop had no time for: each run has both episodes and
+	# both restarts.
+	$_ eq 'xact' ? $self->xact_episode : $self->waiter_episode for @episodes;
 	$self->restart($_->[1]) for @plan;
 	close $self->{log};
 }
