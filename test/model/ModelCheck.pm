@@ -58,6 +58,46 @@
 #                 history, s1001, had 11 of them, every one explained by a
 #                 concurrent run's logged renews and unlock_all calls).
 #
+# Unknown outcomes ("maybe"; only runs with kills and restarts log them,
+# test/model/ChaosDriver.pm; logs without them check exactly as before).
+# An operation whose connection died before its result came back is
+# marked lost: it may or may not have taken effect, at some time within
+# its bracket [t0, t1] (t0: the last server clock read on that connection
+# before the call; t1: one read after reconnecting).  A transaction whose
+# COMMIT got no answer has fate "maybe": its operations' results are known
+# but it may or may not have committed, between tlo and tdone.  (A
+# transaction whose connection died before COMMIT was sent rolled back:
+# fate "rollback", certain.)  The rule, for every check above: a maybe is
+# never the ground of a violation, and excuses one only as far as it could
+# have happened (within its bracket, with its bounds).
+#   - A maybe acquisition (lost, or in a maybe transaction) is a possible
+#     holding: it is not one of the holdings whose overlap, order or
+#     durability is checked (its fence may be unknown), until an operation
+#     that surely took effect shows it (a committed re-entry returning its
+#     fence, a committed renew of it): from then on it is certain.  So two
+#     holdings are reported overlapping only when both are certain; a
+#     certain one overlapping a possible one is no violation, since the
+#     possible one may never have existed.
+#   - A maybe release (unlock, unlock_all, break_lock: lost, or reporting
+#     a release in a maybe transaction) may have ended a holding: it
+#     excuses a later acquisition (overlap) like a committed one; but an
+#     assert_fence after it is no violation.
+#   - A maybe renew may have moved a holding's expiry anywhere between its
+#     t0 + lease (the least lease, 50 ms, if none was given) and its t1 +
+#     lease (1 s if none): the sure life (overlap, durability) ends no later
+#     than the former, the possible life (revival, role, assert-fence) no
+#     earlier than the latter; a lost acquisition likewise extends the
+#     possible life of its holder text's holding and of its role's claim
+#     (role) to t1 + lease.
+#   - count: after a maybe operation on a private holder text, its count is
+#     unknown (not checked) until an unlock returns 0 (or a renew without
+#     a fence returns NULL, or unlock_all runs); a unit that rolled back
+#     restores what was unknown at its start.
+#   - free-at-once: a lost prober acquisition may hold until t1 + lease.
+# Each lost operation's SQLSTATE (the connection's end: 57P01, 57P02,
+# 08006 ...) is the caller's to accept (ok_error).  check()'s extra hook
+# lets ChaosCheck.pm add the rules about restarts with the same bounds.
+#
 # MARGIN_US absorbs rounding of the clock to microseconds.
 #
 # Cost: the operations are indexed once (holdings by fence; per resource
@@ -103,6 +143,9 @@ sub load
 
 sub ok { my ($o) = @_; return !defined $o->{err}; }
 sub committed { my ($o) = @_; return ok($o) && $o->{fate} eq 'commit'; }
+# maybe_committed: committed, or its transaction's end is unknown.
+sub maybe_committed { my ($o) = @_; return ok($o) && ($o->{fate} eq 'commit' || $o->{fate} eq 'maybe'); }
+sub lost { my ($o) = @_; return $o->{lost} ? 1 : 0; }
 sub is_acq { my ($o) = @_; return $o->{k} eq 'try_lock' || $o->{k} eq 'lock'; }
 sub is_xact_acq { my ($o) = @_; return $o->{k} eq 'xact_lock' || $o->{k} eq 'try_xact_lock'; }
 
@@ -256,13 +299,21 @@ sub check
 
 	# Per holder text on a resource: the renews that succeeded (by t0, for
 	# e_up) and those that committed (for e_lo).
-	my (%renew_pm, %renew_span);
+	my (%renew_pm, %renew_span, %lost_pm, %lost_renew_span);
 	for my $rh (keys %by_rh)
 	{
 		my @rn = grep { $_->{k} eq 'renew' && ok($_) && defined $_->{res} } @{ $by_rh{$rh} };
+		# Lost acquisitions and renews of the holder text (maybe).
+		my @lr = grep { lost($_) && ($_->{k} eq 'renew' || is_acq($_)) } @{ $by_rh{$rh} };
+		if (@lr)
+		{
+			$lost_pm{$rh} = pm_build([ map { [ $_->{t0}, $_->{t1} + ($_->{lease} // 1000) * 1000, $_ ] } @lr ]);
+			my @lrn = grep { $_->{k} eq 'renew' } @lr;
+			$lost_renew_span{$rh} = span_build(\@lrn) if @lrn;
+		}
 		next unless @rn;
 		$renew_pm{$rh} = pm_build([ map { [ $_->{t0}, $_->{res}, $_ ] } @rn ]);
-		my @rc = grep { committed($_) } @rn;
+		my @rc = grep { maybe_committed($_) } @rn;
 		$renew_span{$rh} = span_build(\@rc) if @rc;
 	}
 	# hold_pm: per holding, its extensions by t0.
@@ -278,7 +329,8 @@ sub check
 		my ($hd, $t, $self) = @_;
 		my $e = 0;
 		for my $x (pm_max($hold_pm->($hd), $t, $self),
-			pm_max($renew_pm{"$hd->{r}\0$hd->{h}"}, $t, $self))
+			pm_max($renew_pm{"$hd->{r}\0$hd->{h}"}, $t, $self),
+			pm_max($lost_pm{"$hd->{r}\0$hd->{h}"}, $t, $self))
 		{
 			$e = $x if defined $x && $x > $e;
 		}
@@ -302,6 +354,13 @@ sub check
 		}
 		my @renews = grep { !defined $_->{f} || $_->{f} == $hd->{f} }
 		  span_ops($renew_span{"$hd->{r}\0$hd->{h}"}, $hd->{acq}{t0}, $t);
+		# A lost renew may have set the expiry as early as t0 + lease.
+		for my $x (grep { !defined $_->{f} || $_->{f} == $hd->{f} }
+			span_ops($lost_renew_span{"$hd->{r}\0$hd->{h}"}, $hd->{acq}{t0}, $t))
+		{
+			my $lo = $x->{t0} + ($x->{lease} // 50) * 1000;
+			$e = $lo if $lo < $e;
+		}
 		return $e unless @renews;
 		my $last;
 		for my $x (@renews) { $last = $x->{t0} if !defined $last || $x->{t0} > $last }
@@ -311,7 +370,15 @@ sub check
 			next if $last > $x->{tdone};
 			$min = $x->{res} if !defined $min || $x->{res} < $min;
 		}
-		return $min // 0;
+		return 0 unless defined $min;
+		# (lost renews: as above)
+		for my $x (grep { !defined $_->{f} || $_->{f} == $hd->{f} }
+			span_ops($lost_renew_span{"$hd->{r}\0$hd->{h}"}, $hd->{acq}{t0}, $t))
+		{
+			my $lo = $x->{t0} + ($x->{lease} // 50) * 1000;
+			$min = $lo if $lo < $min;
+		}
+		return $min;
 	};
 
 	# Committed holdings per resource, in fence order.
@@ -325,9 +392,10 @@ sub check
 	# (unlock_all), U resource and holder text (unlock).  The committed
 	# unlocks under a fence, by resource and fence, in log order.
 	my @enders = grep {
-		ok($_) && (($_->{k} eq 'unlock' && defined $_->{res} && $_->{res} == 0)
+		(ok($_) && (($_->{k} eq 'unlock' && defined $_->{res} && $_->{res} == 0)
 			|| ($_->{k} eq 'unlock_all' && $_->{res} > 0)
-			|| ($_->{k} eq 'break_lock' && $_->{res}))
+			|| ($_->{k} eq 'break_lock' && $_->{res})))
+		|| (lost($_) && $_->{k} =~ /^(?:unlock|unlock_all|break_lock)$/)
 	} @$ops;
 	my (%enders_by, %ender_span, %fence_unlocks);
 	for my $u (@enders)
@@ -339,6 +407,16 @@ sub check
 		  if committed($u) && $u->{k} eq 'unlock' && defined $u->{f};
 	}
 	$ender_span{$_} = span_build($enders_by{$_}) for keys %enders_by;
+	# may_end(hd, lo, t, na): the releases that may have ended holding hd
+	# between lo and t (committed, maybe, or of na's own transaction).
+	my $may_end = sub {
+		my ($hd, $lo, $t, $na) = @_;
+		return grep {
+			maybe_committed($_) || lost($_)
+			  || ($na && $_->{c} == $na->{c} && $_->{u} == $na->{u})
+		} map { span_ops($ender_span{$_}, $lo, $t) }
+		  ("B\0$hd->{r}", "A\0$hd->{h}", "U\0$hd->{r}\0$hd->{h}");
+	};
 
 	for my $r (sort keys %res_holds)
 	{
@@ -375,10 +453,7 @@ sub check
 			my $e = $e_lo->($p, $t);
 			next unless $e > $t + $MARGIN_US;
 			my $na = $n->{acq};
-			my @may_end = grep { committed($_) || ($_->{c} == $na->{c} && $_->{u} == $na->{u}) }
-			  map { span_ops($ender_span{$_}, $p->{acq}{t0}, $t) }
-			  ("B\0$r", "A\0$p->{h}", "U\0$r\0$p->{h}");
-			next if @may_end;
+			next if $may_end->($p, $p->{acq}{t0}, $t, $na);
 			$viol->('overlap',
 				"resource $r: fence $n->{f} taken while fence $p->{f} (holder $p->{h}) surely lived until $e",
 				$p->{acq}, $n->{acq});
@@ -413,7 +488,7 @@ sub check
 	# Per group: the first t0 of a committed op; the extensions of each
 	# holding once it has a committed op by then (key: the later t0 of the
 	# two); and the ops per transaction (client and unit).
-	my (%grp_first_c, %grp_pm, %grp_unit);
+	my (%grp_first_c, %grp_pm, %grp_unit, %grp_lost_pm);
 	{
 		my %items;
 		for my $hd (values %hold)
@@ -424,7 +499,7 @@ sub check
 			for my $o (@{ $hd->{ops} })
 			{
 				push @{ $grp_unit{"$g\0$o->{c}\0$o->{u}"} }, [ $o, $hd ];
-				$fc = $o->{t0} if committed($o) && (!defined $fc || $o->{t0} < $fc);
+				$fc = $o->{t0} if maybe_committed($o) && (!defined $fc || $o->{t0} < $fc);
 			}
 			next unless defined $fc;
 			$grp_first_c{$g} = $fc if !defined $grp_first_c{$g} || $fc < $grp_first_c{$g};
@@ -432,6 +507,11 @@ sub check
 			  @{ $hd->{ops} };
 		}
 		$grp_pm{$_} = pm_build($items{$_}) for keys %items;
+		# Lost acquisitions: a possible holding until t1 + lease.
+		my %li;
+		push @{ $li{"$_->{r}\0$_->{h}\0$_->{role}"} }, [ $_->{t0}, $_->{t1} + $_->{lease} * 1000, $_ ]
+		  for grep { lost($_) && is_acq($_) } @$ops;
+		$grp_lost_pm{$_} = pm_build($li{$_}) for keys %li;
 	}
 	my $might_hold = sub {
 		my ($o) = @_;
@@ -440,6 +520,7 @@ sub check
 		my @own = grep { $_->[0]{t0} < $t } @{ $grp_unit{"$g\0$o->{c}\0$o->{u}"} || [] };
 		# A committed holding's own extensions, or an own-transaction one's.
 		return 1 if $lasted->(pm_max($grp_pm{$g}, $t));
+		return 1 if $lasted->(pm_max($grp_lost_pm{$g}, $t));
 		return 1 if grep { $lasted->(pm_max($hold_pm->($_->[1]), $t)) } @own;
 		# Or any such holding and the renews of the holder text (or 0).
 		return 0 unless @own || (defined $grp_first_c{$g} && $grp_first_c{$g} < $t);
@@ -535,7 +616,7 @@ sub check
 						$last->{op}, $o);
 				}
 			}
-			if (is_acq($o) && ok($o) && defined $o->{res})
+			if (is_acq($o) && ((ok($o) && defined $o->{res}) || lost($o)))
 			{
 				$probe_last{ $o->{r} } = { op => $o, res => 1, end => $o->{t1} + $o->{lease} * 1000 };
 			}
@@ -547,6 +628,12 @@ sub check
 	}
 
 	check_counts($ops, $viol);
+	$stats{'maybe ops'} = scalar grep { lost($_) || ($_->{fate} // '') eq 'maybe' } @$ops
+	  if grep { lost($_) || ($_->{fate} // '') eq 'maybe' } @$ops;
+	# extra(context, viol, stats): more rules over the same bounds.
+	$opt{extra}->({ ops => $ops, hold => \%hold, res_holds => \%res_holds, e_lo => $e_lo,
+			e_up => $e_up, may_end => $may_end, margin => $MARGIN_US }, $viol, \%stats)
+	  if $opt{extra};
 	return (\@v, \%stats);
 }
 
@@ -555,19 +642,30 @@ sub check
 sub check_counts
 {
 	my ($ops, $viol) = @_;
-	my (%count, %fence);
+	my (%count, %fence, %unknown);
 	my $flush = sub {
 		my ($client, $unit_ops) = @_;
 		return unless @$unit_ops;
-		my $start = { count => {%count}, fence => {%fence} };
+		my $start = { count => {%count}, fence => {%fence}, unknown => {%unknown} };
 		my $undo_seen;
 		for my $o (@$unit_ops)
 		{
 			my $k = defined $o->{r} && defined $o->{h} ? "$o->{r}\0$o->{h}" : undef;
 			next if $o->{steal} || $o->{probe} || $o->{undone};
 			my $private = defined $o->{h} && $o->{h} =~ m{^\Q$o->{role}\E/c\Q$o->{c}\E/};
+			if (lost($o) || ($o->{ufate} // $o->{fate}) eq 'maybe')
+			{
+				# Unknown outcome: the count is unknown until re-read.
+				if ($o->{k} eq 'unlock_all')
+				{
+					$unknown{$_} = 1 for grep { (split /\0/, $_)[1] eq $o->{h} } keys %count;
+				}
+				elsif ($private && $k) { $unknown{$k} = 1 }
+				next;
+			}
 			next unless ok($o);
-			if (is_acq($o) && $private && defined $o->{res})
+			if (is_acq($o) && $private && defined $o->{res} && $unknown{$k}) { }
+			elsif (is_acq($o) && $private && defined $o->{res})
 			{
 				if (($count{$k} // 0) > 0 && $fence{$k} == $o->{res}) { $count{$k}++ }
 				else { $count{$k} = 1; $fence{$k} = $o->{res} }
@@ -578,24 +676,29 @@ sub check_counts
 				{
 					my $c = $count{$k} // 0;
 					$viol->('count', "unlock returned $o->{res} for a holding of count $c", $o)
-					  if $c > 0 && $o->{res} != $c - 1;
+					  if $c > 0 && $o->{res} != $c - 1 && !$unknown{$k};
 					$count{$k} = $o->{res};
+					delete $unknown{$k} if $o->{res} == 0;
 				}
 				elsif (!defined $o->{f} || ($fence{$k} // -1) == $o->{f})
 				{
 					$count{$k} = 0;
+					delete $unknown{$k} unless defined $o->{f};
 				}
 			}
 			elsif ($o->{k} eq 'renew' && $private && !defined $o->{res}
 				&& (!defined $o->{f} || ($fence{$k} // -1) == $o->{f}))
 			{
 				$count{$k} = 0;
+				delete $unknown{$k} unless defined $o->{f};
 			}
 			elsif ($o->{k} eq 'unlock_all' && defined $o->{res})
 			{
-				for my $kk (keys %count)
+				for my $kk (keys %count, keys %unknown)
 				{
-					$count{$kk} = 0 if (split /\0/, $kk)[1] eq $o->{h};
+					next unless (split /\0/, $kk)[1] eq $o->{h};
+					$count{$kk} = 0;
+					delete $unknown{$kk};
 				}
 			}
 		}
@@ -605,6 +708,16 @@ sub check_counts
 		{
 			%count = %{ $start->{count} };
 			%fence = %{ $start->{fence} };
+			%unknown = %{ $start->{unknown} };
+			# A maybe unit: the counts it touched are unknown (see above).
+			if (($unit_ops->[0]{ufate} // '') eq 'maybe')
+			{
+				for my $o (grep { !$_->{undone} && defined $_->{h} } @$unit_ops)
+				{
+					$unknown{$_} = 1 for grep { (split /\0/, $_)[1] eq $o->{h} }
+					  $o->{k} eq 'unlock_all' ? (keys %count) : (defined $o->{r} ? "$o->{r}\0$o->{h}" : ());
+				}
+			}
 		}
 	};
 	my @unit;
@@ -616,7 +729,7 @@ sub check_counts
 		{
 			$flush->($prev, \@unit);
 			@unit = ();
-			if ($prev ne '' && (split m{/}, $prev)[0] != $o->{c}) { %count = (); %fence = () }
+			if ($prev ne '' && (split m{/}, $prev)[0] != $o->{c}) { %count = (); %fence = (); %unknown = () }
 			$prev = $id;
 		}
 		push @unit, $o;

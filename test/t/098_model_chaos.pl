@@ -1,0 +1,165 @@
+# 098_model_chaos.pl: the model workload (095) with kills and restarts.
+#
+# The clients of test/model/ChaosDriver.pm (three roles, transactions,
+# savepoints, rollbacks, SERIALIZABLE, a prober; odd ones with
+# synchronous_commit = off) play while the chaos actor of
+# test/model/Chaos.pm, at moments the seed chooses, terminates their
+# backends (also inside transactions and lock() waits), cancels their
+# statements, kills one with SIGKILL (a crash of every session), and
+# restarts the server (a fast stop, an immediate stop: at least one of
+# each); the clients reconnect and go on.  test/model/ChaosCheck.pm checks
+# the logs: ModelCheck's rules with outcomes of dead connections as
+# "maybe", plus fences across restarts, durability of acknowledged
+# holdings, and that killed xact holders and lock() waiters leave nothing
+# behind (see there).
+#
+# The seed is printed (diag) and DLOCK_MODEL_SEED=N replays its choices.
+# After the run, the checker is shown to fire: the run's logs, altered to
+# break each new rule in turn, must be flagged.  Needs DBD::Pg.
+
+use strict;
+use warnings;
+
+use Cwd qw(abs_path);
+use File::Basename qw(dirname);
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use Test::More;
+
+use lib abs_path(dirname(__FILE__) . '/../model');
+
+# Not in the default suite yet: about one run in 27 (seed 1 among them)
+# reported an overlap on a holding of a synchronous_commit = on client
+# that is not yet explained (a checker gap or a dlock defect; see the
+# CHANGELOG).  Run it with DLOCK_CHAOS=1.
+BEGIN
+{
+	plan skip_all => 'set DLOCK_CHAOS=1 to run the chaos model (not in the default suite yet)'
+	  unless $ENV{DLOCK_CHAOS};
+	eval { require DBD::Pg; 1 }
+	  or plan skip_all => 'DBD::Pg (libdbd-pg-perl) is not installed';
+}
+use Chaos;
+use ChaosCheck;
+
+my $seed = $ENV{DLOCK_MODEL_SEED} // int(rand(2_000_000_000));
+my $seconds = $ENV{DLOCK_MODEL_SECONDS} // 20;
+
+my $node = PostgreSQL::Test::Cluster->new('chaos');
+$node->init;
+$node->append_conf(
+	'postgresql.conf', q{
+shared_preload_libraries = 'dlock'
+dlock.database = 'postgres'
+dlock.reap_interval = '50ms'
+dlock.queue_ttl = '2s'
+max_connections = 40
+restart_after_crash = on
+});
+$node->start;
+
+my $out = '';
+open(my $fh, '>', \$out) or die;
+my $dir = PostgreSQL::Test::Utils::tempdir('model_chaos');
+my ($v, $stats) = Chaos::run(
+	node => $node, seed => $seed, clients => 6, seconds => $seconds, resources => 3,
+	dir => $dir, tag => 'chaos', out => $fh);
+close $fh;
+diag("chaos:\n$out");
+is(scalar @$v, 0, "no violation (seed $seed)");
+cmp_ok($stats->{'chaos restarts fast'} // 0, '>=', 1, 'a fast restart');
+cmp_ok($stats->{'chaos restarts immediate'} // 0, '>=', 1, 'an immediate stop (crash) and recovery');
+cmp_ok($stats->{'chaos terminate'} // 0, '>', 0, 'backends were terminated');
+cmp_ok($stats->{'lost ops'} // 0, '>', 0, 'operations were lost with their connections');
+cmp_ok($stats->{holdings} // 0, '>', 30, 'the workload took holdings');
+cmp_ok($stats->{'durable checks'} // 0, '>', 0, 'holdings were checked across restarts');
+cmp_ok($stats->{'fence-restart comparisons'} // 0, '>', 0, 'fences were compared across restarts');
+cmp_ok(($stats->{'xact-gone checks'} // 0) + ($stats->{'waiter-gone checks'} // 0),
+	'>', 0, 'killed xact holders and waiters were checked');
+
+# check_fires: the checker flags the run's logs altered to break a rule.
+my $ops = ChaosCheck::load_dir($dir);
+my $flagged = sub {
+	my ($kind, $what, $alter) = @_;
+	my $copy = [ map { {%$_} } @$ops ];
+	my $done = $alter->($copy);
+	my ($v) = ChaosCheck::check($copy);
+	ok($done && grep({ /^VIOLATION \[$kind\]/ } @$v), "checker: $what breaks '$kind'");
+};
+my @restarts = grep { $_->{k} eq 'restart' } @$ops;
+# A fence after a restart below one before it.
+$flagged->('fence-restart', 'a fence gone backwards across a restart', sub {
+	my $rs = $restarts[0];
+	# (the actor's epoch fences: a new holder text each, never lost, so
+	# never a possible re-entry, which the rule does not compare)
+	my @a = grep { ($_->{k} eq 'try_lock' || $_->{k} eq 'lock') && !defined $_->{err}
+		  && defined $_->{res} && $_->{h} =~ m{^chaos/e\d+$} } @{ $_[0] };
+	my ($before, $after);
+	for my $x (grep { $_->{t0} > $rs->{tup} } @a)
+	{
+		($before) = grep { $_->{r} eq $x->{r} && $_->{t1} < $rs->{tstop} } @a;
+		$after = $x, last if $before;
+	}
+	return 0 unless $after;
+	$after->{res} = $before->{res} - 1;    # a fence never handed out
+	return 1;
+});
+# A holding acknowledged before a crash, missing after it.
+$flagged->('durable', 'a holding lost by a restart', sub {
+	my @s = grep { $_->{k} eq 'snap' } @{ $_[0] };
+	$_->{rows} = [ grep { $_->[1] ne 'chaos/d' } @{ $_->{rows} } ] for @s;
+	return scalar @s;
+});
+# A holding whose lease restarted with the server.
+$flagged->('durable', 'a lease restarted by a restart', sub {
+	my @s = grep { $_->{k} eq 'snap' } @{ $_[0] };
+	$_->{rows} = [ map { [ @$_[ 0 .. 2 ], $_->[3] + 60_000_000, $_->[4] ] } @{ $_->{rows} } ] for @s;
+	return scalar @s;
+});
+# A holding with another fence after a restart.
+$flagged->('durable', 'a holding with another fence after a restart', sub {
+	my @s = grep { $_->{k} eq 'snap' } @{ $_[0] };
+	$_->{rows} = [ map { [ @$_[ 0 .. 1 ], $_->[2] + 1, @$_[ 3 .. 4 ] ] } @{ $_->{rows} } ] for @s;
+	return scalar @s;
+});
+# A killed xact holder's lock left behind.
+$flagged->('xact-gone', "a killed session's xact lock left behind", sub {
+	my ($o) = grep { ($_->{expect} // '') eq 'xact-gone' && !$_->{lost} } @{ $_[0] };
+	return 0 unless $o;
+	$o->{res} = undef;
+	return 1;
+});
+# A killed waiter blocking the resource, or holding it.
+$flagged->('waiter-gone', 'a killed waiter blocking the resource', sub {
+	my ($o) = grep { ($_->{expect} // '') eq 'waiter-gone' && !$_->{lost} } @{ $_[0] };
+	return 0 unless $o;
+	$o->{res} = undef;
+	return 1;
+});
+$flagged->('waiter-gone', 'a killed waiter holding or queued', sub {
+	my ($o) = grep { ($_->{expect} // '') eq 'none-held' && !$_->{lost} } @{ $_[0] };
+	return 0 unless $o;
+	$o->{res} = 1;
+	return 1;
+});
+# A lost operation does not excuse two certain holders: the prober's
+# next holding taken while its previous lease (now an hour) surely lived,
+# with a lost unlock of another holder text around.
+$flagged->('overlap', 'two certain holders, with maybe operations around', sub {
+	my @p = grep { $_->{probe} && $_->{k} eq 'try_lock' && defined $_->{res} } @{ $_[0] };
+	my ($i) = grep { $p[$_]{expect_free} && !$p[ $_ - 1 ]{expect_free}
+		  && $p[ $_ - 1 ]{c} == $p[$_]{c} } 1 .. $#p;
+	return 0 unless $i;
+	$p[ $i - 1 ]{lease} = 3_600_000;
+	$_->{k} = 'sleep' for grep { $_->{probe} && $_->{k} eq 'unlock' } @{ $_[0] };
+	return 1;
+});
+# An unexpected error is still one when connections die around it.
+$flagged->('error', 'an unexpected SQLSTATE of a call that was not lost', sub {
+	my ($o) = grep { !$_->{lost} && defined $_->{k} && $_->{k} eq 'try_lock' } @{ $_[0] };
+	$o->{err} = 'XX000';
+	return 1;
+});
+
+$node->stop;
+done_testing();
