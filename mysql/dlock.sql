@@ -12,7 +12,7 @@
  * installation (CREATE DATABASE fails).
  *
  * Shared state and what protects it:
- * - dlock.leases, one row per resource.  Every change of a holding happens
+ * - dlock.leases, one row per resource (and its tail row, below).  Every change of a holding happens
  *   under that row's InnoDB record lock, taken by the routine that changes
  *   it and held to the end of the caller's transaction.  Locks are taken
  *   only where they are meant to be kept, because InnoDB keeps every row
@@ -27,6 +27,15 @@
  *     deadlock, or every insert into the gap waits);
  *   . acquirers lock with SKIP LOCKED and never wait for another
  *     transaction: a row another transaction holds is busy (NULL);
+ *   . every resource has two rows in dlock.leases and in dlock.pins, keyed
+ *     (resource, tail): its row (tail 0), which every routine names by
+ *     its whole key, and its tail row (tail 1), which nothing locks or
+ *     changes.  A SKIP LOCKED read that skips a row goes on to the next
+ *     key and, in REPEATABLE READ, locks the gap before it until the end
+ *     of the transaction: the tail row makes that the gap between the
+ *     resource's two rows, where nothing is ever inserted (with one row
+ *     per resource it was the gap where a new resource named just after
+ *     it goes, whose first acquisition then waited);
  *   . a new row is inserted only under its creation gate: dlock.gates holds
  *     4096 rows, and whoever inserts a resource's row first locks the gate
  *     row of its slot (CRC32 of the resource, SKIP LOCKED) and keeps it to
@@ -137,13 +146,16 @@ CREATE USER IF NOT EXISTS 'dlock'@'localhost' ACCOUNT LOCK;
 GRANT SELECT, INSERT, UPDATE, DELETE, EXECUTE, EVENT ON dlock.* TO 'dlock'@'localhost';
 
 /*
- * One row per resource.  A release keeps the row (holder NULL) so that the
+ * One row per resource (and its tail row, see the header).  A release keeps the row (holder NULL) so that the
  * next acquisition updates it in place; reaping deletes rows free for an
  * hour.  Bytes compare as bytes (VARBINARY): case and trailing spaces
  * matter.  Times are UTC.
  */
 CREATE TABLE dlock.leases (
-    resource    VARBINARY(1000) NOT NULL PRIMARY KEY,
+    resource    VARBINARY(1000) NOT NULL,
+    -- 0: the resource's row; 1: its tail row, which closes the gap after
+    -- it (see the header), all other columns unused.
+    tail        TINYINT NOT NULL DEFAULT 0,
     holder      VARBINARY(255) NULL,
     owner       VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NULL,
     count       INT NOT NULL DEFAULT 0,
@@ -159,13 +171,16 @@ CREATE TABLE dlock.leases (
     -- counts only for the transaction whose id it names.
     xconn       BIGINT UNSIGNED NULL,
     xtrx        BIGINT UNSIGNED NULL,
-    xfence      BIGINT NULL
+    xfence      BIGINT NULL,
+    PRIMARY KEY (resource, tail)
 ) ENGINE = InnoDB;
 
 -- What assert_fence locks (see the header): each resource's current fence.
 CREATE TABLE dlock.pins (
-    resource VARBINARY(1000) NOT NULL PRIMARY KEY,
-    fence    BIGINT NULL
+    resource VARBINARY(1000) NOT NULL,
+    tail     TINYINT NOT NULL DEFAULT 0,    -- as in dlock.leases
+    fence    BIGINT NULL,
+    PRIMARY KEY (resource, tail)
 ) ENGINE = InnoDB;
 
 /*
@@ -462,7 +477,7 @@ BEGIN
     DECLARE CONTINUE HANDLER FOR NOT FOUND BEGIN END;
     IF dlock._in_xact() THEN
         SET SESSION innodb_snapshot_isolation = ON;
-        SELECT 1 INTO v_one FROM dlock.leases AS recheck WHERE resource = p_resource FOR UPDATE;
+        SELECT 1 INTO v_one FROM dlock.leases AS recheck WHERE resource = p_resource AND tail = 0 FOR UPDATE;
         SET SESSION innodb_snapshot_isolation = OFF;
     END IF;
 END//
@@ -479,7 +494,7 @@ CREATE DEFINER = 'dlock'@'localhost' PROCEDURE dlock._mark(IN p_resource LONGBLO
 BEGIN
     IF dlock._in_xact() THEN
         UPDATE dlock.leases SET xconn = CONNECTION_ID(), xtrx = dlock._xid(), xfence = NULL
-         WHERE resource = p_resource;
+         WHERE resource = p_resource AND tail = 0;
     END IF;
 END//
 
@@ -521,7 +536,7 @@ BEGIN
     DECLARE CONTINUE HANDLER FOR 1062 SET v_dup = 1;
     SELECT 1, holder, owner, expires_at, xconn, xtrx, xfence
       INTO v_seen, v_h, v_owner, v_exp, v_xconn, v_xtrx, v_xfence
-      FROM dlock.leases AS seen WHERE resource = p_resource;
+      FROM dlock.leases AS seen WHERE resource = p_resource AND tail = 0;
     -- This transaction's own xact_lock (a marker of an earlier transaction
     -- of this connection names another id and counts for nothing).
     IF v_xfence IS NOT NULL AND v_xconn = CONNECTION_ID() THEN
@@ -538,9 +553,10 @@ BEGIN
         END IF;
         -- released_at set: reaping deletes an unused row an hour later.
         -- 1062: created after this transaction's snapshot; locked below.
-        INSERT INTO dlock.leases (resource, released_at) VALUES (p_resource, dlock._now());
+        INSERT INTO dlock.leases (resource, tail, released_at) VALUES (p_resource, 0, dlock._now());
         IF v_dup = 0 THEN
-            INSERT IGNORE INTO dlock.pins (resource) VALUES (p_resource);
+            INSERT INTO dlock.leases (resource, tail) VALUES (p_resource, 1);
+            INSERT IGNORE INTO dlock.pins (resource, tail) VALUES (p_resource, 0), (p_resource, 1);
         END IF;
     ELSEIF v_h IS NOT NULL AND v_exp > dlock._now()
            AND NOT (p_holder IS NOT NULL AND v_h = p_holder AND v_owner = p_me) THEN
@@ -552,7 +568,7 @@ BEGIN
         RETURN v_busy;    -- plainly busy: nothing locked
     END IF;
     SELECT 1, holder, owner, fence, expires_at INTO v_found, v_h, v_owner, v_fence, v_exp
-      FROM dlock.leases AS skipping WHERE resource = p_resource FOR UPDATE SKIP LOCKED;
+      FROM dlock.leases AS skipping WHERE resource = p_resource AND tail = 0 FOR UPDATE SKIP LOCKED;
     IF v_found = 0 THEN
         RETURN IF(v_seen = 1, -2, 0);
     END IF;
@@ -562,7 +578,7 @@ BEGIN
             UPDATE dlock.leases
                SET count = count + 1, renewed_at = v_now,
                    expires_at = GREATEST(expires_at, v_now + INTERVAL p_lease_us MICROSECOND)
-             WHERE resource = p_resource;
+             WHERE resource = p_resource AND tail = 0;
             CALL dlock._mark(p_resource);
             RETURN v_fence;
         END IF;
@@ -572,7 +588,7 @@ BEGIN
         -- A change of holder: not while assert_fence pins an expired one.
         SET v_free = 0;
         SELECT 1 INTO v_free FROM dlock.pins AS pinning
-         WHERE resource = p_resource FOR UPDATE SKIP LOCKED;
+         WHERE resource = p_resource AND tail = 0 FOR UPDATE SKIP LOCKED;
         IF v_free = 0 THEN
             RETURN v_busy;
         END IF;
@@ -581,14 +597,14 @@ BEGIN
     IF p_holder IS NULL THEN
         IF v_h IS NOT NULL THEN
             UPDATE dlock.leases SET holder = NULL, owner = NULL, count = 0, released_at = v_now
-             WHERE resource = p_resource;
-            UPDATE dlock.pins SET fence = NULL WHERE resource = p_resource;
+             WHERE resource = p_resource AND tail = 0;
+            UPDATE dlock.pins SET fence = NULL WHERE resource = p_resource AND tail = 0;
         END IF;
         -- The marker of this transaction's xact_lock (in autocommit mode
         -- the lock ends with the statement: none).
         IF dlock._in_xact() THEN
             UPDATE dlock.leases SET xconn = CONNECTION_ID(), xtrx = dlock._xid(), xfence = v_fence
-             WHERE resource = p_resource;
+             WHERE resource = p_resource AND tail = 0;
         END IF;
         RETURN v_fence;
     END IF;
@@ -596,8 +612,8 @@ BEGIN
        SET holder = p_holder, owner = p_me, count = 1, fence = v_fence,
            lease_us = p_lease_us, acquired_at = v_now, renewed_at = v_now,
            expires_at = v_now + INTERVAL p_lease_us MICROSECOND, released_at = NULL
-     WHERE resource = p_resource;
-    UPDATE dlock.pins SET fence = v_fence WHERE resource = p_resource;
+     WHERE resource = p_resource AND tail = 0;
+    UPDATE dlock.pins SET fence = v_fence WHERE resource = p_resource AND tail = 0;
     CALL dlock._mark(p_resource);
     RETURN v_fence;
 END//
@@ -621,9 +637,10 @@ BEGIN
      WHERE slot = dlock._slot(p_resource) FOR UPDATE SKIP LOCKED;
     IF v_gate = 1 THEN
         SET SESSION innodb_lock_wait_timeout = 0;
-        INSERT INTO dlock.leases (resource, released_at) VALUES (p_resource, dlock._now());
+        INSERT INTO dlock.leases (resource, tail, released_at) VALUES (p_resource, 0, dlock._now());
         IF ROW_COUNT() = 1 THEN
-            INSERT IGNORE INTO dlock.pins (resource) VALUES (p_resource);
+            INSERT INTO dlock.leases (resource, tail) VALUES (p_resource, 1);
+            INSERT IGNORE INTO dlock.pins (resource, tail) VALUES (p_resource, 0), (p_resource, 1);
         END IF;
         SET SESSION innodb_lock_wait_timeout = v_wait;
     END IF;
@@ -731,22 +748,22 @@ BEGIN
     DECLARE CONTINUE HANDLER FOR NOT FOUND BEGIN END;  -- no row: the variables stay as they are
     IF p_locked = 2 THEN
         SELECT 1, holder, owner, fence, expires_at INTO v_found, v_h, v_owner, v_fence, v_exp
-          FROM dlock.leases AS skipping WHERE resource = p_resource FOR UPDATE SKIP LOCKED;
+          FROM dlock.leases AS skipping WHERE resource = p_resource AND tail = 0 FOR UPDATE SKIP LOCKED;
         IF v_found = 0 THEN
             SELECT 1 INTO v_pin FROM dlock.pins AS pinning
-             WHERE resource = p_resource LOCK IN SHARE MODE SKIP LOCKED;
+             WHERE resource = p_resource AND tail = 0 LOCK IN SHARE MODE SKIP LOCKED;
             IF v_pin = 0 THEN
                 RETURN NULL;    -- changing hands: not waited for
             END IF;
             SELECT 1, holder, owner, fence, expires_at INTO v_found, v_h, v_owner, v_fence, v_exp
-              FROM dlock.leases AS locked WHERE resource = p_resource FOR UPDATE;
+              FROM dlock.leases AS locked WHERE resource = p_resource AND tail = 0 FOR UPDATE;
         END IF;
     ELSEIF p_locked = 1 THEN
         SELECT 1, holder, owner, fence, expires_at INTO v_found, v_h, v_owner, v_fence, v_exp
-          FROM dlock.leases AS locked WHERE resource = p_resource FOR UPDATE;
+          FROM dlock.leases AS locked WHERE resource = p_resource AND tail = 0 FOR UPDATE;
     ELSE
         SELECT 1, holder, owner, fence, expires_at INTO v_found, v_h, v_owner, v_fence, v_exp
-          FROM dlock.leases AS seen WHERE resource = p_resource;
+          FROM dlock.leases AS seen WHERE resource = p_resource AND tail = 0;
     END IF;
     IF v_found = 0 OR v_h IS NULL OR v_h <> p_holder OR v_exp <= dlock._now() THEN
         RETURN NULL;
@@ -779,14 +796,14 @@ BEGIN
         CALL dlock._si_restore(v_si);
         RETURN NULL;
     END IF;
-    SELECT count INTO v_count FROM dlock.leases AS locked WHERE resource = p_resource FOR UPDATE;
+    SELECT count INTO v_count FROM dlock.leases AS locked WHERE resource = p_resource AND tail = 0 FOR UPDATE;
     IF v_count > 1 THEN
-        UPDATE dlock.leases SET count = count - 1 WHERE resource = p_resource;
+        UPDATE dlock.leases SET count = count - 1 WHERE resource = p_resource AND tail = 0;
         CALL dlock._mark(p_resource);
     ELSE
-        UPDATE dlock.pins SET fence = NULL WHERE resource = p_resource;    -- waits for a pin
+        UPDATE dlock.pins SET fence = NULL WHERE resource = p_resource AND tail = 0;    -- waits for a pin
         UPDATE dlock.leases SET holder = NULL, owner = NULL, count = 0, released_at = dlock._now()
-         WHERE resource = p_resource;
+         WHERE resource = p_resource AND tail = 0;
     END IF;
     CALL dlock._si_restore(v_si);
     RETURN v_count - 1;
@@ -816,12 +833,12 @@ BEGIN
         CALL dlock._si_restore(v_si);
         RETURN NULL;
     END IF;
-    SELECT lease_us INTO v_lease_us FROM dlock.leases AS locked WHERE resource = p_resource FOR UPDATE;
+    SELECT lease_us INTO v_lease_us FROM dlock.leases AS locked WHERE resource = p_resource AND tail = 0 FOR UPDATE;
     SET v_lease_us = IFNULL(ROUND(p_lease * 1000000), v_lease_us);
     SET v_now = dlock._now();
     SET v_exp = v_now + INTERVAL v_lease_us MICROSECOND;
     UPDATE dlock.leases SET lease_us = v_lease_us, renewed_at = v_now, expires_at = v_exp
-     WHERE resource = p_resource;
+     WHERE resource = p_resource AND tail = 0;
     CALL dlock._mark(p_resource);
     CALL dlock._si_restore(v_si);
     RETURN v_exp;
@@ -849,20 +866,20 @@ BEGIN
     scan: LOOP
         SET v_next = NULL;
         SELECT resource INTO v_next FROM dlock.leases AS seen
-         WHERE resource > v_last AND holder = v_holder AND owner = v_me
+         WHERE resource > v_last AND tail = 0 AND holder = v_holder AND owner = v_me
            AND expires_at > dlock._now()
          ORDER BY resource LIMIT 1;
         IF v_next IS NULL THEN
             LEAVE scan;
         END IF;
         SET v_last = v_next;
-        SELECT 1 INTO v_one FROM dlock.leases AS locked WHERE resource = v_next FOR UPDATE;
+        SELECT 1 INTO v_one FROM dlock.leases AS locked WHERE resource = v_next AND tail = 0 FOR UPDATE;
         SET v_now = dlock._now();
         UPDATE dlock.leases SET holder = NULL, owner = NULL, count = 0, released_at = v_now
-         WHERE resource = v_next AND holder = v_holder AND owner = v_me AND expires_at > v_now;
+         WHERE resource = v_next AND tail = 0 AND holder = v_holder AND owner = v_me AND expires_at > v_now;
         IF ROW_COUNT() = 1 THEN
             SET v_n = v_n + 1;
-            UPDATE dlock.pins SET fence = NULL WHERE resource = v_next;    -- waits for a pin
+            UPDATE dlock.pins SET fence = NULL WHERE resource = v_next AND tail = 0;    -- waits for a pin
         END IF;
     END LOOP;
     CALL dlock._si_restore(v_si);
@@ -886,24 +903,24 @@ BEGIN
     DECLARE v_now DATETIME(6);
     DECLARE CONTINUE HANDLER FOR NOT FOUND BEGIN END;  -- no row: the variables stay as they are
     SELECT 1, holder, fence, expires_at, released_at INTO v_found, v_h, v_fence, v_exp, v_rel
-      FROM dlock.leases AS skipping WHERE resource = p_resource FOR UPDATE SKIP LOCKED;
+      FROM dlock.leases AS skipping WHERE resource = p_resource AND tail = 0 FOR UPDATE SKIP LOCKED;
     SET v_now = dlock._now();
     IF v_found = 0 OR NOT ((v_h IS NOT NULL AND v_exp <= v_now)
                            OR (v_h IS NULL AND v_rel < v_now - INTERVAL 1 HOUR)) THEN
         RETURN 0;
     END IF;
     SELECT 1 INTO v_free FROM dlock.pins AS pinning
-     WHERE resource = p_resource FOR UPDATE SKIP LOCKED;
+     WHERE resource = p_resource AND tail = 0 FOR UPDATE SKIP LOCKED;
     IF v_free = 0 THEN
         RETURN 0;    -- pinned (or being changed)
     ELSEIF v_h IS NOT NULL THEN
         UPDATE dlock.leases SET holder = NULL, owner = NULL, count = 0, released_at = v_now
-         WHERE resource = p_resource;
-        UPDATE dlock.pins SET fence = NULL WHERE resource = p_resource;
+         WHERE resource = p_resource AND tail = 0;
+        UPDATE dlock.pins SET fence = NULL WHERE resource = p_resource AND tail = 0;
         RETURN 1;
     END IF;
-    DELETE FROM dlock.leases WHERE resource = p_resource;
-    DELETE FROM dlock.pins WHERE resource = p_resource;
+    DELETE FROM dlock.leases WHERE resource = p_resource AND tail IN (0, 1);
+    DELETE FROM dlock.pins WHERE resource = p_resource AND tail IN (0, 1);
     RETURN 0;
 END//
 
@@ -925,7 +942,7 @@ BEGIN
         SET v_next = NULL;
         SET v_now = dlock._now();
         SELECT resource INTO v_next FROM dlock.leases
-         WHERE resource > v_last
+         WHERE resource > v_last AND tail = 0
            AND ((holder IS NOT NULL AND expires_at <= v_now)
                 OR (holder IS NULL AND released_at < v_now - INTERVAL 1 HOUR))
          ORDER BY resource LIMIT 1;
@@ -972,7 +989,7 @@ BEGIN
         SIGNAL SQLSTATE '22023' SET MESSAGE_TEXT = 'fence must not be null';
     END IF;
     SELECT COUNT(*) INTO v_n FROM dlock.leases AS seen
-     WHERE resource = p_resource AND fence = p_fence AND holder IS NOT NULL
+     WHERE resource = p_resource AND tail = 0 AND fence = p_fence AND holder IS NOT NULL
        AND expires_at > dlock._now();
     RETURN v_n > 0;
 END//
@@ -1005,13 +1022,13 @@ BEGIN
         SIGNAL SQLSTATE '22023' SET MESSAGE_TEXT = 'fence must not be null';
     END IF;
     SELECT 1, holder, owner, fence, expires_at INTO v_found, v_h, v_owner, v_fence, v_exp
-      FROM dlock.leases AS seen WHERE resource = p_resource;
+      FROM dlock.leases AS seen WHERE resource = p_resource AND tail = 0;
     IF v_found = 1 AND v_h IS NOT NULL AND v_fence = p_fence AND v_exp > dlock._now() THEN
         IF v_owner <> dlock._me() THEN
             SIGNAL SQLSTATE '42501' SET MESSAGE_TEXT = 'permission denied: the holding belongs to another user';
         END IF;
         SELECT fence INTO v_pinned FROM dlock.pins AS pinning
-         WHERE resource = p_resource LOCK IN SHARE MODE;
+         WHERE resource = p_resource AND tail = 0 LOCK IN SHARE MODE;
     END IF;
     IF v_pinned IS NULL OR v_pinned <> p_fence THEN
         SET v_msg = CONCAT('fence ', p_fence, ' is not the current holding of resource ',
@@ -1033,14 +1050,14 @@ BEGIN
     DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN CALL dlock._si_restore(v_si); RESIGNAL; END;
     CALL dlock._check('break_lock', TRUE, TRUE, p_resource, NULL, NULL, NULL);
     SELECT COUNT(*) INTO v_exists FROM dlock.leases AS seen
-     WHERE resource = p_resource AND holder IS NOT NULL;
+     WHERE resource = p_resource AND tail = 0 AND holder IS NOT NULL;
     IF v_exists > 0 THEN
-        SELECT holder INTO v_h FROM dlock.leases AS locked WHERE resource = p_resource FOR UPDATE;
+        SELECT holder INTO v_h FROM dlock.leases AS locked WHERE resource = p_resource AND tail = 0 FOR UPDATE;
     END IF;
     IF v_h IS NOT NULL THEN
-        UPDATE dlock.pins SET fence = NULL WHERE resource = p_resource;    -- waits for a pin
+        UPDATE dlock.pins SET fence = NULL WHERE resource = p_resource AND tail = 0;    -- waits for a pin
         UPDATE dlock.leases SET holder = NULL, owner = NULL, count = 0, released_at = dlock._now()
-         WHERE resource = p_resource;
+         WHERE resource = p_resource AND tail = 0;
     END IF;
     CALL dlock._si_restore(v_si);
     RETURN v_h IS NOT NULL;
@@ -1123,7 +1140,7 @@ CREATE ALGORITHM = TEMPTABLE DEFINER = 'dlock'@'localhost' SQL SECURITY DEFINER 
            l.acquired_at, l.renewed_at, l.expires_at, l.owner,
            l.expires_at <= UTC_TIMESTAMP(6) AS expired
       FROM dlock.leases l
-     WHERE l.holder IS NOT NULL;
+     WHERE l.tail = 0 AND l.holder IS NOT NULL;
 
 /*
  * Lazy expiry plus this event (needs event_scheduler = ON).  On a read-only

@@ -111,10 +111,11 @@ for my $case (['try_lock', "SELECT dlock.try_lock(?, 'b', 60)", 'g1'],
 # 3. renew from a snapshot older than an open break_lock.
 {
     like(res($alice, "SELECT dlock.try_lock('g3/m', 'h', 60)"), qr/^\d+$/, 'g3/m held by h');
-    $alice2->do('START TRANSACTION WITH CONSISTENT SNAPSHOT');
+    $alice2->begin_work;
+    is(res($alice2, "SELECT COUNT(*) FROM dlock.locks WHERE resource = 'g3/m'"), 1, "alice's snapshot shows it held");
     $admin->begin_work;
     is(res($admin, "SELECT dlock.break_lock('g3/m')"), 1, 'admin breaks it in an open transaction');
-    is(res($alice2, "SELECT dlock.renew('g3/m', 'h', 60)"), undef, "h's renew from an older snapshot: NULL");
+    is(res($alice2, "SELECT dlock.renew('g3/m', 'h', 60, NULL)"), undef, "h's renew from an older snapshot: NULL");
     new_at_once($carol, "SELECT dlock.try_lock(?, 'c', 60)", 'g3/n', 'renew passing by a break');
     $alice2->rollback;
     $admin->rollback;
