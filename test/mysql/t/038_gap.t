@@ -11,13 +11,15 @@
 # REPEATABLE READ transaction's call on P/m passes it by (NULL) and stays
 # open; then try_lock of the new resource P/n (sorting right after P/m,
 # nothing in between) in autocommit must return a fence at once.
-#   1. dlock.leases: try_lock of a resource whose row another
-#      transaction's try_lock (uncommitted) holds.
+#   1. dlock.leases: try_lock, lock (no wait) or try_xact_lock of a
+#      resource whose row another transaction's try_lock (uncommitted)
+#      holds.
 #   2. dlock.pins: try_lock (a takeover) of an expired lease pinned by
 #      the holder's open assert_fence.
 #   3. renew (both tables): renew, from a snapshot older than it, of a
 #      holding an open break_lock transaction is changing.
-#   4. xact_lock (a procedure, each attempt a statement): the same as 1.
+#   4. try_lock from a snapshot older than the reaper's deletion of the
+#      row: new resources on either side of it.
 # Statements run with max_statement_time = 5 and the server with
 # innodb_lock_wait_timeout = 20: a call that waits shows as an error.
 use strict;
@@ -119,6 +121,26 @@ for my $case (['try_lock', "SELECT dlock.try_lock(?, 'b', 60)", 'g1'],
     new_at_once($carol, "SELECT dlock.try_lock(?, 'c', 60)", 'g3/n', 'renew passing by a break');
     $alice2->rollback;
     $admin->rollback;
+}
+
+# 4. A snapshot older than the reaper's deletion of the row (the locking
+#    read finds it delete-marked): other resources' first acquisitions,
+#    on either side of it, and the resource's own, do not wait.
+{
+    my $root = $my->connect('root');
+    like(res($alice, "SELECT dlock.try_lock('g6/m', 'a', 60)"), qr/^\d+$/, 'g6/m exists');
+    is(res($alice, "SELECT dlock.unlock('g6/m', 'a', NULL)"), 0, 'g6/m free');
+    $root->do("UPDATE dlock.leases SET released_at = released_at - INTERVAL 2 HOUR WHERE resource = 'g6/m'");
+    $bob->begin_work;
+    is(res($bob, "SELECT COUNT(*) FROM dlock.locks WHERE resource = 'g6/m'"), 0, "bob's snapshot");
+    DlockMy::call_one($root, 'CALL dlock.reap()');
+    is(DlockMy::one($root, "SELECT COUNT(*) FROM dlock.leases WHERE resource = 'g6/m'"), 0, 'g6/m reaped');
+    my $bf = res($bob, "SELECT dlock.try_lock('g6/m', 'b', 60)");
+    ok(!defined $bf || $bf =~ /^\d+$/, "bob's try_lock of g6/m, reaped after his snapshot: a fence or NULL")
+        or diag($bf);
+    new_at_once($carol, "SELECT dlock.try_lock(?, 'c', 60)", 'g6/l', 'after a read of a reaped row');
+    new_at_once($carol, "SELECT dlock.try_lock(?, 'c', 60)", 'g6/n', 'after a read of a reaped row');
+    $bob->rollback;
 }
 
 done_testing;
