@@ -12,12 +12,13 @@
  * installation (CREATE DATABASE fails).
  *
  * Shared state and what protects it:
- * - dlock.leases, one row per resource (and its tail row, below).  Every change of a holding happens
- *   under that row's InnoDB record lock, taken by the routine that changes
- *   it and held to the end of the caller's transaction.  Locks are taken
- *   only where they are meant to be kept, because InnoDB keeps every row
- *   lock to the end of the transaction (REPEATABLE READ), or drops it only
- *   from a scan (READ COMMITTED), never from a primary-key lookup:
+ * - dlock.leases, one row per resource (and its tail row, below).  Every
+ *   change of a holding happens under that row's InnoDB record lock, taken
+ *   by the routine that changes it and held to the end of the caller's
+ *   transaction.  Locks are taken only where they are meant to be kept,
+ *   because InnoDB keeps every row lock to the end of the transaction
+ *   (REPEATABLE READ), or drops it only from a scan (READ COMMITTED),
+ *   never from a primary-key lookup:
  *   . a routine first reads the row plainly (no lock) and locks it only
  *     when that read says the caller may change it: a busy resource,
  *     someone else's holding, a stale fence are answered from the plain
@@ -146,10 +147,10 @@ CREATE USER IF NOT EXISTS 'dlock'@'localhost' ACCOUNT LOCK;
 GRANT SELECT, INSERT, UPDATE, DELETE, EXECUTE, EVENT ON dlock.* TO 'dlock'@'localhost';
 
 /*
- * One row per resource (and its tail row, see the header).  A release keeps the row (holder NULL) so that the
- * next acquisition updates it in place; reaping deletes rows free for an
- * hour.  Bytes compare as bytes (VARBINARY): case and trailing spaces
- * matter.  Times are UTC.
+ * One row per resource (and its tail row, see the header).  A release
+ * keeps the row (holder NULL) so that the next acquisition updates it in
+ * place; reaping deletes rows free for an hour.  Bytes compare as bytes
+ * (VARBINARY): case and trailing spaces matter.  Times are UTC.
  */
 CREATE TABLE dlock.leases (
     resource    VARBINARY(1000) NOT NULL,
