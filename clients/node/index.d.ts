@@ -18,6 +18,8 @@ export interface LockOptions {
   fair?: boolean;
   /** Chubby's lock-delay (needs the server's [fair] SQL). */
   lockDelay?: Duration | null;
+  /** A shared (read) holding alongside other shared holders (the C extension's SQL 0.4; 0A000 elsewhere). */
+  shared?: boolean;
 }
 
 /** A lease lock, renewed in the background every third of its lease. */

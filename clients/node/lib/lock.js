@@ -172,17 +172,20 @@ class Lock {
 }
 
 // acquisitionSql OPTS: the statement that takes a lock, with its named
-// arguments.  The kinds of lock the server does not have yet (shared
-// locks, semaphores, several resources at once: dlock's [kinds]) are
-// refused here; each will be one more statement shape (try_lock(...,
-// shared => true), acquire(semaphore, ...), lock_all(resources, ...)),
-// released and renewed by the same Lock.
+// arguments.  shared: true is lock(..., shared => true) (the C extension's
+// SQL 0.4; a server without it says 42883, which tryTake turns into
+// 0A000).  The kinds of lock the server does not have yet (semaphores,
+// several resources at once: dlock's [kinds]) are refused here; each will
+// be one more statement shape (acquire(semaphore, ...), lock_all(resources,
+// ...)), released and renewed by the same Lock.
 function acquisitionSql(opts) {
-  for (const k of ['shared', 'permits', 'maxPermits']) {
+  for (const k of ['permits', 'maxPermits']) {
     if (opts[k] !== undefined)
-      throw new DlockError(`dlock: the "${k}" option needs dlock's shared locks and semaphores, which this version does not have yet`,
+      throw new DlockError(`dlock: the "${k}" option needs dlock's semaphores, which this version does not have yet`,
         { code: '0A000' });
   }
+  if (opts.shared !== undefined && typeof opts.shared !== 'boolean')
+    throw db.invalid('shared must be a boolean');
   let sql = 'SELECT dlock.lock($1, $2, $3::interval, $4::interval';
   const extra = [];
   if (opts.fair !== undefined) {
@@ -194,6 +197,9 @@ function acquisitionSql(opts) {
     sql += `, lock_delay => $${5 + extra.length}::interval`;
     extra.push(db.duration('lockDelay', opts.lockDelay));
   }
+  // Named only when asked for: exclusive locks keep working on servers
+  // without shared mode (the 0.3 SQL and older, the portable edition).
+  if (opts.shared === true) sql += ', shared => true';
   return { sql: sql + ') AS f', extra };
 }
 
@@ -272,8 +278,15 @@ async function tryTake(pool, resource, opts, wait) {
   const holder = generated ? db.uniqueHolder() : db.text('holder', opts.holder);
   const { sql, extra } = acquisitionSql(opts);
   const values = [resource, holder, db.duration('lease', opts.lease), db.duration('wait', wait), ...extra];
-  return take(pool, Lock, resource, holder, generated, opts, sql, values,
-    'SELECT dlock.unlock($1, $2, $3::bigint) AS r');
+  try {
+    return await take(pool, Lock, resource, holder, generated, opts, sql, values,
+      'SELECT dlock.unlock($1, $2, $3::bigint) AS r');
+  } catch (err) {
+    if (opts.shared === true && err && err.code === '42883')
+      throw new DlockError('dlock: the "shared" option needs dlock\'s shared locks (the C extension\'s SQL 0.4: ALTER EXTENSION dlock UPDATE); this server\'s dlock does not have them',
+        { code: '0A000', cause: err });
+    throw err;
+  }
 }
 
 /**

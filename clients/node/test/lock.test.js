@@ -113,6 +113,43 @@ test('assertFence: passes in the holder\'s transaction, rejects a stale fence wi
   }
 });
 
+// sharedLocks: whether the server has lock(..., shared => ...) (the C
+// extension's SQL 0.4; not the portable edition).
+async function sharedLocks() {
+  const r = await admin.query("SELECT to_regprocedure('dlock.lock(text,text,interval,interval,boolean,interval,boolean)') IS NOT NULL AS ok");
+  return r.rows[0].ok;
+}
+
+test('shared: two shared holders at once, a writer refused while they hold, fences distinct and increasing (0A000 without the server\'s shared mode)', async () => {
+  const r = unique('shared');
+  if (!(await sharedLocks())) {
+    await assert.rejects(dlock.acquire(app, r, { shared: true, wait: 0 }), (e) => e.code === '0A000');
+    const n = await admin.query('SELECT count(*)::int AS n FROM dlock.locks WHERE resource = $1', [r]);
+    assert.equal(n.rows[0].n, 0);
+    return;
+  }
+  const r1 = await dlock.acquire(app, r, { shared: true, wait: 0, lease: 5000 });
+  const r2 = await dlock.tryAcquire(app, r, { shared: true, lease: 5000 });
+  assert.ok(r2 !== null, 'a second shared holder is let in');
+  assert.ok(r2.fence > r1.fence, `fence ${r2.fence} after ${r1.fence}`);
+  const rows = await admin.query('SELECT holder, fence::text, mode FROM dlock.locks WHERE resource = $1 ORDER BY fence', [r]);
+  assert.deepEqual(rows.rows, [
+    { holder: r1.holder, fence: r1.fence.toString(), mode: 'shared' },
+    { holder: r2.holder, fence: r2.fence.toString(), mode: 'shared' },
+  ]);
+  assert.equal(await dlock.tryAcquire(app, r, { lease: 5000 }), null);
+  await assert.rejects(dlock.acquire(app, r, { wait: 0 }), (e) => e.code === '55P03');
+  assert.equal(await r1.release(), true);
+  assert.equal(await dlock.tryAcquire(app, r, { lease: 5000 }), null, 'one reader still holds');
+  assert.equal(await r2.release(), true);
+  const w = await dlock.tryAcquire(app, r, { lease: 5000 });
+  assert.ok(w !== null && w.fence > r2.fence, 'the writer gets it after the last reader');
+  assert.equal(await dlock.tryAcquire(app, r, { shared: true }), null, 'readers refused while the writer holds');
+  assert.equal(await w.release(), true);
+  const f = await dlock.withLock(app, r, async (lock) => lock.fence, { shared: true });
+  assert.ok(f > w.fence);
+});
+
 test('bad input: rejected with a SQLSTATE, nothing held', async () => {
   const r = unique('bad');
   const cases = [
@@ -128,7 +165,8 @@ test('bad input: rejected with a SQLSTATE, nothing held', async () => {
     [() => dlock.acquire(app, r, { wait: -1 }), '22023'],
     [() => dlock.acquire(app, r, { lease: {} }), '22023'],
     [() => dlock.acquire(app, 42), '22023'],
-    [() => dlock.acquire(app, r, { shared: true }), '0A000'],
+    [() => dlock.acquire(app, r, { shared: 'yes' }), '22023'],
+    [() => dlock.acquire(app, r, { permits: 2 }), '0A000'],
     [() => dlock.tryAcquire(app, r, { fair: 'yes' }), '22023'],
   ];
   if (await elections(admin)) cases.push([() => new dlock.Election(app, '').campaign('v', { wait: 0 }), '22023']);

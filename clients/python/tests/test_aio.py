@@ -143,3 +143,20 @@ def test_aio_renewal_blocked_lost_before_server_expiry(dsn, admin, name):
         with pytest.raises(dlock.LockLost):
             await lock.__aexit__(None, None, None)
     run(main())
+
+
+def test_aio_shared_holders_and_writer(dsn, admin, name):
+    async def main():
+        async with dlock.aio.Lock(dsn, name, lease=5, wait=0, shared=True) as r1, \
+                dlock.aio.Lock(dsn, name, lease=5, wait=0, shared=True) as r2:
+            modes = admin.execute("SELECT mode FROM dlock.locks WHERE resource = %s",
+                                  (name,)).fetchall()
+            assert modes == [("shared",), ("shared",)]
+            writer = dlock.aio.Lock(dsn, name, lease=5, wait=0)
+            assert not await writer.acquire()
+            fences = [r1.fence, r2.fence]
+        async with dlock.aio.Lock(dsn, name, lease=5, wait=5) as w:
+            fences.append(w.fence)
+        return fences
+    fences = run(main())
+    assert fences == sorted(set(fences))

@@ -11,6 +11,7 @@ import uuid
 
 import psycopg
 import pytest
+from psycopg.conninfo import make_conninfo
 
 import dlock
 
@@ -264,3 +265,56 @@ else:
                        cwd="/", timeout=60)
     assert r.returncode == 0, r.stderr
     assert r.stdout == "" and r.stderr == ""
+
+
+def test_shared_holders_together_writer_refused_fences_increase(dsn, admin, name):
+    """Two shared holders at once; a writer refused while they hold, let in
+    after; every fence distinct and greater than the ones before."""
+    r1 = dlock.Lock(dsn, name, lease=5, wait=0, shared=True)
+    r2 = dlock.Lock(dsn, name, lease=5, wait=0, shared=True)
+    writer = dlock.Lock(dsn, name, lease=5, wait=0)
+    with r1, r2:
+        rows = admin.execute("SELECT holder, fence, mode FROM dlock.locks"
+                             " WHERE resource = %s AND NOT expired ORDER BY fence",
+                             (name,)).fetchall()
+        assert rows == [(r1.holder, r1.fence, "shared"), (r2.holder, r2.fence, "shared")]
+        assert r1.check() and r2.check()
+        assert not writer.acquire()
+        assert writer.fence is None
+        readers = (r1.fence, r2.fence)
+    with writer:
+        w = writer.fence
+        assert w > readers[1] > readers[0]
+        assert not dlock.Lock(dsn, name, lease=5, wait=0, shared=True).acquire()
+    with dlock.Lock(dsn, name, lease=5, wait=0, shared=True) as r3:
+        assert r3.fence > w
+    assert admin.execute("SELECT count(*) FROM dlock.locks WHERE resource = %s",
+                         (name,)).fetchone()[0] == 0
+
+
+def test_shared_renewed_past_its_lease(dsn, admin, name):
+    with dlock.Lock(dsn, name, lease=1.2, shared=True) as lock:
+        first = holding(admin, name)[2]
+        time.sleep(2.0)
+        row = holding(admin, name)
+        assert row is not None and row[1] == lock.fence and row[2] > first
+        assert lock.held
+
+
+def test_shared_refused_without_the_servers_shared_mode(dsn, admin, name):
+    """Under the 0.3 SQL (no lock(..., shared => ...)): NotSupported, 0A000,
+    and nothing taken; an exclusive Lock still works."""
+    db = "dlock_py_" + uuid.uuid4().hex[:12]
+    admin.execute(f'CREATE DATABASE "{db}"')
+    try:
+        with psycopg.connect(dsn, dbname=db, autocommit=True) as conn:
+            conn.execute("CREATE EXTENSION dlock VERSION '0.3'")
+            old = make_conninfo(dsn, dbname=db)
+            with pytest.raises(dlock.NotSupported) as e:
+                dlock.Lock(old, name, lease=5, shared=True).acquire()
+            assert e.value.sqlstate == "0A000"
+            assert conn.execute("SELECT count(*) FROM dlock.locks").fetchone()[0] == 0
+            with dlock.Lock(old, name, lease=5) as lock:
+                assert lock.fence is not None
+    finally:
+        admin.execute(f'DROP DATABASE "{db}" WITH (FORCE)')

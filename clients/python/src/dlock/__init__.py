@@ -18,7 +18,7 @@ import logging as _logging
 
 from ._common import Leader
 from ._errors import (DatabaseError, Error, InvalidArgument, LockLost, LockTimeout,
-                      NotHeld, PermissionDenied, StaleFence)
+                      NotHeld, NotSupported, PermissionDenied, StaleFence)
 from ._sync import Election, Lock, leader, observe
 
 __version__ = "0.4.0"
@@ -30,5 +30,5 @@ _logging.getLogger("dlock").addHandler(_logging.NullHandler())
 __all__ = [
     "Lock", "Election", "leader", "observe", "Leader",
     "Error", "DatabaseError", "InvalidArgument", "StaleFence", "PermissionDenied",
-    "LockTimeout", "LockLost", "NotHeld", "__version__",
+    "NotSupported", "LockTimeout", "LockLost", "NotHeld", "__version__",
 ]

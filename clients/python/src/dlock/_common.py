@@ -21,6 +21,10 @@ Seconds = Union[int, float, datetime.timedelta]
 SQL_TRY_LOCK = "SELECT dlock.try_lock(%s, %s, %s)"
 SQL_LOCK = "SELECT dlock.lock(%s, %s, %s, %s)"
 SQL_LOCK_FAIR = "SELECT dlock.lock(%s, %s, %s, %s, true)"
+#: A shared holding (extension 0.4): by name, so that a server without
+#: shared locks says 42883 (no such function) instead of taking an
+#: exclusive lock.
+SQL_LOCK_SHARED = "SELECT dlock.lock(%s, %s, %s, %s, fair => %s, shared => true)"
 SQL_RENEW = "SELECT dlock.renew(%s, %s, %s, %s)"
 SQL_UNLOCK = "SELECT dlock.unlock(%s, %s, %s)"
 SQL_ASSERT_FENCE = "SELECT dlock.assert_fence(%s, %s)"
@@ -32,6 +36,15 @@ SQL_LEADER = ("SELECT candidate, value, term, elected_at, expires_at"
               " FROM dlock.leader(%s)")
 SQL_CHANNEL = "SELECT dlock.channel(%s)"
 SQL_WITHDRAW = "SELECT dlock.withdraw(%s, %s)"
+
+
+def lock_statement(lock: Any, wait: Optional[float]) -> "tuple[str, tuple]":
+    """The statement (and its parameters) that acquires LOCK (a sync or
+    asyncio Lock), waiting up to WAIT seconds; it returns the fence or NULL."""
+    params = (lock.resource, lock.holder, interval(lock.lease), interval(wait))
+    if lock.shared:
+        return SQL_LOCK_SHARED, params + (lock.fair,)
+    return (SQL_LOCK_FAIR if lock.fair else SQL_LOCK), params
 
 
 def seconds(value: Optional[Seconds], what: str, *, zero_ok: bool = False,

@@ -10,7 +10,7 @@ import psycopg
 
 __all__ = [
     "Error", "DatabaseError", "InvalidArgument", "StaleFence",
-    "PermissionDenied", "LockTimeout", "LockLost", "NotHeld",
+    "PermissionDenied", "NotSupported", "LockTimeout", "LockLost", "NotHeld",
 ]
 
 
@@ -43,6 +43,23 @@ class StaleFence(DatabaseError):
 class PermissionDenied(DatabaseError, PermissionError):
     """SQLSTATE 42501: the holding belongs to another role, or the caller
     may not call the function (``break_lock``)."""
+
+
+class NotSupported(DatabaseError):
+    """SQLSTATE 0A000: the server's dlock lacks a feature asked for
+    (``shared=True`` needs the C extension's SQL 0.4: ``ALTER EXTENSION
+    dlock UPDATE``; the portable edition has exclusive locks only)."""
+
+
+def shared_unsupported(exc: "Error") -> "Error":
+    """EXC (from a shared acquisition) as NotSupported when it says the
+    server has no ``lock(..., shared => ...)`` (42883), else EXC."""
+    if getattr(exc, "sqlstate", None) != "42883":
+        return exc
+    return NotSupported("shared locks need dlock 0.4's shared mode (lock(..., shared => true));"
+                        " this server's dlock does not have it (ALTER EXTENSION dlock UPDATE,"
+                        " or an edition without shared locks)", "0A000",
+                        getattr(exc, "diag", None))
 
 
 class LockTimeout(Error, TimeoutError):

@@ -18,7 +18,7 @@ import psycopg
 from psycopg import sql as pgsql
 
 from . import _common as c
-from ._errors import Error, LockLost, LockTimeout, NotHeld, translate
+from ._errors import Error, LockLost, LockTimeout, NotHeld, shared_unsupported, translate
 
 log = logging.getLogger("dlock")
 
@@ -251,25 +251,28 @@ class Lock(_Leased):
     try; LockTimeout otherwise), renews every third of LEASE on its own
     connection, sets ``lock.lost`` and calls ``on_lost(lock)`` when the
     lease is lost, and raises LockLost when the block is left after a
-    loss.  HOLDER defaults to a text unique to this object."""
+    loss.  HOLDER defaults to a text unique to this object.  SHARED: a
+    shared (read) holding alongside other shared holders, refused while a
+    writer holds or waits (the C extension's SQL 0.4; NotSupported, 0A000,
+    on a server without it)."""
 
     def __init__(self, conninfo_or_pool: Any, resource: str, *, lease: c.Seconds = 30,
                  wait: Optional[c.Seconds] = None, holder: Optional[str] = None,
-                 fair: bool = False,
+                 fair: bool = False, shared: bool = False,
                  on_lost: Optional[Callable[["Lock"], Any]] = None) -> None:
         super().__init__(conninfo_or_pool, resource, lease=lease, holder=holder,
                          on_lost=on_lost)
         self.wait = c.seconds(wait, "wait", zero_ok=True, none_ok=True)
         self.fair = bool(fair)
+        self.shared = bool(shared)
 
     def _acquire_statement(self, wait: Optional[float]) -> "tuple[str, tuple]":
         """The statement that acquires, returning the fence or NULL.
-        Extension point for the server's [kinds] (issue 23): a shared lock
-        (``lock(..., shared => true)``) or a semaphore (``acquire(...)``)
-        is a subclass that returns its own statement here; renewal, loss
-        and release stay the same."""
-        return (c.SQL_LOCK_FAIR if self.fair else c.SQL_LOCK,
-                (self.resource, self.holder, c.interval(self.lease), c.interval(wait)))
+        ``shared=True``: ``lock(..., shared => true)`` (extension 0.4).
+        Extension point for other kinds (a semaphore's ``acquire(...)``):
+        a subclass returns its own statement here; renewal, loss and
+        release stay the same."""
+        return c.lock_statement(self, wait)
 
     def acquire(self, wait: Optional[c.Seconds] = ..., ) -> bool:  # type: ignore[assignment]
         """Acquire; True when held, False when WAIT ran out."""
@@ -279,7 +282,12 @@ class Lock(_Leased):
         sql, params = self._acquire_statement(w)
         sent_at = time.monotonic()
         with self._connection() as conn:
-            fence = _one(conn, sql, params)
+            try:
+                fence = _one(conn, sql, params)
+            except Error as e:
+                if self.shared:
+                    raise shared_unsupported(e) from e.__cause__
+                raise
         if fence is None:
             self._close()
             return False

@@ -23,7 +23,7 @@ from psycopg import sql as pgsql
 
 from . import _common as c
 from ._common import Leader
-from ._errors import Error, LockLost, LockTimeout, NotHeld, translate
+from ._errors import Error, LockLost, LockTimeout, NotHeld, shared_unsupported, translate
 
 log = logging.getLogger("dlock")
 
@@ -256,18 +256,18 @@ class Lock(_Leased):
 
     def __init__(self, conninfo_or_pool: Any, resource: str, *, lease: c.Seconds = 30,
                  wait: Optional[c.Seconds] = None, holder: Optional[str] = None,
-                 fair: bool = False, on_lost: Optional[Callable[["Lock"], Any]] = None,
+                 fair: bool = False, shared: bool = False,
+                 on_lost: Optional[Callable[["Lock"], Any]] = None,
                  cancel: CancelScope = True) -> None:
         super().__init__(conninfo_or_pool, resource, lease=lease, holder=holder,
                          on_lost=on_lost, cancel=cancel)
         self.wait = c.seconds(wait, "wait", zero_ok=True, none_ok=True)
         self.fair = bool(fair)
+        self.shared = bool(shared)
 
     def _acquire_statement(self, wait: Optional[float]) -> "tuple[str, tuple]":
-        """Extension point for the server's [kinds] (issue 23): see
-        dlock.Lock._acquire_statement."""
-        return (c.SQL_LOCK_FAIR if self.fair else c.SQL_LOCK,
-                (self.resource, self.holder, c.interval(self.lease), c.interval(wait)))
+        """See dlock.Lock._acquire_statement."""
+        return c.lock_statement(self, wait)
 
     async def acquire(self, wait: Optional[c.Seconds] = ...) -> bool:  # type: ignore[assignment]
         if self.fence is not None:
@@ -276,7 +276,12 @@ class Lock(_Leased):
         sql, params = self._acquire_statement(w)
         sent_at = time.monotonic()
         async with self._connection() as conn:
-            fence = await _one(conn, sql, params)
+            try:
+                fence = await _one(conn, sql, params)
+            except Error as e:
+                if self.shared:
+                    raise shared_unsupported(e) from e.__cause__
+                raise
         if fence is None:
             await self._close()
             return False

@@ -22,10 +22,15 @@ How tooz's objects map onto dlock holdings (all with the server's clock):
 Ids are percent-encoded into resource names.  Connections come from a
 small pool of the driver's own (autocommit, no server-side prepared
 statements: fine behind pgbouncer in transaction mode), so that several
-threads can wait for locks at once.  Shared locks need dlock's shared
-locks ([kinds], issue 23): when the server has them (``try_lock`` with a
-``shared`` argument) they are used, else ``acquire(shared=True)`` raises
-tooz.NotImplemented."""
+threads can wait for locks at once.  Shared locks are the server's shared
+holdings (``lock(..., shared => true)``, the C extension's SQL 0.4): each
+shared ``acquire`` of one lock object re-enters its holding, each
+``release`` gives one back.  On a server without them (older SQL, the
+portable edition) ``acquire(shared=True)`` raises tooz.NotImplemented.
+
+``acquire(blocking, shared, timeout)`` takes its arguments as every tooz
+Debian ships calls them (tooz 9's context manager passes all three
+positionally)."""
 
 from __future__ import annotations
 
@@ -150,8 +155,13 @@ class DlockLock(locking.Lock):
         self._fence: Optional[int] = None
         self._shared = 0
 
-    def acquire(self, blocking: Any = True, shared: bool = False) -> bool:
-        blocking, timeout = utils.convert_blocking(blocking)
+    def acquire(self, blocking: Any = True, shared: bool = False,
+                timeout: Optional[float] = None) -> bool:
+        """BLOCKING: True (wait), False (one try) or seconds to wait at
+        most; TIMEOUT (tooz 9's context manager passes it, positionally
+        after SHARED): seconds to wait at most when blocking."""
+        blocking, wait_at_most = utils.convert_blocking(blocking)
+        timeout = wait_at_most if timeout is None or not blocking else float(timeout)
         if shared:
             return self._acquire_shared(blocking, timeout)
         if not self._local.acquire(blocking, -1 if timeout is None else timeout):
@@ -180,8 +190,8 @@ class DlockLock(locking.Lock):
     def _acquire_shared(self, blocking: bool, timeout: Optional[float]) -> bool:
         if not self._coord._has_shared():
             raise tooz.NotImplemented(
-                "shared locks need dlock's shared locks (contract section [kinds],"
-                " issue 23), which this server's dlock does not have yet")
+                "shared locks need dlock's shared mode (lock(..., shared => true): the C"
+                " extension's SQL 0.4), which this server's dlock does not have")
         # The server's shared mode (try_lock/lock with shared => true):
         # every shared acquisition by this object re-enters its holding.
         wait = (datetime.timedelta(0) if not blocking else
@@ -426,6 +436,22 @@ class DlockDriver(coordination.CoordinationDriverCachedRunWatchers):
                     raise coordination.GroupNotCreated(group_id)
             prefix = len(self._group(group_id) + "/member/")
             return {_dec(r[0][prefix:]) for r in rows}
+        return _result(members)
+
+    def get_members_with_capabilities(self, group_id: Any) -> coordination.CoordAsyncResult:
+        """Every member with its capabilities, in one query (tooz 9's API;
+        None for a member that joined without any)."""
+        def members() -> Dict[bytes, Any]:
+            with self._pool.connection() as conn:
+                rows = self._members(conn, group_id)
+                if not rows and not self._group_exists(conn, group_id):
+                    raise coordination.GroupNotCreated(group_id)
+            prefix = len(self._group(group_id) + "/member/")
+            result = {}
+            for r in rows:
+                capabilities = self._load(r[1])
+                result[_dec(r[0][prefix:])] = None if capabilities == b"" else capabilities
+            return result
         return _result(members)
 
     def _member_row(self, conn: psycopg.Connection, group_id: Any, member_id: Any) -> Tuple[Any, ...]:
