@@ -1,12 +1,38 @@
-"""Fixtures of dlock's Python tests: DLOCK_TEST_DSN (a superuser's
-conninfo to a server with dlock preloaded) and DLOCK_TEST_BOUNCER (the
-same database behind pgbouncer in transaction mode, optional)."""
+"""Fixtures of dlock's Python tests: DLOCK_TEST_DSN (conninfo to a
+server with dlock: a superuser's, with the C extension preloaded, or with
+DLOCK_TEST_EDITION=portable the role that installed portable/dlock.sql
+and owns the database, no superuser, with CREATEROLE), DLOCK_TEST_BOUNCER
+(the same database behind pgbouncer in transaction mode, optional).
+
+``@pytest.mark.c_only("why")``: a test of what only the C extension has,
+skipped with that reason on the portable edition; the ``portable``
+fixture says which edition a test runs against."""
 
 import os
 import uuid
 
 import psycopg
 import pytest
+
+
+PORTABLE = os.environ.get("DLOCK_TEST_EDITION", "c") == "portable"
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "c_only(reason): needs the C extension"
+                            " (skipped on the portable edition)")
+
+
+def pytest_runtest_setup(item):
+    mark = item.get_closest_marker("c_only")
+    if mark is not None and PORTABLE:
+        pytest.skip("portable edition: " + (mark.args[0] if mark.args else "C extension only"))
+
+
+@pytest.fixture
+def portable() -> bool:
+    """True when the server has the portable edition (no shared locks)."""
+    return PORTABLE
 
 
 @pytest.fixture

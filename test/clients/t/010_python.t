@@ -1,9 +1,13 @@
 # 010_python.t - the Python client's own tests (clients/python/tests,
 # pytest) against a throwaway cluster with dlock preloaded, and through a
-# pgbouncer in transaction mode in front of it.  The package is installed
-# offline into a venv as a user would (pip install --no-build-isolation).
-# One TAP line per Python test.  Then a client holds a lock across a
-# server restart.  DLOCK_PYTEST_ARGS adds pytest arguments.
+# pgbouncer in transaction mode in front of it; then the same tests against
+# the portable edition (portable/dlock.sql on a second cluster, installed
+# and used by role dbo, no superuser; its own pgbouncer), where what only
+# the C extension has is skipped with the reason (conftest.py: c_only) and
+# shared locks must raise NotSupported.  The package is installed offline
+# into a venv once, as a user would (pip install --no-build-isolation).
+# One TAP line per Python test and edition.  Then a client holds a lock
+# across a server restart.  DLOCK_PYTEST_ARGS adds pytest arguments.
 use strict;
 use warnings;
 
@@ -33,7 +37,26 @@ $env{DLOCK_TEST_BOUNCER} = "host=127.0.0.1 port=$bport dbname=postgres user=$use
 
 my $tests = abs_path("$FindBin::RealBin/../../../clients/python/tests");
 # DLOCK_PYTEST_ARGS: more pytest arguments (e.g. "-k renewal").
-DlockTest::Python::pytest($venv, $tmp, \%env, split(' ', $ENV{DLOCK_PYTEST_ARGS} // ''), $tests);
+my @args = (split(' ', $ENV{DLOCK_PYTEST_ARGS} // ''), $tests);
+{
+	local $DlockTest::Python::LABEL = 'C extension: ';
+	DlockTest::Python::pytest($venv, $tmp, \%env, @args);
+}
+
+# ---- the portable edition
+{
+	my $pp = DlockTest::Python::portable_cluster('python_portable');
+	mkdir "$tmp/portable" or die "mkdir $tmp/portable: $!";
+	my $pbport = DlockTest::Bouncer::start($pp, "$tmp/portable", pool => 2, clients => 100,
+		dbname => 'app', users => ['dbo']);
+	my %penv = (DLOCK_TEST_EDITION => 'portable',
+		DLOCK_TEST_DSN => "host=127.0.0.1 port=" . $pp->port . " dbname=app user=dbo");
+	$penv{DLOCK_TEST_BOUNCER} = "host=127.0.0.1 port=$pbport dbname=app user=dbo sslmode=disable"
+	  if $pbport;
+	local $DlockTest::Python::LABEL = 'portable: ';
+	DlockTest::Python::pytest($venv, $tmp, \%penv, @args);
+	$pp->stop;
+}
 
 # ---- the server restarts while a lock is held: the renewal reconnects
 # and the lock is kept (holdings survive a restart; the lease is 8 s, the

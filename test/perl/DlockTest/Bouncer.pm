@@ -5,8 +5,9 @@
 #   my $bport = DlockTest::Bouncer::start($node, $tmp, pool => 3, clients => 50);
 #   # undef when pgbouncer is not installed; stopped at the test's end
 #
-# Listens on 127.0.0.1 only, trusts the current OS user, logs to
-# $tmp/pgbouncer.log; one ok() says whether it accepts connections.
+# Listens on 127.0.0.1 only, trusts the current OS user (and the roles in
+# users => [...]), logs to $tmp/pgbouncer.log; serves database postgres
+# (or dbname => 'x'); one ok() says whether it accepts connections.
 
 package DlockTest::Bouncer;
 
@@ -30,13 +31,14 @@ sub start
 	my $user = getpwuid($<);
 	my ($host, $pgport) = ($node->host, $node->port);
 	my ($pool, $clients) = ($o{pool} // 3, $o{clients} // 50);
+	my $db = $o{dbname} // 'postgres';
 	open(my $fh, '>', "$dir/userlist.txt") or die "$dir/userlist.txt: $!";
-	print $fh qq{"$user" ""\n};
+	print $fh qq{"$_" ""\n} for $user, @{ $o{users} // [] };
 	close($fh);
 	open($fh, '>', "$dir/pgbouncer.ini") or die "$dir/pgbouncer.ini: $!";
 	print $fh <<"EOF";
 [databases]
-postgres = host=$host port=$pgport dbname=postgres
+$db = host=$host port=$pgport dbname=$db
 
 [pgbouncer]
 listen_addr = 127.0.0.1
@@ -56,7 +58,7 @@ EOF
 	my $up = 0;
 	for (1 .. 600)
 	{
-		my $dbh = DBI->connect("dbi:Pg:host=127.0.0.1;port=$port;dbname=postgres;sslmode=disable",
+		my $dbh = DBI->connect("dbi:Pg:host=127.0.0.1;port=$port;dbname=$db;sslmode=disable",
 			'', '', { PrintError => 0, RaiseError => 0 });
 		if ($dbh) { $up = 1; $dbh->disconnect; last }
 		usleep(100_000);

@@ -3,6 +3,7 @@
 #
 #   use DlockTest::Python;
 #   my $node = DlockTest::Python::cluster('py');   # dlock preloaded, TCP on 127.0.0.1
+#   my $pp = DlockTest::Python::portable_cluster('pyp');  # portable edition, role dbo, db app
 #   my $venv = DlockTest::Python::venv($tmp);      # undef (skip_all) if impossible
 #   DlockTest::Python::pytest($venv, $tmp, \%env, @pytest_args);
 #
@@ -11,7 +12,8 @@
 # clients/python into it offline (pip --no-build-isolation --no-index);
 # that install is itself one test.  pytest() runs pytest with a JUnit XML
 # report and turns every test case into one ok / not ok / skip line, so
-# the counts prove shows are the Python tests' own.
+# the counts prove shows are the Python tests' own; with
+# local $DlockTest::Python::LABEL = 'x: ' each line's name begins so.
 
 package DlockTest::Python;
 
@@ -30,6 +32,7 @@ use Test::More;
 # in tooz's own test), not counted as a failure.
 our %TODO_TESTS;
 our $TODO;
+our $LABEL = '';
 
 my $top = abs_path(dirname(__FILE__) . '/../../..');
 
@@ -57,6 +60,32 @@ dlock.reap_interval = '200ms'
 EOF
 	$node->start;
 	$node->safe_psql('postgres', 'CREATE EXTENSION dlock');
+	return $node;
+}
+
+# portable_cluster NAME: a started throwaway cluster (127.0.0.1 too) with
+# the portable edition, installed as a user would on a managed service:
+# by role dbo (no superuser; CREATEROLE, like the services' admin roles,
+# for the tests that make a second role), owner of database app.
+sub portable_cluster
+{
+	my ($name) = @_;
+	my $node = PostgreSQL::Test::Cluster->new($name);
+	$node->init;
+	$node->append_conf('postgresql.conf', <<'EOF');
+listen_addresses = '127.0.0.1'
+max_connections = 200
+EOF
+	$node->start;
+	$node->safe_psql('postgres', 'CREATE ROLE dbo LOGIN CREATEROLE; CREATE DATABASE app OWNER dbo');
+	my ($out, $err) = ('', '');
+	IPC::Run::run(
+		[
+			'psql', '-XqAt', '-v', 'ON_ERROR_STOP=1', '-h', $node->host, '-p', $node->port,
+			'-U', 'dbo', '-d', 'app', '-f', "$top/portable/dlock.sql"
+		],
+		'<', \undef, '>', \$out, '2>', \$err)
+	  or die "installing portable/dlock.sql as dbo failed: $out$err";
 	return $node;
 }
 
@@ -119,12 +148,12 @@ sub pytest
 		my ($attrs, $body) = ($1, $3 // '');
 		my ($class) = $attrs =~ /classname="([^"]*)"/;
 		my ($name) = $attrs =~ /\bname="([^"]*)"/;
-		my $label = ($class // '') . '::' . ($name // '?');
+		my $label = $LABEL . ($class // '') . '::' . ($name // '?');
 		$n++;
 		my $todo = $TODO_TESTS{ $name // '' };
 		if ($body =~ /<skipped\b[^>]*?message="([^"]*)"/s)
 		{
-		  SKIP: { skip(_unxml($1), 1); }
+		  SKIP: { skip($LABEL . _unxml($1), 1); }
 			$skip++;
 		}
 		elsif ($body =~ /<(failure|error)\b[^>]*?message="([^"]*)"[^>]*>(.*?)<\/\1>/s
@@ -151,7 +180,7 @@ sub pytest
 	{
 		note($out);
 	}
-	diag("pytest @args: $n tests: $pass passed, $skip skipped, $fail failed"
+	diag("${LABEL}pytest @args: $n tests: $pass passed, $skip skipped, $fail failed"
 		  . ($known ? ", $known known failures outside dlock (TODO)" : ''));
 	return $n;
 }
