@@ -60,7 +60,9 @@ $node->start;
 
 my $out = '';
 open(my $fh, '>', \$out) or die;
-my $dir = PostgreSQL::Test::Utils::tempdir('model_chaos');
+# Under tmp_check/log, so a failed run's model logs stay with the node's.
+my $dir = "$PostgreSQL::Test::Utils::log_path/model_chaos";
+mkdir $dir or die "mkdir $dir: $!";
 my ($v, $stats) = Chaos::run(
 	node => $node, seed => $seed, clients => 6, seconds => $seconds, resources => 3,
 	dir => $dir, tag => 'chaos', out => $fh);
