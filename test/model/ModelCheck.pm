@@ -17,8 +17,11 @@
 #                 lived: its lease surely ran past that (t0 + lease of a
 #                 committed acquisition, or a committed renew's expiry) and
 #                 no unlock of its holder, unlock_all or break_lock that
-#                 returned "released" could have come in between; for an
-#                 xact lock, its transaction surely still open (tlo).
+#                 returned "released" could have come in between (nor a
+#                 renew that shortened it, earlier in the next holding's
+#                 own transaction, which saw it, whatever that
+#                 transaction's fate); for an xact lock, its transaction
+#                 surely still open (tlo).
 #  revival        a renew with a fence, or a re-entry, succeeded although
 #                 every extension of that holding (t1 + lease of its
 #                 acquisitions, renew results) had run out before it
@@ -343,8 +346,13 @@ sub check
 	# resource (under this fence or none) may have been the last one; so
 	# with renews the bound is the least result among those not surely
 	# followed by another (one is, if another started after it was done).
+	# With na (the next holding's acquisition), the renews that ran earlier
+	# in na's own transaction count too, whatever its fate: that
+	# transaction saw them (as may_end counts its releases).  A renew
+	# there may have shortened the lease, which then ran out before na
+	# took the resource; a rollback undoes both.
 	my $e_lo = sub {
-		my ($hd, $t) = @_;
+		my ($hd, $t, $na) = @_;
 		my $e = 0;
 		for my $o (@{ $hd->{ops} })
 		{
@@ -354,6 +362,11 @@ sub check
 		}
 		my @renews = grep { !defined $_->{f} || $_->{f} == $hd->{f} }
 		  span_ops($renew_span{"$hd->{r}\0$hd->{h}"}, $hd->{acq}{t0}, $t);
+		push @renews, grep {
+			$_->{k} eq 'renew' && ok($_) && defined $_->{res} && !maybe_committed($_)
+			  && $_->{c} == $na->{c} && $_->{u} == $na->{u} && $_->{n} < $na->{n}
+			  && $_->{t0} >= $hd->{acq}{t0} && (!defined $_->{f} || $_->{f} == $hd->{f})
+		} @{ $by_rh{"$hd->{r}\0$hd->{h}"} || [] } if $na;
 		# A lost renew may have set the expiry as early as t0 + lease.
 		for my $x (grep { !defined $_->{f} || $_->{f} == $hd->{f} }
 			span_ops($lost_renew_span{"$hd->{r}\0$hd->{h}"}, $hd->{acq}{t0}, $t))
@@ -450,9 +463,9 @@ sub check
 				  if $end > $t + $MARGIN_US;
 				next;
 			}
-			my $e = $e_lo->($p, $t);
-			next unless $e > $t + $MARGIN_US;
 			my $na = $n->{acq};
+			my $e = $e_lo->($p, $t, $na);
+			next unless $e > $t + $MARGIN_US;
 			next if $may_end->($p, $p->{acq}{t0}, $t, $na);
 			$viol->('overlap',
 				"resource $r: fence $n->{f} taken while fence $p->{f} (holder $p->{h}) surely lived until $e",
