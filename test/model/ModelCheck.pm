@@ -346,13 +346,29 @@ sub check
 	# resource (under this fence or none) may have been the last one; so
 	# with renews the bound is the least result among those not surely
 	# followed by another (one is, if another started after it was done).
-	# With na (the next holding's acquisition), the renews that ran earlier
-	# in na's own transaction count too, whatever its fate: that
-	# transaction saw them (as may_end counts its releases).  A renew
-	# there may have shortened the lease, which then ran out before na
-	# took the resource; a rollback undoes both.
+	# With na (the next holding's acquisition), a renew that ran earlier
+	# in na's own transaction and that na saw (not rolled back to a
+	# savepoint without na), whatever the transaction's fate, may lower
+	# the bound to its result: it may have shortened the lease, which then
+	# ran out before na took the resource; a rollback undoes both.  (Only
+	# lower: such a renew never makes the bound later.)
+	my $e_lo_na;
 	my $e_lo = sub {
 		my ($hd, $t, $na) = @_;
+		my $e = $e_lo_na->($hd, $t);
+		return $e unless $na;
+		for my $x (@{ $by_rh{"$hd->{r}\0$hd->{h}"} || [] })
+		{
+			next unless $x->{k} eq 'renew' && ok($x) && defined $x->{res}
+			  && $x->{c} == $na->{c} && $x->{u} == $na->{u} && $x->{n} < $na->{n}
+			  && (!$x->{undone} || $na->{undone})
+			  && $x->{t0} >= $hd->{acq}{t0} && (!defined $x->{f} || $x->{f} == $hd->{f});
+			$e = $x->{res} if $x->{res} < $e;
+		}
+		return $e;
+	};
+	$e_lo_na = sub {
+		my ($hd, $t) = @_;
 		my $e = 0;
 		for my $o (@{ $hd->{ops} })
 		{
@@ -362,11 +378,6 @@ sub check
 		}
 		my @renews = grep { !defined $_->{f} || $_->{f} == $hd->{f} }
 		  span_ops($renew_span{"$hd->{r}\0$hd->{h}"}, $hd->{acq}{t0}, $t);
-		push @renews, grep {
-			$_->{k} eq 'renew' && ok($_) && defined $_->{res} && !maybe_committed($_)
-			  && $_->{c} == $na->{c} && $_->{u} == $na->{u} && $_->{n} < $na->{n}
-			  && $_->{t0} >= $hd->{acq}{t0} && (!defined $_->{f} || $_->{f} == $hd->{f})
-		} @{ $by_rh{"$hd->{r}\0$hd->{h}"} || [] } if $na;
 		# A lost renew may have set the expiry as early as t0 + lease.
 		for my $x (grep { !defined $_->{f} || $_->{f} == $hd->{f} }
 			span_ops($lost_renew_span{"$hd->{r}\0$hd->{h}"}, $hd->{acq}{t0}, $t))

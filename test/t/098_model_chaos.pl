@@ -191,6 +191,12 @@ $flagged->('error', 'an unexpected SQLSTATE of a call that was not lost', sub {
 				@{ $_[0][1] }{qw(n t0 t1 res)} = (507, $T + 388_500, $T + 388_600, $T + 438_500);
 			}), 1,
 		'checker: a renew after the acquisition in its transaction excuses no overlap');
+	# (seed 1 again: a steal's renew to 1 s, rolled back to its savepoint,
+	# then the xact lock after the lease ran out: no overlap either.)
+	is($case->(longer => sub {
+				@{ $_[0][1] }{qw(res undone)} = ($T + 900_000, 1);
+				@{ $_[0][3] }{qw(t0 t1)} = ($T + 440_000, $T + 440_100);
+			}), 0, "checker: a renew of the acquiring transaction never makes the lease later");
 }
 
 $node->stop;
