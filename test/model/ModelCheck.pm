@@ -17,8 +17,11 @@
 #                 lived: its lease surely ran past that (t0 + lease of a
 #                 committed acquisition, or a committed renew's expiry) and
 #                 no unlock of its holder, unlock_all or break_lock that
-#                 returned "released" could have come in between; for an
-#                 xact lock, its transaction surely still open (tlo).
+#                 returned "released" could have come in between (nor a
+#                 renew that shortened it, earlier in the next holding's
+#                 own transaction, which saw it, whatever that
+#                 transaction's fate); for an xact lock, its transaction
+#                 surely still open (tlo).
 #  revival        a renew with a fence, or a re-entry, succeeded although
 #                 every extension of that holding (t1 + lease of its
 #                 acquisitions, renew results) had run out before it
@@ -343,7 +346,28 @@ sub check
 	# resource (under this fence or none) may have been the last one; so
 	# with renews the bound is the least result among those not surely
 	# followed by another (one is, if another started after it was done).
+	# With na (the next holding's acquisition), a renew that ran earlier
+	# in na's own transaction and that na saw (not rolled back to a
+	# savepoint without na), whatever the transaction's fate, may lower
+	# the bound to its result: it may have shortened the lease, which then
+	# ran out before na took the resource; a rollback undoes both.  (Only
+	# lower: such a renew never makes the bound later.)
+	my $e_lo_na;
 	my $e_lo = sub {
+		my ($hd, $t, $na) = @_;
+		my $e = $e_lo_na->($hd, $t);
+		return $e unless $na;
+		for my $x (@{ $by_rh{"$hd->{r}\0$hd->{h}"} || [] })
+		{
+			next unless $x->{k} eq 'renew' && ok($x) && defined $x->{res}
+			  && $x->{c} == $na->{c} && $x->{u} == $na->{u} && $x->{n} < $na->{n}
+			  && (!$x->{undone} || $na->{undone})
+			  && $x->{t0} >= $hd->{acq}{t0} && (!defined $x->{f} || $x->{f} == $hd->{f});
+			$e = $x->{res} if $x->{res} < $e;
+		}
+		return $e;
+	};
+	$e_lo_na = sub {
 		my ($hd, $t) = @_;
 		my $e = 0;
 		for my $o (@{ $hd->{ops} })
@@ -450,9 +474,9 @@ sub check
 				  if $end > $t + $MARGIN_US;
 				next;
 			}
-			my $e = $e_lo->($p, $t);
-			next unless $e > $t + $MARGIN_US;
 			my $na = $n->{acq};
+			my $e = $e_lo->($p, $t, $na);
+			next unless $e > $t + $MARGIN_US;
 			next if $may_end->($p, $p->{acq}{t0}, $t, $na);
 			$viol->('overlap',
 				"resource $r: fence $n->{f} taken while fence $p->{f} (holder $p->{h}) surely lived until $e",
