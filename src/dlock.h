@@ -7,7 +7,9 @@
  * hashing and the per-resource lock, holding.c the rules of a holding (who
  * the caller is, when a lease is free, who may change or pin it), store.c
  * store sessions and the SPI statements that scan dlock.leases, rows.c
- * the hot paths' direct access to one row of it, fence.c fence numbers,
+ * the hot paths' direct access to one row of it, shares.c to the shared
+ * holdings of dlock.shares, table.c (private header table.h) the direct
+ * heap access both use, fence.c fence numbers,
  * xact.c transaction bookkeeping and the hooks other files run at its end,
  * admit.c the admission decision (may a request have the resource now),
  * acquire.c attempts and the wait loop, lease.c the lease functions,
@@ -21,8 +23,9 @@
  * Calls go one way, down these layers (a file calls only files of lower
  * layers, never back up; no two files call each other in a circle):
  *	dlock.c > worker.c > promote.c > reap.c > lease.c, elect.c, xactlock.c >
- *	acquire.c > admit.c > queue.c, events.c > rows.c, holding.c, fence.c,
- *	waiters.c > store.c, listeners.c > xact.c, resource.c, guc.c.
+ *	acquire.c > admit.c > queue.c, events.c > rows.c, shares.c, holding.c,
+ *	fence.c, waiters.c > table.c, store.c, listeners.c > xact.c, resource.c,
+ *	guc.c.
  * What must happen when a transaction ends is registered with xact.c as
  * hooks (DlockXactHooks; dlock.c adds them), so xact.c calls nobody.
  *
@@ -122,7 +125,7 @@ extern TimestampTz dlock_lease_expiry(TimestampTz now, const Interval *span);
 extern TimestampTz dlock_add_interval(TimestampTz ts, const Interval *span);
 extern Interval *dlock_ms_interval(int64 ms);
 
-/* ---- store.c (sessions, scans) and rows.c (one row, direct access) ---- */
+/* ---- store.c (sessions, scans), rows.c and shares.c (direct access) ---- */
 
 /* One row of dlock.leases as read by rows.c. */
 typedef struct DlockRow
