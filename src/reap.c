@@ -28,7 +28,8 @@
  *	  never runs out.
  *
  * Shared holdings (0.4, dlock.shares) expire the same way, each with its
- * own event; the last one of a resource gone wakes a waiter.
+ * own event; the last one of a resource gone wakes a waiter.  So do a
+ * semaphore's holdings (0.5), each waking one waiter per permit it frees.
  *
  * No shared state of its own (the statistics and the hint are waiters.c's).
  *
@@ -118,6 +119,7 @@ reap_shares(const DlockResource *res, TimestampTz now)
 	List	   *shares = dlock_row_read_shares(res);
 	ListCell   *lc;
 	int			reaped = 0;
+	int			reaped_shared = 0;
 	int			live = 0;
 	DlockRow	row;
 
@@ -134,10 +136,13 @@ reap_shares(const DlockResource *res, TimestampTz now)
 			continue;			/* changed by hand meanwhile: a later round */
 		dlock_notify(res, "expired", sh->fence);
 		dlock_count(DLOCK_STAT_EXPIRED);
+		dlock_wake_released(res->hash, sh, false);
 		reaped++;
+		if (sh->permits == 0)
+			reaped_shared++;
 	}
 	dlock_row_read(res, &row);
-	if (reaped > 0 && live == 0 && dlock_lease_ended(&row, now))
+	if (reaped_shared > 0 && live == 0 && dlock_lease_ended(&row, now))
 		dlock_wake_after_commit(res->hash);
 	return reaped;
 }

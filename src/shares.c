@@ -5,6 +5,9 @@
  *		(primary key resource, holder, owner), by direct heap access
  *		(table.c): read all at once for admit.c (dlock_row_read_shares),
  *		written one by one (dlock_share_insert, dlock_share_change).
+ *		A semaphore's holdings (0.5) are rows of dlock.shares too, with
+ *		their permits and the semaphore's max_permits set (NULL for a
+ *		shared lock's): dlock_permits_insert, dlock_permits_add.
  *
  * Concurrency: as for dlock.leases (rows.c): every write happens while the
  * caller holds the resource's lock-manager lock in CHANGE mode
@@ -12,7 +15,8 @@
  * another version than the one read (a superuser's UPDATE by hand)
  * changes nothing and says so, and the caller reads and decides again.
  * Under SQL older than 0.4 there is no table: reads find no holdings and
- * writes are refused.
+ * writes are refused; under the 0.4 SQL there are no permit columns:
+ * every holding read is a shared lock's, and permits are refused.
  *
  *-------------------------------------------------------------------------
  */
@@ -30,18 +34,19 @@
 
 /*
  * dlock.shares (0.4): shared holdings, several per resource.  Read and
- * written like dlock.leases, under the resource's lock (CHANGE).
+ * written like dlock.leases, under the resource's lock (CHANGE).  The 0.5
+ * SQL adds permits and max_permits (absent before).
  */
 enum
 {
 	S_RESOURCE, S_HOLDER, S_OWNER, S_COUNT, S_FENCE, S_LEASE, S_ACQUIRED_AT,
-	S_RENEWED_AT, S_EXPIRES_AT, S_NUM
+	S_RENEWED_AT, S_EXPIRES_AT, S_PERMITS, S_MAX_PERMITS, S_NUM
 };
 static const char *const share_cols[S_NUM] = {
 	"resource", "holder", "owner", "count", "fence", "lease", "acquired_at",
-	"renewed_at", "expires_at"
+	"renewed_at", "expires_at", "permits", "max_permits"
 };
-static TableInfo shares = {"shares", share_cols, S_NUM, S_NUM};
+static TableInfo shares = {"shares", share_cols, S_NUM, S_PERMITS};
 
 /* dlock_shares_installed: is the 0.4 SQL there (shared holdings)? */
 bool
@@ -93,6 +98,14 @@ dlock_row_read_shares(const DlockResource *res)
 		s->fence = DatumGetInt64(heap_getattr(tup, shares.att[S_FENCE], desc, &isnull));
 		s->lease = *DatumGetIntervalP(heap_getattr(tup, shares.att[S_LEASE], desc, &isnull));
 		s->expires_at = DatumGetTimestampTz(heap_getattr(tup, shares.att[S_EXPIRES_AT], desc, &isnull));
+		if (shares.att[S_PERMITS] != InvalidAttrNumber)
+		{
+			Datum		p = heap_getattr(tup, shares.att[S_PERMITS], desc, &isnull);
+
+			s->permits = isnull ? 0 : DatumGetInt32(p);
+			p = heap_getattr(tup, shares.att[S_MAX_PERMITS], desc, &isnull);
+			s->max_permits = isnull ? 0 : DatumGetInt32(p);
+		}
 		result = lappend(result, s);
 		MemoryContextSwitchTo(old);
 	}
@@ -147,11 +160,14 @@ open_shares(void)
 	return rel;
 }
 
-/* dlock_share_insert: a new shared holding of res. */
-void
-dlock_share_insert(const DlockResource *res, text *holder, Oid owner,
-				   int64 fence, const Interval *lease, TimestampTz now,
-				   TimestampTz expires)
+/*
+ * insert_holding: a new holding of res in dlock.shares: a shared lock's
+ * (permits 0) or a semaphore's.
+ */
+static void
+insert_holding(const DlockResource *res, text *holder, Oid owner,
+			   int64 fence, const Interval *lease, TimestampTz now,
+			   TimestampTz expires, int32 permits, int32 max_permits)
 {
 	Relation	rel = open_shares();
 	TupleDesc	desc = RelationGetDescr(rel);
@@ -174,6 +190,16 @@ dlock_share_insert(const DlockResource *res, text *holder, Oid owner,
 	set_col(&shares, &img, S_ACQUIRED_AT, TimestampTzGetDatum(now));
 	set_col(&shares, &img, S_RENEWED_AT, TimestampTzGetDatum(now));
 	set_col(&shares, &img, S_EXPIRES_AT, TimestampTzGetDatum(expires));
+	if (permits > 0)
+	{
+		if (shares.att[S_PERMITS] == InvalidAttrNumber)
+			ereport(ERROR,
+					(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+					 errmsg("semaphores need the 0.5 SQL of dlock"),
+					 errhint("Run ALTER EXTENSION dlock UPDATE.")));
+		set_col(&shares, &img, S_PERMITS, Int32GetDatum(permits));
+		set_col(&shares, &img, S_MAX_PERMITS, Int32GetDatum(max_permits));
+	}
 	estate = fill_defaults(rel, &img);
 	tup = heap_form_tuple(desc, img.values, img.nulls);
 	if (estate != NULL)
@@ -184,15 +210,36 @@ dlock_share_insert(const DlockResource *res, text *holder, Oid owner,
 	table_close(rel, NoLock);
 }
 
-/*
- * dlock_share_change: a shared holding read as *seen gets count (0: it is
- * deleted), and, when expires is not 0, that expiry (and lease, if not
- * NULL).  False, changing nothing, if the row changed since it was read.
- */
-bool
-dlock_share_change(const DlockResource *res, const DlockRow *seen,
-				   int32 count, const Interval *lease, TimestampTz now,
+/* dlock_share_insert: a new shared holding of res. */
+void
+dlock_share_insert(const DlockResource *res, text *holder, Oid owner,
+				   int64 fence, const Interval *lease, TimestampTz now,
 				   TimestampTz expires)
+{
+	insert_holding(res, holder, owner, fence, lease, now, expires, 0, 0);
+}
+
+/* dlock_permits_insert: a new holding of permits of the semaphore res (0.5). */
+void
+dlock_permits_insert(const DlockResource *res, text *holder, Oid owner,
+					 int64 fence, const Interval *lease, TimestampTz now,
+					 TimestampTz expires, int32 permits, int32 max_permits)
+{
+	Assert(permits > 0 && max_permits >= permits);
+	insert_holding(res, holder, owner, fence, lease, now, expires, permits,
+				   max_permits);
+}
+
+/*
+ * change_holding: a holding of dlock.shares read as *seen gets count (0: it is
+ * deleted), and, when expires is not 0, that expiry (and lease, if not
+ * NULL), and permits, if not 0.  False, changing nothing, if the row
+ * changed since it was read.
+ */
+static bool
+change_holding(const DlockResource *res, const DlockRow *seen,
+			   int32 count, const Interval *lease, TimestampTz now,
+			   TimestampTz expires, int32 permits)
 {
 	Relation	rel = open_shares();
 	RowImage	img;
@@ -216,10 +263,53 @@ dlock_share_change(const DlockResource *res, const DlockRow *seen,
 			}
 			if (lease != NULL)
 				set_col(&shares, &img, S_LEASE, PointerGetDatum(lease));
+			if (permits > 0)
+				set_col(&shares, &img, S_PERMITS, Int32GetDatum(permits));
 			written = write_row(rel, &img);
 		}
 		heap_freetuple(img.tup);
 	}
 	table_close(rel, NoLock);
 	return written;
+}
+
+/* dlock_share_change: change_holding of a shared lock's holding. */
+bool
+dlock_share_change(const DlockResource *res, const DlockRow *seen,
+				   int32 count, const Interval *lease, TimestampTz now,
+				   TimestampTz expires)
+{
+	return change_holding(res, seen, count, lease, now, expires, 0);
+}
+
+/*
+ * dlock_permits_add: a semaphore's holding read as *seen gets count,
+ * permits (the ones it had and those added) and expires.  False,
+ * changing nothing, if the row changed since it was read.
+ */
+bool
+dlock_permits_add(const DlockResource *res, const DlockRow *seen,
+				  int32 count, int32 permits, TimestampTz now,
+				  TimestampTz expires)
+{
+	Assert(seen->permits > 0 && permits > seen->permits);
+	return change_holding(res, seen, count, NULL, now, expires, permits);
+}
+
+/*
+ * dlock_semaphores_installed: is the 0.5 SQL there (dlock.shares has the
+ * permit columns)?
+ */
+bool
+dlock_semaphores_installed(void)
+{
+	Relation	rel = open_table(&shares, AccessShareLock);
+	bool		installed;
+
+	if (rel == NULL)
+		return false;
+	installed = shares.att[S_PERMITS] != InvalidAttrNumber &&
+		shares.att[S_MAX_PERMITS] != InvalidAttrNumber;
+	table_close(rel, NoLock);
+	return installed;
 }
