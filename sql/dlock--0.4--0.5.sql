@@ -1,27 +1,41 @@
 /*
  * dlock--0.4--0.5.sql: upgrade from 0.4 to 0.5.  Each part below is one
  * block: counting semaphores with leased permits (try_acquire, acquire;
- * dlock.shares gets the permit columns, dlock.locks shows the permits).
- * Every holding and fence of the 0.4 SQL stays where it is.  The 0.5
- * library runs under the 0.4 SQL (and older) until ALTER EXTENSION dlock
- * UPDATE: what is new is only reached through the functions created here.
+ * table dlock.permits; dlock.locks shows the permits).  Every holding and
+ * fence of the 0.4 SQL stays where it is.  The 0.5 library runs under the
+ * 0.4 SQL (and older) until ALTER EXTENSION dlock UPDATE: what is new is
+ * only reached through the functions created here.
  *
- * Like 0.2's to 0.4's, nothing here locks dlock.leases
- * (test/t/090_upgrade.pl); dlock.shares gets two nullable columns
- * without a default (a change of the catalog only, no rewrite).
+ * Like 0.2's to 0.4's, nothing here locks dlock.leases or dlock.shares
+ * (test/t/090_upgrade.pl): a waiter in lock() holds a lock on both until
+ * its transaction ends, and the update must not wait for it.
  */
 
 -- complain if script is sourced in psql, rather than via ALTER EXTENSION
 \echo Use "ALTER EXTENSION dlock UPDATE TO '0.5'" to load this file. \quit
 
 -- [sema] counting semaphores with leased permits: try_acquire, acquire.
--- A semaphore's holding is a row of dlock.shares with its permits and the
--- semaphore's max_permits (both NULL for a shared lock's holding): leased,
--- renewed, fenced, released and reaped like a shared holding.
-ALTER TABLE dlock.shares ADD COLUMN permits integer,
-                         ADD COLUMN max_permits integer;
-COMMENT ON TABLE dlock.shares IS
-    'Shared holdings (try_lock(..., shared => true)) and holdings of a semaphore''s permits (try_acquire), one per holder and role; read them through dlock.locks';
+-- A semaphore's holdings are rows of dlock.permits: the columns of
+-- dlock.shares, and the holding's permits and the semaphore's max_permits.
+-- Leased, renewed, fenced, released and reaped like shared holdings.
+CREATE TABLE dlock.permits (
+    resource    text COLLATE "C" NOT NULL,
+    holder      text COLLATE "C" NOT NULL,
+    owner       regrole NOT NULL,
+    count       integer NOT NULL,
+    fence       bigint NOT NULL,
+    lease       interval NOT NULL,
+    acquired_at timestamptz NOT NULL,
+    renewed_at  timestamptz NOT NULL,
+    expires_at  timestamptz NOT NULL,
+    permits     integer NOT NULL,
+    max_permits integer NOT NULL,
+    PRIMARY KEY (resource, holder, owner)
+) WITH (fillfactor = 50);
+REVOKE ALL ON dlock.permits FROM PUBLIC;
+SELECT pg_catalog.pg_extension_config_dump('dlock.permits', '');
+COMMENT ON TABLE dlock.permits IS
+    'Holdings of a semaphore''s permits (try_acquire), one per holder and role; read them through dlock.locks';
 
 CREATE FUNCTION dlock.try_acquire(semaphore text,
                                   holder text,
@@ -75,8 +89,19 @@ CREATE OR REPLACE VIEW dlock.locks AS
            s.expires_at OPERATOR(pg_catalog.<=) pg_catalog.clock_timestamp() AS expired,
            s.expires_at AS available_at,
            NULL::pg_catalog.text AS value,
-           CASE WHEN s.permits IS NULL THEN 'shared' ELSE 'semaphore' END::pg_catalog.text AS mode,
-           s.permits,
-           s.max_permits
-      FROM dlock.shares s;
+           'shared'::pg_catalog.text AS mode,
+           NULL::pg_catalog.int4 AS permits,
+           NULL::pg_catalog.int4 AS max_permits
+      FROM dlock.shares s
+    UNION ALL
+    SELECT p.resource, p.holder, p.count, p.fence, p.lease,
+           p.acquired_at, p.renewed_at, p.expires_at,
+           p.owner::pg_catalog.regrole AS owner,
+           p.expires_at OPERATOR(pg_catalog.<=) pg_catalog.clock_timestamp() AS expired,
+           p.expires_at AS available_at,
+           NULL::pg_catalog.text AS value,
+           'semaphore'::pg_catalog.text AS mode,
+           p.permits,
+           p.max_permits
+      FROM dlock.permits p;
 -- end [sema]

@@ -371,7 +371,8 @@ typedef struct DlockResourceState
 	DlockRow	row;			/* the holding (available_at: with know_queue) */
 	DlockVerdict holding;		/* what it is to the request (holding.c) */
 	/* The shared holdings (0.4 SQL), read with the holding. */
-	List	   *shares;			/* DlockRow *, every row of dlock.shares */
+	List	   *shares;			/* DlockRow *, every row of dlock.shares and
+								 * dlock.permits */
 	DlockRow   *share_mine;		/* the request's holder's live one, or NULL */
 	int			shares_others;	/* live shared holdings of other holders */
 	TimestampTz shares_until;	/* when the last of those ends */

@@ -13,7 +13,7 @@
  * i.e. clock_timestamp()), never from the transaction start.
  *
  * A holder's shared holdings (0.4, dlock.shares) and its holdings of a
- * semaphore's permits (0.5, rows of dlock.shares too; unlock returns all
+ * semaphore's permits (0.5, dlock.permits, read with them; unlock returns all
  * of its permits at once) follow the same pattern:
  * unlock and renew turn to the caller's shared holding when it has no
  * exclusive one (find_share); unlock_all, break_lock, check and
@@ -353,24 +353,35 @@ dlock_renew(PG_FUNCTION_ARGS)
 }
 
 /*
- * unlock_all_shares: release every live shared holding (0.4) of holder
- * taken by the caller's role; how many.  Inside a store session.
+ * unlock_all_shares: release every live shared holding (0.4) and holding
+ * of a semaphore's permits (0.5) of holder taken by the caller's role; how
+ * many.  Inside a store session.
  */
 static int32
 unlock_all_shares(text *holder, const DlockCaller *caller)
 {
 	static SPIPlanPtr plan = NULL;
+	static SPIPlanPtr plan_permits = NULL;
 	static const Oid types[2] = {TEXTOID, REGROLEOID};
 	Datum		values[2];
 	List	   *resources = NIL;
 	ListCell   *lc;
 	int32		released = 0;
+	bool		permits;
 
 	if (!dlock_shares_installed())
 		return 0;
+	permits = dlock_semaphores_installed();
 	values[0] = PointerGetDatum(holder);
 	values[1] = ObjectIdGetDatum(caller->role);
-	if (dlock_store_exec(&plan,
+	if (dlock_store_exec(permits ? &plan_permits : &plan,
+						 permits ?
+						 "SELECT s.resource FROM dlock.shares s"
+						 "  WHERE s.holder OPERATOR(pg_catalog.=) ($1 COLLATE pg_catalog.\"C\")"
+						 "    AND s.owner OPERATOR(pg_catalog.=) $2"
+						 " UNION SELECT p.resource FROM dlock.permits p"
+						 "  WHERE p.holder OPERATOR(pg_catalog.=) ($1 COLLATE pg_catalog.\"C\")"
+						 "    AND p.owner OPERATOR(pg_catalog.=) $2" :
 						 "SELECT s.resource FROM dlock.shares s"
 						 "  WHERE s.holder OPERATOR(pg_catalog.=) ($1 COLLATE pg_catalog.\"C\")"
 						 "    AND s.owner OPERATOR(pg_catalog.=) $2",

@@ -76,19 +76,27 @@ take_for_maintenance(const DlockResource *res)
 
 /*
  * shares_expired: up to limit resources with an expired shared holding
- * (0.4), as text* in the store session's caller context.
+ * (0.4) or holding of a semaphore's permits (0.5), as text* in the store
+ * session's caller context.
  */
 static List *
 shares_expired(TimestampTz now, int limit)
 {
 	static SPIPlanPtr plan = NULL;
+	static SPIPlanPtr plan_permits = NULL;
 	static const Oid types[2] = {TIMESTAMPTZOID, INT4OID};
 	Datum		values[2];
 	List	   *result = NIL;
+	bool		permits = dlock_semaphores_installed();
 
 	values[0] = TimestampTzGetDatum(now);
 	values[1] = Int32GetDatum(limit);
-	if (dlock_store_exec(&plan,
+	if (dlock_store_exec(permits ? &plan_permits : &plan,
+						 permits ?
+						 "SELECT s.resource FROM dlock.shares s"
+						 "  WHERE s.expires_at OPERATOR(pg_catalog.<=) $1"
+						 " UNION SELECT p.resource FROM dlock.permits p"
+						 "  WHERE p.expires_at OPERATOR(pg_catalog.<=) $1 LIMIT $2" :
 						 "SELECT DISTINCT s.resource FROM dlock.shares s"
 						 "  WHERE s.expires_at OPERATOR(pg_catalog.<=) $1 LIMIT $2",
 						 2, types, values, NULL, true) > 0)

@@ -6,13 +6,13 @@
  *
  * A semaphore is a resource name whose holdings are permits: at most
  * max_permits of them are held at once, each holder's holding (a row of
- * dlock.shares with its permits) leased, renewed and fenced on its own.
+ * dlock.permits, shares.c) leased, renewed and fenced on its own.
  * These functions check the arguments and hand the request to acquire.c,
  * whose attempt asks admit.c (admit_semaphore) and writes the verdict
  * (permit_write).  unlock, renew, unlock_all, break_lock, check,
  * assert_fence, the reaper and the views are the lease functions' own
- * (lease.c, reap.c): they find a semaphore's holdings among the shared
- * holdings.  A name held as a lock cannot be acquired as a semaphore, nor
+ * (lease.c, reap.c, worker.c, promote.c): they find a semaphore's
+ * holdings with the shared holdings (dlock_row_read_shares).  A name held as a lock cannot be acquired as a semaphore, nor
  * the other way round (42809, admit.c).
  *
  * Backend-local: no shared state of its own.

@@ -5,9 +5,11 @@
  *		(primary key resource, holder, owner), by direct heap access
  *		(table.c): read all at once for admit.c (dlock_row_read_shares),
  *		written one by one (dlock_share_insert, dlock_share_change).
- *		A semaphore's holdings (0.5) are rows of dlock.shares too, with
- *		their permits and the semaphore's max_permits set (NULL for a
- *		shared lock's): dlock_permits_insert, dlock_permits_add.
+ *		A semaphore's holdings (0.5) are rows of dlock.permits, the same
+ *		columns with their permits and the semaphore's max_permits: read
+ *		with the shared holdings (with permits set), written by
+ *		dlock_permits_insert and dlock_permits_add, changed and deleted
+ *		by dlock_share_change like the shared ones.
  *
  * Concurrency: as for dlock.leases (rows.c): every write happens while the
  * caller holds the resource's lock-manager lock in CHANGE mode
@@ -15,8 +17,8 @@
  * another version than the one read (a superuser's UPDATE by hand)
  * changes nothing and says so, and the caller reads and decides again.
  * Under SQL older than 0.4 there is no table: reads find no holdings and
- * writes are refused; under the 0.4 SQL there are no permit columns:
- * every holding read is a shared lock's, and permits are refused.
+ * writes are refused; under SQL older than 0.5 there is no dlock.permits:
+ * no holding read has permits, and permits are refused.
  *
  *-------------------------------------------------------------------------
  */
@@ -33,9 +35,10 @@
 #include "utils/snapmgr.h"
 
 /*
- * dlock.shares (0.4): shared holdings, several per resource.  Read and
- * written like dlock.leases, under the resource's lock (CHANGE).  The 0.5
- * SQL adds permits and max_permits (absent before).
+ * dlock.shares (0.4): shared holdings, several per resource; dlock.permits
+ * (0.5): a semaphore's holdings, the same columns and permits and
+ * max_permits.  Read and written like dlock.leases, under the resource's
+ * lock (CHANGE).
  */
 enum
 {
@@ -46,7 +49,15 @@ static const char *const share_cols[S_NUM] = {
 	"resource", "holder", "owner", "count", "fence", "lease", "acquired_at",
 	"renewed_at", "expires_at", "permits", "max_permits"
 };
-static TableInfo shares = {"shares", share_cols, S_NUM, S_PERMITS};
+static TableInfo shares = {"shares", share_cols, S_PERMITS, S_PERMITS};
+static TableInfo permits_table = {"permits", share_cols, S_NUM, S_NUM};
+
+/* table_of: the table of a holding read by dlock_row_read_shares. */
+static TableInfo *
+table_of(const DlockRow *seen)
+{
+	return seen->permits > 0 ? &permits_table : &shares;
+}
 
 /* dlock_shares_installed: is the 0.4 SQL there (shared holdings)? */
 bool
@@ -61,28 +72,27 @@ dlock_shares_installed(void)
 }
 
 /*
- * dlock_row_read_shares: the shared holdings of res (all of them, expired
- * ones too), each copied into the store session's caller context; NIL
- * under older SQL.
+ * read_holdings: the holdings of res in table t appended to result (all
+ * of them, expired ones too), each copied into the store session's caller
+ * context; none if the installed SQL has no such table.
  */
-List *
-dlock_row_read_shares(const DlockResource *res)
+static List *
+read_holdings(TableInfo *t, const DlockResource *res, List *result)
 {
-	Relation	rel = open_table(&shares, AccessShareLock);
+	Relation	rel = open_table(t, AccessShareLock);
 	ScanKeyData key;
 	SysScanDesc scan;
 	Snapshot	snap;
 	HeapTuple	tup;
-	List	   *result = NIL;
 	TupleDesc	desc;
 
 	if (rel == NULL)
-		return NIL;
+		return result;
 	desc = RelationGetDescr(rel);
 	snap = RegisterSnapshot(GetLatestSnapshot());
-	ScanKeyInit(&key, shares.att[S_RESOURCE], BTEqualStrategyNumber, F_TEXTEQ,
+	ScanKeyInit(&key, t->att[S_RESOURCE], BTEqualStrategyNumber, F_TEXTEQ,
 				PointerGetDatum(res->name));
-	scan = systable_beginscan(rel, shares.pkey, true, snap, 1, &key);
+	scan = systable_beginscan(rel, t->pkey, true, snap, 1, &key);
 	while (HeapTupleIsValid(tup = systable_getnext(scan)))
 	{
 		MemoryContext old = MemoryContextSwitchTo(dlock_store_context());
@@ -92,19 +102,16 @@ dlock_row_read_shares(const DlockResource *res)
 		s->exists = true;
 		s->held = true;
 		s->tid = tup->t_self;
-		s->holder = TextDatumGetCString(heap_getattr(tup, shares.att[S_HOLDER], desc, &isnull));
-		s->owner = DatumGetObjectId(heap_getattr(tup, shares.att[S_OWNER], desc, &isnull));
-		s->count = DatumGetInt32(heap_getattr(tup, shares.att[S_COUNT], desc, &isnull));
-		s->fence = DatumGetInt64(heap_getattr(tup, shares.att[S_FENCE], desc, &isnull));
-		s->lease = *DatumGetIntervalP(heap_getattr(tup, shares.att[S_LEASE], desc, &isnull));
-		s->expires_at = DatumGetTimestampTz(heap_getattr(tup, shares.att[S_EXPIRES_AT], desc, &isnull));
-		if (shares.att[S_PERMITS] != InvalidAttrNumber)
+		s->holder = TextDatumGetCString(heap_getattr(tup, t->att[S_HOLDER], desc, &isnull));
+		s->owner = DatumGetObjectId(heap_getattr(tup, t->att[S_OWNER], desc, &isnull));
+		s->count = DatumGetInt32(heap_getattr(tup, t->att[S_COUNT], desc, &isnull));
+		s->fence = DatumGetInt64(heap_getattr(tup, t->att[S_FENCE], desc, &isnull));
+		s->lease = *DatumGetIntervalP(heap_getattr(tup, t->att[S_LEASE], desc, &isnull));
+		s->expires_at = DatumGetTimestampTz(heap_getattr(tup, t->att[S_EXPIRES_AT], desc, &isnull));
+		if (t == &permits_table)
 		{
-			Datum		p = heap_getattr(tup, shares.att[S_PERMITS], desc, &isnull);
-
-			s->permits = isnull ? 0 : DatumGetInt32(p);
-			p = heap_getattr(tup, shares.att[S_MAX_PERMITS], desc, &isnull);
-			s->max_permits = isnull ? 0 : DatumGetInt32(p);
+			s->permits = DatumGetInt32(heap_getattr(tup, t->att[S_PERMITS], desc, &isnull));
+			s->max_permits = DatumGetInt32(heap_getattr(tup, t->att[S_MAX_PERMITS], desc, &isnull));
 		}
 		result = lappend(result, s);
 		MemoryContextSwitchTo(old);
@@ -115,10 +122,25 @@ dlock_row_read_shares(const DlockResource *res)
 	return result;
 }
 
-/* fetch_share: the share row at seen->tid, if it is still that version. */
+/*
+ * dlock_row_read_shares: the holdings of res in dlock.shares and (0.5)
+ * dlock.permits, all of them, expired ones too; a semaphore's have their
+ * permits set.  NIL under older SQL.
+ */
+List *
+dlock_row_read_shares(const DlockResource *res)
+{
+	return read_holdings(&permits_table, res,
+						 read_holdings(&shares, res, NIL));
+}
+
+/*
+ * fetch_share: the row of table t at seen->tid, if it is still that
+ * version.
+ */
 static bool
-fetch_share(Relation rel, const DlockResource *res, const DlockRow *seen,
-			RowImage *img)
+fetch_share(Relation rel, TableInfo *t, const DlockResource *res,
+			const DlockRow *seen, RowImage *img)
 {
 	ScanKeyData keys[3];
 	SysScanDesc scan;
@@ -127,13 +149,13 @@ fetch_share(Relation rel, const DlockResource *res, const DlockRow *seen,
 	TupleDesc	desc = RelationGetDescr(rel);
 	text	   *holder = cstring_to_text(seen->holder);
 
-	ScanKeyInit(&keys[0], shares.att[S_RESOURCE], BTEqualStrategyNumber, F_TEXTEQ,
+	ScanKeyInit(&keys[0], t->att[S_RESOURCE], BTEqualStrategyNumber, F_TEXTEQ,
 				PointerGetDatum(res->name));
-	ScanKeyInit(&keys[1], shares.att[S_HOLDER], BTEqualStrategyNumber, F_TEXTEQ,
+	ScanKeyInit(&keys[1], t->att[S_HOLDER], BTEqualStrategyNumber, F_TEXTEQ,
 				PointerGetDatum(holder));
-	ScanKeyInit(&keys[2], shares.att[S_OWNER], BTEqualStrategyNumber, F_OIDEQ,
+	ScanKeyInit(&keys[2], t->att[S_OWNER], BTEqualStrategyNumber, F_OIDEQ,
 				ObjectIdGetDatum(seen->owner));
-	scan = systable_beginscan(rel, shares.pkey, true, snap, 3, keys);
+	scan = systable_beginscan(rel, t->pkey, true, snap, 3, keys);
 	tup = systable_getnext(scan);
 	img->tup = HeapTupleIsValid(tup) && ItemPointerEquals(&tup->t_self, (ItemPointer) &seen->tid) ?
 		heap_copytuple(tup) : NULL;
@@ -146,30 +168,35 @@ fetch_share(Relation rel, const DlockResource *res, const DlockRow *seen,
 	return true;
 }
 
-/* open_shares: dlock.shares for a change (the 0.4 SQL is there). */
+/*
+ * open_shares: table t for a change: dlock.shares (the 0.4 SQL is there)
+ * or dlock.permits (0.5).
+ */
 static Relation
-open_shares(void)
+open_shares(TableInfo *t)
 {
-	Relation	rel = open_table(&shares, RowExclusiveLock);
+	Relation	rel = open_table(t, RowExclusiveLock);
 
 	if (rel == NULL)
 		ereport(ERROR,
 				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
-				 errmsg("shared locks need the 0.4 SQL of dlock"),
+				 errmsg(t == &shares ? "shared locks need the 0.4 SQL of dlock" :
+						"semaphores need the 0.5 SQL of dlock"),
 				 errhint("Run ALTER EXTENSION dlock UPDATE.")));
 	return rel;
 }
 
 /*
- * insert_holding: a new holding of res in dlock.shares: a shared lock's
- * (permits 0) or a semaphore's.
+ * insert_holding: a new holding of res: a shared lock's in dlock.shares
+ * (permits 0), or a semaphore's in dlock.permits.
  */
 static void
 insert_holding(const DlockResource *res, text *holder, Oid owner,
 			   int64 fence, const Interval *lease, TimestampTz now,
 			   TimestampTz expires, int32 permits, int32 max_permits)
 {
-	Relation	rel = open_shares();
+	TableInfo  *t = permits > 0 ? &permits_table : &shares;
+	Relation	rel = open_shares(t);
 	TupleDesc	desc = RelationGetDescr(rel);
 	RowImage	img;
 	HeapTuple	tup;
@@ -181,24 +208,19 @@ insert_holding(const DlockResource *res, text *holder, Oid owner,
 		img.values[i] = (Datum) 0;
 		img.nulls[i] = true;
 	}
-	set_col(&shares, &img, S_RESOURCE, PointerGetDatum(res->name));
-	set_col(&shares, &img, S_HOLDER, PointerGetDatum(holder));
-	set_col(&shares, &img, S_OWNER, ObjectIdGetDatum(owner));
-	set_col(&shares, &img, S_COUNT, Int32GetDatum(1));
-	set_col(&shares, &img, S_FENCE, Int64GetDatum(fence));
-	set_col(&shares, &img, S_LEASE, PointerGetDatum(lease));
-	set_col(&shares, &img, S_ACQUIRED_AT, TimestampTzGetDatum(now));
-	set_col(&shares, &img, S_RENEWED_AT, TimestampTzGetDatum(now));
-	set_col(&shares, &img, S_EXPIRES_AT, TimestampTzGetDatum(expires));
+	set_col(t, &img, S_RESOURCE, PointerGetDatum(res->name));
+	set_col(t, &img, S_HOLDER, PointerGetDatum(holder));
+	set_col(t, &img, S_OWNER, ObjectIdGetDatum(owner));
+	set_col(t, &img, S_COUNT, Int32GetDatum(1));
+	set_col(t, &img, S_FENCE, Int64GetDatum(fence));
+	set_col(t, &img, S_LEASE, PointerGetDatum(lease));
+	set_col(t, &img, S_ACQUIRED_AT, TimestampTzGetDatum(now));
+	set_col(t, &img, S_RENEWED_AT, TimestampTzGetDatum(now));
+	set_col(t, &img, S_EXPIRES_AT, TimestampTzGetDatum(expires));
 	if (permits > 0)
 	{
-		if (shares.att[S_PERMITS] == InvalidAttrNumber)
-			ereport(ERROR,
-					(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
-					 errmsg("semaphores need the 0.5 SQL of dlock"),
-					 errhint("Run ALTER EXTENSION dlock UPDATE.")));
-		set_col(&shares, &img, S_PERMITS, Int32GetDatum(permits));
-		set_col(&shares, &img, S_MAX_PERMITS, Int32GetDatum(max_permits));
+		set_col(t, &img, S_PERMITS, Int32GetDatum(permits));
+		set_col(t, &img, S_MAX_PERMITS, Int32GetDatum(max_permits));
 	}
 	estate = fill_defaults(rel, &img);
 	tup = heap_form_tuple(desc, img.values, img.nulls);
@@ -231,7 +253,8 @@ dlock_permits_insert(const DlockResource *res, text *holder, Oid owner,
 }
 
 /*
- * change_holding: a holding of dlock.shares read as *seen gets count (0: it is
+ * change_holding: a holding read as *seen (dlock.shares or, with permits,
+ * dlock.permits) gets count (0: it is
  * deleted), and, when expires is not 0, that expiry (and lease, if not
  * NULL), and permits, if not 0.  False, changing nothing, if the row
  * changed since it was read.
@@ -241,11 +264,12 @@ change_holding(const DlockResource *res, const DlockRow *seen,
 			   int32 count, const Interval *lease, TimestampTz now,
 			   TimestampTz expires, int32 permits)
 {
-	Relation	rel = open_shares();
+	TableInfo  *t = table_of(seen);
+	Relation	rel = open_shares(t);
 	RowImage	img;
 	bool		written = false;
 
-	if (fetch_share(rel, res, seen, &img))
+	if (fetch_share(rel, t, res, seen, &img))
 	{
 		if (count == 0)
 		{
@@ -255,16 +279,16 @@ change_holding(const DlockResource *res, const DlockRow *seen,
 		}
 		else
 		{
-			set_col(&shares, &img, S_COUNT, Int32GetDatum(count));
+			set_col(t, &img, S_COUNT, Int32GetDatum(count));
 			if (expires != 0)
 			{
-				set_col(&shares, &img, S_EXPIRES_AT, TimestampTzGetDatum(expires));
-				set_col(&shares, &img, S_RENEWED_AT, TimestampTzGetDatum(now));
+				set_col(t, &img, S_EXPIRES_AT, TimestampTzGetDatum(expires));
+				set_col(t, &img, S_RENEWED_AT, TimestampTzGetDatum(now));
 			}
 			if (lease != NULL)
-				set_col(&shares, &img, S_LEASE, PointerGetDatum(lease));
+				set_col(t, &img, S_LEASE, PointerGetDatum(lease));
 			if (permits > 0)
-				set_col(&shares, &img, S_PERMITS, Int32GetDatum(permits));
+				set_col(t, &img, S_PERMITS, Int32GetDatum(permits));
 			written = write_row(rel, &img);
 		}
 		heap_freetuple(img.tup);
@@ -273,7 +297,10 @@ change_holding(const DlockResource *res, const DlockRow *seen,
 	return written;
 }
 
-/* dlock_share_change: change_holding of a shared lock's holding. */
+/*
+ * dlock_share_change: change_holding of any holding dlock_row_read_shares
+ * read (a semaphore's keeps its permits).
+ */
 bool
 dlock_share_change(const DlockResource *res, const DlockRow *seen,
 				   int32 count, const Interval *lease, TimestampTz now,
@@ -296,20 +323,14 @@ dlock_permits_add(const DlockResource *res, const DlockRow *seen,
 	return change_holding(res, seen, count, NULL, now, expires, permits);
 }
 
-/*
- * dlock_semaphores_installed: is the 0.5 SQL there (dlock.shares has the
- * permit columns)?
- */
+/* dlock_semaphores_installed: is the 0.5 SQL there (dlock.permits)? */
 bool
 dlock_semaphores_installed(void)
 {
-	Relation	rel = open_table(&shares, AccessShareLock);
-	bool		installed;
+	Relation	rel = open_table(&permits_table, AccessShareLock);
 
 	if (rel == NULL)
 		return false;
-	installed = shares.att[S_PERMITS] != InvalidAttrNumber &&
-		shares.att[S_MAX_PERMITS] != InvalidAttrNumber;
 	table_close(rel, NoLock);
-	return installed;
+	return true;
 }
