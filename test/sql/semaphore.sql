@@ -100,3 +100,23 @@ SELECT pg_sleep(0.05);
 SELECT dlock.try_acquire('sem/x', 'b', 2, 2) IS NOT NULL AS taken_after_expiry;
 SELECT dlock.renew('sem/x', 'a') AS expired_not_renewed;
 SELECT dlock.unlock_all('a') + dlock.unlock_all('b') AS released;
+
+-- Owner checks: another role's holding of the same holder text is another
+-- holding (its permits counted too); unlock and renew of it raise 42501.
+CREATE ROLE regress_dlock_sem_a;
+CREATE ROLE regress_dlock_sem_b;
+SET ROLE regress_dlock_sem_a;
+SELECT dlock.try_acquire('sem/r', 'same', 3, 2, '1h') IS NOT NULL AS a_holds_two;
+SET ROLE regress_dlock_sem_b;
+SELECT dlock.unlock('sem/r', 'same');
+SELECT dlock.renew('sem/r', 'same');
+SELECT dlock.try_acquire('sem/r', 'same', 3, 2) AS b_two_more_refused;
+SELECT dlock.try_acquire('sem/r', 'same', 3, 1) IS NOT NULL AS b_holds_one;
+SELECT dlock.unlock_all('same') AS b_releases_its_own;
+RESET ROLE;
+SELECT holder, owner, mode, permits FROM dlock.locks WHERE resource = 'sem/r';
+-- break_lock ends every holding of permits.
+SELECT dlock.break_lock('sem/r') AS broken, dlock.break_lock('sem/r') AS again;
+SELECT count(*) AS left_over FROM dlock.locks WHERE resource = 'sem/r';
+DROP ROLE regress_dlock_sem_a;
+DROP ROLE regress_dlock_sem_b;
