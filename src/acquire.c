@@ -450,8 +450,10 @@ share_write(const DlockResource *res, LeaseAttemptArgs *a,
  * permit_write: admit_write for a semaphore's permits (0.5): add them to
  * the holder's holding (its fence unchanged, its expiry extended as a
  * re-entry's), or a new holding beside the others with its own fence.
- * A new holding wakes nobody more on commit: a release wakes one waiter
- * per permit it frees (waiters.c), each of which looks for itself.
+ * A new holding wakes nobody more on commit (a release wakes one waiter
+ * per permit it frees, waiters.c, each of which looks for itself), unless
+ * it left the fair queue: the waiter next in line, woken by the same
+ * release while this one still headed the queue, looks again.
  */
 static bool
 permit_write(const DlockResource *res, LeaseAttemptArgs *a,
@@ -459,6 +461,7 @@ permit_write(const DlockResource *res, LeaseAttemptArgs *a,
 			 TimestampTz expires, int64 *drawn, int64 *fence)
 {
 	const DlockRow *mine = st->share_mine;
+	bool		queued = a->ticket != 0;
 
 	if (reason == ADMIT_REENTER)
 	{
@@ -491,6 +494,8 @@ permit_write(const DlockResource *res, LeaseAttemptArgs *a,
 		dlock_client_ticket_drop(res, a->holder, a->caller->role);
 	dlock_note_acquisition(expires);
 	dlock_wake_after_abort(res->hash);
+	if (queued || a->fair)
+		dlock_wake_after_commit(res->hash);
 	dlock_count(DLOCK_STAT_ACQUIRED);
 	return true;
 }

@@ -10,6 +10,7 @@
 #    session is terminated, a waiter in acquire() gets them once the lease
 #    has ended (it looks again then: lazy expiry), with a newer fence, and
 #    the reaper removes the expired holding;
+#  - fair waiters are served in the order they came;
 #  - renew extends a holding of permits on its own, and check accepts its
 #    fence until it is released.
 
@@ -73,6 +74,31 @@ is(sql(q{SELECT count(*) FROM dlock.waiters WHERE resource = 'sem'}), '0', 'nobo
 is(sql(q{SELECT dlock.try_acquire('sem', 'h3', 5) IS NOT NULL}), 't',
 	'the fifth permit is free');
 $_->quit for @w;
+
+# Fair waiters are served in the order they came.
+is(sql(q{SELECT dlock.try_acquire('sem/f', 'h', 2, 2, '1h') IS NOT NULL}), 't', 'both permits of sem/f held');
+my @f;
+for my $i (1 .. 3)
+{
+	my $s = $node->background_psql('postgres', on_error_stop => 0);
+	$s->query_until(qr/waiting/,
+		"\\echo waiting\nSELECT dlock.acquire('sem/f', 'f$i', 2, 1, '1h', fair => true, wait => '120s');\n");
+	ok($node->poll_query_until('postgres',
+			qq{SELECT count(*) = $i FROM dlock.waiters WHERE resource = 'sem/f'}),
+		"fair waiter f$i queues");
+	push @f, $s;
+}
+is(sql(q{SELECT dlock.unlock('sem/f', 'h')}), '0', 'h returns both permits');
+ok($node->poll_query_until('postgres',
+		q{SELECT string_agg(holder, ',' ORDER BY holder) = 'f1,f2' FROM dlock.locks WHERE resource = 'sem/f'}),
+	'the first two fair waiters get them');
+is(sql(q{SELECT string_agg(holder, ',') FROM dlock.waiters WHERE resource = 'sem/f'}), 'f3',
+	'the third still waits');
+is(sql(q{SELECT dlock.unlock('sem/f', 'f1')}), '0', 'f1 returns its permit');
+ok($node->poll_query_until('postgres',
+		q{SELECT string_agg(holder, ',' ORDER BY holder) = 'f2,f3' FROM dlock.locks WHERE resource = 'sem/f'}),
+	'the third fair waiter gets it');
+$_->quit for @f;
 
 # A crashed holder's permits come back when its lease ends.
 my $c = $node->background_psql('postgres', on_error_stop => 0);
