@@ -908,6 +908,14 @@ $$;
 -- The public functions ([core]).
 -- ---------------------------------------------------------------------------
 
+-- version: the portable edition's version in this database (the C
+-- extension's is in pg_extension); dlock --version reads it.
+CREATE OR REPLACE FUNCTION dlock.version()
+RETURNS text LANGUAGE sql STABLE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp AS $$
+    SELECT p.version FROM dlock.portable p
+$$;
+
 CREATE OR REPLACE FUNCTION dlock.session_holder()
     RETURNS text LANGUAGE sql STABLE PARALLEL RESTRICTED
     SET search_path = pg_catalog, pg_temp AS $$
