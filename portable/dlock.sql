@@ -1370,6 +1370,22 @@ BEGIN
     IF NOT pg_try_advisory_xact_lock(dlock._key(p_resource)) THEN
         RETURN NULL;
     END IF;
+    -- Under REPEATABLE READ or SERIALIZABLE the reads below see the
+    -- transaction's snapshot, which may predate a holding committed since
+    -- (a lease path writes the row and so gets 40001; this one only
+    -- reads): lock the row, which raises 40001 if it changed since the
+    -- snapshot, or insert it free, which raises 40001 if it appeared since.
+    -- No other acquirer can be writing it now (the advisory lock); one
+    -- that renews, releases or reaps it makes it busy.
+    IF current_setting('transaction_isolation') <> 'read committed' THEN
+        PERFORM FROM dlock.leases l WHERE l.resource = p_resource FOR SHARE SKIP LOCKED;
+        IF NOT FOUND THEN
+            IF EXISTS (SELECT FROM dlock.leases l WHERE l.resource = p_resource) THEN
+                RETURN NULL;
+            END IF;
+            INSERT INTO dlock.leases (resource) VALUES (p_resource) ON CONFLICT (resource) DO NOTHING;
+        END IF;
+    END IF;
     SELECT * INTO r FROM dlock.leases l WHERE l.resource = p_resource;
     IF FOUND AND ((r.holder IS NOT NULL AND r.expires_at > clock_timestamp())
                   OR dlock._delayed(r, clock_timestamp())) THEN
@@ -1379,7 +1395,8 @@ BEGIN
         RETURN NULL;
     END IF;
     -- The advisory lock, held to the end of the transaction, keeps lease
-    -- acquirers out; nothing is written but the fence sequence.
+    -- acquirers out; nothing is written but the fence sequence (and, under
+    -- REPEATABLE READ or SERIALIZABLE, a free row above).
     v_fence := dlock._next_fence();
     PERFORM set_config('dlock.xact_' || md5(p_resource), v_fence::text, true);
     RETURN v_fence;
