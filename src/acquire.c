@@ -136,19 +136,35 @@ refuse_self_wait(const DlockResource *res)
 }
 
 /*
- * dlock_take_resource: take res's lock in CHANGE mode without waiting for
- * anyone but a reaper (resource.c); false if another transaction has it.
+ * take_resource: take res's lock in mode without waiting for anyone but a
+ * reaper (resource.c); false if another transaction has it.
  */
-bool
-dlock_take_resource(const DlockResource *res)
+static bool
+take_resource(const DlockResource *res, DlockLockMode mode)
 {
-	while (!dlock_resource_lock(res, DLOCK_CHANGE, false))
+	while (!dlock_resource_lock(res, mode, false))
 	{
 		if (!dlock_wait_for_maintenance(res))
 			return false;
 	}
 	return true;
 }
+
+/* dlock_take_resource: take_resource in CHANGE mode. */
+bool
+dlock_take_resource(const DlockResource *res)
+{
+	return take_resource(res, DLOCK_CHANGE);
+}
+
+/*
+ * What the wait loop must know of a lease attempt (defined with it,
+ * below): the mode of the resource's lock it takes (0: it was held off by
+ * something else, poll), and whether a transaction that holds the
+ * resource's lock may still wait for what refused it.
+ */
+static LOCKMODE attempt_mode(DlockAttemptFn attempt, void *arg);
+static bool attempt_may_wait_on_self(DlockAttemptFn attempt, void *arg);
 
 /*
  * dlock_wait_loop: run attempt until it acquires, or the wait ends.
@@ -172,6 +188,9 @@ dlock_wait_loop(const DlockResource *res, text *holder, int64 wait_ms,
 	bool		waiting = false;
 	bool		held_extra = false;
 	bool		self_checked = false;
+	bool		self_held = false;
+	bool		self_only_share = false;
+	LOCKMODE	extra_mode = NoLock;
 	int64		fence = 0;
 	LOCKTAG		tag;
 
@@ -193,7 +212,7 @@ dlock_wait_loop(const DlockResource *res, text *holder, int64 wait_ms,
 		if (held_extra)
 		{
 			/* attempt took its own reference; an acquisition keeps that */
-			LockRelease(&tag, DLOCK_CHANGE, false);
+			LockRelease(&tag, extra_mode, false);
 			held_extra = false;
 		}
 		if (result == ATTEMPT_ACQUIRED)
@@ -202,15 +221,20 @@ dlock_wait_loop(const DlockResource *res, text *holder, int64 wait_ms,
 		now = GetCurrentTimestamp();
 		if (wait_ms == 0)
 			break;
-		if (result == ATTEMPT_BUSY && busy_until > now && !self_checked)
+		if (result == ATTEMPT_BUSY && busy_until > now)
 		{
 			/*
-			 * Once per wait: whether the transaction holds the resource's
-			 * lock does not change while it waits (an attempt's own
-			 * reference is gone again when it is busy).
+			 * Checked once per wait: whether the transaction holds the
+			 * resource's lock does not change while it waits (an attempt's
+			 * own reference is gone again when it is busy).  Holding it in
+			 * SHARE mode only, an exclusive request held off by other
+			 * readers alone may wait: they can still release.
 			 */
+			if (!self_checked)
+				self_held = dlock_resource_held(res, &self_only_share);
 			self_checked = true;
-			if (dlock_resource_held(res))
+			if (self_held &&
+				!(self_only_share && attempt_may_wait_on_self(attempt, arg)))
 			{
 				if (leave)
 					leave(res, arg, false);
@@ -231,15 +255,17 @@ dlock_wait_loop(const DlockResource *res, text *holder, int64 wait_ms,
 		}
 		if (result == ATTEMPT_CONTENDED)
 		{
-			if (wait_ms < 0 && lock_limit == DT_NOEND && !dlock_pinned(res))
+			extra_mode = attempt_mode(attempt, arg);
+			if (wait_ms < 0 && lock_limit == DT_NOEND && extra_mode != NoLock &&
+				!dlock_pinned(res))
 			{
 				/*
 				 * No limit of ours, and no pin in the way (resource.c): wait
-				 * in the lock manager and look again holding the lock, so
-				 * waiters queue there in order instead of taking and
-				 * dropping it in turn.
+				 * in the lock manager (in the attempt's mode) and look again
+				 * holding the lock, so waiters queue there in order instead
+				 * of taking and dropping it in turn.
 				 */
-				(void) LockAcquire(&tag, DLOCK_CHANGE, false, false);
+				(void) LockAcquire(&tag, extra_mode, false, false);
 				held_extra = true;
 				continue;
 			}
@@ -278,7 +304,16 @@ typedef struct LeaseAttemptArgs
 	bool		shared;			/* a shared lease (0.4) */
 	bool		writer;			/* holds the "writer waits" tags (queue.c) */
 	bool		upgrade;		/* ... and its "upgrading" tag */
+	bool		row_busy;		/* shared: another transaction has the share-row tag */
+	DlockReason refused;		/* why the last attempt was refused */
 } LeaseAttemptArgs;
+
+/* mode_of: the mode of the resource's lock a lease attempt takes. */
+static DlockLockMode
+mode_of(const LeaseAttemptArgs *a)
+{
+	return a->shared ? DLOCK_SHARE : DLOCK_CHANGE;
+}
 
 /*
  * queue_up: an attempt was not served.  Waiting in lock(), with no ticket
@@ -358,7 +393,7 @@ take_resource_as_head(const DlockResource *res, const LeaseAttemptArgs *a)
 	long		sleep_ms = 1;
 	bool		head;
 
-	if (dlock_take_resource(res))
+	if (take_resource(res, mode_of(a)))
 		return true;
 	if (!a->fair || a->in_server)
 		return false;
@@ -373,7 +408,7 @@ take_resource_as_head(const DlockResource *res, const LeaseAttemptArgs *a)
 	for (;;)
 	{
 		dlock_wait_sleep(sleep_ms);
-		if (dlock_take_resource(res))
+		if (take_resource(res, mode_of(a)))
 			return true;
 		if (GetCurrentTimestamp() >= give_up)
 			return false;
@@ -520,6 +555,8 @@ lease_attempt(const DlockResource *res, void *arg, int64 *fence,
 	int64		drawn = 0;
 	bool		adopted;
 
+	a->row_busy = false;
+	a->refused = REFUSE_CONTENDED;
 	if (!take_resource_as_head(res, a))
 	{
 		/*
@@ -540,6 +577,17 @@ lease_attempt(const DlockResource *res, void *arg, int64 *fence,
 		}
 		return ATTEMPT_CONTENDED;
 	}
+	if (a->shared && !dlock_share_row_lock(res, a->holder, DLOCK_CHANGE, false))
+	{
+		/*
+		 * The holder text's shared holding is being changed by another
+		 * transaction (the holder on another connection): never wait on
+		 * its uncommitted row in the primary key.
+		 */
+		dlock_resource_unlock(res, DLOCK_SHARE);
+		a->row_busy = true;
+		return ATTEMPT_CONTENDED;
+	}
 
 	dlock_store_begin();
 	for (;;)
@@ -556,6 +604,7 @@ lease_attempt(const DlockResource *res, void *arg, int64 *fence,
 		return ATTEMPT_ACQUIRED;
 	}
 	adopted = v.queue && queue_up(res, a, st.now);
+	a->refused = v.reason;
 	if (v.reason == REFUSE_DEADLOCK)
 	{
 		dlock_store_end();
@@ -571,7 +620,9 @@ lease_attempt(const DlockResource *res, void *arg, int64 *fence,
 		dlock_writer_wait(res, a->holder, a->caller->role,
 						  (a->upgrade = st.share_mine != NULL), &a->writer);
 	dlock_store_end();
-	dlock_resource_unlock(res, DLOCK_CHANGE);
+	if (a->shared)
+		dlock_share_row_unlock(res, a->holder, DLOCK_CHANGE);
+	dlock_resource_unlock(res, mode_of(a));
 
 	/*
 	 * With the place its client ticket kept, a wait held off by the queue
@@ -579,6 +630,37 @@ lease_attempt(const DlockResource *res, void *arg, int64 *fence,
 	 */
 	*busy_until = (adopted && v.reason == REFUSE_NOT_TURN) ? st.now : v.retry_at;
 	return v.reason == REFUSE_DELAYED ? ATTEMPT_DELAYED : ATTEMPT_BUSY;
+}
+
+/*
+ * attempt_mode: the mode a lease attempt takes the resource's lock in,
+ * for the wait loop to wait for it in the lock manager; NoLock when what
+ * held it off was the share-row tag (the same holder on another
+ * connection, for a moment): then it polls.  Other attempts take CHANGE.
+ */
+static LOCKMODE
+attempt_mode(DlockAttemptFn attempt, void *arg)
+{
+	const LeaseAttemptArgs *a = arg;
+
+	if (attempt != lease_attempt)
+		return DLOCK_CHANGE;
+	return a->row_busy ? NoLock : mode_of(a);
+}
+
+/*
+ * attempt_may_wait_on_self: an exclusive lease attempt (an upgrade) held
+ * off only by other holders' shared holdings may wait in a transaction
+ * that holds the resource's lock in SHARE mode only: their holders can
+ * still release them.
+ */
+static bool
+attempt_may_wait_on_self(DlockAttemptFn attempt, void *arg)
+{
+	const LeaseAttemptArgs *a = arg;
+
+	return attempt == lease_attempt && !a->shared &&
+		a->refused == REFUSE_SHARED;
 }
 
 /*
@@ -621,7 +703,8 @@ dlock_acquire(const DlockResource *res, text *holder, const DlockCaller *caller,
 			  const Interval *lock_delay, bool shared)
 {
 	LeaseAttemptArgs args = {holder, caller, lease, fair, wait_ms != 0,
-	lock_delay, 0, false, false, false, shared, false, false};
+	lock_delay, 0, false, false, false, shared, false, false, false,
+	REFUSE_CONTENDED};
 	int64		fence;
 
 	fence = dlock_wait_loop(res, holder, wait_ms, lease_attempt, lease_leave,
@@ -641,7 +724,8 @@ dlock_campaign_acquire(const DlockResource *res, text *candidate,
 					   int64 wait_ms, const Interval *lock_delay, bool *already)
 {
 	LeaseAttemptArgs args = {candidate, caller, lease, true, wait_ms != 0,
-	lock_delay, 0, true, false, false, false, false, false};
+	lock_delay, 0, true, false, false, false, false, false, false,
+	REFUSE_CONTENDED};
 	int64		fence;
 
 	fence = dlock_wait_loop(res, candidate, wait_ms, lease_attempt, lease_leave,
