@@ -4,7 +4,9 @@
  *		Acquisition: one attempt at a lease, and the wait loop that
  *		try_lock, lock, xact_lock and try_xact_lock share.
  *
- * An attempt (a DlockAttemptFn) takes the resource's lock without waiting,
+ * An attempt (a DlockAttemptFn) takes the resource's lock without waiting
+ * (in CHANGE mode; a shared lease in SHARE mode, with its holder's
+ * share-row tag, so readers never hold each other off: resource.c),
  * has admit.c read the resource's state (on the latest snapshot) and
  * decide, carries the verdict out (lease_attempt's admit_write and
  * acquired() for a lease: the row through rows.c, the queue through
@@ -22,7 +24,11 @@
  * ends, or wait in the lock manager; or, when the transaction itself holds
  * the resource's lock and something other than lock-delay is in the way,
  * raise 40P01 at once: nothing but the end of the transaction could free
- * it, so the wait would be for the transaction itself.  Times come from
+ * it, so the wait would be for the transaction itself (except for an
+ * upgrade held off only by other readers while the transaction holds the
+ * lock in SHARE mode alone: they can still release).  A wait in the lock
+ * manager is in the attempt's mode, so crossing upgrades in open
+ * transactions are the lock manager's deadlocks (40P01).  Times come from
  * the server clock at the moment of each attempt.  After each sleep a
  * waiter checks that its client is still connected (check_client): a
  * waiter whose client is gone must not be served.

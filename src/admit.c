@@ -33,10 +33,10 @@
  * A new kind of lock (semaphore permits next) is a new DlockKind with its
  * own admission function here, over the same state, as shared locks were.
  *
- * No shared state: it only reads, under the resource's lock (CHANGE,
- * resource.c) that the caller holds (or, for a contended attempt, the
- * holding alone, as a hint for queueing), inside the caller's store
- * session (store.c).
+ * No shared state: it only reads, under the resource's lock (CHANGE, or
+ * SHARE for a shared request: resource.c) that the caller holds (or, for
+ * a contended attempt, the holding alone, as a hint for queueing), inside
+ * the caller's store session (store.c).
  *
  *-------------------------------------------------------------------------
  */

@@ -22,7 +22,10 @@
  * dlock.shares (0.4) holds the shared holdings, several per resource
  * (primary key resource, holder, owner): read all at once for admit.c
  * (dlock_row_read_shares), written one by one (dlock_share_insert,
- * dlock_share_change) under the same rules as dlock.leases.
+ * dlock_share_change) under the same rules as dlock.leases, except that
+ * a shared holder's own changes hold the resource's lock in SHARE mode and
+ * the holding's share-row tag (resource.c) instead of CHANGE: two holders
+ * never write the same row.
  *
  * Concurrency: every write happens while the caller holds the resource's
  * lock-manager lock in CHANGE mode (resource.c), taken before the row is
