@@ -312,6 +312,7 @@ typedef struct LeaseAttemptArgs
 	bool		upgrade;		/* ... and its "upgrading" tag */
 	bool		row_busy;		/* shared: another transaction has the share-row tag */
 	DlockReason refused;		/* why the last attempt was refused */
+	bool		own_shares;		/* ... by shared holdings this transaction touched */
 } LeaseAttemptArgs;
 
 /* mode_of: the mode of the resource's lock a lease attempt takes. */
@@ -420,6 +421,28 @@ take_resource_as_head(const DlockResource *res, const LeaseAttemptArgs *a)
 			return false;
 		sleep_ms = Min(sleep_ms * 2, 8);
 	}
+}
+
+/*
+ * own_shares_in_way: is one of the other holders' live shared holdings in
+ * the way of an exclusive request one that this transaction took, changed
+ * or pinned (its share-row tag)?  Only the end of the transaction lets it
+ * go then.
+ */
+static bool
+own_shares_in_way(const DlockResource *res, const DlockResourceState *st)
+{
+	ListCell   *lc;
+
+	foreach(lc, st->shares)
+	{
+		DlockRow   *s = lfirst(lc);
+
+		if (s != st->share_mine && s->expires_at > st->now &&
+			dlock_share_row_held(res, cstring_to_text(s->holder)))
+			return true;
+	}
+	return false;
 }
 
 /* request_of: the admission request of a lease attempt (admit.c). */
@@ -611,6 +634,7 @@ lease_attempt(const DlockResource *res, void *arg, int64 *fence,
 	}
 	adopted = v.queue && queue_up(res, a, st.now);
 	a->refused = v.reason;
+	a->own_shares = v.reason == REFUSE_SHARED && own_shares_in_way(res, &st);
 	if (v.reason == REFUSE_DEADLOCK)
 	{
 		dlock_store_end();
@@ -658,7 +682,7 @@ attempt_mode(DlockAttemptFn attempt, void *arg)
  * attempt_may_wait_on_self: an exclusive lease attempt (an upgrade) held
  * off only by other holders' shared holdings may wait in a transaction
  * that holds the resource's lock in SHARE mode only: their holders can
- * still release them.
+ * still release them, unless this transaction touched one of them.
  */
 static bool
 attempt_may_wait_on_self(DlockAttemptFn attempt, void *arg)
@@ -666,7 +690,7 @@ attempt_may_wait_on_self(DlockAttemptFn attempt, void *arg)
 	const LeaseAttemptArgs *a = arg;
 
 	return attempt == lease_attempt && !a->shared &&
-		a->refused == REFUSE_SHARED;
+		a->refused == REFUSE_SHARED && !a->own_shares;
 }
 
 /*
@@ -710,7 +734,7 @@ dlock_acquire(const DlockResource *res, text *holder, const DlockCaller *caller,
 {
 	LeaseAttemptArgs args = {holder, caller, lease, fair, wait_ms != 0,
 	lock_delay, 0, false, false, false, shared, false, false, false,
-	REFUSE_CONTENDED};
+	REFUSE_CONTENDED, false};
 	int64		fence;
 
 	fence = dlock_wait_loop(res, holder, wait_ms, lease_attempt, lease_leave,
@@ -731,7 +755,7 @@ dlock_campaign_acquire(const DlockResource *res, text *candidate,
 {
 	LeaseAttemptArgs args = {candidate, caller, lease, true, wait_ms != 0,
 	lock_delay, 0, true, false, false, false, false, false, false,
-	REFUSE_CONTENDED};
+	REFUSE_CONTENDED, false};
 	int64		fence;
 
 	fence = dlock_wait_loop(res, candidate, wait_ms, lease_attempt, lease_leave,

@@ -119,6 +119,7 @@ extern bool dlock_share_row_lock(const DlockResource *res, text *holder,
 								 DlockLockMode mode, bool wait);
 extern void dlock_share_row_unlock(const DlockResource *res, text *holder,
 								   DlockLockMode mode);
+extern bool dlock_share_row_held(const DlockResource *res, text *holder);
 extern void dlock_change_wait(const DlockResource *res);
 extern bool dlock_maintenance_lock(const DlockResource *res);
 extern void dlock_maintenance_unlock(const DlockResource *res);

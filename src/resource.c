@@ -483,6 +483,31 @@ dlock_share_row_lock(const DlockResource *res, text *holder,
 	}
 }
 
+/*
+ * dlock_share_row_held: does this transaction hold the share-row tag of
+ * holder's shared holding of res, in any mode (it took, changed or pinned
+ * that holding)?  Then nobody else can release it before this one ends.
+ */
+bool
+dlock_share_row_held(const DlockResource *res, text *holder)
+{
+	static const LOCKMODE modes[] = {DLOCK_CHANGE, DLOCK_RENEW, DLOCK_PIN};
+	LOCKTAG		tag;
+
+	set_share_row_locktag(&tag, res, holder);
+	for (size_t i = 0; i < lengthof(modes); i++)
+	{
+		LockAcquireResult r = LockAcquire(&tag, modes[i], false, true);
+
+		if (r == LOCKACQUIRE_NOT_AVAIL)
+			continue;
+		LockRelease(&tag, modes[i], false);
+		if (r != LOCKACQUIRE_OK)
+			return true;
+	}
+	return false;
+}
+
 /* dlock_share_row_unlock: give back a share-row tag that changed nothing. */
 void
 dlock_share_row_unlock(const DlockResource *res, text *holder,

@@ -14,6 +14,9 @@
 #  - two readers that each upgrade inside the transaction that took their
 #    shared holding: one gets 40P01 (the lock manager's deadlock
 #    detection), the other the exclusive lock; never a hang;
+#  - such an upgrade held off by another reader waits for its release and
+#    then has it; held off by a shared holding of its own transaction's
+#    (another holder text), 40P01 at once;
 #  - a seeded random run of three readers (open transactions, try_lock,
 #    renew, unlock, commit, rollback) and a writer (try_lock, unlock): never
 #    a writer with a reader; a reader is never refused while only readers
@@ -140,6 +143,32 @@ st($b, q{SET statement_timeout = '3s'});
 is(sql(q{SELECT string_agg(mode, ',' ORDER BY mode) FROM dlock.locks WHERE resource = 'u'}),
 	'exclusive,shared', 'the winner holds it exclusive (and its share), alone');
 sql(q{SELECT dlock.unlock_all('a'), dlock.unlock_all('b')});
+
+# 4b. An upgrade inside the transaction that took the shared holding waits
+# for another reader's release (it can come), and gets it; but an
+# exclusive request held off by a shared holding its own transaction took
+# is 40P01 at once (only the end of the transaction can free that).
+sql(q{SELECT dlock.try_lock('v', 'C', '1h', shared => true)});
+st($a, 'BEGIN');
+st($a, q{SELECT dlock.try_lock('v', 'A', '1h', shared => true)});
+st($a, q{SET statement_timeout = '60s'});
+$a->{stdin} .= "SELECT dlock.lock('v', 'A', '1h', '60s') IS NOT NULL AS a_up;\n\\echo a_done\n\\warn a_done\n";
+$a->{run}->pump_nb();
+ok($node->poll_query_until('postgres', q{SELECT count(*) = 1 FROM dlock.waiters WHERE resource = 'v'}),
+	'the upgrade waits for the other reader');
+is(sql(q{SELECT dlock.unlock('v', 'C')}), '0', 'the other reader releases');
+$a->{run}->pump until $a->{stderr} =~ /a_done/ || $a->{timeout}->is_expired;
+like($a->{stdout}, qr/^t$/m, 'the upgrade inside the open transaction gets the exclusive lock');
+is($a->{stderr} =~ s/a_done\n//r, '', 'without an error');
+$a->{stdout} = $a->{stderr} = '';
+st($a, 'COMMIT');
+st($a, q{SET statement_timeout = '3s'});
+sql(q{SELECT dlock.unlock_all('A')});
+st($b, 'BEGIN');
+st($b, q{SELECT dlock.try_lock('v2', 'A', '1h', shared => true)});
+($out, $err) = st($b, q{SELECT dlock.lock('v2', 'B', '1h')});
+like($err, qr/deadlock detected/, "held off by its own transaction's shared holding: 40P01 at once");
+st($b, 'ROLLBACK');
 
 # 5. Seeded random run: three readers and a writer on one resource.
 srand(37);
