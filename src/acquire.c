@@ -165,7 +165,7 @@ dlock_take_resource(const DlockResource *res)
 
 /*
  * What the wait loop must know of a lease attempt (defined with it,
- * below): the mode of the resource's lock it takes (0: it was held off by
+ * below): the mode of the resource's lock it takes (NoLock: held off by
  * something else, poll), and whether a transaction that holds the
  * resource's lock may still wait for what refused it.
  */
