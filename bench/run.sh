@@ -16,7 +16,7 @@
 #
 # --quick is a smoke run of a few seconds; its results go to
 # bench/results/quick/ so they never overwrite a full run's.  --only LIST
-# (comma-separated: pairs,hot,release,takeover,idle,scale,elect) runs only
+# (comma-separated: pairs,hot,release,takeover,idle,scale,elect,shared) runs only
 # those measurements, into bench/results/only/ (with --quick:
 # bench/results/quick/).
 #

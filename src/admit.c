@@ -42,10 +42,10 @@
  * (REFUSE_MAX_PERMITS, 22023).  Expired holdings of either kind do not
  * count (lazy expiry).
  *
- * No shared state: it only reads, under the resource's lock (CHANGE,
- * resource.c) that the caller holds (or, for a contended attempt, the
- * holding alone, as a hint for queueing), inside the caller's store
- * session (store.c).
+ * No shared state: it only reads, under the resource's lock (CHANGE, or
+ * SHARE for a shared request: resource.c) that the caller holds (or, for
+ * a contended attempt, the holding alone, as a hint for queueing), inside
+ * the caller's store session (store.c).
  *
  *-------------------------------------------------------------------------
  */

@@ -73,12 +73,15 @@
 #define DLOCK_LOCKTAG_WRITER	(DLOCK_LOCKTAG_CLASS + 9)
 /* ... of "this shared holder waits to upgrade" (queue.c) */
 #define DLOCK_LOCKTAG_UPGRADE	(DLOCK_LOCKTAG_CLASS + 10)
+/* ... of a holder's shared holding of a resource being changed (resource.c) */
+#define DLOCK_LOCKTAG_SHARE_ROW	(DLOCK_LOCKTAG_CLASS + 11)
 
 /* The modes of the per-resource lock (resource.c explains them). */
 typedef enum DlockLockMode
 {
 	DLOCK_PIN = AccessShareLock,
-	DLOCK_RENEW = ShareUpdateExclusiveLock,
+	DLOCK_SHARE = RowExclusiveLock,
+	DLOCK_RENEW = ShareRowExclusiveLock,
 	DLOCK_CHANGE = AccessExclusiveLock
 } DlockLockMode;
 
@@ -117,7 +120,12 @@ extern void dlock_resource_unlock(const DlockResource *res, DlockLockMode mode);
 extern void dlock_pin(const DlockResource *res);
 extern void dlock_unpin(const DlockResource *res);
 extern bool dlock_pinned(const DlockResource *res);
-extern bool dlock_resource_held(const DlockResource *res);
+extern bool dlock_resource_held(const DlockResource *res, bool *only_share);
+extern bool dlock_share_row_lock(const DlockResource *res, text *holder,
+								 DlockLockMode mode, bool wait);
+extern void dlock_share_row_unlock(const DlockResource *res, text *holder,
+								   DlockLockMode mode);
+extern bool dlock_share_row_held(const DlockResource *res, text *holder);
 extern void dlock_change_wait(const DlockResource *res);
 extern bool dlock_maintenance_lock(const DlockResource *res);
 extern void dlock_maintenance_unlock(const DlockResource *res);

@@ -438,8 +438,9 @@ dlock_wake_after_commit(uint64 hash)
  * (unlocked, broken, expired): when the transaction commits, wake one
  * waiter per permit it frees (a semaphore's holding, 0.5), or, for a
  * lock's holding, one waiter if it was the resource's last holding (a
- * writer waits for the last reader only).  The rule of who is woken by a
- * release, in one place.
+ * writer waits for the last reader only; a shared holder's own release
+ * passes last = true, as it cannot see a concurrent reader's release).
+ * The rule of who is woken by a release, in one place.
  */
 void
 dlock_wake_released(uint64 hash, const DlockRow *holding, bool last)
