@@ -22,7 +22,8 @@
 # report: pairs per second of each method (the median round), the median
 # of the rounds' ratios dlock / naive, every round's ratio, and the load
 # average when the row started.  Before each N, the resources of the
-# previous one are deleted from both tables and both tables are vacuumed.
+# previous one are deleted from both tables and both are rewritten (VACUUM
+# FULL), so each N's sizes are its own.
 # After each N: the size of dlock.leases (table + indexes, and its row
 # count; held = rows with a holder, queued = rows of dlock.tickets) and
 # of naive_ent, then again after one dlock.reap().  --quick: 1 round of 1 s.
@@ -84,6 +85,8 @@ size_row() {
 }
 
 echo "Random resources out of N, \`pgbench -M prepared -T $secs\`, $rounds alternating round(s) a row;"
+echo "dlock $(psql -c "SELECT extversion FROM pg_extension WHERE extname = 'dlock'") SQL, dlock.leases"\
+     "$(psql -c "SELECT coalesce(array_to_string(reloptions, ', '), 'default options') FROM pg_class WHERE oid = 'dlock.leases'::regclass");"
 echo "pairs/s of the median round, and the median (and every round's) ratio dlock / naive."
 echo
 echo "| N | fsync | clients | dlock pairs/s | naive pairs/s | dlock / naive | rounds | load at start |"
@@ -91,7 +94,7 @@ echo "|---|---|---|---|---|---|---|---|"
 size_rows=""
 for n in 1000 1000000; do
     psql -c "DELETE FROM dlock.leases WHERE resource LIKE 'ent/%'" -c "TRUNCATE naive_ent" \
-         -c "VACUUM dlock.leases" -c "VACUUM naive_ent" -c "CHECKPOINT" >/dev/null
+         -c "VACUUM FULL dlock.leases" -c "VACUUM FULL naive_ent" -c "CHECKPOINT" >/dev/null
     for fsync in off on; do
         psql -c "ALTER SYSTEM SET fsync = $fsync" -c "SELECT pg_reload_conf()" >/dev/null
         sleep 0.3
