@@ -26,7 +26,8 @@
 # FULL), so each N's sizes are its own.
 # After each N: the size of dlock.leases (table + indexes, and its row
 # count; held = rows with a holder, queued = rows of dlock.tickets) and
-# of naive_ent, then again after one dlock.reap().  --quick: 1 round of 1 s.
+# of naive_ent, then again after one dlock.reap(), and after a VACUUM of
+# both.  --quick: 1 round of 1 s.
 set -euo pipefail
 data=${1:?usage: bench/entities.sh PGDATA [--quick]}
 rounds=${ROUNDS:-3}
@@ -118,6 +119,10 @@ for n in 1000 1000000; do
     size_rows+="$(size_row "after the run")"$'\n'
     psql -c "SELECT dlock.reap()" >/dev/null
     size_rows+="$(size_row "after one dlock.reap()")"$'\n'
+    # What VACUUM gives back: the heap's dead rows go (trailing empty pages
+    # are cut off); the indexes keep their pages for reuse.
+    psql -c "VACUUM dlock.leases" -c "VACUUM naive_ent" >/dev/null
+    size_rows+="$(size_row "then after VACUUM")"$'\n'
 done
 psql -c "ALTER SYSTEM RESET fsync" -c "SELECT pg_reload_conf()" >/dev/null
 echo
