@@ -16,8 +16,8 @@
 #
 # --quick is a smoke run of a few seconds; its results go to
 # bench/results/quick/ so they never overwrite a full run's.  --only LIST
-# (comma-separated: pairs,hot,release,takeover,idle,scale,elect,shared) runs only
-# those measurements, into bench/results/only/ (with --quick:
+# (comma-separated: pairs,hot,release,takeover,idle,scale,elect,shared,entities)
+# runs only those measurements, into bench/results/only/ (with --quick:
 # bench/results/quick/).
 #
 # For the leader election measurement it runs the dlock CLI built in cli/
@@ -330,6 +330,21 @@ EOF
             echo
             cat "$resdir/fsync_off/cpu_8.md"
         } >>"$resdir/results.md"
+    fi
+
+    # Per-entity locks at scale (issue 25): random resources out of a
+    # thousand and out of a million, fsync off and on, 1 and 8 clients,
+    # dlock against the naive table in alternating rounds, with the lock
+    # table's size; appended to results.md.
+    if [ -z "$only" ] || [[ ",$only," == *,entities,* ]]; then
+        say "per-entity locks: random resources out of 1,000 and 1,000,000 (bench/entities.sh)"
+        {
+            echo
+            echo "## Per-entity locks at scale (bench/entities.sh)"
+            echo
+            bash "$here/entities.sh" "$tmp/data" $quick || echo "(bench/entities.sh failed)"
+        } >"$resdir/entities.md"
+        cat "$resdir/entities.md" >>"$resdir/results.md"
     fi
 
     if [ -z "$only" ]; then

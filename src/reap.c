@@ -5,9 +5,11 @@
  *
  * An expired lease is already free to acquirers (lazy expiry); reaping
  * makes the row free for real, emits the "expired" event and wakes a
- * waiter.  Released rows stay in the table so that the next acquisition is
- * an update in place; rows free for longer than DLOCK_FREE_ROW_TTL_SECS are
- * deleted (purged) by reapers too, so resources used once do not pile up.
+ * waiter.  A holding's row goes when the holding ends, unless something
+ * still needs it (a lock-delay, a holding value, a queued ticket: rows.c's
+ * row_needed); a row kept free is deleted (purged) by reapers once it has
+ * been free for DLOCK_FREE_ROW_TTL_SECS and its lock-delay is over, so the
+ * table holds what is held, queued or under lock-delay (issue 25).
  *
  * Reaping must never make an expired lease unavailable, and must progress
  * at any legal setting.  So:
@@ -42,7 +44,7 @@
 #include "storage/lock.h"
 #include "utils/builtins.h"
 
-#define DLOCK_FREE_ROW_TTL_SECS 3600
+#define DLOCK_FREE_ROW_TTL_SECS 60
 
 /*
  * dlock_reap_batch_size: leases per reaper transaction.  Each holds two
@@ -175,8 +177,8 @@ dlock_reap_candidates(TimestampTz now, int limit)
 }
 
 /*
- * dlock_stale_candidates: up to limit resources free since an hour before
- * now, for dlock_purge_list.
+ * dlock_stale_candidates: up to limit resources free since
+ * DLOCK_FREE_ROW_TTL_SECS before now, for dlock_purge_list.
  */
 List *
 dlock_stale_candidates(TimestampTz now, int limit)

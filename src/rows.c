@@ -15,7 +15,9 @@
  * version the decision read.  The rules stay where they live: what a
  * holding is to a caller is holding.c's (HOLDING_MINE is restated here for
  * the one-step release and must say the same).  The shared holdings of
- * dlock.shares are shares.c's.
+ * dlock.shares are shares.c's.  A holding's row goes when the holding ends
+ * (release, expiry reaped) unless something still needs it (row_needed):
+ * a resource nobody holds costs no row.
  *
  * Concurrency: every write happens while the caller holds the resource's
  * lock-manager lock in CHANGE mode (resource.c), taken before the row is
@@ -91,6 +93,9 @@ static const char *const delay_cols[D_NUM] = {
 static TableInfo leases = {"leases", lease_cols, L_NUM, L_TOOK_OVER};
 static TableInfo tickets = {"tickets", ticket_cols, T_NUM, T_NUM};
 static TableInfo delays = {"delays", delay_cols, D_NUM, D_NUM};
+/* dlock.holding_values (0.2): only whether the resource has a row. */
+static const char *const value_cols[1] = {"resource"};
+static TableInfo holding_values = {"holding_values", value_cols, 1, 1};
 
 /* open_leases: dlock.leases opened for a read or a change. */
 static Relation
@@ -246,23 +251,116 @@ set_free(RowImage *img, TimestampTz now)
 }
 
 /*
- * dlock_row_release: set the count left; at zero the row becomes free (it
- * stays, keeping its last fence, so the next acquisition updates in place).
+ * has_row: has table t (0.2 SQL and later) a row of res?  False under
+ * older SQL.  An index probe, no copy.
+ */
+static bool
+has_row(TableInfo *t, const DlockResource *res)
+{
+	Relation	rel = open_table(t, AccessShareLock);
+	ScanKeyData key;
+	SysScanDesc scan;
+	Snapshot	snap;
+	bool		found;
+
+	if (rel == NULL)
+		return false;
+	snap = RegisterSnapshot(GetLatestSnapshot());
+	ScanKeyInit(&key, t->att[0], BTEqualStrategyNumber, F_TEXTEQ,
+				PointerGetDatum(res->name));
+	scan = systable_beginscan(rel, t->pkey, true, snap, 1, &key);
+	found = HeapTupleIsValid(systable_getnext(scan));
+	systable_endscan(scan);
+	UnregisterSnapshot(snap);
+	table_close(rel, NoLock);
+	return found;
+}
+
+/*
+ * row_needed: must the row of res, whose holding is ending now, stay
+ * (free)?  Only while something reads it after the holding: a lock-delay
+ * (dlock.delays, tied to the row by its fence: the resource stays
+ * unavailable until the delay is over, dlock_row_read_delay), a holding
+ * value (elections: elect.c reads the last term's value by its fence), or
+ * a live client ticket (the queue's head takes the resource next: the row
+ * is reused in place at once).  Otherwise the row goes with the holding
+ * (issue 25): a resource nobody holds costs no row, as in the naive lock
+ * table, and the table holds what is held, queued or under lock-delay.
+ * Nothing else needs it: fences come from the one sequence (fence.c), not
+ * from the row, so the next holder's fence is greater whether or not the
+ * row is there; waiters are woken by the release's commit (waiters.c) and
+ * find the resource free either way; the deletion, like the update it
+ * replaces, is undone with the transaction, under the resource's lock
+ * held to its end.  The rows kept go with the reaper's purge of long-free
+ * rows (reap.c) once nothing needs them.
+ */
+static bool
+row_needed(const DlockResource *res, TimestampTz now)
+{
+	return has_row(&delays, res) || has_row(&holding_values, res) ||
+		dlock_row_tickets_live(res, now);
+}
+
+/*
+ * delete_row: delete the row read into *img; false if it changed
+ * meanwhile (a superuser's UPDATE or DELETE by hand, after waiting for
+ * it): read it again and decide again, as for write_row.
+ */
+static bool
+delete_row(Relation rel, RowImage *img)
+{
+	TM_FailureData tmfd;
+	TM_Result	result;
+
+	result = heap_delete(rel, &img->tup->t_self, GetCurrentCommandId(true),
+						 InvalidSnapshot, true, &tmfd, false);
+	if (result == TM_SelfModified)
+		elog(ERROR, "dlock: the row was already changed by this command");
+	else if (result != TM_Ok && result != TM_Updated && result != TM_Deleted)
+		elog(ERROR, "dlock: unexpected heap_delete result %d", (int) result);
+	if (result != TM_Ok)
+		return false;
+	CommandCounterIncrement();
+	return true;
+}
+
+/*
+ * free_row: the holding read into *img ends at now: its row is deleted
+ * unless something still needs it (row_needed), else freed in place.
+ * False if the row changed meanwhile (write_row, delete_row).
+ */
+static bool
+free_row(Relation rel, const DlockResource *res, RowImage *img,
+		 TimestampTz now)
+{
+	if (!row_needed(res, now))
+		return delete_row(rel, img);
+	set_free(img, now);
+	return write_row(rel, img);
+}
+
+/*
+ * dlock_row_release: set the count left; at zero the holding ends: its
+ * row goes, or stays free while something needs it (free_row).
  */
 void
 dlock_row_release(const DlockResource *res, int32 count_left, TimestampTz now)
 {
 	Relation	rel = open_leases(RowExclusiveLock);
 	RowImage	img;
+	bool		done;
 
 	do
 	{
 		change_row(rel, res, &img);
 		if (count_left > 0)
+		{
 			set_col(&leases, &img, L_COUNT, Int32GetDatum(count_left));
+			done = write_row(rel, &img);
+		}
 		else
-			set_free(&img, now);
-	} while (!write_row(rel, &img));
+			done = free_row(rel, res, &img, now);
+	} while (!done);
 	table_close(rel, NoLock);
 }
 
@@ -473,10 +571,12 @@ dlock_row_fast_release(const DlockResource *res, text *holder, Oid owner,
 			*left = DatumGetInt32(COL(&leases, &img, L_COUNT)) - 1;
 			*fence_out = DatumGetInt64(COL(&leases, &img, L_FENCE));
 			if (*left > 0)
+			{
 				set_col(&leases, &img, L_COUNT, Int32GetDatum(*left));
+				done = write_row(rel, &img);
+			}
 			else
-				set_free(&img, now);
-			done = write_row(rel, &img);
+				done = free_row(rel, res, &img, now);
 		}
 		heap_freetuple(img.tup);
 		if (!mine)
@@ -487,8 +587,9 @@ dlock_row_fast_release(const DlockResource *res, text *holder, Oid owner,
 }
 
 /*
- * dlock_row_reap: free the resource's lease if it expired by now; returns
- * its fence, or 0 if it was not (or no longer) expired.
+ * dlock_row_reap: end the resource's lease if it expired by now (its row
+ * goes, or stays free while something needs it: free_row); returns its
+ * fence, or 0 if it was not (or no longer) expired.
  */
 int64
 dlock_row_reap(const DlockResource *res, TimestampTz now)
@@ -505,8 +606,7 @@ dlock_row_reap(const DlockResource *res, TimestampTz now)
 		if (!ISNULL(&leases, &img, L_HOLDER) && ended(&img, now))
 		{
 			fence = DatumGetInt64(COL(&leases, &img, L_FENCE));
-			set_free(&img, now);
-			written = write_row(rel, &img);
+			written = free_row(rel, res, &img, now);
 		}
 		heap_freetuple(img.tup);
 	}

@@ -90,6 +90,15 @@ for my $i (1 .. $#versions)
 	my $f = $node->safe_psql('walk', "SELECT dlock.try_lock('walk/v$v', 'hv', '1h')");
 	cmp_ok($f, '>', $f3, "$v: the next fence is higher than every earlier one");
 	$f3 = $f;
+	# Under every SQL the library deletes a released resource's row when
+	# nothing needs it (issue 25); the next holder's fence is still higher.
+	$node->safe_psql('walk', "SELECT dlock.try_lock('walk/r$v', 'hr', '1h'), dlock.unlock('walk/r$v', 'hr')");
+	is($node->safe_psql('walk', "SELECT count(*) FROM dlock.leases WHERE resource = 'walk/r$v'"), '0',
+		"$v: a released resource keeps no row");
+	$f = $node->safe_psql('walk', "SELECT dlock.try_lock('walk/r$v', 'hr', '1h')");
+	cmp_ok($f, '>', $f3, "$v: its next holder's fence is higher still");
+	$node->safe_psql('walk', "SELECT dlock.unlock('walk/r$v', 'hr')");
+	$f3 = $f;
 
 	# From 0.2 on there are queues and lock-delays: every step keeps them.
 	if ($queue ne '')
@@ -171,6 +180,14 @@ if ($node->safe_psql('walk', q{SELECT to_regprocedure('dlock.try_acquire(text,te
 		'p1 semaphore 1, p2 semaphore 1', "$newest: dlock.locks shows the permits");
 	is($node->safe_psql('walk', q{SELECT dlock.unlock_all('p1') + dlock.unlock_all('p2') + dlock.unlock_all('sh')}), '3',
 		"$newest: unlock_all returns permits and the walked shared holding");
+}
+
+# From 0.5 on ([scale]): rows are inserted and deleted, so dlock.leases
+# is filled to 100% (reads prune what the releases deleted).
+if (grep { $_ eq '0.5' } @versions)
+{
+	is($node->safe_psql('walk', q{SELECT array_to_string(reloptions, ',') FROM pg_class WHERE oid = 'dlock.leases'::regclass}),
+		'fillfactor=100', "$newest: dlock.leases has fillfactor 100");
 }
 
 # The waiter is still waiting and gets the lock when it is released.
