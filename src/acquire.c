@@ -628,6 +628,18 @@ admit_write(const DlockResource *res, LeaseAttemptArgs *a,
 }
 
 /*
+ * give_back: a refused attempt gives back what it took: the resource's
+ * lock in its mode, and a shared attempt's share-row tag.
+ */
+static void
+give_back(const DlockResource *res, const LeaseAttemptArgs *a)
+{
+	if (a->shared)
+		dlock_share_row_unlock(res, a->holder, DLOCK_CHANGE);
+	dlock_resource_unlock(res, mode_of(a));
+}
+
+/*
  * lease_attempt: one attempt at a lease for holder: take the resource's
  * lock (or find another transaction has it), let admit.c decide on the
  * resource's state, and carry the verdict out: admitted, write it
@@ -699,7 +711,7 @@ lease_attempt(const DlockResource *res, void *arg, int64 *fence,
 	if (v.reason == REFUSE_DEADLOCK)
 	{
 		dlock_store_end();
-		dlock_resource_unlock(res, DLOCK_CHANGE);
+		give_back(res, a);
 		ereport(ERROR,
 				(errcode(ERRCODE_T_R_DEADLOCK_DETECTED),
 				 errmsg("deadlock detected"),
@@ -710,7 +722,7 @@ lease_attempt(const DlockResource *res, void *arg, int64 *fence,
 	if (v.reason == REFUSE_OTHER_KIND || v.reason == REFUSE_MAX_PERMITS)
 	{
 		dlock_store_end();
-		dlock_resource_unlock(res, DLOCK_CHANGE);
+		give_back(res, a);
 		dlock_admit_raise(res, &req, &st, v);
 	}
 	if (!a->shared && a->permits == 0 && a->in_server && !a->campaign &&
@@ -718,9 +730,7 @@ lease_attempt(const DlockResource *res, void *arg, int64 *fence,
 		dlock_writer_wait(res, a->holder, a->caller->role,
 						  (a->upgrade = st.share_mine != NULL), &a->writer);
 	dlock_store_end();
-	if (a->shared)
-		dlock_share_row_unlock(res, a->holder, DLOCK_CHANGE);
-	dlock_resource_unlock(res, mode_of(a));
+	give_back(res, a);
 
 	/*
 	 * With the place its client ticket kept, a wait held off by the queue
