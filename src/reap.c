@@ -170,8 +170,18 @@ dlock_reap_candidates(TimestampTz now, int limit)
 	dlock_store_begin();
 	resources = dlock_rows_expired(now, limit);
 	if (list_length(resources) < limit && dlock_shares_installed())
-		resources = list_concat(resources,
-								shares_expired(now, limit - list_length(resources)));
+	{
+		List	   *shares = shares_expired(now, limit - list_length(resources));
+
+		/*
+		 * In the caller's context: list_concat onto NIL copies the list
+		 * into the current context, which the store session's end frees.
+		 */
+		MemoryContext old = MemoryContextSwitchTo(dlock_store_context());
+
+		resources = list_concat(resources, shares);
+		MemoryContextSwitchTo(old);
+	}
 	dlock_store_end();
 	return resources;
 }
