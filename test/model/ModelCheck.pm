@@ -728,8 +728,10 @@ sub check
 # rolled back) and compare unlock's count with the model's.  A holder text
 # may hold a resource twice, exclusive and shared (a downgrade, or the
 # only holder's upgrade): counts are per mode; unlock without a fence
-# releases the exclusive holding first, so it is compared only when the
-# model knows which holding it met.  Semaphores' permits are not counts.
+# releases the exclusive holding first (a live one: the model, which has
+# no clock, also accepts the shared count then), so it is compared only
+# when the model knows which holding it met.  Semaphores' permits are not
+# counts.
 sub check_counts
 {
 	my ($ops, $viol) = @_;
@@ -783,6 +785,24 @@ sub check_counts
 			{
 				if (defined $o->{res})
 				{
+					my ($kx, $ks) = $both->($k);
+					my ($cx, $cs) = ($count{$kx} // 0, $count{$ks} // 0);
+					if (!defined $o->{f} && $cx > 0 && $cs > 0 && !$unknown{$kx} && !$unknown{$ks})
+					{
+						# Both held as far as the model knows, but the exclusive
+						# one may have expired (the model has no clock): then
+						# the shared one was met.
+						if ($o->{res} == $cx - 1 && $o->{res} == $cs - 1)
+						{
+							$unknown{$kx} = $unknown{$ks} = 1;
+							next;
+						}
+						if ($o->{res} == $cs - 1)
+						{
+							($count{$kx}, $count{$ks}) = (0, $o->{res});
+							next;
+						}
+					}
 					my $km = $target->($o->{f});
 					if (!defined $km) { $unknown{$_} = 1 for $both->($k); next }
 					next if $km eq '';
