@@ -382,8 +382,24 @@ sub check
 		}
 		return $e;
 	};
+	# A renew without a fence meets whichever holding of its holder text
+	# is live; one that has held the resource in both modes (a downgrade,
+	# an upgrade) leaves the checker unsure which: the bound is then the
+	# lesser of the two readings, with such renews and without them (seed
+	# 301343419: a fenceless renew of the shared holding to 1 s, then the
+	# upgrade's exclusive one of 50 ms; readers joined once it ended).
+	my %modes;
+	$modes{"$_->{r}\0$_->{h}"}{ $_->{mode} } = 1 for grep { !$_->{xact} } values %hold;
+	my $e_lo_by;
 	$e_lo_na = sub {
 		my ($hd, $t) = @_;
+		my $e = $e_lo_by->($hd, $t, 1);
+		return $e unless keys %{ $modes{"$hd->{r}\0$hd->{h}"} || {} } > 1;
+		my $e2 = $e_lo_by->($hd, $t, 0);
+		return $e2 < $e ? $e2 : $e;
+	};
+	$e_lo_by = sub {
+		my ($hd, $t, $fenceless) = @_;
 		my $e = 0;
 		for my $o (@{ $hd->{ops} })
 		{
@@ -392,7 +408,7 @@ sub check
 			my $x = $o->{t0} + $o->{lease} * 1000;
 			$e = $x if $x > $e;
 		}
-		my @renews = grep { !defined $_->{f} || $_->{f} == $hd->{f} }
+		my @renews = grep { defined $_->{f} ? $_->{f} == $hd->{f} : $fenceless }
 		  span_ops($renew_span{"$hd->{r}\0$hd->{h}"}, $hd->{acq}{t0}, $t);
 		# A lost renew may have set the expiry as early as t0 + lease.
 		for my $x (grep { !defined $_->{f} || $_->{f} == $hd->{f} }

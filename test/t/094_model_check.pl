@@ -73,6 +73,13 @@ is(kinds(ex(0, 'A', 10), op(t0 => 2, k => 'unlock', r => 'r', h => 'A', res => 0
 	'... and not once every shared holder released');
 is(kinds(sh(0, 'A', 10), op(t0 => 5, k => 'try_xact_lock', r => 'r', res => 11, xact => 1)), 'overlap',
 	'a transaction-scoped lock beside a live shared holding is flagged');
+# A renew without a fence meets whichever holding of the holder text is
+# live: after an upgrade it may have been the shared one (seed 301343419).
+my $rn = sub { my ($t, $h, $until) = @_; op(t0 => $t, k => 'renew', r => 'r', h => $h, res => $T + $until * 1000) };
+is(kinds(sh(0, 'A', 10), $rn->(2, 'A', 1000), ex(3, 'A', 11, lease => 50), sh(100, 'B', 12)), 'none',
+	"a fenceless renew before an upgrade need not have extended the exclusive holding");
+is(kinds(ex(0, 'A', 10, lease => 50), $rn->(2, 'A', 1000), sh(100, 'B', 11)), 'overlap',
+	'... but it extends the only holding of its holder text');
 # Fences: each new holder's is greater than every one before, shared or not.
 is(kinds(sh(0, 'A', 11), sh(5, 'B', 10)), 'fence-order', 'a newer shared holding with a smaller fence is flagged');
 is(kinds(sh(0, 'A', 10), sh(5, 'B', 10)), 'fence-unique', 'two shared holders with one fence are flagged');
