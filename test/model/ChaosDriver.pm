@@ -75,6 +75,17 @@ sub reconnect
 	}
 }
 
+# detect_kinds: ModelDriver's, without semaphores and lock_all (shared
+# acquisitions stay): ChaosCheck.pm does not know the possible holdings of
+# their lost calls yet.  (A connection lost while looking: no kinds.)
+sub detect_kinds
+{
+	my ($self) = @_;
+	my $k = ModelDriver::detect_kinds($self);
+	$k->{sem} = $k->{multi} = 0;
+	return $k;
+}
+
 # call: as ModelDriver's, noting the last server clock read.
 sub call
 {
