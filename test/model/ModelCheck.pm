@@ -8,13 +8,24 @@
 # fire only when no order of events consistent with the record could
 # explain it (no false alarms):
 #
+# Holdings have a mode: x exclusive, s shared (sh set: try_lock/lock with
+# shared => true), p a semaphore's permits (try_acquire/acquire), X a
+# transaction-scoped lock; one holder text and role may hold a resource in
+# both x and s (a downgrade, or the only holder's upgrade).  The rules of
+# permits and of several resources at once are ModelKinds.pm's (which also
+# turns each try_lock_all/lock_all into one acquisition per resource).
+#
 #  fence-unique   a fence returned by an acquisition belongs to one holding
-#                 (resource, holder, role; or one transaction's xact lock).
+#                 (resource, holder, role, mode; or one transaction's xact
+#                 lock).
 #  fence-order    per resource, a holding acknowledged (tdone) before
 #                 another's acquisition started has the smaller fence.
 #  overlap        per resource, in fence order, a holding's acquisition
-#                 returned (t1) while the previous holding surely still
-#                 lived: its lease surely ran past that (t0 + lease of a
+#                 returned (t1) while an earlier one it may not share the
+#                 resource with surely still lived (an exclusive or xact
+#                 holding: any since the last such one; a shared holding:
+#                 the last such one; never one of the same holder text and
+#                 role): its lease surely ran past that (t0 + lease of a
 #                 committed acquisition, or a committed renew's expiry) and
 #                 no unlock of its holder, unlock_all or break_lock that
 #                 returned "released" could have come in between (nor a
@@ -36,13 +47,16 @@
 #                 (only reap(), the worker and the prober touch it).
 #  assert-fence   assert_fence succeeds only for a live holding: not after
 #                 its every extension ran out, not after a newer holding of
-#                 the resource was acknowledged (a transaction-scoped one
+#                 the resource that ends it was acknowledged (for a shared
+#                 one: an exclusive one of another holder; for an exclusive
+#                 one: any but a shared one of its own holder) (a transaction-scoped one
 #                 only if its transaction committed: one that rolled back
 #                 may have taken what its own rolled-back break freed), not
 #                 after it was released under its fence.
-#  count          per client and private holder text, replaying the
+#  count          per client, private holder text and mode, replaying the
 #                 client's own operations (undoing what rolled back):
-#                 unlock of a holding of count n returns n - 1.
+#                 unlock of a holding of count n returns n - 1 (see
+#                 check_counts for a holder text holding in both modes).
 #  error          no SQLSTATE outside those the workload provokes on
 #                 purpose (42501, 55P03, 40001, 40P01, 57014; or those the
 #                 caller's ok_error decides, for the MySQL edition).
