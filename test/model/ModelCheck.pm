@@ -24,8 +24,8 @@
 #                 returned (t1) while an earlier one it may not share the
 #                 resource with surely still lived (an exclusive or xact
 #                 holding: any since the last such one; a shared holding:
-#                 the last such one; never one of the same holder text and
-#                 role): its lease surely ran past that (t0 + lease of a
+#                 the last such one; never one of the other mode of the
+#                 same holder text and role): its lease surely ran past that (t0 + lease of a
 #                 committed acquisition, or a committed renew's expiry) and
 #                 no unlock of its holder, unlock_all or break_lock that
 #                 returned "released" could have come in between (nor a
@@ -512,8 +512,8 @@ sub check
 		# it may not share the resource with: an exclusive or
 		# transaction-scoped holding against every holding since the last
 		# such one before it (that one included), a shared one against that
-		# last one; never two of one holder text and role (a downgrade, or
-		# the only holder's upgrade, keeps both).  Semaphores: check_permits.
+		# last one; never an exclusive and a shared one of one holder text
+		# and role (a downgrade, or the only holder's upgrade, keeps both).  Semaphores: check_permits.
 		next unless $res_holds{$r};
 		my $last_x;
 		for my $i (0 .. $#hs)
@@ -524,7 +524,8 @@ sub check
 			$last_x = $i unless $n->{mode} eq 's';
 			for my $p (@ps)
 			{
-				next if $p->{who} eq $n->{who};
+				# (two exclusive holdings of one holder text: the first ended)
+				next if $p->{who} eq $n->{who} && $p->{mode} ne $n->{mode};
 				my $t = $n->{acq}{t1};
 				if ($p->{xact})
 				{

@@ -57,6 +57,8 @@ is(kinds(sh(0, 'A', 10), sh(5, 'B', 11), sh(9, 'C', 12)), 'none', 'shared holder
 is(kinds(sh(0, 'A', 10), ex(5, 'B', 11)), 'overlap', 'an exclusive holding beside a live shared one is flagged');
 is(kinds(ex(0, 'A', 10), sh(5, 'B', 11)), 'overlap', 'a shared holding beside a live exclusive one is flagged');
 is(kinds(ex(0, 'A', 10), sh(5, 'A', 11)), 'none', 'a downgrade (the exclusive holder also takes shared) is no overlap');
+is(kinds(ex(0, 'A', 10), ex(5, 'A', 11)), 'overlap',
+	'a second exclusive holding of one holder text beside the first is flagged (seed 89702493)');
 is(kinds(sh(0, 'A', 10), ex(5, 'A', 11)), 'none', "the only shared holder's upgrade is no overlap");
 is(kinds(sh(0, 'A', 10), sh(1, 'B', 11), ex(5, 'A', 12)), 'overlap',
 	'an upgrade while another holder shares is flagged');
