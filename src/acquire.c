@@ -9,7 +9,8 @@
  * decide, carries the verdict out (lease_attempt's admit_write and
  * acquired() for a lease: the row through rows.c, the queue through
  * queue.c, what the transaction must do at its end through xact.c and
- * waiters.c; share_write for a shared lease; queue_up for a refusal, and
+ * waiters.c; share_write for a shared lease, permit_write for a
+ * semaphore's permits; queue_up for a refusal, and
  * for an exclusive wait in lock() the "writer waits" tags of queue.c),
  * and says one of four things:
  * acquired (with the fence, the resource's lock kept until the transaction
@@ -278,6 +279,8 @@ typedef struct LeaseAttemptArgs
 	bool		shared;			/* a shared lease (0.4) */
 	bool		writer;			/* holds the "writer waits" tags (queue.c) */
 	bool		upgrade;		/* ... and its "upgrading" tag */
+	int32		permits;		/* a semaphore's permits (0.5), or 0 */
+	int32		max_permits;	/* ... and its max_permits */
 } LeaseAttemptArgs;
 
 /*
@@ -385,8 +388,10 @@ take_resource_as_head(const DlockResource *res, const LeaseAttemptArgs *a)
 static DlockRequest
 request_of(const LeaseAttemptArgs *a)
 {
-	DlockRequest req = {a->shared ? DLOCK_KIND_SHARED : DLOCK_KIND_EXCLUSIVE,
-		a->holder, a->caller, a->fair, a->in_server, a->ticket, a->campaign};
+	DlockRequest req = {a->permits > 0 ? DLOCK_KIND_SEMAPHORE :
+		a->shared ? DLOCK_KIND_SHARED : DLOCK_KIND_EXCLUSIVE,
+		a->holder, a->caller, a->fair, a->in_server, a->ticket, a->campaign,
+	a->permits, a->max_permits};
 
 	return req;
 }
@@ -442,6 +447,60 @@ share_write(const DlockResource *res, LeaseAttemptArgs *a,
 }
 
 /*
+ * permit_write: admit_write for a semaphore's permits (0.5): add them to
+ * the holder's holding (its fence unchanged, its expiry extended as a
+ * re-entry's), or a new holding beside the others with its own fence.
+ * A new holding wakes nobody more on commit (a release wakes one waiter
+ * per permit it frees, waiters.c, each of which looks for itself), unless
+ * it left the fair queue: the waiter next in line, woken by the same
+ * release while this one still headed the queue, looks again.
+ */
+static bool
+permit_write(const DlockResource *res, LeaseAttemptArgs *a,
+			 const DlockResourceState *st, DlockReason reason,
+			 TimestampTz expires, int64 *drawn, int64 *fence)
+{
+	const DlockRow *mine = st->share_mine;
+	bool		queued = a->ticket != 0;
+
+	if (reason == ADMIT_REENTER)
+	{
+		TimestampTz new_expires = Max(mine->expires_at, expires);
+
+		if (mine->count == PG_INT32_MAX)
+			ereport(ERROR,
+					(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
+					 errmsg("holder \"%s\" has acquired semaphore \"%s\" too many times",
+							mine->holder, text_to_cstring(res->name)),
+					 errdetail("A holding is re-entered at most %d times.", PG_INT32_MAX - 1)));
+		if (!dlock_permits_add(res, mine, mine->count + 1,
+							   mine->permits + a->permits, st->now, new_expires))
+			return false;
+		*fence = mine->fence;
+		dlock_server_ticket_drop(res, &a->ticket);
+		dlock_note_acquisition(new_expires);
+		dlock_count(DLOCK_STAT_REENTERED);
+		return true;
+	}
+	if (reason != ADMIT_NEW)
+		elog(ERROR, "dlock: verdict %d does not admit", (int) reason);
+	if (*drawn == 0)
+		*drawn = dlock_next_fence();
+	dlock_permits_insert(res, a->holder, a->caller->role, *drawn, a->lease,
+						 st->now, expires, a->permits, a->max_permits);
+	*fence = *drawn;
+	dlock_server_ticket_drop(res, &a->ticket);
+	if (st->queues)
+		dlock_client_ticket_drop(res, a->holder, a->caller->role);
+	dlock_note_acquisition(expires);
+	dlock_wake_after_abort(res->hash);
+	if (queued || a->fair)
+		dlock_wake_after_commit(res->hash);
+	dlock_count(DLOCK_STAT_ACQUIRED);
+	return true;
+}
+
+/*
  * admit_write: carry out an admitting verdict decided on *st, inside the
  * store session, under the resource's lock: the holding (rows.c), then
  * the bookkeeping of acquired().  *drawn keeps a fence drawn for a new
@@ -458,6 +517,8 @@ admit_write(const DlockResource *res, LeaseAttemptArgs *a,
 	TimestampTz new_expires;
 	int32		count;
 
+	if (a->permits > 0)
+		return permit_write(res, a, st, reason, expires, drawn, fence);
 	if (a->shared)
 		return share_write(res, a, st, reason, expires, drawn, fence);
 	switch (reason)
@@ -567,7 +628,14 @@ lease_attempt(const DlockResource *res, void *arg, int64 *fence,
 						   text_to_cstring(a->holder), text_to_cstring(res->name)),
 				 errhint("Release the shared lock and take the exclusive one afresh.")));
 	}
-	if (!a->shared && a->in_server && !a->campaign && dlock_shares_installed())
+	if (v.reason == REFUSE_OTHER_KIND || v.reason == REFUSE_MAX_PERMITS)
+	{
+		dlock_store_end();
+		dlock_resource_unlock(res, DLOCK_CHANGE);
+		dlock_admit_raise(res, &req, &st, v);
+	}
+	if (!a->shared && a->permits == 0 && a->in_server && !a->campaign &&
+		dlock_shares_installed())
 		dlock_writer_wait(res, a->holder, a->caller->role,
 						  (a->upgrade = st.share_mine != NULL), &a->writer);
 	dlock_store_end();
@@ -627,6 +695,24 @@ dlock_acquire(const DlockResource *res, text *holder, const DlockCaller *caller,
 	fence = dlock_wait_loop(res, holder, wait_ms, lease_attempt, lease_leave,
 							&args);
 	return fence;
+}
+
+/*
+ * dlock_acquire_permits: try_acquire (wait_ms 0) and acquire: permits of
+ * the semaphore res (0.5); the fence, or 0 if they were not had in time.
+ */
+int64
+dlock_acquire_permits(const DlockResource *res, text *holder,
+					  const DlockCaller *caller, const Interval *lease,
+					  int64 wait_ms, bool fair, int32 permits,
+					  int32 max_permits)
+{
+	LeaseAttemptArgs args = {holder, caller, lease, fair, wait_ms != 0,
+		NULL, 0, false, false, false, false, false, false, permits,
+	max_permits};
+
+	return dlock_wait_loop(res, holder, wait_ms, lease_attempt, lease_leave,
+						   &args);
 }
 
 /*

@@ -12,7 +12,9 @@
  * from the server clock at the moment of the call (GetCurrentTimestamp,
  * i.e. clock_timestamp()), never from the transaction start.
  *
- * A holder's shared holdings (0.4, dlock.shares) follow the same pattern:
+ * A holder's shared holdings (0.4, dlock.shares) and its holdings of a
+ * semaphore's permits (0.5, dlock.permits, read with them; unlock returns all
+ * of its permits at once) follow the same pattern:
  * unlock and renew turn to the caller's shared holding when it has no
  * exclusive one (find_share); unlock_all, break_lock, check and
  * assert_fence cover them too.
@@ -189,7 +191,8 @@ share_release(const DlockResource *res, text *holder, const DlockCaller *caller,
 
 	if (sh == NULL || (fence_given && fence != sh->fence))
 		return false;
-	*left = all ? 0 : sh->count - 1;
+	/* unlock returns all of a semaphore's permits at once (0.5) */
+	*left = (all || sh->permits > 0) ? 0 : sh->count - 1;
 	if (!dlock_share_change(res, sh, *left, NULL, now, 0))
 		elog(ERROR, "dlock: the shared holding of \"%s\" changed meanwhile",
 			 text_to_cstring(res->name));
@@ -198,8 +201,8 @@ share_release(const DlockResource *res, text *holder, const DlockCaller *caller,
 		dlock_client_ticket_release(res, holder, sh->owner);
 		dlock_notify(res, "released", sh->fence);
 		dlock_row_read(res, &row);
-		if (others == 0 && dlock_lease_ended(&row, now))
-			dlock_wake_after_commit(res->hash);
+		dlock_wake_released(res->hash, sh,
+							others == 0 && dlock_lease_ended(&row, now));
 	}
 	return true;
 }
@@ -350,24 +353,35 @@ dlock_renew(PG_FUNCTION_ARGS)
 }
 
 /*
- * unlock_all_shares: release every live shared holding (0.4) of holder
- * taken by the caller's role; how many.  Inside a store session.
+ * unlock_all_shares: release every live shared holding (0.4) and holding
+ * of a semaphore's permits (0.5) of holder taken by the caller's role; how
+ * many.  Inside a store session.
  */
 static int32
 unlock_all_shares(text *holder, const DlockCaller *caller)
 {
 	static SPIPlanPtr plan = NULL;
+	static SPIPlanPtr plan_permits = NULL;
 	static const Oid types[2] = {TEXTOID, REGROLEOID};
 	Datum		values[2];
 	List	   *resources = NIL;
 	ListCell   *lc;
 	int32		released = 0;
+	bool		permits;
 
 	if (!dlock_shares_installed())
 		return 0;
+	permits = dlock_semaphores_installed();
 	values[0] = PointerGetDatum(holder);
 	values[1] = ObjectIdGetDatum(caller->role);
-	if (dlock_store_exec(&plan,
+	if (dlock_store_exec(permits ? &plan_permits : &plan,
+						 permits ?
+						 "SELECT s.resource FROM dlock.shares s"
+						 "  WHERE s.holder OPERATOR(pg_catalog.=) ($1 COLLATE pg_catalog.\"C\")"
+						 "    AND s.owner OPERATOR(pg_catalog.=) $2"
+						 " UNION SELECT p.resource FROM dlock.permits p"
+						 "  WHERE p.holder OPERATOR(pg_catalog.=) ($1 COLLATE pg_catalog.\"C\")"
+						 "    AND p.owner OPERATOR(pg_catalog.=) $2" :
 						 "SELECT s.resource FROM dlock.shares s"
 						 "  WHERE s.holder OPERATOR(pg_catalog.=) ($1 COLLATE pg_catalog.\"C\")"
 						 "    AND s.owner OPERATOR(pg_catalog.=) $2",
@@ -467,6 +481,7 @@ break_shares(const DlockResource *res, TimestampTz now)
 			elog(ERROR, "dlock: the shared holding of \"%s\" changed meanwhile",
 				 text_to_cstring(res->name));
 		dlock_notify(res, "broken", sh->fence);
+		dlock_wake_released(res->hash, sh, false);
 		dlock_count(DLOCK_STAT_BROKEN);
 		broken++;
 	}

@@ -28,7 +28,8 @@
  *	  never runs out.
  *
  * Shared holdings (0.4, dlock.shares) expire the same way, each with its
- * own event; the last one of a resource gone wakes a waiter.
+ * own event; the last one of a resource gone wakes a waiter.  So do a
+ * semaphore's holdings (0.5), each waking one waiter per permit it frees.
  *
  * No shared state of its own (the statistics and the hint are waiters.c's).
  *
@@ -75,19 +76,27 @@ take_for_maintenance(const DlockResource *res)
 
 /*
  * shares_expired: up to limit resources with an expired shared holding
- * (0.4), as text* in the store session's caller context.
+ * (0.4) or holding of a semaphore's permits (0.5), as text* in the store
+ * session's caller context.
  */
 static List *
 shares_expired(TimestampTz now, int limit)
 {
 	static SPIPlanPtr plan = NULL;
+	static SPIPlanPtr plan_permits = NULL;
 	static const Oid types[2] = {TIMESTAMPTZOID, INT4OID};
 	Datum		values[2];
 	List	   *result = NIL;
+	bool		permits = dlock_semaphores_installed();
 
 	values[0] = TimestampTzGetDatum(now);
 	values[1] = Int32GetDatum(limit);
-	if (dlock_store_exec(&plan,
+	if (dlock_store_exec(permits ? &plan_permits : &plan,
+						 permits ?
+						 "SELECT s.resource FROM dlock.shares s"
+						 "  WHERE s.expires_at OPERATOR(pg_catalog.<=) $1"
+						 " UNION SELECT p.resource FROM dlock.permits p"
+						 "  WHERE p.expires_at OPERATOR(pg_catalog.<=) $1 LIMIT $2" :
 						 "SELECT DISTINCT s.resource FROM dlock.shares s"
 						 "  WHERE s.expires_at OPERATOR(pg_catalog.<=) $1 LIMIT $2",
 						 2, types, values, NULL, true) > 0)
@@ -118,6 +127,7 @@ reap_shares(const DlockResource *res, TimestampTz now)
 	List	   *shares = dlock_row_read_shares(res);
 	ListCell   *lc;
 	int			reaped = 0;
+	int			reaped_shared = 0;
 	int			live = 0;
 	DlockRow	row;
 
@@ -134,10 +144,13 @@ reap_shares(const DlockResource *res, TimestampTz now)
 			continue;			/* changed by hand meanwhile: a later round */
 		dlock_notify(res, "expired", sh->fence);
 		dlock_count(DLOCK_STAT_EXPIRED);
+		dlock_wake_released(res->hash, sh, false);
 		reaped++;
+		if (sh->permits == 0)
+			reaped_shared++;
 	}
 	dlock_row_read(res, &row);
-	if (reaped > 0 && live == 0 && dlock_lease_ended(&row, now))
+	if (reaped_shared > 0 && live == 0 && dlock_lease_ended(&row, now))
 		dlock_wake_after_commit(res->hash);
 	return reaped;
 }

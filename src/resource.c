@@ -159,6 +159,13 @@ dlock_check_holder(FunctionCallInfo fcinfo, int argno)
 	return check_text_arg(fcinfo, argno, "holder", DLOCK_MAX_HOLDER_LEN);
 }
 
+/* dlock_check_semaphore: a resource under the name the semaphore functions give it. */
+text *
+dlock_check_semaphore(FunctionCallInfo fcinfo, int argno)
+{
+	return check_text_arg(fcinfo, argno, "semaphore", DLOCK_MAX_RESOURCE_LEN);
+}
+
 /*
  * dlock_check_election / dlock_check_candidate: a resource and a holder
  * under the names the election functions give them.

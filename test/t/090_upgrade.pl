@@ -124,6 +124,14 @@ for my $i (1 .. $#versions)
 		$leader = $node->safe_psql('walk', $leader_q);
 		is($leader, "le where-e $term", "$v: dlock.leader() shows it with its value");
 	}
+	# A shared holding taken under the 0.4 SQL is held through the next
+	# steps (0.4 -> 0.5 adds the permit columns beside it).
+	if ($node->safe_psql('walk', q{SELECT to_regclass('dlock.shares') IS NOT NULL}) eq 't'
+		&& $node->safe_psql('walk', q{SELECT count(*) FROM dlock.locks WHERE resource = 'walk/sh'}) eq '0')
+	{
+		my $sh = $node->safe_psql('walk', q{SELECT dlock.try_lock('walk/sh', 'sh', '1h', shared => true)});
+		cmp_ok($sh, '>', $f3, "$v: a shared holding to walk through the next steps");
+	}
 	# (after this step's new holdings: the next step must keep them all)
 	$before = $node->safe_psql('walk',
 		q{SELECT string_agg(resource || ' ' || holder || ' ' || count || ' ' || fence || ' ' || owner, ', ' ORDER BY resource) FROM dlock.locks});
@@ -133,7 +141,7 @@ for my $i (1 .. $#versions)
 # exclusive holdings that came through the walk (shown with their mode).
 if ($node->safe_psql('walk', q{SELECT to_regclass('dlock.shares') IS NOT NULL}) eq 't')
 {
-	is($node->safe_psql('walk', q{SELECT string_agg(DISTINCT mode, ',') FROM dlock.locks WHERE holder IS NOT NULL}),
+	is($node->safe_psql('walk', q{SELECT string_agg(DISTINCT mode, ',') FROM dlock.locks WHERE holder IS NOT NULL AND resource <> 'walk/sh'}),
 		'exclusive', "$newest: the walked holdings are exclusive");
 	my $s1 = $node->safe_psql('walk', q{SELECT dlock.try_lock('walk/s', 's1', '1h', shared => true)});
 	my $s2 = $node->safe_psql('walk', q{SELECT dlock.try_lock('walk/s', 's2', '1h', shared => true)});
@@ -145,6 +153,24 @@ if ($node->safe_psql('walk', q{SELECT to_regclass('dlock.shares') IS NOT NULL}) 
 		"$newest: an exclusive request is refused while they share");
 	is($node->safe_psql('walk', q{SELECT dlock.unlock_all('s1') + dlock.unlock_all('s2')}), '2',
 		"$newest: unlock_all releases shared holdings");
+}
+
+# From 0.5 on: semaphores, whose holdings of permits sit beside the shared
+# holding that walked through 0.4 -> 0.5.
+if ($node->safe_psql('walk', q{SELECT to_regprocedure('dlock.try_acquire(text,text,integer,integer,interval,boolean)') IS NOT NULL}) eq 't')
+{
+	is($node->safe_psql('walk', q{SELECT holder || ' ' || mode || ' ' || coalesce(permits::text, 'none') FROM dlock.locks WHERE resource = 'walk/sh'}),
+		'sh shared none', "$newest: the shared holding taken under 0.4 is there, without permits");
+	my $p1 = $node->safe_psql('walk', q{SELECT dlock.try_acquire('walk/p', 'p1', 2, 1, '1h')});
+	my $p2 = $node->safe_psql('walk', q{SELECT dlock.try_acquire('walk/p', 'p2', 2, 1, '1h')});
+	cmp_ok($p1, '>', $f3, "$newest: a holding of permits gets a higher fence than every earlier one");
+	cmp_ok($p2, '>', $p1, "$newest: a second holder of permits gets its own, higher fence");
+	is($node->safe_psql('walk', q{SELECT dlock.try_acquire('walk/p', 'p3', 2)}), '',
+		"$newest: no more than max_permits");
+	is($node->safe_psql('walk', q{SELECT string_agg(holder || ' ' || mode || ' ' || permits, ', ' ORDER BY holder) FROM dlock.locks WHERE resource = 'walk/p'}),
+		'p1 semaphore 1, p2 semaphore 1', "$newest: dlock.locks shows the permits");
+	is($node->safe_psql('walk', q{SELECT dlock.unlock_all('p1') + dlock.unlock_all('p2') + dlock.unlock_all('sh')}), '3',
+		"$newest: unlock_all returns permits and the walked shared holding");
 }
 
 # The waiter is still waiting and gets the lock when it is released.
