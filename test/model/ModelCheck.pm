@@ -770,7 +770,8 @@ sub check
 
 	check_counts($ops, $viol);
 	ModelKinds::check({ ops => $ops, hold => \%hold, sem_holds => \%sem_holds, by_rh => \%by_rh,
-			e_lo => $e_lo, e_up => $e_up, may_end => $may_end, margin => $MARGIN_US }, $viol, \%stats);
+			e_lo => $e_lo, e_lo_by => $e_lo_by, e_up => $e_up, may_end => $may_end,
+			margin => $MARGIN_US }, $viol, \%stats);
 	$stats{'maybe ops'} = scalar grep { lost($_) || ($_->{fate} // '') eq 'maybe' } @$ops
 	  if grep { lost($_) || ($_->{fate} // '') eq 'maybe' } @$ops;
 	# extra(context, viol, stats): more rules over the same bounds.

@@ -116,6 +116,8 @@ sub check_permits
 	for my $r (sort keys %{ $cx->{sem_holds} })
 	{
 		my $hs = $cx->{sem_holds}{$r};
+		my %n_rh;
+		$n_rh{"$_->{r}\0$_->{h}"}++ for @$hs;
 		# Holdings by the start of their acquisition, with the latest they
 		# could have lasted (ModelCheck's span index: t0, tdone).
 		my $ix = ModelCheck::span_build([ map { +{ t0 => $_->{acq}{t0},
@@ -143,7 +145,18 @@ sub check_permits
 					next if $p == $hd;
 					my $n = $sure->($p, $a->{t0});
 					next unless $n;
-					next unless $cx->{e_lo}->($p, $t, $a) > $t + $margin;
+					# A renew without a fence met the holder text's holding of
+					# its time, maybe a later one than p (seed 1855440093, 17:
+					# three holdings of one holder text, one after the other,
+					# all counted by the renews of the last): with several,
+					# the lesser of the bounds with and without such renews.
+					my $e = $cx->{e_lo}->($p, $t, $a);
+					if ($n_rh{"$p->{r}\0$p->{h}"} > 1)
+					{
+						my $e2 = $cx->{e_lo_by}->($p, $t, 0);
+						$e = $e2 if $e2 < $e;
+					}
+					next unless $e > $t + $margin;
 					next if $cx->{may_end}->($p, $p->{acq}{t0}, $t, $a);
 					$held += $n;
 					push @with, $p->{acq};

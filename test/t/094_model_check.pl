@@ -120,6 +120,11 @@ is(kinds(pm(0, 'A', 20, 2), op(t0 => 2, k => 'unlock', r => 'sem', h => 'A', res
 is(kinds(pm(0, 'A', 20, 1), pm(3, 'A', 20, 1), op(t0 => 4, k => 'unlock', r => 'sem', h => 'A', res => 0),
 		pm(6, 'A', 20, 1)), 'permits', 'unlock returns all: the holding taken again with its old fence is flagged');
 is(kinds(pm(0, 'A', 21, 1), pm(5, 'B', 20, 1)), 'fence-order', "semaphores' fences go forward too");
+# (seed 1855440093, 17: a renew without a fence of the holder text's later
+# holding is no sign its earlier, expired one still lived)
+my $srn = sub { my ($t, $until) = @_; op(t0 => $t, k => 'renew', r => 'sem', h => 'A', res => $T + $until * 1000) };
+is(kinds(pm(0, 'A', 20, 1, lease => 100), pm(300, 'A', 21, 1), $srn->(350, 5000), pm(400, 'B', 22, 2, max => 3)),
+	'none', "permits: a holder text's expired holding is not counted beside its next one");
 is(kinds(pm(0, 'A', 20, 1), pm(5, 'B', 20, 1)), 'fence-unique', 'each holding has its own fence');
 
 # Several resources at once: all or nothing, the fences in the order given.
