@@ -197,9 +197,11 @@ CREATE TABLE dlock.xids (
     PERIOD FOR SYSTEM_TIME (trx_start, trx_end)
 ) ENGINE = InnoDB WITH SYSTEM VERSIONING;
 
--- Creation gates (see the header): one row per slot, never changed.
+-- Creation gates (see the header): one row per slot; gen counts the rows
+-- created under it (bumped by their creator, in its transaction).
 CREATE TABLE dlock.gates (
-    slot SMALLINT NOT NULL PRIMARY KEY
+    slot SMALLINT NOT NULL PRIMARY KEY,
+    gen  BIGINT NOT NULL DEFAULT 0
 ) ENGINE = InnoDB;
 INSERT INTO dlock.gates (slot)
     WITH h(n) AS (SELECT 0 UNION ALL SELECT 1 UNION ALL SELECT 2 UNION ALL SELECT 3 UNION ALL
@@ -484,6 +486,62 @@ BEGIN
 END//
 
 /*
+ * _unpin_gate: for _take, when the creation gate it has just locked was
+ * changed after the caller's snapshot (a row of its slot created since):
+ * as _unpin, error 1020 and the caller's REPEATABLE READ transaction rolled
+ * back, its locks with it, rather than an INSERT that would wait for the
+ * row's lock, or a gate kept locked for nothing.  Elsewhere (autocommit,
+ * READ COMMITTED) nothing: _take answers busy.
+ */
+CREATE DEFINER = 'dlock'@'localhost' PROCEDURE dlock._unpin_gate(IN p_resource LONGBLOB)
+    READS SQL DATA SQL SECURITY DEFINER
+BEGIN
+    DECLARE v_one INT;
+    DECLARE CONTINUE HANDLER FOR NOT FOUND BEGIN END;
+    IF dlock._in_xact() THEN
+        SET SESSION innodb_snapshot_isolation = ON;
+        SELECT 1 INTO v_one FROM dlock.gates AS regate WHERE slot = dlock._slot(p_resource) FOR UPDATE;
+        SET SESSION innodb_snapshot_isolation = OFF;
+    END IF;
+END//
+
+/*
+ * _reap_name: the named lock the reaper holds (GET_LOCK) while it frees or
+ * deletes one resource's row, from locking it to its commit: made from the
+ * secret name of dlock.fence_lock, so users cannot take or hold it.
+ */
+CREATE DEFINER = 'dlock'@'localhost' FUNCTION dlock._reap_name(p_resource LONGBLOB) RETURNS VARCHAR(64)
+    NOT DETERMINISTIC READS SQL DATA SQL SECURITY DEFINER
+BEGIN
+    DECLARE v_name VARCHAR(64);
+    SELECT name INTO v_name FROM dlock.fence_lock;
+    RETURN CONCAT('dlock:r:', LEFT(SHA2(CONCAT(v_name, ':', HEX(p_resource)), 256), 56));
+END//
+
+/*
+ * _reaper_wait: for _take, when the row is locked by another transaction:
+ * if that is the reaper's (it holds the resource's _reap_name lock from
+ * before it locks the row until after its one-statement transaction
+ * committed), wait for it, at most 2 s; otherwise return at once.  Never a
+ * row-lock wait, and never for a user's transaction: users cannot hold the
+ * named lock, and the reaper never waits while it holds it (SKIP LOCKED;
+ * GET_LOCK(..., 0)).
+ */
+CREATE DEFINER = 'dlock'@'localhost' PROCEDURE dlock._reaper_wait(IN p_resource LONGBLOB)
+    READS SQL DATA SQL SECURITY DEFINER
+BEGIN
+    DECLARE v_name VARCHAR(64) DEFAULT dlock._reap_name(p_resource);
+    DECLARE v_left INT DEFAULT 10;
+    WHILE v_left > 0 AND IS_USED_LOCK(v_name) = CONNECTION_ID() DO
+        DO RELEASE_LOCK(v_name);    -- left by a statement of this session killed here
+        SET v_left = v_left - 1;
+    END WHILE;
+    IF GET_LOCK(v_name, 2) = 1 THEN
+        DO RELEASE_LOCK(v_name);
+    END IF;
+END//
+
+/*
  * _mark: after a change of a holding inside a transaction (an acquisition,
  * re-entry, renewal, or an unlock that leaves a count), the transaction
  * holds the row's lock to its end: mark it as this transaction's (xconn,
@@ -533,6 +591,8 @@ BEGIN
     DECLARE v_xtrx BIGINT UNSIGNED;
     DECLARE v_xfence BIGINT;
     DECLARE v_busy BIGINT DEFAULT IF(p_holder IS NULL, -1, 0);
+    DECLARE v_gen BIGINT;
+    DECLARE v_gen_now BIGINT;
     DECLARE CONTINUE HANDLER FOR NOT FOUND BEGIN END;  -- no row: the variables stay as they are
     DECLARE CONTINUE HANDLER FOR 1062 SET v_dup = 1;
     SELECT 1, holder, owner, expires_at, xconn, xtrx, xfence
@@ -547,9 +607,18 @@ BEGIN
     END IF;
     IF v_seen = 0 THEN
         -- A new row, under its gate: no other transaction is inserting it.
-        SELECT 1 INTO v_free FROM dlock.gates AS gate
+        -- The gate's gen as this transaction's snapshot shows it, then as
+        -- it is: if they differ, a row of this slot (maybe this one) was
+        -- created after the snapshot, and the INSERT's duplicate-key check
+        -- would wait for any transaction that has that row locked.
+        SELECT gen INTO v_gen FROM dlock.gates AS gate_seen
+         WHERE slot = dlock._slot(p_resource);
+        SELECT 1, gen INTO v_free, v_gen_now FROM dlock.gates AS gate
          WHERE slot = dlock._slot(p_resource) FOR UPDATE SKIP LOCKED;
         IF v_free = 0 THEN
+            RETURN 0;
+        ELSEIF v_gen_now <> v_gen THEN
+            CALL dlock._unpin_gate(p_resource);    -- error 1020 in a REPEATABLE READ transaction
             RETURN 0;
         END IF;
         -- released_at set: reaping deletes an unused row an hour later.
@@ -558,6 +627,7 @@ BEGIN
         IF v_dup = 0 THEN
             INSERT INTO dlock.leases (resource, tail) VALUES (p_resource, 1);
             INSERT IGNORE INTO dlock.pins (resource, tail) VALUES (p_resource, 0), (p_resource, 1);
+            UPDATE dlock.gates SET gen = gen + 1 WHERE slot = dlock._slot(p_resource);
         END IF;
     ELSEIF v_h IS NOT NULL AND v_exp > dlock._now()
            AND NOT (p_holder IS NOT NULL AND v_h = p_holder AND v_owner = p_me) THEN
@@ -570,6 +640,13 @@ BEGIN
     END IF;
     SELECT 1, holder, owner, fence, expires_at INTO v_found, v_h, v_owner, v_fence, v_exp
       FROM dlock.leases AS skipping WHERE resource = p_resource AND tail = 0 FOR UPDATE SKIP LOCKED;
+    IF v_found = 0 AND v_seen = 1 THEN
+        -- Maybe the reaper, freeing this expired lease (or deleting the
+        -- row) in a statement of its own: wait for it, then once more.
+        CALL dlock._reaper_wait(p_resource);
+        SELECT 1, holder, owner, fence, expires_at INTO v_found, v_h, v_owner, v_fence, v_exp
+          FROM dlock.leases AS again WHERE resource = p_resource AND tail = 0 FOR UPDATE SKIP LOCKED;
+    END IF;
     IF v_found = 0 THEN
         RETURN IF(v_seen = 1, -2, 0);
     END IF;
@@ -642,6 +719,7 @@ BEGIN
         IF ROW_COUNT() = 1 THEN
             INSERT INTO dlock.leases (resource, tail) VALUES (p_resource, 1);
             INSERT IGNORE INTO dlock.pins (resource, tail) VALUES (p_resource, 0), (p_resource, 1);
+            UPDATE dlock.gates SET gen = gen + 1 WHERE slot = dlock._slot(p_resource);
         END IF;
         SET SESSION innodb_lock_wait_timeout = v_wait;
     END IF;
@@ -935,9 +1013,11 @@ BEGIN
     DECLARE v_last VARBINARY(1000) DEFAULT '';
     DECLARE v_next VARBINARY(1000);
     DECLARE v_now DATETIME(6);
+    DECLARE v_name VARCHAR(64);
     DECLARE v_si BOOLEAN DEFAULT dlock._si_off();
     DECLARE CONTINUE HANDLER FOR NOT FOUND BEGIN END;  -- no row: the variables stay as they are
-    DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN CALL dlock._si_restore(v_si); RESIGNAL; END;
+    DECLARE EXIT HANDLER FOR SQLEXCEPTION
+        BEGIN DO RELEASE_LOCK(v_name); CALL dlock._si_restore(v_si); RESIGNAL; END;
     SET p_reaped = 0;
     scan: LOOP
         SET v_next = NULL;
@@ -951,7 +1031,14 @@ BEGIN
             LEAVE scan;
         END IF;
         SET v_last = v_next;
-        SET p_reaped = p_reaped + dlock._reap_one(v_next);
+        -- Under the row's _reap_name lock, released once the statement
+        -- that changed the row has committed (autocommit): an acquirer
+        -- that finds the row locked waits for that, not for a NULL.
+        SET v_name = dlock._reap_name(v_next);
+        IF GET_LOCK(v_name, 0) = 1 THEN
+            SET p_reaped = p_reaped + dlock._reap_one(v_next);
+            DO RELEASE_LOCK(v_name);
+        END IF;
     END LOOP;
     CALL dlock._si_restore(v_si);
 END//
