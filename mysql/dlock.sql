@@ -198,10 +198,12 @@ CREATE TABLE dlock.xids (
 ) ENGINE = InnoDB WITH SYSTEM VERSIONING;
 
 -- Creation gates (see the header): one row per slot; gen counts the rows
--- created under it (bumped by their creator, in its transaction).
+-- created and deleted under it, last is the resource of the last creation
+-- (both changed, under the gate's lock, by whoever creates or deletes).
 CREATE TABLE dlock.gates (
     slot SMALLINT NOT NULL PRIMARY KEY,
-    gen  BIGINT NOT NULL DEFAULT 0
+    gen  BIGINT NOT NULL DEFAULT 0,
+    last VARBINARY(1000) NULL
 ) ENGINE = InnoDB;
 INSERT INTO dlock.gates (slot)
     WITH h(n) AS (SELECT 0 UNION ALL SELECT 1 UNION ALL SELECT 2 UNION ALL SELECT 3 UNION ALL
@@ -593,6 +595,8 @@ BEGIN
     DECLARE v_busy BIGINT DEFAULT IF(p_holder IS NULL, -1, 0);
     DECLARE v_gen BIGINT;
     DECLARE v_gen_now BIGINT;
+    DECLARE v_last VARBINARY(1000);
+    DECLARE v_exists INT DEFAULT 0;
     DECLARE CONTINUE HANDLER FOR NOT FOUND BEGIN END;  -- no row: the variables stay as they are
     DECLARE CONTINUE HANDLER FOR 1062 SET v_dup = 1;
     SELECT 1, holder, owner, expires_at, xconn, xtrx, xfence
@@ -608,26 +612,31 @@ BEGIN
     IF v_seen = 0 THEN
         -- A new row, under its gate: no other transaction is inserting it.
         -- The gate's gen as this transaction's snapshot shows it, then as
-        -- it is: if they differ, a row of this slot (maybe this one) was
-        -- created after the snapshot, and the INSERT's duplicate-key check
-        -- would wait for any transaction that has that row locked.
+        -- it is: if they differ, rows of this slot were created or deleted
+        -- after the snapshot, and an INSERT of one that exists would wait,
+        -- in its duplicate-key check, for any transaction that has it
+        -- locked.  Exactly one creation since, of this resource: its row
+        -- exists (a deletion would have moved gen again), locked below
+        -- without waiting; anything else, see _unpin_gate.
         SELECT gen INTO v_gen FROM dlock.gates AS gate_seen
          WHERE slot = dlock._slot(p_resource);
-        SELECT 1, gen INTO v_free, v_gen_now FROM dlock.gates AS gate
+        SELECT 1, gen, last INTO v_free, v_gen_now, v_last FROM dlock.gates AS gate
          WHERE slot = dlock._slot(p_resource) FOR UPDATE SKIP LOCKED;
         IF v_free = 0 THEN
             RETURN 0;
+        ELSEIF v_gen_now = v_gen + 1 AND v_last = p_resource THEN
+            SET v_exists = 1;    -- created since the snapshot
         ELSEIF v_gen_now <> v_gen THEN
             CALL dlock._unpin_gate(p_resource);    -- error 1020 in a REPEATABLE READ transaction
             RETURN 0;
-        END IF;
-        -- released_at set: reaping deletes an unused row an hour later.
-        -- 1062: created after this transaction's snapshot; locked below.
-        INSERT INTO dlock.leases (resource, tail, released_at) VALUES (p_resource, 0, dlock._now());
-        IF v_dup = 0 THEN
-            INSERT INTO dlock.leases (resource, tail) VALUES (p_resource, 1);
-            INSERT IGNORE INTO dlock.pins (resource, tail) VALUES (p_resource, 0), (p_resource, 1);
-            UPDATE dlock.gates SET gen = gen + 1 WHERE slot = dlock._slot(p_resource);
+        ELSE
+            -- released_at set: reaping deletes an unused row an hour later.
+            INSERT INTO dlock.leases (resource, tail, released_at) VALUES (p_resource, 0, dlock._now());
+            IF v_dup = 0 THEN
+                INSERT INTO dlock.leases (resource, tail) VALUES (p_resource, 1);
+                INSERT IGNORE INTO dlock.pins (resource, tail) VALUES (p_resource, 0), (p_resource, 1);
+                UPDATE dlock.gates SET gen = gen + 1, last = p_resource WHERE slot = dlock._slot(p_resource);
+            END IF;
         END IF;
     ELSEIF v_h IS NOT NULL AND v_exp > dlock._now()
            AND NOT (p_holder IS NOT NULL AND v_h = p_holder AND v_owner = p_me) THEN
@@ -640,7 +649,7 @@ BEGIN
     END IF;
     SELECT 1, holder, owner, fence, expires_at INTO v_found, v_h, v_owner, v_fence, v_exp
       FROM dlock.leases AS skipping WHERE resource = p_resource AND tail = 0 FOR UPDATE SKIP LOCKED;
-    IF v_found = 0 AND v_seen = 1 THEN
+    IF v_found = 0 AND (v_seen = 1 OR v_exists = 1) THEN
         -- Maybe the reaper, freeing this expired lease (or deleting the
         -- row) in a statement of its own: wait for it, then once more.
         CALL dlock._reaper_wait(p_resource);
@@ -719,7 +728,7 @@ BEGIN
         IF ROW_COUNT() = 1 THEN
             INSERT INTO dlock.leases (resource, tail) VALUES (p_resource, 1);
             INSERT IGNORE INTO dlock.pins (resource, tail) VALUES (p_resource, 0), (p_resource, 1);
-            UPDATE dlock.gates SET gen = gen + 1 WHERE slot = dlock._slot(p_resource);
+            UPDATE dlock.gates SET gen = gen + 1, last = p_resource WHERE slot = dlock._slot(p_resource);
         END IF;
         SET SESSION innodb_lock_wait_timeout = v_wait;
     END IF;
@@ -998,8 +1007,17 @@ BEGIN
         UPDATE dlock.pins SET fence = NULL WHERE resource = p_resource AND tail = 0;
         RETURN 1;
     END IF;
+    -- A deletion moves the gate's gen (see _take): not while another
+    -- transaction holds the gate.
+    SET v_free = 0;
+    SELECT 1 INTO v_free FROM dlock.gates AS gate
+     WHERE slot = dlock._slot(p_resource) FOR UPDATE SKIP LOCKED;
+    IF v_free = 0 THEN
+        RETURN 0;
+    END IF;
     DELETE FROM dlock.leases WHERE resource = p_resource AND tail IN (0, 1);
     DELETE FROM dlock.pins WHERE resource = p_resource AND tail IN (0, 1);
+    UPDATE dlock.gates SET gen = gen + 1, last = NULL WHERE slot = dlock._slot(p_resource);
     RETURN 0;
 END//
 

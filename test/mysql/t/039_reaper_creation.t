@@ -19,9 +19,11 @@
 #      (committed) row locked, here the holder renewing in an open
 #      transaction (until error 1205 with innodb_lock_wait_timeout = 1; the
 #      model saw try_lock wait until the holder committed, then fail with
-#      1020, and lock() wait).  Now the creation gate's counter (gen)
-#      tells that a row of its slot was created after the snapshot, and the
-#      acquirer gets error 1020 at once, its transaction rolled back.
+#      1020, and lock() wait).  Now the creation gate's counter (gen) and
+#      last creation tell the acquirer what was created in its slot after
+#      the snapshot: exactly this resource, so it locks the row without
+#      waiting (NULL while another transaction has it), or more, so it gets
+#      error 1020 at once, its transaction rolled back.
 use strict;
 use warnings;
 use FindBin;
@@ -111,7 +113,24 @@ for my $case (['try_lock', 'SELECT dlock.try_lock(?, ?, 10)', 1],
     like($res, qr/^\d+$/, "$name of an expired lease the reaper is freeing: a fence (got $res)");
 }
 
-# 2. A snapshot older than the resource's creation.
+# 2. A snapshot older than the resource's creation.  Each case: carol's
+#    REPEATABLE READ snapshot, then bob creates the resource (and, for
+#    "two creations", another resource of the same gate slot), and holds
+#    its row in an open transaction (renew); carol's acquisition answers at
+#    once: NULL (busy) when the gate says exactly this resource was created
+#    since the snapshot, error 1020 with the transaction rolled back when
+#    more was; and once the holder's transaction is over, a fence from a
+#    snapshot as old (one creation) and from a fresh one.
+# same_slot(r): another resource of r's creation gate slot.
+sub same_slot {
+    my ($r) = @_;
+    my ($slot) = $root->selectrow_array('SELECT CRC32(?) % 4096', undef, $r);
+    for my $i (0 .. 100000) {
+        my ($s) = $root->selectrow_array('SELECT CRC32(?) % 4096', undef, "$r/$i");
+        return "$r/$i" if $s == $slot;
+    }
+    die "no resource in the slot of $r";
+}
 $n = 0;
 for my $case (['try_lock', 'SELECT dlock.try_lock(?, ?, 10)', 1],
               ['lock', 'CALL dlock.lock(?, ?, 10, 0)', 1],
@@ -119,34 +138,39 @@ for my $case (['try_lock', 'SELECT dlock.try_lock(?, ?, 10)', 1],
               ['try_xact_lock', 'SELECT dlock.try_xact_lock(?)', 0])
 {
     my ($name, $sql, $holder) = @$case;
-    my $r = 'created/' . $n++;
-    my $carol = conn('admin', 'REPEATABLE READ');
-    $carol->do('START TRANSACTION');
-    run($carol, 'SELECT COUNT(*) FROM dlock.locks');    # the snapshot
-    my $bob = conn('bob');
-    like(run($bob, 'SELECT dlock.try_lock(?, ?, 30)', $r, 'b'), qr/^\d+$/, "$name: $r created and held");
-    my $bob2 = conn('bob');
-    $bob2->do('START TRANSACTION');
-    like(run($bob2, 'SELECT dlock.renew(?, ?, 30, NULL)', $r, 'b'), qr/^\d/, "$name: the holder renews in an open transaction");
-    my $res = run($carol, $sql, $r, $holder ? ('c') : ());
-    is($res, 'error 1020', "$name from a snapshot older than $r: error 1020 at once (not a wait)");
-    is(run($carol, 'SELECT @@in_transaction'), 0, "$name: ... and its transaction rolled back");
-    $carol->do('ROLLBACK');
-    $bob2->do('COMMIT');
-    # Nothing left locked: the holder's own renew and unlock go through.
-    like(run($bob, 'SELECT dlock.renew(?, ?, 30, NULL)', $r, 'b'), qr/^\d/, "$name: the holder renews");
-    is(run($bob, 'SELECT dlock.unlock(?, ?, NULL)', $r, 'b'), 0, "$name: the holder releases");
-    # Snapshot as old, nobody holding the row: the same answer.
-    $carol->do('START TRANSACTION');
-    run($carol, 'SELECT COUNT(*) FROM dlock.locks');
-    like(run($bob, 'SELECT dlock.try_lock(?, ?, 30)', "$r/2", 'b'), qr/^\d+$/, "$name: $r/2 created");
-    is(run($carol, $sql, "$r/2", $holder ? ('c') : ()), 'error 1020', "$name of $r/2 (free): error 1020");
-    $carol->do('ROLLBACK');
-    # A fresh snapshot acquires it.
-    $carol->do('START TRANSACTION');
-    run($bob, 'SELECT dlock.unlock(?, ?, NULL)', "$r/2", 'b');
-    like(run($carol, $sql, "$r/2", $holder ? ('c') : ()), qr/^\d+$/, "$name of $r/2 from a fresh snapshot: a fence");
-    $carol->do('ROLLBACK');
+    for my $two (0, 1) {
+        my $r = 'created/' . $n++;
+        my $what = $two ? "$name (two creations)" : $name;
+        my $carol = conn('admin', 'REPEATABLE READ');
+        $carol->do('START TRANSACTION');
+        run($carol, 'SELECT COUNT(*) FROM dlock.locks');    # the snapshot
+        my $bob = conn('bob');
+        like(run($bob, 'SELECT dlock.try_lock(?, ?, 30)', $r, 'b'), qr/^\d+$/, "$what: $r created and held");
+        if ($two) {
+            my $q = same_slot($r);
+            like(run($bob, 'SELECT dlock.try_lock(?, ?, 30)', $q, 'b'), qr/^\d+$/, "$what: $q of the same slot created");
+        }
+        my $bob2 = conn('bob');
+        $bob2->do('START TRANSACTION');
+        like(run($bob2, 'SELECT dlock.renew(?, ?, 30, NULL)', $r, 'b'), qr/^\d/, "$what: the holder renews in an open transaction");
+        my $res = run($carol, $sql, $r, $holder ? ('c') : ());
+        is($res, $two ? 'error 1020' : 'NULL', "$what from a snapshot older than $r: "
+           . ($two ? 'error 1020' : 'NULL') . ' at once (not a wait)');
+        is(run($carol, 'SELECT @@in_transaction'), $two ? 0 : 1,
+           "$what: ... its transaction " . ($two ? 'rolled back' : 'still open'));
+        $bob2->do('COMMIT');
+        # Nothing left locked: the holder's own renew and unlock go through.
+        like(run($bob, 'SELECT dlock.renew(?, ?, 30, NULL)', $r, 'b'), qr/^\d/, "$what: the holder renews");
+        is(run($bob, 'SELECT dlock.unlock(?, ?, NULL)', $r, 'b'), 0, "$what: the holder releases");
+        unless ($two) {
+            like(run($carol, $sql, $r, $holder ? ('c') : ()), qr/^\d+$/,
+                 "$what: then a fence, from the same old snapshot");
+        }
+        $carol->do('ROLLBACK');
+        $carol->do('START TRANSACTION');
+        like(run($carol, $sql, $r, $holder ? ('c') : ()), qr/^\d+$/, "$what: a fence from a fresh snapshot");
+        $carol->do('ROLLBACK');
+    }
 }
 
 # The reaper's round skips a row whose named lock someone holds, and frees
