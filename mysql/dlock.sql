@@ -46,7 +46,24 @@
  *     NULL for another new resource of the same slot while a transaction
  *     that created one is open.  Procedures (lock, xact_lock), which can
  *     catch a lock wait timeout, insert with innodb_lock_wait_timeout = 0
- *     when the row their snapshot shows is gone (reaped since).
+ *     when the row their snapshot shows is gone (reaped since).  A
+ *     REPEATABLE READ snapshot may miss a row created and committed after
+ *     it, whose INSERT would then wait in its duplicate-key check for a
+ *     transaction that has the row locked: the gate row counts creations
+ *     and deletions (gen) and names the last resource created, so an
+ *     acquirer compares the gate as its snapshot shows it with the gate as
+ *     it is: unchanged, it inserts; one creation since, of this resource,
+ *     it locks the row (SKIP LOCKED); anything else, error 1020 and its
+ *     transaction rolled back (_unpin_gate).
+ *   . the reaper frees or deletes a row in a statement of its own (an
+ *     autocommit transaction) under the resource's named lock
+ *     (dlock._reap_name: made from the secret of dlock.fence_lock, so no
+ *     user can take it), held from before it locks the row until after
+ *     that commits; an acquirer that finds the row locked waits for that
+ *     named lock (a few statements of the reaper, never a user's
+ *     transaction) and looks once more, so an expired lease is free at
+ *     once while the reaper frees it.  The reaper never waits holding it
+ *     (SKIP LOCKED, GET_LOCK(..., 0)).
  *   . assert_fence pins a holding with a shared lock on the resource's row
  *     of dlock.pins, which holds the fence of the current holding (NULL
  *     when there is none) and is changed, under its row lock, by whatever
@@ -976,8 +993,10 @@ END//
 
 /*
  * _reap_one: frees the resource if its lease has expired (1), deletes it if
- * free for an hour (0).  Skips a row another transaction holds, and a
- * holding assert_fence pins.
+ * free for an hour (0; not while another transaction holds its creation
+ * gate, whose gen it moves).  Skips a row another transaction holds, and a
+ * holding assert_fence pins.  _reap calls it under the resource's named
+ * lock (_reap_name).
  */
 CREATE DEFINER = 'dlock'@'localhost' FUNCTION dlock._reap_one(p_resource VARBINARY(1000)) RETURNS INT
     NOT DETERMINISTIC MODIFIES SQL DATA SQL SECURITY DEFINER
