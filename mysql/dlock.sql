@@ -506,11 +506,15 @@ END//
 
 /*
  * _unpin_gate: for _take, when the creation gate it has just locked was
- * changed after the caller's snapshot (a row of its slot created since):
- * as _unpin, error 1020 and the caller's REPEATABLE READ transaction rolled
- * back, its locks with it, rather than an INSERT that would wait for the
- * row's lock, or a gate kept locked for nothing.  Elsewhere (autocommit,
- * READ COMMITTED) nothing: _take answers busy.
+ * changed after the caller's snapshot (rows of its slot created or deleted
+ * since, not just this resource's creation): as _unpin, error 1020 and the
+ * caller's REPEATABLE READ transaction rolled back, its locks with it,
+ * rather than an INSERT that could wait for the row's lock, or a gate kept
+ * locked for nothing.  Elsewhere nothing, and _take answers busy: in
+ * autocommit mode the gate's lock ends with the statement; in READ
+ * COMMITTED (where only a change committed during the call gets here) it
+ * stays to the end of the transaction, so new resources of that slot are
+ * busy meanwhile, as after a creation.
  */
 CREATE DEFINER = 'dlock'@'localhost' PROCEDURE dlock._unpin_gate(IN p_resource LONGBLOB)
     READS SQL DATA SQL SECURITY DEFINER
@@ -590,7 +594,9 @@ END//
  * frees it (try_lock NULL, lock 40P01).  xact_lock again in
  * the transaction that holds it returns that lock's fence.  Locks nothing
  * it does not change; where the row changed hands between the plain read
- * and the lock, see _unpin.
+ * and the lock, see _unpin; where rows of the resource's creation gate
+ * slot were created or deleted after the caller's snapshot, _unpin_gate;
+ * where the reaper has the row, _reaper_wait.
  */
 CREATE DEFINER = 'dlock'@'localhost' FUNCTION dlock._take(
     p_resource LONGBLOB, p_holder LONGBLOB, p_me VARCHAR(128) CHARACTER SET utf8mb4,
