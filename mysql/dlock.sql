@@ -50,11 +50,15 @@
  *     REPEATABLE READ snapshot may miss a row created and committed after
  *     it, whose INSERT would then wait in its duplicate-key check for a
  *     transaction that has the row locked: the gate row counts creations
- *     and deletions (gen) and names the last resource created, so an
+ *     and deletions (gen) and names the last resource created or deleted,
+ *     so an
  *     acquirer compares the gate as its snapshot shows it with the gate as
  *     it is: unchanged, it inserts; one creation since, of this resource,
  *     it locks the row (SKIP LOCKED); anything else, error 1020 and its
- *     transaction rolled back (_unpin_gate).
+ *     transaction rolled back (_unpin_gate).  _create, which inserts a
+ *     row an acquirer's snapshot shows but could not lock, inserts only
+ *     when the gate says it was deleted since (an INSERT that finds the
+ *     row keeps a shared lock on it, even in READ COMMITTED).
  *   . the reaper frees or deletes a row in a statement of its own (an
  *     autocommit transaction) under the resource's named lock
  *     (dlock._reap_name: made from the secret of dlock.fence_lock, so no
@@ -216,7 +220,8 @@ CREATE TABLE dlock.xids (
 
 -- Creation gates (see the header): one row per slot; gen counts the rows
 -- created and deleted under it, last is the resource of the last creation
--- (both changed, under the gate's lock, by whoever creates or deletes).
+-- or deletion (both changed, under the gate's lock, by whoever creates or
+-- deletes).  See _take and _create.
 CREATE TABLE dlock.gates (
     slot SMALLINT NOT NULL PRIMARY KEY,
     gen  BIGINT NOT NULL DEFAULT 0,
@@ -638,9 +643,10 @@ BEGIN
         -- it is: if they differ, rows of this slot were created or deleted
         -- after the snapshot, and an INSERT of one that exists would wait,
         -- in its duplicate-key check, for any transaction that has it
-        -- locked.  Exactly one creation since, of this resource: its row
-        -- exists (a deletion would have moved gen again), locked below
-        -- without waiting; anything else, see _unpin_gate.
+        -- locked.  Exactly one change since, of this resource: its
+        -- creation (a row the snapshot does not show was created before it
+        -- could be deleted), so the row exists, locked below without
+        -- waiting; anything else, see _unpin_gate.
         SELECT gen INTO v_gen FROM dlock.gates AS gate_seen
          WHERE slot = dlock._slot(p_resource);
         SELECT 1, gen, last INTO v_free, v_gen_now, v_last FROM dlock.gates AS gate
@@ -738,13 +744,34 @@ CREATE DEFINER = 'dlock'@'localhost' PROCEDURE dlock._create(IN p_resource LONGB
     MODIFIES SQL DATA SQL SECURITY DEFINER
 BEGIN
     DECLARE v_gate INT DEFAULT 0;
+    DECLARE v_there INT DEFAULT 0;
+    DECLARE v_gen BIGINT;
+    DECLARE v_gen_now BIGINT;
+    DECLARE v_last VARBINARY(1000);
     DECLARE v_wait BIGINT DEFAULT @@session.innodb_lock_wait_timeout;
     DECLARE CONTINUE HANDLER FOR NOT FOUND BEGIN END;
     DECLARE CONTINUE HANDLER FOR 1062, 1205 BEGIN END;  -- there, or busy: _take will see
     DECLARE EXIT HANDLER FOR SQLEXCEPTION
         BEGIN SET SESSION innodb_lock_wait_timeout = v_wait; RESIGNAL; END;
-    SELECT 1 INTO v_gate FROM dlock.gates AS gate
+    -- Only when the row is gone: an INSERT that finds it there (1062)
+    -- keeps a shared lock on it to the end of the transaction, even in
+    -- READ COMMITTED, and the holder's renew and unlock would wait for it.
+    -- The row as a plain read shows it (the snapshot in REPEATABLE READ,
+    -- the latest in READ COMMITTED) and the gate as that read shows it,
+    -- then the gate as it is: shown, and nothing created or deleted in the
+    -- slot since, it is there (held by another transaction: nothing to
+    -- do); its own deletion since (and nothing else), gone: insert; shown
+    -- and anything else since, unknown: as _unpin_gate.
+    SELECT gen INTO v_gen FROM dlock.gates AS gate_seen WHERE slot = dlock._slot(p_resource);
+    SELECT COUNT(*) INTO v_there FROM dlock.leases AS seen WHERE resource = p_resource AND tail = 0;
+    SELECT 1, gen, last INTO v_gate, v_gen_now, v_last FROM dlock.gates AS gate
      WHERE slot = dlock._slot(p_resource) FOR UPDATE SKIP LOCKED;
+    IF v_gate = 1 AND v_there = 1 AND v_gen_now = v_gen THEN
+        SET v_gate = 0;    -- there
+    ELSEIF v_gate = 1 AND v_there = 1 AND NOT (v_gen_now = v_gen + 1 AND v_last = p_resource) THEN
+        CALL dlock._unpin_gate(p_resource);    -- error 1020 in a REPEATABLE READ transaction
+        SET v_gate = 0;
+    END IF;
     IF v_gate = 1 THEN
         SET SESSION innodb_lock_wait_timeout = 0;
         INSERT INTO dlock.leases (resource, tail, released_at) VALUES (p_resource, 0, dlock._now());
@@ -1042,7 +1069,7 @@ BEGIN
     END IF;
     DELETE FROM dlock.leases WHERE resource = p_resource AND tail IN (0, 1);
     DELETE FROM dlock.pins WHERE resource = p_resource AND tail IN (0, 1);
-    UPDATE dlock.gates SET gen = gen + 1, last = NULL WHERE slot = dlock._slot(p_resource);
+    UPDATE dlock.gates SET gen = gen + 1, last = p_resource WHERE slot = dlock._slot(p_resource);
     RETURN 0;
 END//
 

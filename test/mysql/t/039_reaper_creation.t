@@ -173,6 +173,29 @@ for my $case (['try_lock', 'SELECT dlock.try_lock(?, ?, 10)', 1],
     }
 }
 
+# 3. lock() and xact_lock() try to create a row that their plain read
+#    shows but that they could not lock (dlock._create, for a row the
+#    reaper deleted after a REPEATABLE READ snapshot).  When the row was in
+#    fact there, locked by another transaction for a moment and free by the
+#    time of the INSERT, the INSERT's duplicate-key check kept a shared lock
+#    on it to the end of the acquirer's transaction, READ COMMITTED too, and
+#    the holder's unlock waited for it (070_model, seed 479467906).  Here
+#    _create is called as lock() would, on a row that is there and free:
+#    it must leave nothing locked.
+for my $iso ('READ COMMITTED', 'REPEATABLE READ') {
+    my $r = "there/$iso";
+    my $bob = conn('bob');
+    like(run($bob, 'SELECT dlock.try_lock(?, ?, 30)', $r, 'b'), qr/^\d+$/, "$iso: $r held");
+    my $c = $my->connect('root', '', RaiseError => 0);
+    $c->do("SET SESSION TRANSACTION ISOLATION LEVEL $iso");
+    $c->do('START TRANSACTION');
+    run($c, 'SELECT COUNT(*) FROM dlock.locks');    # the snapshot
+    is(run($c, 'CALL dlock._create(?)', $r), 'NULL', "$iso: _create of a row that is there");
+    like(run($bob, 'SELECT dlock.renew(?, ?, 30, NULL)', $r, 'b'), qr/^\d/, "$iso: ... and the holder renews (no wait)");
+    is(run($bob, 'SELECT dlock.unlock(?, ?, NULL)', $r, 'b'), 0, "$iso: ... and releases (no wait)");
+    $c->do('ROLLBACK');
+}
+
 # The reaper's round skips a row whose named lock someone holds, and frees
 # it once that is gone (no wait either way).
 if ($named) {
