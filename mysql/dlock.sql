@@ -46,7 +46,28 @@
  *     NULL for another new resource of the same slot while a transaction
  *     that created one is open.  Procedures (lock, xact_lock), which can
  *     catch a lock wait timeout, insert with innodb_lock_wait_timeout = 0
- *     when the row their snapshot shows is gone (reaped since).
+ *     when the row their snapshot shows is gone (reaped since).  A
+ *     REPEATABLE READ snapshot may miss a row created and committed after
+ *     it, whose INSERT would then wait in its duplicate-key check for a
+ *     transaction that has the row locked: the gate row counts creations
+ *     and deletions (gen) and names the last resource created or deleted,
+ *     so an
+ *     acquirer compares the gate as its snapshot shows it with the gate as
+ *     it is: unchanged, it inserts; one creation since, of this resource,
+ *     it locks the row (SKIP LOCKED); anything else, error 1020 and its
+ *     transaction rolled back (_unpin_gate).  _create, which inserts a
+ *     row an acquirer's snapshot shows but could not lock, inserts only
+ *     when the gate says it was deleted since (an INSERT that finds the
+ *     row keeps a shared lock on it, even in READ COMMITTED).
+ *   . the reaper frees or deletes a row in a statement of its own (an
+ *     autocommit transaction) under the resource's named lock
+ *     (dlock._reap_name: made from the secret of dlock.fence_lock, so no
+ *     user can take it), held from before it locks the row until after
+ *     that commits; an acquirer that finds the row locked waits for that
+ *     named lock (a few statements of the reaper, never a user's
+ *     transaction) and looks once more, so an expired lease is free at
+ *     once while the reaper frees it.  The reaper never waits holding it
+ *     (SKIP LOCKED, GET_LOCK(..., 0)).
  *   . assert_fence pins a holding with a shared lock on the resource's row
  *     of dlock.pins, which holds the fence of the current holding (NULL
  *     when there is none) and is changed, under its row lock, by whatever
@@ -197,9 +218,14 @@ CREATE TABLE dlock.xids (
     PERIOD FOR SYSTEM_TIME (trx_start, trx_end)
 ) ENGINE = InnoDB WITH SYSTEM VERSIONING;
 
--- Creation gates (see the header): one row per slot, never changed.
+-- Creation gates (see the header): one row per slot; gen counts the rows
+-- created and deleted under it, last is the resource of the last creation
+-- or deletion (both changed, under the gate's lock, by whoever creates or
+-- deletes).  See _take and _create.
 CREATE TABLE dlock.gates (
-    slot SMALLINT NOT NULL PRIMARY KEY
+    slot SMALLINT NOT NULL PRIMARY KEY,
+    gen  BIGINT NOT NULL DEFAULT 0,
+    last VARBINARY(1000) NULL
 ) ENGINE = InnoDB;
 INSERT INTO dlock.gates (slot)
     WITH h(n) AS (SELECT 0 UNION ALL SELECT 1 UNION ALL SELECT 2 UNION ALL SELECT 3 UNION ALL
@@ -484,6 +510,66 @@ BEGIN
 END//
 
 /*
+ * _unpin_gate: for _take, when the creation gate it has just locked was
+ * changed after the caller's snapshot (rows of its slot created or deleted
+ * since, not just this resource's creation): as _unpin, error 1020 and the
+ * caller's REPEATABLE READ transaction rolled back, its locks with it,
+ * rather than an INSERT that could wait for the row's lock, or a gate kept
+ * locked for nothing.  Elsewhere nothing, and _take answers busy: in
+ * autocommit mode the gate's lock ends with the statement; in READ
+ * COMMITTED (where only a change committed during the call gets here) it
+ * stays to the end of the transaction, so new resources of that slot are
+ * busy meanwhile, as after a creation.
+ */
+CREATE DEFINER = 'dlock'@'localhost' PROCEDURE dlock._unpin_gate(IN p_resource LONGBLOB)
+    READS SQL DATA SQL SECURITY DEFINER
+BEGIN
+    DECLARE v_one INT;
+    DECLARE CONTINUE HANDLER FOR NOT FOUND BEGIN END;
+    IF dlock._in_xact() THEN
+        SET SESSION innodb_snapshot_isolation = ON;
+        SELECT 1 INTO v_one FROM dlock.gates AS regate WHERE slot = dlock._slot(p_resource) FOR UPDATE;
+        SET SESSION innodb_snapshot_isolation = OFF;
+    END IF;
+END//
+
+/*
+ * _reap_name: the named lock the reaper holds (GET_LOCK) while it frees or
+ * deletes one resource's row, from locking it to its commit: made from the
+ * secret name of dlock.fence_lock, so users cannot take or hold it.
+ */
+CREATE DEFINER = 'dlock'@'localhost' FUNCTION dlock._reap_name(p_resource LONGBLOB) RETURNS VARCHAR(64)
+    NOT DETERMINISTIC READS SQL DATA SQL SECURITY DEFINER
+BEGIN
+    DECLARE v_name VARCHAR(64);
+    SELECT name INTO v_name FROM dlock.fence_lock;
+    RETURN CONCAT('dlock:r:', LEFT(SHA2(CONCAT(v_name, ':', HEX(p_resource)), 256), 56));
+END//
+
+/*
+ * _reaper_wait: for _take, when the row is locked by another transaction:
+ * if that is the reaper's (it holds the resource's _reap_name lock from
+ * before it locks the row until after its one-statement transaction
+ * committed), wait for it, at most 2 s; otherwise return at once.  Never a
+ * row-lock wait, and never for a user's transaction: users cannot hold the
+ * named lock, and the reaper never waits while it holds it (SKIP LOCKED;
+ * GET_LOCK(..., 0)).
+ */
+CREATE DEFINER = 'dlock'@'localhost' PROCEDURE dlock._reaper_wait(IN p_resource LONGBLOB)
+    READS SQL DATA SQL SECURITY DEFINER
+BEGIN
+    DECLARE v_name VARCHAR(64) DEFAULT dlock._reap_name(p_resource);
+    DECLARE v_left INT DEFAULT 10;
+    WHILE v_left > 0 AND IS_USED_LOCK(v_name) = CONNECTION_ID() DO
+        DO RELEASE_LOCK(v_name);    -- left by a statement of this session killed here
+        SET v_left = v_left - 1;
+    END WHILE;
+    IF GET_LOCK(v_name, 2) = 1 THEN
+        DO RELEASE_LOCK(v_name);
+    END IF;
+END//
+
+/*
  * _mark: after a change of a holding inside a transaction (an acquisition,
  * re-entry, renewal, or an unlock that leaves a count), the transaction
  * holds the row's lock to its end: mark it as this transaction's (xconn,
@@ -513,7 +599,9 @@ END//
  * frees it (try_lock NULL, lock 40P01).  xact_lock again in
  * the transaction that holds it returns that lock's fence.  Locks nothing
  * it does not change; where the row changed hands between the plain read
- * and the lock, see _unpin.
+ * and the lock, see _unpin; where rows of the resource's creation gate
+ * slot were created or deleted after the caller's snapshot, _unpin_gate;
+ * where the reaper has the row, _reaper_wait.
  */
 CREATE DEFINER = 'dlock'@'localhost' FUNCTION dlock._take(
     p_resource LONGBLOB, p_holder LONGBLOB, p_me VARCHAR(128) CHARACTER SET utf8mb4,
@@ -533,6 +621,10 @@ BEGIN
     DECLARE v_xtrx BIGINT UNSIGNED;
     DECLARE v_xfence BIGINT;
     DECLARE v_busy BIGINT DEFAULT IF(p_holder IS NULL, -1, 0);
+    DECLARE v_gen BIGINT;
+    DECLARE v_gen_now BIGINT;
+    DECLARE v_last VARBINARY(1000);
+    DECLARE v_exists INT DEFAULT 0;
     DECLARE CONTINUE HANDLER FOR NOT FOUND BEGIN END;  -- no row: the variables stay as they are
     DECLARE CONTINUE HANDLER FOR 1062 SET v_dup = 1;
     SELECT 1, holder, owner, expires_at, xconn, xtrx, xfence
@@ -547,17 +639,33 @@ BEGIN
     END IF;
     IF v_seen = 0 THEN
         -- A new row, under its gate: no other transaction is inserting it.
-        SELECT 1 INTO v_free FROM dlock.gates AS gate
+        -- The gate's gen as this transaction's snapshot shows it, then as
+        -- it is: if they differ, rows of this slot were created or deleted
+        -- after the snapshot, and an INSERT of one that exists would wait,
+        -- in its duplicate-key check, for any transaction that has it
+        -- locked.  Exactly one change since, of this resource: its
+        -- creation (a row the snapshot does not show was created before it
+        -- could be deleted), so the row exists, locked below without
+        -- waiting; anything else, see _unpin_gate.
+        SELECT gen INTO v_gen FROM dlock.gates AS gate_seen
+         WHERE slot = dlock._slot(p_resource);
+        SELECT 1, gen, last INTO v_free, v_gen_now, v_last FROM dlock.gates AS gate
          WHERE slot = dlock._slot(p_resource) FOR UPDATE SKIP LOCKED;
         IF v_free = 0 THEN
             RETURN 0;
-        END IF;
-        -- released_at set: reaping deletes an unused row an hour later.
-        -- 1062: created after this transaction's snapshot; locked below.
-        INSERT INTO dlock.leases (resource, tail, released_at) VALUES (p_resource, 0, dlock._now());
-        IF v_dup = 0 THEN
-            INSERT INTO dlock.leases (resource, tail) VALUES (p_resource, 1);
-            INSERT IGNORE INTO dlock.pins (resource, tail) VALUES (p_resource, 0), (p_resource, 1);
+        ELSEIF v_gen_now = v_gen + 1 AND v_last = p_resource THEN
+            SET v_exists = 1;    -- created since the snapshot
+        ELSEIF v_gen_now <> v_gen THEN
+            CALL dlock._unpin_gate(p_resource);    -- error 1020 in a REPEATABLE READ transaction
+            RETURN 0;
+        ELSE
+            -- released_at set: reaping deletes an unused row an hour later.
+            INSERT INTO dlock.leases (resource, tail, released_at) VALUES (p_resource, 0, dlock._now());
+            IF v_dup = 0 THEN
+                INSERT INTO dlock.leases (resource, tail) VALUES (p_resource, 1);
+                INSERT IGNORE INTO dlock.pins (resource, tail) VALUES (p_resource, 0), (p_resource, 1);
+                UPDATE dlock.gates SET gen = gen + 1, last = p_resource WHERE slot = dlock._slot(p_resource);
+            END IF;
         END IF;
     ELSEIF v_h IS NOT NULL AND v_exp > dlock._now()
            AND NOT (p_holder IS NOT NULL AND v_h = p_holder AND v_owner = p_me) THEN
@@ -570,6 +678,13 @@ BEGIN
     END IF;
     SELECT 1, holder, owner, fence, expires_at INTO v_found, v_h, v_owner, v_fence, v_exp
       FROM dlock.leases AS skipping WHERE resource = p_resource AND tail = 0 FOR UPDATE SKIP LOCKED;
+    IF v_found = 0 AND (v_seen = 1 OR v_exists = 1) THEN
+        -- Maybe the reaper, freeing this expired lease (or deleting the
+        -- row) in a statement of its own: wait for it, then once more.
+        CALL dlock._reaper_wait(p_resource);
+        SELECT 1, holder, owner, fence, expires_at INTO v_found, v_h, v_owner, v_fence, v_exp
+          FROM dlock.leases AS again WHERE resource = p_resource AND tail = 0 FOR UPDATE SKIP LOCKED;
+    END IF;
     IF v_found = 0 THEN
         RETURN IF(v_seen = 1, -2, 0);
     END IF;
@@ -629,19 +744,41 @@ CREATE DEFINER = 'dlock'@'localhost' PROCEDURE dlock._create(IN p_resource LONGB
     MODIFIES SQL DATA SQL SECURITY DEFINER
 BEGIN
     DECLARE v_gate INT DEFAULT 0;
+    DECLARE v_there INT DEFAULT 0;
+    DECLARE v_gen BIGINT;
+    DECLARE v_gen_now BIGINT;
+    DECLARE v_last VARBINARY(1000);
     DECLARE v_wait BIGINT DEFAULT @@session.innodb_lock_wait_timeout;
     DECLARE CONTINUE HANDLER FOR NOT FOUND BEGIN END;
     DECLARE CONTINUE HANDLER FOR 1062, 1205 BEGIN END;  -- there, or busy: _take will see
     DECLARE EXIT HANDLER FOR SQLEXCEPTION
         BEGIN SET SESSION innodb_lock_wait_timeout = v_wait; RESIGNAL; END;
-    SELECT 1 INTO v_gate FROM dlock.gates AS gate
+    -- Only when the row is gone: an INSERT that finds it there (1062)
+    -- keeps a shared lock on it to the end of the transaction, even in
+    -- READ COMMITTED, and the holder's renew and unlock would wait for it.
+    -- The row as a plain read shows it (the snapshot in REPEATABLE READ,
+    -- the latest in READ COMMITTED) and the gate as that read shows it,
+    -- then the gate as it is: shown, and nothing created or deleted in the
+    -- slot since, it is there (held by another transaction: nothing to
+    -- do); its own deletion since (and nothing else), gone: insert; shown
+    -- and anything else since, unknown: as _unpin_gate.
+    SELECT gen INTO v_gen FROM dlock.gates AS gate_seen WHERE slot = dlock._slot(p_resource);
+    SELECT COUNT(*) INTO v_there FROM dlock.leases AS seen WHERE resource = p_resource AND tail = 0;
+    SELECT 1, gen, last INTO v_gate, v_gen_now, v_last FROM dlock.gates AS gate
      WHERE slot = dlock._slot(p_resource) FOR UPDATE SKIP LOCKED;
+    IF v_gate = 1 AND v_there = 1 AND v_gen_now = v_gen THEN
+        SET v_gate = 0;    -- there
+    ELSEIF v_gate = 1 AND v_there = 1 AND NOT (v_gen_now = v_gen + 1 AND v_last = p_resource) THEN
+        CALL dlock._unpin_gate(p_resource);    -- error 1020 in a REPEATABLE READ transaction
+        SET v_gate = 0;
+    END IF;
     IF v_gate = 1 THEN
         SET SESSION innodb_lock_wait_timeout = 0;
         INSERT INTO dlock.leases (resource, tail, released_at) VALUES (p_resource, 0, dlock._now());
         IF ROW_COUNT() = 1 THEN
             INSERT INTO dlock.leases (resource, tail) VALUES (p_resource, 1);
             INSERT IGNORE INTO dlock.pins (resource, tail) VALUES (p_resource, 0), (p_resource, 1);
+            UPDATE dlock.gates SET gen = gen + 1, last = p_resource WHERE slot = dlock._slot(p_resource);
         END IF;
         SET SESSION innodb_lock_wait_timeout = v_wait;
     END IF;
@@ -889,8 +1026,10 @@ END//
 
 /*
  * _reap_one: frees the resource if its lease has expired (1), deletes it if
- * free for an hour (0).  Skips a row another transaction holds, and a
- * holding assert_fence pins.
+ * free for an hour (0; not while another transaction holds its creation
+ * gate, whose gen it moves).  Skips a row another transaction holds, and a
+ * holding assert_fence pins.  _reap calls it under the resource's named
+ * lock (_reap_name).
  */
 CREATE DEFINER = 'dlock'@'localhost' FUNCTION dlock._reap_one(p_resource VARBINARY(1000)) RETURNS INT
     NOT DETERMINISTIC MODIFIES SQL DATA SQL SECURITY DEFINER
@@ -920,8 +1059,17 @@ BEGIN
         UPDATE dlock.pins SET fence = NULL WHERE resource = p_resource AND tail = 0;
         RETURN 1;
     END IF;
+    -- A deletion moves the gate's gen (see _take): not while another
+    -- transaction holds the gate.
+    SET v_free = 0;
+    SELECT 1 INTO v_free FROM dlock.gates AS gate
+     WHERE slot = dlock._slot(p_resource) FOR UPDATE SKIP LOCKED;
+    IF v_free = 0 THEN
+        RETURN 0;
+    END IF;
     DELETE FROM dlock.leases WHERE resource = p_resource AND tail IN (0, 1);
     DELETE FROM dlock.pins WHERE resource = p_resource AND tail IN (0, 1);
+    UPDATE dlock.gates SET gen = gen + 1, last = p_resource WHERE slot = dlock._slot(p_resource);
     RETURN 0;
 END//
 
@@ -935,9 +1083,11 @@ BEGIN
     DECLARE v_last VARBINARY(1000) DEFAULT '';
     DECLARE v_next VARBINARY(1000);
     DECLARE v_now DATETIME(6);
+    DECLARE v_name VARCHAR(64);
     DECLARE v_si BOOLEAN DEFAULT dlock._si_off();
     DECLARE CONTINUE HANDLER FOR NOT FOUND BEGIN END;  -- no row: the variables stay as they are
-    DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN CALL dlock._si_restore(v_si); RESIGNAL; END;
+    DECLARE EXIT HANDLER FOR SQLEXCEPTION
+        BEGIN DO RELEASE_LOCK(v_name); CALL dlock._si_restore(v_si); RESIGNAL; END;
     SET p_reaped = 0;
     scan: LOOP
         SET v_next = NULL;
@@ -951,7 +1101,14 @@ BEGIN
             LEAVE scan;
         END IF;
         SET v_last = v_next;
-        SET p_reaped = p_reaped + dlock._reap_one(v_next);
+        -- Under the row's _reap_name lock, released once the statement
+        -- that changed the row has committed (autocommit): an acquirer
+        -- that finds the row locked waits for that, not for a NULL.
+        SET v_name = dlock._reap_name(v_next);
+        IF GET_LOCK(v_name, 0) = 1 THEN
+            SET p_reaped = p_reaped + dlock._reap_one(v_next);
+            DO RELEASE_LOCK(v_name);
+        END IF;
     END LOOP;
     CALL dlock._si_restore(v_si);
 END//

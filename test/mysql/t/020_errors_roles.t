@@ -182,6 +182,7 @@ for my $q ("SELECT * FROM dlock.leases", "UPDATE dlock.leases SET holder = 'me'"
            "INSERT INTO dlock.fences () VALUES ()", "SELECT dlock._fence()",
            "SELECT * FROM dlock.fence_lock",
            "SELECT dlock._reap_one('x')", "CALL dlock._reap(\@n)",
+           "SELECT dlock._reap_name('x')", "CALL dlock._reaper_wait('x')",
            "SELECT dlock._take('x', 'h', 'alice', 1)", "CALL dlock._create('x')",
            "DELETE FROM dlock.gates", "ALTER TABLE dlock.fences AUTO_INCREMENT = 1",
            "DROP EVENT dlock.reap") {
