@@ -276,6 +276,18 @@ dlock_wait_loop(const DlockResource *res, text *holder, int64 wait_ms,
 				held_extra = true;
 				continue;
 			}
+			if (wait_ms < 0 && lock_limit == DT_NOEND &&
+				extra_mode == (LOCKMODE) DLOCK_CHANGE)
+			{
+				/*
+				 * No limit, and a pin in the way of a change: wait for the
+				 * pins in the lock manager, where a cycle through them is a
+				 * deadlock it finds, and look again.  (A SHARE attempt is
+				 * not held off by pins: it polls.)
+				 */
+				dlock_wait_for_pins(res);
+				continue;
+			}
 			dlock_wait_sleep(Min(backoff_ms, ms_until(now, Min(deadline, lock_limit))));
 			backoff_ms = Min(backoff_ms * 2, MAX_BACKOFF_MS);
 			continue;

@@ -120,6 +120,7 @@ extern void dlock_resource_unlock(const DlockResource *res, DlockLockMode mode);
 extern void dlock_pin(const DlockResource *res);
 extern void dlock_unpin(const DlockResource *res);
 extern bool dlock_pinned(const DlockResource *res);
+extern void dlock_wait_for_pins(const DlockResource *res);
 extern bool dlock_resource_held(const DlockResource *res, bool *only_share);
 extern bool dlock_share_row_lock(const DlockResource *res, text *holder,
 								 DlockLockMode mode, bool wait);

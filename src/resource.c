@@ -51,9 +51,11 @@
  *	  changing hands until the caller's transaction ends, without ever
  *	  making the holder's own renew wait.  A pin also holds the resource's
  *	  pin marker (another tag) so that those who must wait for a change can
- *	  tell a pin from a change in progress: behind a pin they poll instead
- *	  of queueing in the lock manager, where a queued CHANGE request would
- *	  hold up every later RENEW (dlock_change_wait).
+ *	  tell a pin from a change in progress: behind a pin they wait on the
+ *	  marker instead of queueing for the resource's lock, where a queued
+ *	  CHANGE request would hold up every later RENEW (dlock_change_wait,
+ *	  dlock_wait_for_pins); the wait is still the lock manager's, so a
+ *	  deadlock through a pin is detected.
  *
  * A waiting CHANGE request queued in the lock manager behind readers in
  * flight holds up later SHARE requests as pg_advisory_lock does
@@ -394,8 +396,8 @@ dlock_unpin(const DlockResource *res)
  * resource lock in CHANGE mode queued in the lock manager behind a pin
  * would make every later RENEW queue behind it too (the lock manager
  * queues a request that conflicts with a waiting one), so whoever must
- * wait for a change while a pin holds polls instead (dlock_change_wait,
- * acquire.c).
+ * wait for a change while a pin holds waits for the pins on their marker
+ * instead (dlock_wait_for_pins).
  */
 bool
 dlock_pinned(const DlockResource *res)
@@ -407,6 +409,27 @@ dlock_pinned(const DlockResource *res)
 		return true;
 	LockRelease(&tag, ExclusiveLock, false);
 	return false;
+}
+
+/*
+ * dlock_wait_for_pins: wait, in the lock manager, until the pins of res
+ * that other transactions hold now are gone: an ExclusiveLock on the pin
+ * marker, given back at once.  The wait is on the marker, not on the
+ * resource's lock, so renewals never queue behind it (see dlock_pinned);
+ * new pins queue behind it for that moment, as they wait for a change in
+ * progress anyway.  Being a lock-manager wait, a cycle through a pin (this
+ * transaction waits for a pinner that waits for this one in the lock
+ * manager) is found by the deadlock detector (40P01), and lock_timeout,
+ * statement_timeout and cancel end it.  The caller looks again after it.
+ */
+void
+dlock_wait_for_pins(const DlockResource *res)
+{
+	LOCKTAG		tag;
+
+	set_pin_locktag(&tag, res->hash);
+	(void) LockAcquire(&tag, ExclusiveLock, false, false);
+	LockRelease(&tag, ExclusiveLock, false);
 }
 
 /*
@@ -462,15 +485,15 @@ set_share_row_locktag(LOCKTAG *tag, const DlockResource *res, text *holder)
  * dlock_share_row_lock: take the share-row tag of holder's shared holding
  * of res in mode for this transaction (see the header).  With wait =
  * false returns false at once if another transaction has it in a
- * conflicting mode; with wait, behind a pin it polls like
- * dlock_change_wait, else it waits in the lock manager.
+ * conflicting mode; with wait, behind a pin it waits for the pins
+ * (dlock_wait_for_pins) and tries again, else it waits in the lock
+ * manager.
  */
 bool
 dlock_share_row_lock(const DlockResource *res, text *holder,
 					 DlockLockMode mode, bool wait)
 {
 	LOCKTAG		tag;
-	long		sleep_us = 100;
 
 	set_share_row_locktag(&tag, res, holder);
 	for (;;)
@@ -484,9 +507,7 @@ dlock_share_row_lock(const DlockResource *res, text *holder,
 			(void) LockAcquire(&tag, (LOCKMODE) mode, false, false);
 			return true;
 		}
-		pg_usleep(sleep_us);
-		CHECK_FOR_INTERRUPTS();
-		sleep_us = Min(sleep_us * 2, 100000);
+		dlock_wait_for_pins(res);
 	}
 }
 
@@ -528,14 +549,13 @@ dlock_share_row_unlock(const DlockResource *res, text *holder,
 
 /*
  * dlock_change_wait: take res's lock in CHANGE mode, waiting as long as it
- * takes: in the lock manager (deadlock detection, cancel, visible to
- * isolationtester) while no pin holds it, polling while one does.
+ * takes, always in the lock manager (deadlock detection, cancel, visible
+ * to isolationtester): for the resource's lock while no pin holds it, for
+ * the pins (dlock_wait_for_pins) while one does, then again.
  */
 void
 dlock_change_wait(const DlockResource *res)
 {
-	long		sleep_us = 100;
-
 	for (;;)
 	{
 		if (dlock_resource_lock(res, DLOCK_CHANGE, false))
@@ -545,9 +565,7 @@ dlock_change_wait(const DlockResource *res)
 			(void) dlock_resource_lock(res, DLOCK_CHANGE, true);
 			return;
 		}
-		pg_usleep(sleep_us);
-		CHECK_FOR_INTERRUPTS();
-		sleep_us = Min(sleep_us * 2, 100000);
+		dlock_wait_for_pins(res);
 	}
 }
 
