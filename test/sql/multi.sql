@@ -37,8 +37,28 @@ SELECT dlock.unlock('m/b', 'h') AS b_released;
 SELECT dlock.check('m/b', (SELECT fences[1] FROM f)) AS check_b_released;
 -- Owner checks: another holder text changes nothing.
 SELECT dlock.unlock('m/c', 'nobody') AS not_yours;
+-- Another role: the same holder text is another holder (refused, nothing
+-- taken), and it cannot release the holding (42501).
+CREATE ROLE regress_multi_other;
+SET ROLE regress_multi_other;
+SELECT dlock.try_lock_all(ARRAY['m/c', 'm/o'], 'h', '1h') AS other_role_refused;
+SELECT dlock.unlock('m/c', 'h') AS other_role_unlock;
+RESET ROLE;
+SELECT count(*) AS o_not_taken FROM dlock.locks WHERE resource = 'm/o';
+DROP ROLE regress_multi_other;
 SELECT dlock.unlock_all('h') AS released_all;
 SELECT count(*) AS none_left FROM dlock.locks WHERE holder = 'h';
+
+-- A new holding takes the lock-delay of dlock.lock_delay, as try_lock's:
+-- broken, it stays unavailable.
+SET dlock.lock_delay = '1h';
+SELECT array_length(dlock.try_lock_all(ARRAY['m/d1', 'm/d2'], 'h', '1h'), 1) AS with_delay;
+RESET dlock.lock_delay;
+SELECT dlock.break_lock('m/d1') AS broken;
+SELECT dlock.try_lock('m/d1', 'next', '1h') AS d1_delayed;
+SELECT dlock.unlock('m/d2', 'h') AS d2_released_cleanly;
+SELECT dlock.try_lock('m/d2', 'next', '1h') IS NOT NULL AS d2_free_at_once;
+SELECT dlock.unlock('m/d2', 'next') AS d2_released;
 
 -- Shared: several resources shared, beside another reader; a writer is
 -- kept out of all of them.
@@ -115,4 +135,4 @@ ROLLBACK;
 
 -- Clean up.
 SELECT dlock.unlock('m/busy', 'other') AS busy_released;
-SELECT count(*) AS left_over FROM dlock.locks WHERE resource LIKE 'm/%' AND resource <> 'm/delay';
+SELECT count(*) AS left_over FROM dlock.locks WHERE resource LIKE 'm/%' AND resource NOT IN ('m/delay', 'm/d1');
