@@ -134,6 +134,16 @@ read_resources(FunctionCallInfo fcinfo, int argno, int *n)
 	return items;
 }
 
+/* request_of: the admission request for each resource (admit.c). */
+static DlockRequest
+request_of(const MultiArgs *m)
+{
+	DlockRequest req = {m->shared ? DLOCK_KIND_SHARED : DLOCK_KIND_EXCLUSIVE,
+	m->holder, m->caller, false, false, 0, false};
+
+	return req;
+}
+
 /* give_back: give back the locks of the first taken items. */
 static void
 give_back(const MultiArgs *m, int taken)
@@ -155,8 +165,7 @@ write_all(MultiArgs *m, DlockAdmission *verdicts)
 	for (int i = 0; i < m->n; i++)
 	{
 		MultiItem  *it = &m->items[i];
-		DlockRequest req = {m->shared ? DLOCK_KIND_SHARED : DLOCK_KIND_EXCLUSIVE,
-		m->holder, m->caller, false, false, 0, false};
+		DlockRequest req = request_of(m);
 		DlockAdmission v = verdicts[i];
 		int64		drawn = 0;
 
@@ -187,8 +196,7 @@ multi_attempt(const DlockResource *res, void *arg, int64 *fence,
 			  TimestampTz *busy_until)
 {
 	MultiArgs  *m = arg;
-	DlockRequest req = {m->shared ? DLOCK_KIND_SHARED : DLOCK_KIND_EXCLUSIVE,
-	m->holder, m->caller, false, false, 0, false};
+	DlockRequest req = request_of(m);
 	DlockAdmission *verdicts = palloc(m->n * sizeof(DlockAdmission));
 	int			taken;
 	int			i;
