@@ -11,6 +11,8 @@
  *   scale.c    pair rate with many held leases, reaping 100k expired ones
  *   elect.c    leader election: resign and kill handoffs, dlock elect
  *              against etcdctl elect
+ *   shared.c   shared-lock pairs of readers of one resource against
+ *              pg_advisory_lock_shared
  *   report.c   CSV files and results.md with the goals
  *   main.c     options and the order of the measurements
  */
@@ -18,6 +20,7 @@
 #define BENCH_H
 
 #include <stdbool.h>
+#include <stdio.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -167,6 +170,10 @@ extern void bench_scale(void);
 
 /* ---- elect.c ---- */
 extern void bench_elect(void);
+
+/* ---- shared.c ---- */
+extern void bench_shared(void);
+extern void write_shared(FILE *f);
 
 /* ---- report.c: the figures every part fills in ---- */
 #define NCLIENT_COUNTS 3

@@ -2,7 +2,7 @@
  * main.c: dlock_bench, the benchmark client of bench/run.sh.
  *
  *   dlock_bench -d CONNINFO -o OUTDIR [--redis-port N] [--quick]
- *               [--only pairs,hot,release,takeover,idle,scale,elect]
+ *               [--only pairs,hot,release,takeover,idle,scale,elect,shared]
  *               [--dlock-cli PATH] [--etcd-endpoint HOST:PORT]
  *
  * Runs the measurements of issue 5 in order against a server that has
@@ -29,7 +29,7 @@ usage(int status)
 {
 	fprintf(status ? stderr : stdout,
 			"usage: dlock_bench -d CONNINFO -o OUTDIR [--redis-port N] [--quick]\n"
-			"                   [--only pairs,hot,release,takeover,idle,scale,elect]\n"
+			"                   [--only pairs,hot,release,takeover,idle,scale,elect,shared]\n"
 			"                   [--dlock-cli PATH] [--etcd-endpoint HOST:PORT]\n");
 	exit(status);
 }
@@ -166,6 +166,8 @@ main(int argc, char **argv)
 		bench_scale();
 	if (wanted(only, "elect"))
 		bench_elect();
+	if (wanted(only, "shared"))
+		bench_shared();
 
 	report_write(conn, now_s() - t0);
 	report_close();

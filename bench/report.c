@@ -508,6 +508,7 @@ report_write(PGconn *conn, double total_s)
 	write_contention(f);
 	write_scale(f);
 	write_elect(f);
+	write_shared(f);
 	fprintf(f, "Raw data: samples.csv (every latency sample), pairs.csv, hot_clients.csv, "
 			"figures.csv; plots: *.png.\n");
 	fclose(f);

@@ -16,14 +16,18 @@
 #
 # --quick is a smoke run of a few seconds; its results go to
 # bench/results/quick/ so they never overwrite a full run's.  --only LIST
-# (comma-separated: pairs,hot,release,takeover,idle,scale,elect) runs only
-# those measurements, into bench/results/only/ (with --quick:
+# (comma-separated: pairs,hot,release,takeover,idle,scale,elect,shared,entities)
+# runs only those measurements, into bench/results/only/ (with --quick:
 # bench/results/quick/).
 #
 # For the leader election measurement it runs the dlock CLI built in cli/
 # (else the one on PATH) and, when etcd and etcdctl are installed, starts a
 # throwaway single-node etcd on 127.0.0.1 (random ports, data in the
 # temporary directory) for the `etcdctl elect` baseline, stopped at the end.
+#
+# The fsync = off pass also measures the portable edition (portable/dlock.sql
+# in a database of its own, installed by its non-superuser owner) against the
+# naive lock table (bench/portable_pairs.pl, fsync_off/portable.md).
 #
 # PostgreSQL refuses to run as root: as root the work is done as user
 # "postgres" on a copy of bench/ in /tmp (like test/lib.sh), and the
@@ -41,7 +45,7 @@ while [ $# -gt 0 ]; do
         --only) [ $# -ge 2 ] || { echo "usage: bench/run.sh [--quick] [--only LIST]" >&2; exit 2; }
                 only=$2; shift ;;
         --inner) inner=1 ;;          # internal: the unprivileged half
-        -h|--help) sed -n '2,32p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        -h|--help) sed -n '2,35p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
         *) echo "usage: bench/run.sh [--quick] [--only LIST]" >&2; exit 2 ;;
     esac
     shift
@@ -109,6 +113,47 @@ extension_note() {
     echo "installed $so $match the one built in $top (HEAD $head$dirty), md5 $(md5sum <"$so" | cut -c1-12)"
 }
 
+# portable_pairs: the portable edition (portable/dlock.sql, installed in
+# database portable_bench by its owner, bench_dbo, no superuser) against the
+# naive lock table in that database and the C extension, uncontended pairs
+# at 1 and 8 clients (bench/portable_pairs.pl), in the fsync = off pass;
+# writes fsync_off/portable.md.  Goal: portable >= 0.8x naive at 1 client.
+portable_pairs() {
+    local sql="" secs=10 out="$resdir/fsync_off/portable.txt" c m
+    for f in "$here/../portable/dlock.sql" "$here/portable-dlock.sql"; do
+        [ -f "$f" ] && { sql=$f; break; }
+    done
+    [ -n "$sql" ] || { say "portable/dlock.sql not found: the portable edition's pairs are skipped"; : >"$resdir/fsync_off/portable.md"; return 0; }
+    [ -n "$quick" ] && secs=2
+    say "the portable edition's uncontended pairs (fsync = off)"
+    "$PG_BIN/psql" -X -q -P pager=off -d "$conninfo" -c "DROP DATABASE IF EXISTS portable_bench" \
+        -c "DROP ROLE IF EXISTS bench_dbo" -c "CREATE ROLE bench_dbo LOGIN" \
+        -c "CREATE DATABASE portable_bench OWNER bench_dbo" >/dev/null
+    "$PG_BIN/psql" -X -q -d "$conninfo" -c "GRANT CREATE ON SCHEMA public TO bench_dbo" >/dev/null
+    "$PG_BIN/psql" -X -q -d "host=$tmp port=$port user=bench_dbo dbname=portable_bench" -f "$sql" >/dev/null
+    : >"$out"
+    for c in 1 8; do
+        for m in naive portable dlock; do
+            perl "$here/portable_pairs.pl" "$conninfo" postgres portable_bench bench_dbo "$m" "$c" "$secs" >>"$out"
+        done
+    done
+    {
+        echo "### The portable edition (fsync = off)"
+        echo
+        echo "Each client: its own connection and resource, try_lock then unlock, as fast as it can (Perl"
+        echo "DBD::Pg, server-side prepared, autocommit; \`bench/portable_pairs.pl\`): the portable edition"
+        echo "(database portable_bench, installed by its owner), the naive lock table of measurement 1 in the"
+        echo "same database, and the C extension. pairs/s, pair latency p50 / p99 in us; failures must be 0."
+        echo "Goal: portable >= 0.8x naive at 1 client."
+        echo
+        echo "| method | clients | pairs/s | p50 us | p99 us | failed | vs naive table |"
+        echo "|---|---|---|---|---|---|---|"
+        awk '{ r[$1" "$2] = $3; line[NR] = $0 }
+             END { for (i = 1; i <= NR; i++) { split(line[i], f, " ");
+                   printf "| %s | %s | %s | %s | %s | %s | %.2fx |\n", f[1], f[2], f[3], f[4], f[5], f[6], f[3] / r["naive " f[2]] } }' "$out"
+    } >"$resdir/fsync_off/portable.md"
+}
+
 # run_unprivileged: as root, do the rest as "postgres" on a copy in /tmp.
 copy=""
 run_unprivileged() {
@@ -117,6 +162,7 @@ run_unprivileged() {
     rsync -a --exclude results "$here"/ "$copy"/
     cp "$here/../mysql/dlock.sql" "$copy/mysql-dlock.sql" 2>/dev/null || true
     cp "$here/../cli/dlock" "$copy/dlock-cli" 2>/dev/null || true
+    cp "$here/../portable/dlock.sql" "$copy/portable-dlock.sql" 2>/dev/null || true
     chown -R postgres: "$copy"
     chmod 755 "$copy"
     say "running as user postgres in $copy"
@@ -258,6 +304,7 @@ EOF
         find "$resdir/fsync_off" -maxdepth 1 -type f -delete
         "$here/dlock_bench" -d "$conninfo" -o "$resdir/fsync_off" ${rport:+--redis-port "$rport"} \
             $quick --only pairs
+        portable_pairs
         say "server CPU per pair (bench/cpu.sh)"
         for c in 1 8; do
             bash "$here/cpu.sh" "$tmp/data" $([ -n "$quick" ] && echo 3000 || echo 20000) $c \
@@ -273,6 +320,8 @@ EOF
             echo "fsync_off/results.md."
             awk '/^## 1\./ {on = 1; next} /^## / {on = 0} on' "$resdir/fsync_off/results.md"
             echo
+            cat "$resdir/fsync_off/portable.md"
+            echo
             echo "Server CPU per pair (all the cluster's processes, from /proc; \`bench/cpu.sh\`,"
             echo "one resource per pgbench client, fsync = off), and pgbench's own CPU per pair;"
             echo "1 client, then 8:"
@@ -281,6 +330,21 @@ EOF
             echo
             cat "$resdir/fsync_off/cpu_8.md"
         } >>"$resdir/results.md"
+    fi
+
+    # Per-entity locks at scale (issue 25): random resources out of a
+    # thousand and out of a million, fsync off and on, 1 and 8 clients,
+    # dlock against the naive table in alternating rounds, with the lock
+    # table's size; appended to results.md.
+    if [ -z "$only" ] || [[ ",$only," == *,entities,* ]]; then
+        say "per-entity locks: random resources out of 1,000 and 1,000,000 (bench/entities.sh)"
+        {
+            echo
+            echo "## Per-entity locks at scale (bench/entities.sh)"
+            echo
+            bash "$here/entities.sh" "$tmp/data" $quick || echo "(bench/entities.sh failed)"
+        } >"$resdir/entities.md"
+        cat "$resdir/entities.md" >>"$resdir/results.md"
     fi
 
     if [ -z "$only" ]; then

@@ -71,6 +71,13 @@ lock_init(Lock *lk, const Options *o, const char *resource, int64_t lease_ms)
 	if (lease_ms > 0)
 		format_interval(lk->lease_text, sizeof(lk->lease_text), lease_ms);
 	lk->polling = o->poll;
+	lk->shared = o->shared;
+	if (o->max_permits > 0)
+	{
+		snprintf(lk->max_permits_text, sizeof(lk->max_permits_text), "%d", (int) o->max_permits);
+		snprintf(lk->permits_text, sizeof(lk->permits_text), "%d",
+				 (int) (o->permits > 0 ? o->permits : 1));
+	}
 	if (o->lock_delay_ms >= 0)
 		format_interval(lk->lock_delay_text, sizeof(lk->lock_delay_text),
 						o->lock_delay_ms);
@@ -177,18 +184,25 @@ reconnect_retrying(Lock *lk, int64_t wait_deadline)
 }
 
 /*
- * sql_params: the (resource, holder, lease, fair, lock_delay) parameters;
- * a lease or lock-delay of NULL lets the server use its default
+ * sql_params: the (resource, holder, lease, fair, lock_delay) parameters,
+ * or for a semaphore (resource, holder, lease, fair, max_permits,
+ * permits); a lease or lock-delay of NULL lets the server use its default
  * (dlock.default_lease, dlock.lock_delay).
  */
 static void
-sql_params(const Lock *lk, const char *params[5])
+sql_params(const Lock *lk, const char *params[6])
 {
 	params[0] = lk->param;
 	params[1] = lk->holder;
 	params[2] = lk->lease_text[0] ? lk->lease_text : NULL;
 	params[3] = lk->fair ? "true" : "false";
 	params[4] = lk->lock_delay_text[0] ? lk->lock_delay_text : NULL;
+	params[5] = NULL;
+	if (lk->max_permits_text[0])
+	{
+		params[4] = lk->max_permits_text;
+		params[5] = lk->permits_text;
+	}
 }
 
 /* assumed_lease: the lease used for local deadlines (30 s if unknown). */
@@ -291,7 +305,7 @@ static TryStatus
 try_once(Lock *lk)
 {
 	PGresult   *r;
-	const char *params[5];
+	const char *params[6];
 	char		xid[32];
 	int64_t		sent;
 	DbStatus	st;
@@ -337,6 +351,22 @@ try_once(Lock *lk)
 				? "SELECT array_to_string(f, ' '), "
 				"  CASE WHEN f IS NULL THEN NULL ELSE pg_current_xact_id() END "
 				"FROM dlock.try_lock_all($1::text[], $2, $3::interval) AS f"
+				: lk->max_permits_text[0]
+				? "SELECT f, CASE WHEN f IS NULL THEN NULL ELSE pg_current_xact_id() END, "
+				"  CASE WHEN f IS NULL AND $4 THEN set_config('synchronous_commit', 'off', true) END, "
+				"  (extract(epoch FROM current_setting('dlock.queue_ttl', true)::interval) "
+				"   * 1000)::bigint, "
+				"  to_regprocedure('dlock.withdraw(text,text)') IS NOT NULL "
+				"FROM dlock.try_acquire($1, $2, $5::integer, $6::integer, $3::interval, "
+				"                       fair => $4::boolean) AS f"
+				: lk->shared
+				? "SELECT f, CASE WHEN f IS NULL THEN NULL ELSE pg_current_xact_id() END, "
+				"  CASE WHEN f IS NULL AND $4 THEN set_config('synchronous_commit', 'off', true) END, "
+				"  (extract(epoch FROM current_setting('dlock.queue_ttl', true)::interval) "
+				"   * 1000)::bigint, "
+				"  to_regprocedure('dlock.withdraw(text,text)') IS NOT NULL "
+				"FROM dlock.try_lock($1, $2, $3::interval, fair => $4::boolean, "
+				"                    lock_delay => $5::interval, shared => true) AS f"
 				: lk->fair || lk->lock_delay_text[0]
 				? "SELECT f, CASE WHEN f IS NULL THEN NULL ELSE pg_current_xact_id() END, "
 				"  CASE WHEN f IS NULL AND $4 THEN set_config('synchronous_commit', 'off', true) END, "
@@ -347,14 +377,14 @@ try_once(Lock *lk)
 				"                    lock_delay => $5::interval) AS f"
 				: "SELECT f, CASE WHEN f IS NULL THEN NULL ELSE pg_current_xact_id() END "
 				"FROM dlock.try_lock($1, $2, $3::interval) AS f",
-				lk->election ? 4 : lk->nresources == 1 &&
-				(lk->fair || lk->lock_delay_text[0]) ? 5 : 3,
+				lk->election ? 4 : lk->nresources > 1 ? 3 : lk->max_permits_text[0] ? 6 :
+				lk->shared || lk->fair || lk->lock_delay_text[0] ? 5 : 3,
 				params, sent + STMT_TIMEOUT_MS, false, &r) != DB_OK)
 		return TRY_LOST;		/* no COMMIT was sent: nothing committed */
 	if (!db_result_ok(r) || PQntuples(r) != 1 || PQnfields(r) < 2)
 	{
-		db_report(lk->election ? "campaign" : lk->nresources > 1 ? "try_lock_all" : "try_lock",
-				  lk->conn, r);
+		db_report(lk->election ? "campaign" : lk->nresources > 1 ? "try_lock_all" :
+				  lk->max_permits_text[0] ? "try_acquire" : "try_lock", lk->conn, r);
 		PQclear(r);
 		db_drop(&lk->conn);		/* rolls the transaction back */
 		return TRY_ERROR;

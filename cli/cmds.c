@@ -665,7 +665,9 @@ cmd_reap(Options *o)
 /*
  * cmd_version: print the client's version (known at build time from
  * dlock.control) and, if the server can be reached, the installed
- * extension's, warning on stderr when they differ.  Not being able to
+ * edition's: the C extension's (pg_extension), else the portable
+ * edition's (portable/dlock.sql, whose dlock.version() says it), warning
+ * on stderr when they differ or neither is installed.  Not being able to
  * connect is only a note: the exit status is 0.
  */
 int
@@ -673,6 +675,7 @@ cmd_version(Options *o)
 {
 	PGconn	   *conn;
 	PGresult   *r;
+	const char *edition = "server extension";
 
 	printf("dlock %s\n", DLOCK_VERSION);
 	fflush(stdout);
@@ -684,18 +687,30 @@ cmd_version(Options *o)
 		return 0;
 	}
 	r = query(&conn, "version",
-			  "SELECT extversion FROM pg_extension WHERE extname = 'dlock'", 0, NULL);
+			  "SELECT extversion FROM pg_extension WHERE extname = 'dlock' "
+			  "UNION ALL SELECT NULL "
+			  "WHERE NOT EXISTS (SELECT FROM pg_extension WHERE extname = 'dlock') "
+			  "  AND to_regprocedure('dlock.version()') IS NOT NULL", 0, NULL);
+	if (r != NULL && PQntuples(r) == 1 && PQgetisnull(r, 0, 0))
+	{
+		/* the portable edition: only now may dlock.version() be named */
+		PQclear(r);
+		r = query(&conn, "version", "SELECT dlock.version()", 0, NULL);
+		edition = "server portable edition";
+	}
 	db_drop(&conn);
 	if (r == NULL)
 		return 0;
-	if (PQntuples(r) == 0)
-		logmsg("warning: extension dlock is not installed in this database");
+	if (PQntuples(r) == 0 || PQgetisnull(r, 0, 0))
+		logmsg("warning: dlock is not installed in this database "
+			   "(neither the extension nor the portable edition)");
 	else
 	{
-		printf("server extension dlock %s\n", PQgetvalue(r, 0, 0));
+		printf("%s dlock %s%s\n", edition, PQgetvalue(r, 0, 0),
+			   strcmp(edition, "server extension") == 0 ? "" : " (SQL only)");
 		if (strcmp(PQgetvalue(r, 0, 0), DLOCK_VERSION) != 0)
-			logmsg("warning: client version %s differs from the server extension's %s",
-				   DLOCK_VERSION, PQgetvalue(r, 0, 0));
+			logmsg("warning: client version %s differs from the %s's %s",
+				   DLOCK_VERSION, edition, PQgetvalue(r, 0, 0));
 	}
 	PQclear(r);
 	return 0;

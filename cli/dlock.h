@@ -68,6 +68,9 @@ typedef struct Options
 	bool		poll;			/* --poll: never LISTEN */
 	bool		fair;			/* --fair: wait in the resource's fair queue */
 	int64_t		lock_delay_ms;	/* --lock-delay; -1: not given (server default) */
+	bool		shared;			/* --shared: a shared (read) lock (dlock 0.4) */
+	int32_t		max_permits;	/* --semaphore N: a semaphore's permits (0.5); 0: a lock */
+	int32_t		permits;		/* --permits K (default 1) */
 	bool		verbose;		/* -v */
 	int			npos;			/* positional arguments before "--" */
 	char	  **pos;
@@ -105,6 +108,9 @@ typedef struct Lock
 	int64_t		deadline;		/* monotonic ms until which the lease surely lasts */
 	char		lock_delay_text[48];	/* "N milliseconds"; empty: server default */
 	bool		fair;			/* attempts take a ticket (and commit it) */
+	bool		shared;			/* try_lock(..., shared => true) */
+	char		max_permits_text[16];	/* a semaphore's: try_acquire; empty: a lock */
+	char		permits_text[16];
 	int64_t		queue_ttl_ms;	/* the server's dlock.queue_ttl; 0: not known yet */
 	bool		ticketed;		/* a failed fair attempt committed a ticket */
 	bool		can_withdraw;	/* the server has dlock.withdraw (0.3 SQL) */

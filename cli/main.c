@@ -6,6 +6,8 @@
  */
 #include "dlock.h"
 
+#include <errno.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -26,6 +28,9 @@ enum
 	O_VERSION = 1 << 10,
 	O_FAIR = 1 << 11,
 	O_LOCK_DELAY = 1 << 12,
+	O_SHARED = 1 << 13,
+	O_SEMAPHORE = 1 << 14,
+	O_PERMITS = 1 << 15,
 };
 #define O_GLOBAL (O_DB | O_VERBOSE | O_HELP | O_VERSION)
 
@@ -45,6 +50,9 @@ static const struct
 	{"poll", 0, false, O_POLL},
 	{"fair", 0, false, O_FAIR},
 	{"lock-delay", 0, true, O_LOCK_DELAY},
+	{"shared", 0, false, O_SHARED},
+	{"semaphore", 0, true, O_SEMAPHORE},
+	{"permits", 0, true, O_PERMITS},
 	{"dbname", 'd', true, O_DB},
 	{"verbose", 'v', false, O_VERBOSE},
 	{"help", 'h', false, O_HELP},
@@ -66,11 +74,12 @@ static const struct
 	bool		mysql;
 	int			(*fn) (Options *o);
 }			subcommands[] = {
-	{"run", O_LEASE | O_WAIT | O_HOLDER | O_LINGER | O_GRACE | O_POLL | O_FAIR | O_LOCK_DELAY,
-	true, cmd_run},
+	{"run", O_LEASE | O_WAIT | O_HOLDER | O_LINGER | O_GRACE | O_POLL | O_FAIR | O_LOCK_DELAY |
+	O_SHARED | O_SEMAPHORE | O_PERMITS, true, cmd_run},
 	{"elect", O_LEASE | O_WAIT | O_HOLDER | O_GRACE | O_POLL | O_FAIR, false, cmd_elect},
-	{"try", O_LEASE | O_HOLDER | O_LOCK_DELAY, true, do_try},
-	{"lock", O_LEASE | O_WAIT | O_HOLDER | O_POLL | O_FAIR | O_LOCK_DELAY, true, do_lock},
+	{"try", O_LEASE | O_HOLDER | O_LOCK_DELAY | O_SHARED | O_SEMAPHORE | O_PERMITS, true, do_try},
+	{"lock", O_LEASE | O_WAIT | O_HOLDER | O_POLL | O_FAIR | O_LOCK_DELAY | O_SHARED |
+	O_SEMAPHORE | O_PERMITS, true, do_lock},
 	{"unlock", O_HOLDER | O_FENCE, true, cmd_unlock},
 	{"renew", O_HOLDER | O_LEASE | O_FENCE, true, cmd_renew},
 	{"status", 0, true, cmd_status},
@@ -90,14 +99,17 @@ help(void)
 		   "Usage:\n"
 		   "  dlock [-d CONNINFO] run [--lease D] [--wait D] [--holder H] [--linger D]\n"
 		   "                          [--grace D] [--poll] [--fair] [--lock-delay D]\n"
+		   "                          [--shared | --semaphore N [--permits K]]\n"
 		   "                          RESOURCE -- COMMAND [ARGS...]\n"
 		   "  dlock [-d CONNINFO] run [OPTIONS] RESOURCE RESOURCE... -- COMMAND [ARGS...]\n"
 		   "  dlock [-d CONNINFO] elect [--lease D] [--wait D] [--holder H] [--grace D]\n"
 		   "                          [--poll] ELECTION VALUE -- COMMAND [ARGS...]\n"
 		   "  dlock [-d CONNINFO] observe [--poll] ELECTION\n"
 		   "  dlock [-d CONNINFO] try RESOURCE [--lease D] [--holder H] [--lock-delay D]\n"
+		   "                          [--shared | --semaphore N [--permits K]]\n"
 		   "  dlock [-d CONNINFO] lock RESOURCE [--lease D] [--wait D] [--holder H] [--poll]\n"
 		   "                          [--fair] [--lock-delay D]\n"
+		   "                          [--shared | --semaphore N [--permits K]]\n"
 		   "  dlock [-d CONNINFO] unlock RESOURCE --holder H [--fence N]\n"
 		   "  dlock [-d CONNINFO] renew RESOURCE --holder H [--lease D] [--fence N]\n"
 		   "  dlock [-d CONNINFO] status [PREFIX]\n"
@@ -139,6 +151,11 @@ help(void)
 		   "      --lock-delay=D     keep RESOURCE unavailable for D after the lease if\n"
 		   "                         this holding ends uncleanly (at most 1h; default:\n"
 		   "                         the server's dlock.lock_delay)\n"
+		   "      --shared           run/try/lock: a shared (read) lock: any number of\n"
+		   "                         shared holders, or one exclusive (dlock 0.4)\n"
+		   "      --semaphore=N      run/try/lock: RESOURCE is a semaphore of N permits;\n"
+		   "                         take --permits of them (dlock 0.5)\n"
+		   "      --permits=K        with --semaphore: how many permits (default 1)\n"
 		   "  -v, --verbose          report progress on stderr\n"
 		   "  -V, --version          print the client's and the server extension's versions\n"
 		   "  -h, --help             print this help\n"
@@ -235,6 +252,29 @@ set_option(Options *o, int bit, const char *name, const char *v)
 			return true;
 		case O_LOCK_DELAY:
 			return duration_option(name, v, &o->lock_delay_ms, false);
+		case O_SHARED:
+			o->shared = true;
+			return true;
+		case O_SEMAPHORE:
+		case O_PERMITS:
+			{
+				char	   *end;
+				long		n;
+
+				errno = 0;
+				n = strtol(v, &end, 10);
+				if (*v == '\0' || *end != '\0' || errno != 0 || n < 1 || n > INT32_MAX)
+				{
+					usage_error("invalid --%s: \"%s\" (expected a whole number from 1 to %d)",
+								name, v, (int) INT32_MAX);
+					return false;
+				}
+				if (bit == O_SEMAPHORE)
+					o->max_permits = (int32_t) n;
+				else
+					o->permits = (int32_t) n;
+				return true;
+			}
 		case O_VERBOSE:
 			o->verbose = true;
 			return true;
@@ -375,8 +415,20 @@ main(int argc, char **argv)
 			return usage_error("%s must be 1 to 1000 bytes", named ? "ELECTION" : "RESOURCE");
 	}
 
+	if ((seen & O_PERMITS) && !(seen & O_SEMAPHORE))
+		return usage_error("--permits needs --semaphore");
+	if ((seen & O_SHARED) && (seen & O_SEMAPHORE))
+		return usage_error("--shared and --semaphore do not go together");
+	if ((seen & O_SEMAPHORE) && (seen & O_LOCK_DELAY))
+		return usage_error("--lock-delay does not apply to --semaphore");
+	if ((seen & O_PERMITS) && o.permits > o.max_permits)
+		return usage_error("--permits (%d) must be at most --semaphore (%d)",
+						   (int) o.permits, (int) o.max_permits);
 	if (my_is_url(o.conninfo) && strcmp(o.subcommand, "help") != 0)
 	{
+		if (seen & (O_SHARED | O_SEMAPHORE))
+			return usage_error("--shared and --semaphore are not available in the MySQL "
+							   "edition");
 		if (seen & (O_FAIR | O_LOCK_DELAY))
 			return usage_error("--fair and --lock-delay are not available in the MySQL "
 							   "edition");

@@ -493,8 +493,8 @@ cmd_run(Options *o)
 		return usage_error("run: expected a RESOURCE before \"--\"");
 	if (o->npos > MAX_RUN_RESOURCES)
 		return usage_error("run: at most %d RESOURCEs at once", MAX_RUN_RESOURCES);
-	if (o->npos > 1 && (o->fair || o->lock_delay_ms >= 0))
-		return usage_error("run: --fair and --lock-delay take one RESOURCE");
+	if (o->npos > 1 && (o->fair || o->lock_delay_ms >= 0 || o->shared || o->max_permits > 0))
+		return usage_error("run: --fair, --lock-delay, --shared and --semaphore take one RESOURCE");
 	for (int i = 1; i < o->npos; i++)
 		for (int j = 0; j < i; j++)
 			if (strcmp(o->pos[i], o->pos[j]) == 0)

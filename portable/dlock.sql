@@ -379,15 +379,20 @@ $$;
 
 -- _caller: the calling role (see the header): SET ROLE's role, else the
 -- session user; and whether it is a superuser.
+-- (The helpers on the hot path are PL/pgSQL, not SQL functions: a SQL
+-- function that cannot be inlined, as none with SET search_path can, is
+-- planned again at every call, PL/pgSQL keeps its plans for the session.)
 CREATE OR REPLACE FUNCTION dlock._caller(OUT roleid oid, OUT is_super boolean)
-    LANGUAGE sql STABLE
+    LANGUAGE plpgsql STABLE
     SET search_path = pg_catalog, pg_temp AS $$
-    SELECT r.oid, r.rolsuper
+BEGIN
+    SELECT r.oid, r.rolsuper INTO roleid, is_super
       FROM pg_catalog.pg_roles r
      WHERE r.rolname OPERATOR(pg_catalog.=)
            CASE WHEN pg_catalog.current_setting('role') OPERATOR(pg_catalog.=) 'none'
                 THEN session_user::text
-                ELSE pg_catalog.current_setting('role') END
+                ELSE pg_catalog.current_setting('role') END;
+END
 $$;
 
 -- _may_poll: a wait polls, and only READ COMMITTED statements see what
@@ -409,9 +414,11 @@ $$;
 
 -- _key: the resource's advisory lock key (the first 64 bits of its md5).
 CREATE OR REPLACE FUNCTION dlock._key(resource text)
-    RETURNS bigint LANGUAGE sql IMMUTABLE
+    RETURNS bigint LANGUAGE plpgsql IMMUTABLE
     SET search_path = pg_catalog, pg_temp AS $$
-    SELECT ('x' OPERATOR(pg_catalog.||) pg_catalog.substr(pg_catalog.md5(resource), 1, 16))::bit(64)::bigint
+BEGIN
+    RETURN ('x' OPERATOR(pg_catalog.||) pg_catalog.substr(pg_catalog.md5(resource), 1, 16))::bit(64)::bigint;
+END
 $$;
 
 -- _sync: make this transaction's commit durable (at least synchronous_commit
@@ -617,10 +624,13 @@ $$;
 -- that ticket, held exclusive.  Two resources whose keys collide only
 -- hold each other's newcomers off while a waiter of the other waits.
 CREATE OR REPLACE FUNCTION dlock._qkey(resource text)
-    RETURNS integer LANGUAGE sql IMMUTABLE
+    RETURNS integer LANGUAGE plpgsql IMMUTABLE
     SET search_path = pg_catalog, pg_temp AS $$
-    SELECT CASE WHEN k OPERATOR(pg_catalog.=) ANY ('{1684828003,1684828005}'::integer[]) THEN 1684828004 ELSE k END
-      FROM (SELECT ('x' OPERATOR(pg_catalog.||) pg_catalog.substr(pg_catalog.md5(resource), 17, 8))::bit(32)::integer AS k) s
+DECLARE
+    k integer := ('x' OPERATOR(pg_catalog.||) pg_catalog.substr(pg_catalog.md5(resource), 17, 8))::bit(32)::integer;
+BEGIN
+    RETURN CASE WHEN k OPERATOR(pg_catalog.=) ANY ('{1684828003,1684828005}'::integer[]) THEN 1684828004 ELSE k END;
+END
 $$;
 
 -- _ahead: is a live ticket of someone else ahead of p_ticket (the caller's
@@ -691,14 +701,16 @@ $$;
 -- _delayed: is the resource of this (free or expired) row still under a
 -- lock-delay?
 CREATE OR REPLACE FUNCTION dlock._delayed(r dlock.leases, p_now timestamptz)
-    RETURNS boolean LANGUAGE sql STABLE
+    RETURNS boolean LANGUAGE plpgsql STABLE
     SET search_path = pg_catalog, pg_temp AS $$
-    SELECT coalesce((SELECT CASE WHEN r.holder IS NOT NULL
+BEGIN
+    RETURN coalesce((SELECT CASE WHEN r.holder IS NOT NULL
                                  THEN r.expires_at OPERATOR(pg_catalog.+) d.lock_delay
                                  ELSE d.available_at END OPERATOR(pg_catalog.>) p_now
                        FROM dlock.delays d
                       WHERE d.resource OPERATOR(pg_catalog.=) r.resource
-                        AND d.fence OPERATOR(pg_catalog.=) r.fence), false)
+                        AND d.fence OPERATOR(pg_catalog.=) r.fence), false);
+END
 $$;
 
 -- _acquired: a new holding (or a re-entry) of holder: its client ticket
@@ -908,14 +920,24 @@ $$;
 -- The public functions ([core]).
 -- ---------------------------------------------------------------------------
 
+-- version: the portable edition's version in this database (the C
+-- extension's is in pg_extension); dlock --version reads it.
+CREATE OR REPLACE FUNCTION dlock.version()
+RETURNS text LANGUAGE sql STABLE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp AS $$
+    SELECT p.version FROM dlock.portable p
+$$;
+
 CREATE OR REPLACE FUNCTION dlock.session_holder()
-    RETURNS text LANGUAGE sql STABLE PARALLEL RESTRICTED
+    RETURNS text LANGUAGE plpgsql STABLE PARALLEL RESTRICTED
     SET search_path = pg_catalog, pg_temp AS $$
-    SELECT 'pid:' OPERATOR(pg_catalog.||) pg_catalog.pg_backend_pid()::text OPERATOR(pg_catalog.||) ':'
-           OPERATOR(pg_catalog.||)
-           ((EXTRACT(epoch FROM a.backend_start) OPERATOR(pg_catalog.-) 946684800)
-            OPERATOR(pg_catalog.*) 1000000)::bigint::text
-      FROM pg_catalog.pg_stat_get_activity(pg_catalog.pg_backend_pid()) a
+BEGIN
+    RETURN (SELECT 'pid:' OPERATOR(pg_catalog.||) pg_catalog.pg_backend_pid()::text OPERATOR(pg_catalog.||) ':'
+                   OPERATOR(pg_catalog.||)
+                   ((EXTRACT(epoch FROM a.backend_start) OPERATOR(pg_catalog.-) 946684800)
+                    OPERATOR(pg_catalog.*) 1000000)::bigint::text
+              FROM pg_catalog.pg_stat_get_activity(pg_catalog.pg_backend_pid()) a);
+END
 $$;
 COMMENT ON FUNCTION dlock.session_holder() IS
     'The default holder: pid:<pid>:<backend start>, unique to this backend over the server''s lifetime';
@@ -1362,6 +1384,22 @@ BEGIN
     IF NOT pg_try_advisory_xact_lock(dlock._key(p_resource)) THEN
         RETURN NULL;
     END IF;
+    -- Under REPEATABLE READ or SERIALIZABLE the reads below see the
+    -- transaction's snapshot, which may predate a holding committed since
+    -- (a lease path writes the row and so gets 40001; this one only
+    -- reads): lock the row, which raises 40001 if it changed since the
+    -- snapshot, or insert it free, which raises 40001 if it appeared since.
+    -- No other acquirer can be writing it now (the advisory lock); one
+    -- that renews, releases or reaps it makes it busy.
+    IF current_setting('transaction_isolation') <> 'read committed' THEN
+        PERFORM FROM dlock.leases l WHERE l.resource = p_resource FOR SHARE SKIP LOCKED;
+        IF NOT FOUND THEN
+            IF EXISTS (SELECT FROM dlock.leases l WHERE l.resource = p_resource) THEN
+                RETURN NULL;
+            END IF;
+            INSERT INTO dlock.leases (resource) VALUES (p_resource) ON CONFLICT (resource) DO NOTHING;
+        END IF;
+    END IF;
     SELECT * INTO r FROM dlock.leases l WHERE l.resource = p_resource;
     IF FOUND AND ((r.holder IS NOT NULL AND r.expires_at > clock_timestamp())
                   OR dlock._delayed(r, clock_timestamp())) THEN
@@ -1371,7 +1409,8 @@ BEGIN
         RETURN NULL;
     END IF;
     -- The advisory lock, held to the end of the transaction, keeps lease
-    -- acquirers out; nothing is written but the fence sequence.
+    -- acquirers out; nothing is written but the fence sequence (and, under
+    -- REPEATABLE READ or SERIALIZABLE, a free row above).
     v_fence := dlock._next_fence();
     PERFORM set_config('dlock.xact_' || md5(p_resource), v_fence::text, true);
     RETURN v_fence;

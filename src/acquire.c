@@ -4,12 +4,15 @@
  *		Acquisition: one attempt at a lease, and the wait loop that
  *		try_lock, lock, xact_lock and try_xact_lock share.
  *
- * An attempt (a DlockAttemptFn) takes the resource's lock without waiting,
+ * An attempt (a DlockAttemptFn) takes the resource's lock without waiting
+ * (in CHANGE mode; a shared lease in SHARE mode, with its holder's
+ * share-row tag, so readers never hold each other off: resource.c),
  * has admit.c read the resource's state (on the latest snapshot) and
  * decide, carries the verdict out (lease_attempt's admit_write and
  * acquired() for a lease: the row through rows.c, the queue through
  * queue.c, what the transaction must do at its end through xact.c and
- * waiters.c; share_write for a shared lease; queue_up for a refusal, and
+ * waiters.c; share_write for a shared lease, permit_write for a
+ * semaphore's permits; queue_up for a refusal, and
  * for an exclusive wait in lock() the "writer waits" tags of queue.c),
  * and says one of four things:
  * acquired (with the fence, the resource's lock kept until the transaction
@@ -22,7 +25,11 @@
  * ends, or wait in the lock manager; or, when the transaction itself holds
  * the resource's lock and something other than lock-delay is in the way,
  * raise 40P01 at once: nothing but the end of the transaction could free
- * it, so the wait would be for the transaction itself.  Times come from
+ * it, so the wait would be for the transaction itself (except for an
+ * upgrade held off only by other readers while the transaction holds the
+ * lock in SHARE mode alone: they can still release).  A wait in the lock
+ * manager is in the attempt's mode, so crossing upgrades in open
+ * transactions are the lock manager's deadlocks (40P01).  Times come from
  * the server clock at the moment of each attempt.  After each sleep a
  * waiter checks that its client is still connected (check_client): a
  * waiter whose client is gone must not be served.
@@ -141,19 +148,35 @@ refuse_self_wait(const DlockResource *res)
 }
 
 /*
- * dlock_take_resource: take res's lock in CHANGE mode without waiting for
- * anyone but a reaper (resource.c); false if another transaction has it.
+ * take_resource: take res's lock in mode without waiting for anyone but a
+ * reaper (resource.c); false if another transaction has it.
  */
-bool
-dlock_take_resource(const DlockResource *res)
+static bool
+take_resource(const DlockResource *res, DlockLockMode mode)
 {
-	while (!dlock_resource_lock(res, DLOCK_CHANGE, false))
+	while (!dlock_resource_lock(res, mode, false))
 	{
 		if (!dlock_wait_for_maintenance(res))
 			return false;
 	}
 	return true;
 }
+
+/* dlock_take_resource: take_resource in CHANGE mode. */
+bool
+dlock_take_resource(const DlockResource *res)
+{
+	return take_resource(res, DLOCK_CHANGE);
+}
+
+/*
+ * What the wait loop must know of a lease attempt (defined with it,
+ * below): the mode of the resource's lock it takes (NoLock: held off by
+ * something else, poll), and whether a transaction that holds the
+ * resource's lock may still wait for what refused it.
+ */
+static LOCKMODE attempt_mode(DlockAttemptFn attempt, void *arg);
+static bool attempt_may_wait_on_self(DlockAttemptFn attempt, void *arg);
 
 /*
  * dlock_wait_loop: run attempt until it acquires, or the wait ends.
@@ -182,6 +205,9 @@ dlock_wait_loop(const DlockResource *res, text *holder, int64 wait_ms,
 	bool		waiting = false;
 	bool		held_extra = false;
 	bool		self_checked = false;
+	bool		self_held = false;
+	bool		self_only_share = false;
+	LOCKMODE	extra_mode = NoLock;
 	uint64		waiting_on = 0;
 	int64		fence = 0;
 	LOCKTAG		tag;
@@ -202,7 +228,7 @@ dlock_wait_loop(const DlockResource *res, text *holder, int64 wait_ms,
 		if (held_extra)
 		{
 			/* attempt took its own reference; an acquisition keeps that */
-			LockRelease(&tag, DLOCK_CHANGE, false);
+			LockRelease(&tag, extra_mode, false);
 			held_extra = false;
 		}
 		if (result == ATTEMPT_ACQUIRED)
@@ -221,15 +247,20 @@ dlock_wait_loop(const DlockResource *res, text *holder, int64 wait_ms,
 				break;
 			continue;
 		}
-		if (result == ATTEMPT_BUSY && busy_until > now && !self_checked)
+		if (result == ATTEMPT_BUSY && busy_until > now)
 		{
 			/*
-			 * Once per wait: whether the transaction holds the resource's
-			 * lock does not change while it waits (an attempt's own
-			 * reference is gone again when it is busy).
+			 * Checked once per wait: whether the transaction holds the
+			 * resource's lock does not change while it waits (an attempt's
+			 * own reference is gone again when it is busy).  Holding it in
+			 * SHARE mode only, an exclusive request held off by other
+			 * readers alone may wait: they can still release.
 			 */
+			if (!self_checked)
+				self_held = dlock_resource_held(res, &self_only_share);
 			self_checked = true;
-			if (dlock_resource_held(res))
+			if (self_held &&
+				!(self_only_share && attempt_may_wait_on_self(attempt, arg)))
 			{
 				if (leave)
 					leave(res, arg, false);
@@ -251,16 +282,18 @@ dlock_wait_loop(const DlockResource *res, text *holder, int64 wait_ms,
 		}
 		if (result == ATTEMPT_CONTENDED)
 		{
-			if (wait_ms < 0 && lock_limit == DT_NOEND && !dlock_pinned(res))
+			extra_mode = attempt_mode(attempt, arg);
+			if (wait_ms < 0 && lock_limit == DT_NOEND && extra_mode != NoLock &&
+				!dlock_pinned(res))
 			{
 				/*
 				 * No limit of ours, and no pin in the way (resource.c): wait
-				 * in the lock manager and look again holding the lock, so
-				 * waiters queue there in order instead of taking and
-				 * dropping it in turn.
+				 * in the lock manager (in the attempt's mode) and look again
+				 * holding the lock, so waiters queue there in order instead
+				 * of taking and dropping it in turn.
 				 */
 				dlock_set_locktag(&tag, res->hash);
-				(void) LockAcquire(&tag, DLOCK_CHANGE, false, false);
+				(void) LockAcquire(&tag, extra_mode, false, false);
 				held_extra = true;
 				continue;
 			}
@@ -299,7 +332,19 @@ typedef struct LeaseAttemptArgs
 	bool		shared;			/* a shared lease (0.4) */
 	bool		writer;			/* holds the "writer waits" tags (queue.c) */
 	bool		upgrade;		/* ... and its "upgrading" tag */
+	int32		permits;		/* a semaphore's permits (0.5), or 0 */
+	int32		max_permits;	/* ... and its max_permits */
+	bool		row_busy;		/* shared: another transaction has the share-row tag */
+	DlockReason refused;		/* why the last attempt was refused */
+	bool		own_shares;		/* ... by shared holdings this transaction touched */
 } LeaseAttemptArgs;
+
+/* mode_of: the mode of the resource's lock a lease attempt takes. */
+static DlockLockMode
+mode_of(const LeaseAttemptArgs *a)
+{
+	return a->shared ? DLOCK_SHARE : DLOCK_CHANGE;
+}
 
 /*
  * queue_up: an attempt was not served.  Waiting in lock(), with no ticket
@@ -379,7 +424,7 @@ take_resource_as_head(const DlockResource *res, const LeaseAttemptArgs *a)
 	long		sleep_ms = 1;
 	bool		head;
 
-	if (dlock_take_resource(res))
+	if (take_resource(res, mode_of(a)))
 		return true;
 	if (!a->fair || a->in_server)
 		return false;
@@ -394,7 +439,7 @@ take_resource_as_head(const DlockResource *res, const LeaseAttemptArgs *a)
 	for (;;)
 	{
 		dlock_wait_sleep(sleep_ms);
-		if (dlock_take_resource(res))
+		if (take_resource(res, mode_of(a)))
 			return true;
 		if (GetCurrentTimestamp() >= give_up)
 			return false;
@@ -402,12 +447,36 @@ take_resource_as_head(const DlockResource *res, const LeaseAttemptArgs *a)
 	}
 }
 
+/*
+ * own_shares_in_way: is one of the other holders' live shared holdings in
+ * the way of an exclusive request one that this transaction took, changed
+ * or pinned (its share-row tag)?  Only the end of the transaction lets it
+ * go then.
+ */
+static bool
+own_shares_in_way(const DlockResource *res, const DlockResourceState *st)
+{
+	ListCell   *lc;
+
+	foreach(lc, st->shares)
+	{
+		DlockRow   *s = lfirst(lc);
+
+		if (s != st->share_mine && s->expires_at > st->now &&
+			dlock_share_row_held(res, cstring_to_text(s->holder)))
+			return true;
+	}
+	return false;
+}
+
 /* request_of: the admission request of a lease attempt (admit.c). */
 static DlockRequest
 request_of(const LeaseAttemptArgs *a)
 {
-	DlockRequest req = {a->shared ? DLOCK_KIND_SHARED : DLOCK_KIND_EXCLUSIVE,
-		a->holder, a->caller, a->fair, a->in_server, a->ticket, a->campaign};
+	DlockRequest req = {a->permits > 0 ? DLOCK_KIND_SEMAPHORE :
+		a->shared ? DLOCK_KIND_SHARED : DLOCK_KIND_EXCLUSIVE,
+		a->holder, a->caller, a->fair, a->in_server, a->ticket, a->campaign,
+	a->permits, a->max_permits};
 
 	return req;
 }
@@ -463,6 +532,60 @@ share_write(const DlockResource *res, LeaseAttemptArgs *a,
 }
 
 /*
+ * permit_write: admit_write for a semaphore's permits (0.5): add them to
+ * the holder's holding (its fence unchanged, its expiry extended as a
+ * re-entry's), or a new holding beside the others with its own fence.
+ * A new holding wakes nobody more on commit (a release wakes one waiter
+ * per permit it frees, waiters.c, each of which looks for itself), unless
+ * it left the fair queue: the waiter next in line, woken by the same
+ * release while this one still headed the queue, looks again.
+ */
+static bool
+permit_write(const DlockResource *res, LeaseAttemptArgs *a,
+			 const DlockResourceState *st, DlockReason reason,
+			 TimestampTz expires, int64 *drawn, int64 *fence)
+{
+	const DlockRow *mine = st->share_mine;
+	bool		queued = a->ticket != 0;
+
+	if (reason == ADMIT_REENTER)
+	{
+		TimestampTz new_expires = Max(mine->expires_at, expires);
+
+		if (mine->count == PG_INT32_MAX)
+			ereport(ERROR,
+					(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
+					 errmsg("holder \"%s\" has acquired semaphore \"%s\" too many times",
+							mine->holder, text_to_cstring(res->name)),
+					 errdetail("A holding is re-entered at most %d times.", PG_INT32_MAX - 1)));
+		if (!dlock_permits_add(res, mine, mine->count + 1,
+							   mine->permits + a->permits, st->now, new_expires))
+			return false;
+		*fence = mine->fence;
+		dlock_server_ticket_drop(res, &a->ticket);
+		dlock_note_acquisition(new_expires);
+		dlock_count(DLOCK_STAT_REENTERED);
+		return true;
+	}
+	if (reason != ADMIT_NEW)
+		elog(ERROR, "dlock: verdict %d does not admit", (int) reason);
+	if (*drawn == 0)
+		*drawn = dlock_next_fence();
+	dlock_permits_insert(res, a->holder, a->caller->role, *drawn, a->lease,
+						 st->now, expires, a->permits, a->max_permits);
+	*fence = *drawn;
+	dlock_server_ticket_drop(res, &a->ticket);
+	if (st->queues)
+		dlock_client_ticket_drop(res, a->holder, a->caller->role);
+	dlock_note_acquisition(expires);
+	dlock_wake_after_abort(res->hash);
+	if (queued || a->fair)
+		dlock_wake_after_commit(res->hash);
+	dlock_count(DLOCK_STAT_ACQUIRED);
+	return true;
+}
+
+/*
  * admit_write: carry out an admitting verdict decided on *st, inside the
  * store session, under the resource's lock: the holding (rows.c), then
  * the bookkeeping of acquired().  *drawn keeps a fence drawn for a new
@@ -479,6 +602,8 @@ admit_write(const DlockResource *res, LeaseAttemptArgs *a,
 	TimestampTz new_expires;
 	int32		count;
 
+	if (a->permits > 0)
+		return permit_write(res, a, st, reason, expires, drawn, fence);
 	if (a->shared)
 		return share_write(res, a, st, reason, expires, drawn, fence);
 	switch (reason)
@@ -544,6 +669,18 @@ dlock_lease_write(const DlockResource *res, text *holder,
 }
 
 /*
+ * give_back: a refused attempt gives back what it took: the resource's
+ * lock in its mode, and a shared attempt's share-row tag.
+ */
+static void
+give_back(const DlockResource *res, const LeaseAttemptArgs *a)
+{
+	if (a->shared)
+		dlock_share_row_unlock(res, a->holder, DLOCK_CHANGE);
+	dlock_resource_unlock(res, mode_of(a));
+}
+
+/*
  * lease_attempt: one attempt at a lease for holder: take the resource's
  * lock (or find another transaction has it), let admit.c decide on the
  * resource's state, and carry the verdict out: admitted, write it
@@ -561,6 +698,8 @@ lease_attempt(const DlockResource *res, void *arg, int64 *fence,
 	int64		drawn = 0;
 	bool		adopted;
 
+	a->row_busy = false;
+	a->refused = REFUSE_CONTENDED;
 	if (!take_resource_as_head(res, a))
 	{
 		/*
@@ -581,6 +720,17 @@ lease_attempt(const DlockResource *res, void *arg, int64 *fence,
 		}
 		return ATTEMPT_CONTENDED;
 	}
+	if (a->shared && !dlock_share_row_lock(res, a->holder, DLOCK_CHANGE, false))
+	{
+		/*
+		 * The holder text's shared holding is being changed by another
+		 * transaction (the holder on another connection): never wait on
+		 * its uncommitted row in the primary key.
+		 */
+		dlock_resource_unlock(res, DLOCK_SHARE);
+		a->row_busy = true;
+		return ATTEMPT_CONTENDED;
+	}
 
 	dlock_store_begin();
 	for (;;)
@@ -597,10 +747,12 @@ lease_attempt(const DlockResource *res, void *arg, int64 *fence,
 		return ATTEMPT_ACQUIRED;
 	}
 	adopted = v.queue && queue_up(res, a, st.now);
+	a->refused = v.reason;
+	a->own_shares = v.reason == REFUSE_SHARED && own_shares_in_way(res, &st);
 	if (v.reason == REFUSE_DEADLOCK)
 	{
 		dlock_store_end();
-		dlock_resource_unlock(res, DLOCK_CHANGE);
+		give_back(res, a);
 		ereport(ERROR,
 				(errcode(ERRCODE_T_R_DEADLOCK_DETECTED),
 				 errmsg("deadlock detected"),
@@ -608,11 +760,18 @@ lease_attempt(const DlockResource *res, void *arg, int64 *fence,
 						   text_to_cstring(a->holder), text_to_cstring(res->name)),
 				 errhint("Release the shared lock and take the exclusive one afresh.")));
 	}
-	if (!a->shared && a->in_server && !a->campaign && dlock_shares_installed())
+	if (v.reason == REFUSE_OTHER_KIND || v.reason == REFUSE_MAX_PERMITS)
+	{
+		dlock_store_end();
+		give_back(res, a);
+		dlock_admit_raise(res, &req, &st, v);
+	}
+	if (!a->shared && a->permits == 0 && a->in_server && !a->campaign &&
+		dlock_shares_installed())
 		dlock_writer_wait(res, a->holder, a->caller->role,
 						  (a->upgrade = st.share_mine != NULL), &a->writer);
 	dlock_store_end();
-	dlock_resource_unlock(res, DLOCK_CHANGE);
+	give_back(res, a);
 
 	/*
 	 * With the place its client ticket kept, a wait held off by the queue
@@ -620,6 +779,37 @@ lease_attempt(const DlockResource *res, void *arg, int64 *fence,
 	 */
 	*busy_until = (adopted && v.reason == REFUSE_NOT_TURN) ? st.now : v.retry_at;
 	return v.reason == REFUSE_DELAYED ? ATTEMPT_DELAYED : ATTEMPT_BUSY;
+}
+
+/*
+ * attempt_mode: the mode a lease attempt takes the resource's lock in,
+ * for the wait loop to wait for it in the lock manager; NoLock when what
+ * held it off was the share-row tag (the same holder on another
+ * connection, for a moment): then it polls.  Other attempts take CHANGE.
+ */
+static LOCKMODE
+attempt_mode(DlockAttemptFn attempt, void *arg)
+{
+	const LeaseAttemptArgs *a = arg;
+
+	if (attempt != lease_attempt)
+		return DLOCK_CHANGE;
+	return a->row_busy ? NoLock : mode_of(a);
+}
+
+/*
+ * attempt_may_wait_on_self: an exclusive lease attempt (an upgrade) held
+ * off only by other holders' shared holdings may wait in a transaction
+ * that holds the resource's lock in SHARE mode only: their holders can
+ * still release them, unless this transaction touched one of them.
+ */
+static bool
+attempt_may_wait_on_self(DlockAttemptFn attempt, void *arg)
+{
+	const LeaseAttemptArgs *a = arg;
+
+	return attempt == lease_attempt && !a->shared &&
+		a->refused == REFUSE_SHARED && !a->own_shares;
 }
 
 /*
@@ -662,12 +852,31 @@ dlock_acquire(const DlockResource *res, text *holder, const DlockCaller *caller,
 			  const Interval *lock_delay, bool shared)
 {
 	LeaseAttemptArgs args = {holder, caller, lease, fair, wait_ms != 0,
-	lock_delay, 0, false, false, false, shared, false, false};
+	lock_delay, 0, false, false, false, shared, false, false, false,
+	REFUSE_CONTENDED, false};
 	int64		fence;
 
 	fence = dlock_wait_loop(res, holder, wait_ms, lease_attempt, lease_leave,
 							&args);
 	return fence;
+}
+
+/*
+ * dlock_acquire_permits: try_acquire (wait_ms 0) and acquire: permits of
+ * the semaphore res (0.5); the fence, or 0 if they were not had in time.
+ */
+int64
+dlock_acquire_permits(const DlockResource *res, text *holder,
+					  const DlockCaller *caller, const Interval *lease,
+					  int64 wait_ms, bool fair, int32 permits,
+					  int32 max_permits)
+{
+	LeaseAttemptArgs args = {holder, caller, lease, fair, wait_ms != 0,
+		NULL, 0, false, false, false, false, false, false, permits,
+	max_permits};
+
+	return dlock_wait_loop(res, holder, wait_ms, lease_attempt, lease_leave,
+						   &args);
 }
 
 /*
@@ -682,7 +891,8 @@ dlock_campaign_acquire(const DlockResource *res, text *candidate,
 					   int64 wait_ms, const Interval *lock_delay, bool *already)
 {
 	LeaseAttemptArgs args = {candidate, caller, lease, true, wait_ms != 0,
-	lock_delay, 0, true, false, false, false, false, false};
+	lock_delay, 0, true, false, false, false, false, false, false,
+	REFUSE_CONTENDED, false};
 	int64		fence;
 
 	fence = dlock_wait_loop(res, candidate, wait_ms, lease_attempt, lease_leave,

@@ -17,7 +17,8 @@
  *	   tickets and client tickets ahead, queue.c and rows.c), and the exact
  *	   head of the queue (queue.c, one SPI statement);
  *	2. decide (dlock_admit_decide): a pure function of the request and the
- *	   state, one per kind (admit_exclusive, admit_shared, admit_xact): a
+ *	   state, one per kind (admit_exclusive, admit_shared, admit_xact,
+ *	   admit_semaphore): a
  *	   verdict, admit or refuse, with its reason, and for a refusal when to look again and
  *	   whether the request keeps a place in the queue.  Fairness and
  *	   lock-delay are inputs like the holding.  A decision that needs a
@@ -30,17 +31,27 @@
  *	   through queue.c, and what the transaction must do at its end
  *	   (xact.c, waiters.c).
  *
- * A new kind of lock (semaphore permits next) is a new DlockKind with its
- * own admission function here, over the same state, as shared locks were.
+ * A new kind of lock is a new DlockKind with its own admission function
+ * here, over the same state, as shared locks and semaphores were.
  *
- * No shared state: it only reads, under the resource's lock (CHANGE,
- * resource.c) that the caller holds (or, for a contended attempt, the
- * holding alone, as a hint for queueing), inside the caller's store
- * session (store.c).
+ * A name is either a lock (exclusive, shared and transaction-scoped
+ * holdings) or a semaphore (holdings of permits, 0.5) while it has live
+ * holdings: a request of the other kind is refused with REFUSE_OTHER_KIND,
+ * an error (42809) raised by dlock_admit_raise, not a wait; likewise a
+ * request for permits under another max_permits than the held permits'
+ * (REFUSE_MAX_PERMITS, 22023).  Expired holdings of either kind do not
+ * count (lazy expiry).
+ *
+ * No shared state: it only reads, under the resource's lock (CHANGE, or
+ * SHARE for a shared request: resource.c) that the caller holds (or, for
+ * a contended attempt, the holding alone, as a hint for queueing), inside
+ * the caller's store session (store.c).
  *
  *-------------------------------------------------------------------------
  */
 #include "dlock.h"
+
+#include "utils/builtins.h"
 
 /* refuse: a refusal, looking again at retry_at. */
 static DlockAdmission
@@ -86,6 +97,7 @@ refuse_unavailable(const DlockResourceState *st, bool queue)
  *	- a holding not ended, or under lock-delay, is busy until then;
  *	- free: while the queue has a live ticket, only its head takes it;
  *	- else a new holding.
+ * Live permits of a semaphore (0.5) by that name: an error (other kind).
  * With shared holdings (0.4), after the re-entry: live shared holdings of
  * others make it wait until they end (an upgrade, by a holder that shares
  * it too, succeeds only when it is the only holder); an upgrade waiting
@@ -103,6 +115,8 @@ admit_exclusive(const DlockRequest *req, const DlockResourceState *st)
 					  queue && st->queues && st->holding != HOLDING_MINE);
 	if (st->own_xact_lock)
 		return refuse(REFUSE_OWN_XACT_LOCK, DT_NOEND, false);
+	if (st->permit_holdings > 0)
+		return refuse(REFUSE_OTHER_KIND, DT_NOEND, false);
 	if (st->holding == HOLDING_MINE)
 		return admit(req->campaign ? ADMIT_AS_IS : ADMIT_REENTER);
 	if (st->shares_others > 0)
@@ -138,6 +152,7 @@ admit_exclusive(const DlockRequest *req, const DlockResourceState *st)
 /*
  * admit_shared: a shared lease (shared => true, 0.4).  In order:
  *	- this transaction's transaction-scoped lock excludes it;
+ *	- live permits of a semaphore by that name: an error (other kind);
  *	- the holder's own shared holding is re-entered;
  *	- the holder's own exclusive holding also takes shared (a downgrade);
  *	- a waiter in lock() not at the head of the in-server tickets waits;
@@ -157,6 +172,8 @@ admit_shared(const DlockRequest *req, const DlockResourceState *st)
 					  st->holding != HOLDING_MINE);
 	if (st->own_xact_lock)
 		return refuse(REFUSE_OWN_XACT_LOCK, DT_NOEND, false);
+	if (st->permit_holdings > 0)
+		return refuse(REFUSE_OTHER_KIND, DT_NOEND, false);
 	if (st->share_mine != NULL)
 		return admit(ADMIT_REENTER);
 	if (st->holding == HOLDING_MINE)
@@ -182,7 +199,8 @@ admit_shared(const DlockRequest *req, const DlockResourceState *st)
 /*
  * admit_xact: a transaction-scoped lock (xact_lock, try_xact_lock).  Its
  * re-entry is xactlock.c's (the transaction holds the resource's lock
- * already).  Live shared holdings (0.4) make it busy until they end, as
+ * already).  Live permits of a semaphore by that name (0.5) are an error
+ * (other kind).  Live shared holdings (0.4) make it busy until they end, as
  * does an exclusive holding not ended, or under lock-delay; a free
  * resource is taken unless the queue has a live ticket: a
  * transaction-scoped lock never queues, nor jumps a queue.
@@ -192,6 +210,8 @@ admit_xact(const DlockRequest *req, const DlockResourceState *st)
 {
 	if (st->contended)
 		return refuse(REFUSE_CONTENDED, DT_NOEND, false);
+	if (st->permit_holdings > 0)
+		return refuse(REFUSE_OTHER_KIND, DT_NOEND, false);
 	if (st->shares_others > 0)
 		return refuse(REFUSE_SHARED, st->shares_until, false);
 	if (!st->queues)
@@ -215,6 +235,58 @@ admit_xact(const DlockRequest *req, const DlockResourceState *st)
 }
 
 /*
+ * admit_semaphore: permits of a semaphore (try_acquire, acquire, 0.5).
+ * In order:
+ *	- live holdings of a lock by that name (exclusive, shared, or this
+ *	  transaction's transaction-scoped lock): an error (other kind);
+ *	- permits held under another max_permits: an error;
+ *	- more permits than are free (all holders' live permits counted, the
+ *	  holder's own too): busy until the first holding ends (or a release
+ *	  wakes it);
+ *	- the holder's own holding gets the permits added (no queueing, as a
+ *	  re-entry);
+ *	- a waiter in acquire() not at the head of the in-server tickets
+ *	  waits; so does any request while the name's last exclusive holding
+ *	  is under lock-delay, or while another ticket heads the queue;
+ *	- else a new holding, beside the others, with its own fence.
+ */
+static DlockAdmission
+admit_semaphore(const DlockRequest *req, const DlockResourceState *st)
+{
+	bool		queue = req->fair || req->in_server;
+
+	if (st->contended)
+		return refuse(REFUSE_CONTENDED, DT_NOEND,
+					  queue && st->queues && st->share_mine == NULL);
+	if (st->own_xact_lock || st->shared_holdings > 0 ||
+		!dlock_lease_ended(&st->row, st->now))
+		return refuse(REFUSE_OTHER_KIND, DT_NOEND, false);
+	if (st->permits_max != 0 && st->permits_max != req->max_permits)
+		return refuse(REFUSE_MAX_PERMITS, DT_NOEND, false);
+	if (st->permits_held + req->permits > req->max_permits)
+		return refuse(REFUSE_NO_PERMITS, st->permits_next_end,
+					  queue && st->share_mine == NULL);
+	if (st->share_mine != NULL)
+		return admit(ADMIT_REENTER);
+	if (!st->queues)
+		return admit(ADMIT_NEW);
+	if (!st->know_queue)
+		return refuse(NEED_QUEUE, DT_NOEND, false);
+	if (req->in_server && !st->server_allows)
+		return refuse(REFUSE_NOT_TURN, st->server_until, queue);
+	if (!dlock_lease_available(&st->row, st->now))
+		return refuse_unavailable(st, queue);
+	if (!st->server_allows || st->client_ahead)
+	{
+		if (!st->know_head)
+			return refuse(NEED_HEAD, DT_NOEND, false);
+		if (st->head.exists && !st->head.mine)
+			return refuse(REFUSE_NOT_TURN, st->head.expires_at, queue);
+	}
+	return admit(ADMIT_NEW);
+}
+
+/*
  * dlock_admit_decide: the verdict on req given st; no side effects.
  */
 DlockAdmission
@@ -228,6 +300,8 @@ dlock_admit_decide(const DlockRequest *req, const DlockResourceState *st)
 			return admit_shared(req, st);
 		case DLOCK_KIND_XACT:
 			return admit_xact(req, st);
+		case DLOCK_KIND_SEMAPHORE:
+			return admit_semaphore(req, st);
 	}
 	elog(ERROR, "dlock: unknown kind of request %d", (int) req->kind);
 	pg_unreachable();
@@ -237,7 +311,10 @@ dlock_admit_decide(const DlockRequest *req, const DlockResourceState *st)
  * read_shares: the shared holdings of res (0.4; none under older SQL):
  * the request's holder's live one, how many live ones others have and
  * when the last of them ends; for an upgrade waiting in lock(), whether
- * one of those others waits to upgrade too.
+ * one of those others waits to upgrade too.  Live holdings of permits
+ * (0.5) are counted apart, with their permits, their max_permits and
+ * when the first of them ends; the request's holder's own is share_mine
+ * too (of the kind the request is not, it is refused before it is used).
  */
 static void
 read_shares(const DlockResource *res, const DlockRequest *req, bool locked,
@@ -247,16 +324,26 @@ read_shares(const DlockResource *res, const DlockRequest *req, bool locked,
 
 	st->shares = dlock_row_read_shares(res);
 	st->shares_until = DT_NOBEGIN;
+	st->permits_next_end = DT_NOEND;
 	foreach(lc, st->shares)
 	{
 		DlockRow   *s = lfirst(lc);
 
 		if (s->expires_at <= st->now)
 			continue;
+		if (s->permits > 0)
+		{
+			st->permit_holdings++;
+			st->permits_held += s->permits;
+			st->permits_max = s->max_permits;
+			st->permits_next_end = Min(st->permits_next_end, s->expires_at);
+		}
+		else
+			st->shared_holdings++;
 		if (req->holder != NULL &&
 			dlock_holding_verdict(s, req->holder, req->caller, st->now) == HOLDING_MINE)
 			st->share_mine = s;
-		else
+		else if (s->permits == 0)
 		{
 			st->shares_others++;
 			st->shares_until = Max(st->shares_until, s->expires_at);
@@ -349,4 +436,36 @@ dlock_admit(const DlockResource *res, const DlockRequest *req, bool locked,
 		else
 			return v;
 	}
+}
+
+/*
+ * dlock_admit_raise: raise the error a refusal stands for (another kind
+ * of holding by that name, another max_permits); returns for a refusal
+ * that is a wait.  The caller has given the resource's lock back.
+ */
+void
+dlock_admit_raise(const DlockResource *res, const DlockRequest *req,
+				  const DlockResourceState *st, DlockAdmission v)
+{
+	if (v.reason == REFUSE_OTHER_KIND && req->kind == DLOCK_KIND_SEMAPHORE)
+		ereport(ERROR,
+				(errcode(ERRCODE_WRONG_OBJECT_TYPE),
+				 errmsg("resource \"%s\" is held as a lock, not as a semaphore",
+						text_to_cstring(res->name)),
+				 errdetail("A name is a lock or a semaphore while it has live holdings, not both."),
+				 errhint("Use another name for the semaphore.")));
+	if (v.reason == REFUSE_OTHER_KIND)
+		ereport(ERROR,
+				(errcode(ERRCODE_WRONG_OBJECT_TYPE),
+				 errmsg("resource \"%s\" is held as a semaphore, not as a lock",
+						text_to_cstring(res->name)),
+				 errdetail("A name is a lock or a semaphore while it has live holdings, not both."),
+				 errhint("Use another name for the lock.")));
+	if (v.reason == REFUSE_MAX_PERMITS)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("semaphore \"%s\" has max_permits %d, not %d",
+						text_to_cstring(res->name), st->permits_max,
+						req->max_permits),
+				 errdetail("Every caller of a semaphore passes the same max_permits while any permit is held.")));
 }

@@ -7,11 +7,15 @@
  * hashing and the per-resource lock, holding.c the rules of a holding (who
  * the caller is, when a lease is free, who may change or pin it), store.c
  * store sessions and the SPI statements that scan dlock.leases, rows.c
- * the hot paths' direct access to one row of it, fence.c fence numbers,
+ * the hot paths' direct access to one row of it, shares.c to the shared
+ * holdings of dlock.shares, table.c (private header table.h) the direct
+ * heap access both use, fence.c fence numbers,
  * xact.c transaction bookkeeping and the hooks other files run at its end,
  * admit.c the admission decision (may a request have the resource now),
  * acquire.c attempts and the wait loop, lease.c the lease functions,
- * multi.c several resources at once, xactlock.c transaction-scoped locks, queue.c fair queues and lock-delay,
+ * semaphore.c the semaphore functions (0.5), multi.c several resources at
+ * once (0.5), xactlock.c transaction-scoped locks, queue.c fair queues and
+ * lock-delay,
  * elect.c leader election and holding values, reap.c expiry, compat.h
  * what differs between PostgreSQL majors, events.c NOTIFY, listeners.c who
  * LISTENs, waiters.c shared memory for sleeping waiters, wakeups and
@@ -21,9 +25,10 @@
  * Calls go one way, down these layers (a file calls only files of lower
  * layers, never back up; no two files call each other in a circle):
  *	dlock.c > worker.c > promote.c > reap.c > lease.c, elect.c, xactlock.c,
- *	multi.c >
- *	acquire.c > admit.c > queue.c, events.c > rows.c, holding.c, fence.c,
- *	waiters.c > store.c, listeners.c > xact.c, resource.c, guc.c.
+ *	semaphore.c, multi.c >
+ *	acquire.c > admit.c > queue.c, events.c > rows.c, shares.c, holding.c,
+ *	fence.c, waiters.c > table.c, store.c, listeners.c > xact.c, resource.c,
+ *	guc.c.
  * What must happen when a transaction ends is registered with xact.c as
  * hooks (DlockXactHooks; dlock.c adds them), so xact.c calls nobody.
  *
@@ -69,12 +74,15 @@
 #define DLOCK_LOCKTAG_WRITER	(DLOCK_LOCKTAG_CLASS + 9)
 /* ... of "this shared holder waits to upgrade" (queue.c) */
 #define DLOCK_LOCKTAG_UPGRADE	(DLOCK_LOCKTAG_CLASS + 10)
+/* ... of a holder's shared holding of a resource being changed (resource.c) */
+#define DLOCK_LOCKTAG_SHARE_ROW	(DLOCK_LOCKTAG_CLASS + 11)
 
 /* The modes of the per-resource lock (resource.c explains them). */
 typedef enum DlockLockMode
 {
 	DLOCK_PIN = AccessShareLock,
-	DLOCK_RENEW = ShareUpdateExclusiveLock,
+	DLOCK_SHARE = RowExclusiveLock,
+	DLOCK_RENEW = ShareRowExclusiveLock,
 	DLOCK_CHANGE = AccessExclusiveLock
 } DlockLockMode;
 
@@ -102,6 +110,7 @@ extern void dlock_resource_init(DlockResource *res, text *name);
 extern text *dlock_check_resource(FunctionCallInfo fcinfo, int argno);
 extern void dlock_check_resource_text(text *t);
 extern text *dlock_check_holder(FunctionCallInfo fcinfo, int argno);
+extern text *dlock_check_semaphore(FunctionCallInfo fcinfo, int argno);
 extern text *dlock_check_election(FunctionCallInfo fcinfo, int argno);
 extern text *dlock_check_candidate(FunctionCallInfo fcinfo, int argno);
 extern Interval *dlock_check_lease(FunctionCallInfo fcinfo, int argno);
@@ -113,7 +122,12 @@ extern void dlock_resource_unlock(const DlockResource *res, DlockLockMode mode);
 extern void dlock_pin(const DlockResource *res);
 extern void dlock_unpin(const DlockResource *res);
 extern bool dlock_pinned(const DlockResource *res);
-extern bool dlock_resource_held(const DlockResource *res);
+extern bool dlock_resource_held(const DlockResource *res, bool *only_share);
+extern bool dlock_share_row_lock(const DlockResource *res, text *holder,
+								 DlockLockMode mode, bool wait);
+extern void dlock_share_row_unlock(const DlockResource *res, text *holder,
+								   DlockLockMode mode);
+extern bool dlock_share_row_held(const DlockResource *res, text *holder);
 extern void dlock_change_wait(const DlockResource *res);
 extern bool dlock_maintenance_lock(const DlockResource *res);
 extern void dlock_maintenance_unlock(const DlockResource *res);
@@ -124,7 +138,7 @@ extern TimestampTz dlock_lease_expiry(TimestampTz now, const Interval *span);
 extern TimestampTz dlock_add_interval(TimestampTz ts, const Interval *span);
 extern Interval *dlock_ms_interval(int64 ms);
 
-/* ---- store.c (sessions, scans) and rows.c (one row, direct access) ---- */
+/* ---- store.c (sessions, scans), rows.c and shares.c (direct access) ---- */
 
 /* One row of dlock.leases as read by rows.c. */
 typedef struct DlockRow
@@ -140,6 +154,9 @@ typedef struct DlockRow
 	TimestampTz expires_at;
 	TimestampTz available_at;	/* lock-delay: not available before
 								 * (dlock_row_read_delay) */
+	int32		permits;		/* a semaphore's holding (0.5): its permits;
+								 * 0 for a lock's holding */
+	int32		max_permits;	/* ... and the semaphore's max_permits */
 } DlockRow;
 
 extern void dlock_store_begin(void);
@@ -178,6 +195,14 @@ extern void dlock_share_insert(const DlockResource *res, text *holder,
 extern bool dlock_share_change(const DlockResource *res, const DlockRow *seen,
 							   int32 count, const Interval *lease,
 							   TimestampTz now, TimestampTz expires);
+extern bool dlock_semaphores_installed(void);
+extern void dlock_permits_insert(const DlockResource *res, text *holder,
+								 Oid owner, int64 fence, const Interval *lease,
+								 TimestampTz now, TimestampTz expires,
+								 int32 permits, int32 max_permits);
+extern bool dlock_permits_add(const DlockResource *res, const DlockRow *seen,
+							  int32 count, int32 permits, TimestampTz now,
+							  TimestampTz expires);
 extern bool dlock_row_tickets_live(const DlockResource *res, TimestampTz now);
 extern bool dlock_row_fast_release(const DlockResource *res, text *holder,
 								   Oid owner, TimestampTz now, bool fence_given,
@@ -327,7 +352,9 @@ typedef enum DlockKind
 {
 	DLOCK_KIND_EXCLUSIVE,		/* a lease: try_lock, lock, campaign */
 	DLOCK_KIND_SHARED,			/* a shared lease: shared => true (0.4) */
-	DLOCK_KIND_XACT				/* a transaction-scoped lock */
+	DLOCK_KIND_XACT,			/* a transaction-scoped lock */
+	DLOCK_KIND_SEMAPHORE		/* permits of a semaphore: try_acquire,
+								 * acquire (0.5) */
 } DlockKind;
 
 /* Who asks, for what, and how (admit.c). */
@@ -340,6 +367,8 @@ typedef struct DlockRequest
 	bool		in_server;		/* waiting in lock(): may adopt a client ticket */
 	int64		ticket;			/* the in-server ticket it holds, or 0 */
 	bool		campaign;		/* never re-enter: its own holding is had as is */
+	int32		permits;		/* DLOCK_KIND_SEMAPHORE: permits asked for */
+	int32		max_permits;	/* ... and the semaphore's max_permits */
 } DlockRequest;
 
 /* A resource's state, read once per attempt (dlock_admit_read). */
@@ -352,11 +381,18 @@ typedef struct DlockResourceState
 	DlockRow	row;			/* the holding (available_at: with know_queue) */
 	DlockVerdict holding;		/* what it is to the request (holding.c) */
 	/* The shared holdings (0.4 SQL), read with the holding. */
-	List	   *shares;			/* DlockRow *, every row of dlock.shares */
+	List	   *shares;			/* DlockRow *, every row of dlock.shares and
+								 * dlock.permits */
 	DlockRow   *share_mine;		/* the request's holder's live one, or NULL */
 	int			shares_others;	/* live shared holdings of other holders */
 	TimestampTz shares_until;	/* when the last of those ends */
 	bool		upgrade_crossed;	/* another of them waits to upgrade too */
+	/* The live holdings of dlock.shares by kind (shares_others: of others). */
+	int			shared_holdings;	/* live shared holdings, the request's too */
+	int			permit_holdings;	/* live semaphore holdings (0.5) */
+	int64		permits_held;	/* their permits, the request's holder's too */
+	int32		permits_max;	/* their max_permits (0: none held) */
+	TimestampTz permits_next_end;	/* when the first of them ends */
 	/* The queue and lock-delay, read when the decision asks (know_queue). */
 	bool		know_queue;
 	bool		server_others;	/* other backends hold in-server tickets */
@@ -383,6 +419,12 @@ typedef enum DlockReason
 								 * or (shared) a writer waits */
 	REFUSE_SHARED,				/* exclusive: other holders share it */
 	REFUSE_DEADLOCK,			/* an upgrade waits for another upgrade */
+	REFUSE_NO_PERMITS,			/* semaphore: not enough permits free */
+	REFUSE_OTHER_KIND,			/* an error: the name is held as a lock and
+								 * the request is for permits, or the
+								 * other way round */
+	REFUSE_MAX_PERMITS,			/* an error: permits are held under another
+								 * max_permits */
 	NEED_QUEUE,					/* undecided: read the queue and lock-delay */
 	NEED_HEAD					/* undecided: read the exact head */
 } DlockReason;
@@ -403,6 +445,10 @@ extern DlockAdmission dlock_admit_decide(const DlockRequest *req,
 extern DlockAdmission dlock_admit(const DlockResource *res,
 								  const DlockRequest *req, bool locked,
 								  DlockResourceState *st);
+extern void dlock_admit_raise(const DlockResource *res,
+							  const DlockRequest *req,
+							  const DlockResourceState *st,
+							  DlockAdmission v);
 
 /* ---- acquire.c ---- */
 
@@ -434,6 +480,11 @@ extern int64 dlock_acquire(const DlockResource *res, text *holder,
 						   const DlockCaller *caller, const Interval *lease,
 						   int64 wait_ms, bool fair,
 						   const Interval *lock_delay, bool shared);
+extern int64 dlock_acquire_permits(const DlockResource *res, text *holder,
+								   const DlockCaller *caller,
+								   const Interval *lease, int64 wait_ms,
+								   bool fair, int32 permits,
+								   int32 max_permits);
 extern int64 dlock_campaign_acquire(const DlockResource *res, text *candidate,
 									const DlockCaller *caller,
 									const Interval *lease, int64 wait_ms,
@@ -481,6 +532,8 @@ extern void dlock_wait_look(void);
 extern void dlock_wait_sleep(long timeout_ms);
 extern void dlock_wait_set_ticket(int64 ticket, Oid owner);
 extern void dlock_wake_after_commit(uint64 hash);
+extern void dlock_wake_released(uint64 hash, const DlockRow *holding,
+								bool last);
 extern void dlock_wake_after_abort(uint64 hash);
 extern void dlock_expiry_hint(TimestampTz expires);
 extern bool dlock_reap_due(TimestampTz now);

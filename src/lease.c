@@ -12,10 +12,17 @@
  * from the server clock at the moment of the call (GetCurrentTimestamp,
  * i.e. clock_timestamp()), never from the transaction start.
  *
- * A holder's shared holdings (0.4, dlock.shares) follow the same pattern:
+ * A holder's shared holdings (0.4, dlock.shares) and its holdings of a
+ * semaphore's permits (0.5, dlock.permits, read with them; unlock returns all
+ * of its permits at once) follow the same pattern:
  * unlock and renew turn to the caller's shared holding when it has no
  * exclusive one (find_share); unlock_all, break_lock, check and
- * assert_fence cover them too.
+ * assert_fence cover them too.  When a look without the lock (a hint)
+ * finds no exclusive holding of the caller's, unlock and renew take the
+ * resource's lock in SHARE mode and the holding's share-row tag instead
+ * (resource.c), so readers never wait for each other's transactions; if
+ * the caller's exclusive holding is there after all, they start again in
+ * the exclusive holding's mode.
  *
  * Backend-local: no shared state of its own.
  *
@@ -174,9 +181,11 @@ find_share(const DlockResource *res, text *holder, const DlockCaller *caller,
 /*
  * share_release: release one level (all of it, with all) of the caller's
  * shared holding of res, under fence when fence_given; false if it has
- * none.  When it is gone: its event, and, if it was the last holding of
- * the resource, the wakeup of a waiter (a writer waits for the last
- * reader only).  Inside a store session, under the resource's lock.
+ * none.  When it is gone: its event, and the wakeup of a waiter on
+ * commit.  Every such release wakes: a writer waits for the last reader,
+ * and two readers releasing at once each still see the other's holding
+ * (its delete is not committed), so neither could tell it was the last.
+ * Inside a store session, under the resource's lock.
  */
 static bool
 share_release(const DlockResource *res, text *holder, const DlockCaller *caller,
@@ -184,12 +193,12 @@ share_release(const DlockResource *res, text *holder, const DlockCaller *caller,
 			  int32 *left)
 {
 	int			others;
-	DlockRow	row;
 	DlockRow   *sh = find_share(res, holder, caller, now, "unlock", &others);
 
 	if (sh == NULL || (fence_given && fence != sh->fence))
 		return false;
-	*left = all ? 0 : sh->count - 1;
+	/* unlock returns all of a semaphore's permits at once (0.5) */
+	*left = (all || sh->permits > 0) ? 0 : sh->count - 1;
 	if (!dlock_share_change(res, sh, *left, NULL, now, 0))
 		elog(ERROR, "dlock: the shared holding of \"%s\" changed meanwhile",
 			 text_to_cstring(res->name));
@@ -197,11 +206,70 @@ share_release(const DlockResource *res, text *holder, const DlockCaller *caller,
 	{
 		dlock_client_ticket_release(res, holder, sh->owner);
 		dlock_notify(res, "released", sh->fence);
-		dlock_row_read(res, &row);
-		if (others == 0 && dlock_lease_ended(&row, now))
-			dlock_wake_after_commit(res->hash);
+		/* as if last: see above (a semaphore's wakes per permit freed) */
+		dlock_wake_released(res->hash, sh, true);
 	}
 	return true;
+}
+
+/*
+ * holder_exclusive: is row a live exclusive holding of holder's (of any
+ * role: another role's raises 42501, or is a superuser's to change)?
+ */
+static bool
+holder_exclusive(const DlockRow *row, text *holder, const DlockCaller *caller,
+				 TimestampTz now)
+{
+	DlockVerdict v = dlock_holding_verdict(row, holder, caller, now);
+
+	return v == HOLDING_MINE || v == HOLDING_OTHER_ROLE;
+}
+
+/*
+ * own_mode: the mode in which unlock or renew takes res's lock: SHARE when
+ * a look without the lock (a hint) finds no live exclusive holding of
+ * holder's, so a shared holding is what is changed; else exclusive_mode.
+ * Whoever takes SHARE also takes the share-row tag (own_lock), and turns
+ * to exclusive_mode if the look under the lock finds the hint was wrong.
+ */
+static DlockLockMode
+own_mode(const DlockResource *res, text *holder, const DlockCaller *caller,
+		 DlockLockMode exclusive_mode)
+{
+	DlockRow	row;
+	bool		exclusive;
+
+	dlock_store_begin();
+	dlock_row_read(res, &row);
+	exclusive = holder_exclusive(&row, holder, caller, GetCurrentTimestamp());
+	dlock_store_end();
+	return exclusive ? exclusive_mode : DLOCK_SHARE;
+}
+
+/*
+ * own_lock: take res's lock in mode (waiting; CHANGE behind a pin polls,
+ * dlock_change_wait), and in SHARE mode the share-row tag in row_mode.
+ */
+static void
+own_lock(const DlockResource *res, text *holder, DlockLockMode mode,
+		 DlockLockMode row_mode)
+{
+	if (mode == DLOCK_CHANGE)
+		dlock_change_wait(res);
+	else
+		(void) dlock_resource_lock(res, mode, true);
+	if (mode == DLOCK_SHARE)
+		(void) dlock_share_row_lock(res, holder, row_mode, true);
+}
+
+/* own_unlock: give back what own_lock took (nothing was changed). */
+static void
+own_unlock(const DlockResource *res, text *holder, DlockLockMode mode,
+		   DlockLockMode row_mode)
+{
+	if (mode == DLOCK_SHARE)
+		dlock_share_row_unlock(res, holder, row_mode);
+	dlock_resource_unlock(res, mode);
 }
 
 /* fence_arg: an optional fence argument; false if NULL. */
@@ -225,6 +293,7 @@ dlock_unlock(PG_FUNCTION_ARGS)
 	int64		fence;
 	int64		fence_out;
 	bool		fence_given;
+	DlockLockMode mode;
 
 	dlock_resource_init(&res, dlock_check_resource(fcinfo, 0));
 	holder = dlock_check_holder(fcinfo, 1);
@@ -232,12 +301,33 @@ dlock_unlock(PG_FUNCTION_ARGS)
 	dlock_check_writable("dlock.unlock()");
 	caller = dlock_caller();
 
-	dlock_change_wait(&res);
+	mode = own_mode(&res, holder, &caller, DLOCK_CHANGE);
+again:
+	own_lock(&res, holder, mode, DLOCK_CHANGE);
 	now = GetCurrentTimestamp();
 	dlock_store_begin();
+	if (mode == DLOCK_SHARE)
+	{
+		/* No exclusive holding of the caller's, as the hint said? */
+		dlock_row_read(&res, &row);
+		if (holder_exclusive(&row, holder, &caller, now))
+		{
+			dlock_store_end();
+			own_unlock(&res, holder, mode, DLOCK_CHANGE);
+			mode = DLOCK_CHANGE;
+			goto again;
+		}
+		if (!share_release(&res, holder, &caller, now, fence_given, fence,
+						   false, &left))
+		{
+			dlock_store_end();
+			own_unlock(&res, holder, mode, DLOCK_CHANGE);
+			PG_RETURN_NULL();
+		}
+	}
 	/* The common case first: the caller's own holding, in one statement. */
-	if (dlock_row_fast_release(&res, holder, caller.role, now, fence_given,
-							   fence, &left, &fence_out))
+	else if (dlock_row_fast_release(&res, holder, caller.role, now, fence_given,
+									fence, &left, &fence_out))
 	{
 		if (left == 0)
 		{
@@ -281,7 +371,8 @@ dlock_unlock(PG_FUNCTION_ARGS)
 
 /*
  * dlock.renew(resource, holder, lease, fence): the resource's lock is taken
- * in RENEW mode, so an assert_fence pin never makes the holder wait.
+ * in RENEW mode (SHARE and the share-row tag in RENEW mode for a shared
+ * holding, own_mode), so an assert_fence pin never makes the holder wait.
  */
 Datum
 dlock_renew(PG_FUNCTION_ARGS)
@@ -295,6 +386,7 @@ dlock_renew(PG_FUNCTION_ARGS)
 	DlockRow	row;
 	int64		fence;
 	bool		fence_given;
+	DlockLockMode mode;
 
 	dlock_resource_init(&res, dlock_check_resource(fcinfo, 0));
 	holder = dlock_check_holder(fcinfo, 1);
@@ -304,10 +396,20 @@ dlock_renew(PG_FUNCTION_ARGS)
 	dlock_check_writable("dlock.renew()");
 	caller = dlock_caller();
 
-	(void) dlock_resource_lock(&res, DLOCK_RENEW, true);
+	mode = own_mode(&res, holder, &caller, DLOCK_RENEW);
+again:
+	own_lock(&res, holder, mode, DLOCK_RENEW);
 	now = GetCurrentTimestamp();
 	dlock_store_begin();
 	dlock_row_read(&res, &row);
+	if (mode == DLOCK_SHARE && holder_exclusive(&row, holder, &caller, now))
+	{
+		/* The caller's exclusive holding after all: renew it as such. */
+		dlock_store_end();
+		own_unlock(&res, holder, mode, DLOCK_RENEW);
+		mode = DLOCK_RENEW;
+		goto again;
+	}
 	if (!dlock_may_change(&row, holder, &caller, now, "renew") ||
 		(fence_given && fence != row.fence))
 	{
@@ -332,7 +434,7 @@ dlock_renew(PG_FUNCTION_ARGS)
 			PG_RETURN_TIMESTAMPTZ(expires);
 		}
 		dlock_store_end();
-		dlock_resource_unlock(&res, DLOCK_RENEW);
+		own_unlock(&res, holder, mode, DLOCK_RENEW);
 		dlock_count(DLOCK_STAT_LOST_RENEWALS);
 		PG_RETURN_NULL();
 	}
@@ -350,24 +452,35 @@ dlock_renew(PG_FUNCTION_ARGS)
 }
 
 /*
- * unlock_all_shares: release every live shared holding (0.4) of holder
- * taken by the caller's role; how many.  Inside a store session.
+ * unlock_all_shares: release every live shared holding (0.4) and holding
+ * of a semaphore's permits (0.5) of holder taken by the caller's role; how
+ * many.  Inside a store session.
  */
 static int32
 unlock_all_shares(text *holder, const DlockCaller *caller)
 {
 	static SPIPlanPtr plan = NULL;
+	static SPIPlanPtr plan_permits = NULL;
 	static const Oid types[2] = {TEXTOID, REGROLEOID};
 	Datum		values[2];
 	List	   *resources = NIL;
 	ListCell   *lc;
 	int32		released = 0;
+	bool		permits;
 
 	if (!dlock_shares_installed())
 		return 0;
+	permits = dlock_semaphores_installed();
 	values[0] = PointerGetDatum(holder);
 	values[1] = ObjectIdGetDatum(caller->role);
-	if (dlock_store_exec(&plan,
+	if (dlock_store_exec(permits ? &plan_permits : &plan,
+						 permits ?
+						 "SELECT s.resource FROM dlock.shares s"
+						 "  WHERE s.holder OPERATOR(pg_catalog.=) ($1 COLLATE pg_catalog.\"C\")"
+						 "    AND s.owner OPERATOR(pg_catalog.=) $2"
+						 " UNION SELECT p.resource FROM dlock.permits p"
+						 "  WHERE p.holder OPERATOR(pg_catalog.=) ($1 COLLATE pg_catalog.\"C\")"
+						 "    AND p.owner OPERATOR(pg_catalog.=) $2" :
 						 "SELECT s.resource FROM dlock.shares s"
 						 "  WHERE s.holder OPERATOR(pg_catalog.=) ($1 COLLATE pg_catalog.\"C\")"
 						 "    AND s.owner OPERATOR(pg_catalog.=) $2",
@@ -467,6 +580,7 @@ break_shares(const DlockResource *res, TimestampTz now)
 			elog(ERROR, "dlock: the shared holding of \"%s\" changed meanwhile",
 				 text_to_cstring(res->name));
 		dlock_notify(res, "broken", sh->fence);
+		dlock_wake_released(res->hash, sh, false);
 		dlock_count(DLOCK_STAT_BROKEN);
 		broken++;
 	}
@@ -527,15 +641,18 @@ check_fence_arg(FunctionCallInfo fcinfo, int argno)
 /*
  * fence_is_current: is fence the current, unexpired holding of res (a
  * lease, or a transaction-scoped lock of this transaction)?  The row read
- * goes to *row (exists = false for a transaction-scoped lock).
+ * goes to *row (exists = false for a transaction-scoped lock); *shared
+ * says whether it is a shared holding.
  */
 static bool
-fence_is_current(const DlockResource *res, int64 fence, DlockRow *row)
+fence_is_current(const DlockResource *res, int64 fence, DlockRow *row,
+				 bool *shared)
 {
 	TimestampTz now = GetCurrentTimestamp();
 	int64		own = dlock_xact_fence(res);
 
 	memset(row, 0, sizeof(*row));
+	*shared = false;
 	if (own != 0)
 		return own == fence;
 	dlock_store_begin();
@@ -552,6 +669,7 @@ fence_is_current(const DlockResource *res, int64 fence, DlockRow *row)
 			if (sh->fence == fence && sh->expires_at > now)
 			{
 				*row = *sh;
+				*shared = true;
 				dlock_store_end();
 				return true;
 			}
@@ -570,10 +688,11 @@ dlock_check(PG_FUNCTION_ARGS)
 	DlockResource res;
 	DlockRow	row;
 	int64		fence;
+	bool		shared;
 
 	dlock_resource_init(&res, dlock_check_resource(fcinfo, 0));
 	fence = check_fence_arg(fcinfo, 1);
-	PG_RETURN_BOOL(fence_is_current(&res, fence, &row));
+	PG_RETURN_BOOL(fence_is_current(&res, fence, &row, &shared));
 }
 
 /*
@@ -582,7 +701,10 @@ dlock_check(PG_FUNCTION_ARGS)
  * transaction ends, so no one can take it over, expire, break or release it
  * meanwhile and a write fenced in this transaction is atomic with the
  * check.  The holder's renew does not conflict with a pin.  Only roles with
- * the privileges of the holding's role may pin it (holding.c).
+ * the privileges of the holding's role may pin it (holding.c).  A shared
+ * holding, which its holder releases in SHARE mode (resource.c), is pinned
+ * by its share-row tag too, then looked at again: a release in flight was
+ * not visible to the first look.
  */
 Datum
 dlock_assert_fence(PG_FUNCTION_ARGS)
@@ -591,13 +713,22 @@ dlock_assert_fence(PG_FUNCTION_ARGS)
 	DlockCaller caller;
 	DlockRow	row;
 	int64		fence;
+	bool		shared;
+	bool		current;
 
 	dlock_resource_init(&res, dlock_check_resource(fcinfo, 0));
 	fence = check_fence_arg(fcinfo, 1);
 	caller = dlock_caller();
 
 	dlock_pin(&res);
-	if (!fence_is_current(&res, fence, &row))
+	current = fence_is_current(&res, fence, &row, &shared);
+	if (current && shared)
+	{
+		(void) dlock_share_row_lock(&res, cstring_to_text(row.holder),
+									DLOCK_PIN, true);
+		current = fence_is_current(&res, fence, &row, &shared);
+	}
+	if (!current)
 	{
 		dlock_unpin(&res);
 		ereport(ERROR,

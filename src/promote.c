@@ -441,7 +441,11 @@ candidates(TimestampTz promoted_at, MemoryContext cxt)
 	values[0] = TimestampTzGetDatum(promoted_at);
 	dlock_store_begin();
 	dlock_store_spi();
-	if (SPI_execute_with_args(dlock_shares_installed() ?
+	if (SPI_execute_with_args(dlock_semaphores_installed() ?
+							  "SELECT resource FROM dlock.leases WHERE " LIVE_AT_P
+							  " UNION SELECT resource FROM dlock.shares WHERE " LIVE_AT_P
+							  " UNION SELECT resource FROM dlock.permits WHERE " LIVE_AT_P :
+							  dlock_shares_installed() ?
 							  "SELECT resource FROM dlock.leases WHERE " LIVE_AT_P
 							  " UNION SELECT resource FROM dlock.shares WHERE " LIVE_AT_P :
 							  "SELECT resource FROM dlock.leases WHERE " LIVE_AT_P,
@@ -503,22 +507,36 @@ refresh_one(const DlockResource *res, TimestampTz promoted_at, bool *busy)
 												   SPI_tuptable->tupdesc, 1, &isnull));
 	if (!dlock_shares_installed())
 		return result;
-	/* The shared holdings of the resource (0.4), each by the same rule. */
-	if (SPI_execute_with_args("UPDATE dlock.shares"
-							  "   SET expires_at = $1 OPERATOR(pg_catalog.+) lease"
-							  " WHERE resource OPERATOR(pg_catalog.=) ($2 COLLATE pg_catalog.\"C\")"
-							  "   AND " LIVE_AT_P
-							  "   AND expires_at OPERATOR(pg_catalog.>) $3"
-							  " RETURNING expires_at",
-							  3, argtypes, values, NULL, false, 0) != SPI_OK_UPDATE_RETURNING)
-		elog(ERROR, "could not update dlock.shares");
-	for (uint64 i = 0; i < SPI_processed; i++)
-	{
-		TimestampTz e = DatumGetTimestampTz(SPI_getbinval(SPI_tuptable->vals[i],
-														  SPI_tuptable->tupdesc, 1, &isnull));
 
-		if (result == 0 || e < result)
-			result = e;
+	/*
+	 * The shared holdings of the resource (0.4) and its holdings of a
+	 * semaphore's permits (0.5), each by the same rule.
+	 */
+	for (int t = 0; t < (dlock_semaphores_installed() ? 2 : 1); t++)
+	{
+		if (SPI_execute_with_args(t == 0 ?
+								  "UPDATE dlock.shares"
+								  "   SET expires_at = $1 OPERATOR(pg_catalog.+) lease"
+								  " WHERE resource OPERATOR(pg_catalog.=) ($2 COLLATE pg_catalog.\"C\")"
+								  "   AND " LIVE_AT_P
+								  "   AND expires_at OPERATOR(pg_catalog.>) $3"
+								  " RETURNING expires_at" :
+								  "UPDATE dlock.permits"
+								  "   SET expires_at = $1 OPERATOR(pg_catalog.+) lease"
+								  " WHERE resource OPERATOR(pg_catalog.=) ($2 COLLATE pg_catalog.\"C\")"
+								  "   AND " LIVE_AT_P
+								  "   AND expires_at OPERATOR(pg_catalog.>) $3"
+								  " RETURNING expires_at",
+								  3, argtypes, values, NULL, false, 0) != SPI_OK_UPDATE_RETURNING)
+			elog(ERROR, "could not update the shared holdings");
+		for (uint64 i = 0; i < SPI_processed; i++)
+		{
+			TimestampTz e = DatumGetTimestampTz(SPI_getbinval(SPI_tuptable->vals[i],
+															  SPI_tuptable->tupdesc, 1, &isnull));
+
+			if (result == 0 || e < result)
+				result = e;
+		}
 	}
 	return result;
 }

@@ -99,6 +99,14 @@
 /* The lock-delay limit from the contract. */
 #define MAX_LOCK_DELAY_USECS	((int64) 3600 * USECS_PER_SEC)
 
+/*
+ * The mode of a look at a "fair waiters" or "writer waits" tag, which
+ * waiters hold in ShareLock: it conflicts with that, not with itself, so
+ * readers looking at once (they take the resource's lock in SHARE mode
+ * together, resource.c) never see each other's look as a waiter.
+ */
+#define PROBE_LOCK	RowExclusiveLock
+
 #define RES_IS(alias) alias ".resource OPERATOR(pg_catalog.=) ($1 COLLATE pg_catalog.\"C\")"
 
 PG_FUNCTION_INFO_V1(dlock_withdraw);
@@ -288,9 +296,9 @@ dlock_server_tickets_others(const DlockResource *res)
 	LOCKTAG		tag;
 
 	set_fair_tag(&tag, res);
-	if (LockAcquire(&tag, ExclusiveLock, false, true) == LOCKACQUIRE_NOT_AVAIL)
+	if (LockAcquire(&tag, PROBE_LOCK, false, true) == LOCKACQUIRE_NOT_AVAIL)
 		return true;
-	LockRelease(&tag, ExclusiveLock, false);
+	LockRelease(&tag, PROBE_LOCK, false);
 	return false;
 }
 
@@ -822,9 +830,9 @@ dlock_writer_waiting(const DlockResource *res)
 	LOCKTAG		tag;
 
 	set_writer_tag(&tag, res);
-	if (LockAcquire(&tag, ExclusiveLock, false, true) == LOCKACQUIRE_NOT_AVAIL)
+	if (LockAcquire(&tag, PROBE_LOCK, false, true) == LOCKACQUIRE_NOT_AVAIL)
 		return true;
-	LockRelease(&tag, ExclusiveLock, false);
+	LockRelease(&tag, PROBE_LOCK, false);
 	return false;
 }
 

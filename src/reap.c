@@ -5,9 +5,11 @@
  *
  * An expired lease is already free to acquirers (lazy expiry); reaping
  * makes the row free for real, emits the "expired" event and wakes a
- * waiter.  Released rows stay in the table so that the next acquisition is
- * an update in place; rows free for longer than DLOCK_FREE_ROW_TTL_SECS are
- * deleted (purged) by reapers too, so resources used once do not pile up.
+ * waiter.  A holding's row goes when the holding ends, unless something
+ * still needs it (a lock-delay, a holding value, a queued ticket: rows.c's
+ * row_needed); a row kept free is deleted (purged) by reapers once it has
+ * been free for DLOCK_FREE_ROW_TTL_SECS and its lock-delay is over, so the
+ * table holds what is held, queued or under lock-delay (issue 25).
  *
  * Reaping must never make an expired lease unavailable, and must progress
  * at any legal setting.  So:
@@ -28,7 +30,8 @@
  *	  never runs out.
  *
  * Shared holdings (0.4, dlock.shares) expire the same way, each with its
- * own event; the last one of a resource gone wakes a waiter.
+ * own event; the last one of a resource gone wakes a waiter.  So do a
+ * semaphore's holdings (0.5), each waking one waiter per permit it frees.
  *
  * No shared state of its own (the statistics and the hint are waiters.c's).
  *
@@ -41,7 +44,7 @@
 #include "storage/lock.h"
 #include "utils/builtins.h"
 
-#define DLOCK_FREE_ROW_TTL_SECS 3600
+#define DLOCK_FREE_ROW_TTL_SECS 60
 
 /*
  * dlock_reap_batch_size: leases per reaper transaction.  Each holds two
@@ -75,19 +78,27 @@ take_for_maintenance(const DlockResource *res)
 
 /*
  * shares_expired: up to limit resources with an expired shared holding
- * (0.4), as text* in the store session's caller context.
+ * (0.4) or holding of a semaphore's permits (0.5), as text* in the store
+ * session's caller context.
  */
 static List *
 shares_expired(TimestampTz now, int limit)
 {
 	static SPIPlanPtr plan = NULL;
+	static SPIPlanPtr plan_permits = NULL;
 	static const Oid types[2] = {TIMESTAMPTZOID, INT4OID};
 	Datum		values[2];
 	List	   *result = NIL;
+	bool		permits = dlock_semaphores_installed();
 
 	values[0] = TimestampTzGetDatum(now);
 	values[1] = Int32GetDatum(limit);
-	if (dlock_store_exec(&plan,
+	if (dlock_store_exec(permits ? &plan_permits : &plan,
+						 permits ?
+						 "SELECT s.resource FROM dlock.shares s"
+						 "  WHERE s.expires_at OPERATOR(pg_catalog.<=) $1"
+						 " UNION SELECT p.resource FROM dlock.permits p"
+						 "  WHERE p.expires_at OPERATOR(pg_catalog.<=) $1 LIMIT $2" :
 						 "SELECT DISTINCT s.resource FROM dlock.shares s"
 						 "  WHERE s.expires_at OPERATOR(pg_catalog.<=) $1 LIMIT $2",
 						 2, types, values, NULL, true) > 0)
@@ -118,6 +129,7 @@ reap_shares(const DlockResource *res, TimestampTz now)
 	List	   *shares = dlock_row_read_shares(res);
 	ListCell   *lc;
 	int			reaped = 0;
+	int			reaped_shared = 0;
 	int			live = 0;
 	DlockRow	row;
 
@@ -134,10 +146,13 @@ reap_shares(const DlockResource *res, TimestampTz now)
 			continue;			/* changed by hand meanwhile: a later round */
 		dlock_notify(res, "expired", sh->fence);
 		dlock_count(DLOCK_STAT_EXPIRED);
+		dlock_wake_released(res->hash, sh, false);
 		reaped++;
+		if (sh->permits == 0)
+			reaped_shared++;
 	}
 	dlock_row_read(res, &row);
-	if (reaped > 0 && live == 0 && dlock_lease_ended(&row, now))
+	if (reaped_shared > 0 && live == 0 && dlock_lease_ended(&row, now))
 		dlock_wake_after_commit(res->hash);
 	return reaped;
 }
@@ -155,15 +170,25 @@ dlock_reap_candidates(TimestampTz now, int limit)
 	dlock_store_begin();
 	resources = dlock_rows_expired(now, limit);
 	if (list_length(resources) < limit && dlock_shares_installed())
-		resources = list_concat(resources,
-								shares_expired(now, limit - list_length(resources)));
+	{
+		List	   *shares = shares_expired(now, limit - list_length(resources));
+
+		/*
+		 * In the caller's context: list_concat onto NIL copies the list
+		 * into the current context, which the store session's end frees.
+		 */
+		MemoryContext old = MemoryContextSwitchTo(dlock_store_context());
+
+		resources = list_concat(resources, shares);
+		MemoryContextSwitchTo(old);
+	}
 	dlock_store_end();
 	return resources;
 }
 
 /*
- * dlock_stale_candidates: up to limit resources free since an hour before
- * now, for dlock_purge_list.
+ * dlock_stale_candidates: up to limit resources free since
+ * DLOCK_FREE_ROW_TTL_SECS before now, for dlock_purge_list.
  */
 List *
 dlock_stale_candidates(TimestampTz now, int limit)

@@ -10,7 +10,8 @@
  * locks).  Every function that changes a resource's row takes it first:
  *
  *	- try_lock takes it without waiting, so it never waits behind another
- *	  transaction's uncommitted acquisition: that transaction still holds it;
+ *	  transaction's uncommitted acquisition: that transaction still holds it
+ *	  (in a mode that conflicts: see SHARE below);
  *	- a successful change keeps it until the transaction ends, so nobody
  *	  ever waits on a row lock of ours;
  *	- a failed attempt releases it at once (LockRelease works on
@@ -20,13 +21,32 @@
  *	  lock_timeout, statement_timeout and cancel all apply, and
  *	  isolationtester can see them.
  *
- * It is taken in one of three modes (DlockLockMode):
+ * It is taken in one of four modes (DlockLockMode), from weakest to
+ * strongest in PostgreSQL's conflict table:
  *
- *	- CHANGE (AccessExclusiveLock): acquire, take over, unlock, break, reap,
- *	  purge, transaction-scoped locks: anything that changes who holds it;
- *	- RENEW (ShareUpdateExclusiveLock): renew, which only moves the expiry
- *	  of the holding it finds: it conflicts with CHANGE and with itself,
- *	  not with PIN;
+ *	- CHANGE (AccessExclusiveLock): an exclusive acquisition (try_lock,
+ *	  lock, campaign; an upgrade too), take over, unlock of an exclusive
+ *	  holding, break, unlock_all, reap, purge, transaction-scoped locks:
+ *	  anything that changes who holds it exclusively, or every holding;
+ *	- RENEW (ShareRowExclusiveLock): renew of an exclusive holding, and
+ *	  the refresh after a promotion, which only move the expiry of the
+ *	  holding they find: it conflicts with CHANGE, with itself and with
+ *	  SHARE (a reader must not take a lease that a renewal still in flight
+ *	  is extending), not with PIN;
+ *	- SHARE (RowExclusiveLock): what a shared holder (0.4) does to its own
+ *	  holding: a shared acquisition (new, or a re-entry), renew and unlock
+ *	  of a shared holding.  It conflicts with CHANGE and RENEW only, so
+ *	  readers never wait for, nor are refused because of, each other's
+ *	  transactions (pg_advisory_lock_shared's rule), while every exclusive
+ *	  acquisition still excludes readers in flight.  Each holder's row of
+ *	  dlock.shares is guarded by its share-row tag (dlock_share_row_lock,
+ *	  keyed by resource and holder text): an acquisition takes it in
+ *	  CHANGE mode without waiting (the same holder on two connections: the
+ *	  second gets NULL rather than wait on the first's uncommitted row in
+ *	  the primary key), an unlock in CHANGE mode, a renew in RENEW mode,
+ *	  and assert_fence of a shared holding's fence in PIN mode, so a pin
+ *	  keeps the shared holding from being released but not from being
+ *	  renewed;
  *	- PIN (AccessShareLock): assert_fence, which keeps the holding from
  *	  changing hands until the caller's transaction ends, without ever
  *	  making the holder's own renew wait.  A pin also holds the resource's
@@ -34,6 +54,10 @@
  *	  tell a pin from a change in progress: behind a pin they poll instead
  *	  of queueing in the lock manager, where a queued CHANGE request would
  *	  hold up every later RENEW (dlock_change_wait).
+ *
+ * A waiting CHANGE request queued in the lock manager behind readers in
+ * flight holds up later SHARE requests as pg_advisory_lock does
+ * pg_advisory_lock_shared: a writer waits, so readers may wait too.
  *
  * Reapers (reap.c) also take the resource's maintenance lock, a second tag
  * of another class, at session level just before its resource lock, and
@@ -58,6 +82,7 @@
 
 #include "access/xact.h"
 #include "access/xlog.h"
+#include "common/hashfn.h"
 #include "common/md5.h"
 #include "fmgr.h"
 #include "miscadmin.h"
@@ -172,6 +197,13 @@ text *
 dlock_check_holder(FunctionCallInfo fcinfo, int argno)
 {
 	return check_text_arg(fcinfo, argno, "holder", DLOCK_MAX_HOLDER_LEN);
+}
+
+/* dlock_check_semaphore: a resource under the name the semaphore functions give it. */
+text *
+dlock_check_semaphore(FunctionCallInfo fcinfo, int argno)
+{
+	return check_text_arg(fcinfo, argno, "semaphore", DLOCK_MAX_RESOURCE_LEN);
 }
 
 /*
@@ -395,12 +427,15 @@ dlock_pinned(const DlockResource *res)
 /*
  * dlock_resource_held: does this transaction hold res's lock, in any mode
  * (it took, changed, renewed or pinned the resource)?  Then no other
- * transaction can change the resource before this one ends.
+ * transaction can change the resource before this one ends, except that
+ * when it holds it in SHARE mode only (*only_share), other shared holders
+ * can still change (renew, release) their own holdings.
  */
 bool
-dlock_resource_held(const DlockResource *res)
+dlock_resource_held(const DlockResource *res, bool *only_share)
 {
-	static const LOCKMODE modes[] = {DLOCK_CHANGE, DLOCK_RENEW, DLOCK_PIN};
+	static const LOCKMODE modes[] = {DLOCK_CHANGE, DLOCK_RENEW, DLOCK_PIN,
+	DLOCK_SHARE};
 	LOCKTAG		tag;
 
 	dlock_set_locktag(&tag, res->hash);
@@ -412,9 +447,98 @@ dlock_resource_held(const DlockResource *res)
 			continue;
 		LockRelease(&tag, modes[i], false);
 		if (r != LOCKACQUIRE_OK)
-			return true;		/* held already (or already clear) */
+		{
+			/* held already (or already clear) */
+			*only_share = modes[i] == DLOCK_SHARE;
+			return true;
+		}
+	}
+	*only_share = false;
+	return false;
+}
+
+/*
+ * set_share_row_locktag: the tag of holder's shared holding of res (any
+ * role's: the holder text alone, so that it covers the primary key of
+ * dlock.shares whoever the owner).  Two holders whose hashes collide
+ * merely share it.
+ */
+static void
+set_share_row_locktag(LOCKTAG *tag, const DlockResource *res, text *holder)
+{
+	uint32		who = hash_any((const unsigned char *) VARDATA_ANY(holder),
+							   VARSIZE_ANY_EXHDR(holder));
+
+	SET_LOCKTAG_ADVISORY(*tag, who ^ MyDatabaseId, (uint32) (res->hash >> 32),
+						 (uint32) res->hash, DLOCK_LOCKTAG_SHARE_ROW);
+}
+
+/*
+ * dlock_share_row_lock: take the share-row tag of holder's shared holding
+ * of res in mode for this transaction (see the header).  With wait =
+ * false returns false at once if another transaction has it in a
+ * conflicting mode; with wait, behind a pin it polls like
+ * dlock_change_wait, else it waits in the lock manager.
+ */
+bool
+dlock_share_row_lock(const DlockResource *res, text *holder,
+					 DlockLockMode mode, bool wait)
+{
+	LOCKTAG		tag;
+	long		sleep_us = 100;
+
+	set_share_row_locktag(&tag, res, holder);
+	for (;;)
+	{
+		if (LockAcquire(&tag, (LOCKMODE) mode, false, true) != LOCKACQUIRE_NOT_AVAIL)
+			return true;
+		if (!wait)
+			return false;
+		if (!dlock_pinned(res))
+		{
+			(void) LockAcquire(&tag, (LOCKMODE) mode, false, false);
+			return true;
+		}
+		pg_usleep(sleep_us);
+		CHECK_FOR_INTERRUPTS();
+		sleep_us = Min(sleep_us * 2, 100000);
+	}
+}
+
+/*
+ * dlock_share_row_held: does this transaction hold the share-row tag of
+ * holder's shared holding of res, in any mode (it took, changed or pinned
+ * that holding)?  Then nobody else can release it before this one ends.
+ */
+bool
+dlock_share_row_held(const DlockResource *res, text *holder)
+{
+	static const LOCKMODE modes[] = {DLOCK_CHANGE, DLOCK_RENEW, DLOCK_PIN};
+	LOCKTAG		tag;
+
+	set_share_row_locktag(&tag, res, holder);
+	for (size_t i = 0; i < lengthof(modes); i++)
+	{
+		LockAcquireResult r = LockAcquire(&tag, modes[i], false, true);
+
+		if (r == LOCKACQUIRE_NOT_AVAIL)
+			continue;
+		LockRelease(&tag, modes[i], false);
+		if (r != LOCKACQUIRE_OK)
+			return true;
 	}
 	return false;
+}
+
+/* dlock_share_row_unlock: give back a share-row tag that changed nothing. */
+void
+dlock_share_row_unlock(const DlockResource *res, text *holder,
+					   DlockLockMode mode)
+{
+	LOCKTAG		tag;
+
+	set_share_row_locktag(&tag, res, holder);
+	LockRelease(&tag, (LOCKMODE) mode, false);
 }
 
 /*

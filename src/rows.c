@@ -2,27 +2,22 @@
  *
  * rows.c
  *		The hot paths' reads and writes of one row of dlock.leases, by
- *		direct heap access: no SPI, no planner, no identity switch.
+ *		direct heap access (table.c): no SPI, no planner, no identity
+ *		switch.  Also the reads of dlock.tickets and dlock.delays that
+ *		admit.c's state needs.
  *
  * Each function finds the resource's row with a primary-key index scan on
- * the latest snapshot and writes with heap_update
- * (HOT: nothing indexed changes) or heap_insert, checking the table's
- * constraints and maintaining its indexes as the executor does
- * (store_tuple): a superuser may add an expression or partial index or a
- * CHECK constraint to dlock.leases, which CatalogTupleUpdate does not
- * support (an expression index crashed the server).  Triggers on the table
- * do not fire (the statements fired them).  Acquisitions are decided
- * elsewhere: this file reads the row, its lock-delay row and whether
- * client tickets are queued (for admit.c's state), and writes what admit.c
- * admitted (dlock_row_reenter, dlock_row_take), checking that the row is
- * still the version the decision read.  The rules stay where they live:
- * what a holding is to a caller is holding.c's (HOLDING_MINE is restated
- * here for the one-step release and must say the same).
- *
- * dlock.shares (0.4) holds the shared holdings, several per resource
- * (primary key resource, holder, owner): read all at once for admit.c
- * (dlock_row_read_shares), written one by one (dlock_share_insert,
- * dlock_share_change) under the same rules as dlock.leases.
+ * the latest snapshot and writes it as the executor does (table.c's
+ * store_tuple and write_row).  Acquisitions are decided elsewhere: this
+ * file reads the row, its lock-delay row and whether client tickets are
+ * queued (for admit.c's state), and writes what admit.c admitted
+ * (dlock_row_reenter, dlock_row_take), checking that the row is still the
+ * version the decision read.  The rules stay where they live: what a
+ * holding is to a caller is holding.c's (HOLDING_MINE is restated here for
+ * the one-step release and must say the same).  The shared holdings of
+ * dlock.shares are shares.c's.  A holding's row goes when the holding ends
+ * (release, expiry reaped) unless something still needs it (row_needed):
+ * a resource nobody holds costs no row.
  *
  * Concurrency: every write happens while the caller holds the resource's
  * lock-manager lock in CHANGE mode (resource.c), taken before the row is
@@ -39,38 +34,21 @@
  * Rights: direct access checks no privileges, as the store session's
  * switch to the table's owner made them moot; read-only transactions and
  * standbys are refused before any of this runs (dlock_check_writable).
- * What the table's own expressions run (CHECK constraints, defaults,
- * generated columns, index expressions: a superuser may add them) runs as
- * the table's owner with a safe search_path, as the statements ran it
- * (become_owner; only when the table has any).
  *
- * The relation, its primary key and its column numbers are looked up by
- * name (so a library newer than the installed SQL finds its columns
- * wherever they are), checked after the table is locked (open_table), and
- * cached until a relcache invalidation touches the table: DROP EXTENSION
- * and ALTER EXTENSION UPDATE send one.  Backend-local.
+ * The tables' column numbers are looked up by name and cached per backend
+ * (table.c's open_table).
  *
  *-------------------------------------------------------------------------
  */
-#include "dlock.h"
+#include "table.h"
 
 #include "access/genam.h"
 #include "access/heapam.h"
 #include "access/htup_details.h"
 #include "access/stratnum.h"
 #include "access/table.h"
-#include "access/xact.h"
-#include "storage/lmgr.h"
-#include "executor/executor.h"
-#include "executor/nodeModifyTable.h"
-#include "rewrite/rewriteHandler.h"
-#include "catalog/namespace.h"
-#include "miscadmin.h"
 #include "utils/builtins.h"
-#include "utils/guc.h"
 #include "utils/fmgroids.h"
-#include "utils/inval.h"
-#include "utils/lsyscache.h"
 #include "utils/rel.h"
 #include "utils/snapmgr.h"
 
@@ -112,349 +90,12 @@ static const char *const delay_cols[D_NUM] = {
 	"resource", "fence", "lock_delay", "available_at"
 };
 
-#define MAX_COLS L_NUM	/* the most of any table here (shares: 9) */
-
-/*
- * Columns (dropped ones included) a row image holds without allocating;
- * ours have 11, a superuser may add more.
- */
-#define MAX_ATTS 64
-
-/* A table of ours as this backend last looked it up. */
-typedef struct TableInfo
-{
-	const char *name;
-	const char *const *cols;
-	int			ncols;
-	bool		valid;			/* looked up since the last invalidation */
-	Oid			relid;			/* InvalidOid: not there (older SQL) */
-	Oid			pkey;
-	AttrNumber	att[MAX_COLS];	/* InvalidAttrNumber: no such column */
-} TableInfo;
-
-static TableInfo leases = {"leases", lease_cols, L_NUM};
-static TableInfo tickets = {"tickets", ticket_cols, T_NUM};
-static TableInfo delays = {"delays", delay_cols, D_NUM};
-/*
- * dlock.shares (0.4): shared holdings, several per resource.  Read and
- * written like dlock.leases, under the resource's lock (CHANGE).
- */
-enum
-{
-	S_RESOURCE, S_HOLDER, S_OWNER, S_COUNT, S_FENCE, S_LEASE, S_ACQUIRED_AT,
-	S_RENEWED_AT, S_EXPIRES_AT, S_NUM
-};
-static const char *const share_cols[S_NUM] = {
-	"resource", "holder", "owner", "count", "fence", "lease", "acquired_at",
-	"renewed_at", "expires_at"
-};
-static TableInfo shares = {"shares", share_cols, S_NUM};
-static bool callback_registered = false;
-
-/* invalidate: a relcache invalidation of one of our tables, or of all. */
-static void
-invalidate(Datum arg, Oid relid)
-{
-	TableInfo  *all[] = {&leases, &tickets, &delays, &shares};
-
-	for (int i = 0; i < (int) lengthof(all); i++)
-		if (relid == InvalidOid || relid == all[i]->relid)
-			all[i]->valid = false;
-}
-
-/*
- * open_table: the table opened (and locked) in mode, its OID, primary key
- * and column numbers in *t; NULL when the installed SQL has no such table.
- * The OID cached, or just looked up by name, may name a table that another
- * session dropped (DROP EXTENSION; CREATE EXTENSION) since this backend
- * last read the invalidation messages: locking it reads them, and if they
- * say the table changed, it is looked up again (as RangeVarGetRelid does).
- */
-static Relation
-open_table(TableInfo *t, LOCKMODE mode)
-{
-	Relation	rel;
-	Oid			relid;
-
-	if (!callback_registered)
-	{
-		CacheRegisterRelcacheCallback(invalidate, (Datum) 0);
-		callback_registered = true;
-	}
-	for (;;)
-	{
-		bool		was_valid = t->valid;
-
-		relid = was_valid ? t->relid :
-			get_relname_relid(t->name, dlock_schema_oid());
-		if (!OidIsValid(relid))
-		{
-			/* Older SQL: looked up again next time (cheap, and rare). */
-			t->relid = InvalidOid;
-			return NULL;
-		}
-		LockRelationOid(relid, mode);
-		if (was_valid ? t->valid :
-			get_relname_relid(t->name, dlock_schema_oid()) == relid)
-			break;
-		/* Dropped, or changed, meanwhile: look again. */
-		UnlockRelationOid(relid, mode);
-	}
-	rel = table_open(relid, NoLock);
-	if (t->valid)
-		return rel;
-	t->relid = relid;
-	t->pkey = dlock_primary_key_index(rel);
-	if (!OidIsValid(t->pkey))
-		elog(ERROR, "dlock: table dlock.%s has no primary key", t->name);
-	for (int i = 0; i < t->ncols; i++)
-		t->att[i] = get_attnum(t->relid, t->cols[i]);
-	for (int i = 0; i < t->ncols; i++)
-		if (t->att[i] == InvalidAttrNumber && !(t == &leases && i == L_TOOK_OVER))
-			elog(ERROR, "dlock: table dlock.%s has no column %s",
-				 t->name, t->cols[i]);
-	t->valid = true;
-	return rel;
-}
-
-/*
- * A row read for change: the tuple (with its TID) and its columns, in the
- * buffers of the image itself, or allocated when the table has more than
- * MAX_ATTS columns.  Never copied (it points into itself).
- */
-typedef struct RowImage
-{
-	HeapTuple	tup;			/* NULL: no row */
-	Datum	   *values;
-	bool	   *nulls;
-	bool	   *replace;
-	Datum		values_buf[MAX_ATTS];
-	bool		nulls_buf[MAX_ATTS];
-	bool		replace_buf[MAX_ATTS];
-} RowImage;
-
-/* image_init: columns for natts attributes, none to be replaced. */
-static void
-image_init(RowImage *img, int natts)
-{
-	if (natts <= MAX_ATTS)
-	{
-		img->values = img->values_buf;
-		img->nulls = img->nulls_buf;
-		img->replace = img->replace_buf;
-	}
-	else
-	{
-		img->values = palloc(natts * sizeof(Datum));
-		img->nulls = palloc(natts * sizeof(bool));
-		img->replace = palloc(natts * sizeof(bool));
-	}
-	memset(img->replace, 0, natts * sizeof(bool));
-}
-
-#define COL(t, img, c)		((img)->values[(t)->att[c] - 1])
-#define ISNULL(t, img, c)	((img)->nulls[(t)->att[c] - 1])
-
-/*
- * fetch_row: the row of rel whose primary key is the resource, on the
- * latest snapshot, copied and deformed into *img; false if none.
- */
-static bool
-fetch_row(Relation rel, TableInfo *t, text *resource, RowImage *img)
-{
-	ScanKeyData key;
-	SysScanDesc scan;
-	Snapshot	snap = RegisterSnapshot(GetLatestSnapshot());
-	HeapTuple	tup;
-	TupleDesc	desc = RelationGetDescr(rel);
-
-	ScanKeyInit(&key, t->att[0], BTEqualStrategyNumber, F_TEXTEQ,
-				PointerGetDatum(resource));
-	scan = systable_beginscan(rel, t->pkey, true, snap, 1, &key);
-	tup = systable_getnext(scan);
-	img->tup = HeapTupleIsValid(tup) ? heap_copytuple(tup) : NULL;
-	systable_endscan(scan);
-	UnregisterSnapshot(snap);
-	if (img->tup == NULL)
-		return false;
-	image_init(img, desc->natts);
-	heap_deform_tuple(img->tup, desc, img->values, img->nulls);
-	return true;
-}
-
-/* set_col / set_null: change a column of the image for write_row. */
-static void
-set_col(TableInfo *t, RowImage *img, int c, Datum v)
-{
-	if (t->att[c] == InvalidAttrNumber)
-		return;
-	img->values[t->att[c] - 1] = v;
-	img->nulls[t->att[c] - 1] = false;
-	img->replace[t->att[c] - 1] = true;
-}
-
-static void
-set_null(TableInfo *t, RowImage *img, int c)
-{
-	if (t->att[c] == InvalidAttrNumber)
-		return;
-	img->values[t->att[c] - 1] = (Datum) 0;
-	img->nulls[t->att[c] - 1] = true;
-	img->replace[t->att[c] - 1] = true;
-}
-
-/*
- * What a write runs of the table's own expressions (CHECK constraints,
- * defaults, generated columns, index expressions and predicates) runs as
- * the table's owner with a safe search_path, as the statements of the
- * store session ran it: a caller needs no rights on the functions and
- * sequences they use.  Only when there is any: the plain table needs none.
- */
-typedef struct OwnerSwitch
-{
-	bool		active;
-	Oid			saved_userid;
-	int			saved_sec_context;
-	int			nestlevel;
-} OwnerSwitch;
-
-static void
-become_owner(Relation rel, OwnerSwitch *sw)
-{
-	GetUserIdAndSecContext(&sw->saved_userid, &sw->saved_sec_context);
-	SetUserIdAndSecContext(rel->rd_rel->relowner,
-						   sw->saved_sec_context | SECURITY_LOCAL_USERID_CHANGE |
-						   SECURITY_RESTRICTED_OPERATION);
-	sw->nestlevel = NewGUCNestLevel();
-	(void) set_config_option("search_path", "pg_catalog, pg_temp",
-							 PGC_USERSET, PGC_S_SESSION,
-							 GUC_ACTION_SAVE, true, 0, false);
-	sw->active = true;
-}
-
-/* leave_owner: undo become_owner (an error undoes it by itself). */
-static void
-leave_owner(OwnerSwitch *sw)
-{
-	if (!sw->active)
-		return;
-	AtEOXact_GUC(true, sw->nestlevel);
-	SetUserIdAndSecContext(sw->saved_userid, sw->saved_sec_context);
-	sw->active = false;
-}
-
-/* runs_expressions: do the table's constraints or indexes have any? */
-static bool
-runs_expressions(Relation rel, ResultRelInfo *rri)
-{
-	TupleConstr *constr = RelationGetDescr(rel)->constr;
-
-	if (constr != NULL && (constr->num_check > 0 || constr->has_generated_stored))
-		return true;
-	for (int i = 0; i < rri->ri_NumIndices; i++)
-		if (rri->ri_IndexRelationInfo[i]->ii_Expressions != NIL ||
-			rri->ri_IndexRelationInfo[i]->ii_Predicate != NIL ||
-			rri->ri_IndexRelationInfo[i]->ii_ExclusionOps != NULL)
-			return true;
-	return false;
-}
-
-/*
- * store_tuple: write tup as a new row (otid NULL) or as the new version of
- * the row at otid (HOT when nothing indexed changes), as the executor
- * would: the table's NOT NULL and CHECK constraints first, then an entry
- * in every index (expressions and predicates evaluated) unless HOT.
- * Stored generated columns are computed (into a copy of tup).
- * Returns false, changing nothing, if the row at otid was updated or
- * deleted by another transaction that committed since it was read (after
- * waiting for it): not a dlock call (those hold the resource's lock), but
- * a superuser's UPDATE by hand.  The caller reads the row again and
- * decides again, as a statement's EvalPlanQual recheck did.
- */
-static bool
-store_tuple(Relation rel, ItemPointer otid, HeapTuple tup)
-{
-	EState	   *estate = CreateExecutorState();
-	ResultRelInfo *rri;
-	TupleTableSlot *slot;
-	TM_Result	result = TM_Ok;
-	TM_FailureData tmfd;
-	LockTupleMode lockmode;
-	DlockIndexUpdate indexes = DLOCK_INDEX_ALL;
-	OwnerSwitch sw = {false};
-	MemoryContext old = MemoryContextSwitchTo(estate->es_query_cxt);
-
-	/* All of it in the executor state's memory, freed with it. */
-	rri = makeNode(ResultRelInfo);
-	InitResultRelInfo(rri, rel, 0, NULL, 0);
-	ExecOpenIndices(rri, false);
-	if (runs_expressions(rel, rri))
-		become_owner(rel, &sw);
-	slot = ExecInitExtraTupleSlot(estate, RelationGetDescr(rel),
-								  &TTSOpsHeapTuple);
-	ExecStoreHeapTuple(tup, slot, false);
-	if (RelationGetDescr(rel)->constr != NULL &&
-		RelationGetDescr(rel)->constr->has_generated_stored)
-	{
-		/* All of them, as for an INSERT: nothing says which changed. */
-		ExecComputeStoredGenerated(rri, estate, slot, CMD_INSERT);
-		tup = heap_copytuple(ExecFetchSlotHeapTuple(slot, false, NULL));
-	}
-	if (RelationGetDescr(rel)->constr != NULL)
-		ExecConstraints(rri, slot, estate);
-	if (otid != NULL)
-		result = dlock_heap_update(rel, otid, tup, &tmfd, &lockmode, &indexes);
-	else
-		simple_heap_insert(rel, tup);
-	if (result == TM_SelfModified)
-		elog(ERROR, "dlock: the row was already changed by this command");
-	else if (result != TM_Ok && result != TM_Updated && result != TM_Deleted)
-		elog(ERROR, "dlock: unexpected heap_update result %d", (int) result);
-	if (result == TM_Ok && rri->ri_NumIndices > 0 &&
-		(otid == NULL || indexes != DLOCK_INDEX_NONE))
-	{
-		List	   *recheck;
-
-		ExecStoreHeapTuple(tup, slot, false);	/* with its new TID */
-		recheck = dlock_insert_index_tuples(rri, slot, estate, indexes);
-
-		/*
-		 * A deferrable unique or exclusion constraint that the new row may
-		 * violate: the executor would check it again at commit (an AFTER
-		 * trigger); dlock fires none, so it refuses the row now.
-		 */
-		if (recheck != NIL)
-			ereport(ERROR,
-					(errcode(ERRCODE_UNIQUE_VIOLATION),
-					 errmsg("duplicate key value violates unique constraint \"%s\"",
-							get_rel_name(linitial_oid(recheck))),
-					 errdetail("dlock checks deferrable constraints on dlock.%s at once.",
-							   RelationGetRelationName(rel))));
-	}
-	leave_owner(&sw);
-	ExecCloseIndices(rri);
-	ExecResetTupleTable(estate->es_tupleTable, false);
-	MemoryContextSwitchTo(old);
-	FreeExecutorState(estate);
-	return result == TM_Ok;
-}
-
-/*
- * write_row: the update of the image's changed columns (HOT); false if the
- * row changed meanwhile (store_tuple): read it again and decide again.
- */
-static bool
-write_row(Relation rel, RowImage *img)
-{
-	HeapTuple	newtup = heap_modify_tuple(img->tup, RelationGetDescr(rel),
-										   img->values, img->nulls, img->replace);
-	bool		done = store_tuple(rel, &img->tup->t_self, newtup);
-
-	heap_freetuple(newtup);
-	if (done)
-		CommandCounterIncrement();
-	return done;
-}
+static TableInfo leases = {"leases", lease_cols, L_NUM, L_TOOK_OVER};
+static TableInfo tickets = {"tickets", ticket_cols, T_NUM, T_NUM};
+static TableInfo delays = {"delays", delay_cols, D_NUM, D_NUM};
+/* dlock.holding_values (0.2): only whether the resource has a row. */
+static const char *const value_cols[1] = {"resource"};
+static TableInfo holding_values = {"holding_values", value_cols, 1, 1};
 
 /* open_leases: dlock.leases opened for a read or a change. */
 static Relation
@@ -469,15 +110,6 @@ open_leases(LOCKMODE mode)
 				 errhint("Run CREATE EXTENSION dlock.")));
 	return rel;
 }
-
-/* text_eq: do two text values say the same (byte for byte, as "C")? */
-static bool
-text_eq(text *a, text *b)
-{
-	return VARSIZE_ANY_EXHDR(a) == VARSIZE_ANY_EXHDR(b) &&
-		memcmp(VARDATA_ANY(a), VARDATA_ANY(b), VARSIZE_ANY_EXHDR(a)) == 0;
-}
-
 /*
  * is_mine: the row is held, unexpired at now, by holder of role owner:
  * holding.c's HOLDING_MINE, for the one-step re-entry and release.
@@ -537,45 +169,6 @@ dlock_row_read(const DlockResource *res, DlockRow *row)
 		heap_freetuple(img.tup);
 	}
 	table_close(rel, NoLock);
-}
-
-/*
- * fill_defaults: the defaults of the columns of a new row that dlock does
- * not set (columns a superuser added, as an INSERT would fill them), as
- * the table's owner.
- * Returns the executor state holding their values (free it once the tuple
- * is formed), or NULL if there were none.
- */
-static EState *
-fill_defaults(Relation rel, RowImage *img)
-{
-	TupleDesc	desc = RelationGetDescr(rel);
-	EState	   *estate = NULL;
-	OwnerSwitch sw = {false};
-
-	for (int i = 0; i < desc->natts; i++)
-	{
-		Form_pg_attribute att = TupleDescAttr(desc, i);
-		Node	   *def;
-		ExprState  *expr;
-
-		if (att->attisdropped || att->attgenerated || img->replace[i])
-			continue;
-		def = build_column_default(rel, i + 1);
-		if (def == NULL)
-			continue;
-		if (estate == NULL)
-		{
-			estate = CreateExecutorState();
-			become_owner(rel, &sw);
-		}
-		expr = ExecPrepareExpr((Expr *) def, estate);
-		img->values[i] = ExecEvalExprSwitchContext(expr,
-												   GetPerTupleExprContext(estate),
-												   &img->nulls[i]);
-	}
-	leave_owner(&sw);
-	return estate;
 }
 
 /* dlock_row_insert: the first holding of a resource never seen. */
@@ -658,23 +251,116 @@ set_free(RowImage *img, TimestampTz now)
 }
 
 /*
- * dlock_row_release: set the count left; at zero the row becomes free (it
- * stays, keeping its last fence, so the next acquisition updates in place).
+ * has_row: has table t (0.2 SQL and later) a row of res?  False under
+ * older SQL.  An index probe, no copy.
+ */
+static bool
+has_row(TableInfo *t, const DlockResource *res)
+{
+	Relation	rel = open_table(t, AccessShareLock);
+	ScanKeyData key;
+	SysScanDesc scan;
+	Snapshot	snap;
+	bool		found;
+
+	if (rel == NULL)
+		return false;
+	snap = RegisterSnapshot(GetLatestSnapshot());
+	ScanKeyInit(&key, t->att[0], BTEqualStrategyNumber, F_TEXTEQ,
+				PointerGetDatum(res->name));
+	scan = systable_beginscan(rel, t->pkey, true, snap, 1, &key);
+	found = HeapTupleIsValid(systable_getnext(scan));
+	systable_endscan(scan);
+	UnregisterSnapshot(snap);
+	table_close(rel, NoLock);
+	return found;
+}
+
+/*
+ * row_needed: must the row of res, whose holding is ending now, stay
+ * (free)?  Only while something reads it after the holding: a lock-delay
+ * (dlock.delays, tied to the row by its fence: the resource stays
+ * unavailable until the delay is over, dlock_row_read_delay), a holding
+ * value (elections: elect.c reads the last term's value by its fence), or
+ * a live client ticket (the queue's head takes the resource next: the row
+ * is reused in place at once).  Otherwise the row goes with the holding
+ * (issue 25): a resource nobody holds costs no row, as in the naive lock
+ * table, and the table holds what is held, queued or under lock-delay.
+ * Nothing else needs it: fences come from the one sequence (fence.c), not
+ * from the row, so the next holder's fence is greater whether or not the
+ * row is there; waiters are woken by the release's commit (waiters.c) and
+ * find the resource free either way; the deletion, like the update it
+ * replaces, is undone with the transaction, under the resource's lock
+ * held to its end.  The rows kept go with the reaper's purge of long-free
+ * rows (reap.c) once nothing needs them.
+ */
+static bool
+row_needed(const DlockResource *res, TimestampTz now)
+{
+	return has_row(&delays, res) || has_row(&holding_values, res) ||
+		dlock_row_tickets_live(res, now);
+}
+
+/*
+ * delete_row: delete the row read into *img; false if it changed
+ * meanwhile (a superuser's UPDATE or DELETE by hand, after waiting for
+ * it): read it again and decide again, as for write_row.
+ */
+static bool
+delete_row(Relation rel, RowImage *img)
+{
+	TM_FailureData tmfd;
+	TM_Result	result;
+
+	result = heap_delete(rel, &img->tup->t_self, GetCurrentCommandId(true),
+						 InvalidSnapshot, true, &tmfd, false);
+	if (result == TM_SelfModified)
+		elog(ERROR, "dlock: the row was already changed by this command");
+	else if (result != TM_Ok && result != TM_Updated && result != TM_Deleted)
+		elog(ERROR, "dlock: unexpected heap_delete result %d", (int) result);
+	if (result != TM_Ok)
+		return false;
+	CommandCounterIncrement();
+	return true;
+}
+
+/*
+ * free_row: the holding read into *img ends at now: its row is deleted
+ * unless something still needs it (row_needed), else freed in place.
+ * False if the row changed meanwhile (write_row, delete_row).
+ */
+static bool
+free_row(Relation rel, const DlockResource *res, RowImage *img,
+		 TimestampTz now)
+{
+	if (!row_needed(res, now))
+		return delete_row(rel, img);
+	set_free(img, now);
+	return write_row(rel, img);
+}
+
+/*
+ * dlock_row_release: set the count left; at zero the holding ends: its
+ * row goes, or stays free while something needs it (free_row).
  */
 void
 dlock_row_release(const DlockResource *res, int32 count_left, TimestampTz now)
 {
 	Relation	rel = open_leases(RowExclusiveLock);
 	RowImage	img;
+	bool		done;
 
 	do
 	{
 		change_row(rel, res, &img);
 		if (count_left > 0)
+		{
 			set_col(&leases, &img, L_COUNT, Int32GetDatum(count_left));
+			done = write_row(rel, &img);
+		}
 		else
-			set_free(&img, now);
-	} while (!write_row(rel, &img));
+			done = free_row(rel, res, &img, now);
+	} while (!done);
 	table_close(rel, NoLock);
 }
 
@@ -885,10 +571,12 @@ dlock_row_fast_release(const DlockResource *res, text *holder, Oid owner,
 			*left = DatumGetInt32(COL(&leases, &img, L_COUNT)) - 1;
 			*fence_out = DatumGetInt64(COL(&leases, &img, L_FENCE));
 			if (*left > 0)
+			{
 				set_col(&leases, &img, L_COUNT, Int32GetDatum(*left));
+				done = write_row(rel, &img);
+			}
 			else
-				set_free(&img, now);
-			done = write_row(rel, &img);
+				done = free_row(rel, res, &img, now);
 		}
 		heap_freetuple(img.tup);
 		if (!mine)
@@ -899,8 +587,9 @@ dlock_row_fast_release(const DlockResource *res, text *holder, Oid owner,
 }
 
 /*
- * dlock_row_reap: free the resource's lease if it expired by now; returns
- * its fence, or 0 if it was not (or no longer) expired.
+ * dlock_row_reap: end the resource's lease if it expired by now (its row
+ * goes, or stays free while something needs it: free_row); returns its
+ * fence, or 0 if it was not (or no longer) expired.
  */
 int64
 dlock_row_reap(const DlockResource *res, TimestampTz now)
@@ -917,191 +606,10 @@ dlock_row_reap(const DlockResource *res, TimestampTz now)
 		if (!ISNULL(&leases, &img, L_HOLDER) && ended(&img, now))
 		{
 			fence = DatumGetInt64(COL(&leases, &img, L_FENCE));
-			set_free(&img, now);
-			written = write_row(rel, &img);
+			written = free_row(rel, res, &img, now);
 		}
 		heap_freetuple(img.tup);
 	}
 	table_close(rel, NoLock);
 	return written ? fence : 0;
-}
-/* dlock_shares_installed: is the 0.4 SQL there (shared holdings)? */
-bool
-dlock_shares_installed(void)
-{
-	Relation	rel = open_table(&shares, AccessShareLock);
-
-	if (rel == NULL)
-		return false;
-	table_close(rel, NoLock);
-	return true;
-}
-
-/*
- * dlock_row_read_shares: the shared holdings of res (all of them, expired
- * ones too), each copied into the store session's caller context; NIL
- * under older SQL.
- */
-List *
-dlock_row_read_shares(const DlockResource *res)
-{
-	Relation	rel = open_table(&shares, AccessShareLock);
-	ScanKeyData key;
-	SysScanDesc scan;
-	Snapshot	snap;
-	HeapTuple	tup;
-	List	   *result = NIL;
-	TupleDesc	desc;
-
-	if (rel == NULL)
-		return NIL;
-	desc = RelationGetDescr(rel);
-	snap = RegisterSnapshot(GetLatestSnapshot());
-	ScanKeyInit(&key, shares.att[S_RESOURCE], BTEqualStrategyNumber, F_TEXTEQ,
-				PointerGetDatum(res->name));
-	scan = systable_beginscan(rel, shares.pkey, true, snap, 1, &key);
-	while (HeapTupleIsValid(tup = systable_getnext(scan)))
-	{
-		MemoryContext old = MemoryContextSwitchTo(dlock_store_context());
-		DlockRow   *s = palloc0(sizeof(DlockRow));
-		bool		isnull;
-
-		s->exists = true;
-		s->held = true;
-		s->tid = tup->t_self;
-		s->holder = TextDatumGetCString(heap_getattr(tup, shares.att[S_HOLDER], desc, &isnull));
-		s->owner = DatumGetObjectId(heap_getattr(tup, shares.att[S_OWNER], desc, &isnull));
-		s->count = DatumGetInt32(heap_getattr(tup, shares.att[S_COUNT], desc, &isnull));
-		s->fence = DatumGetInt64(heap_getattr(tup, shares.att[S_FENCE], desc, &isnull));
-		s->lease = *DatumGetIntervalP(heap_getattr(tup, shares.att[S_LEASE], desc, &isnull));
-		s->expires_at = DatumGetTimestampTz(heap_getattr(tup, shares.att[S_EXPIRES_AT], desc, &isnull));
-		result = lappend(result, s);
-		MemoryContextSwitchTo(old);
-	}
-	systable_endscan(scan);
-	UnregisterSnapshot(snap);
-	table_close(rel, NoLock);
-	return result;
-}
-
-/* fetch_share: the share row at seen->tid, if it is still that version. */
-static bool
-fetch_share(Relation rel, const DlockResource *res, const DlockRow *seen,
-			RowImage *img)
-{
-	ScanKeyData keys[3];
-	SysScanDesc scan;
-	Snapshot	snap = RegisterSnapshot(GetLatestSnapshot());
-	HeapTuple	tup;
-	TupleDesc	desc = RelationGetDescr(rel);
-	text	   *holder = cstring_to_text(seen->holder);
-
-	ScanKeyInit(&keys[0], shares.att[S_RESOURCE], BTEqualStrategyNumber, F_TEXTEQ,
-				PointerGetDatum(res->name));
-	ScanKeyInit(&keys[1], shares.att[S_HOLDER], BTEqualStrategyNumber, F_TEXTEQ,
-				PointerGetDatum(holder));
-	ScanKeyInit(&keys[2], shares.att[S_OWNER], BTEqualStrategyNumber, F_OIDEQ,
-				ObjectIdGetDatum(seen->owner));
-	scan = systable_beginscan(rel, shares.pkey, true, snap, 3, keys);
-	tup = systable_getnext(scan);
-	img->tup = HeapTupleIsValid(tup) && ItemPointerEquals(&tup->t_self, (ItemPointer) &seen->tid) ?
-		heap_copytuple(tup) : NULL;
-	systable_endscan(scan);
-	UnregisterSnapshot(snap);
-	if (img->tup == NULL)
-		return false;
-	image_init(img, desc->natts);
-	heap_deform_tuple(img->tup, desc, img->values, img->nulls);
-	return true;
-}
-
-/* open_shares: dlock.shares for a change (the 0.4 SQL is there). */
-static Relation
-open_shares(void)
-{
-	Relation	rel = open_table(&shares, RowExclusiveLock);
-
-	if (rel == NULL)
-		ereport(ERROR,
-				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
-				 errmsg("shared locks need the 0.4 SQL of dlock"),
-				 errhint("Run ALTER EXTENSION dlock UPDATE.")));
-	return rel;
-}
-
-/* dlock_share_insert: a new shared holding of res. */
-void
-dlock_share_insert(const DlockResource *res, text *holder, Oid owner,
-				   int64 fence, const Interval *lease, TimestampTz now,
-				   TimestampTz expires)
-{
-	Relation	rel = open_shares();
-	TupleDesc	desc = RelationGetDescr(rel);
-	RowImage	img;
-	HeapTuple	tup;
-	EState	   *estate;
-
-	image_init(&img, desc->natts);
-	for (int i = 0; i < desc->natts; i++)
-	{
-		img.values[i] = (Datum) 0;
-		img.nulls[i] = true;
-	}
-	set_col(&shares, &img, S_RESOURCE, PointerGetDatum(res->name));
-	set_col(&shares, &img, S_HOLDER, PointerGetDatum(holder));
-	set_col(&shares, &img, S_OWNER, ObjectIdGetDatum(owner));
-	set_col(&shares, &img, S_COUNT, Int32GetDatum(1));
-	set_col(&shares, &img, S_FENCE, Int64GetDatum(fence));
-	set_col(&shares, &img, S_LEASE, PointerGetDatum(lease));
-	set_col(&shares, &img, S_ACQUIRED_AT, TimestampTzGetDatum(now));
-	set_col(&shares, &img, S_RENEWED_AT, TimestampTzGetDatum(now));
-	set_col(&shares, &img, S_EXPIRES_AT, TimestampTzGetDatum(expires));
-	estate = fill_defaults(rel, &img);
-	tup = heap_form_tuple(desc, img.values, img.nulls);
-	if (estate != NULL)
-		FreeExecutorState(estate);
-	(void) store_tuple(rel, NULL, tup);
-	heap_freetuple(tup);
-	CommandCounterIncrement();
-	table_close(rel, NoLock);
-}
-
-/*
- * dlock_share_change: a shared holding read as *seen gets count (0: it is
- * deleted), and, when expires is not 0, that expiry (and lease, if not
- * NULL).  False, changing nothing, if the row changed since it was read.
- */
-bool
-dlock_share_change(const DlockResource *res, const DlockRow *seen,
-				   int32 count, const Interval *lease, TimestampTz now,
-				   TimestampTz expires)
-{
-	Relation	rel = open_shares();
-	RowImage	img;
-	bool		written = false;
-
-	if (fetch_share(rel, res, seen, &img))
-	{
-		if (count == 0)
-		{
-			simple_heap_delete(rel, &img.tup->t_self);
-			CommandCounterIncrement();
-			written = true;
-		}
-		else
-		{
-			set_col(&shares, &img, S_COUNT, Int32GetDatum(count));
-			if (expires != 0)
-			{
-				set_col(&shares, &img, S_EXPIRES_AT, TimestampTzGetDatum(expires));
-				set_col(&shares, &img, S_RENEWED_AT, TimestampTzGetDatum(now));
-			}
-			if (lease != NULL)
-				set_col(&shares, &img, S_LEASE, PointerGetDatum(lease));
-			written = write_row(rel, &img);
-		}
-		heap_freetuple(img.tup);
-	}
-	table_close(rel, NoLock);
-	return written;
 }

@@ -11,7 +11,8 @@
  * (xact.c calls this file's after_locks hook), the waiter of
  * that resource that is first in line and has not been woken yet: the fair
  * waiter with the lowest ticket (queue.c), else the one that arrived
- * first.  One release wakes one waiter, not a herd.  A fair waiter that
+ * first.  One release wakes one waiter, not a herd; a semaphore's holding
+ * released wakes one waiter per permit it frees (dlock_wake_released).  A fair waiter that
  * leaves without the lock wakes the next, so the queue moves on at once.  A woken waiter that leaves without the
  * lock (timeout, cancel) passes the wakeup on to the next, and so does a
  * waiter for several resources at once (multi.c) when it moves to the one
@@ -247,8 +248,11 @@ first_in_line(const DlockWaiter *a, const DlockWaiter *b)
 	return a->seq < b->seq;
 }
 
-/* wake_locked: wake the first unwoken waiter of hash; caller holds lock. */
-static void
+/*
+ * wake_locked: wake the first unwoken waiter of hash; caller holds lock.
+ * False if there was none.
+ */
+static bool
 wake_locked(Oid dbid, uint64 hash)
 {
 	DlockWaiter *best = NULL;
@@ -272,19 +276,22 @@ wake_locked(Oid dbid, uint64 hash)
 		SetLatch(&ProcGlobal->allProcs[best_procno].procLatch);
 		pg_atomic_fetch_add_u64(&shared->stats[DLOCK_STAT_WAKEUPS], 1);
 	}
+	return best != NULL;
 }
 
 /*
- * wake_queue: the resource with this hash may be free: wake its
- * first waiter.  Called after the freeing transaction's locks are gone.
+ * wake_queue: the resource with this hash may be free: wake its first n
+ * waiters (fewer if there are fewer).  Called after the freeing
+ * transaction's locks are gone.
  */
 static void
-wake_queue(uint64 hash)
+wake_queue(uint64 hash, int32 n)
 {
 	if (shared == NULL || !OidIsValid(MyDatabaseId))
 		return;
 	LWLockAcquire(shared->lock, LW_EXCLUSIVE);
-	wake_locked(MyDatabaseId, hash);
+	for (int32 i = 0; i < n && wake_locked(MyDatabaseId, hash); i++)
+		;
 	LWLockRelease(shared->lock);
 }
 
@@ -433,6 +440,7 @@ typedef struct WakeEntry
 {
 	uint64		hash;
 	bool		abort_only;		/* an acquisition: wake only if it aborts */
+	int32		n;				/* how many waiters to wake */
 } WakeEntry;
 
 static WakeEntry *wake = NULL;
@@ -440,7 +448,7 @@ static int	nwake = 0;
 static int	maxwake = 0;
 
 static void
-add_wake(uint64 hash, bool abort_only)
+add_wake(uint64 hash, bool abort_only, int32 n)
 {
 	if (nwake >= maxwake)
 	{
@@ -450,6 +458,7 @@ add_wake(uint64 hash, bool abort_only)
 	}
 	wake[nwake].hash = hash;
 	wake[nwake].abort_only = abort_only;
+	wake[nwake].n = n;
 	nwake++;
 }
 
@@ -460,7 +469,25 @@ add_wake(uint64 hash, bool abort_only)
 void
 dlock_wake_after_commit(uint64 hash)
 {
-	add_wake(hash, false);
+	add_wake(hash, false, 1);
+}
+
+/*
+ * dlock_wake_released: a holding of the resource with this hash is gone
+ * (unlocked, broken, expired): when the transaction commits, wake one
+ * waiter per permit it frees (a semaphore's holding, 0.5), or, for a
+ * lock's holding, one waiter if it was the resource's last holding (a
+ * writer waits for the last reader only; a shared holder's own release
+ * passes last = true, as it cannot see a concurrent reader's release).
+ * The rule of who is woken by a release, in one place.
+ */
+void
+dlock_wake_released(uint64 hash, const DlockRow *holding, bool last)
+{
+	if (holding->permits > 0)
+		add_wake(hash, false, holding->permits);
+	else if (last)
+		add_wake(hash, false, 1);
 }
 
 /*
@@ -470,7 +497,7 @@ dlock_wake_after_commit(uint64 hash)
 void
 dlock_wake_after_abort(uint64 hash)
 {
-	add_wake(hash, true);
+	add_wake(hash, true, 1);
 }
 
 /*
@@ -512,7 +539,7 @@ waiters_after_locks(bool commit)
 {
 	for (int i = 0; i < nwake; i++)
 		if (!commit || !wake[i].abort_only)
-			wake_queue(wake[i].hash);
+			wake_queue(wake[i].hash, wake[i].n);
 	nwake = 0;
 }
 

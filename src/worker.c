@@ -201,17 +201,26 @@ dlock_run_round(void)
 }
 
 /*
- * shares_min_expiry: the earliest expiry of a shared holding (0.4), or
- * DT_NOEND (none, or older SQL).  Inside a store session.
+ * shares_min_expiry: the earliest expiry of a shared holding (0.4) or a
+ * holding of a semaphore's permits (0.5), or DT_NOEND (none, or older
+ * SQL).  Inside a store session.
  */
 static TimestampTz
 shares_min_expiry(void)
 {
 	static SPIPlanPtr plan = NULL;
+	static SPIPlanPtr plan_permits = NULL;
 	bool		isnull;
 	Datum		d;
 
-	if (!dlock_shares_installed() ||
+	if (!dlock_shares_installed())
+		return DT_NOEND;
+	if (dlock_semaphores_installed() ?
+		dlock_store_exec(&plan_permits,
+						 "SELECT pg_catalog.min(e) FROM"
+						 " (SELECT s.expires_at FROM dlock.shares s"
+						 "  UNION ALL SELECT p.expires_at FROM dlock.permits p) h(e)",
+						 0, NULL, NULL, NULL, true) != 1 :
 		dlock_store_exec(&plan, "SELECT pg_catalog.min(s.expires_at) FROM dlock.shares s",
 						 0, NULL, NULL, NULL, true) != 1)
 		return DT_NOEND;

@@ -46,6 +46,7 @@ xact_attempt(const DlockResource *res, void *arg, int64 *fence,
 	{
 		dlock_store_end();
 		dlock_resource_unlock(res, DLOCK_CHANGE);
+		dlock_admit_raise(res, &req, &st, v);
 		*busy_until = v.retry_at;
 		return v.reason == REFUSE_DELAYED ? ATTEMPT_DELAYED : ATTEMPT_BUSY;
 	}

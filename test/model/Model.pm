@@ -8,7 +8,10 @@
 # of role B), waits for them, and hands their logs to ModelCheck.pm.  It
 # prints the seed first; the same seed replays the same random choices
 # (the interleaving, set by the scheduler, differs).  Returns
-# (violations, stats, seed).  The logs stay in dir; Model::check_dir(dir)
+# (violations, stats, seed).  With portable => 1 the database holds the
+# portable edition (portable/dlock.sql), installed by the conninfo's user,
+# which owns it and need not be a superuser; ROLE_A and ROLE_B must then
+# exist already unless that user may create roles.  The logs stay in dir; Model::check_dir(dir)
 # checks them again offline.
 
 package Model;
@@ -26,13 +29,28 @@ use ModelDriver;
 our $ROLE_A = 'dlock_model_a';
 our $ROLE_B = 'dlock_model_b';
 
-# setup: extension, roles and grants, as the superuser of conninfo.
+# setup: extension, roles and grants, as the superuser of conninfo (or,
+# portable, as the owner of the portable schema); returns the owner's name
+# and whether it is a superuser.
 sub setup
 {
-	my ($conninfo) = @_;
+	my ($conninfo, $portable) = @_;
 	my $dbh = ModelDriver::connect_as($conninfo, undef);
 	$dbh->{RaiseError} = 1;
-	$dbh->do('CREATE EXTENSION IF NOT EXISTS dlock');
+	if ($portable)
+	{
+		my ($owner) = $dbh->selectrow_array(
+			q{SELECT n.nspowner::regrole::text FROM pg_namespace n
+			   WHERE n.nspname = 'dlock' AND to_regclass('dlock.portable') IS NOT NULL});
+		die "no portable edition in this database (psql -f portable/dlock.sql first)\n"
+		  unless defined $owner;
+		my ($me) = $dbh->selectrow_array('SELECT current_user');
+		die "the portable schema is owned by $owner, not $me\n" unless $owner eq $me;
+	}
+	else
+	{
+		$dbh->do('CREATE EXTENSION IF NOT EXISTS dlock');
+	}
 	for my $role ($ROLE_A, $ROLE_B)
 	{
 		my ($exists) = $dbh->selectrow_array('SELECT count(*) FROM pg_roles WHERE rolname = $1',
@@ -40,9 +58,10 @@ sub setup
 		$dbh->do("CREATE ROLE $role LOGIN") unless $exists;
 	}
 	$dbh->do("GRANT EXECUTE ON FUNCTION dlock.break_lock(text) TO $ROLE_A");
-	my ($super) = $dbh->selectrow_array('SELECT current_user');
+	my ($super, $is_super) = $dbh->selectrow_array(
+		'SELECT current_user, rolsuper::int FROM pg_roles WHERE rolname = current_user');
 	$dbh->disconnect;
-	return $super;
+	return ($super, $is_super);
 }
 
 sub run
@@ -59,9 +78,9 @@ sub run
 	my $out = $a{out} // \*STDOUT;
 	print $out "dlock model: seed $seed ($clients clients + 1 prober, $seconds s, $nres resources, logs in $dir)\n";
 	make_path($dir);
-	my $super = setup($a{conninfo});
+	my ($super, $is_super) = setup($a{conninfo}, $a{portable});
 
-	my @roles = ([ $super, undef, 1 ], [ $ROLE_A, $ROLE_A, 0 ], [ $ROLE_B, $ROLE_B, 0 ]);
+	my @roles = ([ $super, undef, $is_super ], [ $ROLE_A, $ROLE_A, 0 ], [ $ROLE_B, $ROLE_B, 0 ]);
 	my @res = map { "$tag/r$_" } 0 .. $nres - 1;
 	my (@pids, @logs);
 	for my $i (0 .. $clients)
@@ -74,7 +93,8 @@ sub run
 			id => $i, role => $role, login => $login, is_super => $su,
 			conninfo => $a{conninfo}, seed => ($seed * 1009 + $i * 7919) % 4294967291,
 			seconds => $seconds, resources => \@res, tag => $tag,
-			probe => $prober ? "$tag/probe" : undef, logfile => $log);
+			probe => $prober ? "$tag/probe" : undef, logfile => $log,
+			portable => $a{portable});
 		my $pid = fork;
 		die "fork: $!" unless defined $pid;
 		if ($pid == 0)

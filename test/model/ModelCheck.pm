@@ -33,7 +33,13 @@
 #                 might then hold that holder text on that resource.
 #  free-at-once   the prober's try_lock of its own resource, started after
 #                 its previous lease there surely ended, never gets NULL
-#                 (only reap(), the worker and the prober touch it).
+#                 (only reap(), the worker and the prober touch it).  In
+#                 the portable edition (records marked pt) a reap() that
+#                 removes leases holds their rows to its commit, and an
+#                 acquirer meanwhile finds the row busy: a probe refused
+#                 while such a reap() ran (their times overlapping) is
+#                 counted, not flagged (the README's portable table says
+#                 so).
 #  assert-fence   assert_fence succeeds only for a live holding: not after
 #                 its every extension ran out, not after a newer holding of
 #                 the resource was acknowledged (a transaction-scoped one
@@ -44,8 +50,10 @@
 #                 client's own operations (undoing what rolled back):
 #                 unlock of a holding of count n returns n - 1.
 #  error          no SQLSTATE outside those the workload provokes on
-#                 purpose (42501, 55P03, 40001, 40P01, 57014; or those the
-#                 caller's ok_error decides, for the MySQL edition).
+#                 purpose (42501, 55P03, 40001, 40P01, 57014; 0A000 of a
+#                 lock() or xact_lock() under REPEATABLE READ or
+#                 SERIALIZABLE in a portable edition's record, pt; or those
+#                 the caller's ok_error decides, for the MySQL edition).
 #  no-wait        no call marked nowait (one the contract says never waits
 #                 for another transaction) is marked waited (the MySQL
 #                 driver marks both; ModelDriver.pm marks neither).
@@ -251,7 +259,15 @@ sub extension { my ($o) = @_; return $o->{t1} + ($o->{lease} // 0) * 1000; }
 sub check
 {
 	my ($ops, %opt) = @_;
-	my $ok_error = $opt{ok_error} // sub { $OK_ERR{ $_[0]{err} } };
+	my $ok_error = $opt{ok_error} // sub {
+		my ($o) = @_;
+		return 1 if $OK_ERR{ $o->{err} };
+		# The portable edition waits by polling, which a snapshot held for
+		# the whole transaction would never see end: a wait under
+		# REPEATABLE READ or SERIALIZABLE is refused there (0A000).
+		return $o->{pt} && $o->{err} eq '0A000' && ($o->{k} eq 'lock' || $o->{k} eq 'xact_lock')
+		  && ($o->{iso} // 'READ COMMITTED') ne 'READ COMMITTED';
+	};
 	my @v;
 	my %stats;
 	my $viol = sub {
@@ -553,6 +569,7 @@ sub check
 
 	# revival, role, assert-fence, free-at-once, error.
 	my %probe_last;
+	my @pt_reaps;    # the portable edition's reaps that removed leases
 	for my $o (@$ops)
 	{
 		if (defined $o->{err} && !$ok_error->($o))
@@ -629,12 +646,20 @@ sub check
 		}
 		if ($o->{probe})
 		{
+			@pt_reaps = grep { $_->{k} eq 'reap' && $_->{pt} && ($_->{res} // 0) > 0 } @$ops
+			  if $o->{pt} && !@pt_reaps;
 			if ($o->{expect_free})
 			{
 				$stats{probes}++;
 				my $last = $probe_last{ $o->{r} };
 				my $sure = $last && (!$last->{res} || $o->{t0} > $last->{end} + $MARGIN_US);
-				if ($sure && ok($o) && !defined $o->{res})
+				if ($sure && ok($o) && !defined $o->{res} && $o->{pt}
+					&& grep { $_->{t0} <= $o->{t1} && ($_->{tdone} // $_->{t1}) >= $o->{t0} } @pt_reaps)
+				{
+					# the portable edition's known gap (see the header)
+					$stats{'probes refused during a reap (portable)'}++;
+				}
+				elsif ($sure && ok($o) && !defined $o->{res})
 				{
 					$viol->('free-at-once', "try_lock of $o->{r} got NULL although its last lease ended at $last->{end}",
 						$last->{op}, $o);

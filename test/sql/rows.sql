@@ -3,9 +3,10 @@
 -- and partial ones too) and every CHECK constraint is checked.
 \pset null '(null)'
 
--- An expression index: maintained on insert, on a takeover and on release.
+-- An expression index: maintained on insert, on a takeover and on release
+-- (a lock-delay keeps a released row: else it goes, rows.c's row_needed).
 CREATE INDEX leases_lower_holder ON dlock.leases (lower(holder));
-SELECT dlock.try_lock('rows/x', 'H1', '10s') IS NOT NULL AS acquired;
+SELECT dlock.try_lock('rows/x', 'H1', '10s', lock_delay => '1 ms') IS NOT NULL AS acquired;
 SET enable_seqscan = off; SET enable_bitmapscan = off;
 SELECT resource FROM dlock.leases WHERE lower(holder) = 'h1';
 SELECT dlock.unlock('rows/x', 'H1');
@@ -84,10 +85,10 @@ SELECT dlock.unlock('rows/n', 'm'), dlock.unlock_all('h');
 
 -- Columns a superuser adds: a new row gets their defaults (a NOT NULL one
 -- too), and a stored generated column is computed on every write, as the
--- statements' INSERT and UPDATE did.
+-- statements' INSERT and UPDATE did (a lock-delay keeps the released row).
 ALTER TABLE dlock.leases ADD COLUMN team text NOT NULL DEFAULT 'core';
 ALTER TABLE dlock.leases ADD COLUMN held boolean GENERATED ALWAYS AS (holder IS NOT NULL) STORED;
-SELECT dlock.try_lock('rows/d', 'h', '10s') IS NOT NULL AS acquired;
+SELECT dlock.try_lock('rows/d', 'h', '10s', lock_delay => '1 ms') IS NOT NULL AS acquired;
 SELECT team, held FROM dlock.leases WHERE resource = 'rows/d';
 SELECT dlock.unlock('rows/d', 'h');
 SELECT team, held FROM dlock.leases WHERE resource = 'rows/d';
@@ -107,7 +108,7 @@ ALTER TABLE dlock.leases ADD CONSTRAINT holder_ok CHECK (public.rows_holder_ok(h
 CREATE INDEX leases_holder_ok ON dlock.leases (public.rows_holder_ok(holder));
 ALTER TABLE dlock.leases ADD COLUMN serial bigserial;
 SET ROLE dlock_rows_user;
-SELECT dlock.try_lock('rows/o', 'h', '10s') IS NOT NULL AS acquired;
+SELECT dlock.try_lock('rows/o', 'h', '10s', lock_delay => '1 ms') IS NOT NULL AS acquired;
 SELECT dlock.unlock('rows/o', 'h');
 SELECT dlock.try_lock('rows/o', 'h', '10s') IS NOT NULL AS acquired;
 SELECT dlock.unlock('rows/o', 'h');

@@ -4,7 +4,9 @@
 # column, so every update of an existing row is HOT: under churn (acquire,
 # re-enter, renew, release, contention, expiry and reaping, from several
 # clients) the table's updates are all HOT and its primary key does not
-# grow.  The churned table still dumps and restores: the holdings come back
+# grow.  A holding's row goes when the holding ends (0.5, issue 25), so
+# the churn also inserts; the table never holds more than a row a
+# resource.  The churned table still dumps and restores: the holdings come back
 # as they were, and the next fence is above every restored one.
 
 use strict;
@@ -27,7 +29,7 @@ $node->start;
 $node->safe_psql('postgres', 'CREATE EXTENSION dlock');
 $node->safe_psql('postgres', 'CREATE ROLE regress_churn LOGIN');
 
-# The rows exist before the churn: from here on nothing inserts.
+# The first acquisitions insert the rows (and the releases delete them).
 $node->safe_psql('postgres', q{
 	SELECT dlock.try_lock('churn/' || g, 'seed', '1s') FROM generate_series(1, 20) g;
 	SELECT dlock.unlock('churn/' || g, 'seed') FROM generate_series(1, 20) g;
@@ -111,7 +113,11 @@ sub churn
 	diag("churn, $clients clients: " . ($upd1 - $upd0) . ' updates, '
 		  . ($hot1 - $hot0) . " HOT; pkey $idx0 -> $idx1 bytes, heap $heap0 -> $heap1 bytes");
 	cmp_ok($upd1 - $upd0, '>=', $clients * $n, 'the churn updated the rows');
-	is($ins1 - $ins0, 0, 'nothing was inserted: the rows were reused');
+	# A holding's row goes when it ends (released or reaped, issue 25) and
+	# the next acquisition inserts it again; held ones are updated in place.
+	diag("churn, $clients clients: " . ($ins1 - $ins0) . ' inserts');
+	cmp_ok($node->safe_psql('postgres', q{SELECT count(*) FROM dlock.leases WHERE resource LIKE 'churn/%'}),
+		'<=', 20, 'the table holds at most one row per resource');
 	is($idx1, $idx0, 'the primary key did not grow');
 	return ($upd1 - $upd0, $hot1 - $hot0);
 }

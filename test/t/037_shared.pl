@@ -2,8 +2,8 @@
 #
 #  - a writer waiting in lock() keeps new readers out (writers do not
 #    starve), with preloading (waiters sleep on their latch);
-#  - the release of a shared holding wakes the waiting writer only when it
-#    was the last one (dlock.stats().wakeups), and the writer then has it;
+#  - the last reader's release wakes the waiting writer
+#    (dlock.stats().wakeups), and the writer then has it;
 #  - a reader that waited behind the writer gets it when the writer
 #    releases; readers that share do not wait for each other.
 

@@ -90,6 +90,15 @@ for my $i (1 .. $#versions)
 	my $f = $node->safe_psql('walk', "SELECT dlock.try_lock('walk/v$v', 'hv', '1h')");
 	cmp_ok($f, '>', $f3, "$v: the next fence is higher than every earlier one");
 	$f3 = $f;
+	# Under every SQL the library deletes a released resource's row when
+	# nothing needs it (issue 25); the next holder's fence is still higher.
+	$node->safe_psql('walk', "SELECT dlock.try_lock('walk/r$v', 'hr', '1h'), dlock.unlock('walk/r$v', 'hr')");
+	is($node->safe_psql('walk', "SELECT count(*) FROM dlock.leases WHERE resource = 'walk/r$v'"), '0',
+		"$v: a released resource keeps no row");
+	$f = $node->safe_psql('walk', "SELECT dlock.try_lock('walk/r$v', 'hr', '1h')");
+	cmp_ok($f, '>', $f3, "$v: its next holder's fence is higher still");
+	$node->safe_psql('walk', "SELECT dlock.unlock('walk/r$v', 'hr')");
+	$f3 = $f;
 
 	# From 0.2 on there are queues and lock-delays: every step keeps them.
 	if ($queue ne '')
@@ -124,6 +133,14 @@ for my $i (1 .. $#versions)
 		$leader = $node->safe_psql('walk', $leader_q);
 		is($leader, "le where-e $term", "$v: dlock.leader() shows it with its value");
 	}
+	# A shared holding taken under the 0.4 SQL is held through the next
+	# steps (0.4 -> 0.5 adds the permit columns beside it).
+	if ($node->safe_psql('walk', q{SELECT to_regclass('dlock.shares') IS NOT NULL}) eq 't'
+		&& $node->safe_psql('walk', q{SELECT count(*) FROM dlock.locks WHERE resource = 'walk/sh'}) eq '0')
+	{
+		my $sh = $node->safe_psql('walk', q{SELECT dlock.try_lock('walk/sh', 'sh', '1h', shared => true)});
+		cmp_ok($sh, '>', $f3, "$v: a shared holding to walk through the next steps");
+	}
 	# (after this step's new holdings: the next step must keep them all)
 	$before = $node->safe_psql('walk',
 		q{SELECT string_agg(resource || ' ' || holder || ' ' || count || ' ' || fence || ' ' || owner, ', ' ORDER BY resource) FROM dlock.locks});
@@ -133,7 +150,7 @@ for my $i (1 .. $#versions)
 # exclusive holdings that came through the walk (shown with their mode).
 if ($node->safe_psql('walk', q{SELECT to_regclass('dlock.shares') IS NOT NULL}) eq 't')
 {
-	is($node->safe_psql('walk', q{SELECT string_agg(DISTINCT mode, ',') FROM dlock.locks WHERE holder IS NOT NULL}),
+	is($node->safe_psql('walk', q{SELECT string_agg(DISTINCT mode, ',') FROM dlock.locks WHERE holder IS NOT NULL AND resource <> 'walk/sh'}),
 		'exclusive', "$newest: the walked holdings are exclusive");
 	my $s1 = $node->safe_psql('walk', q{SELECT dlock.try_lock('walk/s', 's1', '1h', shared => true)});
 	my $s2 = $node->safe_psql('walk', q{SELECT dlock.try_lock('walk/s', 's2', '1h', shared => true)});
@@ -145,6 +162,32 @@ if ($node->safe_psql('walk', q{SELECT to_regclass('dlock.shares') IS NOT NULL}) 
 		"$newest: an exclusive request is refused while they share");
 	is($node->safe_psql('walk', q{SELECT dlock.unlock_all('s1') + dlock.unlock_all('s2')}), '2',
 		"$newest: unlock_all releases shared holdings");
+}
+
+# From 0.5 on: semaphores, whose holdings of permits sit beside the shared
+# holding that walked through 0.4 -> 0.5.
+if ($node->safe_psql('walk', q{SELECT to_regprocedure('dlock.try_acquire(text,text,integer,integer,interval,boolean)') IS NOT NULL}) eq 't')
+{
+	is($node->safe_psql('walk', q{SELECT holder || ' ' || mode || ' ' || coalesce(permits::text, 'none') FROM dlock.locks WHERE resource = 'walk/sh'}),
+		'sh shared none', "$newest: the shared holding taken under 0.4 is there, without permits");
+	my $p1 = $node->safe_psql('walk', q{SELECT dlock.try_acquire('walk/p', 'p1', 2, 1, '1h')});
+	my $p2 = $node->safe_psql('walk', q{SELECT dlock.try_acquire('walk/p', 'p2', 2, 1, '1h')});
+	cmp_ok($p1, '>', $f3, "$newest: a holding of permits gets a higher fence than every earlier one");
+	cmp_ok($p2, '>', $p1, "$newest: a second holder of permits gets its own, higher fence");
+	is($node->safe_psql('walk', q{SELECT dlock.try_acquire('walk/p', 'p3', 2)}), '',
+		"$newest: no more than max_permits");
+	is($node->safe_psql('walk', q{SELECT string_agg(holder || ' ' || mode || ' ' || permits, ', ' ORDER BY holder) FROM dlock.locks WHERE resource = 'walk/p'}),
+		'p1 semaphore 1, p2 semaphore 1', "$newest: dlock.locks shows the permits");
+	is($node->safe_psql('walk', q{SELECT dlock.unlock_all('p1') + dlock.unlock_all('p2') + dlock.unlock_all('sh')}), '3',
+		"$newest: unlock_all returns permits and the walked shared holding");
+}
+
+# From 0.5 on ([scale]): rows are inserted and deleted, so dlock.leases
+# is filled to 100% (reads prune what the releases deleted).
+if (grep { $_ eq '0.5' } @versions)
+{
+	is($node->safe_psql('walk', q{SELECT array_to_string(reloptions, ',') FROM pg_class WHERE oid = 'dlock.leases'::regclass}),
+		'fillfactor=100', "$newest: dlock.leases has fillfactor 100");
 }
 
 # From 0.5 on: several resources at once, beside the walked holdings.

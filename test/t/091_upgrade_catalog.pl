@@ -107,7 +107,8 @@ sub exercise
 	cmp_ok($x, '>', $fences[-1], "$v SQL: try_xact_lock hands out a higher fence");
 	push @fences, $x;
 	is(wq(q{SELECT dlock.reap() >= 0}), 't', "$v SQL: reap");
-	is(wq(q{SELECT count(*) FROM dlock.locks WHERE resource LIKE 'walk/%'}), '3', "$v SQL: dlock.locks");
+	is(wq(q{SELECT count(*) FROM dlock.locks WHERE resource LIKE 'walk/%' AND resource <> 'walk/s'}), '3',
+		"$v SQL: dlock.locks");
 	is(wq(q{SELECT count(*) FROM dlock.stats()}), '1', "$v SQL: stats");
 	if (wq(q{SELECT to_regclass('dlock.tickets') IS NOT NULL}) eq 't')
 	{
@@ -157,6 +158,31 @@ sub exercise
 		is(wq(qq{SELECT dlock.check('ex/$v/m1', $m1) AND dlock.check('ex/$v/m2', $m2)}), 't',
 			"$v SQL: the fences come in the order given");
 		is(wq(q{SELECT dlock.unlock_all('hm')}), '2', "$v SQL: unlock_all releases them");
+	}
+	if (wq(q{SELECT to_regprocedure('dlock.try_acquire(text,text,integer,integer,interval,boolean)') IS NOT NULL}) eq 't')
+	{
+		# Semaphores (0.5): two holders of permits, each with its own fence.
+		my $p1 = wq(qq{SELECT dlock.try_acquire('ex/$v/p', 'p1', 3, 2, '1h')});
+		my $p2 = wq(qq{SELECT dlock.try_acquire('ex/$v/p', 'p2', 3, 1, '1h')});
+		cmp_ok($p1, '>', $fences[-1], "$v SQL: a holding of permits gets a higher fence");
+		cmp_ok($p2, '>', $p1, "$v SQL: so does a second holder of permits");
+		push @fences, $p2;
+		is(wq(qq{SELECT dlock.try_acquire('ex/$v/p', 'p3', 3) IS NULL}), 't',
+			"$v SQL: no more than max_permits");
+		is(wq(qq{SELECT string_agg(holder || ' ' || mode || ' ' || permits, ', ' ORDER BY holder)
+		           FROM dlock.locks WHERE resource = 'ex/$v/p'}),
+			'p1 semaphore 2, p2 semaphore 1', "$v SQL: dlock.locks shows the permits");
+		is(wq(qq{SELECT dlock.unlock('ex/$v/p', 'p1') + dlock.unlock('ex/$v/p', 'p2')}), '0',
+			"$v SQL: unlock returns the permits");
+		# The shared holding taken under the 0.4 SQL came through as one.
+		is(wq(q{SELECT mode || ' ' || coalesce(permits::text, 'none') FROM dlock.locks WHERE resource = 'walk/s'}),
+			'shared none', "$v SQL: the walked shared holding is shared, without permits");
+	}
+	elsif (wq(q{SELECT to_regclass('dlock.shares') IS NOT NULL}) eq 't'
+		&& wq(q{SELECT count(*) FROM dlock.locks WHERE resource = 'walk/s'}) eq '0')
+	{
+		# A shared holding held through the next updates (0.4 -> 0.5).
+		push @fences, wq(q{SELECT dlock.try_lock('walk/s', 'ws', '1h', shared => true)});
 	}
 }
 

@@ -13,112 +13,27 @@ use strict;
 use warnings;
 use DBI;
 use DBD::Pg qw(:async);
-use File::Temp qw(tempdir);
 use Time::HiRes qw(time sleep);
 use Test::More;
 
-my $top = $ENV{DLOCK_TOP} // do { my $d = __FILE__; $d =~ s{/test/portable/t/[^/]*$}{}; $d eq __FILE__ ? '.' : $d };
-my $script = "$top/portable/dlock.sql";
-my $cache = $ENV{DLOCK_PORTABLE_CACHE} // '/var/cache/dlock-portable';
-my $debian_major = $ENV{DLOCK_PG_MAJOR} // 15;
-my $client = "/usr/lib/postgresql/$debian_major/bin";
+use FindBin;
+use lib "$FindBin::RealBin/..";
+use PortableTest;
 
-my @servers;
-my %want = map { $_ => 1 } split ' ', ($ENV{DLOCK_PORTABLE_MAJORS} // '');
-push @servers, ["Debian $debian_major", "/usr/lib/postgresql/$debian_major/bin"]
-    if -x "/usr/lib/postgresql/$debian_major/bin/postgres" && (!%want || $want{debian} || $want{$debian_major});
-for my $n (14 .. 18) {
-    next if %want && !$want{$n};
-    push @servers, ["npm $n", "$cache/$n/bin"] if -x "$cache/$n/bin/postgres";
-}
+my @servers = PortableTest::servers();
 plan skip_all => "no PostgreSQL server found (run test/portable/servers.sh)" unless @servers;
-
-my ($label, $sock);
 
 for my $s (@servers) {
     run_server(@$s);
 }
 done_testing();
 
-sub conn {
-    my ($user, $db) = @_;
-    my $dbh = DBI->connect("dbi:Pg:dbname=" . ($db // 'app') . ";host=$sock", $user, '',
-        { AutoCommit => 1, RaiseError => 0, PrintError => 0, AutoInactiveDestroy => 1, pg_server_prepare => 0 })
-        or die "connect $user: $DBI::errstr";
-    $dbh->do("SET client_min_messages = warning");
-    return $dbh;
-}
-
-sub q1 {
-    my ($dbh, $sql, @bind) = @_;
-    my $row = $dbh->selectrow_arrayref($sql, undef, @bind);
-    die "$label: $sql: " . $dbh->errstr . "\n" if $dbh->err;
-    return $row ? $row->[0] : undef;
-}
-
-sub err {
-    my ($dbh, $sql, @bind) = @_;
-    my $ok = $dbh->do($sql, undef, @bind);
-    return 'no error' if defined $ok;
-    my $e = $dbh->state . ': ' . ($dbh->errstr =~ s/^ERROR:\s*//r =~ s/\n.*//sr);
-    $dbh->rollback unless $dbh->{AutoCommit};
-    return $e;
-}
-
-# queue: "holder:position ..." of a resource's queue.
-sub queue {
-    my ($dbh, $r) = @_;
-    my $rows = $dbh->selectall_arrayref(
-        "SELECT holder || ':' || position FROM dlock.queue WHERE resource = ? ORDER BY position", undef, $r);
-    die "$label: queue: " . $dbh->errstr if $dbh->err;
-    return join ' ', map { $_->[0] } @$rows;
-}
-
-sub wait_ready {
-    my ($dbh, $secs) = @_;
-    for (1 .. $secs * 100) { return 1 if $dbh->pg_ready; sleep 0.01; }
-    return 0;
-}
-
-# async: start a statement on its own connection; returns [dbh, sth].
-sub async {
-    my ($user, $sql, @bind) = @_;
-    my $h = conn($user);
-    $h->do("SET statement_timeout = '60s'");
-    my $sth = $h->prepare($sql, { pg_async => PG_ASYNC });
-    $sth->execute(@bind);
-    return [$h, $sth];
-}
-
-sub result {
-    my ($a) = @_;
-    return undef unless wait_ready($a->[0], 20);
-    $a->[0]->pg_result;
-    return undef if $a->[0]->err;
-    my ($v) = $a->[1]->fetchrow_array;
-    $a->[1]->finish;
-    return $v;
-}
-
 sub run_server {
-    my ($bindir);
-    ($label, $bindir) = @_;
-    my $dir = tempdir("dlock-elect-XXXXXX", TMPDIR => 1, CLEANUP => 1);
-    $sock = $dir;
-    my $out = `$bindir/initdb -D $dir/data -U admin --auth=trust --no-locale -E UTF8 -N 2>&1`;
-    die "initdb: $out" if $?;
-    $out = `$bindir/pg_ctl -D $dir/data -l $dir/server.log -w -o "-k $dir -c listen_addresses='' -c fsync=off -c max_connections=40" start 2>&1`;
-    die "pg_ctl: $out" if $?;
-    my $admin = conn('admin', 'postgres');
-    $admin->do($_) or die $admin->errstr
-        for ("CREATE ROLE dbo LOGIN", "CREATE ROLE alice LOGIN", "CREATE ROLE bob LOGIN",
-             "CREATE DATABASE app OWNER dbo");
-    $out = `$client/psql -X -q -h $dir -U dbo -d app -f $script 2>&1`;
-    is($?, 0, "$label: installed by the database owner") or diag($out);
+    my ($lbl, $bindir) = @_;
+    my ($dir, $admin) = start_server($lbl, $bindir, 'elect');
     my $al = conn('alice');
     my $bo = conn('bob');
     my $db = conn('dbo');
-    note("=== $label");
 
     elect_api($al, $bo, $db);
     bad_input($al, $db);
@@ -128,7 +43,7 @@ sub run_server {
     race($dir);
 
     $_->disconnect for ($al, $bo, $db, $admin);
-    `$bindir/pg_ctl -D $dir/data -m fast -w stop 2>&1`;
+    stop_server($bindir, $dir);
 }
 
 # lead: "candidate value count" of an election's leader.

@@ -1,0 +1,394 @@
+/*-------------------------------------------------------------------------
+ *
+ * table.c
+ *		Direct heap access to the tables of dlock, for rows.c (dlock.leases,
+ *		dlock.tickets, dlock.delays) and shares.c (dlock.shares): no SPI,
+ *		no planner, no identity switch.
+ *
+ * A table is looked up by name (so a library newer than the installed SQL
+ * finds its columns wherever they are, or finds that the table is not
+ * there), checked after it is locked (open_table), and cached until a
+ * relcache invalidation touches it: DROP EXTENSION and ALTER EXTENSION
+ * UPDATE send one.  Rows are read on the latest snapshot (fetch_row) and
+ * written with heap_update (HOT: nothing indexed changes) or heap_insert,
+ * checking the table's constraints and maintaining its indexes as the
+ * executor does (store_tuple): a superuser may add an expression or
+ * partial index or a CHECK constraint, which CatalogTupleUpdate does not
+ * support (an expression index crashed the server).  Triggers do not fire.
+ *
+ * What the table's own expressions run (CHECK constraints, defaults,
+ * generated columns, index expressions) runs as the table's owner with a
+ * safe search_path, as the statements of the store session ran it
+ * (become_owner; only when the table has any).  Direct access checks no
+ * privileges otherwise.
+ *
+ * Concurrency: the callers write only under the resource's lock-manager
+ * lock (CHANGE, resource.c); a superuser's UPDATE or DELETE by hand makes
+ * a write find another version than the one read: it changes nothing and
+ * says so (store_tuple, write_row), and the caller reads and decides
+ * again.  The cache and its invalidation list are backend-local.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "table.h"
+
+#include "access/genam.h"
+#include "access/heapam.h"
+#include "access/htup_details.h"
+#include "access/stratnum.h"
+#include "access/table.h"
+#include "access/xact.h"
+#include "storage/lmgr.h"
+#include "executor/executor.h"
+#include "executor/nodeModifyTable.h"
+#include "rewrite/rewriteHandler.h"
+#include "catalog/namespace.h"
+#include "miscadmin.h"
+#include "utils/builtins.h"
+#include "utils/guc.h"
+#include "utils/fmgroids.h"
+#include "utils/inval.h"
+#include "utils/lsyscache.h"
+#include "utils/rel.h"
+#include "utils/snapmgr.h"
+
+/* The tables open_table looked up, for invalidate. */
+static TableInfo *tables = NULL;
+static bool callback_registered = false;
+
+/* invalidate: a relcache invalidation of one of our tables, or of all. */
+static void
+invalidate(Datum arg, Oid relid)
+{
+	for (TableInfo *t = tables; t != NULL; t = t->next)
+		if (relid == InvalidOid || relid == t->relid)
+			t->valid = false;
+}
+
+/*
+ * open_table: the table opened (and locked) in mode, its OID, primary key
+ * and column numbers in *t; NULL when the installed SQL has no such table.
+ * The OID cached, or just looked up by name, may name a table that another
+ * session dropped (DROP EXTENSION; CREATE EXTENSION) since this backend
+ * last read the invalidation messages: locking it reads them, and if they
+ * say the table changed, it is looked up again (as RangeVarGetRelid does).
+ */
+Relation
+open_table(TableInfo *t, LOCKMODE mode)
+{
+	Relation	rel;
+	Oid			relid;
+
+	if (!callback_registered)
+	{
+		CacheRegisterRelcacheCallback(invalidate, (Datum) 0);
+		callback_registered = true;
+	}
+	if (!t->listed)
+	{
+		t->next = tables;
+		tables = t;
+		t->listed = true;
+	}
+	for (;;)
+	{
+		bool		was_valid = t->valid;
+
+		relid = was_valid ? t->relid :
+			get_relname_relid(t->name, dlock_schema_oid());
+		if (!OidIsValid(relid))
+		{
+			/* Older SQL: looked up again next time (cheap, and rare). */
+			t->relid = InvalidOid;
+			return NULL;
+		}
+		LockRelationOid(relid, mode);
+		if (was_valid ? t->valid :
+			get_relname_relid(t->name, dlock_schema_oid()) == relid)
+			break;
+		/* Dropped, or changed, meanwhile: look again. */
+		UnlockRelationOid(relid, mode);
+	}
+	rel = table_open(relid, NoLock);
+	if (t->valid)
+		return rel;
+	t->relid = relid;
+	t->pkey = dlock_primary_key_index(rel);
+	if (!OidIsValid(t->pkey))
+		elog(ERROR, "dlock: table dlock.%s has no primary key", t->name);
+	for (int i = 0; i < t->ncols; i++)
+		t->att[i] = get_attnum(t->relid, t->cols[i]);
+	for (int i = 0; i < t->ncols; i++)
+		if (t->att[i] == InvalidAttrNumber && i >= t->nrequired)
+			elog(ERROR, "dlock: table dlock.%s has no column %s",
+				 t->name, t->cols[i]);
+	t->valid = true;
+	return rel;
+}
+
+/* image_init: columns for natts attributes, none to be replaced. */
+void
+image_init(RowImage *img, int natts)
+{
+	if (natts <= MAX_ATTS)
+	{
+		img->values = img->values_buf;
+		img->nulls = img->nulls_buf;
+		img->replace = img->replace_buf;
+	}
+	else
+	{
+		img->values = palloc(natts * sizeof(Datum));
+		img->nulls = palloc(natts * sizeof(bool));
+		img->replace = palloc(natts * sizeof(bool));
+	}
+	memset(img->replace, 0, natts * sizeof(bool));
+}
+
+/*
+ * fetch_row: the row of rel whose primary key is the resource, on the
+ * latest snapshot, copied and deformed into *img; false if none.
+ */
+bool
+fetch_row(Relation rel, TableInfo *t, text *resource, RowImage *img)
+{
+	ScanKeyData key;
+	SysScanDesc scan;
+	Snapshot	snap = RegisterSnapshot(GetLatestSnapshot());
+	HeapTuple	tup;
+	TupleDesc	desc = RelationGetDescr(rel);
+
+	ScanKeyInit(&key, t->att[0], BTEqualStrategyNumber, F_TEXTEQ,
+				PointerGetDatum(resource));
+	scan = systable_beginscan(rel, t->pkey, true, snap, 1, &key);
+	tup = systable_getnext(scan);
+	img->tup = HeapTupleIsValid(tup) ? heap_copytuple(tup) : NULL;
+	systable_endscan(scan);
+	UnregisterSnapshot(snap);
+	if (img->tup == NULL)
+		return false;
+	image_init(img, desc->natts);
+	heap_deform_tuple(img->tup, desc, img->values, img->nulls);
+	return true;
+}
+
+/* set_col / set_null: change a column of the image for write_row. */
+void
+set_col(TableInfo *t, RowImage *img, int c, Datum v)
+{
+	if (t->att[c] == InvalidAttrNumber)
+		return;
+	img->values[t->att[c] - 1] = v;
+	img->nulls[t->att[c] - 1] = false;
+	img->replace[t->att[c] - 1] = true;
+}
+
+void
+set_null(TableInfo *t, RowImage *img, int c)
+{
+	if (t->att[c] == InvalidAttrNumber)
+		return;
+	img->values[t->att[c] - 1] = (Datum) 0;
+	img->nulls[t->att[c] - 1] = true;
+	img->replace[t->att[c] - 1] = true;
+}
+
+/*
+ * What a write runs of the table's own expressions (CHECK constraints,
+ * defaults, generated columns, index expressions and predicates) runs as
+ * the table's owner with a safe search_path, as the statements of the
+ * store session ran it: a caller needs no rights on the functions and
+ * sequences they use.  Only when there is any: the plain table needs none.
+ */
+typedef struct OwnerSwitch
+{
+	bool		active;
+	Oid			saved_userid;
+	int			saved_sec_context;
+	int			nestlevel;
+} OwnerSwitch;
+
+static void
+become_owner(Relation rel, OwnerSwitch *sw)
+{
+	GetUserIdAndSecContext(&sw->saved_userid, &sw->saved_sec_context);
+	SetUserIdAndSecContext(rel->rd_rel->relowner,
+						   sw->saved_sec_context | SECURITY_LOCAL_USERID_CHANGE |
+						   SECURITY_RESTRICTED_OPERATION);
+	sw->nestlevel = NewGUCNestLevel();
+	(void) set_config_option("search_path", "pg_catalog, pg_temp",
+							 PGC_USERSET, PGC_S_SESSION,
+							 GUC_ACTION_SAVE, true, 0, false);
+	sw->active = true;
+}
+
+/* leave_owner: undo become_owner (an error undoes it by itself). */
+static void
+leave_owner(OwnerSwitch *sw)
+{
+	if (!sw->active)
+		return;
+	AtEOXact_GUC(true, sw->nestlevel);
+	SetUserIdAndSecContext(sw->saved_userid, sw->saved_sec_context);
+	sw->active = false;
+}
+
+/* runs_expressions: do the table's constraints or indexes have any? */
+static bool
+runs_expressions(Relation rel, ResultRelInfo *rri)
+{
+	TupleConstr *constr = RelationGetDescr(rel)->constr;
+
+	if (constr != NULL && (constr->num_check > 0 || constr->has_generated_stored))
+		return true;
+	for (int i = 0; i < rri->ri_NumIndices; i++)
+		if (rri->ri_IndexRelationInfo[i]->ii_Expressions != NIL ||
+			rri->ri_IndexRelationInfo[i]->ii_Predicate != NIL ||
+			rri->ri_IndexRelationInfo[i]->ii_ExclusionOps != NULL)
+			return true;
+	return false;
+}
+
+/*
+ * store_tuple: write tup as a new row (otid NULL) or as the new version of
+ * the row at otid (HOT when nothing indexed changes), as the executor
+ * would: the table's NOT NULL and CHECK constraints first, then an entry
+ * in every index (expressions and predicates evaluated) unless HOT.
+ * Stored generated columns are computed (into a copy of tup).
+ * Returns false, changing nothing, if the row at otid was updated or
+ * deleted by another transaction that committed since it was read (after
+ * waiting for it): not a dlock call (those hold the resource's lock), but
+ * a superuser's UPDATE by hand.  The caller reads the row again and
+ * decides again, as a statement's EvalPlanQual recheck did.
+ */
+bool
+store_tuple(Relation rel, ItemPointer otid, HeapTuple tup)
+{
+	EState	   *estate = CreateExecutorState();
+	ResultRelInfo *rri;
+	TupleTableSlot *slot;
+	TM_Result	result = TM_Ok;
+	TM_FailureData tmfd;
+	LockTupleMode lockmode;
+	DlockIndexUpdate indexes = DLOCK_INDEX_ALL;
+	OwnerSwitch sw = {false};
+	MemoryContext old = MemoryContextSwitchTo(estate->es_query_cxt);
+
+	/* All of it in the executor state's memory, freed with it. */
+	rri = makeNode(ResultRelInfo);
+	InitResultRelInfo(rri, rel, 0, NULL, 0);
+	ExecOpenIndices(rri, false);
+	if (runs_expressions(rel, rri))
+		become_owner(rel, &sw);
+	slot = ExecInitExtraTupleSlot(estate, RelationGetDescr(rel),
+								  &TTSOpsHeapTuple);
+	ExecStoreHeapTuple(tup, slot, false);
+	if (RelationGetDescr(rel)->constr != NULL &&
+		RelationGetDescr(rel)->constr->has_generated_stored)
+	{
+		/* All of them, as for an INSERT: nothing says which changed. */
+		ExecComputeStoredGenerated(rri, estate, slot, CMD_INSERT);
+		tup = heap_copytuple(ExecFetchSlotHeapTuple(slot, false, NULL));
+	}
+	if (RelationGetDescr(rel)->constr != NULL)
+		ExecConstraints(rri, slot, estate);
+	if (otid != NULL)
+		result = dlock_heap_update(rel, otid, tup, &tmfd, &lockmode, &indexes);
+	else
+		simple_heap_insert(rel, tup);
+	if (result == TM_SelfModified)
+		elog(ERROR, "dlock: the row was already changed by this command");
+	else if (result != TM_Ok && result != TM_Updated && result != TM_Deleted)
+		elog(ERROR, "dlock: unexpected heap_update result %d", (int) result);
+	if (result == TM_Ok && rri->ri_NumIndices > 0 &&
+		(otid == NULL || indexes != DLOCK_INDEX_NONE))
+	{
+		List	   *recheck;
+
+		ExecStoreHeapTuple(tup, slot, false);	/* with its new TID */
+		recheck = dlock_insert_index_tuples(rri, slot, estate, indexes);
+
+		/*
+		 * A deferrable unique or exclusion constraint that the new row may
+		 * violate: the executor would check it again at commit (an AFTER
+		 * trigger); dlock fires none, so it refuses the row now.
+		 */
+		if (recheck != NIL)
+			ereport(ERROR,
+					(errcode(ERRCODE_UNIQUE_VIOLATION),
+					 errmsg("duplicate key value violates unique constraint \"%s\"",
+							get_rel_name(linitial_oid(recheck))),
+					 errdetail("dlock checks deferrable constraints on dlock.%s at once.",
+							   RelationGetRelationName(rel))));
+	}
+	leave_owner(&sw);
+	ExecCloseIndices(rri);
+	ExecResetTupleTable(estate->es_tupleTable, false);
+	MemoryContextSwitchTo(old);
+	FreeExecutorState(estate);
+	return result == TM_Ok;
+}
+
+/*
+ * write_row: the update of the image's changed columns (HOT); false if the
+ * row changed meanwhile (store_tuple): read it again and decide again.
+ */
+bool
+write_row(Relation rel, RowImage *img)
+{
+	HeapTuple	newtup = heap_modify_tuple(img->tup, RelationGetDescr(rel),
+										   img->values, img->nulls, img->replace);
+	bool		done = store_tuple(rel, &img->tup->t_self, newtup);
+
+	heap_freetuple(newtup);
+	if (done)
+		CommandCounterIncrement();
+	return done;
+}
+
+/* text_eq: do two text values say the same (byte for byte, as "C")? */
+bool
+text_eq(text *a, text *b)
+{
+	return VARSIZE_ANY_EXHDR(a) == VARSIZE_ANY_EXHDR(b) &&
+		memcmp(VARDATA_ANY(a), VARDATA_ANY(b), VARSIZE_ANY_EXHDR(a)) == 0;
+}
+
+/*
+ * fill_defaults: the defaults of the columns of a new row that dlock does
+ * not set (columns a superuser added, as an INSERT would fill them), as
+ * the table's owner.
+ * Returns the executor state holding their values (free it once the tuple
+ * is formed), or NULL if there were none.
+ */
+EState *
+fill_defaults(Relation rel, RowImage *img)
+{
+	TupleDesc	desc = RelationGetDescr(rel);
+	EState	   *estate = NULL;
+	OwnerSwitch sw = {false};
+
+	for (int i = 0; i < desc->natts; i++)
+	{
+		Form_pg_attribute att = TupleDescAttr(desc, i);
+		Node	   *def;
+		ExprState  *expr;
+
+		if (att->attisdropped || att->attgenerated || img->replace[i])
+			continue;
+		def = build_column_default(rel, i + 1);
+		if (def == NULL)
+			continue;
+		if (estate == NULL)
+		{
+			estate = CreateExecutorState();
+			become_owner(rel, &sw);
+		}
+		expr = ExecPrepareExpr((Expr *) def, estate);
+		img->values[i] = ExecEvalExprSwitchContext(expr,
+												   GetPerTupleExprContext(estate),
+												   &img->nulls[i]);
+	}
+	leave_owner(&sw);
+	return estate;
+}
