@@ -482,6 +482,35 @@ request_of(const LeaseAttemptArgs *a)
 }
 
 /*
+ * end_own_expired: the request's holder's own expired holding of the same
+ * kind (shared, or a semaphore's) still in its table, not reaped yet, ends
+ * now as the reaper would have ended it (its event, counted as expired),
+ * so that the new holding can take its primary key.  False, changing
+ * nothing more, if it changed since it was read: read and decide again.
+ */
+static bool
+end_own_expired(const DlockResource *res, const LeaseAttemptArgs *a,
+				const DlockResourceState *st)
+{
+	ListCell   *lc;
+	char	   *holder = text_to_cstring(a->holder);
+
+	foreach(lc, st->shares)
+	{
+		DlockRow   *s = lfirst(lc);
+
+		if (s->expires_at > st->now || s->owner != a->caller->role ||
+			(s->permits > 0) != (a->permits > 0) || strcmp(s->holder, holder) != 0)
+			continue;
+		if (!dlock_share_change(res, s, 0, NULL, st->now, 0))
+			return false;
+		dlock_notify(res, "expired", s->fence);
+		dlock_count(DLOCK_STAT_EXPIRED);
+	}
+	return true;
+}
+
+/*
  * share_write: admit_write for a shared lease (0.4): re-enter the
  * holder's shared holding, or add one beside the others (with its own
  * fence); a new one wakes the next waiter too, which may be another
@@ -516,6 +545,8 @@ share_write(const DlockResource *res, LeaseAttemptArgs *a,
 	}
 	if (reason != ADMIT_NEW)
 		elog(ERROR, "dlock: verdict %d does not admit", (int) reason);
+	if (!end_own_expired(res, a, st))
+		return false;
 	if (*drawn == 0)
 		*drawn = dlock_next_fence();
 	dlock_share_insert(res, a->holder, a->caller->role, *drawn, a->lease,
@@ -569,6 +600,8 @@ permit_write(const DlockResource *res, LeaseAttemptArgs *a,
 	}
 	if (reason != ADMIT_NEW)
 		elog(ERROR, "dlock: verdict %d does not admit", (int) reason);
+	if (!end_own_expired(res, a, st))
+		return false;
 	if (*drawn == 0)
 		*drawn = dlock_next_fence();
 	dlock_permits_insert(res, a->holder, a->caller->role, *drawn, a->lease,

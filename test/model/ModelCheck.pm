@@ -8,13 +8,24 @@
 # fire only when no order of events consistent with the record could
 # explain it (no false alarms):
 #
+# Holdings have a mode: x exclusive, s shared (sh set: try_lock/lock with
+# shared => true), p a semaphore's permits (try_acquire/acquire), X a
+# transaction-scoped lock; one holder text and role may hold a resource in
+# both x and s (a downgrade, or the only holder's upgrade).  The rules of
+# permits and of several resources at once are ModelKinds.pm's (which also
+# turns each try_lock_all/lock_all into one acquisition per resource).
+#
 #  fence-unique   a fence returned by an acquisition belongs to one holding
-#                 (resource, holder, role; or one transaction's xact lock).
+#                 (resource, holder, role, mode; or one transaction's xact
+#                 lock).
 #  fence-order    per resource, a holding acknowledged (tdone) before
 #                 another's acquisition started has the smaller fence.
 #  overlap        per resource, in fence order, a holding's acquisition
-#                 returned (t1) while the previous holding surely still
-#                 lived: its lease surely ran past that (t0 + lease of a
+#                 returned (t1) while an earlier one it may not share the
+#                 resource with surely still lived (an exclusive or xact
+#                 holding: any since the last such one; a shared holding:
+#                 the last such one; never one of the other mode of the
+#                 same holder text and role): its lease surely ran past that (t0 + lease of a
 #                 committed acquisition, or a committed renew's expiry) and
 #                 no unlock of its holder, unlock_all or break_lock that
 #                 returned "released" could have come in between (nor a
@@ -42,13 +53,16 @@
 #                 so).
 #  assert-fence   assert_fence succeeds only for a live holding: not after
 #                 its every extension ran out, not after a newer holding of
-#                 the resource was acknowledged (a transaction-scoped one
+#                 the resource that ends it was acknowledged (for a shared
+#                 one: an exclusive one of another holder; for an exclusive
+#                 one: any but a shared one of its own holder) (a transaction-scoped one
 #                 only if its transaction committed: one that rolled back
 #                 may have taken what its own rolled-back break freed), not
 #                 after it was released under its fence.
-#  count          per client and private holder text, replaying the
+#  count          per client, private holder text and mode, replaying the
 #                 client's own operations (undoing what rolled back):
-#                 unlock of a holding of count n returns n - 1.
+#                 unlock of a holding of count n returns n - 1 (see
+#                 check_counts for a holder text holding in both modes).
 #  error          no SQLSTATE outside those the workload provokes on
 #                 purpose (42501, 55P03, 40001, 40P01, 57014; 0A000 of a
 #                 lock() or xact_lock() under REPEATABLE READ or
@@ -128,6 +142,8 @@ use warnings;
 
 use JSON::PP;
 
+use ModelKinds;
+
 my $MARGIN_US = 2000;
 my %OK_ERR = map { $_ => 1 } qw(42501 55P03 40001 40P01 57014);
 
@@ -157,7 +173,13 @@ sub committed { my ($o) = @_; return ok($o) && $o->{fate} eq 'commit'; }
 # maybe_committed: committed, or its transaction's end is unknown.
 sub maybe_committed { my ($o) = @_; return ok($o) && ($o->{fate} eq 'commit' || $o->{fate} eq 'maybe'); }
 sub lost { my ($o) = @_; return $o->{lost} ? 1 : 0; }
-sub is_acq { my ($o) = @_; return $o->{k} eq 'try_lock' || $o->{k} eq 'lock'; }
+# is_acq: an acquisition of a leased holding: a lock (exclusive, or shared
+# with sh set), a semaphore's permits, or one resource of a lock_all
+# (ModelKinds::expand made it a try_lock or lock of its own).
+sub is_acq { my ($o) = @_; return $o->{k} =~ /^(?:try_lock|lock|try_acquire|acquire)$/; }
+sub is_sem_acq { my ($o) = @_; return $o->{k} eq 'try_acquire' || $o->{k} eq 'acquire'; }
+# mode: a lease holding's kind: x exclusive, s shared, p permits.
+sub mode { my ($o) = @_; return is_sem_acq($o) ? 'p' : $o->{sh} ? 's' : 'x'; }
 sub is_xact_acq { my ($o) = @_; return $o->{k} eq 'xact_lock' || $o->{k} eq 'try_xact_lock'; }
 
 sub show
@@ -165,7 +187,9 @@ sub show
 	my ($o) = @_;
 	return 'none' unless $o;
 	my @a = map { defined $o->{$_} ? "$_=$o->{$_}" : () }
-	  qw(c role k r h lease wait f res err t0 t1 tlo tdone fate steal blocker);
+	  qw(c role k r h sh permits max lease wait f res err t0 t1 tlo tdone fate steal blocker);
+	push @a, 'rs=' . join(',', @{ $o->{rs} }) if ref $o->{rs};
+	push @a, 'res=' . join(',', map { $_ // 'NULL' } @{ $o->{res} }) if ref $o->{res};
 	return "{@a}";
 }
 
@@ -277,7 +301,10 @@ sub check
 	};
 
 	$stats{ops} = scalar @$ops;
-	$stats{"ok $_->{k}"}++ for grep { ok($_) && defined $_->{res} } @$ops;
+	$stats{"ok $_->{k}" . ($_->{sh} ? ' shared' : '')}++ for grep { ok($_) && defined $_->{res} } @$ops;
+	# Several resources at once: one acquisition per resource (and the
+	# all-or-nothing rule of ModelKinds.pm).
+	$ops = ModelKinds::expand($ops, $viol);
 
 	# shared-db first (it says what the verdicts below are worth): the
 	# run's resources are those its operations other than steals use
@@ -299,7 +326,7 @@ sub check
 		push @{ $by_rh{"$o->{r}\0$o->{h}"} }, $o if defined $o->{r} && defined $o->{h};
 		next unless ok($o) && defined $o->{res};
 		my $key;
-		if (is_acq($o)) { $key = "L\0$o->{r}\0$o->{h}\0$o->{role}" }
+		if (is_acq($o)) { $key = "L\0$o->{r}\0$o->{h}\0$o->{role}\0" . mode($o) }
 		elsif (is_xact_acq($o)) { $key = "X\0$o->{r}\0$o->{c}\0$o->{u}" }
 		else { next }
 		my $f = $o->{res};
@@ -310,7 +337,9 @@ sub check
 			next;
 		}
 		$hd = $hold{$f} //= { key => $key, f => $f, r => $o->{r}, h => $o->{h},
-			role => $o->{role}, xact => is_xact_acq($o), ops => [] };
+			role => $o->{role}, xact => is_xact_acq($o), ops => [],
+			mode => is_xact_acq($o) ? 'X' : mode($o),
+			who => is_xact_acq($o) ? "X\0$f" : "$o->{h}\0$o->{role}" };
 		push @{ $hd->{ops} }, $o;
 		$hd->{acq} = $o if !$hd->{acq} || $o->{t0} < $hd->{acq}{t0};
 		$hd->{committed} = 1 if committed($o) || $hd->{xact};
@@ -383,16 +412,33 @@ sub check
 		}
 		return $e;
 	};
+	# A renew without a fence meets whichever holding of its holder text
+	# is live; one that has held the resource in both modes (a downgrade,
+	# an upgrade) leaves the checker unsure which: the bound is then the
+	# lesser of the two readings, with such renews and without them (seed
+	# 301343419: a fenceless renew of the shared holding to 1 s, then the
+	# upgrade's exclusive one of 50 ms; readers joined once it ended).
+	my %modes;
+	$modes{"$_->{r}\0$_->{h}"}{ $_->{mode} } = 1 for grep { !$_->{xact} } values %hold;
+	my $e_lo_by;
 	$e_lo_na = sub {
 		my ($hd, $t) = @_;
+		my $e = $e_lo_by->($hd, $t, 1);
+		return $e unless keys %{ $modes{"$hd->{r}\0$hd->{h}"} || {} } > 1;
+		my $e2 = $e_lo_by->($hd, $t, 0);
+		return $e2 < $e ? $e2 : $e;
+	};
+	$e_lo_by = sub {
+		my ($hd, $t, $fenceless) = @_;
 		my $e = 0;
 		for my $o (@{ $hd->{ops} })
 		{
-			next unless committed($o);
+			# (adding permits may not extend a semaphore holding's lease)
+			next unless committed($o) && ($hd->{mode} ne 'p' || $o == $hd->{acq});
 			my $x = $o->{t0} + $o->{lease} * 1000;
 			$e = $x if $x > $e;
 		}
-		my @renews = grep { !defined $_->{f} || $_->{f} == $hd->{f} }
+		my @renews = grep { defined $_->{f} ? $_->{f} == $hd->{f} : $fenceless }
 		  span_ops($renew_span{"$hd->{r}\0$hd->{h}"}, $hd->{acq}{t0}, $t);
 		# A lost renew may have set the expiry as early as t0 + lease.
 		for my $x (grep { !defined $_->{f} || $_->{f} == $hd->{f} }
@@ -421,10 +467,12 @@ sub check
 		return $min;
 	};
 
-	# Committed holdings per resource, in fence order.
-	my %res_holds;
-	push @{ $res_holds{ $_->{r} } }, $_ for grep { $_->{committed} } values %hold;
-	@$_ = sort { $a->{f} <=> $b->{f} } @$_ for values %res_holds;
+	# Committed holdings per resource, in fence order: locks (exclusive,
+	# shared, transaction-scoped) and semaphores' permits apart.
+	my (%res_holds, %sem_holds);
+	push @{ ($_->{mode} eq 'p' ? \%sem_holds : \%res_holds)->{ $_->{r} } }, $_
+	  for grep { $_->{committed} } values %hold;
+	@$_ = sort { $a->{f} <=> $b->{f} } @$_ for values %res_holds, values %sem_holds;
 
 	# Releases that might end a holding: they said so, and committed (or
 	# ran earlier in the transaction of the next holding, which saw them).
@@ -458,9 +506,9 @@ sub check
 		  ("B\0$hd->{r}", "A\0$hd->{h}", "U\0$hd->{r}\0$hd->{h}");
 	};
 
-	for my $r (sort keys %res_holds)
+	for my $r (sort(keys %res_holds), sort(keys %sem_holds))
 	{
-		my @hs = @{ $res_holds{$r} };
+		my @hs = @{ $res_holds{$r} || $sem_holds{$r} };
 		$stats{holdings} += @hs;
 
 		# fence-order: scan from the largest fence down.
@@ -476,49 +524,82 @@ sub check
 			$min = $hd if !$min || $hd->{acq}{tdone} < $min->{acq}{tdone};
 		}
 
-		# overlap: consecutive holdings in fence order.
-		for my $i (1 .. $#hs)
+		# overlap: each holding against the earlier ones (in fence order)
+		# it may not share the resource with: an exclusive or
+		# transaction-scoped holding against every holding since the last
+		# such one before it (that one included), a shared one against that
+		# last one; never an exclusive and a shared one of one holder text
+		# and role (a downgrade, or the only holder's upgrade, keeps both).  Semaphores: check_permits.
+		next unless $res_holds{$r};
+		my $last_x;
+		for my $i (0 .. $#hs)
 		{
-			my ($p, $n) = @hs[ $i - 1, $i ];
-			my $t = $n->{acq}{t1};
-			if ($p->{xact})
+			my $n = $hs[$i];
+			my @ps = $n->{mode} eq 's' ? (defined $last_x ? ($hs[$last_x]) : ())
+			  : @hs[ ($last_x // 0) .. $i - 1 ];
+			$last_x = $i unless $n->{mode} eq 's';
+			for my $p (@ps)
 			{
-				my $a = $p->{acq};
-				my $end = $a->{undone} ? $a->{t1} : $a->{tlo};
-				$viol->('overlap', "resource $r: fence $n->{f} taken while xact lock $p->{f} was held",
-					$a, $n->{acq})
-				  if $end > $t + $MARGIN_US;
-				next;
+				# (two exclusive holdings of one holder text: the first ended)
+				next if $p->{who} eq $n->{who} && $p->{mode} ne $n->{mode};
+				my $t = $n->{acq}{t1};
+				if ($p->{xact})
+				{
+					my $a = $p->{acq};
+					my $end = $a->{undone} ? $a->{t1} : $a->{tlo};
+					$viol->('overlap', "resource $r: fence $n->{f} ($n->{mode}) taken while xact lock $p->{f} was held",
+						$a, $n->{acq})
+					  if $end > $t + $MARGIN_US;
+					next;
+				}
+				my $na = $n->{acq};
+				my $e = $e_lo->($p, $t, $na);
+				next unless $e > $t + $MARGIN_US;
+				next if $may_end->($p, $p->{acq}{t0}, $t, $na);
+				$viol->('overlap',
+					"resource $r: fence $n->{f} ($n->{mode}) taken while fence $p->{f} ($p->{mode}, holder $p->{h}) surely lived until $e",
+					$p->{acq}, $n->{acq});
 			}
-			my $na = $n->{acq};
-			my $e = $e_lo->($p, $t, $na);
-			next unless $e > $t + $MARGIN_US;
-			next if $may_end->($p, $p->{acq}{t0}, $t, $na);
-			$viol->('overlap',
-				"resource $r: fence $n->{f} taken while fence $p->{f} (holder $p->{h}) surely lived until $e",
-				$p->{acq}, $n->{acq});
 		}
 	}
 
 	# For assert-fence, per resource: from each position of its fence
-	# order on, the holding acknowledged first (tdone) among those that
+	# order on, the holdings acknowledged first (tdone) among those that
 	# count as newer (a transaction-scoped one only if it committed: one
 	# that rolled back may have taken what its own rolled-back break_lock or
-	# unlock freed, and the rollback put the older holding back).
+	# unlock freed, and the rollback put the older holding back), apart for
+	# exclusive (E: exclusive and transaction-scoped) and shared (S) ones:
+	# the first, and the first of another holder text or role than the
+	# first's (a newer holding of the other mode by the same holder, a
+	# downgrade or upgrade, leaves the older one current; so does a newer
+	# shared one of another holder beside a shared one).
 	my %newer_first;
 	for my $r (keys %res_holds)
 	{
 		my $hs = $res_holds{$r};
-		my @first;
-		my $best;
+		my %first = (E => [], S => []);
+		my %best = (E => [], S => []);
 		for (my $i = $#$hs; $i >= 0; $i--)
 		{
 			my $n = $hs->[$i];
-			$best = $n if !($n->{xact} && ($n->{acq}{fate} // '') ne 'commit')
-			  && (!$best || $n->{acq}{tdone} <= $best->{acq}{tdone});
-			$first[$i] = $best;
+			my $cat = $n->{mode} eq 's' ? 'S' : 'E';
+			if (!($n->{xact} && ($n->{acq}{fate} // '') ne 'commit'))
+			{
+				my $b = $best{$cat};
+				if (!$b->[0] || $n->{acq}{tdone} <= $b->[0]{acq}{tdone})
+				{
+					$b->[1] = $b->[0] if $b->[0] && $b->[0]{who} ne $n->{who};
+					$b->[0] = $n;
+				}
+				elsif ($n->{who} ne $b->[0]{who}
+					&& (!$b->[1] || $n->{acq}{tdone} <= $b->[1]{acq}{tdone}))
+				{
+					$b->[1] = $n;
+				}
+			}
+			$first{$_}[$i] = [ @{ $best{$_} } ] for qw(E S);
 		}
-		$newer_first{$r} = { keys => [ map { $_->{f} } @$hs ], first => \@first };
+		$newer_first{$r} = { keys => [ map { $_->{f} } @$hs ], first => \%first };
 	}
 
 	# For role: the non-transactional holdings per resource, holder text
@@ -632,8 +713,19 @@ sub check
 					if ($nf->{keys}[$mid] > $o->{f}) { $hi = $mid }
 					else { $lo = $mid + 1 }
 				}
-				my $n = $nf->{first}[$lo];
-				$viol->('assert-fence', "assert_fence of fence $o->{f} after fence $n->{f} was acknowledged",
+				# Those that end hd: E of any holder for an exclusive hd (its
+				# holder's own newer one came after it ended), else of
+				# another; S of another holder for an exclusive hd.
+				my $other = sub {
+					my ($b) = @_;
+					return undef unless $b && $b->[0];
+					return $b->[0]{who} ne $hd->{who} ? $b->[0] : $b->[1];
+				};
+				my @n = grep { defined } $hd->{mode} eq 's'
+				  ? ($other->($nf->{first}{E}[$lo]))
+				  : (($nf->{first}{E}[$lo] || [])->[0], $other->($nf->{first}{S}[$lo]));
+				my ($n) = sort { $a->{acq}{tdone} <=> $b->{acq}{tdone} } @n;
+				$viol->('assert-fence', "assert_fence of fence $o->{f} ($hd->{mode}) after fence $n->{f} ($n->{mode}) was acknowledged",
 					$n->{acq}, $o)
 				  if $n && $n->{acq}{tdone} < $o->{t0};
 			}
@@ -677,6 +769,9 @@ sub check
 	}
 
 	check_counts($ops, $viol);
+	ModelKinds::check({ ops => $ops, hold => \%hold, sem_holds => \%sem_holds, by_rh => \%by_rh,
+			e_lo => $e_lo, e_lo_by => $e_lo_by, e_up => $e_up, may_end => $may_end,
+			margin => $MARGIN_US }, $viol, \%stats);
 	$stats{'maybe ops'} = scalar grep { lost($_) || ($_->{fate} // '') eq 'maybe' } @$ops
 	  if grep { lost($_) || ($_->{fate} // '') eq 'maybe' } @$ops;
 	# extra(context, viol, stats): more rules over the same bounds.
@@ -687,20 +782,28 @@ sub check
 }
 
 # check_counts: replay each client's own private holdings (undoing what
-# rolled back) and compare unlock's count with the model's.
+# rolled back) and compare unlock's count with the model's.  A holder text
+# may hold a resource twice, exclusive and shared (a downgrade, or the
+# only holder's upgrade): counts are per mode; unlock without a fence
+# releases the exclusive holding first (a live one: the model, which has
+# no clock, also accepts the shared count then), so it is compared only
+# when the model knows which holding it met.  Semaphores' permits are not
+# counts.
 sub check_counts
 {
 	my ($ops, $viol) = @_;
 	my (%count, %fence, %unknown);
+	my %sem_r = map { $_->{r} => 1 } grep { is_sem_acq($_) } @$ops;
+	my $both = sub { my ($k) = @_; return ("$k\0x", "$k\0s"); };
 	my $flush = sub {
 		my ($client, $unit_ops) = @_;
 		return unless @$unit_ops;
 		my $start = { count => {%count}, fence => {%fence}, unknown => {%unknown} };
-		my $undo_seen;
 		for my $o (@$unit_ops)
 		{
 			my $k = defined $o->{r} && defined $o->{h} ? "$o->{r}\0$o->{h}" : undef;
 			next if $o->{steal} || $o->{probe} || $o->{undone};
+			next if defined $o->{r} && $sem_r{ $o->{r} };
 			my $private = defined $o->{h} && $o->{h} =~ m{^\Q$o->{role}\E/c\Q$o->{c}\E/};
 			if (lost($o) || ($o->{ufate} // $o->{fate}) eq 'maybe')
 			{
@@ -709,37 +812,72 @@ sub check_counts
 				{
 					$unknown{$_} = 1 for grep { (split /\0/, $_)[1] eq $o->{h} } keys %count;
 				}
-				elsif ($private && $k) { $unknown{$k} = 1 }
+				elsif ($private && $k) { $unknown{$_} = 1 for $both->($k) }
 				next;
 			}
 			next unless ok($o);
-			if (is_acq($o) && $private && defined $o->{res} && $unknown{$k}) { }
-			elsif (is_acq($o) && $private && defined $o->{res})
+			# The holding of k an unlock or renew under fence f met (the
+			# mode's key), '' if none of the model's, undef if unknown.
+			my $target = sub {
+				my ($f) = @_;
+				my ($kx, $ks) = $both->($k);
+				if (defined $f)
+				{
+					my ($m) = grep { ($count{$_} // 0) > 0 && $fence{$_} == $f } $kx, $ks;
+					return $m // '';
+				}
+				return undef if $unknown{$kx};
+				return $kx if ($count{$kx} // 0) > 0;
+				return undef if $unknown{$ks};
+				return $ks;
+			};
+			if (is_acq($o) && $private && defined $o->{res})
 			{
-				if (($count{$k} // 0) > 0 && $fence{$k} == $o->{res}) { $count{$k}++ }
-				else { $count{$k} = 1; $fence{$k} = $o->{res} }
+				my $km = "$k\0" . mode($o);
+				next if $unknown{$km};
+				if (($count{$km} // 0) > 0 && $fence{$km} == $o->{res}) { $count{$km}++ }
+				else { $count{$km} = 1; $fence{$km} = $o->{res} }
 			}
 			elsif ($o->{k} eq 'unlock' && $private)
 			{
 				if (defined $o->{res})
 				{
-					my $c = $count{$k} // 0;
+					my ($kx, $ks) = $both->($k);
+					my ($cx, $cs) = ($count{$kx} // 0, $count{$ks} // 0);
+					if (!defined $o->{f} && $cx > 0 && $cs > 0 && !$unknown{$kx} && !$unknown{$ks})
+					{
+						# Both held as far as the model knows, but the exclusive
+						# one may have expired (the model has no clock): then
+						# the shared one was met.
+						if ($o->{res} == $cx - 1 && $o->{res} == $cs - 1)
+						{
+							$unknown{$kx} = $unknown{$ks} = 1;
+							next;
+						}
+						if ($o->{res} == $cs - 1)
+						{
+							($count{$kx}, $count{$ks}) = (0, $o->{res});
+							next;
+						}
+					}
+					my $km = $target->($o->{f});
+					if (!defined $km) { $unknown{$_} = 1 for $both->($k); next }
+					next if $km eq '';
+					my $c = $count{$km} // 0;
 					$viol->('count', "unlock returned $o->{res} for a holding of count $c", $o)
-					  if $c > 0 && $o->{res} != $c - 1 && !$unknown{$k};
-					$count{$k} = $o->{res};
-					delete $unknown{$k} if $o->{res} == 0;
-				}
-				elsif (!defined $o->{f} || ($fence{$k} // -1) == $o->{f})
-				{
-					$count{$k} = 0;
-					delete $unknown{$k} unless defined $o->{f};
+					  if $c > 0 && $o->{res} != $c - 1 && !$unknown{$km};
+					$count{$km} = $o->{res};
+					delete $unknown{$km} if $o->{res} == 0;
 				}
 			}
-			elsif ($o->{k} eq 'renew' && $private && !defined $o->{res}
-				&& (!defined $o->{f} || ($fence{$k} // -1) == $o->{f}))
+			if (($o->{k} eq 'unlock' || $o->{k} eq 'renew') && $private && !defined $o->{res})
 			{
-				$count{$k} = 0;
-				delete $unknown{$k} unless defined $o->{f};
+				# NULL: no holding of the holder text (under that fence).
+				if (!defined $o->{f})
+				{
+					for my $km ($both->($k)) { $count{$km} = 0; delete $unknown{$km} }
+				}
+				elsif (my $km = $target->($o->{f})) { $count{$km} = 0 }
 			}
 			elsif ($o->{k} eq 'unlock_all' && defined $o->{res})
 			{
@@ -764,7 +902,8 @@ sub check_counts
 				for my $o (grep { !$_->{undone} && defined $_->{h} } @$unit_ops)
 				{
 					$unknown{$_} = 1 for grep { (split /\0/, $_)[1] eq $o->{h} }
-					  $o->{k} eq 'unlock_all' ? (keys %count) : (defined $o->{r} ? "$o->{r}\0$o->{h}" : ());
+					  $o->{k} eq 'unlock_all' ? (keys %count)
+					  : (defined $o->{r} ? $both->("$o->{r}\0$o->{h}") : ());
 				}
 			}
 		}

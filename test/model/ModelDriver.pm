@@ -6,6 +6,14 @@
 # unlock/renew of another role's holding read from dlock.locks) on a few
 # resources with short leases, in autocommit and in transactions (READ
 # COMMITTED or SERIALIZABLE, with savepoints, ROLLBACK TO, and rollbacks).
+# The kinds of lock the installed extension has (looked up in pg_proc at
+# the first operation, detect_kinds) are mixed in: shared acquisitions
+# (0.4: try_lock/lock with shared => true, so the same holder texts also
+# re-enter, downgrade and upgrade, and shared holders of different texts
+# cross their upgrades), semaphore permits on resources of their own
+# (try_acquire/acquire, 0.5) and several lock resources at once
+# (try_lock_all/lock_all, 0.5, whose NULL result is followed by a read of
+# the caller's private holdings of those resources: field after).
 # One client is the prober: alone on its own resource, it lets its lease
 # run out and then checks that the resource is free at once, while other
 # clients keep reap() open in transactions.
@@ -81,6 +89,10 @@ sub new
 	my $tag = defined $a{tag} ? "\@$a{tag}" : '';
 	$self->{holders} = [ map { "$a{role}/c$a{id}/h$_$tag" } 0 .. 1 ];
 	$self->{shared} = [ map { "shared/h$_$tag" } 0 .. 1 ];
+	# Semaphores (when the extension has them): resources of their own,
+	# each always called with the same max_permits.
+	$self->{sems} = [ map { ($a{tag} // 'm') . "/s$_" } 0 .. 1 ];
+	$self->{max_permits} = { map { $self->{sems}[$_] => 2 + $_ } 0 .. 1 };
 	$self->{fence} = {};    # "r\0h" => last fence this client saw returned
 	$self->{seq} = 0;
 	$self->{unit} = 0;
@@ -128,29 +140,71 @@ sub read_failed
 		err => $dbh->state || 'XXXXX', msg => $dbh->errstr };
 }
 
+# detect_kinds: which kinds of lock the installed extension has (by the
+# functions' argument names in pg_proc): shared, semaphores, multi.
+sub detect_kinds
+{
+	my ($self) = @_;
+	my $rows = $self->{dbh}->selectall_arrayref(
+		q{SELECT p.proname, array_to_string(p.proargnames, ',')
+		    FROM pg_catalog.pg_proc p JOIN pg_catalog.pg_namespace n ON n.oid = p.pronamespace
+		   WHERE n.nspname = 'dlock'
+		     AND p.proname IN ('try_lock', 'try_acquire', 'acquire', 'try_lock_all', 'lock_all')});
+	my %k;
+	for my $row (@{ $rows || [] })
+	{
+		my ($name, $args) = @$row;
+		$args //= '';
+		$k{shared} = 1 if $name eq 'try_lock' && $args =~ /\bshared\b/;
+		$k{$name} = 1 if $name ne 'try_lock' && $args =~ /\bholder\b/;
+	}
+	return {
+		shared => $k{shared} ? 1 : 0,
+		sem => $k{try_acquire} && $k{acquire} ? 1 : 0,
+		multi => $k{try_lock_all} && $k{lock_all} && $k{shared} ? 1 : 0
+	};
+}
+
 # random_op: one random operation (returns its record, undef for none).
 sub random_op
 {
 	my ($self, $in_xact) = @_;
+	my $kinds = $self->{kinds} //= $self->detect_kinds;
+	my @sems = $kinds->{sem} ? @{ $self->{sems} } : ();
 	my $r = pick(@{ $self->{resources} });
 	my $h = rnd(4) == 0 ? pick(@{ $self->{shared} }) : pick(@{ $self->{holders} });
-	my $key = "$r\0$h";
 	my $lease = pick(@LEASES_MS);
-	my $fence = $self->{fence}{$key};
 	my $x = rnd(100);
+	# unlock, renew, check and assert_fence work on every kind.
+	$r = pick(@sems) if @sems && $x >= 32 && $x < 73 && rnd(4) == 0;
+	my $key = "$r\0$h";
+	my $fence = $self->{fence}{$key};
+	my $sh = $kinds->{shared} && rnd(3) == 0 ? 1 : 0;
 	my $rec;
 
-	if ($x < 22)
+	if ($x < 22 && @sems && rnd(5) == 0)
 	{
-		$rec = $self->call('try_lock', 'dlock.try_lock($1, $2, $3::interval)',
+		$rec = $self->sem_op($h, $lease);
+	}
+	elsif ($x < 22 && $kinds->{multi} && rnd(6) == 0)
+	{
+		$rec = $self->multi_op($h, $lease, $sh);
+	}
+	elsif ($x < 22)
+	{
+		$rec = $sh
+		  ? $self->call('try_lock', 'dlock.try_lock($1, $2, $3::interval, shared => true)',
+			[ $r, $h, lease_arg($lease) ], r => $r, h => $h, lease => $lease, sh => 1)
+		  : $self->call('try_lock', 'dlock.try_lock($1, $2, $3::interval)',
 			[ $r, $h, lease_arg($lease) ], r => $r, h => $h, lease => $lease);
 	}
 	elsif ($x < 32)
 	{
 		my $wait = pick(0, 20, 100, 300);
-		$rec = $self->call('lock', 'dlock.lock($1, $2, $3::interval, $4::interval)',
+		$rec = $self->call('lock',
+			'dlock.lock($1, $2, $3::interval, $4::interval' . ($sh ? ', shared => true)' : ')'),
 			[ $r, $h, lease_arg($lease), lease_arg($wait) ],
-			r => $r, h => $h, lease => $lease, wait => $wait);
+			r => $r, h => $h, lease => $lease, wait => $wait, $sh ? (sh => 1) : ());
 	}
 	elsif ($x < 46)
 	{
@@ -220,9 +274,74 @@ sub random_op
 	}
 	return undef unless $rec;
 	if (!$rec->{err} && defined $rec->{res}
-		&& ($rec->{k} eq 'try_lock' || $rec->{k} eq 'lock'))
+		&& $rec->{k} =~ /^(?:try_lock|lock|try_acquire|acquire)$/)
 	{
-		$self->{fence}{$key} = $rec->{res};
+		$self->{fence}{"$rec->{r}\0$rec->{h}"} = $rec->{res};
+	}
+	if (!$rec->{err} && ref $rec->{res})
+	{
+		$self->{fence}{"$rec->{rs}[$_]\0$rec->{h}"} = $rec->{res}[$_] for 0 .. $#{ $rec->{rs} };
+	}
+	return $rec;
+}
+
+# sem_op: try_acquire or acquire of 1 or 2 permits of a semaphore (0.5).
+sub sem_op
+{
+	my ($self, $h, $lease) = @_;
+	my $s = pick(@{ $self->{sems} });
+	my $max = $self->{max_permits}{$s};
+	my $permits = 1 + rnd(2);
+	my %f = (r => $s, h => $h, lease => $lease, max => $max, permits => $permits);
+	return $self->call('try_acquire',
+		'dlock.try_acquire($1, $2, max_permits => $3::int, permits => $4::int, lease => $5::interval)',
+		[ $s, $h, $max, $permits, lease_arg($lease) ], %f)
+	  if rnd(2);
+	my $wait = pick(0, 20, 100, 300);
+	return $self->call('acquire',
+		'dlock.acquire($1, $2, max_permits => $3::int, permits => $4::int, '
+		  . 'lease => $5::interval, wait => $6::interval)',
+		[ $s, $h, $max, $permits, lease_arg($lease), lease_arg($wait) ], %f, wait => $wait);
+}
+
+# multi_op: try_lock_all or lock_all of two or three lock resources in a
+# random order (0.5).  After a NULL result, on a private holder text, the
+# holdings of it on those resources are read (after: [resource, fence]):
+# each must be one this client was handed before (all or nothing).
+sub multi_op
+{
+	my ($self, $h, $lease, $sh) = @_;
+	my @all = @{ $self->{resources} };
+	my @rs;
+	push @rs, splice(@all, rnd(scalar @all), 1) for 1 .. (@all > 2 && rnd(2) ? 3 : 2);
+	my %f = (rs => \@rs, h => $h, lease => $lease, $sh ? (sh => 1) : ());
+	my $rec;
+	if (rnd(2))
+	{
+		$rec = $self->call('try_lock_all',
+			'dlock.try_lock_all($1::text[], $2, $3::interval, shared => $4::boolean)',
+			[ \@rs, $h, lease_arg($lease), $sh ? 1 : 0 ], %f);
+	}
+	else
+	{
+		my $wait = pick(0, 20, 100, 300);
+		$rec = $self->call('lock_all',
+			'dlock.lock_all($1::text[], $2, $3::interval, shared => $4::boolean, wait => $5::interval)',
+			[ \@rs, $h, lease_arg($lease), $sh ? 1 : 0, lease_arg($wait) ], %f, wait => $wait);
+	}
+	if (!$rec->{err} && !defined $rec->{res} && $h =~ m{/c\Q$self->{id}\E/})
+	{
+		my $rows = $self->{dbh}->selectall_arrayref(
+			q{SELECT resource, fence FROM dlock.locks
+			   WHERE holder = $1 AND owner::text = current_user AND resource = ANY ($2::text[])
+			   ORDER BY resource, fence}, undef, $h, \@rs);
+		if ($rows) { $rec->{after} = $rows }
+		else
+		{
+			# The read failed (and aborted the transaction): so did the op.
+			$rec->{err} = $self->{dbh}->state || 'XXXXX';
+			$rec->{msg} = $self->{dbh}->errstr;
+		}
 	}
 	return $rec;
 }
@@ -242,7 +361,8 @@ sub steal
 		   WHERE owner::text <> current_user AND NOT expired
 		     AND holder NOT LIKE 'shared/%' AND holder NOT LIKE 'probe/%'
 		     AND resource = ANY ($1::text[])
-		   ORDER BY resource, holder}, undef, $self->{resources});
+		   ORDER BY resource, holder}, undef,
+		[ @{ $self->{resources} }, $self->{kinds} && $self->{kinds}{sem} ? @{ $self->{sems} } : () ]);
 	if (my $bad = $self->read_failed) { return $bad }
 	return undef unless $rows && @$rows;
 	my ($r, $h, $f) = @{ pick(@$rows) };

@@ -120,3 +120,13 @@ SELECT dlock.break_lock('sem/r') AS broken, dlock.break_lock('sem/r') AS again;
 SELECT count(*) AS left_over FROM dlock.locks WHERE resource = 'sem/r';
 DROP ROLE regress_dlock_sem_a;
 DROP ROLE regress_dlock_sem_b;
+
+-- The holder's own expired holding of permits, not reaped yet, does not
+-- stand in the way of its new one (a new holding, a greater fence).
+SELECT dlock.try_acquire('sem/own', 'h', 2, 1, '1h') AS x_first \gset
+BEGIN;
+UPDATE dlock.permits SET expires_at = now() - interval '1 second' WHERE resource = 'sem/own' AND holder = 'h';
+SELECT dlock.try_acquire('sem/own', 'h', 2, 2, '1h') > :x_first AS new_holding_greater_fence;
+SELECT count(*) AS rows_of_h, sum(permits) AS permits FROM dlock.permits WHERE resource = 'sem/own' AND holder = 'h';
+COMMIT;
+SELECT dlock.unlock('sem/own', 'h') AS released;

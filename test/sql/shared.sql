@@ -76,3 +76,22 @@ SELECT dlock.try_lock('sh/e', 'w', '1h') IS NOT NULL AS writer_takes_over;
 SELECT dlock.reap() >= 1 AS reaped;
 SELECT holder, mode FROM dlock.locks WHERE resource = 'sh/e';
 SELECT dlock.unlock('sh/e', 'w') AS released;
+
+-- The holder's own expired shared holding, not reaped yet, does not stand
+-- in the way of its new one (it ended: a new holding, a greater fence).
+-- The expiry is moved back by hand inside the transaction, so the reaper
+-- cannot get there first.
+SELECT dlock.try_lock('sh/own', 'h', '1h', shared => true) AS x_first \gset
+BEGIN;
+UPDATE dlock.shares SET expires_at = now() - interval '1 second' WHERE resource = 'sh/own' AND holder = 'h';
+SELECT dlock.try_lock('sh/own', 'h', '1h', shared => true) > :x_first AS new_share_greater_fence;
+SELECT count(*) AS rows_of_h FROM dlock.shares WHERE resource = 'sh/own';
+COMMIT;
+-- The same under a live exclusive holding of the holder (a downgrade).
+SELECT dlock.try_lock('sh/own2', 'h', '1h') IS NOT NULL AS exclusive;
+SELECT dlock.try_lock('sh/own2', 'h', '1h', shared => true) AS y_share \gset
+BEGIN;
+UPDATE dlock.shares SET expires_at = now() - interval '1 second' WHERE resource = 'sh/own2' AND holder = 'h';
+SELECT dlock.try_lock('sh/own2', 'h', '1h', shared => true) > :y_share AS downgrade_again;
+COMMIT;
+SELECT dlock.unlock_all('h') AS released;
