@@ -22,6 +22,11 @@
  * (dlock.withdraw, where the server has the 0.3 SQL; before, it lapses
  * within dlock.queue_ttl), so that the next waiter is served at once.
  *
+ * Several resources (dlock run R1 R2 ... --) are taken together with
+ * try_lock_all, all or nothing, while listening on every one's channel;
+ * renewed and released together (one statement each, over unnest); their
+ * fences go to COMMAND space-separated, in the order given.
+ *
  * Elections campaign (always fair) instead of try_lock; a candidate that
  * already leads (another process with the same --holder) is treated as
  * busy, since campaign would give it the current term and both would run.
@@ -56,6 +61,8 @@ lock_init(Lock *lk, const Options *o, const char *resource, int64_t lease_ms)
 	memset(lk, 0, sizeof(*lk));
 	lk->opt = o;
 	lk->resource = resource;
+	lk->param = resource;
+	lk->nresources = 1;
 	if (o->holder)
 		snprintf(lk->holder, sizeof(lk->holder), "%s", o->holder);
 	else
@@ -74,6 +81,58 @@ lock_init(Lock *lk, const Options *o, const char *resource, int64_t lease_ms)
 	if (o->lock_delay_ms >= 0)
 		format_interval(lk->lock_delay_text, sizeof(lk->lock_delay_text),
 						o->lock_delay_ms);
+}
+
+/*
+ * lock_set_resources: lk takes the n resources names (n > 1) together:
+ * lk->resource becomes them space-separated (for messages and
+ * DLOCK_RESOURCE), lk->param a text[] literal (each quoted, '"' and '\'
+ * escaped; a parameter, never spliced into SQL).  False if out of memory.
+ */
+bool
+lock_set_resources(Lock *lk, int n, char **names)
+{
+	size_t		len = 3;
+	char	   *shown, *arr, *s, *a;
+
+	for (int i = 0; i < n; i++)
+		len += 2 * strlen(names[i]) + 3;
+	shown = malloc(len);
+	arr = malloc(len);
+	if (shown == NULL || arr == NULL)
+	{
+		free(shown);
+		free(arr);
+		return false;
+	}
+	s = shown;
+	a = arr;
+	*a++ = '{';
+	for (int i = 0; i < n; i++)
+	{
+		if (i > 0)
+		{
+			*s++ = ' ';
+			*a++ = ',';
+		}
+		*a++ = '"';
+		for (const char *c = names[i]; *c; c++)
+		{
+			*s++ = *c;
+			if (*c == '"' || *c == '\\')
+				*a++ = '\\';
+			*a++ = *c;
+		}
+		*a++ = '"';
+	}
+	*s = '\0';
+	*a++ = '}';
+	*a = '\0';
+	lk->resource = shown;
+	lk->param = arr;
+	lk->nresources = n;
+	lk->resources = names;
+	return true;
 }
 
 /*
@@ -133,7 +192,7 @@ reconnect_retrying(Lock *lk, int64_t wait_deadline)
 static void
 sql_params(const Lock *lk, const char *params[6])
 {
-	params[0] = lk->resource;
+	params[0] = lk->param;
 	params[1] = lk->holder;
 	params[2] = lk->lease_text[0] ? lk->lease_text : NULL;
 	params[3] = lk->fair ? "true" : "false";
@@ -175,7 +234,7 @@ assumed_lease(const Lock *lk)
 static TryStatus
 resolve(Lock *lk, const char *xid, int64_t sent)
 {
-	const char *params[4] = {lk->resource, lk->holder, lk->fence, xid};
+	const char *params[4] = {lk->param, lk->holder, lk->fence, xid};
 	int64_t		until = sent + assumed_lease(lk);
 
 	logmsg("connection lost while committing the acquisition of \"%s\" (%s); "
@@ -198,7 +257,14 @@ resolve(Lock *lk, const char *xid, int64_t sent)
 			continue;
 		}
 		if (db_exec(&lk->conn,
-					"SELECT EXISTS (SELECT FROM dlock.locks"
+					lk->nresources > 1
+					? "SELECT (SELECT count(*) FROM dlock.locks l,"
+					"    unnest($1::text[], string_to_array($3, ' ')::bigint[]) AS u(r, f)"
+					"  WHERE l.resource = u.r AND l.holder = $2 AND l.fence = u.f"
+					"    AND NOT l.expired) = cardinality($1::text[]),"
+					" $4::xid8 IN (SELECT pg_snapshot_xip(s))"
+					" FROM pg_current_snapshot() AS s"
+					: "SELECT EXISTS (SELECT FROM dlock.locks"
 					"  WHERE resource = $1 AND holder = $2 AND fence = $3::bigint"
 					"    AND NOT expired),"
 					" $4::xid8 IN (SELECT pg_snapshot_xip(s))"
@@ -281,6 +347,10 @@ try_once(Lock *lk)
 				"FROM (SELECT EXISTS (SELECT FROM dlock.leader($1) WHERE candidate = $2) AS dup) d, "
 				"  LATERAL (SELECT CASE WHEN NOT d.dup "
 				"    THEN dlock.campaign($1, $2, $4, $3::interval, wait => '0') END AS f) c"
+				: lk->nresources > 1
+				? "SELECT array_to_string(f, ' '), "
+				"  CASE WHEN f IS NULL THEN NULL ELSE pg_current_xact_id() END "
+				"FROM dlock.try_lock_all($1::text[], $2, $3::interval) AS f"
 				: lk->max_permits_text[0]
 				? "SELECT f, CASE WHEN f IS NULL THEN NULL ELSE pg_current_xact_id() END, "
 				"  CASE WHEN f IS NULL AND $4 THEN set_config('synchronous_commit', 'off', true) END, "
@@ -307,14 +377,14 @@ try_once(Lock *lk)
 				"                    lock_delay => $5::interval) AS f"
 				: "SELECT f, CASE WHEN f IS NULL THEN NULL ELSE pg_current_xact_id() END "
 				"FROM dlock.try_lock($1, $2, $3::interval) AS f",
-				lk->election ? 4 : lk->max_permits_text[0] ? 6 :
+				lk->election ? 4 : lk->nresources > 1 ? 3 : lk->max_permits_text[0] ? 6 :
 				lk->shared || lk->fair || lk->lock_delay_text[0] ? 5 : 3,
 				params, sent + STMT_TIMEOUT_MS, false, &r) != DB_OK)
 		return TRY_LOST;		/* no COMMIT was sent: nothing committed */
 	if (!db_result_ok(r) || PQntuples(r) != 1 || PQnfields(r) < 2)
 	{
-		db_report(lk->election ? "campaign" : lk->max_permits_text[0] ? "try_acquire" :
-				  "try_lock", lk->conn, r);
+		db_report(lk->election ? "campaign" : lk->nresources > 1 ? "try_lock_all" :
+				  lk->max_permits_text[0] ? "try_acquire" : "try_lock", lk->conn, r);
 		PQclear(r);
 		db_drop(&lk->conn);		/* rolls the transaction back */
 		return TRY_ERROR;
@@ -396,19 +466,23 @@ setup_listen(Lock *lk)
 		lk->polling = true;
 		return;
 	}
-	if (lk->conn == NULL)
-		return;
-	chan = db_listen(&lk->conn, lk->resource, now_ms() + STMT_TIMEOUT_MS);
-	if (chan == NULL)
+	for (int i = 0; i < lk->nresources; i++)
 	{
-		if (lk->conn != NULL)
+		if (lk->conn == NULL)
+			return;
+		chan = db_listen(&lk->conn, lk->nresources > 1 ? lk->resources[i] : lk->resource,
+						 now_ms() + STMT_TIMEOUT_MS);
+		if (chan == NULL)
 		{
-			logmsg("polling instead");
-			lk->polling = true;
+			if (lk->conn != NULL)
+			{
+				logmsg("polling instead");
+				lk->polling = true;
+			}
+			return;
 		}
-		return;
+		free(chan);
 	}
-	free(chan);
 	lk->listening = true;
 	vlog(lk->opt, "waiting for \"%s\" (LISTEN)", lk->resource);
 }
@@ -555,7 +629,7 @@ release(Lock *lk, int64_t linger_ms, int64_t deadline)
 	bool		retried = false;
 
 	format_interval(linger_text, sizeof(linger_text), linger_ms);
-	params[0] = lk->resource;
+	params[0] = lk->param;
 	params[1] = lk->holder;
 	params[2] = linger_ms > 0 ? linger_text : lk->fence;
 	params[3] = lk->fence;
@@ -579,7 +653,9 @@ release(Lock *lk, int64_t linger_ms, int64_t deadline)
 			continue;
 		}
 		if (db_exec(&lk->conn,
-					linger_ms > 0
+					lk->nresources > 1
+					? (linger_ms > 0 ? LOCK_ALL_RENEW : LOCK_ALL_UNLOCK)
+					: linger_ms > 0
 					? "SELECT dlock.renew($1, $2, $3::interval, $4::bigint)"
 					: lk->election
 					? "SELECT CASE WHEN dlock.resign($1, $2, $3::bigint) THEN 0 END"

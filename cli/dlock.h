@@ -29,6 +29,28 @@
 #define EXIT_NOT_ACQUIRED 75   /* EX_TEMPFAIL: not acquired in time / busy */
 #define EXIT_LEASE_LOST   76   /* lease lost (or not held) */
 
+/*
+ * run: at most this many resources taken at once (lock_all); their fences
+ * as text, space-separated, fit FENCE_TEXT_LEN.
+ */
+#define MAX_RUN_RESOURCES 32
+#define FENCE_TEXT_LEN (MAX_RUN_RESOURCES * 21 + 32)
+
+/*
+ * Several resources held together (Lock.nresources > 1): renew ($1 the
+ * text[] literal, $2 holder, $3 lease, $4 the fences) and unlock ($3 the
+ * fences) each of them in one statement; NULL if any of them is no longer
+ * held (then the others are still renewed or released).
+ */
+#define LOCK_ALL_RENEW \
+	"SELECT CASE WHEN bool_and(e IS NOT NULL) THEN min(e) END" \
+	" FROM unnest($1::text[], string_to_array($4, ' ')::bigint[]) AS u(r, f)," \
+	"  LATERAL dlock.renew(u.r, $2, $3::interval, u.f) AS e"
+#define LOCK_ALL_UNLOCK \
+	"SELECT CASE WHEN bool_and(x IS NOT NULL) THEN max(x) END" \
+	" FROM unnest($1::text[], string_to_array($3, ' ')::bigint[]) AS u(r, f)," \
+	"  LATERAL dlock.unlock(u.r, $2, u.f) AS x"
+
 /* A deadline meaning "never". */
 #define NEVER INT64_MAX
 
@@ -70,14 +92,19 @@ typedef enum
 typedef struct Lock
 {
 	const Options *opt;
-	const char *resource;
+	const char *resource;		/* several (run R1 R2 ...): space-separated */
+	const char *param;			/* the resource as the SQL takes it: resource,
+								 * or several as a text[] literal */
+	int			nresources;		/* > 1: several, taken together (lock_all) */
+	char	  **resources;		/* ... the names, as given */
 	char		holder[300];
 	char		lease_text[48];	/* "N milliseconds" */
 	int64_t		lease_ms;
 	PGconn	   *conn;			/* NULL while disconnected */
 	bool		listening;		/* LISTEN is active on conn */
 	bool		polling;		/* LISTEN unusable: poll */
-	char		fence[32];		/* fence of the holding, as text */
+	char		fence[FENCE_TEXT_LEN];	/* fence of the holding, as text; of
+										 * several: space-separated, in order */
 	int64_t		deadline;		/* monotonic ms until which the lease surely lasts */
 	char		lock_delay_text[48];	/* "N milliseconds"; empty: server default */
 	bool		fair;			/* attempts take a ticket (and commit it) */
@@ -142,6 +169,7 @@ typedef enum
 } AcqStatus;
 
 void		lock_init(Lock *lk, const Options *o, const char *resource, int64_t lease_ms);
+bool		lock_set_resources(Lock *lk, int n, char **names);
 AcqStatus	acquire(Lock *lk, int64_t wait_ms);
 bool		lock_reconnect(Lock *lk, int64_t deadline, bool interruptible);
 int			release(Lock *lk, int64_t linger_ms, int64_t deadline);
@@ -181,7 +209,7 @@ typedef struct WdGo
 	int32_t		type;			/* WD_GO */
 	int32_t		tty;
 	int64_t		deadline;
-	char		fence[32];
+	char		fence[FENCE_TEXT_LEN];
 } WdGo;
 
 #define WD_GO 100

@@ -142,7 +142,7 @@ static void
 send_renewal(Run *rs, int64_t now)
 {
 	Lock	   *lk = rs->lk;
-	const char *params[4] = {lk->resource, lk->holder, lk->lease_text, lk->fence};
+	const char *params[4] = {lk->param, lk->holder, lk->lease_text, lk->fence};
 
 	if (lk->conn == NULL)
 	{
@@ -163,7 +163,8 @@ send_renewal(Run *rs, int64_t now)
 		vlog(rs->opt, "reconnected");
 	}
 	rs->sent_at = now_ms();
-	if (!db_send(lk->conn, "SELECT dlock.renew($1, $2, $3::interval, $4::bigint)",
+	if (!db_send(lk->conn, lk->nresources > 1 ? LOCK_ALL_RENEW
+				 : "SELECT dlock.renew($1, $2, $3::interval, $4::bigint)",
 				 4, params))
 	{
 		vlog(rs->opt, "renewal could not be sent: %s", PQerrorMessage(lk->conn));
@@ -477,7 +478,8 @@ default_lease(PGconn **connp)
 
 /*
  * cmd_run: dlock run [--lease D] [--wait D] [--holder H] [--linger D]
- * [--grace D] [--poll] RESOURCE -- COMMAND [ARGS].
+ * [--grace D] [--poll] RESOURCE... -- COMMAND [ARGS].  Several RESOURCEs
+ * are taken together, all or nothing (try_lock_all, acquire.c).
  */
 static int run_holding(Options *o, bool election);
 
@@ -487,8 +489,16 @@ cmd_run(Options *o)
 	if (!o->dashdash)
 		return usage_error("run: missing \"--\" before COMMAND "
 						   "(usage: dlock run [OPTIONS] RESOURCE -- COMMAND [ARGS])");
-	if (o->npos != 1)
-		return usage_error("run: expected exactly one RESOURCE before \"--\"");
+	if (o->npos < 1)
+		return usage_error("run: expected a RESOURCE before \"--\"");
+	if (o->npos > MAX_RUN_RESOURCES)
+		return usage_error("run: at most %d RESOURCEs at once", MAX_RUN_RESOURCES);
+	if (o->npos > 1 && (o->fair || o->lock_delay_ms >= 0 || o->shared || o->max_permits > 0))
+		return usage_error("run: --fair, --lock-delay, --shared and --semaphore take one RESOURCE");
+	for (int i = 1; i < o->npos; i++)
+		for (int j = 0; j < i; j++)
+			if (strcmp(o->pos[i], o->pos[j]) == 0)
+				return usage_error("run: RESOURCE \"%s\" is named twice", o->pos[i]);
 	if (o->command[0] == NULL)
 		return usage_error("run: missing COMMAND after \"--\"");
 	return run_holding(o, false);
@@ -534,6 +544,12 @@ run_holding(Options *o, bool election)
 	if (conn == NULL)
 		return signals_term_count() > 0 ? 128 + signals_term_sig() : EXIT_CONN;
 	lock_init(&lk, o, o->pos[0], o->lease_ms > 0 ? o->lease_ms : default_lease(&conn));
+	if (!election && o->npos > 1 && !lock_set_resources(&lk, o->npos, o->pos))
+	{
+		logmsg("out of memory");
+		db_drop(&conn);
+		return EXIT_CONN;
+	}
 	lk.conn = conn;				/* acquire() reconnects if it was lost */
 	lk.election = election;
 	lk.value = election ? o->pos[1] : NULL;
@@ -640,10 +656,11 @@ run_holding(Options *o, bool election)
 		if (lk.conn && !rs.inflight)
 		{
 			PGresult   *r;
-			const char *params[3] = {lk.resource, lk.holder, lk.fence};
+			const char *params[3] = {lk.param, lk.holder, lk.fence};
 
 			/* best effort: frees the resource early if the server still has it */
 			if (db_exec(&lk.conn, lk.election ? "SELECT dlock.resign($1, $2, $3::bigint)"
+						: lk.nresources > 1 ? LOCK_ALL_UNLOCK
 						: "SELECT dlock.unlock($1, $2, $3::bigint)", 3,
 						params, now_ms() + 2000, false, &r) == DB_OK)
 				PQclear(r);

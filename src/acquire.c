@@ -34,6 +34,11 @@
  * waiter checks that its client is still connected (check_client): a
  * waiter whose client is gone must not be served.
  *
+ * An attempt at several resources at once (multi.c) runs in the same wait
+ * loop: it names the resource in its way each time it is refused, and the
+ * wait moves to that one (dlock_wait_move); it writes each holding through
+ * dlock_lease_write, the lease attempt's own admit_write.
+ *
  * Backend-local; the waiter slot it registers is waiters.c's.
  *
  *-------------------------------------------------------------------------
@@ -182,6 +187,11 @@ static bool attempt_may_wait_on_self(DlockAttemptFn attempt, void *arg);
  * (refuse_self_wait) raises 40P01 at once, after leave; a try (wait_ms 0)
  * returns 0 then as for any busy resource.  Lock-delay is waited out even
  * then: only time ends it.
+ *
+ * res is the resource waited on.  An attempt at several resources
+ * (multi.c) passes the address of its own "resource in the way", which its
+ * attempts rewrite: when it names another resource than the one the wait
+ * is registered for, the wait moves there and looks again at once.
  */
 int64
 dlock_wait_loop(const DlockResource *res, text *holder, int64 wait_ms,
@@ -198,10 +208,9 @@ dlock_wait_loop(const DlockResource *res, text *holder, int64 wait_ms,
 	bool		self_held = false;
 	bool		self_only_share = false;
 	LOCKMODE	extra_mode = NoLock;
+	uint64		waiting_on = 0;
 	int64		fence = 0;
 	LOCKTAG		tag;
-
-	dlock_set_locktag(&tag, res->hash);
 
 	for (;;)
 	{
@@ -228,6 +237,16 @@ dlock_wait_loop(const DlockResource *res, text *holder, int64 wait_ms,
 		now = GetCurrentTimestamp();
 		if (wait_ms == 0)
 			break;
+		if (waiting && res->hash != waiting_on)
+		{
+			/* Another resource is in the way now (multi.c): wait for it. */
+			dlock_wait_move(res, holder);
+			waiting_on = res->hash;
+			self_checked = false;
+			if (now >= deadline)
+				break;
+			continue;
+		}
 		if (result == ATTEMPT_BUSY && busy_until > now)
 		{
 			/*
@@ -258,6 +277,7 @@ dlock_wait_loop(const DlockResource *res, text *holder, int64 wait_ms,
 			/* Register, then look again: a release may have just passed. */
 			dlock_wait_begin(res, holder, deadline);
 			waiting = true;
+			waiting_on = res->hash;
 			continue;
 		}
 		if (result == ATTEMPT_CONTENDED)
@@ -272,6 +292,7 @@ dlock_wait_loop(const DlockResource *res, text *holder, int64 wait_ms,
 				 * holding the lock, so waiters queue there in order instead
 				 * of taking and dropping it in turn.
 				 */
+				dlock_set_locktag(&tag, res->hash);
 				(void) LockAcquire(&tag, extra_mode, false, false);
 				held_extra = true;
 				continue;
@@ -670,6 +691,26 @@ admit_write(const DlockResource *res, LeaseAttemptArgs *a,
 			elog(ERROR, "dlock: verdict %d does not admit", (int) reason);
 	}
 	return false;
+}
+
+/*
+ * dlock_lease_write: carry out an admitting verdict on one resource of
+ * several taken at once (multi.c): admit_write for a lease that is neither
+ * fair nor waiting in the queue.  Same contract as admit_write: inside the
+ * store session, under the resource's lock; false, changing nothing, if
+ * the row changed since *st was read.
+ */
+bool
+dlock_lease_write(const DlockResource *res, text *holder,
+				  const DlockCaller *caller, const Interval *lease,
+				  const Interval *lock_delay, bool shared,
+				  const DlockResourceState *st, DlockReason reason,
+				  int64 *drawn, int64 *fence)
+{
+	LeaseAttemptArgs args = {holder, caller, lease, false, false,
+	lock_delay, 0, false, false, false, shared, false, false};
+
+	return admit_write(res, &args, st, reason, drawn, fence);
 }
 
 /*

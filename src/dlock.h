@@ -13,8 +13,9 @@
  * xact.c transaction bookkeeping and the hooks other files run at its end,
  * admit.c the admission decision (may a request have the resource now),
  * acquire.c attempts and the wait loop, lease.c the lease functions,
- * semaphore.c the semaphore functions (0.5),
- * xactlock.c transaction-scoped locks, queue.c fair queues and lock-delay,
+ * semaphore.c the semaphore functions (0.5), multi.c several resources at
+ * once (0.5), xactlock.c transaction-scoped locks, queue.c fair queues and
+ * lock-delay,
  * elect.c leader election and holding values, reap.c expiry, compat.h
  * what differs between PostgreSQL majors, events.c NOTIFY, listeners.c who
  * LISTENs, waiters.c shared memory for sleeping waiters, wakeups and
@@ -24,7 +25,7 @@
  * Calls go one way, down these layers (a file calls only files of lower
  * layers, never back up; no two files call each other in a circle):
  *	dlock.c > worker.c > promote.c > reap.c > lease.c, elect.c, xactlock.c,
- *	semaphore.c >
+ *	semaphore.c, multi.c >
  *	acquire.c > admit.c > queue.c, events.c > rows.c, shares.c, holding.c,
  *	fence.c, waiters.c > table.c, store.c, listeners.c > xact.c, resource.c,
  *	guc.c.
@@ -107,6 +108,7 @@ typedef struct DlockResource
 
 extern void dlock_resource_init(DlockResource *res, text *name);
 extern text *dlock_check_resource(FunctionCallInfo fcinfo, int argno);
+extern void dlock_check_resource_text(text *t);
 extern text *dlock_check_holder(FunctionCallInfo fcinfo, int argno);
 extern text *dlock_check_semaphore(FunctionCallInfo fcinfo, int argno);
 extern text *dlock_check_election(FunctionCallInfo fcinfo, int argno);
@@ -470,6 +472,11 @@ extern bool dlock_take_resource(const DlockResource *res);
 extern int64 dlock_wait_loop(const DlockResource *res, text *holder,
 							 int64 wait_ms, DlockAttemptFn attempt,
 							 DlockLeaveFn leave, void *arg);
+extern bool dlock_lease_write(const DlockResource *res, text *holder,
+							  const DlockCaller *caller, const Interval *lease,
+							  const Interval *lock_delay, bool shared,
+							  const DlockResourceState *st, DlockReason reason,
+							  int64 *drawn, int64 *fence);
 extern int64 dlock_acquire(const DlockResource *res, text *holder,
 						   const DlockCaller *caller, const Interval *lease,
 						   int64 wait_ms, bool fair,
@@ -520,6 +527,7 @@ extern bool dlock_listening(const char *channel);
 extern void dlock_count(DlockStat stat);
 extern void dlock_wait_begin(const DlockResource *res, text *holder,
 							 TimestampTz deadline);
+extern void dlock_wait_move(const DlockResource *res, text *holder);
 extern void dlock_wait_end(bool acquired);
 extern void dlock_wait_look(void);
 extern void dlock_wait_sleep(long timeout_ms);

@@ -145,20 +145,12 @@ dlock_resource_init(DlockResource *res, text *name)
 	res->channel[6 + 2 * MD5_DIGEST_LENGTH] = '\0';
 }
 
-/*
- * check_text_arg: common NULL/empty/length check for resource and holder.
- */
+/* check_text: a text argument that is not null: not empty, not too long. */
 static text *
-check_text_arg(FunctionCallInfo fcinfo, int argno, const char *what, int maxlen)
+check_text(text *t, const char *what, int maxlen)
 {
-	text	   *t;
 	int			len;
 
-	if (PG_ARGISNULL(argno))
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("%s must not be null", what)));
-	t = PG_GETARG_TEXT_PP(argno);
 	len = VARSIZE_ANY_EXHDR(t);
 	if (len == 0)
 		ereport(ERROR,
@@ -172,11 +164,34 @@ check_text_arg(FunctionCallInfo fcinfo, int argno, const char *what, int maxlen)
 	return t;
 }
 
+/*
+ * check_text_arg: common NULL/empty/length check for resource and holder.
+ */
+static text *
+check_text_arg(FunctionCallInfo fcinfo, int argno, const char *what, int maxlen)
+{
+	if (PG_ARGISNULL(argno))
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("%s must not be null", what)));
+	return check_text(PG_GETARG_TEXT_PP(argno), what, maxlen);
+}
+
 /* dlock_check_resource: the resource argument, validated. */
 text *
 dlock_check_resource(FunctionCallInfo fcinfo, int argno)
 {
 	return check_text_arg(fcinfo, argno, "resource", DLOCK_MAX_RESOURCE_LEN);
+}
+
+/*
+ * dlock_check_resource_text: one resource of an array (multi.c), not
+ * null and detoasted, validated like a resource argument.
+ */
+void
+dlock_check_resource_text(text *t)
+{
+	(void) check_text(t, "resource", DLOCK_MAX_RESOURCE_LEN);
 }
 
 /* dlock_check_holder: the holder argument, validated. */

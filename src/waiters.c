@@ -14,7 +14,9 @@
  * first.  One release wakes one waiter, not a herd; a semaphore's holding
  * released wakes one waiter per permit it frees (dlock_wake_released).  A fair waiter that
  * leaves without the lock wakes the next, so the queue moves on at once.  A woken waiter that leaves without the
- * lock (timeout, cancel) passes the wakeup on to the next.  Without shared
+ * lock (timeout, cancel) passes the wakeup on to the next, and so does a
+ * waiter for several resources at once (multi.c) when it moves to the one
+ * now in its way (dlock_wait_move).  Without shared
  * memory every function here still works and waiters poll at
  * dlock.poll_interval.
  *
@@ -381,6 +383,43 @@ dlock_wait_set_ticket(int64 ticket, Oid owner)
 	LWLockAcquire(shared->lock, LW_EXCLUSIVE);
 	w->ticket = ticket;
 	w->owner = owner;
+	LWLockRelease(shared->lock);
+}
+
+/*
+ * dlock_wait_move: this backend, waiting, now waits for res instead (an
+ * attempt at several resources, multi.c, found another one in its way).
+ * It leaves the old resource's line as leave_slot does, and wakes the
+ * next waiter there: the old resource may be free now (that is why
+ * another is in the way), and a wakeup it had from there, already used
+ * by its look, must not be lost to the waiters behind it.  It queues for
+ * res as one arriving now.  Not counted as a new wait.
+ */
+void
+dlock_wait_move(const DlockResource *res, text *holder)
+{
+	DlockWaiter *w = my_slot();
+	DlockWaiterNames *names;
+
+	if (w == NULL || !w->in_use)
+		return;
+	LWLockAcquire(shared->lock, LW_EXCLUSIVE);
+	w->in_use = false;
+	w->woken = false;
+	wake_locked(w->dbid, w->hash);
+	LWLockRelease(shared->lock);
+
+	/* Not in use: nobody reads the names until the slot is published. */
+	names = slot_names(DLOCK_PROC_NUMBER(MyProc));
+	text_to_cstring_buffer(res->name, names->resource, sizeof(names->resource));
+	if (holder)
+		text_to_cstring_buffer(holder, names->holder, sizeof(names->holder));
+	else
+		names->holder[0] = '\0';
+	LWLockAcquire(shared->lock, LW_EXCLUSIVE);
+	w->hash = res->hash;
+	w->seq = shared->next_seq++;
+	w->in_use = true;
 	LWLockRelease(shared->lock);
 }
 

@@ -190,6 +190,19 @@ if (grep { $_ eq '0.5' } @versions)
 		'fillfactor=100', "$newest: dlock.leases has fillfactor 100");
 }
 
+# From 0.5 on: several resources at once, beside the walked holdings.
+if ($node->safe_psql('walk', q{SELECT to_regprocedure('dlock.try_lock_all(text[],text,interval,boolean)') IS NOT NULL}) eq 't')
+{
+	is($node->safe_psql('walk', q{SELECT dlock.try_lock_all(ARRAY['walk/m1', 'walk/a'], 'hm', '1h')}), '',
+		"$newest: try_lock_all refuses all when a walked holding is among them");
+	is($node->safe_psql('walk', q{SELECT count(*) FROM dlock.locks WHERE holder = 'hm'}), '0',
+		"$newest: ... and takes none of them");
+	is($node->safe_psql('walk',
+		qq{SELECT bool_and(f > $f3) AND count(*) = 2 FROM unnest(dlock.lock_all(ARRAY['walk/m1', 'walk/m2'], 'hm', '1h', wait => '10s')) f}),
+		't', "$newest: lock_all takes both with higher fences");
+	is($node->safe_psql('walk', q{SELECT dlock.unlock_all('hm')}), '2', "$newest: unlock_all releases them");
+}
+
 # The waiter is still waiting and gets the lock when it is released.
 is($node->safe_psql('walk', q{SELECT dlock.unlock('walk/a', 'ha')}), '0', 'walk/a released after the walk');
 ok($node->poll_query_until('walk', q{SELECT holder = 'waiter' FROM dlock.locks WHERE resource = 'walk/a'}),

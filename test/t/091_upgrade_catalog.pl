@@ -144,6 +144,21 @@ sub exercise
 		is(wq(qq{SELECT dlock.unlock('ex/$v/s', 's1') + dlock.unlock('ex/$v/s', 's2')}), '0',
 			"$v SQL: unlock of shared holdings");
 	}
+	if (wq(q{SELECT to_regprocedure('dlock.try_lock_all(text[],text,interval,boolean)') IS NOT NULL}) eq 't')
+	{
+		# Several resources at once (0.5): all or nothing, fences in order.
+		is(wq(qq{SELECT dlock.try_lock_all(ARRAY['ex/$v/m1', 'walk/a'], 'hm', '1h')}), '',
+			"$v SQL: try_lock_all refuses all when one is held");
+		is(wq(q{SELECT count(*) FROM dlock.locks WHERE holder = 'hm'}), '0',
+			"$v SQL: ... and takes none of them");
+		my $m = wq(qq{SELECT dlock.lock_all(ARRAY['ex/$v/m2', 'ex/$v/m1'], 'hm', '1h', wait => '10s')});
+		my ($m2, $m1) = $m =~ /^\{(\d+),(\d+)\}$/ or fail("$v SQL: lock_all returns two fences: $m");
+		cmp_ok($m2 < $m1 ? $m2 : $m1, '>', $fences[-1], "$v SQL: lock_all hands out higher fences");
+		push @fences, $m2 > $m1 ? $m2 : $m1;
+		is(wq(qq{SELECT dlock.check('ex/$v/m1', $m1) AND dlock.check('ex/$v/m2', $m2)}), 't',
+			"$v SQL: the fences come in the order given");
+		is(wq(q{SELECT dlock.unlock_all('hm')}), '2', "$v SQL: unlock_all releases them");
+	}
 	if (wq(q{SELECT to_regprocedure('dlock.try_acquire(text,text,integer,integer,interval,boolean)') IS NOT NULL}) eq 't')
 	{
 		# Semaphores (0.5): two holders of permits, each with its own fence.

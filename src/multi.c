@@ -1,0 +1,297 @@
+/*-------------------------------------------------------------------------
+ *
+ * multi.c
+ *		Several resources at once: try_lock_all and lock_all (0.5).
+ *
+ * All or nothing.  One attempt (multi_attempt) takes the resources' locks
+ * (resource.c, CHANGE mode) without waiting, in one canonical order (by
+ * hash, then by the resource's bytes) whatever the order given, so two
+ * attempts naming the same resources never hold each other's locks in the
+ * lock manager crosswise; then, inside one store session, has admit.c read
+ * and decide on every resource, with the same request a try_lock of that
+ * kind makes (neither fair nor queued: a resource with a live ticket in its
+ * fair queue, or under lock-delay, is not free); only when every one is
+ * admitted are the holdings written, each by acquire.c's own write
+ * (dlock_lease_write: a new holding with a fence drawn under its lock, or
+ * a re-entry, as the single-lock rules say).  A refusal of any, or a
+ * resource whose lock another transaction has, gives every lock taken
+ * back before anything is written: nothing is held while waiting.
+ *
+ * lock_all waits in acquire.c's wait loop, for the resource in the way at
+ * the last attempt (MultiArgs.in_way, which the loop watches: when another
+ * resource is in the way, the wait moves there, waiters.c): a releasing
+ * commit of that resource wakes it, as it wakes a lock(); it then tries
+ * them all again.  Each resource is an ordinary holding afterwards: renew,
+ * unlock, unlock_all, check and assert_fence treat it like one taken by
+ * try_lock.
+ *
+ * Backend-local: no shared state of its own.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "dlock.h"
+
+#include "catalog/pg_type.h"
+#include "utils/array.h"
+#include "utils/builtins.h"
+
+PG_FUNCTION_INFO_V1(dlock_try_lock_all);
+PG_FUNCTION_INFO_V1(dlock_lock_all);
+
+/* One resource of the array. */
+typedef struct MultiItem
+{
+	DlockResource res;
+	int			given;			/* its place in the array as given */
+	int64		fence;			/* once acquired */
+} MultiItem;
+
+/* What an attempt at all of them needs. */
+typedef struct MultiArgs
+{
+	MultiItem  *items;			/* in canonical order */
+	int			n;
+	DlockResourceState *states; /* one per item, reused by each attempt */
+	text	   *holder;
+	const DlockCaller *caller;
+	const Interval *lease;
+	const Interval *lock_delay; /* NULL: none */
+	bool		shared;
+	DlockResource in_way;		/* refused: the resource in the way */
+} MultiArgs;
+
+/* canonical_cmp: the order resources are locked in: hash, then bytes. */
+static int
+canonical_cmp(const void *a, const void *b)
+{
+	const DlockResource *x = &((const MultiItem *) a)->res;
+	const DlockResource *y = &((const MultiItem *) b)->res;
+	int			xlen = VARSIZE_ANY_EXHDR(x->name);
+	int			ylen = VARSIZE_ANY_EXHDR(y->name);
+	int			c;
+
+	if (x->hash != y->hash)
+		return x->hash < y->hash ? -1 : 1;
+	c = memcmp(VARDATA_ANY(x->name), VARDATA_ANY(y->name), Min(xlen, ylen));
+	if (c != 0)
+		return c;
+	return (xlen > ylen) - (xlen < ylen);
+}
+
+/*
+ * read_resources: the resources argument, validated (22023 for a null or
+ * empty array, a null element, a bad resource, a resource named twice),
+ * in canonical order.
+ */
+static MultiItem *
+read_resources(FunctionCallInfo fcinfo, int argno, int *n)
+{
+	ArrayType  *arr;
+	Datum	   *elems;
+	bool	   *nulls;
+	int			nelems;
+	MultiItem  *items;
+
+	if (PG_ARGISNULL(argno))
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("resources must not be null")));
+	arr = PG_GETARG_ARRAYTYPE_P(argno);
+	if (ARR_NDIM(arr) > 1)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("resources must be a one-dimensional array")));
+	deconstruct_array(arr, TEXTOID, -1, false, TYPALIGN_INT,
+					  &elems, &nulls, &nelems);
+	if (nelems == 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("resources must not be empty")));
+	items = palloc0(nelems * sizeof(MultiItem));
+	for (int i = 0; i < nelems; i++)
+	{
+		text	   *t;
+
+		if (nulls[i])
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("resources must not contain null elements"),
+					 errdetail("Element %d is null.", i + 1)));
+		t = DatumGetTextPP(elems[i]);
+		dlock_check_resource_text(t);
+		dlock_resource_init(&items[i].res, t);
+		items[i].given = i;
+	}
+	qsort(items, nelems, sizeof(MultiItem), canonical_cmp);
+	for (int i = 1; i < nelems; i++)
+		if (canonical_cmp(&items[i - 1], &items[i]) == 0)
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("resources must not contain duplicates"),
+					 errdetail("Resource \"%s\" is named more than once.",
+							   text_to_cstring(items[i].res.name))));
+	*n = nelems;
+	return items;
+}
+
+/* request_of: the admission request for each resource (admit.c). */
+static DlockRequest
+request_of(const MultiArgs *m)
+{
+	DlockRequest req = {m->shared ? DLOCK_KIND_SHARED : DLOCK_KIND_EXCLUSIVE,
+	m->holder, m->caller, false, false, 0, false};
+
+	return req;
+}
+
+/* give_back: give back the locks of the first taken items. */
+static void
+give_back(const MultiArgs *m, int taken)
+{
+	for (int i = taken - 1; i >= 0; i--)
+		dlock_resource_unlock(&m->items[i].res, DLOCK_CHANGE);
+}
+
+/*
+ * write_all: every resource was admitted on m->states (verdicts[i]):
+ * write each holding.  A row changed since it was read (a superuser's
+ * UPDATE by hand) is read and decided again; refused then, the whole call
+ * fails (40001) and its transaction rolls back what was written.  Inside
+ * the store session, under every resource's lock.
+ */
+static void
+write_all(MultiArgs *m, DlockAdmission *verdicts)
+{
+	for (int i = 0; i < m->n; i++)
+	{
+		MultiItem  *it = &m->items[i];
+		DlockRequest req = request_of(m);
+		DlockAdmission v = verdicts[i];
+		int64		drawn = 0;
+
+		while (!dlock_lease_write(&it->res, m->holder, m->caller, m->lease,
+								  m->lock_delay, m->shared, &m->states[i],
+								  v.reason, &drawn, &it->fence))
+		{
+			v = dlock_admit(&it->res, &req, true, &m->states[i]);
+			if (!v.admit)
+				ereport(ERROR,
+						(errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
+						 errmsg("could not lock resource \"%s\": its row changed while it was being locked",
+								text_to_cstring(it->res.name)),
+						 errhint("Try again.")));
+		}
+	}
+}
+
+/*
+ * multi_attempt: one attempt at every resource (a DlockAttemptFn; res is
+ * m->in_way, unused here).  Acquired: each item's fence set, every
+ * resource's lock kept until the transaction ends, *fence the first
+ * fence.  Else nothing changed, every lock taken given back, and
+ * m->in_way names the resource in the way.
+ */
+static DlockAttempt
+multi_attempt(const DlockResource *res, void *arg, int64 *fence,
+			  TimestampTz *busy_until)
+{
+	MultiArgs  *m = arg;
+	DlockRequest req = request_of(m);
+	DlockAdmission *verdicts = palloc(m->n * sizeof(DlockAdmission));
+	int			taken;
+	int			i;
+
+	for (taken = 0; taken < m->n; taken++)
+		if (!dlock_take_resource(&m->items[taken].res))
+			break;
+	if (taken < m->n)
+	{
+		m->in_way = m->items[taken].res;
+		give_back(m, taken);
+		pfree(verdicts);
+		return ATTEMPT_CONTENDED;
+	}
+
+	dlock_store_begin();
+	for (i = 0; i < m->n; i++)
+	{
+		verdicts[i] = dlock_admit(&m->items[i].res, &req, true, &m->states[i]);
+		if (!verdicts[i].admit)
+			break;
+	}
+	if (i < m->n)
+	{
+		DlockReason reason = verdicts[i].reason;
+
+		*busy_until = verdicts[i].retry_at;
+		dlock_store_end();
+		m->in_way = m->items[i].res;
+		give_back(m, m->n);
+		pfree(verdicts);
+		return reason == REFUSE_DELAYED ? ATTEMPT_DELAYED : ATTEMPT_BUSY;
+	}
+	write_all(m, verdicts);
+	dlock_store_end();
+	pfree(verdicts);
+	*fence = m->items[0].fence;
+	return ATTEMPT_ACQUIRED;
+}
+
+/*
+ * lock_all_common: try_lock_all (wait_ms 0) and lock_all: the fences in
+ * the order given, or NULL.
+ */
+static Datum
+lock_all_common(FunctionCallInfo fcinfo, MultiArgs *m, int64 wait_ms)
+{
+	Datum	   *fences;
+
+	m->states = palloc0(m->n * sizeof(DlockResourceState));
+	m->in_way = m->items[0].res;
+	if (dlock_wait_loop(&m->in_way, m->holder, wait_ms, multi_attempt, NULL,
+						m) == 0)
+		PG_RETURN_NULL();
+	fences = palloc(m->n * sizeof(Datum));
+	for (int i = 0; i < m->n; i++)
+		fences[m->items[i].given] = Int64GetDatum(m->items[i].fence);
+	PG_RETURN_ARRAYTYPE_P(construct_array(fences, m->n, INT8OID, sizeof(int64),
+										  FLOAT8PASSBYVAL, TYPALIGN_DOUBLE));
+}
+
+/* dlock.try_lock_all(resources, holder, lease, shared) */
+Datum
+dlock_try_lock_all(PG_FUNCTION_ARGS)
+{
+	MultiArgs	m = {0};
+	DlockCaller caller;
+
+	m.items = read_resources(fcinfo, 0, &m.n);
+	m.holder = dlock_check_holder(fcinfo, 1);
+	m.lease = dlock_check_lease(fcinfo, 2);
+	m.shared = dlock_check_shared(fcinfo, 3);
+	m.lock_delay = dlock_check_lock_delay(fcinfo, PG_NARGS());	/* the GUC */
+	dlock_check_writable("dlock.try_lock_all()");
+	caller = dlock_caller();
+	m.caller = &caller;
+	return lock_all_common(fcinfo, &m, 0);
+}
+
+/* dlock.lock_all(resources, holder, lease, shared, wait) */
+Datum
+dlock_lock_all(PG_FUNCTION_ARGS)
+{
+	MultiArgs	m = {0};
+	DlockCaller caller;
+	int64		wait_ms;
+
+	m.items = read_resources(fcinfo, 0, &m.n);
+	m.holder = dlock_check_holder(fcinfo, 1);
+	m.lease = dlock_check_lease(fcinfo, 2);
+	m.shared = dlock_check_shared(fcinfo, 3);
+	wait_ms = dlock_check_wait_ms(fcinfo, 4);
+	m.lock_delay = dlock_check_lock_delay(fcinfo, PG_NARGS());	/* the GUC */
+	dlock_check_writable("dlock.lock_all()");
+	caller = dlock_caller();
+	m.caller = &caller;
+	return lock_all_common(fcinfo, &m, wait_ms);
+}
