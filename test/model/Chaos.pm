@@ -375,7 +375,7 @@ sub run
 	print $out "dlock chaos: seed $seed ($clients clients + 1 prober + chaos actor, $seconds s, "
 	  . "$nres resources, logs in $dir)\n";
 	make_path($dir);
-	my $super = Model::setup($conninfo);
+	my ($super) = Model::setup($conninfo);	# (name, is_super)
 
 	my @roles = ([ $super, undef, 1 ], [ $Model::ROLE_A, $Model::ROLE_A, 0 ],
 		[ $Model::ROLE_B, $Model::ROLE_B, 0 ]);
