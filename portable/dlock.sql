@@ -158,8 +158,12 @@ CREATE TABLE IF NOT EXISTS dlock.fence_epoch_seal (
     one        boolean PRIMARY KEY DEFAULT true CHECK (one),
     epoch_xmin text NOT NULL
 );
+-- secret: the key of the per-session mark of a checked epoch (see
+-- _next_fence); random, readable only by the installing role.
+ALTER TABLE dlock.fence_epoch_seal ADD COLUMN IF NOT EXISTS
+    secret text NOT NULL DEFAULT pg_catalog.md5(pg_catalog.gen_random_uuid()::text || pg_catalog.gen_random_uuid()::text);
 COMMENT ON TABLE dlock.fence_epoch_seal IS
-    'The xmin of the dlock.fence_epoch row as written: a restored copy of the row has another, and starts a new epoch';
+    'The xmin of the dlock.fence_epoch row as written: a restored copy of the row has another, and starts a new epoch; and the key of the sessions'' checked-epoch marks';
 
 -- Fair queues ([fair]).  Tickets are drawn from one sequence, so their
 -- order is the order in which they were taken.  A client that waits on its
@@ -377,21 +381,30 @@ BEGIN
 END
 $$;
 
--- _caller: the calling role (see the header): SET ROLE's role, else the
--- session user; and whether it is a superuser.
+-- _role: the calling role (see the header): SET ROLE's role, else the
+-- session user.  _caller: that role and whether it is a superuser.
 -- (The helpers on the hot path are PL/pgSQL, not SQL functions: a SQL
 -- function that cannot be inlined, as none with SET search_path can, is
 -- planned again at every call, PL/pgSQL keeps its plans for the session.)
+CREATE OR REPLACE FUNCTION dlock._role()
+    RETURNS oid LANGUAGE plpgsql STABLE
+    SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    -- By name through regrole (a catalog cache lookup, cheaper than a scan
+    -- of pg_roles; quote_ident keeps any name exact).
+    RETURN pg_catalog.to_regrole(pg_catalog.quote_ident(
+               CASE WHEN pg_catalog.current_setting('role') OPERATOR(pg_catalog.=) 'none'
+                    THEN session_user::text
+                    ELSE pg_catalog.current_setting('role') END));
+END
+$$;
+
 CREATE OR REPLACE FUNCTION dlock._caller(OUT roleid oid, OUT is_super boolean)
     LANGUAGE plpgsql STABLE
     SET search_path = pg_catalog, pg_temp AS $$
 BEGIN
-    SELECT r.oid, r.rolsuper INTO roleid, is_super
-      FROM pg_catalog.pg_roles r
-     WHERE r.rolname OPERATOR(pg_catalog.=)
-           CASE WHEN pg_catalog.current_setting('role') OPERATOR(pg_catalog.=) 'none'
-                THEN session_user::text
-                ELSE pg_catalog.current_setting('role') END;
+    roleid := dlock._role();
+    SELECT r.rolsuper INTO is_super FROM pg_catalog.pg_roles r WHERE r.oid OPERATOR(pg_catalog.=) roleid;
 END
 $$;
 
@@ -493,22 +506,58 @@ $$;
 
 -- _next_fence: draw a fence; call only after the resource's row is locked
 -- (or, for a new resource, its advisory lock taken).
+--
+-- The full epoch check (_history: the control file's system identifier,
+-- the database, the WAL timeline, the postmaster start, against the
+-- dlock.fence_epoch row and its seal) is made once per backend and epoch
+-- row; it then leaves a mark in the session setting
+-- dlock_portable.epoch_checked: md5(secret, the row's xmin, postmaster
+-- start, backend pid, database name), the secret a random key in
+-- dlock.fence_epoch_seal that only the installing role can read.  Each
+-- later draw reads the row (as before) and, when the mark matches, skips
+-- the rest.  Why that is safe: of what _history reads, the system
+-- identifier, the postmaster start and the database cannot change while a
+-- backend lives; the timeline changes only at the end of recovery, before
+-- any fence can be drawn (_writable refuses during recovery), so never
+-- after a mark was made in that postmaster's life.  Everything else that
+-- calls for a new epoch replaces or rewrites the row: a new epoch (the
+-- row rewritten: a new xmin), a restore of a dump or of copied data (a
+-- new xmin), a re-installation (a new row and a new secret), a restart,
+-- PITR or a restored base backup (a new postmaster start), and the mark
+-- names the row's xmin and the postmaster start.  A caller can set the
+-- setting, but without the secret cannot make a mark that matches; a mark
+-- copied from another session matches only if it names this row,
+-- postmaster and database, for which the check it records holds as well.
 CREATE OR REPLACE FUNCTION dlock._next_fence()
     RETURNS bigint LANGUAGE plpgsql VOLATILE
     SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
     h record;
     same boolean;
+    mark text;
     cur bigint;
     epoch bigint;
     fence bigint;
 BEGIN
+    -- The checked-epoch mark (see the comment above): valid only for this
+    -- very epoch row, postmaster, backend and database, and only with the
+    -- secret, which the caller cannot read.
+    SELECT md5(s.secret || ':' || e.xmin::text || ':' || extract(epoch FROM pg_postmaster_start_time())::text
+               || ':' || pg_backend_pid()::text || ':' || current_database())
+      INTO mark
+      FROM dlock.fence_epoch e, dlock.fence_epoch_seal s
+     WHERE s.epoch_xmin = e.xmin::text;
+    IF mark IS NOT NULL AND current_setting('dlock_portable.epoch_checked', true) = mark THEN
+        RETURN nextval('dlock.fences');
+    END IF;
     SELECT * INTO h FROM dlock._history();
     SELECT e.sysid = h.sysid AND e.dboid = h.dboid AND e.timeline = h.timeline
            AND e.started = h.started AND s.epoch_xmin = e.xmin::text
       INTO same
       FROM dlock.fence_epoch e, dlock.fence_epoch_seal s;
     IF same THEN
+        -- Session-level: a rollback of this transaction takes it back.
+        PERFORM set_config('dlock_portable.epoch_checked', mark, false);
         RETURN nextval('dlock.fences');
     END IF;
 
@@ -645,19 +694,25 @@ DECLARE
     mine bigint := p_ticket;
     k integer := dlock._qkey(p_resource);
 BEGIN
-    IF mine IS NULL AND p_holder IS NOT NULL THEN
-        SELECT t.ticket INTO mine FROM dlock.tickets t
-         WHERE t.resource = p_resource AND t.holder = p_holder AND t.owner = p_role
-           AND t.expires_at > clock_timestamp();
-    END IF;
+    -- One statement for the client tickets (the holder's own, if any, as
+    -- the bound): a resource without tickets costs one index probe.
     IF EXISTS (SELECT FROM dlock.tickets t
                 WHERE t.resource = p_resource AND t.expires_at > clock_timestamp()
-                  AND (mine IS NULL OR t.ticket < mine)) THEN
+                  AND t.ticket < coalesce(mine,
+                                          (SELECT x.ticket FROM dlock.tickets x
+                                            WHERE x.resource = p_resource AND x.holder = p_holder
+                                              AND x.owner = p_role AND x.expires_at > clock_timestamp()),
+                                          9223372036854775807)) THEN
         RETURN true;
     END IF;
     IF pg_try_advisory_lock(k, 0) THEN
         PERFORM pg_advisory_unlock(k, 0);
         RETURN false;       -- nobody else waits in lock() with a ticket
+    END IF;
+    IF mine IS NULL AND p_holder IS NOT NULL THEN
+        SELECT t.ticket INTO mine FROM dlock.tickets t
+         WHERE t.resource = p_resource AND t.holder = p_holder AND t.owner = p_role
+           AND t.expires_at > clock_timestamp();
     END IF;
     RETURN EXISTS (SELECT FROM pg_locks x
                     WHERE x.locktype = 'advisory' AND x.objsubid = 2 AND x.granted
@@ -896,8 +951,8 @@ $$;
 
 -- _may_change: may the caller unlock or renew this row of holder's?  true
 -- if it is holder's live holding taken by the caller's role (or the caller
--- is a superuser); 42501 for another role's; false if it is not holder's
--- live holding at all.
+-- is a superuser; p_super NULL: look it up); 42501 for another role's;
+-- false if it is not holder's live holding at all.
 CREATE OR REPLACE FUNCTION dlock._may_change(r dlock.leases, p_holder text, p_role oid, p_super boolean,
                                              action text)
     RETURNS boolean LANGUAGE plpgsql STABLE
@@ -907,7 +962,13 @@ BEGIN
        OR r.holder <> p_holder THEN
         RETURN false;
     END IF;
-    IF r.owner = p_role OR p_super THEN
+    IF r.owner = p_role THEN
+        RETURN true;
+    END IF;
+    IF p_super IS NULL THEN     -- looked up only when it matters
+        SELECT x.rolsuper INTO p_super FROM pg_roles x WHERE x.oid = p_role;
+    END IF;
+    IF p_super THEN
         RETURN true;
     END IF;
     RAISE EXCEPTION 'permission denied to % a lock held by role "%"', action, r.owner::text
@@ -970,7 +1031,7 @@ BEGIN
     f := dlock._fair(fair);
     d := dlock._lock_delay(lock_delay);
     PERFORM dlock._writable('dlock.try_lock()');
-    RETURN dlock._attempt(resource, holder, l, (dlock._caller()).roleid, f, d, NULL);
+    RETURN dlock._attempt(resource, holder, l, dlock._role(), f, d, NULL);
 END
 $$;
 COMMENT ON FUNCTION dlock.try_lock(text, text, interval, boolean, interval) IS
@@ -1139,20 +1200,20 @@ CREATE OR REPLACE FUNCTION dlock.unlock(resource text,
     RETURNS integer LANGUAGE plpgsql VOLATILE SECURITY DEFINER
     SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
-    c record;
+    v_role oid;
     r dlock.leases%ROWTYPE;
 BEGIN
     PERFORM dlock._text_arg(resource, 'resource', 1000);
     PERFORM dlock._text_arg(holder, 'holder', 255);
     PERFORM dlock._writable('dlock.unlock()');
-    c := dlock._caller();
+    v_role := dlock._role();
     -- A look first: not this holder's (or another role's) needs no lock.
     SELECT * INTO r FROM dlock.leases l WHERE l.resource = unlock.resource;
-    IF NOT dlock._may_change(r, holder, c.roleid, c.is_super, 'unlock') THEN
+    IF NOT dlock._may_change(r, holder, v_role, NULL, 'unlock') THEN
         RETURN NULL;
     END IF;
     SELECT * INTO r FROM dlock.leases l WHERE l.resource = unlock.resource FOR UPDATE;
-    IF NOT dlock._may_change(r, holder, c.roleid, c.is_super, 'unlock')
+    IF NOT dlock._may_change(r, holder, v_role, NULL, 'unlock')
        OR (fence IS NOT NULL AND fence <> r.fence) THEN
         RETURN NULL;
     END IF;
@@ -1807,7 +1868,7 @@ GRANT SELECT ON dlock.terms TO PUBLIC;
 REVOKE EXECUTE ON FUNCTION
     dlock._text_arg(text, text, integer), dlock._setting(text, interval),
     dlock._expiry(timestamptz, interval), dlock._lease(interval), dlock._wait(interval),
-    dlock._fence_arg(bigint), dlock._writable(text), dlock._may_poll(text), dlock._caller(), dlock._key(text),
+    dlock._fence_arg(bigint), dlock._writable(text), dlock._may_poll(text), dlock._caller(), dlock._role(), dlock._key(text),
     dlock._sync(), dlock._event(text, text, bigint), dlock._history(), dlock._next_fence(),
     dlock._attempt(text, text, interval, oid, boolean, interval, bigint), dlock._release(text, bigint, integer, text),
     dlock._lock_delay(interval), dlock._fair(boolean), dlock._queue_ttl(), dlock._qkey(text),
