@@ -934,12 +934,15 @@ BEGIN
               FROM dlock.leases l
              WHERE d.resource = p_resource AND d.fence = p_fence AND l.resource = p_resource;
         END IF;
-        SELECT l.holder INTO v_holder FROM dlock.leases l WHERE l.resource = p_resource;
+        -- An election's expiry, and a resignation, carry candidate, term
+        -- and value (read only for those events).
+        IF p_event IN ('resigned', 'expired') THEN
+            SELECT l.holder INTO v_holder FROM dlock.leases l WHERE l.resource = p_resource;
+            SELECT * INTO v FROM dlock.holding_values x WHERE x.resource = p_resource AND x.fence = p_fence;
+        END IF;
         UPDATE dlock.leases l SET holder = NULL, count = 0, released_at = clock_timestamp()
          WHERE l.resource = p_resource;
-        -- An election's expiry, and a resignation, carry candidate, term and value.
-        SELECT * INTO v FROM dlock.holding_values x WHERE x.resource = p_resource AND x.fence = p_fence;
-        IF p_event = 'resigned' OR (p_event = 'expired' AND FOUND AND v.election) THEN
+        IF p_event = 'resigned' OR (p_event = 'expired' AND v.election IS TRUE) THEN
             PERFORM dlock._event_holding(p_event, p_resource, p_fence, v_holder, v.value);
         ELSE
             PERFORM dlock._event(p_event, p_resource, p_fence);
