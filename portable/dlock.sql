@@ -107,6 +107,12 @@ CREATE SCHEMA IF NOT EXISTS dlock;
 DROP FUNCTION IF EXISTS dlock.try_lock(text, text, interval);
 DROP FUNCTION IF EXISTS dlock.lock(text, text, interval, interval);
 DROP FUNCTION IF EXISTS dlock._attempt(text, text, interval, oid);
+-- Helpers that returned void return true now (called as expressions on the
+-- hot path, which is cheaper than PERFORM): a return type cannot change in place.
+DROP FUNCTION IF EXISTS dlock._writable(text);
+DROP FUNCTION IF EXISTS dlock._sync();
+DROP FUNCTION IF EXISTS dlock._event(text, text, bigint);
+DROP FUNCTION IF EXISTS dlock._acquired(text, text, oid, bigint, boolean, interval);
 COMMENT ON SCHEMA dlock IS
     'dlock (portable edition): leased distributed locks with fencing tokens (see the dlock README)';
 GRANT USAGE ON SCHEMA dlock TO PUBLIC;
@@ -332,8 +338,9 @@ CREATE OR REPLACE FUNCTION dlock._lease(lease interval)
     SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
     l interval := coalesce(lease, dlock._setting('dlock.default_lease', interval '30 seconds'));
+    e timestamptz;
 BEGIN
-    PERFORM dlock._expiry(clock_timestamp(), l);
+    e := dlock._expiry(clock_timestamp(), l);
     RETURN l;
 END
 $$;
@@ -367,7 +374,7 @@ $$;
 
 -- _writable: state changes on a standby or in a read-only transaction: 25006.
 CREATE OR REPLACE FUNCTION dlock._writable(fname text)
-    RETURNS void LANGUAGE plpgsql STABLE
+    RETURNS boolean LANGUAGE plpgsql STABLE
     SET search_path = pg_catalog, pg_temp AS $$
 BEGIN
     IF pg_is_in_recovery() THEN
@@ -378,6 +385,7 @@ BEGIN
         RAISE EXCEPTION 'cannot execute % in a read-only transaction', fname
             USING ERRCODE = 'read_only_sql_transaction';
     END IF;
+    RETURN true;
 END
 $$;
 
@@ -437,23 +445,25 @@ $$;
 -- _sync: make this transaction's commit durable (at least synchronous_commit
 -- = on, a stronger setting kept), after an acquisition or renewal.
 CREATE OR REPLACE FUNCTION dlock._sync()
-    RETURNS void LANGUAGE plpgsql VOLATILE
+    RETURNS boolean LANGUAGE plpgsql VOLATILE
     SET search_path = pg_catalog, pg_temp AS $$
 BEGIN
     IF current_setting('synchronous_commit') IN ('off', 'local', 'remote_write') THEN
         PERFORM set_config('synchronous_commit', 'on', true);
     END IF;
+    RETURN true;
 END
 $$;
 
 -- _event: NOTIFY the resource's channel, sent when the transaction commits.
 CREATE OR REPLACE FUNCTION dlock._event(event text, resource text, fence bigint)
-    RETURNS void LANGUAGE plpgsql VOLATILE
+    RETURNS boolean LANGUAGE plpgsql VOLATILE
     SET search_path = pg_catalog, pg_temp AS $$
 BEGIN
     PERFORM pg_notify('dlock_' || md5(resource),
                       '{"event":' || to_json(event)::text || ',"resource":' || to_json(resource)::text
                       || ',"fence":' || fence::text || '}');
+    RETURN true;
 END
 $$;
 
@@ -693,6 +703,7 @@ CREATE OR REPLACE FUNCTION dlock._ahead(p_resource text, p_holder text, p_role o
 DECLARE
     mine bigint := p_ticket;
     k integer := dlock._qkey(p_resource);
+    mark boolean;
 BEGIN
     -- One statement for the client tickets (the holder's own, if any, as
     -- the bound): a resource without tickets costs one index probe.
@@ -706,7 +717,7 @@ BEGIN
         RETURN true;
     END IF;
     IF pg_try_advisory_lock(k, 0) THEN
-        PERFORM pg_advisory_unlock(k, 0);
+        mark := pg_advisory_unlock(k, 0);
         RETURN false;       -- nobody else waits in lock() with a ticket
     END IF;
     IF mine IS NULL AND p_holder IS NOT NULL THEN
@@ -772,7 +783,7 @@ $$;
 -- leaves the queue, and a new holding records its lock-delay.
 CREATE OR REPLACE FUNCTION dlock._acquired(p_resource text, p_holder text, p_role oid, p_fence bigint,
                                            p_new boolean, p_delay interval)
-    RETURNS void LANGUAGE plpgsql VOLATILE
+    RETURNS boolean LANGUAGE plpgsql VOLATILE
     SET search_path = pg_catalog, pg_temp AS $$
 BEGIN
     DELETE FROM dlock.tickets t
@@ -786,6 +797,7 @@ BEGIN
         ON CONFLICT (resource) DO UPDATE
                SET fence = excluded.fence, lock_delay = excluded.lock_delay, available_at = NULL;
     END IF;
+    RETURN true;
 END
 $$;
 
@@ -805,6 +817,7 @@ DECLARE
     v_exp timestamptz;
     rc boolean := current_setting('transaction_isolation') = 'read committed';
     client boolean := p_fair AND p_ticket IS NULL;
+    ok boolean;
 BEGIN
     -- This transaction's own transaction-scoped lock excludes a lease, even
     -- one of this transaction (as in the C extension).
@@ -864,8 +877,7 @@ BEGIN
         IF NOT FOUND THEN
             RETURN NULL;
         END IF;
-        PERFORM dlock._acquired(p_resource, p_holder, p_role, v_fence, true, p_delay);
-        PERFORM dlock._sync();
+        ok := dlock._acquired(p_resource, p_holder, p_role, v_fence, true, p_delay) AND dlock._sync();
         RETURN v_fence;
     END IF;
     -- Lock the row; one another transaction is changing or pinning is busy.
@@ -893,8 +905,7 @@ BEGIN
         v_exp := greatest(r.expires_at, dlock._expiry(v_now, p_lease));
         UPDATE dlock.leases l SET count = l.count + 1, expires_at = v_exp, renewed_at = v_now
          WHERE l.resource = p_resource;
-        PERFORM dlock._acquired(p_resource, p_holder, p_role, r.fence, false, NULL);
-        PERFORM dlock._sync();
+        ok := dlock._acquired(p_resource, p_holder, p_role, r.fence, false, NULL) AND dlock._sync();
         RETURN r.fence;
     END IF;
     IF dlock._delayed(r, v_now) THEN
@@ -910,8 +921,7 @@ BEGIN
        SET holder = p_holder, owner = p_role::regrole, count = 1, fence = v_fence, lease = p_lease,
            acquired_at = v_now, renewed_at = v_now, expires_at = v_exp, released_at = NULL
      WHERE l.resource = p_resource;
-    PERFORM dlock._acquired(p_resource, p_holder, p_role, v_fence, true, p_delay);
-    PERFORM dlock._sync();
+    ok := dlock._acquired(p_resource, p_holder, p_role, v_fence, true, p_delay) AND dlock._sync();
     RETURN v_fence;
 END
 $$;
@@ -923,6 +933,7 @@ CREATE OR REPLACE FUNCTION dlock._release(p_resource text, p_fence bigint, p_lef
 DECLARE
     v dlock.holding_values%ROWTYPE;
     v_holder text;
+    ok boolean;
 BEGIN
     IF p_left > 0 THEN
         UPDATE dlock.leases l SET count = p_left WHERE l.resource = p_resource;
@@ -945,7 +956,7 @@ BEGIN
         IF p_event = 'resigned' OR (p_event = 'expired' AND v.election IS TRUE) THEN
             PERFORM dlock._event_holding(p_event, p_resource, p_fence, v_holder, v.value);
         ELSE
-            PERFORM dlock._event(p_event, p_resource, p_fence);
+            ok := dlock._event(p_event, p_resource, p_fence);
         END IF;
     END IF;
     RETURN p_left;
@@ -1027,13 +1038,15 @@ DECLARE
     l interval;
     f boolean;
     d interval;
+    ok boolean;
 BEGIN
-    PERFORM dlock._text_arg(resource, 'resource', 1000);
-    PERFORM dlock._text_arg(holder, 'holder', 255);
+    -- Checks called as expressions, not PERFORMed (no executor run each).
+    resource := dlock._text_arg(resource, 'resource', 1000);
+    holder := dlock._text_arg(holder, 'holder', 255);
     l := dlock._lease(lease);
     f := dlock._fair(fair);
     d := dlock._lock_delay(lock_delay);
-    PERFORM dlock._writable('dlock.try_lock()');
+    ok := dlock._writable('dlock.try_lock()');
     RETURN dlock._attempt(resource, holder, l, dlock._role(), f, d, NULL);
 END
 $$;
@@ -1205,10 +1218,11 @@ CREATE OR REPLACE FUNCTION dlock.unlock(resource text,
 DECLARE
     v_role oid;
     r dlock.leases%ROWTYPE;
+    ok boolean;
 BEGIN
-    PERFORM dlock._text_arg(resource, 'resource', 1000);
-    PERFORM dlock._text_arg(holder, 'holder', 255);
-    PERFORM dlock._writable('dlock.unlock()');
+    resource := dlock._text_arg(resource, 'resource', 1000);
+    holder := dlock._text_arg(holder, 'holder', 255);
+    ok := dlock._writable('dlock.unlock()');
     v_role := dlock._role();
     -- A look first: not this holder's (or another role's) needs no lock.
     SELECT * INTO r FROM dlock.leases l WHERE l.resource = unlock.resource;
