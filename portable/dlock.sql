@@ -42,7 +42,9 @@
  *   SKIP LOCKED: a row another transaction is changing (unlock, renew,
  *   reap) or pinning (assert_fence) is busy, not waited for.  assert_fence
  *   pins with FOR KEY SHARE, which renew's UPDATE does not conflict with,
- *   and every change of hands locks FOR UPDATE, which it does.
+ *   and every change of hands locks FOR UPDATE, which it does.  An xact
+ *   lock locks an existing row FOR SHARE SKIP LOCKED, so a renewal in
+ *   flight of a lease that has run out meanwhile makes it busy too.
  * - Fences: dlock.fences, (epoch << 22) + n, the epoch the clock in
  *   milliseconds since 2020-01-01 UTC when it started (as the C edition).
  *   Before each fence the draw compares (system identifier, database OID,
@@ -50,7 +52,10 @@
  *   dlock.fence_epoch row) with what that row recorded; when anything
  *   differs (a restart, a promotion, PITR, a restore of a dump, which
  *   re-inserts the row and so changes its xmin, a re-installation, which
- *   has no row) it starts a new epoch: setval to
+ *   has no row) it starts a new epoch.  (The full comparison is made once
+ *   per backend and epoch row; later draws check a keyed mark of it in a
+ *   session setting, see _next_fence for why that catches the same.)  A
+ *   new epoch: setval to
  *   max(now, the sequence's epoch + 1, the epoch of the highest fence in
  *   dlock.leases + 1) << 22, non-transactional.  Jumps are serialised by a
  *   session advisory lock held only around the read and the setval.
@@ -1486,9 +1491,22 @@ BEGIN
     IF dlock._ahead(p_resource, NULL, NULL, NULL) THEN
         RETURN NULL;
     END IF;
+    -- Under READ COMMITTED the row read above is its last committed
+    -- version: a renewal (or unlock, or reap) in flight may be changing it,
+    -- and an expired lease being renewed is not free.  Lock it FOR SHARE
+    -- (kept to the end of the transaction, as above): a row another
+    -- transaction is changing is busy; then look at what it is now.
+    IF r.resource IS NOT NULL AND current_setting('transaction_isolation') = 'read committed' THEN
+        SELECT * INTO r FROM dlock.leases l WHERE l.resource = p_resource FOR SHARE SKIP LOCKED;
+        IF NOT FOUND OR (r.holder IS NOT NULL AND r.expires_at > clock_timestamp())
+           OR dlock._delayed(r, clock_timestamp()) THEN
+            RETURN NULL;
+        END IF;
+    END IF;
     -- The advisory lock, held to the end of the transaction, keeps lease
-    -- acquirers out; nothing is written but the fence sequence (and, under
-    -- REPEATABLE READ or SERIALIZABLE, a free row above).
+    -- acquirers out; nothing is written but the fence sequence (and a row
+    -- lock on an existing row, or under REPEATABLE READ or SERIALIZABLE a
+    -- free row inserted above).
     v_fence := dlock._next_fence();
     PERFORM set_config('dlock.xact_' || md5(p_resource), v_fence::text, true);
     RETURN v_fence;

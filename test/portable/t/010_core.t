@@ -484,6 +484,21 @@ sub concurrency_tests {
     $bo->do("RESET lock_timeout");
     $al->rollback;
     ok(defined q1($bo, "SELECT dlock.try_lock('cc/old', 'b', '1h')"), "$label: a rolled-back acquisition vanishes");
+    # A renewal in flight (uncommitted) of a lease that has expired since:
+    # the row is being changed, so an xact lock is busy, as a lease is.
+    my $ren = conn('alice');
+    q1($al, "SELECT dlock.try_lock('cc/renewing', 'a', '1s')");
+    $ren->begin_work;
+    ok(defined q1($ren, "SELECT dlock.renew('cc/renewing', 'a', '1h')"), "$label: a renewal, not committed yet");
+    sleep 1.5;      # the committed lease has run out; the renewal is not committed
+    $bo->do("SET lock_timeout = '1ms'");   # any lock wait would fail the call instead
+    is(q1($bo, "SELECT dlock.try_xact_lock('cc/renewing')"), undef,
+       "$label: try_xact_lock during another's uncommitted renewal: NULL, no wait");
+    is(q1($bo, "SELECT dlock.try_lock('cc/renewing', 'b')"), undef, "$label: ... as try_lock");
+    $ren->commit;
+    $ren->disconnect;
+    is(q1($bo, "SELECT dlock.try_xact_lock('cc/renewing')"), undef, "$label: ... and after it commits");
+    $bo->do("RESET lock_timeout");
     # An uncommitted acquisition: others' try_lock returns NULL at once.
     $al->begin_work;
     my $fa = q1($al, "SELECT dlock.try_lock('cc/a', 'a', '1h')");
