@@ -389,6 +389,7 @@ sub role_tests {
     for my $sql ("SELECT * FROM dlock.leases", "INSERT INTO dlock.leases (resource) VALUES ('x')",
                  "UPDATE dlock.leases SET fence = 1", "SELECT nextval('dlock.fences')",
                  "SELECT setval('dlock.fences', 1)", "DELETE FROM dlock.fence_epoch",
+                 "SELECT secret FROM dlock.fence_epoch_seal",
                  "SELECT dlock._next_fence()", "SELECT dlock._attempt('x', 'h', '1h', 10, false, NULL, NULL)",
                  "SELECT dlock._release('role/p', 1, 0, 'released')") {
         like(err($al, $sql), qr/^42501/, "$label: users cannot: $sql");
@@ -700,10 +701,15 @@ sub fence_tests {
     # Old data reloaded into the same database (a backup restored over
     # it): the reloaded epoch row is a copy, so a new epoch starts.
     $high = q1($al, "SELECT dlock.try_lock('fence/before-reload', 'h', '1h')");
+    # This session's draws are checked by its epoch mark now; the reload
+    # below must not match it (even set again by the caller).
+    my $mark = q1($al, "SELECT current_setting('dlock_portable.epoch_checked', true)");
+    like($mark // '', qr/^[0-9a-f]{32}$/, "$label: a draw leaves the session's epoch mark");
     $db->do("DROP SCHEMA dlock CASCADE") or die $db->errstr;
     ($rc, $out) = psql_file('dbo', 'app');
     die $out if $rc;
     load_data($db, $saved);
+    $al->do("SELECT set_config('dlock_portable.epoch_checked', ?, false)", undef, $mark) or die $al->errstr;
     my $n4 = q1($al, "SELECT dlock.try_lock('fence/after-reload', 'h', '1h')");
     ok($n4 > $high, "$label: old data reloaded into the same database: fences stay above the newer ones");
     is(q1($al, "SELECT fence FROM dlock.locks WHERE resource = 'fence/1'"), $f[0], "$label: ... with the old holdings");
