@@ -42,7 +42,9 @@
  *   SKIP LOCKED: a row another transaction is changing (unlock, renew,
  *   reap) or pinning (assert_fence) is busy, not waited for.  assert_fence
  *   pins with FOR KEY SHARE, which renew's UPDATE does not conflict with,
- *   and every change of hands locks FOR UPDATE, which it does.
+ *   and every change of hands locks FOR UPDATE, which it does.  An xact
+ *   lock locks an existing row FOR SHARE SKIP LOCKED, so a renewal in
+ *   flight of a lease that has run out meanwhile makes it busy too.
  * - Fences: dlock.fences, (epoch << 22) + n, the epoch the clock in
  *   milliseconds since 2020-01-01 UTC when it started (as the C edition).
  *   Before each fence the draw compares (system identifier, database OID,
@@ -50,7 +52,10 @@
  *   dlock.fence_epoch row) with what that row recorded; when anything
  *   differs (a restart, a promotion, PITR, a restore of a dump, which
  *   re-inserts the row and so changes its xmin, a re-installation, which
- *   has no row) it starts a new epoch: setval to
+ *   has no row) it starts a new epoch.  (The full comparison is made once
+ *   per backend and epoch row; later draws check a keyed mark of it in a
+ *   session setting, see _next_fence for why that catches the same.)  A
+ *   new epoch: setval to
  *   max(now, the sequence's epoch + 1, the epoch of the highest fence in
  *   dlock.leases + 1) << 22, non-transactional.  Jumps are serialised by a
  *   session advisory lock held only around the read and the setval.
@@ -107,6 +112,12 @@ CREATE SCHEMA IF NOT EXISTS dlock;
 DROP FUNCTION IF EXISTS dlock.try_lock(text, text, interval);
 DROP FUNCTION IF EXISTS dlock.lock(text, text, interval, interval);
 DROP FUNCTION IF EXISTS dlock._attempt(text, text, interval, oid);
+-- Helpers that returned void return true now (called as expressions on the
+-- hot path, which is cheaper than PERFORM): a return type cannot change in place.
+DROP FUNCTION IF EXISTS dlock._writable(text);
+DROP FUNCTION IF EXISTS dlock._sync();
+DROP FUNCTION IF EXISTS dlock._event(text, text, bigint);
+DROP FUNCTION IF EXISTS dlock._acquired(text, text, oid, bigint, boolean, interval);
 COMMENT ON SCHEMA dlock IS
     'dlock (portable edition): leased distributed locks with fencing tokens (see the dlock README)';
 GRANT USAGE ON SCHEMA dlock TO PUBLIC;
@@ -158,8 +169,12 @@ CREATE TABLE IF NOT EXISTS dlock.fence_epoch_seal (
     one        boolean PRIMARY KEY DEFAULT true CHECK (one),
     epoch_xmin text NOT NULL
 );
+-- secret: the key of the per-session mark of a checked epoch (see
+-- _next_fence); random, readable only by the installing role.
+ALTER TABLE dlock.fence_epoch_seal ADD COLUMN IF NOT EXISTS
+    secret text NOT NULL DEFAULT pg_catalog.md5(pg_catalog.gen_random_uuid()::text || pg_catalog.gen_random_uuid()::text);
 COMMENT ON TABLE dlock.fence_epoch_seal IS
-    'The xmin of the dlock.fence_epoch row as written: a restored copy of the row has another, and starts a new epoch';
+    'The xmin of the dlock.fence_epoch row as written: a restored copy of the row has another, and starts a new epoch; and the key of the sessions'' checked-epoch marks';
 
 -- Fair queues ([fair]).  Tickets are drawn from one sequence, so their
 -- order is the order in which they were taken.  A client that waits on its
@@ -328,8 +343,9 @@ CREATE OR REPLACE FUNCTION dlock._lease(lease interval)
     SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
     l interval := coalesce(lease, dlock._setting('dlock.default_lease', interval '30 seconds'));
+    e timestamptz;
 BEGIN
-    PERFORM dlock._expiry(clock_timestamp(), l);
+    e := dlock._expiry(clock_timestamp(), l);
     RETURN l;
 END
 $$;
@@ -363,7 +379,7 @@ $$;
 
 -- _writable: state changes on a standby or in a read-only transaction: 25006.
 CREATE OR REPLACE FUNCTION dlock._writable(fname text)
-    RETURNS void LANGUAGE plpgsql STABLE
+    RETURNS boolean LANGUAGE plpgsql STABLE
     SET search_path = pg_catalog, pg_temp AS $$
 BEGIN
     IF pg_is_in_recovery() THEN
@@ -374,24 +390,34 @@ BEGIN
         RAISE EXCEPTION 'cannot execute % in a read-only transaction', fname
             USING ERRCODE = 'read_only_sql_transaction';
     END IF;
+    RETURN true;
 END
 $$;
 
--- _caller: the calling role (see the header): SET ROLE's role, else the
--- session user; and whether it is a superuser.
+-- _role: the calling role (see the header): SET ROLE's role, else the
+-- session user.  _caller: that role and whether it is a superuser.
 -- (The helpers on the hot path are PL/pgSQL, not SQL functions: a SQL
 -- function that cannot be inlined, as none with SET search_path can, is
 -- planned again at every call, PL/pgSQL keeps its plans for the session.)
+CREATE OR REPLACE FUNCTION dlock._role()
+    RETURNS oid LANGUAGE plpgsql STABLE
+    SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    -- By name through regrole (a catalog cache lookup, cheaper than a scan
+    -- of pg_roles; quote_ident keeps any name exact).
+    RETURN pg_catalog.to_regrole(pg_catalog.quote_ident(
+               CASE WHEN pg_catalog.current_setting('role') OPERATOR(pg_catalog.=) 'none'
+                    THEN session_user::text
+                    ELSE pg_catalog.current_setting('role') END));
+END
+$$;
+
 CREATE OR REPLACE FUNCTION dlock._caller(OUT roleid oid, OUT is_super boolean)
     LANGUAGE plpgsql STABLE
     SET search_path = pg_catalog, pg_temp AS $$
 BEGIN
-    SELECT r.oid, r.rolsuper INTO roleid, is_super
-      FROM pg_catalog.pg_roles r
-     WHERE r.rolname OPERATOR(pg_catalog.=)
-           CASE WHEN pg_catalog.current_setting('role') OPERATOR(pg_catalog.=) 'none'
-                THEN session_user::text
-                ELSE pg_catalog.current_setting('role') END;
+    roleid := dlock._role();
+    SELECT r.rolsuper INTO is_super FROM pg_catalog.pg_roles r WHERE r.oid OPERATOR(pg_catalog.=) roleid;
 END
 $$;
 
@@ -424,23 +450,25 @@ $$;
 -- _sync: make this transaction's commit durable (at least synchronous_commit
 -- = on, a stronger setting kept), after an acquisition or renewal.
 CREATE OR REPLACE FUNCTION dlock._sync()
-    RETURNS void LANGUAGE plpgsql VOLATILE
+    RETURNS boolean LANGUAGE plpgsql VOLATILE
     SET search_path = pg_catalog, pg_temp AS $$
 BEGIN
     IF current_setting('synchronous_commit') IN ('off', 'local', 'remote_write') THEN
         PERFORM set_config('synchronous_commit', 'on', true);
     END IF;
+    RETURN true;
 END
 $$;
 
 -- _event: NOTIFY the resource's channel, sent when the transaction commits.
 CREATE OR REPLACE FUNCTION dlock._event(event text, resource text, fence bigint)
-    RETURNS void LANGUAGE plpgsql VOLATILE
+    RETURNS boolean LANGUAGE plpgsql VOLATILE
     SET search_path = pg_catalog, pg_temp AS $$
 BEGIN
     PERFORM pg_notify('dlock_' || md5(resource),
                       '{"event":' || to_json(event)::text || ',"resource":' || to_json(resource)::text
                       || ',"fence":' || fence::text || '}');
+    RETURN true;
 END
 $$;
 
@@ -493,22 +521,58 @@ $$;
 
 -- _next_fence: draw a fence; call only after the resource's row is locked
 -- (or, for a new resource, its advisory lock taken).
+--
+-- The full epoch check (_history: the control file's system identifier,
+-- the database, the WAL timeline, the postmaster start, against the
+-- dlock.fence_epoch row and its seal) is made once per backend and epoch
+-- row; it then leaves a mark in the session setting
+-- dlock_portable.epoch_checked: md5(secret, the row's xmin, postmaster
+-- start, backend pid, database name), the secret a random key in
+-- dlock.fence_epoch_seal that only the installing role can read.  Each
+-- later draw reads the row (as before) and, when the mark matches, skips
+-- the rest.  Why that is safe: of what _history reads, the system
+-- identifier, the postmaster start and the database cannot change while a
+-- backend lives; the timeline changes only at the end of recovery, before
+-- any fence can be drawn (_writable refuses during recovery), so never
+-- after a mark was made in that postmaster's life.  Everything else that
+-- calls for a new epoch replaces or rewrites the row: a new epoch (the
+-- row rewritten: a new xmin), a restore of a dump or of copied data (a
+-- new xmin), a re-installation (a new row and a new secret), a restart,
+-- PITR or a restored base backup (a new postmaster start), and the mark
+-- names the row's xmin and the postmaster start.  A caller can set the
+-- setting, but without the secret cannot make a mark that matches; a mark
+-- copied from another session matches only if it names this row,
+-- postmaster and database, for which the check it records holds as well.
 CREATE OR REPLACE FUNCTION dlock._next_fence()
     RETURNS bigint LANGUAGE plpgsql VOLATILE
     SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
     h record;
     same boolean;
+    mark text;
     cur bigint;
     epoch bigint;
     fence bigint;
 BEGIN
+    -- The checked-epoch mark (see the comment above): valid only for this
+    -- very epoch row, postmaster, backend and database, and only with the
+    -- secret, which the caller cannot read.
+    SELECT md5(s.secret || ':' || e.xmin::text || ':' || extract(epoch FROM pg_postmaster_start_time())::text
+               || ':' || pg_backend_pid()::text || ':' || current_database())
+      INTO mark
+      FROM dlock.fence_epoch e, dlock.fence_epoch_seal s
+     WHERE s.epoch_xmin = e.xmin::text;
+    IF mark IS NOT NULL AND current_setting('dlock_portable.epoch_checked', true) = mark THEN
+        RETURN nextval('dlock.fences');
+    END IF;
     SELECT * INTO h FROM dlock._history();
     SELECT e.sysid = h.sysid AND e.dboid = h.dboid AND e.timeline = h.timeline
            AND e.started = h.started AND s.epoch_xmin = e.xmin::text
       INTO same
       FROM dlock.fence_epoch e, dlock.fence_epoch_seal s;
     IF same THEN
+        -- Session-level: a rollback of this transaction takes it back.
+        PERFORM set_config('dlock_portable.epoch_checked', mark, false);
         RETURN nextval('dlock.fences');
     END IF;
 
@@ -644,20 +708,27 @@ CREATE OR REPLACE FUNCTION dlock._ahead(p_resource text, p_holder text, p_role o
 DECLARE
     mine bigint := p_ticket;
     k integer := dlock._qkey(p_resource);
+    mark boolean;
 BEGIN
+    -- One statement for the client tickets (the holder's own, if any, as
+    -- the bound): a resource without tickets costs one index probe.
+    IF EXISTS (SELECT FROM dlock.tickets t
+                WHERE t.resource = p_resource AND t.expires_at > clock_timestamp()
+                  AND t.ticket < coalesce(mine,
+                                          (SELECT x.ticket FROM dlock.tickets x
+                                            WHERE x.resource = p_resource AND x.holder = p_holder
+                                              AND x.owner = p_role AND x.expires_at > clock_timestamp()),
+                                          9223372036854775807)) THEN
+        RETURN true;
+    END IF;
+    IF pg_try_advisory_lock(k, 0) THEN
+        mark := pg_advisory_unlock(k, 0);
+        RETURN false;       -- nobody else waits in lock() with a ticket
+    END IF;
     IF mine IS NULL AND p_holder IS NOT NULL THEN
         SELECT t.ticket INTO mine FROM dlock.tickets t
          WHERE t.resource = p_resource AND t.holder = p_holder AND t.owner = p_role
            AND t.expires_at > clock_timestamp();
-    END IF;
-    IF EXISTS (SELECT FROM dlock.tickets t
-                WHERE t.resource = p_resource AND t.expires_at > clock_timestamp()
-                  AND (mine IS NULL OR t.ticket < mine)) THEN
-        RETURN true;
-    END IF;
-    IF pg_try_advisory_lock(k, 0) THEN
-        PERFORM pg_advisory_unlock(k, 0);
-        RETURN false;       -- nobody else waits in lock() with a ticket
     END IF;
     RETURN EXISTS (SELECT FROM pg_locks x
                     WHERE x.locktype = 'advisory' AND x.objsubid = 2 AND x.granted
@@ -717,7 +788,7 @@ $$;
 -- leaves the queue, and a new holding records its lock-delay.
 CREATE OR REPLACE FUNCTION dlock._acquired(p_resource text, p_holder text, p_role oid, p_fence bigint,
                                            p_new boolean, p_delay interval)
-    RETURNS void LANGUAGE plpgsql VOLATILE
+    RETURNS boolean LANGUAGE plpgsql VOLATILE
     SET search_path = pg_catalog, pg_temp AS $$
 BEGIN
     DELETE FROM dlock.tickets t
@@ -731,6 +802,7 @@ BEGIN
         ON CONFLICT (resource) DO UPDATE
                SET fence = excluded.fence, lock_delay = excluded.lock_delay, available_at = NULL;
     END IF;
+    RETURN true;
 END
 $$;
 
@@ -750,6 +822,7 @@ DECLARE
     v_exp timestamptz;
     rc boolean := current_setting('transaction_isolation') = 'read committed';
     client boolean := p_fair AND p_ticket IS NULL;
+    ok boolean;
 BEGIN
     -- This transaction's own transaction-scoped lock excludes a lease, even
     -- one of this transaction (as in the C extension).
@@ -809,8 +882,7 @@ BEGIN
         IF NOT FOUND THEN
             RETURN NULL;
         END IF;
-        PERFORM dlock._acquired(p_resource, p_holder, p_role, v_fence, true, p_delay);
-        PERFORM dlock._sync();
+        ok := dlock._acquired(p_resource, p_holder, p_role, v_fence, true, p_delay) AND dlock._sync();
         RETURN v_fence;
     END IF;
     -- Lock the row; one another transaction is changing or pinning is busy.
@@ -838,8 +910,7 @@ BEGIN
         v_exp := greatest(r.expires_at, dlock._expiry(v_now, p_lease));
         UPDATE dlock.leases l SET count = l.count + 1, expires_at = v_exp, renewed_at = v_now
          WHERE l.resource = p_resource;
-        PERFORM dlock._acquired(p_resource, p_holder, p_role, r.fence, false, NULL);
-        PERFORM dlock._sync();
+        ok := dlock._acquired(p_resource, p_holder, p_role, r.fence, false, NULL) AND dlock._sync();
         RETURN r.fence;
     END IF;
     IF dlock._delayed(r, v_now) THEN
@@ -855,8 +926,7 @@ BEGIN
        SET holder = p_holder, owner = p_role::regrole, count = 1, fence = v_fence, lease = p_lease,
            acquired_at = v_now, renewed_at = v_now, expires_at = v_exp, released_at = NULL
      WHERE l.resource = p_resource;
-    PERFORM dlock._acquired(p_resource, p_holder, p_role, v_fence, true, p_delay);
-    PERFORM dlock._sync();
+    ok := dlock._acquired(p_resource, p_holder, p_role, v_fence, true, p_delay) AND dlock._sync();
     RETURN v_fence;
 END
 $$;
@@ -868,6 +938,7 @@ CREATE OR REPLACE FUNCTION dlock._release(p_resource text, p_fence bigint, p_lef
 DECLARE
     v dlock.holding_values%ROWTYPE;
     v_holder text;
+    ok boolean;
 BEGIN
     IF p_left > 0 THEN
         UPDATE dlock.leases l SET count = p_left WHERE l.resource = p_resource;
@@ -879,15 +950,18 @@ BEGIN
               FROM dlock.leases l
              WHERE d.resource = p_resource AND d.fence = p_fence AND l.resource = p_resource;
         END IF;
-        SELECT l.holder INTO v_holder FROM dlock.leases l WHERE l.resource = p_resource;
+        -- An election's expiry, and a resignation, carry candidate, term
+        -- and value (read only for those events).
+        IF p_event IN ('resigned', 'expired') THEN
+            SELECT l.holder INTO v_holder FROM dlock.leases l WHERE l.resource = p_resource;
+            SELECT * INTO v FROM dlock.holding_values x WHERE x.resource = p_resource AND x.fence = p_fence;
+        END IF;
         UPDATE dlock.leases l SET holder = NULL, count = 0, released_at = clock_timestamp()
          WHERE l.resource = p_resource;
-        -- An election's expiry, and a resignation, carry candidate, term and value.
-        SELECT * INTO v FROM dlock.holding_values x WHERE x.resource = p_resource AND x.fence = p_fence;
-        IF p_event = 'resigned' OR (p_event = 'expired' AND FOUND AND v.election) THEN
+        IF p_event = 'resigned' OR (p_event = 'expired' AND v.election IS TRUE) THEN
             PERFORM dlock._event_holding(p_event, p_resource, p_fence, v_holder, v.value);
         ELSE
-            PERFORM dlock._event(p_event, p_resource, p_fence);
+            ok := dlock._event(p_event, p_resource, p_fence);
         END IF;
     END IF;
     RETURN p_left;
@@ -896,8 +970,8 @@ $$;
 
 -- _may_change: may the caller unlock or renew this row of holder's?  true
 -- if it is holder's live holding taken by the caller's role (or the caller
--- is a superuser); 42501 for another role's; false if it is not holder's
--- live holding at all.
+-- is a superuser; p_super NULL: look it up); 42501 for another role's;
+-- false if it is not holder's live holding at all.
 CREATE OR REPLACE FUNCTION dlock._may_change(r dlock.leases, p_holder text, p_role oid, p_super boolean,
                                              action text)
     RETURNS boolean LANGUAGE plpgsql STABLE
@@ -907,7 +981,13 @@ BEGIN
        OR r.holder <> p_holder THEN
         RETURN false;
     END IF;
-    IF r.owner = p_role OR p_super THEN
+    IF r.owner = p_role THEN
+        RETURN true;
+    END IF;
+    IF p_super IS NULL THEN     -- looked up only when it matters
+        SELECT x.rolsuper INTO p_super FROM pg_roles x WHERE x.oid = p_role;
+    END IF;
+    IF p_super THEN
         RETURN true;
     END IF;
     RAISE EXCEPTION 'permission denied to % a lock held by role "%"', action, r.owner::text
@@ -963,14 +1043,16 @@ DECLARE
     l interval;
     f boolean;
     d interval;
+    ok boolean;
 BEGIN
-    PERFORM dlock._text_arg(resource, 'resource', 1000);
-    PERFORM dlock._text_arg(holder, 'holder', 255);
+    -- Checks called as expressions, not PERFORMed (no executor run each).
+    resource := dlock._text_arg(resource, 'resource', 1000);
+    holder := dlock._text_arg(holder, 'holder', 255);
     l := dlock._lease(lease);
     f := dlock._fair(fair);
     d := dlock._lock_delay(lock_delay);
-    PERFORM dlock._writable('dlock.try_lock()');
-    RETURN dlock._attempt(resource, holder, l, (dlock._caller()).roleid, f, d, NULL);
+    ok := dlock._writable('dlock.try_lock()');
+    RETURN dlock._attempt(resource, holder, l, dlock._role(), f, d, NULL);
 END
 $$;
 COMMENT ON FUNCTION dlock.try_lock(text, text, interval, boolean, interval) IS
@@ -1139,20 +1221,21 @@ CREATE OR REPLACE FUNCTION dlock.unlock(resource text,
     RETURNS integer LANGUAGE plpgsql VOLATILE SECURITY DEFINER
     SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
-    c record;
+    v_role oid;
     r dlock.leases%ROWTYPE;
+    ok boolean;
 BEGIN
-    PERFORM dlock._text_arg(resource, 'resource', 1000);
-    PERFORM dlock._text_arg(holder, 'holder', 255);
-    PERFORM dlock._writable('dlock.unlock()');
-    c := dlock._caller();
+    resource := dlock._text_arg(resource, 'resource', 1000);
+    holder := dlock._text_arg(holder, 'holder', 255);
+    ok := dlock._writable('dlock.unlock()');
+    v_role := dlock._role();
     -- A look first: not this holder's (or another role's) needs no lock.
     SELECT * INTO r FROM dlock.leases l WHERE l.resource = unlock.resource;
-    IF NOT dlock._may_change(r, holder, c.roleid, c.is_super, 'unlock') THEN
+    IF NOT dlock._may_change(r, holder, v_role, NULL, 'unlock') THEN
         RETURN NULL;
     END IF;
     SELECT * INTO r FROM dlock.leases l WHERE l.resource = unlock.resource FOR UPDATE;
-    IF NOT dlock._may_change(r, holder, c.roleid, c.is_super, 'unlock')
+    IF NOT dlock._may_change(r, holder, v_role, NULL, 'unlock')
        OR (fence IS NOT NULL AND fence <> r.fence) THEN
         RETURN NULL;
     END IF;
@@ -1408,9 +1491,22 @@ BEGIN
     IF dlock._ahead(p_resource, NULL, NULL, NULL) THEN
         RETURN NULL;
     END IF;
+    -- Under READ COMMITTED the row read above is its last committed
+    -- version: a renewal (or unlock, or reap) in flight may be changing it,
+    -- and an expired lease being renewed is not free.  Lock it FOR SHARE
+    -- (kept to the end of the transaction, as above): a row another
+    -- transaction is changing is busy; then look at what it is now.
+    IF r.resource IS NOT NULL AND current_setting('transaction_isolation') = 'read committed' THEN
+        SELECT * INTO r FROM dlock.leases l WHERE l.resource = p_resource FOR SHARE SKIP LOCKED;
+        IF NOT FOUND OR (r.holder IS NOT NULL AND r.expires_at > clock_timestamp())
+           OR dlock._delayed(r, clock_timestamp()) THEN
+            RETURN NULL;
+        END IF;
+    END IF;
     -- The advisory lock, held to the end of the transaction, keeps lease
-    -- acquirers out; nothing is written but the fence sequence (and, under
-    -- REPEATABLE READ or SERIALIZABLE, a free row above).
+    -- acquirers out; nothing is written but the fence sequence (and a row
+    -- lock on an existing row, or under REPEATABLE READ or SERIALIZABLE a
+    -- free row inserted above).
     v_fence := dlock._next_fence();
     PERFORM set_config('dlock.xact_' || md5(p_resource), v_fence::text, true);
     RETURN v_fence;
@@ -1807,7 +1903,7 @@ GRANT SELECT ON dlock.terms TO PUBLIC;
 REVOKE EXECUTE ON FUNCTION
     dlock._text_arg(text, text, integer), dlock._setting(text, interval),
     dlock._expiry(timestamptz, interval), dlock._lease(interval), dlock._wait(interval),
-    dlock._fence_arg(bigint), dlock._writable(text), dlock._may_poll(text), dlock._caller(), dlock._key(text),
+    dlock._fence_arg(bigint), dlock._writable(text), dlock._may_poll(text), dlock._caller(), dlock._role(), dlock._key(text),
     dlock._sync(), dlock._event(text, text, bigint), dlock._history(), dlock._next_fence(),
     dlock._attempt(text, text, interval, oid, boolean, interval, bigint), dlock._release(text, bigint, integer, text),
     dlock._lock_delay(interval), dlock._fair(boolean), dlock._queue_ttl(), dlock._qkey(text),

@@ -389,6 +389,7 @@ sub role_tests {
     for my $sql ("SELECT * FROM dlock.leases", "INSERT INTO dlock.leases (resource) VALUES ('x')",
                  "UPDATE dlock.leases SET fence = 1", "SELECT nextval('dlock.fences')",
                  "SELECT setval('dlock.fences', 1)", "DELETE FROM dlock.fence_epoch",
+                 "SELECT secret FROM dlock.fence_epoch_seal",
                  "SELECT dlock._next_fence()", "SELECT dlock._attempt('x', 'h', '1h', 10, false, NULL, NULL)",
                  "SELECT dlock._release('role/p', 1, 0, 'released')") {
         like(err($al, $sql), qr/^42501/, "$label: users cannot: $sql");
@@ -484,6 +485,21 @@ sub concurrency_tests {
     $bo->do("RESET lock_timeout");
     $al->rollback;
     ok(defined q1($bo, "SELECT dlock.try_lock('cc/old', 'b', '1h')"), "$label: a rolled-back acquisition vanishes");
+    # A renewal in flight (uncommitted) of a lease that has expired since:
+    # the row is being changed, so an xact lock is busy, as a lease is.
+    my $ren = conn('alice');
+    q1($al, "SELECT dlock.try_lock('cc/renewing', 'a', '1s')");
+    $ren->begin_work;
+    ok(defined q1($ren, "SELECT dlock.renew('cc/renewing', 'a', '1h')"), "$label: a renewal, not committed yet");
+    sleep 1.5;      # the committed lease has run out; the renewal is not committed
+    $bo->do("SET lock_timeout = '1ms'");   # any lock wait would fail the call instead
+    is(q1($bo, "SELECT dlock.try_xact_lock('cc/renewing')"), undef,
+       "$label: try_xact_lock during another's uncommitted renewal: NULL, no wait");
+    is(q1($bo, "SELECT dlock.try_lock('cc/renewing', 'b')"), undef, "$label: ... as try_lock");
+    $ren->commit;
+    $ren->disconnect;
+    is(q1($bo, "SELECT dlock.try_xact_lock('cc/renewing')"), undef, "$label: ... and after it commits");
+    $bo->do("RESET lock_timeout");
     # An uncommitted acquisition: others' try_lock returns NULL at once.
     $al->begin_work;
     my $fa = q1($al, "SELECT dlock.try_lock('cc/a', 'a', '1h')");
@@ -685,10 +701,15 @@ sub fence_tests {
     # Old data reloaded into the same database (a backup restored over
     # it): the reloaded epoch row is a copy, so a new epoch starts.
     $high = q1($al, "SELECT dlock.try_lock('fence/before-reload', 'h', '1h')");
+    # This session's draws are checked by its epoch mark now; the reload
+    # below must not match it (even set again by the caller).
+    my $mark = q1($al, "SELECT current_setting('dlock_portable.epoch_checked', true)");
+    like($mark // '', qr/^[0-9a-f]{32}$/, "$label: a draw leaves the session's epoch mark");
     $db->do("DROP SCHEMA dlock CASCADE") or die $db->errstr;
     ($rc, $out) = psql_file('dbo', 'app');
     die $out if $rc;
     load_data($db, $saved);
+    $al->do("SELECT set_config('dlock_portable.epoch_checked', ?, false)", undef, $mark) or die $al->errstr;
     my $n4 = q1($al, "SELECT dlock.try_lock('fence/after-reload', 'h', '1h')");
     ok($n4 > $high, "$label: old data reloaded into the same database: fences stay above the newer ones");
     is(q1($al, "SELECT fence FROM dlock.locks WHERE resource = 'fence/1'"), $f[0], "$label: ... with the old holdings");
