@@ -177,7 +177,8 @@ for my $r (sort keys %last)
 	my ($rh, $rf, $re) = @{ $row{$r} // [ 'missing', 0, 0 ] };
 	if ($op eq 'A' || $op eq 'N')
 	{
-		next if $inflight{$r}{$f} && ($rh eq '-' || fence_lt($f, $rf));    # released, unacknowledged
+		# released, unacknowledged (0.5: a released resource keeps no row)
+		next if $inflight{$r}{$f} && ($rh eq '-' || $rh eq 'missing' || fence_lt($f, $rf));
 		push @bad, "$r: acknowledged $op by $h fence $f, found $rh fence $rf"
 		  unless $rh eq $h && $rf eq $f;
 		$held_checked++;
@@ -186,7 +187,7 @@ for my $r (sort keys %last)
 	elsif ($op eq 'U')
 	{
 		push @bad, "$r: released $f by $h, found $rh with fence $rf"
-		  unless $rh eq '-' || ($rh eq $h && $rf eq $f) || fence_lt($f, $rf);
+		  unless $rh eq '-' || $rh eq 'missing' || ($rh eq $h && $rf eq $f) || fence_lt($f, $rf);
 		$came_back++ if $rh eq $h && $rf eq $f;
 	}
 }

@@ -128,7 +128,9 @@ $B->reload;
 ok($B->poll_query_until('postgres', 'SHOW synchronous_standby_names', 'nosuchstandby'),
 	'B waits for a synchronous standby that does not exist');
 my $run3 = spawn('run3',
-	cmd => [ $cli, '-v', '-d', multi('run3', $B, $C), 'run', '--lease', '30s', 'r3', '--',
+	# --linger: the holding stays after COMMAND, so its fence can be read
+	# on C (0.5 deletes a released resource's row)
+	cmd => [ $cli, '-v', '-d', multi('run3', $B, $C), 'run', '--lease', '30s', '--linger', '5m', 'r3', '--',
 		'sh', '-c', 'echo "$DLOCK_FENCE" > "$M"' ],
 	M => "$tmp/r3.fence");
 ok(waiting_on($B, 'run3', q{wait_event = 'SyncRep'}),

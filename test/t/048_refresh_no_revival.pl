@@ -87,7 +87,8 @@ note(time < $t0 + $PROMOTE + $LEASE
 like(slurp_file($standby->logfile), qr/refreshed 0 holdings live at the promotion to timeline 2/,
 	'the refresh extended nothing');
 my @after = row($standby, 'live');
-ok($after[0] eq '-' || ("$after[0] $after[1] $after[2]" eq "@before"),
+# (reaped meanwhile: 0.5 deletes the row, so none is as good as a free one)
+ok(!@after || $after[0] eq '-' || ("$after[0] $after[1] $after[2]" eq "@before"),
 	"the expired holding was not revived (row: @after)");
 is($standby->safe_psql('postgres', "SELECT dlock.check('live', $f1)"), 'f',
 	'check() of its old fence is false');
