@@ -156,8 +156,12 @@ take_resource(const DlockResource *res, DlockLockMode mode)
 {
 	while (!dlock_resource_lock(res, mode, false))
 	{
+		/*
+		 * No reaper holds it (any more): another transaction has it, or a
+		 * reaper let go of both between the two looks.  Once more, then.
+		 */
 		if (!dlock_wait_for_maintenance(res))
-			return false;
+			return dlock_resource_lock(res, mode, false);
 	}
 	return true;
 }
