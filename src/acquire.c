@@ -11,7 +11,7 @@
  * decide, carries the verdict out (lease_attempt's admit_write and
  * acquired() for a lease: the row through rows.c, the queue through
  * queue.c, what the transaction must do at its end through xact.c and
- * waiters.c; share_write for a shared lease, permit_write for a
+ * waiters.c; holding_write for a shared lease or a
  * semaphore's permits; queue_up for a refusal, and
  * for an exclusive wait in lock() the "writer waits" tags of queue.c),
  * and says one of four things:
@@ -527,72 +527,24 @@ end_own_expired(const DlockResource *res, const LeaseAttemptArgs *a,
 }
 
 /*
- * share_write: admit_write for a shared lease (0.4): re-enter the
- * holder's shared holding, or add one beside the others (with its own
- * fence); a new one wakes the next waiter too, which may be another
- * reader.  A shared holding takes no lock-delay (it is the exclusive
- * holding's).
+ * holding_write: admit_write for a shared lease (0.4) or a semaphore's
+ * permits (0.5): re-enter the holder's holding (its fence unchanged, its
+ * expiry extended; a semaphore's gets the permits added), or add a new
+ * one beside the others with its own fence.  Neither takes a lock-delay
+ * (that is the exclusive holding's).  A new shared holding wakes the next
+ * waiter too, which may be another reader.  A new holding of permits
+ * wakes nobody more (a release wakes one waiter per permit it frees,
+ * waiters.c, each of which looks for itself), unless it left the fair
+ * queue: the waiter next in line, woken by the same release while this
+ * one still headed the queue, looks again.
  */
 static bool
-share_write(const DlockResource *res, LeaseAttemptArgs *a,
-			const DlockResourceState *st, DlockReason reason,
-			TimestampTz expires, int64 *drawn, int64 *fence)
+holding_write(const DlockResource *res, LeaseAttemptArgs *a,
+			  const DlockResourceState *st, DlockReason reason,
+			  TimestampTz expires, int64 *drawn, int64 *fence)
 {
 	const DlockRow *mine = st->share_mine;
-
-	if (reason == ADMIT_REENTER)
-	{
-		TimestampTz new_expires = Max(mine->expires_at, expires);
-
-		if (mine->count == PG_INT32_MAX)
-			ereport(ERROR,
-					(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
-					 errmsg("holder \"%s\" has re-entered resource \"%s\" too many times",
-							mine->holder, text_to_cstring(res->name)),
-					 errdetail("A holding is re-entered at most %d times.", PG_INT32_MAX - 1)));
-		if (!dlock_share_change(res, mine, mine->count + 1, NULL, st->now,
-								new_expires))
-			return false;
-		*fence = mine->fence;
-		dlock_server_ticket_drop(res, &a->ticket);
-		dlock_note_acquisition(new_expires);
-		dlock_count(DLOCK_STAT_REENTERED);
-		return true;
-	}
-	if (reason != ADMIT_NEW)
-		elog(ERROR, "dlock: verdict %d does not admit", (int) reason);
-	if (!end_own_expired(res, a, st))
-		return false;
-	if (*drawn == 0)
-		*drawn = dlock_next_fence();
-	dlock_share_insert(res, a->holder, a->caller->role, *drawn, a->lease,
-					   st->now, expires);
-	*fence = *drawn;
-	dlock_server_ticket_drop(res, &a->ticket);
-	if (st->queues)
-		dlock_client_ticket_drop(res, a->holder, a->caller->role);
-	dlock_note_acquisition(expires);
-	dlock_wake_after_abort(res->hash);
-	dlock_wake_after_commit(res->hash);
-	dlock_count(DLOCK_STAT_ACQUIRED);
-	return true;
-}
-
-/*
- * permit_write: admit_write for a semaphore's permits (0.5): add them to
- * the holder's holding (its fence unchanged, its expiry extended as a
- * re-entry's), or a new holding beside the others with its own fence.
- * A new holding wakes nobody more on commit (a release wakes one waiter
- * per permit it frees, waiters.c, each of which looks for itself), unless
- * it left the fair queue: the waiter next in line, woken by the same
- * release while this one still headed the queue, looks again.
- */
-static bool
-permit_write(const DlockResource *res, LeaseAttemptArgs *a,
-			 const DlockResourceState *st, DlockReason reason,
-			 TimestampTz expires, int64 *drawn, int64 *fence)
-{
-	const DlockRow *mine = st->share_mine;
+	bool		permits = a->permits > 0;
 	bool		queued = a->ticket != 0;
 
 	if (reason == ADMIT_REENTER)
@@ -602,11 +554,17 @@ permit_write(const DlockResource *res, LeaseAttemptArgs *a,
 		if (mine->count == PG_INT32_MAX)
 			ereport(ERROR,
 					(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
+					 permits ?
 					 errmsg("holder \"%s\" has acquired semaphore \"%s\" too many times",
+							mine->holder, text_to_cstring(res->name)) :
+					 errmsg("holder \"%s\" has re-entered resource \"%s\" too many times",
 							mine->holder, text_to_cstring(res->name)),
 					 errdetail("A holding is re-entered at most %d times.", PG_INT32_MAX - 1)));
-		if (!dlock_permits_add(res, mine, mine->count + 1,
-							   mine->permits + a->permits, st->now, new_expires))
+		if (!(permits ?
+			  dlock_permits_add(res, mine, mine->count + 1,
+								mine->permits + a->permits, st->now, new_expires) :
+			  dlock_share_change(res, mine, mine->count + 1, NULL, st->now,
+								 new_expires)))
 			return false;
 		*fence = mine->fence;
 		dlock_server_ticket_drop(res, &a->ticket);
@@ -620,15 +578,19 @@ permit_write(const DlockResource *res, LeaseAttemptArgs *a,
 		return false;
 	if (*drawn == 0)
 		*drawn = dlock_next_fence();
-	dlock_permits_insert(res, a->holder, a->caller->role, *drawn, a->lease,
-						 st->now, expires, a->permits, a->max_permits);
+	if (permits)
+		dlock_permits_insert(res, a->holder, a->caller->role, *drawn, a->lease,
+							 st->now, expires, a->permits, a->max_permits);
+	else
+		dlock_share_insert(res, a->holder, a->caller->role, *drawn, a->lease,
+						   st->now, expires);
 	*fence = *drawn;
 	dlock_server_ticket_drop(res, &a->ticket);
 	if (st->queues)
 		dlock_client_ticket_drop(res, a->holder, a->caller->role);
 	dlock_note_acquisition(expires);
 	dlock_wake_after_abort(res->hash);
-	if (queued || a->fair)
+	if (!permits || queued || a->fair)
 		dlock_wake_after_commit(res->hash);
 	dlock_count(DLOCK_STAT_ACQUIRED);
 	return true;
@@ -651,10 +613,8 @@ admit_write(const DlockResource *res, LeaseAttemptArgs *a,
 	TimestampTz new_expires;
 	int32		count;
 
-	if (a->permits > 0)
-		return permit_write(res, a, st, reason, expires, drawn, fence);
-	if (a->shared)
-		return share_write(res, a, st, reason, expires, drawn, fence);
+	if (a->permits > 0 || a->shared)
+		return holding_write(res, a, st, reason, expires, drawn, fence);
 	switch (reason)
 	{
 		case ADMIT_AS_IS:

@@ -9,7 +9,7 @@
  * dlock.permits, shares.c) leased, renewed and fenced on its own.
  * These functions check the arguments and hand the request to acquire.c,
  * whose attempt asks admit.c (admit_semaphore) and writes the verdict
- * (permit_write).  unlock, renew, unlock_all, break_lock, check,
+ * (holding_write).  unlock, renew, unlock_all, break_lock, check,
  * assert_fence, the reaper and the views are the lease functions' own
  * (lease.c, reap.c, worker.c, promote.c): they find a semaphore's
  * holdings with the shared holdings (dlock_row_read_shares).  A name held as a lock cannot be acquired as a semaphore, nor
