@@ -21,7 +21,9 @@
 # that the machine's load drifts over both alike.  Prints a markdown
 # report: pairs per second of each method (the median round), the median
 # of the rounds' ratios dlock / naive, every round's ratio, and the load
-# average when the row started.  Before each N, the resources of the
+# average when the row started, and the server's CPU time per pair of each
+# method (see rate) with the ratio naive / dlock: a rate ratio the machine's
+# load cannot blur.  Before each N, the resources of the
 # previous one are deleted from both tables and both are rewritten (VACUUM
 # FULL), so each N's sizes are its own.
 # After each N: the size of dlock.leases (table + indexes, and its row
@@ -55,12 +57,28 @@ chmod -R a+rX "$dir"
 psql() { "$bin/psql" -X -q -A -t -P pager=off -h "$sock" -p "$port" -U postgres -d postgres "$@"; }
 psql -c "CREATE TABLE IF NOT EXISTS naive_ent (resource text PRIMARY KEY, holder text, expires_at timestamptz)"
 
-# rate METHOD N CLIENTS: pairs per second of one round.
+# rate METHOD N CLIENTS: "pairs/s cpu_us" of one round: pairs per second,
+# and the server's CPU time per pair in microseconds.  The CPU time is what
+# the round's backends used (user + system), read from the postmaster's
+# cutime + cstime, which the kernel adds each backend's time to when the
+# postmaster reaps it at the end of the round (pgbench's connections end
+# with it); it does not depend on how busy the machine is, as the rate does.
+# Other children of the postmaster that exit in the round (an autovacuum
+# worker) are counted too; the WAL writer and checkpointer are not.
+cpu_ticks() { awk '{print $16 + $17}' "/proc/$pm/stat"; }
 rate() {
-    "$bin/pgbench" -n -M prepared -c "$3" -j "$3" -T "$secs" -D n="$2" -f "$dir/$1.sql" \
-        -h "$sock" -p "$port" -U postgres postgres 2>/dev/null |
-        sed -n 's/^tps = \([0-9.]*\).*/\1/p' | head -n 1
+    local t0 t1 out tps done_n
+    t0=$(cpu_ticks)
+    out=$("$bin/pgbench" -n -M prepared -c "$3" -j "$3" -T "$secs" -D n="$2" -f "$dir/$1.sql" \
+        -h "$sock" -p "$port" -U postgres postgres 2>/dev/null)
+    sleep 0.2   # the postmaster reaps the backends
+    t1=$(cpu_ticks)
+    tps=$(sed -n 's/^tps = \([0-9.]*\).*/\1/p' <<<"$out" | head -n 1)
+    done_n=$(sed -n 's/^number of transactions actually processed: \([0-9]*\).*/\1/p' <<<"$out")
+    awk -v tps="${tps:-0}" -v n="${done_n:-0}" -v dt=$((t1 - t0)) -v hz="$hz" \
+        'BEGIN {printf "%s %.1f\n", tps, (n > 0 ? dt / hz * 1e6 / n : 0)}'
 }
+hz=$(getconf CLK_TCK)
 # median: the median of the numbers on stdin.
 median() { sort -g | awk '{v[NR] = $1} END {if (NR % 2) print v[(NR + 1) / 2]; else print (v[NR / 2] + v[NR / 2 + 1]) / 2}'; }
 mb() { awk -v b="$1" 'BEGIN {printf "%.2f MB", b / 1048576}'; }
@@ -88,10 +106,12 @@ size_row() {
 echo "Random resources out of N, \`pgbench -M prepared -T $secs\`, $rounds alternating round(s) a row;"
 echo "dlock $(psql -c "SELECT extversion FROM pg_extension WHERE extname = 'dlock'") SQL, dlock.leases"\
      "$(psql -c "SELECT coalesce(array_to_string(reloptions, ', '), 'default options') FROM pg_class WHERE oid = 'dlock.leases'::regclass");"
-echo "pairs/s of the median round, and the median (and every round's) ratio dlock / naive."
+echo "pairs/s of the median round, and the median (and every round's) ratio dlock / naive;"
+echo "the server's CPU time per pair (median round; the backends' user + system time), which"
+echo "does not move with the machine's load as the rates do."
 echo
-echo "| N | fsync | clients | dlock pairs/s | naive pairs/s | dlock / naive | rounds | load at start |"
-echo "|---|---|---|---|---|---|---|---|"
+echo "| N | fsync | clients | dlock pairs/s | naive pairs/s | dlock / naive | rounds | server CPU per pair, dlock / naive (naive / dlock) | load at start |"
+echo "|---|---|---|---|---|---|---|---|---|"
 size_rows=""
 for n in 1000 1000000; do
     psql -c "DELETE FROM dlock.leases WHERE resource LIKE 'ent/%'" -c "TRUNCATE naive_ent" \
@@ -101,19 +121,21 @@ for n in 1000 1000000; do
         sleep 0.3
         for c in 1 8; do
             load=$(cut -d' ' -f1-3 /proc/loadavg)
-            d=(); v=(); r=()
+            d=(); v=(); r=(); dc=(); vc=()
             for i in $(seq 1 "$rounds"); do
                 if [ $((i % 2)) -eq 1 ]; then
-                    a=$(rate dlock "$n" "$c"); b=$(rate naive "$n" "$c")
+                    read -r a ac < <(rate dlock "$n" "$c"); read -r b bc < <(rate naive "$n" "$c")
                 else
-                    b=$(rate naive "$n" "$c"); a=$(rate dlock "$n" "$c")
+                    read -r b bc < <(rate naive "$n" "$c"); read -r a ac < <(rate dlock "$n" "$c")
                 fi
-                d+=("$a"); v+=("$b")
+                d+=("$a"); v+=("$b"); dc+=("$ac"); vc+=("$bc")
                 r+=("$(awk -v a="$a" -v b="$b" 'BEGIN {printf "%.2f", (b > 0 ? a / b : 0)}')")
             done
+            dcm=$(printf '%s\n' "${dc[@]}" | median); vcm=$(printf '%s\n' "${vc[@]}" | median)
             echo "| $n | $fsync | $c | $(printf '%s\n' "${d[@]}" | median | xargs printf '%.0f') |" \
                  "$(printf '%s\n' "${v[@]}" | median | xargs printf '%.0f') |" \
-                 "$(printf '%s\n' "${r[@]}" | median | xargs printf '%.2f')x | ${r[*]} | $load |"
+                 "$(printf '%s\n' "${r[@]}" | median | xargs printf '%.2f')x | ${r[*]} |" \
+                 "$(printf '%.0f' "$dcm") / $(printf '%.0f' "$vcm") us, $(awk -v a="$dcm" -v b="$vcm" 'BEGIN {printf "%.2f", (a > 0 ? b / a : 0)}')x | $load |"
         done
     done
     size_rows+="$(size_row "after the run")"$'\n'

@@ -467,6 +467,179 @@ my_renew(MyLock *m)
 	return 1;
 }
 
+/* The state of my_run's loop. */
+typedef struct MyRun
+{
+	MyLock		m;
+	int			wd;				/* our end of the socket to the watchdog; -1 at EOF */
+	pid_t		watchdog;
+	int			status;			/* COMMAND's waitpid status, once reported */
+	bool		have_status;
+	bool		failed;			/* the watchdog could not start COMMAND */
+	bool		lost;
+	bool		exited;			/* the watchdog has exited */
+	int			forwarded;		/* terminating signals already forwarded */
+	int64_t		next_renew;
+} MyRun;
+
+/* my_lose: the lease is gone; say why once and tell the watchdog. */
+static void
+my_lose(MyRun *r, const char *why, bool tell)
+{
+	if (r->lost)
+		return;
+	r->lost = true;
+	logmsg("lease on \"%s\" (fence %s) lost: %s", r->m.lk.resource, r->m.lk.fence, why);
+	if (tell)
+		watchdog_send(r->wd, WD_LOST, 0, 0);
+}
+
+/* my_renew_due: renew now; a failed call is retried while the lease lasts. */
+static void
+my_renew_due(MyRun *r)
+{
+	int			rc = my_renew(&r->m);
+
+	if (rc == 1)
+	{
+		watchdog_send(r->wd, WD_DEADLINE, 0, r->m.lk.deadline - watchdog_margin(r->m.lk.lease_ms));
+		r->next_renew = r->m.lk.deadline - r->m.lk.lease_ms + r->m.lk.lease_ms / 3;
+	}
+	else if (rc == 0)
+		my_lose(r, "the server says it is no longer held; stopping COMMAND", true);
+	else
+		r->next_renew = now_ms() + 200;		/* retry while the lease lasts */
+}
+
+/* my_on_watchdog: read what the watchdog said; notice when it is gone. */
+static void
+my_on_watchdog(MyRun *r)
+{
+	while (r->wd >= 0)
+	{
+		WdMsg		msg;
+		int			rc = watchdog_recv(r->wd, &msg);
+
+		if (rc == 0)
+			break;
+		if (rc < 0)
+		{
+			close(r->wd);
+			r->wd = -1;
+			break;
+		}
+		if (msg.type == WD_EXPIRED)
+			my_lose(r, "its deadline passed (the watchdog stopped COMMAND)", false);
+		else if (msg.type == WD_EXITED)
+		{
+			r->have_status = true;
+			r->status = (int) msg.value;
+		}
+		else if (msg.type == WD_FAILED)
+			r->failed = true;
+	}
+	if (r->wd < 0 && !r->exited)
+	{
+		int			st;
+
+		waitpid(r->watchdog, &st, 0);
+		r->exited = true;
+	}
+}
+
+/*
+ * my_supervise: renew every third of the lease until the watchdog has
+ * exited; the deadline on the local clock is checked first.
+ */
+static void
+my_supervise(MyRun *r)
+{
+	while (!r->exited)
+	{
+		struct pollfd pfd[2];
+		int64_t		now = now_ms();
+		int64_t		until = r->lost ? now + 1000 : r->next_renew;
+		int			np = 0;
+
+		if (!r->lost && now >= r->m.lk.deadline)
+			my_lose(r, "no renewal acknowledged within the lease; stopping COMMAND", true);
+		if (!r->lost && now >= r->next_renew)
+		{
+			my_renew_due(r);
+			continue;
+		}
+		if (r->wd >= 0)
+		{
+			pfd[np].fd = r->wd;
+			pfd[np++].events = POLLIN;
+		}
+		pfd[np].fd = signals_fd();
+		pfd[np++].events = POLLIN;
+		if (until > r->m.lk.deadline && !r->lost)
+			until = r->m.lk.deadline;
+		(void) poll(pfd, np, (int) (until > now ? (until - now > 1000 ? 1000 : until - now) : 0));
+		signals_drain();
+		if (signals_term_count() > r->forwarded)
+		{
+			r->forwarded = signals_term_count();
+			watchdog_send(r->wd, WD_SIGNAL, signals_term_sig(), 0);
+		}
+		if (signals_take_child())
+		{
+			int			st;
+
+			if (waitpid(r->watchdog, &st, WNOHANG) == r->watchdog)
+				r->exited = true;
+		}
+		my_on_watchdog(r);
+	}
+	if (r->wd >= 0)
+		close(r->wd);
+}
+
+/*
+ * my_start: acquire and start COMMAND under the watchdog.  -1 when it
+ * runs, else the exit code (nothing started, the lock given back).
+ */
+static int
+my_start(Options *o, MyRun *r)
+{
+	sigset_t	old;
+	int			rc;
+
+	if (!my_open(o, 5, false))
+		return EXIT_CONN;
+	rc = my_acquire(o, &r->m, o->wait_ms);
+	if (rc == EXIT_NOT_ACQUIRED)
+		logmsg("\"%s\" not acquired in time", r->m.lk.resource);
+	if (rc != 0)
+	{
+		my_close();
+		return rc;
+	}
+	vlog(o, "acquired \"%s\" as %s with fence %s", r->m.lk.resource, r->m.lk.holder, r->m.lk.fence);
+
+	signals_block_term(&old);
+	if (signals_term_count() > 0)
+	{
+		signals_restore(&old);
+		my_release(&r->m, 0);
+		my_close();
+		return 128 + signals_term_sig();
+	}
+	r->watchdog = watchdog_start(&r->m.lk, o->command, false,
+								 r->m.lk.deadline - watchdog_margin(r->m.lk.lease_ms), &r->wd);
+	signals_restore(&old);
+	if (r->watchdog < 0)
+	{
+		my_release(&r->m, 0);
+		my_close();
+		return EXIT_CONN;
+	}
+	r->next_renew = r->m.lk.deadline - r->m.lk.lease_ms + r->m.lk.lease_ms / 3;
+	return -1;
+}
+
 /*
  * my_run: acquire, start COMMAND under the watchdog, renew every third of
  * the lease until the watchdog says COMMAND's tree is gone, release.
@@ -474,18 +647,8 @@ my_renew(MyLock *m)
 static int
 my_run(Options *o)
 {
-	MyLock		m;
-	sigset_t	old;
-	pid_t		watchdog;
-	int			wd = -1;
+	MyRun		r;
 	int			rc;
-	int			status = 0;
-	bool		have_status = false;
-	bool		failed = false;
-	bool		lost = false;
-	bool		exited = false;
-	int			forwarded = 0;
-	int64_t		next_renew;
 
 	if (!o->dashdash)
 		return usage_error("run: missing \"--\" before COMMAND "
@@ -495,155 +658,35 @@ my_run(Options *o)
 	if (o->command[0] == NULL)
 		return usage_error("run: missing COMMAND after \"--\"");
 	signals_install();
-	my_lock_init(&m, o, o->pos[0]);
-	if (!my_open(o, 5, false))
-		return EXIT_CONN;
-	rc = my_acquire(o, &m, o->wait_ms);
-	if (rc == EXIT_NOT_ACQUIRED)
-		logmsg("\"%s\" not acquired in time", m.lk.resource);
-	if (rc != 0)
-	{
-		my_close();
+	memset(&r, 0, sizeof(r));
+	r.wd = -1;
+	my_lock_init(&r.m, o, o->pos[0]);
+	if ((rc = my_start(o, &r)) >= 0)
 		return rc;
-	}
-	vlog(o, "acquired \"%s\" as %s with fence %s", m.lk.resource, m.lk.holder, m.lk.fence);
-
-	signals_block_term(&old);
-	if (signals_term_count() > 0)
+	my_supervise(&r);
+	if (!r.have_status)
 	{
-		signals_restore(&old);
-		my_release(&m, 0);
-		my_close();
-		return 128 + signals_term_sig();
-	}
-	watchdog = watchdog_start(&m.lk, o->command, false,
-							  m.lk.deadline - watchdog_margin(m.lk.lease_ms), &wd);
-	signals_restore(&old);
-	if (watchdog < 0)
-	{
-		my_release(&m, 0);
-		my_close();
-		return EXIT_CONN;
-	}
-	next_renew = m.lk.deadline - m.lk.lease_ms + m.lk.lease_ms / 3;
-
-	while (!exited)
-	{
-		struct pollfd pfd[2];
-		int64_t		now = now_ms();
-		int64_t		until = lost ? now + 1000 : next_renew;
-		int			np = 0;
-
-		if (!lost && now >= m.lk.deadline)
+		if (!r.failed)
 		{
-			lost = true;
-			logmsg("lease on \"%s\" (fence %s) lost: no renewal acknowledged within the lease; stopping COMMAND",
-				   m.lk.resource, m.lk.fence);
-			watchdog_send(wd, WD_LOST, 0, 0);
-		}
-		if (!lost && now >= next_renew)
-		{
-			int			r = my_renew(&m);
-
-			if (r == 1)
-			{
-				watchdog_send(wd, WD_DEADLINE, 0, m.lk.deadline - watchdog_margin(m.lk.lease_ms));
-				next_renew = m.lk.deadline - m.lk.lease_ms + m.lk.lease_ms / 3;
-			}
-			else if (r == 0)
-			{
-				lost = true;
-				logmsg("lease on \"%s\" (fence %s) lost: the server says it is no longer held; stopping COMMAND",
-					   m.lk.resource, m.lk.fence);
-				watchdog_send(wd, WD_LOST, 0, 0);
-			}
-			else
-				next_renew = now_ms() + 200;	/* retry while the lease lasts */
-			continue;
-		}
-		if (wd >= 0)
-		{
-			pfd[np].fd = wd;
-			pfd[np++].events = POLLIN;
-		}
-		pfd[np].fd = signals_fd();
-		pfd[np++].events = POLLIN;
-		if (until > m.lk.deadline && !lost)
-			until = m.lk.deadline;
-		(void) poll(pfd, np, (int) (until > now ? (until - now > 1000 ? 1000 : until - now) : 0));
-		signals_drain();
-		if (signals_term_count() > forwarded)
-		{
-			forwarded = signals_term_count();
-			watchdog_send(wd, WD_SIGNAL, signals_term_sig(), 0);
-		}
-		if (signals_take_child())
-		{
-			int			st;
-
-			if (waitpid(watchdog, &st, WNOHANG) == watchdog)
-				exited = true;
-		}
-		while (wd >= 0)
-		{
-			WdMsg		msg;
-			int			r = watchdog_recv(wd, &msg);
-
-			if (r == 0)
-				break;
-			if (r < 0)
-			{
-				close(wd);
-				wd = -1;
-				break;
-			}
-			if (msg.type == WD_EXPIRED && !lost)
-			{
-				lost = true;
-				logmsg("lease on \"%s\" (fence %s) lost: its deadline passed (the watchdog stopped COMMAND)",
-					   m.lk.resource, m.lk.fence);
-			}
-			else if (msg.type == WD_EXITED)
-			{
-				have_status = true;
-				status = (int) msg.value;
-			}
-			else if (msg.type == WD_FAILED)
-				failed = true;
-		}
-		if (wd < 0 && !exited)
-		{
-			int			st;
-
-			waitpid(watchdog, &st, 0);
-			exited = true;
-		}
-	}
-	if (wd >= 0)
-		close(wd);
-	if (!have_status)
-	{
-		if (!failed)
-		{
-			logmsg("the watchdog process died: \"%s\" is left to expire", m.lk.resource);
+			logmsg("the watchdog process died: \"%s\" is left to expire", r.m.lk.resource);
 			my_close();
 			return EXIT_LEASE_LOST;
 		}
-		my_release(&m, 0);
+		my_release(&r.m, 0);
 		my_close();
 		return EXIT_CONN;
 	}
-	if (lost)
+	if (r.lost)
 	{
-		my_release(&m, 0);		/* best effort */
+		my_release(&r.m, 0);		/* best effort */
 		my_close();
 		return EXIT_LEASE_LOST;
 	}
-	if (my_release(&m, forwarded ? 0 : o->linger_ms) == 1)
+	if (my_release(&r.m, r.forwarded ? 0 : o->linger_ms) == 1)
 		logmsg("warning: \"%s\" was no longer held by %s when COMMAND ended",
-			   m.lk.resource, m.lk.holder);
+			   r.m.lk.resource, r.m.lk.holder);
 	my_close();
-	return exit_status(status);
+	return exit_status(r.status);
 }
 
 /* my_print_rows: run a query with one parameter and print its rows. */

@@ -526,6 +526,116 @@ cmd_elect(Options *o)
 }
 
 /*
+ * start_command: acquire (or campaign) with the watchdog already forked,
+ * then have the watchdog start COMMAND.  Returns -1 when COMMAND runs,
+ * else the exit code (nothing of COMMAND started; the lock given back).
+ */
+static int
+start_command(const Options *o, Lock *lk, Run *rs, bool *tty)
+{
+	sigset_t	old;
+
+	switch (acquire(lk, o->wait_ms))
+	{
+		case ACQ_OK:
+			break;
+		case ACQ_TIMEOUT:
+			drop_watchdog(rs);
+			logmsg("\"%s\" not acquired in time", lk->resource);
+			db_drop(&lk->conn);
+			return EXIT_NOT_ACQUIRED;
+		case ACQ_SIGNAL:
+			drop_watchdog(rs);
+			vlog(o, "interrupted while waiting");
+			db_drop(&lk->conn);
+			return 128 + signals_term_sig();
+		case ACQ_CONN:
+		case ACQ_ERROR:
+			drop_watchdog(rs);
+			db_drop(&lk->conn);
+			return EXIT_CONN;
+	}
+	vlog(o, "acquired \"%s\" as %s with fence %s", lk->resource, lk->holder, lk->fence);
+
+	/* Never start COMMAND once shutdown began: check and start as one step. */
+	signals_block_term(&old);
+	if (signals_term_count() > 0)
+	{
+		signals_restore(&old);
+		drop_watchdog(rs);
+		release(lk, 0, lk->deadline);
+		db_drop(&lk->conn);
+		return 128 + signals_term_sig();
+	}
+	rs->next_renew = lk->deadline - lk->lease_ms + lk->lease_ms / 3;
+	/* If our stdin is the terminal's foreground, COMMAND gets the terminal. */
+	*tty = isatty(STDIN_FILENO) && tcgetpgrp(STDIN_FILENO) == getpgrp();
+	if (!watchdog_go(rs->wd, lk, *tty, lk->deadline - watchdog_margin(lk->lease_ms)))
+	{
+		signals_restore(&old);
+		logmsg("the watchdog process is gone: COMMAND not started");
+		drop_watchdog(rs);
+		release(lk, 0, lk->deadline);
+		db_drop(&lk->conn);
+		return EXIT_CONN;
+	}
+	signals_restore(&old);
+	return -1;
+}
+
+/*
+ * watchdog_silent: the loop ended without COMMAND's status.  Either
+ * COMMAND never started (give the lock back), or the watchdog died
+ * without a word (someone killed it): COMMAND got SIGKILL from its
+ * PR_SET_PDEATHSIG and its group gets one too, but what else it started
+ * may be running on, so the lock is not released: the lease runs out.
+ */
+static int
+watchdog_silent(Lock *lk, Run *rs)
+{
+	if (rs->failed)
+	{
+		reap_watchdog(rs);
+		release(lk, 0, lk->deadline);
+		db_drop(&lk->conn);
+		return EXIT_CONN;
+	}
+	logmsg("the watchdog process died (%s %d): COMMAND's processes may "
+		   "survive; \"%s\" is left to expire",
+		   WIFSIGNALED(rs->wd_status) ? "signal" : "status",
+		   WIFSIGNALED(rs->wd_status) ? WTERMSIG(rs->wd_status)
+		   : WEXITSTATUS(rs->wd_status), lk->resource);
+	if (rs->command > 0)
+		kill(-rs->command, SIGKILL);
+	db_drop(&lk->conn);
+	return EXIT_LEASE_LOST;
+}
+
+/*
+ * lost_tidy: the lease was lost and the watchdog left nothing of COMMAND
+ * running; unlock (or resign) as a best effort, which frees the resource
+ * early if the server still has it.
+ */
+static int
+lost_tidy(Lock *lk, Run *rs)
+{
+	if (lk->conn && !rs->inflight)
+	{
+		PGresult   *r;
+		const char *params[3] = {lk->param, lk->holder, lk->fence};
+
+		if (db_exec(&lk->conn, lk->election ? "SELECT dlock.resign($1, $2, $3::bigint)"
+					: lk->nresources > 1 ? LOCK_ALL_UNLOCK
+					: "SELECT dlock.unlock($1, $2, $3::bigint)", 3,
+					params, now_ms() + 2000, false, &r) == DB_OK)
+			PQclear(r);
+	}
+	db_drop(&lk->conn);
+	reap_watchdog(rs);
+	return EXIT_LEASE_LOST;
+}
+
+/*
  * run_holding: acquire (or campaign), run COMMAND under the watchdog while
  * renewing, and release (or resign) when it exits.
  */
@@ -535,7 +645,6 @@ run_holding(Options *o, bool election)
 	Lock		lk;
 	Run			rs;
 	PGconn	   *conn;
-	sigset_t	old;
 	bool		tty = false;
 	int			code;
 
@@ -569,52 +678,8 @@ run_holding(Options *o, bool election)
 		db_drop(&lk.conn);
 		return EXIT_CONN;
 	}
-
-	switch (acquire(&lk, o->wait_ms))
-	{
-		case ACQ_OK:
-			break;
-		case ACQ_TIMEOUT:
-			drop_watchdog(&rs);
-			logmsg("\"%s\" not acquired in time", lk.resource);
-			db_drop(&lk.conn);
-			return EXIT_NOT_ACQUIRED;
-		case ACQ_SIGNAL:
-			drop_watchdog(&rs);
-			vlog(o, "interrupted while waiting");
-			db_drop(&lk.conn);
-			return 128 + signals_term_sig();
-		case ACQ_CONN:
-		case ACQ_ERROR:
-			drop_watchdog(&rs);
-			db_drop(&lk.conn);
-			return EXIT_CONN;
-	}
-	vlog(o, "acquired \"%s\" as %s with fence %s", lk.resource, lk.holder, lk.fence);
-
-	/* Never start COMMAND once shutdown began: check and start as one step. */
-	signals_block_term(&old);
-	if (signals_term_count() > 0)
-	{
-		signals_restore(&old);
-		drop_watchdog(&rs);
-		release(&lk, 0, lk.deadline);
-		db_drop(&lk.conn);
-		return 128 + signals_term_sig();
-	}
-	rs.next_renew = lk.deadline - lk.lease_ms + lk.lease_ms / 3;
-	/* If our stdin is the terminal's foreground, COMMAND gets the terminal. */
-	tty = isatty(STDIN_FILENO) && tcgetpgrp(STDIN_FILENO) == getpgrp();
-	if (!watchdog_go(rs.wd, &lk, tty, lk.deadline - watchdog_margin(lk.lease_ms)))
-	{
-		signals_restore(&old);
-		logmsg("the watchdog process is gone: COMMAND not started");
-		drop_watchdog(&rs);
-		release(&lk, 0, lk.deadline);
-		db_drop(&lk.conn);
-		return EXIT_CONN;
-	}
-	signals_restore(&old);
+	if ((code = start_command(o, &lk, &rs, &tty)) >= 0)
+		return code;
 
 	loop(&rs);
 	if (tty)
@@ -622,53 +687,10 @@ run_holding(Options *o, bool election)
 	if (rs.wd >= 0)
 		close(rs.wd);
 	if (!rs.have_status)
-	{
-		if (rs.failed)
-		{
-			/* COMMAND never started: give the lock back */
-			reap_watchdog(&rs);
-			release(&lk, 0, lk.deadline);
-			db_drop(&lk.conn);
-			return EXIT_CONN;
-		}
-
-		/*
-		 * The watchdog died without a word (someone killed it).  COMMAND
-		 * got SIGKILL from its PR_SET_PDEATHSIG; its group gets one too,
-		 * but what else it started may be running on: do not release the
-		 * lock, let the lease run out.
-		 */
-		logmsg("the watchdog process died (%s %d): COMMAND's processes may "
-			   "survive; \"%s\" is left to expire",
-			   WIFSIGNALED(rs.wd_status) ? "signal" : "status",
-			   WIFSIGNALED(rs.wd_status) ? WTERMSIG(rs.wd_status)
-			   : WEXITSTATUS(rs.wd_status), lk.resource);
-		if (rs.command > 0)
-			kill(-rs.command, SIGKILL);
-		db_drop(&lk.conn);
-		return EXIT_LEASE_LOST;
-	}
+		return watchdog_silent(&lk, &rs);
 	code = exit_status(rs.status);
-
 	if (rs.lost)
-	{
-		/* the watchdog left nothing of COMMAND running: tidy up */
-		if (lk.conn && !rs.inflight)
-		{
-			PGresult   *r;
-			const char *params[3] = {lk.param, lk.holder, lk.fence};
-
-			/* best effort: frees the resource early if the server still has it */
-			if (db_exec(&lk.conn, lk.election ? "SELECT dlock.resign($1, $2, $3::bigint)"
-						: lk.nresources > 1 ? LOCK_ALL_UNLOCK
-						: "SELECT dlock.unlock($1, $2, $3::bigint)", 3,
-						params, now_ms() + 2000, false, &r) == DB_OK)
-				PQclear(r);
-		}
-		db_drop(&lk.conn);
-		reap_watchdog(&rs);
-		return EXIT_LEASE_LOST;
-	}
+		return lost_tidy(&lk, &rs);
 
 	finish_renewal(&rs);
 	if (rs.lost)
