@@ -6,10 +6,11 @@
  *     mariadb < mysql/dlock.sql           (as an administrator, once)
  *
  * Creates database `dlock`: the lock table, the fence counter, the routines
- * users call, the view `dlock.locks` and the event `dlock.reap`.  A later
- * version ships mysql/dlock--0.1--X.sql, run the same way, which checks
- * dlock.version() first; this script refuses to run over an existing
- * installation (CREATE DATABASE fails).
+ * users call, the view `dlock.locks` and the event `dlock.reap`.  It
+ * refuses to run over an existing installation (CREATE DATABASE fails);
+ * there is no in-place upgrade yet: the README's "Upgrading" paragraph
+ * says how to move to a newer script (drop and re-install when nothing is
+ * held; fences never repeat, see _fence).
  *
  * Shared state and what protects it:
  * - dlock.leases, one row per resource (and its tail row, below).  Every
