@@ -298,97 +298,111 @@ resolve(Lock *lk, const char *xid, int64_t sent)
 }
 
 /*
- * try_once: one transactional attempt to take the lock, never waiting
- * behind anyone (try_lock does not wait).
+ * attempt_sql: the statement of one attempt for this kind of lock, its
+ * number of parameters, and the function's name for errors.  Every
+ * statement returns the fence (NULL: not acquired) and, only when
+ * acquired, the transaction's id; those with a fair queue also set
+ * synchronous_commit off for a busy attempt's commit (it keeps only a
+ * ticket), and return dlock.queue_ttl and whether dlock.withdraw exists.
  */
-static TryStatus
-try_once(Lock *lk)
+static const char *
+attempt_sql(const Lock *lk, int *nparams, const char **what)
+{
+#define XID_IF_HELD "CASE WHEN f IS NULL THEN NULL ELSE pg_current_xact_id() END"
+#define FAIR_COLUMNS \
+	"  CASE WHEN f IS NULL AND $4 THEN set_config('synchronous_commit', 'off', true) END, " \
+	"  (extract(epoch FROM current_setting('dlock.queue_ttl', true)::interval) " \
+	"   * 1000)::bigint, " \
+	"  to_regprocedure('dlock.withdraw(text,text)') IS NOT NULL "
+
+	if (lk->election)
+	{
+		*nparams = 4;
+		*what = "campaign";
+		return "SELECT f, " XID_IF_HELD ", "
+			"  CASE WHEN f IS NULL THEN set_config('synchronous_commit', 'off', true) END, "
+			"  (extract(epoch FROM current_setting('dlock.queue_ttl', true)::interval) "
+			"   * 1000)::bigint, d.dup, "
+			"  to_regprocedure('dlock.withdraw(text,text)') IS NOT NULL "
+			"FROM (SELECT EXISTS (SELECT FROM dlock.leader($1) WHERE candidate = $2) AS dup) d, "
+			"  LATERAL (SELECT CASE WHEN NOT d.dup "
+			"    THEN dlock.campaign($1, $2, $4, $3::interval, wait => '0') END AS f) c";
+	}
+	if (lk->nresources > 1)
+	{
+		*nparams = 3;
+		*what = "try_lock_all";
+		return "SELECT array_to_string(f, ' '), " XID_IF_HELD " "
+			"FROM dlock.try_lock_all($1::text[], $2, $3::interval) AS f";
+	}
+	if (lk->max_permits_text[0])
+	{
+		*nparams = 6;
+		*what = "try_acquire";
+		return "SELECT f, " XID_IF_HELD ", " FAIR_COLUMNS
+			"FROM dlock.try_acquire($1, $2, $5::integer, $6::integer, $3::interval, "
+			"                       fair => $4::boolean) AS f";
+	}
+	*what = "try_lock";
+	if (lk->shared)
+	{
+		*nparams = 5;
+		return "SELECT f, " XID_IF_HELD ", " FAIR_COLUMNS
+			"FROM dlock.try_lock($1, $2, $3::interval, fair => $4::boolean, "
+			"                    lock_delay => $5::interval, shared => true) AS f";
+	}
+	if (lk->fair || lk->lock_delay_text[0])
+	{
+		*nparams = 5;
+		return "SELECT f, " XID_IF_HELD ", " FAIR_COLUMNS
+			"FROM dlock.try_lock($1, $2, $3::interval, fair => $4::boolean, "
+			"                    lock_delay => $5::interval) AS f";
+	}
+	*nparams = 3;
+	return "SELECT f, " XID_IF_HELD " FROM dlock.try_lock($1, $2, $3::interval) AS f";
+#undef XID_IF_HELD
+#undef FAIR_COLUMNS
+}
+
+/*
+ * begin_durable: BEGIN the attempt's transaction (false: *fail says why not).  The acquisition must be
+ * durable once COMMIT is acknowledged: never commit it with a
+ * synchronous_commit weaker than "on" (a stronger setting is kept),
+ * whatever the session or role says.
+ */
+static bool
+begin_durable(Lock *lk, TryStatus *fail)
 {
 	PGresult   *r;
-	const char *params[6];
-	char		xid[32];
-	int64_t		sent;
-	DbStatus	st;
 
-	/*
-	 * The acquisition must be durable once COMMIT is acknowledged: never
-	 * commit it with a synchronous_commit weaker than "on" (a stronger
-	 * setting is kept), whatever the session or role says.
-	 */
 	if (db_exec(&lk->conn,
 				"BEGIN; SELECT set_config('synchronous_commit', 'on', true) "
 				"WHERE current_setting('synchronous_commit') IN ('off', 'local')",
 				0, NULL, now_ms() + STMT_TIMEOUT_MS, false, &r) != DB_OK)
-		return TRY_LOST;
+	{
+		*fail = TRY_LOST;
+		return false;
+	}
 	if (!db_result_ok(r))
 	{
 		db_report("could not start the acquisition", lk->conn, r);
 		PQclear(r);
 		db_drop(&lk->conn);
-		return TRY_ERROR;
+		*fail = TRY_ERROR;
+		return false;
 	}
 	PQclear(r);
+	return true;
+}
 
-	/*
-	 * The transaction id is only asked for (and so only assigned) when the
-	 * lock was granted: busy attempts of pollers burn no xids.
-	 */
-	sql_params(lk, params);
-	if (lk->election)
-		params[3] = lk->value;	/* campaign takes no fair or lock_delay */
-	sent = now_ms();
-	if (db_exec(&lk->conn,
-				lk->election
-				? "SELECT f, CASE WHEN f IS NULL THEN NULL ELSE pg_current_xact_id() END, "
-				"  CASE WHEN f IS NULL THEN set_config('synchronous_commit', 'off', true) END, "
-				"  (extract(epoch FROM current_setting('dlock.queue_ttl', true)::interval) "
-				"   * 1000)::bigint, d.dup, "
-				"  to_regprocedure('dlock.withdraw(text,text)') IS NOT NULL "
-				"FROM (SELECT EXISTS (SELECT FROM dlock.leader($1) WHERE candidate = $2) AS dup) d, "
-				"  LATERAL (SELECT CASE WHEN NOT d.dup "
-				"    THEN dlock.campaign($1, $2, $4, $3::interval, wait => '0') END AS f) c"
-				: lk->nresources > 1
-				? "SELECT array_to_string(f, ' '), "
-				"  CASE WHEN f IS NULL THEN NULL ELSE pg_current_xact_id() END "
-				"FROM dlock.try_lock_all($1::text[], $2, $3::interval) AS f"
-				: lk->max_permits_text[0]
-				? "SELECT f, CASE WHEN f IS NULL THEN NULL ELSE pg_current_xact_id() END, "
-				"  CASE WHEN f IS NULL AND $4 THEN set_config('synchronous_commit', 'off', true) END, "
-				"  (extract(epoch FROM current_setting('dlock.queue_ttl', true)::interval) "
-				"   * 1000)::bigint, "
-				"  to_regprocedure('dlock.withdraw(text,text)') IS NOT NULL "
-				"FROM dlock.try_acquire($1, $2, $5::integer, $6::integer, $3::interval, "
-				"                       fair => $4::boolean) AS f"
-				: lk->shared
-				? "SELECT f, CASE WHEN f IS NULL THEN NULL ELSE pg_current_xact_id() END, "
-				"  CASE WHEN f IS NULL AND $4 THEN set_config('synchronous_commit', 'off', true) END, "
-				"  (extract(epoch FROM current_setting('dlock.queue_ttl', true)::interval) "
-				"   * 1000)::bigint, "
-				"  to_regprocedure('dlock.withdraw(text,text)') IS NOT NULL "
-				"FROM dlock.try_lock($1, $2, $3::interval, fair => $4::boolean, "
-				"                    lock_delay => $5::interval, shared => true) AS f"
-				: lk->fair || lk->lock_delay_text[0]
-				? "SELECT f, CASE WHEN f IS NULL THEN NULL ELSE pg_current_xact_id() END, "
-				"  CASE WHEN f IS NULL AND $4 THEN set_config('synchronous_commit', 'off', true) END, "
-				"  (extract(epoch FROM current_setting('dlock.queue_ttl', true)::interval) "
-				"   * 1000)::bigint, "
-				"  to_regprocedure('dlock.withdraw(text,text)') IS NOT NULL "
-				"FROM dlock.try_lock($1, $2, $3::interval, fair => $4::boolean, "
-				"                    lock_delay => $5::interval) AS f"
-				: "SELECT f, CASE WHEN f IS NULL THEN NULL ELSE pg_current_xact_id() END "
-				"FROM dlock.try_lock($1, $2, $3::interval) AS f",
-				lk->election ? 4 : lk->nresources > 1 ? 3 : lk->max_permits_text[0] ? 6 :
-				lk->shared || lk->fair || lk->lock_delay_text[0] ? 5 : 3,
-				params, sent + STMT_TIMEOUT_MS, false, &r) != DB_OK)
-		return TRY_LOST;		/* no COMMIT was sent: nothing committed */
-	if (!db_result_ok(r) || PQntuples(r) != 1 || PQnfields(r) < 2)
-	{
-		db_report(lk->election ? "campaign" : lk->nresources > 1 ? "try_lock_all" :
-				  lk->max_permits_text[0] ? "try_acquire" : "try_lock", lk->conn, r);
-		PQclear(r);
-		db_drop(&lk->conn);		/* rolls the transaction back */
-		return TRY_ERROR;
-	}
+/*
+ * note_attempt: what an attempt's row says besides the fence: the queue's
+ * ttl, whether withdraw exists, and (a campaign) that this candidate
+ * already leads.
+ */
+static void
+note_attempt(Lock *lk, PGresult *r)
+{
 	if (PQnfields(r) >= 4 && !PQgetisnull(r, 0, 3))
 		lk->queue_ttl_ms = strtoll(PQgetvalue(r, 0, 3), NULL, 10);
 	if (PQnfields(r) >= 5)
@@ -404,35 +418,43 @@ try_once(Lock *lk)
 			   "--holder?): waiting until it no longer does", lk->holder, lk->resource);
 		lk->dup_said = true;
 	}
-	if (PQgetisnull(r, 0, 0))
-	{
-		/*
-		 * Not acquired.  A fair attempt commits, to keep its ticket (written
-		 * by try_lock) for dlock.queue_ttl; the commit need not be durable,
-		 * since a lost ticket only costs the place in the queue.  Others
-		 * roll back: they changed nothing.
-		 */
-		PQclear(r);
-		if (db_exec(&lk->conn, lk->fair ? "COMMIT" : "ROLLBACK", 0, NULL,
-					now_ms() + STMT_TIMEOUT_MS, false, &r) == DB_OK)
-		{
-			/* (a lost COMMIT may have committed a ticket too) */
-			PQclear(r);
-		}
-		if (lk->fair)
-			lk->ticketed = true;
-		return TRY_BUSY;
-	}
-	snprintf(lk->fence, sizeof(lk->fence), "%s", PQgetvalue(r, 0, 0));
-	snprintf(xid, sizeof(xid), "%s", PQgetvalue(r, 0, 1));
-	PQclear(r);
+}
 
-	/*
-	 * From here on the outcome can be unknown.  A waiter that listened
-	 * stops listening in the same transaction (UNLISTEN takes effect at
-	 * its commit), saving a round trip before COMMAND starts; the result
-	 * is COMMIT's, or UNLISTEN's error (then nothing committed).
-	 */
+/*
+ * end_busy: not acquired.  A fair attempt commits, to keep its ticket
+ * (written by try_lock) for dlock.queue_ttl; the commit need not be
+ * durable, since a lost ticket only costs the place in the queue.  Others
+ * roll back: they changed nothing.
+ */
+static TryStatus
+end_busy(Lock *lk)
+{
+	PGresult   *r;
+
+	if (db_exec(&lk->conn, lk->fair ? "COMMIT" : "ROLLBACK", 0, NULL,
+				now_ms() + STMT_TIMEOUT_MS, false, &r) == DB_OK)
+	{
+		/* (a lost COMMIT may have committed a ticket too) */
+		PQclear(r);
+	}
+	if (lk->fair)
+		lk->ticketed = true;
+	return TRY_BUSY;
+}
+
+/*
+ * commit_acquisition: COMMIT the attempt that was granted.  From here on
+ * the outcome can be unknown (resolve).  A waiter that listened stops
+ * listening in the same transaction (UNLISTEN takes effect at its
+ * commit), saving a round trip before COMMAND starts; the result is
+ * COMMIT's, or UNLISTEN's error (then nothing committed).
+ */
+static TryStatus
+commit_acquisition(Lock *lk, const char *xid, int64_t sent)
+{
+	PGresult   *r;
+	DbStatus	st;
+
 	st = db_exec(&lk->conn, lk->listening ? "UNLISTEN *; COMMIT" : "COMMIT", 0, NULL,
 				 sent + assumed_lease(lk), false, &r);
 	if (st != DB_OK)
@@ -448,6 +470,55 @@ try_once(Lock *lk)
 	lk->ticketed = false;		/* an acquisition drops the holder's ticket */
 	lk->deadline = sent + assumed_lease(lk);
 	return TRY_HELD;
+}
+
+/*
+ * try_once: one transactional attempt to take the lock, never waiting
+ * behind anyone (try_lock does not wait).
+ */
+static TryStatus
+try_once(Lock *lk)
+{
+	PGresult   *r;
+	const char *params[6];
+	const char *sql;
+	const char *what;
+	char		xid[32];
+	int64_t		sent;
+	int			nparams;
+	TryStatus	ts;
+
+	if (!begin_durable(lk, &ts))
+		return ts;
+
+	/*
+	 * The transaction id is only asked for (and so only assigned) when the
+	 * lock was granted: busy attempts of pollers burn no xids.
+	 */
+	sql_params(lk, params);
+	if (lk->election)
+		params[3] = lk->value;	/* campaign takes no fair or lock_delay */
+	sql = attempt_sql(lk, &nparams, &what);
+	sent = now_ms();
+	if (db_exec(&lk->conn, sql, nparams, params, sent + STMT_TIMEOUT_MS, false, &r) != DB_OK)
+		return TRY_LOST;		/* no COMMIT was sent: nothing committed */
+	if (!db_result_ok(r) || PQntuples(r) != 1 || PQnfields(r) < 2)
+	{
+		db_report(what, lk->conn, r);
+		PQclear(r);
+		db_drop(&lk->conn);		/* rolls the transaction back */
+		return TRY_ERROR;
+	}
+	note_attempt(lk, r);
+	if (PQgetisnull(r, 0, 0))
+	{
+		PQclear(r);
+		return end_busy(lk);
+	}
+	snprintf(lk->fence, sizeof(lk->fence), "%s", PQgetvalue(r, 0, 0));
+	snprintf(xid, sizeof(xid), "%s", PQgetvalue(r, 0, 1));
+	PQclear(r);
+	return commit_acquisition(lk, xid, sent);
 }
 
 /*

@@ -398,6 +398,82 @@ print_term(const char *election, PGresult *r, int i)
 }
 
 /*
+ * has_terms: does the server have dlock.terms (the 0.3 SQL)?  Asked once
+ * per observer.  False if the query failed.
+ */
+static bool
+has_terms(PGconn **connp, Observed *ob)
+{
+	PGresult   *r;
+
+	if (ob->terms >= 0)
+		return true;
+	if (db_exec(connp, "SELECT to_regclass('dlock.terms') IS NOT NULL", 0, NULL,
+				now_ms() + ONE_SHOT_MS, false, &r) != DB_OK)
+		return false;
+	if (!db_result_ok(r) || PQntuples(r) != 1)
+	{
+		db_report("dlock.terms", *connp, r);
+		PQclear(r);
+		return false;
+	}
+	ob->terms = strcmp(PQgetvalue(r, 0, 0), "t") == 0;
+	PQclear(r);
+	return true;
+}
+
+/* print_leader: the state line, "leader" (row lead of r) or "none". */
+static void
+print_leader(const char *election, PGresult *r, int lead)
+{
+	if (lead < 0)
+	{
+		printf("{\"event\":\"none\",\"election\":");
+		json_string(election);
+		printf("}\n");
+	}
+	else
+	{
+		printf("{\"event\":\"leader\",\"election\":");
+		json_string(election);
+		printf(",\"candidate\":");
+		json_string(PQgetvalue(r, lead, 1));
+		printf(",\"term\":%s,\"value\":", PQgetvalue(r, lead, 2));
+		if (PQgetisnull(r, lead, 3))
+			printf("null");
+		else
+			json_string(PQgetvalue(r, lead, 3));
+		printf(",\"expires_at\":");
+		json_string(PQgetvalue(r, lead, 4));
+		printf("}\n");
+	}
+	fflush(stdout);
+}
+
+/*
+ * leader_key: the leader's (candidate, term, value) as one string to
+ * compare with the last state printed ("" for none); NULL if out of memory.
+ */
+static char *
+leader_key(PGresult *r, int lead)
+{
+	size_t		len;
+	char	   *key;
+
+	len = lead < 0 ? 1 : strlen(PQgetvalue(r, lead, 1)) + strlen(PQgetvalue(r, lead, 2)) +
+		strlen(PQgetvalue(r, lead, 3)) + 8;
+	key = malloc(len);
+	if (key == NULL)
+		return NULL;
+	if (lead < 0)
+		key[0] = '\0';
+	else
+		snprintf(key, len, "%s\x1f%s\x1f%c%s", PQgetvalue(r, lead, 1), PQgetvalue(r, lead, 2),
+				 PQgetisnull(r, lead, 3) ? 'n' : 'v', PQgetvalue(r, lead, 3));
+	return key;
+}
+
+/*
  * observe_leader: read dlock.leader(election); if its (candidate, term,
  * value) differs from the last state printed, print it as one JSON line
  * (when print) and remember it.  With terms (a poller, on a server with
@@ -415,24 +491,11 @@ observe_leader(PGconn **connp, const char *election, Observed *ob, bool print,
 	const char *params[2] = {election, seen};
 	PGresult   *r;
 	char	   *key;
-	size_t		len;
 	int			n, lead;
 	bool		passed = false;
 
-	if (terms && ob->terms < 0)
-	{
-		if (db_exec(connp, "SELECT to_regclass('dlock.terms') IS NOT NULL", 0, NULL,
-					now_ms() + ONE_SHOT_MS, false, &r) != DB_OK)
-			return false;
-		if (!db_result_ok(r) || PQntuples(r) != 1)
-		{
-			db_report("dlock.terms", *connp, r);
-			PQclear(r);
-			return false;
-		}
-		ob->terms = strcmp(PQgetvalue(r, 0, 0), "t") == 0;
-		PQclear(r);
-	}
+	if (terms && !has_terms(connp, ob))
+		return false;
 	terms = terms && ob->terms == 1;
 	snprintf(seen, sizeof(seen), "%lld", ob->seen < 0 ? 9223372036854775807LL : ob->seen);
 	if (db_exec(connp,
@@ -486,19 +549,12 @@ observe_leader(PGconn **connp, const char *election, Observed *ob, bool print,
 	if (ob->seen < 0)
 		ob->seen = 0;
 
-	len = lead < 0 ? 1 : strlen(PQgetvalue(r, lead, 1)) + strlen(PQgetvalue(r, lead, 2)) +
-		strlen(PQgetvalue(r, lead, 3)) + 8;
-	key = malloc(len);
+	key = leader_key(r, lead);
 	if (key == NULL)
 	{
 		PQclear(r);
 		return false;
 	}
-	if (lead < 0)
-		key[0] = '\0';
-	else
-		snprintf(key, len, "%s\x1f%s\x1f%c%s", PQgetvalue(r, lead, 1), PQgetvalue(r, lead, 2),
-				 PQgetisnull(r, lead, 3) ? 'n' : 'v', PQgetvalue(r, lead, 3));
 	if (!passed && ob->last != NULL && strcmp(ob->last, key) == 0)
 	{
 		free(key);
@@ -508,30 +564,7 @@ observe_leader(PGconn **connp, const char *election, Observed *ob, bool print,
 	free(ob->last);
 	ob->last = key;
 	if (print)
-	{
-		if (lead < 0)
-		{
-			printf("{\"event\":\"none\",\"election\":");
-			json_string(election);
-			printf("}\n");
-		}
-		else
-		{
-			printf("{\"event\":\"leader\",\"election\":");
-			json_string(election);
-			printf(",\"candidate\":");
-			json_string(PQgetvalue(r, lead, 1));
-			printf(",\"term\":%s,\"value\":", PQgetvalue(r, lead, 2));
-			if (PQgetisnull(r, lead, 3))
-				printf("null");
-			else
-				json_string(PQgetvalue(r, lead, 3));
-			printf(",\"expires_at\":");
-			json_string(PQgetvalue(r, lead, 4));
-			printf("}\n");
-		}
-		fflush(stdout);
-	}
+		print_leader(election, r, lead);
 	PQclear(r);
 	return true;
 }
