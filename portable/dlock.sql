@@ -128,7 +128,7 @@ CREATE TABLE IF NOT EXISTS dlock.portable (
     version      text NOT NULL,
     installed_at timestamptz NOT NULL
 );
-INSERT INTO dlock.portable (version, installed_at) VALUES ('0.3', pg_catalog.clock_timestamp())
+INSERT INTO dlock.portable (version, installed_at) VALUES ('0.4', pg_catalog.clock_timestamp())
     ON CONFLICT (one) DO UPDATE SET version = excluded.version;
 COMMENT ON TABLE dlock.portable IS 'The dlock portable edition''s version in this database';
 
@@ -997,6 +997,143 @@ END
 $$;
 
 -- ---------------------------------------------------------------------------
+-- The fast path (issue 22): try_lock and unlock of the common case in a
+-- few statements, called first by try_lock and unlock; NULL means "not
+-- decided here": the caller goes on with the general path (_attempt,
+-- unlock's own body), which decides every case, this one included.
+--
+-- _fast_lock takes only an existing row that is free (released or
+-- reaped: holder NULL), under default-like arguments (fair false, no
+-- lock-delay given or set, a lease of hours, minutes and seconds only, a
+-- READ COMMITTED read-write transaction that holds no transaction-scoped
+-- lock of the resource), with no lock-delay in force for the row's last
+-- fence, no live ticket and no ticket of the holder's own, and no session
+-- waiting in lock() with a ticket (the "fair waiters" mark).  Anything else
+-- -- a new resource, a re-entry, an expired holding not yet reaped, a busy
+-- row -- goes to the general path.  The promises, as the general path keeps them:
+-- - Never waiting: the row is first read without locking anything; the
+--   resource's advisory lock is then tried (pg_try_advisory_xact_lock,
+--   which another transaction's acquisition or xact lock holds to its
+--   end), and the row locked FOR UPDATE SKIP LOCKED inside the UPDATE:
+--   nothing is waited for.  As in the general path, a failed attempt
+--   leaves nothing behind, except after a race with another transaction
+--   between the read and the UPDATE (the advisory lock then stays to the
+--   end of the attempt's transaction).
+-- - What was checked still holds when the row is written: the UPDATE runs
+--   under the advisory lock (so no acquirer can move), with a snapshot
+--   taken after it, and writes only the row version with the very fence
+--   the first read judged (a lock-delay or a holding that came and went in
+--   between changes the fence; a delay's available_at is written with the
+--   release of its fence's holding, before that read).
+-- - Fences: drawn by _next_fence (the epoch check, the one sequence) in
+--   the UPDATE, after the row is locked.
+-- - Owner: the caller's role (_role) is recorded; durability: _sync.
+-- _fast_unlock releases a holding of count 1 of holder and the caller's
+-- role that has not expired (and has the fence given, if one is), locking
+-- the row FOR UPDATE as unlock does (only when it is that holder's, so
+-- another's pin is not waited for), with the "released" event; anything
+-- else (a re-entered holding, another role's, a superuser's call for
+-- another role's holding, not held) goes to unlock's general path.
+-- ---------------------------------------------------------------------------
+CREATE OR REPLACE FUNCTION dlock._fast_lock(p_resource text, p_holder text, p_lease interval,
+                                            p_fair boolean, p_delay interval)
+    RETURNS bigint LANGUAGE plpgsql VOLATILE
+    SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    v_role oid;
+    v_lease interval;
+    v_now timestamptz;
+    v_seen bigint;
+    v_fence bigint;
+    ok boolean;
+    k integer;
+BEGIN
+    IF p_fair IS NOT FALSE OR p_delay IS NOT NULL
+       OR coalesce(octet_length(p_resource), 0) NOT BETWEEN 1 AND 1000
+       OR coalesce(octet_length(p_holder), 0) NOT BETWEEN 1 AND 255
+       OR coalesce(current_setting('dlock.lock_delay', true), '') NOT IN ('', '0')
+       OR current_setting('transaction_isolation') <> 'read committed'
+       OR current_setting('transaction_read_only') <> 'off'
+       OR coalesce(current_setting('dlock.xact_' || md5(p_resource), true), '') <> '' THEN
+        RETURN NULL;
+    END IF;
+    v_lease := coalesce(p_lease, dlock._setting('dlock.default_lease', interval '30 seconds'));
+    IF NOT (v_lease > interval '0' AND v_lease <= interval '8766000 hours'     -- _expiry's 1000 years
+            AND extract(year FROM v_lease) = 0 AND extract(month FROM v_lease) = 0
+            AND extract(day FROM v_lease) = 0) THEN
+        RETURN NULL;
+    END IF;
+    v_role := dlock._role();
+    v_now := clock_timestamp();
+    -- Free, no lock-delay in force (_delayed of a free row), no ticket
+    -- that _ahead would count or _acquired would remove.
+    SELECT l.fence INTO v_seen FROM dlock.leases l
+     WHERE l.resource = p_resource AND l.holder IS NULL
+       AND NOT EXISTS (SELECT FROM dlock.delays d
+                        WHERE d.resource = l.resource AND d.fence = l.fence AND d.available_at > v_now)
+       AND NOT EXISTS (SELECT FROM dlock.tickets t
+                        WHERE t.resource = p_resource
+                          AND (t.expires_at > v_now OR (t.holder = p_holder AND t.owner = v_role::regrole)));
+    IF NOT FOUND OR v_seen IS NULL THEN
+        RETURN NULL;
+    END IF;
+    -- Nobody waits in lock() with a ticket (see _ahead and _qkey).
+    k := dlock._qkey(p_resource);
+    IF NOT pg_try_advisory_lock(k, 0) THEN
+        RETURN NULL;
+    END IF;
+    ok := pg_advisory_unlock(k, 0);
+    IF NOT pg_try_advisory_xact_lock(dlock._key(p_resource)) THEN
+        RETURN NULL;
+    END IF;
+    v_now := clock_timestamp();
+    UPDATE dlock.leases l
+       SET holder = p_holder, owner = v_role::regrole, count = 1, fence = dlock._next_fence(), lease = v_lease,
+           acquired_at = v_now, renewed_at = v_now, expires_at = v_now + v_lease, released_at = NULL
+     WHERE l.resource = p_resource AND l.holder IS NULL AND l.fence = v_seen
+       AND l.resource = (SELECT x.resource FROM dlock.leases x WHERE x.resource = p_resource
+                            FOR UPDATE SKIP LOCKED)
+    RETURNING l.fence INTO v_fence;
+    IF v_fence IS NULL THEN
+        RETURN NULL;
+    END IF;
+    ok := dlock._sync();
+    RETURN v_fence;
+END
+$$;
+
+CREATE OR REPLACE FUNCTION dlock._fast_unlock(p_resource text, p_holder text, p_fence bigint)
+    RETURNS integer LANGUAGE plpgsql VOLATILE
+    SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    v_role oid;
+    v_fence bigint;
+    ok boolean;
+BEGIN
+    IF coalesce(octet_length(p_resource), 0) NOT BETWEEN 1 AND 1000
+       OR coalesce(octet_length(p_holder), 0) NOT BETWEEN 1 AND 255
+       OR current_setting('transaction_read_only') <> 'off' THEN
+        RETURN NULL;
+    END IF;
+    v_role := dlock._role();
+    UPDATE dlock.leases l SET holder = NULL, count = 0, released_at = clock_timestamp()
+     WHERE l.resource = p_resource AND l.holder = p_holder AND l.owner = v_role::regrole AND l.count = 1
+       AND l.expires_at > clock_timestamp() AND (p_fence IS NULL OR l.fence = p_fence)
+       AND l.resource = (SELECT x.resource FROM dlock.leases x
+                          WHERE x.resource = p_resource AND x.holder = p_holder AND x.owner = v_role::regrole
+                            FOR UPDATE)
+    RETURNING l.fence INTO v_fence;
+    IF v_fence IS NULL THEN
+        RETURN NULL;
+    END IF;
+    ok := dlock._event('released', p_resource, v_fence);
+    RETURN 0;
+END
+$$;
+REVOKE EXECUTE ON FUNCTION dlock._fast_lock(text, text, interval, boolean, interval),
+    dlock._fast_unlock(text, text, bigint) FROM PUBLIC;
+
+-- ---------------------------------------------------------------------------
 -- The public functions ([core]).
 -- ---------------------------------------------------------------------------
 
@@ -1044,7 +1181,11 @@ DECLARE
     f boolean;
     d interval;
     ok boolean;
+    fence bigint := dlock._fast_lock(resource, holder, lease, fair, lock_delay);  -- the fast path
 BEGIN
+    IF fence IS NOT NULL THEN
+        RETURN fence;
+    END IF;
     -- Checks called as expressions, not PERFORMed (no executor run each).
     resource := dlock._text_arg(resource, 'resource', 1000);
     holder := dlock._text_arg(holder, 'holder', 255);
@@ -1224,7 +1365,11 @@ DECLARE
     v_role oid;
     r dlock.leases%ROWTYPE;
     ok boolean;
+    n integer := dlock._fast_unlock(resource, holder, fence);  -- the fast path
 BEGIN
+    IF n IS NOT NULL THEN
+        RETURN n;
+    END IF;
     resource := dlock._text_arg(resource, 'resource', 1000);
     holder := dlock._text_arg(holder, 'holder', 255);
     ok := dlock._writable('dlock.unlock()');
