@@ -519,6 +519,20 @@ BEGIN
 END
 $$;
 
+-- _epoch_mark: the checked-epoch mark _next_fence makes and compares (see
+-- there); no row when the seal does not match the epoch row.  A view, so
+-- that a statement can read it without a function call (_fast_lock does);
+-- closed to PUBLIC.
+CREATE OR REPLACE VIEW dlock._epoch_mark AS
+    SELECT pg_catalog.md5(s.secret OPERATOR(pg_catalog.||) ':' OPERATOR(pg_catalog.||) e.xmin::text
+                          OPERATOR(pg_catalog.||) ':'
+                          OPERATOR(pg_catalog.||) extract(epoch FROM pg_catalog.pg_postmaster_start_time())::text
+                          OPERATOR(pg_catalog.||) ':' OPERATOR(pg_catalog.||) pg_catalog.pg_backend_pid()::text
+                          OPERATOR(pg_catalog.||) ':' OPERATOR(pg_catalog.||) pg_catalog.current_database()) AS mark
+      FROM dlock.fence_epoch e, dlock.fence_epoch_seal s
+     WHERE s.epoch_xmin OPERATOR(pg_catalog.=) e.xmin::text;
+REVOKE ALL ON dlock._epoch_mark FROM PUBLIC;
+
 -- _next_fence: draw a fence; call only after the resource's row is locked
 -- (or, for a new resource, its advisory lock taken).
 --
@@ -557,11 +571,7 @@ BEGIN
     -- The checked-epoch mark (see the comment above): valid only for this
     -- very epoch row, postmaster, backend and database, and only with the
     -- secret, which the caller cannot read.
-    SELECT md5(s.secret || ':' || e.xmin::text || ':' || extract(epoch FROM pg_postmaster_start_time())::text
-               || ':' || pg_backend_pid()::text || ':' || current_database())
-      INTO mark
-      FROM dlock.fence_epoch e, dlock.fence_epoch_seal s
-     WHERE s.epoch_xmin = e.xmin::text;
+    SELECT m.mark INTO mark FROM dlock._epoch_mark m;
     IF mark IS NOT NULL AND current_setting('dlock_portable.epoch_checked', true) = mark THEN
         RETURN nextval('dlock.fences');
     END IF;
@@ -1011,22 +1021,24 @@ $$;
 -- waiting in lock() with a ticket (the "fair waiters" mark).  Anything else
 -- -- a new resource, a re-entry, an expired holding not yet reaped, a busy
 -- row -- goes to the general path.  The promises, as the general path keeps them:
--- - Never waiting: the row is first read without locking anything; the
---   resource's advisory lock is then tried (pg_try_advisory_xact_lock,
---   which another transaction's acquisition or xact lock holds to its
---   end), and the row locked FOR UPDATE SKIP LOCKED inside the UPDATE:
---   nothing is waited for.  As in the general path, a failed attempt
---   leaves nothing behind, except after a race with another transaction
---   between the read and the UPDATE (the advisory lock then stays to the
---   end of the attempt's transaction).
--- - What was checked still holds when the row is written: the UPDATE runs
---   under the advisory lock (so no acquirer can move), with a snapshot
---   taken after it, and writes only the row version with the very fence
---   the first read judged (a lock-delay or a holding that came and went in
---   between changes the fence; a delay's available_at is written with the
---   release of its fence's holding, before that read).
--- - Fences: drawn by _next_fence (the epoch check, the one sequence) in
---   the UPDATE, after the row is locked.
+-- - One UPDATE decides (see there): the row is judged on the version its
+--   snapshot sees; then locked FOR UPDATE SKIP LOCKED, and taken only if
+--   the version locked is the one judged (the same xmin), so what was
+--   checked still holds (a lock-delay is written with the release of its
+--   fence's holding, a row version the check saw or not at all); only then
+--   is the resource's advisory lock tried, with
+--   pg_try_advisory_xact_lock, as every acquirer does.
+-- - Never waiting: nothing in it waits (SKIP LOCKED, try locks): another
+--   transaction's uncommitted acquisition, renewal, release or pin of
+--   the row makes it busy, and the general path answers (NULL).  As in
+--   the general path, a failed attempt leaves nothing behind except after
+--   a race (the row changed between the snapshot and the lock, or another
+--   acquirer holds the advisory lock): then the row lock and the advisory
+--   lock may stay to the end of the attempt's transaction.
+-- - Fences: drawn in the UPDATE's SET list, after the row is locked, from
+--   the one sequence, after the epoch check: the session's checked-epoch
+--   mark (the view _epoch_mark, as _next_fence compares it), else
+--   _next_fence itself.
 -- - Owner: the caller's role (_role) is recorded; durability: _sync.
 -- _fast_unlock releases a holding of count 1 of holder and the caller's
 -- role that has not expired (and has the fence given, if one is), locking
@@ -1043,10 +1055,9 @@ DECLARE
     v_role oid;
     v_lease interval;
     v_now timestamptz;
-    v_seen bigint;
     v_fence bigint;
-    ok boolean;
     k integer;
+    ok boolean;
 BEGIN
     IF p_fair IS NOT FALSE OR p_delay IS NOT NULL
        OR coalesce(octet_length(p_resource), 0) NOT BETWEEN 1 AND 1000
@@ -1064,35 +1075,40 @@ BEGIN
         RETURN NULL;
     END IF;
     v_role := dlock._role();
-    v_now := clock_timestamp();
-    -- Free, no lock-delay in force (_delayed of a free row), no ticket
-    -- that _ahead would count or _acquired would remove.
-    SELECT l.fence INTO v_seen FROM dlock.leases l
-     WHERE l.resource = p_resource AND l.holder IS NULL
-       AND NOT EXISTS (SELECT FROM dlock.delays d
-                        WHERE d.resource = l.resource AND d.fence = l.fence AND d.available_at > v_now)
-       AND NOT EXISTS (SELECT FROM dlock.tickets t
-                        WHERE t.resource = p_resource
-                          AND (t.expires_at > v_now OR (t.holder = p_holder AND t.owner = v_role::regrole)));
-    IF NOT FOUND OR v_seen IS NULL THEN
-        RETURN NULL;
-    END IF;
-    -- Nobody waits in lock() with a ticket (see _ahead and _qkey).
     k := dlock._qkey(p_resource);
-    IF NOT pg_try_advisory_lock(k, 0) THEN
-        RETURN NULL;
-    END IF;
-    ok := pg_advisory_unlock(k, 0);
-    IF NOT pg_try_advisory_xact_lock(dlock._key(p_resource)) THEN
-        RETURN NULL;
-    END IF;
+    -- One statement.  The row is judged on the version the statement's
+    -- snapshot sees: free, no lock-delay in force (_delayed of a free row),
+    -- no ticket that _ahead would count or _acquired would remove, nobody
+    -- waiting in lock() with a ticket (the "fair waiters" mark of _ahead).
+    -- Only then is it locked, FOR UPDATE SKIP LOCKED, and only if the
+    -- version locked is the one judged (the same xmin: nothing changed it
+    -- since the snapshot) is the resource's advisory lock tried.  CASE
+    -- keeps that order.  The fence is drawn in the SET list, after the
+    -- row is locked: nextval when this session's checked-epoch mark
+    -- matches (as in _next_fence), else _next_fence itself.
     v_now := clock_timestamp();
     UPDATE dlock.leases l
-       SET holder = p_holder, owner = v_role::regrole, count = 1, fence = dlock._next_fence(), lease = v_lease,
+       SET holder = p_holder, owner = v_role::regrole, count = 1, lease = v_lease,
+           fence = CASE WHEN (SELECT m.mark FROM dlock._epoch_mark m)
+                             = current_setting('dlock_portable.epoch_checked', true)
+                        THEN nextval('dlock.fences') ELSE dlock._next_fence() END,
            acquired_at = v_now, renewed_at = v_now, expires_at = v_now + v_lease, released_at = NULL
-     WHERE l.resource = p_resource AND l.holder IS NULL AND l.fence = v_seen
-       AND l.resource = (SELECT x.resource FROM dlock.leases x WHERE x.resource = p_resource
-                            FOR UPDATE SKIP LOCKED)
+     WHERE l.resource = p_resource
+       AND CASE WHEN l.holder IS NULL AND l.fence IS NOT NULL
+                     AND NOT EXISTS (SELECT FROM dlock.delays d
+                                      WHERE d.resource = l.resource AND d.fence = l.fence
+                                        AND d.available_at > v_now)
+                     AND NOT EXISTS (SELECT FROM dlock.tickets t
+                                      WHERE t.resource = p_resource
+                                        AND (t.expires_at > v_now
+                                             OR (t.holder = p_holder AND t.owner = v_role::regrole)))
+                THEN CASE WHEN NOT pg_try_advisory_lock(k, 0) THEN false
+                          WHEN NOT pg_advisory_unlock(k, 0) THEN false
+                          WHEN l.xmin IS DISTINCT FROM (SELECT x.xmin FROM dlock.leases x
+                                                         WHERE x.resource = p_resource
+                                                           FOR UPDATE SKIP LOCKED) THEN false
+                          ELSE pg_try_advisory_xact_lock(dlock._key(p_resource)) END
+                ELSE false END
     RETURNING l.fence INTO v_fence;
     IF v_fence IS NULL THEN
         RETURN NULL;
