@@ -45,6 +45,12 @@
  *   and every change of hands locks FOR UPDATE, which it does.  An xact
  *   lock locks an existing row FOR SHARE SKIP LOCKED, so a renewal in
  *   flight of a lease that has run out meanwhile makes it busy too.
+ * - The fast path.  try_lock of an existing free row under default-like
+ *   arguments, and unlock of a holding of count 1, run one statement each
+ *   (_fast_lock, _fast_unlock, called first; NULL sends the call on to the
+ *   general path): the same rules (the advisory lock tried, the row locked
+ *   SKIP LOCKED, lock-delay, tickets and the fair-waiters mark looked at,
+ *   the fence drawn after the epoch check), see "The fast path" below.
  * - Fences: dlock.fences, (epoch << 22) + n, the epoch the clock in
  *   milliseconds since 2020-01-01 UTC when it started (as the C edition).
  *   Before each fence the draw compares (system identifier, database OID,
@@ -541,7 +547,7 @@ REVOKE ALL ON dlock._epoch_mark FROM PUBLIC;
 -- dlock.fence_epoch row and its seal) is made once per backend and epoch
 -- row; it then leaves a mark in the session setting
 -- dlock_portable.epoch_checked: md5(secret, the row's xmin, postmaster
--- start, backend pid, database name), the secret a random key in
+-- start, backend pid, database name; the view _epoch_mark), the secret a random key in
 -- dlock.fence_epoch_seal that only the installing role can read.  Each
 -- later draw reads the row (as before) and, when the mark matches, skips
 -- the rest.  Why that is safe: of what _history reads, the system
