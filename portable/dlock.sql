@@ -45,6 +45,12 @@
  *   and every change of hands locks FOR UPDATE, which it does.  An xact
  *   lock locks an existing row FOR SHARE SKIP LOCKED, so a renewal in
  *   flight of a lease that has run out meanwhile makes it busy too.
+ * - The fast path.  try_lock of an existing free row under default-like
+ *   arguments, and unlock of a holding of count 1, run one statement each
+ *   (_fast_lock, _fast_unlock, called first; NULL sends the call on to the
+ *   general path): the same rules (the advisory lock tried, the row locked
+ *   SKIP LOCKED, lock-delay, tickets and the fair-waiters mark looked at,
+ *   the fence drawn after the epoch check), see "The fast path" below.
  * - Fences: dlock.fences, (epoch << 22) + n, the epoch the clock in
  *   milliseconds since 2020-01-01 UTC when it started (as the C edition).
  *   Before each fence the draw compares (system identifier, database OID,
@@ -128,7 +134,7 @@ CREATE TABLE IF NOT EXISTS dlock.portable (
     version      text NOT NULL,
     installed_at timestamptz NOT NULL
 );
-INSERT INTO dlock.portable (version, installed_at) VALUES ('0.3', pg_catalog.clock_timestamp())
+INSERT INTO dlock.portable (version, installed_at) VALUES ('0.4', pg_catalog.clock_timestamp())
     ON CONFLICT (one) DO UPDATE SET version = excluded.version;
 COMMENT ON TABLE dlock.portable IS 'The dlock portable edition''s version in this database';
 
@@ -519,6 +525,20 @@ BEGIN
 END
 $$;
 
+-- _epoch_mark: the checked-epoch mark _next_fence makes and compares (see
+-- there); no row when the seal does not match the epoch row.  A view, so
+-- that a statement can read it without a function call (_fast_lock does);
+-- closed to PUBLIC.
+CREATE OR REPLACE VIEW dlock._epoch_mark AS
+    SELECT pg_catalog.md5(s.secret OPERATOR(pg_catalog.||) ':' OPERATOR(pg_catalog.||) e.xmin::text
+                          OPERATOR(pg_catalog.||) ':'
+                          OPERATOR(pg_catalog.||) extract(epoch FROM pg_catalog.pg_postmaster_start_time())::text
+                          OPERATOR(pg_catalog.||) ':' OPERATOR(pg_catalog.||) pg_catalog.pg_backend_pid()::text
+                          OPERATOR(pg_catalog.||) ':' OPERATOR(pg_catalog.||) pg_catalog.current_database()) AS mark
+      FROM dlock.fence_epoch e, dlock.fence_epoch_seal s
+     WHERE s.epoch_xmin OPERATOR(pg_catalog.=) e.xmin::text;
+REVOKE ALL ON dlock._epoch_mark FROM PUBLIC;
+
 -- _next_fence: draw a fence; call only after the resource's row is locked
 -- (or, for a new resource, its advisory lock taken).
 --
@@ -527,7 +547,7 @@ $$;
 -- dlock.fence_epoch row and its seal) is made once per backend and epoch
 -- row; it then leaves a mark in the session setting
 -- dlock_portable.epoch_checked: md5(secret, the row's xmin, postmaster
--- start, backend pid, database name), the secret a random key in
+-- start, backend pid, database name; the view _epoch_mark), the secret a random key in
 -- dlock.fence_epoch_seal that only the installing role can read.  Each
 -- later draw reads the row (as before) and, when the mark matches, skips
 -- the rest.  Why that is safe: of what _history reads, the system
@@ -557,11 +577,7 @@ BEGIN
     -- The checked-epoch mark (see the comment above): valid only for this
     -- very epoch row, postmaster, backend and database, and only with the
     -- secret, which the caller cannot read.
-    SELECT md5(s.secret || ':' || e.xmin::text || ':' || extract(epoch FROM pg_postmaster_start_time())::text
-               || ':' || pg_backend_pid()::text || ':' || current_database())
-      INTO mark
-      FROM dlock.fence_epoch e, dlock.fence_epoch_seal s
-     WHERE s.epoch_xmin = e.xmin::text;
+    SELECT m.mark INTO mark FROM dlock._epoch_mark m;
     IF mark IS NOT NULL AND current_setting('dlock_portable.epoch_checked', true) = mark THEN
         RETURN nextval('dlock.fences');
     END IF;
@@ -997,6 +1013,149 @@ END
 $$;
 
 -- ---------------------------------------------------------------------------
+-- The fast path (issue 22): try_lock and unlock of the common case in a
+-- few statements, called first by try_lock and unlock; NULL means "not
+-- decided here": the caller goes on with the general path (_attempt,
+-- unlock's own body), which decides every case, this one included.
+--
+-- _fast_lock takes only an existing row that is free (released or
+-- reaped: holder NULL), under default-like arguments (fair false, no
+-- lock-delay given or set, a lease of hours, minutes and seconds only, a
+-- READ COMMITTED read-write transaction that holds no transaction-scoped
+-- lock of the resource), with no lock-delay in force for the row's last
+-- fence, no live ticket and no ticket of the holder's own, and no session
+-- waiting in lock() with a ticket (the "fair waiters" mark).  Anything else
+-- -- a new resource, a re-entry, an expired holding not yet reaped, a busy
+-- row -- goes to the general path.  The promises, as the general path keeps them:
+-- - One UPDATE decides (see there): the row is judged on the version its
+--   snapshot sees; then locked FOR UPDATE SKIP LOCKED, and taken only if
+--   the version locked is the one judged (the same xmin), so what was
+--   checked still holds (a lock-delay is written with the release of its
+--   fence's holding, a row version the check saw or not at all); only then
+--   is the resource's advisory lock tried, with
+--   pg_try_advisory_xact_lock, as every acquirer does.
+-- - Never waiting: nothing in it waits (SKIP LOCKED, try locks): another
+--   transaction's uncommitted acquisition, renewal, release or pin of
+--   the row makes it busy, and the general path answers (NULL).  As in
+--   the general path, a failed attempt leaves nothing behind except after
+--   a race (the row changed between the snapshot and the lock, or another
+--   acquirer holds the advisory lock): then the row lock and the advisory
+--   lock may stay to the end of the attempt's transaction.
+-- - Fences: drawn in the UPDATE's SET list, after the row is locked, from
+--   the one sequence, after the epoch check: the session's checked-epoch
+--   mark (the view _epoch_mark, as _next_fence compares it), else
+--   _next_fence itself.
+-- - Owner: the caller's role (_role) is recorded; durability: _sync.
+-- _fast_unlock releases a holding of count 1 of holder and the caller's
+-- role that has not expired (and has the fence given, if one is), locking
+-- the row FOR UPDATE as unlock does (only when it is that holder's, so
+-- another's pin is not waited for), with the "released" event; anything
+-- else (a re-entered holding, another role's, a superuser's call for
+-- another role's holding, not held) goes to unlock's general path.
+-- ---------------------------------------------------------------------------
+CREATE OR REPLACE FUNCTION dlock._fast_lock(p_resource text, p_holder text, p_lease interval,
+                                            p_fair boolean, p_delay interval)
+    RETURNS bigint LANGUAGE plpgsql VOLATILE
+    SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    v_role oid;
+    v_lease interval;
+    v_now timestamptz;
+    v_fence bigint;
+    k integer;
+    ok boolean;
+BEGIN
+    IF p_fair IS NOT FALSE OR p_delay IS NOT NULL
+       OR coalesce(octet_length(p_resource), 0) NOT BETWEEN 1 AND 1000
+       OR coalesce(octet_length(p_holder), 0) NOT BETWEEN 1 AND 255
+       OR coalesce(current_setting('dlock.lock_delay', true), '') NOT IN ('', '0')
+       OR current_setting('transaction_isolation') <> 'read committed'
+       OR current_setting('transaction_read_only') <> 'off'
+       OR coalesce(current_setting('dlock.xact_' || md5(p_resource), true), '') <> '' THEN
+        RETURN NULL;
+    END IF;
+    v_lease := coalesce(p_lease, dlock._setting('dlock.default_lease', interval '30 seconds'));
+    IF NOT (v_lease > interval '0' AND v_lease <= interval '8766000 hours'     -- _expiry's 1000 years
+            AND extract(year FROM v_lease) = 0 AND extract(month FROM v_lease) = 0
+            AND extract(day FROM v_lease) = 0) THEN
+        RETURN NULL;
+    END IF;
+    v_role := dlock._role();
+    k := dlock._qkey(p_resource);
+    -- One statement.  The row is judged on the version the statement's
+    -- snapshot sees: free, no lock-delay in force (_delayed of a free row),
+    -- no ticket that _ahead would count or _acquired would remove, nobody
+    -- waiting in lock() with a ticket (the "fair waiters" mark of _ahead).
+    -- Only then is it locked, FOR UPDATE SKIP LOCKED, and only if the
+    -- version locked is the one judged (the same xmin: nothing changed it
+    -- since the snapshot) is the resource's advisory lock tried.  CASE
+    -- keeps that order.  The fence is drawn in the SET list, after the
+    -- row is locked: nextval when this session's checked-epoch mark
+    -- matches (as in _next_fence), else _next_fence itself.
+    v_now := clock_timestamp();
+    UPDATE dlock.leases l
+       SET holder = p_holder, owner = v_role::regrole, count = 1, lease = v_lease,
+           fence = CASE WHEN (SELECT m.mark FROM dlock._epoch_mark m)
+                             = current_setting('dlock_portable.epoch_checked', true)
+                        THEN nextval('dlock.fences') ELSE dlock._next_fence() END,
+           acquired_at = v_now, renewed_at = v_now, expires_at = v_now + v_lease, released_at = NULL
+     WHERE l.resource = p_resource
+       AND CASE WHEN l.holder IS NULL AND l.fence IS NOT NULL
+                     AND NOT EXISTS (SELECT FROM dlock.delays d
+                                      WHERE d.resource = l.resource AND d.fence = l.fence
+                                        AND d.available_at > v_now)
+                     AND NOT EXISTS (SELECT FROM dlock.tickets t
+                                      WHERE t.resource = p_resource
+                                        AND (t.expires_at > v_now
+                                             OR (t.holder = p_holder AND t.owner = v_role::regrole)))
+                THEN CASE WHEN NOT pg_try_advisory_lock(k, 0) THEN false
+                          WHEN NOT pg_advisory_unlock(k, 0) THEN false
+                          WHEN l.xmin IS DISTINCT FROM (SELECT x.xmin FROM dlock.leases x
+                                                         WHERE x.resource = p_resource
+                                                           FOR UPDATE SKIP LOCKED) THEN false
+                          ELSE pg_try_advisory_xact_lock(dlock._key(p_resource)) END
+                ELSE false END
+    RETURNING l.fence INTO v_fence;
+    IF v_fence IS NULL THEN
+        RETURN NULL;
+    END IF;
+    ok := dlock._sync();
+    RETURN v_fence;
+END
+$$;
+
+CREATE OR REPLACE FUNCTION dlock._fast_unlock(p_resource text, p_holder text, p_fence bigint)
+    RETURNS integer LANGUAGE plpgsql VOLATILE
+    SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    v_role oid;
+    v_fence bigint;
+    ok boolean;
+BEGIN
+    IF coalesce(octet_length(p_resource), 0) NOT BETWEEN 1 AND 1000
+       OR coalesce(octet_length(p_holder), 0) NOT BETWEEN 1 AND 255
+       OR current_setting('transaction_read_only') <> 'off' THEN
+        RETURN NULL;
+    END IF;
+    v_role := dlock._role();
+    UPDATE dlock.leases l SET holder = NULL, count = 0, released_at = clock_timestamp()
+     WHERE l.resource = p_resource AND l.holder = p_holder AND l.owner = v_role::regrole AND l.count = 1
+       AND l.expires_at > clock_timestamp() AND (p_fence IS NULL OR l.fence = p_fence)
+       AND l.resource = (SELECT x.resource FROM dlock.leases x
+                          WHERE x.resource = p_resource AND x.holder = p_holder AND x.owner = v_role::regrole
+                            FOR UPDATE)
+    RETURNING l.fence INTO v_fence;
+    IF v_fence IS NULL THEN
+        RETURN NULL;
+    END IF;
+    ok := dlock._event('released', p_resource, v_fence);
+    RETURN 0;
+END
+$$;
+REVOKE EXECUTE ON FUNCTION dlock._fast_lock(text, text, interval, boolean, interval),
+    dlock._fast_unlock(text, text, bigint) FROM PUBLIC;
+
+-- ---------------------------------------------------------------------------
 -- The public functions ([core]).
 -- ---------------------------------------------------------------------------
 
@@ -1044,7 +1203,11 @@ DECLARE
     f boolean;
     d interval;
     ok boolean;
+    fence bigint := dlock._fast_lock(resource, holder, lease, fair, lock_delay);  -- the fast path
 BEGIN
+    IF fence IS NOT NULL THEN
+        RETURN fence;
+    END IF;
     -- Checks called as expressions, not PERFORMed (no executor run each).
     resource := dlock._text_arg(resource, 'resource', 1000);
     holder := dlock._text_arg(holder, 'holder', 255);
@@ -1224,7 +1387,11 @@ DECLARE
     v_role oid;
     r dlock.leases%ROWTYPE;
     ok boolean;
+    n integer := dlock._fast_unlock(resource, holder, fence);  -- the fast path
 BEGIN
+    IF n IS NOT NULL THEN
+        RETURN n;
+    END IF;
     resource := dlock._text_arg(resource, 'resource', 1000);
     holder := dlock._text_arg(holder, 'holder', 255);
     ok := dlock._writable('dlock.unlock()');

@@ -1,0 +1,316 @@
+#!/usr/bin/perl
+# 080_fast.t: the portable edition's fast path (_fast_lock, _fast_unlock:
+# try_lock of a free row and unlock of a count-1 holding in one statement
+# each) keeps every promise the general path keeps, on every server
+# 010_core.t uses.  Each case is one the fast path could get wrong if it
+# skipped a check: another session's uncommitted acquisition, release or
+# transaction-scoped lock (try_lock must answer NULL at once, never wait:
+# a statement_timeout turns a wait into an error), a fair waiter in lock()
+# or a client ticket (a newcomer must not jump the queue), a lock-delay in
+# force (given, or from the dlock.lock_delay setting), the fence epoch (a
+# missing epoch row must start a new epoch, as the general path does),
+# owner by role, synchronous_commit, the released event, an assert_fence
+# pin (unlock waits for it), and a failed attempt that leaves no lock.
+#
+# DLOCK_PORTABLE_MAJORS as for 010_core.t.
+use strict;
+use warnings;
+use DBI;
+use DBD::Pg qw(:async);
+use Time::HiRes qw(time sleep);
+use Test::More;
+
+use FindBin;
+use lib "$FindBin::RealBin/..";
+use PortableTest;
+
+my @servers = PortableTest::servers();
+plan skip_all => "no PostgreSQL server found (run test/portable/servers.sh)" unless @servers;
+
+for my $s (@servers) {
+    run_server(@$s);
+}
+done_testing();
+
+sub run_server {
+    my ($lbl, $bindir) = @_;
+    my ($dir, $admin) = start_server($lbl, $bindir, 'fast');
+    my $al = conn('alice');
+    my $bo = conn('bob');
+    my $db = conn('dbo');
+    my $su = conn('admin');
+    $_->do("SET statement_timeout = '20s'") for ($al, $bo);
+
+    basics($al, $bo);
+    never_waits($al, $bo, $su);
+    queues($al, $bo);
+    delays($al, $bo, $su);
+    epoch($al, $db);
+    promises($al, $bo, $su);
+    nothing_left($al, $bo);
+
+    $_->disconnect for ($al, $bo, $db, $su, $admin);
+    stop_server($bindir, $dir);
+}
+
+# free_row: make resource's row exist and be free (the fast path's case:
+# a new resource goes to the general path); the fence it was taken with.
+sub free_row {
+    my ($dbh, $r) = @_;
+    my $f = q1($dbh, "SELECT dlock.try_lock(?, 'setup', '30s')", $r);
+    die "$label: setup of $r failed" unless $f;
+    die "$label: setup unlock of $r failed" unless defined q1($dbh, "SELECT dlock.unlock(?, 'setup')", $r);
+    return $f;
+}
+
+sub basics {
+    my ($al, $bo) = @_;
+    my $f0 = free_row($al, 'fa/basic');
+    my $f1 = q1($al, "SELECT dlock.try_lock('fa/basic', 'h1', '30s')");
+    ok($f1 && $f1 > $f0, "$label: try_lock of a free row: a fence above the last one");
+    is(q1($al, "SELECT count || ' ' || holder || ' ' || owner FROM dlock.locks WHERE resource = 'fa/basic'"),
+       '1 h1 alice', "$label: the holding is recorded with holder, count 1 and the caller's role");
+    is(q1($al, "SELECT dlock.try_lock('fa/basic', 'h1', '30s')"), $f1, "$label: re-entry keeps the fence");
+    is(q1($al, "SELECT dlock.try_lock('fa/basic', 'h2', '30s')"), undef, "$label: another holder gets NULL");
+    is(q1($al, "SELECT dlock.unlock('fa/basic', 'h1')"), 1, "$label: unlock of a re-entered holding: 1 left");
+    is(q1($al, "SELECT dlock.unlock('fa/basic', 'h1', ?)", $f1 + 1), undef, "$label: unlock under another fence: NULL");
+    is(q1($al, "SELECT dlock.unlock('fa/basic', 'h1', ?)", $f1), 0, "$label: unlock under its fence: released");
+    is(q1($al, "SELECT dlock.unlock('fa/basic', 'h1')"), undef, "$label: unlock of a free row: NULL");
+    my $f2 = q1($al, "SELECT dlock.try_lock('fa/basic', 'h2')");
+    ok($f2 && $f2 > $f1, "$label: the default lease: acquired, a greater fence");
+    is(q1($al, "SELECT (expires_at - acquired_at)::text FROM dlock.locks WHERE resource = 'fa/basic'"), '00:00:30',
+       "$label: ... with dlock.default_lease's 30 s");
+    $al->do("SET dlock.default_lease = '2min'");
+    q1($al, "SELECT dlock.unlock('fa/basic', 'h2')");
+    q1($al, "SELECT dlock.try_lock('fa/basic', 'h2')");
+    is(q1($al, "SELECT (expires_at - acquired_at)::text FROM dlock.locks WHERE resource = 'fa/basic'"), '00:02:00',
+       "$label: ... and with the setting when it is set");
+    $al->do("RESET dlock.default_lease");
+    q1($al, "SELECT dlock.unlock('fa/basic', 'h2')");
+    # Bad input is refused as by the general path, also on a free row.
+    like(err($al, "SELECT dlock.try_lock('fa/basic', 'h1', '-1s')"), qr/^22023: lease must be positive/,
+         "$label: a negative lease: 22023");
+    ok(q1($al, "SELECT dlock.try_lock('fa/basic', 'h1', '1 month')"), "$label: a lease of a month (the general path's case)");
+    is(q1($al, "SELECT (expires_at - acquired_at) >= interval '28 days' FROM dlock.locks WHERE resource = 'fa/basic'"), 1,
+       "$label: ... runs a month");
+    q1($al, "SELECT dlock.unlock('fa/basic', 'h1')");
+    like(err($al, "SELECT dlock.try_lock('fa/basic', '')"), qr/^22023: holder must not be empty/, "$label: an empty holder: 22023");
+    like(err($al, "SELECT dlock.try_lock('fa/basic', 'h1', fair => NULL)"), qr/^22023: fair must not be null/,
+         "$label: fair NULL: 22023");
+    is(q1($al, "SELECT count(*) FROM dlock.locks WHERE resource = 'fa/basic'"), 0, "$label: ... nothing changed");
+}
+
+# Another session's uncommitted acquisition (by the fast path), release,
+# or transaction-scoped lock of a free row: try_lock answers NULL at once.
+# statement_timeout = 5s: a try_lock that waited would raise 57014.
+sub never_waits {
+    my ($al, $bo, $su) = @_;
+    free_row($al, 'fa/wait');
+    $bo->do("SET statement_timeout = '5s'");
+    $al->begin_work;
+    ok(q1($al, "SELECT dlock.try_lock('fa/wait', 'a', '30s')"), "$label: an acquisition in an open transaction");
+    is(err($bo, "SELECT dlock.try_lock('fa/wait', 'b', '30s')"), 'no error',
+       "$label: another session's try_lock during it does not wait");
+    is(q1($bo, "SELECT dlock.try_lock('fa/wait', 'b', '30s')"), undef, "$label: ... and returns NULL");
+    is(q1($bo, "SELECT dlock.try_lock('fa/wait', 'a', '30s')"), undef,
+       "$label: ... also for the same holder text from another session");
+    is(q1($bo, "SELECT dlock.try_xact_lock('fa/wait')"), undef, "$label: ... and try_xact_lock");
+    $al->commit;
+    is(q1($bo, "SELECT holder FROM dlock.locks WHERE resource = 'fa/wait'"), 'a', "$label: the acquisition committed");
+
+    # An uncommitted release: the row is free in the snapshot, locked.
+    $al->begin_work;
+    is(q1($al, "SELECT dlock.unlock('fa/wait', 'a')"), 0, "$label: a release in an open transaction");
+    is(err($bo, "SELECT dlock.try_lock('fa/wait', 'b', '30s')"), 'no error',
+       "$label: try_lock during an uncommitted release does not wait");
+    is(q1($bo, "SELECT dlock.try_lock('fa/wait', 'b', '30s')"), undef, "$label: ... and returns NULL");
+    $al->commit;
+
+    # Another transaction's xact lock of the free row.
+    $al->begin_work;
+    ok(q1($al, "SELECT dlock.try_xact_lock('fa/wait')"), "$label: a transaction-scoped lock of the free row");
+    is(err($bo, "SELECT dlock.try_lock('fa/wait', 'b', '30s')"), 'no error',
+       "$label: try_lock during another's xact lock does not wait");
+    is(q1($bo, "SELECT dlock.try_lock('fa/wait', 'b', '30s')"), undef, "$label: ... and returns NULL");
+    is(q1($al, "SELECT dlock.try_lock('fa/wait', 'a', '30s')"), undef,
+       "$label: the xact lock's own transaction cannot take a lease of it either");
+    $al->commit;
+
+    # A transaction that holds the free row's lock without the advisory
+    # lock (break_lock of a free row locks it FOR UPDATE, and answers false).
+    $su->begin_work;
+    is(q1($su, "SELECT dlock.break_lock('fa/wait')"), 0, "$label: break_lock of the free row in an open transaction");
+    is(err($bo, "SELECT dlock.try_lock('fa/wait', 'b', '30s')"), 'no error',
+       "$label: try_lock meanwhile does not wait for the row");
+    is(q1($bo, "SELECT dlock.try_lock('fa/wait', 'b', '30s')"), undef, "$label: ... and returns NULL");
+    $su->commit;
+    ok(q1($bo, "SELECT dlock.try_lock('fa/wait', 'b', '30s')"), "$label: free again once it ended");
+    is(q1($bo, "SELECT dlock.unlock('fa/wait', 'b')"), 0, "$label: ... released");
+    $bo->do("SET statement_timeout = '20s'");
+}
+
+# A fair waiter in lock() or a live client ticket keeps a newcomer out of a
+# free row.
+sub queues {
+    my ($al, $bo) = @_;
+    # Client ticket.
+    free_row($al, 'fa/q');
+    ok(q1($al, "SELECT dlock.try_lock('fa/q', 'a', '30s')"), "$label: a holds fa/q");
+    is(q1($bo, "SELECT dlock.try_lock('fa/q', 't', '30s', fair => true)"), undef, "$label: t queues (client ticket)");
+    is(q1($al, "SELECT dlock.unlock('fa/q', 'a')"), 0, "$label: a releases");
+    is(q1($bo, "SELECT dlock.try_lock('fa/q', 'n', '30s')"), undef,
+       "$label: a newcomer's try_lock of the free row: NULL, t's ticket is ahead");
+    ok(q1($bo, "SELECT dlock.try_lock('fa/q', 't', '30s', fair => true)"), "$label: t, the head, takes it");
+    is(q1($bo, "SELECT count(*) FROM dlock.queue WHERE resource = 'fa/q'"), 0, "$label: t's ticket left the queue");
+    is(q1($bo, "SELECT dlock.unlock('fa/q', 't')"), 0, "$label: t releases");
+
+    # The holder's own lapsed ticket goes with its acquisition (as _acquired does).
+    $al->do("SET dlock.queue_ttl = '1ms'");
+    ok(q1($al, "SELECT dlock.try_lock('fa/q', 'a', '30s')"), "$label: a holds fa/q again");
+    is(q1($bo, "SELECT dlock.try_lock('fa/q', 'u', '30s', fair => true)"), undef, "$label: u queues");
+    $bo->do("SET dlock.queue_ttl = '1ms'");
+    is(q1($bo, "SELECT dlock.try_lock('fa/q', 'u', '30s', fair => true)"), undef, "$label: u's ticket now lapses in 1 ms");
+    $bo->do("RESET dlock.queue_ttl");
+    $al->do("RESET dlock.queue_ttl");
+    q1($al, "SELECT dlock.unlock('fa/q', 'a')");
+    sleep 0.01;
+    ok(q1($bo, "SELECT dlock.try_lock('fa/q', 'u', '30s')"), "$label: u takes the free row");
+    is(q1($bo, "SELECT count(*) FROM dlock.queue WHERE resource = 'fa/q'"), 0, "$label: ... and its ticket is gone");
+    is(q1($bo, "SELECT dlock.unlock('fa/q', 'u')"), 0, "$label: u releases");
+
+    # A session waiting in lock(..., fair => true), polling slowly.
+    ok(q1($al, "SELECT dlock.try_lock('fa/q', 'a', '30s')"), "$label: a holds fa/q");
+    my $w = async('bob', "SELECT dlock.lock('fa/q', 'w', '30s', '60s', fair => true)");
+    my $seen = 0;
+    for (1 .. 2000) {
+        $seen = q1($al, "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND objsubid = 2 AND objid = 0 AND granted");
+        last if $seen;
+        sleep 0.01;
+    }
+    ok($seen, "$label: w waits in lock() with a ticket (its fair-waiters mark is held)");
+    # One lock() poll can come between the release and the newcomer: then
+    # w holds it and the newcomer gets NULL all the same.
+    is(q1($al, "SELECT dlock.unlock('fa/q', 'a')"), 0, "$label: a releases");
+    is(q1($al, "SELECT dlock.try_lock('fa/q', 'n', '30s')"), undef,
+       "$label: a newcomer's try_lock of the free row with a waiter in lock(): NULL");
+    ok(result($w), "$label: w gets it");
+    is(q1($al, "SELECT holder FROM dlock.locks WHERE resource = 'fa/q'"), 'w', "$label: ... and holds it");
+    $w->[0]->disconnect;
+}
+
+# A lock-delay in force keeps the free row unavailable; the dlock.lock_delay
+# setting gives a fast-path acquisition its delay.
+sub delays {
+    my ($al, $bo, $su) = @_;
+    free_row($al, 'fa/d');
+    ok(q1($al, "SELECT dlock.try_lock('fa/d', 'a', '30s', lock_delay => '1h')"), "$label: a takes fa/d with a lock-delay");
+    ok(q1($su, "SELECT dlock.break_lock('fa/d')"), "$label: broken");
+    is(q1($bo, "SELECT dlock.try_lock('fa/d', 'b', '30s')"), undef,
+       "$label: try_lock of the free row under its lock-delay: NULL");
+
+    free_row($al, 'fa/d2');
+    $al->do("SET dlock.lock_delay = '1h'");
+    ok(q1($al, "SELECT dlock.try_lock('fa/d2', 'a', '30s')"), "$label: a takes fa/d2 with dlock.lock_delay set");
+    $al->do("RESET dlock.lock_delay");
+    ok(q1($su, "SELECT dlock.break_lock('fa/d2')"), "$label: broken");
+    is(q1($bo, "SELECT dlock.try_lock('fa/d2', 'b', '30s')"), undef,
+       "$label: ... its setting's lock-delay is in force: NULL");
+
+    free_row($al, 'fa/d3');
+    ok(q1($al, "SELECT dlock.try_lock('fa/d3', 'a', '30s', lock_delay => '1h')"), "$label: a takes fa/d3 with a lock-delay");
+    is(q1($al, "SELECT dlock.unlock('fa/d3', 'a')"), 0, "$label: a releases it cleanly");
+    ok(q1($bo, "SELECT dlock.try_lock('fa/d3', 'b', '30s')"), "$label: a clean release leaves no delay: b takes it");
+    q1($bo, "SELECT dlock.unlock('fa/d3', 'b')");
+}
+
+# The fast path draws fences after the epoch check: with the epoch row
+# gone (a re-installation's state) the next fence starts a new epoch, in
+# a session whose mark was made before (it names the old row).
+sub epoch {
+    my ($al, $db) = @_;
+    free_row($al, 'fa/e');
+    my $f1 = q1($al, "SELECT dlock.try_lock('fa/e', 'a', '30s')");
+    is(q1($al, "SELECT dlock.unlock('fa/e', 'a')"), 0, "$label: taken and released (the session's epoch mark made)");
+    $db->do("DELETE FROM dlock.fence_epoch") or die $db->errstr;
+    my $f2 = q1($al, "SELECT dlock.try_lock('fa/e', 'a', '30s')");
+    ok($f2 > $f1, "$label: the next fence is greater");
+    is($f2 % (1 << 22), 0, "$label: ... and the first of a new epoch (the epoch row was checked)");
+    ok(($f2 >> 22) > ($f1 >> 22), "$label: ... a later epoch");
+    is(q1($db, "SELECT first_fence FROM dlock.fence_epoch"), $f2, "$label: ... recorded in dlock.fence_epoch");
+    my $f3 = q1($al, "SELECT dlock.try_lock('fa/e2', 'a', '30s')");
+    ok($f3 > $f2, "$label: fences go on increasing");
+    q1($al, "SELECT dlock.unlock('fa/e', 'a')");
+    q1($al, "SELECT dlock.unlock('fa/e2', 'a')");
+}
+
+# Owner by role, durability, the released event, an assert_fence pin.
+sub promises {
+    my ($al, $bo, $su) = @_;
+    free_row($al, 'fa/p');
+    ok(q1($al, "SELECT dlock.try_lock('fa/p', 'h', '30s')"), "$label: alice takes fa/p as h");
+    is(q1($bo, "SELECT dlock.try_lock('fa/p', 'h', '30s')"), undef, "$label: bob with the same holder text: NULL");
+    like(err($bo, "SELECT dlock.unlock('fa/p', 'h')"), qr/^42501: permission denied to unlock a lock held by role "alice"/,
+         "$label: bob's unlock of alice's holding: 42501");
+    is(q1($su, "SELECT dlock.unlock('fa/p', 'h')"), 0, "$label: a superuser may unlock it");
+    # SET ROLE: the role in force is the owner.
+    $su->do("GRANT alice TO bob");
+    $bo->do("SET ROLE alice");
+    ok(q1($bo, "SELECT dlock.try_lock('fa/p', 'h', '30s')"), "$label: bob as SET ROLE alice takes fa/p");
+    is(q1($al, "SELECT owner::text FROM dlock.locks WHERE resource = 'fa/p'"), 'alice', "$label: ... owned by alice");
+    $bo->do("RESET ROLE");
+    is(q1($al, "SELECT dlock.unlock('fa/p', 'h')"), 0, "$label: alice releases it");
+    $su->do("REVOKE alice FROM bob");
+
+    # Durability: synchronous_commit raised to on for the transaction.
+    $al->do("SET synchronous_commit = off");
+    $al->begin_work;
+    ok(q1($al, "SELECT dlock.try_lock('fa/p', 'h', '30s')"), "$label: taken with synchronous_commit = off");
+    is(q1($al, "SHOW synchronous_commit"), 'on', "$label: ... raised to on for its transaction");
+    $al->commit;
+    is(q1($al, "SHOW synchronous_commit"), 'off', "$label: ... and back after it");
+    $al->do("RESET synchronous_commit");
+
+    # The released event of a fast unlock.
+    my $ch = q1($bo, "SELECT dlock.channel('fa/p')");
+    $bo->do(qq{LISTEN "$ch"});
+    my $fence = q1($al, "SELECT fence FROM dlock.locks WHERE resource = 'fa/p'");
+    is(q1($al, "SELECT dlock.unlock('fa/p', 'h')"), 0, "$label: released");
+    my $n;
+    for (1 .. 500) { q1($bo, "SELECT 1"); $n = $bo->pg_notifies and last; sleep 0.01; }
+    is($n && $n->[2], qq({"event":"released","resource":"fa/p","fence":$fence}), "$label: ... with its event");
+    $bo->do(qq{UNLISTEN "$ch"});
+
+    # An assert_fence pin: the holder's unlock waits for the pinning transaction.
+    my $f = q1($al, "SELECT dlock.try_lock('fa/p', 'h', '30s')");
+    $su->begin_work;
+    is(err($su, "SELECT dlock.assert_fence('fa/p', $f)"), 'no error', "$label: a pin by assert_fence");
+    my $u = async('alice', "SELECT dlock.unlock('fa/p', 'h')");
+    my $blocked = 0;
+    for (1 .. 2000) {
+        $blocked = q1($al, "SELECT count(*) FROM pg_stat_activity a WHERE cardinality(pg_blocking_pids(a.pid)) > 0 AND a.query LIKE '%unlock(''fa/p''%'");
+        last if $blocked;
+        sleep 0.01;
+    }
+    ok($blocked, "$label: the holder's unlock waits for the pin");
+    is(q1($al, "SELECT holder FROM dlock.locks WHERE resource = 'fa/p'"), 'h', "$label: ... still held meanwhile");
+    $su->commit;
+    is(result($u), 0, "$label: ... and releases once the pin's transaction ended");
+    $u->[0]->disconnect;
+}
+
+# A failed attempt on a free row (a ticket ahead) leaves no lock behind.
+sub nothing_left {
+    my ($al, $bo) = @_;
+    free_row($al, 'fa/n');
+    ok(q1($al, "SELECT dlock.try_lock('fa/n', 'a', '30s')"), "$label: a holds fa/n");
+    is(q1($al, "SELECT dlock.try_lock('fa/n', 't', '30s', fair => true)"), undef, "$label: t queues");
+    q1($al, "SELECT dlock.unlock('fa/n', 'a')");
+    $bo->begin_work;
+    is(q1($bo, "SELECT dlock.try_lock('fa/n', 'n', '30s')"), undef, "$label: a newcomer in a transaction block: NULL");
+    is(q1($bo, "SELECT dlock.try_lock('fa/n', 'n2', '30s')"), undef, "$label: ... again");
+    is(q1($bo, "SELECT count(*) FROM pg_locks WHERE pid = pg_backend_pid() AND locktype = 'advisory'"), 0,
+       "$label: ... holding no advisory lock");
+    $bo->commit;
+    ok(q1($al, "SELECT dlock.try_lock('fa/n', 't', '30s', fair => true)"), "$label: t takes it");
+    q1($al, "SELECT dlock.unlock('fa/n', 't')");
+}
