@@ -162,6 +162,13 @@ sub standby_tests {
     mkdir $sdir;
     my ($rc, $out) = run_cmd("$client/pg_basebackup", '-h', $sock, '-U', 'admin', '-D', "$sdir/data", '-R', '-X', 'stream', '-c', 'fast');
     is($rc, 0, "$label: pg_basebackup of a standby") or return diag($out);
+    # -R writes the conninfo of Debian's libpq, whose newer options (17:
+    # sslnegotiation) an older server's walreceiver rejects: give it a plain one.
+    if ($major < $debian_major) {
+        open(my $auto, '>>', "$sdir/data/postgresql.auto.conf") or die "postgresql.auto.conf: $!";
+        print $auto "primary_conninfo = 'host=$sock user=admin'\n";
+        close($auto);
+    }
     ($rc, $out) = run_cmd("$bindir/pg_ctl", '-D', "$sdir/data", '-l', "$sdir/server.log", '-w',
         '-o', qq{"-k $sdir -c listen_addresses='' -c fsync=off -c hot_standby=on"}, 'start');
     is($rc, 0, "$label: the standby starts") or return diag($out);
@@ -673,6 +680,18 @@ sub fence_tests {
     if ($can_dump) {
         my ($rc, $out) = run_cmd("$client/pg_dump", '-h', $sock, '-U', 'dbo', '-n', 'dlock', '-f', $dumpfile, 'app');
         is($rc, 0, "$label: pg_dump of the dlock schema as its owner") or diag($out);
+        # A newer pg_dump writes settings an older server does not know
+        # (pg_dump 17: transaction_timeout); its output is meant for a
+        # server of its own major or newer, so drop them for an older one,
+        # as one restoring into the same old server would.
+        if ($major < $debian_major) {
+            open(my $in, '<', $dumpfile) or die "$dumpfile: $!";
+            my @lines = grep { !/^SET transaction_timeout = / } <$in>;
+            close($in);
+            open(my $o, '>', $dumpfile) or die "$dumpfile: $!";
+            print $o @lines;
+            close($o);
+        }
     }
     my $snap = conn('dbo', 'app3');
     my ($rc, $out) = psql_file('dbo', 'app3');
