@@ -40,9 +40,10 @@
  * waits" mark, a session-level advisory lock (1684828006, _qkey) in SHARE
  * mode, which new shared holders test (a fair ticket keeps them out
  * through _ahead as for every request).  It also holds its "upgrade"
- * mark (1684828007, _umark(resource, holder, role)): an upgrade waiting
- * in lock() that finds another shared holder's mark held waits for a
- * holder that waits for it, and raises 40P01 instead of waiting forever.
+ * mark (1684828007, _umark(resource, holder, role)): an upgrade that
+ * starts waiting in lock() and finds another shared holder's mark held
+ * would wait for a holder that waits for it, and raises 40P01 instead of
+ * waiting forever (_crossing).
  * Both marks go when the wait ends (also by cancel or error) or with the
  * session.
  */
@@ -70,7 +71,8 @@ END
 $$;
 
 -- _marks: an exclusive wait takes (p_take) or gives back its "writer
--- waits" and "upgrade" marks; nothing when p_on is false.
+-- waits" and "upgrade" marks; nothing when p_on is false.  Taking them,
+-- it looks for a crossing upgrade (_crossing: 40P01).
 CREATE OR REPLACE FUNCTION dlock._marks(p_resource text, p_holder text, p_role oid, p_on boolean,
                                         p_take boolean)
     RETURNS void LANGUAGE plpgsql VOLATILE
@@ -81,10 +83,46 @@ BEGIN
     ELSIF p_take THEN
         PERFORM pg_advisory_lock_shared(1684828006, dlock._qkey(p_resource));
         PERFORM pg_advisory_lock_shared(1684828007, dlock._umark(p_resource, p_holder, p_role));
+        PERFORM dlock._crossing(p_resource, p_holder, p_role);
     ELSE
         PERFORM pg_advisory_unlock_shared(1684828006, dlock._qkey(p_resource));
         PERFORM pg_advisory_unlock_shared(1684828007, dlock._umark(p_resource, p_holder, p_role));
     END IF;
+END
+$$;
+
+-- _crossing: a wait for an exclusive holding has just taken its marks:
+-- if its holder has a live shared holding, and another shared holder of
+-- the resource waits (its upgrade mark held) to upgrade too, each would
+-- wait for the other: 40P01 now, for the later of the two (the earlier
+-- one looked before this one's mark was there; if both look at once,
+-- both get it: never a hang).
+CREATE OR REPLACE FUNCTION dlock._crossing(p_resource text, p_holder text, p_role oid)
+    RETURNS void LANGUAGE plpgsql VOLATILE
+    SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    o record;
+    k integer;
+BEGIN
+    IF NOT EXISTS (SELECT FROM dlock.shares x
+                    WHERE x.resource = p_resource AND x.holder = p_holder AND x.owner = p_role
+                      AND x.expires_at > clock_timestamp()) THEN
+        RETURN;
+    END IF;
+    FOR o IN SELECT x.holder, x.owner FROM dlock.shares x
+              WHERE x.resource = p_resource AND x.expires_at > clock_timestamp()
+                AND NOT (x.holder = p_holder AND x.owner = p_role)
+    LOOP
+        k := dlock._umark(p_resource, o.holder, o.owner);
+        IF NOT pg_try_advisory_lock(1684828007, k) THEN
+            RAISE EXCEPTION 'deadlock detected'
+                USING ERRCODE = 'deadlock_detected',
+                      DETAIL = format('Holder "%s" waits to upgrade its shared lock on resource "%s" to exclusive, and another shared holder waits to upgrade too: each waits for the other.',
+                                      p_holder, p_resource),
+                      HINT = 'Release the shared lock and take the exclusive one afresh.';
+        END IF;
+        PERFORM pg_advisory_unlock(1684828007, k);
+    END LOOP;
 END
 $$;
 
@@ -115,8 +153,7 @@ $$;
 --   (this transaction's transaction-scoped lock excludes it),
 --   'contended' (under p_locked: an expired row another transaction has
 --   locked);
--- or an error: 42809 (the other kind), 22023 (another max_permits),
--- 40P01 (an upgrade waiting in lock() crossed with another).  p_locked:
+-- or an error: 42809 (the other kind), 22023 (another max_permits).  p_locked:
 -- the caller holds the resource's advisory lock and its row's lock (the
 -- verdict stands), else it is a look that takes nothing.
 CREATE OR REPLACE FUNCTION dlock._admit(p_kind text, p_resource text, p_holder text, p_role oid,
@@ -140,7 +177,6 @@ DECLARE
     pm_mine boolean;
     pm_expired integer;
     n integer;
-    o record;
     k integer;
 BEGIN
     SELECT * INTO r FROM dlock.leases l WHERE l.resource = p_resource;
@@ -216,28 +252,7 @@ BEGIN
                 RETURN 'reenter';
             END IF;
             IF sh_others > 0 THEN
-                -- An upgrade waiting in lock() (its own mark held) for a
-                -- shared holder that waits to upgrade too: a deadlock.
-                IF p_locked AND sh_mine AND EXISTS (
-                       SELECT FROM pg_locks x
-                        WHERE x.locktype = 'advisory' AND x.pid = pg_backend_pid() AND x.objsubid = 2
-                          AND x.classid = 1684828007::oid
-                          AND x.objid = dlock._umark(p_resource, p_holder, p_role)::bit(32)::bigint::oid) THEN
-                    FOR o IN SELECT x.holder, x.owner FROM dlock.shares x
-                              WHERE x.resource = p_resource AND x.expires_at > v_now
-                                AND NOT (x.holder = p_holder AND x.owner = p_role)
-                    LOOP
-                        k := dlock._umark(p_resource, o.holder, o.owner);
-                        IF NOT pg_try_advisory_lock(1684828007, k) THEN
-                            RAISE EXCEPTION 'deadlock detected'
-                                USING ERRCODE = 'deadlock_detected',
-                                      DETAIL = format('Holder "%s" waits to upgrade its shared lock on resource "%s" to exclusive, and another shared holder waits to upgrade too: each waits for the other.',
-                                                      p_holder, p_resource),
-                                      HINT = 'Release the shared lock and take the exclusive one afresh.';
-                        END IF;
-                        PERFORM pg_advisory_unlock(1684828007, k);
-                    END LOOP;
-                END IF;
+                -- (An upgrade crossing another: _crossing, when its wait starts.)
                 RETURN 'busy';
             END IF;
         END IF;
@@ -903,7 +918,8 @@ COMMENT ON FUNCTION dlock.lock_all(text[], text, interval, boolean, interval) IS
 
 REVOKE EXECUTE ON FUNCTION
     dlock._bool_arg(boolean, text), dlock._umark(text, text, oid),
-    dlock._marks(text, text, oid, boolean, boolean), dlock._other_kind(text, boolean),
+    dlock._marks(text, text, oid, boolean, boolean), dlock._crossing(text, text, oid),
+    dlock._other_kind(text, boolean),
     dlock._admit(text, text, text, oid, bigint, integer, integer, boolean),
     dlock._gate(text, text, oid, bigint, boolean),
     dlock._attempt_kind(text, text, text, interval, oid, boolean, bigint, integer, integer),
