@@ -331,10 +331,14 @@ BEGIN
             END IF;
             PERFORM FROM dlock.leases l WHERE l.resource = p_resource FOR UPDATE SKIP LOCKED;
             IF NOT FOUND THEN
-                IF EXISTS (SELECT FROM dlock.leases l WHERE l.resource = p_resource) THEN
+                -- No row yet (a free one is made: the anchor), or another
+                -- transaction has it locked (busy).  Under REPEATABLE READ a
+                -- row committed since the snapshot: 40001.
+                INSERT INTO dlock.leases (resource) VALUES (p_resource) ON CONFLICT (resource) DO NOTHING;
+                PERFORM FROM dlock.leases l WHERE l.resource = p_resource FOR UPDATE SKIP LOCKED;
+                IF NOT FOUND THEN
                     RAISE SQLSTATE 'DL002';
                 END IF;
-                INSERT INTO dlock.leases (resource) VALUES (p_resource);
             END IF;
             v := dlock._admit(p_kind, p_resource, p_holder, p_role, p_ticket, p_max, p_permits, true);
             IF v NOT IN ('new', 'reenter') THEN
