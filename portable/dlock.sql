@@ -125,8 +125,8 @@ DROP FUNCTION IF EXISTS dlock._acquired(text, text, oid, bigint, boolean, interv
 -- take the kind of request.
 DROP FUNCTION IF EXISTS dlock.try_lock(text, text, interval, boolean, interval);
 DROP FUNCTION IF EXISTS dlock.lock(text, text, interval, interval, boolean, interval);
-DROP FUNCTION IF EXISTS dlock._try(text, text, interval, oid, interval, bigint);
-DROP FUNCTION IF EXISTS dlock._wait_loop(text, text, interval, interval, boolean, interval, text);
+-- (The old _try and _wait_loop stay, as wrappers, for waits in progress:
+-- kinds.sql.)
 COMMENT ON SCHEMA dlock IS
     'dlock (portable edition): leased distributed locks with fencing tokens (see the dlock README)';
 GRANT USAGE ON SCHEMA dlock TO PUBLIC;
@@ -161,7 +161,17 @@ COMMENT ON TABLE dlock.leases IS
 -- kinds.sql's rules first.  Set by every acquisition of those under the
 -- row's lock, cleared when none are left (kinds.sql).  A constant default:
 -- adding it rewrites nothing.
-ALTER TABLE dlock.leases ADD COLUMN IF NOT EXISTS kinds boolean NOT NULL DEFAULT false;
+-- Only when missing: ADD COLUMN takes an ACCESS EXCLUSIVE lock even with
+-- IF NOT EXISTS, and a re-run should not wait behind open transactions.
+DO $kinds$
+BEGIN
+    IF NOT EXISTS (SELECT FROM pg_catalog.pg_attribute
+                    WHERE attrelid OPERATOR(pg_catalog.=) 'dlock.leases'::pg_catalog.regclass
+                      AND attname OPERATOR(pg_catalog.=) 'kinds' AND NOT attisdropped) THEN
+        ALTER TABLE dlock.leases ADD COLUMN kinds boolean NOT NULL DEFAULT false;
+    END IF;
+END
+$kinds$;
 
 -- Shared holdings ([kinds], try_lock(..., shared => true)) and a
 -- semaphore's holdings of permits (try_acquire): several per resource, one

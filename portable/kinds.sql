@@ -920,7 +920,27 @@ $$;
 COMMENT ON FUNCTION dlock.lock_all(text[], text, interval, boolean, interval) IS
     'Like try_lock_all, but waits up to wait (NULL: no limit but statement_timeout) until all can be taken together, holding none meanwhile; NULL on timeout';
 
+-- ---------------------------------------------------------------------------
+-- Upgrade from 0.3: a lock() or campaign waiting while the script runs
+-- keeps calling 0.3's _try and _wait_loop (its plans name them): they stay,
+-- as the exclusive request they were.
+-- ---------------------------------------------------------------------------
+CREATE OR REPLACE FUNCTION dlock._try(p_resource text, p_holder text, p_lease interval, p_role oid,
+                                      p_delay interval, p_ticket bigint)
+    RETURNS bigint LANGUAGE sql VOLATILE
+    SET search_path = pg_catalog, pg_temp AS $$
+    SELECT dlock._try(p_resource, p_holder, p_lease, p_role, p_delay, p_ticket, 'exclusive', NULL, NULL)
+$$;
+CREATE OR REPLACE FUNCTION dlock._wait_loop(p_resource text, p_holder text, p_lease interval, p_wait interval,
+                                            p_fair boolean, p_delay interval, p_fname text)
+    RETURNS bigint LANGUAGE sql VOLATILE
+    SET search_path = pg_catalog, pg_temp AS $$
+    SELECT dlock._wait_loop(p_resource, p_holder, p_lease, p_wait, p_fair, p_delay, p_fname, 'exclusive', NULL, NULL)
+$$;
+
 REVOKE EXECUTE ON FUNCTION
+    dlock._try(text, text, interval, oid, interval, bigint),
+    dlock._wait_loop(text, text, interval, interval, boolean, interval, text),
     dlock._bool_arg(boolean, text), dlock._umark(text, text, oid),
     dlock._marks(text, text, oid, boolean, boolean), dlock._crossing(text, text, oid),
     dlock._other_kind(text, boolean),

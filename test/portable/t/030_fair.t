@@ -101,6 +101,17 @@ sub upgrade_03 {
     my $view = "SELECT string_agg(concat_ws(' ', resource, holder, count, fence, expires_at, available_at, value), ','
                                   ORDER BY resource) FROM dlock.locks";
     my $queue = "SELECT string_agg(concat_ws(' ', resource, holder, position, expires_at), ',') FROM dlock.queue";
+    # A waiter in 0.3's lock() while the script runs.
+    q1($o, "SELECT dlock.try_lock('u3/w', 'hw', '1h')");
+    my $w = conn('alice', 'old03');
+    my $sth = $w->prepare("SELECT dlock.lock('u3/w', 'waiter', '1h', '60s')", { pg_async => PG_ASYNC });
+    $sth->execute;
+    my $ws = 0;
+    for (1 .. 500) {
+        last if $ws = q1($o, "SELECT count(*) FROM pg_stat_activity WHERE pid = ? AND wait_event = 'PgSleep'", $w->{pg_pid});
+        sleep 0.01;
+    }
+    ok($ws, "$label: upgrade 0.3: a waiter in 0.3's lock()");
     my ($before, $qbefore) = (q1($o, $view), q1($o, $queue));
     $o->disconnect;
     $out = `$client/psql -X -q -h $dir -U dbo -d old03 -f $script 2>&1`;
@@ -110,6 +121,12 @@ sub upgrade_03 {
     is(q1($o, $view), $before, "$label: upgrade 0.3: every holding kept, with its lock-delay and value");
     is(q1($o, $queue), $qbefore, "$label: upgrade 0.3: the client ticket kept");
     is(q1($o, "SELECT string_agg(DISTINCT mode, ',') FROM dlock.locks"), 'exclusive', "$label: upgrade 0.3: old holdings are exclusive");
+    is(q1($o, "SELECT dlock.unlock('u3/w', 'hw')"), 0, "$label: upgrade 0.3: the waiter's resource released");
+    ok(wait_ready($w, 20) && defined($w->pg_result) && !$w->err, "$label: upgrade 0.3: the waiter, through the upgrade, is served")
+        or diag($w->errstr);
+    $sth->finish;
+    $w->disconnect;
+    q1($o, "SELECT dlock.unlock('u3/w', 'waiter')");
     is(q1($o, "SELECT count(*) FROM pg_proc WHERE proname IN ('try_lock', 'lock') AND pronamespace = 'dlock'::regnamespace"), 2,
        "$label: upgrade 0.3: one try_lock and one lock (the old signatures replaced)");
     is(q1($o, "SELECT dlock.try_lock('u3/a', 'h', '1h', false, '1s')"), $f1,
