@@ -120,7 +120,7 @@ extension_note() {
 # writes fsync_off/portable.md.  Goal: portable >= 0.8x naive at 1 client.
 portable_pairs() {
     local sql="" secs=10 out="$resdir/fsync_off/portable.txt" c m
-    for f in "$here/../portable/dlock.sql" "$here/portable-dlock.sql"; do
+    for f in "$here/../portable/dlock.sql" "$here/portable/dlock.sql"; do
         [ -f "$f" ] && { sql=$f; break; }
     done
     [ -n "$sql" ] || { say "portable/dlock.sql not found: the portable edition's pairs are skipped"; : >"$resdir/fsync_off/portable.md"; return 0; }
@@ -162,7 +162,8 @@ run_unprivileged() {
     rsync -a --exclude results "$here"/ "$copy"/
     cp "$here/../mysql/dlock.sql" "$copy/mysql-dlock.sql" 2>/dev/null || true
     cp "$here/../cli/dlock" "$copy/dlock-cli" 2>/dev/null || true
-    cp "$here/../portable/dlock.sql" "$copy/portable-dlock.sql" 2>/dev/null || true
+    # the portable edition is dlock.sql and the files it includes (\ir)
+    cp -r "$here/../portable" "$copy/portable" 2>/dev/null || true
     chown -R postgres: "$copy"
     chmod 755 "$copy"
     say "running as user postgres in $copy"

@@ -2,8 +2,11 @@
  * portable/dlock.sql: dlock's portable edition, for PostgreSQL where no C
  * extension can be loaded (Amazon RDS and Aurora, Google Cloud SQL, Azure,
  * Supabase, Neon, Crunchy Bridge): the lock schema of the C extension's
- * [core], [fair] and [elect] sections (see ../README.md, "Portable
- * edition"), in SQL and PL/pgSQL only, for PostgreSQL 14 to 18.
+ * [core], [fair], [elect] and [kinds] sections (see ../README.md,
+ * "Portable edition"), in SQL and PL/pgSQL only, for PostgreSQL 14 to 18.
+ * This file has the schema, [core], [fair] and [elect]; shared locks,
+ * semaphores and several resources at once ([kinds]) are in kinds.sql,
+ * next to it, which this script includes (\ir): run this one.
  *
  *     psql -d DB -f portable/dlock.sql
  *
@@ -124,6 +127,12 @@ DROP FUNCTION IF EXISTS dlock._writable(text);
 DROP FUNCTION IF EXISTS dlock._sync();
 DROP FUNCTION IF EXISTS dlock._event(text, text, bigint);
 DROP FUNCTION IF EXISTS dlock._acquired(text, text, oid, bigint, boolean, interval);
+-- [kinds] (0.4): try_lock and lock take shared; a wait's attempt and loop
+-- take the kind of request.
+DROP FUNCTION IF EXISTS dlock.try_lock(text, text, interval, boolean, interval);
+DROP FUNCTION IF EXISTS dlock.lock(text, text, interval, interval, boolean, interval);
+-- (The old _try and _wait_loop stay, as wrappers, for waits in progress:
+-- kinds.sql.)
 COMMENT ON SCHEMA dlock IS
     'dlock (portable edition): leased distributed locks with fencing tokens (see the dlock README)';
 GRANT USAGE ON SCHEMA dlock TO PUBLIC;
@@ -153,6 +162,58 @@ CREATE TABLE IF NOT EXISTS dlock.leases (
 ) WITH (fillfactor = 50);
 COMMENT ON TABLE dlock.leases IS
     'One row per resource: the current holding (holder NULL when free); read it through dlock.locks';
+-- kinds ([kinds], 0.4): the resource has (or had) shared holdings or
+-- permits in dlock.shares or dlock.permits; the exclusive path then asks
+-- kinds.sql's rules first.  Set by every acquisition of those under the
+-- row's lock, cleared when none are left (kinds.sql).  A constant default:
+-- adding it rewrites nothing.
+-- Only when missing: ADD COLUMN takes an ACCESS EXCLUSIVE lock even with
+-- IF NOT EXISTS, and a re-run should not wait behind open transactions.
+DO $kinds$
+BEGIN
+    IF NOT EXISTS (SELECT FROM pg_catalog.pg_attribute
+                    WHERE attrelid OPERATOR(pg_catalog.=) 'dlock.leases'::pg_catalog.regclass
+                      AND attname OPERATOR(pg_catalog.=) 'kinds' AND NOT attisdropped) THEN
+        ALTER TABLE dlock.leases ADD COLUMN kinds boolean NOT NULL DEFAULT false;
+    END IF;
+END
+$kinds$;
+
+-- Shared holdings ([kinds], try_lock(..., shared => true)) and a
+-- semaphore's holdings of permits (try_acquire): several per resource, one
+-- per holder and role, each with its own count, fence and lease; the
+-- columns of the C extension's 0.4 and 0.5 tables.  The resource's row in
+-- dlock.leases stays their anchor (locked by every acquisition).
+CREATE TABLE IF NOT EXISTS dlock.shares (
+    resource    text COLLATE "C" NOT NULL,
+    holder      text COLLATE "C" NOT NULL,
+    owner       regrole NOT NULL,
+    count       integer NOT NULL,
+    fence       bigint NOT NULL,
+    lease       interval NOT NULL,
+    acquired_at timestamptz NOT NULL,
+    renewed_at  timestamptz NOT NULL,
+    expires_at  timestamptz NOT NULL,
+    PRIMARY KEY (resource, holder, owner)
+) WITH (fillfactor = 50);
+COMMENT ON TABLE dlock.shares IS
+    'Shared holdings (try_lock(..., shared => true)), one per holder and role; read them through dlock.locks';
+CREATE TABLE IF NOT EXISTS dlock.permits (
+    resource    text COLLATE "C" NOT NULL,
+    holder      text COLLATE "C" NOT NULL,
+    owner       regrole NOT NULL,
+    count       integer NOT NULL,
+    fence       bigint NOT NULL,
+    lease       interval NOT NULL,
+    acquired_at timestamptz NOT NULL,
+    renewed_at  timestamptz NOT NULL,
+    expires_at  timestamptz NOT NULL,
+    permits     integer NOT NULL,
+    max_permits integer NOT NULL,
+    PRIMARY KEY (resource, holder, owner)
+) WITH (fillfactor = 50);
+COMMENT ON TABLE dlock.permits IS
+    'Holdings of a semaphore''s permits (try_acquire), one per holder and role; read them through dlock.locks';
 
 CREATE SEQUENCE IF NOT EXISTS dlock.fences AS bigint
     MINVALUE 1 MAXVALUE 9223372036854775807 START 1 CACHE 1 NO CYCLE;
@@ -250,7 +311,8 @@ COMMENT ON TABLE dlock.term_log IS
     'Terms elected by campaign in the last ten minutes; read them through dlock.terms';
 
 REVOKE ALL ON dlock.portable, dlock.leases, dlock.fences, dlock.fence_epoch, dlock.fence_epoch_seal,
-    dlock.ticket_seq, dlock.tickets, dlock.delays, dlock.holding_values, dlock.term_log
+    dlock.ticket_seq, dlock.tickets, dlock.delays, dlock.holding_values, dlock.term_log,
+    dlock.shares, dlock.permits
     FROM PUBLIC;
 
 -- ---------------------------------------------------------------------------
@@ -698,7 +760,8 @@ END
 $$;
 
 -- _qkey: the first key of the resource's queue locks (two-key advisory
--- locks): 32 bits of its md5, never dlock's own first keys (1684828003, 1684828005).
+-- locks): 32 bits of its md5, never dlock's own first keys (1684828003,
+-- 1684828005, and kinds.sql's 1684828006 and 1684828007).
 -- (_qkey, 0) is the "fair waiters" mark, held shared by every session
 -- waiting in lock() with a ticket; (_qkey, low 32 bits of the ticket) is
 -- that ticket, held exclusive.  Two resources whose keys collide only
@@ -709,7 +772,8 @@ CREATE OR REPLACE FUNCTION dlock._qkey(resource text)
 DECLARE
     k integer := ('x' OPERATOR(pg_catalog.||) pg_catalog.substr(pg_catalog.md5(resource), 17, 8))::bit(32)::integer;
 BEGIN
-    RETURN CASE WHEN k OPERATOR(pg_catalog.=) ANY ('{1684828003,1684828005}'::integer[]) THEN 1684828004 ELSE k END;
+    RETURN CASE WHEN k OPERATOR(pg_catalog.=) ANY ('{1684828003,1684828005,1684828006,1684828007}'::integer[])
+                THEN 1684828004 ELSE k END;
 END
 $$;
 
@@ -857,7 +921,8 @@ BEGIN
                 END IF;
                 RETURN NULL;
             END IF;
-        ELSIF (FOUND AND dlock._delayed(r, v_now)) OR dlock._ahead(p_resource, p_holder, p_role, p_ticket) THEN
+        ELSIF (FOUND AND dlock._delayed(r, v_now)) OR dlock._ahead(p_resource, p_holder, p_role, p_ticket)
+              OR (FOUND AND r.kinds AND NOT dlock._gate(p_resource, p_holder, p_role, p_ticket, false)) THEN
             IF client THEN
                 PERFORM dlock._queue_up(p_resource, p_holder, p_role);
             END IF;
@@ -910,6 +975,14 @@ BEGIN
         RETURN NULL;
     END IF;
     v_now := clock_timestamp();
+    -- Shared holdings or permits by that name ([kinds]): kinds.sql's rules
+    -- first (other kind: 42809; others' shared holdings: busy).
+    IF r.kinds AND NOT dlock._gate(p_resource, p_holder, p_role, p_ticket) THEN
+        IF client THEN
+            PERFORM dlock._queue_up(p_resource, p_holder, p_role);
+        END IF;
+        RETURN NULL;
+    END IF;
     IF r.holder IS NOT NULL AND r.expires_at > v_now THEN
         IF NOT (r.holder = p_holder AND r.owner = p_role) THEN
             IF client THEN
@@ -1024,9 +1097,11 @@ $$;
 -- READ COMMITTED read-write transaction that holds no transaction-scoped
 -- lock of the resource), with no lock-delay in force for the row's last
 -- fence, no live ticket and no ticket of the holder's own, and no session
--- waiting in lock() with a ticket (the "fair waiters" mark).  Anything else
--- -- a new resource, a re-entry, an expired holding not yet reaped, a busy
--- row -- goes to the general path.  The promises, as the general path keeps them:
+-- waiting in lock() with a ticket (the "fair waiters" mark), and no shared
+-- holdings or permits ever recorded on the row (kinds: try_lock calls it
+-- for exclusive requests only).  Anything else -- a new resource, a
+-- re-entry, an expired holding not yet reaped, a busy row, a row of
+-- kinds.sql's -- goes to the general path.  The promises, as the general path keeps them:
 -- - One UPDATE decides (see there): the row is judged on the version its
 --   snapshot sees; then locked FOR UPDATE SKIP LOCKED, and taken only if
 --   the version locked is the one judged (the same xmin), so what was
@@ -1100,7 +1175,7 @@ BEGIN
                         THEN nextval('dlock.fences') ELSE dlock._next_fence() END,
            acquired_at = v_now, renewed_at = v_now, expires_at = v_now + v_lease, released_at = NULL
      WHERE l.resource = p_resource
-       AND CASE WHEN l.holder IS NULL AND l.fence IS NOT NULL
+       AND CASE WHEN l.holder IS NULL AND l.fence IS NOT NULL AND NOT l.kinds
                      AND NOT EXISTS (SELECT FROM dlock.delays d
                                       WHERE d.resource = l.resource AND d.fence = l.fence
                                         AND d.available_at > v_now)
@@ -1140,6 +1215,7 @@ BEGIN
     v_role := dlock._role();
     UPDATE dlock.leases l SET holder = NULL, count = 0, released_at = clock_timestamp()
      WHERE l.resource = p_resource AND l.holder = p_holder AND l.owner = v_role::regrole AND l.count = 1
+       AND NOT l.kinds
        AND l.expires_at > clock_timestamp() AND (p_fence IS NULL OR l.fence = p_fence)
        AND l.resource = (SELECT x.resource FROM dlock.leases x
                           WHERE x.resource = p_resource AND x.holder = p_holder AND x.owner = v_role::regrole
@@ -1195,7 +1271,8 @@ CREATE OR REPLACE FUNCTION dlock.try_lock(resource text,
                                           holder text DEFAULT dlock.session_holder(),
                                           lease interval DEFAULT NULL,
                                           fair boolean DEFAULT false,
-                                          lock_delay interval DEFAULT NULL)
+                                          lock_delay interval DEFAULT NULL,
+                                          shared boolean DEFAULT false)
     RETURNS bigint LANGUAGE plpgsql VOLATILE SECURITY DEFINER
     SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
@@ -1203,10 +1280,15 @@ DECLARE
     f boolean;
     d interval;
     ok boolean;
-    fence bigint := dlock._fast_lock(resource, holder, lease, fair, lock_delay);  -- the fast path
+    fence bigint;
 BEGIN
-    IF fence IS NOT NULL THEN
-        RETURN fence;
+    -- The fast path: exclusive requests only (shared ones, and a resource
+    -- with shared holdings or permits, are kinds.sql's).
+    IF shared IS FALSE THEN
+        fence := dlock._fast_lock(resource, holder, lease, fair, lock_delay);
+        IF fence IS NOT NULL THEN
+            RETURN fence;
+        END IF;
     END IF;
     -- Checks called as expressions, not PERFORMed (no executor run each).
     resource := dlock._text_arg(resource, 'resource', 1000);
@@ -1215,25 +1297,34 @@ BEGIN
     f := dlock._fair(fair);
     d := dlock._lock_delay(lock_delay);
     ok := dlock._writable('dlock.try_lock()');
+    IF dlock._bool_arg(shared, 'shared') THEN     -- [kinds], kinds.sql
+        RETURN dlock._attempt_kind('shared', resource, holder, l, dlock._role(), f, NULL, NULL, NULL);
+    END IF;
     RETURN dlock._attempt(resource, holder, l, dlock._role(), f, d, NULL);
 END
 $$;
-COMMENT ON FUNCTION dlock.try_lock(text, text, interval, boolean, interval) IS
-    'Acquire or re-enter resource for holder with a lease; returns the fence, or NULL at once if another holder has it, it is under lock-delay, or its fair queue is not headed by the caller (fair => true takes a ticket)';
+COMMENT ON FUNCTION dlock.try_lock(text, text, interval, boolean, interval, boolean) IS
+    'Acquire or re-enter resource for holder with a lease (shared => true: alongside other shared holders); returns the fence, or NULL at once if it is not available';
 
 -- _try: one attempt of a wait (lock(), campaign), in a subtransaction
 -- that is rolled back when it fails, so that the resource's advisory lock
 -- it may have taken is given back at once instead of holding the head of
 -- the queue off for the rest of the wait.
 CREATE OR REPLACE FUNCTION dlock._try(p_resource text, p_holder text, p_lease interval, p_role oid,
-                                      p_delay interval, p_ticket bigint)
+                                      p_delay interval, p_ticket bigint,
+                                      p_kind text, p_max integer, p_permits integer)
     RETURNS bigint LANGUAGE plpgsql VOLATILE
     SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
     f bigint;
 BEGIN
     BEGIN
-        f := dlock._attempt(p_resource, p_holder, p_lease, p_role, false, p_delay, p_ticket);
+        IF p_kind = 'exclusive' THEN
+            f := dlock._attempt(p_resource, p_holder, p_lease, p_role, false, p_delay, p_ticket);
+        ELSE        -- [kinds]: shared, semaphore (kinds.sql)
+            f := dlock._attempt_kind(p_kind, p_resource, p_holder, p_lease, p_role, false, p_ticket,
+                                     p_max, p_permits);
+        END IF;
         IF f IS NULL THEN
             RAISE SQLSTATE 'DL001';
         END IF;
@@ -1298,13 +1389,18 @@ BEGIN
 END
 $$;
 
--- _wait_loop: lock()'s and campaign's wait: attempts, polling with bounded
--- backoff (1 ms doubling up to dlock.poll_interval, never past the
--- deadline), in the fair queue from the first failed attempt when fair.
--- pg_sleep is interrupted by cancel and statement_timeout, which end the
--- call: its ticket is given back, nothing is held.
+-- _wait_loop: lock()'s, campaign's and acquire()'s wait: attempts of the
+-- kind p_kind ('exclusive', or [kinds]' 'shared' and 'semaphore' with
+-- p_max and p_permits), polling with bounded backoff (1 ms doubling up to
+-- dlock.poll_interval, never past the deadline), in the fair queue from
+-- the first failed attempt when fair.  An exclusive wait also holds the
+-- writer's marks from then on (kinds.sql's _marks: new shared holders keep
+-- out, and a crossing upgrade sees it).  pg_sleep is interrupted by cancel
+-- and statement_timeout, which end the call: its ticket and marks are
+-- given back, nothing is held.
 CREATE OR REPLACE FUNCTION dlock._wait_loop(p_resource text, p_holder text, p_lease interval, p_wait interval,
-                                       p_fair boolean, p_delay interval, p_fname text)
+                                       p_fair boolean, p_delay interval, p_fname text,
+                                       p_kind text, p_max integer, p_permits integer)
     RETURNS bigint LANGUAGE plpgsql VOLATILE
     SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
@@ -1316,25 +1412,30 @@ DECLARE
     left_ interval;
     ticket bigint;
     tried boolean := false;
+    marked boolean := false;
     fence bigint;
 BEGIN
     BEGIN
         LOOP
-            fence := dlock._try(p_resource, p_holder, p_lease, v_role, p_delay, ticket);
+            fence := dlock._try(p_resource, p_holder, p_lease, v_role, p_delay, ticket, p_kind, p_max, p_permits);
             IF fence IS NOT NULL THEN
                 PERFORM dlock._leave(p_resource, p_holder, v_role, ticket, false);
+                PERFORM dlock._marks(p_resource, p_holder, v_role, marked, false);
                 RETURN fence;
             END IF;
             IF deadline IS NOT NULL THEN
                 left_ := deadline - clock_timestamp();
                 IF left_ <= interval '0' THEN
                     PERFORM dlock._leave(p_resource, p_holder, v_role, ticket, true);
+                    PERFORM dlock._marks(p_resource, p_holder, v_role, marked, false);
                     RETURN NULL;
                 END IF;
             END IF;
             PERFORM dlock._may_poll(p_fname);
             IF NOT tried THEN
                 tried := true;
+                marked := p_kind = 'exclusive';
+                PERFORM dlock._marks(p_resource, p_holder, v_role, marked, true);
                 ticket := dlock._wait_ticket(p_resource, p_holder, v_role, p_fair);
                 CONTINUE WHEN ticket IS NOT NULL;   -- with its place, it may be its turn
             END IF;
@@ -1346,6 +1447,7 @@ BEGIN
             PERFORM pg_advisory_unlock(dlock._qkey(p_resource), ticket::bit(32)::integer);
             PERFORM pg_advisory_unlock_shared(dlock._qkey(p_resource), 0);
         END IF;
+        PERFORM dlock._marks(p_resource, p_holder, v_role, marked, false);
         RAISE;
     END;
 END
@@ -1356,7 +1458,8 @@ CREATE OR REPLACE FUNCTION dlock.lock(resource text,
                                       lease interval DEFAULT NULL,
                                       wait interval DEFAULT NULL,
                                       fair boolean DEFAULT false,
-                                      lock_delay interval DEFAULT NULL)
+                                      lock_delay interval DEFAULT NULL,
+                                      shared boolean DEFAULT false)
     RETURNS bigint LANGUAGE plpgsql VOLATILE SECURITY DEFINER
     SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
@@ -1364,6 +1467,7 @@ DECLARE
     w interval;
     f boolean;
     d interval;
+    k text;
 BEGIN
     PERFORM dlock._text_arg(resource, 'resource', 1000);
     PERFORM dlock._text_arg(holder, 'holder', 255);
@@ -1371,12 +1475,13 @@ BEGIN
     w := dlock._wait(wait);
     f := dlock._fair(fair);
     d := dlock._lock_delay(lock_delay);
+    k := CASE WHEN dlock._bool_arg(shared, 'shared') THEN 'shared' ELSE 'exclusive' END;
     PERFORM dlock._writable('dlock.lock()');
-    RETURN dlock._wait_loop(resource, holder, l, w, f, d, 'dlock.lock()');
+    RETURN dlock._wait_loop(resource, holder, l, w, f, d, 'dlock.lock()', k, NULL, NULL);
 END
 $$;
-COMMENT ON FUNCTION dlock.lock(text, text, interval, interval, boolean, interval) IS
-    'Like try_lock, but waits up to wait (NULL: no limit but statement_timeout), polling, in the fair queue with fair => true; NULL on timeout';
+COMMENT ON FUNCTION dlock.lock(text, text, interval, interval, boolean, interval, boolean) IS
+    'Like try_lock, but waits up to wait (NULL: no limit but statement_timeout), polling, in the fair queue with fair => true (shared => true: alongside other shared holders); NULL on timeout';
 
 CREATE OR REPLACE FUNCTION dlock.unlock(resource text,
                                         holder text DEFAULT dlock.session_holder(),
@@ -1399,12 +1504,13 @@ BEGIN
     -- A look first: not this holder's (or another role's) needs no lock.
     SELECT * INTO r FROM dlock.leases l WHERE l.resource = unlock.resource;
     IF NOT dlock._may_change(r, holder, v_role, NULL, 'unlock') THEN
-        RETURN NULL;
+        -- Not an exclusive holding of holder's: a shared one, or permits?
+        RETURN CASE WHEN r.kinds THEN dlock._unlock_held(unlock.resource, holder, v_role, fence) END;
     END IF;
     SELECT * INTO r FROM dlock.leases l WHERE l.resource = unlock.resource FOR UPDATE;
     IF NOT dlock._may_change(r, holder, v_role, NULL, 'unlock')
        OR (fence IS NOT NULL AND fence <> r.fence) THEN
-        RETURN NULL;
+        RETURN CASE WHEN r.kinds THEN dlock._unlock_held(unlock.resource, holder, v_role, fence) END;
     END IF;
     RETURN dlock._release(unlock.resource, r.fence, r.count - 1, 'released');
 END
@@ -1434,7 +1540,8 @@ BEGIN
     c := dlock._caller();
     SELECT * INTO r FROM dlock.leases x WHERE x.resource = renew.resource;
     IF NOT dlock._may_change(r, holder, c.roleid, c.is_super, 'renew') THEN
-        RETURN NULL;
+        -- Not an exclusive holding of holder's: a shared one, or permits?
+        RETURN CASE WHEN r.kinds THEN dlock._renew_held(renew.resource, holder, c.roleid, c.is_super, l, fence) END;
     END IF;
     -- FOR NO KEY UPDATE: an assert_fence pin (FOR KEY SHARE) never makes
     -- the holder's renewal wait.
@@ -1442,7 +1549,7 @@ BEGIN
     v_now := clock_timestamp();
     IF NOT dlock._may_change(r, holder, c.roleid, c.is_super, 'renew')
        OR (fence IS NOT NULL AND fence <> r.fence) THEN
-        RETURN NULL;
+        RETURN CASE WHEN r.kinds THEN dlock._renew_held(renew.resource, holder, c.roleid, c.is_super, l, fence) END;
     END IF;
     v_exp := dlock._expiry(v_now, coalesce(l, r.lease));
     UPDATE dlock.leases x SET expires_at = v_exp, renewed_at = v_now, lease = coalesce(l, r.lease)
@@ -1476,7 +1583,8 @@ BEGIN
             n := n + 1;
         END IF;
     END LOOP;
-    RETURN n;
+    -- Shared holdings and permits ([kinds], kinds.sql).
+    RETURN n + dlock._unlock_all_held(unlock_all.holder, v_role);
 END
 $$;
 COMMENT ON FUNCTION dlock.unlock_all(text) IS
@@ -1499,11 +1607,14 @@ BEGIN
         PERFORM dlock._release(r.resource, r.fence, 0, 'expired');
         n := n + 1;
     END LOOP;
-    -- Rows free for over an hour go, unless a lock-delay is still pending;
-    -- lapsed tickets and the delays of gone rows too.
+    -- Expired shared holdings and permits ([kinds], kinds.sql).
+    n := n + dlock._reap_held();
+    -- Rows free for over an hour go, unless a lock-delay is still pending
+    -- or shared holdings or permits may be there; lapsed tickets and the
+    -- delays of gone rows too.
     DELETE FROM dlock.leases l
      WHERE l.ctid = ANY (ARRAY(SELECT x.ctid FROM dlock.leases x
-                                WHERE x.holder IS NULL
+                                WHERE x.holder IS NULL AND NOT x.kinds
                                   AND x.released_at < clock_timestamp() - interval '1 hour'
                                   AND NOT dlock._delayed(x, clock_timestamp())
                                   FOR UPDATE SKIP LOCKED));
@@ -1548,6 +1659,10 @@ BEGIN
     is_current := FOUND AND r.holder IS NOT NULL AND r.expires_at > clock_timestamp()
                AND r.fence = p_fence;
     owner := r.owner;
+    -- Any current holder's fence: a shared holding's, or permits' ([kinds]).
+    IF NOT is_current AND r.kinds THEN
+        SELECT h.is_current, h.owner INTO is_current, owner FROM dlock._current_held(p_resource, p_fence, pin) h;
+    END IF;
 END
 $$;
 
@@ -1598,10 +1713,14 @@ BEGIN
     PERFORM dlock._text_arg(resource, 'resource', 1000);
     PERFORM dlock._writable('dlock.break_lock()');
     SELECT * INTO r FROM dlock.leases l WHERE l.resource = break_lock.resource FOR UPDATE;
+    -- Every shared holding and permit too ([kinds], kinds.sql).
     IF NOT FOUND OR r.holder IS NULL OR r.expires_at <= clock_timestamp() THEN
-        RETURN false;
+        RETURN CASE WHEN r.kinds THEN dlock._break_held(break_lock.resource) > 0 ELSE false END;
     END IF;
     PERFORM dlock._release(r.resource, r.fence, 0, 'broken');
+    IF r.kinds THEN
+        PERFORM dlock._break_held(break_lock.resource);
+    END IF;
     RETURN true;
 END
 $$;
@@ -1669,6 +1788,10 @@ BEGIN
            OR dlock._delayed(r, clock_timestamp()) THEN
             RETURN NULL;
         END IF;
+    END IF;
+    -- Shared holdings or permits by that name ([kinds], kinds.sql).
+    IF r.kinds AND dlock._admit('xact', p_resource, NULL, NULL, NULL, NULL, NULL, true) <> 'new' THEN
+        RETURN NULL;
     END IF;
     -- The advisory lock, held to the end of the transaction, keeps lease
     -- acquirers out; nothing is written but the fence sequence (and a row
@@ -1743,7 +1866,10 @@ CREATE OR REPLACE VIEW dlock.locks AS
                 THEN l.expires_at OPERATOR(pg_catalog.+)
                      COALESCE(d.lock_delay, '0'::pg_catalog.interval)
                 ELSE d.available_at END AS available_at,
-           v.value
+           v.value,
+           CASE WHEN l.holder IS NOT NULL THEN 'exclusive' END::pg_catalog.text AS mode,
+           NULL::pg_catalog.int4 AS permits,
+           NULL::pg_catalog.int4 AS max_permits
       FROM dlock.leases l
       LEFT JOIN dlock.delays d
         ON d.resource OPERATOR(pg_catalog.=) l.resource
@@ -1753,9 +1879,31 @@ CREATE OR REPLACE VIEW dlock.locks AS
        AND v.fence OPERATOR(pg_catalog.=) l.fence
        AND l.holder IS NOT NULL
      WHERE l.holder IS NOT NULL
-        OR d.available_at OPERATOR(pg_catalog.>) pg_catalog.clock_timestamp();
+        OR d.available_at OPERATOR(pg_catalog.>) pg_catalog.clock_timestamp()
+    UNION ALL
+    SELECT s.resource, s.holder, s.count, s.fence, s.lease,
+           s.acquired_at, s.renewed_at, s.expires_at,
+           s.owner::pg_catalog.regrole AS owner,
+           s.expires_at OPERATOR(pg_catalog.<=) pg_catalog.clock_timestamp() AS expired,
+           s.expires_at AS available_at,
+           NULL::pg_catalog.text AS value,
+           'shared'::pg_catalog.text AS mode,
+           NULL::pg_catalog.int4 AS permits,
+           NULL::pg_catalog.int4 AS max_permits
+      FROM dlock.shares s
+    UNION ALL
+    SELECT p.resource, p.holder, p.count, p.fence, p.lease,
+           p.acquired_at, p.renewed_at, p.expires_at,
+           p.owner::pg_catalog.regrole AS owner,
+           p.expires_at OPERATOR(pg_catalog.<=) pg_catalog.clock_timestamp() AS expired,
+           p.expires_at AS available_at,
+           NULL::pg_catalog.text AS value,
+           'semaphore'::pg_catalog.text AS mode,
+           p.permits,
+           p.max_permits
+      FROM dlock.permits p;
 COMMENT ON VIEW dlock.locks IS
-    'Current holdings; an expired lease stays listed (expired = true) until it is reaped or taken over';
+    'Current holdings, one row per holding (mode exclusive, shared or semaphore); an expired lease stays listed (expired = true) until it is reaped or taken over';
 GRANT SELECT ON dlock.locks TO PUBLIC;
 
 -- dlock.queue: every live client ticket, position 1 = served next.  A
@@ -1950,7 +2098,7 @@ BEGIN
     IF w = interval '0' THEN
         term := dlock._attempt(election, candidate, l, v_role, true, d, NULL);
     ELSE
-        term := dlock._wait_loop(election, candidate, l, w, true, d, 'dlock.campaign()');
+        term := dlock._wait_loop(election, candidate, l, w, true, d, 'dlock.campaign()', 'exclusive', NULL, NULL);
     END IF;
     IF term IS NULL THEN
         RETURN NULL;
@@ -2053,7 +2201,7 @@ BEGIN
         SELECT l.holder, l.value, l.fence, l.acquired_at, l.expires_at, l.owner
           FROM dlock.locks l
          WHERE l.resource OPERATOR(pg_catalog.=) (election COLLATE "C")
-           AND l.holder IS NOT NULL AND NOT l.expired;
+           AND l.holder IS NOT NULL AND NOT l.expired AND l.mode OPERATOR(pg_catalog.=) 'exclusive';
 END
 $$;
 COMMENT ON FUNCTION dlock.leader(text) IS
@@ -2076,9 +2224,10 @@ REVOKE EXECUTE ON FUNCTION
     dlock._lock_delay(interval), dlock._fair(boolean), dlock._queue_ttl(), dlock._qkey(text),
     dlock._ahead(text, text, oid, bigint), dlock._queue_up(text, text, oid), dlock._delayed(dlock.leases, timestamptz),
     dlock._acquired(text, text, oid, bigint, boolean, interval),
-    dlock._try(text, text, interval, oid, interval, bigint), dlock._wait_ticket(text, text, oid, boolean),
+    dlock._try(text, text, interval, oid, interval, bigint, text, integer, integer),
+    dlock._wait_ticket(text, text, oid, boolean),
     dlock._leave(text, text, oid, bigint, boolean),
-    dlock._wait_loop(text, text, interval, interval, boolean, interval, text),
+    dlock._wait_loop(text, text, interval, interval, boolean, interval, text, text, integer, integer),
     dlock._event_holding(text, text, bigint, text, text), dlock._value(text),
     dlock._value_set(text, bigint, text, text, boolean), dlock._term_log(text, bigint, text, text, oid),
     dlock._still_leader(text, bigint, text, text, oid),
@@ -2086,5 +2235,8 @@ REVOKE EXECUTE ON FUNCTION
     dlock._current(text, bigint, boolean), dlock._xact_attempt(text),
     dlock.break_lock(text)
     FROM PUBLIC;
+
+-- Shared locks, semaphores and several resources at once ([kinds]).
+\ir kinds.sql
 
 COMMIT;

@@ -288,8 +288,9 @@ sub check
 		return 1 if $OK_ERR{ $o->{err} };
 		# The portable edition waits by polling, which a snapshot held for
 		# the whole transaction would never see end: a wait under
-		# REPEATABLE READ or SERIALIZABLE is refused there (0A000).
-		return $o->{pt} && $o->{err} eq '0A000' && ($o->{k} eq 'lock' || $o->{k} eq 'xact_lock')
+		# REPEATABLE READ or SERIALIZABLE is refused there (0A000), for
+		# every kind (lock, xact_lock, acquire, lock_all).
+		return $o->{pt} && $o->{err} eq '0A000' && $o->{k} =~ /^(?:lock|xact_lock|acquire|lock_all)$/
 		  && ($o->{iso} // 'READ COMMITTED') ne 'READ COMMITTED';
 	};
 	my @v;

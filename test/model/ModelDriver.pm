@@ -29,9 +29,9 @@
 # the workload keeps to that edition's documented rules: reap() runs only
 # in a transaction of its own (the portable reap() holds the rows it
 # deletes until its transaction ends, so an expired lease reaped in a
-# transaction left open is busy meanwhile), and a lock() or xact_lock()
-# that would wait under SERIALIZABLE raises 0A000 (ModelCheck.pm accepts
-# that error there).
+# transaction left open is busy meanwhile), and a lock(), xact_lock(),
+# acquire() or lock_all() that would wait under SERIALIZABLE raises 0A000
+# (ModelCheck.pm accepts that error there).
 
 package ModelDriver;
 

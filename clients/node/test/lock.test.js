@@ -114,7 +114,7 @@ test('assertFence: passes in the holder\'s transaction, rejects a stale fence wi
 });
 
 // sharedLocks: whether the server has lock(..., shared => ...) (the C
-// extension's SQL 0.4; not the portable edition).
+// extension's SQL 0.4, the portable edition's 0.4).
 async function sharedLocks() {
   const r = await admin.query("SELECT to_regprocedure('dlock.lock(text,text,interval,interval,boolean,interval,boolean)') IS NOT NULL AS ok");
   return r.rows[0].ok;

@@ -31,7 +31,7 @@ def pytest_runtest_setup(item):
 
 @pytest.fixture
 def portable() -> bool:
-    """True when the server has the portable edition (no shared locks)."""
+    """True when the server has the portable edition."""
     return PORTABLE
 
 

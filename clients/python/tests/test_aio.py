@@ -145,20 +145,8 @@ def test_aio_renewal_blocked_lost_before_server_expiry(dsn, admin, name):
     run(main())
 
 
-def test_aio_shared_holders_and_writer(dsn, admin, name, portable):
-    async def refused():
-        # The portable edition has no shared locks: NotSupported, nothing
-        # taken, an exclusive lock still works.
-        with pytest.raises(dlock.NotSupported) as e:
-            await dlock.aio.Lock(dsn, name, lease=5, wait=0, shared=True).acquire()
-        assert e.value.sqlstate == "0A000"
-        assert admin.execute("SELECT count(*) FROM dlock.locks WHERE resource = %s",
-                             (name,)).fetchone()[0] == 0
-        async with dlock.aio.Lock(dsn, name, lease=5, wait=0) as w:
-            assert w.fence is not None
-    if portable:
-        return run(refused())
-
+def test_aio_shared_holders_and_writer(dsn, admin, name):
+    # Both editions (the portable one has shared locks since its 0.4).
     async def main():
         async with dlock.aio.Lock(dsn, name, lease=5, wait=0, shared=True) as r1, \
                 dlock.aio.Lock(dsn, name, lease=5, wait=0, shared=True) as r2:

@@ -29,19 +29,6 @@ def backend_pid(admin, app):
     return row[0]
 
 
-def shared_refused(dsn, admin, name):
-    """Where the server has no shared locks (the portable edition): a
-    shared Lock raises NotSupported (0A000) and takes nothing; an exclusive
-    Lock of the same resource still works."""
-    with pytest.raises(dlock.NotSupported) as e:
-        dlock.Lock(dsn, name, lease=5, wait=0, shared=True).acquire()
-    assert e.value.sqlstate == "0A000"
-    assert admin.execute("SELECT count(*) FROM dlock.locks WHERE resource = %s",
-                         (name,)).fetchone()[0] == 0
-    with dlock.Lock(dsn, name, lease=5, wait=0) as lock:
-        assert lock.fence is not None
-
-
 def test_the_edition_is_the_one_named(admin, portable):
     """DLOCK_TEST_EDITION says the truth, so that what is skipped or asserted
     as missing on the portable edition is so only there."""
@@ -288,12 +275,10 @@ else:
     assert r.stdout == "" and r.stderr == ""
 
 
-def test_shared_holders_together_writer_refused_fences_increase(dsn, admin, name, portable):
+def test_shared_holders_together_writer_refused_fences_increase(dsn, admin, name):
     """Two shared holders at once; a writer refused while they hold, let in
-    after; every fence distinct and greater than the ones before.  (The
-    portable edition: NotSupported.)"""
-    if portable:
-        return shared_refused(dsn, admin, name)
+    after; every fence distinct and greater than the ones before (both
+    editions: the portable one has shared locks since its 0.4)."""
     r1 = dlock.Lock(dsn, name, lease=5, wait=0, shared=True)
     r2 = dlock.Lock(dsn, name, lease=5, wait=0, shared=True)
     writer = dlock.Lock(dsn, name, lease=5, wait=0)
@@ -316,9 +301,7 @@ def test_shared_holders_together_writer_refused_fences_increase(dsn, admin, name
                          (name,)).fetchone()[0] == 0
 
 
-def test_shared_renewed_past_its_lease(dsn, admin, name, portable):
-    if portable:
-        return shared_refused(dsn, admin, name)
+def test_shared_renewed_past_its_lease(dsn, admin, name):
     with dlock.Lock(dsn, name, lease=1.2, shared=True) as lock:
         first = holding(admin, name)[2]
         time.sleep(2.0)

@@ -49,18 +49,9 @@ def test_acquire_blocking_shared_timeout_positionally(coords):
     assert theirs.release()
 
 
-def test_shared_readers_together_writer_refused(coords, portable):
+def test_shared_readers_together_writer_refused(coords):
+    # Both editions (the portable one has shared locks since its 0.4).
     name = uuid.uuid4().hex.encode()
-    if portable:
-        # No shared locks in the portable edition: tooz.NotImplemented,
-        # nothing taken; an exclusive acquire still works.
-        import tooz
-        r, w = coords().get_lock(name), coords().get_lock(name)
-        with pytest.raises(tooz.NotImplemented):
-            r.acquire(blocking=False, shared=True)
-        assert w.acquire(blocking=False)
-        assert w.release()
-        return
     r1, r2, w = (coords().get_lock(name) for _ in range(3))
     assert r1.acquire(True, True, None)
     assert r2.acquire(blocking=False, shared=True)

@@ -39,6 +39,7 @@ sub run_server {
     my $su = conn('admin');
 
     upgrade($admin, $dir);
+    upgrade_03($admin, $dir);
     queue_api($al, $bo, $db, $su);
     delay_api($al, $bo, $db);
     bad_input($al, $db);
@@ -78,6 +79,70 @@ sub upgrade {
     is(q1($o, "SELECT dlock.unlock('up/a', 'h', ?) ", $f1), 2, "$label: upgrade: the old holding unlocks");
     my $f2 = q1($o, "SELECT dlock.try_lock('up/b', 'h', '1h', lock_delay => '1s')");
     ok($f2 > $f1, "$label: upgrade: fences keep increasing");
+    $o->disconnect;
+}
+
+# Running the script over the 0.3 release ([core], [fair], [elect];
+# test/portable/old/dlock-0.3.sql) upgrades it in place to 0.4 ([kinds]):
+# holdings (with their lock-delay and value), client tickets and fences
+# kept, calls of the old signatures still resolve, the kinds work on the
+# upgraded schema, and a second run changes nothing.
+sub upgrade_03 {
+    my ($admin, $dir) = @_;
+    $admin->do("CREATE DATABASE old03 OWNER dbo") or die $admin->errstr;
+    my $out = `$client/psql -X -q -h $dir -U dbo -d old03 -f $top/test/portable/old/dlock-0.3.sql 2>&1`;
+    is($?, 0, "$label: upgrade 0.3: the 0.3 release installed") or diag($out);
+    my $o = conn('alice', 'old03');
+    is(q1($o, "SELECT dlock.version()"), '0.3', "$label: upgrade 0.3: version 0.3 before");
+    my $f1 = q1($o, "SELECT dlock.try_lock('u3/a', 'h', '1h', lock_delay => '1s')");
+    q1($o, "SELECT dlock.try_lock('u3/a', 'h', '1h')");
+    is(q1($o, "SELECT dlock.try_lock('u3/a', 'q', fair => true)"), undef, "$label: upgrade 0.3: a client ticket queued");
+    my $term = q1($o, "SELECT dlock.campaign('u3/e', 'c1', 'v1', '1h')");
+    my $view = "SELECT string_agg(concat_ws(' ', resource, holder, count, fence, expires_at, available_at, value), ','
+                                  ORDER BY resource) FROM dlock.locks";
+    my $queue = "SELECT string_agg(concat_ws(' ', resource, holder, position, expires_at), ',') FROM dlock.queue";
+    # A waiter in 0.3's lock() while the script runs.
+    q1($o, "SELECT dlock.try_lock('u3/w', 'hw', '1h')");
+    my $w = conn('alice', 'old03');
+    my $sth = $w->prepare("SELECT dlock.lock('u3/w', 'waiter', '1h', '60s')", { pg_async => PG_ASYNC });
+    $sth->execute;
+    my $ws = 0;
+    for (1 .. 500) {
+        last if $ws = q1($o, "SELECT count(*) FROM pg_stat_activity WHERE pid = ? AND wait_event = 'PgSleep'", $w->{pg_pid});
+        sleep 0.01;
+    }
+    ok($ws, "$label: upgrade 0.3: a waiter in 0.3's lock()");
+    my ($before, $qbefore) = (q1($o, $view), q1($o, $queue));
+    $o->disconnect;
+    $out = `$client/psql -X -q -h $dir -U dbo -d old03 -f $script 2>&1`;
+    is($?, 0, "$label: upgrade 0.3: this script over it") or diag($out);
+    $o = conn('alice', 'old03');
+    is(q1($o, "SELECT dlock.version()"), '0.4', "$label: upgrade 0.3: version 0.4 after");
+    is(q1($o, $view), $before, "$label: upgrade 0.3: every holding kept, with its lock-delay and value");
+    is(q1($o, $queue), $qbefore, "$label: upgrade 0.3: the client ticket kept");
+    is(q1($o, "SELECT string_agg(DISTINCT mode, ',') FROM dlock.locks"), 'exclusive', "$label: upgrade 0.3: old holdings are exclusive");
+    is(q1($o, "SELECT dlock.unlock('u3/w', 'hw')"), 0, "$label: upgrade 0.3: the waiter's resource released");
+    ok(wait_ready($w, 20) && defined($w->pg_result) && !$w->err, "$label: upgrade 0.3: the waiter, through the upgrade, is served")
+        or diag($w->errstr);
+    $sth->finish;
+    $w->disconnect;
+    q1($o, "SELECT dlock.unlock('u3/w', 'waiter')");
+    is(q1($o, "SELECT count(*) FROM pg_proc WHERE proname IN ('try_lock', 'lock') AND pronamespace = 'dlock'::regnamespace"), 2,
+       "$label: upgrade 0.3: one try_lock and one lock (the old signatures replaced)");
+    is(q1($o, "SELECT dlock.try_lock('u3/a', 'h', '1h', false, '1s')"), $f1,
+       "$label: upgrade 0.3: a call of the old signature re-enters the old holding");
+    is(q1($o, "SELECT dlock.try_lock('u3/a', 'r', '1h', shared => true)"), undef,
+       "$label: upgrade 0.3: the old exclusive holding keeps a reader out");
+    is(q1($o, "SELECT (dlock.leader('u3/e')).term"), $term, "$label: upgrade 0.3: the leader kept");
+    my $s1 = q1($o, "SELECT dlock.try_lock('u3/s', 'r1', '1h', shared => true)");
+    my $s2 = q1($o, "SELECT dlock.try_lock('u3/s', 'r2', '1h', shared => true)");
+    ok($s1 > $f1 && $s2 > $s1, "$label: upgrade 0.3: shared holdings on the upgraded schema, fences increasing");
+    ok(defined q1($o, "SELECT dlock.try_acquire('u3/m', 'p', 2)"), "$label: upgrade 0.3: a semaphore too");
+    $before = q1($o, $view);
+    $out = `$client/psql -X -q -h $dir -U dbo -d old03 -f $script 2>&1`;
+    is($?, 0, "$label: upgrade 0.3: the script again over 0.4") or diag($out);
+    is(q1($o, $view), $before, "$label: upgrade 0.3: ... keeps every holding of every kind");
+    is(q1($o, "SELECT dlock.unlock('u3/a', 'h', ?)", $f1), 2, "$label: upgrade 0.3: the old holding unlocks");
     $o->disconnect;
 }
 

@@ -28,16 +28,13 @@ my $client = "/usr/lib/postgresql/$debian_major/bin";
 my $out_root = $ENV{DLOCK_PORTABLE_REGRESS_OUT} // '/tmp/dlock-portable-regress';
 
 # The tests of the shared contract, in pg_regress's (alphabetical) order.
-my @shared = qw(elect errors expiry fair_review search_path xact);
+my @shared = qw(elect errors expiry fair_review multi search_path semaphore shared xact);
 # The tests of C-only behaviour, and why.
 my %skipped = (
     api   => 'dlock.waiters and dlock.stats() (shared memory), and HOT updates of dlock.leases counted in pg_stat',
     fair  => 'GUC range checks of dlock.lock_delay and dlock.queue_ttl at SET time, and dlock.queue_ttl settable by superusers only (the portable edition checks settings when they are used; any role may SET them)',
     roles => "the C extension's own objects (dlock.fence_seq, dlock.epoch, dlock.outbox) and its extension owner's rights",
     rows  => "rows.c's direct row access of dlock.leases (indexes and constraints the test adds)",
-    shared => "shared locks ([kinds], extension 0.4) are not in the portable edition yet",
-    semaphore => "semaphores ([kinds], extension 0.5) are not in the portable edition yet",
-    multi => "try_lock_all/lock_all ([kinds], extension 0.5) are not in the portable edition yet",
     scale => "rows deleted at release (extension 0.5): the portable edition keeps a released row for an hour, as the C extension did before",
 );
 

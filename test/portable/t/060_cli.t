@@ -6,6 +6,7 @@
 # else done by another ordinary role.  On every server 010_core.t uses:
 # - the SQL of "Getting started" (README.md, read from it: every line but
 #   CREATE EXTENSION, with the fence try_lock gave and a real UPDATE);
+# - [kinds]: run --shared, run --semaphore N --permits K, run R1 R2 R3 --;
 # - --version (the client's version and the portable edition's, no warning
 #   that the extension is missing), try, lock, renew, status, unlock, reap,
 #   watch (the release event);
@@ -155,6 +156,7 @@ sub run_server {
     quick_start();
     commands($dbo);
     run_cmd($dbo);
+    kinds($dbo);
     elect($dbo);
     is(q1($dbo, "SELECT string_agg(resource, ',') FROM dlock.locks"), undef,
        "$label: every command released what it took");
@@ -314,6 +316,51 @@ sub run_cmd {
     like(slurp("$tmp/fair.out"), qr/^\d+$/, "$label: run --fair: COMMAND ran with its fence");
     ($rc, $out) = cli('--poll', 'run', '--wait', '10s', 'polled', '--', 'sh', '-c', 'echo $DLOCK_FENCE');
     is($rc, 0, "$label: run --poll");
+}
+
+# [kinds]: run --shared (readers together, a writer kept out), run
+# --semaphore N --permits K (at most N permits), and several resources
+# before -- (all taken, fences in order, all released).
+sub kinds {
+    my ($dbo) = @_;
+    local @ENV{qw(PATH PGHOST PGDATABASE PGUSER)} = ("$client:$ENV{PATH}", $sock, 'app', 'alice');
+    my $go = "$tmp/kinds.go";
+    unlink $go;
+    my $hold = "echo \$DLOCK_FENCE; while [ ! -e $go ]; do sleep 0.02; done";
+    my @r = map { spawn("sh$_", $cli, '-d', conn('alice'), 'run', '--shared', '--lease', '5s', '--holder', "r$_",
+                        'kshared', '--', 'sh', '-c', $hold) } 1 .. 2;
+    ok(until_true(30, sub { q1($dbo, "SELECT count(*) FROM dlock.locks WHERE resource = 'kshared' AND mode = 'shared'") == 2 }),
+       "$label: run --shared: two readers hold kshared together");
+    my ($rc) = cli('run', '--wait', '0', 'kshared', '--', 'true');
+    is($rc, 75, "$label: run --shared: a writer's run with --wait 0 is refused (75)");
+    my @s = map { spawn("sem$_", $cli, '-d', conn('alice'), 'run', '--semaphore', '3', '--permits', '2',
+                        '--lease', '5s', '--holder', "p$_", 'ksem', '--', 'sh', '-c', $hold) } 1;
+    ok(until_true(30, sub { q1($dbo, "SELECT coalesce(sum(permits), 0) FROM dlock.locks WHERE resource = 'ksem'") == 2 }),
+       "$label: run --semaphore 3 --permits 2: two permits held");
+    is(q1($dbo, "SELECT string_agg(concat_ws(' ', mode, permits, max_permits), ',') FROM dlock.locks WHERE resource = 'ksem'"),
+       'semaphore 2 3', "$label: run --semaphore: dlock.locks shows mode, permits and max_permits");
+    ($rc) = cli('run', '--semaphore', '3', '--permits', '2', '--wait', '0', 'ksem', '--', 'true');
+    is($rc, 75, "$label: run --semaphore: two more permits of three are refused (75)");
+    my ($rc1, $out1) = cli('run', '--semaphore', '3', '--wait', '0', 'ksem', '--', 'sh', '-c', 'echo $DLOCK_FENCE');
+    is($rc1, 0, "$label: run --semaphore: the third permit is served");
+    like($out1, qr/^\d+$/, "$label: run --semaphore: COMMAND ran with its fence");
+    my ($rcm, $outm, $errm) = cli('run', '--lease', '5s', 'km1', 'km2', 'km3', '--', 'sh', '-c',
+        'echo "$DLOCK_RESOURCE|$DLOCK_FENCE"; psql -XAtq -c "SELECT string_agg(resource || \' \' || fence, \',\' ORDER BY resource) FROM dlock.locks WHERE resource LIKE \'km_\'"');
+    is($rcm, 0, "$label: run with three resources: COMMAND ran and exited 0") or diag($errm);
+    my ($env, $seen) = split /\n/, $outm;
+    my ($res, $fences) = split /\|/, $env // '';
+    is($res, 'km1 km2 km3', "$label: run with three resources: DLOCK_RESOURCE lists them");
+    my @f = split / /, $fences // '';
+    is($seen, join(',', map { "km$_ $f[$_ - 1]" } 1 .. 3),
+       "$label: run with three resources: all held while COMMAND runs, DLOCK_FENCE in their order");
+    is(q1($dbo, "SELECT dlock.try_lock('km2', 'blocker', '30s') IS NOT NULL"), 1, "$label: ... released after");
+    ($rc) = cli('run', '--wait', '0', 'km1', 'km2', '--', 'touch', "$tmp/km.ran");
+    is($rc, 75, "$label: run with several resources, one of them held: refused (75), all or nothing");
+    ok(!-e "$tmp/km.ran", "$label: ... and COMMAND did not run");
+    is(q1($dbo, "SELECT count(*) FROM dlock.locks WHERE resource = 'km1'"), 0, "$label: ... km1 was not kept");
+    q1($dbo, "SELECT dlock.unlock('km2', 'blocker')");
+    open my $fh, '>', $go or die; close $fh;
+    is(wait_exit($_, 30), 0, "$label: run --shared / --semaphore: exits 0 when COMMAND does") for @r, @s;
 }
 
 # dlock elect and observe.

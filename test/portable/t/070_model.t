@@ -7,6 +7,9 @@
 # "steals" of other roles' holdings must fail too), dlock_model_a (granted
 # break_lock by dbo) and dlock_model_b (not).  Then ModelCheck.pm verifies
 # fences, overlaps, revivals, roles, counts and errors from the logs.
+# The kinds of lock are mixed in as for the C extension (ModelDriver.pm
+# finds them in pg_proc: shared holdings, semaphores' permits,
+# try_lock_all/lock_all), and ModelKinds.pm checks their rules.
 # First, step by step, the overlap the model found: a transaction-scoped
 # lock under REPEATABLE READ or SERIALIZABLE must not be granted on a
 # snapshot older than a lease taken since.
@@ -88,6 +91,13 @@ for my $s (@servers) {
     cmp_ok($stats->{probes} // 0, '>', 10, "$label: the prober probed");
     cmp_ok($stats->{'ok unlock'} // 0, '>', 10, "$label: unlocks succeeded");
     cmp_ok($stats->{'clients that died'} // 0, '==', 0, "$label: no client died");
+    # The kinds are mixed in ([kinds]: ModelDriver.pm finds them in pg_proc).
+    cmp_ok(($stats->{'ok try_lock shared'} // 0) + ($stats->{'ok lock shared'} // 0), '>', 5,
+           "$label: shared holdings were taken");
+    cmp_ok(($stats->{'ok try_acquire'} // 0) + ($stats->{'ok acquire'} // 0), '>', 5,
+           "$label: permits of semaphores were taken");
+    cmp_ok($stats->{'all-or-nothing checks'} // 0, '>', 5,
+           "$label: several resources were asked for at once, and checked all or nothing");
     `$bindir/pg_ctl -D $dir/data -m fast -w stop 2>&1`;
 }
 done_testing();
