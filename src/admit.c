@@ -84,6 +84,26 @@ refuse_unavailable(const DlockResourceState *st, bool queue)
 }
 
 /*
+ * admit_in_turn: a free resource, for a lease or permits: a new holding,
+ * unless another ticket heads the fair queue.  The cheap look (other
+ * backends' in-server tickets, client tickets below the request's) says
+ * whether anyone may be ahead; only then the exact head decides.  queue:
+ * whether a refusal keeps the request's place in the queue.
+ */
+static DlockAdmission
+admit_in_turn(const DlockResourceState *st, bool queue)
+{
+	if (!st->server_allows || st->client_ahead)
+	{
+		if (!st->know_head)
+			return refuse(NEED_HEAD, DT_NOEND, false);
+		if (st->head.exists && !st->head.mine)
+			return refuse(REFUSE_NOT_TURN, st->head.expires_at, queue);
+	}
+	return admit(ADMIT_NEW);
+}
+
+/*
  * admit_exclusive: a lease (try_lock, lock, campaign).  In order:
  *	- this transaction's transaction-scoped lock excludes every lease, its
  *	  own too (only the transaction's end frees it);
@@ -138,15 +158,7 @@ admit_exclusive(const DlockRequest *req, const DlockResourceState *st)
 		return refuse(REFUSE_NOT_TURN, st->server_until, queue);
 	if (!dlock_lease_available(&st->row, st->now))
 		return refuse_unavailable(st, queue);
-	if (!st->server_allows || st->client_ahead)
-	{
-		/* Someone may be ahead: the exact head decides. */
-		if (!st->know_head)
-			return refuse(NEED_HEAD, DT_NOEND, false);
-		if (st->head.exists && !st->head.mine)
-			return refuse(REFUSE_NOT_TURN, st->head.expires_at, queue);
-	}
-	return admit(ADMIT_NEW);
+	return admit_in_turn(st, queue);
 }
 
 /*
@@ -186,14 +198,7 @@ admit_shared(const DlockRequest *req, const DlockResourceState *st)
 		return refuse_unavailable(st, queue);
 	if (st->writer_waiting)
 		return refuse(REFUSE_NOT_TURN, DT_NOEND, queue);
-	if (!st->server_allows || st->client_ahead)
-	{
-		if (!st->know_head)
-			return refuse(NEED_HEAD, DT_NOEND, false);
-		if (st->head.exists && !st->head.mine)
-			return refuse(REFUSE_NOT_TURN, st->head.expires_at, queue);
-	}
-	return admit(ADMIT_NEW);
+	return admit_in_turn(st, queue);
 }
 
 /*
@@ -276,14 +281,7 @@ admit_semaphore(const DlockRequest *req, const DlockResourceState *st)
 		return refuse(REFUSE_NOT_TURN, st->server_until, queue);
 	if (!dlock_lease_available(&st->row, st->now))
 		return refuse_unavailable(st, queue);
-	if (!st->server_allows || st->client_ahead)
-	{
-		if (!st->know_head)
-			return refuse(NEED_HEAD, DT_NOEND, false);
-		if (st->head.exists && !st->head.mine)
-			return refuse(REFUSE_NOT_TURN, st->head.expires_at, queue);
-	}
-	return admit(ADMIT_NEW);
+	return admit_in_turn(st, queue);
 }
 
 /*
