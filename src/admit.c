@@ -309,7 +309,7 @@ dlock_admit_decide(const DlockRequest *req, const DlockResourceState *st)
  * read_shares: the shared holdings of res (0.4; none under older SQL):
  * the request's holder's live one, how many live ones others have and
  * when the last of them ends; for an upgrade waiting in lock(), whether
- * one of those others waits to upgrade too.  Live holdings of permits
+ * one of those others waits to upgrade too (lock_all's waits too).  Live holdings of permits
  * (0.5) are counted apart, with their permits, their max_permits and
  * when the first of them ends; the request's holder's own is share_mine
  * too (of the kind the request is not, it is refused before it is used).
@@ -347,7 +347,8 @@ read_shares(const DlockResource *res, const DlockRequest *req, bool locked,
 			st->shares_until = Max(st->shares_until, s->expires_at);
 		}
 	}
-	if (!locked || req->kind != DLOCK_KIND_EXCLUSIVE || !req->in_server ||
+	if (!locked || req->kind != DLOCK_KIND_EXCLUSIVE ||
+		!(req->in_server || req->waits) ||
 		st->share_mine == NULL || st->shares_others == 0)
 		return;
 	foreach(lc, st->shares)

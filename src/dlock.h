@@ -370,6 +370,9 @@ typedef struct DlockRequest
 	bool		campaign;		/* never re-enter: its own holding is had as is */
 	int32		permits;		/* DLOCK_KIND_SEMAPHORE: permits asked for */
 	int32		max_permits;	/* ... and the semaphore's max_permits */
+	bool		waits;			/* lock_all(): an exclusive request that will
+								 * wait (an upgrade looks for crossing ones,
+								 * as in lock()) */
 } DlockRequest;
 
 /* A resource's state, read once per attempt (dlock_admit_read). */

@@ -21,7 +21,10 @@
  * the last attempt (MultiArgs.in_way, which the loop watches: when another
  * resource is in the way, the wait moves there, waiters.c): a releasing
  * commit of that resource wakes it, as it wakes a lock(); it then tries
- * them all again.  Each resource is an ordinary holding afterwards: renew,
+ * them all again.  An exclusive lock_all waits there as a waiting writer,
+ * like lock() (writer_wait: new shared holders are kept out of that
+ * resource; crossing upgrades are 40P01).  A name held by another kind
+ * (a semaphore's permits) is an error, as for one lock.  Each resource is an ordinary holding afterwards: renew,
  * unlock, unlock_all, check and assert_fence treat it like one taken by
  * try_lock.
  *
@@ -57,15 +60,18 @@ typedef struct MultiArgs
 	const Interval *lease;
 	const Interval *lock_delay; /* NULL: none */
 	bool		shared;
+	bool		waits;			/* lock_all, not try_lock_all */
 	DlockResource in_way;		/* refused: the resource in the way */
+	/* An exclusive lock_all's "writer waits" tags (queue.c), on one resource */
+	bool		writer;			/* held */
+	bool		upgrade;		/* ... with the "upgrading" tag */
+	DlockResource writer_on;	/* ... for this resource */
 } MultiArgs;
 
-/* canonical_cmp: the order resources are locked in: hash, then bytes. */
+/* res_cmp: the order resources are locked in: hash, then bytes. */
 static int
-canonical_cmp(const void *a, const void *b)
+res_cmp(const DlockResource *x, const DlockResource *y)
 {
-	const DlockResource *x = &((const MultiItem *) a)->res;
-	const DlockResource *y = &((const MultiItem *) b)->res;
 	int			xlen = VARSIZE_ANY_EXHDR(x->name);
 	int			ylen = VARSIZE_ANY_EXHDR(y->name);
 	int			c;
@@ -76,6 +82,13 @@ canonical_cmp(const void *a, const void *b)
 	if (c != 0)
 		return c;
 	return (xlen > ylen) - (xlen < ylen);
+}
+
+/* canonical_cmp: res_cmp of two MultiItems, for qsort. */
+static int
+canonical_cmp(const void *a, const void *b)
+{
+	return res_cmp(&((const MultiItem *) a)->res, &((const MultiItem *) b)->res);
 }
 
 /*
@@ -141,7 +154,56 @@ request_of(const MultiArgs *m)
 	DlockRequest req = {m->shared ? DLOCK_KIND_SHARED : DLOCK_KIND_EXCLUSIVE,
 	m->holder, m->caller, false, false, 0, false};
 
+	req.waits = m->waits && !m->shared;
 	return req;
+}
+
+/*
+ * writer_end: an exclusive lock_all no longer waits for the resource it
+ * registered as a waiting writer on: let go of its tags; readers held off
+ * by them look again once the transaction ends (acquired: the holding
+ * keeps them out anyway).
+ */
+static void
+writer_end(MultiArgs *m, bool acquired)
+{
+	if (!m->writer)
+		return;
+	dlock_writer_wait_end(&m->writer_on, m->holder, m->caller->role,
+						  m->upgrade, &m->writer);
+	if (!acquired)
+		dlock_wake_after_commit(m->writer_on.hash);
+}
+
+/*
+ * writer_wait: an exclusive lock_all refused by res waits for it as a
+ * lock() does: it holds res's "writer waits" tags (queue.c), so new
+ * shared holders are kept out of res until it is served or the wait
+ * ends (writers do not starve), and, when the holder shares res (an
+ * upgrade), its "upgrading" tag, so that two upgrades waiting for each
+ * other are a deadlock (40P01) and not a hang.  One resource at a time,
+ * the one in its way: when another one is in the way, the tags move
+ * there.  Holding nothing while it waits, it keeps no reader of any other
+ * resource out, so it closes no cycle a single lock() would not.
+ */
+static void
+writer_wait(MultiArgs *m, const DlockResource *res, bool upgrade)
+{
+	if (m->writer && m->upgrade == upgrade && res_cmp(&m->writer_on, res) == 0)
+		return;
+	writer_end(m, false);
+	if (!dlock_shares_installed())
+		return;
+	m->writer_on = *res;
+	m->upgrade = upgrade;
+	dlock_writer_wait(res, m->holder, m->caller->role, upgrade, &m->writer);
+}
+
+/* multi_leave: the wait is over (a DlockLeaveFn). */
+static void
+multi_leave(const DlockResource *res, void *arg, bool acquired)
+{
+	writer_end((MultiArgs *) arg, acquired);
 }
 
 /* give_back: give back the locks of the first taken items. */
@@ -221,14 +283,27 @@ multi_attempt(const DlockResource *res, void *arg, int64 *fence,
 	}
 	if (i < m->n)
 	{
-		DlockReason reason = verdicts[i].reason;
+		DlockAdmission v = verdicts[i];
+		const DlockResource *way = &m->items[i].res;
 
-		*busy_until = verdicts[i].retry_at;
+		*busy_until = v.retry_at;
 		dlock_store_end();
-		m->in_way = m->items[i].res;
+		m->in_way = *way;
+		if (m->waits && !m->shared && v.reason != REFUSE_DEADLOCK &&
+			v.reason != REFUSE_OTHER_KIND && v.reason != REFUSE_MAX_PERMITS)
+			writer_wait(m, way, m->states[i].share_mine != NULL);
 		give_back(m, m->n);
 		pfree(verdicts);
-		return reason == REFUSE_DELAYED ? ATTEMPT_DELAYED : ATTEMPT_BUSY;
+		if (v.reason == REFUSE_DEADLOCK)
+			ereport(ERROR,
+					(errcode(ERRCODE_T_R_DEADLOCK_DETECTED),
+					 errmsg("deadlock detected"),
+					 errdetail("Holder \"%s\" waits to upgrade its shared lock on resource \"%s\" to exclusive, and another shared holder waits to upgrade too: each waits for the other.",
+							   text_to_cstring(m->holder), text_to_cstring(way->name)),
+					 errhint("Release the shared lock and take the exclusive one afresh.")));
+		/* Another kind of holding by that name: an error, as for one lock. */
+		dlock_admit_raise(way, &req, &m->states[i], v);
+		return v.reason == REFUSE_DELAYED ? ATTEMPT_DELAYED : ATTEMPT_BUSY;
 	}
 	write_all(m, verdicts);
 	dlock_store_end();
@@ -248,8 +323,9 @@ lock_all_common(FunctionCallInfo fcinfo, MultiArgs *m, int64 wait_ms)
 
 	m->states = palloc0(m->n * sizeof(DlockResourceState));
 	m->in_way = m->items[0].res;
-	if (dlock_wait_loop(&m->in_way, m->holder, wait_ms, multi_attempt, NULL,
-						m) == 0)
+	m->waits = wait_ms != 0;
+	if (dlock_wait_loop(&m->in_way, m->holder, wait_ms, multi_attempt,
+						multi_leave, m) == 0)
 		PG_RETURN_NULL();
 	fences = palloc(m->n * sizeof(Datum));
 	for (int i = 0; i < m->n; i++)
