@@ -166,11 +166,11 @@ take_resource(const DlockResource *res, DlockLockMode mode)
 	return true;
 }
 
-/* dlock_take_resource: take_resource in CHANGE mode. */
+/* dlock_take_resource: take_resource, for other files' attempts. */
 bool
-dlock_take_resource(const DlockResource *res)
+dlock_take_resource(const DlockResource *res, DlockLockMode mode)
 {
-	return take_resource(res, DLOCK_CHANGE);
+	return take_resource(res, mode);
 }
 
 /*

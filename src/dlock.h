@@ -471,7 +471,7 @@ typedef DlockAttempt (*DlockAttemptFn) (const DlockResource *res, void *arg,
 typedef void (*DlockLeaveFn) (const DlockResource *res, void *arg,
 							 bool acquired);
 
-extern bool dlock_take_resource(const DlockResource *res);
+extern bool dlock_take_resource(const DlockResource *res, DlockLockMode mode);
 extern int64 dlock_wait_loop(const DlockResource *res, text *holder,
 							 int64 wait_ms, DlockAttemptFn attempt,
 							 DlockLeaveFn leave, void *arg);

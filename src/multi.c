@@ -4,7 +4,8 @@
  *		Several resources at once: try_lock_all and lock_all (0.5).
  *
  * All or nothing.  One attempt (multi_attempt) takes the resources' locks
- * (resource.c, CHANGE mode) without waiting, in one canonical order (by
+ * (resource.c: CHANGE mode; for shared holdings SHARE mode and the
+ * holder's share-row tag, as a shared try_lock does) without waiting, in one canonical order (by
  * hash, then by the resource's bytes) whatever the order given, so two
  * attempts naming the same resources never hold each other's locks in the
  * lock manager crosswise; then, inside one store session, has admit.c read
@@ -206,12 +207,46 @@ multi_leave(const DlockResource *res, void *arg, bool acquired)
 	writer_end((MultiArgs *) arg, acquired);
 }
 
+/*
+ * mode_of: the mode of the resources' locks an attempt takes: SHARE for
+ * shared holdings (with the holder's share-row tag of each, as a shared
+ * try_lock takes them: readers in open transactions never hold each other
+ * off, resource.c), else CHANGE.
+ */
+static DlockLockMode
+mode_of(const MultiArgs *m)
+{
+	return m->shared ? DLOCK_SHARE : DLOCK_CHANGE;
+}
+
+/*
+ * take: take the item's resource lock without waiting (and, shared, the
+ * holder's share-row tag); false, holding neither, if another transaction
+ * has one of them.
+ */
+static bool
+take(const MultiArgs *m, const MultiItem *it)
+{
+	if (!dlock_take_resource(&it->res, mode_of(m)))
+		return false;
+	if (m->shared && !dlock_share_row_lock(&it->res, m->holder, DLOCK_CHANGE, false))
+	{
+		dlock_resource_unlock(&it->res, DLOCK_SHARE);
+		return false;
+	}
+	return true;
+}
+
 /* give_back: give back the locks of the first taken items. */
 static void
 give_back(const MultiArgs *m, int taken)
 {
 	for (int i = taken - 1; i >= 0; i--)
-		dlock_resource_unlock(&m->items[i].res, DLOCK_CHANGE);
+	{
+		if (m->shared)
+			dlock_share_row_unlock(&m->items[i].res, m->holder, DLOCK_CHANGE);
+		dlock_resource_unlock(&m->items[i].res, mode_of(m));
+	}
 }
 
 /*
@@ -264,7 +299,7 @@ multi_attempt(const DlockResource *res, void *arg, int64 *fence,
 	int			i;
 
 	for (taken = 0; taken < m->n; taken++)
-		if (!dlock_take_resource(&m->items[taken].res))
+		if (!take(m, &m->items[taken]))
 			break;
 	if (taken < m->n)
 	{

@@ -13,7 +13,10 @@
 #    they share is a deadlock (40P01) at once, never a hang; the other one
 #    has it once the failed one lets its shared lock go;
 #  - a name held as a semaphore is an error (42809) for try_lock_all and
-#    lock_all, as for try_lock, not a NULL nor a wait.
+#    lock_all, as for try_lock, not a NULL nor a wait;
+#  - a shared try_lock_all is not held off by another reader's acquisition
+#    in an open transaction (as a shared try_lock is not), but an exclusive
+#    one is.
 
 use strict;
 use warnings;
@@ -106,5 +109,19 @@ like($err, qr/42809.*held as a semaphore/s, 'try_lock_all on a semaphore: 42809'
 	extra_params => [ '-v', 'VERBOSITY=verbose' ]);
 like($err, qr/42809.*held as a semaphore/s, 'lock_all on a semaphore: 42809, not a wait');
 is(sql(q{SELECT count(*) FROM dlock.locks WHERE holder = 'q'}), '0', '... and nothing held');
+
+# ---- Readers in open transactions do not hold off a shared lock_all ----
+my $o = $node->background_psql('postgres', on_error_stop => 0);
+$o->query_safe(q{BEGIN});
+$o->query_safe(q{SELECT dlock.try_lock('sh', 'open', '1h', shared => true)});
+is(sql(q{SELECT array_length(dlock.try_lock_all(ARRAY['sh', 'sh2'], 'd', '1h', shared => true), 1)}),
+	'2', 'a shared try_lock_all beside a reader in an open transaction');
+is(sql(q{SELECT dlock.renew('sh', 'd') IS NOT NULL AND dlock.unlock('sh', 'd') = 0}), 't',
+	'... renewed and released meanwhile');
+is(sql(q{SELECT dlock.try_lock_all(ARRAY['sh'], 'e', '1h')}), '',
+	'an exclusive one is refused');
+$o->query_safe(q{COMMIT});
+is(sql(q{SELECT dlock.unlock_all('d') + dlock.unlock_all('open')}), '2', 'all released');
+$o->quit;
 
 done_testing();
