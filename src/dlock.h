@@ -462,7 +462,11 @@ typedef enum DlockAttempt
 	ATTEMPT_ACQUIRED,			/* *fence set; the resource's lock kept */
 	ATTEMPT_BUSY,				/* held by another until *busy_until */
 	ATTEMPT_DELAYED,			/* free, but under lock-delay until *busy_until */
-	ATTEMPT_CONTENDED			/* another transaction has the resource's lock */
+	ATTEMPT_CONTENDED,			/* another transaction has the resource's lock:
+								 * wait for it in CHANGE mode */
+	ATTEMPT_CONTENDED_SHARE,	/* ... the attempt's mode is SHARE: wait in it */
+	ATTEMPT_CONTENDED_POLL		/* held off by something else (a share-row
+								 * tag): poll */
 } DlockAttempt;
 
 typedef DlockAttempt (*DlockAttemptFn) (const DlockResource *res, void *arg,

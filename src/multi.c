@@ -221,20 +221,21 @@ mode_of(const MultiArgs *m)
 
 /*
  * take: take the item's resource lock without waiting (and, shared, the
- * holder's share-row tag); false, holding neither, if another transaction
- * has one of them.
+ * holder's share-row tag): ATTEMPT_ACQUIRED, or, holding neither, what
+ * the wait loop is to wait for: the resource's lock in the attempt's mode,
+ * or (the share-row tag) a poll.
  */
-static bool
+static DlockAttempt
 take(const MultiArgs *m, const MultiItem *it)
 {
 	if (!dlock_take_resource(&it->res, mode_of(m)))
-		return false;
+		return m->shared ? ATTEMPT_CONTENDED_SHARE : ATTEMPT_CONTENDED;
 	if (m->shared && !dlock_share_row_lock(&it->res, m->holder, DLOCK_CHANGE, false))
 	{
 		dlock_resource_unlock(&it->res, DLOCK_SHARE);
-		return false;
+		return ATTEMPT_CONTENDED_POLL;
 	}
-	return true;
+	return ATTEMPT_ACQUIRED;
 }
 
 /* give_back: give back the locks of the first taken items. */
@@ -295,18 +296,19 @@ multi_attempt(const DlockResource *res, void *arg, int64 *fence,
 	MultiArgs  *m = arg;
 	DlockRequest req = request_of(m);
 	DlockAdmission *verdicts = palloc(m->n * sizeof(DlockAdmission));
+	DlockAttempt took = ATTEMPT_ACQUIRED;
 	int			taken;
 	int			i;
 
 	for (taken = 0; taken < m->n; taken++)
-		if (!take(m, &m->items[taken]))
+		if ((took = take(m, &m->items[taken])) != ATTEMPT_ACQUIRED)
 			break;
 	if (taken < m->n)
 	{
 		m->in_way = m->items[taken].res;
 		give_back(m, taken);
 		pfree(verdicts);
-		return ATTEMPT_CONTENDED;
+		return took;
 	}
 
 	dlock_store_begin();
