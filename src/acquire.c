@@ -19,7 +19,9 @@
  * ends), busy until some time (another holder's lease ends then; the
  * resource's lock given back), delayed (free, but under lock-delay until
  * some time), or contended (another transaction holds the resource's lock:
- * it is changing the resource, or changed it and has not committed).  The
+ * it is changing the resource, or changed it and has not committed; the
+ * result says in which mode to wait for that lock, or, held off by a
+ * shared attempt's share-row tag, to poll).  The
  * wait loop decides what to do about busy and contended: give up
  * (try_lock), sleep until woken by a releasing commit or until the lease
  * ends, or wait in the lock manager; or, when the transaction itself holds
@@ -166,20 +168,39 @@ take_resource(const DlockResource *res, DlockLockMode mode)
 	return true;
 }
 
-/* dlock_take_resource: take_resource in CHANGE mode. */
+/* dlock_take_resource: take_resource, for other files' attempts. */
 bool
-dlock_take_resource(const DlockResource *res)
+dlock_take_resource(const DlockResource *res, DlockLockMode mode)
 {
-	return take_resource(res, DLOCK_CHANGE);
+	return take_resource(res, mode);
+}
+
+/*
+ * contended_mode: the mode a contended attempt takes the resource's lock
+ * in, for the wait loop to wait for it in the lock manager; NoLock when
+ * what held it off was not the resource's lock (a shared attempt's
+ * share-row tag: the same holder on another connection, for a moment):
+ * then it polls.
+ */
+static LOCKMODE
+contended_mode(DlockAttempt result)
+{
+	switch (result)
+	{
+		case ATTEMPT_CONTENDED_SHARE:
+			return DLOCK_SHARE;
+		case ATTEMPT_CONTENDED_POLL:
+			return NoLock;
+		default:
+			return DLOCK_CHANGE;
+	}
 }
 
 /*
  * What the wait loop must know of a lease attempt (defined with it,
- * below): the mode of the resource's lock it takes (NoLock: held off by
- * something else, poll), and whether a transaction that holds the
- * resource's lock may still wait for what refused it.
+ * below): whether a transaction that holds the resource's lock may still
+ * wait for what refused it.
  */
-static LOCKMODE attempt_mode(DlockAttemptFn attempt, void *arg);
 static bool attempt_may_wait_on_self(DlockAttemptFn attempt, void *arg);
 
 /*
@@ -284,9 +305,10 @@ dlock_wait_loop(const DlockResource *res, text *holder, int64 wait_ms,
 			waiting_on = res->hash;
 			continue;
 		}
-		if (result == ATTEMPT_CONTENDED)
+		if (result == ATTEMPT_CONTENDED || result == ATTEMPT_CONTENDED_SHARE ||
+			result == ATTEMPT_CONTENDED_POLL)
 		{
-			extra_mode = attempt_mode(attempt, arg);
+			extra_mode = contended_mode(result);
 			if (wait_ms < 0 && lock_limit == DT_NOEND && extra_mode != NoLock &&
 				!dlock_pinned(res))
 			{
@@ -350,7 +372,6 @@ typedef struct LeaseAttemptArgs
 	bool		upgrade;		/* ... and its "upgrading" tag */
 	int32		permits;		/* a semaphore's permits (0.5), or 0 */
 	int32		max_permits;	/* ... and its max_permits */
-	bool		row_busy;		/* shared: another transaction has the share-row tag */
 	DlockReason refused;		/* why the last attempt was refused */
 	bool		own_shares;		/* ... by shared holdings this transaction touched */
 } LeaseAttemptArgs;
@@ -671,8 +692,8 @@ dlock_lease_write(const DlockResource *res, text *holder,
 				  const DlockResourceState *st, DlockReason reason,
 				  int64 *drawn, int64 *fence)
 {
-	LeaseAttemptArgs args = {holder, caller, lease, false, false,
-	lock_delay, 0, false, false, false, shared, false, false};
+	LeaseAttemptArgs args = {.holder = holder, .caller = caller,
+		.lease = lease, .lock_delay = lock_delay, .shared = shared};
 
 	return admit_write(res, &args, st, reason, drawn, fence);
 }
@@ -707,7 +728,6 @@ lease_attempt(const DlockResource *res, void *arg, int64 *fence,
 	int64		drawn = 0;
 	bool		adopted;
 
-	a->row_busy = false;
 	a->refused = REFUSE_CONTENDED;
 	if (!take_resource_as_head(res, a))
 	{
@@ -727,7 +747,7 @@ lease_attempt(const DlockResource *res, void *arg, int64 *fence,
 				(void) queue_up(res, a, st.now);
 			dlock_store_end();
 		}
-		return ATTEMPT_CONTENDED;
+		return a->shared ? ATTEMPT_CONTENDED_SHARE : ATTEMPT_CONTENDED;
 	}
 	if (a->shared && !dlock_share_row_lock(res, a->holder, DLOCK_CHANGE, false))
 	{
@@ -737,8 +757,7 @@ lease_attempt(const DlockResource *res, void *arg, int64 *fence,
 		 * its uncommitted row in the primary key.
 		 */
 		dlock_resource_unlock(res, DLOCK_SHARE);
-		a->row_busy = true;
-		return ATTEMPT_CONTENDED;
+		return ATTEMPT_CONTENDED_POLL;
 	}
 
 	dlock_store_begin();
@@ -788,22 +807,6 @@ lease_attempt(const DlockResource *res, void *arg, int64 *fence,
 	 */
 	*busy_until = (adopted && v.reason == REFUSE_NOT_TURN) ? st.now : v.retry_at;
 	return v.reason == REFUSE_DELAYED ? ATTEMPT_DELAYED : ATTEMPT_BUSY;
-}
-
-/*
- * attempt_mode: the mode a lease attempt takes the resource's lock in,
- * for the wait loop to wait for it in the lock manager; NoLock when what
- * held it off was the share-row tag (the same holder on another
- * connection, for a moment): then it polls.  Other attempts take CHANGE.
- */
-static LOCKMODE
-attempt_mode(DlockAttemptFn attempt, void *arg)
-{
-	const LeaseAttemptArgs *a = arg;
-
-	if (attempt != lease_attempt)
-		return DLOCK_CHANGE;
-	return a->row_busy ? NoLock : mode_of(a);
 }
 
 /*
@@ -860,9 +863,9 @@ dlock_acquire(const DlockResource *res, text *holder, const DlockCaller *caller,
 			  const Interval *lease, int64 wait_ms, bool fair,
 			  const Interval *lock_delay, bool shared)
 {
-	LeaseAttemptArgs args = {holder, caller, lease, fair, wait_ms != 0,
-	lock_delay, 0, false, false, false, shared, false, false, false,
-	REFUSE_CONTENDED, false};
+	LeaseAttemptArgs args = {.holder = holder, .caller = caller,
+		.lease = lease, .fair = fair, .in_server = wait_ms != 0,
+	.lock_delay = lock_delay, .shared = shared};
 	int64		fence;
 
 	fence = dlock_wait_loop(res, holder, wait_ms, lease_attempt, lease_leave,
@@ -880,9 +883,9 @@ dlock_acquire_permits(const DlockResource *res, text *holder,
 					  int64 wait_ms, bool fair, int32 permits,
 					  int32 max_permits)
 {
-	LeaseAttemptArgs args = {holder, caller, lease, fair, wait_ms != 0,
-		NULL, 0, false, false, false, false, false, false, permits,
-	max_permits};
+	LeaseAttemptArgs args = {.holder = holder, .caller = caller,
+		.lease = lease, .fair = fair, .in_server = wait_ms != 0,
+	.permits = permits, .max_permits = max_permits};
 
 	return dlock_wait_loop(res, holder, wait_ms, lease_attempt, lease_leave,
 						   &args);
@@ -899,9 +902,9 @@ dlock_campaign_acquire(const DlockResource *res, text *candidate,
 					   const DlockCaller *caller, const Interval *lease,
 					   int64 wait_ms, const Interval *lock_delay, bool *already)
 {
-	LeaseAttemptArgs args = {candidate, caller, lease, true, wait_ms != 0,
-	lock_delay, 0, true, false, false, false, false, false, false,
-	REFUSE_CONTENDED, false};
+	LeaseAttemptArgs args = {.holder = candidate, .caller = caller,
+		.lease = lease, .fair = true, .in_server = wait_ms != 0,
+	.lock_delay = lock_delay, .campaign = true};
 	int64		fence;
 
 	fence = dlock_wait_loop(res, candidate, wait_ms, lease_attempt, lease_leave,

@@ -84,6 +84,26 @@ refuse_unavailable(const DlockResourceState *st, bool queue)
 }
 
 /*
+ * admit_in_turn: a free resource, for a lease or permits: a new holding,
+ * unless another ticket heads the fair queue.  The cheap look (other
+ * backends' in-server tickets, client tickets below the request's) says
+ * whether anyone may be ahead; only then the exact head decides.  queue:
+ * whether a refusal keeps the request's place in the queue.
+ */
+static DlockAdmission
+admit_in_turn(const DlockResourceState *st, bool queue)
+{
+	if (!st->server_allows || st->client_ahead)
+	{
+		if (!st->know_head)
+			return refuse(NEED_HEAD, DT_NOEND, false);
+		if (st->head.exists && !st->head.mine)
+			return refuse(REFUSE_NOT_TURN, st->head.expires_at, queue);
+	}
+	return admit(ADMIT_NEW);
+}
+
+/*
  * admit_exclusive: a lease (try_lock, lock, campaign).  In order:
  *	- this transaction's transaction-scoped lock excludes every lease, its
  *	  own too (only the transaction's end frees it);
@@ -138,15 +158,7 @@ admit_exclusive(const DlockRequest *req, const DlockResourceState *st)
 		return refuse(REFUSE_NOT_TURN, st->server_until, queue);
 	if (!dlock_lease_available(&st->row, st->now))
 		return refuse_unavailable(st, queue);
-	if (!st->server_allows || st->client_ahead)
-	{
-		/* Someone may be ahead: the exact head decides. */
-		if (!st->know_head)
-			return refuse(NEED_HEAD, DT_NOEND, false);
-		if (st->head.exists && !st->head.mine)
-			return refuse(REFUSE_NOT_TURN, st->head.expires_at, queue);
-	}
-	return admit(ADMIT_NEW);
+	return admit_in_turn(st, queue);
 }
 
 /*
@@ -186,14 +198,7 @@ admit_shared(const DlockRequest *req, const DlockResourceState *st)
 		return refuse_unavailable(st, queue);
 	if (st->writer_waiting)
 		return refuse(REFUSE_NOT_TURN, DT_NOEND, queue);
-	if (!st->server_allows || st->client_ahead)
-	{
-		if (!st->know_head)
-			return refuse(NEED_HEAD, DT_NOEND, false);
-		if (st->head.exists && !st->head.mine)
-			return refuse(REFUSE_NOT_TURN, st->head.expires_at, queue);
-	}
-	return admit(ADMIT_NEW);
+	return admit_in_turn(st, queue);
 }
 
 /*
@@ -276,14 +281,7 @@ admit_semaphore(const DlockRequest *req, const DlockResourceState *st)
 		return refuse(REFUSE_NOT_TURN, st->server_until, queue);
 	if (!dlock_lease_available(&st->row, st->now))
 		return refuse_unavailable(st, queue);
-	if (!st->server_allows || st->client_ahead)
-	{
-		if (!st->know_head)
-			return refuse(NEED_HEAD, DT_NOEND, false);
-		if (st->head.exists && !st->head.mine)
-			return refuse(REFUSE_NOT_TURN, st->head.expires_at, queue);
-	}
-	return admit(ADMIT_NEW);
+	return admit_in_turn(st, queue);
 }
 
 /*
@@ -311,7 +309,7 @@ dlock_admit_decide(const DlockRequest *req, const DlockResourceState *st)
  * read_shares: the shared holdings of res (0.4; none under older SQL):
  * the request's holder's live one, how many live ones others have and
  * when the last of them ends; for an upgrade waiting in lock(), whether
- * one of those others waits to upgrade too.  Live holdings of permits
+ * one of those others waits to upgrade too (lock_all's waits too).  Live holdings of permits
  * (0.5) are counted apart, with their permits, their max_permits and
  * when the first of them ends; the request's holder's own is share_mine
  * too (of the kind the request is not, it is refused before it is used).
@@ -349,7 +347,8 @@ read_shares(const DlockResource *res, const DlockRequest *req, bool locked,
 			st->shares_until = Max(st->shares_until, s->expires_at);
 		}
 	}
-	if (!locked || req->kind != DLOCK_KIND_EXCLUSIVE || !req->in_server ||
+	if (!locked || req->kind != DLOCK_KIND_EXCLUSIVE ||
+		!(req->in_server || req->waits) ||
 		st->share_mine == NULL || st->shares_others == 0)
 		return;
 	foreach(lc, st->shares)

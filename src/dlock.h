@@ -370,6 +370,9 @@ typedef struct DlockRequest
 	bool		campaign;		/* never re-enter: its own holding is had as is */
 	int32		permits;		/* DLOCK_KIND_SEMAPHORE: permits asked for */
 	int32		max_permits;	/* ... and the semaphore's max_permits */
+	bool		waits;			/* lock_all(): an exclusive request that will
+								 * wait (an upgrade looks for crossing ones,
+								 * as in lock()) */
 } DlockRequest;
 
 /* A resource's state, read once per attempt (dlock_admit_read). */
@@ -459,7 +462,11 @@ typedef enum DlockAttempt
 	ATTEMPT_ACQUIRED,			/* *fence set; the resource's lock kept */
 	ATTEMPT_BUSY,				/* held by another until *busy_until */
 	ATTEMPT_DELAYED,			/* free, but under lock-delay until *busy_until */
-	ATTEMPT_CONTENDED			/* another transaction has the resource's lock */
+	ATTEMPT_CONTENDED,			/* another transaction has the resource's lock:
+								 * wait for it in CHANGE mode */
+	ATTEMPT_CONTENDED_SHARE,	/* ... the attempt's mode is SHARE: wait in it */
+	ATTEMPT_CONTENDED_POLL		/* held off by something else (a share-row
+								 * tag): poll */
 } DlockAttempt;
 
 typedef DlockAttempt (*DlockAttemptFn) (const DlockResource *res, void *arg,
@@ -468,7 +475,7 @@ typedef DlockAttempt (*DlockAttemptFn) (const DlockResource *res, void *arg,
 typedef void (*DlockLeaveFn) (const DlockResource *res, void *arg,
 							 bool acquired);
 
-extern bool dlock_take_resource(const DlockResource *res);
+extern bool dlock_take_resource(const DlockResource *res, DlockLockMode mode);
 extern int64 dlock_wait_loop(const DlockResource *res, text *holder,
 							 int64 wait_ms, DlockAttemptFn attempt,
 							 DlockLeaveFn leave, void *arg);

@@ -256,7 +256,7 @@ current_term(const DlockResource *res, text *candidate, const DlockCaller *calle
 		TimestampTz deadline = GetCurrentTimestamp() + wait_ms * 1000;
 		long		sleep_ms = 1;
 
-		while (!dlock_take_resource(res))
+		while (!dlock_take_resource(res, DLOCK_CHANGE))
 		{
 			TimestampTz now = GetCurrentTimestamp();
 

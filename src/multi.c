@@ -4,7 +4,8 @@
  *		Several resources at once: try_lock_all and lock_all (0.5).
  *
  * All or nothing.  One attempt (multi_attempt) takes the resources' locks
- * (resource.c, CHANGE mode) without waiting, in one canonical order (by
+ * (resource.c: CHANGE mode; for shared holdings SHARE mode and the
+ * holder's share-row tag, as a shared try_lock does) without waiting, in one canonical order (by
  * hash, then by the resource's bytes) whatever the order given, so two
  * attempts naming the same resources never hold each other's locks in the
  * lock manager crosswise; then, inside one store session, has admit.c read
@@ -21,7 +22,10 @@
  * the last attempt (MultiArgs.in_way, which the loop watches: when another
  * resource is in the way, the wait moves there, waiters.c): a releasing
  * commit of that resource wakes it, as it wakes a lock(); it then tries
- * them all again.  Each resource is an ordinary holding afterwards: renew,
+ * them all again.  An exclusive lock_all waits there as a waiting writer,
+ * like lock() (writer_wait: new shared holders are kept out of that
+ * resource; crossing upgrades are 40P01).  A name held by another kind
+ * (a semaphore's permits) is an error, as for one lock.  Each resource is an ordinary holding afterwards: renew,
  * unlock, unlock_all, check and assert_fence treat it like one taken by
  * try_lock.
  *
@@ -57,15 +61,18 @@ typedef struct MultiArgs
 	const Interval *lease;
 	const Interval *lock_delay; /* NULL: none */
 	bool		shared;
+	bool		waits;			/* lock_all, not try_lock_all */
 	DlockResource in_way;		/* refused: the resource in the way */
+	/* An exclusive lock_all's "writer waits" tags (queue.c), on one resource */
+	bool		writer;			/* held */
+	bool		upgrade;		/* ... with the "upgrading" tag */
+	DlockResource writer_on;	/* ... for this resource */
 } MultiArgs;
 
-/* canonical_cmp: the order resources are locked in: hash, then bytes. */
+/* res_cmp: the order resources are locked in: hash, then bytes. */
 static int
-canonical_cmp(const void *a, const void *b)
+res_cmp(const DlockResource *x, const DlockResource *y)
 {
-	const DlockResource *x = &((const MultiItem *) a)->res;
-	const DlockResource *y = &((const MultiItem *) b)->res;
 	int			xlen = VARSIZE_ANY_EXHDR(x->name);
 	int			ylen = VARSIZE_ANY_EXHDR(y->name);
 	int			c;
@@ -76,6 +83,13 @@ canonical_cmp(const void *a, const void *b)
 	if (c != 0)
 		return c;
 	return (xlen > ylen) - (xlen < ylen);
+}
+
+/* canonical_cmp: res_cmp of two MultiItems, for qsort. */
+static int
+canonical_cmp(const void *a, const void *b)
+{
+	return res_cmp(&((const MultiItem *) a)->res, &((const MultiItem *) b)->res);
 }
 
 /*
@@ -141,7 +155,87 @@ request_of(const MultiArgs *m)
 	DlockRequest req = {m->shared ? DLOCK_KIND_SHARED : DLOCK_KIND_EXCLUSIVE,
 	m->holder, m->caller, false, false, 0, false};
 
+	req.waits = m->waits && !m->shared;
 	return req;
+}
+
+/*
+ * writer_end: an exclusive lock_all no longer waits for the resource it
+ * registered as a waiting writer on: let go of its tags; readers held off
+ * by them look again once the transaction ends (acquired: the holding
+ * keeps them out anyway).
+ */
+static void
+writer_end(MultiArgs *m, bool acquired)
+{
+	if (!m->writer)
+		return;
+	dlock_writer_wait_end(&m->writer_on, m->holder, m->caller->role,
+						  m->upgrade, &m->writer);
+	if (!acquired)
+		dlock_wake_after_commit(m->writer_on.hash);
+}
+
+/*
+ * writer_wait: an exclusive lock_all refused by res waits for it as a
+ * lock() does: it holds res's "writer waits" tags (queue.c), so new
+ * shared holders are kept out of res until it is served or the wait
+ * ends (writers do not starve), and, when the holder shares res (an
+ * upgrade), its "upgrading" tag, so that two upgrades waiting for each
+ * other are a deadlock (40P01) and not a hang.  One resource at a time,
+ * the one in its way: when another one is in the way, the tags move
+ * there.  Holding nothing while it waits, it keeps no reader of any other
+ * resource out, so it closes no cycle a single lock() would not.
+ */
+static void
+writer_wait(MultiArgs *m, const DlockResource *res, bool upgrade)
+{
+	if (m->writer && m->upgrade == upgrade && res_cmp(&m->writer_on, res) == 0)
+		return;
+	writer_end(m, false);
+	if (!dlock_shares_installed())
+		return;
+	m->writer_on = *res;
+	m->upgrade = upgrade;
+	dlock_writer_wait(res, m->holder, m->caller->role, upgrade, &m->writer);
+}
+
+/* multi_leave: the wait is over (a DlockLeaveFn). */
+static void
+multi_leave(const DlockResource *res, void *arg, bool acquired)
+{
+	writer_end((MultiArgs *) arg, acquired);
+}
+
+/*
+ * mode_of: the mode of the resources' locks an attempt takes: SHARE for
+ * shared holdings (with the holder's share-row tag of each, as a shared
+ * try_lock takes them: readers in open transactions never hold each other
+ * off, resource.c), else CHANGE.
+ */
+static DlockLockMode
+mode_of(const MultiArgs *m)
+{
+	return m->shared ? DLOCK_SHARE : DLOCK_CHANGE;
+}
+
+/*
+ * take: take the item's resource lock without waiting (and, shared, the
+ * holder's share-row tag): ATTEMPT_ACQUIRED, or, holding neither, what
+ * the wait loop is to wait for: the resource's lock in the attempt's mode,
+ * or (the share-row tag) a poll.
+ */
+static DlockAttempt
+take(const MultiArgs *m, const MultiItem *it)
+{
+	if (!dlock_take_resource(&it->res, mode_of(m)))
+		return m->shared ? ATTEMPT_CONTENDED_SHARE : ATTEMPT_CONTENDED;
+	if (m->shared && !dlock_share_row_lock(&it->res, m->holder, DLOCK_CHANGE, false))
+	{
+		dlock_resource_unlock(&it->res, DLOCK_SHARE);
+		return ATTEMPT_CONTENDED_POLL;
+	}
+	return ATTEMPT_ACQUIRED;
 }
 
 /* give_back: give back the locks of the first taken items. */
@@ -149,7 +243,11 @@ static void
 give_back(const MultiArgs *m, int taken)
 {
 	for (int i = taken - 1; i >= 0; i--)
-		dlock_resource_unlock(&m->items[i].res, DLOCK_CHANGE);
+	{
+		if (m->shared)
+			dlock_share_row_unlock(&m->items[i].res, m->holder, DLOCK_CHANGE);
+		dlock_resource_unlock(&m->items[i].res, mode_of(m));
+	}
 }
 
 /*
@@ -198,18 +296,19 @@ multi_attempt(const DlockResource *res, void *arg, int64 *fence,
 	MultiArgs  *m = arg;
 	DlockRequest req = request_of(m);
 	DlockAdmission *verdicts = palloc(m->n * sizeof(DlockAdmission));
+	DlockAttempt took = ATTEMPT_ACQUIRED;
 	int			taken;
 	int			i;
 
 	for (taken = 0; taken < m->n; taken++)
-		if (!dlock_take_resource(&m->items[taken].res))
+		if ((took = take(m, &m->items[taken])) != ATTEMPT_ACQUIRED)
 			break;
 	if (taken < m->n)
 	{
 		m->in_way = m->items[taken].res;
 		give_back(m, taken);
 		pfree(verdicts);
-		return ATTEMPT_CONTENDED;
+		return took;
 	}
 
 	dlock_store_begin();
@@ -221,14 +320,27 @@ multi_attempt(const DlockResource *res, void *arg, int64 *fence,
 	}
 	if (i < m->n)
 	{
-		DlockReason reason = verdicts[i].reason;
+		DlockAdmission v = verdicts[i];
+		const DlockResource *way = &m->items[i].res;
 
-		*busy_until = verdicts[i].retry_at;
+		*busy_until = v.retry_at;
 		dlock_store_end();
-		m->in_way = m->items[i].res;
+		m->in_way = *way;
+		if (m->waits && !m->shared && v.reason != REFUSE_DEADLOCK &&
+			v.reason != REFUSE_OTHER_KIND && v.reason != REFUSE_MAX_PERMITS)
+			writer_wait(m, way, m->states[i].share_mine != NULL);
 		give_back(m, m->n);
 		pfree(verdicts);
-		return reason == REFUSE_DELAYED ? ATTEMPT_DELAYED : ATTEMPT_BUSY;
+		if (v.reason == REFUSE_DEADLOCK)
+			ereport(ERROR,
+					(errcode(ERRCODE_T_R_DEADLOCK_DETECTED),
+					 errmsg("deadlock detected"),
+					 errdetail("Holder \"%s\" waits to upgrade its shared lock on resource \"%s\" to exclusive, and another shared holder waits to upgrade too: each waits for the other.",
+							   text_to_cstring(m->holder), text_to_cstring(way->name)),
+					 errhint("Release the shared lock and take the exclusive one afresh.")));
+		/* Another kind of holding by that name: an error, as for one lock. */
+		dlock_admit_raise(way, &req, &m->states[i], v);
+		return v.reason == REFUSE_DELAYED ? ATTEMPT_DELAYED : ATTEMPT_BUSY;
 	}
 	write_all(m, verdicts);
 	dlock_store_end();
@@ -248,8 +360,9 @@ lock_all_common(FunctionCallInfo fcinfo, MultiArgs *m, int64 wait_ms)
 
 	m->states = palloc0(m->n * sizeof(DlockResourceState));
 	m->in_way = m->items[0].res;
-	if (dlock_wait_loop(&m->in_way, m->holder, wait_ms, multi_attempt, NULL,
-						m) == 0)
+	m->waits = wait_ms != 0;
+	if (dlock_wait_loop(&m->in_way, m->holder, wait_ms, multi_attempt,
+						multi_leave, m) == 0)
 		PG_RETURN_NULL();
 	fences = palloc(m->n * sizeof(Datum));
 	for (int i = 0; i < m->n; i++)

@@ -38,7 +38,7 @@ xact_attempt(const DlockResource *res, void *arg, int64 *fence,
 
 	if ((*fence = dlock_xact_fence(res)) != 0)
 		return ATTEMPT_ACQUIRED;
-	if (!dlock_take_resource(res))
+	if (!dlock_take_resource(res, DLOCK_CHANGE))
 		return ATTEMPT_CONTENDED;
 	dlock_store_begin();
 	v = dlock_admit(res, &req, true, &st);

@@ -33,6 +33,12 @@ $old->safe_psql('postgres', q{
 	SET ROLE regress_app;
 	SELECT dlock.try_lock('app', 'app-holder', '1h');
 });
+# Shared holdings (0.4) and a semaphore's permits (0.5) held at dump time.
+$old->safe_psql('postgres', q{
+	SELECT dlock.try_lock('sh', 'r1', '1h', shared => true),
+	       dlock.try_lock('sh', 'r2', '1h', shared => true),
+	       dlock.try_acquire('sem', 'p', 3, permits => 2);
+});
 my $held_fence = $old->safe_psql('postgres',
 	q{SELECT fence FROM dlock.locks WHERE resource = 'r30'});
 like($held_fence, qr/^\d+$/, "r30 held with fence $held_fence");
@@ -45,7 +51,9 @@ $old->command_ok([ 'pg_dump', '-d', $old->connstr('postgres'), '-f', $dump ],
 # which must still never repeat or undercut them.
 my $max_old = $old->safe_psql('postgres', q{
 	SELECT max(f) FROM (SELECT dlock.try_lock('late' || g, 'h', '1h') AS f
-	                      FROM generate_series(1, 100) g) s});
+	                      FROM generate_series(1, 100) g
+	                    UNION ALL SELECT dlock.try_lock('sh', 'late', '1h', shared => true)
+	                    UNION ALL SELECT dlock.try_acquire('sem', 'late', 3)) s});
 my $old_sysid = $old->safe_psql('postgres',
 	'SELECT system_identifier FROM pg_control_system()');
 $old->stop;
@@ -66,7 +74,11 @@ is($new->safe_psql('postgres',
 		q{SELECT holder || ' ' || fence FROM dlock.locks WHERE resource = 'r30'}),
 	"h $held_fence", 'the holding survives the restore with its fence');
 is($new->safe_psql('postgres', q{SELECT count(*) FROM dlock.locks}),
-	'26', 'the 26 holdings of the dump are there');
+	'29', 'the 29 holdings of the dump are there (two shared, one of permits)');
+is($new->safe_psql('postgres',
+		q{SELECT string_agg(holder || ' ' || mode || ' ' || coalesce(permits, 0), ', ' ORDER BY holder)
+		    FROM dlock.locks WHERE resource IN ('sh', 'sem')}),
+	'p semaphore 2, r1 shared 0, r2 shared 0', 'the shared holdings and the permits survive');
 is($new->safe_psql('postgres', q{SELECT owner FROM dlock.locks WHERE resource = 'app'}),
 	'regress_app', 'an ordinary role\'s holding keeps its owner by name');
 is($new->safe_psql('postgres',
@@ -81,6 +93,15 @@ is($new->safe_psql('postgres', 'SELECT (' . $first_new . ' >> 22) > (' . $max_ol
 	't', 'the epoch (high bits) moved up');
 is($new->safe_psql('postgres', q{SELECT dlock.renew('r30', 'h') IS NOT NULL}),
 	't', 'the restored holding can be renewed by its holder');
+is($new->safe_psql('postgres', q{SELECT dlock.renew('sh', 'r1') IS NOT NULL
+                                   AND dlock.renew('sem', 'p') IS NOT NULL}),
+	't', 'so can the shared holding and the permits');
+cmp_ok($new->safe_psql('postgres', q{SELECT dlock.try_lock('sh', 'r3', '1h', shared => true)}),
+	'>', $max_old, 'a new reader beside the restored ones: a fence above every old one');
+cmp_ok($new->safe_psql('postgres', q{SELECT dlock.try_acquire('sem', 'q', 3)}),
+	'>', $max_old, 'the last free permit: a fence above every old one');
+is($new->safe_psql('postgres', q{SELECT dlock.try_acquire('sem', 'q2', 3)}),
+	'', 'no permit is left: the restored ones count');
 
 $new->stop;
 done_testing();
