@@ -8,7 +8,7 @@
 const { test, after } = require('node:test');
 const assert = require('node:assert/strict');
 const dlock = require('..');
-const { unique, pool, within, sleep, aborted } = require('./helpers');
+const { unique, pool, within, sleep, aborted, kinds: serverKinds } = require('./helpers');
 
 const app = pool({ application_name: 'node-test-kinds', max: 8 });
 const admin = pool({ application_name: 'node-test-kinds-admin' });
@@ -16,10 +16,7 @@ after(() => Promise.all([app.end(), admin.end()]));
 
 let hasKinds;
 async function kinds() {
-  if (hasKinds === undefined) {
-    const r = await admin.query("SELECT to_regprocedure('dlock.lock_all(text[],text,interval,boolean,interval)') IS NOT NULL AS ok");
-    hasKinds = r.rows[0].ok;
-  }
+  if (hasKinds === undefined) hasKinds = await serverKinds(admin);
   return hasKinds;
 }
 
