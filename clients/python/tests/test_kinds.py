@@ -124,10 +124,10 @@ def test_semaphore_threads_never_exceed_max_permits(dsn, admin, name, portable):
 def test_semaphore_renewed_past_its_lease_and_loss_reported(dsn, admin, name, portable):
     if portable:
         return kinds_refused(dsn, admin, name)
-    called = []
+    called, ran = [], threading.Event()
     with pytest.raises(dlock.LockLost) as lost:
         with dlock.Semaphore(dsn, name, max_permits=2, permits=2, lease=1.2,
-                             on_lost=called.append) as sem:
+                             on_lost=lambda x: (called.append(x), ran.set())) as sem:
             first = admin.execute("SELECT expires_at FROM dlock.locks WHERE resource = %s",
                                   (name,)).fetchone()[0]
             time.sleep(2.0)
@@ -137,7 +137,7 @@ def test_semaphore_renewed_past_its_lease_and_loss_reported(dsn, admin, name, po
             assert sem.held and sem.check()
             assert admin.execute("SELECT dlock.break_lock(%s)", (name,)).fetchone()[0]
             assert sem.lost.wait(5)
-            assert called == [sem]
+            assert ran.wait(5) and called == [sem]   # on_lost runs after lost is set
     clean(lost)
     assert permits_held(admin, name) == 0
 
@@ -234,9 +234,10 @@ def test_multilock_renewed_and_loss_of_one_is_loss(dsn, admin, name, portable):
     if portable:
         return kinds_refused(dsn, admin, name)
     names = [name + "/a", name + "/b", name + "/c"]
-    called = []
+    called, ran = [], threading.Event()
     with pytest.raises(dlock.LockLost) as lost:
-        with dlock.MultiLock(dsn, names, lease=1.2, on_lost=called.append) as multi:
+        with dlock.MultiLock(dsn, names, lease=1.2,
+                             on_lost=lambda x: (called.append(x), ran.set())) as multi:
             first = admin.execute("SELECT max(expires_at) FROM dlock.locks WHERE resource = ANY(%s)",
                                   (names,)).fetchone()[0]
             time.sleep(2.0)
@@ -246,7 +247,7 @@ def test_multilock_renewed_and_loss_of_one_is_loss(dsn, admin, name, portable):
             assert multi.held
             assert admin.execute("SELECT dlock.break_lock(%s)", (names[1],)).fetchone()[0]
             assert multi.lost.wait(5)
-            assert called == [multi] and not multi.held
+            assert ran.wait(5) and called == [multi] and not multi.held
             assert not multi.check()
     clean(lost)
     assert count_all(admin, names) == 0

@@ -384,7 +384,8 @@ class MultiLock(Lock):
     0.5: ``dlock.lock_all``; NotSupported, 0A000, elsewhere).
 
     ``with dlock.MultiLock(conninfo_or_pool, ["a", "b"], lease=30, wait=10)
-    as locks:`` -- ``locks.fences`` are the fences in the order given.
+    as locks:`` -- ``locks.fences`` are the fences in the order given
+    (``fence`` is the first one's).
     While it waits it holds none of them.  The holdings are renewed and
     released together; when any of them is lost, the MultiLock is
     (``lost``, ``on_lost``, LockLost on leaving the block), and
