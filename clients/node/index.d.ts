@@ -22,6 +22,28 @@ export interface LockOptions {
   shared?: boolean;
 }
 
+/** Permits of a counting semaphore (the C extension's SQL 0.5; 0A000 elsewhere). */
+export interface SemaphoreOptions {
+  /** At most this many permits are held at once, by all holders (the same for every caller while any is held). */
+  maxPermits: number;
+  /** Permits this holding takes (default 1). */
+  permits?: number;
+  lease?: Duration | null;
+  wait?: Duration | null;
+  holder?: string | null;
+  /** Served in ticket order. */
+  fair?: boolean;
+}
+
+/** Several resources at once, all or none (the C extension's SQL 0.5; 0A000 elsewhere). */
+export interface MultiLockOptions {
+  lease?: Duration | null;
+  wait?: Duration | null;
+  holder?: string | null;
+  /** Shared holdings of every resource. */
+  shared?: boolean;
+}
+
 /** A lease lock, renewed in the background every third of its lease. */
 export declare class Lock {
   protected constructor();
@@ -43,13 +65,50 @@ export declare class Lock {
   check(): Promise<boolean>;
 }
 
+/** A semaphore's holding: renewed, released and lost like a Lock; its release returns all its permits. */
+export declare class Semaphore extends Lock {
+  readonly permits: number;
+  readonly maxPermits: number;
+}
+
+/** Several resources held together: renewed and released together, lost when any holding is. */
+export declare class MultiLock extends Lock {
+  readonly resources: string[];
+  /** The fencing tokens, in the order of `resources` (`fence` is the first). */
+  readonly fences: bigint[];
+}
+
+export declare function acquire(pool: Queryable, semaphore: string, options: SemaphoreOptions): Promise<Semaphore>;
+export declare function acquire(pool: Queryable, resources: readonly string[], options?: MultiLockOptions): Promise<MultiLock>;
 export declare function acquire(pool: Queryable, resource: string, options?: LockOptions): Promise<Lock>;
+export declare function tryAcquire(pool: Queryable, semaphore: string, options: Omit<SemaphoreOptions, 'wait'>): Promise<Semaphore | null>;
+export declare function tryAcquire(pool: Queryable, resources: readonly string[], options?: Omit<MultiLockOptions, 'wait'>): Promise<MultiLock | null>;
 export declare function tryAcquire(pool: Queryable, resource: string, options?: Omit<LockOptions, 'wait'>): Promise<Lock | null>;
 export declare function withLock<T>(
   pool: Queryable,
   resource: string,
   fn: (lock: Lock) => T | PromiseLike<T>,
   options?: LockOptions,
+): Promise<T>;
+export declare function withLock<T>(
+  pool: Queryable,
+  resources: readonly string[],
+  fn: (lock: MultiLock) => T | PromiseLike<T>,
+  options?: MultiLockOptions,
+): Promise<T>;
+/** withLock for permits of a semaphore. */
+export declare function withSemaphore<T>(
+  pool: Queryable,
+  semaphore: string,
+  fn: (sem: Semaphore) => T | PromiseLike<T>,
+  options: SemaphoreOptions,
+): Promise<T>;
+/** withLock for several resources at once, all or none. */
+export declare function withLocks<T>(
+  pool: Queryable,
+  resources: readonly string[],
+  fn: (locks: MultiLock) => T | PromiseLike<T>,
+  options?: MultiLockOptions,
 ): Promise<T>;
 
 export interface ElectionOptions {

@@ -2,6 +2,6 @@
 import dlock from './index.js';
 
 export const {
-  acquire, tryAcquire, withLock, Lock, Election, Leadership, DlockError, LockLost, LockTimeout,
+  acquire, tryAcquire, withLock, withSemaphore, withLocks, Lock, Semaphore, MultiLock, Election, Leadership, DlockError, LockLost, LockTimeout,
 } = dlock;
 export default dlock;

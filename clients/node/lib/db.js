@@ -34,6 +34,13 @@ function text(name, value, optional) {
   return value;
 }
 
+// count NAME VALUE: a number of permits, an integer (the server checks
+// its range: 22023 for one not positive, or permits above maxPermits).
+function count(name, value) {
+  if (!Number.isInteger(value)) throw invalid(`${name} must be an integer`);
+  return value;
+}
+
 // The default holder: unique to one lock object.
 function uniqueHolder() {
   return `${os.hostname()}:${process.pid}:${randomUUID()}`;
@@ -104,4 +111,4 @@ async function call(pool, sql, values, timeoutMs) {
 
 const bigintOrNull = (v) => (v === null || v === undefined ? null : BigInt(v));
 
-module.exports = { invalid, duration, text, uniqueHolder, checkPool, isServerError, call, bigintOrNull };
+module.exports = { invalid, duration, text, count, uniqueHolder, checkPool, isServerError, call, bigintOrNull };

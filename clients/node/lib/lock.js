@@ -1,6 +1,14 @@
 'use strict';
-// lock.js - lease locks: acquire(), withLock(), and the Lock object that
-// renews its lease in the background and says when it is lost.
+// lock.js - leased holdings: acquire(), withLock(), withSemaphore(),
+// withLocks(), and the Lock object (and its kinds: Semaphore, MultiLock)
+// that renews its lease in the background and says when it is lost.
+//
+// Kinds (the C extension's SQL 0.4 and 0.5): a shared lock is lock(...,
+// shared => true); a semaphore's permits are acquire(semaphore, holder,
+// max_permits, permits, ...) and are renewed and released like a lock
+// (renew, unlock by holder and fence); a MultiLock is lock_all(resources,
+// ...), all or nothing, whose holdings are renewed and released together
+// in one statement, and the loss of any of them is the loss of the whole.
 //
 // Renewal: every third of the lease, dlock.renew(resource, holder, lease,
 // fence) on a client checked out of the pool for that one statement
@@ -14,6 +22,24 @@
 //
 // State: each Lock's own fields, touched only from this event loop; a
 // renewal that returns after release() or loss is ignored.
+
+// The statements on one holding ($1 resource, $2 holder, $3 lease, $4 or
+// $3 fence), and on a MultiLock's several ($1 resources, $4 or $3 fences:
+// arrays, one result for all: NULL or false when any holding was gone).
+const ONE = {
+  renew: 'SELECT dlock.renew($1, $2, $3::interval, $4::bigint) AS expiry',
+  release: 'SELECT dlock.unlock($1, $2, $3::bigint) AS r',
+  assertFence: 'SELECT dlock.assert_fence($1, $2::bigint)',
+  check: 'SELECT dlock.check($1, $2::bigint) AS ok',
+};
+const EACH = ' FROM unnest($1::text[], ';
+const MANY = {
+  renew: 'SELECT nullif(bool_and(dlock.renew(t.r, $2, $3::interval, t.f) IS NOT NULL), false) AS expiry' +
+    EACH + '$4::bigint[]) AS t(r, f)',
+  release: 'SELECT bool_and(dlock.unlock(t.r, $2, t.f) IS NOT NULL) AS r' + EACH + '$3::bigint[]) AS t(r, f)',
+  assertFence: 'SELECT count(dlock.assert_fence(t.r, t.f))' + EACH + '$2::bigint[]) AS t(r, f)',
+  check: 'SELECT bool_and(dlock.check(t.r, t.f)) AS ok' + EACH + '$2::bigint[]) AS t(r, f)',
+};
 
 const { LockLost, LockTimeout, DlockError } = require('./errors');
 const db = require('./db');
@@ -46,6 +72,11 @@ class Lock {
     this._lossTimer = null;
     this._renewed(spec.sentAt);
   }
+
+  // What the statements take for the resource and the fence (a
+  // MultiLock: arrays), and which statements.
+  _target() { return [this._resource, this._fence.toString()]; }
+  get _sql() { return ONE; }
 
   get resource() { return this._resource; }
   get holder() { return this._holder; }
@@ -87,10 +118,10 @@ class Lock {
     if (this._state !== 'held') return;
     const sent = now();
     let rows;
+    const [resource, fence] = this._target();
     try {
-      rows = await db.call(this._pool,
-        'SELECT dlock.renew($1, $2, $3::interval, $4::bigint) AS expiry',
-        [this._resource, this._holder, this._leaseParam, this._fence.toString()],
+      rows = await db.call(this._pool, this._sql.renew,
+        [resource, this._holder, this._leaseParam, fence],
         Math.max(1, Math.min(this._leaseMs / 3, this._deadline - sent)));
     } catch (err) {
       if (this._state !== 'held') return;
@@ -113,7 +144,8 @@ class Lock {
 
   _lose(reason) {
     if (this._state !== 'held') return;
-    const err = new LockLost(this._resource, this._fence, reason, this._lastError);
+    const err = new LockLost(this._resources ? this._resources.join(', ') : this._resource, this._fence,
+      reason, this._lastError);
     this._stop('lost');
     this._controller.abort(err);
   }
@@ -128,7 +160,8 @@ class Lock {
     if (this._state === 'released') return true;
     const wasLost = this._state === 'lost';
     if (!wasLost) this._stop('released');
-    const args = [this._resource, this._holder, this._fence.toString()];
+    const [resource, fence] = this._target();
+    const args = [resource, this._holder, fence];
     let rows;
     try {
       // A lost lock's release is a courtesy: bounded by a third of the lease.
@@ -159,37 +192,103 @@ class Lock {
   async assertFence(client) {
     if (!client || typeof client.query !== 'function')
       throw new TypeError('dlock: assertFence needs the client of your transaction');
-    await client.query('SELECT dlock.assert_fence($1, $2::bigint)',
-      [this._resource, this._fence.toString()]);
+    await client.query(this._sql.assertFence, this._target());
   }
 
   /** dlock.check(resource, fence): whether this holding is current. */
   async check() {
-    const rows = await db.call(this._pool, 'SELECT dlock.check($1, $2::bigint) AS ok',
-      [this._resource, this._fence.toString()], 0);
+    const rows = await db.call(this._pool, this._sql.check, this._target(), 0);
     return rows[0].ok === true;
   }
 }
 
-// acquisitionSql OPTS: the statement that takes a lock, with its named
-// arguments.  shared: true is lock(..., shared => true) (the C extension's
-// SQL 0.4; a server without it says 42883, which tryTake turns into
-// 0A000).  The kinds of lock the server does not have yet (semaphores,
-// several resources at once: dlock's [kinds]) are refused here; each will
-// be one more statement shape (acquire(semaphore, ...), lock_all(resources,
-// ...)), released and renewed by the same Lock.
-function acquisitionSql(opts) {
-  for (const k of ['permits', 'maxPermits']) {
-    if (opts[k] !== undefined)
-      throw new DlockError(`dlock: the "${k}" option needs dlock's semaphores, which this version does not have yet`,
-        { code: '0A000' });
+/** Permits of a counting semaphore (acquire(..., { maxPermits })): a Lock. */
+class Semaphore extends Lock {
+  constructor(pool, spec) {
+    super(pool, spec);
+    this._permits = spec.permits;
+    this._maxPermits = spec.maxPermits;
   }
+
+  get permits() { return this._permits; }
+  get maxPermits() { return this._maxPermits; }
+}
+
+/**
+ * Several resources held together (acquire(pool, [r1, r2, ...])): fences
+ * in the order given; renewed and released together; lost when any of
+ * its holdings is.  `resource` and `fence` are the first one's.
+ */
+class MultiLock extends Lock {
+  constructor(pool, spec) {
+    super(pool, spec);
+    this._resources = spec.resources;
+    this._fences = spec.fences;
+  }
+
+  _target() { return [this._resources, this._fences.map(String)]; }
+  get _sql() { return MANY; }
+
+  get resources() { return [...this._resources]; }
+  /** The fencing tokens (bigint), in the order of `resources`. */
+  get fences() { return [...this._fences]; }
+}
+
+// kindOf RESOURCE OPTS: 'multi' for an array of resources, 'semaphore'
+// with opts.maxPermits (or permits), 'shared' with shared: true, else
+// 'lock'; what does not fit the kind is refused (22023) before sending.
+function kindOf(resource, opts) {
   if (opts.shared !== undefined && typeof opts.shared !== 'boolean')
     throw db.invalid('shared must be a boolean');
+  if (opts.fair !== undefined && typeof opts.fair !== 'boolean') throw db.invalid('fair must be a boolean');
+  const semaphore = opts.maxPermits !== undefined || opts.permits !== undefined;
+  if (Array.isArray(resource)) {
+    if (semaphore) throw db.invalid('permits and maxPermits are for one semaphore, not several resources');
+    if (opts.fair !== undefined || (opts.lockDelay !== undefined && opts.lockDelay !== null))
+      throw db.invalid('several resources at once (lock_all) take no fair or lockDelay option');
+    resource.forEach((r) => db.text('each resource', r));
+    return 'multi';
+  }
+  db.text('resource', resource);
+  if (semaphore) {
+    if (opts.shared !== undefined || (opts.lockDelay !== undefined && opts.lockDelay !== null))
+      throw db.invalid('a semaphore takes no shared or lockDelay option');
+    db.count('maxPermits', opts.maxPermits);
+    if (opts.permits !== undefined) db.count('permits', opts.permits);
+    return 'semaphore';
+  }
+  return opts.shared === true ? 'shared' : 'lock';
+}
+
+// What each kind needs of the server, for the 0A000 that replaces 42883
+// (no such function) from a server without it.
+const NEEDS = {
+  shared: 'the "shared" option needs dlock\'s shared locks (the C extension\'s SQL 0.4',
+  semaphore: 'semaphores need dlock\'s acquire(semaphore, ...) (the C extension\'s SQL 0.5',
+  multi: 'several resources at once need dlock\'s lock_all (the C extension\'s SQL 0.5',
+};
+
+// acquisitionSql KIND OPTS: the statement that takes a holding of KIND
+// ($1 resource or resources, $2 holder, $3 lease, $4 wait), with the
+// values of its further parameters.  shared: true is lock(..., shared =>
+// true) (SQL 0.4); a semaphore acquire(...) and several resources
+// lock_all(...) (SQL 0.5).
+function acquisitionSql(kind, opts) {
+  if (kind === 'semaphore') {
+    return {
+      sql: 'SELECT dlock.acquire($1, $2, $5::integer, $6::integer, $3::interval, $7::boolean, $4::interval) AS f',
+      extra: [opts.maxPermits, opts.permits === undefined ? 1 : opts.permits, opts.fair === true],
+    };
+  }
+  if (kind === 'multi') {
+    return {
+      sql: 'SELECT dlock.lock_all($1::text[], $2, $3::interval, $5::boolean, $4::interval) AS f',
+      extra: [opts.shared === true],
+    };
+  }
   let sql = 'SELECT dlock.lock($1, $2, $3::interval, $4::interval';
   const extra = [];
   if (opts.fair !== undefined) {
-    if (typeof opts.fair !== 'boolean') throw db.invalid('fair must be a boolean');
     sql += `, fair => $${5 + extra.length}::boolean`;
     extra.push(opts.fair);
   }
@@ -220,7 +319,9 @@ async function leaseOf(pool, resource, holder, fence, leaseOpt) {
 // it returned NULL.  A lost connection leaves the outcome unknown: a
 // holder made up here is then released (best effort), since nobody else
 // can use it.
-async function take(pool, Kind, resource, holder, generated, opts, sql, values, releaseSql) {
+// KIND's constructor gets the spec with `more` added (a MultiLock: its
+// resources and fences; a Semaphore: its permits).
+async function take(pool, Kind, resource, holder, generated, opts, sql, values, releaseSql, more) {
   const sent = now();
   let rows;
   try {
@@ -231,17 +332,22 @@ async function take(pool, Kind, resource, holder, generated, opts, sql, values, 
     }
     throw err;
   }
-  const fence = db.bigintOrNull(rows[0].f);
-  if (fence === null) return null;
+  const f = rows[0].f;
+  if (f === null || f === undefined) return null;
+  const multi = Array.isArray(f);
+  const fences = multi ? f.map(BigInt) : [BigInt(f)];
+  const resources = multi ? resource : [resource];
   let leaseMs;
   try {
-    leaseMs = await leaseOf(pool, resource, holder, fence, opts.lease);
+    leaseMs = await leaseOf(pool, resources[0], holder, fences[0], opts.lease);
   } catch (err) {
-    await db.call(pool, releaseSql, [resource, holder, fence.toString()], RELEASE_TIMEOUT_MS).catch(() => {});
+    await db.call(pool, releaseSql, multi ? [resources, holder, fences.map(String)]
+      : [resource, holder, fences[0].toString()], RELEASE_TIMEOUT_MS).catch(() => {});
     throw err;
   }
   return new Kind(pool, {
-    resource, holder, fence, leaseParam: values[2], leaseMs, sentAt: sent, releaseSql,
+    resource: resources[0], holder, fence: fences[0], leaseParam: values[2], leaseMs, sentAt: sent,
+    releaseSql, resources, fences, ...more,
   });
 }
 
@@ -256,6 +362,9 @@ function checkOpts(opts) {
  * default: no limit but statement_timeout), with opts.lease (default: the
  * server's dlock.default_lease) and opts.holder (default: unique to this
  * lock).  Rejects with LockTimeout (55P03) if the wait ends first.
+ * opts.maxPermits (and opts.permits, default 1): permits of the semaphore
+ * RESOURCE, a Semaphore.  RESOURCE an array: every one of them or none, a
+ * MultiLock.
  */
 async function acquire(pool, resource, opts) {
   db.checkPool(pool);
@@ -273,17 +382,20 @@ async function tryAcquire(pool, resource, opts) {
 }
 
 async function tryTake(pool, resource, opts, wait) {
-  db.text('resource', resource);
+  const kind = kindOf(resource, opts);
   const generated = opts.holder === undefined || opts.holder === null;
   const holder = generated ? db.uniqueHolder() : db.text('holder', opts.holder);
-  const { sql, extra } = acquisitionSql(opts);
-  const values = [resource, holder, db.duration('lease', opts.lease), db.duration('wait', wait), ...extra];
+  const { sql, extra } = acquisitionSql(kind, opts);
+  const values = [kind === 'multi' ? [...resource] : resource, holder, db.duration('lease', opts.lease),
+    db.duration('wait', wait), ...extra];
+  const Kind = kind === 'multi' ? MultiLock : kind === 'semaphore' ? Semaphore : Lock;
+  const more = kind === 'semaphore' ? { maxPermits: extra[0], permits: extra[1] } : {};
   try {
-    return await take(pool, Lock, resource, holder, generated, opts, sql, values,
-      'SELECT dlock.unlock($1, $2, $3::bigint) AS r');
+    return await take(pool, Kind, values[0], holder, generated, opts, sql, values,
+      (kind === 'multi' ? MANY : ONE).release, more);
   } catch (err) {
-    if (opts.shared === true && err && err.code === '42883')
-      throw new DlockError('dlock: the "shared" option needs dlock\'s shared locks (the C extension\'s SQL 0.4: ALTER EXTENSION dlock UPDATE); this server\'s dlock does not have them',
+    if (kind !== 'lock' && err && err.code === '42883')
+      throw new DlockError(`dlock: ${NEEDS[kind]}: ALTER EXTENSION dlock UPDATE); this server's dlock does not have it`,
         { code: '0A000', cause: err });
     throw err;
   }
@@ -321,4 +433,20 @@ async function withLock(pool, resource, fn, opts) {
   return result;
 }
 
-module.exports = { Lock, acquire, tryAcquire, withLock, take, checkOpts };
+/** withLock for the permits of semaphore NAME: opts.maxPermits is required. */
+async function withSemaphore(pool, name, fn, opts) {
+  opts = checkOpts(opts);
+  if (opts.maxPermits === undefined) throw db.invalid('withSemaphore needs options.maxPermits');
+  if (Array.isArray(name)) throw db.invalid('withSemaphore takes one semaphore name');
+  return withLock(pool, name, fn, opts);
+}
+
+/** withLock for every resource of RESOURCES at once (all or none). */
+async function withLocks(pool, resources, fn, opts) {
+  if (!Array.isArray(resources)) throw db.invalid('withLocks needs an array of resources');
+  return withLock(pool, resources, fn, opts);
+}
+
+module.exports = {
+  Lock, Semaphore, MultiLock, acquire, tryAcquire, withLock, withSemaphore, withLocks, take, checkOpts,
+};

@@ -8,7 +8,7 @@ const fs = require('node:fs');
 const os = require('node:os');
 const path = require('node:path');
 const { spawn } = require('node:child_process');
-const { pool, elections, noElections } = require('./helpers');
+const { pool, elections, noElections, kinds, noKinds } = require('./helpers');
 
 const admin = pool();
 after(() => admin.end());
@@ -55,6 +55,7 @@ test('README.md has runnable examples', () => {
 for (const [i, b] of blocks.entries()) {
   test(`README example ${i + 1} (${b.heading})`, async (t) => {
     if (/\bElection\b/.test(b.code) && !(await elections(admin))) return t.skip(noElections);
+    if (/\bwith(Semaphore|Locks)\b/.test(b.code) && !(await kinds(admin))) return t.skip(noKinds);
     const dir = project();
     try {
       const file = path.join(dir, `example.${b.ext}`);

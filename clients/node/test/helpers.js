@@ -95,4 +95,12 @@ async function elections(pool) {
 }
 const noElections = 'this server has no dlock.campaign/leader (the portable edition: [core] only)';
 
-module.exports = { elections, noElections, pg, unique, pool, bouncerPool, bouncerPort, proxy, within, sleep, aborted };
+// kinds POOL: whether the server has dlock's [kinds] (semaphores,
+// lock_all: the C extension's SQL 0.5).
+async function kinds(pool) {
+  const r = await pool.query("SELECT to_regprocedure('dlock.lock_all(text[],text,interval,boolean,interval)') IS NOT NULL AS ok");
+  return r.rows[0].ok;
+}
+const noKinds = 'this server has no semaphores or lock_all (the portable edition)';
+
+module.exports = { elections, noElections, kinds, noKinds, pg, unique, pool, bouncerPool, bouncerPort, proxy, within, sleep, aborted };

@@ -16,7 +16,8 @@ const skip = tsc && fs.existsSync(tsc) && fs.existsSync(path.join(modules, '@typ
 
 const good = `
 import { Pool } from 'pg';
-import { withLock, acquire, tryAcquire, Election, LockLost, LockTimeout, Lock, Leader, Leadership } from 'dlock';
+import { withLock, acquire, tryAcquire, Election, LockLost, LockTimeout, Lock, Leader, Leadership,
+  withSemaphore, withLocks, Semaphore, MultiLock } from 'dlock';
 export async function main(pool: Pool): Promise<number> {
   const n: number = await withLock(pool, 'reports', async (lock) => {
     const f: bigint = lock.fence;
@@ -28,6 +29,14 @@ export async function main(pool: Pool): Promise<number> {
   const l: Lock = await acquire(pool, 'r', { lease: 1000, fair: true });
   const ok: boolean = await l.release();
   const t: Lock | null = await tryAcquire(pool, 'r');
+  const s: Semaphore = await acquire(pool, 'slots', { maxPermits: 3, permits: 2, wait: 0 });
+  const p: number = s.permits + s.maxPermits;
+  const m: MultiLock = await acquire(pool, ['a', 'b'], { shared: true });
+  const fs: bigint[] = m.fences;
+  const fs2: bigint[] = await withLocks(pool, ['a', 'b'], async (locks) => locks.fences, { lease: 1000 });
+  const k: number = await withSemaphore(pool, 'slots', async (sem) => sem.permits, { maxPermits: 3 });
+  const mt: MultiLock | null = await tryAcquire(pool, ['a']);
+  void p; void fs; void fs2; void k; void mt;
   const e = new Election(pool, 'scheduler', { lease: 15000 });
   const lead: Leadership = await e.campaign('http://a:1', { wait: 1000 });
   const term: bigint = lead.term + 1n;
@@ -52,7 +61,10 @@ export async function main(pool: Pool): Promise<void> {
   const n: number = (await acquire(pool, 'r')).fence;
   await withLock(pool, 'r', async () => 1, { lease: true });
   await acquire(pool, 42);
-  void n;
+  const f: bigint = (await acquire(pool, ['a', 'b'])).fences;
+  await withSemaphore(pool, 's', async () => 1, { permits: 2 });
+  await withLocks(pool, 'a', async () => 1);
+  void n; void f;
 }
 `;
 
@@ -88,8 +100,8 @@ test('index.d.ts: a typical program type-checks (strict)', { skip }, () => {
   assert.equal(r.status, 0, r.out);
 });
 
-test('index.d.ts: misuses are type errors (fence is a bigint, lease a Duration, resource a string)', { skip }, () => {
+test('index.d.ts: misuses are type errors (fence is a bigint, lease a Duration, resource a string, fences an array, maxPermits required, withLocks an array)', { skip }, () => {
   const r = check(bad);
   assert.notEqual(r.status, 0);
-  for (const line of [5, 6, 7]) assert.match(r.out, new RegExp(`example\\.ts\\(${line},`), r.out);
+  for (const line of [5, 6, 7, 8, 9, 10]) assert.match(r.out, new RegExp(`example\\.ts\\(${line},`), r.out);
 });

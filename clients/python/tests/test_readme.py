@@ -15,10 +15,12 @@ BLOCKS = re.findall(r"```python\n(.*?)```", README.read_text(), re.S)
 
 
 @pytest.mark.parametrize("index", range(len(BLOCKS)))
-def test_readme_example(dsn, index):
+def test_readme_example(dsn, index, portable):
     code = BLOCKS[index]
     if "tooz" in code:
         pytest.importorskip("tooz")
+    if portable and ("Semaphore" in code or "MultiLock" in code):
+        pytest.skip("portable edition: no semaphores or multi-locks")
     params = psycopg.conninfo.conninfo_to_dict(dsn)
     env = dict(os.environ)
     for key, var in (("host", "PGHOST"), ("port", "PGPORT"), ("user", "PGUSER"),

@@ -10,6 +10,9 @@ The client library for the dlock extension (and its portable edition):
             lock.assert_fence(conn)
             conn.execute("UPDATE ...")
 
+``dlock.Semaphore(conn, "slots", max_permits=3)`` takes permits of a
+counting semaphore, ``dlock.MultiLock(conn, ["a", "b"])`` several
+resources at once (all or nothing, ``.fences``), with the same renewal.
 ``dlock.aio`` has the same for asyncio; ``dlock.Election`` runs elections;
 ``dlock.tooz`` is a driver for OpenStack's tooz (URL ``dlock://...``).
 Nothing is printed: the library logs to the ``dlock`` logger."""
@@ -18,8 +21,8 @@ import logging as _logging
 
 from ._common import Leader
 from ._errors import (DatabaseError, Error, InvalidArgument, LockLost, LockTimeout,
-                      NotHeld, NotSupported, PermissionDenied, StaleFence)
-from ._sync import Election, Lock, leader, observe
+                      NotHeld, NotSupported, PermissionDenied, StaleFence, WrongKind)
+from ._sync import Election, Lock, MultiLock, Semaphore, leader, observe
 
 __version__ = "0.4.0"
 
@@ -28,7 +31,7 @@ __version__ = "0.4.0"
 _logging.getLogger("dlock").addHandler(_logging.NullHandler())
 
 __all__ = [
-    "Lock", "Election", "leader", "observe", "Leader",
-    "Error", "DatabaseError", "InvalidArgument", "StaleFence", "PermissionDenied",
+    "Lock", "Semaphore", "MultiLock", "Election", "leader", "observe", "Leader",
+    "Error", "DatabaseError", "InvalidArgument", "WrongKind", "StaleFence", "PermissionDenied",
     "NotSupported", "LockTimeout", "LockLost", "NotHeld", "__version__",
 ]

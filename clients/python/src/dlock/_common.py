@@ -25,10 +25,23 @@ SQL_LOCK_FAIR = "SELECT dlock.lock(%s, %s, %s, %s, true)"
 #: shared locks says 42883 (no such function) instead of taking an
 #: exclusive lock.
 SQL_LOCK_SHARED = "SELECT dlock.lock(%s, %s, %s, %s, fair => %s, shared => true)"
+#: Permits of a semaphore (extension 0.5): semaphore, holder, max_permits,
+#: permits, lease, fair, wait; a server without them says 42883.
+SQL_ACQUIRE = "SELECT dlock.acquire(%s, %s, %s, %s, %s, %s, %s)"
+#: Several resources at once (extension 0.5), all or nothing: resources,
+#: holder, lease, shared, wait; the fences in the order given, or NULL.
+SQL_LOCK_ALL = "SELECT dlock.lock_all(%s::text[], %s, %s, %s, %s)"
 SQL_RENEW = "SELECT dlock.renew(%s, %s, %s, %s)"
 SQL_UNLOCK = "SELECT dlock.unlock(%s, %s, %s)"
 SQL_ASSERT_FENCE = "SELECT dlock.assert_fence(%s, %s)"
 SQL_CHECK = 'SELECT dlock."check"(%s, %s)'
+#: The same for every holding of a multi-lock, in one statement (one
+#: round trip, one transaction): an array with one result per holding.
+_EACH = " FROM unnest(%s::text[], %s::bigint[]) AS t(r, f)"
+SQL_RENEW_EACH = "SELECT array_agg(dlock.renew(t.r, %s, %s, t.f))" + _EACH
+SQL_UNLOCK_EACH = "SELECT array_agg(dlock.unlock(t.r, %s, t.f))" + _EACH
+SQL_ASSERT_FENCE_EACH = "SELECT count(dlock.assert_fence(t.r, t.f))" + _EACH
+SQL_CHECK_EACH = 'SELECT bool_and(dlock."check"(t.r, t.f))' + _EACH
 SQL_CAMPAIGN = "SELECT dlock.campaign(%s, %s, %s, %s, %s)"
 SQL_PROCLAIM = "SELECT dlock.proclaim(%s, %s, %s, %s)"
 SQL_RESIGN = "SELECT dlock.resign(%s, %s, %s)"
@@ -45,6 +58,69 @@ def lock_statement(lock: Any, wait: Optional[float]) -> "tuple[str, tuple]":
     if lock.shared:
         return SQL_LOCK_SHARED, params + (lock.fair,)
     return (SQL_LOCK_FAIR if lock.fair else SQL_LOCK), params
+
+
+def semaphore_statement(sem: Any, wait: Optional[float]) -> "tuple[str, tuple]":
+    """The statement that takes SEM's permits (a sync or asyncio Semaphore)."""
+    return SQL_ACQUIRE, (sem.resource, sem.holder, sem.max_permits, sem.permits,
+                         interval(sem.lease), sem.fair, interval(wait))
+
+
+def lock_all_statement(multi: Any, wait: Optional[float]) -> "tuple[str, tuple]":
+    """The statement that takes every resource of MULTI (a MultiLock)."""
+    return SQL_LOCK_ALL, (list(multi.resources), multi.holder, interval(multi.lease),
+                          multi.shared, interval(wait))
+
+
+# What renewal, release, assert_fence and check send for a leased object's
+# holdings (one or several); every rule about them is here, once.
+def renew_statement(obj: Any) -> "tuple[str, tuple]":
+    if len(obj._fences) == 1:
+        return SQL_RENEW, (obj._names[0], obj.holder, interval(obj.lease), obj._fences[0])
+    return SQL_RENEW_EACH, (obj.holder, interval(obj.lease), list(obj._names), list(obj._fences))
+
+
+def unlock_statement(obj: Any) -> "tuple[str, tuple]":
+    if len(obj._fences) == 1:
+        return SQL_UNLOCK, (obj._names[0], obj.holder, obj._fences[0])
+    return SQL_UNLOCK_EACH, (obj.holder, list(obj._names), list(obj._fences))
+
+
+def assert_fence_statement(obj: Any) -> "tuple[str, tuple]":
+    if len(obj._fences) == 1:
+        return SQL_ASSERT_FENCE, (obj._names[0], obj._fences[0])
+    return SQL_ASSERT_FENCE_EACH, (list(obj._names), list(obj._fences))
+
+
+def check_statement(obj: Any) -> "tuple[str, tuple]":
+    if len(obj._fences) == 1:
+        return SQL_CHECK, (obj._names[0], obj._fences[0])
+    return SQL_CHECK_EACH, (list(obj._names), list(obj._fences))
+
+
+def all_held(result: Any) -> bool:
+    """Whether a renewal's or release's RESULT (one value, or an array of
+    one per holding) says every holding was still there: a NULL for any
+    of them means that one was lost, and so the whole object is."""
+    if isinstance(result, list):
+        return bool(result) and all(r is not None for r in result)
+    return result is not None
+
+
+def check_count(value: Any, what: str) -> int:
+    """A number of permits: an int (the server checks its range, 22023)."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InvalidArgument(f"{what} must be an int, not {type(value).__name__}", "22023")
+    return value
+
+
+def check_resources(value: Any) -> "tuple[str, ...]":
+    """A multi-lock's resources: a list or tuple of str (the server refuses
+    an empty one, a resource named twice and bad names, 22023)."""
+    if isinstance(value, (str, bytes)) or not isinstance(value, (list, tuple)):
+        raise InvalidArgument("resources must be a list of str, not "
+                              f"{type(value).__name__}", "22023")
+    return tuple(check_text(r, "each resource") for r in value)
 
 
 def seconds(value: Optional[Seconds], what: str, *, zero_ok: bool = False,

@@ -9,7 +9,7 @@ from typing import Optional
 import psycopg
 
 __all__ = [
-    "Error", "DatabaseError", "InvalidArgument", "StaleFence",
+    "Error", "DatabaseError", "InvalidArgument", "WrongKind", "StaleFence",
     "PermissionDenied", "NotSupported", "LockTimeout", "LockLost", "NotHeld",
 ]
 
@@ -35,6 +35,11 @@ class InvalidArgument(DatabaseError, ValueError):
     """SQLSTATE 22023: a bad resource, holder, lease or wait."""
 
 
+class WrongKind(DatabaseError):
+    """SQLSTATE 42809: the name is held as the other kind (a lock's name
+    taken as a semaphore, or a semaphore's as a lock)."""
+
+
 class StaleFence(DatabaseError):
     """SQLSTATE 55P03: ``assert_fence`` refused a fence that is no longer
     the current holding's."""
@@ -47,18 +52,27 @@ class PermissionDenied(DatabaseError, PermissionError):
 
 class NotSupported(DatabaseError):
     """SQLSTATE 0A000: the server's dlock lacks a feature asked for
-    (``shared=True`` needs the C extension's SQL 0.4: ``ALTER EXTENSION
-    dlock UPDATE``; the portable edition has exclusive locks only)."""
+    (``shared=True`` needs the C extension's SQL 0.4, Semaphore and
+    MultiLock its SQL 0.5: ``ALTER EXTENSION dlock UPDATE``; the portable
+    edition has them all from its 0.4)."""
 
 
-def shared_unsupported(exc: "Error") -> "Error":
-    """EXC (from a shared acquisition) as NotSupported when it says the
-    server has no ``lock(..., shared => ...)`` (42883), else EXC."""
-    if getattr(exc, "sqlstate", None) != "42883":
+#: What each kind needs from the server, for NotSupported's message.
+NEEDS = {
+    "shared": "shared locks need dlock 0.4's shared mode (lock(..., shared => true))",
+    "semaphore": "semaphores need dlock 0.5's acquire(semaphore, holder, max_permits, ...)",
+    "multi": "multi-locks need dlock 0.5's lock_all(resources, ...)",
+}
+
+
+def unsupported(exc: "Error", kind: Optional[str]) -> "Error":
+    """EXC (from an acquisition of KIND: a key of NEEDS, or None for an
+    exclusive lock) as NotSupported when it says the server has no such
+    function (42883), else EXC."""
+    if kind is None or getattr(exc, "sqlstate", None) != "42883":
         return exc
-    return NotSupported("shared locks need dlock 0.4's shared mode (lock(..., shared => true));"
-                        " this server's dlock does not have it (ALTER EXTENSION dlock UPDATE,"
-                        " or an edition without shared locks)", "0A000",
+    return NotSupported(f"{NEEDS[kind]}; this server's dlock does not have it"
+                        " (ALTER EXTENSION dlock UPDATE, or an edition without it)", "0A000",
                         getattr(exc, "diag", None))
 
 
@@ -79,6 +93,7 @@ class NotHeld(Error):
 
 _BY_SQLSTATE = {
     "22023": InvalidArgument,
+    "42809": WrongKind,
     "55P03": StaleFence,
     "42501": PermissionDenied,
 }

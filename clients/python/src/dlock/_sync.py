@@ -1,8 +1,10 @@
-"""The synchronous API: Lock, Election and observe().
+"""The synchronous API: Lock, Semaphore, MultiLock, Election and observe().
 
-Threads: each held Lock (or campaigning Election) has one renewal thread
-and one deadline timer.  The lock's state (fence, lost, the renewal
-connection) is guarded by ``self._mutex``; callbacks run outside it."""
+Threads: each held Lock, Semaphore or MultiLock (or campaigning Election)
+has one renewal thread and one deadline timer.  Its state (fences, lost,
+the renewal connection) is guarded by ``self._mutex``; callbacks run
+outside it.  A MultiLock's holdings are renewed and released together, in
+one statement; the loss of any of them is the loss of the whole."""
 
 from __future__ import annotations
 
@@ -12,17 +14,17 @@ import select
 import threading
 import time
 from types import TracebackType
-from typing import Any, Callable, Iterator, Optional, Type
+from typing import Any, Callable, Iterator, Optional, Sequence, Type
 
 import psycopg
 from psycopg import sql as pgsql
 
 from . import _common as c
-from ._errors import Error, LockLost, LockTimeout, NotHeld, shared_unsupported, translate
+from ._errors import Error, LockLost, LockTimeout, NotHeld, translate, unsupported
 
 log = logging.getLogger("dlock")
 
-__all__ = ["Lock", "Election", "observe", "leader"]
+__all__ = ["Lock", "Semaphore", "MultiLock", "Election", "observe", "leader"]
 
 
 class _Source:
@@ -72,19 +74,22 @@ def _one(conn: psycopg.Connection, sql: str, params: tuple) -> Any:
 
 
 class _Leased:
-    """A holding kept alive by renewal: what Lock and Election share."""
+    """Holdings kept alive by renewal (one, or a MultiLock's several, all
+    of one holder): what Lock, Semaphore, MultiLock and Election share."""
 
     _kind = "lock"
 
     def __init__(self, conninfo_or_pool: Any, resource: str, *, lease: c.Seconds,
-                 holder: Optional[str], on_lost: Optional[Callable[[Any], Any]]) -> None:
+                 holder: Optional[str], on_lost: Optional[Callable[[Any], Any]],
+                 names: "Optional[tuple[str, ...]]" = None) -> None:
         self._source = _Source(conninfo_or_pool)
         self.resource = c.check_text(resource, "resource")
+        self._names = names if names is not None else (self.resource,)
         self.holder = c.check_text(holder, "holder") if holder is not None else c.default_holder()
         self.lease = c.seconds(lease, "lease")
         assert self.lease is not None
         self.on_lost = on_lost
-        self.fence: Optional[int] = None
+        self._fences: "Optional[list[int]]" = None  # one per name while held
         self.lost = threading.Event()
         self.lost_reason: Optional[str] = None
         self._mutex = threading.RLock()
@@ -93,6 +98,15 @@ class _Leased:
         self._thread: Optional[threading.Thread] = None
         self._timer: Optional[threading.Timer] = None
         self._valid_from = 0.0  # monotonic time of the last successful send
+
+    @property
+    def fence(self) -> Optional[int]:
+        """The fencing token of the holding (None while not held)."""
+        return None if self._fences is None else self._fences[0]
+
+    @fence.setter
+    def fence(self, value: Optional[int]) -> None:
+        self._fences = None if value is None else [value]
 
     # ---- connections
     @contextlib.contextmanager
@@ -134,10 +148,10 @@ class _Leased:
     # ---- renewal
     @property
     def held(self) -> bool:
-        return self.fence is not None and not self.lost.is_set()
+        return self._fences is not None and not self.lost.is_set()
 
-    def _started(self, fence: int, sent_at: float) -> None:
-        self.fence = fence
+    def _started(self, fences: "list[int]", sent_at: float) -> None:
+        self._fences = list(fences)
         self.lost.clear()
         self.lost_reason = None
         self._stop.clear()
@@ -166,7 +180,7 @@ class _Leased:
 
     def _declare_lost(self, reason: str) -> None:
         with self._mutex:
-            if self.lost.is_set() or self.fence is None:
+            if self.lost.is_set() or self._fences is None:
                 return
             self.lost_reason = reason
             self.lost.set()
@@ -174,8 +188,8 @@ class _Leased:
             timer = self._timer
         if timer is not None:
             timer.cancel()
-        log.warning("dlock: %s %r lost (fence %s): %s", self._kind, self.resource,
-                    self.fence, reason)
+        log.warning("dlock: %s %r lost (fences %s): %s", self._kind, self.resource,
+                    self._fences, reason)
         if self.on_lost is not None:
             try:
                 self.on_lost(self)
@@ -191,8 +205,7 @@ class _Leased:
             sent_at = time.monotonic()
             try:
                 with self._connection() as conn:
-                    expiry = _one(conn, c.SQL_RENEW, (self.resource, self.holder,
-                                                      c.interval(self.lease), self.fence))
+                    expiry = _one(conn, *c.renew_statement(self))
             except (psycopg.Error, Error, OSError) as e:
                 log.warning("dlock: renewing %r failed, retrying within the lease: %s",
                             self.resource, e)
@@ -200,7 +213,7 @@ class _Leased:
                 continue
             if self._stop.is_set():
                 return
-            if expiry is None:
+            if not c.all_held(expiry):
                 self._declare_lost("renew returned NULL: the lease ended or was broken")
                 return
             with self._mutex:
@@ -226,10 +239,10 @@ class _Leased:
         cursor or connection) in the caller's transaction: raises
         StaleFence (55P03) unless this holding is current, and then keeps it
         from being taken over until that transaction ends."""
-        if self.fence is None:
+        if self._fences is None:
             raise NotHeld(f"{self._kind} {self.resource!r} is not held")
         try:
-            cur.execute(c.SQL_ASSERT_FENCE, (self.resource, self.fence), prepare=False)
+            cur.execute(*c.assert_fence_statement(self), prepare=False)
         except psycopg.Error as e:
             if getattr(e, "sqlstate", None) is None:
                 raise
@@ -237,10 +250,10 @@ class _Leased:
 
     def check(self) -> bool:
         """Is this holding still the current one, as the server sees it?"""
-        if self.fence is None:
+        if self._fences is None:
             return False
         with self._source.connection() as conn:
-            return bool(_one(conn, c.SQL_CHECK, (self.resource, self.fence)))
+            return bool(_one(conn, *c.check_statement(self)))
 
 
 class Lock(_Leased):
@@ -259,25 +272,31 @@ class Lock(_Leased):
     def __init__(self, conninfo_or_pool: Any, resource: str, *, lease: c.Seconds = 30,
                  wait: Optional[c.Seconds] = None, holder: Optional[str] = None,
                  fair: bool = False, shared: bool = False,
-                 on_lost: Optional[Callable[["Lock"], Any]] = None) -> None:
+                 on_lost: Optional[Callable[["Lock"], Any]] = None,
+                 _names: "Optional[tuple[str, ...]]" = None) -> None:
         super().__init__(conninfo_or_pool, resource, lease=lease, holder=holder,
-                         on_lost=on_lost)
+                         on_lost=on_lost, names=_names)
         self.wait = c.seconds(wait, "wait", zero_ok=True, none_ok=True)
         self.fair = bool(fair)
         self.shared = bool(shared)
 
+    #: What the acquisition needs of the server (errors.NEEDS), for
+    #: NotSupported when it lacks it; None: an exclusive lock.
+    @property
+    def _needs(self) -> Optional[str]:
+        return "shared" if self.shared else None
+
     def _acquire_statement(self, wait: Optional[float]) -> "tuple[str, tuple]":
-        """The statement that acquires, returning the fence or NULL.
-        ``shared=True``: ``lock(..., shared => true)`` (extension 0.4).
-        Extension point for other kinds (a semaphore's ``acquire(...)``):
-        a subclass returns its own statement here; renewal, loss and
-        release stay the same."""
+        """The statement that acquires, returning the fence (or a
+        MultiLock's fences) or NULL.  ``shared=True``: ``lock(..., shared
+        => true)`` (extension 0.4).  Semaphore and MultiLock return their
+        own statement here; renewal, loss and release stay the same."""
         return c.lock_statement(self, wait)
 
     def acquire(self, wait: Optional[c.Seconds] = ..., ) -> bool:  # type: ignore[assignment]
         """Acquire; True when held, False when WAIT ran out."""
-        if self.fence is not None:
-            raise RuntimeError(f"lock {self.resource!r} is already acquired by this object")
+        if self._fences is not None:
+            raise RuntimeError(f"{self._kind} {self.resource!r} is already acquired by this object")
         w = self.wait if wait is ... else c.seconds(wait, "wait", zero_ok=True, none_ok=True)
         sql, params = self._acquire_statement(w)
         sent_at = time.monotonic()
@@ -285,39 +304,40 @@ class Lock(_Leased):
             try:
                 fence = _one(conn, sql, params)
             except Error as e:
-                if self.shared:
-                    raise shared_unsupported(e) from e.__cause__
+                if self._needs is not None:
+                    raise unsupported(e, self._needs) from e.__cause__
                 raise
         if fence is None:
             self._close()
             return False
-        self._started(fence, sent_at)
+        self._started(fence if isinstance(fence, list) else [fence], sent_at)
         return True
 
     def release(self) -> bool:
         """Release.  True if released; False if the lease had been lost
         (``lost`` is set then)."""
-        if self.fence is None:
-            raise NotHeld(f"lock {self.resource!r} is not held")
+        if self._fences is None:
+            raise NotHeld(f"{self._kind} {self.resource!r} is not held")
         self._stop_renewal()
         try:
             with self._connection() as conn:
-                left = _one(conn, c.SQL_UNLOCK, (self.resource, self.holder, self.fence))
+                left = _one(conn, *c.unlock_statement(self))
         finally:
             self._close()
-        if left is None:
+        released = c.all_held(left)
+        if not released:
             self._declare_lost("unlock found the holding gone: the lease had been lost")
-        self.fence = None
-        return left is not None
+        self._fences = None
+        return released
 
     def __enter__(self) -> "Lock":
         if not self.acquire():
-            raise LockTimeout(f"lock {self.resource!r} not acquired within {self.wait} s")
+            raise LockTimeout(f"{self._kind} {self.resource!r} not acquired within {self.wait} s")
         return self
 
     def __exit__(self, exc_type: Optional[Type[BaseException]],
                  exc: Optional[BaseException], tb: Optional[TracebackType]) -> None:
-        fence = self.fence
+        fences = self._fences
         try:
             released = self.release()
         except (psycopg.Error, Error, OSError) as e:
@@ -325,10 +345,77 @@ class Lock(_Leased):
             log.warning("dlock: releasing %r failed (its lease will end): %s",
                         self.resource, e)
             released = not self.lost.is_set()
-            self.fence = None
+            self._fences = None
         if not released or self.lost.is_set():
-            raise LockLost(f"lock {self.resource!r} (fence {fence}) was lost while held: "
+            raise LockLost(f"{self._kind} {self.resource!r} (fences {fences}) was lost while held: "
                            f"{self.lost_reason}")
+
+
+class Semaphore(Lock):
+    """PERMITS (default 1) of the counting semaphore NAME, of which at most
+    MAX_PERMITS are held at once by all holders together (the C extension's
+    SQL 0.5: ``dlock.acquire``; NotSupported, 0A000, elsewhere).
+
+    ``with dlock.Semaphore(conninfo_or_pool, "pool-slots", max_permits=3,
+    lease=30, wait=10) as sem:`` -- waits, renews, reports loss and
+    releases (all of this object's permits at once) as Lock does; FAIR
+    waits in ticket order.  Every user of NAME passes the same MAX_PERMITS
+    while any permit is held (InvalidArgument, 22023, otherwise); a name
+    held as a lock raises WrongKind (42809)."""
+
+    _kind = "semaphore"
+    _needs = "semaphore"  # type: ignore[assignment]
+
+    def __init__(self, conninfo_or_pool: Any, name: str, *, max_permits: int, permits: int = 1,
+                 lease: c.Seconds = 30, wait: Optional[c.Seconds] = None,
+                 holder: Optional[str] = None, fair: bool = False,
+                 on_lost: Optional[Callable[["Semaphore"], Any]] = None) -> None:
+        super().__init__(conninfo_or_pool, name, lease=lease, wait=wait, holder=holder,
+                         fair=fair, on_lost=on_lost)  # type: ignore[arg-type]
+        self.max_permits = c.check_count(max_permits, "max_permits")
+        self.permits = c.check_count(permits, "permits")
+
+    def _acquire_statement(self, wait: Optional[float]) -> "tuple[str, tuple]":
+        return c.semaphore_statement(self, wait)
+
+
+class MultiLock(Lock):
+    """Every resource of RESOURCES, all or nothing (the C extension's SQL
+    0.5: ``dlock.lock_all``; NotSupported, 0A000, elsewhere).
+
+    ``with dlock.MultiLock(conninfo_or_pool, ["a", "b"], lease=30, wait=10)
+    as locks:`` -- ``locks.fences`` are the fences in the order given
+    (``fence`` is the first one's).
+    While it waits it holds none of them.  The holdings are renewed and
+    released together; when any of them is lost, the MultiLock is
+    (``lost``, ``on_lost``, LockLost on leaving the block), and
+    ``assert_fence(cur)`` asserts every fence.  SHARED: shared holdings.
+    A resource named twice, an empty list or a bad name: InvalidArgument
+    (22023) from the server."""
+
+    _kind = "multi-lock"
+    _needs = "multi"  # type: ignore[assignment]
+
+    def __init__(self, conninfo_or_pool: Any, resources: "Sequence[str]", *,
+                 lease: c.Seconds = 30, wait: Optional[c.Seconds] = None,
+                 holder: Optional[str] = None, shared: bool = False,
+                 on_lost: Optional[Callable[["MultiLock"], Any]] = None) -> None:
+        names = c.check_resources(resources)
+        super().__init__(conninfo_or_pool, ", ".join(names), lease=lease, wait=wait,
+                         holder=holder, shared=shared, on_lost=on_lost,  # type: ignore[arg-type]
+                         _names=names)
+
+    @property
+    def resources(self) -> "list[str]":
+        return list(self._names)
+
+    @property
+    def fences(self) -> "Optional[list[int]]":
+        """The fences, in the order of ``resources`` (None while not held)."""
+        return None if self._fences is None else list(self._fences)
+
+    def _acquire_statement(self, wait: Optional[float]) -> "tuple[str, tuple]":
+        return c.lock_all_statement(self, wait)
 
 
 class Election(_Leased):
@@ -369,7 +456,7 @@ class Election(_Leased):
         if value is not ...:
             self.value = value
         w = self.wait if wait is ... else c.seconds(wait, "wait", zero_ok=True, none_ok=True)
-        if self.fence is not None and not self.lost.is_set():
+        if self._fences is not None and not self.lost.is_set():
             self._stop_renewal()
         sent_at = time.monotonic()
         with self._connection() as conn:
@@ -378,7 +465,7 @@ class Election(_Leased):
         if term is None:
             self._close()
             raise LockTimeout(f"not elected in {self.resource!r} within {w} s")
-        self._started(term, sent_at)
+        self._started([term], sent_at)
         return term
 
     def proclaim(self, value: Optional[str]) -> bool:
@@ -398,9 +485,9 @@ class Election(_Leased):
                 ok = bool(_one(conn, c.SQL_RESIGN, (self.resource, self.holder, self.fence)))
         finally:
             self._close()
-        if not ok and self.fence is not None:
+        if not ok and self._fences is not None:
             self._declare_lost("resign found this candidate no longer leading")
-        self.fence = None
+        self._fences = None
         return ok
 
     def leader(self) -> Optional[c.Leader]:
@@ -422,7 +509,7 @@ class Election(_Leased):
             log.warning("dlock: resigning from %r failed (the lease will end): %s",
                         self.resource, e)
             ok = not self.lost.is_set()
-            self.fence = None
+            self._fences = None
         if not ok or self.lost.is_set():
             raise LockLost(f"leadership of {self.resource!r} (term {term}) was lost: "
                            f"{self.lost_reason}")

@@ -1,4 +1,5 @@
-"""dlock for asyncio: the same Lock and Election as the synchronous API,
+"""dlock for asyncio: the same Lock, Semaphore, MultiLock and Election as
+the synchronous API,
 on psycopg's AsyncConnection (a conninfo string) or an async pool
 (psycopg_pool.AsyncConnectionPool).
 
@@ -16,18 +17,18 @@ import inspect
 import logging
 import time
 from types import TracebackType
-from typing import Any, AsyncIterator, Callable, Optional, Type, Union
+from typing import Any, AsyncIterator, Callable, Optional, Sequence, Type, Union
 
 import psycopg
 from psycopg import sql as pgsql
 
 from . import _common as c
 from ._common import Leader
-from ._errors import Error, LockLost, LockTimeout, NotHeld, shared_unsupported, translate
+from ._errors import Error, LockLost, LockTimeout, NotHeld, translate, unsupported
 
 log = logging.getLogger("dlock")
 
-__all__ = ["Lock", "Election", "observe", "leader", "Leader"]
+__all__ = ["Lock", "Semaphore", "MultiLock", "Election", "observe", "leader", "Leader"]
 
 CancelScope = Union[bool, "asyncio.Task[Any]", None]
 
@@ -84,20 +85,30 @@ class _Leased:
 
     def __init__(self, conninfo_or_pool: Any, resource: str, *, lease: c.Seconds,
                  holder: Optional[str], on_lost: Optional[Callable[[Any], Any]],
-                 cancel: CancelScope) -> None:
+                 cancel: CancelScope, names: "Optional[tuple[str, ...]]" = None) -> None:
         self._source = _Source(conninfo_or_pool)
         self.resource = c.check_text(resource, "resource")
+        self._names = names if names is not None else (self.resource,)
         self.holder = c.check_text(holder, "holder") if holder is not None else c.default_holder()
         self.lease = c.seconds(lease, "lease")
         self.on_lost = on_lost
         self.cancel = cancel
-        self.fence: Optional[int] = None
+        self._fences: "Optional[list[int]]" = None  # one per name while held
         self.lost = asyncio.Event()
         self.lost_reason: Optional[str] = None
         self._conn: Optional[psycopg.AsyncConnection] = None
         self._task: Optional[asyncio.Task[Any]] = None
         self._scope: Optional[asyncio.Task[Any]] = None
         self._cancelled_scope = False
+
+    @property
+    def fence(self) -> Optional[int]:
+        """The fencing token of the holding (None while not held)."""
+        return None if self._fences is None else self._fences[0]
+
+    @fence.setter
+    def fence(self, value: Optional[int]) -> None:
+        self._fences = None if value is None else [value]
 
     @contextlib.asynccontextmanager
     async def _connection(self) -> AsyncIterator[psycopg.AsyncConnection]:
@@ -132,22 +143,22 @@ class _Leased:
 
     @property
     def held(self) -> bool:
-        return self.fence is not None and not self.lost.is_set()
+        return self._fences is not None and not self.lost.is_set()
 
-    def _started(self, fence: int, sent_at: float) -> None:
-        self.fence = fence
+    def _started(self, fences: "list[int]", sent_at: float) -> None:
+        self._fences = list(fences)
         self.lost.clear()
         self.lost_reason = None
         self._cancelled_scope = False
         self._task = asyncio.get_running_loop().create_task(self._renew_loop(sent_at))
 
     async def _declare_lost(self, reason: str) -> None:
-        if self.lost.is_set() or self.fence is None:
+        if self.lost.is_set() or self._fences is None:
             return
         self.lost_reason = reason
         self.lost.set()
-        log.warning("dlock: %s %r lost (fence %s): %s", self._kind, self.resource,
-                    self.fence, reason)
+        log.warning("dlock: %s %r lost (fences %s): %s", self._kind, self.resource,
+                    self._fences, reason)
         if self._scope is not None and not self._scope.done():
             self._cancelled_scope = True
             self._scope.cancel()
@@ -194,7 +205,7 @@ class _Leased:
                             self.resource, e)
                 next_at = time.monotonic() + retry
                 continue
-            if expiry is None:
+            if not c.all_held(expiry):
                 await self._declare_lost("renew returned NULL: the lease ended or was broken")
                 return
             valid_from = sent_at
@@ -202,8 +213,7 @@ class _Leased:
 
     async def _renew_once(self) -> Any:
         async with self._connection() as conn:
-            return await _one(conn, c.SQL_RENEW, (self.resource, self.holder,
-                                                  c.interval(self.lease), self.fence))
+            return await _one(conn, *c.renew_statement(self))
 
     async def _stop_renewal(self) -> None:
         task, self._task = self._task, None
@@ -215,20 +225,20 @@ class _Leased:
     async def assert_fence(self, cur: Any) -> None:
         """``dlock.assert_fence(resource, fence)`` with CUR (an async cursor
         or connection) in the caller's transaction (StaleFence, 55P03)."""
-        if self.fence is None:
+        if self._fences is None:
             raise NotHeld(f"{self._kind} {self.resource!r} is not held")
         try:
-            await cur.execute(c.SQL_ASSERT_FENCE, (self.resource, self.fence), prepare=False)
+            await cur.execute(*c.assert_fence_statement(self), prepare=False)
         except psycopg.Error as e:
             if getattr(e, "sqlstate", None) is None:
                 raise
             raise translate(e) from e
 
     async def check(self) -> bool:
-        if self.fence is None:
+        if self._fences is None:
             return False
         async with self._source.connection() as conn:
-            return bool(await _one(conn, c.SQL_CHECK, (self.resource, self.fence)))
+            return bool(await _one(conn, *c.check_statement(self)))
 
     def _enter_scope(self) -> None:
         if self.cancel is True:
@@ -238,14 +248,14 @@ class _Leased:
         else:
             self._scope = None
 
-    def _exit_error(self, exc: Optional[BaseException], released: bool, fence: Optional[int]) -> None:
+    def _exit_error(self, exc: Optional[BaseException], released: bool, fence: Any) -> None:
         if self._cancelled_scope and self._scope is not None:
             uncancel = getattr(self._scope, "uncancel", None)
             if uncancel is not None and self._scope is asyncio.current_task():
                 uncancel()
         self._scope = None
         if not released or self.lost.is_set():
-            raise LockLost(f"{self._kind} {self.resource!r} (fence {fence}) was lost while held: "
+            raise LockLost(f"{self._kind} {self.resource!r} (fences {fence}) was lost while held: "
                            f"{self.lost_reason}")
 
 
@@ -258,20 +268,26 @@ class Lock(_Leased):
                  wait: Optional[c.Seconds] = None, holder: Optional[str] = None,
                  fair: bool = False, shared: bool = False,
                  on_lost: Optional[Callable[["Lock"], Any]] = None,
-                 cancel: CancelScope = True) -> None:
+                 cancel: CancelScope = True,
+                 _names: "Optional[tuple[str, ...]]" = None) -> None:
         super().__init__(conninfo_or_pool, resource, lease=lease, holder=holder,
-                         on_lost=on_lost, cancel=cancel)
+                         on_lost=on_lost, cancel=cancel, names=_names)
         self.wait = c.seconds(wait, "wait", zero_ok=True, none_ok=True)
         self.fair = bool(fair)
         self.shared = bool(shared)
+
+    @property
+    def _needs(self) -> Optional[str]:
+        """See dlock.Lock._needs."""
+        return "shared" if self.shared else None
 
     def _acquire_statement(self, wait: Optional[float]) -> "tuple[str, tuple]":
         """See dlock.Lock._acquire_statement."""
         return c.lock_statement(self, wait)
 
     async def acquire(self, wait: Optional[c.Seconds] = ...) -> bool:  # type: ignore[assignment]
-        if self.fence is not None:
-            raise RuntimeError(f"lock {self.resource!r} is already acquired by this object")
+        if self._fences is not None:
+            raise RuntimeError(f"{self._kind} {self.resource!r} is already acquired by this object")
         w = self.wait if wait is ... else c.seconds(wait, "wait", zero_ok=True, none_ok=True)
         sql, params = self._acquire_statement(w)
         sent_at = time.monotonic()
@@ -279,45 +295,100 @@ class Lock(_Leased):
             try:
                 fence = await _one(conn, sql, params)
             except Error as e:
-                if self.shared:
-                    raise shared_unsupported(e) from e.__cause__
+                if self._needs is not None:
+                    raise unsupported(e, self._needs) from e.__cause__
                 raise
         if fence is None:
             await self._close()
             return False
-        self._started(fence, sent_at)
+        self._started(fence if isinstance(fence, list) else [fence], sent_at)
         return True
 
     async def release(self) -> bool:
-        if self.fence is None:
-            raise NotHeld(f"lock {self.resource!r} is not held")
+        if self._fences is None:
+            raise NotHeld(f"{self._kind} {self.resource!r} is not held")
         await self._stop_renewal()
         try:
             async with self._connection() as conn:
-                left = await _one(conn, c.SQL_UNLOCK, (self.resource, self.holder, self.fence))
+                left = await _one(conn, *c.unlock_statement(self))
         finally:
             await self._close()
-        if left is None:
+        released = c.all_held(left)
+        if not released:
             await self._declare_lost("unlock found the holding gone: the lease had been lost")
-        self.fence = None
-        return left is not None
+        self._fences = None
+        return released
 
     async def __aenter__(self) -> "Lock":
         if not await self.acquire():
-            raise LockTimeout(f"lock {self.resource!r} not acquired within {self.wait} s")
+            raise LockTimeout(f"{self._kind} {self.resource!r} not acquired within {self.wait} s")
         self._enter_scope()
         return self
 
     async def __aexit__(self, exc_type: Optional[Type[BaseException]],
                         exc: Optional[BaseException], tb: Optional[TracebackType]) -> None:
-        fence = self.fence
+        fences = self._fences
         try:
             released = await self.release()
         except (psycopg.Error, Error, OSError) as e:
             log.warning("dlock: releasing %r failed (its lease will end): %s", self.resource, e)
             released = not self.lost.is_set()
-            self.fence = None
-        self._exit_error(exc, released, fence)
+            self._fences = None
+        self._exit_error(exc, released, fences)
+
+
+class Semaphore(Lock):
+    """``async with dlock.aio.Semaphore(conninfo_or_pool, "slots",
+    max_permits=3, permits=1, lease=30, wait=10) as sem:`` -- see
+    dlock.Semaphore; CANCEL as for Lock."""
+
+    _kind = "semaphore"
+    _needs = "semaphore"  # type: ignore[assignment]
+
+    def __init__(self, conninfo_or_pool: Any, name: str, *, max_permits: int, permits: int = 1,
+                 lease: c.Seconds = 30, wait: Optional[c.Seconds] = None,
+                 holder: Optional[str] = None, fair: bool = False,
+                 on_lost: Optional[Callable[["Semaphore"], Any]] = None,
+                 cancel: CancelScope = True) -> None:
+        super().__init__(conninfo_or_pool, name, lease=lease, wait=wait, holder=holder,
+                         fair=fair, on_lost=on_lost, cancel=cancel)  # type: ignore[arg-type]
+        self.max_permits = c.check_count(max_permits, "max_permits")
+        self.permits = c.check_count(permits, "permits")
+
+    def _acquire_statement(self, wait: Optional[float]) -> "tuple[str, tuple]":
+        return c.semaphore_statement(self, wait)
+
+
+class MultiLock(Lock):
+    """``async with dlock.aio.MultiLock(conninfo_or_pool, ["a", "b"],
+    lease=30, wait=10) as locks:`` -- see dlock.MultiLock (``fences`` in
+    the order given; the loss of any holding is the loss of the whole);
+    CANCEL as for Lock."""
+
+    _kind = "multi-lock"
+    _needs = "multi"  # type: ignore[assignment]
+
+    def __init__(self, conninfo_or_pool: Any, resources: "Sequence[str]", *,
+                 lease: c.Seconds = 30, wait: Optional[c.Seconds] = None,
+                 holder: Optional[str] = None, shared: bool = False,
+                 on_lost: Optional[Callable[["MultiLock"], Any]] = None,
+                 cancel: CancelScope = True) -> None:
+        names = c.check_resources(resources)
+        super().__init__(conninfo_or_pool, ", ".join(names), lease=lease, wait=wait,
+                         holder=holder, shared=shared, on_lost=on_lost,  # type: ignore[arg-type]
+                         cancel=cancel, _names=names)
+
+    @property
+    def resources(self) -> "list[str]":
+        return list(self._names)
+
+    @property
+    def fences(self) -> "Optional[list[int]]":
+        """The fences, in the order of ``resources`` (None while not held)."""
+        return None if self._fences is None else list(self._fences)
+
+    def _acquire_statement(self, wait: Optional[float]) -> "tuple[str, tuple]":
+        return c.lock_all_statement(self, wait)
 
 
 class Election(_Leased):
@@ -356,7 +427,7 @@ class Election(_Leased):
         if term is None:
             await self._close()
             raise LockTimeout(f"not elected in {self.resource!r} within {w} s")
-        self._started(term, sent_at)
+        self._started([term], sent_at)
         return term
 
     async def proclaim(self, value: Optional[str]) -> bool:
@@ -374,9 +445,9 @@ class Election(_Leased):
                 ok = bool(await _one(conn, c.SQL_RESIGN, (self.resource, self.holder, self.fence)))
         finally:
             await self._close()
-        if not ok and self.fence is not None:
+        if not ok and self._fences is not None:
             await self._declare_lost("resign found this candidate no longer leading")
-        self.fence = None
+        self._fences = None
         return ok
 
     async def leader(self) -> Optional[Leader]:
@@ -400,7 +471,7 @@ class Election(_Leased):
             log.warning("dlock: resigning from %r failed (the lease will end): %s",
                         self.resource, e)
             ok = not self.lost.is_set()
-            self.fence = None
+            self._fences = None
         self._exit_error(exc, ok, term)
 
 

@@ -25,8 +25,9 @@ statements: fine behind pgbouncer in transaction mode), so that several
 threads can wait for locks at once.  Shared locks are the server's shared
 holdings (``lock(..., shared => true)``, the C extension's SQL 0.4): each
 shared ``acquire`` of one lock object re-enters its holding, each
-``release`` gives one back.  On a server without them (older SQL, the
-portable edition) ``acquire(shared=True)`` raises tooz.NotImplemented.
+``release`` gives one back (both editions; the portable one from its
+0.4).  On a server without them (older SQL) ``acquire(shared=True)``
+raises tooz.NotImplemented.
 
 ``acquire(blocking, shared, timeout)`` takes its arguments as every tooz
 Debian ships calls them (tooz 9's context manager passes all three
