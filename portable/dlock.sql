@@ -1209,7 +1209,7 @@ BEGIN
         RETURN NULL;
     END IF;
     IF current_setting('synchronous_commit') IN ('off', 'local', 'remote_write') THEN
-        PERFORM set_config('synchronous_commit', 'on', true);
+        v_md5 := set_config('synchronous_commit', 'on', true);     -- an expression, not PERFORM
     END IF;
     RETURN v_fence;
 END
@@ -1221,6 +1221,7 @@ CREATE OR REPLACE FUNCTION dlock._fast_unlock(p_resource text, p_holder text, p_
 DECLARE
     v_role oid;
     v_fence bigint;
+    ok boolean;
 BEGIN
     IF coalesce(octet_length(p_resource), 0) NOT BETWEEN 1 AND 1000
        OR coalesce(octet_length(p_holder), 0) NOT BETWEEN 1 AND 255
@@ -1240,9 +1241,10 @@ BEGIN
     IF v_fence IS NULL THEN
         RETURN NULL;
     END IF;
-    PERFORM pg_notify('dlock_' || md5(p_resource),
-                      '{"event":"released","resource":' || to_json(p_resource)::text
-                      || ',"fence":' || v_fence::text || '}');
+    -- _event's 'released', as an expression (no executor run, as PERFORM is).
+    ok := pg_notify('dlock_' || md5(p_resource),
+                    '{"event":"released","resource":' || to_json(p_resource)::text
+                    || ',"fence":' || v_fence::text || '}') IS NOT NULL;
     RETURN 0;
 END
 $$;
