@@ -54,11 +54,14 @@ def test_aio_loss_cancels_block_and_raises(dsn, admin, name):
         called.append(lock)
 
     async def main():
-        with pytest.raises(dlock.LockLost):
+        with pytest.raises(dlock.LockLost) as lost:
             async with dlock.aio.Lock(dsn, name, lease=1.5, on_lost=on_lost) as lock:
                 admin.execute("SELECT dlock.break_lock(%s)", (name,))
                 await asyncio.sleep(30)     # cancelled by the loss
                 pytest.fail("the block was not cancelled")
+        # The LockLost stands for the cancellation, not for a failure inside.
+        ctx = lost.value.__context__
+        assert ctx is None or isinstance(ctx, asyncio.CancelledError), repr(ctx)
         assert lock.lost.is_set() and called == [lock]
     t0 = time.monotonic()
     run(main())

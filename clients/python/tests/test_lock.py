@@ -104,13 +104,17 @@ def test_fences_increase(dsn, name):
 
 
 def test_break_lock_sets_lost_runs_on_lost_raises(dsn, admin, name):
-    called = []
-    with pytest.raises(dlock.LockLost):
-        with dlock.Lock(dsn, name, lease=1.5, on_lost=called.append) as lock:
+    called, ran = [], threading.Event()
+    with pytest.raises(dlock.LockLost) as lost:
+        with dlock.Lock(dsn, name, lease=1.5,
+                        on_lost=lambda x: (called.append(x), ran.set())) as lock:
             assert admin.execute("SELECT dlock.break_lock(%s)", (name,)).fetchone()[0]
             assert lock.lost.wait(5), "loss noticed by the next renewal"
-            assert called == [lock]
+            assert ran.wait(5) and called == [lock]   # on_lost runs after lost is set
             assert "NULL" in lock.lost_reason
+    # The LockLost came from leaving the block, not on top of a failed
+    # assertion inside it (which it would otherwise hide).
+    assert lost.value.__context__ is None, repr(lost.value.__context__)
 
 
 def test_renewal_blocked_lost_before_server_expiry(dsn, admin, name):
