@@ -777,18 +777,8 @@ lease_attempt(const DlockResource *res, void *arg, int64 *fence,
 	adopted = v.queue && queue_up(res, a, st.now);
 	a->refused = v.reason;
 	a->own_shares = v.reason == REFUSE_SHARED && own_shares_in_way(res, &st);
-	if (v.reason == REFUSE_DEADLOCK)
-	{
-		dlock_store_end();
-		give_back(res, a);
-		ereport(ERROR,
-				(errcode(ERRCODE_T_R_DEADLOCK_DETECTED),
-				 errmsg("deadlock detected"),
-				 errdetail("Holder \"%s\" waits to upgrade its shared lock on resource \"%s\" to exclusive, and another shared holder waits to upgrade too: each waits for the other.",
-						   text_to_cstring(a->holder), text_to_cstring(res->name)),
-				 errhint("Release the shared lock and take the exclusive one afresh.")));
-	}
-	if (v.reason == REFUSE_OTHER_KIND || v.reason == REFUSE_MAX_PERMITS)
+	if (v.reason == REFUSE_DEADLOCK || v.reason == REFUSE_OTHER_KIND ||
+		v.reason == REFUSE_MAX_PERMITS)
 	{
 		dlock_store_end();
 		give_back(res, a);

@@ -438,14 +438,21 @@ dlock_admit(const DlockResource *res, const DlockRequest *req, bool locked,
 }
 
 /*
- * dlock_admit_raise: raise the error a refusal stands for (another kind
- * of holding by that name, another max_permits); returns for a refusal
- * that is a wait.  The caller has given the resource's lock back.
+ * dlock_admit_raise: raise the error a refusal stands for (crossing
+ * upgrades, another kind of holding by that name, another max_permits);
+ * returns for a refusal that is a wait.  The caller has given the resource's lock back.
  */
 void
 dlock_admit_raise(const DlockResource *res, const DlockRequest *req,
 				  const DlockResourceState *st, DlockAdmission v)
 {
+	if (v.reason == REFUSE_DEADLOCK)
+		ereport(ERROR,
+				(errcode(ERRCODE_T_R_DEADLOCK_DETECTED),
+				 errmsg("deadlock detected"),
+				 errdetail("Holder \"%s\" waits to upgrade its shared lock on resource \"%s\" to exclusive, and another shared holder waits to upgrade too: each waits for the other.",
+						   text_to_cstring(req->holder), text_to_cstring(res->name)),
+				 errhint("Release the shared lock and take the exclusive one afresh.")));
 	if (v.reason == REFUSE_OTHER_KIND && req->kind == DLOCK_KIND_SEMAPHORE)
 		ereport(ERROR,
 				(errcode(ERRCODE_WRONG_OBJECT_TYPE),

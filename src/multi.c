@@ -331,14 +331,10 @@ multi_attempt(const DlockResource *res, void *arg, int64 *fence,
 			writer_wait(m, way, m->states[i].share_mine != NULL);
 		give_back(m, m->n);
 		pfree(verdicts);
-		if (v.reason == REFUSE_DEADLOCK)
-			ereport(ERROR,
-					(errcode(ERRCODE_T_R_DEADLOCK_DETECTED),
-					 errmsg("deadlock detected"),
-					 errdetail("Holder \"%s\" waits to upgrade its shared lock on resource \"%s\" to exclusive, and another shared holder waits to upgrade too: each waits for the other.",
-							   text_to_cstring(m->holder), text_to_cstring(way->name)),
-					 errhint("Release the shared lock and take the exclusive one afresh.")));
-		/* Another kind of holding by that name: an error, as for one lock. */
+		/*
+		 * Crossing upgrades, another kind of holding by that name: an error,
+		 * as for one lock.
+		 */
 		dlock_admit_raise(way, &req, &m->states[i], v);
 		return v.reason == REFUSE_DELAYED ? ATTEMPT_DELAYED : ATTEMPT_BUSY;
 	}
