@@ -150,6 +150,15 @@ run_as_tester "$top" '
         grep -qsF "$f" /proc/[0-9]*/maps || rm -f "$f"
     done
     echo
+    # What failed, a line each ("dlock failure: LOG: ..."), so that the tail
+    # of a long run (CI shows only its end) names the failing tests.
+    if [ "$failed" -gt 0 ]; then
+        for log in stress-build.log regress.log isolation.log tap.log mysql.log portable.log clients.log; do
+            [ -f "$log" ] || continue
+            grep -E "^[# ]*not ok|Failed tests?:|\(Wstat: |Dubious|^#   Failed test|^FAILED" "$log" |
+                head -n 20 | sed "s|^|dlock failure: $log: |"
+        done
+    fi
     echo "dlock: $passed passed, $failed failed"
     [ "$failed" -eq 0 ]
 '
