@@ -50,8 +50,8 @@
  *   flight of a lease that has run out meanwhile makes it busy too.
  * - The fast path.  try_lock of an existing free row under default-like
  *   arguments, and unlock of a holding of count 1, run one statement each
- *   (_fast_lock, _fast_unlock, called first; NULL sends the call on to the
- *   general path): the same rules (the advisory lock tried, the row locked
+ *   (written first in try_lock and unlock; what it does not decide goes on
+ *   to the general path): the same rules (the advisory lock tried, the row locked
  *   SKIP LOCKED, lock-delay, tickets and the fair-waiters mark looked at,
  *   the fence drawn after the epoch check), see "The fast path" below.
  * - Fences: dlock.fences, (epoch << 22) + n, the epoch the clock in
@@ -143,7 +143,7 @@ CREATE TABLE IF NOT EXISTS dlock.portable (
     version      text NOT NULL,
     installed_at timestamptz NOT NULL
 );
-INSERT INTO dlock.portable (version, installed_at) VALUES ('0.4', pg_catalog.clock_timestamp())
+INSERT INTO dlock.portable (version, installed_at) VALUES ('0.5', pg_catalog.clock_timestamp())
     ON CONFLICT (one) DO UPDATE SET version = excluded.version;
 COMMENT ON TABLE dlock.portable IS 'The dlock portable edition''s version in this database';
 
@@ -507,8 +507,8 @@ END
 $$;
 
 -- _key: the resource's advisory lock key (the first 64 bits of its md5).
--- (_key, _qkey, _role, _sync and _event are copied inline in _fast_lock
--- and _fast_unlock: change them together.)
+-- (_key, _qkey, _role, _sync and _event are copied inline in the fast
+-- path of try_lock and unlock: change them together.)
 CREATE OR REPLACE FUNCTION dlock._key(resource text)
     RETURNS bigint LANGUAGE plpgsql IMMUTABLE
     SET search_path = pg_catalog, pg_temp AS $$
@@ -591,7 +591,8 @@ $$;
 
 -- _epoch_mark: the checked-epoch mark _next_fence makes and compares (see
 -- there); no row when the seal does not match the epoch row.  A view, so
--- that a statement can read it without a function call (_fast_lock does);
+-- that a statement can read it without a function call (try_lock's fast
+-- path does);
 -- closed to PUBLIC.
 CREATE OR REPLACE VIEW dlock._epoch_mark AS
     SELECT pg_catalog.md5(s.secret OPERATOR(pg_catalog.||) ':' OPERATOR(pg_catalog.||) e.xmin::text
@@ -1088,12 +1089,13 @@ END
 $$;
 
 -- ---------------------------------------------------------------------------
--- The fast path (issue 22): try_lock and unlock of the common case in a
--- few statements, called first by try_lock and unlock; NULL means "not
--- decided here": the caller goes on with the general path (_attempt,
--- unlock's own body), which decides every case, this one included.
+-- The fast path (issue 22): try_lock and unlock of the common case in
+-- one statement each, written at the top of try_lock and unlock; when it
+-- does not decide ("not here"), the function goes on with the general path
+-- (_attempt, unlock's own body), which decides every case, this one
+-- included.
 --
--- _fast_lock takes only an existing row that is free (released or
+-- try_lock's fast path takes only an existing row that is free (released or
 -- reaped: holder NULL), under default-like arguments (fair false, no
 -- lock-delay given or set, a lease of hours, minutes and seconds only, a
 -- READ COMMITTED read-write transaction that holds no transaction-scoped
@@ -1124,140 +1126,21 @@ $$;
 --   _next_fence itself.
 -- - Owner: the caller's role (_role) is recorded; durability: _sync.
 --   (_role, _qkey, _key, _sync, _event and _setting of an unset
---   dlock.default_lease are copied inline, not called: each frame costs
---   ~2 us; set_config and pg_notify are called in assignments, not
---   PERFORMed, which saves an executor run each.)
--- _fast_unlock releases a holding of count 1 of holder and the caller's
+--   dlock.default_lease are copied inline, not called, and so is the fast
+--   path itself: each PL/pgSQL frame with SET search_path costs ~2 us;
+--   set_config and pg_notify are called in assignments, not PERFORMed,
+--   which saves an executor run each.)
+-- unlock's fast path releases a holding of count 1 of holder and the caller's
 -- role that has not expired (and has the fence given, if one is), locking
 -- the row FOR UPDATE as unlock does (only when it is that holder's, so
 -- another's pin is not waited for), with the "released" event; anything
 -- else (a re-entered holding, another role's, a superuser's call for
 -- another role's holding, not held) goes to unlock's general path.
 -- ---------------------------------------------------------------------------
-CREATE OR REPLACE FUNCTION dlock._fast_lock(p_resource text, p_holder text, p_lease interval,
-                                            p_fair boolean, p_delay interval)
-    RETURNS bigint LANGUAGE plpgsql VOLATILE
-    SET search_path = pg_catalog, pg_temp AS $$
-DECLARE
-    v_role oid;
-    v_lease interval;
-    v_now timestamptz;
-    v_fence bigint;
-    k integer;
-    v_md5 text;
-    v_set text;
-BEGIN
-    IF p_fair IS NOT FALSE OR p_delay IS NOT NULL
-       OR coalesce(octet_length(p_resource), 0) NOT BETWEEN 1 AND 1000
-       OR coalesce(octet_length(p_holder), 0) NOT BETWEEN 1 AND 255
-       OR coalesce(current_setting('dlock.lock_delay', true), '') NOT IN ('', '0')
-       OR current_setting('transaction_isolation') <> 'read committed'
-       OR current_setting('transaction_read_only') <> 'off'
-       OR coalesce(current_setting('dlock.xact_' || md5(p_resource), true), '') <> '' THEN
-        RETURN NULL;
-    END IF;
-    -- The helpers of the hot path inlined (a PL/pgSQL frame with SET
-    -- search_path costs ~2 us each): _setting when dlock.default_lease is
-    -- unset, _role, _qkey, _key, _sync.  Each copy must compute what its
-    -- helper does: change them together.
-    IF p_lease IS NOT NULL THEN
-        v_lease := p_lease;
-    ELSIF coalesce(current_setting('dlock.default_lease', true), '') = '' THEN
-        v_lease := interval '30 seconds';
-    ELSE
-        v_lease := dlock._setting('dlock.default_lease', interval '30 seconds');
-    END IF;
-    IF NOT (v_lease > interval '0' AND v_lease <= interval '8766000 hours'     -- _expiry's 1000 years
-            AND extract(year FROM v_lease) = 0 AND extract(month FROM v_lease) = 0
-            AND extract(day FROM v_lease) = 0) THEN
-        RETURN NULL;
-    END IF;
-    v_role := to_regrole(quote_ident(CASE WHEN current_setting('role') = 'none' THEN session_user::text
-                                          ELSE current_setting('role') END));
-    v_md5 := md5(p_resource);
-    k := ('x' || substr(v_md5, 17, 8))::bit(32)::integer;
-    IF k = ANY ('{1684828003,1684828005,1684828006,1684828007}'::integer[]) THEN
-        k := 1684828004;
-    END IF;
-    -- One statement.  The row is judged on the version the statement's
-    -- snapshot sees: free, no lock-delay in force (_delayed of a free row),
-    -- no ticket that _ahead would count or _acquired would remove, nobody
-    -- waiting in lock() with a ticket (the "fair waiters" mark of _ahead).
-    -- Only then is it locked, FOR UPDATE SKIP LOCKED, and only if the
-    -- version locked is the one judged (the same xmin: nothing changed it
-    -- since the snapshot) is the resource's advisory lock tried.  CASE
-    -- keeps that order.  The fence is drawn in the SET list, after the
-    -- row is locked: nextval when this session's checked-epoch mark
-    -- matches (as in _next_fence), else _next_fence itself.
-    v_now := clock_timestamp();
-    UPDATE dlock.leases l
-       SET holder = p_holder, owner = v_role::regrole, count = 1, lease = v_lease,
-           fence = CASE WHEN (SELECT m.mark FROM dlock._epoch_mark m)
-                             = current_setting('dlock_portable.epoch_checked', true)
-                        THEN nextval('dlock.fences') ELSE dlock._next_fence() END,
-           acquired_at = v_now, renewed_at = v_now, expires_at = v_now + v_lease, released_at = NULL
-     WHERE l.resource = p_resource
-       AND CASE WHEN l.holder IS NULL AND l.fence IS NOT NULL AND NOT l.kinds
-                     AND NOT EXISTS (SELECT FROM dlock.delays d
-                                      WHERE d.resource = l.resource AND d.fence = l.fence
-                                        AND d.available_at > v_now)
-                     AND NOT EXISTS (SELECT FROM dlock.tickets t
-                                      WHERE t.resource = p_resource
-                                        AND (t.expires_at > v_now
-                                             OR (t.holder = p_holder AND t.owner = v_role::regrole)))
-                THEN CASE WHEN NOT pg_try_advisory_lock(k, 0) THEN false
-                          WHEN NOT pg_advisory_unlock(k, 0) THEN false
-                          WHEN l.xmin IS DISTINCT FROM (SELECT x.xmin FROM dlock.leases x
-                                                         WHERE x.resource = p_resource
-                                                           FOR UPDATE SKIP LOCKED) THEN false
-                          ELSE pg_try_advisory_xact_lock(('x' || substr(v_md5, 1, 16))::bit(64)::bigint) END
-                ELSE false END
-    RETURNING l.fence INTO v_fence;
-    IF v_fence IS NULL THEN
-        RETURN NULL;
-    END IF;
-    IF current_setting('synchronous_commit') IN ('off', 'local', 'remote_write') THEN
-        v_set := set_config('synchronous_commit', 'on', true);     -- an expression, not PERFORM
-    END IF;
-    RETURN v_fence;
-END
-$$;
-
-CREATE OR REPLACE FUNCTION dlock._fast_unlock(p_resource text, p_holder text, p_fence bigint)
-    RETURNS integer LANGUAGE plpgsql VOLATILE
-    SET search_path = pg_catalog, pg_temp AS $$
-DECLARE
-    v_role oid;
-    v_fence bigint;
-    ok boolean;
-BEGIN
-    IF coalesce(octet_length(p_resource), 0) NOT BETWEEN 1 AND 1000
-       OR coalesce(octet_length(p_holder), 0) NOT BETWEEN 1 AND 255
-       OR current_setting('transaction_read_only') <> 'off' THEN
-        RETURN NULL;
-    END IF;
-    v_role := to_regrole(quote_ident(CASE WHEN current_setting('role') = 'none' THEN session_user::text
-                                          ELSE current_setting('role') END));
-    UPDATE dlock.leases l SET holder = NULL, count = 0, released_at = clock_timestamp()
-     WHERE l.resource = p_resource AND l.holder = p_holder AND l.owner = v_role::regrole AND l.count = 1
-       AND NOT l.kinds
-       AND l.expires_at > clock_timestamp() AND (p_fence IS NULL OR l.fence = p_fence)
-       AND l.resource = (SELECT x.resource FROM dlock.leases x
-                          WHERE x.resource = p_resource AND x.holder = p_holder AND x.owner = v_role::regrole
-                            FOR UPDATE)
-    RETURNING l.fence INTO v_fence;
-    IF v_fence IS NULL THEN
-        RETURN NULL;
-    END IF;
-    -- _event's 'released', as an expression (no executor run, as PERFORM is).
-    ok := pg_notify('dlock_' || md5(p_resource),
-                    '{"event":"released","resource":' || to_json(p_resource)::text
-                    || ',"fence":' || v_fence::text || '}') IS NOT NULL;
-    RETURN 0;
-END
-$$;
-REVOKE EXECUTE ON FUNCTION dlock._fast_lock(text, text, interval, boolean, interval),
-    dlock._fast_unlock(text, text, bigint) FROM PUBLIC;
+-- (0.4 had them as functions of their own, _fast_lock and _fast_unlock,
+-- which cost a PL/pgSQL frame each per call; 0.5 has them inline.)
+DROP FUNCTION IF EXISTS dlock._fast_lock(text, text, interval, boolean, interval);
+DROP FUNCTION IF EXISTS dlock._fast_unlock(text, text, bigint);
 
 -- ---------------------------------------------------------------------------
 -- The public functions ([core]).
@@ -1309,16 +1192,88 @@ DECLARE
     d interval;
     ok boolean;
     fence bigint;
+    v_role oid;
+    v_now timestamptz;
+    k integer;
+    v_md5 text;
+    v_set text;
 BEGIN
-    -- The fast path: exclusive requests only (shared ones, and a resource
-    -- with shared holdings or permits, are kinds.sql's).
-    IF shared IS FALSE THEN
-        fence := dlock._fast_lock(resource, holder, lease, fair, lock_delay);
-        IF fence IS NOT NULL THEN
-            RETURN fence;
+    -- The fast path ("The fast path" above): exclusive requests only
+    -- (shared ones, and a resource with shared holdings or permits, are
+    -- kinds.sql's), under default-like arguments.
+    IF shared IS FALSE AND fair IS FALSE AND lock_delay IS NULL
+       AND coalesce(octet_length(try_lock.resource), 0) BETWEEN 1 AND 1000
+       AND coalesce(octet_length(try_lock.holder), 0) BETWEEN 1 AND 255
+       AND coalesce(current_setting('dlock.lock_delay', true), '') IN ('', '0')
+       AND current_setting('transaction_isolation') = 'read committed'
+       AND current_setting('transaction_read_only') = 'off'
+       AND coalesce(current_setting('dlock.xact_' || md5(try_lock.resource), true), '') = '' THEN
+        -- The helpers of the hot path inlined: _setting when
+        -- dlock.default_lease is unset, _lease's bounds, _role, _qkey,
+        -- _key, _sync.  Each copy must compute what its helper does:
+        -- change them together.
+        IF lease IS NOT NULL THEN
+            l := lease;
+        ELSIF coalesce(current_setting('dlock.default_lease', true), '') = '' THEN
+            l := interval '30 seconds';
+        ELSE
+            l := dlock._setting('dlock.default_lease', interval '30 seconds');
+        END IF;
+        IF l > interval '0' AND l <= interval '8766000 hours'     -- _expiry's 1000 years
+           AND extract(year FROM l) = 0 AND extract(month FROM l) = 0 AND extract(day FROM l) = 0 THEN
+            v_role := to_regrole(quote_ident(CASE WHEN current_setting('role') = 'none' THEN session_user::text
+                                                  ELSE current_setting('role') END));
+            v_md5 := md5(try_lock.resource);
+            k := ('x' || substr(v_md5, 17, 8))::bit(32)::integer;
+            IF k = ANY ('{1684828003,1684828005,1684828006,1684828007}'::integer[]) THEN
+                k := 1684828004;
+            END IF;
+            -- One statement.  The row is judged on the version the
+            -- statement's snapshot sees: free, no lock-delay in force
+            -- (_delayed of a free row), no ticket that _ahead would count
+            -- or _acquired would remove, nobody waiting in lock() with a
+            -- ticket (the "fair waiters" mark of _ahead).  Only then is it
+            -- locked, FOR UPDATE SKIP LOCKED, and only if the version
+            -- locked is the one judged (the same xmin: nothing changed it
+            -- since the snapshot) is the resource's advisory lock tried.
+            -- CASE keeps that order.  The fence is drawn in the SET list,
+            -- after the row is locked: nextval when this session's
+            -- checked-epoch mark matches (as in _next_fence), else
+            -- _next_fence itself.
+            v_now := clock_timestamp();
+            UPDATE dlock.leases x
+               SET holder = try_lock.holder, owner = v_role::regrole, count = 1, lease = l,
+                   fence = CASE WHEN (SELECT m.mark FROM dlock._epoch_mark m)
+                                     = current_setting('dlock_portable.epoch_checked', true)
+                                THEN nextval('dlock.fences') ELSE dlock._next_fence() END,
+                   acquired_at = v_now, renewed_at = v_now, expires_at = v_now + l, released_at = NULL
+             WHERE x.resource = try_lock.resource
+               AND CASE WHEN x.holder IS NULL AND x.fence IS NOT NULL AND NOT x.kinds
+                             AND NOT EXISTS (SELECT FROM dlock.delays dl
+                                              WHERE dl.resource = x.resource AND dl.fence = x.fence
+                                                AND dl.available_at > v_now)
+                             AND NOT EXISTS (SELECT FROM dlock.tickets t
+                                              WHERE t.resource = try_lock.resource
+                                                AND (t.expires_at > v_now
+                                                     OR (t.holder = try_lock.holder AND t.owner = v_role::regrole)))
+                        THEN CASE WHEN NOT pg_try_advisory_lock(k, 0) THEN false
+                                  WHEN NOT pg_advisory_unlock(k, 0) THEN false
+                                  WHEN x.xmin IS DISTINCT FROM (SELECT y.xmin FROM dlock.leases y
+                                                                 WHERE y.resource = try_lock.resource
+                                                                   FOR UPDATE SKIP LOCKED) THEN false
+                                  ELSE pg_try_advisory_xact_lock(('x' || substr(v_md5, 1, 16))::bit(64)::bigint) END
+                        ELSE false END
+            RETURNING x.fence INTO fence;
+            IF fence IS NOT NULL THEN
+                IF current_setting('synchronous_commit') IN ('off', 'local', 'remote_write') THEN
+                    v_set := set_config('synchronous_commit', 'on', true);     -- an expression, not PERFORM
+                END IF;
+                RETURN fence;
+            END IF;
         END IF;
     END IF;
-    -- Checks called as expressions, not PERFORMed (no executor run each).
+    -- The general path.  Checks called as expressions, not PERFORMed (no
+    -- executor run each).
     resource := dlock._text_arg(resource, 'resource', 1000);
     holder := dlock._text_arg(holder, 'holder', 255);
     l := dlock._lease(lease);
@@ -1520,11 +1475,34 @@ DECLARE
     v_role oid;
     r dlock.leases%ROWTYPE;
     ok boolean;
-    n integer := dlock._fast_unlock(resource, holder, fence);  -- the fast path
+    v_fence bigint;
 BEGIN
-    IF n IS NOT NULL THEN
-        RETURN n;
+    -- The fast path ("The fast path" above): a holding of count 1 of
+    -- holder and the caller's role (_role inline), released in one
+    -- statement with its "released" event (_event inline, an expression,
+    -- not PERFORMed).
+    IF coalesce(octet_length(unlock.resource), 0) BETWEEN 1 AND 1000
+       AND coalesce(octet_length(unlock.holder), 0) BETWEEN 1 AND 255
+       AND current_setting('transaction_read_only') = 'off' THEN
+        v_role := to_regrole(quote_ident(CASE WHEN current_setting('role') = 'none' THEN session_user::text
+                                              ELSE current_setting('role') END));
+        UPDATE dlock.leases x SET holder = NULL, count = 0, released_at = clock_timestamp()
+         WHERE x.resource = unlock.resource AND x.holder = unlock.holder AND x.owner = v_role::regrole
+           AND x.count = 1 AND NOT x.kinds
+           AND x.expires_at > clock_timestamp() AND (unlock.fence IS NULL OR x.fence = unlock.fence)
+           AND x.resource = (SELECT y.resource FROM dlock.leases y
+                              WHERE y.resource = unlock.resource AND y.holder = unlock.holder
+                                AND y.owner = v_role::regrole
+                                FOR UPDATE)
+        RETURNING x.fence INTO v_fence;
+        IF v_fence IS NOT NULL THEN
+            ok := pg_notify('dlock_' || md5(unlock.resource),
+                            '{"event":"released","resource":' || to_json(unlock.resource)::text
+                            || ',"fence":' || v_fence::text || '}') IS NOT NULL;
+            RETURN 0;
+        END IF;
     END IF;
+    -- The general path.
     resource := dlock._text_arg(resource, 'resource', 1000);
     holder := dlock._text_arg(holder, 'holder', 255);
     ok := dlock._writable('dlock.unlock()');

@@ -40,6 +40,7 @@ sub run_server {
 
     upgrade($admin, $dir);
     upgrade_03($admin, $dir);
+    upgrade_04($admin, $dir);
     queue_api($al, $bo, $db, $su);
     delay_api($al, $bo, $db);
     bad_input($al, $db);
@@ -83,7 +84,7 @@ sub upgrade {
 }
 
 # Running the script over the 0.3 release ([core], [fair], [elect];
-# test/portable/old/dlock-0.3.sql) upgrades it in place to 0.4 ([kinds]):
+# test/portable/old/dlock-0.3.sql) upgrades it in place to 0.5 ([kinds]):
 # holdings (with their lock-delay and value), client tickets and fences
 # kept, calls of the old signatures still resolve, the kinds work on the
 # upgraded schema, and a second run changes nothing.
@@ -117,7 +118,7 @@ sub upgrade_03 {
     $out = `$client/psql -X -q -h $dir -U dbo -d old03 -f $script 2>&1`;
     is($?, 0, "$label: upgrade 0.3: this script over it") or diag($out);
     $o = conn('alice', 'old03');
-    is(q1($o, "SELECT dlock.version()"), '0.4', "$label: upgrade 0.3: version 0.4 after");
+    is(q1($o, "SELECT dlock.version()"), '0.5', "$label: upgrade 0.3: version 0.5 after");
     is(q1($o, $view), $before, "$label: upgrade 0.3: every holding kept, with its lock-delay and value");
     is(q1($o, $queue), $qbefore, "$label: upgrade 0.3: the client ticket kept");
     is(q1($o, "SELECT string_agg(DISTINCT mode, ',') FROM dlock.locks"), 'exclusive', "$label: upgrade 0.3: old holdings are exclusive");
@@ -140,10 +141,59 @@ sub upgrade_03 {
     ok(defined q1($o, "SELECT dlock.try_acquire('u3/m', 'p', 2)"), "$label: upgrade 0.3: a semaphore too");
     $before = q1($o, $view);
     $out = `$client/psql -X -q -h $dir -U dbo -d old03 -f $script 2>&1`;
-    is($?, 0, "$label: upgrade 0.3: the script again over 0.4") or diag($out);
+    is($?, 0, "$label: upgrade 0.3: the script again over 0.5") or diag($out);
     is(q1($o, $view), $before, "$label: upgrade 0.3: ... keeps every holding of every kind");
     is(q1($o, "SELECT dlock.unlock('u3/a', 'h', ?)", $f1), 2, "$label: upgrade 0.3: the old holding unlocks");
     $o->disconnect;
+}
+
+# Running the script over the 0.4 release (test/portable/old/0.4: the fast
+# path in functions of its own, _fast_lock and _fast_unlock) upgrades it in
+# place to 0.5 (the fast path inside try_lock and unlock): those two
+# functions dropped, a holding taken by 0.4's fast path kept and released
+# by 0.5's, a shared holding kept, fences increasing, while a session of
+# 0.4 that made pairs before the upgrade goes on making them through it.
+sub upgrade_04 {
+    my ($admin, $dir) = @_;
+    $admin->do("CREATE DATABASE old04 OWNER dbo") or die $admin->errstr;
+    my $out = `$client/psql -X -q -h $dir -U dbo -d old04 -f $top/test/portable/old/0.4/dlock.sql 2>&1`;
+    is($?, 0, "$label: upgrade 0.4: the 0.4 release installed") or diag($out);
+    my $o = conn('alice', 'old04');
+    is(q1($o, "SELECT dlock.version()"), '0.4', "$label: upgrade 0.4: version 0.4 before");
+    my $fast = "SELECT count(*) FROM pg_proc WHERE proname IN ('_fast_lock', '_fast_unlock') AND pronamespace = 'dlock'::regnamespace";
+    is(q1($o, $fast), 2, "$label: upgrade 0.4: 0.4 has _fast_lock and _fast_unlock");
+    # A free row, then a holding taken by 0.4's fast path.
+    q1($o, "SELECT dlock.try_lock('u4/a', 'setup', '1h')");
+    q1($o, "SELECT dlock.unlock('u4/a', 'setup')");
+    my $f1 = q1($o, "SELECT dlock.try_lock('u4/a', 'h', '1h')");
+    my $s1 = q1($o, "SELECT dlock.try_lock('u4/s', 'r1', '1h', shared => true)");
+    my $view = "SELECT string_agg(concat_ws(' ', resource, holder, mode, count, fence, expires_at), ',' ORDER BY resource)
+                  FROM dlock.locks";
+    my $before = q1($o, $view);
+    # Another session of 0.4 making pairs on a row of its own.
+    my $p = conn('bob', 'old04');
+    q1($p, "SELECT dlock.try_lock('u4/p', 'setup', '1h')");
+    q1($p, "SELECT dlock.unlock('u4/p', 'setup')");
+    my $last = q1($p, "SELECT dlock.try_lock('u4/p', 'hp', '1h')");
+    q1($p, "SELECT dlock.unlock('u4/p', 'hp')");
+    $out = `$client/psql -X -q -h $dir -U dbo -d old04 -f $script 2>&1`;
+    is($?, 0, "$label: upgrade 0.4: this script over it") or diag($out);
+    is(q1($o, "SELECT dlock.version()"), '0.5', "$label: upgrade 0.4: version 0.5 after");
+    is(q1($o, $fast), 0, "$label: upgrade 0.4: _fast_lock and _fast_unlock dropped");
+    is(q1($o, $view), $before, "$label: upgrade 0.4: every holding kept");
+    my $ok = 1;
+    for (1 .. 5) {
+        my $f = q1($p, "SELECT dlock.try_lock('u4/p', 'hp', '1h')");
+        $ok = 0 unless $f && $f > $last && q1($p, "SELECT dlock.unlock('u4/p', 'hp')") == 0;
+        $last = $f // $last;
+    }
+    ok($ok, "$label: upgrade 0.4: the session connected before the upgrade makes pairs after it, fences increasing");
+    is(q1($o, "SELECT dlock.try_lock('u4/a', 'x', '1h')"), undef, "$label: upgrade 0.4: the holding of 0.4's fast path keeps another holder out");
+    is(q1($o, "SELECT dlock.unlock('u4/a', 'h', ?)", $f1), 0, "$label: upgrade 0.4: ... and is released by 0.5's");
+    my $f2 = q1($o, "SELECT dlock.try_lock('u4/a', 'x', '1h')");
+    ok($f2 && $f2 > $last && $f2 > $s1, "$label: upgrade 0.4: taken again by 0.5's fast path, a greater fence");
+    is(q1($o, "SELECT dlock.unlock('u4/s', 'r1', ?)", $s1), 0, "$label: upgrade 0.4: the shared holding released");
+    $_->disconnect for ($o, $p);
 }
 
 # fair.sql's first sections: a queue forms, re-entry never queues, the
