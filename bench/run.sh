@@ -27,7 +27,8 @@
 #
 # The fsync = off pass also measures the portable edition (portable/dlock.sql
 # in a database of its own, installed by its non-superuser owner) against the
-# naive lock table (bench/portable_pairs.pl, fsync_off/portable.md).
+# naive lock table (bench/portable_pairs.pl, fsync_off/portable.md), and
+# where its pair's time goes (bench/portable_cost.sh, fsync_off/portable_cost.md).
 #
 # PostgreSQL refuses to run as root: as root the work is done as user
 # "postgres" on a copy of bench/ in /tmp (like test/lib.sh), and the
@@ -152,6 +153,31 @@ portable_pairs() {
              END { for (i = 1; i <= NR; i++) { split(line[i], f, " ");
                    printf "| %s | %s | %s | %s | %s | %s | %.2fx |\n", f[1], f[2], f[3], f[4], f[5], f[6], f[3] / r["naive " f[2]] } }' "$out"
     } >"$resdir/fsync_off/portable.md"
+}
+
+# portable_cost: where a portable pair's time goes (bench/portable_cost.sh:
+# the server's time per pair of the naive table, the floor of a
+# function-based lock, the floor plus each part of the fast path, and
+# dlock's pair), in portable_bench after portable_pairs; writes
+# fsync_off/portable_cost.md.
+portable_cost() {
+    local out="$resdir/fsync_off/portable_cost.md"
+    if ! "$PG_BIN/psql" -X -q -d "host=$tmp port=$port user=bench_dbo dbname=portable_bench" -Atc "SELECT dlock.version()" >/dev/null 2>&1; then
+        : >"$out"
+        return 0
+    fi
+    say "where a portable pair's time goes (bench/portable_cost.sh)"
+    {
+        echo "### The portable edition: where a pair's time goes (fsync = off)"
+        echo
+        echo "The server's time per lock+unlock pair, each call its own transaction inside one CALL (no round"
+        echo "trips; \`bench/portable_cost.sh\`, variants in \`bench/portable_cost.sql\`): the naive table, the floor"
+        echo "(one bare UPDATE per call in SECURITY DEFINER PL/pgSQL), the floor plus one part of the fast path,"
+        echo "the floor plus never waiting, the event and the epoch (minimal), and dlock.try_lock + dlock.unlock."
+        echo
+        PG_BIN="$PG_BIN" bash "$here/portable_cost.sh" "host=$tmp port=$port user=bench_dbo dbname=portable_bench" \
+            $([ -n "$quick" ] && echo "2 500" || echo "7 3000") || echo "(bench/portable_cost.sh failed)"
+    } >"$out"
 }
 
 # run_unprivileged: as root, do the rest as "postgres" on a copy in /tmp.
@@ -306,6 +332,7 @@ EOF
         "$here/dlock_bench" -d "$conninfo" -o "$resdir/fsync_off" ${rport:+--redis-port "$rport"} \
             $quick --only pairs
         portable_pairs
+        portable_cost
         say "server CPU per pair (bench/cpu.sh)"
         for c in 1 8; do
             bash "$here/cpu.sh" "$tmp/data" $([ -n "$quick" ] && echo 3000 || echo 20000) $c \
@@ -322,6 +349,8 @@ EOF
             awk '/^## 1\./ {on = 1; next} /^## / {on = 0} on' "$resdir/fsync_off/results.md"
             echo
             cat "$resdir/fsync_off/portable.md"
+            echo
+            cat "$resdir/fsync_off/portable_cost.md"
             echo
             echo "Server CPU per pair (all the cluster's processes, from /proc; \`bench/cpu.sh\`,"
             echo "one resource per pgbench client, fsync = off), and pgbench's own CPU per pair;"
