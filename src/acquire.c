@@ -204,6 +204,90 @@ contended_mode(DlockAttempt result)
 static bool attempt_may_wait_on_self(DlockAttemptFn attempt, void *arg);
 
 /*
+ * What one wait (dlock_wait_loop) carries from one attempt to the next.
+ */
+typedef struct WaitState
+{
+	const DlockResource *res;	/* the resource waited on (see the loop) */
+	TimestampTz deadline;		/* the wait's own limit */
+	TimestampTz lock_limit;		/* lock_timeout's */
+	long		backoff_ms;		/* the next poll's sleep */
+	bool		waiting;		/* registered as a waiter */
+	uint64		waiting_on;		/* the resource registered for */
+	bool		held_extra;		/* the resource's lock waited for and held */
+	LOCKMODE	extra_mode;		/* ... in this mode */
+	LOCKTAG		tag;			/* ... under this tag */
+	bool		self_checked;	/* whether the transaction holds the */
+	bool		self_held;		/* resource's lock (only in SHARE mode?) */
+	bool		self_only_share;	/* was looked at once in this wait */
+} WaitState;
+
+/*
+ * wait_refuse_self: a busy attempt: if the transaction itself holds the
+ * resource's lock (looked at once per wait: it does not change while it
+ * waits; an attempt's own reference is gone again when it is busy), the
+ * wait would be for itself: end it and raise 40P01.  Holding it in SHARE
+ * mode only, an exclusive request held off by other readers alone may
+ * wait: they can still release.
+ */
+static void
+wait_refuse_self(WaitState *w, DlockAttemptFn attempt, DlockLeaveFn leave, void *arg)
+{
+	if (!w->self_checked)
+		w->self_held = dlock_resource_held(w->res, &w->self_only_share);
+	w->self_checked = true;
+	if (w->self_held &&
+		!(w->self_only_share && attempt_may_wait_on_self(attempt, arg)))
+	{
+		if (leave)
+			leave(w->res, arg, false);
+		if (w->waiting)
+			dlock_wait_end(false);
+		refuse_self_wait(w->res);
+	}
+}
+
+/*
+ * wait_contended: an attempt held off by another transaction's hold of
+ * the resource's lock: wait for that lock in the lock manager when the
+ * wait has no limit of its own (so waiters queue there in order), else
+ * poll with a backoff.  The loop then looks again.
+ */
+static void
+wait_contended(WaitState *w, int64 wait_ms, DlockAttempt result, TimestampTz now)
+{
+	w->extra_mode = contended_mode(result);
+	if (wait_ms < 0 && w->lock_limit == DT_NOEND && w->extra_mode != NoLock &&
+		!dlock_pinned(w->res))
+	{
+		/*
+		 * No limit of ours, and no pin in the way (resource.c): wait in the
+		 * lock manager (in the attempt's mode) and look again holding the
+		 * lock, so waiters queue there in order instead of taking and
+		 * dropping it in turn.
+		 */
+		dlock_set_locktag(&w->tag, w->res->hash);
+		(void) LockAcquire(&w->tag, w->extra_mode, false, false);
+		w->held_extra = true;
+		return;
+	}
+	if (wait_ms < 0 && w->lock_limit == DT_NOEND &&
+		w->extra_mode == (LOCKMODE) DLOCK_CHANGE)
+	{
+		/*
+		 * No limit, and a pin in the way of a change: wait for the pins in
+		 * the lock manager, where a cycle through them is a deadlock it
+		 * finds, and look again.  (A SHARE attempt is not held off by pins:
+		 * it polls.)
+		 */
+		dlock_wait_for_pins(w->res);
+		return;
+	}
+	dlock_wait_sleep(Min(w->backoff_ms, ms_until(now, Min(w->deadline, w->lock_limit))));
+	w->backoff_ms = Min(w->backoff_ms * 2, MAX_BACKOFF_MS);
+}
+
+/*
  * dlock_wait_loop: run attempt until it acquires, or the wait ends.
  * wait_ms: 0 one try, -1 no limit (but statement_timeout), else the limit.
  * holder is only shown in dlock.waiters.  leave (may be NULL) runs when the
@@ -223,19 +307,15 @@ dlock_wait_loop(const DlockResource *res, text *holder, int64 wait_ms,
 				DlockAttemptFn attempt, DlockLeaveFn leave, void *arg)
 {
 	TimestampTz start = GetCurrentTimestamp();
-	TimestampTz deadline = wait_ms < 0 ? DT_NOEND : start + wait_ms * 1000;
-	TimestampTz lock_limit = (LockTimeout > 0 && wait_ms != 0) ?
-		start + (TimestampTz) LockTimeout * 1000 : DT_NOEND;
-	long		backoff_ms = 1;
-	bool		waiting = false;
-	bool		held_extra = false;
-	bool		self_checked = false;
-	bool		self_held = false;
-	bool		self_only_share = false;
-	LOCKMODE	extra_mode = NoLock;
-	uint64		waiting_on = 0;
+	WaitState	w = {0};
 	int64		fence = 0;
-	LOCKTAG		tag;
+
+	w.res = res;
+	w.deadline = wait_ms < 0 ? DT_NOEND : start + wait_ms * 1000;
+	w.lock_limit = (LockTimeout > 0 && wait_ms != 0) ?
+		start + (TimestampTz) LockTimeout * 1000 : DT_NOEND;
+	w.backoff_ms = 1;
+	w.extra_mode = NoLock;
 
 	for (;;)
 	{
@@ -243,18 +323,18 @@ dlock_wait_loop(const DlockResource *res, text *holder, int64 wait_ms,
 		TimestampTz now;
 		DlockAttempt result;
 
-		if (waiting)
+		if (w.waiting)
 		{
 			check_client();
 			dlock_wait_look();
 		}
 		result = attempt(res, arg, &fence, &busy_until);
 
-		if (held_extra)
+		if (w.held_extra)
 		{
 			/* attempt took its own reference; an acquisition keeps that */
-			LockRelease(&tag, extra_mode, false);
-			held_extra = false;
+			LockRelease(&w.tag, w.extra_mode, false);
+			w.held_extra = false;
 		}
 		if (result == ATTEMPT_ACQUIRED)
 			break;
@@ -262,90 +342,42 @@ dlock_wait_loop(const DlockResource *res, text *holder, int64 wait_ms,
 		now = GetCurrentTimestamp();
 		if (wait_ms == 0)
 			break;
-		if (waiting && res->hash != waiting_on)
+		if (w.waiting && res->hash != w.waiting_on)
 		{
 			/* Another resource is in the way now (multi.c): wait for it. */
 			dlock_wait_move(res, holder);
-			waiting_on = res->hash;
-			self_checked = false;
-			if (now >= deadline)
+			w.waiting_on = res->hash;
+			w.self_checked = false;
+			if (now >= w.deadline)
 				break;
 			continue;
 		}
 		if (result == ATTEMPT_BUSY && busy_until > now)
-		{
-			/*
-			 * Checked once per wait: whether the transaction holds the
-			 * resource's lock does not change while it waits (an attempt's
-			 * own reference is gone again when it is busy).  Holding it in
-			 * SHARE mode only, an exclusive request held off by other
-			 * readers alone may wait: they can still release.
-			 */
-			if (!self_checked)
-				self_held = dlock_resource_held(res, &self_only_share);
-			self_checked = true;
-			if (self_held &&
-				!(self_only_share && attempt_may_wait_on_self(attempt, arg)))
-			{
-				if (leave)
-					leave(res, arg, false);
-				if (waiting)
-					dlock_wait_end(false);
-				refuse_self_wait(res);
-			}
-		}
-		if (now >= deadline)
+			wait_refuse_self(&w, attempt, leave, arg);
+		if (now >= w.deadline)
 			break;
-		check_lock_timeout(now, lock_limit);
-		if (!waiting)
+		check_lock_timeout(now, w.lock_limit);
+		if (!w.waiting)
 		{
 			/* Register, then look again: a release may have just passed. */
-			dlock_wait_begin(res, holder, deadline);
-			waiting = true;
-			waiting_on = res->hash;
+			dlock_wait_begin(res, holder, w.deadline);
+			w.waiting = true;
+			w.waiting_on = res->hash;
 			continue;
 		}
 		if (result == ATTEMPT_CONTENDED || result == ATTEMPT_CONTENDED_SHARE ||
 			result == ATTEMPT_CONTENDED_POLL)
 		{
-			extra_mode = contended_mode(result);
-			if (wait_ms < 0 && lock_limit == DT_NOEND && extra_mode != NoLock &&
-				!dlock_pinned(res))
-			{
-				/*
-				 * No limit of ours, and no pin in the way (resource.c): wait
-				 * in the lock manager (in the attempt's mode) and look again
-				 * holding the lock, so waiters queue there in order instead
-				 * of taking and dropping it in turn.
-				 */
-				dlock_set_locktag(&tag, res->hash);
-				(void) LockAcquire(&tag, extra_mode, false, false);
-				held_extra = true;
-				continue;
-			}
-			if (wait_ms < 0 && lock_limit == DT_NOEND &&
-				extra_mode == (LOCKMODE) DLOCK_CHANGE)
-			{
-				/*
-				 * No limit, and a pin in the way of a change: wait for the
-				 * pins in the lock manager, where a cycle through them is a
-				 * deadlock it finds, and look again.  (A SHARE attempt is
-				 * not held off by pins: it polls.)
-				 */
-				dlock_wait_for_pins(res);
-				continue;
-			}
-			dlock_wait_sleep(Min(backoff_ms, ms_until(now, Min(deadline, lock_limit))));
-			backoff_ms = Min(backoff_ms * 2, MAX_BACKOFF_MS);
+			wait_contended(&w, wait_ms, result, now);
 			continue;
 		}
-		backoff_ms = 1;
-		dlock_wait_sleep(ms_until(now, Min(Min(busy_until, deadline), lock_limit)));
+		w.backoff_ms = 1;
+		dlock_wait_sleep(ms_until(now, Min(Min(busy_until, w.deadline), w.lock_limit)));
 	}
 
 	if (leave)
 		leave(res, arg, fence != 0);
-	if (waiting)
+	if (w.waiting)
 	{
 		dlock_wait_end(fence != 0);
 		if (fence == 0)
