@@ -661,175 +661,170 @@ verify_fair(void)
 }
 
 /*
- * main: set up, run the workers under chaos until the target is reached
- * (or --max-seconds passes), then verify and report.
+ * The chaos of a run: kills and pauses, alternating, spread evenly over
+ * the run (event j is due once (j + 1) / (events + 1) of the target has
+ * been committed), one pause at a time.
  */
-int
-main(int argc, char **argv)
+typedef struct Chaos
 {
+	char	   *plan;			/* events in order: 'k' kill, 'p' pause */
 	int			nevents;
-	char	   *plan;		/* chaos events in order: 'k' kill, 'p' pause */
-	int			next_event = 0;
-	int			kills_done = 0,
-				pauses_done = 0;
-	int			paused_slot = -1;
-	double		resume_at = 0;
-	int			ndone = 0;
-	int			replaced_errors = 0;
-	bool		timed_out = false;
-	double		elapsed;
-	Totals		t;
-	int			failed;
+	int			next_event;
+	int			kills_done;
+	int			pauses_done;
+	int			paused_slot;	/* the paused worker, or -1 */
+	double		resume_at;		/* ... resumed then */
+} Chaos;
+
+/* map_shared: the shared memory of the run (slots and acquisitions). */
+static bool
+map_shared(void)
+{
+	long		cap = 4 * target + 16L * nclients + 1000;
+	size_t		size = sizeof(Shared) + nclients * sizeof(Slot) + cap * sizeof(Acq);
+
+	shared = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+	if (shared == MAP_FAILED)
+	{
+		perror("dlock_stress: mmap");
+		return false;
+	}
+	memset(shared, 0, size);
+	shared->acq_cap = cap;
+	shared->acq = (Acq *) ((char *) shared + sizeof(Shared) + nclients * sizeof(Slot));
+	return true;
+}
+
+/* plan_chaos: nkills kills and npauses pauses, alternating while both last. */
+static void
+plan_chaos(Chaos *c)
+{
 	int			i;
 
-	parse_args(argc, argv);
-	setvbuf(stdout, NULL, _IOLBF, 0);
-	setup_tables();
-
-	{
-		long		cap = 4 * target + 16L * nclients + 1000;
-		size_t		size = sizeof(Shared) + nclients * sizeof(Slot) + cap * sizeof(Acq);
-
-		shared = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-		if (shared == MAP_FAILED)
-		{
-			perror("dlock_stress: mmap");
-			return 2;
-		}
-		memset(shared, 0, size);
-		shared->acq_cap = cap;
-		shared->acq = (Acq *) ((char *) shared + sizeof(Shared) + nclients * sizeof(Slot));
-	}
-
-	printf("dlock_stress: %d clients, %ld increments, lease %ld ms, wait %ld ms,"
-		   " sleep %ld ms, kills %d, pauses %d (%ld ms), resource \"%s\"%s\n",
-		   nclients, target, lease_ms, wait_ms, sleep_ms, nkills, npauses,
-		   pause_ms, resource, fair ? ", fair" : elect ? ", election" : "");
-	start_time = now_s();
-	for (i = 0; i < nclients; i++)
-		spawn(i);
-
-	/*
-	 * Chaos events (kills and pauses, alternating) are spread evenly over
-	 * the run: event j is due once (j + 1) / (events + 1) of the target has
-	 * been committed.
-	 */
-	nevents = nkills + npauses;
-	plan = malloc(nevents + 1);
-	for (i = 0; i < nevents; i++)
+	memset(c, 0, sizeof(*c));
+	c->paused_slot = -1;
+	c->nevents = nkills + npauses;
+	c->plan = malloc(c->nevents + 1);
+	for (i = 0; i < c->nevents; i++)
 	{
 		int			k = 0,
 					p = 0,
 					j;
 
 		for (j = 0; j < i; j++)
-			plan[j] == 'k' ? k++ : p++;
-		plan[i] = (k < nkills && (i % 2 == 0 || p >= npauses)) ? 'k' : 'p';
+			c->plan[j] == 'k' ? k++ : p++;
+		c->plan[i] = (k < nkills && (i % 2 == 0 || p >= npauses)) ? 'k' : 'p';
 	}
-	while (ndone < nclients)
+}
+
+/*
+ * collect_exited: reap the workers that exited; refill the slots of those
+ * killed by the chaos, and (up to a limit) of those that failed, which
+ * verify() reports.  Counts the workers done in *ndone.
+ */
+static void
+collect_exited(int *ndone, int *replaced_errors)
+{
+	pid_t		pid;
+	int			status;
+	int			i;
+
+	while ((pid = waitpid(-1, &status, WNOHANG)) > 0)
 	{
-		pid_t		pid;
-		int			status;
-		long		committed = __atomic_load_n(&shared->committed_total, __ATOMIC_SEQ_CST);
-
-		if (now_s() - start_time > max_seconds)
+		for (i = 0; i < nclients; i++)
+			if (shared->slots[i].pid == pid)
+				break;
+		if (i == nclients)
+			continue;
+		shared->slots[i].pid = 0;
+		if (WIFEXITED(status) && WEXITSTATUS(status) == 0)
 		{
-			timed_out = true;
-			kill_all();
-			break;
+			shared->slots[i].done = true;
+			(*ndone)++;
 		}
-
-		/* Collect exited workers; refill the slots of killed ones. */
-		while ((pid = waitpid(-1, &status, WNOHANG)) > 0)
+		else if (WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL &&
+				 get_state(&shared->slots[i]) == ST_DOOMED)
+			spawn(i);
+		else
 		{
-			for (i = 0; i < nclients; i++)
-				if (shared->slots[i].pid == pid)
-					break;
-			if (i == nclients)
-				continue;
-			shared->slots[i].pid = 0;
-			if (WIFEXITED(status) && WEXITSTATUS(status) == 0)
-			{
-				shared->slots[i].done = true;
-				ndone++;
-			}
-			else if (WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL &&
-					 get_state(&shared->slots[i]) == ST_DOOMED)
+			fprintf(stderr, "dlock_stress: worker %d (pid %d) failed: %s %d\n",
+					i, (int) pid,
+					WIFEXITED(status) ? "exit status" : "signal",
+					WIFEXITED(status) ? WEXITSTATUS(status) : WTERMSIG(status));
+			if (!(WIFEXITED(status) && WEXITSTATUS(status) == EXIT_WORKER_ERROR))
+				shared->slots[i].errors++;
+			/* Replace it so the run can finish; verify() reports it. */
+			if (++(*replaced_errors) <= 3 * nclients)
 				spawn(i);
 			else
 			{
-				fprintf(stderr, "dlock_stress: worker %d (pid %d) failed: %s %d\n",
-						i, (int) pid,
-						WIFEXITED(status) ? "exit status" : "signal",
-						WIFEXITED(status) ? WEXITSTATUS(status) : WTERMSIG(status));
-				if (!(WIFEXITED(status) && WEXITSTATUS(status) == EXIT_WORKER_ERROR))
-					shared->slots[i].errors++;
-				/* Replace it so the run can finish; verify() reports it. */
-				if (++replaced_errors <= 3 * nclients)
-					spawn(i);
-				else
-				{
-					shared->slots[i].done = true;
-					ndone++;
-				}
+				shared->slots[i].done = true;
+				(*ndone)++;
 			}
 		}
-
-		/* End a pause that has lasted long enough. */
-		if (paused_slot >= 0 && now_s() >= resume_at)
-		{
-			set_state(&shared->slots[paused_slot], ST_RESUMED);
-			kill(shared->slots[paused_slot].pid, SIGCONT);
-			if (verbose)
-				fprintf(stderr, "dlock_stress: resumed worker %d\n", paused_slot);
-			paused_slot = -1;
-			pauses_done++;
-		}
-
-		/* Start the next chaos event when due. */
-		if (next_event < nevents &&
-			committed * (nevents + 1) >= (long) (next_event + 1) * target)
-		{
-			bool		is_kill = plan[next_event] == 'k';
-			int			victim;
-
-			if (!is_kill && paused_slot >= 0)
-				goto idle;		/* one pause at a time */
-			__atomic_store_n(&shared->chaos_wanted, 1, __ATOMIC_SEQ_CST);
-			victim = claim_sleeping(is_kill ? ST_DOOMED : ST_PAUSING);
-			if (victim >= 0)
-			{
-				__atomic_store_n(&shared->chaos_wanted, 0, __ATOMIC_SEQ_CST);
-				if (is_kill)
-				{
-					kill(shared->slots[victim].pid, SIGKILL);
-					kills_done++;
-				}
-				else
-				{
-					kill(shared->slots[victim].pid, SIGSTOP);
-					paused_slot = victim;
-					resume_at = now_s() + pause_ms / 1000.0;
-				}
-				if (verbose)
-					fprintf(stderr, "dlock_stress: %s worker %d (pid %d) at %ld commits\n",
-							is_kill ? "killed" : "paused", victim,
-							(int) shared->slots[victim].pid, committed);
-				next_event++;
-			}
-		}
-idle:
-		sleep_ms_now(1);
 	}
-	__atomic_store_n(&shared->chaos_wanted, 0, __ATOMIC_SEQ_CST);
-	elapsed = now_s() - start_time;
+}
 
-	t = sum_slots();
+/*
+ * chaos_step: end a pause that has lasted long enough, and start the next
+ * chaos event when it is due (on a worker sleeping while it holds).
+ */
+static void
+chaos_step(Chaos *c, long committed)
+{
+	bool		is_kill;
+	int			victim;
+
+	if (c->paused_slot >= 0 && now_s() >= c->resume_at)
+	{
+		set_state(&shared->slots[c->paused_slot], ST_RESUMED);
+		kill(shared->slots[c->paused_slot].pid, SIGCONT);
+		if (verbose)
+			fprintf(stderr, "dlock_stress: resumed worker %d\n", c->paused_slot);
+		c->paused_slot = -1;
+		c->pauses_done++;
+	}
+	if (c->next_event >= c->nevents ||
+		committed * (c->nevents + 1) < (long) (c->next_event + 1) * target)
+		return;
+	is_kill = c->plan[c->next_event] == 'k';
+	if (!is_kill && c->paused_slot >= 0)
+		return;					/* one pause at a time */
+	__atomic_store_n(&shared->chaos_wanted, 1, __ATOMIC_SEQ_CST);
+	victim = claim_sleeping(is_kill ? ST_DOOMED : ST_PAUSING);
+	if (victim < 0)
+		return;
+	__atomic_store_n(&shared->chaos_wanted, 0, __ATOMIC_SEQ_CST);
+	if (is_kill)
+	{
+		kill(shared->slots[victim].pid, SIGKILL);
+		c->kills_done++;
+	}
+	else
+	{
+		kill(shared->slots[victim].pid, SIGSTOP);
+		c->paused_slot = victim;
+		c->resume_at = now_s() + pause_ms / 1000.0;
+	}
+	if (verbose)
+		fprintf(stderr, "dlock_stress: %s worker %d (pid %d) at %ld commits\n",
+				is_kill ? "killed" : "paused", victim,
+				(int) shared->slots[victim].pid, committed);
+	c->next_event++;
+}
+
+/* report: the run's figures, then its checks; the number that failed. */
+static int
+report(const Chaos *c, double elapsed, bool timed_out)
+{
+	Totals		t = sum_slots();
+	int			failed;
+
 	printf("increments committed: %ld\n", t.committed);
 	printf("fenced-off writes:    %ld (after a chaos pause: %ld)\n",
 		   t.fenced, t.fenced_after_pause);
-	printf("kills:                %d of %d requested\n", kills_done, nkills);
-	printf("pauses:               %d of %d requested\n", pauses_done, npauses);
+	printf("kills:                %d of %d requested\n", c->kills_done, nkills);
+	printf("pauses:               %d of %d requested\n", c->pauses_done, npauses);
 	printf("lock timeouts:        %ld\n", t.lock_timeouts);
 	printf("%s         %ld\n", elect ? "lost resigns:" : "lost unlocks:", t.lost_unlocks);
 	printf("elapsed:              %.2f s\n", elapsed);
@@ -842,13 +837,59 @@ idle:
 		return 1;
 	}
 	failed = verify(&t);
-	failed += !check(t.fenced_after_pause == pauses_done,
+	failed += !check(t.fenced_after_pause == c->pauses_done,
 					 "every pause beyond the lease ended in a fenced-off write"
-					 " (%ld of %d)", t.fenced_after_pause, pauses_done);
+					 " (%ld of %d)", t.fenced_after_pause, c->pauses_done);
 	if (fair)
 		failed += verify_fair();
 	if (elect)
 		failed += verify_elect();
 	printf("RESULT: %s\n", failed ? "FAIL" : "PASS");
-	return failed ? 1 : 0;
+	return failed;
+}
+
+/*
+ * main: set up, run the workers under chaos until the target is reached
+ * (or --max-seconds passes), then verify and report.
+ */
+int
+main(int argc, char **argv)
+{
+	Chaos		chaos;
+	int			ndone = 0;
+	int			replaced_errors = 0;
+	bool		timed_out = false;
+	int			i;
+
+	parse_args(argc, argv);
+	setvbuf(stdout, NULL, _IOLBF, 0);
+	setup_tables();
+	if (!map_shared())
+		return 2;
+
+	printf("dlock_stress: %d clients, %ld increments, lease %ld ms, wait %ld ms,"
+		   " sleep %ld ms, kills %d, pauses %d (%ld ms), resource \"%s\"%s\n",
+		   nclients, target, lease_ms, wait_ms, sleep_ms, nkills, npauses,
+		   pause_ms, resource, fair ? ", fair" : elect ? ", election" : "");
+	start_time = now_s();
+	for (i = 0; i < nclients; i++)
+		spawn(i);
+
+	plan_chaos(&chaos);
+	while (ndone < nclients)
+	{
+		long		committed = __atomic_load_n(&shared->committed_total, __ATOMIC_SEQ_CST);
+
+		if (now_s() - start_time > max_seconds)
+		{
+			timed_out = true;
+			kill_all();
+			break;
+		}
+		collect_exited(&ndone, &replaced_errors);
+		chaos_step(&chaos, committed);
+		sleep_ms_now(1);
+	}
+	__atomic_store_n(&shared->chaos_wanted, 0, __ATOMIC_SEQ_CST);
+	return report(&chaos, now_s() - start_time, timed_out) ? 1 : 0;
 }

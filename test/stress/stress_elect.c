@@ -69,6 +69,122 @@ resign(PGconn *conn, const char *candidate, const char *term)
 }
 
 /*
+ * step_down: the leader resigns its term, then tries a write under the
+ * term it gave up (which the fence must refuse).  -1 on an error.
+ */
+static int
+step_down(PGconn *conn, Slot *slot, const char *candidate, const char *term)
+{
+	long		v;
+	int			w;
+
+	switch (resign(conn, candidate, term))
+	{
+		case 1:
+			bump(&slot->resigns);
+			break;
+		case 0:
+			bump(&slot->lost_unlocks);
+			break;
+		default:
+			return -1;
+	}
+	if ((v = read_counter(conn)) < 0)
+		return -1;
+	bump(&slot->old_term_probes);
+	w = write_increment(conn, term, v, candidate);
+	if (w < 0)
+		return -1;
+	if (w == 1)
+	{
+		bump(&slot->old_term_accepted);
+		bump(&slot->committed);
+		bump(&shared->committed_total);
+		fprintf(stderr, "dlock_stress: WRITE UNDER A RESIGNED TERM accepted"
+				" from %s (term %s)\n", candidate, term);
+	}
+	return 0;
+}
+
+/*
+ * lead_term: one term of a leader: one to three fenced increments (the
+ * lease renewed under the term before each but the first), then
+ * step_down; the term ends early when the renewal finds the lease gone
+ * or a write is fenced off.  Exits once the counter has reached the
+ * target.  -1 on an error, else 0 (campaign again).
+ */
+static int
+lead_term(PGconn *conn, Slot *slot, const char *candidate, const char *lease,
+		  const char *term)
+{
+	int			nwrites = 1 + (int) (random() % 3);
+	int			k;
+
+	for (k = 0;; k++)
+	{
+		long		v;
+		bool		paused;
+		int			w;
+
+		if (k > 0)
+		{
+			const char *p_renew[4] = {resource, candidate, lease, term};
+			PGresult   *res;
+			bool		lost;
+
+			if (!(res = exec_ok(conn, "SELECT dlock.renew($1, $2, $3::interval, $4::bigint)",
+								4, p_renew, NULL)))
+				return -1;
+			lost = PQgetisnull(res, 0, 0);
+			PQclear(res);
+			if (lost)
+			{
+				/* the lease ran out (a slow machine): campaign again */
+				bump(&slot->lost_renewals);
+				return 0;
+			}
+		}
+		if ((v = read_counter(conn)) < 0)
+			return -1;
+		if (v >= target)
+		{
+			/* All done: hand over, so the next candidate sees it too. */
+			if (resign(conn, candidate, term) < 0)
+				return -1;
+			set_state(slot, ST_DONE);
+			PQfinish(conn);
+			exit(0);
+		}
+
+		paused = wait_in_window(slot);
+		w = write_increment(conn, term, v, candidate);
+		set_state(slot, ST_IDLE);
+		if (w < 0)
+			return -1;
+		if (w == 0)
+		{
+			bump(&slot->fenced);
+			if (paused)
+				bump(&slot->fenced_after_pause);
+			if (verbose)
+				fprintf(stderr, "dlock_stress: %s fenced off (term %s)%s\n",
+						candidate, term, paused ? " after a pause" : "");
+			return 0;			/* no longer the leader: campaign again */
+		}
+		bump(&slot->committed);
+		bump(&shared->committed_total);
+		if (paused)
+		{
+			bump(&slot->stale_writes);
+			fprintf(stderr, "dlock_stress: STALE WRITE accepted from %s"
+					" (term %s) after a pause beyond its lease\n", candidate, term);
+		}
+		if (k + 1 >= nwrites)
+			return step_down(conn, slot, candidate, term);
+	}
+}
+
+/*
  * elect_worker_main: one candidate's loop (see the banner) until the
  * counter reaches the target.  Never returns.
  */
@@ -93,8 +209,6 @@ elect_worker_main(Slot *slot, int slotno)
 		const char *p_campaign[5] = {resource, candidate, value, lease, wait};
 		PGresult   *res;
 		char		term[32];
-		int			nwrites = 1 + (int) (random() % 3);
-		int			k;
 
 		if (now_s() - start_time > max_seconds)
 			exit(EXIT_WORKER_TIMEOUT);
@@ -102,7 +216,7 @@ elect_worker_main(Slot *slot, int slotno)
 		res = exec_ok(conn, "SELECT dlock.campaign($1, $2, $3, $4::interval, $5::interval)",
 					  5, p_campaign, NULL);
 		if (!res)
-			goto fail;
+			break;
 		if (PQgetisnull(res, 0, 0))
 		{
 			PQclear(res);
@@ -112,99 +226,9 @@ elect_worker_main(Slot *slot, int slotno)
 		snprintf(term, sizeof(term), "%s", PQgetvalue(res, 0, 0));
 		PQclear(res);
 		bump(&slot->terms);
-
-		for (k = 0;; k++)
-		{
-			long		v;
-			bool		paused;
-			int			w;
-
-			if (k > 0)
-			{
-				const char *p_renew[4] = {resource, candidate, lease, term};
-				bool		lost;
-
-				if (!(res = exec_ok(conn, "SELECT dlock.renew($1, $2, $3::interval, $4::bigint)",
-									4, p_renew, NULL)))
-					goto fail;
-				lost = PQgetisnull(res, 0, 0);
-				PQclear(res);
-				if (lost)
-				{
-					/* the lease ran out (a slow machine): campaign again */
-					bump(&slot->lost_renewals);
-					break;
-				}
-			}
-			if ((v = read_counter(conn)) < 0)
-				goto fail;
-			if (v >= target)
-			{
-				/* All done: hand over, so the next candidate sees it too. */
-				if (resign(conn, candidate, term) < 0)
-					goto fail;
-				set_state(slot, ST_DONE);
-				PQfinish(conn);
-				exit(0);
-			}
-
-			paused = wait_in_window(slot);
-			w = write_increment(conn, term, v, candidate);
-			set_state(slot, ST_IDLE);
-			if (w < 0)
-				goto fail;
-			if (w == 0)
-			{
-				bump(&slot->fenced);
-				if (paused)
-					bump(&slot->fenced_after_pause);
-				if (verbose)
-					fprintf(stderr, "dlock_stress: %s fenced off (term %s)%s\n",
-							candidate, term, paused ? " after a pause" : "");
-				break;			/* no longer the leader: campaign again */
-			}
-			bump(&slot->committed);
-			bump(&shared->committed_total);
-			if (paused)
-			{
-				bump(&slot->stale_writes);
-				fprintf(stderr, "dlock_stress: STALE WRITE accepted from %s"
-						" (term %s) after a pause beyond its lease\n", candidate, term);
-			}
-			if (k + 1 < nwrites)
-				continue;
-
-			/* Step down, then try a write under the term given up. */
-			switch (resign(conn, candidate, term))
-			{
-				case 1:
-					bump(&slot->resigns);
-					break;
-				case 0:
-					bump(&slot->lost_unlocks);
-					break;
-				default:
-					goto fail;
-			}
-			if ((v = read_counter(conn)) < 0)
-				goto fail;
-			bump(&slot->old_term_probes);
-			w = write_increment(conn, term, v, candidate);
-			if (w < 0)
-				goto fail;
-			if (w == 1)
-			{
-				bump(&slot->old_term_accepted);
-				bump(&slot->committed);
-				bump(&shared->committed_total);
-				fprintf(stderr, "dlock_stress: WRITE UNDER A RESIGNED TERM accepted"
-						" from %s (term %s)\n", candidate, term);
-			}
+		if (lead_term(conn, slot, candidate, lease, term) < 0)
 			break;
-		}
 	}
-
-fail:
 	bump(&slot->errors);
 	PQfinish(conn);
 	exit(EXIT_WORKER_ERROR);
