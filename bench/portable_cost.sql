@@ -9,7 +9,7 @@
  * Each variant is a lock function and an unlock function, SECURITY DEFINER
  * with SET search_path as the edition's, doing the least a function-based
  * lock can do (one UPDATE of the resource's row each: the "floor") plus
- * ONE of the fast path's parts, written as in portable/dlock.sql's
+ * ONE of the fast path's parts, written as in portable/core.sql's
  * try_lock and unlock:
  *   floor      the bare UPDATE pair (no never-wait, no event, no epoch)
  *   frame      + one more PL/pgSQL frame with SET search_path per call

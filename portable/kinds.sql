@@ -15,7 +15,7 @@
  * 'new', 'reenter', or why not.  It is asked first without any lock (a
  * failed attempt takes nothing), then again under the resource's locks;
  * _attempt_kind then writes what it said.  The exclusive path (_attempt
- * in dlock.sql) keeps its own rules and asks _gate (_admit for an
+ * in acquire.sql) keeps its own rules and asks _gate (_admit for an
  * exclusive request) only for a resource whose row says it has or had
  * shared holdings or permits (dlock.leases.kinds); so does _xact_attempt.
  *

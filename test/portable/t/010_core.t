@@ -50,6 +50,22 @@ plan skip_all => "no PostgreSQL server found (run test/portable/servers.sh)" unl
 # servers it can dump (its own major and older).
 my $client = "/usr/lib/postgresql/$debian_major/bin";
 
+# The script is one entry point and its parts: dlock.sql includes (\ir,
+# relative to itself) every other file of portable/, each once, and nothing
+# that is not there; the parts open with their header and include nothing.
+{
+    my @parts = sort map { m{([^/]+)$} } grep { !m{/dlock\.sql$} } glob("$top/portable/*.sql");
+    open my $fh, '<', $script or die "$script: $!";
+    my @ir = sort map { /^\\ir\s+(\S+)\s*$/ ? $1 : () } <$fh>;
+    is("@ir", "@parts", "dlock.sql includes every other file of portable/ once (\\ir)");
+    for my $p (@parts) {
+        open my $ph, '<', "$top/portable/$p" or die "$p: $!";
+        my $text = do { local $/; <$ph> };
+        like($text, qr{\A/\*\n \* portable/\Q$p\E: }, "portable/$p opens with its header");
+        unlike($text, qr/^\\i/m, "portable/$p includes nothing");
+    }
+}
+
 for my $s (@servers) {
     run_server(@$s);
 }
@@ -412,13 +428,17 @@ sub role_tests {
                       OR (c.relkind <> 'v' AND has_table_privilege('alice', c.oid, 'SELECT')))"), undef,
        "$label: users may write no table, and read only the view");
     {
-        open my $fh, '<', $script or die "$script: $!";
-        my $text = do { local $/; <$fh> };
-        $text =~ s{/\*.*?\*/}{}gs;
-        $text =~ s{--[^\n]*}{}g;
-        $text =~ s{'(?:[^']|'')*'}{}g;      # string literals
-        my @dyn = $text =~ /\bEXECUTE\b(?!\s+ON\b)(?!\s+FUNCTION\b)/gi;
-        is(scalar @dyn, 0, "$label: no dynamic SQL (EXECUTE) in portable/dlock.sql");
+        # Every file of the edition: dlock.sql and the parts it includes.
+        my @dyn;
+        for my $f (glob("$top/portable/*.sql")) {
+            open my $fh, '<', $f or die "$f: $!";
+            my $text = do { local $/; <$fh> };
+            $text =~ s{/\*.*?\*/}{}gs;
+            $text =~ s{--[^\n]*}{}g;
+            $text =~ s{'(?:[^']|'')*'}{}g;      # string literals
+            push @dyn, map { "$f: $_" } $text =~ /\bEXECUTE\b(?!\s+ON\b)(?!\s+FUNCTION\b)/gi;
+        }
+        is(scalar @dyn, 0, "$label: no dynamic SQL (EXECUTE) in portable/*.sql") or diag(join "\n", @dyn);
     }
     # search_path and planted objects do not reach the functions.
     $db->do("CREATE SCHEMA evil");

@@ -1,0 +1,137 @@
+/*
+ * portable/xact.sql: transaction-scoped locks (xact_lock, try_xact_lock,
+ * and _xact_attempt, one try), released by the end of the transaction.
+ * Part of dlock.sql, which includes it (\ir) inside its transaction after
+ * core.sql: run dlock.sql, not this file.
+ *
+ * What protects the shared state: the resource's transaction-level
+ * advisory lock (_key), taken without waiting and kept to the end of the
+ * transaction, which every acquirer of the resource tries; an existing row
+ * of dlock.leases is locked FOR SHARE SKIP LOCKED (a renewal in flight
+ * makes it busy); the session setting dlock.xact_<md5> records this
+ * transaction's own holding (a fence).
+ */
+-- _xact_attempt: one try at a transaction-scoped lock: the fence, or NULL.
+CREATE OR REPLACE FUNCTION dlock._xact_attempt(p_resource text)
+    RETURNS bigint LANGUAGE plpgsql VOLATILE
+    SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    own text := current_setting('dlock.xact_' || md5(p_resource), true);
+    r dlock.leases%ROWTYPE;
+    v_fence bigint;
+BEGIN
+    IF own IS NOT NULL AND own <> '' THEN
+        RETURN own::bigint;
+    END IF;
+    -- Held, delayed or queued for: answered before taking anything.
+    IF current_setting('transaction_isolation') = 'read committed' THEN
+        SELECT * INTO r FROM dlock.leases l WHERE l.resource = p_resource;
+        IF FOUND AND ((r.holder IS NOT NULL AND r.expires_at > clock_timestamp())
+                      OR dlock._delayed(r, clock_timestamp())) THEN
+            RETURN NULL;
+        END IF;
+        IF dlock._ahead(p_resource, NULL, NULL, NULL) THEN
+            RETURN NULL;
+        END IF;
+    END IF;
+    IF NOT pg_try_advisory_xact_lock(dlock._key(p_resource)) THEN
+        RETURN NULL;
+    END IF;
+    -- Under REPEATABLE READ or SERIALIZABLE the reads below see the
+    -- transaction's snapshot, which may predate a holding committed since
+    -- (a lease path writes the row and so gets 40001; this one only
+    -- reads): lock the row, which raises 40001 if it changed since the
+    -- snapshot, or insert it free, which raises 40001 if it appeared since.
+    -- No other acquirer can be writing it now (the advisory lock); one
+    -- that renews, releases or reaps it makes it busy.
+    IF current_setting('transaction_isolation') <> 'read committed' THEN
+        PERFORM FROM dlock.leases l WHERE l.resource = p_resource FOR SHARE SKIP LOCKED;
+        IF NOT FOUND THEN
+            IF EXISTS (SELECT FROM dlock.leases l WHERE l.resource = p_resource) THEN
+                RETURN NULL;
+            END IF;
+            INSERT INTO dlock.leases (resource) VALUES (p_resource) ON CONFLICT (resource) DO NOTHING;
+        END IF;
+    END IF;
+    SELECT * INTO r FROM dlock.leases l WHERE l.resource = p_resource;
+    IF FOUND AND ((r.holder IS NOT NULL AND r.expires_at > clock_timestamp())
+                  OR dlock._delayed(r, clock_timestamp())) THEN
+        RETURN NULL;
+    END IF;
+    IF dlock._ahead(p_resource, NULL, NULL, NULL) THEN
+        RETURN NULL;
+    END IF;
+    -- Under READ COMMITTED the row read above is its last committed
+    -- version: a renewal (or unlock, or reap) in flight may be changing it,
+    -- and an expired lease being renewed is not free.  Lock it FOR SHARE
+    -- (kept to the end of the transaction, as above): a row another
+    -- transaction is changing is busy; then look at what it is now.
+    IF r.resource IS NOT NULL AND current_setting('transaction_isolation') = 'read committed' THEN
+        SELECT * INTO r FROM dlock.leases l WHERE l.resource = p_resource FOR SHARE SKIP LOCKED;
+        IF NOT FOUND OR (r.holder IS NOT NULL AND r.expires_at > clock_timestamp())
+           OR dlock._delayed(r, clock_timestamp()) THEN
+            RETURN NULL;
+        END IF;
+    END IF;
+    -- Shared holdings or permits by that name ([kinds], kinds.sql).
+    IF r.kinds AND dlock._admit('xact', p_resource, NULL, NULL, NULL, NULL, NULL, true) <> 'new' THEN
+        RETURN NULL;
+    END IF;
+    -- The advisory lock, held to the end of the transaction, keeps lease
+    -- acquirers out; nothing is written but the fence sequence (and a row
+    -- lock on an existing row, or under REPEATABLE READ or SERIALIZABLE a
+    -- free row inserted above).
+    v_fence := dlock._next_fence();
+    PERFORM set_config('dlock.xact_' || md5(p_resource), v_fence::text, true);
+    RETURN v_fence;
+END
+$$;
+
+CREATE OR REPLACE FUNCTION dlock.xact_lock(resource text, wait interval DEFAULT NULL)
+    RETURNS bigint LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+    SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    w interval;
+    deadline timestamptz;
+    fence bigint;
+    pause interval := interval '1 millisecond';
+    poll interval;
+    left_ interval;
+BEGIN
+    PERFORM dlock._text_arg(resource, 'resource', 1000);
+    w := dlock._wait(wait);
+    PERFORM dlock._writable('dlock.xact_lock()');
+    poll := greatest(dlock._setting('dlock.poll_interval', interval '100 milliseconds'),
+                     interval '1 millisecond');
+    deadline := clock_timestamp() + w;
+    LOOP
+        fence := dlock._xact_attempt(resource);
+        IF fence IS NOT NULL THEN
+            RETURN fence;
+        END IF;
+        IF deadline IS NOT NULL THEN
+            left_ := deadline - clock_timestamp();
+            IF left_ <= interval '0' THEN
+                RETURN NULL;
+            END IF;
+        END IF;
+        PERFORM dlock._may_poll('dlock.xact_lock()');
+        PERFORM pg_sleep(extract(epoch FROM least(pause, coalesce(left_, pause))));
+        pause := least(pause * 2, poll);
+    END LOOP;
+END
+$$;
+COMMENT ON FUNCTION dlock.xact_lock(text, interval) IS
+    'Transaction-scoped lock on resource, held until the transaction ends, waiting up to wait; returns a fence, NULL on timeout';
+
+CREATE OR REPLACE FUNCTION dlock.try_xact_lock(resource text)
+    RETURNS bigint LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+    SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    PERFORM dlock._text_arg(resource, 'resource', 1000);
+    PERFORM dlock._writable('dlock.try_xact_lock()');
+    RETURN dlock._xact_attempt(resource);
+END
+$$;
+COMMENT ON FUNCTION dlock.try_xact_lock(text) IS
+    'Transaction-scoped lock on resource, never waits; returns a fence, or NULL if busy';
