@@ -120,10 +120,11 @@ for my $pid (@pids, $mon)
 is($died, 0, 'every client and the waits monitor ran to the end');
 
 my $ops = ModelCheck::load(@logs);
-my ($stray, $ambiguous) = MyModelDriver::mark_waits($ops, "$dir/waits.log");
+my ($stray, $ambiguous, $queued) = MyModelDriver::mark_waits($ops, "$dir/waits.log");
 my ($v, $stats) = ModelCheck::check($ops, ok_error => \&ok_error);
 $stats->{'waits outside operations'} = $stray;
 $stats->{'waits of an ambiguous transaction id'} = $ambiguous;
+$stats->{'lock requests queued, not waited for (SKIP LOCKED)'} = $queued;
 diag('dlock model: ' . join(', ', map { "$_ $stats->{$_}" } sort keys %$stats));
 my %kinds;
 for (@$v) { $kinds{$1}++ if /^VIOLATION \[([^\]]+)\]/ }
@@ -266,6 +267,33 @@ $flagged->('fence-unique', sub {
 	ok($o->{waited} && !$o->{nowait}, 'checker: a wait for an ambiguous blocking id, one of whose connections pinned the resource, is allowed');
 	$o = $seen->({ by => 102, btrx => 7, bsame => 2 }, { by => 101, btrx => 7, bsame => 2 }, { by => 103, btrx => 8, bsame => 1 });
 	ok($o->{waited} && $o->{nowait}, 'checker: ... but not with another blocker that touched nothing');
+}
+
+# mark_waits and a lock() seen in INNODB_LOCK_WAITS in its SKIP LOCKED read
+# of a row another transaction holds: without a wait start (ws null), a
+# request MariaDB queued and withdrew without waiting (test
+# 042_skip_locked_queue.t), not a wait (this was flagged as a no-wait
+# violation of a lock() that polled on time, MariaDB 11.8); with one, a
+# wait, flagged.
+{
+	my $q = q{SELECT 1, holder, owner, fence, expires_at INTO v_found, v_h, v_owner, v_fence, v_exp FROM dlock.leases AS skipping WHERE resource = 'r' AND tail = 0 FOR UPDATE SKIP LOCKED};
+	my $seen = sub {
+		my ($line) = @_;
+		my $ops = [ { c => 0, tid => 100, u => 1, k => 'lock', r => 'r', h => 'h', wait => 100, res => 7, nowait => 1,
+				t0 => 1000, t1 => 2000, tdone => 2000, xact => 1 },
+			{ c => 1, tid => 101, u => 1, k => 'try_lock', r => 'r', h => 'g', res => 6, nowait => 1,
+				t0 => 900, t1 => 950, tdone => 1900, xact => 1 } ];
+		my $f = "$dir/waits-selftest.log";
+		open(my $fh, '>', $f) or die "$f: $!";
+		print $fh JSON::PP->new->canonical->encode({ t => 1500, tid => 100, q => $q, by => 101, btrx => 7, bsame => 1, same => 1, %$line }), "\n";
+		close $fh;
+		my @n = MyModelDriver::mark_waits($ops, $f);
+		return ($ops->[0], $n[2]);
+	};
+	my ($o, $queued) = $seen->({ ws => undef });
+	ok(!$o->{waited} && $queued == 1, 'checker: a lock() request seen queued without a wait start is not a wait');
+	($o, $queued) = $seen->({ ws => '2026-11-27 09:00:00' });
+	ok($o->{waited} && $o->{nowait} && $queued == 0, 'checker: ... with a wait start, a wait of a call that never waits');
 }
 
 done_testing();
