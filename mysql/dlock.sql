@@ -59,7 +59,11 @@
  *     transaction rolled back (_unpin_gate).  _create, which inserts a
  *     row an acquirer's snapshot shows but could not lock, inserts only
  *     when the gate says it was deleted since (an INSERT that finds the
- *     row keeps a shared lock on it, even in READ COMMITTED).
+ *     row keeps a shared lock on it, even in READ COMMITTED); it locks the
+ *     gate to read it as it is, and keeps that lock to the end of the
+ *     transaction even when it finds the row there and inserts nothing: a
+ *     NULL for another new resource of the same slot meanwhile (never a
+ *     wait, and never a lock on the resource's own row).
  *   . the reaper frees or deletes a row in a statement of its own (an
  *     autocommit transaction) under the resource's named lock
  *     (dlock._reap_name: made from the secret of dlock.fence_lock, so no
