@@ -15,7 +15,9 @@
  * lock").
  */
 -- _acquired: a new holding (or a re-entry) of holder: its client ticket
--- leaves the queue, and a new holding records its lock-delay.
+-- leaves the queue, and a new holding records its lock-delay.  (try_lock's
+-- fast path, core.sql, leaves every case where this has anything to do --
+-- a ticket of the holder's, a lock-delay -- to the general path.)
 CREATE OR REPLACE FUNCTION dlock._acquired(p_resource text, p_holder text, p_role oid, p_fence bigint,
                                            p_new boolean, p_delay interval)
     RETURNS boolean LANGUAGE plpgsql VOLATILE

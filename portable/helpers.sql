@@ -65,7 +65,9 @@ $$;
 -- _expiry: now + lease as the calendar applies it, refused (22023) unless
 -- it ends after now and at most 1000 years (of 365.25 days) later.
 -- Components so large that the sum could leave the timestamp range are
--- refused first, so every bad lease is 22023, never 22008.
+-- refused first, so every bad lease is 22023, never 22008.  (Its bounds
+-- for a lease of hours, minutes and seconds are copied in try_lock's fast
+-- path, core.sql: change them together; 080_fast.t's twins compare them.)
 CREATE OR REPLACE FUNCTION dlock._expiry(now timestamptz, lease interval)
     RETURNS timestamptz LANGUAGE plpgsql STABLE
     SET search_path = pg_catalog, pg_temp AS $$

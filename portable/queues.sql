@@ -163,7 +163,9 @@ END
 $$;
 
 -- _delayed: is the resource of this (free or expired) row still under a
--- lock-delay?
+-- lock-delay?  (Its rule for a free row is copied in try_lock's fast path,
+-- core.sql, and so are _ahead's for tickets and the fair-waiters mark:
+-- change them together; 080_fast.t's twins compare them.)
 CREATE OR REPLACE FUNCTION dlock._delayed(r dlock.leases, p_now timestamptz)
     RETURNS boolean LANGUAGE plpgsql STABLE
     SET search_path = pg_catalog, pg_temp AS $$

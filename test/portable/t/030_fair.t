@@ -17,6 +17,7 @@ use DBI;
 use DBD::Pg qw(:async);
 use Time::HiRes qw(time sleep);
 use Test::More;
+use File::Temp ();
 
 use FindBin;
 use lib "$FindBin::RealBin/..";
@@ -153,6 +154,9 @@ sub upgrade_03 {
 # functions dropped, a holding taken by 0.4's fast path kept and released
 # by 0.5's, a shared holding kept, fences increasing, while a session of
 # 0.4 that made pairs before the upgrade goes on making them through it.
+# Before it, a run of a copy of portable/ whose last part fails must stop
+# and leave 0.4 whole (one transaction across the parts, ON_ERROR_STOP);
+# the script is run by a relative path from another directory, then again.
 sub upgrade_04 {
     my ($admin, $dir) = @_;
     $admin->do("CREATE DATABASE old04 OWNER dbo") or die $admin->errstr;
@@ -176,8 +180,23 @@ sub upgrade_04 {
     q1($p, "SELECT dlock.unlock('u4/p', 'setup')");
     my $last = q1($p, "SELECT dlock.try_lock('u4/p', 'hp', '1h')");
     q1($p, "SELECT dlock.unlock('u4/p', 'hp')");
-    $out = `$client/psql -X -q -h $dir -U dbo -d old04 -f $script 2>&1`;
-    is($?, 0, "$label: upgrade 0.4: this script over it") or diag($out);
+    # A copy of portable/ whose last part fails: the whole run stops
+    # (ON_ERROR_STOP) and its one transaction leaves 0.4 as it was.
+    my $bad = File::Temp::tempdir("dlock-bad-XXXXXX", TMPDIR => 1, CLEANUP => 1);
+    system('cp', glob("$top/portable/*.sql"), $bad) == 0 or die "cp: $?";
+    open(my $fh, '>>', "$bad/kinds.sql") or die "$bad/kinds.sql: $!";
+    print $fh "CREATE FUNCTION dlock.zz_half() RETURNS int LANGUAGE sql AS 'SELECT 1';\nSELECT 1 / 0;\n";
+    close $fh;
+    $out = `$client/psql -X -q -h $dir -U dbo -d old04 -f $bad/dlock.sql 2>&1`;
+    isnt($?, 0, "$label: upgrade 0.4: a run whose last part fails stops with an error");
+    like($out, qr/kinds\.sql:\d+: ERROR:  division by zero/, "$label: ... naming the part") or diag($out);
+    is(q1($o, "SELECT dlock.version() || ' ' || ($fast) || ' ' || (SELECT count(*) FROM pg_proc WHERE proname = 'zz_half')"),
+       '0.4 2 0', "$label: ... and leaves 0.4 as it was (nothing of the run is left)");
+    # The script run by a relative path from another directory, twice.
+    $out = `cd $top/test && $client/psql -X -q -h $dir -U dbo -d old04 -f ../portable/dlock.sql 2>&1`;
+    is($?, 0, "$label: upgrade 0.4: this script over it (a relative path, from another directory)") or diag($out);
+    $out = `cd / && $client/psql -X -q -h $dir -U dbo -d old04 -f $script 2>&1`;
+    is($?, 0, "$label: upgrade 0.4: ... and again (an absolute path, from /)") or diag($out);
     is(q1($o, "SELECT dlock.version()"), '0.5', "$label: upgrade 0.4: version 0.5 after");
     is(q1($o, $fast), 0, "$label: upgrade 0.4: _fast_lock and _fast_unlock dropped");
     is(q1($o, $view), $before, "$label: upgrade 0.4: every holding kept");

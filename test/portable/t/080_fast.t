@@ -1,7 +1,7 @@
 #!/usr/bin/perl
-# 080_fast.t: the portable edition's fast path (_fast_lock, _fast_unlock:
-# try_lock of a free row and unlock of a count-1 holding in one statement
-# each) keeps every promise the general path keeps, on every server
+# 080_fast.t: the portable edition's fast path (written at the top of
+# try_lock and unlock, core.sql: try_lock of a free row and unlock of a
+# count-1 holding in one statement each) keeps every promise the general path keeps, on every server
 # 010_core.t uses.  Each case is one the fast path could get wrong if it
 # skipped a check: another session's uncommitted acquisition, release or
 # transaction-scoped lock (try_lock must answer NULL at once, never wait:
@@ -11,6 +11,12 @@
 # missing epoch row must start a new epoch, as the general path does),
 # owner by role, synchronous_commit, the released event, an assert_fence
 # pin (unlock waits for it), and a failed attempt that leaves no lock.
+# Then twins: each state of a row and each argument or setting the fast
+# path looks at, on two rows made alike, one called as is (the fast path
+# when it applies) and one with lock_delay => '0' (the same request, which
+# only the general path takes): the answers and what they leave must be
+# the same, and the fast path must have decided the cases it is for (no
+# call of _attempt, counted by track_functions).
 #
 # DLOCK_PORTABLE_MAJORS as for 010_core.t.
 use strict;
@@ -35,6 +41,9 @@ done_testing();
 sub run_server {
     my ($lbl, $bindir) = @_;
     my ($dir, $admin) = start_server($lbl, $bindir, 'fast');
+    # Calls of dlock's PL/pgSQL functions counted (pg_stat_xact_user_functions):
+    # whether a call went through the general path (_attempt) or not.
+    $admin->do("ALTER DATABASE app SET track_functions = 'pl'") or die $admin->errstr;
     my $al = conn('alice');
     my $bo = conn('bob');
     my $db = conn('dbo');
@@ -48,6 +57,8 @@ sub run_server {
     epoch($al, $db);
     promises($al, $bo, $su);
     nothing_left($al, $bo);
+    twins($al, $bo, $db, $su);
+    unlock_cases($al, $bo, $db, $su);
 
     $_->disconnect for ($al, $bo, $db, $su, $admin);
     stop_server($bindir, $dir);
@@ -313,4 +324,170 @@ sub nothing_left {
     $bo->commit;
     ok(q1($al, "SELECT dlock.try_lock('fa/n', 't', '30s', fair => true)"), "$label: t takes it");
     q1($al, "SELECT dlock.unlock('fa/n', 't')");
+}
+
+# state: what a call left on resource $r (read by the schema's owner $db),
+# a fence told only as drawn after $before or not.
+sub state {
+    my ($db, $r, $before) = @_;
+    return q1($db, q{
+        SELECT coalesce((SELECT concat_ws(' ', 'holder=' || coalesce(l.holder, '-'), 'owner=' || coalesce(l.owner::text, '-'),
+                                          'count=' || l.count, 'lease=' || coalesce(l.lease::text, '-'),
+                                          'runs=' || coalesce(round(extract(epoch FROM l.expires_at - l.acquired_at))::text, '-'),
+                                          'released=' || (l.released_at IS NOT NULL), 'kinds=' || l.kinds,
+                                          'fence=' || CASE WHEN l.fence IS NULL THEN '-' WHEN l.fence > $2 THEN 'new' ELSE 'old' END)
+                           FROM dlock.leases l WHERE l.resource = $1), 'no row')
+               || ' tickets=' || (SELECT count(*) FROM dlock.tickets t WHERE t.resource = $1)
+               || ' delays=' || (SELECT count(*) FROM dlock.delays d WHERE d.resource = $1)}, $r, $before);
+}
+
+# call: try_lock(resource, ARGS) by $dbh in a transaction of its own (after
+# the statements in @pre, within it): "fence"/"NULL" or the error, its
+# synchronous_commit after, the state it left, and the calls of _attempt
+# it made ('-' after an error).
+sub call {
+    my ($dbh, $db, $r, $args, @pre) = @_;
+    my $before = q1($db, "SELECT last_value FROM dlock.fences");
+    $dbh->begin_work;
+    for my $p (@pre) { $dbh->do($p) or die "$label: $p: " . $dbh->errstr }
+    # (The counts of the view are this backend's not yet reported, which
+    # may include earlier transactions': the difference is the call's.)
+    my $count = "SELECT coalesce(sum(calls), 0) FROM pg_stat_xact_user_functions
+                  WHERE schemaname = 'dlock' AND funcname = '_attempt'";
+    my $calls0 = q1($dbh, $count);
+    my $row = $dbh->selectrow_arrayref("SELECT dlock.try_lock(?$args)", undef, $r);
+    my ($out, $attempts);
+    if ($dbh->err) {
+        $out = $dbh->state . ': ' . ($dbh->errstr =~ s/^ERROR:\s*//r =~ s/\n.*//sr);
+        $dbh->rollback;
+        $attempts = '-';
+    } else {
+        $out = (defined $row->[0] ? 'fence' : 'NULL') . ' sync=' . q1($dbh, "SHOW synchronous_commit");
+        $attempts = q1($dbh, $count) - $calls0;
+        $dbh->commit;
+    }
+    return ($out . ' | ' . state($db, $r, $before), $attempts);
+}
+
+sub twins {
+    my ($al, $bo, $db, $su) = @_;
+    my $n = 0;
+    $su->do("GRANT alice TO bob");
+    # Each case: [name, setup (code on resource r), caller, args, statements
+    # before the call, whether the fast path decides it].
+    my @cases = (
+        ['a free row', sub { free_row($al, $_[0]) }, $al, ", 'h', '30s'", [], 1],
+        ['a free row, the default lease', sub { free_row($al, $_[0]) }, $al, ", 'h'", [], 1],
+        ['a free row, lease NULL', sub { free_row($al, $_[0]) }, $al, ", 'h', NULL", [], 1],
+        ['dlock.default_lease 2min', sub { free_row($al, $_[0]) }, $al, ", 'h'", ["SET LOCAL dlock.default_lease = '2min'"], 1],
+        ['dlock.default_lease in ms', sub { free_row($al, $_[0]) }, $al, ", 'h'", ["SET LOCAL dlock.default_lease = ' 90000 '"], 1],
+        ['dlock.default_lease of a day', sub { free_row($al, $_[0]) }, $al, ", 'h'", ["SET LOCAL dlock.default_lease = '1 day'"], 0],
+        ['dlock.default_lease bad', sub { free_row($al, $_[0]) }, $al, ", 'h'", ["SET LOCAL dlock.default_lease = 'soon'"], 0],
+        ['dlock.default_lease 0', sub { free_row($al, $_[0]) }, $al, ", 'h'", ["SET LOCAL dlock.default_lease = '0'"], 0],
+        ['a lease of 25 hours', sub { free_row($al, $_[0]) }, $al, ", 'h', '25 hours'", [], 1],
+        ['a lease of 1000 years in hours', sub { free_row($al, $_[0]) }, $al, ", 'h', '8766000 hours'", [], 1],
+        ['a lease a second over', sub { free_row($al, $_[0]) }, $al, ", 'h', '8766000 hours 1 second'", [], 0],
+        ['a lease of 0', sub { free_row($al, $_[0]) }, $al, ", 'h', '0'", [], 0],
+        ['a lease of 1 day -1 hour', sub { free_row($al, $_[0]) }, $al, ", 'h', '1 day -1 hour'", [], 0],
+        ['a NULL holder', sub { free_row($al, $_[0]) }, $al, ", NULL, '30s'", [], 0],
+        ['shared NULL', sub { free_row($al, $_[0]) }, $al, ", 'h', '30s', shared => NULL", [], 0],
+        ['dlock.lock_delay 0', sub { free_row($al, $_[0]) }, $al, ", 'h', '30s'", ["SET LOCAL dlock.lock_delay = '0'"], 1],
+        ['synchronous_commit off', sub { free_row($al, $_[0]) }, $al, ", 'h', '30s'", ["SET LOCAL synchronous_commit = off"], 1],
+        ['REPEATABLE READ', sub { free_row($al, $_[0]) }, $al, ", 'h', '30s'",
+         ["SET TRANSACTION ISOLATION LEVEL REPEATABLE READ"], 0],
+        ['a read-only transaction', sub { free_row($al, $_[0]) }, $al, ", 'h', '30s'", ["SET TRANSACTION READ ONLY"], 0],
+        ['its own xact lock', sub { free_row($al, $_[0]) }, $al, ", 'h', '30s'", [], 0, 1],
+        ['SET ROLE', sub { free_row($al, $_[0]) }, $bo, ", 'h', '30s'", ["SET LOCAL ROLE alice"], 1],
+        ['a superuser', sub { free_row($al, $_[0]) }, $su, ", 'h', '30s'", [], 1],
+        ['a new resource', sub { }, $al, ", 'h', '30s'", [], 0],
+        ['held by another', sub { q1($bo, "SELECT dlock.try_lock(?, 'o', '30s')", $_[0]) }, $al, ", 'h', '30s'", [], 0],
+        ['held by the holder (re-entry)', sub { q1($al, "SELECT dlock.try_lock(?, 'h', '30s')", $_[0]) }, $al, ", 'h', '30s'", [], 0],
+        ['held twice by the holder', sub { q1($al, "SELECT dlock.try_lock(?, 'h', '30s')", $_[0]) for 1 .. 2 },
+         $al, ", 'h', '30s'", [], 0],
+        ['the holder\'s text of another role', sub { q1($bo, "SELECT dlock.try_lock(?, 'h', '30s')", $_[0]) },
+         $al, ", 'h', '30s'", [], 0],
+        ['an expired holding', sub { q1($bo, "SELECT dlock.try_lock(?, 'o', '1 millisecond')", $_[0]) },
+         $al, ", 'h', '30s'", [], 0, 0, 0.01],
+        ['the holder\'s own expired holding', sub { q1($al, "SELECT dlock.try_lock(?, 'h', '1 millisecond')", $_[0]) },
+         $al, ", 'h', '30s'", [], 0, 0, 0.01],
+        ['a reaped holding', sub { q1($bo, "SELECT dlock.try_lock(?, 'o', '1 millisecond')", $_[0]) },
+         $al, ", 'h', '30s'", [], 1, 0, 0.01, 1],
+        ['a lock-delay in force', sub { q1($bo, "SELECT dlock.try_lock(?, 'o', '30s', lock_delay => '1h')", $_[0]);
+                                          q1($su, "SELECT dlock.break_lock(?)", $_[0]) }, $al, ", 'h', '30s'", [], 0],
+        ['a lock-delay past', sub { q1($bo, "SELECT dlock.try_lock(?, 'o', '5 milliseconds', lock_delay => '5 milliseconds')", $_[0]);
+                                    q1($su, "SELECT dlock.break_lock(?)", $_[0]) }, $al, ", 'h', '30s'", [], 1, 0, 0.05],
+        ['a delay of a clean release', sub { q1($bo, "SELECT dlock.try_lock(?, 'o', '30s', lock_delay => '1h')", $_[0]);
+                                             q1($bo, "SELECT dlock.unlock(?, 'o')", $_[0]) }, $al, ", 'h', '30s'", [], 1],
+        ['another\'s live ticket', sub { q1($bo, "SELECT dlock.try_lock(?, 'o', '30s')", $_[0]);
+                                         q1($bo, "SELECT dlock.try_lock(?, 't', '30s', fair => true)", $_[0]);
+                                         q1($bo, "SELECT dlock.unlock(?, 'o')", $_[0]) }, $al, ", 'h', '30s'", [], 0],
+        ['the holder\'s own live ticket', sub { q1($bo, "SELECT dlock.try_lock(?, 'o', '30s')", $_[0]);
+                                                q1($al, "SELECT dlock.try_lock(?, 'h', '30s', fair => true)", $_[0]);
+                                                q1($bo, "SELECT dlock.unlock(?, 'o')", $_[0]) }, $al, ", 'h', '30s'", [], 0],
+        ['a lapsed ticket of another', sub { q1($bo, "SELECT dlock.try_lock(?, 'o', '30s')", $_[0]);
+                                             $bo->do("SET dlock.queue_ttl = '1ms'");
+                                             q1($bo, "SELECT dlock.try_lock(?, 't', '30s', fair => true)", $_[0]);
+                                             $bo->do("RESET dlock.queue_ttl");
+                                             q1($bo, "SELECT dlock.unlock(?, 'o')", $_[0]) }, $al, ", 'h', '30s'", [], 1, 0, 0.01],
+        ['the holder\'s lapsed ticket', sub { q1($bo, "SELECT dlock.try_lock(?, 'o', '30s')", $_[0]);
+                                              $al->do("SET dlock.queue_ttl = '1ms'");
+                                              q1($al, "SELECT dlock.try_lock(?, 'h', '30s', fair => true)", $_[0]);
+                                              $al->do("RESET dlock.queue_ttl");
+                                              q1($bo, "SELECT dlock.unlock(?, 'o')", $_[0]) }, $al, ", 'h', '30s'", [], 0, 0, 0.01],
+        ['a row of shared holdings', sub { q1($bo, "SELECT dlock.try_lock(?, 's', '30s', shared => true)", $_[0]);
+                                           q1($bo, "SELECT dlock.unlock(?, 's')", $_[0]) }, $al, ", 'h', '30s'", [], 0],
+        ['a row held shared', sub { q1($bo, "SELECT dlock.try_lock(?, 's', '30s', shared => true)", $_[0]) },
+         $al, ", 'h', '30s'", [], 0],
+        ['a row an xact lock made', sub { $al->begin_work; $al->do("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ");
+                                          q1($al, "SELECT dlock.try_xact_lock(?)", $_[0]); $al->commit }, $al, ", 'h', '30s'", [], 0],
+    );
+    for my $c (@cases) {
+        my ($name, $setup, $who, $args, $pre, $fast, $xact, $nap, $reap) = @$c;
+        $n++;
+        my ($rf, $rg) = ("fa/t$n/a", "fa/t$n/b");
+        $setup->($_) for ($rf, $rg);
+        sleep $nap if $nap;
+        q1($su, "SELECT dlock.reap()") if $reap;
+        my @pre = @$pre;
+        my (@fast, @gen);
+        push @pre, "SELECT dlock.try_xact_lock('$rf')" if $xact;
+        @fast = call($who, $db, $rf, $args, @pre);
+        $pre[-1] = "SELECT dlock.try_xact_lock('$rg')" if $xact;
+        @gen = call($who, $db, $rg, "$args, lock_delay => '0'", @pre);
+        $gen[0] =~ s{fa/t$n/b}{fa/t$n/a}g;
+        is($fast[0], $gen[0], "$label: twins, $name: as the general path ($gen[0])");
+        if ($fast[1] ne '-') {
+            is($fast[1] == 0 ? 1 : 0, $fast, "$label: twins, $name: " . ($fast ? 'the fast path decides' : 'the general path decides'));
+        }
+    }
+    $su->do("REVOKE alice FROM bob");
+}
+
+# unlock: what its fast path must leave to the general path.
+sub unlock_cases {
+    my ($al, $bo, $db, $su) = @_;
+    q1($al, "SELECT dlock.try_lock('fa/u1', 'h', '1 millisecond')");
+    sleep 0.01;
+    is(q1($al, "SELECT dlock.unlock('fa/u1', 'h')"), undef, "$label: unlock of an expired holding: NULL");
+    is(q1($db, "SELECT holder FROM dlock.leases WHERE resource = 'fa/u1'"), 'h', "$label: ... left for reap");
+    like(err($al, "SELECT dlock.unlock('fa/u1', NULL)"), qr/^22023: holder must not be null/, "$label: unlock, holder NULL: 22023");
+    like(err($al, "SELECT dlock.unlock(NULL, 'h')"), qr/^22023: resource must not be null/, "$label: unlock, resource NULL: 22023");
+    ok(q1($al, "SELECT dlock.try_lock('fa/u2', 'h', '30s', shared => true)"), "$label: a shared holding");
+    is(q1($al, "SELECT dlock.unlock('fa/u2', 'h')"), 0, "$label: ... released by unlock (kinds.sql's path)");
+    ok(q1($al, "SELECT dlock.try_lock('fa/u3', 'h', '30s')"), "$label: alice's holding");
+    $al->begin_work;
+    $al->do("SET TRANSACTION READ ONLY");
+    like(err($al, "SELECT dlock.unlock('fa/u3', 'h')"), qr/^25006: /, "$label: unlock in a read-only transaction: 25006");
+    is(q1($db, "SELECT holder FROM dlock.leases WHERE resource = 'fa/u3'"), 'h', "$label: ... still held");
+    $al->begin_work;
+    $al->do("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ");
+    is(q1($al, "SELECT dlock.unlock('fa/u3', 'h')"), 0, "$label: unlock under REPEATABLE READ");
+    $al->commit;
+    ok(q1($su, "SELECT dlock.try_lock('fa/u4', 'h', '30s')"), "$label: a superuser's holding");
+    $su->do("SET ROLE alice");
+    like(err($su, "SELECT dlock.unlock('fa/u4', 'h')"), qr/^42501: permission denied to unlock a lock held by role "admin"/,
+         "$label: unlock by SET ROLE alice of a superuser's holding: 42501");
+    $su->do("RESET ROLE");
+    is(q1($su, "SELECT dlock.unlock('fa/u4', 'h')"), 0, "$label: ... the superuser's own unlock: released");
+    $su->do("RESET ROLE");
 }
