@@ -61,18 +61,18 @@ BEGIN
                acquired_at = n, renewed_at = n, expires_at = n + '30s', released_at = NULL
          WHERE x.resource = r AND x.holder IS NULL RETURNING x.fence INTO f;
     ELSIF v = 'prologue' THEN
+        v_md5 := md5(r);
         IF coalesce(octet_length(r), 0) BETWEEN 1 AND 1000
            AND coalesce(octet_length(h), 0) BETWEEN 1 AND 255
            AND coalesce(current_setting('dlock.lock_delay', true), '') IN ('', '0')
            AND current_setting('transaction_isolation') = 'read committed'
            AND current_setting('transaction_read_only') = 'off'
-           AND coalesce(current_setting('dlock.xact_' || md5(r), true), '') = '' THEN
+           AND coalesce(current_setting('dlock.xact_' || v_md5, true), '') = '' THEN
             l := interval '30 seconds';     -- the lease given, as the benchmarks' calls give it
             IF l > interval '0' AND l <= interval '8766000 hours'
                AND extract(year FROM l) = 0 AND extract(month FROM l) = 0 AND extract(day FROM l) = 0 THEN
                 v_role := to_regrole(quote_ident(CASE WHEN current_setting('role') = 'none' THEN session_user::text
                                                       ELSE current_setting('role') END));
-                v_md5 := md5(r);
                 k := ('x' || substr(v_md5, 17, 8))::bit(32)::integer;
                 IF k = ANY ('{1684828003,1684828005,1684828006,1684828007}'::integer[]) THEN
                     k := 1684828004;

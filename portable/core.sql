@@ -121,7 +121,7 @@ DECLARE
     v_role oid;
     v_now timestamptz;
     k integer;
-    v_md5 text;
+    v_md5 text := md5(resource);     -- the fast path's keys (_key, _qkey) and xact marker
     v_set text;
 BEGIN
     -- The fast path ("The fast path" above): exclusive requests only
@@ -133,7 +133,7 @@ BEGIN
        AND coalesce(current_setting('dlock.lock_delay', true), '') IN ('', '0')
        AND current_setting('transaction_isolation') = 'read committed'
        AND current_setting('transaction_read_only') = 'off'
-       AND coalesce(current_setting('dlock.xact_' || md5(try_lock.resource), true), '') = '' THEN
+       AND coalesce(current_setting('dlock.xact_' || v_md5, true), '') = '' THEN
         -- The helpers of the hot path inlined: _setting when
         -- dlock.default_lease is unset, _lease's bounds, _role, _qkey,
         -- _key, _sync.  Each copy must compute what its helper does:
@@ -149,7 +149,6 @@ BEGIN
            AND extract(year FROM l) = 0 AND extract(month FROM l) = 0 AND extract(day FROM l) = 0 THEN
             v_role := to_regrole(quote_ident(CASE WHEN current_setting('role') = 'none' THEN session_user::text
                                                   ELSE current_setting('role') END));
-            v_md5 := md5(try_lock.resource);
             k := ('x' || substr(v_md5, 17, 8))::bit(32)::integer;
             IF k = ANY ('{1684828003,1684828005,1684828006,1684828007}'::integer[]) THEN
                 k := 1684828004;

@@ -544,7 +544,9 @@ sub monitor
 # skips the row (INNODB_METRICS lock_rec_lock_waits counts one per skipped
 # row, Innodb_row_lock_waits none; test/mysql/t/042_skip_locked_queue.t),
 # and INNODB_LOCK_WAITS shows it in between; a statement that waits shows
-# the start of its wait from its first moment in it.  Those are left out.
+# the start of its wait from its first moment in it.  Those are left out,
+# in SKIP LOCKED reads only (what queues them): elsewhere a sighting
+# without a wait start still counts as a wait.
 # Returns the number of sightings inside no operation (none expected), of
 # those left out because INNODB_TRX gave their transaction id to several
 # connections, and of those left out as queued, not waited for.
@@ -585,7 +587,7 @@ sub mark_waits
 	{
 		my $w = eval { decode_json($line) } or next;
 		next unless ($w->{q} // '') =~ /dlock/i;
-		if (exists $w->{ws} && !defined $w->{ws})
+		if (exists $w->{ws} && !defined $w->{ws} && $w->{q} =~ /SKIP\s+LOCKED/i)
 		{
 			$queued++;
 			next;

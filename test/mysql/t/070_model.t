@@ -278,14 +278,14 @@ $flagged->('fence-unique', sub {
 {
 	my $q = q{SELECT 1, holder, owner, fence, expires_at INTO v_found, v_h, v_owner, v_fence, v_exp FROM dlock.leases AS skipping WHERE resource = 'r' AND tail = 0 FOR UPDATE SKIP LOCKED};
 	my $seen = sub {
-		my ($line) = @_;
+		my ($line, $query) = @_;
 		my $ops = [ { c => 0, tid => 100, u => 1, k => 'lock', r => 'r', h => 'h', wait => 100, res => 7, nowait => 1,
 				t0 => 1000, t1 => 2000, tdone => 2000, xact => 1 },
 			{ c => 1, tid => 101, u => 1, k => 'try_lock', r => 'r', h => 'g', res => 6, nowait => 1,
 				t0 => 900, t1 => 950, tdone => 1900, xact => 1 } ];
 		my $f = "$dir/waits-selftest.log";
 		open(my $fh, '>', $f) or die "$f: $!";
-		print $fh JSON::PP->new->canonical->encode({ t => 1500, tid => 100, q => $q, by => 101, btrx => 7, bsame => 1, same => 1, %$line }), "\n";
+		print $fh JSON::PP->new->canonical->encode({ t => 1500, tid => 100, q => $query // $q, by => 101, btrx => 7, bsame => 1, same => 1, %$line }), "\n";
 		close $fh;
 		my @n = MyModelDriver::mark_waits($ops, $f);
 		return ($ops->[0], $n[2]);
@@ -294,6 +294,9 @@ $flagged->('fence-unique', sub {
 	ok(!$o->{waited} && $queued == 1, 'checker: a lock() request seen queued without a wait start is not a wait');
 	($o, $queued) = $seen->({ ws => '2026-11-27 09:00:00' });
 	ok($o->{waited} && $o->{nowait} && $queued == 0, 'checker: ... with a wait start, a wait of a call that never waits');
+	(my $plain = $q) =~ s/ SKIP LOCKED//;
+	($o, $queued) = $seen->({ ws => undef }, $plain);
+	ok($o->{waited} && $o->{nowait} && $queued == 0, 'checker: ... and without one in a read that skips nothing (no SKIP LOCKED), a wait');
 }
 
 done_testing();
