@@ -98,4 +98,11 @@ dlock_insert_index_tuples(ResultRelInfo *rri, TupleTableSlot *slot,
 #define dlock_primary_key_index(rel) RelationGetPrimaryKeyIndex(rel)
 #endif
 
+/* A table's live tuples in the cumulative statistics: 16 renamed the field. */
+#if PG_VERSION_NUM >= 160000
+#define DLOCK_STAT_LIVE_TUPLES(entry) ((entry)->live_tuples)
+#else
+#define DLOCK_STAT_LIVE_TUPLES(entry) ((entry)->n_live_tuples)
+#endif
+
 #endif							/* DLOCK_COMPAT_H */

@@ -20,11 +20,12 @@
  * what differs between PostgreSQL majors, events.c NOTIFY, listeners.c who
  * LISTENs, waiters.c shared memory for sleeping waiters, wakeups and
  * statistics, worker.c the background reaper and dlock.reap(), promote.c
- * the refresh of holdings after a promotion.
+ * the refresh of holdings after a promotion, compact.c the rewrite of a
+ * table of dlock that is mostly deleted rows' space.
  *
  * Calls go one way, down these layers (a file calls only files of lower
  * layers, never back up; no two files call each other in a circle):
- *	dlock.c > worker.c > promote.c > reap.c > lease.c, elect.c, xactlock.c,
+ *	dlock.c > worker.c > compact.c, promote.c > reap.c > lease.c, elect.c, xactlock.c,
  *	semaphore.c, multi.c >
  *	acquire.c > admit.c > queue.c, events.c > rows.c, shares.c, holding.c,
  *	fence.c, waiters.c > table.c, store.c, listeners.c > xact.c, resource.c,
@@ -94,6 +95,7 @@ extern char *dlock_database;
 extern int	dlock_queue_ttl_ms;
 extern int	dlock_lock_delay_ms;
 extern bool dlock_refresh_on_promotion;
+extern int	dlock_compact_threshold_kb;
 extern void dlock_guc_init(void);
 
 /* ---- resource.c ---- */
@@ -556,6 +558,9 @@ extern void dlock_purge_list(List *resources, int from, int to);
 
 /* ---- promote.c ---- */
 extern bool dlock_promotion_step(void);
+
+/* ---- compact.c ---- */
+extern int	dlock_compact_tables(void);
 
 /* ---- worker.c ---- */
 extern void dlock_worker_init(void);

@@ -19,6 +19,7 @@ char	   *dlock_database = NULL;
 int			dlock_queue_ttl_ms = 10000;
 int			dlock_lock_delay_ms = 0;
 bool		dlock_refresh_on_promotion = true;
+int			dlock_compact_threshold_kb = 1024;
 
 /*
  * dlock_guc_init: define the dlock.* settings.  The worker's settings are
@@ -77,6 +78,14 @@ dlock_guc_init(void)
 							 true,
 							 PGC_SIGHUP, 0,
 							 NULL, NULL, NULL);
+
+	DefineCustomIntVariable("dlock.compact_threshold",
+							"Size above which a reaper round rewrites a table of dlock that is mostly deleted rows' space.",
+							"The table with its indexes and TOAST; rewritten (VACUUM FULL) only when nobody has it open and it has at most 10,000 live rows. -1 turns it off.",
+							&dlock_compact_threshold_kb,
+							1024, -1, INT_MAX,
+							PGC_SIGHUP, GUC_UNIT_KB,
+							NULL, NULL, NULL);
 
 	/* PGC_POSTMASTER settings can only be defined while preloading. */
 	if (process_shared_preload_libraries_in_progress)

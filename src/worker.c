@@ -336,7 +336,9 @@ purge_fn(List *list, int from, int to)
 
 /*
  * reap_round: reap every expired lease, deliver queued events, purge dead
- * tickets and lock-delays and long-free rows, lower the hint.  Returns how many leases were reaped; 0 where the
+ * tickets and lock-delays and long-free rows, lower the hint, and rewrite
+ * the tables that are mostly dead space (compact.c).  Returns how many
+ * leases were reaped; 0 where the
  * extension is not installed.
  */
 static int64
@@ -394,6 +396,8 @@ reap_round(MemoryContext loop_context)
 	dlock_expiry_hint(shares_min_expiry());
 	dlock_store_end();
 	end_xact();
+
+	(void) dlock_compact_tables();
 	return reaped;
 }
 

@@ -12,7 +12,8 @@
 # once the SQL has them semaphores' permits and try_lock_all/lock_all,
 # checked by ModelKinds.pm (094_model_check.pl tests those rules on
 # synthetic histories).
-# Once with dlock preloaded (reaper every 50 ms), once without.
+# Once with dlock preloaded (reaper every 50 ms, rewriting dlock's tables
+# in every round it can: dlock.compact_threshold = 0), once without.
 #
 # The seed is printed (diag) and DLOCK_MODEL_SEED=N replays its choices.
 # Before the runs, the checker is shown to fire: logs of a run, altered
@@ -189,11 +190,23 @@ $node->append_conf(
 shared_preload_libraries = 'dlock'
 dlock.database = 'postgres'
 dlock.reap_interval = '50ms'
+# Every round rewrites dlock's tables it may (compact.c): the workload
+# meets rewrites again and again.
+dlock.compact_threshold = 0
 max_connections = 40
 });
 $node->start;
 
+# While it runs, note the lock table's file every 100 ms: rounds rewrite it.
+my $nodes_file = PostgreSQL::Test::Utils::tempdir('filenodes') . '/nodes';
+my $psql_cmd = join(' ', 'psql', '-XAtq', '-d', "'" . $node->connstr('postgres') . "'");
+my $watch = IPC::Run::start(
+	[ 'bash', '-c', "while :; do $psql_cmd -c \"SELECT pg_relation_filenode('dlock.leases')\" >>$nodes_file 2>/dev/null; sleep 0.1; done" ]);
 my $dir = model_run($node, 'preloaded', $seed);
+$watch->kill_kill;
+my %nodes = map { $_ => 1 } grep { /^\d+$/ } split /\n/, slurp_file($nodes_file);
+diag('preloaded: dlock.leases was in ' . scalar(keys %nodes) . ' files during the run');
+cmp_ok(scalar(keys %nodes), '>=', 3, 'preloaded: reaper rounds rewrote the lock table during the run');
 check_fires($dir);
 $node->stop;
 

@@ -1,0 +1,201 @@
+/*-------------------------------------------------------------------------
+ *
+ * compact.c
+ *		Keeping dlock's tables small: a reaper round rewrites a table of
+ *		dlock whose deleted rows' space has come to dwarf its live rows.
+ *
+ * A holding's row goes when the holding ends (rows.c), so over millions of
+ * resources dlock.leases holds about what is held.  The space of the
+ * deleted rows does not go: VACUUM makes it reusable but a B-tree never
+ * gives its pages back, so after a burst over a million resources the table
+ * and its index keep tens of megabytes for a handful of rows (issue 25).
+ * A round (worker.c) therefore ends with dlock_compact_tables: for each of
+ * the tables that hold holdings, tickets and lock-delays, when the table
+ * with its indexes and TOAST is larger than dlock.compact_threshold and
+ * more than COMPACT_FACTOR times what its live rows need (at most
+ * COMPACT_MAX_LIVE of them, so a rewrite copies little), it runs VACUUM
+ * (FULL, SKIP_LOCKED) on it: a rewrite under ACCESS EXCLUSIVE, taken only
+ * if nobody has the table open at that moment (no wait, no message), held
+ * for the few milliseconds the copy of a small table takes.  Acquirers that
+ * arrive meanwhile wait for it in the lock manager, as for any lock of a
+ * table; the rewrite keeps every row version a snapshot may still see, so
+ * it changes nothing anybody reads.
+ *
+ * The live rows are those the cumulative statistics count (inserted minus
+ * deleted, by committed transactions; pg_class.reltuples is only as recent
+ * as the last VACUUM or ANALYZE).  A backend reports its counts within a
+ * second while busy and ten once idle, so a burst of acquisitions not yet
+ * reported may be copied by one rewrite: the table is then as large as
+ * its rows need, and no longer worth a rewrite.
+ *
+ * No shared state: what protects a table during its rewrite is the table's
+ * ACCESS EXCLUSIVE lock.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "dlock.h"
+
+#include "access/xact.h"
+#include "catalog/namespace.h"
+#include "commands/extension.h"
+#include "commands/vacuum.h"
+#include "nodes/makefuncs.h"
+#include "parser/parse_node.h"
+#include "pgstat.h"
+#include "storage/lmgr.h"
+#include "utils/fmgrprotos.h"
+#include "utils/lsyscache.h"
+#include "utils/memutils.h"
+#include "utils/rel.h"
+#include "utils/snapmgr.h"
+
+/* A table is rewritten when over this many times what its live rows need, */
+#define COMPACT_FACTOR		4
+/* counting this many bytes a live row (heap, index entries, free space), */
+#define COMPACT_ROW_BYTES	256
+/* and when it has at most this many live rows (a copy of ~2.5 MB). */
+#define COMPACT_MAX_LIVE	10000
+
+/* The tables that take and lose a row per holding, ticket or lock-delay. */
+static const char *const compact_tables[] = {
+	"leases", "shares", "permits", "tickets", "delays", "holding_values"
+};
+
+/*
+ * worth_compacting: whether table relid is over the threshold and mostly
+ * dead space.  False without a look if another transaction holds a lock
+ * that would make even the size's look wait (a rewrite in progress).
+ */
+static bool
+worth_compacting(Oid relid)
+{
+	int64		size;
+	double		live;
+	Relation	rel;
+	PgStat_StatTabEntry *stats;
+
+	if (!ConditionalLockRelationOid(relid, AccessShareLock))
+		return false;
+	rel = try_relation_open(relid, NoLock);
+	if (rel == NULL)
+	{
+		UnlockRelationOid(relid, AccessShareLock);
+		return false;
+	}
+	relation_close(rel, NoLock);
+	stats = pgstat_fetch_stat_tabentry(relid);
+	live = stats != NULL ? (double) DLOCK_STAT_LIVE_TUPLES(stats) : 0;
+	size = DatumGetInt64(DirectFunctionCall1(pg_total_relation_size,
+											 ObjectIdGetDatum(relid)));
+	UnlockRelationOid(relid, AccessShareLock);
+
+	return size > (int64) dlock_compact_threshold_kb * 1024 &&
+		live <= COMPACT_MAX_LIVE &&
+		(double) size > COMPACT_FACTOR * COMPACT_ROW_BYTES * (live + 1);
+}
+
+/*
+ * rewrite: VACUUM (FULL, SKIP_LOCKED) of table relid, as that statement run
+ * at top level would (it commits the transaction it is given and runs its
+ * own).  Named by OID only, so that a table somebody has open is skipped
+ * without a message.  Called in a transaction; returns in one.
+ */
+static void
+rewrite(Oid relid)
+{
+	MemoryContext portal = AllocSetContextCreate(TopMemoryContext,
+												 "dlock compaction",
+												 ALLOCSET_DEFAULT_SIZES);
+	MemoryContext saved_portal = PortalContext;
+	MemoryContext old = MemoryContextSwitchTo(portal);
+	VacuumStmt *stmt = makeNode(VacuumStmt);
+
+	/*
+	 * The statement must outlive the transaction vacuum commits (as a
+	 * client's does in MessageContext), and so must vacuum's own context.
+	 */
+	stmt->options = list_make2(makeDefElem("full", NULL, -1),
+							   makeDefElem("skip_locked", NULL, -1));
+	stmt->rels = list_make1(makeVacuumRelation(NULL, relid, NIL));
+	stmt->is_vacuumcmd = true;
+	MemoryContextSwitchTo(old);
+	PortalContext = portal;
+	PG_TRY();
+	{
+		ExecVacuum(make_parsestate(NULL), stmt, true);
+	}
+	PG_FINALLY();
+	{
+		PortalContext = saved_portal;
+	}
+	PG_END_TRY();
+	/* (After an error it is left to the end of the round's process.) */
+	MemoryContextDelete(portal);
+}
+
+/*
+ * dlock_compact_tables: rewrite each of dlock's tables that is worth it.
+ * Called by a reaper round outside any transaction; returns how many it
+ * rewrote (or found worth it: a table somebody had open is skipped).
+ */
+int
+dlock_compact_tables(void)
+{
+	Oid			relids[lengthof(compact_tables)];
+	const char *names[lengthof(compact_tables)];
+	int			n = 0;
+
+	if (dlock_compact_threshold_kb < 0)
+		return 0;
+
+	StartTransactionCommand();
+	PushActiveSnapshot(GetTransactionSnapshot());
+	if (OidIsValid(get_extension_oid("dlock", true)))
+	{
+		Oid			schema = dlock_schema_oid();
+
+		for (int i = 0; i < (int) lengthof(compact_tables); i++)
+		{
+			Oid			relid = get_relname_relid(compact_tables[i], schema);
+
+			if (OidIsValid(relid) && worth_compacting(relid))
+			{
+				names[n] = compact_tables[i];
+				relids[n++] = relid;
+			}
+		}
+	}
+	PopActiveSnapshot();
+	CommitTransactionCommand();
+
+	for (int i = 0; i < n; i++)
+	{
+		MemoryContext ctx = CurrentMemoryContext;
+
+		PG_TRY();
+		{
+			StartTransactionCommand();
+			rewrite(relids[i]);
+			CommitTransactionCommand();
+		}
+		PG_CATCH();
+		{
+			ErrorData  *edata;
+
+			/* Report it, and go on with the round. */
+			HOLD_INTERRUPTS();
+			MemoryContextSwitchTo(ctx);
+			edata = CopyErrorData();
+			FlushErrorState();
+			AbortCurrentTransaction();
+			RESUME_INTERRUPTS();
+			ereport(LOG,
+					(errcode(edata->sqlerrcode),
+					 errmsg("dlock reaper round could not compact table dlock.%s: %s",
+							names[i], edata->message)));
+			FreeErrorData(edata);
+		}
+		PG_END_TRY();
+	}
+	return n;
+}
