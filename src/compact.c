@@ -21,12 +21,16 @@
  * table; the rewrite keeps every row version a snapshot may still see, so
  * it changes nothing anybody reads.
  *
- * The live rows are those the cumulative statistics count (inserted minus
- * deleted, by committed transactions; pg_class.reltuples is only as recent
- * as the last VACUUM or ANALYZE).  A backend reports its counts within a
- * second while busy and ten once idle, so a burst of acquisitions not yet
- * reported may be copied by one rewrite: the table is then as large as
- * its rows need, and no longer worth a rewrite.
+ * A first, cheap look takes the live rows the cumulative statistics count
+ * (inserted minus deleted, by committed transactions; pg_class.reltuples
+ * is only as recent as the last VACUUM or ANALYZE).  They may count far
+ * too few: they start from zero after a crash, a promotion or
+ * pg_stat_reset(), a backend reports its counts only every second while
+ * busy and ten once idle, and deleted rows that a snapshot older than
+ * their deletion may still see are not live but a rewrite copies them all
+ * (and would copy them again every round, freeing nothing).  So a table
+ * that passes that look has the rows a rewrite would copy counted, up to
+ * COMPACT_MAX_LIVE + 1 (kept_rows), and is rewritten only if they are few.
  *
  * No shared state: what protects a table during its rewrite is the table's
  * ACCESS EXCLUSIVE lock.
@@ -35,14 +39,19 @@
  */
 #include "dlock.h"
 
+#include "access/heapam.h"
+#include "access/tableam.h"
 #include "access/xact.h"
 #include "catalog/namespace.h"
+#include "catalog/pg_am_d.h"
 #include "commands/extension.h"
 #include "commands/vacuum.h"
 #include "nodes/makefuncs.h"
 #include "parser/parse_node.h"
 #include "pgstat.h"
+#include "storage/bufmgr.h"
 #include "storage/lmgr.h"
+#include "storage/procarray.h"
 #include "utils/fmgrprotos.h"
 #include "utils/lsyscache.h"
 #include "utils/memutils.h"
@@ -62,17 +71,54 @@ static const char *const compact_tables[] = {
 };
 
 /*
+ * kept_rows: how many rows of heap rel a rewrite would copy, counted up to
+ * limit + 1: every version not yet dead to all (live, deleted but maybe
+ * still seen by a snapshot, being inserted or deleted), as VACUUM FULL
+ * decides (heapam_relation_copy_for_cluster).  The scan stops at limit + 1
+ * and reads a page at a time through a ring of buffers (as pgstattuple).
+ */
+static double
+kept_rows(Relation rel, double limit)
+{
+	TransactionId oldest = GetOldestNonRemovableTransactionId(rel);
+	TableScanDesc scan = table_beginscan_strat(rel, SnapshotAny, 0, NULL,
+											   true, false);
+	HeapScanDesc hscan = (HeapScanDesc) scan;
+	HeapTuple	tup;
+	double		n = 0;
+
+	while (n <= limit &&
+		   (tup = heap_getnext(scan, ForwardScanDirection)) != NULL)
+	{
+		HTSV_Result state;
+
+		CHECK_FOR_INTERRUPTS();
+		LockBuffer(hscan->rs_cbuf, BUFFER_LOCK_SHARE);
+		state = HeapTupleSatisfiesVacuum(tup, oldest, hscan->rs_cbuf);
+		LockBuffer(hscan->rs_cbuf, BUFFER_LOCK_UNLOCK);
+		if (state != HEAPTUPLE_DEAD)
+			n++;
+	}
+	table_endscan(scan);
+	return n;
+}
+
+/*
  * worth_compacting: whether table relid is over the threshold and mostly
  * dead space.  False without a look if another transaction holds a lock
  * that would make even the size's look wait (a rewrite in progress).
+ * The statistics' live rows first, then the rows a rewrite would copy
+ * (the header says why).
  */
 static bool
 worth_compacting(Oid relid)
 {
 	int64		size;
+	int64		threshold = (int64) dlock_compact_threshold_kb * 1024;
 	double		live;
 	Relation	rel;
 	PgStat_StatTabEntry *stats;
+	bool		worth = false;
 
 	if (!ConditionalLockRelationOid(relid, AccessShareLock))
 		return false;
@@ -82,16 +128,21 @@ worth_compacting(Oid relid)
 		UnlockRelationOid(relid, AccessShareLock);
 		return false;
 	}
-	relation_close(rel, NoLock);
 	stats = pgstat_fetch_stat_tabentry(relid);
 	live = stats != NULL ? (double) DLOCK_STAT_LIVE_TUPLES(stats) : 0;
 	size = DatumGetInt64(DirectFunctionCall1(pg_total_relation_size,
 											 ObjectIdGetDatum(relid)));
-	UnlockRelationOid(relid, AccessShareLock);
+	if (size > threshold && live <= COMPACT_MAX_LIVE &&
+		(double) size > COMPACT_FACTOR * COMPACT_ROW_BYTES * (live + 1) &&
+		rel->rd_rel->relam == HEAP_TABLE_AM_OID)
+	{
+		double		kept = kept_rows(rel, COMPACT_MAX_LIVE);
 
-	return size > (int64) dlock_compact_threshold_kb * 1024 &&
-		live <= COMPACT_MAX_LIVE &&
-		(double) size > COMPACT_FACTOR * COMPACT_ROW_BYTES * (live + 1);
+		worth = kept <= COMPACT_MAX_LIVE &&
+			(double) size > COMPACT_FACTOR * COMPACT_ROW_BYTES * (kept + 1);
+	}
+	relation_close(rel, AccessShareLock);
+	return worth;
 }
 
 /*

@@ -17,7 +17,13 @@
 #      then rewritten once that transaction has ended;
 #   4. dlock.compact_threshold = -1 turns it off, a threshold above the
 #      table's size leaves it, and so do 10,500 live rows;
-#   5. under acquirers (pgbench, 3 clients taking and releasing resources
+#   5. rows the statistics do not count (after a crash, as after a
+#      promotion or pg_stat_reset()) are counted before a rewrite: 15,000
+#      held rows are not copied;
+#   6. nor are 24,000 deleted rows that a snapshot older than them may still
+#      see (a rewrite would copy them all and free nothing), until that
+#      snapshot is gone;
+#   7. under acquirers (pgbench, 3 clients taking and releasing resources
 #      of their own with 2 ms pauses) while rounds (dlock.reap() in a loop,
 #      dlock.compact_threshold = 0) rewrite the table again and again: every try_lock of a free resource succeeds, every unlock
 #      finds its holding, and fences keep increasing.
@@ -165,7 +171,47 @@ sql(q{SELECT dlock.unlock_all('m')});
 sql('SELECT dlock.reap()');
 cmp_ok(size_kb(), '<=', 64, 'once they are released, the next round rewrites it');
 
-# ---- 5. Under acquirers, rounds rewriting again and again. ----
+# ---- 5. Statistics that count too few live rows. ----
+# They start from zero after a crash, a promotion or pg_stat_reset(): a
+# table of 15,000 held rows must not be copied (under its ACCESS EXCLUSIVE
+# lock, every round) for the statistics' word that it holds none.
+sql(q{DO $$ BEGIN FOR b IN 0 .. 14 LOOP
+	PERFORM dlock.try_lock('held/' || i, 'h6', '1h') FROM generate_series(b * 1000 + 1, b * 1000 + 1000) i;
+	COMMIT; END LOOP; END $$});
+$node->poll_query_until('postgres',
+	q{SELECT n_live_tup >= 15000 FROM pg_stat_all_tables WHERE relid = 'dlock.leases'::regclass})
+  or die 'statistics never showed 15,000 live rows';
+$node->stop('immediate');
+$node->start;
+is(sql(q{SELECT n_live_tup FROM pg_stat_all_tables WHERE relid = 'dlock.leases'::regclass}),
+	'0', 'after a crash the statistics count no live row');
+my ($node8, $kb8) = (filenode(), size_kb());
+cmp_ok($kb8, '>', 1024, "15,000 held: $kb8 kB");
+sql('SELECT dlock.reap()');
+is(filenode(), $node8, 'after the crash: 15,000 held rows are not copied');
+sql(q{DO $$ BEGIN FOR b IN 0 .. 14 LOOP
+	PERFORM dlock.unlock('held/' || i, 'h6') FROM generate_series(b * 1000 + 1, b * 1000 + 1000) i;
+	COMMIT; END LOOP; END $$});
+sql('SELECT dlock.reap()');
+cmp_ok(size_kb(), '<=', 64, 'once they are released, the next round rewrites it');
+
+# ---- 6. Deleted rows an older snapshot may still see. ----
+# A rewrite copies them all (RECENTLY_DEAD): with a snapshot older than
+# 24,000 deleted rows it would copy 24,000 rows, free nothing, and do so
+# again every round.
+my $old = $node->background_psql('postgres');
+$old->query_safe(q{BEGIN ISOLATION LEVEL REPEATABLE READ; SELECT count(*) FROM pg_class});
+churn('c7', 24000, 100);
+my ($node9, $kb9) = (filenode(), size_kb());
+cmp_ok($kb9, '>', 1024, "churn over 24,000 resources under an old snapshot: $kb9 kB");
+sql('SELECT dlock.reap()');
+is(filenode(), $node9, 'not rewritten while a snapshot may still see the deleted rows');
+$old->query_safe('COMMIT');
+$old->quit;
+sql('SELECT dlock.reap()');
+cmp_ok(size_kb(), '<=', 64, 'once that snapshot is gone, the next round rewrites it');
+
+# ---- 7. Under acquirers, rounds rewriting again and again. ----
 sql(q{ALTER SYSTEM SET dlock.compact_threshold = 0; SELECT pg_reload_conf()});
 sql(q{CREATE TABLE misses (what text, at timestamptz DEFAULT clock_timestamp());
 	CREATE TABLE fences (client int, fence bigint, at timestamptz DEFAULT clock_timestamp(), id bigserial)});
