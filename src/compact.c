@@ -15,7 +15,8 @@
  * more than COMPACT_FACTOR times what its live rows need (at most
  * COMPACT_MAX_LIVE of them, so a rewrite copies little), it runs VACUUM
  * (FULL, SKIP_LOCKED) on it: a rewrite under ACCESS EXCLUSIVE, taken only
- * if nobody has the table open at that moment (no wait, no message), held
+ * if nobody has the table, its indexes or its TOAST table open at that
+ * moment (no wait, no message; parts_in_use), held
  * for the few milliseconds the copy of a small table takes.  Acquirers that
  * arrive meanwhile wait for it in the lock manager, as for any lock of a
  * table; the rewrite keeps every row version a snapshot may still see, so
@@ -51,8 +52,10 @@
 #include "pgstat.h"
 #include "storage/bufmgr.h"
 #include "storage/lmgr.h"
+#include "storage/proc.h"
 #include "storage/procarray.h"
 #include "utils/fmgrprotos.h"
+#include "utils/guc.h"
 #include "utils/lsyscache.h"
 #include "utils/memutils.h"
 #include "utils/rel.h"
@@ -64,6 +67,8 @@
 #define COMPACT_ROW_BYTES	256
 /* and when it has at most this many live rows (a copy of ~2.5 MB). */
 #define COMPACT_MAX_LIVE	10000
+/* The longest a rewrite waits for a lock (see parts_in_use). */
+#define COMPACT_LOCK_TIMEOUT_MS 100
 
 /* The tables that take and lose a row per holding, ticket or lock-delay. */
 static const char *const compact_tables[] = {
@@ -146,6 +151,51 @@ worth_compacting(Oid relid)
 }
 
 /*
+ * parts_in_use: whether another transaction has a lock on an index or the
+ * TOAST table of table relid (or the table is gone, or locked against a
+ * look).  SKIP_LOCKED spares a wait for the table's lock only: VACUUM
+ * FULL then locks the TOAST table and the indexes unconditionally, holding
+ * the table's ACCESS EXCLUSIVE lock, so every acquirer would wait as long.
+ * Autovacuum vacuums a TOAST table alone, with no lock on the table.  A
+ * look, not a lock: for a lock taken in the moment between, the round's
+ * lock_timeout (dlock_compact_tables) bounds the wait.  Called in a
+ * transaction, which keeps an ACCESS SHARE lock on the table.
+ */
+static bool
+parts_in_use(Oid relid)
+{
+	Relation	rel;
+	List	   *parts;
+	ListCell   *lc;
+	bool		in_use = false;
+
+	if (!ConditionalLockRelationOid(relid, AccessShareLock))
+		return true;
+	rel = try_relation_open(relid, NoLock);
+	if (rel == NULL)
+		return true;
+	parts = RelationGetIndexList(rel);
+	if (OidIsValid(rel->rd_rel->reltoastrelid))
+		parts = lappend_oid(parts, rel->rd_rel->reltoastrelid);
+	relation_close(rel, NoLock);
+	foreach(lc, parts)
+	{
+		LOCKTAG		tag;
+		int			holders;
+
+		SET_LOCKTAG_RELATION(tag, MyDatabaseId, lfirst_oid(lc));
+		(void) GetLockConflicts(&tag, AccessExclusiveLock, &holders);
+		if (holders > 0)
+		{
+			in_use = true;
+			break;
+		}
+	}
+	list_free(parts);
+	return in_use;
+}
+
+/*
  * rewrite: VACUUM (FULL, SKIP_LOCKED) of table relid, as that statement run
  * at top level would (it commits the transaction it is given and runs its
  * own).  Named by OID only, so that a table somebody has open is skipped
@@ -219,6 +269,14 @@ dlock_compact_tables(void)
 	PopActiveSnapshot();
 	CommitTransactionCommand();
 
+	/*
+	 * A rewrite holds the table's ACCESS EXCLUSIVE lock while it waits for
+	 * any other: at most COMPACT_LOCK_TIMEOUT_MS (then it fails, is
+	 * reported, and the round goes on).  The round ends after this.
+	 */
+	if (n > 0 && (LockTimeout == 0 || LockTimeout > COMPACT_LOCK_TIMEOUT_MS))
+		SetConfigOption("lock_timeout", CppAsString2(COMPACT_LOCK_TIMEOUT_MS),
+						PGC_SUSET, PGC_S_OVERRIDE);
 	for (int i = 0; i < n; i++)
 	{
 		MemoryContext ctx = CurrentMemoryContext;
@@ -226,7 +284,8 @@ dlock_compact_tables(void)
 		PG_TRY();
 		{
 			StartTransactionCommand();
-			rewrite(relids[i]);
+			if (!parts_in_use(relids[i]))
+				rewrite(relids[i]);
 			CommitTransactionCommand();
 		}
 		PG_CATCH();

@@ -23,7 +23,10 @@
 #   6. nor are 24,000 deleted rows that a snapshot older than them may still
 #      see (a rewrite would copy them all and free nothing), until that
 #      snapshot is gone;
-#   7. under acquirers (pgbench, 3 clients taking and releasing resources
+#   7. a transaction that has the table's TOAST table open (not the table:
+#      autovacuum vacuums a TOAST table alone) is not waited for either
+#      (VACUUM FULL would lock it after the table, unconditionally);
+#   8. under acquirers (pgbench, 3 clients taking and releasing resources
 #      of their own with 2 ms pauses) while rounds (dlock.reap() in a loop,
 #      dlock.compact_threshold = 0) rewrite the table again and again: every try_lock of a free resource succeeds, every unlock
 #      finds its holding, and fences keep increasing.
@@ -211,7 +214,35 @@ $old->quit;
 sql('SELECT dlock.reap()');
 cmp_ok(size_kb(), '<=', 64, 'once that snapshot is gone, the next round rewrites it');
 
-# ---- 7. Under acquirers, rounds rewriting again and again. ----
+# ---- 7. A lock on the table's TOAST table alone. ----
+# Autovacuum vacuums a TOAST table on its own, with no lock on the table,
+# and VACUUM FULL locks the TOAST table (and the indexes) after the table,
+# without SKIP_LOCKED's care: a rewrite that waited there would keep every
+# acquirer waiting with it.  Here a transaction reads the TOAST table and
+# stays open.
+churn('c8', 24000, 100);
+my $node10 = filenode();
+my $toast = sql(q{SELECT reltoastrelid::regclass FROM pg_class WHERE oid = 'dlock.leases'::regclass});
+my $reader = $node->background_psql('postgres');
+$reader->query_safe("BEGIN; SELECT count(*) FROM $toast");
+$log_pos = -s $node->logfile;
+my ($rc, $out, $err) = $node->psql('postgres', q{SET statement_timeout = '60s'; SELECT dlock.reap()});
+is($rc, 0, 'dlock.reap() returned with the TOAST table open in a transaction') or diag($err);
+is(filenode(), $node10, 'and left the table as it was');
+is(sql(q{SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'dlock reaper round'}),
+	'0', 'no round is left waiting');
+unlike(slurp_file($node->logfile, $log_pos), qr/could not compact/,
+	'it did not try (a lock timeout would say so in the log)');
+($rc, $out, $err) = $node->psql('postgres',
+	q{SET lock_timeout = '30s'; SELECT dlock.try_lock('toast/x', 'h') IS NOT NULL});
+is($out, 't', 'a try_lock meanwhile is served') or diag($err);
+sql(q{SELECT dlock.unlock('toast/x', 'h')});
+$reader->query_safe('COMMIT');
+$reader->quit;
+sql('SELECT dlock.reap()');
+cmp_ok(size_kb(), '<=', 64, 'rewritten by the next round, once that transaction ended');
+
+# ---- 8. Under acquirers, rounds rewriting again and again. ----
 sql(q{ALTER SYSTEM SET dlock.compact_threshold = 0; SELECT pg_reload_conf()});
 sql(q{CREATE TABLE misses (what text, at timestamptz DEFAULT clock_timestamp());
 	CREATE TABLE fences (client int, fence bigint, at timestamptz DEFAULT clock_timestamp(), id bigserial)});
