@@ -15,18 +15,23 @@
  * more than COMPACT_FACTOR times what its live rows need (at most
  * COMPACT_MAX_LIVE of them, so a rewrite copies little), it runs VACUUM
  * (FULL, SKIP_LOCKED) on it: a rewrite under ACCESS EXCLUSIVE, taken only
- * if nobody has the table open at that moment (no wait, no message), held
+ * if nobody has the table, its indexes or its TOAST table open at that
+ * moment (no wait, no message; parts_in_use), held
  * for the few milliseconds the copy of a small table takes.  Acquirers that
  * arrive meanwhile wait for it in the lock manager, as for any lock of a
  * table; the rewrite keeps every row version a snapshot may still see, so
  * it changes nothing anybody reads.
  *
- * The live rows are those the cumulative statistics count (inserted minus
- * deleted, by committed transactions; pg_class.reltuples is only as recent
- * as the last VACUUM or ANALYZE).  A backend reports its counts within a
- * second while busy and ten once idle, so a burst of acquisitions not yet
- * reported may be copied by one rewrite: the table is then as large as
- * its rows need, and no longer worth a rewrite.
+ * A first, cheap look takes the live rows the cumulative statistics count
+ * (inserted minus deleted, by committed transactions; pg_class.reltuples
+ * is only as recent as the last VACUUM or ANALYZE).  They may count far
+ * too few: they start from zero after a crash, a promotion or
+ * pg_stat_reset(), a backend reports its counts only every second while
+ * busy and ten once idle, and deleted rows that a snapshot older than
+ * their deletion may still see are not live but a rewrite copies them all
+ * (and would copy them again every round, freeing nothing).  So a table
+ * that passes that look has the rows a rewrite would copy counted, up to
+ * COMPACT_MAX_LIVE + 1 (kept_rows), and is rewritten only if they are few.
  *
  * No shared state: what protects a table during its rewrite is the table's
  * ACCESS EXCLUSIVE lock.
@@ -35,15 +40,22 @@
  */
 #include "dlock.h"
 
+#include "access/heapam.h"
+#include "access/tableam.h"
 #include "access/xact.h"
 #include "catalog/namespace.h"
+#include "catalog/pg_am_d.h"
 #include "commands/extension.h"
 #include "commands/vacuum.h"
 #include "nodes/makefuncs.h"
 #include "parser/parse_node.h"
 #include "pgstat.h"
+#include "storage/bufmgr.h"
 #include "storage/lmgr.h"
+#include "storage/proc.h"
+#include "storage/procarray.h"
 #include "utils/fmgrprotos.h"
+#include "utils/guc.h"
 #include "utils/lsyscache.h"
 #include "utils/memutils.h"
 #include "utils/rel.h"
@@ -55,6 +67,8 @@
 #define COMPACT_ROW_BYTES	256
 /* and when it has at most this many live rows (a copy of ~2.5 MB). */
 #define COMPACT_MAX_LIVE	10000
+/* The longest a rewrite waits for a lock (see parts_in_use). */
+#define COMPACT_LOCK_TIMEOUT_MS 100
 
 /* The tables that take and lose a row per holding, ticket or lock-delay. */
 static const char *const compact_tables[] = {
@@ -62,17 +76,54 @@ static const char *const compact_tables[] = {
 };
 
 /*
+ * kept_rows: how many rows of heap rel a rewrite would copy, counted up to
+ * limit + 1: every version not yet dead to all (live, deleted but maybe
+ * still seen by a snapshot, being inserted or deleted), as VACUUM FULL
+ * decides (heapam_relation_copy_for_cluster).  The scan stops at limit + 1
+ * and reads a page at a time through a ring of buffers (as pgstattuple).
+ */
+static double
+kept_rows(Relation rel, double limit)
+{
+	TransactionId oldest = GetOldestNonRemovableTransactionId(rel);
+	TableScanDesc scan = table_beginscan_strat(rel, SnapshotAny, 0, NULL,
+											   true, false);
+	HeapScanDesc hscan = (HeapScanDesc) scan;
+	HeapTuple	tup;
+	double		n = 0;
+
+	while (n <= limit &&
+		   (tup = heap_getnext(scan, ForwardScanDirection)) != NULL)
+	{
+		HTSV_Result state;
+
+		CHECK_FOR_INTERRUPTS();
+		LockBuffer(hscan->rs_cbuf, BUFFER_LOCK_SHARE);
+		state = HeapTupleSatisfiesVacuum(tup, oldest, hscan->rs_cbuf);
+		LockBuffer(hscan->rs_cbuf, BUFFER_LOCK_UNLOCK);
+		if (state != HEAPTUPLE_DEAD)
+			n++;
+	}
+	table_endscan(scan);
+	return n;
+}
+
+/*
  * worth_compacting: whether table relid is over the threshold and mostly
  * dead space.  False without a look if another transaction holds a lock
  * that would make even the size's look wait (a rewrite in progress).
+ * The statistics' live rows first, then the rows a rewrite would copy
+ * (the header says why).
  */
 static bool
 worth_compacting(Oid relid)
 {
 	int64		size;
+	int64		threshold = (int64) dlock_compact_threshold_kb * 1024;
 	double		live;
 	Relation	rel;
 	PgStat_StatTabEntry *stats;
+	bool		worth = false;
 
 	if (!ConditionalLockRelationOid(relid, AccessShareLock))
 		return false;
@@ -82,16 +133,66 @@ worth_compacting(Oid relid)
 		UnlockRelationOid(relid, AccessShareLock);
 		return false;
 	}
-	relation_close(rel, NoLock);
 	stats = pgstat_fetch_stat_tabentry(relid);
 	live = stats != NULL ? (double) DLOCK_STAT_LIVE_TUPLES(stats) : 0;
 	size = DatumGetInt64(DirectFunctionCall1(pg_total_relation_size,
 											 ObjectIdGetDatum(relid)));
-	UnlockRelationOid(relid, AccessShareLock);
+	if (size > threshold && live <= COMPACT_MAX_LIVE &&
+		(double) size > COMPACT_FACTOR * COMPACT_ROW_BYTES * (live + 1) &&
+		rel->rd_rel->relam == HEAP_TABLE_AM_OID)
+	{
+		double		kept = kept_rows(rel, COMPACT_MAX_LIVE);
 
-	return size > (int64) dlock_compact_threshold_kb * 1024 &&
-		live <= COMPACT_MAX_LIVE &&
-		(double) size > COMPACT_FACTOR * COMPACT_ROW_BYTES * (live + 1);
+		worth = kept <= COMPACT_MAX_LIVE &&
+			(double) size > COMPACT_FACTOR * COMPACT_ROW_BYTES * (kept + 1);
+	}
+	relation_close(rel, AccessShareLock);
+	return worth;
+}
+
+/*
+ * parts_in_use: whether another transaction has a lock on an index or the
+ * TOAST table of table relid (or the table is gone, or locked against a
+ * look).  SKIP_LOCKED spares a wait for the table's lock only: VACUUM
+ * FULL then locks the TOAST table and the indexes unconditionally, holding
+ * the table's ACCESS EXCLUSIVE lock, so every acquirer would wait as long.
+ * Autovacuum vacuums a TOAST table alone, with no lock on the table.  A
+ * look, not a lock: for a lock taken in the moment between, the round's
+ * lock_timeout (dlock_compact_tables) bounds the wait.  Called in a
+ * transaction, which keeps an ACCESS SHARE lock on the table.
+ */
+static bool
+parts_in_use(Oid relid)
+{
+	Relation	rel;
+	List	   *parts;
+	ListCell   *lc;
+	bool		in_use = false;
+
+	if (!ConditionalLockRelationOid(relid, AccessShareLock))
+		return true;
+	rel = try_relation_open(relid, NoLock);
+	if (rel == NULL)
+		return true;
+	parts = RelationGetIndexList(rel);
+	if (OidIsValid(rel->rd_rel->reltoastrelid))
+		parts = lappend_oid(parts, rel->rd_rel->reltoastrelid);
+	relation_close(rel, NoLock);
+	foreach(lc, parts)
+	{
+		LOCKTAG		tag;
+		int			holders;
+
+		SET_LOCKTAG_RELATION(tag, MyDatabaseId, lfirst_oid(lc));
+		(void) GetLockConflicts(&tag, AccessExclusiveLock, &holders);
+		if (holders > 0)
+		{
+			in_use = true;
+			break;
+		}
+	}
+	list_free(parts);
+	return in_use;
 }
 
 /*
@@ -168,6 +269,14 @@ dlock_compact_tables(void)
 	PopActiveSnapshot();
 	CommitTransactionCommand();
 
+	/*
+	 * A rewrite holds the table's ACCESS EXCLUSIVE lock while it waits for
+	 * any other: at most COMPACT_LOCK_TIMEOUT_MS (then it fails, is
+	 * reported, and the round goes on).  The round ends after this.
+	 */
+	if (n > 0 && (LockTimeout == 0 || LockTimeout > COMPACT_LOCK_TIMEOUT_MS))
+		SetConfigOption("lock_timeout", CppAsString2(COMPACT_LOCK_TIMEOUT_MS),
+						PGC_SUSET, PGC_S_OVERRIDE);
 	for (int i = 0; i < n; i++)
 	{
 		MemoryContext ctx = CurrentMemoryContext;
@@ -175,7 +284,8 @@ dlock_compact_tables(void)
 		PG_TRY();
 		{
 			StartTransactionCommand();
-			rewrite(relids[i]);
+			if (!parts_in_use(relids[i]))
+				rewrite(relids[i]);
 			CommitTransactionCommand();
 		}
 		PG_CATCH();
