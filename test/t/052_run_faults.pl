@@ -224,7 +224,7 @@ for my $v (sort keys %variants)
 		%cli_env);
 	my $wd;
 	ok(wait_for(30, sub { ($wd) = grep { /^\d+$/ } split /\s+/, `pgrep -P $pid`; $wd }),
-		"wdreset: the watchdog is there (a child of the CLI, $pid)");
+		"wdreset: the watchdog is there ($pid's child)");
 	kill 'STOP', $wd;
 	ok(wait_for(30, sub { (() = slurp("$tmp/wdreset.err") =~ /renewed until/g) >= 2 }),
 		'wdreset: the CLI renewed twice while the watchdog was stopped');
