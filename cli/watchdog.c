@@ -88,12 +88,6 @@ watchdog_send(int fd, int type, int arg, int64_t value)
 /*
  * watchdog_recv: read one message if one is there.  Returns 1 with *m
  * filled, 0 if nothing is waiting, -1 at EOF (the peer is gone).
- *
- * A peer that exits with messages of ours unread leaves ECONNRESET on our
- * end, and Linux reports it before the messages the peer sent first: the
- * watchdog's WD_EXITED, sent just before it exits, while a WD_DEADLINE of
- * a renewal waits unread in its queue.  The error is reported once: read
- * on, and the messages, then EOF, follow.
  */
 int
 watchdog_recv(int fd, WdMsg *m)
@@ -102,7 +96,7 @@ watchdog_recv(int fd, WdMsg *m)
 
 	do
 		n = recv(fd, m, sizeof(*m), MSG_DONTWAIT);
-	while (n < 0 && (errno == EINTR || errno == ECONNRESET));
+	while (n < 0 && errno == EINTR);
 	if (n == (ssize_t) sizeof(*m))
 		return 1;
 	if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
