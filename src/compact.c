@@ -109,6 +109,35 @@ kept_rows(Relation rel, double limit)
 }
 
 /*
+ * open_unwaited: table relid under an ACCESS SHARE lock taken without
+ * waiting (kept to the transaction's end), or NULL if another transaction
+ * holds a lock that conflicts (a rewrite in progress) or the table is gone.
+ */
+static Relation
+open_unwaited(Oid relid)
+{
+	Relation	rel;
+
+	if (!ConditionalLockRelationOid(relid, AccessShareLock))
+		return NULL;
+	rel = try_relation_open(relid, NoLock);
+	if (rel == NULL)
+		UnlockRelationOid(relid, AccessShareLock);
+	return rel;
+}
+
+/*
+ * mostly_dead: whether a table of size bytes is worth rewriting for rows
+ * rows: few enough to copy quickly, and needing under 1/COMPACT_FACTOR of it.
+ */
+static bool
+mostly_dead(int64 size, double rows)
+{
+	return rows <= COMPACT_MAX_LIVE &&
+		(double) size > COMPACT_FACTOR * COMPACT_ROW_BYTES * (rows + 1);
+}
+
+/*
  * worth_compacting: whether table relid is over the threshold and mostly
  * dead space.  False without a look if another transaction holds a lock
  * that would make even the size's look wait (a rewrite in progress).
@@ -125,27 +154,16 @@ worth_compacting(Oid relid)
 	PgStat_StatTabEntry *stats;
 	bool		worth = false;
 
-	if (!ConditionalLockRelationOid(relid, AccessShareLock))
-		return false;
-	rel = try_relation_open(relid, NoLock);
+	rel = open_unwaited(relid);
 	if (rel == NULL)
-	{
-		UnlockRelationOid(relid, AccessShareLock);
 		return false;
-	}
 	stats = pgstat_fetch_stat_tabentry(relid);
 	live = stats != NULL ? (double) DLOCK_STAT_LIVE_TUPLES(stats) : 0;
 	size = DatumGetInt64(DirectFunctionCall1(pg_total_relation_size,
 											 ObjectIdGetDatum(relid)));
-	if (size > threshold && live <= COMPACT_MAX_LIVE &&
-		(double) size > COMPACT_FACTOR * COMPACT_ROW_BYTES * (live + 1) &&
+	if (size > threshold && mostly_dead(size, live) &&
 		rel->rd_rel->relam == HEAP_TABLE_AM_OID)
-	{
-		double		kept = kept_rows(rel, COMPACT_MAX_LIVE);
-
-		worth = kept <= COMPACT_MAX_LIVE &&
-			(double) size > COMPACT_FACTOR * COMPACT_ROW_BYTES * (kept + 1);
-	}
+		worth = mostly_dead(size, kept_rows(rel, COMPACT_MAX_LIVE));
 	relation_close(rel, AccessShareLock);
 	return worth;
 }
@@ -169,9 +187,7 @@ parts_in_use(Oid relid)
 	ListCell   *lc;
 	bool		in_use = false;
 
-	if (!ConditionalLockRelationOid(relid, AccessShareLock))
-		return true;
-	rel = try_relation_open(relid, NoLock);
+	rel = open_unwaited(relid);
 	if (rel == NULL)
 		return true;
 	parts = RelationGetIndexList(rel);
