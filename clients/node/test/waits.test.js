@@ -30,7 +30,7 @@ async function notLostWithin(lock, ms) {
 const KINDS = {
   lock: { take: (r, o) => dlock.acquire(app, r, o) },
   semaphore: { take: (r, o) => dlock.acquire(app, r, { maxPermits: 1, ...o }), needs: kinds, skip: noKinds },
-  multi: { take: (r, o) => dlock.acquire(app, [`${r}/b`, r], o), needs: kinds, skip: noKinds },
+  multi: { take: (r, o) => dlock.acquire(app, [r, `${r}/b`], o), needs: kinds, skip: noKinds },
   election: {
     take: (r, o) => new dlock.Election(app, r, { lease: o.lease }).campaign('v', { wait: o.wait }),
     needs: elections, skip: noElections,

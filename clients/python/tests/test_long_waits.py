@@ -29,14 +29,14 @@ def live(admin, resource):
 
 
 def make(kind, source, name, **kw):
-    """A holder of kind KIND on NAME (multi: NAME and NAME/b)."""
+    """A holder of kind KIND on NAME (multi: NAME, then NAME/b)."""
     mod = kw.pop("mod", dlock)
     if kind == "lock":
         return mod.Lock(source, name, **kw)
     if kind == "semaphore":
         return mod.Semaphore(source, name, max_permits=1, **kw)
     if kind == "multi":
-        return mod.MultiLock(source, [name + "/b", name], **kw)
+        return mod.MultiLock(source, [name, name + "/b"], **kw)
     return mod.Election(source, name, **kw)
 
 

@@ -215,8 +215,9 @@ class _Leased:
         return self._fences is not None and not self.lost.is_set() and self._mine()
 
     def _mine(self) -> bool:
-        """Whether this process holds it (not a child forked meanwhile)."""
-        return self._pid == os.getpid()
+        """Whether this process holds it (not a child forked meanwhile;
+        a fence set by hand, never acquired here: yes)."""
+        return self._pid is None or self._pid == os.getpid()
 
     def _forked(self) -> None:
         """In a forked child: the locks another thread of the parent may
