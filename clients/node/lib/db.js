@@ -63,10 +63,11 @@ function timeoutError(what, ms) {
   return err;
 }
 
-// call POOL SQL VALUES TIMEOUT: run one statement on a client of its own;
-// the rows.  TIMEOUT (ms, or 0 for none) bounds getting the client and the
-// statement.
-async function call(pool, sql, values, timeoutMs) {
+// call POOL SQL VALUES TIMEOUT [TIMING]: run one statement on a client of
+// its own; the rows.  TIMEOUT (ms, or 0 for none) bounds getting the
+// client and the statement.  TIMING.sent: when the statement was sent
+// (performance.now(), after any wait for a free client of the pool).
+async function call(pool, sql, values, timeoutMs, timing) {
   let client;
   if (timeoutMs > 0) {
     let timer, timedOut = false;
@@ -98,6 +99,7 @@ async function call(pool, sql, values, timeoutMs) {
   try {
     const query = { text: sql, values };
     if (timeoutMs > 0) query.query_timeout = Math.max(1, Math.ceil(timeoutMs));
+    if (timing) timing.sent = performance.now();
     const res = await client.query(query);
     return res.rows;
   } catch (err) {
@@ -111,4 +113,14 @@ async function call(pool, sql, values, timeoutMs) {
 
 const bigintOrNull = (v) => (v === null || v === undefined ? null : BigInt(v));
 
-module.exports = { invalid, duration, text, count, uniqueHolder, checkPool, isServerError, call, bigintOrNull };
+// fences V MULTI: an acquisition's result, read as text (never through the
+// application's type parsers, which may turn int8 into a rounded Number):
+// the fences as bigints, or null for NULL.  MULTI: a comma-separated list.
+function fences(v, multi) {
+  if (v === null || v === undefined) return null;
+  return (multi ? String(v).split(',') : [String(v)]).map((f) => BigInt(f));
+}
+
+module.exports = {
+  invalid, duration, text, count, uniqueHolder, checkPool, isServerError, call, bigintOrNull, fences,
+};

@@ -35,8 +35,9 @@ class Leadership extends Lock {
   resign() { return this.release(); }
 }
 
+// The term as text: see lock.js (type parsers).
 const LEADER_SQL =
-  'SELECT candidate, value, term, elected_at, expires_at FROM dlock.leader($1)';
+  'SELECT candidate, value, term::text AS term, elected_at, expires_at FROM dlock.leader($1)';
 
 function toLeader(row) {
   return {
@@ -96,8 +97,8 @@ class Election {
       db.duration('lease', this._lease), db.duration('wait', opts.wait)];
     const l = await take(this._pool, Leadership, this._name, this._candidate, this._generated,
       { lease: this._lease },
-      'SELECT dlock.campaign($1, $2, $3, $4::interval, $5::interval) AS f', values,
-      'SELECT dlock.resign($1, $2, $3::bigint) AS r');
+      'SELECT dlock.campaign($1, $2, $3, $4::interval, $5::interval)::text AS f', values,
+      'SELECT dlock.resign($1, $2, $3::bigint) AS r', {}, values[3]);
     if (l === null) throw new LockTimeout(this._name);
     if (this._leadership && this._leadership.term === l.term && !this._leadership.lost &&
         !this._leadership.released) {

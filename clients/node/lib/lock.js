@@ -16,9 +16,19 @@
 // never queues behind the caller's own work on its connection).  A failed
 // renewal is retried with back-off until shortly before the lease's end
 // as this process measures it (from when the last acknowledged renewal was
-// sent, minus a margin); then, or at once when renew() returns NULL (the
+// sent, after any wait for a free client of the pool, minus a margin); then, or at once when renew() returns NULL (the
 // lock was broken, or it expired and someone took it), the lock is lost:
 // `signal` is aborted with a LockLost, before the lease's end.
+//
+// Acquisition: the lease starts when the server grants it, somewhere in
+// the statement's wait.  After a short wait it is dated from when the
+// statement was sent; after one of a third of the lease or more, from a
+// renewal sent at once (confirm()): never later than the server's expiry,
+// and not so early that a long wait is taken for a lost lease.
+//
+// Fences are read as text (::text, lock_all's as a comma-separated list)
+// and parsed to BigInt here: a type parser the application set for int8
+// (pg.types.setTypeParser(20, parseInt)) must not round them.
 //
 // State: each Lock's own fields, touched only from this event loop; a
 // renewal that returns after release() or loss is ignored.
@@ -116,13 +126,13 @@ class Lock {
 
   async _renewOnce(backoff) {
     if (this._state !== 'held') return;
-    const sent = now();
+    const timing = {};
     let rows;
     const [resource, fence] = this._target();
     try {
       rows = await db.call(this._pool, this._sql.renew,
         [resource, this._holder, this._leaseParam, fence],
-        Math.max(1, Math.min(this._leaseMs / 3, this._deadline - sent)));
+        Math.max(1, Math.min(this._leaseMs / 3, this._deadline - now())), timing);
     } catch (err) {
       if (this._state !== 'held') return;
       this._lastError = err;
@@ -133,7 +143,7 @@ class Lock {
     }
     if (this._state !== 'held') return;
     if (rows[0].expiry === null) this._lose('renew() found it no longer held (broken, or expired and taken)');
-    else this._renewed(sent);
+    else this._renewed(timing.sent);
   }
 
   _stop(state) {
@@ -276,13 +286,13 @@ const NEEDS = {
 function acquisitionSql(kind, opts) {
   if (kind === 'semaphore') {
     return {
-      sql: 'SELECT dlock.acquire($1, $2, $5::integer, $6::integer, $3::interval, $7::boolean, $4::interval) AS f',
+      sql: 'SELECT dlock.acquire($1, $2, $5::integer, $6::integer, $3::interval, $7::boolean, $4::interval)::text AS f',
       extra: [opts.maxPermits, opts.permits === undefined ? 1 : opts.permits, opts.fair === true],
     };
   }
   if (kind === 'multi') {
     return {
-      sql: 'SELECT dlock.lock_all($1::text[], $2, $3::interval, $5::boolean, $4::interval) AS f',
+      sql: "SELECT array_to_string(dlock.lock_all($1::text[], $2, $3::interval, $5::boolean, $4::interval), ',') AS f",
       extra: [opts.shared === true],
     };
   }
@@ -299,7 +309,7 @@ function acquisitionSql(kind, opts) {
   // Named only when asked for: exclusive locks keep working on servers
   // without shared mode (the 0.3 SQL and older, the portable edition).
   if (opts.shared === true) sql += ', shared => true';
-  return { sql: sql + ') AS f', extra };
+  return { sql: sql + ')::text AS f', extra };
 }
 
 // leaseOf: the lease in ms of a holding just taken: the number given, or
@@ -315,38 +325,53 @@ async function leaseOf(pool, resource, holder, fence, leaseOpt) {
   return Number(rows[0].ms);
 }
 
+// confirm POOL SQL ARGS: a renewal of a holding just acquired after a
+// long wait, which dates its lease: when it was sent; LockLost if the
+// holding was gone already.
+async function confirm(pool, sql, args, leaseMs, what, fence) {
+  const timing = {};
+  const rows = await db.call(pool, sql, args, Math.max(1, Math.min(leaseMs / 3, RELEASE_TIMEOUT_MS)), timing);
+  if (rows[0].expiry === null)
+    throw new LockLost(what, fence, 'its lease had ended before its acquisition was answered');
+  return timing.sent;
+}
+
 // take: run an acquisition or campaign statement; the Lock, or null when
 // it returned NULL.  A lost connection leaves the outcome unknown: a
 // holder made up here is then released (best effort), since nobody else
 // can use it.
 // KIND's constructor gets the spec with `more` added (a MultiLock: its
-// resources and fences; a Semaphore: its permits).
-async function take(pool, Kind, resource, holder, generated, opts, sql, values, releaseSql, more) {
-  const sent = now();
+// resources and fences; a Semaphore: its permits).  LEASEPARAM: the lease
+// as sent (renewals send it again).
+async function take(pool, Kind, resource, holder, generated, opts, sql, values, releaseSql, more, leaseParam) {
+  const timing = {};
   let rows;
   try {
-    rows = await db.call(pool, sql, values, 0);
+    rows = await db.call(pool, sql, values, 0, timing);
   } catch (err) {
     if (generated && !db.isServerError(err)) {
       await db.call(pool, 'SELECT dlock.unlock_all($1)', [holder], RELEASE_TIMEOUT_MS).catch(() => {});
     }
     throw err;
   }
-  const f = rows[0].f;
-  if (f === null || f === undefined) return null;
-  const multi = Array.isArray(f);
-  const fences = multi ? f.map(BigInt) : [BigInt(f)];
+  const multi = Array.isArray(resource);
+  const fences = db.fences(rows[0].f, multi);
+  if (fences === null) return null;
   const resources = multi ? resource : [resource];
-  let leaseMs;
+  const target = multi ? [resources, fences.map(String)] : [resource, fences[0].toString()];
+  let leaseMs, sentAt = timing.sent;
   try {
     leaseMs = await leaseOf(pool, resources[0], holder, fences[0], opts.lease);
+    if (now() - sentAt >= leaseMs / 3) {
+      sentAt = await confirm(pool, (multi ? MANY : ONE).renew, [target[0], holder, leaseParam, target[1]],
+        leaseMs, resources.join(', '), fences[0]);
+    }
   } catch (err) {
-    await db.call(pool, releaseSql, multi ? [resources, holder, fences.map(String)]
-      : [resource, holder, fences[0].toString()], RELEASE_TIMEOUT_MS).catch(() => {});
+    await db.call(pool, releaseSql, [target[0], holder, target[1]], RELEASE_TIMEOUT_MS).catch(() => {});
     throw err;
   }
   return new Kind(pool, {
-    resource: resources[0], holder, fence: fences[0], leaseParam: values[2], leaseMs, sentAt: sent,
+    resource: resources[0], holder, fence: fences[0], leaseParam, leaseMs, sentAt,
     releaseSql, resources, fences, ...more,
   });
 }
@@ -392,7 +417,7 @@ async function tryTake(pool, resource, opts, wait) {
   const more = kind === 'semaphore' ? { maxPermits: extra[0], permits: extra[1] } : {};
   try {
     return await take(pool, Kind, values[0], holder, generated, opts, sql, values,
-      (kind === 'multi' ? MANY : ONE).release, more);
+      (kind === 'multi' ? MANY : ONE).release, more, values[2]);
   } catch (err) {
     if (kind !== 'lock' && err && err.code === '42883')
       throw new DlockError(`dlock: ${NEEDS[kind]}: ALTER EXTENSION dlock UPDATE); this server's dlock does not have it`,

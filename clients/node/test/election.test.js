@@ -89,6 +89,17 @@ test('election: a leadership broken by an administrator aborts its signal', asyn
   assert.equal(await e.resign(), false);
 });
 
+test('election: a leader with a value is renewed past its lease (renewals send the lease, not the value)', async (t) => {
+  if (!(await elections(admin))) return t.skip(noElections);
+  const name = unique('election-renewed');
+  const e = new dlock.Election(app, name, { lease: 1500 });
+  const lead = await e.campaign('http://a:1');
+  const r = await Promise.race([aborted(lead.signal), new Promise((ok) => setTimeout(ok, 4000, 'kept'))]);
+  assert.equal(r, 'kept', `lost: ${r && r.message}`);
+  assert.equal(await lead.check(), true);
+  assert.equal(await e.resign(), true);
+});
+
 test('election: the observer survives its connection being killed', async (t) => {
   if (!(await elections(admin))) return t.skip(noElections);
   const name = unique('election-kill');

@@ -84,8 +84,8 @@ const aborted = (signal) => new Promise((resolve) => {
   else signal.addEventListener('abort', () => resolve(signal.reason), { once: true });
 });
 
-// elections POOL: whether the server has dlock's [elect] functions (the
-// portable edition has only [core] so far); tests of elections skip
+// elections POOL: whether the server has dlock's [elect] functions (both
+// editions have them; older SQL may not); tests of elections skip
 // themselves otherwise.
 async function elections(pool) {
   const r = await pool.query("SELECT to_regprocedure('dlock.leader(text)') IS NOT NULL AS ok");
@@ -93,14 +93,14 @@ async function elections(pool) {
     throw new Error('DLOCK_TEST_ELECTIONS=required, but the server has no dlock.leader(text)');
   return r.rows[0].ok;
 }
-const noElections = 'this server has no dlock.campaign/leader (the portable edition: [core] only)';
+const noElections = 'this server has no dlock.campaign/leader (older SQL)';
 
 // kinds POOL: whether the server has dlock's [kinds] (semaphores,
-// lock_all: the C extension's SQL 0.5).
+// lock_all: the C extension's SQL 0.5, the portable edition).
 async function kinds(pool) {
   const r = await pool.query("SELECT to_regprocedure('dlock.lock_all(text[],text,interval,boolean,interval)') IS NOT NULL AS ok");
   return r.rows[0].ok;
 }
-const noKinds = 'this server has no semaphores or lock_all (the portable edition)';
+const noKinds = 'this server has no semaphores or lock_all (older SQL)';
 
 module.exports = { elections, noElections, kinds, noKinds, pg, unique, pool, bouncerPool, bouncerPort, proxy, within, sleep, aborted };

@@ -16,6 +16,7 @@ use FindBin;
 use PostgreSQL::Test::Utils;
 use Test::More;
 use IPC::Run;
+use Text::ParseWords ();
 use lib "$FindBin::RealBin/../../perl";
 use DlockTest::Bouncer;
 use DlockTest::Python;
@@ -36,8 +37,9 @@ $env{DLOCK_TEST_BOUNCER} = "host=127.0.0.1 port=$bport dbname=postgres user=$use
   if $bport;
 
 my $tests = abs_path("$FindBin::RealBin/../../../clients/python/tests");
-# DLOCK_PYTEST_ARGS: more pytest arguments (e.g. "-k renewal").
-my @args = (split(' ', $ENV{DLOCK_PYTEST_ARGS} // ''), $tests);
+# DLOCK_PYTEST_ARGS: more pytest arguments, split as a shell would (e.g.
+# "-k 'renewal or forks'").
+my @args = (Text::ParseWords::shellwords($ENV{DLOCK_PYTEST_ARGS} // ''), $tests);
 {
 	local $DlockTest::Python::LABEL = 'C extension: ';
 	DlockTest::Python::pytest($venv, $tmp, \%env, @args);

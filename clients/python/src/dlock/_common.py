@@ -8,6 +8,7 @@ import datetime
 import math
 import os
 import socket
+import time
 import uuid
 from dataclasses import dataclass
 from typing import Any, Optional, Union
@@ -18,19 +19,22 @@ Seconds = Union[int, float, datetime.timedelta]
 
 #: Statements.  Positional arguments only: they work on every version of
 #: the extension's SQL (0.1 to 0.3), whose parameter lists grew at the end.
-SQL_TRY_LOCK = "SELECT dlock.try_lock(%s, %s, %s)"
-SQL_LOCK = "SELECT dlock.lock(%s, %s, %s, %s)"
-SQL_LOCK_FAIR = "SELECT dlock.lock(%s, %s, %s, %s, true)"
+#: Fences and terms are read as text and parsed here (fences()): a loader
+#: the application registered for int8 (one returning float or str) must
+#: not round them.
+SQL_TRY_LOCK = "SELECT dlock.try_lock(%s, %s, %s)::text"
+SQL_LOCK = "SELECT dlock.lock(%s, %s, %s, %s)::text"
+SQL_LOCK_FAIR = "SELECT dlock.lock(%s, %s, %s, %s, true)::text"
 #: A shared holding (extension 0.4): by name, so that a server without
 #: shared locks says 42883 (no such function) instead of taking an
 #: exclusive lock.
-SQL_LOCK_SHARED = "SELECT dlock.lock(%s, %s, %s, %s, fair => %s, shared => true)"
+SQL_LOCK_SHARED = "SELECT dlock.lock(%s, %s, %s, %s, fair => %s, shared => true)::text"
 #: Permits of a semaphore (extension 0.5): semaphore, holder, max_permits,
 #: permits, lease, fair, wait; a server without them says 42883.
-SQL_ACQUIRE = "SELECT dlock.acquire(%s, %s, %s, %s, %s, %s, %s)"
+SQL_ACQUIRE = "SELECT dlock.acquire(%s, %s, %s, %s, %s, %s, %s)::text"
 #: Several resources at once (extension 0.5), all or nothing: resources,
 #: holder, lease, shared, wait; the fences in the order given, or NULL.
-SQL_LOCK_ALL = "SELECT dlock.lock_all(%s::text[], %s, %s, %s, %s)"
+SQL_LOCK_ALL = "SELECT dlock.lock_all(%s::text[], %s, %s, %s, %s)::text[]"
 SQL_RENEW = "SELECT dlock.renew(%s, %s, %s, %s)"
 SQL_UNLOCK = "SELECT dlock.unlock(%s, %s, %s)"
 SQL_ASSERT_FENCE = "SELECT dlock.assert_fence(%s, %s)"
@@ -42,10 +46,10 @@ SQL_RENEW_EACH = "SELECT array_agg(dlock.renew(t.r, %s, %s, t.f))" + _EACH
 SQL_UNLOCK_EACH = "SELECT array_agg(dlock.unlock(t.r, %s, t.f))" + _EACH
 SQL_ASSERT_FENCE_EACH = "SELECT count(dlock.assert_fence(t.r, t.f))" + _EACH
 SQL_CHECK_EACH = 'SELECT bool_and(dlock."check"(t.r, t.f))' + _EACH
-SQL_CAMPAIGN = "SELECT dlock.campaign(%s, %s, %s, %s, %s)"
+SQL_CAMPAIGN = "SELECT dlock.campaign(%s, %s, %s, %s, %s)::text"
 SQL_PROCLAIM = "SELECT dlock.proclaim(%s, %s, %s, %s)"
 SQL_RESIGN = "SELECT dlock.resign(%s, %s, %s)"
-SQL_LEADER = ("SELECT candidate, value, term, elected_at, expires_at"
+SQL_LEADER = ("SELECT candidate, value, term::text, elected_at, expires_at"
               " FROM dlock.leader(%s)")
 SQL_CHANNEL = "SELECT dlock.channel(%s)"
 SQL_WITHDRAW = "SELECT dlock.withdraw(%s, %s)"
@@ -170,7 +174,20 @@ class Leader:
 
 
 def leader_from_row(row: Optional[tuple]) -> Optional[Leader]:
-    return None if row is None else Leader(*row)
+    if row is None:
+        return None
+    candidate, value, term, elected_at, expires_at = row
+    return Leader(candidate, value, int(term), elected_at, expires_at)
+
+
+def fences(value: Any) -> "Optional[list[int]]":
+    """An acquisition's result read as text (one fence, or a multi-lock's
+    array of them) as a list of ints; None for NULL (not acquired)."""
+    if value is None:
+        return None
+    if isinstance(value, list):
+        return [int(v) for v in value]
+    return [int(value)]
 
 
 def lost_margin(lease: float) -> float:
@@ -181,3 +198,18 @@ def lost_margin(lease: float) -> float:
     server's lease began after that moment, so loss is signalled before
     the server's expiry, never after."""
     return min(2.0, lease / 6.0)
+
+
+def needs_confirmation(lease: float, sent_at: float) -> bool:
+    """Whether an acquisition sent at SENT_AT (monotonic) came back too
+    late to date its lease from SENT_AT: it waited a third of the lease or
+    more (behind a holder, or for the server).  The server granted it at
+    some moment of that wait, unknown here; dating the lease from SENT_AT
+    would declare it lost at once.  A renewal sent now, on the same
+    connection, dates it instead (the first renewal was due anyway)."""
+    return time.monotonic() - sent_at >= lease / 3.0
+
+
+#: How long release() waits for the server by default (seconds); then
+#: the connection is cut and the lease ends by itself.
+RELEASE_TIMEOUT = 10.0

@@ -4,15 +4,23 @@ Threads: each held Lock, Semaphore or MultiLock (or campaigning Election)
 has one renewal thread and one deadline timer.  Its state (fences, lost,
 the renewal connection) is guarded by ``self._mutex``; callbacks run
 outside it.  A MultiLock's holdings are renewed and released together, in
-one statement; the loss of any of them is the loss of the whole."""
+one statement; the loss of any of them is the loss of the whole.
+
+Forks: a holding belongs to the process that acquired it.  In a child
+forked while it is held (os.fork, multiprocessing's fork start method)
+it is not held: leaving the block there sends nothing to the server, and
+the parent's connection is left alone (see _after_fork)."""
 
 from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import select
+import socket
 import threading
 import time
+import weakref
 from types import TracebackType
 from typing import Any, Callable, Iterator, Optional, Sequence, Type
 
@@ -25,6 +33,61 @@ from ._errors import Error, LockLost, LockTimeout, NotHeld, translate, unsupport
 log = logging.getLogger("dlock")
 
 __all__ = ["Lock", "Semaphore", "MultiLock", "Election", "observe", "leader"]
+
+
+#: The objects holding something in this process, for _after_fork.
+_HELD: "weakref.WeakSet[_Leased]" = weakref.WeakSet()
+
+
+def _after_fork() -> None:
+    """In a forked child: what the parent holds is the parent's."""
+    for obj in list(_HELD):
+        obj._forked()
+    _HELD.clear()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork)
+
+
+@contextlib.contextmanager
+def _cut_after(conn: psycopg.Connection, timeout: Optional[float]) -> Iterator[None]:
+    """Shut CONN's socket down if the block lasts longer than TIMEOUT
+    seconds (None: no limit): a statement waiting for an unresponsive
+    server then fails (psycopg.OperationalError) instead of hanging."""
+    if timeout is None:
+        yield
+        return
+    guard = threading.Lock()
+    state = {"done": False, "cut": False}
+
+    def cut() -> None:
+        with guard:
+            if state["done"]:
+                return
+            state["cut"] = True
+            try:
+                s = socket.socket(fileno=os.dup(conn.fileno()))
+            except (OSError, psycopg.Error):
+                return
+            with contextlib.suppress(OSError):
+                s.shutdown(socket.SHUT_RDWR)
+            s.close()
+
+    timer = threading.Timer(timeout, cut)
+    timer.daemon = True
+    timer.start()
+    try:
+        yield
+    except psycopg.OperationalError as e:
+        if state["cut"]:
+            raise psycopg.OperationalError(
+                f"dlock: no answer within {timeout} s; the connection was cut") from e
+        raise
+    finally:
+        with guard:
+            state["done"] = True
+        timer.cancel()
 
 
 class _Source:
@@ -98,6 +161,7 @@ class _Leased:
         self._thread: Optional[threading.Thread] = None
         self._timer: Optional[threading.Timer] = None
         self._valid_from = 0.0  # monotonic time of the last successful send
+        self._pid: Optional[int] = None  # the process that holds it
 
     @property
     def fence(self) -> Optional[int]:
@@ -148,10 +212,87 @@ class _Leased:
     # ---- renewal
     @property
     def held(self) -> bool:
-        return self._fences is not None and not self.lost.is_set()
+        return self._fences is not None and not self.lost.is_set() and self._mine()
+
+    def _mine(self) -> bool:
+        """Whether this process holds it (not a child forked meanwhile;
+        a fence set by hand, never acquired here: yes)."""
+        return self._pid is None or self._pid == os.getpid()
+
+    def _forked(self) -> None:
+        """In a forked child: the locks another thread of the parent may
+        have held are new, the parent's connection is dropped unused (never
+        closed: closing it would end the parent's session), and no renewal
+        or timer runs here."""
+        self._mutex = threading.RLock()
+        for ev in (self._stop, self.lost):
+            reinit = getattr(ev, "_at_fork_reinit", None)
+            if reinit is not None:
+                reinit()
+        self._stop.set()
+        self._conn = None
+        self._thread = None
+        self._timer = None
+
+    def _not_mine(self) -> NotHeld:
+        """Forget, in this forked child, the parent's holding."""
+        pid, self._fences = self._pid, None
+        return NotHeld(f"{self._kind} {self.resource!r} is held by process {pid}, not by this"
+                       " forked child: nothing released")
+
+    def _confirm(self, conn: psycopg.Connection, sent_at: float) -> Optional[float]:
+        """The moment (monotonic) the lease just acquired with a statement
+        sent at SENT_AT is dated from: SENT_AT after a short wait; after a
+        long one, when a renewal sent now on CONN was (None: the holding
+        was gone already).  _fences are set."""
+        assert self.lease is not None
+        if not c.needs_confirmation(self.lease, sent_at):
+            return sent_at
+        renewed_at = time.monotonic()
+        if not c.all_held(_one(conn, *c.renew_statement(self))):
+            return None
+        return renewed_at
+
+    def _take(self, sql: str, params: tuple) -> "Optional[bool]":
+        """Run the acquisition SQL, date its lease (_confirm) and start
+        renewing: True; False when it returned NULL; None when the holding
+        was gone before it could be dated (the caller may try again)."""
+        with self._connection() as conn:
+            sent_at = time.monotonic()    # after a pool's wait for a connection
+            fences = c.fences(_one(conn, sql, params))
+            if fences is None:
+                valid_from = None
+            else:
+                self._fences = fences
+                try:
+                    valid_from = self._confirm(conn, sent_at)
+                except BaseException:
+                    self._fences = None
+                    raise
+        if fences is None:
+            self._close()
+            return False
+        if valid_from is None:
+            self._fences = None
+            return None
+        self._started(fences, valid_from)
+        return True
+
+    def _end(self, sql: str, params: tuple, timeout: Optional[c.Seconds]) -> Any:
+        """Send the release (or resignation) SQL, waiting up to TIMEOUT
+        seconds for the answer (None: no limit)."""
+        t = c.seconds(timeout, "timeout", none_ok=True)
+        self._stop_renewal()
+        try:
+            with self._connection() as conn, _cut_after(conn, t):
+                return _one(conn, sql, params)
+        finally:
+            self._close()
 
     def _started(self, fences: "list[int]", sent_at: float) -> None:
         self._fences = list(fences)
+        self._pid = os.getpid()
+        _HELD.add(self)
         self.lost.clear()
         self.lost_reason = None
         self._stop.clear()
@@ -202,9 +343,11 @@ class _Leased:
         retry = max(0.05, min(1.0, period / 3.0))
         next_at = self._valid_from + period
         while not self._stop.wait(max(0.0, next_at - time.monotonic())):
-            sent_at = time.monotonic()
             try:
                 with self._connection() as conn:
+                    # After a pool's wait for a connection: the renewal
+                    # is dated from when it was sent, not from that wait.
+                    sent_at = time.monotonic()
                     expiry = _one(conn, *c.renew_statement(self))
             except (psycopg.Error, Error, OSError) as e:
                 log.warning("dlock: renewing %r failed, retrying within the lease: %s",
@@ -222,6 +365,7 @@ class _Leased:
             next_at = sent_at + period
 
     def _stop_renewal(self) -> None:
+        _HELD.discard(self)
         self._stop.set()
         with self._mutex:
             timer, self._timer = self._timer, None
@@ -298,32 +442,31 @@ class Lock(_Leased):
         if self._fences is not None:
             raise RuntimeError(f"{self._kind} {self.resource!r} is already acquired by this object")
         w = self.wait if wait is ... else c.seconds(wait, "wait", zero_ok=True, none_ok=True)
-        sql, params = self._acquire_statement(w)
-        sent_at = time.monotonic()
-        with self._connection() as conn:
+        start = time.monotonic()
+        while True:
+            left = None if w is None else max(0.0, w - (time.monotonic() - start))
             try:
-                fence = _one(conn, sql, params)
+                got = self._take(*self._acquire_statement(left))
             except Error as e:
                 if self._needs is not None:
                     raise unsupported(e, self._needs) from e.__cause__
                 raise
-        if fence is None:
-            self._close()
-            return False
-        self._started(fence if isinstance(fence, list) else [fence], sent_at)
-        return True
+            if got is not None:
+                return got
+            # Granted, but gone before it could be dated: try again.
+            if left == 0:
+                return False
 
-    def release(self) -> bool:
+    def release(self, timeout: Optional[c.Seconds] = c.RELEASE_TIMEOUT) -> bool:
         """Release.  True if released; False if the lease had been lost
-        (``lost`` is set then)."""
+        (``lost`` is set then).  No answer within TIMEOUT seconds (None: no
+        limit): psycopg.OperationalError, and the lease ends by itself.
+        In a child forked while it was held: NotHeld, nothing sent."""
         if self._fences is None:
             raise NotHeld(f"{self._kind} {self.resource!r} is not held")
-        self._stop_renewal()
-        try:
-            with self._connection() as conn:
-                left = _one(conn, *c.unlock_statement(self))
-        finally:
-            self._close()
+        if not self._mine():
+            raise self._not_mine()
+        left = self._end(*c.unlock_statement(self), timeout)
         released = c.all_held(left)
         if not released:
             self._declare_lost("unlock found the holding gone: the lease had been lost")
@@ -338,6 +481,9 @@ class Lock(_Leased):
     def __exit__(self, exc_type: Optional[Type[BaseException]],
                  exc: Optional[BaseException], tb: Optional[TracebackType]) -> None:
         fences = self._fences
+        if fences is not None and not self._mine():
+            self._not_mine()      # a forked child leaves the parent's holding alone
+            return
         try:
             released = self.release()
         except (psycopg.Error, Error, OSError) as e:
@@ -458,15 +604,16 @@ class Election(_Leased):
         w = self.wait if wait is ... else c.seconds(wait, "wait", zero_ok=True, none_ok=True)
         if self._fences is not None and not self.lost.is_set():
             self._stop_renewal()
-        sent_at = time.monotonic()
-        with self._connection() as conn:
-            term = _one(conn, c.SQL_CAMPAIGN, (self.resource, self.holder, self.value,
-                                               c.interval(self.lease), c.interval(w)))
-        if term is None:
-            self._close()
-            raise LockTimeout(f"not elected in {self.resource!r} within {w} s")
-        self._started([term], sent_at)
-        return term
+        start = time.monotonic()
+        while True:
+            left = None if w is None else max(0.0, w - (time.monotonic() - start))
+            got = self._take(c.SQL_CAMPAIGN, (self.resource, self.holder, self.value,
+                                              c.interval(self.lease), c.interval(left)))
+            if got:
+                assert self._fences is not None
+                return self._fences[0]
+            if got is False or left == 0:
+                raise LockTimeout(f"not elected in {self.resource!r} within {w} s")
 
     def proclaim(self, value: Optional[str]) -> bool:
         """Change the leader's value; False if no longer the leader."""
@@ -476,15 +623,13 @@ class Election(_Leased):
             self.value = value
         return ok
 
-    def resign(self) -> bool:
+    def resign(self, timeout: Optional[c.Seconds] = c.RELEASE_TIMEOUT) -> bool:
         """Step down (the next candidate is elected at once); False if this
-        candidate did not lead (any more)."""
-        self._stop_renewal()
-        try:
-            with self._connection() as conn:
-                ok = bool(_one(conn, c.SQL_RESIGN, (self.resource, self.holder, self.fence)))
-        finally:
-            self._close()
+        candidate did not lead (any more).  TIMEOUT as for Lock.release; in
+        a child forked while leading: NotHeld, nothing sent."""
+        if self._fences is not None and not self._mine():
+            raise self._not_mine()
+        ok = bool(self._end(c.SQL_RESIGN, (self.resource, self.holder, self.fence), timeout))
         if not ok and self._fences is not None:
             self._declare_lost("resign found this candidate no longer leading")
         self._fences = None
@@ -503,6 +648,9 @@ class Election(_Leased):
     def __exit__(self, exc_type: Optional[Type[BaseException]],
                  exc: Optional[BaseException], tb: Optional[TracebackType]) -> None:
         term = self.fence
+        if term is not None and not self._mine():
+            self._not_mine()      # a forked child leaves the parent's leadership alone
+            return
         try:
             ok = self.resign()
         except (psycopg.Error, Error, OSError) as e:

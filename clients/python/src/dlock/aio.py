@@ -7,7 +7,12 @@ The renewal is a task of the event loop that entered the lock; when the
 lease is lost, ``lost`` (an asyncio.Event) is set, ``on_lost(lock)`` runs
 (a coroutine function is awaited), and the task chosen with ``cancel``
 (by default the task that entered ``async with``) is cancelled; leaving
-the block then raises dlock.LockLost instead of CancelledError."""
+the block then raises dlock.LockLost instead of CancelledError.
+
+A cancelled acquire() or campaign() cancels its statement in the server
+and gives back what the server granted meanwhile.  In a child forked while
+something is held, that holding is the parent's: release() raises NotHeld
+and leaving the block sends nothing."""
 
 from __future__ import annotations
 
@@ -15,6 +20,7 @@ import asyncio
 import contextlib
 import inspect
 import logging
+import os
 import time
 from types import TracebackType
 from typing import Any, AsyncIterator, Callable, Optional, Sequence, Type, Union
@@ -74,6 +80,16 @@ async def _one(conn: psycopg.AsyncConnection, sql: str, params: tuple) -> Any:
     return None if row is None else row[0]
 
 
+async def _cancel_statement(conn: psycopg.AsyncConnection) -> None:
+    """Ask the server to cancel CONN's running statement."""
+    safe = getattr(conn, "cancel_safe", None)     # psycopg 3.2
+    with contextlib.suppress(Exception):
+        if safe is not None:
+            await safe()
+        else:
+            await asyncio.get_running_loop().run_in_executor(None, conn.cancel)
+
+
 def _forget(task: "asyncio.Task[Any]") -> None:
     """Done-callback of an abandoned renewal: its outcome no longer matters."""
     if not task.cancelled():
@@ -100,6 +116,7 @@ class _Leased:
         self._task: Optional[asyncio.Task[Any]] = None
         self._scope: Optional[asyncio.Task[Any]] = None
         self._cancelled_scope = False
+        self._pid: Optional[int] = None  # the process that holds it
 
     @property
     def fence(self) -> Optional[int]:
@@ -143,10 +160,113 @@ class _Leased:
 
     @property
     def held(self) -> bool:
-        return self._fences is not None and not self.lost.is_set()
+        return self._fences is not None and not self.lost.is_set() and self._mine()
+
+    def _mine(self) -> bool:
+        """Whether this process holds it (not a child forked meanwhile;
+        a fence set by hand, never acquired here: yes)."""
+        return self._pid is None or self._pid == os.getpid()
+
+    def _not_mine(self) -> NotHeld:
+        """Forget, in a forked child, the parent's holding; its connection
+        is dropped unused (closing it would end the parent's session)."""
+        pid, self._fences, self._conn, self._task = self._pid, None, None, None
+        return NotHeld(f"{self._kind} {self.resource!r} is held by process {pid}, not by this"
+                       " forked child: nothing released")
+
+    def _release_statement(self) -> "tuple[str, tuple]":
+        return c.unlock_statement(self)
+
+    async def _statement(self, conn: psycopg.AsyncConnection, sql: str, params: tuple,
+                         give_back: bool, granted: "Optional[list[int]]" = None) -> Any:
+        """Run an acquisition SQL (or, GRANTED already, its confirming
+        renewal) on CONN.  Cancelled meanwhile: the statement is cancelled
+        in the server (closing the connection alone would leave it waiting
+        there, to be granted later), and, GIVE_BACK, what was granted all
+        the same is released."""
+        task = asyncio.get_running_loop().create_task(_one(conn, sql, params))
+        try:
+            return await asyncio.shield(task)
+        except asyncio.CancelledError:
+            if not task.done():
+                await _cancel_statement(conn)
+                await asyncio.wait({task}, timeout=c.RELEASE_TIMEOUT)
+            if not task.done():   # no answer: the connection is closed
+                task.cancel()
+                task.add_done_callback(_forget)
+            elif give_back:
+                ok = not task.cancelled() and task.exception() is None
+                await self._give_back(conn, granted or (c.fences(task.result()) if ok else None))
+            raise
+
+    async def _give_back(self, conn: psycopg.AsyncConnection,
+                         fences: "Optional[list[int]]") -> None:
+        """Release FENCES, granted to an acquisition cancelled meanwhile."""
+        if fences is None:
+            return
+        log.warning("dlock: %s %r was granted as its acquisition was cancelled;"
+                    " releasing it", self._kind, self.resource)
+        self._fences = fences
+        try:
+            await asyncio.wait_for(_one(conn, *self._release_statement()), c.RELEASE_TIMEOUT)
+        except (psycopg.Error, Error, OSError, asyncio.TimeoutError) as e:
+            log.warning("dlock: releasing %r failed (its lease will end): %s", self.resource, e)
+        finally:
+            self._fences = None
+
+    async def _take(self, sql: str, params: tuple) -> "Optional[bool]":
+        """See dlock.Lock._take: True (held, renewing), False (NULL), None
+        (gone before its lease could be dated)."""
+        assert self.lease is not None
+        give_back = self._fences is None  # not a leader's own term again
+        async with self._connection() as conn:
+            sent_at = time.monotonic()    # after a pool's wait for a connection
+            fences = c.fences(await self._statement(conn, sql, params, give_back))
+            valid_from: Optional[float] = sent_at
+            if fences is not None and c.needs_confirmation(self.lease, sent_at):
+                # A long wait: the lease is dated from a renewal sent now.
+                saved, self._fences = self._fences, fences
+                try:
+                    valid_from = time.monotonic()
+                    renewed = await self._statement(conn, *c.renew_statement(self),
+                                                    give_back, fences)
+                    if not c.all_held(renewed):
+                        valid_from = None
+                finally:
+                    if self._fences is fences:
+                        self._fences = saved
+        if fences is None:
+            await self._close()
+            return False
+        if valid_from is None:
+            return None
+        self._started(fences, valid_from)
+        return True
+
+    async def _end(self, sql: str, params: tuple, timeout: Optional[c.Seconds]) -> Any:
+        """Send the release (or resignation) SQL, waiting up to TIMEOUT
+        seconds for the answer (None: no limit); then
+        psycopg.OperationalError, and the lease ends by itself."""
+        t = c.seconds(timeout, "timeout", none_ok=True)
+        await self._stop_renewal()
+
+        async def once() -> Any:
+            async with self._connection() as conn:
+                return await _one(conn, sql, params)
+        attempt = asyncio.get_running_loop().create_task(once())
+        try:
+            done, _ = await asyncio.wait({attempt}, timeout=t)
+            if not done:
+                attempt.cancel()
+                attempt.add_done_callback(_forget)
+                raise psycopg.OperationalError(f"dlock: no answer within {t} s")
+            return attempt.result()
+        finally:
+            await self._close()
 
     def _started(self, fences: "list[int]", sent_at: float) -> None:
         self._fences = list(fences)
+        self._pid = os.getpid()
         self.lost.clear()
         self.lost_reason = None
         self._cancelled_scope = False
@@ -185,21 +305,21 @@ class _Leased:
             await asyncio.sleep(max(0.0, min(next_at, deadline) - now))
             if time.monotonic() >= deadline:
                 continue
-            sent_at = time.monotonic()
             # The attempt runs as a task of its own, waited for no longer
             # than the deadline: a statement stuck on an unresponsive
             # server may not end promptly even when cancelled (psycopg
             # first tries to cancel it in the server), and the loss must
             # not wait for that.
             attempt = asyncio.get_running_loop().create_task(self._renew_once())
-            done, _ = await asyncio.wait({attempt}, timeout=max(0.0, deadline - sent_at))
+            done, _ = await asyncio.wait({attempt},
+                                         timeout=max(0.0, deadline - time.monotonic()))
             if not done:
                 attempt.cancel()
                 attempt.add_done_callback(_forget)
                 log.warning("dlock: renewing %r got no answer within the lease", self.resource)
                 continue
             try:
-                expiry = attempt.result()
+                sent_at, expiry = attempt.result()
             except (psycopg.Error, Error, OSError) as e:
                 log.warning("dlock: renewing %r failed, retrying within the lease: %s",
                             self.resource, e)
@@ -211,9 +331,12 @@ class _Leased:
             valid_from = sent_at
             next_at = sent_at + period
 
-    async def _renew_once(self) -> Any:
+    async def _renew_once(self) -> "tuple[float, Any]":
+        """One renewal: when it was sent (after a pool's wait for a
+        connection) and its result."""
         async with self._connection() as conn:
-            return await _one(conn, *c.renew_statement(self))
+            sent_at = time.monotonic()
+            return sent_at, await _one(conn, *c.renew_statement(self))
 
     async def _stop_renewal(self) -> None:
         task, self._task = self._task, None
@@ -289,30 +412,27 @@ class Lock(_Leased):
         if self._fences is not None:
             raise RuntimeError(f"{self._kind} {self.resource!r} is already acquired by this object")
         w = self.wait if wait is ... else c.seconds(wait, "wait", zero_ok=True, none_ok=True)
-        sql, params = self._acquire_statement(w)
-        sent_at = time.monotonic()
-        async with self._connection() as conn:
+        start = time.monotonic()
+        while True:
+            left = None if w is None else max(0.0, w - (time.monotonic() - start))
             try:
-                fence = await _one(conn, sql, params)
+                got = await self._take(*self._acquire_statement(left))
             except Error as e:
                 if self._needs is not None:
                     raise unsupported(e, self._needs) from e.__cause__
                 raise
-        if fence is None:
-            await self._close()
-            return False
-        self._started(fence if isinstance(fence, list) else [fence], sent_at)
-        return True
+            if got is not None:
+                return got
+            if left == 0:         # granted, but gone before it could be dated
+                return False
 
-    async def release(self) -> bool:
+    async def release(self, timeout: Optional[c.Seconds] = c.RELEASE_TIMEOUT) -> bool:
+        """See dlock.Lock.release."""
         if self._fences is None:
             raise NotHeld(f"{self._kind} {self.resource!r} is not held")
-        await self._stop_renewal()
-        try:
-            async with self._connection() as conn:
-                left = await _one(conn, *c.unlock_statement(self))
-        finally:
-            await self._close()
+        if not self._mine():
+            raise self._not_mine()
+        left = await self._end(*c.unlock_statement(self), timeout)
         released = c.all_held(left)
         if not released:
             await self._declare_lost("unlock found the holding gone: the lease had been lost")
@@ -328,6 +448,9 @@ class Lock(_Leased):
     async def __aexit__(self, exc_type: Optional[Type[BaseException]],
                         exc: Optional[BaseException], tb: Optional[TracebackType]) -> None:
         fences = self._fences
+        if fences is not None and not self._mine():
+            self._not_mine()      # a forked child leaves the parent's holding alone
+            return
         try:
             released = await self.release()
         except (psycopg.Error, Error, OSError) as e:
@@ -420,15 +543,16 @@ class Election(_Leased):
             self.value = value
         w = self.wait if wait is ... else c.seconds(wait, "wait", zero_ok=True, none_ok=True)
         await self._stop_renewal()
-        sent_at = time.monotonic()
-        async with self._connection() as conn:
-            term = await _one(conn, c.SQL_CAMPAIGN, (self.resource, self.holder, self.value,
-                                                     c.interval(self.lease), c.interval(w)))
-        if term is None:
-            await self._close()
-            raise LockTimeout(f"not elected in {self.resource!r} within {w} s")
-        self._started([term], sent_at)
-        return term
+        start = time.monotonic()
+        while True:
+            left = None if w is None else max(0.0, w - (time.monotonic() - start))
+            got = await self._take(c.SQL_CAMPAIGN, (self.resource, self.holder, self.value,
+                                                    c.interval(self.lease), c.interval(left)))
+            if got:
+                assert self._fences is not None
+                return self._fences[0]
+            if got is False or left == 0:
+                raise LockTimeout(f"not elected in {self.resource!r} within {w} s")
 
     async def proclaim(self, value: Optional[str]) -> bool:
         async with self._connection() as conn:
@@ -438,13 +562,15 @@ class Election(_Leased):
             self.value = value
         return ok
 
-    async def resign(self) -> bool:
-        await self._stop_renewal()
-        try:
-            async with self._connection() as conn:
-                ok = bool(await _one(conn, c.SQL_RESIGN, (self.resource, self.holder, self.fence)))
-        finally:
-            await self._close()
+    def _release_statement(self) -> "tuple[str, tuple]":
+        return c.SQL_RESIGN, (self.resource, self.holder, self.fence)
+
+    async def resign(self, timeout: Optional[c.Seconds] = c.RELEASE_TIMEOUT) -> bool:
+        """See dlock.Election.resign."""
+        if self._fences is not None and not self._mine():
+            raise self._not_mine()
+        ok = bool(await self._end(c.SQL_RESIGN, (self.resource, self.holder, self.fence),
+                                  timeout))
         if not ok and self._fences is not None:
             await self._declare_lost("resign found this candidate no longer leading")
         self._fences = None
@@ -465,6 +591,9 @@ class Election(_Leased):
     async def __aexit__(self, exc_type: Optional[Type[BaseException]],
                         exc: Optional[BaseException], tb: Optional[TracebackType]) -> None:
         term = self.fence
+        if term is not None and not self._mine():
+            self._not_mine()
+            return
         try:
             ok = await self.resign()
         except (psycopg.Error, Error, OSError) as e:

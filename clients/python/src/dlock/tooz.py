@@ -175,7 +175,7 @@ class DlockLock(locking.Lock):
             wait = datetime.timedelta(seconds=timeout)
         try:
             with _translated(), self._coord._pool.connection() as conn:
-                fence = conn.execute("SELECT dlock.lock(%s, %s, %s, %s)",
+                fence = conn.execute("SELECT dlock.lock(%s, %s, %s, %s)::text",
                                      (self.resource, self.holder, self._coord._lock_lease, wait),
                                      prepare=False).fetchone()[0]
         except BaseException:
@@ -184,7 +184,7 @@ class DlockLock(locking.Lock):
         if fence is None:
             self._local.release()
             return False
-        self._fence = fence
+        self._fence = int(fence)   # read as text: an int8 loader cannot round it
         self._coord._acquired.add(self)
         return True
 
@@ -198,12 +198,12 @@ class DlockLock(locking.Lock):
         wait = (datetime.timedelta(0) if not blocking else
                 None if timeout is None else datetime.timedelta(seconds=timeout))
         with _translated(), self._coord._pool.connection() as conn:
-            fence = conn.execute("SELECT dlock.lock(%s, %s, %s, %s, shared => true)",
+            fence = conn.execute("SELECT dlock.lock(%s, %s, %s, %s, shared => true)::text",
                                  (self.resource, self.holder, self._coord._lock_lease, wait),
                                  prepare=False).fetchone()[0]
         if fence is None:
             return False
-        self._fence = fence
+        self._fence = int(fence)   # read as text: an int8 loader cannot round it
         self._shared += 1
         self._coord._acquired.add(self)
         return True

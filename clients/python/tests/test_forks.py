@@ -1,0 +1,119 @@
+"""A process that forks while it holds (issue 33, 19): the holding is the
+parent's.  The child leaving the block, or calling release(), sends
+nothing to the server and leaves the parent's connection alone; the
+parent keeps its holding and its renewals, with the same fence."""
+
+import asyncio
+import contextlib
+import multiprocessing
+import os
+
+import pytest
+
+import dlock
+import dlock.aio
+
+LEASE = 1.5
+
+
+def live(admin, resource):
+    return admin.execute("SELECT holder, fence::text FROM dlock.locks"
+                         " WHERE resource = %s AND NOT expired", (resource,)).fetchall()
+
+
+def still_held(admin, lock, name):
+    """The parent's holding outlives the child and a few leases."""
+    assert not lock.lost.wait(2 * LEASE), lock.lost_reason
+    assert lock.held and lock.check()
+    assert live(admin, name) == [(lock.holder, str(lock.fence))]
+
+
+def test_os_fork_child_leaves_the_block(dsn, admin, name):
+    parent = os.getpid()
+    lock = dlock.Lock(dsn, name, lease=LEASE)
+    try:
+        with lock:
+            pid = os.fork()
+            if pid != 0:
+                _, status = os.waitpid(pid, 0)
+                assert os.waitstatus_to_exitcode(status) == 0, "the child left the block cleanly"
+                still_held(admin, lock, name)
+    except BaseException:
+        if os.getpid() != parent:
+            os._exit(1)
+        raise
+    if os.getpid() != parent:
+        os._exit(0 if not lock.held else 2)
+    assert live(admin, name) == [], "released by the parent"
+
+
+def _child_releases(lock):
+    """In the child: release() refuses (NotHeld), leaving the block is a
+    no-op; exit status 0 when so."""
+    if lock.held:
+        os._exit(3)
+    try:
+        lock.release()
+        os._exit(4)
+    except dlock.NotHeld:
+        pass
+    lock.__exit__(None, None, None)
+    os._exit(0)
+
+
+def _child_leaves(obj):
+    obj.__exit__(None, None, None)
+    os._exit(0)
+
+
+@pytest.mark.parametrize("what", ["release", "exit"])
+def test_multiprocessing_fork_child(dsn, admin, name, what):
+    ctx = multiprocessing.get_context("fork")
+    with dlock.Lock(dsn, name, lease=LEASE) as lock:
+        p = ctx.Process(target=_child_releases if what == "release" else _child_leaves,
+                        args=(lock,))
+        p.start()
+        p.join(30)
+        assert p.exitcode == 0
+        still_held(admin, lock, name)
+    assert live(admin, name) == []
+
+
+def test_multiprocessing_fork_election(dsn, admin, name):
+    ctx = multiprocessing.get_context("fork")
+    with dlock.Election(dsn, name, lease=LEASE) as e:
+        p = ctx.Process(target=_child_leaves, args=(e,))
+        p.start()
+        p.join(30)
+        assert p.exitcode == 0
+        still_held(admin, e, name)
+        assert e.leader().term == e.term
+
+
+def test_aio_fork_child_sends_nothing(dsn, admin, name):
+    """asyncio: in the child the holding is not held, and release() and
+    leaving the block end at once (nothing to await: nothing sent)."""
+    async def main():
+        async with dlock.aio.Lock(dsn, name, lease=LEASE, cancel=None) as lock:
+            pid = os.fork()
+            if pid == 0:
+                code = 0 if not lock.held else 2
+                for coro in (lock.__aexit__(None, None, None), lock.release()):
+                    try:
+                        coro.send(None)
+                        code = code or 5          # it waited for something
+                    except StopIteration:
+                        pass
+                    except dlock.NotHeld:
+                        pass
+                    finally:
+                        coro.close()
+                os._exit(code)
+            _, status = os.waitpid(pid, 0)
+            assert os.waitstatus_to_exitcode(status) == 0
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(lock.lost.wait(), 2 * LEASE)
+            assert lock.held and await lock.check()
+            assert live(admin, name) == [(lock.holder, str(lock.fence))]
+        assert live(admin, name) == []
+    asyncio.run(main())
