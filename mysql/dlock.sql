@@ -215,9 +215,11 @@ CREATE TABLE dlock.pins (
  * transaction-precise system versioning, so that InnoDB writes the id of
  * the transaction that inserted a row into its ROW START column.  Rows live
  * for one call (inserted and deleted by the same transaction: no history).
+ * Its changes replicate as statements (MariaDB's rule for such tables; see
+ * _xid), replayed on a replica in the same way.
  */
 CREATE TABLE dlock.xids (
-    id        BIGINT UNSIGNED NOT NULL AUTO_INCREMENT PRIMARY KEY,
+    id        BIGINT UNSIGNED NOT NULL PRIMARY KEY,     -- UUID_SHORT()
     trx_start BIGINT UNSIGNED GENERATED ALWAYS AS ROW START INVISIBLE,
     trx_end   BIGINT UNSIGNED GENERATED ALWAYS AS ROW END INVISIBLE,
     PERIOD FOR SYSTEM_TIME (trx_start, trx_end)
@@ -464,22 +466,34 @@ CREATE DEFINER = 'dlock'@'localhost' FUNCTION dlock._slot(p_resource LONGBLOB) R
 /*
  * _xid: the InnoDB id of the caller's transaction (MariaDB shows a routine
  * no other way to tell its own transaction from an earlier one of the same
- * connection: see the header).  Inserts a row of dlock.xids, whose ROW
- * START InnoDB sets to that id, and deletes it: a new key at the end of
- * the index (no duplicate check, no gap lock), then a record lock on a row
+ * connection: see the header); NULL outside a transaction (autocommit),
+ * where no marker is written or read.  Inserts a row of dlock.xids, whose
+ * ROW START InnoDB sets to that id, reads it back FOR SYSTEM_TIME ALL (a
+ * session's system_versioning_asof must not hide it) and deletes it: a
+ * new key (UUID_SHORT(), unique over the server's life, and no
+ * AUTO_INCREMENT that insert_id could steer), then a record lock on a row
  * no other transaction ever sees; the same transaction deleting its own
- * row leaves no history.
+ * row leaves no history.  MariaDB binary-logs every change of a
+ * transaction-precise versioned table as a statement, even with
+ * binlog_format ROW, and writes that statement event in the middle of the
+ * calling statement's unfinished row events, which stops a replica (error
+ * 1595): the SAVEPOINT first makes the server finish those row events
+ * (a savepoint's own event is written after them).  So call _xid in a
+ * statement of its own (SET v = dlock._xid()), never inside an UPDATE.
  */
 CREATE DEFINER = 'dlock'@'localhost' FUNCTION dlock._xid() RETURNS BIGINT UNSIGNED
     NOT DETERMINISTIC MODIFIES SQL DATA SQL SECURITY DEFINER
 BEGIN
     DECLARE v_id BIGINT UNSIGNED;
     DECLARE v BIGINT UNSIGNED;
-    INSERT INTO dlock.xids () VALUES ();
-    SET v_id = LAST_INSERT_ID();
-    SELECT trx_start INTO v FROM dlock.xids AS mine
-     WHERE id = v_id AND trx_end = 18446744073709551615;
-    DELETE FROM dlock.xids WHERE id = v_id AND trx_end = 18446744073709551615;
+    IF NOT dlock._in_xact() THEN
+        RETURN NULL;
+    END IF;
+    SET v_id = UUID_SHORT();
+    SAVEPOINT dlock_xid;
+    INSERT INTO dlock.xids (id) VALUES (v_id);
+    SELECT trx_start INTO v FROM dlock.xids FOR SYSTEM_TIME ALL AS mine WHERE id = v_id;
+    DELETE FROM dlock.xids WHERE id = v_id;
     RETURN v;
 END//
 
@@ -584,8 +598,10 @@ END//
 CREATE DEFINER = 'dlock'@'localhost' PROCEDURE dlock._mark(IN p_resource LONGBLOB)
     MODIFIES SQL DATA SQL SECURITY DEFINER
 BEGIN
+    DECLARE v_xid BIGINT UNSIGNED;
     IF dlock._in_xact() THEN
-        UPDATE dlock.leases SET xconn = CONNECTION_ID(), xtrx = dlock._xid(), xfence = NULL
+        SET v_xid = dlock._xid();    -- a statement of its own (see _xid)
+        UPDATE dlock.leases SET xconn = CONNECTION_ID(), xtrx = v_xid, xfence = NULL
          WHERE resource = p_resource AND tail = 0;
     END IF;
 END//
@@ -630,6 +646,7 @@ BEGIN
     DECLARE v_gen_now BIGINT;
     DECLARE v_last VARBINARY(1000);
     DECLARE v_exists INT DEFAULT 0;
+    DECLARE v_xid BIGINT UNSIGNED;
     DECLARE CONTINUE HANDLER FOR NOT FOUND BEGIN END;  -- no row: the variables stay as they are
     DECLARE CONTINUE HANDLER FOR 1062 SET v_dup = 1;
     SELECT 1, holder, owner, expires_at, xconn, xtrx, xfence
@@ -724,7 +741,8 @@ BEGIN
         -- The marker of this transaction's xact_lock (in autocommit mode
         -- the lock ends with the statement: none).
         IF dlock._in_xact() THEN
-            UPDATE dlock.leases SET xconn = CONNECTION_ID(), xtrx = dlock._xid(), xfence = v_fence
+            SET v_xid = dlock._xid();    -- a statement of its own (see _xid)
+            UPDATE dlock.leases SET xconn = CONNECTION_ID(), xtrx = v_xid, xfence = v_fence
              WHERE resource = p_resource AND tail = 0;
         END IF;
         RETURN v_fence;
