@@ -529,6 +529,25 @@ BEGIN
 END//
 
 /*
+ * _unpin_pin: for assert_fence, when the pin it has just taken (a shared
+ * lock on the resource's row of dlock.pins) shows another fence: as
+ * _unpin, the row read again with innodb_snapshot_isolation on, error 1020
+ * and the caller's REPEATABLE READ transaction rolled back, so that a
+ * refused assert_fence pins nothing.
+ */
+CREATE DEFINER = 'dlock'@'localhost' PROCEDURE dlock._unpin_pin(IN p_resource LONGBLOB)
+    READS SQL DATA SQL SECURITY DEFINER
+BEGIN
+    DECLARE v_one INT;
+    DECLARE CONTINUE HANDLER FOR NOT FOUND BEGIN END;
+    IF dlock._in_xact() THEN
+        SET SESSION innodb_snapshot_isolation = ON;
+        SELECT 1 INTO v_one FROM dlock.pins AS repin WHERE resource = p_resource AND tail = 0 LOCK IN SHARE MODE;
+        SET SESSION innodb_snapshot_isolation = OFF;
+    END IF;
+END//
+
+/*
  * _unpin_gate: for _take, when the creation gate it has just locked was
  * changed after the caller's snapshot (rows of its slot created or deleted
  * since, not just this resource's creation): as _unpin, error 1020 and the
@@ -926,11 +945,18 @@ BEGIN
         SELECT 1, holder, owner, fence, expires_at INTO v_found, v_h, v_owner, v_fence, v_exp
           FROM dlock.leases AS seen WHERE resource = p_resource AND tail = 0;
     END IF;
+    -- Refused after locking the row (p_locked > 0, v_found = 1): it changed
+    -- after the plain read (a stale REPEATABLE READ snapshot).  The lock
+    -- would stay to the end of the caller's transaction and hold up the new
+    -- holder: _unpin, error 1020 and the transaction rolled back instead.
     IF v_found = 0 OR v_h IS NULL OR v_h <> p_holder OR v_exp <= dlock._now() THEN
+        IF p_locked > 0 AND v_found = 1 THEN CALL dlock._unpin(p_resource); END IF;
         RETURN NULL;
     ELSEIF v_owner <> dlock._me() THEN
+        IF p_locked > 0 THEN CALL dlock._unpin(p_resource); END IF;
         SIGNAL SQLSTATE '42501' SET MESSAGE_TEXT = 'permission denied: the holding belongs to another user';
     ELSEIF p_fence IS NOT NULL AND p_fence <> v_fence THEN
+        IF p_locked > 0 THEN CALL dlock._unpin(p_resource); END IF;
         RETURN NULL;
     END IF;
     RETURN 0;
@@ -1041,6 +1067,8 @@ BEGIN
         IF ROW_COUNT() = 1 THEN
             SET v_n = v_n + 1;
             UPDATE dlock.pins SET fence = NULL WHERE resource = v_next AND tail = 0;    -- waits for a pin
+        ELSE
+            CALL dlock._unpin(v_next);    -- not ours after all: see _mine
         END IF;
     END LOOP;
     CALL dlock._si_restore(v_si);
@@ -1190,6 +1218,7 @@ BEGIN
     DECLARE p_fence BIGINT DEFAULT dlock._integer('fence', p_fence_arg);
     DECLARE v_found INT DEFAULT 0;
     DECLARE v_pinned BIGINT;
+    DECLARE v_pin INT DEFAULT 0;
     DECLARE v_h VARBINARY(255);
     DECLARE v_owner VARCHAR(128) CHARACTER SET utf8mb4;
     DECLARE v_fence BIGINT;
@@ -1208,8 +1237,13 @@ BEGIN
         IF v_owner <> dlock._me() THEN
             SIGNAL SQLSTATE '42501' SET MESSAGE_TEXT = 'permission denied: the holding belongs to another user';
         END IF;
-        SELECT fence INTO v_pinned FROM dlock.pins AS pinning
+        SELECT 1, fence INTO v_pin, v_pinned FROM dlock.pins AS pinning
          WHERE resource = p_resource AND tail = 0 LOCK IN SHARE MODE;
+    END IF;
+    IF v_pin = 1 AND NOT (v_pinned <=> p_fence) THEN
+        -- The pin just taken shows another holding: the plain read was a
+        -- stale snapshot.  Refused, and the shared lock must not stay.
+        CALL dlock._unpin_pin(p_resource);
     END IF;
     IF v_pinned IS NULL OR v_pinned <> p_fence THEN
         SET v_msg = CONCAT('fence ', p_fence, ' is not the current holding of resource ',
