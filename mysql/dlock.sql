@@ -1359,8 +1359,10 @@ CREATE ALGORITHM = TEMPTABLE DEFINER = 'dlock'@'localhost' SQL SECURITY DEFINER 
 
 /*
  * Lazy expiry plus this event (needs event_scheduler = ON).  On a read-only
- * server (a replica) it does nothing: its definer cannot write there, and
- * every failed run would write lines to the error log, every second.
+ * server it does nothing: its definer cannot write there, and every failed
+ * run would write lines to the error log, every second.  A replica gets the
+ * event from the binary log as SLAVESIDE_DISABLED, and it stays so when the
+ * replica is promoted: dlock.on_promotion() (below) enables it there.
  */
 DELIMITER //
 CREATE DEFINER = 'dlock'@'localhost' EVENT dlock.reap
@@ -1371,6 +1373,32 @@ CREATE DEFINER = 'dlock'@'localhost' EVENT dlock.reap
             CALL dlock._reap(@dlock_reaped);
         END IF;
     END//
+DELIMITER ;
+
+/*
+ * on_promotion: for an operator (or a failover script) on a replica just
+ * promoted to primary (writable): enables the dlock.reap event, which the
+ * replica got as SLAVESIDE_DISABLED, and reaps once; one row, the event's
+ * `status` and `reaped`.  ALTER EVENT commits, so only in autocommit mode
+ * (25001); on a read-only server 25006.  EXECUTE is granted to nobody, as
+ * for break_lock.  Its ALTER EVENT replicates to the new primary's own
+ * replicas, where the event is SLAVESIDE_DISABLED again.
+ */
+DELIMITER //
+CREATE DEFINER = 'dlock'@'localhost' PROCEDURE dlock.on_promotion()
+    MODIFIES SQL DATA SQL SECURITY DEFINER
+BEGIN
+    DECLARE v_n INT;
+    IF @@session.in_transaction = 1 OR @@session.autocommit = 0 THEN
+        SIGNAL SQLSTATE '25001' SET MESSAGE_TEXT =
+            'dlock.on_promotion() cannot run inside a transaction (ALTER EVENT commits it): call it in autocommit mode';
+    END IF;
+    CALL dlock._check('on_promotion', TRUE, FALSE, NULL, NULL, NULL, NULL);
+    ALTER EVENT dlock.reap ENABLE;
+    CALL dlock._reap(v_n);
+    SELECT STATUS AS status, v_n AS reaped FROM information_schema.EVENTS
+     WHERE EVENT_SCHEMA = 'dlock' AND EVENT_NAME = 'reap';
+END//
 DELIMITER ;
 
 /* What users may do: call the public routines, read the view. */
