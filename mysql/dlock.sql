@@ -264,8 +264,8 @@ CREATE DEFINER = 'dlock'@'localhost' FUNCTION dlock.version() RETURNS VARCHAR(16
 
 /*
  * _check: SIGNAL SQLSTATE 22023 naming the first bad argument, 25006 on a
- * read-only server when p_writes.  Arguments not checked are passed NULL
- * with their flag off.
+ * read-only server when p_writes, 0A000 inside a SERIALIZABLE transaction.
+ * Arguments not checked are passed NULL with their flag off.
  */
 CREATE DEFINER = 'dlock'@'localhost' PROCEDURE dlock._check(
     IN p_fn VARCHAR(64), IN p_writes BOOLEAN,
@@ -299,6 +299,14 @@ BEGIN
     IF p_writes AND @@global.read_only THEN
         SET v_msg = CONCAT('cannot execute dlock.', p_fn, '() on a read-only server');
         SIGNAL SQLSTATE '25006' SET MESSAGE_TEXT = v_msg;
+    END IF;
+    -- In a SERIALIZABLE transaction InnoDB turns every plain read into a
+    -- shared-locking one: a refused call would pin the row and an acquirer
+    -- would wait.  (A one-time SET TRANSACTION ISOLATION LEVEL, for the
+    -- next transaction only, is not visible here: see the README.)
+    IF dlock._in_xact() AND @@session.tx_isolation = 'SERIALIZABLE' THEN
+        SET v_msg = CONCAT('dlock.', p_fn, '() cannot run in a SERIALIZABLE transaction (its plain reads would lock rows and wait): use READ COMMITTED or REPEATABLE READ, or autocommit');
+        SIGNAL SQLSTATE '0A000' SET MESSAGE_TEXT = v_msg;
     END IF;
 END//
 

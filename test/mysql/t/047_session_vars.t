@@ -48,7 +48,6 @@ my @settings = (
     "sql_mode = 'ANSI,NO_BACKSLASH_ESCAPES,PAD_CHAR_TO_FULL_LENGTH'",
     'TRANSACTION ISOLATION LEVEL READ UNCOMMITTED',
     'TRANSACTION ISOLATION LEVEL READ COMMITTED',
-    'TRANSACTION ISOLATION LEVEL SERIALIZABLE',
     'div_precision_increment = 0',
     'max_sp_recursion_depth = 0',
     'big_tables = 1',
@@ -82,6 +81,39 @@ for my $set (@settings) {
     is(res($a, "SELECT dlock.unlock(?, 'h', NULL)", $r), 0, "$set: unlock");
     $last = $g if $g =~ /^\d+$/;
     $a->disconnect;
+}
+
+# SERIALIZABLE (the session's level): InnoDB turns the routines' plain reads
+# into shared-locking ones, so a refused try_lock pinned the holder's row
+# (its renew and unlock failed with 1205) and try_lock waited for another
+# transaction.  Now every routine refuses at once with 0A000 inside a
+# transaction, pinning nothing, and works in autocommit mode.
+{
+    my $a = $my->connect('alice', undef, RaiseError => 0);
+    $a->do('SET SESSION max_statement_time = 5');
+    $a->do('SET SESSION TRANSACTION ISOLATION LEVEL SERIALIZABLE');
+    my $bb = $my->connect('bob', undef, RaiseError => 0);
+    $bb->do('SET SESSION innodb_lock_wait_timeout = 1');
+    my $f = res($bb, "SELECT dlock.try_lock('ser', 'hb', 60)");
+    like($f, qr/^\d+$/, 'SERIALIZABLE: bob holds ser');
+    $b->do('START TRANSACTION');
+    like(res($b, "SELECT dlock.try_lock('ser-open', 'hb', 60)"), qr/^\d+$/, 'SERIALIZABLE: bob holds ser-open in an open transaction');
+    $a->do('START TRANSACTION');
+    for my $call ("SELECT dlock.try_lock('ser', 'h', 60)", "SELECT dlock.try_lock('ser-open', 'h', 60)",
+                  "CALL dlock.lock('ser', 'h', 60, 0)", "CALL dlock.xact_lock('ser-open', 0)",
+                  "SELECT dlock.try_xact_lock('ser')", "SELECT dlock.renew('ser', 'h', NULL, NULL)",
+                  "SELECT dlock.unlock('ser', 'h', NULL)", "SELECT dlock.unlock_all('h')",
+                  "SELECT dlock.check_fence('ser', $f)", "SELECT dlock.assert_fence('ser', $f)") {
+        is(res($a, $call), 'error 1644 0A000', "SERIALIZABLE transaction: $call refused");
+    }
+    like(res($bb, "SELECT dlock.renew('ser', 'hb', 60, NULL)"), qr/^\d{4}-/, 'SERIALIZABLE: the holder renews at once');
+    is(res($bb, "SELECT dlock.unlock('ser', 'hb', NULL)"), 0, 'SERIALIZABLE: the holder releases at once');
+    $a->do('ROLLBACK');
+    $b->do('COMMIT');
+    my $g = res($a, "SELECT dlock.try_lock('ser', 'h', 60)");
+    like($g, qr/^\d+$/, 'SERIALIZABLE, autocommit: try_lock');
+    is(res($a, "SELECT dlock.check_fence('ser', ?)", $g), 1, 'SERIALIZABLE, autocommit: check_fence');
+    is(res($a, "SELECT dlock.unlock('ser', 'h', NULL)"), 0, 'SERIALIZABLE, autocommit: unlock');
 }
 
 done_testing();
