@@ -500,8 +500,9 @@ BEGIN
     SET v_id = UUID_SHORT();
     SAVEPOINT dlock_xid;
     INSERT INTO dlock.xids (id) VALUES (v_id);
-    SELECT trx_start INTO v FROM dlock.xids FOR SYSTEM_TIME ALL AS mine WHERE id = v_id;
-    DELETE FROM dlock.xids WHERE id = v_id;
+    SELECT trx_start INTO v FROM dlock.xids FOR SYSTEM_TIME ALL AS mine
+     WHERE id = v_id AND trx_end = 18446744073709551615;
+    DELETE FROM dlock.xids WHERE id = v_id AND trx_end = 18446744073709551615;
     RETURN v;
 END//
 

@@ -51,6 +51,15 @@ my @settings = (
     'div_precision_increment = 0',
     'max_sp_recursion_depth = 0',
     'big_tables = 1',
+    'sql_select_limit = 1',
+    'sql_safe_updates = 1',
+    'unique_checks = 0',
+    'foreign_key_checks = 0',
+    'innodb_lock_wait_timeout = 1',
+    "optimizer_switch = 'index_merge=off,derived_merge=off'",
+    'join_cache_level = 0',
+    'group_concat_max_len = 4',
+    'autocommit = 0',
 );
 
 my $last = 0;
