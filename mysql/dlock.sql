@@ -98,14 +98,24 @@
  *     MariaDB shows a routine no transaction id; dlock._xid() reads it from
  *     the ROW START of a row it inserts into dlock.xids, a table with
  *     transaction-precise system versioning (and deletes the row: no
- *     history).  A marker outlives its transaction's commit and counts only
- *     for the transaction it names.
+ *     history), FOR SYSTEM_TIME ALL, whatever the session's
+ *     system_versioning_asof.  MariaDB logs such a table's changes as
+ *     statements even with binlog_format ROW: _xid first sets a savepoint,
+ *     which ends the calling statement's row events in the binary log, so
+ *     that a replica reads a well-formed log (no error 1595).  A marker
+ *     outlives its transaction's commit and counts only for the transaction
+ *     it names.
  *   . when the row an acquirer has just locked turns out busy (it changed
  *     hands after the acquirer's plain read: a REPEATABLE READ snapshot
  *     older than the change), the lock would stay to the end of the
  *     acquirer's transaction and hold up the holder: _unpin reads it again
  *     with innodb_snapshot_isolation on, which fails with error 1020 and
- *     rolls that transaction back, its locks with it.
+ *     rolls that transaction back, its locks with it.  The same for a
+ *     holder's renew, unlock or unlock_all whose locked read shows the
+ *     holding gone (_mine), and for an assert_fence whose pin shows another
+ *     fence (_unpin_pin): a refused call pins nothing.
+ *   . in a SERIALIZABLE transaction InnoDB turns plain reads into shared
+ *     locks (they would pin and wait): the routines refuse there (0A000).
  *   Each kind of read has its own table alias (seen, locked, skipping,
  *   pinning, gate): inside a stored function all statements share the
  *   tables opened for the calling statement, and a SKIP LOCKED read through
@@ -139,6 +149,9 @@
  * - Time: all lease arithmetic uses SYSDATE(6), the clock at the call (NOW()
  *   is the start of the statement), converted to UTC; times are stored and
  *   shown in UTC.
+ * - Replicas: the event dlock.reap arrives there SLAVESIDE_DISABLED and
+ *   stays so after a promotion; CALL dlock.on_promotion() on the new
+ *   primary enables it.
  */
 
 SET SESSION sql_mode = 'STRICT_ALL_TABLES,ERROR_FOR_DIVISION_BY_ZERO,NO_ENGINE_SUBSTITUTION,NO_AUTO_VALUE_ON_ZERO';
