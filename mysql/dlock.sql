@@ -98,14 +98,24 @@
  *     MariaDB shows a routine no transaction id; dlock._xid() reads it from
  *     the ROW START of a row it inserts into dlock.xids, a table with
  *     transaction-precise system versioning (and deletes the row: no
- *     history).  A marker outlives its transaction's commit and counts only
- *     for the transaction it names.
+ *     history), FOR SYSTEM_TIME ALL, whatever the session's
+ *     system_versioning_asof.  MariaDB logs such a table's changes as
+ *     statements even with binlog_format ROW: _xid first sets a savepoint,
+ *     which ends the calling statement's row events in the binary log, so
+ *     that a replica reads a well-formed log (no error 1595).  A marker
+ *     outlives its transaction's commit and counts only for the transaction
+ *     it names.
  *   . when the row an acquirer has just locked turns out busy (it changed
  *     hands after the acquirer's plain read: a REPEATABLE READ snapshot
  *     older than the change), the lock would stay to the end of the
  *     acquirer's transaction and hold up the holder: _unpin reads it again
  *     with innodb_snapshot_isolation on, which fails with error 1020 and
- *     rolls that transaction back, its locks with it.
+ *     rolls that transaction back, its locks with it.  The same for a
+ *     holder's renew, unlock or unlock_all whose locked read shows the
+ *     holding gone (_mine), and for an assert_fence whose pin shows another
+ *     fence (_unpin_pin): a refused call pins nothing.
+ *   . in a SERIALIZABLE transaction InnoDB turns plain reads into shared
+ *     locks (they would pin and wait): the routines refuse there (0A000).
  *   Each kind of read has its own table alias (seen, locked, skipping,
  *   pinning, gate): inside a stored function all statements share the
  *   tables opened for the calling statement, and a SKIP LOCKED read through
@@ -139,6 +149,9 @@
  * - Time: all lease arithmetic uses SYSDATE(6), the clock at the call (NOW()
  *   is the start of the statement), converted to UTC; times are stored and
  *   shown in UTC.
+ * - Replicas: the event dlock.reap arrives there SLAVESIDE_DISABLED and
+ *   stays so after a promotion; CALL dlock.on_promotion() on the new
+ *   primary enables it.
  */
 
 SET SESSION sql_mode = 'STRICT_ALL_TABLES,ERROR_FOR_DIVISION_BY_ZERO,NO_ENGINE_SUBSTITUTION,NO_AUTO_VALUE_ON_ZERO';
@@ -215,9 +228,11 @@ CREATE TABLE dlock.pins (
  * transaction-precise system versioning, so that InnoDB writes the id of
  * the transaction that inserted a row into its ROW START column.  Rows live
  * for one call (inserted and deleted by the same transaction: no history).
+ * Its changes replicate as statements (MariaDB's rule for such tables; see
+ * _xid), replayed on a replica in the same way.
  */
 CREATE TABLE dlock.xids (
-    id        BIGINT UNSIGNED NOT NULL AUTO_INCREMENT PRIMARY KEY,
+    id        BIGINT UNSIGNED NOT NULL PRIMARY KEY,     -- UUID_SHORT()
     trx_start BIGINT UNSIGNED GENERATED ALWAYS AS ROW START INVISIBLE,
     trx_end   BIGINT UNSIGNED GENERATED ALWAYS AS ROW END INVISIBLE,
     PERIOD FOR SYSTEM_TIME (trx_start, trx_end)
@@ -262,8 +277,8 @@ CREATE DEFINER = 'dlock'@'localhost' FUNCTION dlock.version() RETURNS VARCHAR(16
 
 /*
  * _check: SIGNAL SQLSTATE 22023 naming the first bad argument, 25006 on a
- * read-only server when p_writes.  Arguments not checked are passed NULL
- * with their flag off.
+ * read-only server when p_writes, 0A000 inside a SERIALIZABLE transaction.
+ * Arguments not checked are passed NULL with their flag off.
  */
 CREATE DEFINER = 'dlock'@'localhost' PROCEDURE dlock._check(
     IN p_fn VARCHAR(64), IN p_writes BOOLEAN,
@@ -297,6 +312,14 @@ BEGIN
     IF p_writes AND @@global.read_only THEN
         SET v_msg = CONCAT('cannot execute dlock.', p_fn, '() on a read-only server');
         SIGNAL SQLSTATE '25006' SET MESSAGE_TEXT = v_msg;
+    END IF;
+    -- In a SERIALIZABLE transaction InnoDB turns every plain read into a
+    -- shared-locking one: a refused call would pin the row and an acquirer
+    -- would wait.  (A one-time SET TRANSACTION ISOLATION LEVEL, for the
+    -- next transaction only, is not visible here: see the README.)
+    IF dlock._in_xact() AND @@session.tx_isolation = 'SERIALIZABLE' THEN
+        SET v_msg = CONCAT('dlock.', p_fn, '() cannot run in a SERIALIZABLE transaction (its plain reads would lock rows and wait): use READ COMMITTED or REPEATABLE READ, or autocommit');
+        SIGNAL SQLSTATE '0A000' SET MESSAGE_TEXT = v_msg;
     END IF;
 END//
 
@@ -464,20 +487,33 @@ CREATE DEFINER = 'dlock'@'localhost' FUNCTION dlock._slot(p_resource LONGBLOB) R
 /*
  * _xid: the InnoDB id of the caller's transaction (MariaDB shows a routine
  * no other way to tell its own transaction from an earlier one of the same
- * connection: see the header).  Inserts a row of dlock.xids, whose ROW
- * START InnoDB sets to that id, and deletes it: a new key at the end of
- * the index (no duplicate check, no gap lock), then a record lock on a row
+ * connection: see the header); NULL outside a transaction (autocommit),
+ * where no marker is written or read.  Inserts a row of dlock.xids, whose
+ * ROW START InnoDB sets to that id, reads it back FOR SYSTEM_TIME ALL (a
+ * session's system_versioning_asof must not hide it) and deletes it: a
+ * new key (UUID_SHORT(), unique over the server's life, and no
+ * AUTO_INCREMENT that insert_id could steer), then a record lock on a row
  * no other transaction ever sees; the same transaction deleting its own
- * row leaves no history.
+ * row leaves no history.  MariaDB binary-logs every change of a
+ * transaction-precise versioned table as a statement, even with
+ * binlog_format ROW, and writes that statement event in the middle of the
+ * calling statement's unfinished row events, which stops a replica (error
+ * 1595): the SAVEPOINT first makes the server finish those row events
+ * (a savepoint's own event is written after them).  So call _xid in a
+ * statement of its own (SET v = dlock._xid()), never inside an UPDATE.
  */
 CREATE DEFINER = 'dlock'@'localhost' FUNCTION dlock._xid() RETURNS BIGINT UNSIGNED
     NOT DETERMINISTIC MODIFIES SQL DATA SQL SECURITY DEFINER
 BEGIN
     DECLARE v_id BIGINT UNSIGNED;
     DECLARE v BIGINT UNSIGNED;
-    INSERT INTO dlock.xids () VALUES ();
-    SET v_id = LAST_INSERT_ID();
-    SELECT trx_start INTO v FROM dlock.xids AS mine
+    IF NOT dlock._in_xact() THEN
+        RETURN NULL;
+    END IF;
+    SET v_id = UUID_SHORT();
+    SAVEPOINT dlock_xid;
+    INSERT INTO dlock.xids (id) VALUES (v_id);
+    SELECT trx_start INTO v FROM dlock.xids FOR SYSTEM_TIME ALL AS mine
      WHERE id = v_id AND trx_end = 18446744073709551615;
     DELETE FROM dlock.xids WHERE id = v_id AND trx_end = 18446744073709551615;
     RETURN v;
@@ -510,6 +546,25 @@ BEGIN
     IF dlock._in_xact() THEN
         SET SESSION innodb_snapshot_isolation = ON;
         SELECT 1 INTO v_one FROM dlock.leases AS recheck WHERE resource = p_resource AND tail = 0 FOR UPDATE;
+        SET SESSION innodb_snapshot_isolation = OFF;
+    END IF;
+END//
+
+/*
+ * _unpin_pin: for assert_fence, when the pin it has just taken (a shared
+ * lock on the resource's row of dlock.pins) shows another fence: as
+ * _unpin, the row read again with innodb_snapshot_isolation on, error 1020
+ * and the caller's REPEATABLE READ transaction rolled back, so that a
+ * refused assert_fence pins nothing.
+ */
+CREATE DEFINER = 'dlock'@'localhost' PROCEDURE dlock._unpin_pin(IN p_resource LONGBLOB)
+    READS SQL DATA SQL SECURITY DEFINER
+BEGIN
+    DECLARE v_one INT;
+    DECLARE CONTINUE HANDLER FOR NOT FOUND BEGIN END;
+    IF dlock._in_xact() THEN
+        SET SESSION innodb_snapshot_isolation = ON;
+        SELECT 1 INTO v_one FROM dlock.pins AS repin WHERE resource = p_resource AND tail = 0 LOCK IN SHARE MODE;
         SET SESSION innodb_snapshot_isolation = OFF;
     END IF;
 END//
@@ -584,8 +639,10 @@ END//
 CREATE DEFINER = 'dlock'@'localhost' PROCEDURE dlock._mark(IN p_resource LONGBLOB)
     MODIFIES SQL DATA SQL SECURITY DEFINER
 BEGIN
+    DECLARE v_xid BIGINT UNSIGNED;
     IF dlock._in_xact() THEN
-        UPDATE dlock.leases SET xconn = CONNECTION_ID(), xtrx = dlock._xid(), xfence = NULL
+        SET v_xid = dlock._xid();    -- a statement of its own (see _xid)
+        UPDATE dlock.leases SET xconn = CONNECTION_ID(), xtrx = v_xid, xfence = NULL
          WHERE resource = p_resource AND tail = 0;
     END IF;
 END//
@@ -630,6 +687,7 @@ BEGIN
     DECLARE v_gen_now BIGINT;
     DECLARE v_last VARBINARY(1000);
     DECLARE v_exists INT DEFAULT 0;
+    DECLARE v_xid BIGINT UNSIGNED;
     DECLARE CONTINUE HANDLER FOR NOT FOUND BEGIN END;  -- no row: the variables stay as they are
     DECLARE CONTINUE HANDLER FOR 1062 SET v_dup = 1;
     SELECT 1, holder, owner, expires_at, xconn, xtrx, xfence
@@ -724,7 +782,8 @@ BEGIN
         -- The marker of this transaction's xact_lock (in autocommit mode
         -- the lock ends with the statement: none).
         IF dlock._in_xact() THEN
-            UPDATE dlock.leases SET xconn = CONNECTION_ID(), xtrx = dlock._xid(), xfence = v_fence
+            SET v_xid = dlock._xid();    -- a statement of its own (see _xid)
+            UPDATE dlock.leases SET xconn = CONNECTION_ID(), xtrx = v_xid, xfence = v_fence
              WHERE resource = p_resource AND tail = 0;
         END IF;
         RETURN v_fence;
@@ -908,11 +967,18 @@ BEGIN
         SELECT 1, holder, owner, fence, expires_at INTO v_found, v_h, v_owner, v_fence, v_exp
           FROM dlock.leases AS seen WHERE resource = p_resource AND tail = 0;
     END IF;
+    -- Refused after locking the row (p_locked > 0, v_found = 1): it changed
+    -- after the plain read (a stale REPEATABLE READ snapshot).  The lock
+    -- would stay to the end of the caller's transaction and hold up the new
+    -- holder: _unpin, error 1020 and the transaction rolled back instead.
     IF v_found = 0 OR v_h IS NULL OR v_h <> p_holder OR v_exp <= dlock._now() THEN
+        IF p_locked > 0 AND v_found = 1 THEN CALL dlock._unpin(p_resource); END IF;
         RETURN NULL;
     ELSEIF v_owner <> dlock._me() THEN
+        IF p_locked > 0 THEN CALL dlock._unpin(p_resource); END IF;
         SIGNAL SQLSTATE '42501' SET MESSAGE_TEXT = 'permission denied: the holding belongs to another user';
     ELSEIF p_fence IS NOT NULL AND p_fence <> v_fence THEN
+        IF p_locked > 0 THEN CALL dlock._unpin(p_resource); END IF;
         RETURN NULL;
     END IF;
     RETURN 0;
@@ -1023,6 +1089,8 @@ BEGIN
         IF ROW_COUNT() = 1 THEN
             SET v_n = v_n + 1;
             UPDATE dlock.pins SET fence = NULL WHERE resource = v_next AND tail = 0;    -- waits for a pin
+        ELSE
+            CALL dlock._unpin(v_next);    -- not ours after all: see _mine
         END IF;
     END LOOP;
     CALL dlock._si_restore(v_si);
@@ -1172,6 +1240,7 @@ BEGIN
     DECLARE p_fence BIGINT DEFAULT dlock._integer('fence', p_fence_arg);
     DECLARE v_found INT DEFAULT 0;
     DECLARE v_pinned BIGINT;
+    DECLARE v_pin INT DEFAULT 0;
     DECLARE v_h VARBINARY(255);
     DECLARE v_owner VARCHAR(128) CHARACTER SET utf8mb4;
     DECLARE v_fence BIGINT;
@@ -1190,8 +1259,13 @@ BEGIN
         IF v_owner <> dlock._me() THEN
             SIGNAL SQLSTATE '42501' SET MESSAGE_TEXT = 'permission denied: the holding belongs to another user';
         END IF;
-        SELECT fence INTO v_pinned FROM dlock.pins AS pinning
+        SELECT 1, fence INTO v_pin, v_pinned FROM dlock.pins AS pinning
          WHERE resource = p_resource AND tail = 0 LOCK IN SHARE MODE;
+    END IF;
+    IF v_pin = 1 AND NOT (v_pinned <=> p_fence) THEN
+        -- The pin just taken shows another holding: the plain read was a
+        -- stale snapshot.  Refused, and the shared lock must not stay.
+        CALL dlock._unpin_pin(p_resource);
     END IF;
     IF v_pinned IS NULL OR v_pinned <> p_fence THEN
         SET v_msg = CONCAT('fence ', p_fence, ' is not the current holding of resource ',
@@ -1307,8 +1381,10 @@ CREATE ALGORITHM = TEMPTABLE DEFINER = 'dlock'@'localhost' SQL SECURITY DEFINER 
 
 /*
  * Lazy expiry plus this event (needs event_scheduler = ON).  On a read-only
- * server (a replica) it does nothing: its definer cannot write there, and
- * every failed run would write lines to the error log, every second.
+ * server it does nothing: its definer cannot write there, and every failed
+ * run would write lines to the error log, every second.  A replica gets the
+ * event from the binary log as SLAVESIDE_DISABLED, and it stays so when the
+ * replica is promoted: dlock.on_promotion() (below) enables it there.
  */
 DELIMITER //
 CREATE DEFINER = 'dlock'@'localhost' EVENT dlock.reap
@@ -1319,6 +1395,32 @@ CREATE DEFINER = 'dlock'@'localhost' EVENT dlock.reap
             CALL dlock._reap(@dlock_reaped);
         END IF;
     END//
+DELIMITER ;
+
+/*
+ * on_promotion: for an operator (or a failover script) on a replica just
+ * promoted to primary (writable): enables the dlock.reap event, which the
+ * replica got as SLAVESIDE_DISABLED, and reaps once; one row, the event's
+ * `status` and `reaped`.  ALTER EVENT commits, so only in autocommit mode
+ * (25001); on a read-only server 25006.  EXECUTE is granted to nobody, as
+ * for break_lock.  Its ALTER EVENT replicates to the new primary's own
+ * replicas, where the event is SLAVESIDE_DISABLED again.
+ */
+DELIMITER //
+CREATE DEFINER = 'dlock'@'localhost' PROCEDURE dlock.on_promotion()
+    MODIFIES SQL DATA SQL SECURITY DEFINER
+BEGIN
+    DECLARE v_n INT;
+    IF @@session.in_transaction = 1 OR @@session.autocommit = 0 THEN
+        SIGNAL SQLSTATE '25001' SET MESSAGE_TEXT =
+            'dlock.on_promotion() cannot run inside a transaction (ALTER EVENT commits it): call it in autocommit mode';
+    END IF;
+    CALL dlock._check('on_promotion', TRUE, FALSE, NULL, NULL, NULL, NULL);
+    ALTER EVENT dlock.reap ENABLE;
+    CALL dlock._reap(v_n);
+    SELECT STATUS AS status, v_n AS reaped FROM information_schema.EVENTS
+     WHERE EVENT_SCHEMA = 'dlock' AND EVENT_NAME = 'reap';
+END//
 DELIMITER ;
 
 /* What users may do: call the public routines, read the view. */
