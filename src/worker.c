@@ -240,10 +240,11 @@ dlock_reap(PG_FUNCTION_ARGS)
 	int64		reaped;
 
 	/*
-	 * Not PreventCommandIfReadOnly: the round writes in transactions of its
-	 * own, so a read-only caller (default_transaction_read_only) may ask.
+	 * The round writes in transactions of its own, so a transaction that
+	 * is read-only by default_transaction_read_only (ALTER DATABASE ...
+	 * SET) may ask; one made read-only otherwise (BEGIN READ ONLY) may not.
 	 */
-	if (RecoveryInProgress())
+	if (RecoveryInProgress() || !DefaultXactReadOnly)
 		dlock_check_writable("dlock.reap()");
 	(void) dlock_schema_oid();	/* the extension must be here */
 	reaped = dlock_run_round();

@@ -263,6 +263,9 @@ sql('SELECT dlock.reap()');
 cmp_ok(size_kb(), '<=', 64, 'once they are released, the next round rewrites it');
 
 # ---- 9. A lock() that waits does not keep the table from a rewrite. ----
+# The churn comes first: rows deleted after the waiter's statement began
+# are kept for its snapshot, as for any running statement.
+churn('c9', 24000, 100);
 sql(q{SELECT dlock.try_lock('wait/x', 'holder', '1h')});
 my $waiter = $node->background_psql('postgres', on_error_stop => 0);
 $waiter->query_until(qr/waiting/, q{\echo waiting
@@ -271,7 +274,6 @@ SELECT dlock.lock('wait/x', 'waiter', wait => '120s') IS NOT NULL AS got;
 $node->poll_query_until('postgres',
 	q{SELECT count(*) = 1 FROM dlock.waiters WHERE resource = 'wait/x'})
   or die 'the lock() never waited';
-churn('c9', 24000, 100);
 my $node12 = filenode();
 sql('SELECT dlock.reap()');
 isnt(filenode(), $node12, 'a round rewrote the table while a lock() waited');
