@@ -183,7 +183,7 @@ for my $c (@combos)
 	my %r;
 	for (split /\n/, $out) { $r{$1} = $2 if /^([A-Z]\d+r?)\|(.*)$/ }
 	my @problems;
-	$ran++ if is_fence($r{X1}) && is_fence($r{L2} =~ s/[{}]//gr) && is_fence($r{E1}) && ($r{B1} // 'x') eq '';
+	$ran++ if is_fence($r{X1}) && is_fence(($r{L2} // "") =~ s/[{}]//gr) && is_fence($r{E1}) && ($r{B1} // 'x') eq '';
 	push @problems, "internal error: $1" if $err =~ /ERROR:\s+(XX\d\d\d)/;
 	push @problems, "an error without a SQLSTATE: $1" if $err =~ /^(.*ERROR:\s+(?![0-9A-Z]{5}\b)\S.*)$/m;
 

@@ -74,7 +74,7 @@ my $sql = 'BEGIN;';
 for my $k (@keys)
 {
 	my ($classid, $objid) = split /\|/, $k;
-	my $int8 = "(($classid::bigint << 32) | $objid::bigint)";
+	my $int8 = "((${classid}::bigint << 32) | ${objid}::bigint)";
 	my ($i1, $i2) = map { "(CASE WHEN $_ >= 2147483648 THEN $_ - 4294967296 ELSE $_ END)::int" } ($classid, $objid);
 	$sql .= "SELECT pg_try_advisory_lock($int8), pg_try_advisory_lock($i1, $i2),"
 	  . " pg_try_advisory_xact_lock_shared($int8), pg_try_advisory_xact_lock_shared($i1, $i2);";
@@ -104,7 +104,7 @@ my @calls = (
 	[ q{SELECT dlock.lock_all(ARRAY['k/n6', 'k/n7'], 'n', wait => '1s') IS NOT NULL}, 't', 'lock_all' ],
 	[ q{BEGIN; SELECT dlock.xact_lock('k/n8') IS NOT NULL; COMMIT}, 't', 'xact_lock' ],
 	[ q{SELECT dlock.renew('k/n1', 'n') IS NOT NULL}, 't', 'renew' ],
-	[ qq{BEGIN; SELECT dlock.assert_fence('k/p', $f) IS NULL; COMMIT}, 't', 'assert_fence' ],
+	[ qq{BEGIN; SELECT 't' FROM (SELECT dlock.assert_fence('k/p', $f)) a; COMMIT}, 't', 'assert_fence' ],
 	[ q{SELECT dlock.unlock('k/n1', 'n')}, '0', 'unlock' ],
 	[ q{SELECT dlock.reap() >= 0}, 't', 'reap' ],
 	[ q{SELECT dlock.unlock_all('n') > 0}, 't', 'unlock_all' ],
