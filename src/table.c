@@ -58,7 +58,7 @@ static bool callback_registered = false;
 
 /*
  * The ACCESS SHARE locks open_table took since dlock_table_locks_track,
- * for dlock_table_locks_release; ntracked -1: not tracking.  More than
+ * for dlock_table_locks_untrack; ntracked -1: not tracking.  More than
  * MAX_TRACKED are kept to the transaction's end, as any.
  */
 #define MAX_TRACKED 32
@@ -77,8 +77,8 @@ dlock_table_locks_track(void)
 
 /*
  * dlock_table_locks_untrack: stop remembering, and if release, release the
- * read locks remembered since dlock_table_locks_track.  A wait in lock() calls
- * it after a refused attempt, so that a waiter keeps no lock of a table
+ * read locks remembered since dlock_table_locks_track.  A wait in lock()
+ * calls it after a refused attempt, so that a waiter keeps no lock of a table
  * (a rewrite by compact.c would skip the table as long as it waits).  A
  * lock the transaction held before is only counted down, not released
  * (the lock manager counts each acquisition); a table written to keeps

@@ -41,9 +41,9 @@
  */
 #include "dlock.h"
 
+#include "access/xact.h"
 #include "fmgr.h"
 #include "funcapi.h"
-#include "access/xact.h"
 #include "miscadmin.h"
 #include "pgstat.h"
 #include "port/atomics.h"
@@ -214,6 +214,7 @@ dlock_count(DlockStat stat)
 	SubTransactionId subxid;
 	ListCell   *lc;
 	PendingCount *p;
+	MemoryContext old;
 
 	if (shared == NULL)
 		return;
@@ -232,16 +233,13 @@ dlock_count(DlockStat stat)
 			return;
 		}
 	}
-	p = MemoryContextAlloc(TopTransactionContext, sizeof(*p));
+	old = MemoryContextSwitchTo(TopTransactionContext);
+	p = palloc(sizeof(*p));
 	p->stat = stat;
 	p->subxid = subxid;
 	p->n = 1;
-	{
-		MemoryContext old = MemoryContextSwitchTo(TopTransactionContext);
-
-		pending_counts = lappend(pending_counts, p);
-		MemoryContextSwitchTo(old);
-	}
+	pending_counts = lappend(pending_counts, p);
+	MemoryContextSwitchTo(old);
 }
 
 /* counts_end: the transaction's counts into shared memory if keep. */

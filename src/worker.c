@@ -262,9 +262,6 @@ begin_xact(const char *activity)
 	 * committed before it (dlock_outbox_deliver relies on it).
 	 */
 	XactIsoLevel = XACT_READ_COMMITTED;
-	/* and it writes, whatever default_transaction_read_only says */
-	if (!RecoveryInProgress())
-		XactReadOnly = false;
 	PushActiveSnapshot(GetTransactionSnapshot());
 	pgstat_report_activity(STATE_RUNNING, activity);
 }
