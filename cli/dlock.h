@@ -219,7 +219,7 @@ pid_t		watchdog_spawn(const Lock *lk, char **command, int *fd);
 bool		watchdog_go(int fd, const Lock *lk, bool tty, int64_t deadline);
 pid_t		watchdog_start(const Lock *lk, char **command, bool tty, int64_t deadline, int *fd);
 bool		watchdog_send(int fd, int type, int arg, int64_t value);
-int			watchdog_recv(int fd, WdMsg *m);
+int			watchdog_recv(int fd, WdMsg *m, bool past_reset);
 
 /* my.c: the MySQL/MariaDB backend, for -d mysql://... */
 bool		my_is_url(const char *conninfo);

@@ -421,6 +421,8 @@ main(int argc, char **argv)
 		return usage_error("--shared and --semaphore do not go together");
 	if ((seen & O_SEMAPHORE) && (seen & O_LOCK_DELAY))
 		return usage_error("--lock-delay does not apply to --semaphore");
+	if ((seen & O_SHARED) && (seen & O_LOCK_DELAY) && o.lock_delay_ms > 0)
+		return usage_error("--lock-delay applies to exclusive locks only, not to --shared");
 	if ((seen & O_PERMITS) && o.permits > o.max_permits)
 		return usage_error("--permits (%d) must be at most --semaphore (%d)",
 						   (int) o.permits, (int) o.max_permits);

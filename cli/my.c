@@ -518,7 +518,7 @@ my_on_watchdog(MyRun *r)
 	while (r->wd >= 0)
 	{
 		WdMsg		msg;
-		int			rc = watchdog_recv(r->wd, &msg);
+		int			rc = watchdog_recv(r->wd, &msg, true);
 
 		if (rc == 0)
 			break;

@@ -84,7 +84,7 @@ on_watchdog(Run *rs)
 	WdMsg		m;
 	int			r;
 
-	while (rs->wd >= 0 && (r = watchdog_recv(rs->wd, &m)) != 0)
+	while (rs->wd >= 0 && (r = watchdog_recv(rs->wd, &m, true)) != 0)
 	{
 		if (r < 0)
 		{

@@ -88,15 +88,22 @@ watchdog_send(int fd, int type, int arg, int64_t value)
 /*
  * watchdog_recv: read one message if one is there.  Returns 1 with *m
  * filled, 0 if nothing is waiting, -1 at EOF (the peer is gone).
+ *
+ * past_reset (the client's side): a watchdog that exits with a deadline
+ * of ours unread leaves ECONNRESET on our end, and Linux reports it once,
+ * before the messages the watchdog sent first (its WD_EXITED with
+ * COMMAND's status).  Read on: the messages, then EOF, follow.  The
+ * watchdog's own side keeps taking the error for EOF (its client is gone
+ * either way, and what it sent last is moot).
  */
 int
-watchdog_recv(int fd, WdMsg *m)
+watchdog_recv(int fd, WdMsg *m, bool past_reset)
 {
 	ssize_t		n;
 
 	do
 		n = recv(fd, m, sizeof(*m), MSG_DONTWAIT);
-	while (n < 0 && errno == EINTR);
+	while (n < 0 && (errno == EINTR || (past_reset && errno == ECONNRESET)));
 	if (n == (ssize_t) sizeof(*m))
 		return 1;
 	if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
@@ -390,7 +397,7 @@ supervise(Wd *w, int sigfd)
 			WdMsg		m;
 			int			r;
 
-			while ((r = watchdog_recv(w->fd, &m)) == 1)
+			while ((r = watchdog_recv(w->fd, &m, false)) == 1)
 				on_message(w, &m);
 			if (r < 0)
 				client_gone(w);

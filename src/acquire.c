@@ -328,7 +328,12 @@ dlock_wait_loop(const DlockResource *res, text *holder, int64 wait_ms,
 			check_client();
 			dlock_wait_look();
 		}
+		if (wait_ms != 0)
+			dlock_table_locks_track();
 		result = attempt(res, arg, &fence, &busy_until);
+		/* A waiter keeps no read lock of dlock's tables (table.c). */
+		if (wait_ms != 0)
+			dlock_table_locks_untrack(result != ATTEMPT_ACQUIRED);
 
 		if (w.held_extra)
 		{

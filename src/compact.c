@@ -31,7 +31,9 @@
  * their deletion may still see are not live but a rewrite copies them all
  * (and would copy them again every round, freeing nothing).  So a table
  * that passes that look has the rows a rewrite would copy counted, up to
- * COMPACT_MAX_LIVE + 1 (kept_rows), and is rewritten only if they are few.
+ * COMPACT_MAX_LIVE + 1, with the bytes they need (kept_rows: long names or
+ * values need far more than a guess per row), and is rewritten only if they
+ * are few and need under a COMPACT_FACTOR-th of the table.
  *
  * No shared state: what protects a table during its rewrite is the table's
  * ACCESS EXCLUSIVE lock.
@@ -40,6 +42,7 @@
  */
 #include "dlock.h"
 
+#include "access/detoast.h"
 #include "access/heapam.h"
 #include "access/tableam.h"
 #include "access/xact.h"
@@ -63,7 +66,7 @@
 
 /* A table is rewritten when over this many times what its live rows need, */
 #define COMPACT_FACTOR		4
-/* counting this many bytes a live row (heap, index entries, free space), */
+/* counting what its rows need (kept_rows), at least this many bytes a row, */
 #define COMPACT_ROW_BYTES	256
 /* and when it has at most this many live rows (a copy of ~2.5 MB). */
 #define COMPACT_MAX_LIVE	10000
@@ -76,23 +79,36 @@ static const char *const compact_tables[] = {
 };
 
 /*
- * kept_rows: how many rows of heap rel a rewrite would copy, counted up to
- * limit + 1: every version not yet dead to all (live, deleted but maybe
+ * kept_rows: how many rows of heap rel a rewrite would copy, and the bytes
+ * they need, counted up to limit + 1 rows or until they need more than
+ * max_bytes: every version not yet dead to all (live, deleted but maybe
  * still seen by a snapshot, being inserted or deleted), as VACUUM FULL
- * decides (heapam_relation_copy_for_cluster).  The scan stops at limit + 1
- * and reads a page at a time through a ring of buffers (as pgstattuple).
+ * decides (heapam_relation_copy_for_cluster).  A row needs its length and
+ * line pointer in the heap, at the table's fillfactor, as much again in
+ * each index (an index entry may hold the whole key: a conservative
+ * guess), and its TOASTed values' stored size.  The scan reads a page at a
+ * time through a ring of buffers (as pgstattuple).
  */
-static double
-kept_rows(Relation rel, double limit)
+static void
+kept_rows(Relation rel, double limit, double max_bytes,
+		  double *rows, double *bytes)
 {
 	TransactionId oldest = GetOldestNonRemovableTransactionId(rel);
 	TableScanDesc scan = table_beginscan_strat(rel, SnapshotAny, 0, NULL,
 											   true, false);
 	HeapScanDesc hscan = (HeapScanDesc) scan;
+	TupleDesc	desc = RelationGetDescr(rel);
+	List	   *indexes = RelationGetIndexList(rel);
+	double		per_heap_byte = 100.0 / RelationGetFillFactor(rel, HEAP_DEFAULT_FILLFACTOR)
+		+ list_length(indexes);
+	Datum	   *values = palloc(desc->natts * sizeof(Datum));
+	bool	   *nulls = palloc(desc->natts * sizeof(bool));
 	HeapTuple	tup;
-	double		n = 0;
+	double		n = 0,
+				b = 0;
 
-	while (n <= limit &&
+	list_free(indexes);
+	while (n <= limit && b <= max_bytes &&
 		   (tup = heap_getnext(scan, ForwardScanDirection)) != NULL)
 	{
 		HTSV_Result state;
@@ -101,11 +117,24 @@ kept_rows(Relation rel, double limit)
 		LockBuffer(hscan->rs_cbuf, BUFFER_LOCK_SHARE);
 		state = HeapTupleSatisfiesVacuum(tup, oldest, hscan->rs_cbuf);
 		LockBuffer(hscan->rs_cbuf, BUFFER_LOCK_UNLOCK);
-		if (state != HEAPTUPLE_DEAD)
-			n++;
+		if (state == HEAPTUPLE_DEAD)
+			continue;
+		n++;
+		b += per_heap_byte * (MAXALIGN(tup->t_len) + sizeof(ItemIdData));
+		if (HeapTupleHasExternal(tup))
+		{
+			heap_deform_tuple(tup, desc, values, nulls);
+			for (int i = 0; i < desc->natts; i++)
+				if (!nulls[i] && TupleDescAttr(desc, i)->attlen == -1 &&
+					VARATT_IS_EXTERNAL_ONDISK(DatumGetPointer(values[i])))
+					b += toast_datum_size(values[i]);
+		}
 	}
 	table_endscan(scan);
-	return n;
+	pfree(values);
+	pfree(nulls);
+	*rows = n;
+	*bytes = b;
 }
 
 /*
@@ -128,13 +157,15 @@ open_unwaited(Oid relid)
 
 /*
  * mostly_dead: whether a table of size bytes is worth rewriting for rows
- * rows: few enough to copy quickly, and needing under 1/COMPACT_FACTOR of it.
+ * rows that need bytes: few enough to copy quickly, and needing under
+ * 1/COMPACT_FACTOR of it (at least COMPACT_ROW_BYTES a row).
  */
 static bool
-mostly_dead(int64 size, double rows)
+mostly_dead(int64 size, double rows, double bytes)
 {
-	return rows <= COMPACT_MAX_LIVE &&
-		(double) size > COMPACT_FACTOR * COMPACT_ROW_BYTES * (rows + 1);
+	double		need = Max(bytes, COMPACT_ROW_BYTES * rows) + COMPACT_ROW_BYTES;
+
+	return rows <= COMPACT_MAX_LIVE && (double) size > COMPACT_FACTOR * need;
 }
 
 /*
@@ -161,9 +192,16 @@ worth_compacting(Oid relid)
 	live = stats != NULL ? (double) DLOCK_STAT_LIVE_TUPLES(stats) : 0;
 	size = DatumGetInt64(DirectFunctionCall1(pg_total_relation_size,
 											 ObjectIdGetDatum(relid)));
-	if (size > threshold && mostly_dead(size, live) &&
+	if (size > threshold && mostly_dead(size, live, 0) &&
 		rel->rd_rel->relam == HEAP_TABLE_AM_OID)
-		worth = mostly_dead(size, kept_rows(rel, COMPACT_MAX_LIVE));
+	{
+		double		rows,
+					bytes;
+
+		kept_rows(rel, COMPACT_MAX_LIVE, (double) size / COMPACT_FACTOR,
+				  &rows, &bytes);
+		worth = mostly_dead(size, rows, bytes);
+	}
 	relation_close(rel, AccessShareLock);
 	return worth;
 }

@@ -163,6 +163,9 @@ typedef struct DlockRow
 } DlockRow;
 
 extern void dlock_store_begin(void);
+/* table.c: the read locks of dlock's tables taken by one wait's attempt */
+extern void dlock_table_locks_track(void);
+extern void dlock_table_locks_untrack(bool release);
 extern void dlock_store_spi(void);
 extern MemoryContext dlock_store_context(void);
 extern bool dlock_store_active(void);
@@ -290,6 +293,8 @@ extern int	dlock_queue_purge(TimestampTz now);
 extern void dlock_queue_forget(const DlockResource *res);
 extern bool dlock_delay_pending(const DlockResource *res, TimestampTz now);
 extern Interval *dlock_check_lock_delay(FunctionCallInfo fcinfo, int argno);
+extern Interval *dlock_lock_delay_of(FunctionCallInfo fcinfo, int argno,
+									 Interval *delay, bool shared);
 extern bool dlock_check_fair(FunctionCallInfo fcinfo, int argno);
 extern bool dlock_check_shared(FunctionCallInfo fcinfo, int argno);
 

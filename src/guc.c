@@ -64,7 +64,7 @@ dlock_guc_init(void)
 							NULL, NULL, NULL);
 
 	DefineCustomIntVariable("dlock.lock_delay",
-							"Lock-delay of holdings taken without one.",
+							"Lock-delay of exclusive holdings taken without one.",
 							"After a holding ends uncleanly (its lease ran out, or it was broken), nobody acquires the resource before the end of the lease plus this.",
 							&dlock_lock_delay_ms,
 							0, 0, 3600 * 1000,

@@ -69,6 +69,7 @@ dlock_try_lock(PG_FUNCTION_ARGS)
 	fair = dlock_check_fair(fcinfo, 3);
 	lock_delay = dlock_check_lock_delay(fcinfo, 4);
 	shared = dlock_check_shared(fcinfo, 5);
+	lock_delay = dlock_lock_delay_of(fcinfo, 4, lock_delay, shared);
 	dlock_check_writable("dlock.try_lock()");
 	caller = dlock_caller();
 
@@ -103,6 +104,7 @@ dlock_lock(PG_FUNCTION_ARGS)
 	fair = dlock_check_fair(fcinfo, 4);
 	lock_delay = dlock_check_lock_delay(fcinfo, 5);
 	shared = dlock_check_shared(fcinfo, 6);
+	lock_delay = dlock_lock_delay_of(fcinfo, 5, lock_delay, shared);
 	dlock_check_writable("dlock.lock()");
 	caller = dlock_caller();
 

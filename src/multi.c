@@ -378,7 +378,9 @@ dlock_try_lock_all(PG_FUNCTION_ARGS)
 	m.holder = dlock_check_holder(fcinfo, 1);
 	m.lease = dlock_check_lease(fcinfo, 2);
 	m.shared = dlock_check_shared(fcinfo, 3);
-	m.lock_delay = dlock_check_lock_delay(fcinfo, PG_NARGS());	/* the GUC */
+	m.lock_delay = dlock_lock_delay_of(fcinfo, PG_NARGS(),
+									   dlock_check_lock_delay(fcinfo, PG_NARGS()),
+									   m.shared);	/* the GUC */
 	dlock_check_writable("dlock.try_lock_all()");
 	caller = dlock_caller();
 	m.caller = &caller;
@@ -398,7 +400,9 @@ dlock_lock_all(PG_FUNCTION_ARGS)
 	m.lease = dlock_check_lease(fcinfo, 2);
 	m.shared = dlock_check_shared(fcinfo, 3);
 	wait_ms = dlock_check_wait_ms(fcinfo, 4);
-	m.lock_delay = dlock_check_lock_delay(fcinfo, PG_NARGS());	/* the GUC */
+	m.lock_delay = dlock_lock_delay_of(fcinfo, PG_NARGS(),
+									   dlock_check_lock_delay(fcinfo, PG_NARGS()),
+									   m.shared);	/* the GUC */
 	dlock_check_writable("dlock.lock_all()");
 	caller = dlock_caller();
 	m.caller = &caller;

@@ -957,6 +957,27 @@ dlock_check_lock_delay(FunctionCallInfo fcinfo, int argno)
 	return span->time > 0 ? span : NULL;
 }
 
+/*
+ * dlock_lock_delay_of: the lock-delay of an acquisition, given the checked
+ * lock_delay argument (dlock_check_lock_delay) at argno: none for a shared
+ * one (lock-delay keeps others off after an exclusive holding ends
+ * uncleanly), and an explicit non-zero lock_delay with shared => true is
+ * refused, changing nothing.
+ */
+Interval *
+dlock_lock_delay_of(FunctionCallInfo fcinfo, int argno, Interval *delay,
+					bool shared)
+{
+	if (!shared)
+		return delay;
+	if (delay != NULL && argno < PG_NARGS() && !PG_ARGISNULL(argno))
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("lock_delay applies to exclusive locks only"),
+				 errhint("Leave lock_delay out, or give 0, for a shared lock.")));
+	return NULL;
+}
+
 /* dlock_check_fair: the fair argument (false when the SQL has none). */
 bool
 dlock_check_fair(FunctionCallInfo fcinfo, int argno)

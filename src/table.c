@@ -56,6 +56,42 @@
 static TableInfo *tables = NULL;
 static bool callback_registered = false;
 
+/*
+ * The ACCESS SHARE locks open_table took since dlock_table_locks_track,
+ * for dlock_table_locks_untrack; ntracked -1: not tracking.  More than
+ * MAX_TRACKED are kept to the transaction's end, as any.
+ */
+#define MAX_TRACKED 32
+static Oid	tracked[MAX_TRACKED];
+static int	ntracked = -1;
+
+/*
+ * dlock_table_locks_track: from now on, remember the read locks of our
+ * tables that open_table takes (the wait loop, before an attempt).
+ */
+void
+dlock_table_locks_track(void)
+{
+	ntracked = 0;
+}
+
+/*
+ * dlock_table_locks_untrack: stop remembering, and if release, release the
+ * read locks remembered since dlock_table_locks_track.  A wait in lock()
+ * calls it after a refused attempt, so that a waiter keeps no lock of a table
+ * (a rewrite by compact.c would skip the table as long as it waits).  A
+ * lock the transaction held before is only counted down, not released
+ * (the lock manager counts each acquisition); a table written to keeps
+ * its ROW EXCLUSIVE lock.  The next attempt locks again.
+ */
+void
+dlock_table_locks_untrack(bool release)
+{
+	for (int i = 0; release && i < ntracked; i++)
+		UnlockRelationOid(tracked[i], AccessShareLock);
+	ntracked = -1;
+}
+
 /* invalidate: a relcache invalidation of one of our tables, or of all. */
 static void
 invalidate(Datum arg, Oid relid)
@@ -105,7 +141,12 @@ open_table(TableInfo *t, LOCKMODE mode)
 		LockRelationOid(relid, mode);
 		if (was_valid ? t->valid :
 			get_relname_relid(t->name, dlock_schema_oid()) == relid)
+		{
+			if (mode == AccessShareLock && ntracked >= 0 &&
+				ntracked < MAX_TRACKED)
+				tracked[ntracked++] = relid;
 			break;
+		}
 		/* Dropped, or changed, meanwhile: look again. */
 		UnlockRelationOid(relid, mode);
 	}

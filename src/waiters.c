@@ -41,6 +41,7 @@
  */
 #include "dlock.h"
 
+#include "access/xact.h"
 #include "fmgr.h"
 #include "funcapi.h"
 #include "miscadmin.h"
@@ -180,12 +181,81 @@ dlock_shmem_init(void)
 	shmem_startup_hook = dlock_shmem_startup;
 }
 
+/*
+ * A transaction's counts of what it changed (acquisitions, re-entries,
+ * releases, renewals, expiries, breaks), not yet in shared memory: they
+ * count once it commits or is prepared, so a statement that fails counts
+ * nothing.  One entry a (statistic, subtransaction), in
+ * TopTransactionContext; an aborted subtransaction's are dropped.  Waits,
+ * wakeups, timeouts and lost renewals count at once: they happened.
+ */
+typedef struct PendingCount
+{
+	DlockStat	stat;
+	SubTransactionId subxid;
+	uint64		n;
+} PendingCount;
+
+static List *pending_counts = NIL;
+
+/* counted_at_commit: whether stat counts changes that may roll back. */
+static bool
+counted_at_commit(DlockStat stat)
+{
+	return stat == DLOCK_STAT_ACQUIRED || stat == DLOCK_STAT_REENTERED ||
+		stat == DLOCK_STAT_RELEASED || stat == DLOCK_STAT_EXPIRED ||
+		stat == DLOCK_STAT_BROKEN || stat == DLOCK_STAT_RENEWED;
+}
+
 /* dlock_count: bump a statistic (no-op without shared memory). */
 void
 dlock_count(DlockStat stat)
 {
-	if (shared)
+	SubTransactionId subxid;
+	ListCell   *lc;
+	PendingCount *p;
+	MemoryContext old;
+
+	if (shared == NULL)
+		return;
+	if (!counted_at_commit(stat) || !IsTransactionState())
+	{
 		pg_atomic_fetch_add_u64(&shared->stats[stat], 1);
+		return;
+	}
+	subxid = GetCurrentSubTransactionId();
+	foreach(lc, pending_counts)
+	{
+		p = lfirst(lc);
+		if (p->stat == stat && p->subxid == subxid)
+		{
+			p->n++;
+			return;
+		}
+	}
+	old = MemoryContextSwitchTo(TopTransactionContext);
+	p = palloc(sizeof(*p));
+	p->stat = stat;
+	p->subxid = subxid;
+	p->n = 1;
+	pending_counts = lappend(pending_counts, p);
+	MemoryContextSwitchTo(old);
+}
+
+/* counts_end: the transaction's counts into shared memory if keep. */
+static void
+counts_end(bool keep)
+{
+	ListCell   *lc;
+
+	foreach(lc, pending_counts)
+	{
+		PendingCount *p = lfirst(lc);
+
+		if (keep && shared)
+			pg_atomic_fetch_add_u64(&shared->stats[p->stat], p->n);
+	}
+	pending_counts = NIL;		/* freed with TopTransactionContext */
 }
 
 /*
@@ -511,6 +581,7 @@ waiters_end(DlockXactEnd how)
 {
 	TimestampTz min_expiry;
 
+	counts_end(how != DLOCK_XACT_ABORT);
 	switch (how)
 	{
 		case DLOCK_XACT_ABORT:
@@ -543,10 +614,21 @@ waiters_after_locks(bool commit)
 	nwake = 0;
 }
 
+/* waiters_subxact: an aborted subtransaction's counts are dropped. */
+static void
+waiters_subxact(bool commit, SubTransactionId mySubid,
+				SubTransactionId parentSubid)
+{
+	pending_counts = dlock_subxact_items(pending_counts,
+										 offsetof(PendingCount, subxid),
+										 commit, mySubid, parentSubid);
+}
+
 /* What waiters.c does when a transaction ends (xact.c calls them). */
 const DlockXactHooks dlock_waiters_xact_hooks = {
 	.end = waiters_end,
 	.after_locks = waiters_after_locks,
+	.subxact = waiters_subxact,
 };
 
 /*

@@ -74,6 +74,8 @@ PGDLLEXPORT void dlock_round_main(Datum main_arg);
 #define DLOCK_WORKER_FULL_SCAN_SECS 60
 /* How often the launcher checks for the end of recovery on a standby. */
 #define DLOCK_WORKER_STANDBY_POLL_MS 100
+/* After rounds that failed in a row, the next waits up to this long. */
+#define DLOCK_WORKER_MAX_BACKOFF_MS 60000
 
 /* What a round passes back to whoever waits for it (dlock.reap()). */
 typedef struct DlockRoundResult
@@ -237,7 +239,13 @@ dlock_reap(PG_FUNCTION_ARGS)
 {
 	int64		reaped;
 
-	dlock_check_writable("dlock.reap()");
+	/*
+	 * The round writes in transactions of its own, so a transaction that
+	 * is read-only by default_transaction_read_only (ALTER DATABASE ...
+	 * SET) may ask; one made read-only otherwise (BEGIN READ ONLY) may not.
+	 */
+	if (RecoveryInProgress() || !DefaultXactReadOnly)
+		dlock_check_writable("dlock.reap()");
 	(void) dlock_schema_oid();	/* the extension must be here */
 	reaped = dlock_run_round();
 	PG_RETURN_INT32((int32) Min(reaped, PG_INT32_MAX));
@@ -423,6 +431,12 @@ dlock_round_main(Datum main_arg)
 	 * loses it leaves it to a later round).
 	 */
 	SetConfigOption("synchronous_commit", "off", PGC_SUSET, PGC_S_OVERRIDE);
+	/*
+	 * A round writes (reaping, the outbox, compaction's own transactions),
+	 * whatever ALTER DATABASE ... SET default_transaction_read_only says.
+	 */
+	SetConfigOption("default_transaction_read_only", "off", PGC_SUSET,
+					PGC_S_OVERRIDE);
 
 	seg = dsm_attach(handle);
 	if (seg == NULL)
@@ -497,6 +511,8 @@ dlock_worker_main(Datum main_arg)
 	MemoryContext loop_context;
 	TimestampTz last_round = 0;
 	bool		said_no_slot = false;
+	int			failures = 0;	/* rounds failed in a row */
+	TimestampTz retry_at = 0;	/* after failures: no round before */
 
 	pqsignal(SIGHUP, SignalHandlerForConfigReload);
 	pqsignal(SIGTERM, die);
@@ -539,6 +555,8 @@ dlock_worker_main(Datum main_arg)
 
 		/* Nothing can have expired before the earliest known expiry. */
 		now = GetCurrentTimestamp();
+		if (failures > 0 && now < retry_at)
+			continue;
 		if (!dlock_reap_due(now) &&
 			!TimestampDifferenceExceeds(last_round, now,
 										DLOCK_WORKER_FULL_SCAN_SECS * 1000))
@@ -564,7 +582,23 @@ dlock_worker_main(Datum main_arg)
 		{
 			said_no_slot = false;
 			if (!done)
-				dlock_expiry_hint(now); /* it failed: next interval */
+			{
+				/*
+				 * It failed (its error is in the log): again later, after
+				 * twice as long for each failure in a row, at most a minute,
+				 * so that a lasting cause does not flood the log.
+				 */
+				int64		backoff = dlock_reap_interval_ms;
+
+				for (int i = 0; i < failures && backoff < DLOCK_WORKER_MAX_BACKOFF_MS; i++)
+					backoff *= 2;
+				failures++;
+				retry_at = TimestampTzPlusMilliseconds(now,
+													   Min(backoff, DLOCK_WORKER_MAX_BACKOFF_MS));
+				dlock_expiry_hint(now);
+			}
+			else
+				failures = 0;
 		}
 		MemoryContextReset(loop_context);
 	}

@@ -95,3 +95,22 @@ UPDATE dlock.shares SET expires_at = now() - interval '1 second' WHERE resource 
 SELECT dlock.try_lock('sh/own2', 'h', '1h', shared => true) > :y_share AS downgrade_again;
 COMMIT;
 SELECT dlock.unlock_all('h') AS released;
+
+-- lock_delay applies to exclusive locks only (issue 33): an explicit
+-- non-zero one with shared => true is refused (22023), and nothing changes.
+\set VERBOSITY sqlstate
+SELECT dlock.try_lock('sh/delay', 'h', '1h', lock_delay => '20s', shared => true);
+SELECT dlock.lock('sh/delay', 'h', '1h', wait => '0', lock_delay => '20s', shared => true);
+\set VERBOSITY default
+SELECT dlock.try_lock('sh/delay', 'h', '1h', lock_delay => '20s', shared => true);
+SELECT count(*) AS rows FROM dlock.locks WHERE resource = 'sh/delay';
+-- A lock_delay of 0 is none: accepted.
+SELECT dlock.try_lock('sh/delay', 'h', '1h', lock_delay => '0', shared => true) IS NOT NULL AS zero_delay;
+-- dlock.lock_delay applies to exclusive holdings only: shared ones (and
+-- lock_all's shared ones) take none, and are not refused.
+SET dlock.lock_delay = '1h';
+SELECT dlock.try_lock('sh/delay', 'h2', '1h', shared => true) IS NOT NULL AS under_setting;
+SELECT dlock.try_lock_all(ARRAY['sh/delay3', 'sh/delay4'], 'h', '1h', shared => true) IS NOT NULL AS all_under_setting;
+RESET dlock.lock_delay;
+SELECT count(*) AS delays FROM dlock.delays WHERE resource LIKE 'sh/delay%';
+SELECT dlock.unlock_all('h') AS released, dlock.unlock_all('h2') AS released2;

@@ -16,6 +16,8 @@
 #  4. DROP DATABASE of dlock.database works without FORCE; the reaper says
 #     once that the database is gone, then waits quietly, and reaps again
 #     once it is back.  (0.1: DROP needed FORCE, then a FATAL every 5 s.)
+#  5. Rounds that keep failing (a lock they need held past lock_timeout)
+#     back off instead of failing every interval.
 
 use strict;
 use warnings;
@@ -205,6 +207,35 @@ ok( $node->poll_query_until('app',
 	'once the database is back the reaper reaps there again');
 like(slurp_file($node->logfile, $offset), qr/dlock reaper: database "app" exists again/,
 	'and said so');
+
+# ---- 5. Rounds that keep failing back off (issue 33, defect 16). ----
+# A lock_timeout of 10 ms for the database and a transaction that keeps
+# dlock.outbox locked make every round fail where it delivers the outbox.
+# Without a backoff one failed every interval (50 ms here) and flooded the
+# log.  With it the k-th failure in a row comes no earlier than
+# 50 ms x (2^(k-1) - 1) after the first, so a window of W ms holds at most
+# 1 + log2(W / 50 + 1) of them (a slow machine only makes fewer).
+$node->safe_psql('postgres', q{ALTER DATABASE app SET lock_timeout = '10ms'});
+my $blocker = $node->background_psql('app');
+$blocker->query_safe('BEGIN; LOCK TABLE dlock.outbox IN ACCESS EXCLUSIVE MODE');
+$offset = -s $node->logfile;
+my $t0 = time;
+expire('app', 'fail', 1);
+sleep 3;
+my $window_ms = (time - $t0) * 1000;
+$log = slurp_file($node->logfile, $offset);
+my $failed = () = $log =~ /canceling statement due to lock timeout/g;
+my $most = 1 + int(log($window_ms / 50 + 1) / log(2));
+cmp_ok($failed, '>', 0, 'rounds failed while dlock.outbox was locked');
+cmp_ok($failed, '<=', $most,
+	sprintf('and backed off: %d failed in %.0f ms (at most %d with the backoff)', $failed, $window_ms, $most));
+$blocker->query_safe('ROLLBACK');
+$blocker->quit;
+$node->safe_psql('postgres', 'ALTER DATABASE app RESET lock_timeout');
+expire('app', 'fail2', 1);
+ok( $node->poll_query_until('app',
+		q{SELECT count(*) = 0 FROM dlock.leases WHERE holder IS NOT NULL}),
+	'once the lock is gone rounds reap again');
 
 $node->stop;
 done_testing();

@@ -26,7 +26,12 @@
 #   7. a transaction that has the table's TOAST table open (not the table:
 #      autovacuum vacuums a TOAST table alone) is not waited for either
 #      (VACUUM FULL would lock it after the table, unconditionally);
-#   8. under acquirers (pgbench, 3 clients taking and releasing resources
+#   8. 8,000 holdings with 1,000-byte names (rows that need far more than
+#      a guess per row) are never copied: the table file stays the same
+#      over rounds (issue 33, defect 13);
+#   9. a lock() waiting for a held resource does not keep the table from
+#      a rewrite: rounds rewrite it while it waits (issue 33, defect 14);
+#  10. under acquirers (pgbench, 3 clients taking and releasing resources
 #      of their own with 2 ms pauses) while rounds (dlock.reap() in a loop,
 #      dlock.compact_threshold = 0) rewrite the table again and again: every try_lock of a free resource succeeds, every unlock
 #      finds its holding, and fences keep increasing.
@@ -240,7 +245,49 @@ $reader->quit;
 sql('SELECT dlock.reap()');
 cmp_ok(size_kb(), '<=', 64, 'rewritten by the next round, once that transaction ended');
 
-# ---- 8. Under acquirers, rounds rewriting again and again. ----
+# ---- 8. Long names: rows that need far more than a guess per row. ----
+# 31 MD5s a name: 1,000 bytes that do not compress, each in the heap and
+# in the primary key.  A rewrite would copy all and free nothing.
+sql(q{SELECT count(dlock.try_lock(n, 'long', '1h')) FROM (SELECT i || '/' ||
+	(SELECT string_agg(md5(i || '/' || j), '') FROM generate_series(1, 31) j) AS n
+	FROM generate_series(1, 8000) i) s});
+$node->poll_query_until('postgres',
+	q{SELECT n_live_tup >= 8000 FROM pg_stat_all_tables WHERE relid = 'dlock.leases'::regclass})
+  or die 'statistics never showed 8,000 live rows';
+my ($node11, $kb11) = (filenode(), size_kb());
+cmp_ok($kb11, '>', 8192, "8,000 holdings with 1,000-byte names: $kb11 kB");
+sql('SELECT dlock.reap()') for 1 .. 3;
+is(filenode(), $node11, 'three rounds: the table of long names was not copied');
+sql(q{SELECT dlock.unlock_all('long')});
+sql('SELECT dlock.reap()');
+cmp_ok(size_kb(), '<=', 64, 'once they are released, the next round rewrites it');
+
+# ---- 9. A lock() that waits does not keep the table from a rewrite. ----
+# The churn comes first: rows deleted after the waiter's statement began
+# are kept for its snapshot, as for any running statement.
+churn('c9', 24000, 100);
+sql(q{SELECT dlock.try_lock('wait/x', 'holder', '1h')});
+my $waiter = $node->background_psql('postgres', on_error_stop => 0);
+$waiter->query_until(qr/waiting/, q{\echo waiting
+SELECT dlock.lock('wait/x', 'waiter', wait => '120s') IS NOT NULL AS got;
+});
+$node->poll_query_until('postgres',
+	q{SELECT count(*) = 1 FROM dlock.waiters WHERE resource = 'wait/x'})
+  or die 'the lock() never waited';
+my $node12 = filenode();
+sql('SELECT dlock.reap()');
+isnt(filenode(), $node12, 'a round rewrote the table while a lock() waited');
+cmp_ok(size_kb(), '<=', 64, 'and it is small again');
+is(sql(q{SELECT count(*) FROM dlock.waiters WHERE resource = 'wait/x'}), '1',
+	'the lock() still waits');
+sql(q{SELECT dlock.unlock('wait/x', 'holder')});
+ok($node->poll_query_until('postgres',
+		q{SELECT holder = 'waiter' FROM dlock.locks WHERE resource = 'wait/x'}),
+	'and gets the lock once it is released');
+$waiter->quit;
+sql(q{SELECT dlock.unlock_all('waiter')});
+
+# ---- 10. Under acquirers, rounds rewriting again and again. ----
 sql(q{ALTER SYSTEM SET dlock.compact_threshold = 0; SELECT pg_reload_conf()});
 sql(q{CREATE TABLE misses (what text, at timestamptz DEFAULT clock_timestamp());
 	CREATE TABLE fences (client int, fence bigint, at timestamptz DEFAULT clock_timestamp(), id bigserial)});

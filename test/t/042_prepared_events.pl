@@ -11,7 +11,9 @@
 # leaves the holding; none for an unlock in a savepoint rolled back; break
 # and expiry use the same queue; a prepared acquisition works as before;
 # under the 0.1 SQL (no dlock.outbox) PREPARE after a release fails with a
-# clear 0A000 until ALTER EXTENSION dlock UPDATE.
+# clear 0A000 until ALTER EXTENSION dlock UPDATE.  With
+# default_transaction_read_only = on in the database, rounds still deliver
+# (issue 33, defect 16).
 
 use strict;
 use warnings;
@@ -277,6 +279,36 @@ $node->safe_psql('postgres', 'CREATE ROLE mallory LOGIN');
 ($ret, $out, $err) = $node->psql('postgres', q{INSERT INTO dlock.outbox VALUES ('c', 'p', 0, now())},
 	extra_params => [ '-U', 'mallory' ]);
 like($err, qr/permission denied/, 'users cannot write dlock.outbox');
+
+# 10. default_transaction_read_only = on in the reaper's database (issue
+# 33, defect 16): the rounds still write (they set their transactions
+# read-write), so the event of a prepared release leaves the outbox, and
+# dlock.reap() works in a session whose transactions are read-only.  The
+# test's own writes run as a role that sets it off for itself.
+$node->safe_psql('postgres', q{CREATE ROLE rw LOGIN SUPERUSER;
+	ALTER ROLE rw SET default_transaction_read_only = off;
+	ALTER DATABASE postgres SET default_transaction_read_only = on});
+my @rw = (extra_params => [ '-U', 'rw' ]);
+is($node->safe_psql('postgres', 'SHOW default_transaction_read_only'), 'on',
+	'new sessions of the database are read-only');
+my $log_pos = -s $node->logfile;
+my $f10 = $node->safe_psql('postgres', q{SELECT dlock.try_lock('r10', 'h', '1h')}, @rw);
+listen_to('r10');
+$node->safe_psql('postgres', q{
+BEGIN;
+SELECT dlock.unlock('r10', 'h');
+PREPARE TRANSACTION 'ro';
+}, @rw);
+$node->safe_psql('postgres', q{COMMIT PREPARED 'ro'}, @rw);
+is_deeply([ events_of('r10', 1) ],
+	[qq({"event":"released","resource":"r10","fence":$f10})],
+	'read-only database: the worker delivered the event of COMMIT PREPARED');
+is(outbox_rows(), '0', 'read-only database: and emptied the outbox');
+($ret, $out, $err) = $node->psql('postgres', 'SELECT dlock.reap()');
+is($ret, 0, 'read-only database: dlock.reap() in a read-only session works') or diag($err);
+unlike(slurp_file($node->logfile, $log_pos), qr/read-only transaction|ended before finishing/,
+	'read-only database: no round failed');
+$node->safe_psql('postgres', q{ALTER DATABASE postgres RESET default_transaction_read_only}, @rw);
 
 $listener->quit;
 $node->stop;

@@ -287,6 +287,8 @@ srand($seed);
 	# once, at a random moment, the CLI of a holder whose COMMAND would run
 	# on past its lease is stopped for longer than the lease: the case of
 	# defect 14, which the checker must see if the lease is not enforced
+	# (not a CLI already stopped: the resume of that shorter stop would let
+	# it renew, and no watchdog would reach its deadline)
 	my $long_stop_at = time + rand($CHAOS / 2);
 	my $next_fault = time + 0.5 + rand(0.5);
 	# (the chaos goes on for up to 15 s more until the long stop happened)
@@ -303,7 +305,8 @@ srand($seed);
 		}
 		@resume = grep { $_->[0] > time } @resume;
 		if (time >= $next_fault && !$long_stop_done && time >= $long_stop_at
-			and my @long = grep { $left->($_) > $LEASE + 0.6 } $holders->())
+			and my @long = grep { $left->($_) > $LEASE + 0.6 && ($inst{$_}{cli_stopped} // 0) < time }
+			$holders->())
 		{
 			my $k = $pick->(@long);
 			$act->($k, 'STOP', 'cli', $inst{$k}{cli},

@@ -54,6 +54,8 @@ for my $case (
 	[ [qw(run --semaphore 2 --permits 3 r -- true)], qr/--permits \(3\) must be at most --semaphore \(2\)/ ],
 	[ [qw(run --shared --semaphore 2 r -- true)], qr/--shared and --semaphore do not go together/ ],
 	[ [qw(run --semaphore 2 --lock-delay 1s r -- true)], qr/--lock-delay does not apply to --semaphore/ ],
+	[ [qw(run --shared --lock-delay 1s r -- true)], qr/--lock-delay applies to exclusive locks only/ ],
+	[ [qw(try r --shared --lock-delay 1s)], qr/--lock-delay applies to exclusive locks only/ ],
 	[ [qw(unlock r --holder h --semaphore 2)], qr/option --semaphore does not apply to "unlock"/ ])
 {
 	($rc, $out, $err) = cli('-d', $conn, @{ $case->[0] });

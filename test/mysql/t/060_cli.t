@@ -185,4 +185,21 @@ like($pin_err, qr/Lock wait timeout exceeded.*\(SQLSTATE HY000\)/, 'the lock wai
 unlike($pin_err, qr/lost/, 'no lease loss reported');
 $root->do('SET GLOBAL innodb_lock_wait_timeout = 50');
 
+# COMMAND ends as the CLI sends the watchdog a renewal's deadline (issue 33,
+# defect 12): the watchdog exits with it unread, Linux reports ECONNRESET
+# on the CLI's end before the watchdog's last message (COMMAND's status).
+# An LD_PRELOAD shim (test/shim/wd_reset.c) makes that certain.
+{
+    my $shim = "$my->{dir}/wd_reset.so";
+    system('cc', '-shared', '-fPIC', '-O1', '-o', $shim, "$DlockMy::TOP/test/shim/wd_reset.c", '-ldl') == 0
+        or BAIL_OUT('cannot build test/shim/wd_reset.c');
+    local $ENV{LD_PRELOAD} = $shim;
+    my ($r, undef, $e) = dlock('-v', '-d', $url, 'run', '--lease', '600ms', 'cli/reset', '--',
+        'sh', '-c', 'sleep 0.3; exit 3');
+    is($r, 3, "run: COMMAND's status when the watchdog's socket was reset") or diag($e);
+    unlike($e, qr/watchdog process died/, 'run: the watchdog is not taken for dead');
+    is(DlockMy::one($root, "SELECT count(*) FROM dlock.locks WHERE resource = 'cli/reset'"), 0,
+        'run: the lock was released, not left to expire');
+}
+
 done_testing;
