@@ -310,6 +310,32 @@ BEGIN
 END//
 
 /*
+ * _like_number: does p_v spell a number (p_int: an integer)?  With the
+ * session's default_regex_flags, which change what a pattern means
+ * (EXTENDED, MULTILINE, ...) or make it warn (EXTRA), set to none for the
+ * match and then restored; a session without flags (the default) is not
+ * touched.
+ */
+CREATE DEFINER = 'dlock'@'localhost' FUNCTION dlock._like_number(p_v LONGBLOB, p_int BOOLEAN) RETURNS BOOLEAN
+    DETERMINISTIC NO SQL SQL SECURITY DEFINER
+BEGIN
+    DECLARE v BOOLEAN;
+    DECLARE v_flags VARCHAR(255) DEFAULT @@session.default_regex_flags;
+    IF v_flags <> '' THEN
+        SET SESSION default_regex_flags = '';
+    END IF;
+    IF p_int THEN
+        SET v = p_v REGEXP '^ *[-+]?[0-9]+ *$';
+    ELSE
+        SET v = p_v REGEXP '^ *[-+]?([0-9]+[.]?[0-9]*|[.][0-9]+)([eE][-+]?[0-9]{1,3})? *$';
+    END IF;
+    IF v_flags <> '' THEN
+        SET SESSION default_regex_flags = v_flags;
+    END IF;
+    RETURN v;
+END//
+
+/*
  * _seconds, _integer: an argument of a duration (seconds, fractional
  * allowed) or a fence, taken as text so that a value that is not one (a
  * word, '12abc', 1e400, a number beyond BIGINT) signals SQLSTATE 22023
@@ -327,7 +353,7 @@ BEGIN
     IF p_v IS NULL THEN
         RETURN NULL;
     ELSEIF LENGTH(p_v) > 64
-        OR NOT p_v REGEXP '^ *[-+]?([0-9]+[.]?[0-9]*|[.][0-9]+)([eE][-+]?[0-9]{1,3})? *$' THEN
+        OR NOT dlock._like_number(p_v, FALSE) THEN
         SIGNAL SQLSTATE '22023' SET MESSAGE_TEXT = v_msg;
     END IF;
     SET v = CAST(TRIM(p_v) AS DOUBLE);
@@ -342,7 +368,7 @@ BEGIN
         SIGNAL SQLSTATE '22023' SET MESSAGE_TEXT = v_msg;
     IF p_v IS NULL THEN
         RETURN NULL;
-    ELSEIF LENGTH(p_v) > 40 OR NOT p_v REGEXP '^ *[-+]?[0-9]+ *$'
+    ELSEIF LENGTH(p_v) > 40 OR NOT dlock._like_number(p_v, TRUE)
         OR CAST(TRIM(p_v) AS DECIMAL(40, 0)) NOT BETWEEN -9223372036854775808 AND 9223372036854775807 THEN
         SIGNAL SQLSTATE '22023' SET MESSAGE_TEXT = v_msg;
     END IF;
@@ -437,12 +463,17 @@ END//
  * the header), and the caller's setting back.  An error no handler may catch
  * inside a function (a lock wait timeout, a deadlock, KILL) skips the
  * restore: @dlock_si_caller keeps the caller's setting until the session's
- * next dlock call restores it.
+ * next dlock call restores it.  Every public function calls it first: it
+ * also refuses (55000) a session whose sql_select_limit is 0, which
+ * MariaDB applies to the SELECT ... INTO of functions (not procedures).
  */
 CREATE DEFINER = 'dlock'@'localhost' FUNCTION dlock._si_off() RETURNS BOOLEAN
     NOT DETERMINISTIC NO SQL SQL SECURITY DEFINER
 BEGIN
     DECLARE v BOOLEAN DEFAULT @@session.innodb_snapshot_isolation;
+    IF @@session.sql_select_limit = 0 THEN
+        SIGNAL SQLSTATE '55000' SET MESSAGE_TEXT = 'dlock cannot run with sql_select_limit = 0 (its functions would read no rows): SET sql_select_limit = DEFAULT';
+    END IF;
     IF @dlock_si_caller IS NOT NULL THEN
         SET v = @dlock_si_caller;
     END IF;
@@ -1145,6 +1176,9 @@ CREATE DEFINER = 'dlock'@'localhost' FUNCTION dlock.check_fence(
 BEGIN
     DECLARE p_fence BIGINT DEFAULT dlock._integer('fence', p_fence_arg);
     DECLARE v_n INT;
+    IF @@session.sql_select_limit = 0 THEN    -- see _si_off
+        SIGNAL SQLSTATE '55000' SET MESSAGE_TEXT = 'dlock cannot run with sql_select_limit = 0 (its functions would read no rows): SET sql_select_limit = DEFAULT';
+    END IF;
     CALL dlock._check('check_fence', FALSE, TRUE, p_resource, NULL, NULL, NULL);
     IF p_fence IS NULL THEN
         SIGNAL SQLSTATE '22023' SET MESSAGE_TEXT = 'fence must not be null';
