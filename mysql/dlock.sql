@@ -65,14 +65,18 @@
  *     NULL for another new resource of the same slot meanwhile (never a
  *     wait, and never a lock on the resource's own row).
  *   . the reaper frees or deletes a row in a statement of its own (an
- *     autocommit transaction) under the resource's named lock
- *     (dlock._reap_name: made from the secret of dlock.fence_lock, so no
- *     user can take it), held from before it locks the row until after
- *     that commits; an acquirer that finds the row locked waits for that
- *     named lock (a few statements of the reaper, never a user's
- *     transaction) and looks once more, so an expired lease is free at
- *     once while the reaper frees it.  The reaper never waits holding it
- *     (SKIP LOCKED, GET_LOCK(..., 0)).
+ *     autocommit transaction) after locking its slot's row of
+ *     dlock.reapers (SKIP LOCKED), which only the reaper locks
+ *     exclusively, held until that statement commits; an acquirer that
+ *     finds the row locked waits for a share lock on that row of
+ *     dlock.reapers (a few statements of the reaper, never a user's
+ *     transaction; kept to the end of the acquirer's transaction, and
+ *     the reaper passes the slot by meanwhile) and looks once more, so an
+ *     expired lease is free at once while the reaper frees it.  The
+ *     reaper never waits holding it.
+ *   . no named lock (GET_LOCK) anywhere: one survives an interrupted
+ *     statement (KILL QUERY, max_statement_time), and any user can read
+ *     the names through metadata_lock_info and hold them.
  *   . assert_fence pins a holding with a shared lock on the resource's row
  *     of dlock.pins, which holds the fence of the current holding (NULL
  *     when there is none) and is changed, under its row lock, by whatever
@@ -117,17 +121,19 @@
  * - dlock.fences, an AUTO_INCREMENT counter: InnoDB hands out its values
  *   outside transactions (never reused after a rollback) and never lowers
  *   it while the server runs.  A fence is drawn only after the resource's
- *   row is locked, under a named lock (dlock.fence_lock's) held for the
- *   draw only.  A fence is never below the clock: when the counter is
- *   behind (milliseconds since 2020-01-01 UTC) << 22, the draw raises it
- *   there by inserting that value, which InnoDB applies at once, whatever
- *   becomes of the transaction.  So a fence drawn at millisecond t is in
- *   [t << 22, (t + 1) << 22) (fewer than 2^22 draws a millisecond), and
- *   whatever sets the counter back (a crash that loses the redo of an
- *   acquisition never committed, a restore from a dump, which carries the
- *   counter as it was, a re-installation, a replica's promotion) is undone
- *   by the next draw, at a later millisecond: the same assumption about
- *   clocks as PostgreSQL dlock's epochs (README, "Fence format").
+ *   row is locked, and is never below the clock nor the resource's last
+ *   fence: when the counter is behind (milliseconds since 2020-01-01 UTC)
+ *   << 22, the draw raises it there by inserting the value below, which
+ *   InnoDB applies at once, whatever becomes of the transaction, then
+ *   draws again (see _fence: no named lock, no wait, nothing the session
+ *   sets: insert_id is reset, the clock is SYSDATE(6)).  So a fence drawn
+ *   at millisecond t is in [t << 22, (t + 1) << 22) (fewer than 2^22
+ *   draws a millisecond), and whatever sets the counter back (a crash that
+ *   loses the redo of an acquisition never committed, a restore from a
+ *   dump, which carries the counter as it was, a re-installation, a
+ *   replica's promotion) is undone by the next draw, at a later
+ *   millisecond: the same assumption about clocks as PostgreSQL dlock's
+ *   epochs (README, "Fence format").
  * - Users get EXECUTE on the public routines and SELECT on dlock.locks and
  *   nothing else.  The routines run as `dlock`@`localhost` (SQL SECURITY
  *   DEFINER), a locked account that owns nothing outside this database.
@@ -136,6 +142,8 @@
  *   the same as CURRENT_USER()'s user part for every account but an
  *   anonymous one (User = ''), through which a client names itself; the
  *   install warns when such accounts exist (README, "MySQL and MariaDB").
+ *   Owners compare as bytes (utf8mb4_nopad_bin), like holders and
+ *   resources (VARBINARY): `Alice`, `alicé` and `alice ` are not `alice`.
  * - Time: all lease arithmetic uses SYSDATE(6), the clock at the call (NOW()
  *   is the start of the statement), converted to UTC; times are stored and
  *   shown in UTC.
