@@ -405,10 +405,24 @@ CREATE DEFINER = 'dlock'@'localhost' FUNCTION dlock._me() RETURNS VARCHAR(128) C
     NOT DETERMINISTIC NO SQL SQL SECURITY DEFINER
     RETURN LEFT(USER(), CHAR_LENGTH(USER()) - CHAR_LENGTH(SUBSTRING_INDEX(USER(), '@', -1)) - 1)//
 
--- _now: the server clock at this moment (not the statement's start), UTC.
+/*
+ * _now: the server clock at this moment (not the statement's start), UTC:
+ * SYSDATE(6), in the session's time zone, less that zone's offset.  The
+ * offset is read at the statement's start (NOW() against UTC_TIMESTAMP(),
+ * exact) when that is within a second of SYSDATE(6); otherwise the session
+ * has SET timestamp (or the statement is long), and NOW() would give the
+ * offset of another date (daylight saving time): SYSDATE(6) is converted
+ * by itself (UNIX_TIMESTAMP, exact but in the hour a clock is set back).
+ */
 CREATE DEFINER = 'dlock'@'localhost' FUNCTION dlock._now() RETURNS DATETIME(6)
     NOT DETERMINISTIC NO SQL SQL SECURITY DEFINER
-    RETURN SYSDATE(6) - INTERVAL TIMESTAMPDIFF(SECOND, UTC_TIMESTAMP(), NOW()) SECOND//
+BEGIN
+    DECLARE v DATETIME(6) DEFAULT SYSDATE(6);
+    IF ABS(TIMESTAMPDIFF(MICROSECOND, NOW(6), v)) < 1000000 THEN
+        RETURN v - INTERVAL TIMESTAMPDIFF(SECOND, UTC_TIMESTAMP(), NOW()) SECOND;
+    END IF;
+    RETURN TIMESTAMP('1970-01-01') + INTERVAL ROUND(UNIX_TIMESTAMP(v) * 1000000) MICROSECOND;
+END//
 
 /*
  * _fence: the next fence, above p_last (the resource's last fence, 0 when

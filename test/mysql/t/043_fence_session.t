@@ -81,6 +81,36 @@ $alice->rollback;
 $bob->commit;
 take($alice, 'after the rollback');
 
+# SET timestamp in a time zone with daylight saving time (the other half
+# of the year than now): leases are still on the real clock.  Bob holds a
+# lease of 30 minutes; alice, in Sydney or Berlin at a January or July
+# timestamp, finds it busy (an offset wrong by the hour made it look
+# expired to her).
+my $tz = `mariadb-tzinfo-to-sql /usr/share/zoneinfo/Australia/Sydney Australia/Sydney 2>/dev/null`
+       . `mariadb-tzinfo-to-sql /usr/share/zoneinfo/Europe/Berlin Europe/Berlin 2>/dev/null`;
+SKIP: {
+    skip 'no time zone data', 8 unless $tz =~ /INSERT/;
+    open my $fh, '>', "$my->{dir}/tz.sql" or die;
+    print $fh $tz;
+    close $fh;
+    system("mariadb --no-defaults -uroot -S $my->{sock} mysql < $my->{dir}/tz.sql") == 0 or die 'tz load failed';
+    ok(DlockMy::one($bob, "SELECT dlock.try_lock('fs/dst', 'b', 1800)"), 'bob holds fs/dst for 30 minutes');
+    for my $zone ('Australia/Sydney', 'Europe/Berlin') {
+        for my $ts (1768478400, 1784116800) {    # 2026-01-15, 2026-07-15 12:00 UTC
+            my $a = $my->connect('alice');
+            $a->do("SET time_zone = '$zone'");
+            $a->do("SET timestamp = $ts");
+            is(DlockMy::one($a, "SELECT dlock.try_lock('fs/dst', ?, 60)", "a$zone$ts"), undef,
+               "$zone, timestamp $ts: bob's lease is live for alice");
+        }
+    }
+    my $a = $my->connect('alice');
+    $a->do("SET time_zone = 'Australia/Sydney', timestamp = 1768478400");
+    take($a, 'Sydney, January timestamp');
+    $a->do("SET time_zone = 'Europe/Berlin', timestamp = 1784116800");
+    take($a, 'Berlin, July timestamp');
+}
+
 # Last: the largest BIGINT, which made every later draw fail (error 167).
 $alice->do('SET insert_id = 9223372036854775807');
 take($alice, 'insert_id = 2^63 - 1');
