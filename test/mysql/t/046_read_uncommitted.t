@@ -56,6 +56,31 @@ for my $r ('ru/new', 'ru/old') {
     one($bob, 'SELECT dlock.unlock(?, ?, NULL)', $r, 'b');
 }
 
+# assert_fence in READ UNCOMMITTED (alice's second session, the same
+# owner): it waits for the acquiring transaction, then refuses the fence
+# that transaction rolled back.
+{
+    my $alice2 = $my->connect('alice');
+    $alice2->do('SET SESSION max_statement_time = 10');
+    $alice2->do('SET SESSION TRANSACTION ISOLATION LEVEL READ UNCOMMITTED');
+    $alice->begin_work;
+    my $f = one($alice, "SELECT dlock.try_lock('ru/assert', 'a', 3600)");
+    $alice2->begin_work;
+    my $sth = $alice2->prepare("SELECT dlock.assert_fence('ru/assert', ?)", { mariadb_async => 1 });
+    $sth->execute($f);
+    my $waiting = 0;
+    for (1 .. 100) {
+        $waiting = one($my->connect('root'), "SELECT count(*) FROM information_schema.INNODB_TRX WHERE trx_state = 'LOCK WAIT'");
+        last if $waiting;
+        select(undef, undef, undef, 0.15);
+    }
+    $alice->rollback;
+    my $ok = eval { $sth->mariadb_async_result; 1 };
+    my $state = $ok ? 'no error' : $alice2->state;
+    $alice2->rollback;
+    is($state, '55P03', "READ UNCOMMITTED: assert_fence of a fence whose acquisition rolls back: 55P03 (it waited: $waiting)");
+}
+
 # READ UNCOMMITTED: an uncommitted release of a committed holding.
 $alice->begin_work;
 is(one($alice, "SELECT dlock.unlock('ru/held', 'a', NULL)"), 0, 'alice releases ru/held in an open transaction');
