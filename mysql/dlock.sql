@@ -65,14 +65,18 @@
  *     NULL for another new resource of the same slot meanwhile (never a
  *     wait, and never a lock on the resource's own row).
  *   . the reaper frees or deletes a row in a statement of its own (an
- *     autocommit transaction) under the resource's named lock
- *     (dlock._reap_name: made from the secret of dlock.fence_lock, so no
- *     user can take it), held from before it locks the row until after
- *     that commits; an acquirer that finds the row locked waits for that
- *     named lock (a few statements of the reaper, never a user's
- *     transaction) and looks once more, so an expired lease is free at
- *     once while the reaper frees it.  The reaper never waits holding it
- *     (SKIP LOCKED, GET_LOCK(..., 0)).
+ *     autocommit transaction) after locking its slot's row of
+ *     dlock.reapers (SKIP LOCKED), which only the reaper locks
+ *     exclusively, held until that statement commits; an acquirer that
+ *     finds the row locked waits for a share lock on that row of
+ *     dlock.reapers (a few statements of the reaper, never a user's
+ *     transaction; kept to the end of the acquirer's transaction, and
+ *     the reaper passes the slot by meanwhile) and looks once more, so an
+ *     expired lease is free at once while the reaper frees it.  The
+ *     reaper never waits holding it.
+ *   . no named lock (GET_LOCK) anywhere: one survives an interrupted
+ *     statement (KILL QUERY, max_statement_time), and any user can read
+ *     the names through metadata_lock_info and hold them.
  *   . assert_fence pins a holding with a shared lock on the resource's row
  *     of dlock.pins, which holds the fence of the current holding (NULL
  *     when there is none) and is changed, under its row lock, by whatever
@@ -127,17 +131,19 @@
  * - dlock.fences, an AUTO_INCREMENT counter: InnoDB hands out its values
  *   outside transactions (never reused after a rollback) and never lowers
  *   it while the server runs.  A fence is drawn only after the resource's
- *   row is locked, under a named lock (dlock.fence_lock's) held for the
- *   draw only.  A fence is never below the clock: when the counter is
- *   behind (milliseconds since 2020-01-01 UTC) << 22, the draw raises it
- *   there by inserting that value, which InnoDB applies at once, whatever
- *   becomes of the transaction.  So a fence drawn at millisecond t is in
- *   [t << 22, (t + 1) << 22) (fewer than 2^22 draws a millisecond), and
- *   whatever sets the counter back (a crash that loses the redo of an
- *   acquisition never committed, a restore from a dump, which carries the
- *   counter as it was, a re-installation, a replica's promotion) is undone
- *   by the next draw, at a later millisecond: the same assumption about
- *   clocks as PostgreSQL dlock's epochs (README, "Fence format").
+ *   row is locked, and is never below the clock nor the resource's last
+ *   fence: when the counter is behind (milliseconds since 2020-01-01 UTC)
+ *   << 22, the draw raises it there by inserting the value below, which
+ *   InnoDB applies at once, whatever becomes of the transaction, then
+ *   draws again (see _fence: no named lock, no wait, nothing the session
+ *   sets: insert_id is reset, the clock is SYSDATE(6)).  So a fence drawn
+ *   at millisecond t is in [t << 22, (t + 1) << 22) (fewer than 2^22
+ *   draws a millisecond), and whatever sets the counter back (a crash that
+ *   loses the redo of an acquisition never committed, a restore from a
+ *   dump, which carries the counter as it was, a re-installation, a
+ *   replica's promotion) is undone by the next draw, at a later
+ *   millisecond: the same assumption about clocks as PostgreSQL dlock's
+ *   epochs (README, "Fence format").
  * - Users get EXECUTE on the public routines and SELECT on dlock.locks and
  *   nothing else.  The routines run as `dlock`@`localhost` (SQL SECURITY
  *   DEFINER), a locked account that owns nothing outside this database.
@@ -146,6 +152,8 @@
  *   the same as CURRENT_USER()'s user part for every account but an
  *   anonymous one (User = ''), through which a client names itself; the
  *   install warns when such accounts exist (README, "MySQL and MariaDB").
+ *   Owners compare as bytes (utf8mb4_nopad_bin), like holders and
+ *   resources (VARBINARY): `Alice`, `alicé` and `alice ` are not `alice`.
  * - Time: all lease arithmetic uses SYSDATE(6), the clock at the call (NOW()
  *   is the start of the statement), converted to UTC; times are stored and
  *   shown in UTC.
@@ -197,7 +205,7 @@ CREATE TABLE dlock.leases (
     -- it (see the header), all other columns unused.
     tail        TINYINT NOT NULL DEFAULT 0,
     holder      VARBINARY(255) NULL,
-    owner       VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NULL,
+    owner       VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_nopad_bin NULL,
     count       INT NOT NULL DEFAULT 0,
     fence       BIGINT NULL,
     lease_us    BIGINT NULL,            -- the lease, in microseconds
@@ -254,20 +262,29 @@ INSERT INTO dlock.gates (slot)
                   SELECT 12 UNION ALL SELECT 13 UNION ALL SELECT 14 UNION ALL SELECT 15)
     SELECT a.n * 256 + b.n * 16 + c.n FROM h a, h b, h c;
 
--- The fence counter (see the header).  Rows live for one statement.
+-- The fence counter (see the header): the AUTO_INCREMENT of column n,
+-- which has a non-unique index, so that no insert ever waits for another
+-- transaction's row with the same value.  Rows live for one call, keyed
+-- by UUID_SHORT().
 CREATE TABLE dlock.fences (
-    n BIGINT NOT NULL AUTO_INCREMENT PRIMARY KEY
+    u BIGINT UNSIGNED NOT NULL PRIMARY KEY,
+    n BIGINT NOT NULL AUTO_INCREMENT,
+    KEY (n)
 ) ENGINE = InnoDB;
--- The name of the named lock _fence draws under (random; users cannot read it).
-CREATE TABLE dlock.fence_lock (
-    name VARCHAR(64) CHARACTER SET ascii NOT NULL PRIMARY KEY
-) ENGINE = InnoDB;
-INSERT INTO dlock.fence_lock VALUES (CONCAT('dlock:', LEFT(SHA2(CONCAT(UUID(), RAND(), SYSDATE(6), CONNECTION_ID()), 256), 56)));
 SET @dlock_first_fence = CAST(TIMESTAMPDIFF(MICROSECOND, '2020-01-01', UTC_TIMESTAMP(6)) DIV 1000 AS UNSIGNED) << 22;
 SET @dlock_sql = CONCAT('ALTER TABLE dlock.fences AUTO_INCREMENT = ', @dlock_first_fence);
 PREPARE dlock_stmt FROM @dlock_sql;
 EXECUTE dlock_stmt;
 DEALLOCATE PREPARE dlock_stmt;
+
+-- Reaper gates (see the header): one row per creation-gate slot.  Only
+-- the reaper locks a row exclusively, for one statement of its own, while
+-- it frees or deletes a resource of that slot; an acquirer that finds the
+-- resource's row locked waits for a share lock on it (_reaper_wait).
+CREATE TABLE dlock.reapers (
+    slot SMALLINT NOT NULL PRIMARY KEY
+) ENGINE = InnoDB;
+INSERT INTO dlock.reapers (slot) SELECT slot FROM dlock.gates;
 
 DELIMITER //
 
@@ -324,6 +341,32 @@ BEGIN
 END//
 
 /*
+ * _like_number: does p_v spell a number (p_int: an integer)?  With the
+ * session's default_regex_flags, which change what a pattern means
+ * (EXTENDED, MULTILINE, ...) or make it warn (EXTRA), set to none for the
+ * match and then restored; a session without flags (the default) is not
+ * touched.
+ */
+CREATE DEFINER = 'dlock'@'localhost' FUNCTION dlock._like_number(p_v LONGBLOB, p_int BOOLEAN) RETURNS BOOLEAN
+    DETERMINISTIC NO SQL SQL SECURITY DEFINER
+BEGIN
+    DECLARE v BOOLEAN;
+    DECLARE v_flags VARCHAR(255) DEFAULT @@session.default_regex_flags;
+    IF v_flags <> '' THEN
+        SET SESSION default_regex_flags = '';
+    END IF;
+    IF p_int THEN
+        SET v = p_v REGEXP '^ *[-+]?[0-9]+ *$';
+    ELSE
+        SET v = p_v REGEXP '^ *[-+]?([0-9]+[.]?[0-9]*|[.][0-9]+)([eE][-+]?[0-9]{1,3})? *$';
+    END IF;
+    IF v_flags <> '' THEN
+        SET SESSION default_regex_flags = v_flags;
+    END IF;
+    RETURN v;
+END//
+
+/*
  * _seconds, _integer: an argument of a duration (seconds, fractional
  * allowed) or a fence, taken as text so that a value that is not one (a
  * word, '12abc', 1e400, a number beyond BIGINT) signals SQLSTATE 22023
@@ -341,7 +384,7 @@ BEGIN
     IF p_v IS NULL THEN
         RETURN NULL;
     ELSEIF LENGTH(p_v) > 64
-        OR NOT p_v REGEXP '^ *[-+]?([0-9]+[.]?[0-9]*|[.][0-9]+)([eE][-+]?[0-9]{1,3})? *$' THEN
+        OR NOT dlock._like_number(p_v, FALSE) THEN
         SIGNAL SQLSTATE '22023' SET MESSAGE_TEXT = v_msg;
     END IF;
     SET v = CAST(TRIM(p_v) AS DOUBLE);
@@ -356,7 +399,7 @@ BEGIN
         SIGNAL SQLSTATE '22023' SET MESSAGE_TEXT = v_msg;
     IF p_v IS NULL THEN
         RETURN NULL;
-    ELSEIF LENGTH(p_v) > 40 OR NOT p_v REGEXP '^ *[-+]?[0-9]+ *$'
+    ELSEIF LENGTH(p_v) > 40 OR NOT dlock._like_number(p_v, TRUE)
         OR CAST(TRIM(p_v) AS DECIMAL(40, 0)) NOT BETWEEN -9223372036854775808 AND 9223372036854775807 THEN
         SIGNAL SQLSTATE '22023' SET MESSAGE_TEXT = v_msg;
     END IF;
@@ -381,58 +424,65 @@ BEGIN
 END//
 
 -- _me: the caller (the login user name of USER(), whatever the definer).
-CREATE DEFINER = 'dlock'@'localhost' FUNCTION dlock._me() RETURNS VARCHAR(128) CHARACTER SET utf8mb4
+CREATE DEFINER = 'dlock'@'localhost' FUNCTION dlock._me() RETURNS VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_nopad_bin
     NOT DETERMINISTIC NO SQL SQL SECURITY DEFINER
     RETURN LEFT(USER(), CHAR_LENGTH(USER()) - CHAR_LENGTH(SUBSTRING_INDEX(USER(), '@', -1)) - 1)//
 
--- _now: the server clock at this moment (not the statement's start), UTC.
+/*
+ * _now: the server clock at this moment (not the statement's start), UTC:
+ * SYSDATE(6), in the session's time zone, less that zone's offset.  The
+ * offset is read at the statement's start (NOW() against UTC_TIMESTAMP(),
+ * exact) when that is within a second of SYSDATE(6); otherwise the session
+ * has SET timestamp (or the statement is long), and NOW() would give the
+ * offset of another date (daylight saving time): SYSDATE(6) is converted
+ * by itself (UNIX_TIMESTAMP, exact but in the hour a clock is set back).
+ */
 CREATE DEFINER = 'dlock'@'localhost' FUNCTION dlock._now() RETURNS DATETIME(6)
     NOT DETERMINISTIC NO SQL SQL SECURITY DEFINER
-    RETURN SYSDATE(6) - INTERVAL TIMESTAMPDIFF(SECOND, UTC_TIMESTAMP(), NOW()) SECOND//
+BEGIN
+    DECLARE v DATETIME(6) DEFAULT SYSDATE(6);
+    IF ABS(TIMESTAMPDIFF(MICROSECOND, NOW(6), v)) < 1000000 THEN
+        RETURN v - INTERVAL TIMESTAMPDIFF(SECOND, UTC_TIMESTAMP(), NOW()) SECOND;
+    END IF;
+    RETURN TIMESTAMP('1970-01-01') + INTERVAL ROUND(UNIX_TIMESTAMP(v) * 1000000) MICROSECOND;
+END//
 
 /*
- * _fence: the next fence, never below the clock (see the header: the
- * counter, raised to (milliseconds since 2020-01-01 UTC) << 22 when it is
- * behind).  Callers hold the resource's row lock.  The draw and the raise
- * happen under the named lock of dlock.fence_lock, held for these few
- * statements only (not to the end of the transaction), so that no two
- * sessions insert the same explicit value (the second would wait for the
- * first's transaction).  Its name is random, made at install time, and
- * users cannot read it; a lock left by this session (a statement killed
- * in the middle) is released first.
+ * _fence: the next fence, above p_last (the resource's last fence, 0 when
+ * none) and never below the clock (see the header).  Callers hold the
+ * resource's row lock.  A draw is an insert into dlock.fences that takes
+ * the counter's next value.  When that is behind (milliseconds since
+ * 2020-01-01 UTC) << 22, or not above p_last, an insert of the value just
+ * below raises the counter there (InnoDB, at once, whatever becomes of the
+ * transaction), and a second draw follows: a fence is always a drawn
+ * value, unique, never a value inserted explicitly (two sessions may
+ * raise to the same one).  Nothing here waits: the index on n is not
+ * unique, so no insert checks for another transaction's row.  Nothing
+ * here reads what the session sets: insert_id is reset first, the clock
+ * is SYSDATE(6) (_now), not the session's timestamp; auto_increment_
+ * increment and _offset only spread the values.  No named lock.
  */
-CREATE DEFINER = 'dlock'@'localhost' FUNCTION dlock._fence() RETURNS BIGINT
+CREATE DEFINER = 'dlock'@'localhost' FUNCTION dlock._fence(p_last BIGINT) RETURNS BIGINT
     NOT DETERMINISTIC MODIFIES SQL DATA SQL SECURITY DEFINER
 BEGIN
     DECLARE v BIGINT;
-    DECLARE v_clock BIGINT;
-    DECLARE v_name VARCHAR(64);
-    DECLARE v_left INT DEFAULT 10;
-    DECLARE EXIT HANDLER FOR SQLEXCEPTION
-    BEGIN
-        DO RELEASE_LOCK(v_name);
-        RESIGNAL;
-    END;
-    SELECT name INTO v_name FROM dlock.fence_lock;
-    WHILE v_left > 0 AND IS_USED_LOCK(v_name) = CONNECTION_ID() DO
-        DO RELEASE_LOCK(v_name);
-        SET v_left = v_left - 1;
-    END WHILE;
-    IF IFNULL(GET_LOCK(v_name, 10), 0) <> 1 THEN
-        SIGNAL SQLSTATE '55P03' SET MESSAGE_TEXT = 'dlock: could not draw a fence: the fence counter''s lock was not granted within 10 s';
-    END IF;
-    INSERT INTO dlock.fences () VALUES ();
+    DECLARE v_u BIGINT UNSIGNED DEFAULT UUID_SHORT();
+    DECLARE v_floor BIGINT DEFAULT GREATEST(
+        CAST(TIMESTAMPDIFF(MICROSECOND, '2020-01-01', dlock._now()) DIV 1000 AS SIGNED) << 22,
+        IFNULL(p_last, 0) + 1);
+    SET SESSION insert_id = 0;
+    INSERT INTO dlock.fences (u) VALUES (v_u);
     SET v = LAST_INSERT_ID();
-    DELETE FROM dlock.fences WHERE n = v;
-    SET v_clock = CAST(TIMESTAMPDIFF(MICROSECOND, '2020-01-01', UTC_TIMESTAMP(6)) DIV 1000 AS SIGNED) << 22;
-    IF v < v_clock THEN
-        -- An explicit value above the counter raises it (InnoDB, at once,
-        -- whatever becomes of this transaction).
-        INSERT INTO dlock.fences (n) VALUES (v_clock);
-        DELETE FROM dlock.fences WHERE n = v_clock;
-        SET v = v_clock;
+    DELETE FROM dlock.fences WHERE u = v_u;
+    IF v < v_floor THEN
+        INSERT INTO dlock.fences (u, n) VALUES (v_u, v_floor - 1);
+        DELETE FROM dlock.fences WHERE u = v_u;
+        SET v_u = UUID_SHORT();
+        SET SESSION insert_id = 0;
+        INSERT INTO dlock.fences (u) VALUES (v_u);
+        SET v = LAST_INSERT_ID();
+        DELETE FROM dlock.fences WHERE u = v_u;
     END IF;
-    DO RELEASE_LOCK(v_name);
     RETURN v;
 END//
 
@@ -458,12 +508,17 @@ END//
  * the header), and the caller's setting back.  An error no handler may catch
  * inside a function (a lock wait timeout, a deadlock, KILL) skips the
  * restore: @dlock_si_caller keeps the caller's setting until the session's
- * next dlock call restores it.
+ * next dlock call restores it.  Every public function calls it first: it
+ * also refuses (55000) a session whose sql_select_limit is 0, which
+ * MariaDB applies to the SELECT ... INTO of functions (not procedures).
  */
 CREATE DEFINER = 'dlock'@'localhost' FUNCTION dlock._si_off() RETURNS BOOLEAN
     NOT DETERMINISTIC NO SQL SQL SECURITY DEFINER
 BEGIN
     DECLARE v BOOLEAN DEFAULT @@session.innodb_snapshot_isolation;
+    IF @@session.sql_select_limit = 0 THEN
+        SIGNAL SQLSTATE '55000' SET MESSAGE_TEXT = 'dlock cannot run with sql_select_limit = 0 (its functions would read no rows): SET sql_select_limit = DEFAULT';
+    END IF;
     IF @dlock_si_caller IS NOT NULL THEN
         SET v = @dlock_si_caller;
     END IF;
@@ -594,39 +649,23 @@ BEGIN
 END//
 
 /*
- * _reap_name: the named lock the reaper holds (GET_LOCK) while it frees or
- * deletes one resource's row, from locking it to its commit: made from the
- * secret name of dlock.fence_lock, so users cannot take or hold it.
- */
-CREATE DEFINER = 'dlock'@'localhost' FUNCTION dlock._reap_name(p_resource LONGBLOB) RETURNS VARCHAR(64)
-    NOT DETERMINISTIC READS SQL DATA SQL SECURITY DEFINER
-BEGIN
-    DECLARE v_name VARCHAR(64);
-    SELECT name INTO v_name FROM dlock.fence_lock;
-    RETURN CONCAT('dlock:r:', LEFT(SHA2(CONCAT(v_name, ':', HEX(p_resource)), 256), 56));
-END//
-
-/*
  * _reaper_wait: for _take, when the row is locked by another transaction:
- * if that is the reaper's (it holds the resource's _reap_name lock from
- * before it locks the row until after its one-statement transaction
- * committed), wait for it, at most 2 s; otherwise return at once.  Never a
- * row-lock wait, and never for a user's transaction: users cannot hold the
- * named lock, and the reaper never waits while it holds it (SKIP LOCKED;
- * GET_LOCK(..., 0)).
+ * if that is the reaper's (it holds its slot's row of dlock.reapers from
+ * before it locks the row until its one-statement transaction commits),
+ * wait for it; otherwise return at once.  A share lock on that row of
+ * dlock.reapers, kept to the end of the caller's transaction (the reaper
+ * passes by the slot meanwhile).  Never a wait for a user's transaction:
+ * only the reaper locks those rows exclusively, never waits while it holds
+ * one (SKIP LOCKED), and an interrupted reaper statement rolls back, its
+ * lock with it (no named locks: see the header).
  */
 CREATE DEFINER = 'dlock'@'localhost' PROCEDURE dlock._reaper_wait(IN p_resource LONGBLOB)
     READS SQL DATA SQL SECURITY DEFINER
 BEGIN
-    DECLARE v_name VARCHAR(64) DEFAULT dlock._reap_name(p_resource);
-    DECLARE v_left INT DEFAULT 10;
-    WHILE v_left > 0 AND IS_USED_LOCK(v_name) = CONNECTION_ID() DO
-        DO RELEASE_LOCK(v_name);    -- left by a statement of this session killed here
-        SET v_left = v_left - 1;
-    END WHILE;
-    IF GET_LOCK(v_name, 2) = 1 THEN
-        DO RELEASE_LOCK(v_name);
-    END IF;
+    DECLARE v_one INT;
+    DECLARE CONTINUE HANDLER FOR NOT FOUND BEGIN END;
+    SELECT 1 INTO v_one FROM dlock.reapers AS waiting
+     WHERE slot = dlock._slot(p_resource) LOCK IN SHARE MODE;
 END//
 
 /*
@@ -666,7 +705,7 @@ END//
  * where the reaper has the row, _reaper_wait.
  */
 CREATE DEFINER = 'dlock'@'localhost' FUNCTION dlock._take(
-    p_resource LONGBLOB, p_holder LONGBLOB, p_me VARCHAR(128) CHARACTER SET utf8mb4,
+    p_resource LONGBLOB, p_holder LONGBLOB, p_me VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_nopad_bin,
     p_lease_us BIGINT) RETURNS BIGINT
     NOT DETERMINISTIC MODIFIES SQL DATA SQL SECURITY DEFINER
 BEGIN
@@ -675,7 +714,7 @@ BEGIN
     DECLARE v_free INT DEFAULT 0;
     DECLARE v_dup INT DEFAULT 0;
     DECLARE v_h VARBINARY(255);
-    DECLARE v_owner VARCHAR(128) CHARACTER SET utf8mb4;
+    DECLARE v_owner VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_nopad_bin;
     DECLARE v_fence BIGINT;
     DECLARE v_exp DATETIME(6);
     DECLARE v_now DATETIME(6);
@@ -772,7 +811,7 @@ BEGIN
             RETURN v_busy;
         END IF;
     END IF;
-    SET v_fence = dlock._fence();
+    SET v_fence = dlock._fence(GREATEST(IFNULL(v_fence, 0), IFNULL(v_xfence, 0)));
     IF p_holder IS NULL THEN
         IF v_h IS NOT NULL THEN
             UPDATE dlock.leases SET holder = NULL, owner = NULL, count = 0, released_at = v_now
@@ -883,7 +922,7 @@ BEGIN
     DECLARE p_wait DOUBLE DEFAULT dlock._seconds('wait', p_wait_arg);
     DECLARE v_holder LONGBLOB DEFAULT IFNULL(p_holder, dlock.session_holder());
     DECLARE v_si BOOLEAN DEFAULT dlock._si_off();
-    DECLARE v_me VARCHAR(128) CHARACTER SET utf8mb4 DEFAULT dlock._me();
+    DECLARE v_me VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_nopad_bin DEFAULT dlock._me();
     DECLARE v_fence BIGINT;
     DECLARE v_deadline DATETIME(6);
     DECLARE v_nap DOUBLE DEFAULT 0.005;
@@ -943,7 +982,7 @@ CREATE DEFINER = 'dlock'@'localhost' FUNCTION dlock._mine(
 BEGIN
     DECLARE v_found INT DEFAULT 0;
     DECLARE v_h VARBINARY(255);
-    DECLARE v_owner VARCHAR(128) CHARACTER SET utf8mb4;
+    DECLARE v_owner VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_nopad_bin;
     DECLARE v_fence BIGINT;
     DECLARE v_exp DATETIME(6);
     DECLARE v_pin INT DEFAULT 0;
@@ -1063,7 +1102,7 @@ CREATE DEFINER = 'dlock'@'localhost' FUNCTION dlock.unlock_all(p_holder LONGBLOB
 BEGIN
     DECLARE v_holder LONGBLOB DEFAULT IFNULL(p_holder, dlock.session_holder());
     DECLARE v_si BOOLEAN DEFAULT dlock._si_off();
-    DECLARE v_me VARCHAR(128) CHARACTER SET utf8mb4 DEFAULT dlock._me();
+    DECLARE v_me VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_nopad_bin DEFAULT dlock._me();
     DECLARE v_last VARBINARY(1000) DEFAULT '';
     DECLARE v_next VARBINARY(1000);
     DECLARE v_n INT DEFAULT 0;
@@ -1101,8 +1140,9 @@ END//
  * _reap_one: frees the resource if its lease has expired (1), deletes it if
  * free for an hour (0; not while another transaction holds its creation
  * gate, whose gen it moves).  Skips a row another transaction holds, and a
- * holding assert_fence pins.  _reap calls it under the resource's named
- * lock (_reap_name).
+ * holding assert_fence pins.  First locks its slot's row of dlock.reapers
+ * (SKIP LOCKED: an acquirer waiting there, see _reaper_wait, or another
+ * reaper, makes it pass by), kept until this statement commits.
  */
 CREATE DEFINER = 'dlock'@'localhost' FUNCTION dlock._reap_one(p_resource VARBINARY(1000)) RETURNS INT
     NOT DETERMINISTIC MODIFIES SQL DATA SQL SECURITY DEFINER
@@ -1115,6 +1155,12 @@ BEGIN
     DECLARE v_rel DATETIME(6);
     DECLARE v_now DATETIME(6);
     DECLARE CONTINUE HANDLER FOR NOT FOUND BEGIN END;  -- no row: the variables stay as they are
+    SELECT 1 INTO v_free FROM dlock.reapers AS reaping
+     WHERE slot = dlock._slot(p_resource) FOR UPDATE SKIP LOCKED;
+    IF v_free = 0 THEN
+        RETURN 0;
+    END IF;
+    SET v_free = 0;
     SELECT 1, holder, fence, expires_at, released_at INTO v_found, v_h, v_fence, v_exp, v_rel
       FROM dlock.leases AS skipping WHERE resource = p_resource AND tail = 0 FOR UPDATE SKIP LOCKED;
     SET v_now = dlock._now();
@@ -1156,11 +1202,10 @@ BEGIN
     DECLARE v_last VARBINARY(1000) DEFAULT '';
     DECLARE v_next VARBINARY(1000);
     DECLARE v_now DATETIME(6);
-    DECLARE v_name VARCHAR(64);
     DECLARE v_si BOOLEAN DEFAULT dlock._si_off();
     DECLARE CONTINUE HANDLER FOR NOT FOUND BEGIN END;  -- no row: the variables stay as they are
     DECLARE EXIT HANDLER FOR SQLEXCEPTION
-        BEGIN DO RELEASE_LOCK(v_name); CALL dlock._si_restore(v_si); RESIGNAL; END;
+        BEGIN CALL dlock._si_restore(v_si); RESIGNAL; END;
     SET p_reaped = 0;
     scan: LOOP
         SET v_next = NULL;
@@ -1174,14 +1219,9 @@ BEGIN
             LEAVE scan;
         END IF;
         SET v_last = v_next;
-        -- Under the row's _reap_name lock, released once the statement
-        -- that changed the row has committed (autocommit): an acquirer
-        -- that finds the row locked waits for that, not for a NULL.
-        SET v_name = dlock._reap_name(v_next);
-        IF GET_LOCK(v_name, 0) = 1 THEN
-            SET p_reaped = p_reaped + dlock._reap_one(v_next);
-            DO RELEASE_LOCK(v_name);
-        END IF;
+        -- One statement, its own transaction: the row and its slot's
+        -- reaper gate (see _reap_one) are unlocked when it commits.
+        SET p_reaped = p_reaped + dlock._reap_one(v_next);
     END LOOP;
     CALL dlock._si_restore(v_si);
 END//
@@ -1208,13 +1248,27 @@ BEGIN
     SELECT v_n AS reaped;
 END//
 
--- check_fence: is that fence the current, unexpired holding?  A plain read.
+/*
+ * check_fence: is that fence the current, unexpired holding?  A plain
+ * read, confirmed, where that read may show another transaction's
+ * uncommitted change (READ UNCOMMITTED), on the resource's row of
+ * dlock.pins with a share lock that skips a row another transaction is
+ * changing hands (false then, never a wait): in autocommit mode that lock
+ * ends with the statement; in a READ UNCOMMITTED transaction it pins the
+ * holding, as assert_fence does, until the transaction ends.  The
+ * isolation level MariaDB shows is the session's (@@tx_isolation), so a
+ * READ UNCOMMITTED set for one transaction only (SET TRANSACTION without
+ * SESSION) is not seen.
+ */
 CREATE DEFINER = 'dlock'@'localhost' FUNCTION dlock.check_fence(
     p_resource LONGBLOB, p_fence_arg LONGBLOB) RETURNS BOOLEAN
     NOT DETERMINISTIC READS SQL DATA SQL SECURITY DEFINER
 BEGIN
     DECLARE p_fence BIGINT DEFAULT dlock._integer('fence', p_fence_arg);
     DECLARE v_n INT;
+    IF @@session.sql_select_limit = 0 THEN    -- see _si_off
+        SIGNAL SQLSTATE '55000' SET MESSAGE_TEXT = 'dlock cannot run with sql_select_limit = 0 (its functions would read no rows): SET sql_select_limit = DEFAULT';
+    END IF;
     CALL dlock._check('check_fence', FALSE, TRUE, p_resource, NULL, NULL, NULL);
     IF p_fence IS NULL THEN
         SIGNAL SQLSTATE '22023' SET MESSAGE_TEXT = 'fence must not be null';
@@ -1222,6 +1276,11 @@ BEGIN
     SELECT COUNT(*) INTO v_n FROM dlock.leases AS seen
      WHERE resource = p_resource AND tail = 0 AND fence = p_fence AND holder IS NOT NULL
        AND expires_at > dlock._now();
+    IF v_n > 0 AND (NOT dlock._in_xact() OR @@session.tx_isolation = 'READ-UNCOMMITTED') THEN
+        SELECT COUNT(*) INTO v_n FROM dlock.pins AS pinning
+         WHERE resource = p_resource AND tail = 0 AND fence = p_fence
+         LOCK IN SHARE MODE SKIP LOCKED;
+    END IF;
     RETURN v_n > 0;
 END//
 
@@ -1242,7 +1301,7 @@ BEGIN
     DECLARE v_pinned BIGINT;
     DECLARE v_pin INT DEFAULT 0;
     DECLARE v_h VARBINARY(255);
-    DECLARE v_owner VARCHAR(128) CHARACTER SET utf8mb4;
+    DECLARE v_owner VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_nopad_bin;
     DECLARE v_fence BIGINT;
     DECLARE v_exp DATETIME(6);
     DECLARE v_msg VARCHAR(1200);

@@ -4,15 +4,15 @@
 #      not reap() has removed it yet" (the contract).  The reaper frees it
 #      in a statement of its own, holding the row for that statement; an
 #      acquirer that met the row locked then returned NULL (the prober's
-#      try_lock, 5 ms after its lease ended).  Now the reaper holds the
-#      resource's named lock (dlock._reap_name) from before it locks the row
-#      until after its commit, and an acquirer that finds the row locked
-#      waits for that lock, then looks once more.  Here the reaper's round
-#      is played by root, step by step: the named lock (when the
-#      installation has it), _reap_one in an open transaction, then COMMIT
-#      and the named lock's release once the acquirer is seen waiting (or
-#      has answered): try_lock, lock(wait 0), try_xact_lock must return a
-#      fence, not NULL.
+#      try_lock, 5 ms after its lease ended).  Now the reaper locks its
+#      slot's row of dlock.reapers from before it locks the resource's row
+#      until its commit, and an acquirer that finds the row locked waits
+#      for a share lock on that row of dlock.reapers, then looks once more
+#      (no named lock: issue 33, 3 and 6).  Here the reaper's round is
+#      played by root, step by step: _reap_one in an open transaction, then
+#      COMMIT once the acquirer is seen waiting (or has answered):
+#      try_lock, lock(wait 0), try_xact_lock must return a fence, not
+#      NULL.
 #   2. A REPEATABLE READ snapshot older than a resource's creation: the
 #      acquirer's plain read shows no row, so it inserted one, and the
 #      INSERT's duplicate-key check waited for the transaction that had the
@@ -103,8 +103,10 @@ for my $case (['try_lock', 'SELECT dlock.try_lock(?, ?, 10)', 1],
     for (1 .. 100) {
         ($state) = $root->selectrow_array(
             'SELECT IFNULL(STATE, \'\') FROM information_schema.PROCESSLIST WHERE ID = ?', undef, $id);
-        last if !defined $state || $state =~ /user lock/i || !kill(0, $pid);
-        sleep 0.05;
+        my ($waits) = $root->selectrow_array(
+            "SELECT COUNT(*) FROM information_schema.INNODB_TRX WHERE trx_mysql_thread_id = ? AND trx_state = 'LOCK WAIT'", undef, $id);
+        last if !defined $state || $state =~ /user lock/i || $waits || !kill(0, $pid);
+        sleep 0.15;    # InnoDB refreshes what INNODB_TRX shows at most every 0.1 s
     }
     $root->do('COMMIT');
     run($root, 'SELECT RELEASE_LOCK(?)', $rn) if $named;
