@@ -124,6 +124,65 @@ BEGIN
 END
 $refuse$;
 
+-- First install, or a re-run (an in-place upgrade)?  Rights are given to
+-- PUBLIC only on objects this run creates: a re-run keeps what a DBA
+-- granted or revoked since (dlock_new_* below, read with \if).
+SELECT NOT EXISTS (SELECT FROM pg_catalog.pg_namespace WHERE nspname OPERATOR(pg_catalog.=) 'dlock') AS dlock_new_schema,
+       pg_catalog.to_regclass('dlock.locks') IS NULL AS dlock_new_locks,
+       pg_catalog.to_regclass('dlock.queue') IS NULL AS dlock_new_queue,
+       pg_catalog.to_regclass('dlock.terms') IS NULL AS dlock_new_terms \gset
+
+-- A re-run replaces views (CREATE OR REPLACE VIEW) and may add columns:
+-- ACCESS EXCLUSIVE locks, which wait for every open transaction that used
+-- them, and every caller that comes after queues behind the wait.  So
+-- they are taken first, all at once and NOWAIT (a NOWAIT attempt queues
+-- nobody), retried every 10 ms for up to dlock_lock_wait (psql -v
+-- dlock_lock_wait=..., default 10s); then the run fails (55P03), having
+-- changed nothing.
+\if :{?dlock_lock_wait}
+\else
+\set dlock_lock_wait 10s
+\endif
+SELECT pg_catalog.set_config('dlock_portable.lock_wait', :'dlock_lock_wait', true) IS NULL AS dlock_unused \gset
+DO $strong$
+DECLARE
+    rels text;
+    deadline timestamptz := pg_catalog.clock_timestamp()
+                            OPERATOR(pg_catalog.+) pg_catalog.current_setting('dlock_portable.lock_wait')::interval;
+BEGIN
+    SELECT pg_catalog.string_agg(c.oid::pg_catalog.regclass::text, ', ' ORDER BY c.oid) INTO rels
+      FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid OPERATOR(pg_catalog.=) c.relnamespace
+     WHERE n.nspname OPERATOR(pg_catalog.=) 'dlock'
+       AND (c.relkind OPERATOR(pg_catalog.=) 'v'
+            -- Tables a column is added to (tables.sql): only when it is missing.
+            OR (c.relname OPERATOR(pg_catalog.=) 'leases' AND NOT EXISTS
+                (SELECT FROM pg_catalog.pg_attribute a WHERE a.attrelid OPERATOR(pg_catalog.=) c.oid
+                    AND a.attname OPERATOR(pg_catalog.=) 'kinds' AND NOT a.attisdropped))
+            OR (c.relname OPERATOR(pg_catalog.=) 'fence_epoch_seal' AND NOT EXISTS
+                (SELECT FROM pg_catalog.pg_attribute a WHERE a.attrelid OPERATOR(pg_catalog.=) c.oid
+                    AND a.attname OPERATOR(pg_catalog.=) 'secret' AND NOT a.attisdropped)));
+    IF rels IS NULL THEN
+        RETURN;
+    END IF;
+    LOOP
+        BEGIN
+            -- Names from the catalog, not from any caller.
+            EXECUTE 'LOCK TABLE ' OPERATOR(pg_catalog.||) rels OPERATOR(pg_catalog.||) ' IN ACCESS EXCLUSIVE MODE NOWAIT';
+            RETURN;
+        EXCEPTION WHEN lock_not_available THEN
+            IF pg_catalog.clock_timestamp() OPERATOR(pg_catalog.>=) deadline THEN
+                RAISE EXCEPTION 'could not lock dlock''s views for the upgrade: open transactions use them'
+                    USING ERRCODE = 'lock_not_available',
+                          DETAIL = pg_catalog.format('Tried for %s without waiting (waiting would make every dlock caller queue behind the upgrade); nothing was changed.',
+                                                     pg_catalog.current_setting('dlock_portable.lock_wait')),
+                          HINT = 'Run it again when no long transaction uses dlock, or give it longer: psql -v dlock_lock_wait=60s.';
+            END IF;
+            PERFORM pg_catalog.pg_sleep(0.01);
+        END;
+    END LOOP;
+END
+$strong$;
+
 CREATE SCHEMA IF NOT EXISTS dlock;
 -- Functions whose arguments grew ([fair]): a new parameter cannot be added
 -- in place, and an overload would make calls ambiguous.
@@ -144,7 +203,9 @@ DROP FUNCTION IF EXISTS dlock.lock(text, text, interval, interval, boolean, inte
 -- kinds.sql.)
 COMMENT ON SCHEMA dlock IS
     'dlock (portable edition): leased distributed locks with fencing tokens (see the dlock README)';
+\if :dlock_new_schema
 GRANT USAGE ON SCHEMA dlock TO PUBLIC;
+\endif
 
 -- The edition and version installed (and the mark of a portable install).
 CREATE TABLE IF NOT EXISTS dlock.portable (
@@ -152,12 +213,16 @@ CREATE TABLE IF NOT EXISTS dlock.portable (
     version      text NOT NULL,
     installed_at timestamptz NOT NULL
 );
+-- Its row is also the lock a fence-epoch jump takes (fences.sql): written
+-- only when the version changes, so a re-run does not hold it.
 INSERT INTO dlock.portable (version, installed_at) VALUES ('0.5', pg_catalog.clock_timestamp())
-    ON CONFLICT (one) DO UPDATE SET version = excluded.version;
+    ON CONFLICT (one) DO NOTHING;
+UPDATE dlock.portable p SET version = '0.5' WHERE p.version OPERATOR(pg_catalog.<>) '0.5';
 COMMENT ON TABLE dlock.portable IS 'The dlock portable edition''s version in this database';
 
 \ir tables.sql
 \ir helpers.sql
+\ir nowait.sql
 \ir fences.sql
 \ir queues.sql
 \ir acquire.sql

@@ -257,4 +257,7 @@ CREATE OR REPLACE VIEW dlock.terms AS
       FROM dlock.term_log t;
 COMMENT ON VIEW dlock.terms IS
     'Terms elected by campaign in the last ten minutes (election, term, candidate, value at election, elected_at, owner), for observers that poll';
+-- Only when this run made it: a re-run keeps the DBA's grants (dlock.sql).
+\if :dlock_new_terms
 GRANT SELECT ON dlock.terms TO PUBLIC;
+\endif
