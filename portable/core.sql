@@ -321,7 +321,7 @@ DECLARE
     k integer := dlock._qkey(p_resource);
     u integer;
     cand bigint;            -- the ticket last tried (what _let_go looks for)
-    ticket bigint;          -- the ticket held
+    held bigint;            -- the ticket held
     tried boolean := false;
     marked boolean := p_kind = 'exclusive';
     fair_mark boolean := false;
@@ -332,7 +332,7 @@ DECLARE
 BEGIN
     BEGIN
         LOOP
-            fence := dlock._try(p_resource, p_holder, p_lease, v_role, p_delay, ticket, p_kind, p_max, p_permits);
+            fence := dlock._try(p_resource, p_holder, p_lease, v_role, p_delay, held, p_kind, p_max, p_permits);
             IF fence IS NOT NULL THEN
                 ok := dlock._let_go(p_resource, p_holder, v_role, cand);
                 RETURN fence;
@@ -344,7 +344,7 @@ BEGIN
                     -- An adopted client ticket leaves the queue with the wait.
                     DELETE FROM dlock.tickets t
                      WHERE t.ctid = ANY (ARRAY(SELECT x.ctid FROM dlock.tickets x
-                                                WHERE x.resource = p_resource AND x.ticket = ticket
+                                                WHERE x.resource = p_resource AND x.ticket = held
                                                   FOR UPDATE SKIP LOCKED));
                     RETURN NULL;
                 END IF;
@@ -368,17 +368,17 @@ BEGIN
                    AND x.expires_at > clock_timestamp();
                 IF cand IS NOT NULL AND cand::bit(32)::integer <> 0
                    AND pg_try_advisory_lock(k, cand::bit(32)::integer) THEN
-                    ticket := cand;
+                    held := cand;
                 ELSIF p_fair THEN
                     LOOP
                         cand := nextval('dlock.ticket_seq');
                         EXIT WHEN cand::bit(32)::integer <> 0 AND pg_try_advisory_lock(k, cand::bit(32)::integer);
                     END LOOP;
-                    ticket := cand;
+                    held := cand;
                 END IF;
             END IF;
             -- The "fair waiters" mark, shared, until held.
-            IF ticket IS NOT NULL AND NOT fair_mark THEN
+            IF held IS NOT NULL AND NOT fair_mark THEN
                 fair_mark := pg_try_advisory_lock_shared(k, 0);
                 CONTINUE WHEN fair_mark;    -- with its place, it may be its turn
             END IF;

@@ -125,55 +125,73 @@ END
 $refuse$;
 
 -- First install, or a re-run (an in-place upgrade)?  Rights are given to
--- PUBLIC only on objects this run creates: a re-run keeps what a DBA
--- granted or revoked since (dlock_new_* below, read with \if).
-SELECT NOT EXISTS (SELECT FROM pg_catalog.pg_namespace WHERE nspname OPERATOR(pg_catalog.=) 'dlock') AS dlock_new_schema,
-       pg_catalog.to_regclass('dlock.locks') IS NULL AS dlock_new_locks,
-       pg_catalog.to_regclass('dlock.queue') IS NULL AS dlock_new_queue,
-       pg_catalog.to_regclass('dlock.terms') IS NULL AS dlock_new_terms \gset
+-- PUBLIC only on objects this run creates, so a re-run keeps what a DBA
+-- granted or revoked since: noted in settings of this transaction
+-- (dlock_portable.new_*), read where the objects are made.
+SELECT pg_catalog.set_config('dlock_portable.new_schema',
+           (NOT EXISTS (SELECT FROM pg_catalog.pg_namespace WHERE nspname OPERATOR(pg_catalog.=) 'dlock'))::text, true),
+       pg_catalog.set_config('dlock_portable.new_locks', (pg_catalog.to_regclass('dlock.locks') IS NULL)::text, true),
+       pg_catalog.set_config('dlock_portable.new_queue', (pg_catalog.to_regclass('dlock.queue') IS NULL)::text, true),
+       pg_catalog.set_config('dlock_portable.new_terms', (pg_catalog.to_regclass('dlock.terms') IS NULL)::text, true)
+       \gset dlock_unused_
 
 -- A re-run replaces views (CREATE OR REPLACE VIEW) and may add columns:
 -- ACCESS EXCLUSIVE locks, which wait for every open transaction that used
 -- them, and every caller that comes after queues behind the wait.  So
--- they are taken first, all at once and NOWAIT (a NOWAIT attempt queues
--- nobody), retried every 10 ms for up to dlock_lock_wait (psql -v
--- dlock_lock_wait=..., default 10s); then the run fails (55P03), having
--- changed nothing.
+-- they are taken first, each waiting at most 1 ms (lock_timeout: a caller
+-- queues behind it no longer), all again every 10 ms for up to
+-- dlock_lock_wait (psql -v dlock_lock_wait=..., default 10s); then the run
+-- fails (55P03), having changed nothing.  A view is locked by a no-op
+-- ALTER VIEW ... OWNER TO its owner (LOCK TABLE would lock the tables it
+-- reads as well).
 \if :{?dlock_lock_wait}
 \else
 \set dlock_lock_wait 10s
 \endif
-SELECT pg_catalog.set_config('dlock_portable.lock_wait', :'dlock_lock_wait', true) IS NULL AS dlock_unused \gset
+SELECT pg_catalog.set_config('dlock_portable.lock_wait', :'dlock_lock_wait', true) \gset dlock_unused_
 DO $strong$
 DECLARE
-    rels text;
     deadline timestamptz := pg_catalog.clock_timestamp()
                             OPERATOR(pg_catalog.+) pg_catalog.current_setting('dlock_portable.lock_wait')::interval;
+    was text := pg_catalog.current_setting('lock_timeout');
+    -- Tables a column is added to (tables.sql): only when it is missing.
+    no_kinds boolean := pg_catalog.to_regclass('dlock.leases') IS NOT NULL AND NOT EXISTS
+        (SELECT FROM pg_catalog.pg_attribute a WHERE a.attrelid OPERATOR(pg_catalog.=) pg_catalog.to_regclass('dlock.leases')
+            AND a.attname OPERATOR(pg_catalog.=) 'kinds' AND NOT a.attisdropped);
+    no_secret boolean := pg_catalog.to_regclass('dlock.fence_epoch_seal') IS NOT NULL AND NOT EXISTS
+        (SELECT FROM pg_catalog.pg_attribute a WHERE a.attrelid OPERATOR(pg_catalog.=) pg_catalog.to_regclass('dlock.fence_epoch_seal')
+            AND a.attname OPERATOR(pg_catalog.=) 'secret' AND NOT a.attisdropped);
 BEGIN
-    SELECT pg_catalog.string_agg(c.oid::pg_catalog.regclass::text, ', ' ORDER BY c.oid) INTO rels
-      FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid OPERATOR(pg_catalog.=) c.relnamespace
-     WHERE n.nspname OPERATOR(pg_catalog.=) 'dlock'
-       AND (c.relkind OPERATOR(pg_catalog.=) 'v'
-            -- Tables a column is added to (tables.sql): only when it is missing.
-            OR (c.relname OPERATOR(pg_catalog.=) 'leases' AND NOT EXISTS
-                (SELECT FROM pg_catalog.pg_attribute a WHERE a.attrelid OPERATOR(pg_catalog.=) c.oid
-                    AND a.attname OPERATOR(pg_catalog.=) 'kinds' AND NOT a.attisdropped))
-            OR (c.relname OPERATOR(pg_catalog.=) 'fence_epoch_seal' AND NOT EXISTS
-                (SELECT FROM pg_catalog.pg_attribute a WHERE a.attrelid OPERATOR(pg_catalog.=) c.oid
-                    AND a.attname OPERATOR(pg_catalog.=) 'secret' AND NOT a.attisdropped)));
-    IF rels IS NULL THEN
-        RETURN;
-    END IF;
     LOOP
         BEGIN
-            -- Names from the catalog, not from any caller.
-            EXECUTE 'LOCK TABLE ' OPERATOR(pg_catalog.||) rels OPERATOR(pg_catalog.||) ' IN ACCESS EXCLUSIVE MODE NOWAIT';
+            PERFORM pg_catalog.set_config('lock_timeout', '1ms', true);
+            -- Every view of the schema (those of earlier versions too).
+            IF pg_catalog.to_regclass('dlock._epoch_mark') IS NOT NULL THEN
+                ALTER VIEW dlock._epoch_mark OWNER TO CURRENT_USER;
+            END IF;
+            IF pg_catalog.to_regclass('dlock.locks') IS NOT NULL THEN
+                ALTER VIEW dlock.locks OWNER TO CURRENT_USER;
+            END IF;
+            IF pg_catalog.to_regclass('dlock.queue') IS NOT NULL THEN
+                ALTER VIEW dlock.queue OWNER TO CURRENT_USER;
+            END IF;
+            IF pg_catalog.to_regclass('dlock.terms') IS NOT NULL THEN
+                ALTER VIEW dlock.terms OWNER TO CURRENT_USER;
+            END IF;
+            IF no_kinds THEN
+                LOCK TABLE dlock.leases IN ACCESS EXCLUSIVE MODE;
+            END IF;
+            IF no_secret THEN
+                LOCK TABLE dlock.fence_epoch_seal IN ACCESS EXCLUSIVE MODE;
+            END IF;
+            PERFORM pg_catalog.set_config('lock_timeout', was, true);
             RETURN;
         EXCEPTION WHEN lock_not_available THEN
+            PERFORM pg_catalog.set_config('lock_timeout', was, true);
             IF pg_catalog.clock_timestamp() OPERATOR(pg_catalog.>=) deadline THEN
                 RAISE EXCEPTION 'could not lock dlock''s views for the upgrade: open transactions use them'
                     USING ERRCODE = 'lock_not_available',
-                          DETAIL = pg_catalog.format('Tried for %s without waiting (waiting would make every dlock caller queue behind the upgrade); nothing was changed.',
+                          DETAIL = pg_catalog.format('Tried for %s, each time waiting at most 1 ms (a longer wait would make every dlock caller queue behind the upgrade); nothing was changed.',
                                                      pg_catalog.current_setting('dlock_portable.lock_wait')),
                           HINT = 'Run it again when no long transaction uses dlock, or give it longer: psql -v dlock_lock_wait=60s.';
             END IF;
@@ -203,9 +221,13 @@ DROP FUNCTION IF EXISTS dlock.lock(text, text, interval, interval, boolean, inte
 -- kinds.sql.)
 COMMENT ON SCHEMA dlock IS
     'dlock (portable edition): leased distributed locks with fencing tokens (see the dlock README)';
-\if :dlock_new_schema
-GRANT USAGE ON SCHEMA dlock TO PUBLIC;
-\endif
+DO $usage$
+BEGIN
+    IF pg_catalog.current_setting('dlock_portable.new_schema') OPERATOR(pg_catalog.=) 'true' THEN
+        GRANT USAGE ON SCHEMA dlock TO PUBLIC;     -- first install only
+    END IF;
+END
+$usage$;
 
 -- The edition and version installed (and the mark of a portable install).
 CREATE TABLE IF NOT EXISTS dlock.portable (

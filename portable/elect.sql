@@ -258,6 +258,10 @@ CREATE OR REPLACE VIEW dlock.terms AS
 COMMENT ON VIEW dlock.terms IS
     'Terms elected by campaign in the last ten minutes (election, term, candidate, value at election, elected_at, owner), for observers that poll';
 -- Only when this run made it: a re-run keeps the DBA's grants (dlock.sql).
-\if :dlock_new_terms
-GRANT SELECT ON dlock.terms TO PUBLIC;
-\endif
+DO $grant$
+BEGIN
+    IF pg_catalog.current_setting('dlock_portable.new_terms') OPERATOR(pg_catalog.=) 'true' THEN
+        GRANT SELECT ON dlock.terms TO PUBLIC;
+    END IF;
+END
+$grant$;

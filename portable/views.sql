@@ -64,9 +64,13 @@ CREATE OR REPLACE VIEW dlock.locks AS
 COMMENT ON VIEW dlock.locks IS
     'Current holdings, one row per holding (mode exclusive, shared or semaphore); an expired lease stays listed (expired = true) until it is reaped or taken over';
 -- Only when this run made it: a re-run keeps the DBA's grants (dlock.sql).
-\if :dlock_new_locks
-GRANT SELECT ON dlock.locks TO PUBLIC;
-\endif
+DO $grant$
+BEGIN
+    IF pg_catalog.current_setting('dlock_portable.new_locks') OPERATOR(pg_catalog.=) 'true' THEN
+        GRANT SELECT ON dlock.locks TO PUBLIC;
+    END IF;
+END
+$grant$;
 
 -- dlock.queue: every live client ticket, position 1 = served next.  A
 -- session waiting in lock() holds its ticket as an advisory lock and is
@@ -82,9 +86,13 @@ CREATE OR REPLACE VIEW dlock.queue AS
 COMMENT ON VIEW dlock.queue IS
     'Every live client-side fair-queue ticket, position 1 = served next (sessions waiting in lock() are not listed)';
 -- Only when this run made it: a re-run keeps the DBA's grants (dlock.sql).
-\if :dlock_new_queue
-GRANT SELECT ON dlock.queue TO PUBLIC;
-\endif
+DO $grant$
+BEGIN
+    IF pg_catalog.current_setting('dlock_portable.new_queue') OPERATOR(pg_catalog.=) 'true' THEN
+        GRANT SELECT ON dlock.queue TO PUBLIC;
+    END IF;
+END
+$grant$;
 
 CREATE OR REPLACE FUNCTION dlock.withdraw(resource text,
                                           holder text DEFAULT dlock.session_holder())
