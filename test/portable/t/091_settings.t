@@ -90,7 +90,7 @@ sub fence_ok {
     my ($tag, $what, $r) = @_;
     return unless defined $r->{v};
     my $ok = $r->{v} > $max;
-    ok($ok, "$label: $tag: $what's fence $r->{v} above every earlier one ($max)") unless $ok;
+    ok($ok, "$label: $tag: ${what}'s fence $r->{v} above every earlier one ($max)") unless $ok;
     $max = $r->{v} if $r->{v} > $max;
     return 1;
 }
