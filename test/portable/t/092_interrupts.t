@@ -9,7 +9,10 @@
 # throughout.  After each cut: that session holds no advisory lock and no
 # open transaction (so no row lock), and once the owners have released
 # what completed calls took (and withdrawn their tickets), the next
-# caller gets the resource at once.  Seeded (DLOCK_SEED): the delays.
+# caller gets the resource at once.  Some routines run while mallory, a
+# role with no rights on dlock, holds one of dlock's advisory keys (the
+# interrupted wait of issue 33's defect 10).  Seeded (DLOCK_SEED): the
+# cancel delays.
 use strict;
 use warnings;
 use Test::More;
@@ -27,6 +30,7 @@ diag("092_interrupts: seed $seed (DLOCK_SEED=$seed to repeat)");
 # Each routine: setup (the state the call meets: bob's holdings, the
 # victim's own), the call (alice, holder 'v'), and the resources to check.
 # In SQL, %r is the iteration's resource.
+my $qkey = "('x' || substr(md5('%r'), 17, 8))::bit(32)::integer";
 my @routines = (
     ['try_lock of a new resource', '', "SELECT dlock.try_lock('%r', 'v', '1h')"],
     ['try_lock of a free row (fast path)', "B:SELECT dlock.try_lock('%r', 'b'), dlock.unlock('%r', 'b')",
@@ -58,9 +62,19 @@ my @routines = (
     ['reap', "A:SELECT dlock.try_lock('%r', 'v', '1ms')\nA:SELECT pg_sleep(0.002)", "SELECT dlock.reap()"],
     ['withdraw', "B:SELECT dlock.try_lock('%r', 'b', '1h')\nA:SELECT dlock.try_lock('%r', 'v', '1h', fair => true)",
      "SELECT dlock.withdraw('%r', 'v')"],
+    # With one of dlock's advisory keys held by mallory (no rights on dlock).
+    ['fair lock() waiting, the fair waiters mark held by another role',
+     "B:SELECT dlock.try_lock('%r', 'b', '1h')\nM:SELECT pg_advisory_lock($qkey, 0)",
+     "SELECT dlock.lock('%r', 'v', '1h', '40ms', fair => true)"],
+    ['lock() waiting, the writer-waits mark held by another role',
+     "B:SELECT dlock.try_lock('%r', 'b', '1h')\nM:SELECT pg_advisory_lock(1684828006, $qkey)",
+     "SELECT dlock.lock('%r', 'v', '1h', '40ms')"],
+    ['try_lock with a new fence epoch, the old jump key held by another role',
+     "O:DELETE FROM dlock.fence_epoch\nM:SELECT pg_advisory_lock(1684828003, 1)",
+     "SELECT dlock.try_lock('%r', 'v', '1h')"],
 );
 
-my ($victim, $obs, $na, $nb, $n);
+my ($victim, $obs, $na, $nb, $mal, $n);
 
 sub victim {
     $victim = conn('alice');
@@ -106,11 +120,12 @@ sub step {
     for my $line (grep { length } split /\n/, $setup) {
         my ($who, $sql) = $line =~ /^(\w):(.*)$/s;
         $sql =~ s/%r/$r/g;
-        my $h = { A => $na, B => $nb, O => $obs }->{$who};
+        my $h = { A => $na, B => $nb, O => $obs, M => $mal }->{$who};
         $h->do($sql) or die "$tag: setup $sql: " . $h->errstr;
     }
     (my $sql = $call) =~ s/%r/$r/g;
     my $st = run($sql, $how, $arg);
+    $mal->do("SELECT pg_advisory_unlock_all()");
     my $pid = $victim->{pg_pid};
     my $adv = q1($obs, "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND pid = ?", $pid);
     my $open = q1($obs, "SELECT count(*) FROM pg_stat_activity WHERE pid = ? AND state <> 'idle'", $pid);
@@ -133,11 +148,13 @@ sub step {
 
 for my $s (@servers) {
     my ($dir, $admin) = start_server(@$s, 'interrupts');
+    $admin->do("CREATE ROLE mallory LOGIN") or die $admin->errstr;
     srand($seed);
     $n = 0;
     $obs = conn('admin', 'app');
     $na = conn('alice');
     $nb = conn('bob');
+    $mal = conn('mallory');
     victim();
     for my $rt (@routines) {
         # statement_timeout from 1 ms upward until the call completes twice.
@@ -149,13 +166,14 @@ for my $s (@servers) {
             $ms += $ms < 20 ? 1 : 5;
         }
         ok($seen{57014}, "$label: $rt->[0]: statement_timeout cut it (" . join(', ', map { "$_ $seen{$_}" } sort keys %seen) . ")");
+        isnt(step($rt, 'timeout', 5000), '57014', "$label: $rt->[0]: completes within 5 s (its own limit is 40 ms)");
         # pg_cancel_backend swept from 0 to 3 ms after the call was sent
         # (finer than statement_timeout's milliseconds), seeded jitter.
         step($rt, 'cancel', $_ * 150 + int(rand(150))) for 0 .. 20;
         step($rt, 'terminate', int(rand(4000)));
         step($rt, 'terminate', int(rand(500)));
     }
-    $_->disconnect for $victim, $obs, $na, $nb;
+    $_->disconnect for $victim, $obs, $na, $nb, $mal;
     $admin->disconnect;
     stop_server($s->[1], $dir);
 }
