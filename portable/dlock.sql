@@ -8,7 +8,8 @@
  * then includes (\ir, relative to this file) the other files of portable/,
  * in this order, each opening with what it holds and what protects it:
  * tables.sql (tables and sequences), helpers.sql (argument checks, the
- * caller's role, events), fences.sql (fences and the fence epoch),
+ * caller's role, events), nowait.sql (advisory locks held and given
+ * back, an insert that never waits), fences.sql (fences and the fence epoch),
  * queues.sql (lock-delay and fair queues), acquire.sql (the general path
  * of acquisition and release), core.sql (the public functions of [core]
  * and [fair], with the fast path), xact.sql (transaction-scoped locks),
@@ -23,7 +24,9 @@
  * superuser.  It creates schema dlock, owned by that role, in one
  * transaction: an error leaves the database as it was.  Running it again
  * over a portable install replaces the functions and keeps every holding,
- * the fence sequence and the fence epoch.  It refuses a database where the
+ * the fence sequence, the fence epoch and the rights a DBA changed; it
+ * takes the locks it needs first, without making callers queue (see
+ * $strong$ below), or fails changing nothing.  It refuses a database where the
  * C extension dlock is installed.
  *
  * How it keeps the promises (the C edition's design, in SQL):
@@ -76,7 +79,12 @@
  *   new epoch: setval to
  *   max(now, the sequence's epoch + 1, the epoch of the highest fence in
  *   dlock.leases + 1) << 22, non-transactional.  Jumps are serialised by a
- *   session advisory lock held only around the read and the setval.
+ *   row lock on dlock.portable (NOWAIT, retried), held only around the
+ *   read and the setval (a subtransaction rolled back after it).
+ * - Other roles' advisory locks.  Any role can take any advisory key, so
+ *   every advisory lock dlock takes is tried (pg_try_*), never waited
+ *   for: a key held elsewhere makes the resource busy, never a wait past
+ *   the call's limit (issue 33).
  * - Durability: an acquisition or renewal raises synchronous_commit to on
  *   for the rest of its transaction (SET LOCAL through set_config) when it
  *   is weaker (off, local, remote_write); remote_apply is kept.
@@ -85,9 +93,10 @@
  * - Fair queues: client-side tickets (try_lock(..., fair => true)) are rows
  *   of dlock.tickets, kept for dlock.queue_ttl after each attempt.  A
  *   session waiting in lock(..., fair => true) or campaign holds its ticket
- *   as session-level advisory locks (_qkey), seen by others in pg_locks
- *   while its transaction is open and given back when the wait ends, also
- *   by cancel, or with the session.  A wait retries each attempt in a
+ *   as session-level advisory locks (_qkey), taken without waiting, seen
+ *   by others in pg_locks while its transaction is open and given back
+ *   when the wait ends, also by a cancel anywhere (_let_go reads
+ *   pg_locks), or with the session.  A wait retries each attempt in a
  *   subtransaction that is rolled back when it fails, so the resource's
  *   advisory lock never stays with a waiter that is not served.
  * - Lock-delay and holding values: rows of dlock.delays and
