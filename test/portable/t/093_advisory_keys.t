@@ -82,6 +82,7 @@ for my $s (@servers) {
     my $db = conn('admin', 'app');
     my $dbo = conn('dbo');
     my $bob = conn('bob');
+    $_->do("SET statement_timeout = '5s'") for $dbo, $bob;    # every connection guarded
     for my $key (@keys) {
         my ($kname, $kexpr, $may_refuse) = @$key;
         for my $how ('session exclusive', 'session shared', 'transaction exclusive') {
@@ -112,7 +113,7 @@ for my $s (@servers) {
                 }
             }
             $a->do("SELECT dlock.unlock_all('a')");
-            q1($bob, "SELECT dlock.try_lock(?, 'b', '1h')", $r);
+            $bob->do("SELECT dlock.try_lock(?, 'b', '1h')", undef, $r);
             for my $c (@busy) {
                 my ($cname, $sql) = @$c;
                 $sql =~ s/%r/$r/g;
