@@ -64,6 +64,7 @@ my ($max, $n, %errors) = (0, 0);
 sub sess {
     my ($user, $name, $value) = @_;
     my $h = conn($user);
+    $h->{PrintWarn} = 0;        # client_min_messages = debug5 and others: quiet
     $h->do("SET statement_timeout = '5s'");
     my $ok = $h->selectrow_arrayref("SELECT set_config(?, ?, false)", undef, $name, $value);
     return { dbh => $h, user => $user, refused => $ok ? undef : ($h->state . ' ' . $h->errstr) };
