@@ -108,11 +108,12 @@ BEGIN
     IF NOT FOUND THEN
         v_exp := dlock._expiry(v_now, p_lease);
         v_fence := dlock._next_fence();
-        INSERT INTO dlock.leases (resource, holder, owner, count, fence, lease,
-                                  acquired_at, renewed_at, expires_at)
-             VALUES (p_resource, p_holder, p_role::regrole, 1, v_fence, p_lease, v_now, v_now, v_exp)
-        ON CONFLICT (resource) DO NOTHING;
-        IF NOT FOUND THEN
+        -- Without waiting for another transaction's change of a row this
+        -- snapshot does not see (_insert_row): busy then.
+        IF NOT dlock._insert_row(p_resource, p_holder, p_role, v_fence, p_lease, v_now, v_exp) THEN
+            IF client THEN
+                PERFORM dlock._queue_up(p_resource, p_holder, p_role);
+            END IF;
             RETURN NULL;
         END IF;
         ok := dlock._acquired(p_resource, p_holder, p_role, v_fence, true, p_delay) AND dlock._sync();

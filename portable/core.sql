@@ -205,7 +205,7 @@ BEGIN
     f := dlock._fair(fair);
     d := dlock._lock_delay(lock_delay);
     ok := dlock._writable('dlock.try_lock()');
-    IF dlock._bool_arg(shared, 'shared') THEN     -- [kinds], kinds.sql
+    IF dlock._shared_arg(shared, lock_delay) THEN     -- [kinds], kinds.sql
         RETURN dlock._attempt_kind('shared', resource, holder, l, dlock._role(), f, NULL, NULL, NULL);
     END IF;
     RETURN dlock._attempt(resource, holder, l, dlock._role(), f, d, NULL);
@@ -243,11 +243,10 @@ BEGIN
 END
 $$;
 
--- _wait_ticket: the ticket a wait in lock() holds from its first failed
--- attempt: its holder's live client ticket (adopted: it keeps its place),
--- or for a fair wait a new one; NULL for a wait that is not fair and has
--- none.  Held as session-level advisory locks (_qkey): given back by
--- _leave, or by the end of the session.
+-- _wait_ticket and _leave: a wait's ticket taken and given back, as
+-- _wait_loop did before issue 33 (it does both inline now, so that a
+-- cancel cannot cut between taking a lock and noting it); kept for waits
+-- that an upgrade finds in progress, taking nothing that waits.
 CREATE OR REPLACE FUNCTION dlock._wait_ticket(p_resource text, p_holder text, p_role oid, p_fair boolean)
     RETURNS bigint LANGUAGE plpgsql VOLATILE
     SET search_path = pg_catalog, pg_temp AS $$
@@ -259,7 +258,7 @@ BEGIN
      WHERE x.resource = p_resource AND x.holder = p_holder AND x.owner = p_role::regrole
        AND x.expires_at > clock_timestamp();
     IF t IS NOT NULL AND t::bit(32)::integer <> 0 AND pg_try_advisory_lock(k, t::bit(32)::integer) THEN
-        PERFORM pg_advisory_lock_shared(k, 0);
+        PERFORM pg_try_advisory_lock_shared(k, 0);
         RETURN t;
     END IF;
     IF NOT p_fair THEN
@@ -269,13 +268,11 @@ BEGIN
         t := nextval('dlock.ticket_seq');
         EXIT WHEN t::bit(32)::integer <> 0 AND pg_try_advisory_lock(k, t::bit(32)::integer);
     END LOOP;
-    PERFORM pg_advisory_lock_shared(k, 0);
+    PERFORM pg_try_advisory_lock_shared(k, 0);
     RETURN t;
 END
 $$;
 
--- _leave: a wait is over: its ticket leaves the queue.  An adopted client
--- ticket goes with it when the wait gave up (timeout).
 CREATE OR REPLACE FUNCTION dlock._leave(p_resource text, p_holder text, p_role oid, p_ticket bigint,
                                         p_gave_up boolean)
     RETURNS void LANGUAGE plpgsql VOLATILE
@@ -286,8 +283,7 @@ BEGIN
     IF p_ticket IS NULL THEN
         RETURN;
     END IF;
-    PERFORM pg_advisory_unlock(k, p_ticket::bit(32)::integer);
-    PERFORM pg_advisory_unlock_shared(k, 0);
+    PERFORM dlock._let_go(p_resource, p_holder, p_role, p_ticket);
     IF p_gave_up THEN
         DELETE FROM dlock.tickets t
          WHERE t.ctid = ANY (ARRAY(SELECT x.ctid FROM dlock.tickets x
@@ -302,10 +298,14 @@ $$;
 -- p_max and p_permits), polling with bounded backoff (1 ms doubling up to
 -- dlock.poll_interval, never past the deadline), in the fair queue from
 -- the first failed attempt when fair.  An exclusive wait also holds the
--- writer's marks from then on (kinds.sql's _marks: new shared holders keep
--- out, and a crossing upgrade sees it).  pg_sleep is interrupted by cancel
--- and statement_timeout, which end the call: its ticket and marks are
--- given back, nothing is held.
+-- writer's marks from then on (kinds.sql's header: new shared holders
+-- keep out, and a crossing upgrade sees it).  Its ticket and marks are
+-- session-level advisory locks taken without waiting (any role can hold
+-- any key): a mark held by someone else is tried again at every turn, a
+-- ticket number held by someone else is skipped.  pg_sleep is interrupted
+-- by cancel and statement_timeout, which end the call: _let_go gives back
+-- whatever the wait holds (read from pg_locks, so also what a cancel cut
+-- in between), nothing stays with the session.
 CREATE OR REPLACE FUNCTION dlock._wait_loop(p_resource text, p_holder text, p_lease interval, p_wait interval,
                                        p_fair boolean, p_delay interval, p_fname text,
                                        p_kind text, p_max integer, p_permits integer)
@@ -318,44 +318,75 @@ DECLARE
     poll interval := greatest(dlock._setting('dlock.poll_interval', interval '100 milliseconds'),
                               interval '1 millisecond');
     left_ interval;
-    ticket bigint;
+    k integer := dlock._qkey(p_resource);
+    u integer;
+    cand bigint;            -- the ticket last tried (what _let_go looks for)
+    held bigint;            -- the ticket held
     tried boolean := false;
-    marked boolean := false;
+    marked boolean := p_kind = 'exclusive';
+    fair_mark boolean := false;
+    writer_mark boolean := false;
+    upgrade_mark boolean := false;
     fence bigint;
+    ok boolean;
 BEGIN
     BEGIN
         LOOP
-            fence := dlock._try(p_resource, p_holder, p_lease, v_role, p_delay, ticket, p_kind, p_max, p_permits);
+            fence := dlock._try(p_resource, p_holder, p_lease, v_role, p_delay, held, p_kind, p_max, p_permits);
             IF fence IS NOT NULL THEN
-                PERFORM dlock._leave(p_resource, p_holder, v_role, ticket, false);
-                PERFORM dlock._marks(p_resource, p_holder, v_role, marked, false);
+                ok := dlock._let_go(p_resource, p_holder, v_role, cand);
                 RETURN fence;
             END IF;
             IF deadline IS NOT NULL THEN
                 left_ := deadline - clock_timestamp();
                 IF left_ <= interval '0' THEN
-                    PERFORM dlock._leave(p_resource, p_holder, v_role, ticket, true);
-                    PERFORM dlock._marks(p_resource, p_holder, v_role, marked, false);
+                    ok := dlock._let_go(p_resource, p_holder, v_role, cand);
+                    -- An adopted client ticket leaves the queue with the wait.
+                    DELETE FROM dlock.tickets t
+                     WHERE t.ctid = ANY (ARRAY(SELECT x.ctid FROM dlock.tickets x
+                                                WHERE x.resource = p_resource AND x.ticket = held
+                                                  FOR UPDATE SKIP LOCKED));
                     RETURN NULL;
                 END IF;
             END IF;
             PERFORM dlock._may_poll(p_fname);
+            -- The writer's marks (until held), then a crossing upgrade.
+            IF marked THEN
+                u := dlock._umark(p_resource, p_holder, v_role);
+                writer_mark := writer_mark OR pg_try_advisory_lock_shared(1684828006, k);
+                upgrade_mark := upgrade_mark OR pg_try_advisory_lock_shared(1684828007, u);
+                IF NOT tried THEN
+                    PERFORM dlock._crossing(p_resource, p_holder, v_role);
+                END IF;
+            END IF;
             IF NOT tried THEN
                 tried := true;
-                marked := p_kind = 'exclusive';
-                PERFORM dlock._marks(p_resource, p_holder, v_role, marked, true);
-                ticket := dlock._wait_ticket(p_resource, p_holder, v_role, p_fair);
-                CONTINUE WHEN ticket IS NOT NULL;   -- with its place, it may be its turn
+                -- The holder's live client ticket (adopted: it keeps its
+                -- place), or for a fair wait a new one.
+                SELECT x.ticket INTO cand FROM dlock.tickets x
+                 WHERE x.resource = p_resource AND x.holder = p_holder AND x.owner = v_role::regrole
+                   AND x.expires_at > clock_timestamp();
+                IF cand IS NOT NULL AND cand::bit(32)::integer <> 0
+                   AND pg_try_advisory_lock(k, cand::bit(32)::integer) THEN
+                    held := cand;
+                ELSIF p_fair THEN
+                    LOOP
+                        cand := nextval('dlock.ticket_seq');
+                        EXIT WHEN cand::bit(32)::integer <> 0 AND pg_try_advisory_lock(k, cand::bit(32)::integer);
+                    END LOOP;
+                    held := cand;
+                END IF;
+            END IF;
+            -- The "fair waiters" mark, shared, until held.
+            IF held IS NOT NULL AND NOT fair_mark THEN
+                fair_mark := pg_try_advisory_lock_shared(k, 0);
+                CONTINUE WHEN fair_mark;    -- with its place, it may be its turn
             END IF;
             PERFORM pg_sleep(extract(epoch FROM least(pause, coalesce(left_, pause))));
             pause := least(pause * 2, poll);
         END LOOP;
     EXCEPTION WHEN query_canceled OR OTHERS THEN
-        IF ticket IS NOT NULL THEN
-            PERFORM pg_advisory_unlock(dlock._qkey(p_resource), ticket::bit(32)::integer);
-            PERFORM pg_advisory_unlock_shared(dlock._qkey(p_resource), 0);
-        END IF;
-        PERFORM dlock._marks(p_resource, p_holder, v_role, marked, false);
+        ok := dlock._let_go(p_resource, p_holder, v_role, cand);
         RAISE;
     END;
 END
@@ -383,7 +414,7 @@ BEGIN
     w := dlock._wait(wait);
     f := dlock._fair(fair);
     d := dlock._lock_delay(lock_delay);
-    k := CASE WHEN dlock._bool_arg(shared, 'shared') THEN 'shared' ELSE 'exclusive' END;
+    k := CASE WHEN dlock._shared_arg(shared, lock_delay) THEN 'shared' ELSE 'exclusive' END;
     PERFORM dlock._writable('dlock.lock()');
     RETURN dlock._wait_loop(resource, holder, l, w, f, d, 'dlock.lock()', k, NULL, NULL);
 END

@@ -8,7 +8,8 @@
  * then includes (\ir, relative to this file) the other files of portable/,
  * in this order, each opening with what it holds and what protects it:
  * tables.sql (tables and sequences), helpers.sql (argument checks, the
- * caller's role, events), fences.sql (fences and the fence epoch),
+ * caller's role, events), nowait.sql (advisory locks held and given
+ * back, an insert that never waits), fences.sql (fences and the fence epoch),
  * queues.sql (lock-delay and fair queues), acquire.sql (the general path
  * of acquisition and release), core.sql (the public functions of [core]
  * and [fair], with the fast path), xact.sql (transaction-scoped locks),
@@ -23,7 +24,9 @@
  * superuser.  It creates schema dlock, owned by that role, in one
  * transaction: an error leaves the database as it was.  Running it again
  * over a portable install replaces the functions and keeps every holding,
- * the fence sequence and the fence epoch.  It refuses a database where the
+ * the fence sequence, the fence epoch and the rights a DBA changed; it
+ * takes the locks it needs first, without making callers queue (see
+ * $strong$ below), or fails changing nothing.  It refuses a database where the
  * C extension dlock is installed.
  *
  * How it keeps the promises (the C edition's design, in SQL):
@@ -76,7 +79,12 @@
  *   new epoch: setval to
  *   max(now, the sequence's epoch + 1, the epoch of the highest fence in
  *   dlock.leases + 1) << 22, non-transactional.  Jumps are serialised by a
- *   session advisory lock held only around the read and the setval.
+ *   row lock on dlock.portable (NOWAIT, retried), held only around the
+ *   read and the setval (a subtransaction rolled back after it).
+ * - Other roles' advisory locks.  Any role can take any advisory key, so
+ *   every advisory lock dlock takes is tried (pg_try_*), never waited
+ *   for: a key held elsewhere makes the resource busy, never a wait past
+ *   the call's limit (issue 33).
  * - Durability: an acquisition or renewal raises synchronous_commit to on
  *   for the rest of its transaction (SET LOCAL through set_config) when it
  *   is weaker (off, local, remote_write); remote_apply is kept.
@@ -85,9 +93,10 @@
  * - Fair queues: client-side tickets (try_lock(..., fair => true)) are rows
  *   of dlock.tickets, kept for dlock.queue_ttl after each attempt.  A
  *   session waiting in lock(..., fair => true) or campaign holds its ticket
- *   as session-level advisory locks (_qkey), seen by others in pg_locks
- *   while its transaction is open and given back when the wait ends, also
- *   by cancel, or with the session.  A wait retries each attempt in a
+ *   as session-level advisory locks (_qkey), taken without waiting, seen
+ *   by others in pg_locks while its transaction is open and given back
+ *   when the wait ends, also by a cancel anywhere (_let_go reads
+ *   pg_locks), or with the session.  A wait retries each attempt in a
  *   subtransaction that is rolled back when it fails, so the resource's
  *   advisory lock never stays with a waiter that is not served.
  * - Lock-delay and holding values: rows of dlock.delays and
@@ -124,6 +133,83 @@ BEGIN
 END
 $refuse$;
 
+-- First install, or a re-run (an in-place upgrade)?  Rights are given to
+-- PUBLIC only on objects this run creates, so a re-run keeps what a DBA
+-- granted or revoked since: noted in settings of this transaction
+-- (dlock_portable.new_*), read where the objects are made.
+SELECT pg_catalog.set_config('dlock_portable.new_schema',
+           (NOT EXISTS (SELECT FROM pg_catalog.pg_namespace WHERE nspname OPERATOR(pg_catalog.=) 'dlock'))::text, true),
+       pg_catalog.set_config('dlock_portable.new_locks', (pg_catalog.to_regclass('dlock.locks') IS NULL)::text, true),
+       pg_catalog.set_config('dlock_portable.new_queue', (pg_catalog.to_regclass('dlock.queue') IS NULL)::text, true),
+       pg_catalog.set_config('dlock_portable.new_terms', (pg_catalog.to_regclass('dlock.terms') IS NULL)::text, true)
+       \gset dlock_unused_
+
+-- A re-run replaces views (CREATE OR REPLACE VIEW) and may add columns:
+-- ACCESS EXCLUSIVE locks, which wait for every open transaction that used
+-- them, and every caller that comes after queues behind the wait.  So
+-- they are taken first, each waiting at most 1 ms (lock_timeout: a caller
+-- queues behind it no longer), all again every 10 ms for up to
+-- dlock_lock_wait (psql -v dlock_lock_wait=..., default 10s); then the run
+-- fails (55P03), having changed nothing.  A view is locked by a no-op
+-- ALTER VIEW ... OWNER TO its owner (LOCK TABLE would lock the tables it
+-- reads as well).
+\if :{?dlock_lock_wait}
+\else
+\set dlock_lock_wait 10s
+\endif
+SELECT pg_catalog.set_config('dlock_portable.lock_wait', :'dlock_lock_wait', true) \gset dlock_unused_
+DO $strong$
+DECLARE
+    deadline timestamptz := pg_catalog.clock_timestamp()
+                            OPERATOR(pg_catalog.+) pg_catalog.current_setting('dlock_portable.lock_wait')::interval;
+    was text := pg_catalog.current_setting('lock_timeout');
+    -- Tables a column is added to (tables.sql): only when it is missing.
+    no_kinds boolean := pg_catalog.to_regclass('dlock.leases') IS NOT NULL AND NOT EXISTS
+        (SELECT FROM pg_catalog.pg_attribute a WHERE a.attrelid OPERATOR(pg_catalog.=) pg_catalog.to_regclass('dlock.leases')
+            AND a.attname OPERATOR(pg_catalog.=) 'kinds' AND NOT a.attisdropped);
+    no_secret boolean := pg_catalog.to_regclass('dlock.fence_epoch_seal') IS NOT NULL AND NOT EXISTS
+        (SELECT FROM pg_catalog.pg_attribute a WHERE a.attrelid OPERATOR(pg_catalog.=) pg_catalog.to_regclass('dlock.fence_epoch_seal')
+            AND a.attname OPERATOR(pg_catalog.=) 'secret' AND NOT a.attisdropped);
+BEGIN
+    LOOP
+        BEGIN
+            PERFORM pg_catalog.set_config('lock_timeout', '1ms', true);
+            -- Every view of the schema (those of earlier versions too).
+            IF pg_catalog.to_regclass('dlock._epoch_mark') IS NOT NULL THEN
+                ALTER VIEW dlock._epoch_mark OWNER TO CURRENT_USER;
+            END IF;
+            IF pg_catalog.to_regclass('dlock.locks') IS NOT NULL THEN
+                ALTER VIEW dlock.locks OWNER TO CURRENT_USER;
+            END IF;
+            IF pg_catalog.to_regclass('dlock.queue') IS NOT NULL THEN
+                ALTER VIEW dlock.queue OWNER TO CURRENT_USER;
+            END IF;
+            IF pg_catalog.to_regclass('dlock.terms') IS NOT NULL THEN
+                ALTER VIEW dlock.terms OWNER TO CURRENT_USER;
+            END IF;
+            IF no_kinds THEN
+                LOCK TABLE dlock.leases IN ACCESS EXCLUSIVE MODE;
+            END IF;
+            IF no_secret THEN
+                LOCK TABLE dlock.fence_epoch_seal IN ACCESS EXCLUSIVE MODE;
+            END IF;
+            PERFORM pg_catalog.set_config('lock_timeout', was, true);
+            RETURN;
+        EXCEPTION WHEN lock_not_available THEN
+            PERFORM pg_catalog.set_config('lock_timeout', was, true);
+            IF pg_catalog.clock_timestamp() OPERATOR(pg_catalog.>=) deadline THEN
+                RAISE EXCEPTION 'could not lock dlock''s views for the upgrade: open transactions use them'
+                    USING ERRCODE = 'lock_not_available',
+                          DETAIL = pg_catalog.format('Tried for %s, each time waiting at most 1 ms (a longer wait would make every dlock caller queue behind the upgrade); nothing was changed.',
+                                                     pg_catalog.current_setting('dlock_portable.lock_wait')),
+                          HINT = 'Run it again when no long transaction uses dlock, or give it longer: psql -v dlock_lock_wait=60s.';
+            END IF;
+            PERFORM pg_catalog.pg_sleep(0.01);
+        END;
+    END LOOP;
+END
+$strong$;
+
 CREATE SCHEMA IF NOT EXISTS dlock;
 -- Functions whose arguments grew ([fair]): a new parameter cannot be added
 -- in place, and an overload would make calls ambiguous.
@@ -144,7 +230,13 @@ DROP FUNCTION IF EXISTS dlock.lock(text, text, interval, interval, boolean, inte
 -- kinds.sql.)
 COMMENT ON SCHEMA dlock IS
     'dlock (portable edition): leased distributed locks with fencing tokens (see the dlock README)';
-GRANT USAGE ON SCHEMA dlock TO PUBLIC;
+DO $usage$
+BEGIN
+    IF pg_catalog.current_setting('dlock_portable.new_schema') OPERATOR(pg_catalog.=) 'true' THEN
+        GRANT USAGE ON SCHEMA dlock TO PUBLIC;     -- first install only
+    END IF;
+END
+$usage$;
 
 -- The edition and version installed (and the mark of a portable install).
 CREATE TABLE IF NOT EXISTS dlock.portable (
@@ -152,12 +244,16 @@ CREATE TABLE IF NOT EXISTS dlock.portable (
     version      text NOT NULL,
     installed_at timestamptz NOT NULL
 );
+-- Its row is also the lock a fence-epoch jump takes (fences.sql): written
+-- only when the version changes, so a re-run does not hold it.
 INSERT INTO dlock.portable (version, installed_at) VALUES ('0.5', pg_catalog.clock_timestamp())
-    ON CONFLICT (one) DO UPDATE SET version = excluded.version;
+    ON CONFLICT (one) DO NOTHING;
+UPDATE dlock.portable p SET version = '0.5' WHERE p.version OPERATOR(pg_catalog.<>) '0.5';
 COMMENT ON TABLE dlock.portable IS 'The dlock portable edition''s version in this database';
 
 \ir tables.sql
 \ir helpers.sql
+\ir nowait.sql
 \ir fences.sql
 \ir queues.sql
 \ir acquire.sql

@@ -257,4 +257,11 @@ CREATE OR REPLACE VIEW dlock.terms AS
       FROM dlock.term_log t;
 COMMENT ON VIEW dlock.terms IS
     'Terms elected by campaign in the last ten minutes (election, term, candidate, value at election, elected_at, owner), for observers that poll';
-GRANT SELECT ON dlock.terms TO PUBLIC;
+-- Only when this run made it: a re-run keeps the DBA's grants (dlock.sql).
+DO $grant$
+BEGIN
+    IF pg_catalog.current_setting('dlock_portable.new_terms') OPERATOR(pg_catalog.=) 'true' THEN
+        GRANT SELECT ON dlock.terms TO PUBLIC;
+    END IF;
+END
+$grant$;

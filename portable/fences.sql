@@ -10,10 +10,10 @@
  * What protects the shared state (the sequence dlock.fences and the rows
  * of dlock.fence_epoch and dlock.fence_epoch_seal): a fence is drawn only
  * under the resource's row lock (or, for a new resource, its advisory
- * lock); a jump to a new epoch holds the session advisory lock
- * (1684828003, 1) around the read and the setval only, and the epoch row
- * is written under the transaction advisory lock (1684828003, 2), tried,
- * never waited for.  The checked-epoch mark is keyed by the seal's secret,
+ * lock); a jump to a new epoch locks the row of dlock.portable (NOWAIT,
+ * in a subtransaction) around the read and the setval only, and the
+ * epoch row is written under its own row lock, tried, never waited for
+ * (_record_epoch).  No advisory lock: any role could hold its key.  The checked-epoch mark is keyed by the seal's secret,
  * which only the installing role can read (see _next_fence's comment).
  */
 -- _history: (system identifier, database, timeline, postmaster start) now.
@@ -90,6 +90,7 @@ DECLARE
     cur bigint;
     epoch bigint;
     fence bigint;
+    ok boolean;
 BEGIN
     -- The checked-epoch mark (see the comment above): valid only for this
     -- very epoch row, postmaster, backend and database, and only with the
@@ -109,50 +110,77 @@ BEGIN
         RETURN nextval('dlock.fences');
     END IF;
 
-    -- A new epoch.  Jumps take this session-level lock for the read and the
-    -- setval only, so that no two jumps interleave (the second would set
-    -- the sequence back); it is given back whatever happens.  dlock's own
-    -- advisory locks use the two-key form: no resource's key (one bigint)
-    -- can collide with them.
-    PERFORM pg_advisory_lock(1684828003, 1);
-    BEGIN
-        SELECT CASE WHEN f.is_called THEN f.last_value ELSE f.last_value - 1 END
-          INTO cur FROM dlock.fences f;
-        epoch := greatest((cur >> 22) + 1,
-                          floor(extract(epoch FROM clock_timestamp() - timestamptz '2020-01-01 00:00:00+00')
-                                * 1000)::bigint,
-                          (SELECT (max(l.fence) >> 22) + 1 FROM dlock.leases l));
-        IF epoch >= (1::bigint << 41) THEN
-            RAISE EXCEPTION 'fence epoch % is out of range', epoch
-                USING ERRCODE = 'program_limit_exceeded',
-                      DETAIL = 'Fence epochs are milliseconds since 2020-01-01 and end in 2089.';
-        END IF;
-        fence := epoch << 22;
-        PERFORM setval('dlock.fences', fence, true);
-    EXCEPTION
-        WHEN query_canceled THEN
-            PERFORM pg_advisory_unlock(1684828003, 1);
-            RAISE;
-        WHEN OTHERS THEN
-            PERFORM pg_advisory_unlock(1684828003, 1);
-            RAISE;
-    END;
-    PERFORM pg_advisory_unlock(1684828003, 1);
+    -- A new epoch.  Jumps lock the row of dlock.portable (FOR UPDATE
+    -- NOWAIT: no other role can lock it) for the read and the setval
+    -- only, so that no two jumps interleave (the second would set the
+    -- sequence back): in a subtransaction rolled back right after the
+    -- setval, which is not transactional, so the row lock goes at once,
+    -- also with a cancel.  Another jump holds it for microseconds: retried
+    -- every millisecond for up to a second, then 55P03.  (Before issue 33
+    -- this was the session advisory lock (1684828003, 1), which any role
+    -- could hold and so make every acquisition wait.)
+    FOR attempt IN 1 .. 1000 LOOP
+        BEGIN
+            PERFORM FROM dlock.portable p FOR UPDATE NOWAIT;
+            SELECT CASE WHEN f.is_called THEN f.last_value ELSE f.last_value - 1 END
+              INTO cur FROM dlock.fences f;
+            epoch := greatest((cur >> 22) + 1,
+                              floor(extract(epoch FROM clock_timestamp() - timestamptz '2020-01-01 00:00:00+00')
+                                    * 1000)::bigint,
+                              (SELECT (max(l.fence) >> 22) + 1 FROM dlock.leases l));
+            IF epoch >= (1::bigint << 41) THEN
+                RAISE EXCEPTION 'fence epoch % is out of range', epoch
+                    USING ERRCODE = 'program_limit_exceeded',
+                          DETAIL = 'Fence epochs are milliseconds since 2020-01-01 and end in 2089.';
+            END IF;
+            fence := epoch << 22;
+            PERFORM setval('dlock.fences', fence, true);
+            RAISE SQLSTATE 'DL003';     -- give the row lock back (the setval stays)
+        EXCEPTION
+            WHEN SQLSTATE 'DL003' THEN
+                EXIT;
+            WHEN lock_not_available THEN
+                IF attempt = 1000 THEN
+                    RAISE EXCEPTION 'could not start a new fence epoch: another session keeps starting one'
+                        USING ERRCODE = 'lock_not_available';
+                END IF;
+                PERFORM pg_sleep(0.001);
+        END;
+    END LOOP;
     RAISE LOG 'dlock: new fence epoch in database %, first fence %', h.dboid, fence
         USING DETAIL = format('System identifier %s, timeline %s.', h.sysid, h.timeline);
 
     -- Record it, unless another transaction is recording one right now
-    -- (never wait for its uncommitted row).
-    IF pg_try_advisory_xact_lock(1684828003, 2) THEN
-        INSERT INTO dlock.fence_epoch AS e (sysid, dboid, timeline, started, first_fence)
-             VALUES (h.sysid, h.dboid, h.timeline, h.started, fence)
-        ON CONFLICT (one) DO UPDATE
-               SET sysid = excluded.sysid, dboid = excluded.dboid, timeline = excluded.timeline,
-                   started = excluded.started, first_fence = excluded.first_fence;
-        INSERT INTO dlock.fence_epoch_seal AS s (epoch_xmin)
-             SELECT e.xmin::text FROM dlock.fence_epoch e
-        ON CONFLICT (one) DO UPDATE SET epoch_xmin = excluded.epoch_xmin;
-    END IF;
+    -- (never wait for its uncommitted row): _record_epoch.
+    ok := dlock._record_epoch(h.sysid, h.dboid, h.timeline, h.started, fence);
     RETURN fence;
+END
+$$;
+
+-- _record_epoch: write the new epoch's row and its seal, unless another
+-- transaction has them locked or is inserting them (then it records one:
+-- false).  The row is locked FOR UPDATE NOWAIT first; with no row yet,
+-- the insert waits at most lock_timeout (1 ms) for another transaction's
+-- insert of it.  A REPEATABLE READ snapshot older than the row: 40001,
+-- caught: the next draw looks again.  (Before issue 33 this was the
+-- transaction advisory lock (1684828003, 2), which any role could hold.)
+CREATE OR REPLACE FUNCTION dlock._record_epoch(p_sysid text, p_dboid oid, p_timeline bigint,
+                                               p_started timestamptz, p_fence bigint)
+    RETURNS boolean LANGUAGE plpgsql VOLATILE
+    SET search_path = pg_catalog, pg_temp
+    SET lock_timeout = '1ms' AS $$
+BEGIN
+    PERFORM FROM dlock.fence_epoch e FOR UPDATE NOWAIT;
+    INSERT INTO dlock.fence_epoch AS e (sysid, dboid, timeline, started, first_fence)
+         VALUES (p_sysid, p_dboid, p_timeline, p_started, p_fence)
+    ON CONFLICT (one) DO UPDATE
+           SET sysid = excluded.sysid, dboid = excluded.dboid, timeline = excluded.timeline,
+               started = excluded.started, first_fence = excluded.first_fence;
+    INSERT INTO dlock.fence_epoch_seal AS s (epoch_xmin)
+         SELECT e.xmin::text FROM dlock.fence_epoch e
+    ON CONFLICT (one) DO UPDATE SET epoch_xmin = excluded.epoch_xmin;
+    RETURN true;
+EXCEPTION WHEN lock_not_available OR serialization_failure OR unique_violation THEN
+    RETURN false;
 END
 $$;

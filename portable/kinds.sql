@@ -72,7 +72,9 @@ $$;
 
 -- _marks: an exclusive wait takes (p_take) or gives back its "writer
 -- waits" and "upgrade" marks; nothing when p_on is false.  Taking them,
--- it looks for a crossing upgrade (_crossing: 40P01).
+-- it looks for a crossing upgrade (_crossing: 40P01).  (_wait_loop takes
+-- and gives them back itself since issue 33; this stays for waits that
+-- an upgrade finds in progress.)
 CREATE OR REPLACE FUNCTION dlock._marks(p_resource text, p_holder text, p_role oid, p_on boolean,
                                         p_take boolean)
     RETURNS void LANGUAGE plpgsql VOLATILE
@@ -80,13 +82,12 @@ CREATE OR REPLACE FUNCTION dlock._marks(p_resource text, p_holder text, p_role o
 BEGIN
     IF NOT p_on THEN
         RETURN;
-    ELSIF p_take THEN
-        PERFORM pg_advisory_lock_shared(1684828006, dlock._qkey(p_resource));
-        PERFORM pg_advisory_lock_shared(1684828007, dlock._umark(p_resource, p_holder, p_role));
+    ELSIF p_take THEN       -- without waiting (any role can hold the keys)
+        PERFORM pg_try_advisory_lock_shared(1684828006, dlock._qkey(p_resource));
+        PERFORM pg_try_advisory_lock_shared(1684828007, dlock._umark(p_resource, p_holder, p_role));
         PERFORM dlock._crossing(p_resource, p_holder, p_role);
     ELSE
-        PERFORM pg_advisory_unlock_shared(1684828006, dlock._qkey(p_resource));
-        PERFORM pg_advisory_unlock_shared(1684828007, dlock._umark(p_resource, p_holder, p_role));
+        PERFORM dlock._let_go(p_resource, p_holder, p_role, NULL);
     END IF;
 END
 $$;
@@ -114,14 +115,14 @@ BEGIN
                 AND NOT (x.holder = p_holder AND x.owner = p_role)
     LOOP
         k := dlock._umark(p_resource, o.holder, o.owner);
-        IF NOT pg_try_advisory_lock(1684828007, k) THEN
+        -- Tried and given back in one expression: no cancel between.
+        IF NOT (pg_try_advisory_lock(1684828007, k) AND pg_advisory_unlock(1684828007, k)) THEN
             RAISE EXCEPTION 'deadlock detected'
                 USING ERRCODE = 'deadlock_detected',
                       DETAIL = format('Holder "%s" waits to upgrade its shared lock on resource "%s" to exclusive, and another shared holder waits to upgrade too: each waits for the other.',
                                       p_holder, p_resource),
                       HINT = 'Release the shared lock and take the exclusive one afresh.';
         END IF;
-        PERFORM pg_advisory_unlock(1684828007, k);
     END LOOP;
 END
 $$;
@@ -267,10 +268,10 @@ BEGIN
     -- new shared holders out.
     IF p_kind = 'shared' THEN
         k := dlock._qkey(p_resource);
-        IF NOT pg_try_advisory_lock(1684828006, k) THEN
+        -- Tried and given back in one expression: no cancel between.
+        IF NOT (pg_try_advisory_lock(1684828006, k) AND pg_advisory_unlock(1684828006, k)) THEN
             RETURN 'busy';
         END IF;
-        PERFORM pg_advisory_unlock(1684828006, k);
     END IF;
     IF dlock._ahead(p_resource, p_holder, p_role, p_ticket) THEN
         RETURN 'busy';
@@ -332,9 +333,14 @@ BEGIN
             PERFORM FROM dlock.leases l WHERE l.resource = p_resource FOR UPDATE SKIP LOCKED;
             IF NOT FOUND THEN
                 -- No row yet (a free one is made: the anchor), or another
-                -- transaction has it locked (busy).  Under REPEATABLE READ a
-                -- row committed since the snapshot: 40001.
-                INSERT INTO dlock.leases (resource) VALUES (p_resource) ON CONFLICT (resource) DO NOTHING;
+                -- transaction has it locked (busy: a row this snapshot sees,
+                -- or one _insert_row cannot insert without waiting, as
+                -- behind an open reap() deleting it).  Under REPEATABLE READ
+                -- a row committed since the snapshot: 40001.
+                IF EXISTS (SELECT FROM dlock.leases l WHERE l.resource = p_resource)
+                   OR NOT dlock._insert_row(p_resource, NULL, NULL, NULL, NULL, NULL, NULL) THEN
+                    RAISE SQLSTATE 'DL002';
+                END IF;
                 PERFORM FROM dlock.leases l WHERE l.resource = p_resource FOR UPDATE SKIP LOCKED;
                 IF NOT FOUND THEN
                     RAISE SQLSTATE 'DL002';

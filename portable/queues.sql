@@ -8,7 +8,8 @@
  * fences.sql: run dlock.sql, not this file.
  *
  * What protects the shared state: client tickets (dlock.tickets) are
- * written by an attempt that holds the resource's advisory lock; a ticket
+ * written by an attempt that holds the resource's advisory lock (the
+ * holder's row locked SKIP LOCKED, never waited for); a ticket
  * of a session waiting in lock() is a session-level advisory lock
  * ((_qkey, ticket), exclusive, and the "fair waiters" mark (_qkey, 0),
  * shared), seen by others in pg_locks and given back with the wait or the
@@ -41,6 +42,27 @@ BEGIN
         END IF;
     END IF;
     RETURN CASE WHEN d > interval '0' THEN d END;
+END
+$$;
+
+-- _shared_arg: the shared argument of try_lock and lock (22023 when NULL);
+-- a lock-delay is for exclusive holdings only (issue 33: the C extension
+-- raises the same), so an explicit non-zero lock_delay with shared => true
+-- is refused with 22023, and dlock.lock_delay does not apply to shared
+-- holdings (nor to semaphores' permits).
+CREATE OR REPLACE FUNCTION dlock._shared_arg(shared boolean, lock_delay interval)
+    RETURNS boolean LANGUAGE plpgsql IMMUTABLE
+    SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    IF shared IS NULL THEN
+        RAISE EXCEPTION 'shared must not be null' USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF shared AND lock_delay IS NOT NULL AND lock_delay <> interval '0' THEN
+        RAISE EXCEPTION 'lock_delay applies to exclusive locks only' USING ERRCODE = 'invalid_parameter_value',
+            DETAIL = 'A shared holding (and a semaphore''s permits) ends without a lock-delay.',
+            HINT = 'Leave lock_delay out (or 0) with shared => true.';
+    END IF;
+    RETURN shared;
 END
 $$;
 
@@ -114,8 +136,8 @@ BEGIN
                                           9223372036854775807)) THEN
         RETURN true;
     END IF;
-    IF pg_try_advisory_lock(k, 0) THEN
-        mark := pg_advisory_unlock(k, 0);
+    -- Tried and given back in one expression: no cancel between.
+    IF pg_try_advisory_lock(k, 0) AND pg_advisory_unlock(k, 0) THEN
         RETURN false;       -- nobody else waits in lock() with a ticket
     END IF;
     IF mine IS NULL AND p_holder IS NOT NULL THEN
@@ -134,31 +156,45 @@ END
 $$;
 
 -- _queue_up: a client-side fair attempt that did not get the lock takes a
--- ticket, or keeps its live one for another dlock.queue_ttl.  The holder's
--- ticket row is written under its writer lock (a two-key advisory lock
--- taken without waiting, to the end of the transaction): another
--- transaction of the same holder writing it meanwhile is left to do so.
+-- ticket, or keeps its live one for another dlock.queue_ttl.  Never waits:
+-- the holder's ticket row is locked FOR UPDATE SKIP LOCKED, and one
+-- another transaction of the same holder is writing or deleting (another
+-- attempt, its acquisition, its withdraw) is left to it, as the C
+-- extension's queue.c leaves it; a new row is inserted with a 1 ms
+-- lock_timeout (a conflicting uncommitted insert or delete: left too).
+-- (Before issue 33 a two-key advisory lock (1684828005, ...) guarded the
+-- row, which any role could hold, and the UPDATE waited for a withdraw.)
 CREATE OR REPLACE FUNCTION dlock._queue_up(p_resource text, p_holder text, p_role oid)
     RETURNS void LANGUAGE plpgsql VOLATILE
-    SET search_path = pg_catalog, pg_temp AS $$
+    SET search_path = pg_catalog, pg_temp
+    SET lock_timeout = '1ms' AS $$
 DECLARE
     v_now timestamptz := clock_timestamp();
     ttl interval := dlock._queue_ttl();
+    t dlock.tickets%ROWTYPE;
 BEGIN
-    IF NOT pg_try_advisory_xact_lock(1684828005,
-                                     hashtext(p_resource || chr(1) || p_holder || chr(1) || p_role::text)) THEN
+    SELECT * INTO t FROM dlock.tickets x
+     WHERE x.resource = p_resource AND x.holder = p_holder AND x.owner = p_role::regrole
+       FOR UPDATE SKIP LOCKED;
+    IF NOT FOUND THEN
+        IF EXISTS (SELECT FROM dlock.tickets x
+                    WHERE x.resource = p_resource AND x.holder = p_holder AND x.owner = p_role::regrole) THEN
+            RETURN;     -- another transaction of the holder's has it
+        END IF;
+        INSERT INTO dlock.tickets (resource, ticket, holder, owner, queued_at, expires_at)
+             VALUES (p_resource, nextval('dlock.ticket_seq'), p_holder, p_role::regrole, v_now, v_now + ttl);
         RETURN;
     END IF;
-    UPDATE dlock.tickets t SET expires_at = v_now + ttl
-     WHERE t.resource = p_resource AND t.holder = p_holder AND t.owner = p_role::regrole
-       AND t.expires_at > v_now;
-    IF FOUND THEN
-        RETURN;
+    IF t.expires_at > v_now THEN
+        UPDATE dlock.tickets x SET expires_at = v_now + ttl
+         WHERE x.resource = t.resource AND x.ticket = t.ticket;
+    ELSE
+        -- A lapsed ticket: a new one, at the back of the queue.
+        UPDATE dlock.tickets x SET ticket = nextval('dlock.ticket_seq'), queued_at = v_now, expires_at = v_now + ttl
+         WHERE x.resource = t.resource AND x.ticket = t.ticket;
     END IF;
-    DELETE FROM dlock.tickets t
-     WHERE t.resource = p_resource AND t.holder = p_holder AND t.owner = p_role::regrole;
-    INSERT INTO dlock.tickets (resource, ticket, holder, owner, queued_at, expires_at)
-         VALUES (p_resource, nextval('dlock.ticket_seq'), p_holder, p_role::regrole, v_now, v_now + ttl);
+EXCEPTION WHEN lock_not_available OR unique_violation OR serialization_failure THEN
+    RETURN;         -- another transaction of the holder's is writing it
 END
 $$;
 

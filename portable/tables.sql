@@ -107,8 +107,18 @@ CREATE TABLE IF NOT EXISTS dlock.fence_epoch_seal (
 );
 -- secret: the key of the per-session mark of a checked epoch (see
 -- _next_fence); random, readable only by the installing role.
-ALTER TABLE dlock.fence_epoch_seal ADD COLUMN IF NOT EXISTS
-    secret text NOT NULL DEFAULT pg_catalog.md5(pg_catalog.gen_random_uuid()::text || pg_catalog.gen_random_uuid()::text);
+-- Only when missing (as kinds above): ADD COLUMN IF NOT EXISTS takes its
+-- ACCESS EXCLUSIVE lock even when the column is there.
+DO $secret$
+BEGIN
+    IF NOT EXISTS (SELECT FROM pg_catalog.pg_attribute
+                    WHERE attrelid OPERATOR(pg_catalog.=) 'dlock.fence_epoch_seal'::pg_catalog.regclass
+                      AND attname OPERATOR(pg_catalog.=) 'secret' AND NOT attisdropped) THEN
+        ALTER TABLE dlock.fence_epoch_seal ADD COLUMN
+            secret text NOT NULL DEFAULT pg_catalog.md5(pg_catalog.gen_random_uuid()::text || pg_catalog.gen_random_uuid()::text);
+    END IF;
+END
+$secret$;
 COMMENT ON TABLE dlock.fence_epoch_seal IS
     'The xmin of the dlock.fence_epoch row as written: a restored copy of the row has another, and starts a new epoch; and the key of the sessions'' checked-epoch marks';
 

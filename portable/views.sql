@@ -63,7 +63,14 @@ CREATE OR REPLACE VIEW dlock.locks AS
       FROM dlock.permits p;
 COMMENT ON VIEW dlock.locks IS
     'Current holdings, one row per holding (mode exclusive, shared or semaphore); an expired lease stays listed (expired = true) until it is reaped or taken over';
-GRANT SELECT ON dlock.locks TO PUBLIC;
+-- Only when this run made it: a re-run keeps the DBA's grants (dlock.sql).
+DO $grant$
+BEGIN
+    IF pg_catalog.current_setting('dlock_portable.new_locks') OPERATOR(pg_catalog.=) 'true' THEN
+        GRANT SELECT ON dlock.locks TO PUBLIC;
+    END IF;
+END
+$grant$;
 
 -- dlock.queue: every live client ticket, position 1 = served next.  A
 -- session waiting in lock() holds its ticket as an advisory lock and is
@@ -78,7 +85,14 @@ CREATE OR REPLACE VIEW dlock.queue AS
      WHERE t.expires_at OPERATOR(pg_catalog.>) pg_catalog.clock_timestamp();
 COMMENT ON VIEW dlock.queue IS
     'Every live client-side fair-queue ticket, position 1 = served next (sessions waiting in lock() are not listed)';
-GRANT SELECT ON dlock.queue TO PUBLIC;
+-- Only when this run made it: a re-run keeps the DBA's grants (dlock.sql).
+DO $grant$
+BEGIN
+    IF pg_catalog.current_setting('dlock_portable.new_queue') OPERATOR(pg_catalog.=) 'true' THEN
+        GRANT SELECT ON dlock.queue TO PUBLIC;
+    END IF;
+END
+$grant$;
 
 CREATE OR REPLACE FUNCTION dlock.withdraw(resource text,
                                           holder text DEFAULT dlock.session_holder())

@@ -47,10 +47,10 @@ BEGIN
     IF current_setting('transaction_isolation') <> 'read committed' THEN
         PERFORM FROM dlock.leases l WHERE l.resource = p_resource FOR SHARE SKIP LOCKED;
         IF NOT FOUND THEN
-            IF EXISTS (SELECT FROM dlock.leases l WHERE l.resource = p_resource) THEN
+            IF EXISTS (SELECT FROM dlock.leases l WHERE l.resource = p_resource)
+               OR NOT dlock._insert_row(p_resource, NULL, NULL, NULL, NULL, NULL, NULL) THEN
                 RETURN NULL;
             END IF;
-            INSERT INTO dlock.leases (resource) VALUES (p_resource) ON CONFLICT (resource) DO NOTHING;
         END IF;
     END IF;
     SELECT * INTO r FROM dlock.leases l WHERE l.resource = p_resource;
