@@ -55,7 +55,7 @@ sub dump_rows {
     my ($dbh) = @_;
     my %d;
     for my $t (['leases', 'resource, tail'], ['pins', 'resource, tail'], ['gates', 'slot'],
-               ['fence_lock', 'name']) {
+               ['fences', 'u'], ['reapers', 'slot']) {
         $d{$t->[0]} = $dbh->selectall_arrayref("SELECT * FROM dlock.$t->[0] ORDER BY $t->[1]");
     }
     $d{xids} = $dbh->selectall_arrayref('SELECT COUNT(*) FROM dlock.xids FOR SYSTEM_TIME ALL');
