@@ -23,6 +23,8 @@ for arg in "$@"; do
     esac
 done
 resdir=${resdir:-$here/results${quick:+/quick}}
+# mariadbd is in /usr/sbin, which Debian leaves out of other users' PATH.
+case ":$PATH:" in *:/usr/sbin:*) ;; *) export PATH=$PATH:/usr/local/sbin:/usr/sbin:/sbin ;; esac
 command -v mariadbd >/dev/null 2>&1 || { echo "==> mariadbd not installed: MySQL edition benchmark skipped" >&2; exit 0; }
 sql=""
 for f in "$here/../mysql/dlock.sql" "$here/mysql-dlock.sql"; do

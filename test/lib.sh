@@ -43,6 +43,10 @@ if command -v locale >/dev/null && [ -n "$(locale 2>&1 >/dev/null)" ]; then
     unset LC_CTYPE LC_COLLATE LC_MESSAGES LC_MONETARY LC_NUMERIC LC_TIME LANGUAGE LC_ALL
 fi
 
+# Debian gives users other than root a PATH without the sbin directories,
+# where mariadbd and pgbouncer are: add them.
+case ":$PATH:" in *:/usr/sbin:*) ;; *) export PATH=$PATH:/usr/local/sbin:/usr/sbin:/sbin ;; esac
+
 # as_root: run a command as root (sudo when we are not root).
 as_root() {
     if [ "$(id -u)" -eq 0 ]; then "$@"; else sudo "$@"; fi

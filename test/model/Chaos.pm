@@ -207,14 +207,15 @@ sub epoch
 }
 
 # snap: dlock.locks as the server sees it now (t0 read in an earlier
-# statement: what was acknowledged before t0 is in the snapshot).
+# statement: what was acknowledged before t0 is in the snapshot).  Owners
+# by name as the roles are (owner::text quotes a name like "Dev-User").
 sub snap
 {
 	my ($self) = @_;
 	my $t0 = $self->clock;
 	my $row = $self->dbh->selectrow_arrayref(
 		qq{SELECT (SELECT json_agg(json_build_array(resource, holder, fence::text,
-		             (extract(epoch FROM expires_at) * 1000000)::int8, owner::text))
+		             (extract(epoch FROM expires_at) * 1000000)::int8, pg_get_userbyid(owner::oid)))
 		             FROM dlock.locks), $T});
 	return unless $row;
 	$self->log_rec(k => 'snap', t0 => $t0, t1 => $row->[1],

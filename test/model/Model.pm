@@ -40,7 +40,7 @@ sub setup
 	if ($portable)
 	{
 		my ($owner) = $dbh->selectrow_array(
-			q{SELECT n.nspowner::regrole::text FROM pg_namespace n
+			q{SELECT pg_get_userbyid(n.nspowner) FROM pg_namespace n
 			   WHERE n.nspname = 'dlock' AND to_regclass('dlock.portable') IS NOT NULL});
 		die "no portable edition in this database (psql -f portable/dlock.sql first)\n"
 		  unless defined $owner;

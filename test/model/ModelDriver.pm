@@ -333,7 +333,7 @@ sub multi_op
 	{
 		my $rows = $self->{dbh}->selectall_arrayref(
 			q{SELECT resource, fence FROM dlock.locks
-			   WHERE holder = $1 AND owner::text = current_user AND resource = ANY ($2::text[])
+			   WHERE holder = $1 AND pg_get_userbyid(owner::oid) = current_user AND resource = ANY ($2::text[])
 			   ORDER BY resource, fence}, undef, $h, \@rs);
 		if ($rows) { $rec->{after} = $rows }
 		else
@@ -358,7 +358,7 @@ sub steal
 	my ($self) = @_;
 	my $rows = $self->{dbh}->selectall_arrayref(
 		q{SELECT resource, holder, fence FROM dlock.locks
-		   WHERE owner::text <> current_user AND NOT expired
+		   WHERE pg_get_userbyid(owner::oid) <> current_user AND NOT expired
 		     AND holder NOT LIKE 'shared/%' AND holder NOT LIKE 'probe/%'
 		     AND resource = ANY ($1::text[])
 		   ORDER BY resource, holder}, undef,

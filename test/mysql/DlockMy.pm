@@ -18,6 +18,9 @@ use IO::Socket::INET;
 use POSIX qw(:sys_wait_h);
 use Time::HiRes qw(usleep time);
 
+# mariadbd is in /usr/sbin, which Debian leaves out of other users' PATH.
+$ENV{PATH} .= ':/usr/local/sbin:/usr/sbin:/sbin' unless ":$ENV{PATH}:" =~ m{:/usr/sbin:};
+
 our $TOP = do { my $d = __FILE__; $d =~ s{/test/mysql/DlockMy\.pm$}{}; $d eq __FILE__ ? '.' : $d };
 
 sub free_port {
@@ -80,7 +83,8 @@ sub start {
         if (waitpid($pid, WNOHANG) == $pid) { last; }
         usleep(100_000);
     }
-    die "mariadbd did not start: " . `tail -20 $self->{dir}/error.log`;
+    # error.log is missing when mariadbd never ran: stdout.log says why.
+    die "mariadbd did not start: " . `tail -20 $self->{dir}/stdout.log $self->{dir}/error.log 2>&1`;
 }
 
 # connect(user, password, %attr): a DBI handle, autocommit, errors raise.

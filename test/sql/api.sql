@@ -8,7 +8,7 @@ INSERT INTO f SELECT 'a1', dlock.try_lock('api/a', 'h1', '10s');
 SELECT fence IS NOT NULL AS acquired FROM f WHERE name = 'a1';
 SELECT dlock.try_lock('api/a', 'h1', '10s') = (SELECT fence FROM f WHERE name = 'a1') AS reentry_keeps_fence;
 SELECT dlock.try_lock('api/a', 'h2') AS other_holder;
-SELECT resource, holder, count, lease, owner = current_user::regrole AS mine, expired,
+SELECT resource, holder, count, lease, owner = quote_ident(current_user)::regrole AS mine, expired,
        expires_at > clock_timestamp() + '9s' AS expiry_about_10s
   FROM dlock.locks WHERE resource = 'api/a';
 

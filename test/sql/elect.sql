@@ -15,7 +15,7 @@ SELECT * FROM dlock.leader('el');
 -- The first candidate is elected at once; its term is the fence.
 SELECT dlock.campaign('el', 'A', 'host-a:5432', '1h') AS a_term \gset
 SELECT * FROM pg_temp.lead('el');
-SELECT term = :a_term AS term_is_fence, owner = current_user::regrole AS own
+SELECT term = :a_term AS term_is_fence, owner = quote_ident(current_user)::regrole AS own
   FROM dlock.leader('el');
 SELECT fence = :a_term AS locks_fence, value FROM dlock.locks WHERE resource = 'el';
 -- The leader campaigning again gets its term, without re-entering.
@@ -153,7 +153,7 @@ ROLLBACK;
 -- readable by everyone (for observers that poll); each new term sweeps old
 -- ones, of any election.
 INSERT INTO dlock.term_log VALUES
-    ('old-e', 1, 'Old', NULL, current_user::regrole, clock_timestamp() - interval '1 hour');
+    ('old-e', 1, 'Old', NULL, quote_ident(current_user)::regrole, clock_timestamp() - interval '1 hour');
 SELECT dlock.campaign('tl', 'T1', 't1', '1h') AS t1 \gset
 SELECT dlock.resign('tl', 'T1');
 SELECT dlock.campaign('tl', 'T2', wait => '0') AS t2 \gset

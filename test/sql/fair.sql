@@ -60,7 +60,10 @@ SELECT dlock.try_lock('fr', 'A') IS NOT NULL;
 SELECT dlock.try_lock('fr', 'B', fair => true) IS NULL;
 SET ROLE dlock_fair_other;
 SELECT dlock.try_lock('fr', 'B', fair => true) IS NULL AS other_role_queued;
-SELECT holder, "position", owner FROM dlock.queue WHERE resource = 'fr' ORDER BY 2;
+-- (The superuser's name is the OS user's that ran initdb: shown as <superuser>.)
+SELECT holder, "position",
+       CASE WHEN owner = quote_ident(session_user)::regrole THEN '<superuser>' ELSE owner::text END AS owner
+  FROM dlock.queue WHERE resource = 'fr' ORDER BY 2;
 SELECT count(*) FROM dlock.tickets;   -- closed to users
 RESET ROLE;
 SELECT dlock.unlock('fr', 'A');

@@ -67,8 +67,10 @@ sub session
 	return $s;
 }
 
+# The bootstrap superuser is named after the OS user that ran initdb.
+my $super = $primary->safe_psql('postgres', 'SELECT current_user');
 my $lazy = session('lazy', 'lazy');
-my $local = session('postgres', 'local', 'SET synchronous_commit = local');
+my $local = session($super, 'local', 'SET synchronous_commit = local');
 is($lazy->query_safe('SHOW synchronous_commit'), 'off', 'role lazy runs with synchronous_commit = off');
 
 # 1. Standby up: everything returns, and what was acquired is on the standby.
@@ -115,7 +117,7 @@ is( $primary->safe_psql(
 # release may be asynchronous, the other write may not).
 my $renewer = session('lazy', 'renewer');
 my $setfn = session('lazy', 'setfn');
-my $mixed = session('postgres', 'mixed');
+my $mixed = session($super, 'mixed');
 my %calls = (
 	lazy => q{SELECT dlock.try_lock('g', 'h', '1h')},
 	local => q{SELECT dlock.try_lock('h', 'h', '1h')},

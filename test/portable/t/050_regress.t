@@ -11,7 +11,8 @@
 # functions' errors have none; messages, SQLSTATEs, details and hints are
 # compared as they are).  The tests of C-only behaviour are skipped, each
 # with its reason.  Output and diffs: $DLOCK_PORTABLE_REGRESS_OUT
-# (default /tmp/dlock-portable-regress/<version>).
+# (default tmp_check/portable-regress/<version> in the tree: a fixed path
+# in /tmp was another user's after a run as root).
 #
 # DLOCK_PORTABLE_MAJORS as for 010_core.t.
 use strict;
@@ -25,7 +26,7 @@ $top = `cd '$top' && pwd`; chomp $top;
 my $cache = $ENV{DLOCK_PORTABLE_CACHE} // '/var/cache/dlock-portable';
 my $debian_major = $ENV{DLOCK_PG_MAJOR} // 15;
 my $client = "/usr/lib/postgresql/$debian_major/bin";
-my $out_root = $ENV{DLOCK_PORTABLE_REGRESS_OUT} // '/tmp/dlock-portable-regress';
+my $out_root = $ENV{DLOCK_PORTABLE_REGRESS_OUT} // "$top/tmp_check/portable-regress";
 
 # The tests of the shared contract, in pg_regress's (alphabetical) order.
 my @shared = qw(elect errors expiry fair_review multi search_path semaphore shared xact);

@@ -19,7 +19,7 @@
 # printed (diag) and DLOCK_MODEL_SEED=N replays its choices;
 # DLOCK_MODEL_SECONDS (default 10) is each run's length.  Logs of a run
 # that found a violation are kept in $DLOCK_PORTABLE_MODEL_OUT (default
-# /tmp/dlock-portable-model/<server>).
+# tmp_check/portable-model/<server> in the tree).
 use strict;
 use warnings;
 use File::Temp qw(tempdir);
@@ -41,7 +41,7 @@ use Model;
 my $cache = $ENV{DLOCK_PORTABLE_CACHE} // '/var/cache/dlock-portable';
 my $debian_major = $ENV{DLOCK_PG_MAJOR} // 15;
 my $client = "/usr/lib/postgresql/$debian_major/bin";
-my $out_root = $ENV{DLOCK_PORTABLE_MODEL_OUT} // '/tmp/dlock-portable-model';
+my $out_root = $ENV{DLOCK_PORTABLE_MODEL_OUT} // "$top/tmp_check/portable-model";
 my $seed = $ENV{DLOCK_MODEL_SEED} // int(rand(2_000_000_000));
 my $seconds = $ENV{DLOCK_MODEL_SECONDS} // 10;
 
