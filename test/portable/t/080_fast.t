@@ -414,8 +414,14 @@ sub twins {
          $al, ", 'h', '30s'", [], 1, 0, 0.01, 1],
         ['a lock-delay in force', sub { q1($bo, "SELECT dlock.try_lock(?, 'o', '30s', lock_delay => '1h')", $_[0]);
                                           q1($su, "SELECT dlock.break_lock(?)", $_[0]) }, $al, ", 'h', '30s'", [], 0],
-        ['a lock-delay past', sub { q1($bo, "SELECT dlock.try_lock(?, 'o', '5 milliseconds', lock_delay => '5 milliseconds')", $_[0]);
-                                    q1($su, "SELECT dlock.break_lock(?)", $_[0]) }, $al, ", 'h', '30s'", [], 1, 0, 0.05],
+        # Broken while live (a break after the lease ran out finds nothing
+        # to break and leaves an expired holding, which only the general
+        # path takes: retried until the break breaks, as a loaded machine
+        # may take longer than the lease between the two calls).
+        ['a lock-delay past', sub { for my $try (1 .. 50) {
+                                        q1($bo, "SELECT dlock.try_lock(?, 'o', '50 milliseconds', lock_delay => '5 milliseconds')", $_[0]);
+                                        last if q1($su, "SELECT dlock.break_lock(?)", $_[0]);
+                                    } }, $al, ", 'h', '30s'", [], 1, 0, 0.1],
         ['a delay of a clean release', sub { q1($bo, "SELECT dlock.try_lock(?, 'o', '30s', lock_delay => '1h')", $_[0]);
                                              q1($bo, "SELECT dlock.unlock(?, 'o')", $_[0]) }, $al, ", 'h', '30s'", [], 1],
         ['another\'s live ticket', sub { q1($bo, "SELECT dlock.try_lock(?, 'o', '30s')", $_[0]);
