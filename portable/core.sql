@@ -204,6 +204,10 @@ BEGIN
     l := dlock._lease(lease);
     f := dlock._fair(fair);
     d := dlock._lock_delay(lock_delay);
+    IF shared IS TRUE AND lock_delay IS NOT NULL AND d IS NOT NULL THEN
+        RAISE EXCEPTION 'lock_delay applies to exclusive locks only' USING ERRCODE = 'invalid_parameter_value',
+            HINT = 'Leave lock_delay out, or give 0, for a shared lock.';
+    END IF;
     ok := dlock._writable('dlock.try_lock()');
     IF dlock._bool_arg(shared, 'shared') THEN     -- [kinds], kinds.sql
         RETURN dlock._attempt_kind('shared', resource, holder, l, dlock._role(), f, NULL, NULL, NULL);
@@ -383,6 +387,10 @@ BEGIN
     w := dlock._wait(wait);
     f := dlock._fair(fair);
     d := dlock._lock_delay(lock_delay);
+    IF shared IS TRUE AND lock_delay IS NOT NULL AND d IS NOT NULL THEN
+        RAISE EXCEPTION 'lock_delay applies to exclusive locks only' USING ERRCODE = 'invalid_parameter_value',
+            HINT = 'Leave lock_delay out, or give 0, for a shared lock.';
+    END IF;
     k := CASE WHEN dlock._bool_arg(shared, 'shared') THEN 'shared' ELSE 'exclusive' END;
     PERFORM dlock._writable('dlock.lock()');
     RETURN dlock._wait_loop(resource, holder, l, w, f, d, 'dlock.lock()', k, NULL, NULL);
