@@ -582,6 +582,7 @@ waiters_end(DlockXactEnd how)
 	TimestampTz min_expiry;
 
 	counts_end(how != DLOCK_XACT_ABORT);
+	dlock_table_locks_forget();
 	switch (how)
 	{
 		case DLOCK_XACT_ABORT:
@@ -619,6 +620,8 @@ static void
 waiters_subxact(bool commit, SubTransactionId mySubid,
 				SubTransactionId parentSubid)
 {
+	if (!commit)
+		dlock_table_locks_forget();
 	pending_counts = dlock_subxact_items(pending_counts,
 										 offsetof(PendingCount, subxid),
 										 commit, mySubid, parentSubid);
