@@ -114,6 +114,23 @@ $node->poll_query_until('postgres', q{SELECT count(*) = 0 FROM dlock.waiters WHE
   or die 'the candidate was never elected';
 sql(q{SELECT dlock.unlock_all('w')});
 
+# ---- 3c. A campaign that returns without waiting (the leader's own)
+# leaves nothing noted for a later wait of its transaction. ----
+sql(q{SELECT dlock.campaign('elect2', 'leader', 'v', '1h')});
+sql(q{SELECT dlock.try_lock('five', 'holder', '1h')});
+$w->query_until(qr/go/, "\\echo go\nBEGIN;
+SELECT dlock.campaign('elect2', 'leader', 'v', '1h', wait => '300s') IS NOT NULL;
+SELECT count(*) FROM dlock.tickets;
+SELECT dlock.lock('five', 'w', '1h', wait => '300s') IS NOT NULL;\n");
+$pid = asleep('five');
+like(table_locks($pid), qr/(^|,)tickets:AccessShareLock/,
+	'after the leader\'s campaign, a read of its transaction keeps its lock through a wait');
+sql(q{SELECT dlock.unlock('five', 'holder')});
+$node->poll_query_until('postgres', q{SELECT count(*) = 0 FROM dlock.waiters WHERE resource = 'five'})
+  or die 'the waiter never got five';
+$w->query_safe('COMMIT');
+sql(q{SELECT dlock.unlock_all('w'); SELECT dlock.unlock_all('leader')});
+
 # ---- 4. DROP and CREATE EXTENSION while a lock() waits. ----
 my $before = sql(q{SELECT dlock.try_lock('four', 'holder', '1h')});
 $w->query_until(qr/go/, "\\echo go\nSELECT dlock.lock('four', 'w', '1h', wait => '300s') AS f4;\n");
