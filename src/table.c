@@ -166,7 +166,12 @@ dlock_table_locks_untrack(bool release)
 		if (!OidIsValid(relid) || waited_held[i] || !read_locked(relid, &tag))
 			continue;
 		/* Locked: its index list and TOAST table can be read. */
-		rel = relation_open(relid, NoLock);
+		rel = try_relation_open(relid, NoLock);
+		if (rel == NULL)
+		{
+			release_reads(relid);	/* dropped meanwhile */
+			continue;
+		}
 		parts = RelationGetIndexList(rel);
 		if (OidIsValid(rel->rd_rel->reltoastrelid))
 			parts = lappend_oid(parts, rel->rd_rel->reltoastrelid);
