@@ -1,9 +1,11 @@
 # 027_wait_table_locks.pl: what a waiter keeps of dlock's tables while it
 # sleeps (issue 33, defect 14, reviewed): every waiting call (lock() of
-# either kind, lock_all over many resources, acquire, campaign) holds no
-# lock of a table of dlock that it took itself; a lock the transaction
-# held before it called stays held; DROP and CREATE EXTENSION during a
-# wait never hand out a fence that an earlier one passes.
+# either kind, xact_lock, lock_all over many resources, acquire, campaign)
+# holds no read lock of a table of dlock or its indexes that it took itself
+# (a refused attempt reads dlock.tickets by SQL; lock_all opens the tables
+# once a resource); a lock the transaction held before it called stays
+# held; DROP and CREATE EXTENSION during a wait never hand out a fence
+# that an earlier one passes.
 
 use strict;
 use warnings;
@@ -66,6 +68,15 @@ sql(q{SELECT dlock.unlock('two', 'holder')});
 $node->poll_query_until('postgres', q{SELECT holder = 'w' FROM dlock.locks WHERE resource = 'two'})
   or die 'the waiter never got two';
 sql(q{SELECT dlock.unlock_all('w')});
+
+sql(q{SELECT dlock.try_lock('xl', 'holder', '1h')});
+$w->query_until(qr/go/, "\\echo go\nBEGIN; SELECT dlock.xact_lock('xl', '300s') IS NOT NULL;\n");
+$pid = asleep('xl');
+is(table_locks($pid), '', 'an xact_lock() asleep holds none either');
+sql(q{SELECT dlock.unlock('xl', 'holder')});
+$node->poll_query_until('postgres', q{SELECT count(*) = 0 FROM dlock.waiters WHERE resource = 'xl'})
+  or die 'the waiter never got xl';
+$w->query_safe('COMMIT');
 
 # ---- 2. lock_all over many resources: the last one is in its way. ----
 sql(q{SELECT dlock.try_lock('many/60', 'holder', '1h')});
