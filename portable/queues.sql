@@ -59,8 +59,7 @@ BEGIN
     END IF;
     IF shared AND lock_delay IS NOT NULL AND lock_delay <> interval '0' THEN
         RAISE EXCEPTION 'lock_delay applies to exclusive locks only' USING ERRCODE = 'invalid_parameter_value',
-            DETAIL = 'A shared holding (and a semaphore''s permits) ends without a lock-delay.',
-            HINT = 'Leave lock_delay out (or 0) with shared => true.';
+            HINT = 'Leave lock_delay out, or give 0, for a shared lock.';
     END IF;
     RETURN shared;
 END

@@ -380,6 +380,7 @@ dlock_wait_loop(const DlockResource *res, text *holder, int64 wait_ms,
 		dlock_wait_sleep(ms_until(now, Min(Min(busy_until, w.deadline), w.lock_limit)));
 	}
 
+	dlock_table_locks_forget();
 	if (leave)
 		leave(res, arg, fence != 0);
 	if (w.waiting)

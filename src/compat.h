@@ -16,6 +16,7 @@
 
 #include "access/heapam.h"
 #include "executor/executor.h"
+#include "storage/lock.h"
 #include "storage/proc.h"
 #include "utils/relcache.h"
 
@@ -31,6 +32,16 @@
 #define DLOCK_PROC_NUMBER(proc) ((int) GetNumberFromPGProc(proc))
 #else
 #define DLOCK_PROC_NUMBER(proc) ((proc)->pgprocno)
+#endif
+
+/*
+ * Whether this backend holds lockmode itself on locktag (not a stronger
+ * one): 17 added the choice.
+ */
+#if PG_VERSION_NUM >= 170000
+#define DLOCK_LOCK_HELD_BY_ME(tag, mode) LockHeldByMe((tag), (mode), false)
+#else
+#define DLOCK_LOCK_HELD_BY_ME(tag, mode) LockHeldByMe((tag), (mode))
 #endif
 
 /*

@@ -166,6 +166,8 @@ extern void dlock_store_begin(void);
 /* table.c: the read locks of dlock's tables taken by one wait's attempt */
 extern void dlock_table_locks_track(void);
 extern void dlock_table_locks_untrack(bool release);
+extern void dlock_table_locks_mark(void);
+extern void dlock_table_locks_forget(void);
 extern void dlock_store_spi(void);
 extern MemoryContext dlock_store_context(void);
 extern bool dlock_store_active(void);

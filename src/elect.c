@@ -343,9 +343,13 @@ dlock_campaign(PG_FUNCTION_ARGS)
 	wait_ms = dlock_check_wait_ms(fcinfo, 4);
 	lock_delay = dlock_check_lock_delay(fcinfo, PG_NARGS());	/* the GUC */
 	dlock_check_writable("dlock.campaign()");
+	if (wait_ms != 0)
+		dlock_table_locks_mark();	/* a waiter keeps no read lock (table.c) */
 	caller = dlock_caller();
 
 	term = current_term(&res, candidate, &caller, wait_ms);
+	if (term != 0)
+		dlock_table_locks_forget();
 	if (term < 0)
 		PG_RETURN_NULL();
 	if (term != 0)
@@ -356,6 +360,7 @@ dlock_campaign(PG_FUNCTION_ARGS)
 
 	term = dlock_campaign_acquire(&res, candidate, &caller, lease, wait_ms,
 								  lock_delay, &already);
+	dlock_table_locks_forget();
 	if (term == 0)
 		PG_RETURN_NULL();
 	/* The resource's lock is ours until the transaction ends. */

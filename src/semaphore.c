@@ -61,6 +61,7 @@ semaphore_call(FunctionCallInfo fcinfo, int wait_argno, const char *fname)
 	bool		fair;
 	int64		wait_ms = 0;
 	DlockCaller caller;
+	int64		fence;
 
 	dlock_resource_init(&res, dlock_check_semaphore(fcinfo, 0));
 	holder = dlock_check_holder(fcinfo, 1);
@@ -76,6 +77,8 @@ semaphore_call(FunctionCallInfo fcinfo, int wait_argno, const char *fname)
 	if (wait_argno >= 0)
 		wait_ms = dlock_check_wait_ms(fcinfo, wait_argno);
 	dlock_check_writable(fname);
+	if (wait_ms != 0)
+		dlock_table_locks_mark();	/* a waiter keeps no read lock (table.c) */
 	if (!dlock_semaphores_installed())
 		ereport(ERROR,
 				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
@@ -83,8 +86,10 @@ semaphore_call(FunctionCallInfo fcinfo, int wait_argno, const char *fname)
 				 errhint("Run ALTER EXTENSION dlock UPDATE.")));
 	caller = dlock_caller();
 
-	return dlock_acquire_permits(&res, holder, &caller, lease, wait_ms, fair,
-								 permits, max_permits);
+	fence = dlock_acquire_permits(&res, holder, &caller, lease, wait_ms, fair,
+								  permits, max_permits);
+	dlock_table_locks_forget();
+	return fence;
 }
 
 /*

@@ -57,39 +57,130 @@ static TableInfo *tables = NULL;
 static bool callback_registered = false;
 
 /*
- * The ACCESS SHARE locks open_table took since dlock_table_locks_track,
- * for dlock_table_locks_untrack; ntracked -1: not tracking.  More than
- * MAX_TRACKED are kept to the transaction's end, as any.
+ * The tables whose read locks a wait's attempt gives back (those that take
+ * and lose rows: compaction rewrites them), whatever took the locks:
+ * open_table, or SPI (dlock.tickets), which locks the indexes too.  Each
+ * with its OID and whether the transaction held a read lock of it before
+ * the attempt (then it keeps it, and those of its indexes).
  */
-#define MAX_TRACKED 32
-static Oid	tracked[MAX_TRACKED];
-static int	ntracked = -1;
+static const char *const waited_tables[] = {
+	"leases", "shares", "permits", "tickets", "delays", "holding_values"
+};
+#define NWAITED lengthof(waited_tables)
+static Oid	waited_relid[NWAITED];
+static bool waited_held[NWAITED];
+
+/* read_locked: whether this backend holds ACCESS SHARE on relid. */
+static bool
+read_locked(Oid relid, LOCKTAG *tag)
+{
+	SET_LOCKTAG_RELATION(*tag, MyDatabaseId, relid);
+	return DLOCK_LOCK_HELD_BY_ME(tag, AccessShareLock);
+}
 
 /*
- * dlock_table_locks_track: from now on, remember the read locks of our
- * tables that open_table takes (the wait loop, before an attempt).
+ * release_reads: give back every ACCESS SHARE lock of relid (each
+ * acquisition counts once).  LockRelease says false (with a WARNING) for a
+ * lock that another resource owner took: never for one the attempt took.
+ */
+static void
+release_reads(Oid relid)
+{
+	LOCKTAG		tag;
+
+	while (read_locked(relid, &tag) && LockRelease(&tag, AccessShareLock, false))
+		;
+}
+
+/* Whether dlock_table_locks_mark noted them for the whole call. */
+static bool marked = false;
+
+/* note_held: which of waited_tables the transaction holds a read lock of. */
+static void
+note_held(void)
+{
+	Oid			schema = get_namespace_oid("dlock", true);
+	LOCKTAG		tag;
+
+	for (int i = 0; i < (int) NWAITED; i++)
+	{
+		waited_relid[i] = OidIsValid(schema) ?
+			get_relname_relid(waited_tables[i], schema) : InvalidOid;
+		waited_held[i] = OidIsValid(waited_relid[i]) &&
+			read_locked(waited_relid[i], &tag);
+	}
+}
+
+/*
+ * dlock_table_locks_mark: at the start of a waiting call that reads
+ * dlock's tables before its wait (campaign, acquire), note what the
+ * transaction held before the call, so that a refused attempt gives back
+ * those reads too.  Valid until dlock_table_locks_forget (the wait's end,
+ * the end of the transaction or of a subtransaction that aborts).
+ */
+void
+dlock_table_locks_mark(void)
+{
+	note_held();
+	marked = true;
+}
+
+void
+dlock_table_locks_forget(void)
+{
+	marked = false;
+}
+
+/*
+ * dlock_table_locks_track: before a wait's attempt, note which of
+ * waited_tables the transaction already holds a read lock of (unless the
+ * call noted it at its start).
  */
 void
 dlock_table_locks_track(void)
 {
-	ntracked = 0;
+	if (!marked)
+		note_held();
 }
 
 /*
- * dlock_table_locks_untrack: stop remembering, and if release, release the
- * read locks remembered since dlock_table_locks_track.  A wait in lock()
- * calls it after a refused attempt, so that a waiter keeps no lock of a table
- * (a rewrite by compact.c would skip the table as long as it waits).  A
- * lock the transaction held before is only counted down, not released
- * (the lock manager counts each acquisition); a table written to keeps
- * its ROW EXCLUSIVE lock.  The next attempt locks again.
+ * dlock_table_locks_untrack: after the attempt, if release, give back the
+ * read locks it took of waited_tables, their indexes and TOAST tables, so
+ * that a waiter keeps no lock of a table (a rewrite by compact.c would
+ * skip the table as long as it waits; ALTER EXTENSION UPDATE would wait).
+ * A lock the transaction held before is kept; so is a table's ROW
+ * EXCLUSIVE lock (an attempt that wrote).  The next attempt locks again.
  */
 void
 dlock_table_locks_untrack(bool release)
 {
-	for (int i = 0; release && i < ntracked; i++)
-		UnlockRelationOid(tracked[i], AccessShareLock);
-	ntracked = -1;
+	LOCKTAG		tag;
+
+	for (int i = 0; release && i < (int) NWAITED; i++)
+	{
+		Oid			relid = waited_relid[i];
+		Relation	rel;
+		List	   *parts;
+		ListCell   *lc;
+
+		if (!OidIsValid(relid) || waited_held[i] || !read_locked(relid, &tag))
+			continue;
+		/* Locked: its index list and TOAST table can be read. */
+		rel = try_relation_open(relid, NoLock);
+		if (rel == NULL)
+		{
+			release_reads(relid);	/* dropped meanwhile */
+			continue;
+		}
+		parts = RelationGetIndexList(rel);
+		if (OidIsValid(rel->rd_rel->reltoastrelid))
+			parts = lappend_oid(parts, rel->rd_rel->reltoastrelid);
+		relation_close(rel, NoLock);
+		foreach(lc, parts)
+			release_reads(lfirst_oid(lc));
+		list_free(parts);
+		release_reads(relid);
+	}
 }
 
 /* invalidate: a relcache invalidation of one of our tables, or of all. */
@@ -141,12 +232,7 @@ open_table(TableInfo *t, LOCKMODE mode)
 		LockRelationOid(relid, mode);
 		if (was_valid ? t->valid :
 			get_relname_relid(t->name, dlock_schema_oid()) == relid)
-		{
-			if (mode == AccessShareLock && ntracked >= 0 &&
-				ntracked < MAX_TRACKED)
-				tracked[ntracked++] = relid;
 			break;
-		}
 		/* Dropped, or changed, meanwhile: look again. */
 		UnlockRelationOid(relid, mode);
 	}

@@ -582,6 +582,7 @@ waiters_end(DlockXactEnd how)
 	TimestampTz min_expiry;
 
 	counts_end(how != DLOCK_XACT_ABORT);
+	dlock_table_locks_forget();
 	switch (how)
 	{
 		case DLOCK_XACT_ABORT:
@@ -614,14 +615,46 @@ waiters_after_locks(bool commit)
 	nwake = 0;
 }
 
-/* waiters_subxact: an aborted subtransaction's counts are dropped. */
+/*
+ * waiters_subxact: an aborted subtransaction's counts are dropped; a
+ * committed one's are added to its parent's, so that the list keeps one
+ * entry a statistic and open level (a loop of exception blocks made it
+ * one a block, and each count a scan of them all).
+ */
 static void
 waiters_subxact(bool commit, SubTransactionId mySubid,
 				SubTransactionId parentSubid)
 {
-	pending_counts = dlock_subxact_items(pending_counts,
-										 offsetof(PendingCount, subxid),
-										 commit, mySubid, parentSubid);
+	ListCell   *lc;
+
+	if (!commit)
+	{
+		dlock_table_locks_forget();
+		pending_counts = dlock_subxact_items(pending_counts,
+											 offsetof(PendingCount, subxid),
+											 false, mySubid, parentSubid);
+		return;
+	}
+	foreach(lc, pending_counts)
+	{
+		PendingCount *p = lfirst(lc);
+		ListCell   *other;
+
+		if (p->subxid != mySubid)
+			continue;
+		p->subxid = parentSubid;
+		foreach(other, pending_counts)
+		{
+			PendingCount *q = lfirst(other);
+
+			if (q != p && q->stat == p->stat && q->subxid == parentSubid)
+			{
+				q->n += p->n;
+				pending_counts = foreach_delete_current(pending_counts, lc);
+				break;
+			}
+		}
+	}
 }
 
 /* What waiters.c does when a transaction ends (xact.c calls them). */

@@ -31,3 +31,34 @@ COMMIT;
 SELECT dlock.unlock_all('h') AS released;
 SELECT acquired - :a0 AS acquired, reentered - :e0 AS reentered,
        released - :r0 AS released, renewed - :n0 AS renewed FROM dlock.stats();
+-- Committed subtransactions' counts join their parent's (one entry a
+-- statistic): a loop of exception blocks counts each, and a savepoint
+-- rolled back drops what its committed children counted.
+SELECT acquired AS a0, reentered AS e0, released AS r0 FROM dlock.stats() \gset
+DO $$
+BEGIN
+    FOR i IN 1 .. 200 LOOP
+        BEGIN
+            PERFORM dlock.try_lock('sx/' || (i % 20), 'h');
+        EXCEPTION WHEN others THEN NULL;
+        END;
+    END LOOP;
+END $$;
+BEGIN;
+SAVEPOINT a;
+SELECT dlock.try_lock('sx/a', 'h') IS NOT NULL AS taken;
+SAVEPOINT b;
+SELECT dlock.try_lock('sx/b', 'h') IS NOT NULL AS taken;
+SELECT dlock.try_lock('sx/a', 'h') IS NOT NULL AS reentered;
+RELEASE SAVEPOINT b;
+ROLLBACK TO SAVEPOINT a;
+SAVEPOINT c;
+SELECT dlock.try_lock('sx/c', 'h') IS NOT NULL AS taken;
+SAVEPOINT d;
+SELECT dlock.try_lock('sx/c', 'h') IS NOT NULL AS reentered;
+RELEASE SAVEPOINT d;
+RELEASE SAVEPOINT c;
+COMMIT;
+SELECT dlock.unlock_all('h') AS released;
+SELECT acquired - :a0 AS acquired, reentered - :e0 AS reentered,
+       released - :r0 AS released FROM dlock.stats();

@@ -1,8 +1,10 @@
 # 024_guc_sweep.pl: what the caller's own session settings can do to dlock
 # (issue 33, "close the class").
 #
-# Every setting of pg_settings with context 'user' (anyone may SET it) is
-# set, one at a time, to unusual values: a boolean both ways, a number at
+# Every setting of pg_settings with context 'user' (anyone may SET it) or
+# 'superuser' (what ALTER ROLE ... SET by a superuser gives a role's
+# sessions: session_replication_role, lc_messages, deadlock_timeout,
+# max_stack_depth, ...) is set, one at a time, to unusual values: a boolean both ways, a number at
 # its minimum and maximum, every value of an enum, and chosen values of the
 # strings (search_path with a schema that plants functions and operators
 # under the names dlock's SQL might use, time zones, date styles, ...), plus
@@ -106,7 +108,7 @@ my %skip = map { $_ => 1 } qw(role session_authorization transaction_isolation
 
 my @combos;
 for my $row (split /\n/, sql(q{SELECT name, vartype, coalesce(min_val, ''), coalesce(max_val, ''),
-		coalesce(array_to_string(enumvals, E'\t'), '') FROM pg_settings WHERE context = 'user' ORDER BY name}))
+		coalesce(array_to_string(enumvals, E'\t'), '') FROM pg_settings WHERE context IN ('user', 'superuser') ORDER BY name}))
 {
 	my ($name, $type, $min, $max, $enums) = split /\|/, $row, 5;
 	next if $skip{$name};

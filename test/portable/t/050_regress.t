@@ -36,6 +36,7 @@ my %skipped = (
     fair  => 'GUC range checks of dlock.lock_delay and dlock.queue_ttl at SET time, and dlock.queue_ttl settable by superusers only (the portable edition checks settings when they are used; any role may SET them)',
     roles => "the C extension's own objects (dlock.fence_seq, dlock.epoch, dlock.outbox) and its extension owner's rights",
     rows  => "rows.c's direct row access of dlock.leases (indexes and constraints the test adds)",
+    stats => 'dlock.stats() (shared memory), counted when transactions commit',
     scale => "rows deleted at release (extension 0.5): the portable edition keeps a released row for an hour, as the C extension did before",
 );
 
