@@ -304,8 +304,9 @@ $$;
 -- any key): a mark held by someone else is tried again at every turn, a
 -- ticket number held by someone else is skipped.  pg_sleep is interrupted
 -- by cancel and statement_timeout, which end the call: _let_go gives back
--- whatever the wait holds (read from pg_locks, so also what a cancel cut
--- in between), nothing stays with the session.
+-- what the wait took or tried to take (read from pg_locks, so also what a
+-- cancel cut in between), nothing stays with the session, and advisory
+-- locks the caller holds itself on the same keys are left alone.
 CREATE OR REPLACE FUNCTION dlock._wait_loop(p_resource text, p_holder text, p_lease interval, p_wait interval,
                                        p_fair boolean, p_delay interval, p_fname text,
                                        p_kind text, p_max integer, p_permits integer)
@@ -320,13 +321,19 @@ DECLARE
     left_ interval;
     k integer := dlock._qkey(p_resource);
     u integer;
-    cand bigint;            -- the ticket last tried (what _let_go looks for)
+    cand bigint;            -- the holder's client ticket, or a new one
+    tkt bigint;             -- the ticket last tried (what _let_go looks for)
     held bigint;            -- the ticket held
     tried boolean := false;
     marked boolean := p_kind = 'exclusive';
     fair_mark boolean := false;
     writer_mark boolean := false;
     upgrade_mark boolean := false;
+    -- Whether the wait tried to take the "fair waiters" mark, and the
+    -- writer's marks: _let_go gives back only these (the caller's session
+    -- may hold the same keys itself, outside dlock).
+    fair_tried boolean := false;
+    marks_tried boolean := false;
     fence bigint;
     ok boolean;
 BEGIN
@@ -334,13 +341,13 @@ BEGIN
         LOOP
             fence := dlock._try(p_resource, p_holder, p_lease, v_role, p_delay, held, p_kind, p_max, p_permits);
             IF fence IS NOT NULL THEN
-                ok := dlock._let_go(p_resource, p_holder, v_role, cand);
+                ok := dlock._let_go(p_resource, p_holder, v_role, tkt, fair_tried, marks_tried);
                 RETURN fence;
             END IF;
             IF deadline IS NOT NULL THEN
                 left_ := deadline - clock_timestamp();
                 IF left_ <= interval '0' THEN
-                    ok := dlock._let_go(p_resource, p_holder, v_role, cand);
+                    ok := dlock._let_go(p_resource, p_holder, v_role, tkt, fair_tried, marks_tried);
                     -- An adopted client ticket leaves the queue with the wait.
                     DELETE FROM dlock.tickets t
                      WHERE t.ctid = ANY (ARRAY(SELECT x.ctid FROM dlock.tickets x
@@ -353,6 +360,7 @@ BEGIN
             -- The writer's marks (until held), then a crossing upgrade.
             IF marked THEN
                 u := dlock._umark(p_resource, p_holder, v_role);
+                marks_tried := true;
                 writer_mark := writer_mark OR pg_try_advisory_lock_shared(1684828006, k);
                 upgrade_mark := upgrade_mark OR pg_try_advisory_lock_shared(1684828007, u);
                 IF NOT tried THEN
@@ -366,19 +374,25 @@ BEGIN
                 SELECT x.ticket INTO cand FROM dlock.tickets x
                  WHERE x.resource = p_resource AND x.holder = p_holder AND x.owner = v_role::regrole
                    AND x.expires_at > clock_timestamp();
-                IF cand IS NOT NULL AND cand::bit(32)::integer <> 0
-                   AND pg_try_advisory_lock(k, cand::bit(32)::integer) THEN
-                    held := cand;
-                ELSIF p_fair THEN
+                IF cand IS NOT NULL AND cand::bit(32)::integer <> 0 THEN
+                    tkt := cand;
+                    IF pg_try_advisory_lock(k, cand::bit(32)::integer) THEN
+                        held := cand;
+                    END IF;
+                END IF;
+                IF held IS NULL AND p_fair THEN
                     LOOP
                         cand := nextval('dlock.ticket_seq');
-                        EXIT WHEN cand::bit(32)::integer <> 0 AND pg_try_advisory_lock(k, cand::bit(32)::integer);
+                        CONTINUE WHEN cand::bit(32)::integer = 0;
+                        tkt := cand;
+                        EXIT WHEN pg_try_advisory_lock(k, cand::bit(32)::integer);
                     END LOOP;
                     held := cand;
                 END IF;
             END IF;
             -- The "fair waiters" mark, shared, until held.
             IF held IS NOT NULL AND NOT fair_mark THEN
+                fair_tried := true;
                 fair_mark := pg_try_advisory_lock_shared(k, 0);
                 CONTINUE WHEN fair_mark;    -- with its place, it may be its turn
             END IF;
@@ -386,7 +400,7 @@ BEGIN
             pause := least(pause * 2, poll);
         END LOOP;
     EXCEPTION WHEN query_canceled OR OTHERS THEN
-        ok := dlock._let_go(p_resource, p_holder, v_role, cand);
+        ok := dlock._let_go(p_resource, p_holder, v_role, tkt, fair_tried, marks_tried);
         RAISE;
     END;
 END

@@ -151,8 +151,19 @@ BEGIN
         USING DETAIL = format('System identifier %s, timeline %s.', h.sysid, h.timeline);
 
     -- Record it, unless another transaction is recording one right now
-    -- (never wait for its uncommitted row): _record_epoch.
+    -- (never wait for its uncommitted row): _record_epoch.  Then this
+    -- backend has jumped in this postmaster's life past the committed row
+    -- it read: it marks that row as checked (mark, read before the jump),
+    -- so that its later draws do not jump again while the other
+    -- transaction stays open (any role can keep it open; every draw of
+    -- every session jumped then, one epoch each, under the row lock of
+    -- dlock.portable).  What calls for a new epoch changes the row or the
+    -- postmaster, which the mark names.  (No mark when the seal does not
+    -- match the row: then each draw jumps, until the record commits.)
     ok := dlock._record_epoch(h.sysid, h.dboid, h.timeline, h.started, fence);
+    IF NOT ok AND mark IS NOT NULL THEN
+        PERFORM set_config('dlock_portable.epoch_checked', mark, false);
+    END IF;
     RETURN fence;
 END
 $$;

@@ -32,31 +32,47 @@ $$;
 -- _let_go: a wait in lock() (or campaign, acquire) is over, however it
 -- ended: give back the session-level advisory locks it may hold on
 -- resource: its ticket (p_ticket, the last one it tried to take), the
--- "fair waiters" mark, and the writer's "writer waits" and "upgrade"
--- marks (kinds.sql).  Each only if this session holds it (_held): an
+-- "fair waiters" mark if it tried to take it (p_fair_mark), and the
+-- writer's "writer waits" and "upgrade" marks (kinds.sql) if it tried to
+-- take them (p_marks).  Each only if this session holds it (_held): an
 -- exception handler does not know how far a cancelled wait had come.
-CREATE OR REPLACE FUNCTION dlock._let_go(p_resource text, p_holder text, p_role oid, p_ticket bigint)
+-- What the wait never tried to take stays: the caller's session may hold
+-- the same keys itself, outside dlock.
+CREATE OR REPLACE FUNCTION dlock._let_go(p_resource text, p_holder text, p_role oid, p_ticket bigint,
+                                         p_fair_mark boolean, p_marks boolean)
     RETURNS boolean LANGUAGE plpgsql VOLATILE
     SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
     k integer := dlock._qkey(p_resource);
-    u integer := dlock._umark(p_resource, p_holder, p_role);
+    u integer;
     ok boolean;
 BEGIN
-    IF p_ticket IS NOT NULL AND dlock._held(k, p_ticket::bit(32)::integer, 'ExclusiveLock') THEN
+    IF p_ticket IS NOT NULL AND p_ticket::bit(32)::integer <> 0
+       AND dlock._held(k, p_ticket::bit(32)::integer, 'ExclusiveLock') THEN
         ok := pg_advisory_unlock(k, p_ticket::bit(32)::integer);
     END IF;
-    IF dlock._held(k, 0, 'ShareLock') THEN
+    IF p_fair_mark AND dlock._held(k, 0, 'ShareLock') THEN
         ok := pg_advisory_unlock_shared(k, 0);
     END IF;
-    IF dlock._held(1684828006, k, 'ShareLock') THEN
-        ok := pg_advisory_unlock_shared(1684828006, k);
-    END IF;
-    IF dlock._held(1684828007, u, 'ShareLock') THEN
-        ok := pg_advisory_unlock_shared(1684828007, u);
+    IF p_marks THEN
+        u := dlock._umark(p_resource, p_holder, p_role);
+        IF dlock._held(1684828006, k, 'ShareLock') THEN
+            ok := pg_advisory_unlock_shared(1684828006, k);
+        END IF;
+        IF dlock._held(1684828007, u, 'ShareLock') THEN
+            ok := pg_advisory_unlock_shared(1684828007, u);
+        END IF;
     END IF;
     RETURN true;
 END
+$$;
+
+-- _let_go of four arguments: for waits of issue 33's first version that
+-- an upgrade finds in progress (_leave, _marks): gives back all three.
+CREATE OR REPLACE FUNCTION dlock._let_go(p_resource text, p_holder text, p_role oid, p_ticket bigint)
+    RETURNS boolean LANGUAGE sql VOLATILE
+    SET search_path = pg_catalog, pg_temp AS $$
+    SELECT dlock._let_go(p_resource, p_holder, p_role, p_ticket, true, true)
 $$;
 
 -- _insert_row: insert resource's row in dlock.leases (free when p_holder
