@@ -642,11 +642,21 @@ sub mark_waits
 		# One sighting: one poll (p; each row has its own t) of one waiter.
 		my $key = !defined $w->{btrx} ? "$line"
 		  : join("\0", $w->{p} // "t$w->{t}", $w->{tid}, $w->{btrx});
-		my $v = $verdict{$key} //= [ $o, 0 ];
+		my $v = $verdict{$key} //= [ $o, 0, {} ];
 		$v->[1] ||= $ok ? 1 : 0;
+		$v->[2]{"c$client_of{ $w->{by} }"} = 1 if defined $w->{by} && defined $client_of{ $w->{by} };
+		$o->{bkey} //= $key;
 	}
 	close $fh;
-	$_->[1] or $_->[0]{bad_wait} = 1 for values %verdict;
+	for my $key (keys %verdict)
+	{
+		my $v = $verdict{$key};
+		my $o = $v->[0];
+		$o->{bad_wait} = 1 unless $v->[1];
+		# The first sighting's candidates, all of them: c2|c3.
+		$o->{blocker} = join('|', sort keys %{ $v->[2] }) if $o->{bkey} eq $key && %{ $v->[2] };
+	}
+	delete $_->{bkey} for @$ops;
 	for my $o (grep { $holding_call{ $_->{k} } && $_->{waited} } @$ops)
 	{
 		if ($o->{bad_wait}) { $o->{nowait} = 1 }

@@ -182,12 +182,12 @@ sub explain_waits
 	for my $w (grep { $_->{nowait} && $_->{waited} } @$ops)
 	{
 		next if ($shown{ $w->{k} }++ // 0) >= 3;
-		my ($bc) = ($w->{blocker} // '') =~ /^c(\d+)$/;
-		my @by = defined $bc ? grep { $_->{c} == $bc && $_->{t0} <= $w->{t1} && $w->{t0} <= $_->{tdone} } @units : ();
+		my %bc = map { $_ => 1 } ($w->{blocker} // '') =~ /c(\d+)/g;    # c2|c3: either
+		my @by = grep { $bc{ $_->{c} } && $_->{t0} <= $w->{t1} && $w->{t0} <= $_->{tdone} } @units;
 		diag("$w->{k} (c$w->{c} $w->{role}" . (defined $w->{r} ? " $w->{r}" : '')
 			  . (defined $w->{err} ? " error $w->{err}" : '') . ") waited"
 			  . (defined $w->{wq} ? " in: $w->{wq}" : '') . (defined $w->{wlock} ? " [$w->{wlock}]" : '') . "; for: "
-			  . (@by ? join('; ', map { unit_text($_, $w->{t1}) } @by) : defined $bc ? "c$bc" : 'unknown'));
+			  . (@by ? join('; ', map { unit_text($_, $w->{t1}) } @by) : $w->{blocker} // 'unknown'));
 	}
 }
 
@@ -280,6 +280,7 @@ $flagged->('fence-unique', sub {
 	my @poll = ({ p => 9, t => 1500, by => 102, btrx => 0, bsame => 2 }, { p => 9, t => 1501, by => 101, btrx => 0, bsame => 2 });
 	$o = $seen->({}, @poll);
 	ok($o->{waited} && !$o->{nowait}, 'checker: ... also when the rows of one poll have different times');
+	is($o->{blocker}, 'c1|c2', 'checker: ... and both connections are named as its blocker');
 	$o = $seen->({}, map { +{ %$_, p => $_->{t} } } @poll);
 	ok($o->{waited} && $o->{nowait}, 'checker: ... not when they are two polls');
 	my $pin = $poll[1];
