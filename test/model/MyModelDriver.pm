@@ -500,20 +500,23 @@ sub monitor
 		qq{SELECT $T, r.trx_mysql_thread_id, LEFT(r.trx_query, 300), b.trx_mysql_thread_id, r.trx_wait_started,
 		          CONCAT_WS(' ', rl.lock_mode, 'wants', rl.lock_table, rl.lock_index, rl.lock_data, '; held', bl.lock_mode),
 		          r.trx_id, (SELECT COUNT(*) FROM information_schema.INNODB_TRX x WHERE x.trx_id = r.trx_id),
-		          w.blocking_trx_id, (SELECT COUNT(*) FROM information_schema.INNODB_TRX x WHERE x.trx_id = w.blocking_trx_id)
+		          w.blocking_trx_id, (SELECT COUNT(*) FROM information_schema.INNODB_TRX x WHERE x.trx_id = w.blocking_trx_id),
+		          b.trx_lock_structs, b.trx_rows_locked
 		     FROM information_schema.INNODB_LOCK_WAITS w
 		     JOIN information_schema.INNODB_TRX r ON r.trx_id = w.requesting_trx_id
 		     LEFT JOIN information_schema.INNODB_TRX b ON b.trx_id = w.blocking_trx_id
 		     LEFT JOIN information_schema.INNODB_LOCKS rl ON rl.lock_id = w.requested_lock_id
 		     LEFT JOIN information_schema.INNODB_LOCKS bl ON bl.lock_id = w.blocking_lock_id});
 	my $end = time + $seconds;
+	my $poll = 0;
 	while (time < $end)
 	{
 		$sth->execute or die $dbh->errstr;
-		while (my ($t, $tid, $q, $by, $ws, $lk, $trx, $same, $btrx, $bsame) = $sth->fetchrow_array)
+		$poll++;
+		while (my ($t, $tid, $q, $by, $ws, $lk, $trx, $same, $btrx, $bsame, $bls, $brl) = $sth->fetchrow_array)
 		{
-			print $log $JSON->encode({ t => $t, tid => $tid, q => $q, by => $by, ws => $ws, lk => $lk,
-				trx => $trx, same => $same, btrx => $btrx, bsame => $bsame }), "\n";
+			print $log $JSON->encode({ p => $poll, t => $t, tid => $tid, q => $q, by => $by, ws => $ws, lk => $lk,
+				trx => $trx, same => $same, btrx => $btrx, bsame => $bsame, bls => $bls, brl => $brl }), "\n";
 		}
 		usleep(110_000);
 	}
@@ -528,7 +531,8 @@ sub monitor
 # unlock_all may wait only for a transaction that pinned (assert_fence) or
 # changed that very holding before the wait was seen: the same holder text
 # on that resource (re-entry, renew, unlock, unlock_all: the holder's own
-# other transaction) or a break_lock of it (README, MySQL "Traps"); an
+# other transaction), a pin of its fence (on the resource the waiting
+# statement names) or a break_lock of it (README, MySQL "Traps"); an
 # unlock or unlock_all seen waiting for anything else is marked nowait, a
 # renew waiting only for those is not.  Sightings of statements that are
 # not dlock's, or that do not name the operation's resource, are left out
@@ -537,7 +541,10 @@ sub monitor
 # on MariaDB 10.11: the holder's own assert_fence pin listed under one id
 # with two unrelated connections) names them all: the wait is allowed if
 # one of them pinned or changed the holding; blockers of distinct ids must
-# each be allowed.
+# each be allowed.  A transaction that wrote nothing has id 0 there, so
+# every open one is listed (MariaDB 11.8, seed 1118433950: an assert_fence
+# pin of the very holding and an unrelated transaction).  One sighting is
+# one poll of the monitor (p): each of its rows has its own time t.
 # A sighting without a wait start (ws null) is a lock request InnoDB queued
 # and withdrew without waiting: MariaDB's SKIP LOCKED queues a waiting
 # request for every row another transaction holds, then takes it back and
@@ -553,24 +560,32 @@ sub monitor
 sub mark_waits
 {
 	my ($ops, $logfile) = @_;
-	my (%by_tid, %client_of, %units);
+	my (%by_tid, %client_of, %units, %fence_of);
 	for my $o (@$ops)
 	{
 		$o->{waited} = 1 if defined $o->{errno} && ($o->{errno} == 1205 || $o->{errno} == 1213);
+		# The fences each user's holder was given on each resource.
+		$fence_of{"$o->{role}\0$o->{h}\0$o->{r}\0$o->{res}"} = 1
+		  if ($o->{k} eq 'try_lock' || $o->{k} eq 'lock') && !defined $o->{err} && defined $o->{res}
+		  && defined $o->{role} && defined $o->{h} && defined $o->{r};
 		next unless defined $o->{tid};
 		$client_of{ $o->{tid} } = $o->{c};
 		my ($lo, $hi) = defined $o->{err} ? @$o{qw(t0e t1e)} : @$o{qw(t0 t1)};
 		push @{ $by_tid{ $o->{tid} } }, [ $lo, $hi, $o ] if defined $lo && defined $hi;
 		push @{ $units{ $o->{c} }{ $o->{u} } }, $o if $o->{xact};
 	}
-	# touches(op, x): did x (of another transaction) pin or change the
-	# holding op waits to change?
+	# touches(op, x, wr): did x (of another transaction) pin or change the
+	# holding op waits to change (on resource wr, named by the statement
+	# that waited: unlock_all names none)?  A pin counts only if its fence
+	# is one op's user and holder were given on that resource.
 	my $touches = sub {
-		my ($o, $x) = @_;
+		my ($o, $x, $wr) = @_;
 		return 0 if defined $x->{err};
 		my $same_r = !defined $o->{r} || (defined $x->{r} && $x->{r} eq $o->{r});
 		my $same_h = defined $x->{h} && $x->{h} eq $o->{h};
-		return 1 if $x->{k} eq 'assert_fence' && $same_r;
+		$wr = $o->{r} // $wr;
+		return 1 if $x->{k} eq 'assert_fence' && defined $wr && defined $x->{r} && $x->{r} eq $wr
+		  && defined $x->{f} && $fence_of{"$o->{role}\0$o->{h}\0$wr\0$x->{f}"};
 		return 1 if $x->{k} eq 'break_lock' && $x->{res} && $same_r;
 		return 1 if $x->{k} eq 'unlock_all' && $x->{res} && $same_h;
 		return 1 if $same_r && $same_h && defined $x->{res}
@@ -616,19 +631,32 @@ sub mark_waits
 		$o->{wlock} //= $w->{lk};
 		$o->{blocker} //= "c$client_of{ $w->{by} }" if defined $w->{by} && defined $client_of{ $w->{by} };
 		next unless $holding_call{ $o->{k} };
+		my ($wr) = $w->{q} =~ /\bresource\s*=\s*(?:NAME_CONST\('\w+',\s*)?(?:_\w+)?'([^']*)'/;
 		# The blocker's transactions open then: did one pin or change it?
 		my $ok = defined $w->{by} && defined $client_of{ $w->{by} } && grep {
 			my @u = @$_;
 			my ($t0) = sort { $a <=> $b } map { $_->{t0} } @u;
 			$t0 <= $w->{t} && $w->{t} <= $u[0]{tdone}
-			  && grep { $_->{t0} <= $w->{t} && $touches->($o, $_) } @u
+			  && grep { $_->{t0} <= $w->{t} && $touches->($o, $_, $wr) } @u
 		} values %{ $units{ $client_of{ $w->{by} } } };
-		my $key = defined $w->{btrx} ? "$w->{t}\0$w->{tid}\0$w->{btrx}" : "$line";
-		my $v = $verdict{$key} //= [ $o, 0 ];
+		# One sighting: one poll (p; each row has its own t) of one waiter.
+		my $key = !defined $w->{btrx} ? "$line"
+		  : join("\0", $w->{p} // "t$w->{t}", $w->{tid}, $w->{btrx});
+		my $v = $verdict{$key} //= [ $o, 0, {} ];
 		$v->[1] ||= $ok ? 1 : 0;
+		$v->[2]{"c$client_of{ $w->{by} }"} = 1 if defined $w->{by} && defined $client_of{ $w->{by} };
+		$o->{bkey} //= $key;
 	}
 	close $fh;
-	$_->[1] or $_->[0]{bad_wait} = 1 for values %verdict;
+	for my $key (keys %verdict)
+	{
+		my $v = $verdict{$key};
+		my $o = $v->[0];
+		$o->{bad_wait} = 1 unless $v->[1];
+		# The first sighting's candidates, all of them: c2|c3.
+		$o->{blocker} = join('|', sort keys %{ $v->[2] }) if $o->{bkey} eq $key && %{ $v->[2] };
+	}
+	delete $_->{bkey} for @$ops;
 	for my $o (grep { $holding_call{ $_->{k} } && $_->{waited} } @$ops)
 	{
 		if ($o->{bad_wait}) { $o->{nowait} = 1 }

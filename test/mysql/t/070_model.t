@@ -182,12 +182,12 @@ sub explain_waits
 	for my $w (grep { $_->{nowait} && $_->{waited} } @$ops)
 	{
 		next if ($shown{ $w->{k} }++ // 0) >= 3;
-		my ($bc) = ($w->{blocker} // '') =~ /^c(\d+)$/;
-		my @by = defined $bc ? grep { $_->{c} == $bc && $_->{t0} <= $w->{t1} && $w->{t0} <= $_->{tdone} } @units : ();
+		my %bc = map { $_ => 1 } ($w->{blocker} // '') =~ /c(\d+)/g;    # c2|c3: either
+		my @by = grep { $bc{ $_->{c} } && $_->{t0} <= $w->{t1} && $w->{t0} <= $_->{tdone} } @units;
 		diag("$w->{k} (c$w->{c} $w->{role}" . (defined $w->{r} ? " $w->{r}" : '')
 			  . (defined $w->{err} ? " error $w->{err}" : '') . ") waited"
 			  . (defined $w->{wq} ? " in: $w->{wq}" : '') . (defined $w->{wlock} ? " [$w->{wlock}]" : '') . "; for: "
-			  . (@by ? join('; ', map { unit_text($_, $w->{t1}) } @by) : defined $bc ? "c$bc" : 'unknown'));
+			  . (@by ? join('; ', map { unit_text($_, $w->{t1}) } @by) : $w->{blocker} // 'unknown'));
 	}
 }
 
@@ -243,21 +243,29 @@ $flagged->('fence-unique', sub {
 
 # mark_waits on a made-up history: an unlock_all seen waiting for a
 # blocking transaction id INNODB_TRX lists under two connections, one of
-# which pinned that resource (assert_fence) in a transaction still open:
-# allowed (this flagged an unlock_all of seed 1686648822, whose wait was for
-# its own user's pin, listed under one id with two unrelated connections);
-# with a second blocker of another id that touched nothing: not allowed.
+# which pinned that holding (assert_fence of its fence) in a transaction
+# still open: allowed (this flagged an unlock_all of seed 1686648822, whose
+# wait was for its own user's pin, listed under one id with two unrelated
+# connections); with a second blocker of another id that touched nothing:
+# not allowed.  The rows of one poll have their own times: still one
+# sighting (seed 1118433950, MariaDB 11.8: id 0, that of every transaction
+# that wrote nothing, listed an unrelated one first and the pin 0.1 ms
+# later).  A pin of another fence, or of another resource than the one the
+# waiting statement names, does not allow it.
 {
 	my $hist = sub {
-		return [ { c => 0, tid => 100, u => 1, k => 'unlock_all', h => 'x', res => 1, t0 => 1000, t1 => 2000, tdone => 2000, xact => 0 },
-			{ c => 1, tid => 101, u => 1, k => 'assert_fence', r => 'r', f => 5, res => 1, t0 => 900, t1 => 950, tdone => 2100, xact => 1 },
-			{ c => 2, tid => 102, u => 1, k => 'sleep', t0 => 900, t1 => 2100, tdone => 2100, xact => 1 },
-			{ c => 3, tid => 103, u => 1, k => 'sleep', t0 => 900, t1 => 2100, tdone => 2100, xact => 1 } ];
+		my (%pin) = @_;
+		return [ { c => 0, tid => 100, u => 1, k => 'unlock_all', role => 'admin', h => 'x', res => 1, t0 => 1000, t1 => 2000, tdone => 2000, xact => 0 },
+			{ c => 1, tid => 101, u => 1, k => 'assert_fence', role => 'admin', r => 'r', f => 5, res => 1, t0 => 900, t1 => 950, tdone => 2100, xact => 1, %pin },
+			{ c => 2, tid => 102, u => 1, k => 'sleep', role => 'bob', t0 => 900, t1 => 2100, tdone => 2100, xact => 1 },
+			{ c => 3, tid => 103, u => 1, k => 'sleep', role => 'bob', t0 => 900, t1 => 2100, tdone => 2100, xact => 1 },
+			{ c => 4, tid => 104, u => 1, k => 'try_lock', role => 'admin', r => 'r', h => 'x', res => 5, t0 => 800, t1 => 850, tdone => 850, xact => 0 },
+			{ c => 4, tid => 104, u => 2, k => 'try_lock', role => 'admin', r => 's', h => 'y', res => 6, t0 => 860, t1 => 870, tdone => 870, xact => 0 } ];
 	};
 	my $q = q{UPDATE dlock.pins SET fence = NULL WHERE resource = 'r' AND tail = 0};
 	my $seen = sub {
-		my (@lines) = @_;
-		my $ops = $hist->();
+		my ($pin, @lines) = @_;
+		my $ops = $hist->(%$pin);
 		my $f = "$dir/waits-selftest.log";
 		open(my $fh, '>', $f) or die "$f: $!";
 		print $fh JSON::PP->new->canonical->encode({ t => 1500, tid => 100, q => $q, same => 1, %$_ }), "\n" for @lines;
@@ -265,10 +273,25 @@ $flagged->('fence-unique', sub {
 		MyModelDriver::mark_waits($ops, $f);
 		return $ops->[0];
 	};
-	my $o = $seen->({ by => 102, btrx => 7, bsame => 2 }, { by => 101, btrx => 7, bsame => 2 });
-	ok($o->{waited} && !$o->{nowait}, 'checker: a wait for an ambiguous blocking id, one of whose connections pinned the resource, is allowed');
-	$o = $seen->({ by => 102, btrx => 7, bsame => 2 }, { by => 101, btrx => 7, bsame => 2 }, { by => 103, btrx => 8, bsame => 1 });
+	my $o = $seen->({}, { by => 102, btrx => 7, bsame => 2 }, { by => 101, btrx => 7, bsame => 2 });
+	ok($o->{waited} && !$o->{nowait}, 'checker: a wait for an ambiguous blocking id, one of whose connections pinned the holding, is allowed');
+	$o = $seen->({}, { by => 102, btrx => 7, bsame => 2 }, { by => 101, btrx => 7, bsame => 2 }, { by => 103, btrx => 8, bsame => 1 });
 	ok($o->{waited} && $o->{nowait}, 'checker: ... but not with another blocker that touched nothing');
+	my @poll = ({ p => 9, t => 1500, by => 102, btrx => 0, bsame => 2 }, { p => 9, t => 1501, by => 101, btrx => 0, bsame => 2 });
+	$o = $seen->({}, @poll);
+	ok($o->{waited} && !$o->{nowait}, 'checker: ... also when the rows of one poll have different times');
+	is($o->{blocker}, 'c1|c2', 'checker: ... and both connections are named as its blocker');
+	$o = $seen->({}, map { +{ %$_, p => $_->{t} } } @poll);
+	ok($o->{waited} && $o->{nowait}, 'checker: ... not when they are two polls');
+	my $pin = $poll[1];
+	$o = $seen->({}, $pin);
+	ok($o->{waited} && !$o->{nowait}, 'checker: a wait for a pin of the holding alone is allowed');
+	$o = $seen->({ f => 6 }, $pin);
+	ok($o->{waited} && $o->{nowait}, 'checker: a pin of another fence does not allow the wait');
+	$o = $seen->({ r => 's', f => 6 }, { %$pin, q => $q =~ s/'r'/'s'/r });
+	ok($o->{waited} && $o->{nowait}, 'checker: ... nor one of another holder on the resource the statement names');
+	$o = $seen->({}, { %$pin, q => $q =~ s/'r'/'s'/r });
+	ok($o->{waited} && $o->{nowait}, 'checker: ... nor a pin of the holding on another resource than the one the statement names');
 }
 
 # mark_waits and a lock() seen in INNODB_LOCK_WAITS in its SKIP LOCKED read
