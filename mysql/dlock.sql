@@ -171,6 +171,7 @@ DELIMITER //
 -- Preflight: refuse clearly what would install but not work.
 CREATE PROCEDURE dlock._preflight()
 BEGIN
+    DECLARE v_msg VARCHAR(400);
     IF @@global.log_bin = 1 AND @@global.log_bin_trust_function_creators = 0 THEN
         SIGNAL SQLSTATE '55000' SET MESSAGE_TEXT =
             'binary logging is on: set log_bin_trust_function_creators = 1 (dlock''s functions write and read the clock), then DROP DATABASE dlock and run this script again';
@@ -180,9 +181,14 @@ BEGIN
         SIGNAL SQLSTATE '55000' SET MESSAGE_TEXT =
             'dlock needs MariaDB 10.6.18, 10.11.8, 11.4.2 or later (innodb_snapshot_isolation): upgrade, then DROP DATABASE dlock and run this script again';
     END IF;
-    IF @@global.log_bin = 1 AND @@global.binlog_format = 'STATEMENT' THEN
-        SIGNAL SQLSTATE '55000' SET MESSAGE_TEXT =
-            'binlog_format = STATEMENT would replay dlock calls with the replica''s clock: use ROW or MIXED, then DROP DATABASE dlock and run this script again';
+    -- STATEMENT would replay calls with the replica's clock; with STATEMENT
+    -- and MIXED MariaDB reads the tables of a routine that changes data
+    -- with shared locks (for statement-based replay): dlock's plain reads
+    -- would lock rows and wait (see _check).
+    IF @@global.log_bin = 1 AND @@global.binlog_format <> 'ROW' THEN
+        SET v_msg = CONCAT('binlog_format = ', @@global.binlog_format,
+            ': dlock needs ROW (STATEMENT would replay calls with the replica''s clock, and with STATEMENT or MIXED its reads would lock rows and wait): SET GLOBAL binlog_format = ROW, then DROP DATABASE dlock and run this script again');
+        SIGNAL SQLSTATE '55000' SET MESSAGE_TEXT = v_msg;
     END IF;
 END//
 DELIMITER ;
@@ -293,7 +299,8 @@ CREATE DEFINER = 'dlock'@'localhost' FUNCTION dlock.version() RETURNS VARCHAR(16
     RETURN '0.1'//
 
 /*
- * _check: SIGNAL SQLSTATE 22023 naming the first bad argument, 25006 on a
+ * _check: SIGNAL SQLSTATE 22023 naming the first bad argument, 55000 when
+ * this session binary-logs in another format than ROW, 25006 on a
  * read-only server when p_writes, 0A000 inside a SERIALIZABLE transaction.
  * Arguments not checked are passed NULL with their flag off.
  */
@@ -325,6 +332,16 @@ BEGIN
     END IF;
     IF p_wait < 0 THEN
         SIGNAL SQLSTATE '22023' SET MESSAGE_TEXT = 'wait must not be negative';
+    END IF;
+    -- Binary logging in STATEMENT or MIXED format (sql_log_bin on): MariaDB
+    -- reads the tables of a routine that changes data with shared locks,
+    -- so the plain reads would lock rows and wait (an acquirer behind a
+    -- holder's uncommitted renew; a refused call pinning the holder's row
+    -- to the end of its transaction).  Refused before anything is read.
+    IF @@global.log_bin = 1 AND @@session.sql_log_bin = 1 AND @@session.binlog_format <> 'ROW' THEN
+        SET v_msg = CONCAT('dlock.', p_fn, '() needs binlog_format = ROW (this session logs ',
+                           @@session.binlog_format, ', which makes its reads lock rows and wait)');
+        SIGNAL SQLSTATE '55000' SET MESSAGE_TEXT = v_msg;
     END IF;
     IF p_writes AND @@global.read_only THEN
         SET v_msg = CONCAT('cannot execute dlock.', p_fn, '() on a read-only server');
