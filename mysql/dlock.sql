@@ -1265,14 +1265,23 @@ BEGIN
     SELECT v_n AS reaped;
 END//
 
+-- _seen: for check_fence: notes p in @dlock_pinned; false.
+CREATE DEFINER = 'dlock'@'localhost' FUNCTION dlock._seen(p BIGINT) RETURNS BOOLEAN
+    NOT DETERMINISTIC NO SQL SQL SECURITY DEFINER
+BEGIN
+    SET @dlock_pinned = p;
+    RETURN FALSE;
+END//
+
 /*
  * check_fence: is that fence the current, unexpired holding?  A plain
  * read, confirmed, where that read may show another transaction's
  * uncommitted change (READ UNCOMMITTED), on the resource's row of
  * dlock.pins with a share lock that skips a row another transaction is
  * changing hands (false then, never a wait): in autocommit mode that lock
- * ends with the statement; in a READ UNCOMMITTED transaction it pins the
- * holding, as assert_fence does, until the transaction ends.  The
+ * ends with the statement; in a READ UNCOMMITTED transaction InnoDB lets
+ * go of it at once (the read's condition rejects the row): check_fence,
+ * open to every user, never pins (assert_fence does, for the holder).  The
  * isolation level MariaDB shows is the session's (@@tx_isolation), so a
  * READ UNCOMMITTED set for one transaction only (SET TRANSACTION without
  * SESSION) is not seen.
@@ -1294,9 +1303,20 @@ BEGIN
      WHERE resource = p_resource AND tail = 0 AND fence = p_fence AND holder IS NOT NULL
        AND expires_at > dlock._now();
     IF v_n > 0 AND (NOT dlock._in_xact() OR @@session.tx_isolation = 'READ-UNCOMMITTED') THEN
+        -- A locked match sets @dlock_pinned (_seen), then the condition
+        -- rejects the row: in READ UNCOMMITTED InnoDB lets go of a row its
+        -- condition rejects, so nothing stays pinned (anyone may call
+        -- check_fence).  `tail + 0`: a scan of the resource's rows (a point
+        -- lookup would keep the lock); _seen, a stored function, is
+        -- evaluated only on rows locked (not pushed down to InnoDB, which
+        -- would see a row SKIP LOCKED then passes by).
+        SET @dlock_pinned = NULL;
         SELECT COUNT(*) INTO v_n FROM dlock.pins AS pinning
-         WHERE resource = p_resource AND tail = 0 AND fence = p_fence
+         WHERE resource = p_resource AND tail + 0 = 0 AND fence = p_fence
+           AND dlock._seen(fence)
          LOCK IN SHARE MODE SKIP LOCKED;
+        SET v_n = IF(@dlock_pinned <=> p_fence, 1, 0);
+        SET @dlock_pinned = NULL;
     END IF;
     RETURN v_n > 0;
 END//
