@@ -1462,18 +1462,71 @@ END//
 DELIMITER ;
 
 /*
+ * _holdings_after: the next 1000 live holdings (tail 0, a holder) after
+ * resource p_after, in resource order, as a JSON array (binary columns in
+ * hex); for the view dlock.locks.  Its read is a plain SELECT in a routine
+ * that changes nothing: consistent, no lock, whatever statement reads the
+ * view (InnoDB reads the tables of the statement itself with shared locks
+ * in an INSERT ... SELECT under REPEATABLE READ).  Refused (0A000) in a
+ * SERIALIZABLE transaction, where every read locks, and (55000) in a
+ * session that binary-logs in STATEMENT or MIXED format (see _check).
+ * group_concat_max_len (JSON_ARRAYAGG's limit) is raised for the read.
+ */
+DELIMITER //
+CREATE DEFINER = 'dlock'@'localhost' FUNCTION dlock._holdings_after(p_after VARBINARY(1000)) RETURNS LONGTEXT CHARACTER SET utf8mb4
+    NOT DETERMINISTIC READS SQL DATA SQL SECURITY DEFINER
+BEGIN
+    DECLARE v LONGTEXT CHARACTER SET utf8mb4;
+    DECLARE v_len BIGINT UNSIGNED DEFAULT @@session.group_concat_max_len;
+    DECLARE CONTINUE HANDLER FOR NOT FOUND BEGIN END;
+    DECLARE EXIT HANDLER FOR SQLEXCEPTION
+        BEGIN SET SESSION group_concat_max_len = v_len; RESIGNAL; END;
+    CALL dlock._check('locks', FALSE, FALSE, NULL, NULL, NULL, NULL);
+    SET SESSION group_concat_max_len = 67108864;
+    SELECT JSON_ARRAYAGG(JSON_OBJECT('r', HEX(resource), 'h', HEX(holder), 'c', count, 'f', fence,
+                                     'l', lease_us, 'a', acquired_at, 'n', renewed_at,
+                                     'e', expires_at, 'o', owner) ORDER BY resource)
+      INTO v
+      FROM (SELECT * FROM dlock.leases AS seen
+             WHERE resource > p_after AND tail = 0 AND holder IS NOT NULL
+             ORDER BY resource LIMIT 1000) AS batch;
+    SET SESSION group_concat_max_len = v_len;
+    RETURN v;
+END//
+DELIMITER ;
+
+/*
  * Current holdings; expired ones stay listed (expired = 1) until reaped.
- * TEMPTABLE: each query reads a copy, so a user's SELECT ... FOR UPDATE of
- * the view cannot lock the table's rows (MERGE would let it).
+ * Read 1000 holdings at a time through _holdings_after (a recursive walk
+ * in resource order, at most max_recursive_iterations + 1 batches), never
+ * from dlock.leases in the reader's own statement: a user's SELECT ... FOR
+ * UPDATE, INSERT ... SELECT or SERIALIZABLE read of the view locks none of
+ * the table's rows.
  */
 CREATE ALGORITHM = TEMPTABLE DEFINER = 'dlock'@'localhost' SQL SECURITY DEFINER VIEW dlock.locks AS
-    SELECT CONVERT(l.resource USING utf8mb4) COLLATE utf8mb4_bin AS resource,
-           CONVERT(l.holder USING utf8mb4) COLLATE utf8mb4_bin AS holder,
-           l.count, l.fence, l.lease_us / 1000000 AS lease,
-           l.acquired_at, l.renewed_at, l.expires_at, l.owner,
-           l.expires_at <= UTC_TIMESTAMP(6) AS expired
-      FROM dlock.leases l
-     WHERE l.tail = 0 AND l.holder IS NOT NULL;
+    WITH RECURSIVE walk (j) AS (
+        SELECT dlock._holdings_after(x'')
+        UNION ALL
+        SELECT dlock._holdings_after(UNHEX(JSON_VALUE(walk.j, '$[999].r'))) FROM walk
+         WHERE JSON_LENGTH(walk.j) = 1000)
+    SELECT CAST(UNHEX(t.r) AS CHAR(1000) CHARACTER SET utf8mb4) COLLATE utf8mb4_bin AS resource,
+           CAST(UNHEX(t.h) AS CHAR(255) CHARACTER SET utf8mb4) COLLATE utf8mb4_bin AS holder,
+           t.c AS count, t.f AS fence, t.l / 1000000 AS lease,
+           CAST(t.a AS DATETIME(6)) AS acquired_at,
+           CAST(t.n AS DATETIME(6)) AS renewed_at,
+           CAST(t.e AS DATETIME(6)) AS expires_at,
+           t.o COLLATE utf8mb4_nopad_bin AS owner,
+           CAST(t.e AS DATETIME(6)) <= UTC_TIMESTAMP(6) AS expired
+      FROM walk w,
+           JSON_TABLE(w.j, '$[*]' COLUMNS (
+               r VARCHAR(2000) CHARACTER SET utf8mb4 PATH '$.r',
+               h VARCHAR(510) CHARACTER SET utf8mb4 PATH '$.h',
+               c INT PATH '$.c', f BIGINT PATH '$.f', l BIGINT PATH '$.l',
+               a VARCHAR(32) CHARACTER SET utf8mb4 PATH '$.a',
+               n VARCHAR(32) CHARACTER SET utf8mb4 PATH '$.n',
+               e VARCHAR(32) CHARACTER SET utf8mb4 PATH '$.e',
+               o VARCHAR(128) CHARACTER SET utf8mb4 PATH '$.o')) AS t
+     WHERE w.j IS NOT NULL;
 
 /*
  * Lazy expiry plus this event (needs event_scheduler = ON).  On a read-only
