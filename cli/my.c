@@ -176,6 +176,18 @@ my_open(const Options *o, unsigned timeout_s, bool quiet)
 		my_close();
 		return false;
 	}
+	/*
+	 * A server may start sessions with autocommit off (my.cnf, init_connect):
+	 * every call would then run in a transaction never committed, and an
+	 * acquisition vanish at disconnect.  Each call must commit on its own.
+	 */
+	if (mysql_autocommit(my, 1) != 0)
+	{
+		if (!quiet)
+			logmsg("could not turn autocommit on: %s", mysql_error(my));
+		my_close();
+		return false;
+	}
 	vlog(o, "connected to %s", mysql_get_server_info(my));
 	return true;
 }

@@ -171,6 +171,7 @@ DELIMITER //
 -- Preflight: refuse clearly what would install but not work.
 CREATE PROCEDURE dlock._preflight()
 BEGIN
+    DECLARE v_msg VARCHAR(400);
     IF @@global.log_bin = 1 AND @@global.log_bin_trust_function_creators = 0 THEN
         SIGNAL SQLSTATE '55000' SET MESSAGE_TEXT =
             'binary logging is on: set log_bin_trust_function_creators = 1 (dlock''s functions write and read the clock), then DROP DATABASE dlock and run this script again';
@@ -180,9 +181,14 @@ BEGIN
         SIGNAL SQLSTATE '55000' SET MESSAGE_TEXT =
             'dlock needs MariaDB 10.6.18, 10.11.8, 11.4.2 or later (innodb_snapshot_isolation): upgrade, then DROP DATABASE dlock and run this script again';
     END IF;
-    IF @@global.log_bin = 1 AND @@global.binlog_format = 'STATEMENT' THEN
-        SIGNAL SQLSTATE '55000' SET MESSAGE_TEXT =
-            'binlog_format = STATEMENT would replay dlock calls with the replica''s clock: use ROW or MIXED, then DROP DATABASE dlock and run this script again';
+    -- STATEMENT would replay calls with the replica's clock; with STATEMENT
+    -- and MIXED MariaDB reads the tables of a routine that changes data
+    -- with shared locks (for statement-based replay): dlock's plain reads
+    -- would lock rows and wait (see _check).
+    IF @@global.log_bin = 1 AND @@global.binlog_format <> 'ROW' THEN
+        SET v_msg = CONCAT('binlog_format = ', @@global.binlog_format,
+            ': dlock needs ROW (STATEMENT would replay calls with the replica''s clock, and with STATEMENT or MIXED its reads would lock rows and wait): SET GLOBAL binlog_format = ROW, then DROP DATABASE dlock and run this script again');
+        SIGNAL SQLSTATE '55000' SET MESSAGE_TEXT = v_msg;
     END IF;
 END//
 DELIMITER ;
@@ -293,7 +299,8 @@ CREATE DEFINER = 'dlock'@'localhost' FUNCTION dlock.version() RETURNS VARCHAR(16
     RETURN '0.1'//
 
 /*
- * _check: SIGNAL SQLSTATE 22023 naming the first bad argument, 25006 on a
+ * _check: SIGNAL SQLSTATE 22023 naming the first bad argument, 55000 when
+ * this session binary-logs in another format than ROW, 25006 on a
  * read-only server when p_writes, 0A000 inside a SERIALIZABLE transaction.
  * Arguments not checked are passed NULL with their flag off.
  */
@@ -325,6 +332,16 @@ BEGIN
     END IF;
     IF p_wait < 0 THEN
         SIGNAL SQLSTATE '22023' SET MESSAGE_TEXT = 'wait must not be negative';
+    END IF;
+    -- Binary logging in STATEMENT or MIXED format (sql_log_bin on): MariaDB
+    -- reads the tables of a routine that changes data with shared locks,
+    -- so the plain reads would lock rows and wait (an acquirer behind a
+    -- holder's uncommitted renew; a refused call pinning the holder's row
+    -- to the end of its transaction).  Refused before anything is read.
+    IF @@global.log_bin = 1 AND @@session.sql_log_bin = 1 AND @@session.binlog_format <> 'ROW' THEN
+        SET v_msg = CONCAT('dlock.', p_fn, '() needs binlog_format = ROW (this session logs ',
+                           @@session.binlog_format, ', which makes its reads lock rows and wait)');
+        SIGNAL SQLSTATE '55000' SET MESSAGE_TEXT = v_msg;
     END IF;
     IF p_writes AND @@global.read_only THEN
         SET v_msg = CONCAT('cannot execute dlock.', p_fn, '() on a read-only server');
@@ -1248,14 +1265,23 @@ BEGIN
     SELECT v_n AS reaped;
 END//
 
+-- _seen: for check_fence: notes p in @dlock_pinned; false.
+CREATE DEFINER = 'dlock'@'localhost' FUNCTION dlock._seen(p BIGINT) RETURNS BOOLEAN
+    NOT DETERMINISTIC NO SQL SQL SECURITY DEFINER
+BEGIN
+    SET @dlock_pinned = p;
+    RETURN FALSE;
+END//
+
 /*
  * check_fence: is that fence the current, unexpired holding?  A plain
  * read, confirmed, where that read may show another transaction's
  * uncommitted change (READ UNCOMMITTED), on the resource's row of
  * dlock.pins with a share lock that skips a row another transaction is
  * changing hands (false then, never a wait): in autocommit mode that lock
- * ends with the statement; in a READ UNCOMMITTED transaction it pins the
- * holding, as assert_fence does, until the transaction ends.  The
+ * ends with the statement; in a READ UNCOMMITTED transaction InnoDB lets
+ * go of it at once (the read's condition rejects the row): check_fence,
+ * open to every user, never pins (assert_fence does, for the holder).  The
  * isolation level MariaDB shows is the session's (@@tx_isolation), so a
  * READ UNCOMMITTED set for one transaction only (SET TRANSACTION without
  * SESSION) is not seen.
@@ -1277,9 +1303,20 @@ BEGIN
      WHERE resource = p_resource AND tail = 0 AND fence = p_fence AND holder IS NOT NULL
        AND expires_at > dlock._now();
     IF v_n > 0 AND (NOT dlock._in_xact() OR @@session.tx_isolation = 'READ-UNCOMMITTED') THEN
+        -- A locked match sets @dlock_pinned (_seen), then the condition
+        -- rejects the row: in READ UNCOMMITTED InnoDB lets go of a row its
+        -- condition rejects, so nothing stays pinned (anyone may call
+        -- check_fence).  `tail + 0`: a scan of the resource's rows (a point
+        -- lookup would keep the lock); _seen, a stored function, is
+        -- evaluated only on rows locked (not pushed down to InnoDB, which
+        -- would see a row SKIP LOCKED then passes by).
+        SET @dlock_pinned = NULL;
         SELECT COUNT(*) INTO v_n FROM dlock.pins AS pinning
-         WHERE resource = p_resource AND tail = 0 AND fence = p_fence
+         WHERE resource = p_resource AND tail + 0 = 0 AND fence = p_fence
+           AND dlock._seen(fence)
          LOCK IN SHARE MODE SKIP LOCKED;
+        SET v_n = IF(@dlock_pinned <=> p_fence, 1, 0);
+        SET @dlock_pinned = NULL;
     END IF;
     RETURN v_n > 0;
 END//
@@ -1425,18 +1462,71 @@ END//
 DELIMITER ;
 
 /*
+ * _holdings_after: the next 1000 live holdings (tail 0, a holder) after
+ * resource p_after, in resource order, as a JSON array (binary columns in
+ * hex); for the view dlock.locks.  Its read is a plain SELECT in a routine
+ * that changes nothing: consistent, no lock, whatever statement reads the
+ * view (InnoDB reads the tables of the statement itself with shared locks
+ * in an INSERT ... SELECT under REPEATABLE READ).  Refused (0A000) in a
+ * SERIALIZABLE transaction, where every read locks, and (55000) in a
+ * session that binary-logs in STATEMENT or MIXED format (see _check).
+ * group_concat_max_len (JSON_ARRAYAGG's limit) is raised for the read.
+ */
+DELIMITER //
+CREATE DEFINER = 'dlock'@'localhost' FUNCTION dlock._holdings_after(p_after VARBINARY(1000)) RETURNS LONGTEXT CHARACTER SET utf8mb4
+    NOT DETERMINISTIC READS SQL DATA SQL SECURITY DEFINER
+BEGIN
+    DECLARE v LONGTEXT CHARACTER SET utf8mb4;
+    DECLARE v_len BIGINT UNSIGNED DEFAULT @@session.group_concat_max_len;
+    DECLARE CONTINUE HANDLER FOR NOT FOUND BEGIN END;
+    DECLARE EXIT HANDLER FOR SQLEXCEPTION
+        BEGIN SET SESSION group_concat_max_len = v_len; RESIGNAL; END;
+    CALL dlock._check('locks', FALSE, FALSE, NULL, NULL, NULL, NULL);
+    SET SESSION group_concat_max_len = 67108864;
+    SELECT JSON_ARRAYAGG(JSON_OBJECT('r', HEX(resource), 'h', HEX(holder), 'c', count, 'f', fence,
+                                     'l', lease_us, 'a', acquired_at, 'n', renewed_at,
+                                     'e', expires_at, 'o', owner) ORDER BY resource)
+      INTO v
+      FROM (SELECT * FROM dlock.leases AS seen
+             WHERE resource > p_after AND tail = 0 AND holder IS NOT NULL
+             ORDER BY resource LIMIT 1000) AS batch;
+    SET SESSION group_concat_max_len = v_len;
+    RETURN v;
+END//
+DELIMITER ;
+
+/*
  * Current holdings; expired ones stay listed (expired = 1) until reaped.
- * TEMPTABLE: each query reads a copy, so a user's SELECT ... FOR UPDATE of
- * the view cannot lock the table's rows (MERGE would let it).
+ * Read 1000 holdings at a time through _holdings_after (a recursive walk
+ * in resource order, at most max_recursive_iterations + 1 batches), never
+ * from dlock.leases in the reader's own statement: a user's SELECT ... FOR
+ * UPDATE, INSERT ... SELECT or SERIALIZABLE read of the view locks none of
+ * the table's rows.
  */
 CREATE ALGORITHM = TEMPTABLE DEFINER = 'dlock'@'localhost' SQL SECURITY DEFINER VIEW dlock.locks AS
-    SELECT CONVERT(l.resource USING utf8mb4) COLLATE utf8mb4_bin AS resource,
-           CONVERT(l.holder USING utf8mb4) COLLATE utf8mb4_bin AS holder,
-           l.count, l.fence, l.lease_us / 1000000 AS lease,
-           l.acquired_at, l.renewed_at, l.expires_at, l.owner,
-           l.expires_at <= UTC_TIMESTAMP(6) AS expired
-      FROM dlock.leases l
-     WHERE l.tail = 0 AND l.holder IS NOT NULL;
+    WITH RECURSIVE walk (j) AS (
+        SELECT dlock._holdings_after(x'')
+        UNION ALL
+        SELECT dlock._holdings_after(UNHEX(JSON_VALUE(walk.j, '$[999].r'))) FROM walk
+         WHERE JSON_LENGTH(walk.j) = 1000)
+    SELECT CAST(UNHEX(t.r) AS CHAR(1000) CHARACTER SET utf8mb4) COLLATE utf8mb4_bin AS resource,
+           CAST(UNHEX(t.h) AS CHAR(255) CHARACTER SET utf8mb4) COLLATE utf8mb4_bin AS holder,
+           t.c AS count, t.f AS fence, t.l / 1000000 AS lease,
+           CAST(t.a AS DATETIME(6)) AS acquired_at,
+           CAST(t.n AS DATETIME(6)) AS renewed_at,
+           CAST(t.e AS DATETIME(6)) AS expires_at,
+           t.o COLLATE utf8mb4_nopad_bin AS owner,
+           CAST(t.e AS DATETIME(6)) <= UTC_TIMESTAMP(6) AS expired
+      FROM walk w,
+           JSON_TABLE(w.j, '$[*]' COLUMNS (
+               r VARCHAR(2000) CHARACTER SET utf8mb4 PATH '$.r',
+               h VARCHAR(510) CHARACTER SET utf8mb4 PATH '$.h',
+               c INT PATH '$.c', f BIGINT PATH '$.f', l BIGINT PATH '$.l',
+               a VARCHAR(32) CHARACTER SET utf8mb4 PATH '$.a',
+               n VARCHAR(32) CHARACTER SET utf8mb4 PATH '$.n',
+               e VARCHAR(32) CHARACTER SET utf8mb4 PATH '$.e',
+               o VARCHAR(128) CHARACTER SET utf8mb4 PATH '$.o')) AS t
+     WHERE w.j IS NOT NULL;
 
 /*
  * Lazy expiry plus this event (needs event_scheduler = ON).  On a read-only
