@@ -8,6 +8,7 @@ import contextlib
 import multiprocessing
 import os
 
+import psycopg
 import pytest
 
 import dlock
@@ -116,4 +117,53 @@ def test_aio_fork_child_sends_nothing(dsn, admin, name):
             assert lock.held and await lock.check()
             assert live(admin, name) == [(lock.holder, str(lock.fence))]
         assert live(admin, name) == []
+    asyncio.run(main())
+
+
+def test_fork_child_cannot_assert_the_parents_fence(dsn, admin, name):
+    """In the child the holding is not held: assert_fence() there must
+    refuse (NotHeld) instead of passing on the parent's fence, which
+    would let the child's fenced writes through alongside the parent's."""
+    admin.execute("CREATE TABLE IF NOT EXISTS pytest_writes (resource text, fence bigint)")
+    with dlock.Lock(dsn, name, lease=LEASE) as lock:
+        pid = os.fork()
+        if pid == 0:
+            code = 0
+            try:
+                with psycopg.connect(dsn) as conn:
+                    try:
+                        lock.assert_fence(conn)
+                        code = 6              # passed: the child wrote as the holder
+                    except dlock.NotHeld:
+                        pass
+            except BaseException:             # noqa: BLE001 - reported by status
+                code = 7
+            os._exit(code)
+        _, status = os.waitpid(pid, 0)
+        assert os.waitstatus_to_exitcode(status) == 0, "the child's assert_fence passed"
+        still_held(admin, lock, name)
+
+
+def test_aio_fork_child_cannot_assert_the_parents_fence(dsn, admin, name):
+    async def main():
+        async with dlock.aio.Lock(dsn, name, lease=LEASE, cancel=None) as lock:
+            pid = os.fork()
+            if pid == 0:
+                code = 0
+                class Cursor:                    # records what the child sends
+                    async def execute(self, *args, **kwargs):
+                        os._exit(6)
+                coro = lock.assert_fence(Cursor())
+                try:
+                    coro.send(None)
+                    code = 6
+                except dlock.NotHeld:
+                    pass
+                except BaseException:        # noqa: BLE001 - reported by status
+                    code = 7
+                finally:
+                    coro.close()
+                os._exit(code)
+            _, status = os.waitpid(pid, 0)
+            assert os.waitstatus_to_exitcode(status) == 0, "the child's assert_fence passed"
     asyncio.run(main())

@@ -14,6 +14,7 @@ the parent's connection is left alone (see _after_fork)."""
 from __future__ import annotations
 
 import contextlib
+import inspect
 import logging
 import os
 import select
@@ -90,6 +91,14 @@ def _cut_after(conn: psycopg.Connection, timeout: Optional[float]) -> Iterator[N
         timer.cancel()
 
 
+def _takes_timeout(pool: Any) -> bool:
+    """Whether POOL.connection() takes a timeout (psycopg_pool's does)."""
+    try:
+        return "timeout" in inspect.signature(pool.connection).parameters
+    except (TypeError, ValueError):
+        return False
+
+
 class _Source:
     """Where connections come from: a conninfo string (dlock opens its own,
     autocommit, no server-side prepared statements so that pgbouncer in
@@ -113,9 +122,14 @@ class _Source:
         return psycopg.connect(self.conninfo, autocommit=True, prepare_threshold=None)
 
     @contextlib.contextmanager
-    def connection(self) -> Iterator[psycopg.Connection]:
+    def connection(self, timeout: Optional[float] = None) -> Iterator[psycopg.Connection]:
+        """A connection; TIMEOUT (seconds) bounds the wait for a pool's
+        free one when its connection() takes a timeout (psycopg_pool's
+        does: PoolTimeout, an OperationalError)."""
         if self.pool is not None:
-            with self.pool.connection() as conn:
+            cm = (self.pool.connection() if timeout is None or not _takes_timeout(self.pool)
+                  else self.pool.connection(timeout=timeout))
+            with cm as conn:
                 yield conn
         else:
             conn = self.connect()
@@ -174,11 +188,12 @@ class _Leased:
 
     # ---- connections
     @contextlib.contextmanager
-    def _connection(self) -> Iterator[psycopg.Connection]:
-        """The lock's own connection (conninfo) or a pool's (per call);
-        a connection that failed is dropped, the next call opens another."""
+    def _connection(self, timeout: Optional[float] = None) -> Iterator[psycopg.Connection]:
+        """The lock's own connection (conninfo) or a pool's (per call,
+        waiting up to TIMEOUT s for it, see _Source.connection); a
+        connection that failed is dropped, the next call opens another."""
         if self._source.pool is not None:
-            with self._source.connection() as conn:
+            with self._source.connection(timeout) as conn:
                 yield conn
             return
         with self._mutex:
@@ -284,10 +299,36 @@ class _Leased:
         t = c.seconds(timeout, "timeout", none_ok=True)
         self._stop_renewal()
         try:
-            with self._connection() as conn, _cut_after(conn, t):
+            with self._connection(t) as conn, _cut_after(conn, t):
                 return _one(conn, sql, params)
+        except BaseException:
+            self._unrenewed()
+            raise
         finally:
             self._close()
+
+    def _unrenewed(self) -> None:
+        """A release (or resignation) that did not get through: the
+        holding, if still there, is no longer renewed.  Its loss is
+        signalled when a failing renewal's would be, before the lease's
+        end; a release retried meanwhile forgets it."""
+        with self._mutex:
+            fences = self._fences
+            if fences is None or self.lost.is_set() or not self._mine():
+                return
+        assert self.lease is not None
+
+        def fire() -> None:
+            if self._fences is fences:
+                self._declare_lost("its release got no answer: the lease ends unrenewed")
+        delay = self._valid_from + self.lease - c.lost_margin(self.lease) - time.monotonic()
+        timer = threading.Timer(max(0.0, delay), fire)
+        timer.daemon = True
+        with self._mutex:
+            old, self._timer = self._timer, timer
+        if old is not None:
+            old.cancel()
+        timer.start()
 
     def _started(self, fences: "list[int]", sent_at: float) -> None:
         self._fences = list(fences)
@@ -385,6 +426,8 @@ class _Leased:
         from being taken over until that transaction ends."""
         if self._fences is None:
             raise NotHeld(f"{self._kind} {self.resource!r} is not held")
+        if not self._mine():
+            raise self._not_mine()
         try:
             cur.execute(*c.assert_fence_statement(self), prepare=False)
         except psycopg.Error as e:
@@ -393,8 +436,9 @@ class _Leased:
             raise translate(e) from e
 
     def check(self) -> bool:
-        """Is this holding still the current one, as the server sees it?"""
-        if self._fences is None:
+        """Is this holding still the current one, as the server sees it?
+        (In a child forked while it was held: False, it is the parent's.)"""
+        if self._fences is None or not self._mine():
             return False
         with self._source.connection() as conn:
             return bool(_one(conn, *c.check_statement(self)))
@@ -602,18 +646,26 @@ class Election(_Leased):
         if value is not ...:
             self.value = value
         w = self.wait if wait is ... else c.seconds(wait, "wait", zero_ok=True, none_ok=True)
-        if self._fences is not None and not self.lost.is_set():
+        leading = self._fences if self.held else None
+        if leading is not None:
             self._stop_renewal()
         start = time.monotonic()
-        while True:
-            left = None if w is None else max(0.0, w - (time.monotonic() - start))
-            got = self._take(c.SQL_CAMPAIGN, (self.resource, self.holder, self.value,
-                                              c.interval(self.lease), c.interval(left)))
-            if got:
-                assert self._fences is not None
-                return self._fences[0]
-            if got is False or left == 0:
-                raise LockTimeout(f"not elected in {self.resource!r} within {w} s")
+        try:
+            while True:
+                left = None if w is None else max(0.0, w - (time.monotonic() - start))
+                got = self._take(c.SQL_CAMPAIGN, (self.resource, self.holder, self.value,
+                                                  c.interval(self.lease), c.interval(left)))
+                if got:
+                    assert self._fences is not None
+                    return self._fences[0]
+                if got is False or left == 0:
+                    raise LockTimeout(f"not elected in {self.resource!r} within {w} s")
+        except BaseException:
+            # A leader's campaign that failed: its leadership is renewed
+            # again (or declared lost at its deadline), never left to run out.
+            if leading is not None and self._thread is None:
+                self._started(leading, self._valid_from)
+            raise
 
     def proclaim(self, value: Optional[str]) -> bool:
         """Change the leader's value; False if no longer the leader."""
