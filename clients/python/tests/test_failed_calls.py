@@ -218,3 +218,57 @@ def test_aio_cancel_as_the_connection_goes_back(dsn, admin, name, kind):
     left = admin.execute("SELECT holder FROM dlock.locks WHERE resource = %s AND NOT expired",
                          (name,)).fetchall()
     assert left == [], "granted, cancelled, and left held"
+
+
+class FlakyConn:
+    """A connection whose Nth statement fails as a cut connection would."""
+
+    def __init__(self, conn, fail_at):
+        self.conn, self.n, self.fail_at = conn, 0, fail_at
+
+    def execute(self, *args, **kwargs):
+        self.n += 1
+        if self.n == self.fail_at:
+            raise psycopg.OperationalError("connection cut (test)")
+        return self.conn.execute(*args, **kwargs)
+
+    def __getattr__(self, attr):
+        return getattr(self.conn, attr)
+
+
+class FlakyPool:
+    """An autocommit pool; ``fail_at``: the statement of the next borrowed
+    connection that fails (0: none)."""
+
+    def __init__(self, dsn):
+        self.dsn, self.fail_at = dsn, 0
+
+    @contextlib.contextmanager
+    def connection(self, timeout=None):
+        fail_at, self.fail_at = self.fail_at, 0
+        with psycopg.connect(self.dsn, autocommit=True) as conn:
+            yield FlakyConn(conn, fail_at)
+
+
+def test_failed_dating_renewal_gives_back_the_grant(dsn, admin, name):
+    """A long wait is granted, and the renewal that dates it fails (the
+    connection is cut): acquire() raises, so the grant must be given back.
+    Before the fix it stayed, unrenewed, and a retried acquire() of the
+    same object re-entered it: its release() said True and the holding
+    stayed on the server for its lease."""
+    first = dlock.Lock(dsn, name, lease=30)
+    assert first.acquire()
+    pool = FlakyPool(dsn)
+    lock = dlock.Lock(pool, name, lease=LEASE, wait=30)
+    pool.fail_at = 2                        # the acquisition, then its dating renewal
+    t = threading.Timer(LEASE, first.release)   # released after a wait of LEASE/3 or more
+    t.start()
+    with pytest.raises(psycopg.OperationalError):
+        lock.acquire()
+    t.join()
+    assert admin.execute("SELECT count(*) FROM dlock.locks WHERE resource = %s AND NOT expired",
+                         (name,)).fetchone()[0] == 0, "the grant was kept, unrenewed"
+    assert lock.acquire()
+    assert lock.release()
+    assert admin.execute("SELECT count(*) FROM dlock.locks WHERE resource = %s AND NOT expired",
+                         (name,)).fetchone()[0] == 0, "released, yet still held"

@@ -272,18 +272,25 @@ class _Leased:
         """Run the acquisition SQL, date its lease (_confirm) and start
         renewing: True; False when it returned NULL; None when the holding
         was gone before it could be dated (the caller may try again)."""
-        with self._connection() as conn:
-            sent_at = time.monotonic()    # after a pool's wait for a connection
-            fences = c.fences(_one(conn, sql, params))
-            if fences is None:
-                valid_from = None
-            else:
-                self._fences = fences
-                try:
+        give_back = self._fences is None  # not a leader's own term again
+        fences = None
+        try:
+            with self._connection() as conn:
+                sent_at = time.monotonic()    # after a pool's wait for a connection
+                fences = c.fences(_one(conn, sql, params))
+                if fences is None:
+                    valid_from = None
+                else:
+                    self._fences = fences
                     valid_from = self._confirm(conn, sent_at)
-                except BaseException:
-                    self._fences = None
-                    raise
+        except BaseException:
+            if fences is not None:
+                # Granted, but its dating failed: nobody would renew or
+                # release it (a retry would re-enter it), so give it back.
+                self._fences = None
+                if give_back:
+                    self._give_back(fences)
+            raise
         if fences is None:
             self._close()
             return False
@@ -292,6 +299,24 @@ class _Leased:
             return None
         self._started(fences, valid_from)
         return True
+
+    def _release_statement(self) -> "tuple[str, tuple]":
+        return c.unlock_statement(self)
+
+    def _give_back(self, fences: "list[int]") -> None:
+        """Release FENCES, granted to an acquisition that failed after
+        (best effort, on a connection of its own; else the lease ends)."""
+        self._fences = fences
+        try:
+            with self._connection(c.RELEASE_TIMEOUT) as conn, \
+                    _cut_after(conn, c.RELEASE_TIMEOUT):
+                _one(conn, *self._release_statement())
+        except (psycopg.Error, Error, OSError) as e:
+            log.warning("dlock: giving back %r failed (its lease will end): %s",
+                        self.resource, e)
+        finally:
+            self._fences = None
+            self._close()
 
     def _end(self, sql: str, params: tuple, timeout: Optional[c.Seconds]) -> Any:
         """Send the release (or resignation) SQL, waiting up to TIMEOUT
@@ -674,6 +699,9 @@ class Election(_Leased):
         if ok:
             self.value = value
         return ok
+
+    def _release_statement(self) -> "tuple[str, tuple]":
+        return c.SQL_RESIGN, (self.resource, self.holder, self.fence)
 
     def resign(self, timeout: Optional[c.Seconds] = c.RELEASE_TIMEOUT) -> bool:
         """Step down (the next candidate is elected at once); False if this
