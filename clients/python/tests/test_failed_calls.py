@@ -272,3 +272,43 @@ def test_failed_dating_renewal_gives_back_the_grant(dsn, admin, name):
     assert lock.release()
     assert admin.execute("SELECT count(*) FROM dlock.locks WHERE resource = %s AND NOT expired",
                          (name,)).fetchone()[0] == 0, "released, yet still held"
+
+
+class AsyncFlakyConn(FlakyConn):
+    async def execute(self, *args, **kwargs):
+        self.n += 1
+        if self.n == self.fail_at:
+            raise psycopg.OperationalError("connection cut (test)")
+        return await self.conn.execute(*args, **kwargs)
+
+
+class AsyncFlakyPool(FlakyPool):
+    @contextlib.asynccontextmanager
+    async def connection(self, timeout=None):
+        fail_at, self.fail_at = self.fail_at, 0
+        async with await psycopg.AsyncConnection.connect(self.dsn, autocommit=True) as conn:
+            yield AsyncFlakyConn(conn, fail_at)
+
+
+def test_aio_failed_dating_renewal_gives_back_the_grant(dsn, admin, name):
+    first = dlock.Lock(dsn, name, lease=30)
+    assert first.acquire()
+
+    async def main():
+        pool = AsyncFlakyPool(dsn)
+        lock = dlock.aio.Lock(pool, name, lease=LEASE, wait=30, cancel=None)
+        pool.fail_at = 2
+        t = threading.Timer(LEASE, first.release)
+        t.start()
+        with pytest.raises(psycopg.OperationalError):
+            await lock.acquire()
+        t.join()
+        assert admin.execute("SELECT count(*) FROM dlock.locks WHERE resource = %s"
+                             " AND NOT expired", (name,)).fetchone()[0] == 0, \
+            "the grant was kept, unrenewed"
+        assert await lock.acquire()
+        assert await lock.release()
+        assert admin.execute("SELECT count(*) FROM dlock.locks WHERE resource = %s"
+                             " AND NOT expired", (name,)).fetchone()[0] == 0, \
+            "released, yet still held"
+    asyncio.run(main())

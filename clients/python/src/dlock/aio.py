@@ -252,7 +252,15 @@ class _Leased:
                     if self._fences is fences:
                         self._fences = saved
         except BaseException as e:
-            if not await cm.__aexit__(type(e), e, e.__traceback__):
+            try:
+                suppressed = await cm.__aexit__(type(e), e, e.__traceback__)
+            finally:
+                # Granted, but its dating renewal failed (a cancel gave it
+                # back already): nobody would renew or release it.
+                if give_back and fences is not None and \
+                        not isinstance(e, asyncio.CancelledError):
+                    await self._give_back_shielded(fences)
+            if not suppressed:
                 raise
         else:
             try:
