@@ -342,14 +342,18 @@ async function confirm(pool, sql, args, leaseMs, what, fence) {
 // can use it.
 // KIND's constructor gets the spec with `more` added (a MultiLock: its
 // resources and fences; a Semaphore: its permits).  LEASEPARAM: the lease
-// as sent (renewals send it again).
-async function take(pool, Kind, resource, holder, generated, opts, sql, values, releaseSql, more, leaseParam) {
+// as sent (renewals send it again).  LEADING: the term of a leadership
+// this candidate holds already (a leader campaigning again gets it back):
+// never given back here, its Leadership keeps renewing it.
+async function take(pool, Kind, resource, holder, generated, opts, sql, values, releaseSql, more, leaseParam,
+  leading) {
+  const mine = leading !== undefined && leading !== null;
   const timing = {};
   let rows;
   try {
     rows = await db.call(pool, sql, values, 0, timing);
   } catch (err) {
-    if (generated && !db.isServerError(err)) {
+    if (generated && !mine && !db.isServerError(err)) {
       await db.call(pool, 'SELECT dlock.unlock_all($1)', [holder], RELEASE_TIMEOUT_MS).catch(() => {});
     }
     throw err;
@@ -367,7 +371,8 @@ async function take(pool, Kind, resource, holder, generated, opts, sql, values, 
         leaseMs, resources.join(', '), fences[0]);
     }
   } catch (err) {
-    await db.call(pool, releaseSql, [target[0], holder, target[1]], RELEASE_TIMEOUT_MS).catch(() => {});
+    if (!(mine && fences[0] === leading))
+      await db.call(pool, releaseSql, [target[0], holder, target[1]], RELEASE_TIMEOUT_MS).catch(() => {});
     throw err;
   }
   return new Kind(pool, {
