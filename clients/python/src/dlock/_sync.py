@@ -361,10 +361,12 @@ class _Leased:
         _HELD.add(self)
         self.lost.clear()
         self.lost_reason = None
-        self._stop.clear()
+        # A new event per holding: a renewal of an earlier one, left stuck
+        # behind by its release, keeps seeing its own (set) and stops.
+        self._stop = threading.Event()
         self._valid_from = sent_at
         self._arm(sent_at)
-        self._thread = threading.Thread(target=self._renew_loop, daemon=True,
+        self._thread = threading.Thread(target=self._renew_loop, args=(self._stop,), daemon=True,
                                         name=f"dlock renew {self.resource[:40]}")
         self._thread.start()
 
@@ -385,9 +387,12 @@ class _Leased:
         if current:
             self._declare_lost("no renewal got through within the lease")
 
-    def _declare_lost(self, reason: str) -> None:
+    def _declare_lost(self, reason: str, stop: Optional[threading.Event] = None) -> None:
+        """Set ``lost`` (once) and run on_lost; STOP: only if it is still
+        the current holding's (a renewal's answer about its own)."""
         with self._mutex:
-            if self.lost.is_set() or self._fences is None:
+            if self.lost.is_set() or self._fences is None or \
+                    (stop is not None and (stop is not self._stop or stop.is_set())):
                 return
             self.lost_reason = reason
             self.lost.set()
@@ -403,12 +408,12 @@ class _Leased:
             except Exception:
                 log.exception("dlock: on_lost callback of %r failed", self.resource)
 
-    def _renew_loop(self) -> None:
+    def _renew_loop(self, stop: threading.Event) -> None:
         assert self.lease is not None
         period = self.lease / 3.0
         retry = max(0.05, min(1.0, period / 3.0))
         next_at = self._valid_from + period
-        while not self._stop.wait(max(0.0, next_at - time.monotonic())):
+        while not stop.wait(max(0.0, next_at - time.monotonic())):
             try:
                 with self._connection() as conn:
                     # After a pool's wait for a connection: the renewal
@@ -420,12 +425,12 @@ class _Leased:
                             self.resource, e)
                 next_at = time.monotonic() + retry
                 continue
-            if self._stop.is_set():
-                return
             if not c.all_held(expiry):
-                self._declare_lost("renew returned NULL: the lease ended or was broken")
+                self._declare_lost("renew returned NULL: the lease ended or was broken", stop)
                 return
             with self._mutex:
+                if stop.is_set():
+                    return
                 self._valid_from = sent_at
             self._arm(sent_at)
             next_at = sent_at + period
