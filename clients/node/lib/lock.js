@@ -152,6 +152,18 @@ class Lock {
     clearTimeout(this._lossTimer);
   }
 
+  // _unreleased: a release that did not get through.  The holding (if the
+  // server still has it) is not renewed any more: it is held, not released,
+  // and lost at the renewal deadline, unless release() is retried first.
+  _unreleased() {
+    if (this._state !== 'released') return;
+    this._state = 'held';
+    clearTimeout(this._renewTimer);
+    clearTimeout(this._lossTimer);
+    this._lossTimer = setTimeout(() => this._lose('its release got no answer: the lease ends unrenewed'),
+      Math.max(0, this._deadline - now()));
+  }
+
   _lose(reason) {
     if (this._state !== 'held') return;
     const err = new LockLost(this._resources ? this._resources.join(', ') : this._resource, this._fence,
@@ -179,9 +191,14 @@ class Lock {
         wasLost ? Math.min(this._leaseMs / 3, RELEASE_TIMEOUT_MS) : RELEASE_TIMEOUT_MS);
     } catch (err) {
       if (wasLost) return false;
-      if (db.isServerError(err)) throw err;
+      if (db.isServerError(err)) { this._unreleased(); throw err; }
       // A lost connection: once more on another (the lease ends anyway).
-      rows = await db.call(this._pool, this._releaseSql, args, RELEASE_TIMEOUT_MS);
+      try {
+        rows = await db.call(this._pool, this._releaseSql, args, RELEASE_TIMEOUT_MS);
+      } catch (again) {
+        this._unreleased();
+        throw again;
+      }
     }
     if (wasLost) return false;
     const r = rows[0].r;

@@ -1,11 +1,13 @@
 'use strict';
 // A call that fails while something is held: a leader whose campaign()
 // again fails (here: the query that reads the lease back, on a pool that
-// refuses a connection) still leads, or knows at once that it does not.
+// refuses a connection) still leads, or knows at once that it does not; a
+// release() that fails leaves a lock that is not renewed: its signal is
+// aborted before its lease ends, it does not look released.
 const { test, after } = require('node:test');
 const assert = require('node:assert/strict');
 const dlock = require('..');
-const { unique, pool, elections, noElections } = require('./helpers');
+const { unique, pool, elections, noElections, within, aborted } = require('./helpers');
 
 const app = pool({ application_name: 'node-test-failed' });
 const admin = pool();
@@ -17,9 +19,10 @@ function flaky() {
   return {
     n: 0,
     failAt: 0,
+    down: false,
     connect() {
       this.n += 1;
-      if (this.n === this.failAt) {
+      if (this.down || this.n === this.failAt) {
         const err = new Error('connection refused (test)');
         err.code = 'ECONNREFUSED';
         return Promise.reject(err);
@@ -46,4 +49,19 @@ test('failed re-campaign: the leader is not resigned behind its back', async (t)
   assert.ok(l.lost || (now && now.candidate === e.candidate && now.term === l.term),
     `no longer the leader (${JSON.stringify(now && now.candidate)}) and not told so`);
   await l.release();
+});
+
+test('failed release: loss signalled before the lease ends, not released', async () => {
+  const name = unique('release');
+  const p = flaky();
+  const lock = await dlock.acquire(p, name, { lease: 2000 });
+  p.down = true;
+  await assert.rejects(lock.release(), /connection refused/);
+  p.down = false;
+  assert.equal(lock.released, false, 'looks released, yet the server holds it');
+  await within(20000, aborted(lock.signal), 'the loss of a lock whose release failed');
+  const r = await admin.query('SELECT count(*)::int AS n FROM dlock.locks WHERE resource = $1' +
+    ' AND holder = $2 AND NOT expired', [name, lock.holder]);
+  assert.equal(r.rows[0].n, 1, 'signalled after the lease had ended');
+  assert.equal(await lock.release(), false);
 });
