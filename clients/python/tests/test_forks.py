@@ -167,3 +167,52 @@ def test_aio_fork_child_cannot_assert_the_parents_fence(dsn, admin, name):
             _, status = os.waitpid(pid, 0)
             assert os.waitstatus_to_exitcode(status) == 0, "the child's assert_fence passed"
     asyncio.run(main())
+
+
+def test_fork_child_cannot_proclaim_or_campaign_as_the_parent(dsn, admin, name):
+    """In a child forked while leading, the leadership is the parent's:
+    proclaim() there raises NotHeld, and campaign() campaigns as a new
+    candidate (before the fix the child changed the parent's value, and
+    its campaign got the parent's term back, renewing it as a second
+    process that believed it led)."""
+    with dlock.Election(dsn, name, lease=LEASE, value="parent") as e:
+        pid = os.fork()
+        if pid == 0:
+            code = 0
+            try:
+                e.proclaim("child")
+                code = 10                          # proclaimed as the leader
+            except dlock.NotHeld:
+                pass
+            try:
+                e.campaign(wait=0)
+                code = code or 11                  # got the parent's term
+            except dlock.LockTimeout:
+                pass
+            except BaseException:                  # noqa: BLE001 - reported by status
+                code = code or 21
+            os._exit(code)
+        _, status = os.waitpid(pid, 0)
+        assert os.waitstatus_to_exitcode(status) == 0, "the child acted as the leader"
+        still_held(admin, e, name)
+        assert e.leader().value == "parent"
+
+
+def test_fork_child_acquires_as_a_holder_of_its_own(dsn, admin, name):
+    """A child forked while the parent holds leaves the block, then
+    acquires with the same object: a new holder, refused while the
+    parent holds (before the fix it re-entered the parent's holding, same
+    fence: parent and child held at once)."""
+    with dlock.Lock(dsn, name, lease=LEASE) as lock:
+        pid = os.fork()
+        if pid == 0:
+            lock.__exit__(None, None, None)
+            code = 0
+            try:
+                code = 12 if lock.acquire(wait=0) else 0
+            except BaseException:                  # noqa: BLE001 - reported by status
+                code = 22
+            os._exit(code)
+        _, status = os.waitpid(pid, 0)
+        assert os.waitstatus_to_exitcode(status) == 0, "the child re-entered the parent's holding"
+        still_held(admin, lock, name)

@@ -163,6 +163,7 @@ class _Leased:
         self.resource = c.check_text(resource, "resource")
         self._names = names if names is not None else (self.resource,)
         self.holder = c.check_text(holder, "holder") if holder is not None else c.default_holder()
+        self._generated_holder = holder is None
         self.lease = c.seconds(lease, "lease")
         assert self.lease is not None
         self.on_lost = on_lost
@@ -233,6 +234,16 @@ class _Leased:
         """Whether this process holds it (not a child forked meanwhile;
         a fence set by hand, never acquired here: yes)."""
         return self._pid is None or self._pid == os.getpid()
+
+    def _new_in_child(self) -> None:
+        """Before acquiring in a child forked while the parent held: the
+        parent's holding is forgotten and a default holder text is made
+        anew (the parent's would re-enter the parent's holding, sharing
+        its fence); a holder text the caller chose stays."""
+        if self._pid is not None and self._pid != os.getpid():
+            self._fences, self._pid = None, None
+            if self._generated_holder:
+                self.holder = c.default_holder()
 
     def _forked(self) -> None:
         """In a forked child: the locks another thread of the parent may
@@ -513,6 +524,7 @@ class Lock(_Leased):
 
     def acquire(self, wait: Optional[c.Seconds] = ..., ) -> bool:  # type: ignore[assignment]
         """Acquire; True when held, False when WAIT ran out."""
+        self._new_in_child()
         if self._fences is not None:
             raise RuntimeError(f"{self._kind} {self.resource!r} is already acquired by this object")
         w = self.wait if wait is ... else c.seconds(wait, "wait", zero_ok=True, none_ok=True)
@@ -673,6 +685,7 @@ class Election(_Leased):
 
     def campaign(self, value: Optional[str] = ..., wait: Optional[c.Seconds] = ...) -> int:  # type: ignore[assignment]
         """Wait to lead; return the term.  LockTimeout after WAIT."""
+        self._new_in_child()
         if value is not ...:
             self.value = value
         w = self.wait if wait is ... else c.seconds(wait, "wait", zero_ok=True, none_ok=True)
@@ -698,7 +711,10 @@ class Election(_Leased):
             raise
 
     def proclaim(self, value: Optional[str]) -> bool:
-        """Change the leader's value; False if no longer the leader."""
+        """Change the leader's value; False if no longer the leader.  In a
+        child forked while leading: NotHeld (the leadership is the parent's)."""
+        if self._fences is not None and not self._mine():
+            raise self._not_mine()
         with self._connection() as conn:
             ok = bool(_one(conn, c.SQL_PROCLAIM, (self.resource, self.holder, value, self.fence)))
         if ok:

@@ -106,6 +106,7 @@ class _Leased:
         self.resource = c.check_text(resource, "resource")
         self._names = names if names is not None else (self.resource,)
         self.holder = c.check_text(holder, "holder") if holder is not None else c.default_holder()
+        self._generated_holder = holder is None
         self.lease = c.seconds(lease, "lease")
         self.on_lost = on_lost
         self.cancel = cancel
@@ -167,6 +168,16 @@ class _Leased:
         """Whether this process holds it (not a child forked meanwhile;
         a fence set by hand, never acquired here: yes)."""
         return self._pid is None or self._pid == os.getpid()
+
+    def _new_in_child(self) -> None:
+        """Before acquiring in a child forked while the parent held: the
+        parent's holding is forgotten and a default holder text is made
+        anew (the parent's would re-enter the parent's holding, sharing
+        its fence); a holder text the caller chose stays."""
+        if self._pid is not None and self._pid != os.getpid():
+            self._fences, self._pid = None, None
+            if self._generated_holder:
+                self.holder = c.default_holder()
 
     def _not_mine(self) -> NotHeld:
         """Forget, in a forked child, the parent's holding; its connection
@@ -467,6 +478,7 @@ class Lock(_Leased):
         return c.lock_statement(self, wait)
 
     async def acquire(self, wait: Optional[c.Seconds] = ...) -> bool:  # type: ignore[assignment]
+        self._new_in_child()
         if self._fences is not None:
             raise RuntimeError(f"{self._kind} {self.resource!r} is already acquired by this object")
         w = self.wait if wait is ... else c.seconds(wait, "wait", zero_ok=True, none_ok=True)
@@ -597,6 +609,7 @@ class Election(_Leased):
         return self.holder
 
     async def campaign(self, value: Optional[str] = ..., wait: Optional[c.Seconds] = ...) -> int:  # type: ignore[assignment]
+        self._new_in_child()
         if value is not ...:
             self.value = value
         w = self.wait if wait is ... else c.seconds(wait, "wait", zero_ok=True, none_ok=True)
@@ -621,6 +634,8 @@ class Election(_Leased):
             raise
 
     async def proclaim(self, value: Optional[str]) -> bool:
+        if self._fences is not None and not self._mine():
+            raise self._not_mine()
         async with self._connection() as conn:
             ok = bool(await _one(conn, c.SQL_PROCLAIM, (self.resource, self.holder, value,
                                                         self.fence)))
