@@ -95,10 +95,12 @@ class Election {
     opts = checkOpts(opts);
     const values = [this._name, this._candidate, value ?? null,
       db.duration('lease', this._lease), db.duration('wait', opts.wait)];
+    const cur = this._leadership;
+    const leading = cur && !cur.lost && !cur.released ? cur.term : null;
     const l = await take(this._pool, Leadership, this._name, this._candidate, this._generated,
       { lease: this._lease },
       'SELECT dlock.campaign($1, $2, $3, $4::interval, $5::interval)::text AS f', values,
-      'SELECT dlock.resign($1, $2, $3::bigint) AS r', {}, values[3]);
+      'SELECT dlock.resign($1, $2, $3::bigint) AS r', {}, values[3], leading);
     if (l === null) throw new LockTimeout(this._name);
     if (this._leadership && this._leadership.term === l.term && !this._leadership.lost &&
         !this._leadership.released) {

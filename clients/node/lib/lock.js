@@ -152,6 +152,18 @@ class Lock {
     clearTimeout(this._lossTimer);
   }
 
+  // _unreleased: a release that did not get through.  The holding (if the
+  // server still has it) is not renewed any more: it is held, not released,
+  // and lost at the renewal deadline, unless release() is retried first.
+  _unreleased() {
+    if (this._state !== 'released') return;
+    this._state = 'held';
+    clearTimeout(this._renewTimer);
+    clearTimeout(this._lossTimer);
+    this._lossTimer = setTimeout(() => this._lose('its release got no answer: the lease ends unrenewed'),
+      Math.max(0, this._deadline - now()));
+  }
+
   _lose(reason) {
     if (this._state !== 'held') return;
     const err = new LockLost(this._resources ? this._resources.join(', ') : this._resource, this._fence,
@@ -179,9 +191,14 @@ class Lock {
         wasLost ? Math.min(this._leaseMs / 3, RELEASE_TIMEOUT_MS) : RELEASE_TIMEOUT_MS);
     } catch (err) {
       if (wasLost) return false;
-      if (db.isServerError(err)) throw err;
+      if (db.isServerError(err)) { this._unreleased(); throw err; }
       // A lost connection: once more on another (the lease ends anyway).
-      rows = await db.call(this._pool, this._releaseSql, args, RELEASE_TIMEOUT_MS);
+      try {
+        rows = await db.call(this._pool, this._releaseSql, args, RELEASE_TIMEOUT_MS);
+      } catch (again) {
+        this._unreleased();
+        throw again;
+      }
     }
     if (wasLost) return false;
     const r = rows[0].r;
@@ -342,14 +359,18 @@ async function confirm(pool, sql, args, leaseMs, what, fence) {
 // can use it.
 // KIND's constructor gets the spec with `more` added (a MultiLock: its
 // resources and fences; a Semaphore: its permits).  LEASEPARAM: the lease
-// as sent (renewals send it again).
-async function take(pool, Kind, resource, holder, generated, opts, sql, values, releaseSql, more, leaseParam) {
+// as sent (renewals send it again).  LEADING: the term of a leadership
+// this candidate holds already (a leader campaigning again gets it back):
+// never given back here, its Leadership keeps renewing it.
+async function take(pool, Kind, resource, holder, generated, opts, sql, values, releaseSql, more, leaseParam,
+  leading) {
+  const mine = leading !== undefined && leading !== null;
   const timing = {};
   let rows;
   try {
     rows = await db.call(pool, sql, values, 0, timing);
   } catch (err) {
-    if (generated && !db.isServerError(err)) {
+    if (generated && !mine && !db.isServerError(err)) {
       await db.call(pool, 'SELECT dlock.unlock_all($1)', [holder], RELEASE_TIMEOUT_MS).catch(() => {});
     }
     throw err;
@@ -367,7 +388,8 @@ async function take(pool, Kind, resource, holder, generated, opts, sql, values, 
         leaseMs, resources.join(', '), fences[0]);
     }
   } catch (err) {
-    await db.call(pool, releaseSql, [target[0], holder, target[1]], RELEASE_TIMEOUT_MS).catch(() => {});
+    if (!(mine && fences[0] === leading))
+      await db.call(pool, releaseSql, [target[0], holder, target[1]], RELEASE_TIMEOUT_MS).catch(() => {});
     throw err;
   }
   return new Kind(pool, {

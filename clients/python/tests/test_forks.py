@@ -8,6 +8,7 @@ import contextlib
 import multiprocessing
 import os
 
+import psycopg
 import pytest
 
 import dlock
@@ -117,3 +118,101 @@ def test_aio_fork_child_sends_nothing(dsn, admin, name):
             assert live(admin, name) == [(lock.holder, str(lock.fence))]
         assert live(admin, name) == []
     asyncio.run(main())
+
+
+def test_fork_child_cannot_assert_the_parents_fence(dsn, admin, name):
+    """In the child the holding is not held: assert_fence() there must
+    refuse (NotHeld) instead of passing on the parent's fence, which
+    would let the child's fenced writes through alongside the parent's."""
+    admin.execute("CREATE TABLE IF NOT EXISTS pytest_writes (resource text, fence bigint)")
+    with dlock.Lock(dsn, name, lease=LEASE) as lock:
+        pid = os.fork()
+        if pid == 0:
+            code = 0
+            try:
+                with psycopg.connect(dsn) as conn:
+                    try:
+                        lock.assert_fence(conn)
+                        code = 6              # passed: the child wrote as the holder
+                    except dlock.NotHeld:
+                        pass
+            except BaseException:             # noqa: BLE001 - reported by status
+                code = 7
+            os._exit(code)
+        _, status = os.waitpid(pid, 0)
+        assert os.waitstatus_to_exitcode(status) == 0, "the child's assert_fence passed"
+        still_held(admin, lock, name)
+
+
+def test_aio_fork_child_cannot_assert_the_parents_fence(dsn, admin, name):
+    async def main():
+        async with dlock.aio.Lock(dsn, name, lease=LEASE, cancel=None) as lock:
+            pid = os.fork()
+            if pid == 0:
+                code = 0
+                class Cursor:                    # records what the child sends
+                    async def execute(self, *args, **kwargs):
+                        os._exit(6)
+                coro = lock.assert_fence(Cursor())
+                try:
+                    coro.send(None)
+                    code = 6
+                except dlock.NotHeld:
+                    pass
+                except BaseException:        # noqa: BLE001 - reported by status
+                    code = 7
+                finally:
+                    coro.close()
+                os._exit(code)
+            _, status = os.waitpid(pid, 0)
+            assert os.waitstatus_to_exitcode(status) == 0, "the child's assert_fence passed"
+    asyncio.run(main())
+
+
+def test_fork_child_cannot_proclaim_or_campaign_as_the_parent(dsn, admin, name):
+    """In a child forked while leading, the leadership is the parent's:
+    proclaim() there raises NotHeld, and campaign() campaigns as a new
+    candidate (before the fix the child changed the parent's value, and
+    its campaign got the parent's term back, renewing it as a second
+    process that believed it led)."""
+    with dlock.Election(dsn, name, lease=LEASE, value="parent") as e:
+        pid = os.fork()
+        if pid == 0:
+            code = 0
+            try:
+                e.proclaim("child")
+                code = 10                          # proclaimed as the leader
+            except dlock.NotHeld:
+                pass
+            try:
+                e.campaign(wait=0)
+                code = code or 11                  # got the parent's term
+            except dlock.LockTimeout:
+                pass
+            except BaseException:                  # noqa: BLE001 - reported by status
+                code = code or 21
+            os._exit(code)
+        _, status = os.waitpid(pid, 0)
+        assert os.waitstatus_to_exitcode(status) == 0, "the child acted as the leader"
+        still_held(admin, e, name)
+        assert e.leader().value == "parent"
+
+
+def test_fork_child_acquires_as_a_holder_of_its_own(dsn, admin, name):
+    """A child forked while the parent holds leaves the block, then
+    acquires with the same object: a new holder, refused while the
+    parent holds (before the fix it re-entered the parent's holding, same
+    fence: parent and child held at once)."""
+    with dlock.Lock(dsn, name, lease=LEASE) as lock:
+        pid = os.fork()
+        if pid == 0:
+            lock.__exit__(None, None, None)
+            code = 0
+            try:
+                code = 12 if lock.acquire(wait=0) else 0
+            except BaseException:                  # noqa: BLE001 - reported by status
+                code = 22
+            os._exit(code)
+        _, status = os.waitpid(pid, 0)
+        assert os.waitstatus_to_exitcode(status) == 0, "the child re-entered the parent's holding"
+        still_held(admin, lock, name)

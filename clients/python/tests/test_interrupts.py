@@ -6,6 +6,7 @@ import asyncio
 import os
 import signal
 import threading
+import time
 import uuid
 
 import psycopg
@@ -94,3 +95,27 @@ def test_aio_cancelled_acquire_leaves_nothing(dsn, admin, name, kind):
             got = conn.execute("SELECT dlock.campaign(%s, 'third', NULL, '5s', '5s')::text",
                                (name,)).fetchone()[0]
         assert got is not None, "the cancelled acquisition was granted and kept it"
+
+
+def test_stuck_renewal_of_a_released_holding_leaves_the_next_alone(dsn, admin, name):
+    """A renewal stuck on a paused backend is left behind by release();
+    the same object acquires again; then the stuck renewal answers (NULL:
+    its holding was released).  That answer is about the old holding: the
+    new one must not be declared lost (before the fix it was, falsely)."""
+    app = "dlock-pytest-" + uuid.uuid4().hex[:8]
+    lease = 3.0
+    lock = dlock.Lock(dsn + f" application_name={app}", name, lease=lease)
+    assert lock.acquire()
+    pid = backend_pid(admin, app)
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        # Setup, not an assertion: the first renewal (at lease/3) is sent
+        # to the paused backend and waits for its answer.
+        time.sleep(lease / 3 + 0.5)
+        assert lock.release(timeout=5)            # on a connection of its own
+        assert lock.acquire()
+    finally:
+        os.kill(pid, signal.SIGCONT)
+    assert not lock.lost.wait(2 * lease), lock.lost_reason
+    assert lock.held and lock.check()
+    assert lock.release()

@@ -14,6 +14,7 @@ the parent's connection is left alone (see _after_fork)."""
 from __future__ import annotations
 
 import contextlib
+import inspect
 import logging
 import os
 import select
@@ -90,6 +91,14 @@ def _cut_after(conn: psycopg.Connection, timeout: Optional[float]) -> Iterator[N
         timer.cancel()
 
 
+def _takes_timeout(pool: Any) -> bool:
+    """Whether POOL.connection() takes a timeout (psycopg_pool's does)."""
+    try:
+        return "timeout" in inspect.signature(pool.connection).parameters
+    except (TypeError, ValueError):
+        return False
+
+
 class _Source:
     """Where connections come from: a conninfo string (dlock opens its own,
     autocommit, no server-side prepared statements so that pgbouncer in
@@ -113,9 +122,14 @@ class _Source:
         return psycopg.connect(self.conninfo, autocommit=True, prepare_threshold=None)
 
     @contextlib.contextmanager
-    def connection(self) -> Iterator[psycopg.Connection]:
+    def connection(self, timeout: Optional[float] = None) -> Iterator[psycopg.Connection]:
+        """A connection; TIMEOUT (seconds) bounds the wait for a pool's
+        free one when its connection() takes a timeout (psycopg_pool's
+        does: PoolTimeout, an OperationalError)."""
         if self.pool is not None:
-            with self.pool.connection() as conn:
+            cm = (self.pool.connection() if timeout is None or not _takes_timeout(self.pool)
+                  else self.pool.connection(timeout=timeout))
+            with cm as conn:
                 yield conn
         else:
             conn = self.connect()
@@ -149,6 +163,7 @@ class _Leased:
         self.resource = c.check_text(resource, "resource")
         self._names = names if names is not None else (self.resource,)
         self.holder = c.check_text(holder, "holder") if holder is not None else c.default_holder()
+        self._generated_holder = holder is None
         self.lease = c.seconds(lease, "lease")
         assert self.lease is not None
         self.on_lost = on_lost
@@ -174,11 +189,12 @@ class _Leased:
 
     # ---- connections
     @contextlib.contextmanager
-    def _connection(self) -> Iterator[psycopg.Connection]:
-        """The lock's own connection (conninfo) or a pool's (per call);
-        a connection that failed is dropped, the next call opens another."""
+    def _connection(self, timeout: Optional[float] = None) -> Iterator[psycopg.Connection]:
+        """The lock's own connection (conninfo) or a pool's (per call,
+        waiting up to TIMEOUT s for it, see _Source.connection); a
+        connection that failed is dropped, the next call opens another."""
         if self._source.pool is not None:
-            with self._source.connection() as conn:
+            with self._source.connection(timeout) as conn:
                 yield conn
             return
         with self._mutex:
@@ -219,6 +235,16 @@ class _Leased:
         a fence set by hand, never acquired here: yes)."""
         return self._pid is None or self._pid == os.getpid()
 
+    def _new_in_child(self) -> None:
+        """Before acquiring in a child forked while the parent held: the
+        parent's holding is forgotten and a default holder text is made
+        anew (the parent's would re-enter the parent's holding, sharing
+        its fence); a holder text the caller chose stays."""
+        if self._pid is not None and self._pid != os.getpid():
+            self._fences, self._pid = None, None
+            if self._generated_holder:
+                self.holder = c.default_holder()
+
     def _forked(self) -> None:
         """In a forked child: the locks another thread of the parent may
         have held are new, the parent's connection is dropped unused (never
@@ -257,18 +283,25 @@ class _Leased:
         """Run the acquisition SQL, date its lease (_confirm) and start
         renewing: True; False when it returned NULL; None when the holding
         was gone before it could be dated (the caller may try again)."""
-        with self._connection() as conn:
-            sent_at = time.monotonic()    # after a pool's wait for a connection
-            fences = c.fences(_one(conn, sql, params))
-            if fences is None:
-                valid_from = None
-            else:
-                self._fences = fences
-                try:
+        give_back = self._fences is None  # not a leader's own term again
+        fences = None
+        try:
+            with self._connection() as conn:
+                sent_at = time.monotonic()    # after a pool's wait for a connection
+                fences = c.fences(_one(conn, sql, params))
+                if fences is None:
+                    valid_from = None
+                else:
+                    self._fences = fences
                     valid_from = self._confirm(conn, sent_at)
-                except BaseException:
-                    self._fences = None
-                    raise
+        except BaseException:
+            if fences is not None:
+                # Granted, but its dating failed: nobody would renew or
+                # release it (a retry would re-enter it), so give it back.
+                self._fences = None
+                if give_back:
+                    self._give_back(fences)
+            raise
         if fences is None:
             self._close()
             return False
@@ -278,16 +311,60 @@ class _Leased:
         self._started(fences, valid_from)
         return True
 
+    def _release_statement(self) -> "tuple[str, tuple]":
+        return c.unlock_statement(self)
+
+    def _give_back(self, fences: "list[int]") -> None:
+        """Release FENCES, granted to an acquisition that failed after
+        (best effort, on a connection of its own; else the lease ends)."""
+        self._fences = fences
+        try:
+            with self._connection(c.RELEASE_TIMEOUT) as conn, \
+                    _cut_after(conn, c.RELEASE_TIMEOUT):
+                _one(conn, *self._release_statement())
+        except (psycopg.Error, Error, OSError) as e:
+            log.warning("dlock: giving back %r failed (its lease will end): %s",
+                        self.resource, e)
+        finally:
+            self._fences = None
+            self._close()
+
     def _end(self, sql: str, params: tuple, timeout: Optional[c.Seconds]) -> Any:
         """Send the release (or resignation) SQL, waiting up to TIMEOUT
         seconds for the answer (None: no limit)."""
         t = c.seconds(timeout, "timeout", none_ok=True)
         self._stop_renewal()
         try:
-            with self._connection() as conn, _cut_after(conn, t):
+            with self._connection(t) as conn, _cut_after(conn, t):
                 return _one(conn, sql, params)
+        except BaseException:
+            self._unrenewed()
+            raise
         finally:
             self._close()
+
+    def _unrenewed(self) -> None:
+        """A release (or resignation) that did not get through: the
+        holding, if still there, is no longer renewed.  Its loss is
+        signalled when a failing renewal's would be, before the lease's
+        end; a release retried meanwhile forgets it."""
+        with self._mutex:
+            fences = self._fences
+            if fences is None or self.lost.is_set() or not self._mine():
+                return
+        assert self.lease is not None
+
+        def fire() -> None:
+            if self._fences is fences:
+                self._declare_lost("its release got no answer: the lease ends unrenewed")
+        delay = self._valid_from + self.lease - c.lost_margin(self.lease) - time.monotonic()
+        timer = threading.Timer(max(0.0, delay), fire)
+        timer.daemon = True
+        with self._mutex:
+            old, self._timer = self._timer, timer
+        if old is not None:
+            old.cancel()
+        timer.start()
 
     def _started(self, fences: "list[int]", sent_at: float) -> None:
         self._fences = list(fences)
@@ -295,10 +372,12 @@ class _Leased:
         _HELD.add(self)
         self.lost.clear()
         self.lost_reason = None
-        self._stop.clear()
+        # A new event per holding: a renewal of an earlier one, left stuck
+        # behind by its release, keeps seeing its own (set) and stops.
+        self._stop = threading.Event()
         self._valid_from = sent_at
         self._arm(sent_at)
-        self._thread = threading.Thread(target=self._renew_loop, daemon=True,
+        self._thread = threading.Thread(target=self._renew_loop, args=(self._stop,), daemon=True,
                                         name=f"dlock renew {self.resource[:40]}")
         self._thread.start()
 
@@ -319,9 +398,12 @@ class _Leased:
         if current:
             self._declare_lost("no renewal got through within the lease")
 
-    def _declare_lost(self, reason: str) -> None:
+    def _declare_lost(self, reason: str, stop: Optional[threading.Event] = None) -> None:
+        """Set ``lost`` (once) and run on_lost; STOP: only if it is still
+        the current holding's (a renewal's answer about its own)."""
         with self._mutex:
-            if self.lost.is_set() or self._fences is None:
+            if self.lost.is_set() or self._fences is None or \
+                    (stop is not None and (stop is not self._stop or stop.is_set())):
                 return
             self.lost_reason = reason
             self.lost.set()
@@ -337,12 +419,12 @@ class _Leased:
             except Exception:
                 log.exception("dlock: on_lost callback of %r failed", self.resource)
 
-    def _renew_loop(self) -> None:
+    def _renew_loop(self, stop: threading.Event) -> None:
         assert self.lease is not None
         period = self.lease / 3.0
         retry = max(0.05, min(1.0, period / 3.0))
         next_at = self._valid_from + period
-        while not self._stop.wait(max(0.0, next_at - time.monotonic())):
+        while not stop.wait(max(0.0, next_at - time.monotonic())):
             try:
                 with self._connection() as conn:
                     # After a pool's wait for a connection: the renewal
@@ -354,12 +436,12 @@ class _Leased:
                             self.resource, e)
                 next_at = time.monotonic() + retry
                 continue
-            if self._stop.is_set():
-                return
             if not c.all_held(expiry):
-                self._declare_lost("renew returned NULL: the lease ended or was broken")
+                self._declare_lost("renew returned NULL: the lease ended or was broken", stop)
                 return
             with self._mutex:
+                if stop.is_set():
+                    return
                 self._valid_from = sent_at
             self._arm(sent_at)
             next_at = sent_at + period
@@ -385,6 +467,8 @@ class _Leased:
         from being taken over until that transaction ends."""
         if self._fences is None:
             raise NotHeld(f"{self._kind} {self.resource!r} is not held")
+        if not self._mine():
+            raise self._not_mine()
         try:
             cur.execute(*c.assert_fence_statement(self), prepare=False)
         except psycopg.Error as e:
@@ -393,8 +477,9 @@ class _Leased:
             raise translate(e) from e
 
     def check(self) -> bool:
-        """Is this holding still the current one, as the server sees it?"""
-        if self._fences is None:
+        """Is this holding still the current one, as the server sees it?
+        (In a child forked while it was held: False, it is the parent's.)"""
+        if self._fences is None or not self._mine():
             return False
         with self._source.connection() as conn:
             return bool(_one(conn, *c.check_statement(self)))
@@ -439,6 +524,7 @@ class Lock(_Leased):
 
     def acquire(self, wait: Optional[c.Seconds] = ..., ) -> bool:  # type: ignore[assignment]
         """Acquire; True when held, False when WAIT ran out."""
+        self._new_in_child()
         if self._fences is not None:
             raise RuntimeError(f"{self._kind} {self.resource!r} is already acquired by this object")
         w = self.wait if wait is ... else c.seconds(wait, "wait", zero_ok=True, none_ok=True)
@@ -599,29 +685,44 @@ class Election(_Leased):
 
     def campaign(self, value: Optional[str] = ..., wait: Optional[c.Seconds] = ...) -> int:  # type: ignore[assignment]
         """Wait to lead; return the term.  LockTimeout after WAIT."""
+        self._new_in_child()
         if value is not ...:
             self.value = value
         w = self.wait if wait is ... else c.seconds(wait, "wait", zero_ok=True, none_ok=True)
-        if self._fences is not None and not self.lost.is_set():
+        leading = self._fences if self.held else None
+        if leading is not None:
             self._stop_renewal()
         start = time.monotonic()
-        while True:
-            left = None if w is None else max(0.0, w - (time.monotonic() - start))
-            got = self._take(c.SQL_CAMPAIGN, (self.resource, self.holder, self.value,
-                                              c.interval(self.lease), c.interval(left)))
-            if got:
-                assert self._fences is not None
-                return self._fences[0]
-            if got is False or left == 0:
-                raise LockTimeout(f"not elected in {self.resource!r} within {w} s")
+        try:
+            while True:
+                left = None if w is None else max(0.0, w - (time.monotonic() - start))
+                got = self._take(c.SQL_CAMPAIGN, (self.resource, self.holder, self.value,
+                                                  c.interval(self.lease), c.interval(left)))
+                if got:
+                    assert self._fences is not None
+                    return self._fences[0]
+                if got is False or left == 0:
+                    raise LockTimeout(f"not elected in {self.resource!r} within {w} s")
+        except BaseException:
+            # A leader's campaign that failed: its leadership is renewed
+            # again (or declared lost at its deadline), never left to run out.
+            if leading is not None and self._thread is None:
+                self._started(leading, self._valid_from)
+            raise
 
     def proclaim(self, value: Optional[str]) -> bool:
-        """Change the leader's value; False if no longer the leader."""
+        """Change the leader's value; False if no longer the leader.  In a
+        child forked while leading: NotHeld (the leadership is the parent's)."""
+        if self._fences is not None and not self._mine():
+            raise self._not_mine()
         with self._connection() as conn:
             ok = bool(_one(conn, c.SQL_PROCLAIM, (self.resource, self.holder, value, self.fence)))
         if ok:
             self.value = value
         return ok
+
+    def _release_statement(self) -> "tuple[str, tuple]":
+        return c.SQL_RESIGN, (self.resource, self.holder, self.fence)
 
     def resign(self, timeout: Optional[c.Seconds] = c.RELEASE_TIMEOUT) -> bool:
         """Step down (the next candidate is elected at once); False if this

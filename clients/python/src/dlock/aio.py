@@ -106,6 +106,7 @@ class _Leased:
         self.resource = c.check_text(resource, "resource")
         self._names = names if names is not None else (self.resource,)
         self.holder = c.check_text(holder, "holder") if holder is not None else c.default_holder()
+        self._generated_holder = holder is None
         self.lease = c.seconds(lease, "lease")
         self.on_lost = on_lost
         self.cancel = cancel
@@ -117,6 +118,7 @@ class _Leased:
         self._scope: Optional[asyncio.Task[Any]] = None
         self._cancelled_scope = False
         self._pid: Optional[int] = None  # the process that holds it
+        self._valid_from = 0.0  # monotonic: the last acknowledged renewal's sending
 
     @property
     def fence(self) -> Optional[int]:
@@ -167,6 +169,16 @@ class _Leased:
         a fence set by hand, never acquired here: yes)."""
         return self._pid is None or self._pid == os.getpid()
 
+    def _new_in_child(self) -> None:
+        """Before acquiring in a child forked while the parent held: the
+        parent's holding is forgotten and a default holder text is made
+        anew (the parent's would re-enter the parent's holding, sharing
+        its fence); a holder text the caller chose stays."""
+        if self._pid is not None and self._pid != os.getpid():
+            self._fences, self._pid = None, None
+            if self._generated_holder:
+                self.holder = c.default_holder()
+
     def _not_mine(self) -> NotHeld:
         """Forget, in a forked child, the parent's holding; its connection
         is dropped unused (closing it would end the parent's session)."""
@@ -214,15 +226,30 @@ class _Leased:
         finally:
             self._fences = None
 
+    async def _give_back_shielded(self, fences: "list[int]") -> None:
+        """_give_back on a connection of its own, run to its end even if
+        the caller is cancelled again meanwhile."""
+        async def run() -> None:
+            async with self._connection() as conn:
+                await self._give_back(conn, fences)
+        task = asyncio.get_running_loop().create_task(run())
+        task.add_done_callback(_forget)
+        with contextlib.suppress(psycopg.Error, OSError):
+            await asyncio.shield(task)
+
     async def _take(self, sql: str, params: tuple) -> "Optional[bool]":
         """See dlock.Lock._take: True (held, renewing), False (NULL), None
         (gone before its lease could be dated)."""
         assert self.lease is not None
         give_back = self._fences is None  # not a leader's own term again
-        async with self._connection() as conn:
+        fences: "Optional[list[int]]" = None
+        valid_from: Optional[float] = None
+        cm = self._connection()
+        conn = await cm.__aenter__()
+        try:
             sent_at = time.monotonic()    # after a pool's wait for a connection
             fences = c.fences(await self._statement(conn, sql, params, give_back))
-            valid_from: Optional[float] = sent_at
+            valid_from = sent_at
             if fences is not None and c.needs_confirmation(self.lease, sent_at):
                 # A long wait: the lease is dated from a renewal sent now.
                 saved, self._fences = self._fences, fences
@@ -235,6 +262,26 @@ class _Leased:
                 finally:
                     if self._fences is fences:
                         self._fences = saved
+        except BaseException as e:
+            try:
+                suppressed = await cm.__aexit__(type(e), e, e.__traceback__)
+            finally:
+                # Granted, but its dating renewal failed (a cancel gave it
+                # back already): nobody would renew or release it.
+                if give_back and fences is not None and \
+                        not isinstance(e, asyncio.CancelledError):
+                    await self._give_back_shielded(fences)
+            if not suppressed:
+                raise
+        else:
+            try:
+                await cm.__aexit__(None, None, None)
+            except asyncio.CancelledError:
+                # Granted, then cancelled as the connection went back (a
+                # pool's commit or reset): what was granted is given back.
+                if give_back and fences is not None:
+                    await self._give_back_shielded(fences)
+                raise
         if fences is None:
             await self._close()
             return False
@@ -261,8 +308,27 @@ class _Leased:
                 attempt.add_done_callback(_forget)
                 raise psycopg.OperationalError(f"dlock: no answer within {t} s")
             return attempt.result()
+        except BaseException:
+            self._unrenewed()
+            raise
         finally:
             await self._close()
+
+    def _unrenewed(self) -> None:
+        """See dlock.Lock._unrenewed: a release that did not get through;
+        the holding's loss is signalled at its renewal deadline unless a
+        release retried meanwhile gets through."""
+        fences = self._fences
+        if fences is None or self.lost.is_set() or not self._mine():
+            return
+        assert self.lease is not None
+        deadline = self._valid_from + self.lease - c.lost_margin(self.lease)
+
+        async def watch() -> None:
+            await asyncio.sleep(max(0.0, deadline - time.monotonic()))
+            if self._fences is fences:
+                await self._declare_lost("its release got no answer: the lease ends unrenewed")
+        self._task = asyncio.get_running_loop().create_task(watch())
 
     def _started(self, fences: "list[int]", sent_at: float) -> None:
         self._fences = list(fences)
@@ -270,6 +336,7 @@ class _Leased:
         self.lost.clear()
         self.lost_reason = None
         self._cancelled_scope = False
+        self._valid_from = sent_at
         self._task = asyncio.get_running_loop().create_task(self._renew_loop(sent_at))
 
     async def _declare_lost(self, reason: str) -> None:
@@ -328,7 +395,7 @@ class _Leased:
             if not c.all_held(expiry):
                 await self._declare_lost("renew returned NULL: the lease ended or was broken")
                 return
-            valid_from = sent_at
+            valid_from = self._valid_from = sent_at
             next_at = sent_at + period
 
     async def _renew_once(self) -> "tuple[float, Any]":
@@ -350,6 +417,8 @@ class _Leased:
         or connection) in the caller's transaction (StaleFence, 55P03)."""
         if self._fences is None:
             raise NotHeld(f"{self._kind} {self.resource!r} is not held")
+        if not self._mine():
+            raise self._not_mine()
         try:
             await cur.execute(*c.assert_fence_statement(self), prepare=False)
         except psycopg.Error as e:
@@ -358,7 +427,7 @@ class _Leased:
             raise translate(e) from e
 
     async def check(self) -> bool:
-        if self._fences is None:
+        if self._fences is None or not self._mine():
             return False
         async with self._source.connection() as conn:
             return bool(await _one(conn, *c.check_statement(self)))
@@ -409,6 +478,7 @@ class Lock(_Leased):
         return c.lock_statement(self, wait)
 
     async def acquire(self, wait: Optional[c.Seconds] = ...) -> bool:  # type: ignore[assignment]
+        self._new_in_child()
         if self._fences is not None:
             raise RuntimeError(f"{self._kind} {self.resource!r} is already acquired by this object")
         w = self.wait if wait is ... else c.seconds(wait, "wait", zero_ok=True, none_ok=True)
@@ -539,22 +609,33 @@ class Election(_Leased):
         return self.holder
 
     async def campaign(self, value: Optional[str] = ..., wait: Optional[c.Seconds] = ...) -> int:  # type: ignore[assignment]
+        self._new_in_child()
         if value is not ...:
             self.value = value
         w = self.wait if wait is ... else c.seconds(wait, "wait", zero_ok=True, none_ok=True)
+        leading = self._fences if self.held else None
         await self._stop_renewal()
         start = time.monotonic()
-        while True:
-            left = None if w is None else max(0.0, w - (time.monotonic() - start))
-            got = await self._take(c.SQL_CAMPAIGN, (self.resource, self.holder, self.value,
-                                                    c.interval(self.lease), c.interval(left)))
-            if got:
-                assert self._fences is not None
-                return self._fences[0]
-            if got is False or left == 0:
-                raise LockTimeout(f"not elected in {self.resource!r} within {w} s")
+        try:
+            while True:
+                left = None if w is None else max(0.0, w - (time.monotonic() - start))
+                got = await self._take(c.SQL_CAMPAIGN, (self.resource, self.holder, self.value,
+                                                        c.interval(self.lease), c.interval(left)))
+                if got:
+                    assert self._fences is not None
+                    return self._fences[0]
+                if got is False or left == 0:
+                    raise LockTimeout(f"not elected in {self.resource!r} within {w} s")
+        except BaseException:
+            # A leader's campaign that failed: its leadership is renewed
+            # again (or declared lost at its deadline), never left to run out.
+            if leading is not None and self._task is None:
+                self._started(leading, self._valid_from)
+            raise
 
     async def proclaim(self, value: Optional[str]) -> bool:
+        if self._fences is not None and not self._mine():
+            raise self._not_mine()
         async with self._connection() as conn:
             ok = bool(await _one(conn, c.SQL_PROCLAIM, (self.resource, self.holder, value,
                                                         self.fence)))

@@ -1,0 +1,67 @@
+'use strict';
+// A call that fails while something is held: a leader whose campaign()
+// again fails (here: the query that reads the lease back, on a pool that
+// refuses a connection) still leads, or knows at once that it does not; a
+// release() that fails leaves a lock that is not renewed: its signal is
+// aborted before its lease ends, it does not look released.
+const { test, after } = require('node:test');
+const assert = require('node:assert/strict');
+const dlock = require('..');
+const { unique, pool, elections, noElections, within, aborted } = require('./helpers');
+
+const app = pool({ application_name: 'node-test-failed' });
+const admin = pool();
+after(() => Promise.all([app.end(), admin.end()]));
+
+// flaky: APP, except that its connect() number failAt rejects (as a
+// pool whose connections are refused).
+function flaky() {
+  return {
+    n: 0,
+    failAt: 0,
+    down: false,
+    connect() {
+      this.n += 1;
+      if (this.down || this.n === this.failAt) {
+        const err = new Error('connection refused (test)');
+        err.code = 'ECONNREFUSED';
+        return Promise.reject(err);
+      }
+      return app.connect();
+    },
+  };
+}
+
+async function leader(name) {
+  const r = await admin.query('SELECT candidate, term::text AS term FROM dlock.leader($1)', [name]);
+  return r.rows.length ? { candidate: r.rows[0].candidate, term: BigInt(r.rows[0].term) } : null;
+}
+
+test('failed re-campaign: the leader is not resigned behind its back', async (t) => {
+  if (!(await elections(admin))) return t.skip(noElections);
+  const name = unique('recampaign');
+  const p = flaky();
+  const e = new dlock.Election(p, name, { lease: '30 seconds' });   // not a number: read back
+  const l = await e.campaign('v');
+  p.failAt = p.n + 2;                  // the campaign statement passes, reading the lease fails
+  await assert.rejects(e.campaign('v'), /connection refused/);
+  const now = await leader(name);
+  assert.ok(l.lost || (now && now.candidate === e.candidate && now.term === l.term),
+    `no longer the leader (${JSON.stringify(now && now.candidate)}) and not told so`);
+  await l.release();
+});
+
+test('failed release: loss signalled before the lease ends, not released', async () => {
+  const name = unique('release');
+  const p = flaky();
+  const lock = await dlock.acquire(p, name, { lease: 2000 });
+  p.down = true;
+  await assert.rejects(lock.release(), /connection refused/);
+  p.down = false;
+  assert.equal(lock.released, false, 'looks released, yet the server holds it');
+  await within(20000, aborted(lock.signal), 'the loss of a lock whose release failed');
+  const r = await admin.query('SELECT count(*)::int AS n FROM dlock.locks WHERE resource = $1' +
+    ' AND holder = $2 AND NOT expired', [name, lock.holder]);
+  assert.equal(r.rows[0].n, 1, 'signalled after the lease had ended');
+  assert.equal(await lock.release(), false);
+});

@@ -1,0 +1,314 @@
+"""A call that fails while something is held (review of issue 33's client
+fixes): the holding is still renewed, or its loss is signalled before
+its lease ends on the server, never left unrenewed and looking held; a
+release() waits no longer than its timeout, also for a pool's
+connection; a dlock.aio acquisition cancelled as its connection goes
+back to the pool gives back what it was granted."""
+
+import asyncio
+import contextlib
+import threading
+import time
+
+import psycopg
+import pytest
+
+import dlock
+import dlock.aio
+
+LEASE = 1.5
+
+
+class PoolTimeout(psycopg.OperationalError):
+    """psycopg_pool.PoolTimeout's shape: an OperationalError."""
+
+
+class SwitchPool:
+    """psycopg_pool's shape: connection(timeout=None); SIZE connections at
+    once (a wait for a free one ends with PoolTimeout after TIMEOUT);
+    ``down`` set: every connection() fails at once."""
+
+    def __init__(self, dsn, size=2):
+        self.dsn = dsn
+        self.free = threading.Semaphore(size)
+        self.down = False
+
+    @contextlib.contextmanager
+    def connection(self, timeout=None):
+        if self.down:
+            raise PoolTimeout("pool down (test)")
+        if not self.free.acquire(timeout=timeout):
+            raise PoolTimeout(f"no connection within {timeout} s (test)")
+        try:
+            with psycopg.connect(self.dsn) as conn:   # commits on exit
+                yield conn
+        finally:
+            self.free.release()
+
+
+class AsyncSwitchPool:
+    def __init__(self, dsn):
+        self.dsn = dsn
+        self.down = False
+
+    @contextlib.asynccontextmanager
+    async def connection(self, timeout=None):
+        if self.down:
+            raise PoolTimeout("pool down (test)")
+        async with await psycopg.AsyncConnection.connect(self.dsn) as conn:
+            yield conn
+
+
+def leading(admin, name):
+    """(candidate, term) of the live leader of NAME, or None."""
+    row = admin.execute("SELECT candidate, term::text FROM dlock.leader(%s)",
+                        (name,)).fetchone()
+    return None if row is None else (row[0], int(row[1]))
+
+
+def until_gone(admin, name, who, bound=30.0):
+    """Wait (at most BOUND s, a guard against a hang) until WHO no longer
+    leads NAME on the server; the moment (server clock) it was seen gone."""
+    end = time.monotonic() + bound
+    while time.monotonic() < end:
+        row = leading(admin, name)
+        if row is None or row[0] != who:
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"{who} still leads {name} after {bound} s")
+
+
+def test_failed_recampaign_keeps_renewing(dsn, admin, name):
+    """A leader campaigns again (documented: it gets its current term) and
+    that call fails (the pool is down): the leadership must still be
+    renewed, or its loss signalled before it ends.  Before the fix the
+    renewal had been stopped for the campaign and never resumed: the
+    leadership ran out while ``held`` stayed true and ``lost`` unset."""
+    pool = SwitchPool(dsn)
+    e = dlock.Election(pool, name, lease=LEASE)
+    term = e.campaign()
+    pool.down = True
+    with pytest.raises(psycopg.OperationalError):
+        e.campaign()
+    pool.down = False
+    # Either it is still the leader after several leases (renewed), or
+    # loss was signalled before the server let it go.
+    if e.lost.wait(3 * LEASE):
+        pass
+    else:
+        assert leading(admin, name) == (e.candidate, term), "not renewed, and no loss signalled"
+    assert e.lost.is_set() or e.held
+    e.resign()
+
+
+def test_aio_failed_recampaign_keeps_renewing(dsn, admin, name):
+    async def main():
+        pool = AsyncSwitchPool(dsn)
+        e = dlock.aio.Election(pool, name, lease=LEASE, cancel=None)
+        term = await e.campaign()
+        pool.down = True
+        with pytest.raises(psycopg.OperationalError):
+            await e.campaign()
+        pool.down = False
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(e.lost.wait(), 3 * LEASE)
+        if not e.lost.is_set():
+            assert leading(admin, name) == (e.candidate, term), "not renewed, and no loss signalled"
+        await e.resign()
+    asyncio.run(main())
+
+
+def test_failed_release_signals_loss_before_the_lease_ends(dsn, admin, name):
+    """release() fails (the pool is down): the holding is no longer
+    renewed; its loss must be signalled before its lease ends on the
+    server (before the fix ``held`` stayed true and ``lost`` unset)."""
+    pool = SwitchPool(dsn)
+    lock = dlock.Lock(pool, name, lease=LEASE)
+    assert lock.acquire()
+    pool.down = True
+    with pytest.raises(psycopg.OperationalError):
+        lock.release()
+    pool.down = False
+    until_gone(admin, name, lock.holder)
+    assert lock.lost.is_set() and not lock.held, "the lease ended unrenewed, no loss signalled"
+
+
+def test_aio_failed_release_signals_loss_before_the_lease_ends(dsn, admin, name):
+    async def main():
+        pool = AsyncSwitchPool(dsn)
+        lock = dlock.aio.Lock(pool, name, lease=LEASE, cancel=None)
+        assert await lock.acquire()
+        pool.down = True
+        with pytest.raises(psycopg.OperationalError):
+            await lock.release()
+        pool.down = False
+        for _ in range(600):
+            row = admin.execute("SELECT 1 FROM dlock.locks WHERE resource = %s AND holder = %s"
+                                " AND NOT expired", (name, lock.holder)).fetchone()
+            if row is None:
+                break
+            await asyncio.sleep(0.05)
+        assert lock.lost.is_set() and not lock.held, "the lease ended unrenewed, no loss signalled"
+    asyncio.run(main())
+
+
+def test_release_timeout_bounds_the_wait_for_a_pool_connection(dsn, admin, name):
+    """release(timeout=1) with the pool exhausted: it gives up after its
+    timeout (a pool with psycopg_pool's connection(timeout=)), instead of
+    waiting as long as the pool's own timeout (here: none)."""
+    pool = SwitchPool(dsn, size=1)
+    lock = dlock.Lock(pool, name, lease=30)
+    assert lock.acquire()
+    out = []
+    with pool.connection():          # the application keeps the pool's one connection
+        def release():
+            try:
+                out.append(lock.release(timeout=1))
+            except Exception as e:    # noqa: BLE001 - the test looks at it
+                out.append(e)
+        t = threading.Thread(target=release, daemon=True)
+        t.start()
+        t.join(30)            # a bound on a hang, not a speed assertion
+        assert not t.is_alive(), "release(timeout=1) still waiting for the pool"
+    t.join()
+    assert len(out) == 1 and isinstance(out[0], psycopg.OperationalError), out
+    lock.release()                      # retried: it was still held
+    assert admin.execute("SELECT count(*) FROM dlock.locks WHERE resource = %s AND NOT expired",
+                         (name,)).fetchone()[0] == 0
+
+
+class SlowReturnPool:
+    """An async pool whose connection goes back slowly (psycopg_pool awaits
+    its ``reset`` callback there): ``returning`` is set while it does."""
+
+    def __init__(self, dsn):
+        self.dsn = dsn
+        self.returning = asyncio.Event()
+        self.resume = asyncio.Event()
+
+    @contextlib.asynccontextmanager
+    async def connection(self, timeout=None):
+        conn = await psycopg.AsyncConnection.connect(self.dsn)
+        try:
+            async with conn:                    # commits on exit
+                yield conn
+            self.returning.set()
+            await self.resume.wait()
+        finally:
+            await conn.close()
+
+
+@pytest.mark.parametrize("kind", ["lock", "election"])
+def test_aio_cancel_as_the_connection_goes_back(dsn, admin, name, kind):
+    """The acquisition was granted and committed; the task is cancelled
+    while the pool takes its connection back: acquire() raises
+    CancelledError, so what was granted must be given back (before the fix
+    it stayed held, unrenewed, for its whole lease)."""
+    async def main():
+        pool = SlowReturnPool(dsn)
+        obj = (dlock.aio.Lock(pool, name, lease=30, cancel=None) if kind == "lock"
+               else dlock.aio.Election(pool, name, lease=30, cancel=None))
+        task = asyncio.create_task(obj.acquire() if kind == "lock" else obj.campaign())
+        await asyncio.wait_for(pool.returning.wait(), 30)
+        task.cancel()
+        pool.resume.set()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+    asyncio.run(main())
+    left = admin.execute("SELECT holder FROM dlock.locks WHERE resource = %s AND NOT expired",
+                         (name,)).fetchall()
+    assert left == [], "granted, cancelled, and left held"
+
+
+class FlakyConn:
+    """A connection whose Nth statement fails as a cut connection would."""
+
+    def __init__(self, conn, fail_at):
+        self.conn, self.n, self.fail_at = conn, 0, fail_at
+
+    def execute(self, *args, **kwargs):
+        self.n += 1
+        if self.n == self.fail_at:
+            raise psycopg.OperationalError("connection cut (test)")
+        return self.conn.execute(*args, **kwargs)
+
+    def __getattr__(self, attr):
+        return getattr(self.conn, attr)
+
+
+class FlakyPool:
+    """An autocommit pool; ``fail_at``: the statement of the next borrowed
+    connection that fails (0: none)."""
+
+    def __init__(self, dsn):
+        self.dsn, self.fail_at = dsn, 0
+
+    @contextlib.contextmanager
+    def connection(self, timeout=None):
+        fail_at, self.fail_at = self.fail_at, 0
+        with psycopg.connect(self.dsn, autocommit=True) as conn:
+            yield FlakyConn(conn, fail_at)
+
+
+def test_failed_dating_renewal_gives_back_the_grant(dsn, admin, name):
+    """A long wait is granted, and the renewal that dates it fails (the
+    connection is cut): acquire() raises, so the grant must be given back.
+    Before the fix it stayed, unrenewed, and a retried acquire() of the
+    same object re-entered it: its release() said True and the holding
+    stayed on the server for its lease."""
+    first = dlock.Lock(dsn, name, lease=30)
+    assert first.acquire()
+    pool = FlakyPool(dsn)
+    lock = dlock.Lock(pool, name, lease=LEASE, wait=30)
+    pool.fail_at = 2                        # the acquisition, then its dating renewal
+    t = threading.Timer(LEASE, first.release)   # released after a wait of LEASE/3 or more
+    t.start()
+    with pytest.raises(psycopg.OperationalError):
+        lock.acquire()
+    t.join()
+    assert admin.execute("SELECT count(*) FROM dlock.locks WHERE resource = %s AND NOT expired",
+                         (name,)).fetchone()[0] == 0, "the grant was kept, unrenewed"
+    assert lock.acquire()
+    assert lock.release()
+    assert admin.execute("SELECT count(*) FROM dlock.locks WHERE resource = %s AND NOT expired",
+                         (name,)).fetchone()[0] == 0, "released, yet still held"
+
+
+class AsyncFlakyConn(FlakyConn):
+    async def execute(self, *args, **kwargs):
+        self.n += 1
+        if self.n == self.fail_at:
+            raise psycopg.OperationalError("connection cut (test)")
+        return await self.conn.execute(*args, **kwargs)
+
+
+class AsyncFlakyPool(FlakyPool):
+    @contextlib.asynccontextmanager
+    async def connection(self, timeout=None):
+        fail_at, self.fail_at = self.fail_at, 0
+        async with await psycopg.AsyncConnection.connect(self.dsn, autocommit=True) as conn:
+            yield AsyncFlakyConn(conn, fail_at)
+
+
+def test_aio_failed_dating_renewal_gives_back_the_grant(dsn, admin, name):
+    first = dlock.Lock(dsn, name, lease=30)
+    assert first.acquire()
+
+    async def main():
+        pool = AsyncFlakyPool(dsn)
+        lock = dlock.aio.Lock(pool, name, lease=LEASE, wait=30, cancel=None)
+        pool.fail_at = 2
+        t = threading.Timer(LEASE, first.release)
+        t.start()
+        with pytest.raises(psycopg.OperationalError):
+            await lock.acquire()
+        t.join()
+        assert admin.execute("SELECT count(*) FROM dlock.locks WHERE resource = %s"
+                             " AND NOT expired", (name,)).fetchone()[0] == 0, \
+            "the grant was kept, unrenewed"
+        assert await lock.acquire()
+        assert await lock.release()
+        assert admin.execute("SELECT count(*) FROM dlock.locks WHERE resource = %s"
+                             " AND NOT expired", (name,)).fetchone()[0] == 0, \
+            "released, yet still held"
+    asyncio.run(main())
