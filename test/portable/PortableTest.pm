@@ -46,6 +46,16 @@ sub servers {
     return @servers;
 }
 
+# sweep_servers: the servers of the long sweeps (091_settings,
+# 092_interrupts, 093_advisory_keys): Debian's and npm's oldest and newest
+# (14, 18), which bound what the majors between them do; all of them with
+# DLOCK_PORTABLE_SWEEP_ALL=1, those named with DLOCK_PORTABLE_MAJORS.
+sub sweep_servers {
+    my @all = servers();
+    return @all if $ENV{DLOCK_PORTABLE_SWEEP_ALL} || ($ENV{DLOCK_PORTABLE_MAJORS} // '') =~ /\S/;
+    return grep { $_->[0] =~ /^Debian / || $_->[0] eq 'npm 14' || $_->[0] eq 'npm 18' } @all;
+}
+
 # start_server LABEL BINDIR PREFIX: a cluster (fsync off, 40 connections),
 # the roles, database app owned by dbo, the schema installed by dbo (a test
 # of its own); sets $label and $sock; returns (its directory, a superuser
