@@ -1,3 +1,4 @@
+-- Promises: P6
 -- errors: every bad input raises 22023 naming the argument and changes
 -- nothing.
 \set VERBOSITY default

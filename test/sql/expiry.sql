@@ -1,3 +1,4 @@
+-- Promises: P2 P5
 -- expiry: expired leases are free at once (lazy expiry), reap() removes
 -- them, and an expired lease is never revived.
 \pset null '(null)'

@@ -1,3 +1,4 @@
+-- Promises: P4 P6 P7
 -- Fair queues and lock-delay (0.2): the SQL surface, in one session.
 -- Client-side tickets (try_lock(..., fair => true)) and every bad input;
 -- in-server waiters are in test/t/032_fair.pl.

@@ -1,3 +1,4 @@
+-- Promises: P7 P8
 -- Fair queues, lock-delay and elections (0.2): defects found in review,
 -- one section each, in one session (races are in
 -- test/isolation/specs/fair_review.spec,

@@ -1,3 +1,4 @@
+-- Promises: P2 P6 P11
 -- multi: several resources at once, 0.5: try_lock_all and lock_all take
 -- every resource or none; each is an ordinary holding afterwards.
 \pset null '(null)'

@@ -1,3 +1,4 @@
+-- Promises: P4 P6
 -- roles: holdings belong to the holder text and the role that took them;
 -- ordinary roles need no grants; the table and sequence are closed.
 \pset null '(null)'

@@ -1,3 +1,4 @@
+-- Promises: none
 -- rows: the direct row access of rows.c keeps dlock.leases as the SQL
 -- statements did: every index a superuser adds is maintained (expression
 -- and partial ones too) and every CHECK constraint is checked.

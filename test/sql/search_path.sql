@@ -1,3 +1,4 @@
+-- Promises: P4
 -- search_path: objects planted on the caller's search_path, ahead of
 -- pg_catalog, must not change what any dlock function does.
 \pset null '(null)'

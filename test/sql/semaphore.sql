@@ -1,3 +1,4 @@
+-- Promises: P6 P10
 -- semaphore: counting semaphores with leased permits, 0.5: at most
 -- max_permits permits held at once, each holding leased, renewed and
 -- fenced on its own; a holder acquiring again adds permits; unlock returns

@@ -1,3 +1,4 @@
+-- Promises: P4 P6 P9
 -- shared: shared (read-write) locks, 0.4: any number of shared holders,
 -- each with its own fence, or one exclusive holder; downgrade, upgrade
 -- when the only holder, writers keep new readers out.

@@ -1,3 +1,4 @@
+-- Promises: none
 -- dlock.stats() counts what commits (issue 33): acquisitions, re-entries,
 -- releases and renewals of a statement that fails, of a transaction rolled
 -- back or of a subtransaction rolled back count nothing.

@@ -1,3 +1,4 @@
+-- Promises: P12
 -- xact: acquisitions inside transaction blocks and transaction-scoped
 -- locks.
 \pset null '(null)'

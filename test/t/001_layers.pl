@@ -6,6 +6,7 @@
 # layers, and a lower file never calls back up (what must happen when a
 # transaction ends is registered with xact.c as hooks instead).  Needs no
 # server.
+# Promises: none
 
 use strict;
 use warnings;

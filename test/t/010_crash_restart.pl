@@ -7,6 +7,7 @@
 # ones it hands out.  An acquisition in a transaction that never committed
 # leaves nothing behind.  The crash is "pg_ctl stop -m immediate" with a long
 # wal_writer_delay, so anything not explicitly flushed is really lost.
+# Promises: P1 P3 P12
 
 use strict;
 use warnings;

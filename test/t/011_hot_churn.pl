@@ -8,6 +8,7 @@
 # the churn also inserts; the table never holds more than a row a
 # resource.  The churned table still dumps and restores: the holdings come back
 # as they were, and the next fence is above every restored one.
+# Promises: P1
 
 use strict;
 use warnings;

@@ -4,6 +4,7 @@
 # removes expired leases and sends their "expired" events; it comes back
 # after a crash restart caused by its own kill -9; and dlock.reap_interval
 # is reloaded on SIGHUP.
+# Promises: P5 P13
 
 use strict;
 use warnings;

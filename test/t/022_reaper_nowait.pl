@@ -24,6 +24,7 @@
 # Every call that used to hang runs with a statement_timeout: it must
 # return, with the right result, and the test says so rather than timing
 # it.
+# Promises: P5 P7
 
 use strict;
 use warnings;

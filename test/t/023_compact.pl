@@ -35,6 +35,7 @@
 #      of their own with 2 ms pauses) while rounds (dlock.reap() in a loop,
 #      dlock.compact_threshold = 0) rewrite the table again and again: every try_lock of a free resource succeeds, every unlock
 #      finds its holding, and fences keep increasing.
+# Promises: P1 P2 P5 P7
 
 use strict;
 use warnings;

@@ -30,6 +30,7 @@
 # that returned survives an immediate stop.
 #
 # Env: DLOCK_GUC_SEED (the order of the settings; printed).
+# Promises: P1 P2 P3 P4 P5 P6 P10
 
 use strict;
 use warnings;

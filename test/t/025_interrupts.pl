@@ -14,6 +14,7 @@
 #      normal settings, is served at once.
 #   2. pg_cancel_backend and pg_terminate_backend of each kind of wait: the
 #      same, and once the holder releases, the next caller gets it at once.
+# Promises: P5
 
 use strict;
 use warnings;

@@ -14,6 +14,7 @@
 #      calls that never wait answer at once, the waits end by their own
 #      limits, and reap() returns: every call runs under statement_timeout,
 #      so a wait for that role would show as 57014.
+# Promises: P5
 
 use strict;
 use warnings;

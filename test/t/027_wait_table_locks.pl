@@ -6,6 +6,7 @@
 # once a resource); a lock the transaction held before it called stays
 # held; DROP and CREATE EXTENSION during a wait never hand out a fence
 # that an earlier one passes.
+# Promises: P1 P5
 
 use strict;
 use warnings;

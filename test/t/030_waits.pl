@@ -6,6 +6,7 @@
 # no herd, no timeouts); a waiter whose holder's lease runs out takes over at
 # expiry without the reaper; try_lock never waits behind another session's
 # open transaction; and a blocked lock() burns no CPU.
+# Promises: P5
 
 use strict;
 use warnings;

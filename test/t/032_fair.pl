@@ -10,6 +10,7 @@
 # plus the delay and a sleeping waiter takes it right after; a clean unlock
 # frees at once.  The order is checked again without shared_preload_libraries
 # (waits poll).
+# Promises: P7
 
 use strict;
 use warnings;

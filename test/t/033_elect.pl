@@ -28,6 +28,7 @@
 #   Usage errors exit 64 and leave nothing on the server.
 #
 # Env: DLOCK_CLI (default $TESTDIR/cli/dlock, else cli/dlock).
+# Promises: P8 P13 P15
 use strict;
 use warnings;
 

@@ -19,6 +19,7 @@
 # overlap, the queue is empty at the end (queue order is 032's and fair.sql's: here a candidate slow to
 # campaign again after it resigned rightly loses its turn).  Measured (diag, never asserted: CPU is shared): how many
 # handoffs took longer than 500 ms, and the slowest.
+# Promises: P7 P8
 use strict;
 use warnings;
 

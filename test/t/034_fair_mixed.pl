@@ -11,6 +11,7 @@
 # asynchronously through DBD::Pg, and the order in which they return is
 # what is checked (the first to return holds a long lease, so the other
 # cannot return before it is released).
+# Promises: P7
 use strict;
 use warnings;
 

@@ -30,6 +30,7 @@
 #    listener gets it once the release commits); a stuck release of 18
 #    channels nobody listens on holds up none of their LISTENs, and each
 #    listener gets its event.
+# Promises: P5 P13
 
 use strict;
 use warnings;

@@ -20,6 +20,7 @@
 #
 # A lock-delay the transaction's own release left is a wait that only time
 # ends: lock() waits it out and takes the resource, as it would outside.
+# Promises: P5 P12
 
 use strict;
 use warnings;

@@ -6,6 +6,7 @@
 #    (dlock.stats().wakeups), and the writer then has it;
 #  - a reader that waited behind the writer gets it when the writer
 #    releases; readers that share do not wait for each other.
+# Promises: P5 P9
 
 use strict;
 use warnings;

@@ -23,6 +23,7 @@
 #    hold; reader statements never wait (statement_timeout makes a wait an
 #    error).
 # No timing assertions: a wait shows as a statement_timeout error (57014).
+# Promises: P2 P5 P9
 
 use strict;
 use warnings;

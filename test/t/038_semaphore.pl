@@ -13,6 +13,7 @@
 #  - fair waiters are served in the order they came;
 #  - renew extends a holding of permits on its own, and check accepts its
 #    fence until it is released.
+# Promises: P5 P7 P10
 
 use strict;
 use warnings;

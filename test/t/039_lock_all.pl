@@ -11,6 +11,7 @@
 #  - clients taking the same resources in crossing orders in a loop all
 #    get them, one at a time (a unique row marks who is inside), never a
 #    deadlock (40P01) nor a timeout.
+# Promises: P2 P5 P11
 
 use strict;
 use warnings;

@@ -17,6 +17,7 @@
 #  - a shared try_lock_all is not held off by another reader's acquisition
 #    in an open transaction (as a shared try_lock is not), but an exclusive
 #    one is.
+# Promises: P6 P9 P11
 
 use strict;
 use warnings;

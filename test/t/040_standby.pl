@@ -6,6 +6,7 @@
 # primary dies, and the standby is promoted: its reaper starts reaping and
 # every fence it hands out is above every fence of the old primary, including
 # those the standby never saw: the new timeline starts a new fence epoch.
+# Promises: P1 P6 P14
 
 use strict;
 use warnings;

@@ -10,6 +10,7 @@
 # of returning: before the fix they returned at once, because dlock raised
 # the C variable without the assign hook that sets the standby wait mode.
 # When the standby is back they return, with a fence.
+# Promises: P3 P14
 
 use strict;
 use warnings;

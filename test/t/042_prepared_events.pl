@@ -14,6 +14,7 @@
 # clear 0A000 until ALTER EXTENSION dlock UPDATE.  With
 # default_transaction_read_only = on in the database, rounds still deliver
 # (issue 33, defect 16).
+# Promises: P12 P13
 
 use strict;
 use warnings;

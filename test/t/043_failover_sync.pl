@@ -18,6 +18,7 @@
 #      stays exclusive until it expires with its lease; then another holder
 #      takes it with a higher fence.
 # With the standby down an acquisition waits for it: 041_sync_standby.pl.
+# Promises: P1 P3 P14
 
 use strict;
 use warnings;

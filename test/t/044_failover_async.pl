@@ -13,6 +13,7 @@
 #     and its COMMAND is killed (exit 76).
 # (A standby whose replay is merely paused is not enough to lose anything:
 # promotion replays the WAL it has received before it ends recovery.)
+# Promises: P1 P14 P15
 
 use strict;
 use warnings;

@@ -12,6 +12,7 @@
 #   2. preloaded, the setting off: the same holding is not refreshed, and
 #      its renewal past the old expiry gets NULL.
 #   3. not preloaded: nothing refreshes either (as the README says).
+# Promises: P3 P14
 
 use strict;
 use warnings;

@@ -15,6 +15,7 @@
 #   3. C -> D with the promotion 6 s after the kill: a "dlock run" with a
 #      3 s lease cannot renew in time; its own clock ends the lease and
 #      COMMAND is killed (exit 76); on D the resource is free.
+# Promises: P1 P14 P15
 
 use strict;
 use warnings;

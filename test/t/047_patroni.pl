@@ -19,6 +19,7 @@
 # COMMANDs never overlapped, their fences increased, and the ones running
 # at a kill either kept their lock (COMMAND completed, exit 0) or lost it
 # cleanly (COMMAND killed, exit 76); no other exit status.
+# Promises: P1 P2 P3 P14 P15
 
 use strict;
 use warnings;

@@ -10,6 +10,7 @@
 # NULL, and the next acquisition gets a fence above xact_lock's.  (0.2:
 # the refresh extended it to promotion time + lease: check(r, F1) was true
 # again and the current fence went back to F1.)
+# Promises: P1 P14
 
 use strict;
 use warnings;

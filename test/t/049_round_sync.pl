@@ -16,6 +16,7 @@
 # worker reaps in "postgres"), so nothing purges behind the test's back.
 # reap() runs with a statement_timeout: it must return, with the right
 # count, and the test says so rather than timing it.
+# Promises: P5 P7 P13
 
 use strict;
 use warnings;

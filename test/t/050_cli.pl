@@ -16,6 +16,7 @@
 # lease expiry wakeups.
 #
 # Env: DLOCK_CLI (default $TESTDIR/cli/dlock, else cli/dlock).
+# Promises: P1 P2 P15
 use strict;
 use warnings;
 

@@ -9,6 +9,7 @@
 # /usr/sbin/pgbouncer is not installed.
 #
 # Env: DLOCK_CLI (default $TESTDIR/cli/dlock, else cli/dlock).
+# Promises: P1 P2 P15
 use strict;
 use warnings;
 

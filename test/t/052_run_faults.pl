@@ -27,6 +27,7 @@
 #
 # Env: DLOCK_CLI (default $TESTDIR/cli/dlock, else cli/dlock),
 # DLOCK_FAULT_SEED.
+# Promises: P2 P15
 use strict;
 use warnings;
 

@@ -13,6 +13,7 @@
 # others until expiry + delay, and a waiting "dlock lock" takes it then; a
 # clean release frees at once.  Usage errors exit 64, a delay over 1 h is
 # refused by the server (exit 69), and --fair is refused for MySQL URLs.
+# Promises: P7 P15
 use strict;
 use warnings;
 

@@ -10,6 +10,7 @@
 # run kept out by them.
 #
 # Env: DLOCK_CLI (default $TESTDIR/cli/dlock, else cli/dlock).
+# Promises: P9 P10 P15
 use strict;
 use warnings;
 

@@ -9,6 +9,7 @@
 # one of them (exit 76), usage errors (a resource named twice, --fair).
 #
 # Env: DLOCK_CLI (default $TESTDIR/cli/dlock, else cli/dlock).
+# Promises: P11 P15
 use strict;
 use warnings;
 

@@ -8,6 +8,7 @@
 # expire.  An LD_PRELOAD shim (test/shim/wd_reset.c, built here) makes
 # the race certain: it delays the watchdog's WD_EXITED past a few
 # renewals, and has the CLI read it only after the watchdog exited.
+# Promises: P15
 use strict;
 use warnings;
 

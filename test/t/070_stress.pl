@@ -13,6 +13,7 @@
 # checker's verdict on the terms is asserted, and a run with --no-fence
 # shows that the checker does catch writes under a stale term.  The binary is
 # $DLOCK_STRESS, else test/stress/dlock_stress in this repository.
+# Promises: P1 P2 P7 P8
 
 use strict;
 use warnings;

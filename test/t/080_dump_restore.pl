@@ -7,6 +7,7 @@
 # starts a new epoch (the clock, in the high bits), so every fence is above
 # every fence of the old cluster, including those handed out after the
 # dump was taken.  test/t/081_fence_epoch.pl covers the other forks.
+# Promises: P1
 
 use strict;
 use warnings;

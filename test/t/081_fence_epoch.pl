@@ -9,6 +9,7 @@
 # crash restart and a sequence whose epoch is ahead of the clock (a clock
 # stepped back) keep increasing too, and the new library runs under the
 # 0.1 SQL and keeps increasing across ALTER EXTENSION dlock UPDATE.
+# Promises: P1 P17
 
 use strict;
 use warnings;

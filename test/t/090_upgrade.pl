@@ -4,6 +4,7 @@
 # EXTENSION dlock UPDATE); update step by step to the newest; every holding
 # and the fences are intact, the next fence is higher, and the schema is the
 # one a fresh install of the newest version makes.
+# Promises: P1 P7 P8 P17
 
 use strict;
 use warnings;

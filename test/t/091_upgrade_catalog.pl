@@ -11,6 +11,7 @@
 # comments, grants), ignoring only OIDs, relfilenodes, frozen xids and
 # sequence values; and every member of the extension has a COMMENT.
 # (test/t/090_upgrade.pl is the shorter walk that also times each update.)
+# Promises: P1 P17
 
 use strict;
 use warnings;

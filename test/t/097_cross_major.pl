@@ -8,6 +8,7 @@
 # Needs the older major installed beside this one, with dlock built for it:
 # DLOCK_OLD_PG_MAJOR names it (test/in-root.sh --old-pg 15 sets it up in a
 # Debian 13 or forky root, as CI does).  Skipped without it.
+# Promises: P1 P17
 
 use strict;
 use warnings;

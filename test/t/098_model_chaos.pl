@@ -16,6 +16,7 @@
 # The seed is printed (diag) and DLOCK_MODEL_SEED=N replays its choices.
 # After the run, the checker is shown to fire: the run's logs, altered to
 # break each new rule in turn, must be flagged.  Needs DBD::Pg.
+# Promises: P1 P2 P3 P4 P5 P12
 
 use strict;
 use warnings;

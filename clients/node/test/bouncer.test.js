@@ -2,6 +2,7 @@
 // Through pgbouncer in transaction pooling: locks are renewed and released
 // by holder on whatever server connection each statement gets; the
 // observer notices the pooler and polls.
+// Promises: P8 P16
 const { test, after } = require('node:test');
 const assert = require('node:assert/strict');
 const dlock = require('..');

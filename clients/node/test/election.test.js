@@ -1,6 +1,7 @@
 'use strict';
 // Elections: two candidates in campaign order, proclaim, resign, an
 // observer following every change, and a leadership lost to break_lock.
+// Promises: P8 P16
 const { test, after } = require('node:test');
 const assert = require('node:assert/strict');
 const dlock = require('..');

@@ -4,6 +4,7 @@
 // refuses a connection) still leads, or knows at once that it does not; a
 // release() that fails leaves a lock that is not renewed: its signal is
 // aborted before its lease ends, it does not look released.
+// Promises: P8 P16
 const { test, after } = require('node:test');
 const assert = require('node:assert/strict');
 const dlock = require('..');

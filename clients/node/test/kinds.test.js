@@ -5,6 +5,7 @@
 // all or nothing, loss of one holding is the loss of the whole, errors
 // with their SQLSTATE, on both editions.  Where the server has neither
 // (the C extension's 0.4 SQL): 0A000 and nothing taken.
+// Promises: P6 P10 P11 P16
 const { test, after } = require('node:test');
 const assert = require('node:assert/strict');
 const dlock = require('..');

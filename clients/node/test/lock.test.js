@@ -1,6 +1,7 @@
 'use strict';
 // Locks: the happy path, waits, fences, assertFence, bad input, and lease
 // loss (broken by an administrator; renewals impossible) on a real server.
+// Promises: P1 P2 P6 P9 P16
 const { test, after } = require('node:test');
 const assert = require('node:assert/strict');
 const dlock = require('..');

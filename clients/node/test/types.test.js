@@ -2,6 +2,7 @@
 // index.d.ts: a typical program type-checks (tsc --noEmit, strict), and
 // misuses do not.  Needs typescript, @types/node and @types/pg beside pg
 // (DLOCK_NODE_MODULES, the cache the test run installed them in).
+// Promises: none
 const { test } = require('node:test');
 const assert = require('node:assert/strict');
 const fs = require('node:fs');

@@ -4,6 +4,7 @@
 // grants it: such a holding is not lost, its renewals keep it, its fence
 // checks.  The safety side: renewals impossible (the pool exhausted, the
 // connection cut), loss is signalled before the lease ends on the server.
+// Promises: P16
 const { test, after } = require('node:test');
 const assert = require('node:assert/strict');
 const dlock = require('..');

@@ -1,3 +1,4 @@
+# Promises: P1 P6 P8 P9 P16
 """dlock.aio against a real server (asyncio.run in each test)."""
 
 import asyncio

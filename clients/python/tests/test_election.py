@@ -1,3 +1,4 @@
+# Promises: P6 P8 P16
 """dlock.Election and dlock.observe against a real server."""
 
 import queue

@@ -1,3 +1,4 @@
+# Promises: P8 P16
 """A call that fails while something is held (review of issue 33's client
 fixes): the holding is still renewed, or its loss is signalled before
 its lease ends on the server, never left unrenewed and looking held; a

@@ -1,3 +1,4 @@
+# Promises: P16
 """A process that forks while it holds (issue 33, 19): the holding is the
 parent's.  The child leaving the block, or calling release(), sends
 nothing to the server and leaves the parent's connection alone; the

@@ -1,3 +1,4 @@
+# Promises: P5 P16
 """Interrupted calls (issue 33): release() on an unresponsive server ends
 after its timeout (sync and asyncio); a cancelled dlock.aio acquire()
 cancels its statement in the server, which then grants nothing."""

@@ -1,3 +1,4 @@
+# Promises: P6 P10 P11 P16
 """dlock.Semaphore and dlock.MultiLock (sync and asyncio) against a real
 server: the C extension's SQL 0.5 (try_acquire/acquire, lock_all) and the
 portable edition 0.4; under the C extension's SQL 0.4 they raise

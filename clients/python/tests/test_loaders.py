@@ -1,3 +1,4 @@
+# Promises: P16
 """Loaders the application registered globally (psycopg.adapters) for
 int8 and timestamptz (issue 33, class tests): fences (above 2^53) stay
 exact, renewals keep the holding, assert_fence accepts it, release finds

@@ -1,3 +1,4 @@
+# Promises: P1 P2 P4 P6 P9 P16
 """dlock.Lock against a real server (DLOCK_TEST_DSN)."""
 
 import contextlib

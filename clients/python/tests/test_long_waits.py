@@ -1,3 +1,4 @@
+# Promises: P16
 """Waits longer than the lease (issue 33, 17): behind a holder, or for a
 free connection of an exhausted pool.  The lease starts when the server
 grants it, not when the call was sent: such a holding is not declared

@@ -1,3 +1,4 @@
+# Promises: P9 P16
 """dlock's tooz driver beyond tooz's own suite (020_tooz.t runs that): the
 calling conventions of every tooz version Debian ships, and shared locks."""
 

@@ -8,6 +8,7 @@
 # into a venv once, as a user would (pip install --no-build-isolation).
 # One TAP line per Python test and edition.  Then a client holds a lock
 # across a server restart.  DLOCK_PYTEST_ARGS adds pytest arguments.
+# Promises: P16
 use strict;
 use warnings;
 

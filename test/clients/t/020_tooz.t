@@ -4,6 +4,7 @@
 # throwaway cluster with dlock preloaded.  One TAP line per tooz test;
 # tooz's skips (tooz.NotImplemented) show as skips with their reason.
 # Skipped as a whole when python3-tooz or its tests are not installed.
+# Promises: P8 P9 P16
 use strict;
 use warnings;
 

@@ -13,6 +13,7 @@
 #
 # Env: DLOCK_NODE (default: node on PATH), DLOCK_NODE_MODULES,
 # DLOCK_NODE_TESTS (test files to run instead of all).
+# Promises: P16
 use strict;
 use warnings;
 

@@ -3,6 +3,7 @@
 # renew, check/assert, unlock_all, break, lock() waiting and timing out,
 # defaults, limits, expiry without revival, the clock at the call (not
 # NOW()), transaction-scoped locks against leases and the event reaping.
+# Promises: P1 P2 P5 P12
 use strict;
 use warnings;
 use FindBin;

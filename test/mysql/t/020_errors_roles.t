@@ -3,6 +3,7 @@
 # servers and transactions refuse changes with 25006; rights between two
 # users (alice, bob) and an administrator; the tables are closed to users;
 # binary logging: the install refuses what would not work.
+# Promises: P4 P6
 use strict;
 use warnings;
 use FindBin;

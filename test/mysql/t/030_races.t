@@ -2,6 +2,7 @@
 # the contenders released together from a pipe: two connections for a new
 # resource, for an expired lease, renew against reap, and a stale unlock
 # after a takeover and re-acquisition (ABA).
+# Promises: P2 P4 P5
 use strict;
 use warnings;
 use FindBin;

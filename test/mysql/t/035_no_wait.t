@@ -18,6 +18,7 @@
 # expired lease (its unlock_all passes by, and its renew from an old
 # snapshot returns NULL).  The caller's
 # innodb_snapshot_isolation survives every call.
+# Promises: P4 P5
 use strict;
 use warnings;
 use FindBin;

@@ -15,6 +15,7 @@
 # Transactions now and then stay open longer than the bound, so that a call
 # waiting behind one shows.
 # DLOCK_MY_RANDOM_SECONDS sets the length (default 15).
+# Promises: P5
 use strict;
 use warnings;
 use FindBin;

@@ -20,6 +20,7 @@
 #    renewed the resource's holding: 40P01 at once, not a wait for itself.
 # Statements run with max_statement_time = 5 and the server with
 # innodb_lock_wait_timeout = 20: a call that waits shows as an error.
+# Promises: P2 P5 P12
 use strict;
 use warnings;
 use FindBin;

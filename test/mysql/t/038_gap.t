@@ -22,6 +22,7 @@
 #      row: new resources on either side of it.
 # Statements run with max_statement_time = 5 and the server with
 # innodb_lock_wait_timeout = 20: a call that waits shows as an error.
+# Promises: P5
 use strict;
 use warnings;
 use FindBin;

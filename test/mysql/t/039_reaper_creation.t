@@ -24,6 +24,7 @@
 #      the snapshot: exactly this resource, so it locks the row without
 #      waiting (NULL while another transaction has it), or more, so it gets
 #      error 1020 at once, its transaction rolled back.
+# Promises: P5
 use strict;
 use warnings;
 use FindBin;

@@ -2,6 +2,7 @@
 # restart every acknowledged acquisition and renewal is there, and the next
 # fence is above every fence handed out before the crash (the AUTO_INCREMENT
 # counter is persistent; the fences table itself is empty).  Twice.
+# Promises: P1 P3
 use strict;
 use warnings;
 use FindBin;

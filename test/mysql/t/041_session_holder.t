@@ -5,6 +5,7 @@
 # re-entered the dead connection's live lease.  Here the server starts just
 # after a multiple of 5 s past a multiple of 10 s (where that rounding goes
 # up), crashes, and starts again a few seconds later: in the same window.
+# Promises: P2
 use strict;
 use warnings;
 use FindBin;

@@ -15,6 +15,7 @@
 # wait.  This test replays that history and checks, by the server's
 # counters, that no call waited while requests were queued, and that the
 # counter of waits does count a real one (a plain FOR UPDATE).
+# Promises: P5
 use strict;
 use warnings;
 use FindBin;

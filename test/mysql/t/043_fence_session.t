@@ -5,6 +5,7 @@
 # every fence after it is above every fence before, no two are equal, every
 # later acquisition of every user works (no error 167), and a fence stays
 # near the real clock ((ms since 2020-01-01 UTC) << 22), not the session's.
+# Promises: P1
 use strict;
 use warnings;
 use FindBin;

@@ -4,6 +4,7 @@
 # holding of the same holder text (42501, NULL or 0, and her holding
 # unchanged).  Holder and resource texts that differ in case, accents or
 # trailing spaces are other holders and other resources.
+# Promises: P4
 use strict;
 use warnings;
 use utf8;

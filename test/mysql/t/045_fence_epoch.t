@@ -6,6 +6,7 @@
 # DATABASE, then mysql/dlock.sql again).  Each time the next fence must be
 # above every fence handed out before.  And fences follow the clock:
 # (milliseconds since 2020-01-01 UTC) << 22.
+# Promises: P1
 use strict;
 use warnings;
 use FindBin;

@@ -9,6 +9,7 @@
 # new holder renews and releases at once, while the stale transaction is
 # still open.  The new holder's session has innodb_lock_wait_timeout = 1:
 # a wait shows as error 1205.
+# Promises: P4 P5
 use strict;
 use warnings;
 use FindBin;

@@ -12,6 +12,7 @@
 # gets NULL at once.  In the next transaction the marker counts for
 # nothing: the lease is taken, with a greater fence.  (SET timestamp, which
 # the fence draw reads, has its own test with the draw.)
+# Promises: P5 P12
 use strict;
 use warnings;
 use FindBin;

@@ -8,6 +8,7 @@
 # keeps every name she sees.  Nobody's call waits (each runs under
 # max_statement_time = 5) or fails, and dlock takes no named lock at all.
 # Seeded: DLOCK_SEED=N.
+# Promises: P5
 use strict;
 use warnings;
 use FindBin;

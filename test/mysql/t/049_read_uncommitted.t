@@ -4,6 +4,7 @@
 # transaction), never sees her fence as current, and assert_fence never
 # pins it.  Committed holdings are seen in every isolation level, and
 # check_fence never waits.
+# Promises: P2 P12
 use strict;
 use warnings;
 use FindBin;

@@ -6,6 +6,7 @@
 # others (SIGSTOP) past their lease; workers also oversleep it now and then.  Zero lost
 # increments (the counter equals the number of committed writes) and fences
 # strictly increasing in write order.
+# Promises: P1 P2
 use strict;
 use warnings;
 use FindBin;

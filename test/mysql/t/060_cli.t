@@ -1,6 +1,7 @@
 # 060_cli.t: the dlock command line against MariaDB (-d mysql://...):
 # exit codes, `dlock run` mutual exclusion, renewal, kill on loss, linger,
 # and the one-shot subcommands.
+# Promises: P2 P15
 use strict;
 use warnings;
 use FindBin;

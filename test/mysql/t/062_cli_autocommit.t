@@ -5,6 +5,7 @@
 # opened and never committed: `dlock try` printed a fence and exited 0,
 # the disconnect rolled the acquisition back, and another holder got the
 # resource at once.  It now turns autocommit on for its connection.
+# Promises: P2 P15
 use strict;
 use warnings;
 use FindBin;

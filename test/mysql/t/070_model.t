@@ -24,6 +24,7 @@
 # The seed is printed (diag); DLOCK_MODEL_SEED=N replays its choices (the
 # interleaving differs).  DLOCK_MODEL_SECONDS (default 30) sets the run's
 # length; DLOCK_KEEP=1 keeps the server's directory and the logs.
+# Promises: P1 P2 P4 P5 P12
 use strict;
 use warnings;
 use FindBin;

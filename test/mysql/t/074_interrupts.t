@@ -8,6 +8,7 @@
 # session acquires at once (max_statement_time = 5) a fence above every
 # fence handed out before, and what the call left is a whole holding or
 # none.  Seeded: DLOCK_SEED=N.
+# Promises: P1 P5
 use strict;
 use warnings;
 use FindBin;

@@ -13,6 +13,7 @@
 # variable), her own calls answer as documented, or with a clear error
 # (a SQLSTATE), after which nothing is held: once her connection is gone
 # every resource she touched is acquired at once.  Seeded: DLOCK_SEED=N.
+# Promises: P1 P2 P4 P5
 use strict;
 use warnings;
 use FindBin;

@@ -17,6 +17,7 @@
 # expired (taken on the old primary with its event scheduler off) are
 # reaped by the event on the new primary.  Fences drawn there are above
 # every fence the old primary handed out.
+# Promises: P1 P14
 use strict;
 use warnings;
 use FindBin;

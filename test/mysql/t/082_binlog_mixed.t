@@ -10,6 +10,7 @@
 # now refuses any format but ROW, and every routine refuses (55000, before
 # it reads anything) a session that logs in another format (an
 # administrator may change the global format after the install).
+# Promises: P5
 use strict;
 use warnings;
 use FindBin;

@@ -10,6 +10,7 @@
 # Now the view reads through a function, whose reads are consistent
 # (none in a SERIALIZABLE transaction: refused, 0A000), 1000 holdings a
 # batch.
+# Promises: P5
 use strict;
 use warnings;
 use FindBin;

@@ -14,6 +14,7 @@
 #
 # DLOCK_PORTABLE_MAJORS="14 18" picks majors (default: all found);
 # DLOCK_PORTABLE_REQUIRE="debian 14 15 16 17 18" fails for any missing.
+# Promises: P1 P2 P3 P4 P5 P6 P12 P13 P14
 use strict;
 use warnings;
 use DBI;

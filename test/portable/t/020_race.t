@@ -10,6 +10,7 @@
 # an error but 55P03 (a lease that ran out before its write).
 #
 # DLOCK_PORTABLE_MAJORS as for 010_core.t; DLOCK_RACE_ROUNDS per worker (300).
+# Promises: P1 P2
 use strict;
 use warnings;
 use DBI;

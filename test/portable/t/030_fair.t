@@ -11,6 +11,7 @@
 # writes (never stale, every waiter served).
 #
 # DLOCK_PORTABLE_MAJORS as for 010_core.t.
+# Promises: P7 P17
 use strict;
 use warnings;
 use DBI;

@@ -12,6 +12,7 @@
 # never hold together.
 #
 # DLOCK_PORTABLE_MAJORS as for 010_core.t.
+# Promises: P5 P9 P10 P11
 use strict;
 use warnings;
 use DBI;

@@ -9,6 +9,7 @@
 # writes under their terms.
 #
 # DLOCK_PORTABLE_MAJORS as for 010_core.t.
+# Promises: P8 P13
 use strict;
 use warnings;
 use DBI;

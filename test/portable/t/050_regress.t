@@ -15,6 +15,7 @@
 # in /tmp was another user's after a run as root).
 #
 # DLOCK_PORTABLE_MAJORS as for 010_core.t.
+# Promises: P1 P2 P4 P5 P6 P7 P8 P9 P10 P11 P12
 use strict;
 use warnings;
 use File::Temp qw(tempdir);

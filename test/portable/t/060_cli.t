@@ -22,6 +22,7 @@
 # calls on every major: this runs on Debian's server and on the oldest and
 # newest npm majors (14, 18), or on those DLOCK_PORTABLE_MAJORS names (as
 # for 010_core.t).
+# Promises: P15
 use strict;
 use warnings;
 use DBI;

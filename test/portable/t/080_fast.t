@@ -19,6 +19,7 @@
 # call of _attempt, counted by track_functions).
 #
 # DLOCK_PORTABLE_MAJORS as for 010_core.t.
+# Promises: P1 P2 P3 P4 P5 P7 P13
 use strict;
 use warnings;
 use DBI;

@@ -5,6 +5,7 @@
 # holder's fair try_lock behind its own withdraw (11b), lock_delay with
 # shared (15), and a re-run keeping the DBA's grants.  Every call that
 # could hang runs under statement_timeout: 57014 is the failure.
+# Promises: P5 P17
 use strict;
 use warnings;
 use Test::More;

@@ -16,6 +16,7 @@
 # open transaction, no holding, no ticket, and a normal caller is served
 # at once.  A setting that makes a call fail with a clear error passes
 # when that holds.  Seeded (DLOCK_SEED): the order of the settings.
+# Promises: P1 P2 P3 P4 P5 P6
 use strict;
 use warnings;
 use Test::More;

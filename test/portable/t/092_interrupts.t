@@ -13,6 +13,7 @@
 # role with no rights on dlock, holds one of dlock's advisory keys (the
 # interrupted wait of issue 33's defect 10).  Seeded (DLOCK_SEED): the
 # cancel delays.
+# Promises: P5
 use strict;
 use warnings;
 use Test::More;

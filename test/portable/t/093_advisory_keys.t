@@ -13,6 +13,7 @@
 # mallory holds the writer-waits mark, which a new reader tries); a wait
 # gives up at its wait, and the callers' sessions are left holding no
 # advisory lock.
+# Promises: P5
 use strict;
 use warnings;
 use Test::More;

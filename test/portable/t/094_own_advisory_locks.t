@@ -7,6 +7,7 @@
 # out on a held resource, or is served at once on a free one.  After each
 # call the session still holds every one of its own locks (issue 33's
 # _let_go gave back what pg_locks showed, also locks the wait never took).
+# Promises: P5
 use strict;
 use warnings;
 use Test::More;

@@ -7,6 +7,7 @@
 # dlock.portable, wrote a LOG line and moved the epoch on by one, several
 # times slower.)  Fences stay strictly increasing through the restart,
 # the commit of alice's record and a re-installation.
+# Promises: P1 P5
 use strict;
 use warnings;
 use Test::More;
