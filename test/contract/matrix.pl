@@ -1,0 +1,261 @@
+#!/usr/bin/perl
+# matrix.pl: the promise matrix, docs/testing.md, from CONTRACT.md's
+# table (each promise's status per edition) and the test files' header
+# lines ("# Promises: P1 P2", "-- Promises: ..." in SQL, "// ..." in JS).
+#
+#   perl test/contract/matrix.pl           print docs/testing.md as it should be
+#   perl test/contract/matrix.pl --write   write it
+#   perl test/contract/matrix.pl --check   exit 1 and say why when the
+#                                          contract, the headers or the file disagree
+#
+# A test file's editions follow from its path (@KINDS below).
+# test/docs/010_contract.t runs the same checks.  Only Perl's core modules.
+package Matrix;
+
+use strict;
+use warnings;
+use File::Basename qw(dirname);
+use File::Spec;
+
+our @EDITIONS = ('C', 'portable', 'MySQL');
+our %STATUS = map { $_ => 1 } ('holds', 'holds with limits', 'not offered');
+
+# [glob, editions, what runs it]; the first matching glob decides.
+our @KINDS = (
+	[ 'test/t/*.pl', ['C'], 'TAP, `bash test/run-tests.sh tap`' ],
+	[ 'test/sql/*.sql', ['C'], 'pg_regress, part `regress` (and `test/portable/t/050_regress.t`)' ],
+	[ 'test/isolation/specs/*.spec', ['C'], 'isolationtester, part `isolation`' ],
+	[ 'test/portable/t/*.t', ['portable'], 'TAP, part `portable`' ],
+	[ 'test/mysql/t/*.t', ['MySQL'], 'TAP, part `mysql`' ],
+	[ 'test/clients/t/020_tooz.t', ['C'], 'TAP, part `clients` (the C extension only)' ],
+	[ 'test/clients/t/*.t', ['C', 'portable'], 'TAP, part `clients`' ],
+	[ 'clients/python/tests/test_*.py', ['C', 'portable'], 'pytest, run by `test/clients/t/010_python.t`' ],
+	[ 'clients/node/test/*.test.js', ['C', 'portable'], 'node:test, run by `test/clients/t/030_node.t`' ],
+);
+our $HEADER = qr{^\s*(?:#|--|//)\s*Promises:(.*)$};
+our $LINES = 60;    # the header line must be among a file's first lines
+
+sub slurp
+{
+	my ($path) = @_;
+	open(my $fh, '<', $path) or die "$path: $!\n";
+	local $/;
+	my $t = <$fh>;
+	close $fh;
+	return $t;
+}
+
+# contract(root): the promises of CONTRACT.md, in order:
+# [{id, title, status => {edition => status}}], and problems found.
+sub contract
+{
+	my ($root) = @_;
+	my (@promises, @problems, %seen);
+	for my $line (split /\n/, slurp("$root/CONTRACT.md"))
+	{
+		next unless $line =~ /^\|\s*(P\d+)\s*\|/;
+		my @cell = map { s/^\s+|\s+$//gr } split /\|/, $line;
+		shift @cell;
+		my ($id, $title, @status) = @cell;
+		push @problems, "CONTRACT.md: $id listed twice" if $seen{$id}++;
+		push @problems, "CONTRACT.md: $id needs a status for each of @EDITIONS"
+		  unless @status == @EDITIONS;
+		my %st;
+		for my $i (0 .. $#EDITIONS)
+		{
+			my $s = $status[$i] // '';
+			push @problems, "CONTRACT.md: $id, $EDITIONS[$i]: unknown status '$s'"
+			  unless $STATUS{$s};
+			$st{ $EDITIONS[$i] } = $s;
+		}
+		push @promises, { id => $id, title => $title, status => \%st };
+	}
+	push @problems, "CONTRACT.md: no promise table" unless @promises;
+	return (\@promises, \@problems);
+}
+
+# tests(root, known ids): [{path, editions, runner, ids}] and problems:
+# a file with no header line, with two, or naming an unknown ID.
+sub tests
+{
+	my ($root, $known) = @_;
+	my (@tests, @problems, %taken);
+	for my $kind (@KINDS)
+	{
+		my ($pattern, $editions, $runner) = @$kind;
+		for my $full (sort glob("$root/$pattern"))
+		{
+			my $path = File::Spec->abs2rel($full, $root);
+			next if $taken{$path}++;
+			my @lines = (split /\n/, slurp($full), $LINES + 1)[0 .. $LINES - 1];
+			my @headers = grep { defined && /$HEADER/ } @lines;
+			if (@headers != 1)
+			{
+				push @problems,
+				  @headers
+				  ? "$path: more than one Promises: line"
+				  : "$path: no Promises: line among its first $LINES lines "
+				  . "(add one, e.g. '# Promises: P1 P2', or 'none')";
+				next;
+			}
+			my ($list) = $headers[0] =~ $HEADER;
+			my @ids = split ' ', $list;
+			if (@ids == 1 && $ids[0] eq 'none')
+			{
+				@ids = ();
+			}
+			else
+			{
+				for my $id (@ids)
+				{
+					push @problems, "$path: unknown promise ID '$id' (CONTRACT.md has none such)"
+					  unless $known->{$id};
+				}
+				push @problems, "$path: empty Promises: line (write 'none')" unless @ids;
+			}
+			push @tests,
+			  { path => $path, editions => $editions, runner => $runner, ids => \@ids };
+		}
+	}
+	return (\@tests, \@problems);
+}
+
+# load(root): everything the matrix needs, and every problem found:
+# contract, headers, and editions claiming a promise no test of theirs names.
+sub load
+{
+	my ($root) = @_;
+	my ($promises, $p1) = contract($root);
+	my %known = map { $_->{id} => 1 } @$promises;
+	my ($tests, $p2) = tests($root, \%known);
+	my %by;    # id -> edition -> [paths]
+	for my $t (@$tests)
+	{
+		for my $id (@{ $t->{ids} })
+		{
+			push @{ $by{$id}{$_} }, $t->{path} for @{ $t->{editions} };
+		}
+	}
+	my @unchecked;
+	for my $p (@$promises)
+	{
+		for my $e (@EDITIONS)
+		{
+			next if $p->{status}{$e} eq 'not offered' || !$STATUS{ $p->{status}{$e} };
+			push @unchecked,
+			  "$p->{id} ($p->{title}): the $e edition claims '$p->{status}{$e}', "
+			  . "but no test file of that edition names $p->{id}"
+			  unless $by{ $p->{id} }{$e};
+		}
+	}
+	return {
+		promises => $promises,
+		tests => $tests,
+		by => \%by,
+		problems => { contract => $p1, headers => $p2, unchecked => \@unchecked },
+	};
+}
+
+# render(data): docs/testing.md.
+sub render
+{
+	my ($d) = @_;
+	my @o;
+	push @o, "# Testing: the promise matrix", "",
+	  "<!-- Generated by test/contract/matrix.pl from CONTRACT.md and the test",
+	  "files' Promises: lines. Do not edit: run `perl test/contract/matrix.pl --write`. -->",
+	  "",
+	  "For each promise of [CONTRACT.md](../CONTRACT.md) and each edition: its",
+	  "status there, and the test files that check it. A test file names the",
+	  "promises it checks in one header line near its top: `# Promises: P1 P2`",
+	  "(`-- Promises:` in SQL, `// Promises:` in JavaScript; `none` when it",
+	  "checks no promise). `prove test/docs/010_contract.t` fails when an",
+	  "edition claims a promise that no test of that edition names, when a",
+	  "header names an unknown ID, and when this file is not what the script",
+	  "writes.", "",
+	  "`bash test/run-tests.sh` runs them all. Which edition a test checks",
+	  "follows from its path:", "",
+	  "| test files | editions | run by |", "|---|---|---|";
+	for my $k (@KINDS)
+	{
+		my ($pattern, $editions, $runner) = @$k;
+		push @o, "| `$pattern` | " . join(', ', @$editions) . " | $runner |";
+	}
+	push @o, "",
+	  "The client libraries' tests run against the C extension and again",
+	  "against the portable edition, so they count for both. The drivers",
+	  "under `test/model/` and `test/stress/` are run by the test files that",
+	  "name them (`095_model.pl`, `098_model_chaos.pl`, `070_stress.pl`, the",
+	  "MySQL and portable `070_model.t`); those files carry the header.", "",
+	  "## Summary", "",
+	  "| ID | promise | " . join(' | ', @EDITIONS) . " |",
+	  "|---|---|" . ('---|' x @EDITIONS);
+	for my $p (@{ $d->{promises} })
+	{
+		my @cells;
+		for my $e (@EDITIONS)
+		{
+			my $n = scalar @{ $d->{by}{ $p->{id} }{$e} // [] };
+			my $s = $p->{status}{$e};
+			push @cells, $s eq 'not offered' ? $s : "$s ($n " . ($n == 1 ? 'file' : 'files') . ')';
+		}
+		push @o, "| $p->{id} | $p->{title} | " . join(' | ', @cells) . " |";
+	}
+	for my $p (@{ $d->{promises} })
+	{
+		push @o, "", "## $p->{id}. $p->{title}";
+		for my $e (@EDITIONS)
+		{
+			my $s = $p->{status}{$e};
+			my @files = @{ $d->{by}{ $p->{id} }{$e} // [] };
+			push @o, "", "$e: $s.";
+			push @o, "", map { "- `$_`" } @files if @files;
+		}
+	}
+	my @none = map { $_->{path} } grep { !@{ $_->{ids} } } @{ $d->{tests} };
+	push @o, "", "## Test files that check no promise", "",
+	  "They check the code's structure, statistics or robustness beyond the",
+	  "contract.", "", map { "- `$_`" } @none;
+	return join("\n", @o) . "\n";
+}
+
+sub root { return File::Spec->rel2abs(dirname(__FILE__) . '/../..') }
+
+sub main
+{
+	my $mode = shift @ARGV // '';
+	my $root = root();
+	my $d = load($root);
+	my $text = render($d);
+	if ($mode eq '--write')
+	{
+		my $path = "$root/docs/testing.md";
+		mkdir "$root/docs";
+		open(my $fh, '>', $path) or die "$path: $!\n";
+		print $fh $text;
+		close $fh;
+	}
+	elsif ($mode eq '--check')
+	{
+		my @p = map { @{ $d->{problems}{$_} } } qw(contract headers unchecked);
+		my $file = "$root/docs/testing.md";
+		push @p, "docs/testing.md is not what test/contract/matrix.pl writes "
+		  . "(run: perl test/contract/matrix.pl --write)"
+		  unless -f $file && slurp($file) eq $text;
+		print STDERR "$_\n" for @p;
+		return @p ? 1 : 0;
+	}
+	elsif ($mode eq '')
+	{
+		print $text;
+	}
+	else
+	{
+		print STDERR "usage: $0 [--write | --check]\n";
+		return 2;
+	}
+	return 0;
+}
+
+exit(main()) unless caller;
+1;
