@@ -1,4 +1,4 @@
--- Promises: P1 P2
+-- Promises: P1 P2 P4 P5
 -- api: the lease functions on the happy path and their edge cases.
 -- Fences are compared, not printed: their values depend on the epoch.
 \pset null '(null)'

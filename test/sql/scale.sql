@@ -1,4 +1,4 @@
--- Promises: P5 P7
+-- Promises: P1 P7 P8 P12
 -- scale: a resource nobody holds costs no row (issue 25).  A holding's row
 -- goes when it ends, unless something still needs it; each case below
 -- would fail if the row went too early.
