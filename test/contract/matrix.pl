@@ -214,8 +214,9 @@ sub render
 	}
 	my @none = map { $_->{path} } grep { !@{ $_->{ids} } } @{ $d->{tests} };
 	push @o, "", "## Test files that check no promise", "",
-	  "They check the code's structure, statistics or robustness beyond the",
-	  "contract.", "", map { "- `$_`" } @none;
+	  "They check the code's structure, the model checker itself, the",
+	  "packages, statistics, or robustness beyond the promises.",
+	  "", map { "- `$_`" } @none;
 	return join("\n", @o) . "\n";
 }
 

@@ -5,7 +5,7 @@
 # that keeps it (another holder text, a downgrade, an upgrade, an
 # acknowledged release) is not flagged at all.  095_model.pl runs the
 # randomized workload these rules check.  Only Perl's core modules.
-# Promises: P1 P2 P9 P10 P11
+# Promises: none
 
 use strict;
 use warnings;

@@ -8,7 +8,7 @@
 # which every dlock file was removed, and the pg_regress suite runs against
 # that copy: the library and scripts under test are the packaged ones.  The
 # packaged CLI runs (dlock --version).
-# Promises: P17
+# Promises: none
 
 use strict;
 use warnings;

@@ -7,7 +7,7 @@
 # dlock.locks) kept the holder from releasing it (unlock waited, 1205), and
 # anyone from taking it over after expiry, for as long as his transaction
 # stayed open.  Only assert_fence, for the holding's own user, may pin.
-# Promises: P5
+# Promises: P4 P5
 use strict;
 use warnings;
 use FindBin;
