@@ -5,6 +5,7 @@
 # lower case, punctuation dropped, spaces to hyphens, -1, -2 for repeats).
 # Links in code blocks and code spans are not links.  No server needed:
 # `prove test/docs/030_links.t`.
+# Promises: none
 use strict;
 use warnings;
 use FindBin;

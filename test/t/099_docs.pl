@@ -8,6 +8,7 @@
 #  - every function of the extension, every dlock.* setting, view and event
 #    has its entry in docs/reference/ (the pages' titles, settings.md,
 #    views.md, events.md), and docs/reference/README.md links every page.
+# Promises: none
 
 use strict;
 use warnings;

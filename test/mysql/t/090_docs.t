@@ -5,6 +5,7 @@
 # block followed by an `output` block prints exactly that (trailing blanks
 # aside; " at line N" of error messages left out), one without it raises
 # no error.  See test/docs/DocExamples.pm.
+# Promises: none
 use strict;
 use warnings;
 use FindBin;

@@ -5,6 +5,7 @@
 # and runs the page's blocks in order in one `psql -X -q` session; a block
 # followed by an `output` block prints exactly that (trailing blanks aside),
 # one without it raises no error.  See test/docs/DocExamples.pm.
+# Promises: none
 use strict;
 use warnings;
 use FindBin;
