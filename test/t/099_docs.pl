@@ -7,7 +7,8 @@
 #    aside); a block without one raises no error;
 #  - every function of the extension, every dlock.* setting, view and event
 #    has its entry in docs/reference/ (the pages' titles, settings.md,
-#    views.md, events.md), and docs/reference/README.md links every page.
+#    views.md, events.md), each function page has the sections of a
+#    reference page, and docs/reference/README.md links every page.
 # Promises: none
 
 use strict;
@@ -77,6 +78,14 @@ for my $fn (split /\n/, $node->safe_psql('postgres', q{
         SELECT DISTINCT proname FROM pg_proc WHERE pronamespace = 'dlock'::regnamespace
            AND proname NOT LIKE '\_%' AND proname NOT LIKE 'waiters\_internal%' ORDER BY 1})) {
     ok($title{$fn}, "function $fn has a page in docs/reference/ (named in its title)");
+}
+# Every function page has the sections of a reference page.
+my @sections = ('Synopsis', 'Description', 'Return value', 'Errors', 'Notes', 'Examples', 'Editions', 'History');
+for my $f (grep { !m{/(?:settings|views|events)\.md$} } @ref) {
+    my $t = slurp($f);
+    my @missing = grep { $t !~ /^## \Q$_\E\s*$/m } @sections;
+    my ($base) = $f =~ m{([^/]+)$};
+    is("@missing", '', "$base has the sections " . join(', ', @sections));
 }
 my $index = slurp("$top/docs/reference/README.md");
 for my $f (@ref, map { "$top/docs/reference/$_" } qw(settings.md views.md events.md)) {
