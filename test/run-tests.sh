@@ -5,7 +5,10 @@
 # TAP (crash/restart, worker, reaper faults, waits, standby, synchronous
 # standby, prepared transactions, CLI and its faults, pgbouncer, pg_cron,
 # stress, dump/restore, fence epochs, the upgrade walk, the randomized
-# model-checked workload), each on throwaway clusters.
+# model-checked workload), each on throwaway clusters; and the docs' own
+# checks (test/docs: links resolve, versions agree, the contract's matrix;
+# the docs' SQL examples run in test/t/099_docs.pl, test/portable/t/096_docs.t
+# and test/mysql/t/090_docs.t).
 #
 # PostgreSQL refuses to run as root, so as root the tests run as the
 # "postgres" user on a copy of the tree.  Ends with a line
@@ -15,9 +18,9 @@
 #   bash test/run-tests.sh [PART|FILE ...]
 #
 # With arguments, only those run: PART is regress, isolation, tap, mysql,
-# portable or clients; FILE a TAP file (test/t/032_fair.pl,
+# portable, clients or docs; FILE a TAP file (test/t/032_fair.pl,
 # test/mysql/t/030_races.t, test/portable/t/010_core.t,
-# test/clients/t/010_python.t).  The
+# test/clients/t/010_python.t, test/docs/030_links.t).  The
 # PostgreSQL major is the one this Debian release ships, or $DLOCK_PG_MAJOR.
 set -euo pipefail
 
@@ -28,15 +31,16 @@ cd "$top"
 export DLOCK_TESTS="$*"
 for t in $DLOCK_TESTS; do
     case $t in
-        regress|isolation|tap|mysql|portable|clients) ;;
-        test/t/*.pl|test/mysql/t/*.t|test/portable/t/*.t|test/clients/t/*.t) [ -f "$t" ] || { echo "$0: no such test file: $t" >&2; exit 2; }
+        regress|isolation|tap|mysql|portable|clients|docs) ;;
+        test/t/*.pl|test/mysql/t/*.t|test/portable/t/*.t|test/clients/t/*.t|test/docs/*.t) [ -f "$t" ] || { echo "$0: no such test file: $t" >&2; exit 2; }
             case $t in
                 test/t/*) DLOCK_TESTS="$DLOCK_TESTS tap" ;;
                 test/mysql/*) DLOCK_TESTS="$DLOCK_TESTS mysql" ;;
                 test/clients/*) DLOCK_TESTS="$DLOCK_TESTS clients" ;;
+                test/docs/*) DLOCK_TESTS="$DLOCK_TESTS docs" ;;
                 *) DLOCK_TESTS="$DLOCK_TESTS portable" ;;
             esac ;;
-        *) echo "$0: unknown part or test file: $t (regress, isolation, tap, mysql, portable, clients, test/t/*.pl, test/mysql/t/*.t, test/portable/t/*.t, test/clients/t/*.t)" >&2; exit 2 ;;
+        *) echo "$0: unknown part or test file: $t (regress, isolation, tap, mysql, portable, clients, docs, test/t/*.pl, test/mysql/t/*.t, test/portable/t/*.t, test/clients/t/*.t, test/docs/*.t)" >&2; exit 2 ;;
     esac
 done
 
@@ -142,6 +146,12 @@ run_as_tester "$top" '
         suite "client libraries (test/clients/t)" clients.log prove $(tap_files test/clients/t)
         prove_counts clients.log
     fi
+    if want docs && [ -d test/docs ]; then
+        # test/docs holds modules (.pm) beside the tests: only *.t run.
+        docs_files=$(tap_files test/docs); [ "$docs_files" != "test/docs/*" ] || docs_files="test/docs/*.t"
+        suite "docs: links, versions, the contract (test/docs)" docs.log prove $docs_files
+        prove_counts docs.log
+    fi
     # A server SIGKILLed by a test (043_failover_sync) leaves its dynamic
     # shared memory segments behind: remove those that appeared during the
     # run and that no process maps any more.
@@ -153,7 +163,7 @@ run_as_tester "$top" '
     # What failed, a line each ("dlock failure: LOG: ..."), so that the tail
     # of a long run (CI shows only its end) names the failing tests.
     if [ "$failed" -gt 0 ]; then
-        for log in stress-build.log regress.log isolation.log tap.log mysql.log portable.log clients.log; do
+        for log in stress-build.log regress.log isolation.log tap.log mysql.log portable.log clients.log docs.log; do
             [ -f "$log" ] || continue
             grep -E "^[# ]*not ok|Failed tests?:|\(Wstat: |Dubious|^#   Failed test|^FAILED" "$log" |
                 head -n 20 | sed "s|^|dlock failure: $log: |"
