@@ -23,13 +23,9 @@
 
 #ifdef DLOCK_MYSQL
 
-#include <errno.h>
-#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
 #include <errmsg.h>
 #include <mysql.h>
