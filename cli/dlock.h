@@ -6,8 +6,9 @@
  * signal self-pipe, db.c wraps libpq with deadlines, acquire.c takes a
  * lock (waiting by LISTEN/NOTIFY or by polling, and resolving commits of
  * unknown outcome), run.c runs a COMMAND under a lease through the
- * watchdog process of watchdog.c, and cmds.c holds the small one-shot
- * subcommands.
+ * watchdog process of watchdog.c, over a backend (RunBackend): pg_run.c
+ * for PostgreSQL, my_lock.c for MySQL/MariaDB (my.c: its connection and
+ * one-shot subcommands), and cmds.c holds the small one-shot subcommands.
  */
 #ifndef DLOCK_CLI_H
 #define DLOCK_CLI_H
@@ -174,9 +175,47 @@ AcqStatus	acquire(Lock *lk, int64_t wait_ms);
 bool		lock_reconnect(Lock *lk, int64_t deadline, bool interruptible);
 int			release(Lock *lk, int64_t linger_ms, int64_t deadline);
 
-/* run.c */
+/*
+ * run.c: the one supervisor of "dlock run" and "dlock elect", over a
+ * backend that takes, renews and gives back the lock on one kind of
+ * server.  A renewal's verdict:
+ */
+typedef enum
+{
+	RN_WAIT,					/* sent: the answer comes on the backend's socket */
+	RN_OK,						/* renewed: the lease lasts from when it was sent */
+	RN_GONE,					/* the server says it is no longer held */
+	RN_RETRY,					/* no verdict: try again at *retry_at */
+} Renewal;
+
+typedef struct RunBackend
+{
+	bool		several;		/* several RESOURCEs at once (lock_all) */
+	bool		kinds;			/* --fair, --lock-delay, --shared, --semaphore */
+	bool		elections;		/* dlock elect */
+	/* connect and fill lk (lease, resources): -1, or the exit code */
+	int			(*open) (Lock *lk, Options *o, bool election);
+	AcqStatus	(*acquire) (Lock *lk, int64_t wait_ms);
+	/* start a renewal; *sent_at when it went; synchronous: the verdict */
+	Renewal		(*renew) (Lock *lk, int64_t *sent_at, int64_t *retry_at);
+	/* the socket to poll (with *events) while COMMAND runs; -1: none */
+	int			(*socket) (Lock *lk, bool inflight, short *events);
+	/* the socket is ready: read it; inflight: the verdict or RN_WAIT */
+	Renewal		(*collect) (Lock *lk, bool inflight, int64_t *retry_at);
+	/* before the release: the verdict of the renewal in flight, by until */
+	Renewal		(*finish) (Lock *lk, int64_t until, int64_t *retry_at);
+	/* 0 done, 1 not held, -1 failed (as release() of acquire.c) */
+	int			(*release) (Lock *lk, int64_t linger_ms, int64_t deadline);
+	void		(*tidy) (Lock *lk);	/* lease lost: unlock (resign), best effort */
+	void		(*drop) (Lock *lk); /* close the connection */
+} RunBackend;
+
+int			run_on(Options *o, const RunBackend *be);
 int			cmd_run(Options *o);
 int			cmd_elect(Options *o);
+
+/* pg_run.c: the PostgreSQL backend of the supervisor */
+extern const RunBackend pg_backend;
 
 /* watchdog.c: messages on the socket between the client and the watchdog */
 typedef enum

@@ -1,19 +1,17 @@
 /*
- * my.c - the MySQL/MariaDB backend of the dlock client.
+ * my.c - the MySQL/MariaDB backend of the dlock client: its connection
+ * and one-shot subcommands.
  *
  * When -d is a mysql:// URL, main.c hands the parsed Options to
  * my_command() and nothing else in the client knows about MySQL.  This
- * file runs the subcommands that make sense against mysql/dlock.sql: run,
- * try, lock, unlock, renew, status, reap (and --version), with the same
- * exit codes as the PostgreSQL path (main.c refuses elect and observe: no
- * elections in that schema; watch is refused here: no NOTIFY).  A
- * routine's error is printed with its SQLSTATE; lock wait timeouts and
- * deadlocks (1205, 1213) are retried as failed attempts.  It reuses util.c
- * (clocks, durations, holders, the signal self-pipe) and the watchdog of
- * watchdog.c, which stops COMMAND's tree at the deadline of the last
- * acknowledged renewal.  There is no LISTEN in MySQL: waits poll.  Every call is a blocking
- * libmariadb call bounded by connect/read/write timeouts, with parameters
- * bound through prepared statements (nothing is spliced into SQL).
+ * file runs the subcommands that make sense against mysql/dlock.sql: try,
+ * lock, unlock, renew, status, reap (and --version); run goes to the one
+ * supervisor of run.c over my_lock.c's backend.  The exit codes are the
+ * PostgreSQL path's (main.c refuses elect and observe: no elections in
+ * that schema; watch is refused here: no NOTIFY).  A routine's error is
+ * printed with its SQLSTATE.  Every call is a blocking libmariadb call
+ * bounded by connect/read/write timeouts, with parameters bound through
+ * prepared statements (nothing is spliced into SQL).
  *
  *   mysql://USER[:PASSWORD]@HOST[:PORT][/DB]
  *   mysql://USER[:PASSWORD]@localhost[/DB]?socket=/path/to/mysqld.sock
@@ -21,17 +19,13 @@
  *
  * Shared state: one connection per process, used by its only thread.
  */
-#include "dlock.h"
+#include "my.h"
 
 #ifdef DLOCK_MYSQL
 
-#include <errno.h>
-#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
 #include <errmsg.h>
 #include <mysql.h>
@@ -144,7 +138,7 @@ parse_url(const char *s)
 }
 
 /* my_close: drop the connection. */
-static void
+void
 my_close(void)
 {
 	if (my)
@@ -152,8 +146,15 @@ my_close(void)
 	my = NULL;
 }
 
+/* my_connected: is there a connection? */
+bool
+my_connected(void)
+{
+	return my != NULL;
+}
+
 /* my_open: connect, with timeouts of timeout_s seconds; false if it failed. */
-static bool
+bool
 my_open(const Options *o, unsigned timeout_s, bool quiet)
 {
 	unsigned	t = timeout_s > 0 ? timeout_s : 1;
@@ -211,6 +212,13 @@ transient_error(unsigned e)
 	return e == 1205 || e == 1213;
 }
 
+/* my_transient: my_scalar's last Q_ERROR was transient_error. */
+bool
+my_transient(void)
+{
+	return transient_error(last_errno);
+}
+
 /*
  * stmt_errno, report_stmt_error: the error of a failed statement, and its
  * message and SQLSTATE on stderr.  An error that arrives while rows are
@@ -231,19 +239,11 @@ report_stmt_error(MYSQL_STMT *st)
 		logmsg("server error: %s (SQLSTATE %s)", mysql_error(my), mysql_sqlstate(my));
 }
 
-/* Outcome of one statement. */
-typedef enum
-{
-	Q_OK,						/* out/isnull hold the first column of the first row */
-	Q_LOST,						/* the connection is gone */
-	Q_ERROR,					/* the server refused (reported) */
-} QStatus;
-
 /*
  * my_scalar: run sql with n string parameters (NULL values are SQL NULL)
  * as a prepared statement; the first column of the first row as text.
  */
-static QStatus
+QStatus
 my_scalar(const char *sql, int n, const char *const *vals, char *out, size_t outlen,
 		  bool *isnull)
 {
@@ -333,375 +333,14 @@ my_scalar(const char *sql, int n, const char *const *vals, char *out, size_t out
 	return status;
 }
 
-/* seconds: ms as the decimal seconds the SQL routines take. */
-static void
-seconds(char *buf, size_t len, int64_t ms)
+/* my_seconds: ms as the decimal seconds the SQL routines take. */
+void
+my_seconds(char *buf, size_t len, int64_t ms)
 {
 	snprintf(buf, len, "%lld.%03lld", (long long) (ms / 1000), (long long) (ms % 1000));
 }
 
-/* The lock this process takes, renews and releases. */
-typedef struct MyLock
-{
-	Lock		lk;				/* resource, holder, fence, deadline (conn unused) */
-	char		lease_s[32];
-} MyLock;
-
-/*
- * my_try: one try_lock; sets the fence and the deadline (measured from the
- * moment the call was SENT) when acquired.
- */
-static QStatus
-my_try(MyLock *m, bool *got)
-{
-	const char *v[3] = {m->lk.resource, m->lk.holder, m->lease_s};
-	bool		isnull;
-	int64_t		sent = now_ms();
-	QStatus		s = my_scalar("SELECT dlock.try_lock(?, ?, ?)", 3, v, m->lk.fence,
-							  sizeof(m->lk.fence), &isnull);
-
-	*got = s == Q_OK && !isnull;
-	if (*got)
-		m->lk.deadline = sent + m->lk.lease_ms;
-	return s;
-}
-
-/*
- * my_acquire: try until acquired, the wait runs out (75), a signal (128+N)
- * or a connection failure (69); 0 when held.
- */
-static int
-my_acquire(const Options *o, MyLock *m, int64_t wait_ms)
-{
-	int64_t		until = wait_ms < 0 ? NEVER : now_ms() + wait_ms;
-	int64_t		nap = 20;
-
-	for (;;)
-	{
-		bool		got;
-		QStatus		s;
-		struct pollfd pfd;
-		int64_t		left;
-
-		if (my == NULL && !my_open(o, 5, false))
-			return EXIT_CONN;
-		s = my_try(m, &got);
-		if (s == Q_ERROR && !transient_error(last_errno))
-			return EXIT_CONN;
-		if (s == Q_LOST && !my_open(o, 5, false))
-			return EXIT_CONN;
-		if (got)
-			return 0;
-		if (signals_term_count() > 0)
-			return 128 + signals_term_sig();
-		left = until == NEVER ? nap : until - now_ms();
-		if (left <= 0)
-			return EXIT_NOT_ACQUIRED;
-		pfd.fd = signals_fd();
-		pfd.events = POLLIN;
-		(void) poll(&pfd, 1, (int) (left < nap ? left : nap));
-		signals_drain();
-		if (signals_term_count() > 0)
-			return 128 + signals_term_sig();
-		nap = nap * 2 > 200 ? 200 : nap * 2;
-	}
-}
-
-/* my_lock_init: the lock of RESOURCE with the holder and lease of o. */
-static void
-my_lock_init(MyLock *m, const Options *o, const char *resource)
-{
-	memset(m, 0, sizeof(*m));
-	m->lk.opt = o;
-	m->lk.resource = resource;
-	if (o->holder)
-		snprintf(m->lk.holder, sizeof(m->lk.holder), "%s", o->holder);
-	else
-		make_holder(m->lk.holder, sizeof(m->lk.holder));
-	m->lk.lease_ms = o->lease_ms > 0 ? o->lease_ms : 30000;
-	seconds(m->lease_s, sizeof(m->lease_s), m->lk.lease_ms);
-}
-
-/* my_release: unlock (or, with linger, renew for linger and leave it); 1 if not held. */
-static int
-my_release(MyLock *m, int64_t linger_ms)
-{
-	char		out[64];
-	char		linger_s[32];
-	bool		isnull;
-	QStatus		s;
-
-	if (my == NULL && !my_open(m->lk.opt, 5, true))
-		return -1;
-	if (linger_ms > 0)
-	{
-		const char *v[4] = {m->lk.resource, m->lk.holder, linger_s, m->lk.fence};
-
-		seconds(linger_s, sizeof(linger_s), linger_ms);
-		s = my_scalar("SELECT dlock.renew(?, ?, ?, ?)", 4, v, out, sizeof(out), &isnull);
-	}
-	else
-	{
-		const char *v[3] = {m->lk.resource, m->lk.holder, m->lk.fence};
-
-		s = my_scalar("SELECT dlock.unlock(?, ?, ?)", 3, v, out, sizeof(out), &isnull);
-	}
-	if (s != Q_OK)
-		return -1;
-	return isnull ? 1 : 0;
-}
-
-/* my_renew: renew the held lock; 1 renewed, 0 lost (NULL), -1 no answer. */
-static int
-my_renew(MyLock *m)
-{
-	const char *v[4] = {m->lk.resource, m->lk.holder, m->lease_s, m->lk.fence};
-	char		out[64];
-	bool		isnull;
-	int64_t		sent = now_ms();
-	QStatus		s;
-
-	if (my == NULL && !my_open(m->lk.opt, (unsigned) (m->lk.lease_ms / 3000 + 1), true))
-		return -1;
-	s = my_scalar("SELECT dlock.renew(?, ?, ?, ?)", 4, v, out, sizeof(out), &isnull);
-	if (s == Q_ERROR && transient_error(last_errno))
-	{
-		logmsg("renewal failed (will retry)");
-		return -1;
-	}
-	if (s == Q_ERROR)
-		return 0;
-	if (s != Q_OK)
-		return -1;
-	if (isnull)
-		return 0;
-	m->lk.deadline = sent + m->lk.lease_ms;
-	return 1;
-}
-
-/* The state of my_run's loop. */
-typedef struct MyRun
-{
-	MyLock		m;
-	int			wd;				/* our end of the socket to the watchdog; -1 at EOF */
-	pid_t		watchdog;
-	int			status;			/* COMMAND's waitpid status, once reported */
-	bool		have_status;
-	bool		failed;			/* the watchdog could not start COMMAND */
-	bool		lost;
-	bool		exited;			/* the watchdog has exited */
-	int			forwarded;		/* terminating signals already forwarded */
-	int64_t		next_renew;
-} MyRun;
-
-/* my_lose: the lease is gone; say why once and tell the watchdog. */
-static void
-my_lose(MyRun *r, const char *why, bool tell)
-{
-	if (r->lost)
-		return;
-	r->lost = true;
-	logmsg("lease on \"%s\" (fence %s) lost: %s", r->m.lk.resource, r->m.lk.fence, why);
-	if (tell)
-		watchdog_send(r->wd, WD_LOST, 0, 0);
-}
-
-/* my_renew_due: renew now; a failed call is retried while the lease lasts. */
-static void
-my_renew_due(MyRun *r)
-{
-	int			rc = my_renew(&r->m);
-
-	if (rc == 1)
-	{
-		watchdog_send(r->wd, WD_DEADLINE, 0, r->m.lk.deadline - watchdog_margin(r->m.lk.lease_ms));
-		r->next_renew = r->m.lk.deadline - r->m.lk.lease_ms + r->m.lk.lease_ms / 3;
-	}
-	else if (rc == 0)
-		my_lose(r, "the server says it is no longer held; stopping COMMAND", true);
-	else
-		r->next_renew = now_ms() + 200;		/* retry while the lease lasts */
-}
-
-/* my_on_watchdog: read what the watchdog said; notice when it is gone. */
-static void
-my_on_watchdog(MyRun *r)
-{
-	while (r->wd >= 0)
-	{
-		WdMsg		msg;
-		int			rc = watchdog_recv(r->wd, &msg, true);
-
-		if (rc == 0)
-			break;
-		if (rc < 0)
-		{
-			close(r->wd);
-			r->wd = -1;
-			break;
-		}
-		if (msg.type == WD_EXPIRED)
-			my_lose(r, "its deadline passed (the watchdog stopped COMMAND)", false);
-		else if (msg.type == WD_EXITED)
-		{
-			r->have_status = true;
-			r->status = (int) msg.value;
-		}
-		else if (msg.type == WD_FAILED)
-			r->failed = true;
-	}
-	if (r->wd < 0 && !r->exited)
-	{
-		int			st;
-
-		waitpid(r->watchdog, &st, 0);
-		r->exited = true;
-	}
-}
-
-/*
- * my_supervise: renew every third of the lease until the watchdog has
- * exited; the deadline on the local clock is checked first.
- */
-static void
-my_supervise(MyRun *r)
-{
-	while (!r->exited)
-	{
-		struct pollfd pfd[2];
-		int64_t		now = now_ms();
-		int64_t		until = r->lost ? now + 1000 : r->next_renew;
-		int			np = 0;
-
-		if (!r->lost && now >= r->m.lk.deadline)
-			my_lose(r, "no renewal acknowledged within the lease; stopping COMMAND", true);
-		if (!r->lost && now >= r->next_renew)
-		{
-			my_renew_due(r);
-			continue;
-		}
-		if (r->wd >= 0)
-		{
-			pfd[np].fd = r->wd;
-			pfd[np++].events = POLLIN;
-		}
-		pfd[np].fd = signals_fd();
-		pfd[np++].events = POLLIN;
-		if (until > r->m.lk.deadline && !r->lost)
-			until = r->m.lk.deadline;
-		(void) poll(pfd, np, (int) (until > now ? (until - now > 1000 ? 1000 : until - now) : 0));
-		signals_drain();
-		if (signals_term_count() > r->forwarded)
-		{
-			r->forwarded = signals_term_count();
-			watchdog_send(r->wd, WD_SIGNAL, signals_term_sig(), 0);
-		}
-		if (signals_take_child())
-		{
-			int			st;
-
-			if (waitpid(r->watchdog, &st, WNOHANG) == r->watchdog)
-				r->exited = true;
-		}
-		my_on_watchdog(r);
-	}
-	if (r->wd >= 0)
-		close(r->wd);
-}
-
-/*
- * my_start: acquire and start COMMAND under the watchdog.  -1 when it
- * runs, else the exit code (nothing started, the lock given back).
- */
-static int
-my_start(Options *o, MyRun *r)
-{
-	sigset_t	old;
-	int			rc;
-
-	if (!my_open(o, 5, false))
-		return EXIT_CONN;
-	rc = my_acquire(o, &r->m, o->wait_ms);
-	if (rc == EXIT_NOT_ACQUIRED)
-		logmsg("\"%s\" not acquired in time", r->m.lk.resource);
-	if (rc != 0)
-	{
-		my_close();
-		return rc;
-	}
-	vlog(o, "acquired \"%s\" as %s with fence %s", r->m.lk.resource, r->m.lk.holder, r->m.lk.fence);
-
-	signals_block_term(&old);
-	if (signals_term_count() > 0)
-	{
-		signals_restore(&old);
-		my_release(&r->m, 0);
-		my_close();
-		return 128 + signals_term_sig();
-	}
-	r->watchdog = watchdog_start(&r->m.lk, o->command, false,
-								 r->m.lk.deadline - watchdog_margin(r->m.lk.lease_ms), &r->wd);
-	signals_restore(&old);
-	if (r->watchdog < 0)
-	{
-		my_release(&r->m, 0);
-		my_close();
-		return EXIT_CONN;
-	}
-	r->next_renew = r->m.lk.deadline - r->m.lk.lease_ms + r->m.lk.lease_ms / 3;
-	return -1;
-}
-
-/*
- * my_run: acquire, start COMMAND under the watchdog, renew every third of
- * the lease until the watchdog says COMMAND's tree is gone, release.
- */
-static int
-my_run(Options *o)
-{
-	MyRun		r;
-	int			rc;
-
-	if (!o->dashdash)
-		return usage_error("run: missing \"--\" before COMMAND "
-						   "(usage: dlock run [OPTIONS] RESOURCE -- COMMAND [ARGS])");
-	if (o->npos != 1)
-		return usage_error("run: expected exactly one RESOURCE before \"--\"");
-	if (o->command[0] == NULL)
-		return usage_error("run: missing COMMAND after \"--\"");
-	signals_install();
-	memset(&r, 0, sizeof(r));
-	r.wd = -1;
-	my_lock_init(&r.m, o, o->pos[0]);
-	if ((rc = my_start(o, &r)) >= 0)
-		return rc;
-	my_supervise(&r);
-	if (!r.have_status)
-	{
-		if (!r.failed)
-		{
-			logmsg("the watchdog process died: \"%s\" is left to expire", r.m.lk.resource);
-			my_close();
-			return EXIT_LEASE_LOST;
-		}
-		my_release(&r.m, 0);
-		my_close();
-		return EXIT_CONN;
-	}
-	if (r.lost)
-	{
-		my_release(&r.m, 0);		/* best effort */
-		my_close();
-		return EXIT_LEASE_LOST;
-	}
-	if (my_release(&r.m, r.forwarded ? 0 : o->linger_ms) == 1)
-		logmsg("warning: \"%s\" was no longer held by %s when COMMAND ended",
-			   r.m.lk.resource, r.m.lk.holder);
-	my_close();
-	return exit_status(r.status);
-}
-
-/* my_print_rows: run a query with one parameter and print its rows. */
+/* my_status: "status [PREFIX]": the rows of dlock.locks whose resource starts with it. */
 static int
 my_status(const Options *o)
 {
@@ -813,7 +452,7 @@ my_unlock_renew(const Options *o, bool renew)
 	if (renew)
 	{
 		if (o->lease_ms > 0)
-			seconds(lease_s, sizeof(lease_s), o->lease_ms);
+			my_seconds(lease_s, sizeof(lease_s), o->lease_ms);
 		v[2] = o->lease_ms > 0 ? lease_s : NULL;
 		v[3] = o->fence;
 		s = my_scalar("SELECT dlock.renew(?, ?, ?, ?)", 4, v, out, sizeof(out), &isnull);
@@ -840,22 +479,22 @@ my_unlock_renew(const Options *o, bool renew)
 static int
 my_try_cmd(const Options *o, bool wait)
 {
-	MyLock		m;
+	Lock		lk;
 	int			rc;
 
 	if (o->npos != 1)
 		return usage_error("%s: expected exactly one RESOURCE", wait ? "lock" : "try");
 	signals_install();
-	my_lock_init(&m, o, o->pos[0]);
+	my_lock_init(&lk, o, o->pos[0]);
 	if (!my_open(o, 10, false))
 		return EXIT_CONN;
-	rc = my_acquire(o, &m, wait ? o->wait_ms : 0);
+	rc = my_acquire(&lk, wait ? o->wait_ms : 0);
 	my_close();
 	if (rc == 0)
 	{
-		printf("%s\n", m.lk.fence);
+		printf("%s\n", lk.fence);
 		if (o->holder == NULL)
-			logmsg("held by generated holder \"%s\" (use --holder to choose one)", m.lk.holder);
+			logmsg("held by generated holder \"%s\" (use --holder to choose one)", lk.holder);
 	}
 	else if (rc == EXIT_NOT_ACQUIRED)
 		logmsg(wait ? "\"%s\" not acquired in time" : "\"%s\" is held by another holder",
@@ -893,7 +532,7 @@ my_command(Options *o)
 	if (o->subcommand == NULL || strcmp(o->subcommand, "version") == 0)
 		return my_version(o);
 	if (strcmp(o->subcommand, "run") == 0)
-		return my_run(o);
+		return run_on(o, &my_backend);
 	if (strcmp(o->subcommand, "try") == 0)
 		return my_try_cmd(o, false);
 	if (strcmp(o->subcommand, "lock") == 0)

@@ -1,21 +1,21 @@
 /*
  * run.c - "dlock run": hold a lease lock while COMMAND runs; and "dlock
- * elect": the same while this process leads an election.
+ * elect": the same while this process leads an election.  One supervisor
+ * for every server: what differs is a RunBackend (pg_run.c, my_lock.c).
  *
- * Before acquiring (acquire.c) it forks the watchdog (watchdog.c); once
- * the acquisition committed it tells the watchdog to go, which starts
- * COMMAND in its own process group and stops COMMAND's whole
- * process tree when the lease's deadline passes, when this process dies
- * or when told so; then this process runs one event loop until the
- * watchdog reports that COMMAND and every process it left are gone.  The
- * loop:
+ * Before acquiring it forks the watchdog (watchdog.c); once the
+ * acquisition committed it tells the watchdog to go, which starts
+ * COMMAND in its own process group and stops COMMAND's whole process
+ * tree when the lease's deadline passes, when this process dies or when
+ * told so; then this process runs one event loop until the watchdog
+ * reports that COMMAND and every process it left are gone.  The loop:
  *   - first compares the monotonic clock with the lease deadline (the
  *     time the last acknowledged renewal was SENT plus the lease), so that
  *     after SIGSTOP/SIGCONT or network silence the lease is declared lost
  *     before anything else is trusted;
- *   - renews every third of the lease, asynchronously, reconnecting and
- *     retrying failed renewals while the lease lasts, and gives the
- *     watchdog each new deadline (less watchdog_margin());
+ *   - renews every third of the lease, retrying failed renewals while
+ *     the lease lasts, and gives the watchdog each new deadline (less
+ *     watchdog_margin());
  *   - on a lost lease tells the watchdog, which sends the tree SIGTERM,
  *     then SIGKILL after --grace;
  *   - forwards SIGINT/SIGTERM/SIGHUP to COMMAND through the watchdog
@@ -41,6 +41,7 @@ typedef struct Run
 {
 	Lock	   *lk;
 	const Options *opt;
+	const RunBackend *be;
 	pid_t		watchdog;		/* the watchdog process */
 	int			wd;				/* our end of the socket to it; -1 at EOF */
 	pid_t		command;		/* COMMAND's pid once the watchdog said it */
@@ -55,8 +56,6 @@ typedef struct Run
 	bool		inflight;		/* a renewal is on the wire */
 	int64_t		sent_at;		/* when it was sent */
 	int64_t		next_renew;		/* when to send the next one */
-	int64_t		next_connect;	/* earliest next reconnection attempt */
-	int64_t		backoff;		/* reconnection pause */
 } Run;
 
 /*
@@ -135,71 +134,21 @@ take_terminal_back(void)
 }
 
 /*
- * send_renewal: put renew(resource, holder, lease, fence) on the wire
- * without waiting; reconnect first if needed (bounded by the lease).
+ * judge: act on a renewal's verdict.  Renewed: the local deadline
+ * extends to sent_at + lease (the server renewed no earlier than it was
+ * sent), and the next renewal is due a third of the lease later.
  */
 static void
-send_renewal(Run *rs, int64_t now)
+judge(Run *rs, Renewal v, int64_t retry_at)
 {
 	Lock	   *lk = rs->lk;
-	const char *params[4] = {lk->param, lk->holder, lk->lease_text, lk->fence};
 
-	if (lk->conn == NULL)
-	{
-		int64_t		d = now + lk->lease_ms / 3;
-
-		if (now < rs->next_connect)
-			return;
-		if (d > lk->deadline)
-			d = lk->deadline;
-		if (!lock_reconnect(lk, d, true))
-		{
-			rs->next_connect = now_ms() + jitter(rs->backoff);
-			if (rs->backoff < 2000)
-				rs->backoff *= 2;
-			return;
-		}
-		rs->backoff = 100;
-		vlog(rs->opt, "reconnected");
-	}
-	rs->sent_at = now_ms();
-	if (!db_send(lk->conn, lk->nresources > 1 ? LOCK_ALL_RENEW
-				 : "SELECT dlock.renew($1, $2, $3::interval, $4::bigint)",
-				 4, params))
-	{
-		vlog(rs->opt, "renewal could not be sent: %s", PQerrorMessage(lk->conn));
-		db_drop(&lk->conn);
+	if (v == RN_WAIT)
 		return;
-	}
-	rs->inflight = true;
-}
-
-/*
- * renewal_result: handle the answer to a renewal sent at rs->sent_at.
- * A timestamp extends the local deadline to sent_at + lease (the server
- * renewed no earlier than we sent); NULL means the lease is gone; an SQL
- * error is retried shortly while the lease lasts.
- */
-static void
-renewal_result(Run *rs, PGresult *r)
-{
-	Lock	   *lk = rs->lk;
-	int64_t		now = now_ms();
-
 	rs->inflight = false;
-	if (PQstatus(lk->conn) == CONNECTION_BAD ||
-		(!db_result_ok(r) && db_error_is_connection(r)))
-	{
-		vlog(rs->opt, "connection lost during renewal, reconnecting");
-		db_drop(&lk->conn);
-		rs->next_renew = now;
-	}
-	else if (!db_result_ok(r) || PQntuples(r) != 1)
-	{
-		db_report("renewal failed (will retry)", lk->conn, r);
-		rs->next_renew = now + (lk->lease_ms / 10 < 1000 ? lk->lease_ms / 10 : 1000);
-	}
-	else if (PQgetisnull(r, 0, 0))
+	if (v == RN_RETRY)
+		rs->next_renew = retry_at;
+	else if (v == RN_GONE)
 		lose(rs, "the server says it is no longer held (expired or broken)");
 	else
 	{
@@ -209,49 +158,22 @@ renewal_result(Run *rs, PGresult *r)
 			send_deadline(rs);
 		}
 		rs->next_renew = rs->sent_at + lk->lease_ms / 3;
-		vlog(rs->opt, "renewed until %s", PQgetvalue(r, 0, 0));
 	}
-	if (r)
-		PQclear(r);
 }
 
-/*
- * on_socket: the server sent something: read it, drop stray
- * notifications, and finish a renewal whose answer is complete.
- */
+/* renew: start a renewal (a synchronous backend judges it at once). */
 static void
-on_socket(Run *rs)
+renew(Run *rs)
 {
-	Lock	   *lk = rs->lk;
-	PGresult   *r = NULL;
+	int64_t		retry_at = 0;
+	int64_t		sent_at = rs->sent_at;
+	Renewal		v = rs->be->renew(rs->lk, &sent_at, &retry_at);
 
-	if (!rs->inflight)
-	{
-		if (!PQconsumeInput(lk->conn))
-		{
-			vlog(rs->opt, "connection lost: %s", PQerrorMessage(lk->conn));
-			db_drop(&lk->conn);
-		}
-		else
-			db_drain_notifies(lk->conn, NULL, false);
-		return;
-	}
-	switch (db_collect(lk->conn, &r))
-	{
-		case DB_OK:
-			renewal_result(rs, r);
-			break;
-		case DB_LOST:
-			rs->inflight = false;
-			vlog(rs->opt, "connection lost during renewal: %s", db_lost_reason());
-			db_drop(&lk->conn);
-			rs->next_renew = now_ms();
-			break;
-		default:
-			break;
-	}
-	if (lk->conn)
-		db_drain_notifies(lk->conn, NULL, false);
+	rs->sent_at = sent_at;
+	if (v == RN_WAIT)
+		rs->inflight = true;
+	else
+		judge(rs, v, retry_at);
 }
 
 /* min64: the smaller of two times. */
@@ -322,8 +244,12 @@ loop(Run *rs)
 		}
 
 		/* 4. The server's answers (only after the clock was checked). */
-		if (sock_ready && lk->conn)
-			on_socket(rs);
+		if (sock_ready)
+		{
+			int64_t		retry_at = 0;
+
+			judge(rs, rs->be->collect(lk, rs->inflight, &retry_at), retry_at);
+		}
 		sock_ready = false;
 
 		/* 5. Renew; give up on a renewal stuck for a third of the lease. */
@@ -333,11 +259,11 @@ loop(Run *rs)
 			{
 				vlog(rs->opt, "renewal unanswered for too long, reconnecting");
 				rs->inflight = false;
-				db_drop(&lk->conn);
+				rs->be->drop(lk);
 				rs->next_renew = now;
 			}
 			if (!rs->inflight && now_ms() >= rs->next_renew)
-				send_renewal(rs, now_ms());
+				renew(rs);
 		}
 
 		/* 6. Sleep until something is due. */
@@ -347,11 +273,8 @@ loop(Run *rs)
 		{
 			if (rs->inflight)
 				wake = min64(wake, rs->sent_at + lk->lease_ms / 3 + 200);
-			else if (lk->conn)
-				wake = min64(wake, rs->next_renew);
 			else
-				wake = min64(wake, rs->next_connect > rs->next_renew
-							 ? rs->next_connect : rs->next_renew);
+				wake = min64(wake, rs->next_renew);
 		}
 		pfd[n].fd = signals_fd();
 		pfd[n].events = POLLIN;
@@ -362,13 +285,9 @@ loop(Run *rs)
 			pfd[n].events = POLLIN;
 			pfd[n++].revents = 0;
 		}
-		if (lk->conn)
+		if ((pfd[n].fd = rs->be->socket(lk, rs->inflight, &pfd[n].events)) >= 0)
 		{
 			sock = n;
-			pfd[n].fd = PQsocket(lk->conn);
-			pfd[n].events = POLLIN;
-			if (rs->inflight && PQflush(lk->conn) == 1)
-				pfd[n].events |= POLLOUT;
 			pfd[n++].revents = 0;
 		}
 		if (poll(pfd, n, wake == NEVER ? 1000
@@ -433,66 +352,37 @@ drop_watchdog(Run *rs)
 static void
 finish_renewal(Run *rs)
 {
-	Lock	   *lk = rs->lk;
-	int64_t		until = min64(lk->deadline, now_ms() + 5000);
+	int64_t		retry_at = 0;
 
-	while (rs->inflight && lk->conn)
-	{
-		PGresult   *r = NULL;
-		DbStatus	st = db_collect(lk->conn, &r);
-
-		if (st == DB_OK)
-		{
-			renewal_result(rs, r);
-			return;
-		}
-		if (st == DB_LOST || db_wait(lk->conn, until, false) != DB_OK)
-			break;
-	}
+	if (!rs->inflight)
+		return;
+	judge(rs, rs->be->finish(rs->lk, min64(rs->lk->deadline, now_ms() + 5000), &retry_at),
+		  retry_at);
 	rs->inflight = false;
-	if (lk->conn && PQtransactionStatus(lk->conn) != PQTRANS_IDLE)
-		db_drop(&lk->conn);
 }
 
 /*
- * default_lease: the server's dlock.default_lease in milliseconds, so
- * that "run" without --lease behaves like the SQL functions without a
- * lease; 30 s if it cannot be read.  The client must know the lease to
- * schedule renewals and its own deadline, so it always sends it.
+ * run_on: dlock run [--lease D] [--wait D] [--holder H] [--linger D]
+ * [--grace D] [--poll] RESOURCE... -- COMMAND [ARGS] over the backend be.
+ * Several RESOURCEs are taken together, all or nothing (try_lock_all,
+ * acquire.c), where the backend can.
  */
-static int64_t
-default_lease(PGconn **connp)
-{
-	PGresult   *r;
-	int64_t		ms = 0;
-
-	if (db_exec(connp, "SELECT (extract(epoch FROM "
-				"current_setting('dlock.default_lease', true)::interval) * 1000)::bigint",
-				0, NULL, now_ms() + 30000, false, &r) != DB_OK)
-		return 30000;
-	if (db_result_ok(r) && PQntuples(r) == 1 && !PQgetisnull(r, 0, 0))
-		ms = strtoll(PQgetvalue(r, 0, 0), NULL, 10);
-	PQclear(r);
-	return ms > 0 ? ms : 30000;
-}
-
-/*
- * cmd_run: dlock run [--lease D] [--wait D] [--holder H] [--linger D]
- * [--grace D] [--poll] RESOURCE... -- COMMAND [ARGS].  Several RESOURCEs
- * are taken together, all or nothing (try_lock_all, acquire.c).
- */
-static int run_holding(Options *o, bool election);
+static int run_holding(Options *o, const RunBackend *be, bool election);
 
 int
-cmd_run(Options *o)
+run_on(Options *o, const RunBackend *be)
 {
 	if (!o->dashdash)
 		return usage_error("run: missing \"--\" before COMMAND "
 						   "(usage: dlock run [OPTIONS] RESOURCE -- COMMAND [ARGS])");
-	if (o->npos < 1)
-		return usage_error("run: expected a RESOURCE before \"--\"");
+	if (o->npos < 1 || (o->npos > 1 && !be->several))
+		return usage_error(be->several ? "run: expected a RESOURCE before \"--\""
+						   : "run: expected exactly one RESOURCE before \"--\"");
 	if (o->npos > MAX_RUN_RESOURCES)
 		return usage_error("run: at most %d RESOURCEs at once", MAX_RUN_RESOURCES);
+	if (!be->kinds && (o->fair || o->lock_delay_ms >= 0 || o->shared || o->max_permits > 0))
+		return usage_error("run: --fair, --lock-delay, --shared and --semaphore are not "
+						   "available with this server");
 	if (o->npos > 1 && (o->fair || o->lock_delay_ms >= 0 || o->shared || o->max_permits > 0))
 		return usage_error("run: --fair, --lock-delay, --shared and --semaphore take one RESOURCE");
 	for (int i = 1; i < o->npos; i++)
@@ -501,14 +391,21 @@ cmd_run(Options *o)
 				return usage_error("run: RESOURCE \"%s\" is named twice", o->pos[i]);
 	if (o->command[0] == NULL)
 		return usage_error("run: missing COMMAND after \"--\"");
-	return run_holding(o, false);
+	return run_holding(o, be, false);
+}
+
+/* cmd_run: "dlock run" on PostgreSQL. */
+int
+cmd_run(Options *o)
+{
+	return run_on(o, &pg_backend);
 }
 
 /*
  * cmd_elect: "dlock elect [--lease D] [--wait D] [--holder H] [--grace D]
  * [--poll] [--fair] ELECTION VALUE -- COMMAND [ARGS]": run COMMAND while
  * this process leads ELECTION (campaign, always fair; renewals as run's;
- * resign when COMMAND exits).
+ * resign when COMMAND exits).  PostgreSQL only.
  */
 int
 cmd_elect(Options *o)
@@ -522,7 +419,7 @@ cmd_elect(Options *o)
 		return usage_error("elect: VALUE must be at most 4000 bytes");
 	if (o->command[0] == NULL)
 		return usage_error("elect: missing COMMAND after \"--\"");
-	return run_holding(o, true);
+	return run_holding(o, &pg_backend, true);
 }
 
 /*
@@ -533,26 +430,27 @@ cmd_elect(Options *o)
 static int
 start_command(const Options *o, Lock *lk, Run *rs, bool *tty)
 {
+	const RunBackend *be = rs->be;
 	sigset_t	old;
 
-	switch (acquire(lk, o->wait_ms))
+	switch (be->acquire(lk, o->wait_ms))
 	{
 		case ACQ_OK:
 			break;
 		case ACQ_TIMEOUT:
 			drop_watchdog(rs);
 			logmsg("\"%s\" not acquired in time", lk->resource);
-			db_drop(&lk->conn);
+			be->drop(lk);
 			return EXIT_NOT_ACQUIRED;
 		case ACQ_SIGNAL:
 			drop_watchdog(rs);
 			vlog(o, "interrupted while waiting");
-			db_drop(&lk->conn);
+			be->drop(lk);
 			return 128 + signals_term_sig();
 		case ACQ_CONN:
 		case ACQ_ERROR:
 			drop_watchdog(rs);
-			db_drop(&lk->conn);
+			be->drop(lk);
 			return EXIT_CONN;
 	}
 	vlog(o, "acquired \"%s\" as %s with fence %s", lk->resource, lk->holder, lk->fence);
@@ -563,8 +461,8 @@ start_command(const Options *o, Lock *lk, Run *rs, bool *tty)
 	{
 		signals_restore(&old);
 		drop_watchdog(rs);
-		release(lk, 0, lk->deadline);
-		db_drop(&lk->conn);
+		be->release(lk, 0, lk->deadline);
+		be->drop(lk);
 		return 128 + signals_term_sig();
 	}
 	rs->next_renew = lk->deadline - lk->lease_ms + lk->lease_ms / 3;
@@ -575,8 +473,8 @@ start_command(const Options *o, Lock *lk, Run *rs, bool *tty)
 		signals_restore(&old);
 		logmsg("the watchdog process is gone: COMMAND not started");
 		drop_watchdog(rs);
-		release(lk, 0, lk->deadline);
-		db_drop(&lk->conn);
+		be->release(lk, 0, lk->deadline);
+		be->drop(lk);
 		return EXIT_CONN;
 	}
 	signals_restore(&old);
@@ -596,8 +494,8 @@ watchdog_silent(Lock *lk, Run *rs)
 	if (rs->failed)
 	{
 		reap_watchdog(rs);
-		release(lk, 0, lk->deadline);
-		db_drop(&lk->conn);
+		rs->be->release(lk, 0, lk->deadline);
+		rs->be->drop(lk);
 		return EXIT_CONN;
 	}
 	logmsg("the watchdog process died (%s %d): COMMAND's processes may "
@@ -607,7 +505,7 @@ watchdog_silent(Lock *lk, Run *rs)
 		   : WEXITSTATUS(rs->wd_status), lk->resource);
 	if (rs->command > 0)
 		kill(-rs->command, SIGKILL);
-	db_drop(&lk->conn);
+	rs->be->drop(lk);
 	return EXIT_LEASE_LOST;
 }
 
@@ -619,18 +517,9 @@ watchdog_silent(Lock *lk, Run *rs)
 static int
 lost_tidy(Lock *lk, Run *rs)
 {
-	if (lk->conn && !rs->inflight)
-	{
-		PGresult   *r;
-		const char *params[3] = {lk->param, lk->holder, lk->fence};
-
-		if (db_exec(&lk->conn, lk->election ? "SELECT dlock.resign($1, $2, $3::bigint)"
-					: lk->nresources > 1 ? LOCK_ALL_UNLOCK
-					: "SELECT dlock.unlock($1, $2, $3::bigint)", 3,
-					params, now_ms() + 2000, false, &r) == DB_OK)
-			PQclear(r);
-	}
-	db_drop(&lk->conn);
+	if (!rs->inflight)
+		rs->be->tidy(lk);
+	rs->be->drop(lk);
 	reap_watchdog(rs);
 	return EXIT_LEASE_LOST;
 }
@@ -640,32 +529,20 @@ lost_tidy(Lock *lk, Run *rs)
  * renewing, and release (or resign) when it exits.
  */
 static int
-run_holding(Options *o, bool election)
+run_holding(Options *o, const RunBackend *be, bool election)
 {
 	Lock		lk;
 	Run			rs;
-	PGconn	   *conn;
 	bool		tty = false;
 	int			code;
 
 	signals_install();
-	conn = db_connect(o, now_ms() + 30000, true, false);
-	if (conn == NULL)
-		return signals_term_count() > 0 ? 128 + signals_term_sig() : EXIT_CONN;
-	lock_init(&lk, o, o->pos[0], o->lease_ms > 0 ? o->lease_ms : default_lease(&conn));
-	if (!election && o->npos > 1 && !lock_set_resources(&lk, o->npos, o->pos))
-	{
-		logmsg("out of memory");
-		db_drop(&conn);
-		return EXIT_CONN;
-	}
-	lk.conn = conn;				/* acquire() reconnects if it was lost */
-	lk.election = election;
-	lk.value = election ? o->pos[1] : NULL;
+	if ((code = be->open(&lk, o, election)) >= 0)
+		return code;
 	memset(&rs, 0, sizeof(rs));
 	rs.lk = &lk;
 	rs.opt = o;
-	rs.backoff = 100;
+	rs.be = be;
 
 	/*
 	 * The watchdog is forked now, while we wait, so that once the lock is
@@ -675,7 +552,7 @@ run_holding(Options *o, bool election)
 	rs.watchdog = watchdog_spawn(&lk, o->command, &rs.wd);
 	if (rs.watchdog < 0)
 	{
-		db_drop(&lk.conn);
+		be->drop(&lk);
 		return EXIT_CONN;
 	}
 	if ((code = start_command(o, &lk, &rs, &tty)) >= 0)
@@ -686,6 +563,7 @@ run_holding(Options *o, bool election)
 		take_terminal_back();
 	if (rs.wd >= 0)
 		close(rs.wd);
+	rs.wd = -1;
 	if (!rs.have_status)
 		return watchdog_silent(&lk, &rs);
 	code = exit_status(rs.status);
@@ -695,17 +573,17 @@ run_holding(Options *o, bool election)
 	finish_renewal(&rs);
 	if (rs.lost)
 	{
-		db_drop(&lk.conn);
+		be->drop(&lk);
 		reap_watchdog(&rs);
 		return EXIT_LEASE_LOST;
 	}
-	if (release(&lk, rs.shutdown ? 0 : o->linger_ms, lk.deadline) == 1)
+	if (be->release(&lk, rs.shutdown ? 0 : o->linger_ms, lk.deadline) == 1)
 		logmsg("warning: \"%s\" was no longer held by %s when COMMAND ended",
 			   lk.resource, lk.holder);
 	else
 		vlog(o, rs.shutdown || o->linger_ms == 0 ? "released \"%s\""
 			 : "left \"%s\" to expire after --linger", lk.resource);
-	db_drop(&lk.conn);
+	be->drop(&lk);
 	reap_watchdog(&rs);
 	return code;
 }
