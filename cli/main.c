@@ -439,7 +439,7 @@ main(int argc, char **argv)
 							   subcommands[which].fn == cmd_elect ||
 							   subcommands[which].fn == cmd_observe
 							   ? ": mysql/dlock.sql has no elections (no campaign, leader or "
-							   "resign; see the README, \"MySQL and MariaDB\")" : "");
+							   "resign; see docs/editions/mysql.md)" : "");
 		return my_command(&o);	/* the MySQL/MariaDB backend, my.c */
 	}
 	return subcommands[which].fn(&o);

@@ -1,14 +1,14 @@
 /*
  * mysql/dlock.sql: dlock 0.1 for MariaDB (10.6.18, 10.11.8, 11.4.2 and later;
  * tested on 10.11 and 11.8).  MySQL 8 lacks innodb_snapshot_isolation and
- * innodb_lock_wait_timeout = 0, which the routines use (see the README).
+ * innodb_lock_wait_timeout = 0, which the routines use (see docs/editions/mysql.md).
  *
  *     mariadb < mysql/dlock.sql           (as an administrator, once)
  *
  * Creates database `dlock`: the lock table, the fence counter, the routines
  * users call, the view `dlock.locks` and the event `dlock.reap`.  It
  * refuses to run over an existing installation (CREATE DATABASE fails);
- * there is no in-place upgrade yet: the README's "Upgrading" paragraph
+ * there is no in-place upgrade yet: docs/editions/mysql.md, "Upgrading",
  * says how to move to a newer script (drop and re-install when nothing is
  * held; fences never repeat, see _fence).
  *
@@ -143,7 +143,7 @@
  *   dump, which carries the counter as it was, a re-installation, a
  *   replica's promotion) is undone by the next draw, at a later
  *   millisecond: the same assumption about clocks as PostgreSQL dlock's
- *   epochs (README, "Fence format").
+ *   epochs (docs/how-it-works.md, "Fence format").
  * - Users get EXECUTE on the public routines and SELECT on dlock.locks and
  *   nothing else.  The routines run as `dlock`@`localhost` (SQL SECURITY
  *   DEFINER), a locked account that owns nothing outside this database.
@@ -151,7 +151,7 @@
  *   is the user name part of USER(), the name the client logged in with:
  *   the same as CURRENT_USER()'s user part for every account but an
  *   anonymous one (User = ''), through which a client names itself; the
- *   install warns when such accounts exist (README, "MySQL and MariaDB").
+ *   install warns when such accounts exist (docs/editions/mysql.md).
  *   Owners compare as bytes (utf8mb4_nopad_bin), like holders and
  *   resources (VARBINARY): `Alice`, `alicé` and `alice ` are not `alice`.
  * - Time: all lease arithmetic uses SYSDATE(6), the clock at the call (NOW()

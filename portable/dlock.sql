@@ -2,8 +2,8 @@
  * portable/dlock.sql: dlock's portable edition, for PostgreSQL where no C
  * extension can be loaded (Amazon RDS and Aurora, Google Cloud SQL, Azure,
  * Supabase, Neon, Crunchy Bridge): the lock schema of the C extension's
- * [core], [fair], [elect] and [kinds] sections (see ../README.md,
- * "Portable edition"), in SQL and PL/pgSQL only, for PostgreSQL 14 to 18.
+ * [core], [fair], [elect] and [kinds] sections (see ../docs/editions/portable.md),
+ * in SQL and PL/pgSQL only, for PostgreSQL 14 to 18.
  * This file is the one to run: it makes the schema and the version row,
  * then includes (\ir, relative to this file) the other files of portable/,
  * in this order, each opening with what it holds and what protects it:

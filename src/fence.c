@@ -24,7 +24,7 @@
  * max(now, epoch of the sequence + 1) << 22 with setval (non-transactional,
  * WAL-logged and flushed before the fence leaves).  The lost fences belong
  * to epochs that started earlier by the server clock: that is what the
- * README's "Why fences never repeat" assumes and argues.
+ * docs/how-it-works.md ("Fence format") assumes and argues.
  *
  * Shared state: the sequence (its own buffer lock); a jump reads and then
  * sets it, so jumps take the DLOCK_LOCKTAG_EPOCH lock (field 1 = 1)
