@@ -54,9 +54,11 @@ for ($status = 1; $status > 0; $status = $u->nextStream)
 }
 is($status, 0, 'the zip reads to its end');
 
-my $dir = "dlock-$semver";
-my @outside = grep { !m{^\Q$dir\E/} } keys %member;
-is("@outside", '', "every member is under $dir/");
+my %tops = map { m{^([^/]+)/} ? ($1 => 1) : ($_ => 1) } keys %member;
+my @tops = sort keys %tops;
+is(scalar(@tops), 1, 'one top directory') or diag("@tops[0 .. ($#tops > 4 ? 4 : $#tops)]");
+my $dir = $tops[0];
+is($dir, "dlock-$semver", "it is dlock-$semver (default_version of dlock.control)");
 my @sql = map { s{^\Q$top\E/}{}r } glob("$top/sql/dlock--*.sql");
 for my $f (qw(META.json dlock.control Makefile README.md LICENSE CHANGELOG.md src/dlock.c
 	cli/Makefile portable/dlock.sql mysql/dlock.sql), @sql)
