@@ -1,7 +1,8 @@
 # 005_versions.t: one version everywhere.  default_version in dlock.control
 # is the source; META.json, the portable and MariaDB scripts, the Python and
 # Node packages and debian/changelog must say the same (0.5 is 0.5.0 where
-# a registry wants three numbers), and the CLI's Makefile must read it.
+# a registry wants three numbers), and the CLI's Makefile must read it
+# (and a built cli/dlock print it).
 # Then tools/set-version, run on a copy with another version, must leave a
 # copy that passes the same checks: a bump is one line plus the script.
 # No server needed:  prove test/docs/005_versions.t
@@ -61,6 +62,12 @@ sub check
 }
 
 my $v = check($top, 'tree');
+SKIP:
+{
+	skip('the CLI is not built (cli/dlock)', 1) unless -x "$top/cli/dlock";
+	my $out = `$top/cli/dlock -d 'host=/nonexistent port=1' --version 2>/dev/null`;
+	like($out, qr/^dlock \Q$v\E$/m, 'the built CLI: dlock --version');
+}
 
 # The bump: a copy of the files, tools/set-version with another version.
 my $tmp = tempdir(CLEANUP => 1);
