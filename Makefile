@@ -69,3 +69,13 @@ installcheck-isolation:
 	$(pg_isolation_regress_installcheck) $(ISOLATION_OPTS) $(ISOLATION)
 installcheck-tap:
 	$(prove_installcheck)
+
+# make dist: the PGXN archive dlock-VERSION.zip of the last commit (git
+# archive: what is committed, nothing else), VERSION as in META.json.
+# DIST_ZIP names another output file.
+DIST_VERSION = $(shell sed -n 's/^   "version": "\([^"]*\)",$$/\1/p' $(srcdir)/META.json)
+DIST_ZIP ?= dlock-$(DIST_VERSION).zip
+.PHONY: dist
+dist:
+	@git diff --quiet HEAD || echo "make dist: uncommitted changes are left out (it archives HEAD)" >&2
+	git archive --format=zip --prefix=dlock-$(DIST_VERSION)/ -o $(DIST_ZIP) HEAD

@@ -1,6 +1,6 @@
 'use strict';
 // README.md's examples, as a new user would run them: each ```js or ```mjs
-// block is a whole program, run with node in a directory where `dlock`
+// block is a whole program, run with node in a directory where `dlock-pg`
 // and `pg` are installed; it must exit 0.
 // Promises: P16
 const { test, after } = require('node:test');
@@ -23,7 +23,7 @@ for (const m of readme.matchAll(/^## (.*)$|^```(js|mjs)\n([\s\S]*?)^```$/gm)) {
 }
 
 // A directory like a project's: node_modules with pg (and what it needs)
-// and dlock.
+// and dlock-pg (this package).
 const modules = process.env.DLOCK_NODE_MODULES || process.env.NODE_PATH;
 function project() {
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'dlock-example-'));
@@ -32,7 +32,7 @@ function project() {
   for (const p of fs.readdirSync(modules)) {
     if (!p.startsWith('.')) fs.symlinkSync(path.join(modules, p), path.join(nm, p));
   }
-  fs.symlinkSync(path.resolve(__dirname, '..'), path.join(nm, 'dlock'));
+  fs.symlinkSync(path.resolve(__dirname, '..'), path.join(nm, 'dlock-pg'));
   return dir;
 }
 

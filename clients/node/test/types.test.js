@@ -18,7 +18,7 @@ const skip = tsc && fs.existsSync(tsc) && fs.existsSync(path.join(modules, '@typ
 const good = `
 import { Pool } from 'pg';
 import { withLock, acquire, tryAcquire, Election, LockLost, LockTimeout, Lock, Leader, Leadership,
-  withSemaphore, withLocks, Semaphore, MultiLock } from 'dlock';
+  withSemaphore, withLocks, Semaphore, MultiLock } from 'dlock-pg';
 export async function main(pool: Pool): Promise<number> {
   const n: number = await withLock(pool, 'reports', async (lock) => {
     const f: bigint = lock.fence;
@@ -57,7 +57,7 @@ export async function main(pool: Pool): Promise<number> {
 `;
 const bad = `
 import { Pool } from 'pg';
-import { withLock, acquire } from 'dlock';
+import { withLock, acquire } from 'dlock-pg';
 export async function main(pool: Pool): Promise<void> {
   const n: number = (await acquire(pool, 'r')).fence;
   await withLock(pool, 'r', async () => 1, { lease: true });
@@ -80,7 +80,7 @@ function check(source) {
     }
     for (const p of fs.readdirSync(path.join(modules, '@types')))
       fs.symlinkSync(path.join(modules, '@types', p), path.join(nm, '@types', p));
-    fs.symlinkSync(path.resolve(__dirname, '..'), path.join(nm, 'dlock'));
+    fs.symlinkSync(path.resolve(__dirname, '..'), path.join(nm, 'dlock-pg'));
     fs.writeFileSync(path.join(dir, 'example.ts'), source);
     fs.writeFileSync(path.join(dir, 'tsconfig.json'), JSON.stringify({
       compilerOptions: {

@@ -314,6 +314,7 @@ for (1 .. 50) {
 ok($gone, 'the dlock.reap event freed the expired lease by itself');
 is(one("SELECT dlock.renew('reap/c', 'h', NULL, NULL)"), undef, 'a reaped lease is not revived');
 
-is(one("SELECT dlock.version()"), '0.1', 'version');
+my ($version) = do { local (@ARGV, $/) = "$DlockMy::TOP/dlock.control"; <> } =~ /^default_version = '([^']+)'/m;
+is(one("SELECT dlock.version()"), $version, 'version: default_version of dlock.control');
 is(`grep -F '[dlock.reap]' $my->{dir}/error.log`, '', 'the reap event ran every second without a warning in the error log');
 done_testing;

@@ -24,6 +24,9 @@ use FindBin;
 use lib "$FindBin::RealBin/..";
 use PortableTest;
 
+# The version portable/dlock.sql installs: default_version of dlock.control.
+my ($version) = do { local (@ARGV, $/) = "$top/dlock.control"; <> } =~ /^default_version = '([^']+)'/m;
+
 my @servers = PortableTest::servers();
 plan skip_all => "no PostgreSQL server found (run test/portable/servers.sh)" unless @servers;
 
@@ -120,7 +123,7 @@ sub upgrade_03 {
     $out = `$client/psql -X -q -h $dir -U dbo -d old03 -f $script 2>&1`;
     is($?, 0, "$label: upgrade 0.3: this script over it") or diag($out);
     $o = conn('alice', 'old03');
-    is(q1($o, "SELECT dlock.version()"), '0.5', "$label: upgrade 0.3: version 0.5 after");
+    is(q1($o, "SELECT dlock.version()"), $version, "$label: upgrade 0.3: version $version after");
     is(q1($o, $view), $before, "$label: upgrade 0.3: every holding kept, with its lock-delay and value");
     is(q1($o, $queue), $qbefore, "$label: upgrade 0.3: the client ticket kept");
     is(q1($o, "SELECT string_agg(DISTINCT mode, ',') FROM dlock.locks"), 'exclusive', "$label: upgrade 0.3: old holdings are exclusive");
@@ -198,7 +201,7 @@ sub upgrade_04 {
     is($?, 0, "$label: upgrade 0.4: this script over it (a relative path, from another directory)") or diag($out);
     $out = `cd / && $client/psql -X -q -h $dir -U dbo -d old04 -f $script 2>&1`;
     is($?, 0, "$label: upgrade 0.4: ... and again (an absolute path, from /)") or diag($out);
-    is(q1($o, "SELECT dlock.version()"), '0.5', "$label: upgrade 0.4: version 0.5 after");
+    is(q1($o, "SELECT dlock.version()"), $version, "$label: upgrade 0.4: version $version after");
     is(q1($o, $fast), 0, "$label: upgrade 0.4: _fast_lock and _fast_unlock dropped");
     is(q1($o, $view), $before, "$label: upgrade 0.4: every holding kept");
     my $ok = 1;
