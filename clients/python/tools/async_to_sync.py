@@ -1,10 +1,11 @@
 #!/usr/bin/env python3
-"""Write dlock's synchronous API (src/dlock/_sync.py) from its asyncio one
-(src/dlock/aio.py), as psycopg's tools/async_to_sync.py does for psycopg.
+"""Write dlock's synchronous API (src/dlock/_sync.py, _leased_sync.py) from
+its asyncio one (aio.py, _leased_aio.py), as psycopg's
+tools/async_to_sync.py does for psycopg.
 
-    python3 tools/async_to_sync.py           # rewrite src/dlock/_sync.py
-    python3 tools/async_to_sync.py --check   # exit 1 (with a diff) if stale
-    python3 tools/async_to_sync.py -o FILE   # write FILE instead
+    python3 tools/async_to_sync.py             # rewrite them in src/dlock
+    python3 tools/async_to_sync.py --check     # exit 1 (with a diff) if stale
+    python3 tools/async_to_sync.py --dir DIR   # DIR/_sync.py ... instead
 
 Standard library only; comments and layout are kept (tokens are edited in
 place, not unparsed).  What it does to aio.py:
@@ -26,14 +27,15 @@ import sys
 import tokenize
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent.parent
-SOURCE = HERE / "src" / "dlock" / "aio.py"
-TARGET = HERE / "src" / "dlock" / "_sync.py"
+PACKAGE = Path(__file__).resolve().parent.parent / "src" / "dlock"
 
-HEADER = ("# generated from aio.py by tools/async_to_sync.py; do not edit\n"
-          "# (change aio.py, or _flavour_sync.py, and run the tool again)\n")
+HEADER = ("# generated from {source} by tools/async_to_sync.py; do not edit\n"
+          "# (change {source}, or _flavour_sync.py, and run the tool again)\n")
 
-SYNC_DOC = '''"""The synchronous API: Lock, Semaphore, MultiLock, Election, leader()
+#: Each source (in PACKAGE), what it becomes, and that file's docstring.
+FILES = {"aio.py": "_sync.py", "_leased_aio.py": "_leased_sync.py"}
+SYNC_DOCS = {}
+SYNC_DOCS["aio.py"] = '''"""The synchronous API: Lock, Semaphore, MultiLock, Election, leader()
 and observe(), generated from aio.py (the asyncio API).
 
 Threads: each held Lock, Semaphore or MultiLock (or leading Election) has
@@ -45,7 +47,10 @@ statement; the loss of any of them is the loss of the whole.
 Forks: a holding belongs to the process that acquired it.  In a child
 forked while it is held (os.fork, multiprocessing's fork start method)
 it is not held: leaving the block there sends nothing to the server, and
-the parent's connection is left alone (see _after_fork)."""'''
+the parent's connection is left alone (see _leased_sync._after_fork)."""'''
+SYNC_DOCS["_leased_aio.py"] = '''"""What dlock's Lock, Semaphore, MultiLock and Election share (_Leased):
+connections, acquisition, renewal, loss, release, forks; generated from
+_leased_aio.py."""'''
 
 #: Names of the asyncio API and their synchronous counterparts.
 NAMES = {
@@ -55,6 +60,7 @@ NAMES = {
     "__aenter__": "__enter__",
     "__aexit__": "__exit__",
     "_flavour_aio": "_flavour_sync",
+    "_leased_aio": "_leased_sync",
 }
 
 #: Phrases of strings (docstrings, messages) and their synchronous forms.
@@ -111,7 +117,7 @@ def _phrases(s: str) -> str:
     return s
 
 
-def edit_tokens(text: str) -> str:
+def edit_tokens(text: str, doc: str) -> str:
     """Drop ``async``/``await``, rename NAMES, change PHRASES, replace the
     module docstring; continuation lines aligned with a bracket whose line
     got shorter before it move left with it."""
@@ -136,7 +142,7 @@ def edit_tokens(text: str) -> str:
     docstring = True
     for i, tok in enumerate(toks):
         if tok.type == tokenize.STRING and docstring:
-            edit(tok, tok.end, SYNC_DOC)
+            edit(tok, tok.end, doc)
         elif tok.type == tokenize.NAME and tok.string in ("async", "await"):
             nxt = toks[i + 1]
             if tok.string == "await" or nxt.string in ("def", "with", "for"):
@@ -173,33 +179,37 @@ def edit_tokens(text: str) -> str:
     return text
 
 
-def convert(text: str) -> str:
+def convert(source: str, text: str) -> str:
+    """The synchronous module written from TEXT, the asyncio module SOURCE."""
     text = drop_async_blocks(text)
     text = drop_async_lines(text)
-    text = edit_tokens(text)
-    return HEADER + text
+    text = edit_tokens(text, SYNC_DOCS[source])
+    return HEADER.format(source=source) + text
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--check", action="store_true",
-                    help="compare with the existing output; exit 1 if it differs")
-    ap.add_argument("-i", "--input", type=Path, default=SOURCE)
-    ap.add_argument("-o", "--output", type=Path, default=TARGET)
+                    help="compare with the existing files; exit 1 (and a diff) if any differs")
+    ap.add_argument("--dir", type=Path, default=PACKAGE,
+                    help="where the generated files are (default: src/dlock)")
     opt = ap.parse_args()
-    new = convert(opt.input.read_text())
-    compile(new, str(opt.output), "exec")
-    if opt.check:
-        old = opt.output.read_text() if opt.output.exists() else ""
-        if old == new:
-            return 0
-        sys.stdout.writelines(difflib.unified_diff(
-            old.splitlines(keepends=True), new.splitlines(keepends=True),
-            str(opt.output), f"generated from {opt.input.name}"))
-        print(f"{opt.output} is stale: run tools/async_to_sync.py", file=sys.stderr)
-        return 1
-    opt.output.write_text(new)
-    return 0
+    stale = 0
+    for source, target in FILES.items():
+        new = convert(source, (PACKAGE / source).read_text())
+        path = opt.dir / target
+        compile(new, str(path), "exec")
+        if not opt.check:
+            path.write_text(new)
+            continue
+        old = path.read_text() if path.exists() else ""
+        if old != new:
+            stale += 1
+            sys.stdout.writelines(difflib.unified_diff(
+                old.splitlines(keepends=True), new.splitlines(keepends=True),
+                str(path), f"generated from {source}"))
+            print(f"{path} is stale: run tools/async_to_sync.py", file=sys.stderr)
+    return 1 if stale else 0
 
 
 if __name__ == "__main__":
