@@ -95,13 +95,12 @@ async def call_back(fn: Callable[[Any], Any], obj: Any) -> None:
         await r
 
 
-async def shielded(fn: Callable[..., Awaitable[Any]], *args: Any) -> None:
-    """FN(*ARGS), run to its end even when the caller is cancelled again
-    meanwhile."""
+async def detached(fn: Callable[..., Awaitable[Any]], *args: Any) -> Any:
+    """FN(*ARGS) as a task of its own, run to its end even when the caller
+    is cancelled meanwhile (the caller then gets CancelledError at once)."""
     task = spawn(fn, *args)
     task.add_done_callback(forget)
-    with contextlib.suppress(psycopg.Error, OSError):
-        await asyncio.shield(task)
+    return await asyncio.shield(task)
 
 
 async def set_autocommit(conn: psycopg.AsyncConnection, value: bool) -> None:

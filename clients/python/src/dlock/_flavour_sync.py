@@ -49,8 +49,8 @@ def call_back(fn: Callable[[Any], Any], obj: Any) -> None:
     fn(obj)
 
 
-def shielded(fn: Callable[..., Any], *args: Any) -> None:
-    fn(*args)
+def detached(fn: Callable[..., Any], *args: Any) -> Any:
+    return fn(*args)
 
 
 def set_autocommit(conn: psycopg.Connection, value: bool) -> None:

@@ -17,7 +17,7 @@ import psycopg
 
 from . import _common as c
 from ._errors import Error, LockLost, NotHeld, translate
-from ._flavour_aio import (Event, Mutex, Worker, call_back, call_later, cut_after, shielded,
+from ._flavour_aio import (Event, Mutex, Worker, call_back, call_later, cut_after, detached,
                            spawn, stop_worker, wait_event)
 
 if True:  # ASYNC
@@ -302,7 +302,7 @@ class _Leased:
                 # or release it (a retry would re-enter it), so give it back.
                 self._fences = None
                 if give_back:
-                    await shielded(self._give_back, fences)
+                    await detached(self._give_back, fences)
             raise
         if fences is None:
             await self._close()
@@ -338,10 +338,15 @@ class _Leased:
         psycopg.OperationalError, and the lease ends by itself."""
         t = c.seconds(timeout, "timeout", none_ok=True)
         await self._stop_renewal()
-        try:
+
+        async def once() -> Any:
             async with self._connection(t) as conn:
                 with cut_after(conn, t):
                     return await _one(conn, sql, params)
+        try:
+            # Detached: a task cancelled meanwhile (asyncio) does not cut the
+            # release short.
+            return await detached(once)
         except BaseException:
             self._unrenewed()
             raise

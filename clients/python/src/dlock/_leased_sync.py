@@ -17,7 +17,7 @@ import psycopg
 
 from . import _common as c
 from ._errors import Error, LockLost, NotHeld, translate
-from ._flavour_sync import (Event, Mutex, Worker, call_back, call_later, cut_after, shielded,
+from ._flavour_sync import (Event, Mutex, Worker, call_back, call_later, cut_after, detached,
                             spawn, stop_worker, wait_event)
 
 
@@ -256,7 +256,7 @@ class _Leased:
                 # or release it (a retry would re-enter it), so give it back.
                 self._fences = None
                 if give_back:
-                    shielded(self._give_back, fences)
+                    detached(self._give_back, fences)
             raise
         if fences is None:
             self._close()
@@ -292,10 +292,15 @@ class _Leased:
         psycopg.OperationalError, and the lease ends by itself."""
         t = c.seconds(timeout, "timeout", none_ok=True)
         self._stop_renewal()
-        try:
+
+        def once() -> Any:
             with self._connection(t) as conn:
                 with cut_after(conn, t):
                     return _one(conn, sql, params)
+        try:
+            # Detached: a task cancelled meanwhile (asyncio) does not cut the
+            # release short.
+            return detached(once)
         except BaseException:
             self._unrenewed()
             raise
