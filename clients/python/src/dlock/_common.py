@@ -4,14 +4,19 @@ never spliced)."""
 
 from __future__ import annotations
 
+import contextlib
 import datetime
+import inspect
 import math
 import os
 import socket
+import threading
 import time
 import uuid
 from dataclasses import dataclass
-from typing import Any, Optional, Union
+from typing import Any, Callable, Iterator, Optional, Union
+
+import psycopg
 
 from ._errors import InvalidArgument
 
@@ -53,6 +58,24 @@ SQL_LEADER = ("SELECT candidate, value, term::text, elected_at, expires_at"
               " FROM dlock.leader(%s)")
 SQL_CHANNEL = "SELECT dlock.channel(%s)"
 SQL_WITHDRAW = "SELECT dlock.withdraw(%s, %s)"
+SQL_BREAK_LOCK = "SELECT dlock.break_lock(%s)"
+SQL_PING = "SELECT 1"
+#: Whether the server's dlock.lock takes ``shared`` (SQL 0.4).
+SQL_HAS_SHARED = ("SELECT EXISTS (SELECT FROM pg_catalog.pg_proc p"
+                  " JOIN pg_catalog.pg_namespace n ON n.oid = p.pronamespace"
+                  " WHERE n.nspname = 'dlock' AND p.proname = 'lock'"
+                  " AND 'shared' = ANY (p.proargnames))")
+#: Reads of dlock.locks (the tooz driver's groups and members): live
+#: holdings of one resource, or of every resource under a prefix; with
+#: the prefix twice, only those directly under it (no further '/').
+_LIVE = " AND holder IS NOT NULL AND NOT expired"
+SQL_IS_HELD = "SELECT EXISTS (SELECT FROM dlock.locks WHERE resource = %s" + _LIVE + ")"
+SQL_HOLDING = "SELECT value, acquired_at, renewed_at FROM dlock.locks WHERE resource = %s" + _LIVE
+SQL_HOLDINGS_UNDER = ("SELECT resource, value, acquired_at, renewed_at FROM dlock.locks"
+                      " WHERE starts_with(resource, %s)" + _LIVE)
+SQL_RESOURCES_JUST_UNDER = ("SELECT resource FROM dlock.locks WHERE starts_with(resource, %s)"
+                            " AND strpos(substr(resource, length(%s) + 1), '/') = 0" + _LIVE)
+SQL_COUNT = "SELECT count FROM dlock.locks WHERE resource = %s"
 
 
 def lock_statement(lock: Any, wait: Optional[float]) -> "tuple[str, tuple]":
@@ -213,3 +236,57 @@ def needs_confirmation(lease: float, sent_at: float) -> bool:
 #: How long release() waits for the server by default (seconds); then
 #: the connection is cut and the lease ends by itself.
 RELEASE_TIMEOUT = 10.0
+
+
+def cut_socket(conn: Any) -> None:
+    """Shut CONN's socket down: a statement waiting on it fails at once
+    (psycopg.OperationalError).  A dup of the socket is shut down, so the
+    connection itself is closed only by its owner."""
+    try:
+        s = socket.socket(fileno=os.dup(conn.fileno()))
+    except Exception:  # noqa: BLE001 - closed meanwhile: OSError or psycopg's
+        return
+    with contextlib.suppress(OSError):
+        s.shutdown(socket.SHUT_RDWR)
+    s.close()
+
+
+def takes_timeout(pool: Any) -> bool:
+    """Whether POOL.connection() takes a timeout (psycopg_pool's does)."""
+    try:
+        return "timeout" in inspect.signature(pool.connection).parameters
+    except (TypeError, ValueError):
+        return False
+
+
+@contextlib.contextmanager
+def cut_after(conn: Any, timeout: Optional[float],
+              later: Callable[[float, Callable[[], None]], Any]) -> Iterator[None]:
+    """Shut CONN's socket down if the block lasts longer than TIMEOUT
+    seconds (None: no limit): a statement waiting for an unresponsive
+    server then fails (psycopg.OperationalError) instead of hanging.
+    LATER(delay, fn) schedules the cut (a thread's timer, or the event
+    loop's) and returns something with cancel()."""
+    if timeout is None:
+        yield
+        return
+    guard = threading.Lock()
+    state = {"done": False, "cut": False}
+
+    def cut() -> None:
+        with guard:
+            if not state["done"]:
+                state["cut"] = True
+                cut_socket(conn)
+    handle = later(timeout, cut)
+    try:
+        yield
+    except psycopg.OperationalError as e:
+        if state["cut"]:
+            raise psycopg.OperationalError(
+                f"dlock: no answer within {timeout} s; the connection was cut") from e
+        raise
+    finally:
+        with guard:
+            state["done"] = True
+        handle.cancel()

@@ -1,502 +1,54 @@
-"""The synchronous API: Lock, Semaphore, MultiLock, Election and observe().
+# generated from aio.py by tools/async_to_sync.py; do not edit
+# (change aio.py, or _flavour_sync.py, and run the tool again)
+"""The synchronous API: Lock, Semaphore, MultiLock, Election, leader()
+and observe(), generated from aio.py (the asyncio API).
 
-Threads: each held Lock, Semaphore or MultiLock (or campaigning Election)
-has one renewal thread and one deadline timer.  Its state (fences, lost,
-the renewal connection) is guarded by ``self._mutex``; callbacks run
-outside it.  A MultiLock's holdings are renewed and released together, in
-one statement; the loss of any of them is the loss of the whole.
+Threads: each held Lock, Semaphore or MultiLock (or leading Election) has
+one renewal thread and one deadline timer.  Its state (fences, lost, the
+renewal connection) is guarded by ``self._mutex``; callbacks run outside
+it.  A MultiLock's holdings are renewed and released together, in one
+statement; the loss of any of them is the loss of the whole.
 
 Forks: a holding belongs to the process that acquired it.  In a child
 forked while it is held (os.fork, multiprocessing's fork start method)
 it is not held: leaving the block there sends nothing to the server, and
-the parent's connection is left alone (see _after_fork)."""
+the parent's connection is left alone (see _leased_sync._after_fork)."""
 
 from __future__ import annotations
 
 import contextlib
-import inspect
 import logging
-import os
-import select
-import socket
-import threading
 import time
-import weakref
 from types import TracebackType
-from typing import Any, Callable, Iterator, Optional, Sequence, Type
+from typing import Any, Iterator, Callable, Optional, Sequence, Type
 
 import psycopg
 from psycopg import sql as pgsql
 
 from . import _common as c
-from ._errors import Error, LockLost, LockTimeout, NotHeld, translate, unsupported
+from ._common import Leader
+from ._errors import Error, LockTimeout, NotHeld, translate, unsupported
+from ._flavour_sync import set_autocommit, wait_readable
+from ._leased_sync import _Leased, _one, _Source
+
 
 log = logging.getLogger("dlock")
 
-__all__ = ["Lock", "Semaphore", "MultiLock", "Election", "observe", "leader"]
-
-
-#: The objects holding something in this process, for _after_fork.
-_HELD: "weakref.WeakSet[_Leased]" = weakref.WeakSet()
-
-
-def _after_fork() -> None:
-    """In a forked child: what the parent holds is the parent's."""
-    for obj in list(_HELD):
-        obj._forked()
-    _HELD.clear()
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_after_fork)
-
-
-@contextlib.contextmanager
-def _cut_after(conn: psycopg.Connection, timeout: Optional[float]) -> Iterator[None]:
-    """Shut CONN's socket down if the block lasts longer than TIMEOUT
-    seconds (None: no limit): a statement waiting for an unresponsive
-    server then fails (psycopg.OperationalError) instead of hanging."""
-    if timeout is None:
-        yield
-        return
-    guard = threading.Lock()
-    state = {"done": False, "cut": False}
-
-    def cut() -> None:
-        with guard:
-            if state["done"]:
-                return
-            state["cut"] = True
-            try:
-                s = socket.socket(fileno=os.dup(conn.fileno()))
-            except (OSError, psycopg.Error):
-                return
-            with contextlib.suppress(OSError):
-                s.shutdown(socket.SHUT_RDWR)
-            s.close()
-
-    timer = threading.Timer(timeout, cut)
-    timer.daemon = True
-    timer.start()
-    try:
-        yield
-    except psycopg.OperationalError as e:
-        if state["cut"]:
-            raise psycopg.OperationalError(
-                f"dlock: no answer within {timeout} s; the connection was cut") from e
-        raise
-    finally:
-        with guard:
-            state["done"] = True
-        timer.cancel()
-
-
-def _takes_timeout(pool: Any) -> bool:
-    """Whether POOL.connection() takes a timeout (psycopg_pool's does)."""
-    try:
-        return "timeout" in inspect.signature(pool.connection).parameters
-    except (TypeError, ValueError):
-        return False
-
-
-class _Source:
-    """Where connections come from: a conninfo string (dlock opens its own,
-    autocommit, no server-side prepared statements so that pgbouncer in
-    transaction mode is fine), or a pool with a ``connection()`` context
-    manager (psycopg_pool.ConnectionPool), borrowed per call."""
-
-    def __init__(self, conninfo_or_pool: Any) -> None:
-        if isinstance(conninfo_or_pool, str):
-            self.conninfo: Optional[str] = conninfo_or_pool
-            self.pool = None
-        elif callable(getattr(conninfo_or_pool, "connection", None)):
-            self.conninfo = None
-            self.pool = conninfo_or_pool
-        else:
-            raise TypeError("dlock needs a conninfo string or a connection pool"
-                            " (an object with a connection() context manager),"
-                            f" not {type(conninfo_or_pool).__name__}")
-
-    def connect(self) -> psycopg.Connection:
-        assert self.conninfo is not None
-        return psycopg.connect(self.conninfo, autocommit=True, prepare_threshold=None)
-
-    @contextlib.contextmanager
-    def connection(self, timeout: Optional[float] = None) -> Iterator[psycopg.Connection]:
-        """A connection; TIMEOUT (seconds) bounds the wait for a pool's
-        free one when its connection() takes a timeout (psycopg_pool's
-        does: PoolTimeout, an OperationalError)."""
-        if self.pool is not None:
-            cm = (self.pool.connection() if timeout is None or not _takes_timeout(self.pool)
-                  else self.pool.connection(timeout=timeout))
-            with cm as conn:
-                yield conn
-        else:
-            conn = self.connect()
-            try:
-                yield conn
-            finally:
-                conn.close()
-
-
-def _one(conn: psycopg.Connection, sql: str, params: tuple) -> Any:
-    """Run SQL, return the first column of its one row; dlock errors."""
-    try:
-        row = conn.execute(sql, params, prepare=False).fetchone()
-    except psycopg.Error as e:
-        if getattr(e, "sqlstate", None) is None:
-            raise  # connection trouble: the caller decides (retry or not)
-        raise translate(e) from e
-    return None if row is None else row[0]
-
-
-class _Leased:
-    """Holdings kept alive by renewal (one, or a MultiLock's several, all
-    of one holder): what Lock, Semaphore, MultiLock and Election share."""
-
-    _kind = "lock"
-
-    def __init__(self, conninfo_or_pool: Any, resource: str, *, lease: c.Seconds,
-                 holder: Optional[str], on_lost: Optional[Callable[[Any], Any]],
-                 names: "Optional[tuple[str, ...]]" = None) -> None:
-        self._source = _Source(conninfo_or_pool)
-        self.resource = c.check_text(resource, "resource")
-        self._names = names if names is not None else (self.resource,)
-        self.holder = c.check_text(holder, "holder") if holder is not None else c.default_holder()
-        self._generated_holder = holder is None
-        self.lease = c.seconds(lease, "lease")
-        assert self.lease is not None
-        self.on_lost = on_lost
-        self._fences: "Optional[list[int]]" = None  # one per name while held
-        self.lost = threading.Event()
-        self.lost_reason: Optional[str] = None
-        self._mutex = threading.RLock()
-        self._conn: Optional[psycopg.Connection] = None  # conninfo mode: ours
-        self._stop = threading.Event()
-        self._thread: Optional[threading.Thread] = None
-        self._timer: Optional[threading.Timer] = None
-        self._valid_from = 0.0  # monotonic time of the last successful send
-        self._pid: Optional[int] = None  # the process that holds it
-
-    @property
-    def fence(self) -> Optional[int]:
-        """The fencing token of the holding (None while not held)."""
-        return None if self._fences is None else self._fences[0]
-
-    @fence.setter
-    def fence(self, value: Optional[int]) -> None:
-        self._fences = None if value is None else [value]
-
-    # ---- connections
-    @contextlib.contextmanager
-    def _connection(self, timeout: Optional[float] = None) -> Iterator[psycopg.Connection]:
-        """The lock's own connection (conninfo) or a pool's (per call,
-        waiting up to TIMEOUT s for it, see _Source.connection); a
-        connection that failed is dropped, the next call opens another."""
-        if self._source.pool is not None:
-            with self._source.connection(timeout) as conn:
-                yield conn
-            return
-        with self._mutex:
-            conn = self._conn
-            self._conn = None
-        if conn is None or conn.closed:
-            conn = self._source.connect()
-        try:
-            yield conn
-        except BaseException:
-            if conn.broken or conn.closed or \
-                    conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
-                conn.close()
-            else:
-                with self._mutex:
-                    self._conn, conn = conn, self._conn
-                if conn is not None:
-                    conn.close()
-            raise
-        with self._mutex:
-            self._conn, conn = conn, self._conn
-        if conn is not None:
-            conn.close()
-
-    def _close(self) -> None:
-        with self._mutex:
-            conn, self._conn = self._conn, None
-        if conn is not None:
-            conn.close()
-
-    # ---- renewal
-    @property
-    def held(self) -> bool:
-        return self._fences is not None and not self.lost.is_set() and self._mine()
-
-    def _mine(self) -> bool:
-        """Whether this process holds it (not a child forked meanwhile;
-        a fence set by hand, never acquired here: yes)."""
-        return self._pid is None or self._pid == os.getpid()
-
-    def _new_in_child(self) -> None:
-        """Before acquiring in a child forked while the parent held: the
-        parent's holding is forgotten and a default holder text is made
-        anew (the parent's would re-enter the parent's holding, sharing
-        its fence); a holder text the caller chose stays."""
-        if self._pid is not None and self._pid != os.getpid():
-            self._fences, self._pid = None, None
-            if self._generated_holder:
-                self.holder = c.default_holder()
-
-    def _forked(self) -> None:
-        """In a forked child: the locks another thread of the parent may
-        have held are new, the parent's connection is dropped unused (never
-        closed: closing it would end the parent's session), and no renewal
-        or timer runs here."""
-        self._mutex = threading.RLock()
-        for ev in (self._stop, self.lost):
-            reinit = getattr(ev, "_at_fork_reinit", None)
-            if reinit is not None:
-                reinit()
-        self._stop.set()
-        self._conn = None
-        self._thread = None
-        self._timer = None
-
-    def _not_mine(self) -> NotHeld:
-        """Forget, in this forked child, the parent's holding."""
-        pid, self._fences = self._pid, None
-        return NotHeld(f"{self._kind} {self.resource!r} is held by process {pid}, not by this"
-                       " forked child: nothing released")
-
-    def _confirm(self, conn: psycopg.Connection, sent_at: float) -> Optional[float]:
-        """The moment (monotonic) the lease just acquired with a statement
-        sent at SENT_AT is dated from: SENT_AT after a short wait; after a
-        long one, when a renewal sent now on CONN was (None: the holding
-        was gone already).  _fences are set."""
-        assert self.lease is not None
-        if not c.needs_confirmation(self.lease, sent_at):
-            return sent_at
-        renewed_at = time.monotonic()
-        if not c.all_held(_one(conn, *c.renew_statement(self))):
-            return None
-        return renewed_at
-
-    def _take(self, sql: str, params: tuple) -> "Optional[bool]":
-        """Run the acquisition SQL, date its lease (_confirm) and start
-        renewing: True; False when it returned NULL; None when the holding
-        was gone before it could be dated (the caller may try again)."""
-        give_back = self._fences is None  # not a leader's own term again
-        fences = None
-        try:
-            with self._connection() as conn:
-                sent_at = time.monotonic()    # after a pool's wait for a connection
-                fences = c.fences(_one(conn, sql, params))
-                if fences is None:
-                    valid_from = None
-                else:
-                    self._fences = fences
-                    valid_from = self._confirm(conn, sent_at)
-        except BaseException:
-            if fences is not None:
-                # Granted, but its dating failed: nobody would renew or
-                # release it (a retry would re-enter it), so give it back.
-                self._fences = None
-                if give_back:
-                    self._give_back(fences)
-            raise
-        if fences is None:
-            self._close()
-            return False
-        if valid_from is None:
-            self._fences = None
-            return None
-        self._started(fences, valid_from)
-        return True
-
-    def _release_statement(self) -> "tuple[str, tuple]":
-        return c.unlock_statement(self)
-
-    def _give_back(self, fences: "list[int]") -> None:
-        """Release FENCES, granted to an acquisition that failed after
-        (best effort, on a connection of its own; else the lease ends)."""
-        self._fences = fences
-        try:
-            with self._connection(c.RELEASE_TIMEOUT) as conn, \
-                    _cut_after(conn, c.RELEASE_TIMEOUT):
-                _one(conn, *self._release_statement())
-        except (psycopg.Error, Error, OSError) as e:
-            log.warning("dlock: giving back %r failed (its lease will end): %s",
-                        self.resource, e)
-        finally:
-            self._fences = None
-            self._close()
-
-    def _end(self, sql: str, params: tuple, timeout: Optional[c.Seconds]) -> Any:
-        """Send the release (or resignation) SQL, waiting up to TIMEOUT
-        seconds for the answer (None: no limit)."""
-        t = c.seconds(timeout, "timeout", none_ok=True)
-        self._stop_renewal()
-        try:
-            with self._connection(t) as conn, _cut_after(conn, t):
-                return _one(conn, sql, params)
-        except BaseException:
-            self._unrenewed()
-            raise
-        finally:
-            self._close()
-
-    def _unrenewed(self) -> None:
-        """A release (or resignation) that did not get through: the
-        holding, if still there, is no longer renewed.  Its loss is
-        signalled when a failing renewal's would be, before the lease's
-        end; a release retried meanwhile forgets it."""
-        with self._mutex:
-            fences = self._fences
-            if fences is None or self.lost.is_set() or not self._mine():
-                return
-        assert self.lease is not None
-
-        def fire() -> None:
-            if self._fences is fences:
-                self._declare_lost("its release got no answer: the lease ends unrenewed")
-        delay = self._valid_from + self.lease - c.lost_margin(self.lease) - time.monotonic()
-        timer = threading.Timer(max(0.0, delay), fire)
-        timer.daemon = True
-        with self._mutex:
-            old, self._timer = self._timer, timer
-        if old is not None:
-            old.cancel()
-        timer.start()
-
-    def _started(self, fences: "list[int]", sent_at: float) -> None:
-        self._fences = list(fences)
-        self._pid = os.getpid()
-        _HELD.add(self)
-        self.lost.clear()
-        self.lost_reason = None
-        # A new event per holding: a renewal of an earlier one, left stuck
-        # behind by its release, keeps seeing its own (set) and stops.
-        self._stop = threading.Event()
-        self._valid_from = sent_at
-        self._arm(sent_at)
-        self._thread = threading.Thread(target=self._renew_loop, args=(self._stop,), daemon=True,
-                                        name=f"dlock renew {self.resource[:40]}")
-        self._thread.start()
-
-    def _arm(self, sent_at: float) -> None:
-        assert self.lease is not None
-        delay = sent_at + self.lease - c.lost_margin(self.lease) - time.monotonic()
-        timer = threading.Timer(max(0.0, delay), self._deadline, args=(sent_at,))
-        timer.daemon = True
-        with self._mutex:
-            old, self._timer = self._timer, timer
-        if old is not None:
-            old.cancel()
-        timer.start()
-
-    def _deadline(self, sent_at: float) -> None:
-        with self._mutex:
-            current = self._valid_from == sent_at and not self._stop.is_set()
-        if current:
-            self._declare_lost("no renewal got through within the lease")
-
-    def _declare_lost(self, reason: str, stop: Optional[threading.Event] = None) -> None:
-        """Set ``lost`` (once) and run on_lost; STOP: only if it is still
-        the current holding's (a renewal's answer about its own)."""
-        with self._mutex:
-            if self.lost.is_set() or self._fences is None or \
-                    (stop is not None and (stop is not self._stop or stop.is_set())):
-                return
-            self.lost_reason = reason
-            self.lost.set()
-            self._stop.set()
-            timer = self._timer
-        if timer is not None:
-            timer.cancel()
-        log.warning("dlock: %s %r lost (fences %s): %s", self._kind, self.resource,
-                    self._fences, reason)
-        if self.on_lost is not None:
-            try:
-                self.on_lost(self)
-            except Exception:
-                log.exception("dlock: on_lost callback of %r failed", self.resource)
-
-    def _renew_loop(self, stop: threading.Event) -> None:
-        assert self.lease is not None
-        period = self.lease / 3.0
-        retry = max(0.05, min(1.0, period / 3.0))
-        next_at = self._valid_from + period
-        while not stop.wait(max(0.0, next_at - time.monotonic())):
-            try:
-                with self._connection() as conn:
-                    # After a pool's wait for a connection: the renewal
-                    # is dated from when it was sent, not from that wait.
-                    sent_at = time.monotonic()
-                    expiry = _one(conn, *c.renew_statement(self))
-            except (psycopg.Error, Error, OSError) as e:
-                log.warning("dlock: renewing %r failed, retrying within the lease: %s",
-                            self.resource, e)
-                next_at = time.monotonic() + retry
-                continue
-            if not c.all_held(expiry):
-                self._declare_lost("renew returned NULL: the lease ended or was broken", stop)
-                return
-            with self._mutex:
-                if stop.is_set():
-                    return
-                self._valid_from = sent_at
-            self._arm(sent_at)
-            next_at = sent_at + period
-
-    def _stop_renewal(self) -> None:
-        _HELD.discard(self)
-        self._stop.set()
-        with self._mutex:
-            timer, self._timer = self._timer, None
-        if timer is not None:
-            timer.cancel()
-        thread, self._thread = self._thread, None
-        if thread is not None and thread is not threading.current_thread():
-            # A renewal stuck on an unresponsive server is left behind
-            # (daemon thread): it cannot change anything any more.
-            thread.join(timeout=max(1.0, min(5.0, (self.lease or 3) / 3)))
-
-    # ---- fenced writes
-    def assert_fence(self, cur: Any) -> None:
-        """Run ``dlock.assert_fence(resource, fence)`` with CUR (a psycopg
-        cursor or connection) in the caller's transaction: raises
-        StaleFence (55P03) unless this holding is current, and then keeps it
-        from being taken over until that transaction ends."""
-        if self._fences is None:
-            raise NotHeld(f"{self._kind} {self.resource!r} is not held")
-        if not self._mine():
-            raise self._not_mine()
-        try:
-            cur.execute(*c.assert_fence_statement(self), prepare=False)
-        except psycopg.Error as e:
-            if getattr(e, "sqlstate", None) is None:
-                raise
-            raise translate(e) from e
-
-    def check(self) -> bool:
-        """Is this holding still the current one, as the server sees it?
-        (In a child forked while it was held: False, it is the parent's.)"""
-        if self._fences is None or not self._mine():
-            return False
-        with self._source.connection() as conn:
-            return bool(_one(conn, *c.check_statement(self)))
+__all__ = ["Lock", "Semaphore", "MultiLock", "Election", "observe", "leader", "Leader"]
 
 
 class Lock(_Leased):
     """A leased lock on RESOURCE, renewed in the background.
 
-    ``with dlock.Lock(conninfo_or_pool, "resource", lease=30, wait=10) as
-    lock:`` acquires (waiting up to WAIT seconds, None: no limit, 0: one
-    try; LockTimeout otherwise), renews every third of LEASE on its own
-    connection, sets ``lock.lost`` and calls ``on_lost(lock)`` when the
-    lease is lost, and raises LockLost when the block is left after a
-    loss.  HOLDER defaults to a text unique to this object.  SHARED: a
-    shared (read) holding alongside other shared holders, refused while a
-    writer holds or waits (the C extension's SQL 0.4; NotSupported, 0A000,
-    on a server without it)."""
+    ``with dlock.Lock(conninfo_or_pool, "resource", lease=30,
+    wait=10) as lock:`` acquires (waiting up to WAIT seconds, None: no
+    limit, 0: one try; LockTimeout otherwise), renews every third of LEASE
+    on its own connection, sets ``lock.lost`` and calls ``on_lost(lock)``
+    when the lease is lost, and raises LockLost when the block is left
+    after a loss.  HOLDER defaults to a text unique to this object.
+    SHARED: a shared (read) holding alongside other shared holders,
+    refused while a writer holds or waits (the C extension's SQL 0.4;
+    NotSupported, 0A000, on a server without it)."""
 
     def __init__(self, conninfo_or_pool: Any, resource: str, *, lease: c.Seconds = 30,
                  wait: Optional[c.Seconds] = None, holder: Optional[str] = None,
@@ -522,7 +74,7 @@ class Lock(_Leased):
         own statement here; renewal, loss and release stay the same."""
         return c.lock_statement(self, wait)
 
-    def acquire(self, wait: Optional[c.Seconds] = ..., ) -> bool:  # type: ignore[assignment]
+    def acquire(self, wait: Optional[c.Seconds] = ...) -> bool:  # type: ignore[assignment]
         """Acquire; True when held, False when WAIT ran out."""
         self._new_in_child()
         if self._fences is not None:
@@ -578,9 +130,7 @@ class Lock(_Leased):
                         self.resource, e)
             released = not self.lost.is_set()
             self._fences = None
-        if not released or self.lost.is_set():
-            raise LockLost(f"{self._kind} {self.resource!r} (fences {fences}) was lost while held: "
-                           f"{self.lost_reason}")
+        self._leave(released, fences)
 
 
 class Semaphore(Lock):
@@ -588,12 +138,12 @@ class Semaphore(Lock):
     MAX_PERMITS are held at once by all holders together (the C extension's
     SQL 0.5: ``dlock.acquire``; NotSupported, 0A000, elsewhere).
 
-    ``with dlock.Semaphore(conninfo_or_pool, "pool-slots", max_permits=3,
-    lease=30, wait=10) as sem:`` -- waits, renews, reports loss and
-    releases (all of this object's permits at once) as Lock does; FAIR
-    waits in ticket order.  Every user of NAME passes the same MAX_PERMITS
-    while any permit is held (InvalidArgument, 22023, otherwise); a name
-    held as a lock raises WrongKind (42809)."""
+    ``with dlock.Semaphore(conninfo_or_pool, "pool-slots",
+    max_permits=3, lease=30, wait=10) as sem:`` -- waits, renews, reports
+    loss and releases (all of this object's permits at once) as Lock does;
+    FAIR waits in ticket order.  Every user of NAME passes the same
+    MAX_PERMITS while any permit is held (InvalidArgument, 22023,
+    otherwise); a name held as a lock raises WrongKind (42809)."""
 
     _kind = "semaphore"
     _needs = "semaphore"  # type: ignore[assignment]
@@ -601,7 +151,8 @@ class Semaphore(Lock):
     def __init__(self, conninfo_or_pool: Any, name: str, *, max_permits: int, permits: int = 1,
                  lease: c.Seconds = 30, wait: Optional[c.Seconds] = None,
                  holder: Optional[str] = None, fair: bool = False,
-                 on_lost: Optional[Callable[["Semaphore"], Any]] = None) -> None:
+                 on_lost: Optional[Callable[["Semaphore"], Any]] = None,
+                 ) -> None:
         super().__init__(conninfo_or_pool, name, lease=lease, wait=wait, holder=holder,
                          fair=fair, on_lost=on_lost)  # type: ignore[arg-type]
         self.max_permits = c.check_count(max_permits, "max_permits")
@@ -615,15 +166,14 @@ class MultiLock(Lock):
     """Every resource of RESOURCES, all or nothing (the C extension's SQL
     0.5: ``dlock.lock_all``; NotSupported, 0A000, elsewhere).
 
-    ``with dlock.MultiLock(conninfo_or_pool, ["a", "b"], lease=30, wait=10)
-    as locks:`` -- ``locks.fences`` are the fences in the order given
-    (``fence`` is the first one's).
-    While it waits it holds none of them.  The holdings are renewed and
-    released together; when any of them is lost, the MultiLock is
-    (``lost``, ``on_lost``, LockLost on leaving the block), and
-    ``assert_fence(cur)`` asserts every fence.  SHARED: shared holdings.
-    A resource named twice, an empty list or a bad name: InvalidArgument
-    (22023) from the server."""
+    ``with dlock.MultiLock(conninfo_or_pool, ["a", "b"],
+    lease=30, wait=10) as locks:`` -- ``locks.fences`` are the fences in
+    the order given (``fence`` is the first one's).  While it waits it
+    holds none of them.  The holdings are renewed and released together;
+    when any of them is lost, the MultiLock is (``lost``, ``on_lost``,
+    LockLost on leaving the block), and ``assert_fence(cur)`` asserts every
+    fence.  SHARED: shared holdings.  A resource named twice, an empty
+    list or a bad name: InvalidArgument (22023) from the server."""
 
     _kind = "multi-lock"
     _needs = "multi"  # type: ignore[assignment]
@@ -631,7 +181,8 @@ class MultiLock(Lock):
     def __init__(self, conninfo_or_pool: Any, resources: "Sequence[str]", *,
                  lease: c.Seconds = 30, wait: Optional[c.Seconds] = None,
                  holder: Optional[str] = None, shared: bool = False,
-                 on_lost: Optional[Callable[["MultiLock"], Any]] = None) -> None:
+                 on_lost: Optional[Callable[["MultiLock"], Any]] = None,
+                 ) -> None:
         names = c.check_resources(resources)
         super().__init__(conninfo_or_pool, ", ".join(names), lease=lease, wait=wait,
                          holder=holder, shared=shared, on_lost=on_lost,  # type: ignore[arg-type]
@@ -653,8 +204,8 @@ class MultiLock(Lock):
 class Election(_Leased):
     """Campaign in ELECTION as CANDIDATE (default: unique to this object).
 
-    ``term = e.campaign(value, wait=...)`` waits to lead (LockTimeout after
-    WAIT); the leadership is then renewed like a Lock's, ``lost`` and
+    ``term = e.campaign(value, wait=...)`` waits to lead (LockTimeout
+    after WAIT); the leadership is then renewed like a Lock's, ``lost`` and
     ``on_lost`` say when it ends.  ``proclaim(value)``, ``resign()``,
     ``leader()``; ``observe()`` iterates over leader changes.  As a
     context manager it campaigns on entry and resigns on exit (LockLost if
@@ -665,7 +216,8 @@ class Election(_Leased):
     def __init__(self, conninfo_or_pool: Any, election: str, *, candidate: Optional[str] = None,
                  value: Optional[str] = None, lease: c.Seconds = 30,
                  wait: Optional[c.Seconds] = None,
-                 on_lost: Optional[Callable[["Election"], Any]] = None) -> None:
+                 on_lost: Optional[Callable[["Election"], Any]] = None,
+                 ) -> None:
         super().__init__(conninfo_or_pool, election, lease=lease, holder=candidate,
                          on_lost=on_lost)
         self.value = value
@@ -706,7 +258,7 @@ class Election(_Leased):
         except BaseException:
             # A leader's campaign that failed: its leadership is renewed
             # again (or declared lost at its deadline), never left to run out.
-            if leading is not None and self._thread is None:
+            if leading is not None and self._worker is None:
                 self._started(leading, self._valid_from)
             raise
 
@@ -716,7 +268,8 @@ class Election(_Leased):
         if self._fences is not None and not self._mine():
             raise self._not_mine()
         with self._connection() as conn:
-            ok = bool(_one(conn, c.SQL_PROCLAIM, (self.resource, self.holder, value, self.fence)))
+            ok = bool(_one(conn, c.SQL_PROCLAIM, (self.resource, self.holder, value,
+                                                  self.fence)))
         if ok:
             self.value = value
         return ok
@@ -730,16 +283,17 @@ class Election(_Leased):
         a child forked while leading: NotHeld, nothing sent."""
         if self._fences is not None and not self._mine():
             raise self._not_mine()
-        ok = bool(self._end(c.SQL_RESIGN, (self.resource, self.holder, self.fence), timeout))
+        ok = bool(self._end(*self._release_statement(), timeout))
         if not ok and self._fences is not None:
             self._declare_lost("resign found this candidate no longer leading")
         self._fences = None
         return ok
 
-    def leader(self) -> Optional[c.Leader]:
+    def leader(self) -> Optional[Leader]:
         return leader(self._source, self.resource)
 
-    def observe(self, *, poll: float = 1.0, timeout: Optional[float] = None) -> Iterator[Optional[c.Leader]]:
+    def observe(self, *, poll: float = 1.0,
+                timeout: Optional[float] = None) -> Iterator[Optional[Leader]]:
         return observe(self._source, self.resource, poll=poll, timeout=timeout)
 
     def __enter__(self) -> "Election":
@@ -759,17 +313,16 @@ class Election(_Leased):
                         self.resource, e)
             ok = not self.lost.is_set()
             self._fences = None
-        if not ok or self.lost.is_set():
-            raise LockLost(f"leadership of {self.resource!r} (term {term}) was lost: "
-                           f"{self.lost_reason}")
+        self._leave(ok, term)
 
 
-def leader(conninfo_or_pool: Any, election: str) -> Optional[c.Leader]:
+def leader(conninfo_or_pool: Any, election: str) -> Optional[Leader]:
     """The current leader of ELECTION, or None."""
     source = conninfo_or_pool if isinstance(conninfo_or_pool, _Source) else _Source(conninfo_or_pool)
     with source.connection() as conn:
         try:
-            row = conn.execute(c.SQL_LEADER, (election,), prepare=False).fetchone()
+            cur = conn.execute(c.SQL_LEADER, (election,), prepare=False)
+            row = cur.fetchone()
         except psycopg.Error as e:
             if getattr(e, "sqlstate", None) is None:
                 raise
@@ -778,7 +331,7 @@ def leader(conninfo_or_pool: Any, election: str) -> Optional[c.Leader]:
 
 
 def observe(conninfo_or_pool: Any, election: str, *, poll: float = 1.0,
-            timeout: Optional[float] = None) -> Iterator[Optional[c.Leader]]:
+            timeout: Optional[float] = None) -> Iterator[Optional[Leader]]:
     """Yield the leader of ELECTION (None: nobody leads) now and after each
     change: a new term, a new value, or no leader.  Listens on
     ``dlock.channel(election)`` on a connection of its own and also looks
@@ -786,15 +339,11 @@ def observe(conninfo_or_pool: Any, election: str, *, poll: float = 1.0,
     behind pgbouncer in transaction mode).  Ends after TIMEOUT seconds
     without a change (None: never)."""
     source = conninfo_or_pool if isinstance(conninfo_or_pool, _Source) else _Source(conninfo_or_pool)
-    if source.conninfo is None:
-        cm: Any = source.pool.connection()  # type: ignore[union-attr]
-    else:
-        cm = contextlib.closing(source.connect())
-    with cm as conn:
+    with source.connection() as conn:
         autocommit = conn.autocommit
         if not autocommit:    # a pool's connection: given back as it came
             conn.commit()
-            conn.autocommit = True
+            set_autocommit(conn, True)
         channel = _one(conn, c.SQL_CHANNEL, (election,))
         conn.execute(pgsql.SQL("LISTEN {}").format(pgsql.Identifier(channel)),
                      prepare=False)
@@ -802,8 +351,8 @@ def observe(conninfo_or_pool: Any, election: str, *, poll: float = 1.0,
             last: Any = ...
             quiet_since = time.monotonic()
             while True:
-                row = conn.execute(c.SQL_LEADER, (election,), prepare=False).fetchone()
-                now = c.leader_from_row(row)
+                cur = conn.execute(c.SQL_LEADER, (election,), prepare=False)
+                now = c.leader_from_row(cur.fetchone())
                 key = None if now is None else (now.candidate, now.term, now.value)
                 if last is ... or key != last:
                     last = key
@@ -812,11 +361,9 @@ def observe(conninfo_or_pool: Any, election: str, *, poll: float = 1.0,
                 elif timeout is not None and time.monotonic() - quiet_since >= timeout:
                     return
                 # Wait for a notification (the socket becomes readable) or POLL.
-                select.select([conn.fileno()], [], [], poll)
+                wait_readable(conn.fileno(), poll)
         finally:
             if not conn.closed and not conn.broken:
-                try:
+                with contextlib.suppress(psycopg.Error):
                     conn.execute("UNLISTEN *", prepare=False)
-                    conn.autocommit = autocommit
-                except psycopg.Error:
-                    pass
+                    set_autocommit(conn, autocommit)

@@ -52,6 +52,7 @@ import psycopg.conninfo
 import tooz
 from tooz import coordination, locking, utils
 
+from . import _common as c
 from ._errors import Error as DlockError
 
 log = logging.getLogger("dlock.tooz")
@@ -87,6 +88,17 @@ def _translated() -> Iterator[None]:
         utils.raise_with_cause(tooz.ToozError, str(e), cause=e)
 
 
+def _row(conn: psycopg.Connection, sql: str, params: tuple = ()) -> Optional[Tuple[Any, ...]]:
+    """Run one of the client's statements (_common.SQL_*); its first row.
+    psycopg's errors pass unchanged (_translated makes them tooz's)."""
+    return conn.execute(sql, params, prepare=False).fetchone()
+
+
+def _value(conn: psycopg.Connection, sql: str, params: tuple = ()) -> Any:
+    row = _row(conn, sql, params)
+    return None if row is None else row[0]
+
+
 def _result(fn: Callable[..., Any], *args: Any) -> coordination.CoordAsyncResult:
     """Run FN now; its result (or exception) comes out of .get()."""
     fut: futures.Future = futures.Future()
@@ -112,7 +124,7 @@ class _Pool:
         with self._mutex:
             self._closed = False
         with self.connection() as conn:
-            conn.execute("SELECT 1", prepare=False)
+            _row(conn, c.SQL_PING)
 
     @contextlib.contextmanager
     def connection(self) -> Iterator[psycopg.Connection]:
@@ -175,9 +187,8 @@ class DlockLock(locking.Lock):
             wait = datetime.timedelta(seconds=timeout)
         try:
             with _translated(), self._coord._pool.connection() as conn:
-                fence = conn.execute("SELECT dlock.lock(%s, %s, %s, %s)::text",
-                                     (self.resource, self.holder, self._coord._lock_lease, wait),
-                                     prepare=False).fetchone()[0]
+                fence = _value(conn, c.SQL_LOCK,
+                               (self.resource, self.holder, self._coord._lock_lease, wait))
         except BaseException:
             self._local.release()
             raise
@@ -198,9 +209,8 @@ class DlockLock(locking.Lock):
         wait = (datetime.timedelta(0) if not blocking else
                 None if timeout is None else datetime.timedelta(seconds=timeout))
         with _translated(), self._coord._pool.connection() as conn:
-            fence = conn.execute("SELECT dlock.lock(%s, %s, %s, %s, shared => true)::text",
-                                 (self.resource, self.holder, self._coord._lock_lease, wait),
-                                 prepare=False).fetchone()[0]
+            fence = _value(conn, c.SQL_LOCK_SHARED,
+                           (self.resource, self.holder, self._coord._lock_lease, wait, False))
         if fence is None:
             return False
         self._fence = int(fence)   # read as text: an int8 loader cannot round it
@@ -212,9 +222,7 @@ class DlockLock(locking.Lock):
         if self._fence is None:
             return False
         with _translated(), self._coord._pool.connection() as conn:
-            left = conn.execute("SELECT dlock.unlock(%s, %s, %s)",
-                                (self.resource, self.holder, self._fence),
-                                prepare=False).fetchone()[0]
+            left = _value(conn, c.SQL_UNLOCK, (self.resource, self.holder, self._fence))
         if self._shared:
             self._shared -= 1
             if self._shared and left:
@@ -231,22 +239,19 @@ class DlockLock(locking.Lock):
         if self._fence is None:
             return False
         with _translated(), self._coord._pool.connection() as conn:
-            expiry = conn.execute("SELECT dlock.renew(%s, %s, %s, %s)",
-                                  (self.resource, self.holder, self._coord._lock_lease,
-                                   self._fence), prepare=False).fetchone()[0]
+            expiry = _value(conn, c.SQL_RENEW, (self.resource, self.holder,
+                                                self._coord._lock_lease, self._fence))
         return expiry is not None
 
     def is_still_owner(self) -> bool:
         if self._fence is None:
             return False
         with _translated(), self._coord._pool.connection() as conn:
-            return bool(conn.execute('SELECT dlock."check"(%s, %s)', (self.resource, self._fence),
-                                     prepare=False).fetchone()[0])
+            return bool(_value(conn, c.SQL_CHECK, (self.resource, self._fence)))
 
     def break_(self) -> bool:
         with _translated(), self._coord._pool.connection() as conn:
-            return bool(conn.execute("SELECT dlock.break_lock(%s)", (self.resource,),
-                                     prepare=False).fetchone()[0])
+            return bool(_value(conn, c.SQL_BREAK_LOCK, (self.resource,)))
 
 
 class DlockDriver(coordination.CoordinationDriverCachedRunWatchers):
@@ -313,36 +318,26 @@ class DlockDriver(coordination.CoordinationDriverCachedRunWatchers):
                 lock.release()
         with contextlib.suppress(tooz.ToozError), _translated(), self._pool.connection() as conn:
             for group_id in list(self._leading):
-                conn.execute("SELECT dlock.resign(%s, %s)",
-                             (self._election(group_id), self._candidate), prepare=False)
+                _row(conn, c.SQL_RESIGN, (self._election(group_id), self._candidate, None))
             self._leading = {}
             for group_id in list(self._hooks_elected_leader):
                 with contextlib.suppress(psycopg.errors.UndefinedFunction):
-                    conn.execute("SELECT dlock.withdraw(%s, %s)",
-                                 (self._election(group_id), self._candidate), prepare=False)
+                    _row(conn, c.SQL_WITHDRAW, (self._election(group_id), self._candidate))
         self._pool.close()
 
     def _has_shared(self) -> bool:
         if self._shared_ok is None:
             with _translated(), self._pool.connection() as conn:
-                self._shared_ok = bool(conn.execute(
-                    "SELECT EXISTS (SELECT FROM pg_catalog.pg_proc p"
-                    " JOIN pg_catalog.pg_namespace n ON n.oid = p.pronamespace"
-                    " WHERE n.nspname = 'dlock' AND p.proname = 'lock'"
-                    " AND 'shared' = ANY (p.proargnames))", prepare=False).fetchone()[0])
+                self._shared_ok = bool(_value(conn, c.SQL_HAS_SHARED))
         return self._shared_ok
 
     # ---- helpers (in a connection of the pool)
     def _group_exists(self, conn: psycopg.Connection, group_id: Any) -> bool:
-        return conn.execute("SELECT EXISTS (SELECT FROM dlock.locks WHERE resource = %s"
-                            " AND holder IS NOT NULL AND NOT expired)",
-                            (self._group(group_id),), prepare=False).fetchone()[0]
+        return bool(_value(conn, c.SQL_IS_HELD, (self._group(group_id),)))
 
     def _members(self, conn: psycopg.Connection, group_id: Any) -> List[Tuple[Any, ...]]:
         prefix = self._group(group_id) + "/member/"
-        return conn.execute("SELECT resource, value, acquired_at, renewed_at FROM dlock.locks"
-                            " WHERE starts_with(resource, %s) AND holder IS NOT NULL"
-                            " AND NOT expired", (prefix,), prepare=False).fetchall()
+        return conn.execute(c.SQL_HOLDINGS_UNDER, (prefix,), prepare=False).fetchall()
 
     @staticmethod
     def _dump(capabilities: Any) -> str:
@@ -356,10 +351,8 @@ class DlockDriver(coordination.CoordinationDriverCachedRunWatchers):
     def create_group(self, group_id: Any) -> coordination.CoordAsyncResult:
         def create() -> None:
             with self._pool.connection() as conn, conn.transaction():
-                conn.execute("SELECT dlock.try_lock(%s, %s, %s)",
-                             (self._group(group_id), GROUP_HOLDER, GROUP_LEASE), prepare=False)
-                count = conn.execute("SELECT count FROM dlock.locks WHERE resource = %s",
-                                     (self._group(group_id),), prepare=False).fetchone()
+                _row(conn, c.SQL_TRY_LOCK, (self._group(group_id), GROUP_HOLDER, GROUP_LEASE))
+                count = _row(conn, c.SQL_COUNT, (self._group(group_id),))
                 if count is None or count[0] != 1:
                     raise _Rollback(coordination.GroupAlreadyExist(group_id))
         return _result(_unwrap(create))
@@ -367,10 +360,7 @@ class DlockDriver(coordination.CoordinationDriverCachedRunWatchers):
     def get_groups(self) -> coordination.CoordAsyncResult:
         def groups() -> List[bytes]:
             with self._pool.connection() as conn:
-                rows = conn.execute("SELECT resource FROM dlock.locks"
-                                    " WHERE starts_with(resource, 'tooz/group/')"
-                                    " AND strpos(substr(resource, 12), '/') = 0"
-                                    " AND holder IS NOT NULL AND NOT expired",
+                rows = conn.execute(c.SQL_RESOURCES_JUST_UNDER, ("tooz/group/", "tooz/group/"),
                                     prepare=False).fetchall()
             return [_dec(r[0][len("tooz/group/"):]) for r in rows]
         return _result(groups)
@@ -382,8 +372,7 @@ class DlockDriver(coordination.CoordinationDriverCachedRunWatchers):
                     raise coordination.GroupNotCreated(group_id)
                 if self._members(conn, group_id):
                     raise coordination.GroupNotEmpty(group_id)
-                conn.execute("SELECT dlock.unlock(%s, %s)", (self._group(group_id), GROUP_HOLDER),
-                             prepare=False)
+                _row(conn, c.SQL_UNLOCK, (self._group(group_id), GROUP_HOLDER, None))
         return _result(delete)
 
     def _destroy_group(self, group_id: Any) -> None:
@@ -391,11 +380,10 @@ class DlockDriver(coordination.CoordinationDriverCachedRunWatchers):
         members' holdings are broken where the caller may (else they end
         with their leases)."""
         with _translated(), self._pool.connection() as conn:
-            conn.execute("SELECT dlock.unlock(%s, %s)", (self._group(group_id), GROUP_HOLDER),
-                         prepare=False)
+            _row(conn, c.SQL_UNLOCK, (self._group(group_id), GROUP_HOLDER, None))
             for row in self._members(conn, group_id):
                 with contextlib.suppress(psycopg.errors.InsufficientPrivilege):
-                    conn.execute("SELECT dlock.break_lock(%s)", (row[0],), prepare=False)
+                    _row(conn, c.SQL_BREAK_LOCK, (row[0],))
 
     def join_group(self, group_id: Any, capabilities: Any = b"") -> coordination.CoordAsyncResult:
         def join() -> None:
@@ -403,25 +391,21 @@ class DlockDriver(coordination.CoordinationDriverCachedRunWatchers):
                 if not self._group_exists(conn, group_id):
                     raise _Rollback(coordination.GroupNotCreated(group_id))
                 member = self._member(group_id)
-                fence = conn.execute("SELECT dlock.try_lock(%s, %s, %s)",
-                                     (member, self._member_holder(), self._member_lease),
-                                     prepare=False).fetchone()[0]
-                count = conn.execute("SELECT count FROM dlock.locks WHERE resource = %s",
-                                     (member,), prepare=False).fetchone()
+                fence = _value(conn, c.SQL_TRY_LOCK,
+                               (member, self._member_holder(), self._member_lease))
+                count = _row(conn, c.SQL_COUNT, (member,))
                 if fence is None or count is None or count[0] != 1:
                     raise _Rollback(coordination.MemberAlreadyExist(group_id, self._member_id))
-                conn.execute("SELECT dlock.proclaim(%s, %s, %s)",
-                             (member, self._member_holder(), self._dump(capabilities)),
-                             prepare=False)
+                _row(conn, c.SQL_PROCLAIM,
+                     (member, self._member_holder(), self._dump(capabilities), None))
             self._joined_groups.add(group_id)
         return _result(_unwrap(join))
 
     def leave_group(self, group_id: Any) -> coordination.CoordAsyncResult:
         def leave() -> None:
             with self._pool.connection() as conn:
-                left = conn.execute("SELECT dlock.unlock(%s, %s)",
-                                    (self._member(group_id), self._member_holder()),
-                                    prepare=False).fetchone()[0]
+                left = _value(conn, c.SQL_UNLOCK,
+                              (self._member(group_id), self._member_holder(), None))
                 self._joined_groups.discard(group_id)
                 if left is None:
                     if not self._group_exists(conn, group_id):
@@ -456,9 +440,7 @@ class DlockDriver(coordination.CoordinationDriverCachedRunWatchers):
         return _result(members)
 
     def _member_row(self, conn: psycopg.Connection, group_id: Any, member_id: Any) -> Tuple[Any, ...]:
-        row = conn.execute("SELECT value, acquired_at, renewed_at FROM dlock.locks"
-                           " WHERE resource = %s AND holder IS NOT NULL AND NOT expired",
-                           (self._member(group_id, member_id),), prepare=False).fetchone()
+        row = _row(conn, c.SQL_HOLDING, (self._member(group_id, member_id),))
         if row is None:
             if not self._group_exists(conn, group_id):
                 raise coordination.GroupNotCreated(group_id)
@@ -482,9 +464,8 @@ class DlockDriver(coordination.CoordinationDriverCachedRunWatchers):
     def update_capabilities(self, group_id: Any, capabilities: Any) -> coordination.CoordAsyncResult:
         def update() -> None:
             with self._pool.connection() as conn:
-                ok = conn.execute("SELECT dlock.proclaim(%s, %s, %s)",
-                                  (self._member(group_id), self._member_holder(),
-                                   self._dump(capabilities)), prepare=False).fetchone()[0]
+                ok = _value(conn, c.SQL_PROCLAIM, (self._member(group_id), self._member_holder(),
+                                                   self._dump(capabilities), None))
                 if not ok:
                     if not self._group_exists(conn, group_id):
                         raise coordination.GroupNotCreated(group_id)
@@ -495,8 +476,7 @@ class DlockDriver(coordination.CoordinationDriverCachedRunWatchers):
     def get_leader(self, group_id: Any) -> coordination.CoordAsyncResult:
         def leader() -> Optional[bytes]:
             with self._pool.connection() as conn:
-                row = conn.execute("SELECT candidate FROM dlock.leader(%s)",
-                                   (self._election(group_id),), prepare=False).fetchone()
+                row = _row(conn, c.SQL_LEADER, (self._election(group_id),))
                 if row is None and not self._group_exists(conn, group_id):
                     raise coordination.GroupNotCreated(group_id)
             if row is None:
@@ -508,10 +488,10 @@ class DlockDriver(coordination.CoordinationDriverCachedRunWatchers):
         results: List[Any] = []
         for group_id, hooks in list(self._hooks_elected_leader.items()):
             with _translated(), self._pool.connection() as conn:
-                term = conn.execute("SELECT dlock.campaign(%s, %s, NULL, %s, %s)",
-                                    (self._election(group_id), self._candidate,
-                                     self._member_lease, datetime.timedelta(0)),
-                                    prepare=False).fetchone()[0]
+                text = _value(conn, c.SQL_CAMPAIGN,
+                              (self._election(group_id), self._candidate, None,
+                               self._member_lease, datetime.timedelta(0)))
+            term = None if text is None else int(text)   # read as text: never rounded
             if term is None:
                 self._leading.pop(group_id, None)
             elif self._leading.get(group_id) != term:
@@ -526,8 +506,7 @@ class DlockDriver(coordination.CoordinationDriverCachedRunWatchers):
 
     def stand_down_group_leader(self, group_id: Any) -> None:
         with _translated(), self._pool.connection() as conn:
-            conn.execute("SELECT dlock.resign(%s, %s)", (self._election(group_id), self._candidate),
-                         prepare=False)
+            _row(conn, c.SQL_RESIGN, (self._election(group_id), self._candidate, None))
         self._leading.pop(group_id, None)
 
     def watch_join_group(self, group_id: Any, callback: Callable[..., Any]) -> None:
@@ -552,16 +531,15 @@ class DlockDriver(coordination.CoordinationDriverCachedRunWatchers):
         how long until the next beat is due."""
         with _translated(), self._pool.connection() as conn:
             for group_id in list(self._joined_groups):
-                expiry = conn.execute("SELECT dlock.renew(%s, %s, %s)",
-                                      (self._member(group_id), self._member_holder(),
-                                       self._member_lease), prepare=False).fetchone()[0]
+                expiry = _value(conn, c.SQL_RENEW, (self._member(group_id),
+                                                    self._member_holder(), self._member_lease,
+                                                    None))
                 if expiry is None:
                     log.warning("dlock.tooz: membership of %r ended (lease lost)", group_id)
                     self._joined_groups.discard(group_id)
             for group_id, term in list(self._leading.items()):
-                expiry = conn.execute("SELECT dlock.renew(%s, %s, %s, %s)",
-                                      (self._election(group_id), self._candidate,
-                                       self._member_lease, term), prepare=False).fetchone()[0]
+                expiry = _value(conn, c.SQL_RENEW, (self._election(group_id), self._candidate,
+                                                    self._member_lease, term))
                 if expiry is None:
                     log.warning("dlock.tooz: leadership of %r ended (lease lost)", group_id)
                     self._leading.pop(group_id, None)

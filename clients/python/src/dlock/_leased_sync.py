@@ -1,0 +1,453 @@
+# generated from _leased_aio.py by tools/async_to_sync.py; do not edit
+# (change _leased_aio.py, or _flavour_sync.py, and run the tool again)
+"""What dlock's Lock, Semaphore, MultiLock and Election share (_Leased):
+connections, acquisition, renewal, loss, release, forks; generated from
+_leased_aio.py."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import time
+import weakref
+from typing import Any, Iterator, Callable, Optional
+
+import psycopg
+
+from . import _common as c
+from ._errors import Error, LockLost, NotHeld, translate
+from ._flavour_sync import (Event, Mutex, Worker, call_back, call_later, cut_after, detached,
+                            spawn, stop_worker, wait_event)
+
+
+log = logging.getLogger("dlock")
+
+#: The objects holding something in this process, for _after_fork.
+_HELD: "weakref.WeakSet[_Leased]" = weakref.WeakSet()
+
+
+def _after_fork() -> None:
+    """In a forked child: what the parent holds is the parent's."""
+    for obj in list(_HELD):
+        obj._forked()
+    _HELD.clear()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork)
+
+
+class _Source:
+    """Where connections come from: a conninfo string (dlock opens its own,
+    autocommit, no server-side prepared statements so that pgbouncer in
+    transaction mode is fine), or a pool with a ``connection()`` context
+    manager (psycopg_pool's), borrowed per call."""
+
+    def __init__(self, conninfo_or_pool: Any) -> None:
+        if isinstance(conninfo_or_pool, str):
+            self.conninfo: Optional[str] = conninfo_or_pool
+            self.pool = None
+        elif callable(getattr(conninfo_or_pool, "connection", None)):
+            self.conninfo = None
+            self.pool = conninfo_or_pool
+        else:
+            raise TypeError("dlock needs a conninfo string or a connection pool"
+                            " (an object with a connection() context manager),"
+                            f" not {type(conninfo_or_pool).__name__}")
+
+    def connect(self) -> psycopg.Connection:
+        assert self.conninfo is not None
+        return psycopg.Connection.connect(self.conninfo, autocommit=True,
+                                          prepare_threshold=None)
+
+    @contextlib.contextmanager
+    def connection(self, timeout: Optional[float] = None
+                   ) -> Iterator[psycopg.Connection]:
+        """A connection; TIMEOUT (seconds) bounds the wait for a pool's
+        free one when its connection() takes a timeout (psycopg_pool's
+        does: PoolTimeout, an OperationalError)."""
+        if self.pool is not None:
+            cm = (self.pool.connection() if timeout is None or not c.takes_timeout(self.pool)
+                  else self.pool.connection(timeout=timeout))
+            with cm as conn:
+                yield conn
+        else:
+            conn = self.connect()
+            try:
+                yield conn
+            finally:
+                conn.close()
+
+
+def _one(conn: psycopg.Connection, sql: str, params: tuple) -> Any:
+    """Run SQL, return the first column of its one row; dlock errors."""
+    try:
+        cur = conn.execute(sql, params, prepare=False)
+        row = cur.fetchone()
+    except psycopg.Error as e:
+        if getattr(e, "sqlstate", None) is None:
+            raise  # connection trouble: the caller decides (retry or not)
+        raise translate(e) from e
+    return None if row is None else row[0]
+
+
+class _Leased:
+    """Holdings kept alive by renewal (one, or a MultiLock's several, all
+    of one holder): what Lock, Semaphore, MultiLock and Election share.
+
+    Each holding has one renewal worker and one deadline timer.  The
+    state they share with the caller (fences, lost, the connection) is
+    guarded by ``self._mutex``; callbacks run outside it.  A MultiLock's
+    holdings are renewed and released together, in one statement; the
+    loss of any of them is the loss of the whole."""
+
+    _kind = "lock"
+
+    def __init__(self, conninfo_or_pool: Any, resource: str, *, lease: c.Seconds,
+                 holder: Optional[str], on_lost: Optional[Callable[[Any], Any]],
+                 names: "Optional[tuple[str, ...]]" = None) -> None:
+        self._source = _Source(conninfo_or_pool)
+        self.resource = c.check_text(resource, "resource")
+        self._names = names if names is not None else (self.resource,)
+        self.holder = c.check_text(holder, "holder") if holder is not None else c.default_holder()
+        self._generated_holder = holder is None
+        self.lease = c.seconds(lease, "lease")
+        assert self.lease is not None
+        self.on_lost = on_lost
+        self._fences: "Optional[list[int]]" = None  # one per name while held
+        self.lost = Event()
+        self.lost_reason: Optional[str] = None
+        self._mutex = Mutex()
+        self._conn: Optional[psycopg.Connection] = None  # conninfo mode: ours
+        self._stop = Event()
+        self._worker: Optional[Worker] = None
+        self._timer: Any = None
+        self._valid_from = 0.0  # monotonic: the last acknowledged renewal's sending
+        self._pid: Optional[int] = None  # the process that holds it
+
+    @property
+    def fence(self) -> Optional[int]:
+        """The fencing token of the holding (None while not held)."""
+        return None if self._fences is None else self._fences[0]
+
+    @fence.setter
+    def fence(self, value: Optional[int]) -> None:
+        self._fences = None if value is None else [value]
+
+    # ---- connections
+    @contextlib.contextmanager
+    def _connection(self, timeout: Optional[float] = None
+                    ) -> Iterator[psycopg.Connection]:
+        """The lock's own connection (conninfo) or a pool's (per call,
+        waiting up to TIMEOUT s for it, see _Source.connection); a
+        connection that failed is dropped, the next call opens another."""
+        if self._source.pool is not None:
+            with self._source.connection(timeout) as conn:
+                yield conn
+            return
+        with self._mutex:
+            conn, self._conn = self._conn, None
+        if conn is None or conn.closed:
+            conn = self._source.connect()
+        try:
+            yield conn
+        except BaseException:
+            # A statement cut short (cancelled, timed out) leaves the
+            # connection busy: only an idle one is kept.
+            if conn.broken or conn.closed or \
+                    conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
+                conn.close()
+            else:
+                with self._mutex:
+                    self._conn, conn = conn, self._conn
+                if conn is not None:
+                    conn.close()
+            raise
+        with self._mutex:
+            self._conn, conn = conn, self._conn
+        if conn is not None:
+            conn.close()
+
+    def _close(self) -> None:
+        with self._mutex:
+            conn, self._conn = self._conn, None
+        if conn is not None:
+            conn.close()
+
+    # ---- processes
+    @property
+    def held(self) -> bool:
+        return self._fences is not None and not self.lost.is_set() and self._mine()
+
+    def _mine(self) -> bool:
+        """Whether this process holds it (not a child forked meanwhile;
+        a fence set by hand, never acquired here: yes)."""
+        return self._pid is None or self._pid == os.getpid()
+
+    def _new_in_child(self) -> None:
+        """Before acquiring in a child forked while the parent held: the
+        parent's holding is forgotten and a default holder text is made
+        anew (the parent's would re-enter the parent's holding, sharing
+        its fence); a holder text the caller chose stays."""
+        if self._pid is not None and self._pid != os.getpid():
+            self._fences, self._pid = None, None
+            if self._generated_holder:
+                self.holder = c.default_holder()
+
+    def _forked(self) -> None:
+        """In a forked child: the locks another thread of the parent may
+        have held are new, the parent's connection is dropped unused (never
+        closed: closing it would end the parent's session), and no renewal
+        or timer runs here."""
+        self._mutex = Mutex()
+        reinit = getattr(self.lost, "_at_fork_reinit", None)  # threading's
+        if reinit is not None:
+            reinit()
+        self._stop = Event()
+        self._stop.set()
+        self._conn = None
+        self._worker = None
+        self._timer = None
+
+    def _not_mine(self) -> NotHeld:
+        """Forget, in this forked child, the parent's holding."""
+        pid, self._fences = self._pid, None
+        return NotHeld(f"{self._kind} {self.resource!r} is held by process {pid}, not by this"
+                       " forked child: nothing released")
+
+    # ---- acquisition
+    def _statement(self, conn: psycopg.Connection, sql: str, params: tuple,
+                   give_back: bool) -> Any:
+        return _one(conn, sql, params)
+
+    def _confirm(self, conn: psycopg.Connection, sent_at: float) -> Optional[float]:
+        """The moment (monotonic) the lease just acquired with a statement
+        sent at SENT_AT is dated from: SENT_AT after a short wait; after a
+        long one, when a renewal sent now on CONN was (None: the holding
+        was gone already).  _fences are set."""
+        assert self.lease is not None
+        if not c.needs_confirmation(self.lease, sent_at):
+            return sent_at
+        renewed_at = time.monotonic()
+        if not c.all_held(self._statement(conn, *c.renew_statement(self), False)):
+            return None
+        return renewed_at
+
+    def _take(self, sql: str, params: tuple) -> "Optional[bool]":
+        """Run the acquisition SQL, date its lease (_confirm) and start
+        renewing: True; False when it returned NULL; None when the holding
+        was gone before it could be dated (the caller may try again)."""
+        give_back = self._fences is None  # not a leader's own term again
+        fences = None
+        try:
+            with self._connection() as conn:
+                sent_at = time.monotonic()    # after a pool's wait for a connection
+                fences = c.fences(self._statement(conn, sql, params, give_back))
+                if fences is None:
+                    valid_from = None
+                else:
+                    self._fences = fences
+                    valid_from = self._confirm(conn, sent_at)
+        except BaseException:
+            if fences is not None:
+                # Granted, but its dating failed (or it was cancelled as
+                # the connection went back to a pool): nobody would renew
+                # or release it (a retry would re-enter it), so give it back.
+                self._fences = None
+                if give_back:
+                    detached(self._give_back, fences)
+            raise
+        if fences is None:
+            self._close()
+            return False
+        if valid_from is None:
+            self._fences = None
+            return None
+        self._started(fences, valid_from)
+        return True
+
+    def _release_statement(self) -> "tuple[str, tuple]":
+        return c.unlock_statement(self)
+
+    def _give_back(self, fences: "list[int]") -> None:
+        """Release FENCES, granted to an acquisition that failed after
+        (best effort, on a connection of its own; else the lease ends)."""
+        self._fences = fences
+        try:
+            with self._connection(c.RELEASE_TIMEOUT) as conn:
+                with cut_after(conn, c.RELEASE_TIMEOUT):
+                    _one(conn, *self._release_statement())
+        except (psycopg.Error, Error, OSError) as e:
+            log.warning("dlock: giving back %r failed (its lease will end): %s",
+                        self.resource, e)
+        finally:
+            self._fences = None
+            self._close()
+
+    # ---- release
+    def _end(self, sql: str, params: tuple, timeout: Optional[c.Seconds]) -> Any:
+        """Send the release (or resignation) SQL, waiting up to TIMEOUT
+        seconds for the answer (None: no limit); then
+        psycopg.OperationalError, and the lease ends by itself."""
+        t = c.seconds(timeout, "timeout", none_ok=True)
+        self._stop_renewal()
+
+        def once() -> Any:
+            with self._connection(t) as conn:
+                with cut_after(conn, t):
+                    return _one(conn, sql, params)
+        try:
+            # Detached: a task cancelled meanwhile (asyncio) does not cut the
+            # release short.
+            return detached(once)
+        except BaseException:
+            self._unrenewed()
+            raise
+        finally:
+            self._close()
+
+    def _unrenewed(self) -> None:
+        """A release (or resignation) that did not get through: the
+        holding, if still there, is no longer renewed.  Its loss is
+        signalled when a failing renewal's would be, before the lease's
+        end; a release retried meanwhile forgets it."""
+        with self._mutex:
+            fences = self._fences
+            if fences is None or self.lost.is_set() or not self._mine():
+                return
+        assert self.lease is not None
+
+        def fire() -> None:
+            if self._fences is fences:
+                self._declare_lost("its release got no answer: the lease ends unrenewed")
+        delay = self._valid_from + self.lease - c.lost_margin(self.lease) - time.monotonic()
+        self._set_timer(call_later(max(0.0, delay), fire))
+
+    # ---- renewal
+    def _started(self, fences: "list[int]", sent_at: float) -> None:
+        self._fences = list(fences)
+        self._pid = os.getpid()
+        _HELD.add(self)
+        self.lost.clear()
+        self.lost_reason = None
+        # A new event per holding: a renewal of an earlier one, left stuck
+        # behind by its release, keeps seeing its own (set) and stops.
+        stop = self._stop = Event()
+        self._valid_from = sent_at
+        self._arm(sent_at)
+        self._worker = spawn(self._renew_loop, stop, name=f"dlock renew {self.resource[:40]}")
+
+    def _set_timer(self, timer: Any) -> None:
+        with self._mutex:
+            old, self._timer = self._timer, timer
+        if old is not None:
+            old.cancel()
+
+    def _arm(self, sent_at: float) -> None:
+        """The deadline of the lease renewed at SENT_AT: its loss is
+        signalled then, even while a renewal is stuck."""
+        assert self.lease is not None
+        delay = sent_at + self.lease - c.lost_margin(self.lease) - time.monotonic()
+        self._set_timer(call_later(max(0.0, delay), self._deadline, sent_at))
+
+    def _deadline(self, sent_at: float) -> None:
+        with self._mutex:
+            current = self._valid_from == sent_at and not self._stop.is_set()
+        if current:
+            self._declare_lost("no renewal got through within the lease")
+
+    def _declare_lost(self, reason: str, stop: Optional[Event] = None) -> None:
+        """Set ``lost`` (once) and run on_lost; STOP: only if it is still
+        the current holding's (a renewal's answer about its own)."""
+        with self._mutex:
+            if self.lost.is_set() or self._fences is None or \
+                    (stop is not None and (stop is not self._stop or stop.is_set())):
+                return
+            self.lost_reason = reason
+            self.lost.set()
+            self._stop.set()
+            timer = self._timer
+        if timer is not None:
+            timer.cancel()
+        log.warning("dlock: %s %r lost (fences %s): %s", self._kind, self.resource,
+                    self._fences, reason)
+        if self.on_lost is not None:
+            try:
+                call_back(self.on_lost, self)
+            except Exception:
+                log.exception("dlock: on_lost callback of %r failed", self.resource)
+
+    def _renew_loop(self, stop: Event) -> None:
+        assert self.lease is not None
+        period = self.lease / 3.0
+        retry = max(0.05, min(1.0, period / 3.0))
+        next_at = self._valid_from + period
+        while not wait_event(stop, max(0.0, next_at - time.monotonic())):
+            try:
+                with self._connection() as conn:
+                    # After a pool's wait for a connection: the renewal
+                    # is dated from when it was sent, not from that wait.
+                    sent_at = time.monotonic()
+                    expiry = _one(conn, *c.renew_statement(self))
+            except (psycopg.Error, Error, OSError) as e:
+                log.warning("dlock: renewing %r failed, retrying within the lease: %s",
+                            self.resource, e)
+                next_at = time.monotonic() + retry
+                continue
+            if not c.all_held(expiry):
+                self._declare_lost("renew returned NULL: the lease ended or was broken",
+                                   stop)
+                return
+            with self._mutex:
+                if stop.is_set():
+                    return
+                self._valid_from = sent_at
+            self._arm(sent_at)
+            next_at = sent_at + period
+
+    def _stop_renewal(self) -> None:
+        _HELD.discard(self)
+        self._stop.set()
+        with self._mutex:
+            timer, self._timer = self._timer, None
+        if timer is not None:
+            timer.cancel()
+        worker, self._worker = self._worker, None
+        if worker is not None:
+            # A renewal stuck on an unresponsive server is left behind: it
+            # cannot change anything any more.
+            stop_worker(worker, max(1.0, min(5.0, (self.lease or 3) / 3)))
+
+    # ---- fenced writes
+    def assert_fence(self, cur: Any) -> None:
+        """Run ``dlock.assert_fence(resource, fence)`` with CUR (a psycopg
+        cursor or connection) in the caller's transaction: raises
+        StaleFence (55P03) unless this holding is current, and then keeps it
+        from being taken over until that transaction ends."""
+        if self._fences is None:
+            raise NotHeld(f"{self._kind} {self.resource!r} is not held")
+        if not self._mine():
+            raise self._not_mine()
+        try:
+            cur.execute(*c.assert_fence_statement(self), prepare=False)
+        except psycopg.Error as e:
+            if getattr(e, "sqlstate", None) is None:
+                raise
+            raise translate(e) from e
+
+    def check(self) -> bool:
+        """Is this holding still the current one, as the server sees it?
+        (In a child forked while it was held: False, it is the parent's.)"""
+        if self._fences is None or not self._mine():
+            return False
+        with self._source.connection() as conn:
+            return bool(_one(conn, *c.check_statement(self)))
+
+    # ---- blocks
+
+    def _leave(self, released: bool, fences: Any) -> None:
+        """The end of a block: LockLost unless released while still held."""
+        if not released or self.lost.is_set():
+            raise LockLost(f"{self._kind} {self.resource!r} (fences {fences}) was lost while held: "
+                           f"{self.lost_reason}")
