@@ -1,3 +1,4 @@
+# Promises: none
 """The synchronous API (src/dlock/_sync.py and _leased_sync.py) is
 generated from the asyncio one (aio.py, _leased_aio.py) by
 tools/async_to_sync.py: the files in the tree must be exactly what the
