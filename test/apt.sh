@@ -11,7 +11,8 @@
 # it fails on a lock, apt_get says who holds it, waits 5 s and runs it again.
 
 apt_get() {
-    local wait=${DLOCK_APT_WAIT:-600} start=$SECONDS err rc left sudo_=
+    local - wait=${DLOCK_APT_WAIT:-600} start=$SECONDS err rc left sudo_=
+    set -o pipefail
     [ "$(id -u)" -eq 0 ] || sudo_=sudo
     err=$(mktemp)
     while :; do
@@ -19,9 +20,9 @@ apt_get() {
         [ "$left" -gt 0 ] || left=1
         rc=0
         : > "$err"
-        $sudo_ env DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout="$left" "$@" \
-            2> >(tee -a "$err" >&2) || rc=$?
-        wait $! 2>/dev/null || true    # tee has written all of it
+        # apt-get's stderr goes to ours and to $err (rc: apt-get's, by pipefail).
+        { $sudo_ env DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout="$left" "$@" \
+              2>&1 1>&3 3>&- | tee -a "$err" >&2 3>&-; } 3>&1 || rc=$?
         if [ "$rc" -eq 0 ] || ! grep -q 'Could not get lock' "$err" ||
             [ $((SECONDS - start)) -ge "$wait" ]; then
             break
