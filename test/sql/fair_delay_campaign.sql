@@ -1,415 +1,106 @@
 -- Fair queues, lock-delay and elections (0.2): defects found in review,
 -- one section each, in one session (races are in
--- test/isolation/specs/fair_review.spec,
--- test/t/034_fair_handoff.pl and test/t/034_fair_mixed.pl).
+-- test/isolation/specs/fair_tickets_campaign.spec,
+-- test/t/034_fair_handoff.pl and test/t/031_fair_mixed.pl).
 SET client_min_messages = warning;
 CREATE FUNCTION pg_temp.q(r text) RETURNS TABLE (holder text, "position" bigint)
     LANGUAGE sql AS $$
     SELECT holder, "position" FROM dlock.queue WHERE resource = r ORDER BY "position" $$;
+
 -- A client that queued and then acquires by another path (a non-fair
 -- try_lock, lock(), a fair lock(), campaign) leaves the queue: once it
 -- releases, a newcomer is not held off by a ticket nobody waits on.
 SELECT dlock.try_lock('rv1', 'A') IS NOT NULL;
- ?column? 
-----------
- t
-(1 row)
-
 SELECT dlock.try_lock('rv1', 'B', fair => true) IS NULL AS b_queued;
- b_queued 
-----------
- t
-(1 row)
-
 SELECT dlock.unlock('rv1', 'A');
- unlock 
---------
-      0
-(1 row)
-
 SELECT dlock.try_lock('rv1', 'B') IS NOT NULL AS b_nonfair_served;
- b_nonfair_served 
-------------------
- t
-(1 row)
-
 SELECT * FROM pg_temp.q('rv1');
- holder | position 
---------+----------
-(0 rows)
-
 SELECT dlock.unlock('rv1', 'B');
- unlock 
---------
-      0
-(1 row)
-
 SELECT dlock.try_lock('rv1', 'C') IS NOT NULL AS newcomer_served;
- newcomer_served 
------------------
- t
-(1 row)
-
 SELECT dlock.unlock('rv1', 'C');
- unlock 
---------
-      0
-(1 row)
 
 SELECT dlock.try_lock('rv1l', 'A') IS NOT NULL;
- ?column? 
-----------
- t
-(1 row)
-
 SELECT dlock.try_lock('rv1l', 'B', fair => true) IS NULL AS b_queued;
- b_queued 
-----------
- t
-(1 row)
-
 SELECT dlock.unlock('rv1l', 'A');
- unlock 
---------
-      0
-(1 row)
-
 SELECT dlock.lock('rv1l', 'B', wait => '10s') IS NOT NULL AS b_lock_served;
- b_lock_served 
----------------
- t
-(1 row)
-
 SELECT * FROM pg_temp.q('rv1l');
- holder | position 
---------+----------
-(0 rows)
-
 SELECT dlock.unlock('rv1l', 'B');
- unlock 
---------
-      0
-(1 row)
-
 SELECT dlock.try_lock('rv1l', 'C') IS NOT NULL AS newcomer_served;
- newcomer_served 
------------------
- t
-(1 row)
-
 SELECT dlock.unlock('rv1l', 'C');
- unlock 
---------
-      0
-(1 row)
 
 SELECT dlock.try_lock('rv1f', 'A') IS NOT NULL;
- ?column? 
-----------
- t
-(1 row)
-
 SELECT dlock.try_lock('rv1f', 'B', fair => true) IS NULL AS b_queued;
- b_queued 
-----------
- t
-(1 row)
-
 SELECT dlock.unlock('rv1f', 'A');
- unlock 
---------
-      0
-(1 row)
-
 SELECT dlock.lock('rv1f', 'B', wait => '10s', fair => true) IS NOT NULL AS b_fair_lock_served;
- b_fair_lock_served 
---------------------
- t
-(1 row)
-
 SELECT * FROM pg_temp.q('rv1f');
- holder | position 
---------+----------
-(0 rows)
-
 SELECT dlock.unlock('rv1f', 'B');
- unlock 
---------
-      0
-(1 row)
-
 SELECT dlock.try_lock('rv1f', 'C') IS NOT NULL AS newcomer_served;
- newcomer_served 
------------------
- t
-(1 row)
-
 SELECT dlock.unlock('rv1f', 'C');
- unlock 
---------
-      0
-(1 row)
 
 SELECT dlock.try_lock('rv1e', 'A') IS NOT NULL;
- ?column? 
-----------
- t
-(1 row)
-
 SELECT dlock.try_lock('rv1e', 'B', fair => true) IS NULL AS b_queued;
- b_queued 
-----------
- t
-(1 row)
-
 SELECT dlock.unlock('rv1e', 'A');
- unlock 
---------
-      0
-(1 row)
-
 SELECT dlock.campaign('rv1e', 'B', wait => '10s') IS NOT NULL AS b_elected;
- b_elected 
------------
- t
-(1 row)
-
 SELECT * FROM pg_temp.q('rv1e');
- holder | position 
---------+----------
-(0 rows)
-
 SELECT dlock.resign('rv1e', 'B');
- resign 
---------
- t
-(1 row)
-
 SELECT dlock.try_lock('rv1e', 'C') IS NOT NULL AS newcomer_served;
- newcomer_served 
------------------
- t
-(1 row)
-
 SELECT dlock.unlock('rv1e', 'C');
- unlock 
---------
-      0
-(1 row)
 
 -- campaign honours dlock.lock_delay like lock(): the lease of a leader
 -- that ran out holds off the next candidate until its end plus the delay.
 SET dlock.lock_delay = '1h';
 SELECT dlock.campaign('rv2', 'L', lease => '100ms') IS NOT NULL AS l_elected;
- l_elected 
------------
- t
-(1 row)
-
 RESET dlock.lock_delay;
 SELECT pg_sleep(0.3);
- pg_sleep 
-----------
- 
-(1 row)
-
 SELECT dlock.campaign('rv2', 'M', wait => '0') IS NULL AS m_held_off;
- m_held_off 
-------------
- t
-(1 row)
-
 SELECT dlock.campaign('rv2', 'M', wait => '200ms') IS NULL AS m_still_held_off;
- m_still_held_off 
-------------------
- t
-(1 row)
-
 SELECT dlock.try_lock('rv2', 'N') IS NULL AS n_held_off;
- n_held_off 
-------------
- t
-(1 row)
-
 SELECT count(*) AS leaders FROM dlock.leader('rv2');
- leaders 
----------
-       0
-(1 row)
-
 -- A clean resign frees at once, delay or not.
 SET dlock.lock_delay = '1h';
 SELECT dlock.campaign('rv2c', 'L') IS NOT NULL AS l_elected;
- l_elected 
------------
- t
-(1 row)
-
 RESET dlock.lock_delay;
 SELECT dlock.resign('rv2c', 'L');
- resign 
---------
- t
-(1 row)
-
 SELECT dlock.campaign('rv2c', 'M', wait => '0') IS NOT NULL AS m_elected;
- m_elected 
------------
- t
-(1 row)
-
 SELECT dlock.resign('rv2c', 'M');
- resign 
---------
- t
-(1 row)
 
 -- campaign never re-enters, whichever way the candidate came to lead:
 -- one resign (or one unlock) ends its leadership.
 SELECT dlock.try_lock('rv3', 'L') AS t3 \gset
 SELECT dlock.campaign('rv3', 'L', 'v1') = :t3 AS same_term_immediate;
- same_term_immediate 
----------------------
- t
-(1 row)
-
 SELECT dlock.campaign('rv3', 'L', 'v1', wait => '0') = :t3 AS same_term_client_side;
- same_term_client_side 
------------------------
- t
-(1 row)
-
 SELECT dlock.campaign('rv3', 'L', 'v2', wait => '1s') = :t3 AS same_term_waiting;
- same_term_waiting 
--------------------
- t
-(1 row)
-
 SELECT count, value FROM dlock.locks WHERE resource = 'rv3';
- count | value 
--------+-------
-     1 | v2
-(1 row)
-
 SELECT dlock.unlock('rv3', 'L');
- unlock 
---------
-      0
-(1 row)
-
 SELECT count(*) AS leaders FROM dlock.leader('rv3');
- leaders 
----------
-       0
-(1 row)
-
 -- Inside one transaction block, after its own acquisition.
 BEGIN;
 SELECT dlock.try_lock('rv3x', 'L') AS t3x \gset
 SELECT dlock.campaign('rv3x', 'L', wait => '0') = :t3x AS same_term_in_xact;
- same_term_in_xact 
--------------------
- t
-(1 row)
-
 SELECT dlock.campaign('rv3x', 'L') = :t3x AS same_term_in_xact_wait;
- same_term_in_xact_wait 
-------------------------
- t
-(1 row)
-
 COMMIT;
 SELECT count FROM dlock.locks WHERE resource = 'rv3x';
- count 
--------
-     1
-(1 row)
-
 SELECT dlock.unlock('rv3x', 'L');
- unlock 
---------
-      0
-(1 row)
 
 -- The purge of long-free rows keeps a row whose lock-delay is pending:
 -- a broken holding of a long lease is not available before its lease's
 -- end plus the delay, even once its row has been free for over an hour.
 SELECT dlock.try_lock('rv5', 'A', '2h', lock_delay => '1h') IS NOT NULL;
- ?column? 
-----------
- t
-(1 row)
-
 SELECT dlock.break_lock('rv5');
- break_lock 
-------------
- t
-(1 row)
-
 UPDATE dlock.leases SET released_at = released_at - interval '90 min'
     WHERE resource = 'rv5';
 SELECT dlock.reap() >= 0 AS reaped;
- reaped 
---------
- t
-(1 row)
-
 SELECT count(*) AS row_kept FROM dlock.leases WHERE resource = 'rv5';
- row_kept 
-----------
-        1
-(1 row)
-
 SELECT dlock.try_lock('rv5', 'B') IS NULL AS b_held_off;
- b_held_off 
-------------
- t
-(1 row)
-
 SELECT dlock.try_lock('rv5', 'B', fair => true) IS NULL AS b_fair_held_off;
- b_fair_held_off 
------------------
- t
-(1 row)
-
 -- A row whose delay is over (or that had none) is purged as before.
 SELECT dlock.try_lock('rv5b', 'A', '1h', lock_delay => '1s') IS NOT NULL;
- ?column? 
-----------
- t
-(1 row)
-
 SELECT dlock.break_lock('rv5b');
- break_lock 
-------------
- t
-(1 row)
-
 UPDATE dlock.leases SET released_at = released_at - interval '3h'
     WHERE resource = 'rv5b';
 UPDATE dlock.delays SET available_at = available_at - interval '3h'
     WHERE resource = 'rv5b';
 SELECT dlock.reap() >= 0 AS reaped;
- reaped 
---------
- t
-(1 row)
-
 SELECT count(*) AS row_purged FROM dlock.leases WHERE resource = 'rv5b';
- row_purged 
-------------
-          0
-(1 row)
-
 SELECT dlock.try_lock('rv5b', 'B') IS NOT NULL AS b_served;
- b_served 
-----------
- t
-(1 row)
-
 SELECT dlock.unlock('rv5b', 'B');
- unlock 
---------
-      0
-(1 row)
-
