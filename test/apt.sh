@@ -27,8 +27,8 @@ apt_get() {
             [ $((SECONDS - start)) -ge "$wait" ]; then
             break
         fi
-        echo "apt-get: $(grep -m 1 'Could not get lock' "$err" | sed 's/^E: //')" \
-            "Waiting for it (up to $((wait - (SECONDS - start))) s more)."
+        echo "apt-get: $(grep -m 1 'Could not get lock' "$err" | sed 's/^E: //');" \
+            "waiting for it (up to $((wait - (SECONDS - start))) s more)"
         sleep 5
     done
     rm -f "$err"
