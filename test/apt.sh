@@ -28,7 +28,7 @@ apt_get() {
             break
         fi
         echo "apt-get: $(grep -m 1 'Could not get lock' "$err" | sed 's/^E: //');" \
-            "waiting for it (up to $((wait - (SECONDS - start))) s more)"
+            "waiting for it (up to $((wait - (SECONDS - start))) s more)" >&2
         sleep 5
     done
     rm -f "$err"
