@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# bench/portable_cost.sh: where a portable pair's time goes (BENCHMARKS.md,
+# bench/portable_cost.sh: where a portable pair's time goes (bench/HISTORY.md,
 # "Portable edition: where a pair's time goes"): the server's time per
 # lock+unlock pair of the naive table, of the least a function-based lock
 # can do (the floor), of the floor plus each part of the portable fast path

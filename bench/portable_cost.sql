@@ -1,6 +1,6 @@
 /*
  * bench/portable_cost.sql: what each promise of the portable edition's fast
- * path costs, for bench/portable_cost.sh (BENCHMARKS.md, "Portable edition:
+ * path costs, for bench/portable_cost.sh (bench/HISTORY.md, "Portable edition:
  * where a pair's time goes").  Installed by the owner of a database that
  * has the portable edition (portable/dlock.sql), in a schema of its own,
  * dlock_cost; nothing of dlock's is changed (the variants write rows of

@@ -79,15 +79,16 @@ free_port() {
 # prepare: everything that may need root: gnuplot, redis-server, the build,
 # checks.
 prepare() {
+    . "$here/../test/apt.sh"    # apt_get: waits for another process's dpkg or apt lock
     if ! command -v gnuplot >/dev/null 2>&1; then
         say "installing gnuplot-nox for the plots"
-        as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
+        apt_get install -y -qq \
             --no-install-recommends gnuplot-nox >/dev/null 2>&1 ||
             say "could not install gnuplot: plots will be skipped"
     fi
     if ! command -v redis-server >/dev/null 2>&1; then
         say "installing redis-server for the Redis reference"
-        as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
+        apt_get install -y -qq \
             --no-install-recommends redis-server >/dev/null 2>&1 ||
             say "could not install redis-server: the Redis reference will be skipped"
         # Debian starts a system-wide redis-server; the benchmark starts its own.

@@ -10,8 +10,8 @@ top=$(cd "$(dirname "$0")/.." && pwd)
 # mariadbd is in /usr/sbin, which Debian leaves out of other users' PATH.
 case ":$PATH:" in *:/usr/sbin:*) ;; *) export PATH=$PATH:/usr/local/sbin:/usr/sbin:/sbin ;; esac
 if ! command -v mariadbd >/dev/null 2>&1; then
-    sudo_=""; [ "$(id -u)" -eq 0 ] || sudo_=sudo
-    $sudo_ env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq mariadb-server mariadb-client >/dev/null
+    . "$top/test/apt.sh"    # apt_get: waits for another process's dpkg or apt lock
+    apt_get install -y -qq mariadb-server mariadb-client >/dev/null
 fi
 if [ "$(id -u)" -eq 0 ]; then
     copy=$(mktemp -d /tmp/dlock-mydemo.XXXXXX)

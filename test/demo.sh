@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# demo.sh: the README's first command.  Installs what is missing, builds and
+# demo.sh: the README's first command.  Installs what is missing of the
+# server, its headers and a compiler (not the test suite's tools), builds and
 # installs dlock, starts a throwaway cluster with dlock preloaded, and shows
 #  1. two workers contending for one resource: each takes the lock (saying
 #     when it has to wait, and for whom), does a fenced write, releases; the
@@ -16,7 +17,7 @@ cd "$top"
 
 if [ "${1:-}" != --cluster ]; then
     . test/lib.sh
-    install_packages
+    install_packages "$DEMO_PACKAGES"
     build_and_install
     run_as_tester "$top" 'bash test/demo.sh --cluster'
     exit

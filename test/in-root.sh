@@ -43,8 +43,9 @@ root=${root:-/var/cache/dlock-roots/$suite}
 [ "$(id -u)" -eq 0 ] || { echo "$0: must run as root (debootstrap, chroot, unshare)" >&2; exit 2; }
 
 mirror=http://deb.debian.org/debian
+. "$top/test/apt.sh"    # apt_get: waits for another process's dpkg or apt lock
 if ! command -v debootstrap >/dev/null || ! command -v rsync >/dev/null; then
-    apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends debootstrap rsync
+    apt_get update -q && apt_get install -y -q --no-install-recommends debootstrap rsync
 fi
 if [ ! -f "$root/.dlock-root" ]; then
     # debootstrap knows a release by a script of its name; one newer than the
@@ -73,7 +74,7 @@ rsync -a --delete --exclude=.git --exclude=tmp_check --exclude=tmp_check_iso \
 copy_old_pg() {
     local n=$1 build lib missing i
     if [ ! -x "/usr/lib/postgresql/$n/bin/postgres" ] || [ ! -x "/usr/lib/postgresql/$n/bin/pg_config" ]; then
-        apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends \
+        apt_get update -q && apt_get install -y -q --no-install-recommends \
             "postgresql-$n" "postgresql-server-dev-$n" build-essential libpq-dev
     fi
     echo "=== PostgreSQL $n of this machine, with dlock, into the root (for the upgrade tests)"

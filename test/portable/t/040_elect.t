@@ -3,7 +3,7 @@
 # leader(), dlock.locks.value, dlock.terms, events), on every server
 # 010_core.t uses, installed and used by non-superuser roles.  The same
 # calls, results and SQLSTATEs as the C extension's test/sql/elect.sql and
-# fair_review.sql; between sessions: waiting candidates elected in campaign
+# fair_delay_campaign.sql; between sessions: waiting candidates elected in campaign
 # order with their values, one leader at a time, terms increasing; events
 # with candidate, term and value; and a race of six candidates with fenced
 # writes under their terms.

@@ -30,7 +30,7 @@ my $client = "/usr/lib/postgresql/$debian_major/bin";
 my $out_root = $ENV{DLOCK_PORTABLE_REGRESS_OUT} // "$top/tmp_check/portable-regress";
 
 # The tests of the shared contract, in pg_regress's (alphabetical) order.
-my @shared = qw(elect errors expiry fair_review multi search_path semaphore shared xact);
+my @shared = qw(elect errors expiry fair_delay_campaign multi search_path semaphore shared xact);
 # The tests of C-only behaviour, and why.
 my %skipped = (
     api   => 'dlock.waiters and dlock.stats() (shared memory), and HOT updates of dlock.leases counted in pg_stat',

@@ -1,4 +1,4 @@
-# 037_shared_concurrent.pl: shared holders (0.4) in concurrent
+# 028_shared_concurrent.pl: shared holders (0.4) in concurrent
 # transactions never wait for, nor are refused because of, each other.
 #
 #  - reader B's open transaction (its shared acquisition uncommitted) does

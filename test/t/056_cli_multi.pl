@@ -1,4 +1,4 @@
-# 054_cli_multi.pl - "dlock run R1 R2 ... -- COMMAND": several resources
+# 056_cli_multi.pl - "dlock run R1 R2 ... -- COMMAND": several resources
 # taken together (try_lock_all, 0.5), all or nothing.
 #
 # Covers: COMMAND's environment (DLOCK_RESOURCE and DLOCK_FENCE

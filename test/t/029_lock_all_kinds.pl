@@ -1,4 +1,4 @@
-# 039_lock_all_kinds.pl: lock_all (0.5) with the other kinds of holding,
+# 029_lock_all_kinds.pl: lock_all (0.5) with the other kinds of holding,
 # with waits that sleep on the latch (preloaded), which isolationtester
 # cannot see.
 #

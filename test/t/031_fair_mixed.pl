@@ -1,4 +1,4 @@
-# 034_fair_mixed.pl - a holder that queued client-side (try_lock(...,
+# 031_fair_mixed.pl - a holder that queued client-side (try_lock(...,
 # fair => true), campaign(..., wait => '0')) and then waits in the server
 # (lock(), campaign with a wait) keeps its place in the queue: it is served
 # before the in-server fair waiters that queued after it, at once when the

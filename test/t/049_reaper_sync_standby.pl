@@ -1,4 +1,4 @@
-# 049_round_sync.pl: a reaper round never waits for a synchronous standby
+# 049_reaper_sync_standby.pl: a reaper round never waits for a synchronous standby
 # (issue 26).
 #
 # synchronous_standby_names names a standby that is not there, so every

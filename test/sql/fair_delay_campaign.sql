@@ -1,8 +1,8 @@
 -- Promises: P7 P8
 -- Fair queues, lock-delay and elections (0.2): defects found in review,
 -- one section each, in one session (races are in
--- test/isolation/specs/fair_review.spec,
--- test/t/034_fair_handoff.pl and test/t/034_fair_mixed.pl).
+-- test/isolation/specs/fair_tickets_campaign.spec,
+-- test/t/034_fair_handoff.pl and test/t/031_fair_mixed.pl).
 SET client_min_messages = warning;
 CREATE FUNCTION pg_temp.q(r text) RETURNS TABLE (holder text, "position" bigint)
     LANGUAGE sql AS $$
