@@ -115,7 +115,9 @@ my_release(Lock *lk, int64_t linger_ms, int64_t deadline)
 
 /*
  * my_renew: renew the held lock, at once: renewed, gone (NULL, or the
- * server refused), or no answer (retried 200 ms later while the lease lasts).
+ * routine refused), or no verdict (retried 200 ms later while the lease
+ * lasts): no answer, or an error of the server around the routine (a
+ * killed query, a lock wait timeout) says nothing of the lease.
  */
 static Renewal
 my_renew(Lock *lk, int64_t *sent_at, int64_t *retry_at)
@@ -130,7 +132,7 @@ my_renew(Lock *lk, int64_t *sent_at, int64_t *retry_at)
 	*sent_at = now_ms();
 	if (my_connected() || my_open(lk->opt, (unsigned) (lk->lease_ms / 3000 + 1), true))
 		s = my_scalar("SELECT dlock.renew(?, ?, ?, ?)", 4, v, out, sizeof(out), &isnull);
-	if (s == Q_ERROR && my_transient())
+	if (s == Q_ERROR && !my_refused())
 	{
 		logmsg("renewal failed (will retry)");
 		s = Q_LOST;
