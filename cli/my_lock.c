@@ -42,9 +42,17 @@ my_try(Lock *lk, bool *got)
 	return s;
 }
 
+/* interrupted: the exit code for a terminating signal, else code. */
+static int
+interrupted(int code)
+{
+	return signals_term_count() > 0 ? 128 + signals_term_sig() : code;
+}
+
 /*
  * my_acquire: try until acquired, the wait runs out (75), a signal (128+N)
- * or a connection failure (69); 0 when held.
+ * or a connection failure (69); 0 when held.  A signal that arrives while
+ * a call hangs ends the wait once the call gives up.
  */
 int
 my_acquire(Lock *lk, int64_t wait_ms)
@@ -60,16 +68,16 @@ my_acquire(Lock *lk, int64_t wait_ms)
 		int64_t		left;
 
 		if (!my_connected() && !my_open(lk->opt, 5, false))
-			return EXIT_CONN;
+			return interrupted(EXIT_CONN);
 		s = my_try(lk, &got);
-		if (s == Q_ERROR && !my_transient())
-			return EXIT_CONN;
-		if (s == Q_LOST && !my_open(lk->opt, 5, false))
-			return EXIT_CONN;
 		if (got)
 			return 0;
 		if (signals_term_count() > 0)
 			return 128 + signals_term_sig();
+		if (s == Q_ERROR && !my_transient())
+			return EXIT_CONN;
+		if (s == Q_LOST && !my_open(lk->opt, 5, false))
+			return interrupted(EXIT_CONN);
 		left = until == NEVER ? nap : until - now_ms();
 		if (left <= 0)
 			return EXIT_NOT_ACQUIRED;
@@ -154,7 +162,7 @@ my_run_open(Lock *lk, Options *o, bool election)
 {
 	(void) election;			/* no elections in mysql/dlock.sql */
 	my_lock_init(lk, o, o->pos[0]);
-	return my_open(o, 5, false) ? -1 : EXIT_CONN;
+	return my_open(o, 5, false) ? -1 : interrupted(EXIT_CONN);
 }
 
 static AcqStatus
