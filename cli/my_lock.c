@@ -4,7 +4,8 @@
  * backend of the run supervisor (run.c) built on them.  Every call is a
  * blocking call of my.c, bounded by the connection's timeouts, so a
  * renewal's verdict comes at once.  A lock wait timeout or a deadlock
- * (1205, 1213) is a failed attempt, retried.
+ * (1205, 1213) is a failed attempt, retried; a renewal is retried on any
+ * error but the routine's own.
  */
 #include "my.h"
 
