@@ -2,7 +2,8 @@
 # under it: a renewal's query killed (KILL QUERY) is retried, not taken for
 # a lost lease; SIGTERM while waiting ends the wait with 143 even when the
 # server hangs; the lock is released when COMMAND ends although the server
-# restarted meanwhile, or the answer to the acquisition was lost.
+# restarted or closed the idle connection meanwhile, or the answer to the
+# acquisition was lost.
 # Promises: P15
 use strict;
 use warnings;
@@ -102,6 +103,23 @@ sub finish { my ($pid) = @_; waitpid $pid, 0; return $? >> 8; }
     is(finish($pid), 0, 'run: 0');
     is(rows('f/restart'), 0, 'released when COMMAND ended, after the restart')
         or diag(slurp("$my->{dir}/restart.err"));
+}
+
+# 3b. The same when the server closed the idle connection (wait_timeout
+# shorter than the time from the last renewal to COMMAND's end).
+{
+    my $go = "$my->{dir}/idle.go";
+    $root->do('SET GLOBAL wait_timeout = 1');
+    my $pid = bg('idle', '-v', '-d', $url, 'run', '--lease', '60s', 'f/idle', '--',
+                 'sh', '-c', "while [ ! -e '$go' ]; do sleep 0.05; done");
+    poll(sub { rows('f/idle') });
+    ok(poll(sub { !DlockMy::one($root, "SELECT count(*) FROM information_schema.processlist WHERE user = 'alice'") }),
+       "the server closed the client's idle connection");
+    $root->do('SET GLOBAL wait_timeout = 28800');
+    open my $f, '>', $go or die;
+    close $f;
+    is(finish($pid), 0, 'run: 0');
+    is(rows('f/idle'), 0, 'released when COMMAND ended, after wait_timeout') or diag(slurp("$my->{dir}/idle.err"));
 }
 
 # 4. The answer to the acquisition is lost: try_lock waits (a table lock)
