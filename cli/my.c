@@ -220,6 +220,17 @@ my_transient(void)
 }
 
 /*
+ * my_refused: my_scalar's last Q_ERROR was raised by the routine itself
+ * (SIGNAL, 1644: 42501, 22023, ...), not by the server around it (a
+ * KILL QUERY, max_statement_time, a shutdown, read_only).
+ */
+bool
+my_refused(void)
+{
+	return last_errno == 1644;
+}
+
+/*
  * stmt_errno, report_stmt_error: the error of a failed statement, and its
  * message and SQLSTATE on stderr.  An error that arrives while rows are
  * fetched (a routine's SIGNAL) is left on the connection, not the statement.

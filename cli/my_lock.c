@@ -4,7 +4,8 @@
  * backend of the run supervisor (run.c) built on them.  Every call is a
  * blocking call of my.c, bounded by the connection's timeouts, so a
  * renewal's verdict comes at once.  A lock wait timeout or a deadlock
- * (1205, 1213) is a failed attempt, retried.
+ * (1205, 1213) is a failed attempt, retried; a renewal is retried on any
+ * error but the routine's own.
  */
 #include "my.h"
 
@@ -12,6 +13,7 @@
 
 #include <poll.h>
 #include <stdio.h>
+#include <string.h>
 
 /* my_lock_init: the lock of RESOURCE with the holder and lease of o. */
 void
@@ -43,8 +45,23 @@ my_try(Lock *lk, bool *got)
 }
 
 /*
+ * A try_lock whose answer was lost may still commit (the server runs the
+ * call to its end), and the next try of the same holder then re-enters
+ * the holding (count 2): my_release unlocks until none is left.
+ */
+static bool maybe_twice;
+
+/* interrupted: the exit code for a terminating signal, else code. */
+static int
+interrupted(int code)
+{
+	return signals_term_count() > 0 ? 128 + signals_term_sig() : code;
+}
+
+/*
  * my_acquire: try until acquired, the wait runs out (75), a signal (128+N)
- * or a connection failure (69); 0 when held.
+ * or a connection failure (69); 0 when held.  A signal that arrives while
+ * a call hangs ends the wait once the call gives up.
  */
 int
 my_acquire(Lock *lk, int64_t wait_ms)
@@ -60,16 +77,20 @@ my_acquire(Lock *lk, int64_t wait_ms)
 		int64_t		left;
 
 		if (!my_connected() && !my_open(lk->opt, 5, false))
-			return EXIT_CONN;
+			return interrupted(EXIT_CONN);
 		s = my_try(lk, &got);
-		if (s == Q_ERROR && !my_transient())
-			return EXIT_CONN;
-		if (s == Q_LOST && !my_open(lk->opt, 5, false))
-			return EXIT_CONN;
 		if (got)
 			return 0;
 		if (signals_term_count() > 0)
 			return 128 + signals_term_sig();
+		if (s == Q_ERROR && !my_transient())
+			return EXIT_CONN;
+		if (s == Q_LOST)
+		{
+			maybe_twice = true;
+			if (!my_open(lk->opt, 5, false))
+				return interrupted(EXIT_CONN);
+		}
 		left = until == NEVER ? nap : until - now_ms();
 		if (left <= 0)
 			return EXIT_NOT_ACQUIRED;
@@ -83,39 +104,63 @@ my_acquire(Lock *lk, int64_t wait_ms)
 	}
 }
 
-/* my_release: unlock (or, with linger, renew for linger and leave it); 1 if not held. */
-static int
-my_release(Lock *lk, int64_t linger_ms, int64_t deadline)
+/* release_once: one unlock (or renew for linger), reconnecting if needed. */
+static QStatus
+release_once(Lock *lk, int64_t linger_ms, char *out, size_t outlen, bool *isnull)
 {
-	char		out[64];
 	char		linger_s[32];
-	bool		isnull;
-	QStatus		s;
 
-	(void) deadline;			/* each call is bounded by the connection's timeouts */
 	if (!my_connected() && !my_open(lk->opt, 5, true))
-		return -1;
+		return Q_LOST;
 	if (linger_ms > 0)
 	{
 		const char *v[4] = {lk->resource, lk->holder, linger_s, lk->fence};
 
 		my_seconds(linger_s, sizeof(linger_s), linger_ms);
-		s = my_scalar("SELECT dlock.renew(?, ?, ?, ?)", 4, v, out, sizeof(out), &isnull);
+		return my_scalar("SELECT dlock.renew(?, ?, ?, ?)", 4, v, out, outlen, isnull);
 	}
 	else
 	{
 		const char *v[3] = {lk->resource, lk->holder, lk->fence};
 
-		s = my_scalar("SELECT dlock.unlock(?, ?, ?)", 3, v, out, sizeof(out), &isnull);
+		return my_scalar("SELECT dlock.unlock(?, ?, ?)", 3, v, out, outlen, isnull);
 	}
+}
+
+/*
+ * my_release: unlock (or, with linger, renew for linger and leave it); 1 if
+ * not held, -1 if it failed.  A connection found gone (the server
+ * restarted while COMMAND ran) is made again once; after a try whose
+ * answer was lost, unlock until no count is left.
+ */
+static int
+my_release(Lock *lk, int64_t linger_ms, int64_t deadline)
+{
+	char		out[64];
+	bool		isnull = true;
+	bool		again = false;
+	QStatus		s;
+
+	(void) deadline;			/* each call is bounded by the connection's timeouts */
+	s = release_once(lk, linger_ms, out, sizeof(out), &isnull);
+	if (s == Q_LOST)
+	{
+		again = true;			/* its answer lost: NULL may mean it was done */
+		s = release_once(lk, linger_ms, out, sizeof(out), &isnull);
+	}
+	for (int i = 0; s == Q_OK && linger_ms == 0 && maybe_twice && !isnull &&
+		 strcmp(out, "0") != 0 && i < 8; i++)
+		s = release_once(lk, 0, out, sizeof(out), &isnull);
 	if (s != Q_OK)
 		return -1;
-	return isnull ? 1 : 0;
+	return isnull && !again ? 1 : 0;
 }
 
 /*
  * my_renew: renew the held lock, at once: renewed, gone (NULL, or the
- * server refused), or no answer (retried 200 ms later while the lease lasts).
+ * routine refused), or no verdict (retried 200 ms later while the lease
+ * lasts): no answer, or an error of the server around the routine (a
+ * killed query, a lock wait timeout) says nothing of the lease.
  */
 static Renewal
 my_renew(Lock *lk, int64_t *sent_at, int64_t *retry_at)
@@ -130,7 +175,7 @@ my_renew(Lock *lk, int64_t *sent_at, int64_t *retry_at)
 	*sent_at = now_ms();
 	if (my_connected() || my_open(lk->opt, (unsigned) (lk->lease_ms / 3000 + 1), true))
 		s = my_scalar("SELECT dlock.renew(?, ?, ?, ?)", 4, v, out, sizeof(out), &isnull);
-	if (s == Q_ERROR && my_transient())
+	if (s == Q_ERROR && !my_refused())
 	{
 		logmsg("renewal failed (will retry)");
 		s = Q_LOST;
@@ -152,7 +197,7 @@ my_run_open(Lock *lk, Options *o, bool election)
 {
 	(void) election;			/* no elections in mysql/dlock.sql */
 	my_lock_init(lk, o, o->pos[0]);
-	return my_open(o, 5, false) ? -1 : EXIT_CONN;
+	return my_open(o, 5, false) ? -1 : interrupted(EXIT_CONN);
 }
 
 static AcqStatus
