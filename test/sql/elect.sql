@@ -1,4 +1,4 @@
--- Promises: P4 P6 P8 P13
+-- Promises: P4 P6 P8
 -- Leader election and holding values (0.2): campaign, proclaim, resign,
 -- leader, dlock.locks.value, in one session (client-side campaigns with
 -- wait => '0'); rights between roles; every bad input.  Waiting

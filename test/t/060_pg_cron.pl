@@ -4,7 +4,7 @@
 # works, expiry is lazy, and reap() is safe to call from pg_cron at any rate.
 # Here only pg_cron is preloaded; a job runs SELECT dlock.reap() every second
 # (pg_cron 1.4's seconds syntax) and removes an expired lease.
-# Promises: P5
+# Promises: P2
 
 use strict;
 use warnings;

@@ -19,7 +19,7 @@
 # Before the runs, the checker is shown to fire: logs of a run, altered
 # to break each property in turn, must be flagged.  Needs DBD::Pg
 # (libdbd-pg-perl).
-# Promises: P1 P2 P4 P5 P6 P9 P10 P11 P12
+# Promises: P1 P2 P4 P5 P9 P10 P11 P12
 
 use strict;
 use warnings;

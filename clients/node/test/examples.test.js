@@ -2,7 +2,7 @@
 // README.md's examples, as a new user would run them: each ```js or ```mjs
 // block is a whole program, run with node in a directory where `dlock-pg`
 // and `pg` are installed; it must exit 0.
-// Promises: P16
+// Promises: none
 const { test, after } = require('node:test');
 const assert = require('node:assert/strict');
 const fs = require('node:fs');

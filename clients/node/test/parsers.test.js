@@ -4,7 +4,7 @@
 // Numbers or strings, for int8 and int8[]), fences above 2^53 stay exact:
 // renewals keep the holding, assertFence accepts it, release finds it;
 // multi-locks' fences and election terms too.  This file's process only.
-// Promises: P1 P16
+// Promises: P16
 const { test, after } = require('node:test');
 const assert = require('node:assert/strict');
 const dlock = require('..');

@@ -1,4 +1,4 @@
-# Promises: P16
+# Promises: none
 """The README's Python examples run as written (one test per block), with
 libpq's PG* variables pointing at the test server."""
 

@@ -5,7 +5,7 @@
 # it does site-packages.  Checked in the tree itself once make has built
 # dlock.so, and always in a scratch copy of the root whose dlock.so is
 # not a Python module either.  No server needed.
-# Promises: P16
+# Promises: none
 use strict;
 use warnings;
 use Cwd qw(abs_path);

@@ -20,7 +20,7 @@
 # DLOCK_MODEL_SECONDS (default 10) is each run's length.  Logs of a run
 # that found a violation are kept in $DLOCK_PORTABLE_MODEL_OUT (default
 # tmp_check/portable-model/<server> in the tree).
-# Promises: P1 P2 P4 P5 P6 P9 P10 P11 P12
+# Promises: P1 P2 P4 P5 P9 P10 P11 P12
 use strict;
 use warnings;
 use File::Temp qw(tempdir);
