@@ -31,9 +31,23 @@ our @KINDS = (
 	[ 'test/clients/t/*.t', ['C', 'portable'], 'TAP, part `clients`' ],
 	[ 'clients/python/tests/test_*.py', ['C', 'portable'], 'pytest, run by `test/clients/t/010_python.t`' ],
 	[ 'clients/node/test/*.test.js', ['C', 'portable'], 'node:test, run by `test/clients/t/030_node.t`' ],
+	[ 'test/docs/*.t', [], 'TAP, part `docs` (no edition: links, versions, this matrix)' ],
 );
+# The directories the runners run every file of (prove DIR/*, pg_regress's
+# and isolationtester's globs): each file there is read by a kind above.
+# Modules (*.pm) beside the tests are not run.
+our @RUN_DIRS = qw(test/t test/sql test/isolation/specs test/portable/t test/mysql/t
+  test/clients/t test/docs);
 our $HEADER = qr{^\s*(?:#|--|//)\s*Promises:(.*)$};
 our $LINES = 60;    # the header line must be among a file's first lines
+# What may come before the header: blank lines, a #! line, comment lines,
+# JavaScript's 'use strict'.  So the header is in the file's opening comment.
+our $BEFORE = qr{^\s*$|^#!|^\s*(?:#|--|//)|^\s*['"]use strict['"];\s*$};
+# Files that may show a header line without being a test: pg_regress's
+# expected output echoes the test's comments (checked against the test).
+our $ECHOES = qr{^test/expected/([^/]+)\.out$};
+# The files searched for stray Promises: lines (sources, not logs or output).
+our $SOURCE = qr{\.(?:pl|t|pm|sql|spec|py|js|mjs|cjs|ts|sh)$};
 
 sub slurp
 {
@@ -86,18 +100,24 @@ sub tests
 		for my $full (sort glob("$root/$pattern"))
 		{
 			my $path = File::Spec->abs2rel($full, $root);
-			next if $taken{$path}++;
-			my @lines = (split /\n/, slurp($full), $LINES + 1)[0 .. $LINES - 1];
-			my @headers = grep { defined && /$HEADER/ } @lines;
-			if (@headers != 1)
+			next if $taken{$path}++ || !-f $full;    # glob gives back a plain name
+			my @all = split /\n/, slurp($full);
+			my @at = grep { $all[$_] =~ $HEADER } 0 .. $#all;
+			if (@at != 1)
 			{
 				push @problems,
-				  @headers
-				  ? "$path: more than one Promises: line"
-				  : "$path: no Promises: line among its first $LINES lines "
-				  . "(add one, e.g. '# Promises: P1 P2', or 'none')";
+				  @at
+				  ? "$path: more than one Promises: line (lines " . join(', ', map { $_ + 1 } @at) . ')'
+				  : "$path: no Promises: line (add one at its top, e.g. '# Promises: P1 P2', or 'none')";
 				next;
 			}
+			if ($at[0] >= $LINES || grep { $all[$_] !~ $BEFORE } 0 .. $at[0] - 1)
+			{
+				push @problems, "$path: its Promises: line (line " . ($at[0] + 1)
+				  . ") is not in the comment that opens the file";
+				next;
+			}
+			my @headers = ($all[ $at[0] ]);
 			my ($list) = $headers[0] =~ $HEADER;
 			my @ids = split ' ', $list;
 			if (@ids == 1 && $ids[0] eq 'none')
@@ -112,12 +132,80 @@ sub tests
 					  unless $known->{$id};
 				}
 				push @problems, "$path: empty Promises: line (write 'none')" unless @ids;
+				push @problems, "$path: names promises, but its files count for no edition (write 'none')"
+				  if @ids && !@$editions;
 			}
 			push @tests,
 			  { path => $path, editions => $editions, runner => $runner, ids => \@ids };
 		}
 	}
+	push @problems, strays($root, \%taken);
 	return (\@tests, \@problems);
+}
+
+# strays(root, {path => 1} of the test files read): a file the runners run
+# that no kind reads, and a Promises: line in a file the matrix never reads
+# (a test in a directory nobody scans, a copy, a renamed file).
+sub strays
+{
+	my ($root, $taken) = @_;
+	my @problems;
+	for my $dir (@RUN_DIRS)
+	{
+		for my $full (sort glob("$root/$dir/*"))
+		{
+			my $path = File::Spec->abs2rel($full, $root);
+			next if !-f $full || $path =~ /\.pm$/ || $taken->{$path};
+			push @problems, "$path: run by the suite but read by no kind of test/contract/matrix.pl";
+		}
+	}
+	for my $path (files($root))
+	{
+		next if $taken->{$path} || ($path !~ $SOURCE && $path !~ $ECHOES);
+		my $full = "$root/$path";
+		next unless -f $full;
+		my @all = split /\n/, slurp($full);
+		my @at = grep { $all[$_] =~ $HEADER } 0 .. $#all;
+		next unless @at;
+		if ($path =~ $ECHOES && -f "$root/test/sql/$1.sql")
+		{
+			my ($want) = grep { /$HEADER/ } split /\n/, slurp("$root/test/sql/$1.sql");
+			push @problems, "$path: its Promises: line is not that of test/sql/$1.sql"
+			  unless @at == 1 && defined $want && $all[ $at[0] ] eq $want;
+			next;
+		}
+		push @problems, "$path: has a Promises: line (line " . ($at[0] + 1)
+		  . ") but is no test file the matrix reads (see \@KINDS in test/contract/matrix.pl)";
+	}
+	return @problems;
+}
+
+# files(root): the repository's files, relative: git's list when root is a
+# work tree, else every file below root but .git and build output.
+sub files
+{
+	my ($root) = @_;
+	if (-e "$root/.git" && open(my $git, '-|', 'git', '-C', $root, 'ls-files', '-z'))
+	{
+		local $/;
+		my $list = <$git>;
+		return grep { length } split /\0/, ($list // '') if close $git;
+	}
+	my @out;
+	my @todo = ('');
+	while (defined(my $dir = shift @todo))
+	{
+		opendir(my $dh, "$root/$dir") or next;
+		for my $e (sort readdir $dh)
+		{
+			next if $e =~ /^(?:\..*|tmp_check|tmp_check_iso|results|output_iso|log|node_modules|__pycache__)$/;
+			my $rel = $dir eq '' ? $e : "$dir/$e";
+			if (-d "$root/$rel") { push @todo, $rel unless -l "$root/$rel" }
+			else { push @out, $rel }
+		}
+		closedir $dh;
+	}
+	return @out;
 }
 
 # load(root): everything the matrix needs, and every problem found:
@@ -167,19 +255,22 @@ sub render
 	  "",
 	  "For each promise of [CONTRACT.md](../CONTRACT.md) and each edition: its",
 	  "status there, and the test files that check it. A test file names the",
-	  "promises it checks in one header line near its top: `# Promises: P1 P2`",
-	  "(`-- Promises:` in SQL, `// Promises:` in JavaScript; `none` when it",
-	  "checks no promise). `prove test/docs/010_contract.t` fails when an",
-	  "edition claims a promise that no test of that edition names, when a",
-	  "header names an unknown ID, and when this file is not what the script",
-	  "writes.", "",
+	  "promises it checks in one header line, in the comment that opens it:",
+	  "`# Promises: P1 P2` (`-- Promises:` in SQL, `// Promises:` in",
+	  "JavaScript; `none` when it checks no promise). A file names a promise",
+	  "only if one of its assertions fails when the promise breaks.",
+	  "`prove test/docs/010_contract.t` fails when an edition claims a promise",
+	  "that no test of that edition names, when a header names an unknown ID,",
+	  "is missing, repeated or below the opening comment, when a file the",
+	  "suite runs is not read here, when a file that is not read here has a",
+	  "header, and when this file is not what the script writes.", "",
 	  "`bash test/run-tests.sh` runs them all. Which edition a test checks",
 	  "follows from its path:", "",
 	  "| test files | editions | run by |", "|---|---|---|";
 	for my $k (@KINDS)
 	{
 		my ($pattern, $editions, $runner) = @$k;
-		push @o, "| `$pattern` | " . join(', ', @$editions) . " | $runner |";
+		push @o, "| `$pattern` | " . (join(', ', @$editions) || 'none') . " | $runner |";
 	}
 	push @o, "",
 	  "The client libraries' tests run against the C extension and again",

@@ -6,6 +6,7 @@
 # Then tools/set-version, run on a copy with another version, must leave a
 # copy that passes the same checks: a bump is one line plus the script.
 # No server needed:  prove test/docs/005_versions.t
+# Promises: none
 use strict;
 use warnings;
 use Cwd qw(abs_path);

@@ -5,6 +5,7 @@
 # version is default_version of the archived dlock.control.
 # In a tree without .git (run-tests.sh's copy) it archives the tree's files
 # through a scratch git directory.  No server needed.
+# Promises: none
 use strict;
 use warnings;
 use Cwd qw(abs_path);
