@@ -18,7 +18,7 @@
 #     once it is back.  (0.1: DROP needed FORCE, then a FATAL every 5 s.)
 #  5. Rounds that keep failing (a lock they need held past lock_timeout)
 #     back off instead of failing every interval.
-# Promises: P5 P13
+# Promises: P5
 
 use strict;
 use warnings;
