@@ -49,7 +49,9 @@ def call_back(fn: Callable[[Any], Any], obj: Any) -> None:
     fn(obj)
 
 
-def detached(fn: Callable[..., Any], *args: Any) -> Any:
+def detached(fn: Callable[..., Any], *args: Any,
+             orphaned: Optional[Callable[[Any], None]] = None) -> Any:
+    """FN(*ARGS) (a thread is never cancelled: ORPHANED is never called)."""
     return fn(*args)
 
 
