@@ -7,6 +7,7 @@ in both flavours; a re-campaign after loss gives back a term granted
 as it is cancelled."""
 
 import asyncio
+import contextlib
 import os
 import signal
 import threading
@@ -117,3 +118,57 @@ def test_release_timeout_bounds_the_connection_it_opens(dsn, admin, name, flavou
                     os.kill(p, signal.SIGCONT)
         asyncio.run(main())
     assert len(out) == 1 and isinstance(out[0], psycopg.OperationalError), out
+
+
+class FlakyPool:
+    """An autocommit pool; ``fail_at``: the statement of the next borrowed
+    connection that fails as a cut connection would (0: none)."""
+
+    def __init__(self, dsn):
+        self.dsn, self.fail_at = dsn, 0
+
+    @contextlib.contextmanager
+    def connection(self, timeout=None):
+        fail_at, self.fail_at = self.fail_at, 0
+        with psycopg.connect(self.dsn, autocommit=True) as conn:
+            n = [0]
+
+            class Flaky:
+                def execute(self, *args, **kwargs):
+                    n[0] += 1
+                    if n[0] == fail_at:
+                        raise psycopg.OperationalError("connection cut (test)")
+                    return conn.execute(*args, **kwargs)
+
+                def __getattr__(self, attr):
+                    return getattr(conn, attr)
+            yield Flaky()
+
+
+def leader_of(admin, name):
+    row = admin.execute("SELECT candidate FROM dlock.leader(%s)", (name,)).fetchone()
+    return None if row is None else row[0]
+
+
+def test_recampaign_after_loss_gives_back_a_failed_grant(dsn, admin, name):
+    """An election's leadership is lost (broken); the same object
+    campaigns again, waits, is elected, and the renewal dating its term
+    fails: campaign() raises, so that term must be given back, as for a
+    first campaign (before the fix the lost term's fences made it look
+    like a leader's own term again: kept, unrenewed, blocking the others
+    for its lease)."""
+    lease = 6.0
+    pool = FlakyPool(dsn)
+    e = dlock.Election(pool, name, candidate="e", lease=lease, wait=30)
+    e.campaign()
+    admin.execute("SELECT dlock.break_lock(%s)", (name,))
+    assert e.lost.wait(30), "the broken leadership was not noticed"
+    other = dlock.Election(dsn, name, candidate="other", lease=30)
+    other.campaign(wait=10)
+    pool.fail_at = 2                        # the campaign, then its dating renewal
+    t = threading.Timer(lease / 2, other.resign)   # a wait of lease/3 or more
+    t.start()
+    with pytest.raises(psycopg.OperationalError):
+        e.campaign()
+    t.join()
+    assert leader_of(admin, name) is None, "the failed campaign's term was kept, unrenewed"
