@@ -245,6 +245,10 @@ class Election(_Leased):
         leading = self._fences if self.held else None
         if leading is not None:
             self._stop_renewal()
+        else:
+            # A lost term is forgotten: what this campaign is granted is a
+            # new term, given back if the campaign fails after all.
+            self._fences = None
         start = time.monotonic()
         try:
             while True:
