@@ -172,3 +172,28 @@ def test_recampaign_after_loss_gives_back_a_failed_grant(dsn, admin, name):
         e.campaign()
     t.join()
     assert leader_of(admin, name) is None, "the failed campaign's term was kept, unrenewed"
+
+
+def test_aio_release_from_on_lost(dsn, admin, name):
+    """on_lost (run by the renewal that found the lease broken) releases:
+    it gets False (lost already), not CancelledError: the detached
+    release must not stop, as a renewal, the task that waits for it."""
+    got = []
+
+    async def main():
+        async def on_lost(lock):
+            try:
+                got.append(await lock.release())
+            except BaseException as e:     # noqa: BLE001 - the test looks at it
+                got.append(e)
+                raise
+        lock = dlock.aio.Lock(dsn, name, lease=3, cancel=None, on_lost=on_lost)
+        assert await lock.acquire()
+        admin.execute("SELECT dlock.break_lock(%s)", (name,))
+        await asyncio.wait_for(lock.lost.wait(), 30)
+        for _ in range(200):           # a bound on a hang
+            if got:
+                break
+            await asyncio.sleep(0.05)
+    asyncio.run(main())
+    assert got == [False], got

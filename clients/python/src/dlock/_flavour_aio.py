@@ -15,6 +15,8 @@ from . import _common as c
 
 Event = asyncio.Event
 Worker = asyncio.Task
+#: The running worker (task) that calls it.
+current = asyncio.current_task
 
 #: The task cancelled when the lease is lost (True: the task that enters
 #: the block; None: none).

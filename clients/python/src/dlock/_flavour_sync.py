@@ -15,6 +15,8 @@ from . import _common as c
 Event = threading.Event
 Mutex = threading.RLock
 Worker = threading.Thread
+#: The running worker (thread) that calls it.
+current = threading.current_thread
 
 
 def spawn(fn: Callable[..., Any], *args: Any, name: str = "") -> threading.Thread:

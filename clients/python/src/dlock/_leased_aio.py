@@ -18,8 +18,8 @@ import psycopg
 
 from . import _common as c
 from ._errors import Error, LockLost, NotHeld, translate
-from ._flavour_aio import (Event, Mutex, Worker, call_back, call_later, cut_after, detached,
-                           spawn, stop_worker, wait_event)
+from ._flavour_aio import (Event, Mutex, Worker, call_back, call_later, current, cut_after,
+                           detached, spawn, stop_worker, wait_event)
 
 if True:  # ASYNC
     from ._flavour_aio import CancelScope, cancel_statement, forget
@@ -345,9 +345,10 @@ class _Leased:
         when it did not."""
         t = c.seconds(timeout, "timeout", none_ok=True)
         fences = self._fences
+        worker = self._stopping()     # here: the caller may be the renewal (on_lost)
 
         async def once() -> Any:
-            await self._stop_renewal()
+            await self._stopped(worker)
             try:
                 async with self._connection(t) as conn:
                     with cut_after(conn, t):
@@ -421,8 +422,8 @@ class _Leased:
 
     async def _deadline(self, sent_at: float) -> None:
         with self._mutex:
-            current = self._valid_from == sent_at and not self._stop.is_set()
-        if current:
+            due = self._valid_from == sent_at and not self._stop.is_set()
+        if due:
             await self._declare_lost("no renewal got through within the lease")
 
     async def _declare_lost(self, reason: str, stop: Optional[Event] = None) -> None:
@@ -478,7 +479,9 @@ class _Leased:
             self._arm(sent_at)
             next_at = sent_at + period
 
-    async def _stop_renewal(self) -> None:
+    def _stopping(self) -> Optional[Worker]:
+        """Stop renewing (at once, nothing awaited): the renewal worker
+        to wait for, None when there is none or it is the caller."""
         _HELD.discard(self)
         self._stop.set()
         with self._mutex:
@@ -486,10 +489,16 @@ class _Leased:
         if timer is not None:
             timer.cancel()
         worker, self._worker = self._worker, None
+        return None if worker is current() else worker
+
+    async def _stopped(self, worker: Optional[Worker]) -> None:
         if worker is not None:
             # A renewal stuck on an unresponsive server is left behind: it
             # cannot change anything any more.
             await stop_worker(worker, max(1.0, min(5.0, (self.lease or 3) / 3)))
+
+    async def _stop_renewal(self) -> None:
+        await self._stopped(self._stopping())
 
     # ---- fenced writes
     async def assert_fence(self, cur: Any) -> None:
