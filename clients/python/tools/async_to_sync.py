@@ -13,7 +13,9 @@ place, not unparsed).  What it does to aio.py:
   without one), as psycopg's tool does;
 - a line ending in ``# ASYNC`` is dropped (an import, a parameter);
 - ``async`` and ``await`` go; names are renamed (NAMES); a few phrases of
-  docstrings change (PHRASES); the module docstring is SYNC_DOC.
+  docstrings change (PHRASES); the module docstring is SYNC_DOC;
+- an f-string is edited as a whole, text and fields alike (PHRASES, then
+  NAMES), so that every Python writes the same (3.12 tokenizes it apart).
 What differs beyond that lives in _flavour_aio.py / _flavour_sync.py."""
 
 from __future__ import annotations
@@ -117,6 +119,24 @@ def _phrases(s: str) -> str:
     return s
 
 
+_NAMES_RE = re.compile(r"\b(" + "|".join(map(re.escape, NAMES)) + r")\b")
+#: Python 3.12 on: an f-string is FSTRING_START ... FSTRING_END, with the
+#: tokens of its fields inside; up to 3.11 it is one STRING.
+_FSTRING_START = getattr(tokenize, "FSTRING_START", None)
+_FSTRING_END = getattr(tokenize, "FSTRING_END", None)
+
+
+def _fstring(s: str) -> str:
+    """An f-string's source, edited as a whole (the same on every Python):
+    PHRASES changed and NAMES renamed, in its text and its fields alike."""
+    return _NAMES_RE.sub(lambda m: NAMES[m.group(1)], _phrases(s))
+
+
+def _is_fstring(tok: tokenize.TokenInfo) -> bool:
+    prefix = tok.string[:len(tok.string) - len(tok.string.lstrip("rRbBuUfF"))]
+    return tok.type == tokenize.STRING and "f" in prefix.lower()
+
+
 def edit_tokens(text: str, doc: str) -> str:
     """Drop ``async``/``await``, rename NAMES, change PHRASES, replace the
     module docstring; continuation lines aligned with a bracket whose line
@@ -140,8 +160,24 @@ def edit_tokens(text: str, doc: str) -> str:
                 (tok.start[1], end[1] - tok.start[1] - len(new)))
 
     docstring = True
+    inside = 0      # how deep in an f-string's tokens (3.12 on)
     for i, tok in enumerate(toks):
-        if tok.type == tokenize.STRING and docstring:
+        if inside:
+            inside += (tok.type == _FSTRING_START) - (tok.type == _FSTRING_END)
+            continue
+        if tok.type == _FSTRING_START:
+            inside, j = 1, i
+            while inside:
+                j += 1
+                inside += (toks[j].type == _FSTRING_START) - (toks[j].type == _FSTRING_END)
+            inside = 1
+            whole = text[offset(tok.start):offset(toks[j].end)]
+            if _fstring(whole) != whole:
+                edit(tok, toks[j].end, _fstring(whole))
+        elif _is_fstring(tok) and not docstring:
+            if _fstring(tok.string) != tok.string:
+                edit(tok, tok.end, _fstring(tok.string))
+        elif tok.type == tokenize.STRING and docstring:
             edit(tok, tok.end, doc)
         elif tok.type == tokenize.NAME and tok.string in ("async", "await"):
             nxt = toks[i + 1]

@@ -15,6 +15,8 @@ from . import _common as c
 
 Event = asyncio.Event
 Worker = asyncio.Task
+#: The running worker (task) that calls it.
+current = asyncio.current_task
 
 #: The task cancelled when the lease is lost (True: the task that enters
 #: the block; None: none).
@@ -95,12 +97,22 @@ async def call_back(fn: Callable[[Any], Any], obj: Any) -> None:
         await r
 
 
-async def detached(fn: Callable[..., Awaitable[Any]], *args: Any) -> Any:
+async def detached(fn: Callable[..., Awaitable[Any]], *args: Any,
+                   orphaned: Optional[Callable[[Any], None]] = None) -> Any:
     """FN(*ARGS) as a task of its own, run to its end even when the caller
-    is cancelled meanwhile (the caller then gets CancelledError at once)."""
+    is cancelled meanwhile (the caller then gets CancelledError at once,
+    and ORPHANED, if given, gets the task's result when it has one)."""
     task = spawn(fn, *args)
     task.add_done_callback(forget)
-    return await asyncio.shield(task)
+    try:
+        return await asyncio.shield(task)
+    except asyncio.CancelledError:
+        if orphaned is not None:
+            def then(t: "asyncio.Task[Any]") -> None:
+                if not t.cancelled() and t.exception() is None:
+                    orphaned(t.result())
+            task.add_done_callback(then)
+        raise
 
 
 async def set_autocommit(conn: psycopg.AsyncConnection, value: bool) -> None:

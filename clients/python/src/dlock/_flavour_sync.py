@@ -15,6 +15,8 @@ from . import _common as c
 Event = threading.Event
 Mutex = threading.RLock
 Worker = threading.Thread
+#: The running worker (thread) that calls it.
+current = threading.current_thread
 
 
 def spawn(fn: Callable[..., Any], *args: Any, name: str = "") -> threading.Thread:
@@ -49,7 +51,9 @@ def call_back(fn: Callable[[Any], Any], obj: Any) -> None:
     fn(obj)
 
 
-def detached(fn: Callable[..., Any], *args: Any) -> Any:
+def detached(fn: Callable[..., Any], *args: Any,
+             orphaned: Optional[Callable[[Any], None]] = None) -> Any:
+    """FN(*ARGS) (a thread is never cancelled: ORPHANED is never called)."""
     return fn(*args)
 
 

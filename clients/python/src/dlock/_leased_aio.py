@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio  # ASYNC
 import contextlib
 import logging
+import math
 import os
 import time
 import weakref
@@ -17,8 +18,8 @@ import psycopg
 
 from . import _common as c
 from ._errors import Error, LockLost, NotHeld, translate
-from ._flavour_aio import (Event, Mutex, Worker, call_back, call_later, cut_after, detached,
-                           spawn, stop_worker, wait_event)
+from ._flavour_aio import (Event, Mutex, Worker, call_back, call_later, current, cut_after,
+                           detached, spawn, stop_worker, wait_event)
 
 if True:  # ASYNC
     from ._flavour_aio import CancelScope, cancel_statement, forget
@@ -58,24 +59,27 @@ class _Source:
                             " (an object with a connection() context manager),"
                             f" not {type(conninfo_or_pool).__name__}")
 
-    async def connect(self) -> psycopg.AsyncConnection:
+    async def connect(self, timeout: Optional[float] = None) -> psycopg.AsyncConnection:
+        """A connection of our own; TIMEOUT (seconds, None: libpq's)
+        bounds the wait for it (connect_timeout: whole seconds, 2 or more)."""
         assert self.conninfo is not None
+        bound = {} if timeout is None else {"connect_timeout": max(2, math.ceil(timeout))}
         return await psycopg.AsyncConnection.connect(self.conninfo, autocommit=True,
-                                                     prepare_threshold=None)
+                                                     prepare_threshold=None, **bound)
 
     @contextlib.asynccontextmanager
     async def connection(self, timeout: Optional[float] = None
                          ) -> AsyncIterator[psycopg.AsyncConnection]:
-        """A connection; TIMEOUT (seconds) bounds the wait for a pool's
-        free one when its connection() takes a timeout (psycopg_pool's
-        does: PoolTimeout, an OperationalError)."""
+        """A connection; TIMEOUT (seconds) bounds the wait for a new one,
+        or for a pool's free one when its connection() takes a timeout
+        (psycopg_pool's does: PoolTimeout, an OperationalError)."""
         if self.pool is not None:
             cm = (self.pool.connection() if timeout is None or not c.takes_timeout(self.pool)
                   else self.pool.connection(timeout=timeout))
             async with cm as conn:
                 yield conn
         else:
-            conn = await self.connect()
+            conn = await self.connect(timeout)
             try:
                 yield conn
             finally:
@@ -146,8 +150,8 @@ class _Leased:
     @contextlib.asynccontextmanager
     async def _connection(self, timeout: Optional[float] = None
                           ) -> AsyncIterator[psycopg.AsyncConnection]:
-        """The lock's own connection (conninfo) or a pool's (per call,
-        waiting up to TIMEOUT s for it, see _Source.connection); a
+        """The lock's own connection (conninfo) or a pool's (per call);
+        TIMEOUT s bounds the wait for it (see _Source.connection); a
         connection that failed is dropped, the next call opens another."""
         if self._source.pool is not None:
             async with self._source.connection(timeout) as conn:
@@ -156,7 +160,7 @@ class _Leased:
         with self._mutex:
             conn, self._conn = self._conn, None
         if conn is None or conn.closed:
-            conn = await self._source.connect()
+            conn = await self._source.connect(timeout)
         try:
             yield conn
         except BaseException:
@@ -332,26 +336,44 @@ class _Leased:
             await self._close()
 
     # ---- release
-    async def _end(self, sql: str, params: tuple, timeout: Optional[c.Seconds]) -> Any:
+    async def _end(self, sql: str, params: tuple, timeout: Optional[c.Seconds],
+                   ok: Callable[[Any], bool], gone: str) -> Any:
         """Send the release (or resignation) SQL, waiting up to TIMEOUT
-        seconds for the answer (None: no limit); then
-        psycopg.OperationalError, and the lease ends by itself."""
+        seconds for the answer and for the connection (None: no limit);
+        then psycopg.OperationalError, and the lease ends by itself.  OK
+        says whether an answer released it; GONE is the loss's reason
+        when it did not."""
         t = c.seconds(timeout, "timeout", none_ok=True)
-        await self._stop_renewal()
+        fences = self._fences
+        worker = self._stopping()     # here: the caller may be the renewal (on_lost)
 
         async def once() -> Any:
-            async with self._connection(t) as conn:
-                with cut_after(conn, t):
-                    return await _one(conn, sql, params)
-        try:
-            # Detached: a task cancelled meanwhile (asyncio) does not cut the
-            # release short.
-            return await detached(once)
-        except BaseException:
-            self._unrenewed()
-            raise
-        finally:
-            await self._close()
+            await self._stopped(worker)
+            try:
+                async with self._connection(t) as conn:
+                    with cut_after(conn, t):
+                        return await _one(conn, sql, params)
+            except BaseException:
+                self._unrenewed()
+                raise
+            finally:
+                await self._close()
+
+        async def lost_meanwhile() -> None:
+            await self._declare_lost(gone)
+            self._fences = None
+
+        def orphaned(result: Any) -> None:
+            """The caller is gone (a cancelled task): what it would have
+            concluded from the answer RESULT."""
+            if self._fences is fences:
+                if ok(result):
+                    self._fences = None
+                else:
+                    call_later(0.0, lost_meanwhile)
+        # Detached, from the renewal's stop on: a task cancelled meanwhile
+        # (asyncio) does not cut the release short.
+        return await detached(once, orphaned=orphaned)
 
     def _unrenewed(self) -> None:
         """A release (or resignation) that did not get through: the
@@ -400,8 +422,8 @@ class _Leased:
 
     async def _deadline(self, sent_at: float) -> None:
         with self._mutex:
-            current = self._valid_from == sent_at and not self._stop.is_set()
-        if current:
+            due = self._valid_from == sent_at and not self._stop.is_set()
+        if due:
             await self._declare_lost("no renewal got through within the lease")
 
     async def _declare_lost(self, reason: str, stop: Optional[Event] = None) -> None:
@@ -457,7 +479,9 @@ class _Leased:
             self._arm(sent_at)
             next_at = sent_at + period
 
-    async def _stop_renewal(self) -> None:
+    def _stopping(self) -> Optional[Worker]:
+        """Stop renewing (at once, nothing awaited): the renewal worker
+        to wait for, None when there is none or it is the caller."""
         _HELD.discard(self)
         self._stop.set()
         with self._mutex:
@@ -465,10 +489,16 @@ class _Leased:
         if timer is not None:
             timer.cancel()
         worker, self._worker = self._worker, None
+        return None if worker is current() else worker
+
+    async def _stopped(self, worker: Optional[Worker]) -> None:
         if worker is not None:
             # A renewal stuck on an unresponsive server is left behind: it
             # cannot change anything any more.
             await stop_worker(worker, max(1.0, min(5.0, (self.lease or 3) / 3)))
+
+    async def _stop_renewal(self) -> None:
+        await self._stopped(self._stopping())
 
     # ---- fenced writes
     async def assert_fence(self, cur: Any) -> None:

@@ -112,10 +112,11 @@ class Lock(_Leased):
             raise NotHeld(f"{self._kind} {self.resource!r} is not held")
         if not self._mine():
             raise self._not_mine()
-        left = await self._end(*c.unlock_statement(self), timeout)
+        gone = "unlock found the holding gone: the lease had been lost"
+        left = await self._end(*c.unlock_statement(self), timeout, c.all_held, gone)
         released = c.all_held(left)
         if not released:
-            await self._declare_lost("unlock found the holding gone: the lease had been lost")
+            await self._declare_lost(gone)
         self._fences = None
         return released
 
@@ -259,6 +260,10 @@ class Election(_Leased):
         leading = self._fences if self.held else None
         if leading is not None:
             await self._stop_renewal()
+        else:
+            # A lost term is forgotten: what this campaign is granted is a
+            # new term, given back if the campaign fails after all.
+            self._fences = None
         start = time.monotonic()
         try:
             while True:
@@ -298,9 +303,10 @@ class Election(_Leased):
         a child forked while leading: NotHeld, nothing sent."""
         if self._fences is not None and not self._mine():
             raise self._not_mine()
-        ok = bool(await self._end(*self._release_statement(), timeout))
+        gone = "resign found this candidate no longer leading"
+        ok = bool(await self._end(*self._release_statement(), timeout, bool, gone))
         if not ok and self._fences is not None:
-            await self._declare_lost("resign found this candidate no longer leading")
+            await self._declare_lost(gone)
         self._fences = None
         return ok
 
