@@ -150,32 +150,6 @@ refuse_self_wait(const DlockResource *res)
 }
 
 /*
- * take_resource: take res's lock in mode without waiting for anyone but a
- * reaper (resource.c); false if another transaction has it.
- */
-static bool
-take_resource(const DlockResource *res, DlockLockMode mode)
-{
-	while (!dlock_resource_lock(res, mode, false))
-	{
-		/*
-		 * No reaper holds it (any more): another transaction has it, or a
-		 * reaper let go of both between the two looks.  Once more, then.
-		 */
-		if (!dlock_wait_for_maintenance(res))
-			return dlock_resource_lock(res, mode, false);
-	}
-	return true;
-}
-
-/* dlock_take_resource: take_resource, for other files' attempts. */
-bool
-dlock_take_resource(const DlockResource *res, DlockLockMode mode)
-{
-	return take_resource(res, mode);
-}
-
-/*
  * contended_mode: the mode a contended attempt takes the resource's lock
  * in, for the wait loop to wait for it in the lock manager; NoLock when
  * what held it off was not the resource's lock (a shared attempt's
@@ -395,19 +369,13 @@ dlock_wait_loop(const DlockResource *res, text *holder, int64 wait_ms,
 /* What a lease attempt needs. */
 typedef struct LeaseAttemptArgs
 {
-	text	   *holder;
+	DlockTicket q;				/* holder, fairness, its place in the queue */
 	const DlockCaller *caller;
 	const Interval *lease;
-	bool		fair;			/* take a ticket when not served */
-	bool		in_server;		/* waiting in lock(): an in-server ticket */
 	const Interval *lock_delay; /* NULL: none */
-	int64		ticket;			/* the in-server ticket held, or 0 */
 	bool		campaign;		/* never re-enter: the holder's own holding is had as is */
 	bool		already;		/* campaign: the holder held it already */
-	bool		adopted;		/* ticket is the holder's client ticket */
 	bool		shared;			/* a shared lease (0.4) */
-	bool		writer;			/* holds the "writer waits" tags (queue.c) */
-	bool		upgrade;		/* ... and its "upgrading" tag */
 	int32		permits;		/* a semaphore's permits (0.5), or 0 */
 	int32		max_permits;	/* ... and its max_permits */
 	DlockReason refused;		/* why the last attempt was refused */
@@ -421,69 +389,50 @@ mode_of(const LeaseAttemptArgs *a)
 	return a->shared ? DLOCK_SHARE : DLOCK_CHANGE;
 }
 
-/*
- * queue_up: an attempt was not served.  Waiting in lock(), with no ticket
- * yet, it adopts the holder's live client ticket if it has one (it queued
- * client-side before: it keeps that place; returns true); else a fair
- * attempt takes or keeps its ticket (held in the lock manager while
- * waiting in lock(), else a row kept for dlock.queue_ttl).  Inside a
- * store session; under the 0.1 SQL (no queues) it does nothing.
- */
-static bool
-queue_up(const DlockResource *res, LeaseAttemptArgs *a, TimestampTz now)
+/* share_holder_of: whose share-row tag a lease attempt takes (shared only). */
+static text *
+share_holder_of(const LeaseAttemptArgs *a)
 {
-	if (a->in_server && a->ticket == 0 && dlock_queue_installed() &&
-		dlock_client_ticket_adopt(res, a->holder, a->caller->role, now, &a->ticket))
-	{
-		dlock_wait_set_ticket(a->ticket, a->caller->role);
-		a->adopted = true;
-		return true;
-	}
-	if (!a->fair)
-		return false;
-	if (a->in_server)
-	{
-		if (a->ticket == 0)
-		{
-			dlock_server_ticket_take(res, &a->ticket);
-			dlock_wait_set_ticket(a->ticket, a->caller->role);
-		}
-	}
-	else
-		dlock_client_ticket_keep(res, a->holder, a->caller->role, now);
-	return false;
+	return a->shared ? a->q.holder : NULL;
 }
 
 /*
- * acquired: bookkeeping of a successful attempt: leave the queue, record
- * the lock-delay of a new holding.  Inside the store session.  A new
- * holding drops the holder's client ticket whatever the path it came by
- * (a non-fair attempt, lock(), campaign): a ticket left behind would head
- * the queue once it releases, and hold everyone off until it lapses.
- * no_tickets: the acquisition found no live client ticket of the resource
- * at all, so there is none to drop.
+ * What carrying out an admission leaves to do once the holding is
+ * written (admit_write): settle the queue, note the expiry, count it.
+ */
+typedef struct Admitted
+{
+	DlockSettle settle;			/* what it does to the queue (queue.c) */
+	bool		noted;			/* a holding acquired or re-entered: */
+	TimestampTz expires;		/* ... its expiry (xact.c) */
+	DlockStat	stat;			/* ... and what it counts */
+} Admitted;
+
+/*
+ * acquired: what an exclusive holding acquired or re-entered does: leave
+ * the queue, record the lock-delay of a new holding.  A new holding drops
+ * the holder's client ticket whatever the path it came by (a non-fair
+ * attempt, lock(), campaign): a ticket left behind would head the queue
+ * once it releases, and hold everyone off until it lapses.  no_tickets:
+ * the acquisition found no live client ticket of the resource at all, so
+ * there is none to drop.
  */
 static void
-acquired(const DlockResource *res, LeaseAttemptArgs *a, bool queued,
-		 int64 fence, int32 count, TimestampTz expires, bool no_tickets)
+acquired(const LeaseAttemptArgs *a, bool queued, int64 fence, int32 count,
+		 TimestampTz expires, bool no_tickets, Admitted *done)
 {
-	dlock_server_ticket_drop(res, &a->ticket);
-	if (queued && ((count == 1 && !no_tickets) || (a->fair && !a->in_server)))
-		dlock_client_ticket_drop(res, a->holder, a->caller->role);
-	if (queued && count == 1 && a->lock_delay != NULL)
-		dlock_delay_set(res, fence, a->lock_delay);
-	dlock_note_acquisition(expires);
-	if (count == 1)
-	{
-		dlock_wake_after_abort(res->hash);
-		dlock_count(DLOCK_STAT_ACQUIRED);
-	}
-	else
-		dlock_count(DLOCK_STAT_REENTERED);
+	done->settle.drop_client = queued &&
+		((count == 1 && !no_tickets) || (a->q.fair && !a->q.in_server));
+	done->settle.delay = (queued && count == 1) ? a->lock_delay : NULL;
+	done->settle.fence = fence;
+	done->settle.wake_abort = count == 1;
+	done->noted = true;
+	done->expires = expires;
+	done->stat = count == 1 ? DLOCK_STAT_ACQUIRED : DLOCK_STAT_REENTERED;
 }
 
 /*
- * take_resource_as_head: dlock_take_resource, except that a client-side
+ * take_resource_as_head: dlock_resource_take, except that a client-side
  * fair attempt whose ticket heads the queue waits up to FAIR_HEAD_WAIT_MS
  * for the resource's lock.  Every event wakes every client-side waiter, so
  * the head's attempt often meets another's holding the lock for a moment;
@@ -492,56 +441,25 @@ acquired(const DlockResource *res, LeaseAttemptArgs *a, bool queued,
  * meanwhile.  Others, and a head still held off after that, fail at once
  * as before.
  */
-static bool
+static DlockTake
 take_resource_as_head(const DlockResource *res, const LeaseAttemptArgs *a)
 {
 	TimestampTz give_up;
 	long		sleep_ms = 1;
-	bool		head;
+	DlockTake	took = dlock_resource_take(res, mode_of(a), share_holder_of(a));
 
-	if (take_resource(res, mode_of(a)))
-		return true;
-	if (!a->fair || a->in_server)
-		return false;
-	dlock_store_begin();
-	head = dlock_queue_installed() &&
-		dlock_client_ticket_heads(res, a->holder, a->caller->role,
-								  GetCurrentTimestamp());
-	dlock_store_end();
-	if (!head)
-		return false;
+	if (took != TAKE_CONTENDED || !a->q.fair || a->q.in_server ||
+		!dlock_queue_heads(res, &a->q))
+		return took;
 	give_up = GetCurrentTimestamp() + (TimestampTz) FAIR_HEAD_WAIT_MS * 1000;
 	for (;;)
 	{
 		dlock_wait_sleep(sleep_ms);
-		if (take_resource(res, mode_of(a)))
-			return true;
-		if (GetCurrentTimestamp() >= give_up)
-			return false;
+		took = dlock_resource_take(res, mode_of(a), share_holder_of(a));
+		if (took != TAKE_CONTENDED || GetCurrentTimestamp() >= give_up)
+			return took;
 		sleep_ms = Min(sleep_ms * 2, 8);
 	}
-}
-
-/*
- * own_shares_in_way: is one of the other holders' live shared holdings in
- * the way of an exclusive request one that this transaction took, changed
- * or pinned (its share-row tag)?  Only the end of the transaction lets it
- * go then.
- */
-static bool
-own_shares_in_way(const DlockResource *res, const DlockResourceState *st)
-{
-	ListCell   *lc;
-
-	foreach(lc, st->shares)
-	{
-		DlockRow   *s = lfirst(lc);
-
-		if (s != st->share_mine && s->expires_at > st->now &&
-			dlock_share_row_held(res, cstring_to_text(s->holder)))
-			return true;
-	}
-	return false;
 }
 
 /* request_of: the admission request of a lease attempt (admit.c). */
@@ -550,8 +468,8 @@ request_of(const LeaseAttemptArgs *a)
 {
 	DlockRequest req = {a->permits > 0 ? DLOCK_KIND_SEMAPHORE :
 		a->shared ? DLOCK_KIND_SHARED : DLOCK_KIND_EXCLUSIVE,
-		a->holder, a->caller, a->fair, a->in_server, a->ticket, a->campaign,
-	a->permits, a->max_permits};
+		a->q.holder, a->caller, a->q.fair, a->q.in_server, a->q.number,
+	a->campaign, a->permits, a->max_permits};
 
 	return req;
 }
@@ -568,7 +486,7 @@ end_own_expired(const DlockResource *res, const LeaseAttemptArgs *a,
 				const DlockResourceState *st)
 {
 	ListCell   *lc;
-	char	   *holder = text_to_cstring(a->holder);
+	char	   *holder = text_to_cstring(a->q.holder);
 
 	foreach(lc, st->shares)
 	{
@@ -586,7 +504,7 @@ end_own_expired(const DlockResource *res, const LeaseAttemptArgs *a,
 }
 
 /*
- * holding_write: admit_write for a shared lease (0.4) or a semaphore's
+ * holding_write: the holding of a shared lease (0.4) or of a semaphore's
  * permits (0.5): re-enter the holder's holding (its fence unchanged, its
  * expiry extended; a semaphore's gets the permits added), or add a new
  * one beside the others with its own fence.  Neither takes a lock-delay
@@ -598,82 +516,75 @@ end_own_expired(const DlockResource *res, const LeaseAttemptArgs *a,
  * one still headed the queue, looks again.
  */
 static bool
-holding_write(const DlockResource *res, LeaseAttemptArgs *a,
+holding_write(const DlockResource *res, const LeaseAttemptArgs *a,
 			  const DlockResourceState *st, DlockReason reason,
-			  TimestampTz expires, int64 *drawn, int64 *fence)
+			  TimestampTz expires, int64 *drawn, int64 *fence,
+			  Admitted *done)
 {
 	const DlockRow *mine = st->share_mine;
 	bool		permits = a->permits > 0;
-	bool		queued = a->ticket != 0;
+	TimestampTz new_expires;
 
-	if (reason == ADMIT_REENTER)
+	if (reason == ADMIT_NEW)
 	{
-		TimestampTz new_expires = Max(mine->expires_at, expires);
-
-		if (mine->count == PG_INT32_MAX)
-			ereport(ERROR,
-					(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
-					 permits ?
-					 errmsg("holder \"%s\" has acquired semaphore \"%s\" too many times",
-							mine->holder, text_to_cstring(res->name)) :
-					 errmsg("holder \"%s\" has re-entered resource \"%s\" too many times",
-							mine->holder, text_to_cstring(res->name)),
-					 errdetail("A holding is re-entered at most %d times.", PG_INT32_MAX - 1)));
-		if (!(permits ?
-			  dlock_permits_add(res, mine, mine->count + 1,
-								mine->permits + a->permits, st->now, new_expires) :
-			  dlock_share_change(res, mine, mine->count + 1, NULL, st->now,
-								 new_expires)))
+		if (!end_own_expired(res, a, st))
 			return false;
-		*fence = mine->fence;
-		dlock_server_ticket_drop(res, &a->ticket);
-		dlock_note_acquisition(new_expires);
-		dlock_count(DLOCK_STAT_REENTERED);
+		if (*drawn == 0)
+			*drawn = dlock_next_fence();
+		if (permits)
+			dlock_permits_insert(res, a->q.holder, a->caller->role, *drawn,
+								 a->lease, st->now, expires, a->permits,
+								 a->max_permits);
+		else
+			dlock_share_insert(res, a->q.holder, a->caller->role, *drawn,
+							   a->lease, st->now, expires);
+		*fence = *drawn;
+		done->settle.drop_client = st->queues;
+		done->settle.wake_abort = true;
+		done->settle.wake_commit = !permits || a->q.number != 0 || a->q.fair;
+		done->noted = true;
+		done->expires = expires;
+		done->stat = DLOCK_STAT_ACQUIRED;
 		return true;
 	}
-	if (reason != ADMIT_NEW)
+	if (reason != ADMIT_REENTER)
 		elog(ERROR, "dlock: verdict %d does not admit", (int) reason);
-	if (!end_own_expired(res, a, st))
+	if (mine->count == PG_INT32_MAX)
+		ereport(ERROR,
+				(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
+				 permits ?
+				 errmsg("holder \"%s\" has acquired semaphore \"%s\" too many times",
+						mine->holder, text_to_cstring(res->name)) :
+				 errmsg("holder \"%s\" has re-entered resource \"%s\" too many times",
+						mine->holder, text_to_cstring(res->name)),
+				 errdetail("A holding is re-entered at most %d times.", PG_INT32_MAX - 1)));
+	new_expires = Max(mine->expires_at, expires);
+	if (!(permits ?
+		  dlock_permits_add(res, mine, mine->count + 1,
+							mine->permits + a->permits, st->now, new_expires) :
+		  dlock_share_change(res, mine, mine->count + 1, NULL, st->now,
+							 new_expires)))
 		return false;
-	if (*drawn == 0)
-		*drawn = dlock_next_fence();
-	if (permits)
-		dlock_permits_insert(res, a->holder, a->caller->role, *drawn, a->lease,
-							 st->now, expires, a->permits, a->max_permits);
-	else
-		dlock_share_insert(res, a->holder, a->caller->role, *drawn, a->lease,
-						   st->now, expires);
-	*fence = *drawn;
-	dlock_server_ticket_drop(res, &a->ticket);
-	if (st->queues)
-		dlock_client_ticket_drop(res, a->holder, a->caller->role);
-	dlock_note_acquisition(expires);
-	dlock_wake_after_abort(res->hash);
-	if (!permits || queued || a->fair)
-		dlock_wake_after_commit(res->hash);
-	dlock_count(DLOCK_STAT_ACQUIRED);
+	*fence = mine->fence;
+	done->noted = true;
+	done->expires = new_expires;
+	done->stat = DLOCK_STAT_REENTERED;
 	return true;
 }
 
 /*
- * admit_write: carry out an admitting verdict decided on *st, inside the
- * store session, under the resource's lock: the holding (rows.c), then
- * the bookkeeping of acquired().  *drawn keeps a fence drawn for a new
- * holding across a second try.  Returns false, changing nothing, if the
- * row changed since it was read (a superuser's UPDATE by hand): read and
- * decide again.
+ * lease_row_write: the holding of an exclusive lease (rows.c): campaign's
+ * own holding as it is, a re-entry, or a new holding.
  */
 static bool
-admit_write(const DlockResource *res, LeaseAttemptArgs *a,
-			const DlockResourceState *st, DlockReason reason,
-			int64 *drawn, int64 *fence)
+lease_row_write(const DlockResource *res, const LeaseAttemptArgs *a,
+				const DlockResourceState *st, DlockReason reason,
+				TimestampTz expires, int64 *drawn, int64 *fence,
+				Admitted *done)
 {
-	TimestampTz expires = dlock_lease_expiry(st->now, a->lease);
 	TimestampTz new_expires;
 	int32		count;
 
-	if (a->permits > 0 || a->shared)
-		return holding_write(res, a, st, reason, expires, drawn, fence);
 	switch (reason)
 	{
 		case ADMIT_AS_IS:
@@ -682,38 +593,66 @@ admit_write(const DlockResource *res, LeaseAttemptArgs *a,
 			 * came to lead by another path, or on another connection, since
 			 * campaign looked) gets its holding as it is, its term unchanged.
 			 */
-			dlock_server_ticket_drop(res, &a->ticket);
-			if (st->queues)
-				dlock_client_ticket_drop(res, a->holder, a->caller->role);
+			done->settle.drop_client = st->queues;
 			*fence = st->row.fence;
-			a->already = true;
 			return true;
 		case ADMIT_REENTER:
 			if (!dlock_row_reenter(res, &st->row, st->now, expires,
 								   &count, &new_expires))
 				return false;
 			*fence = st->row.fence;
-			acquired(res, a, st->queues, *fence, count, new_expires, false);
+			acquired(a, st->queues, *fence, count, new_expires, false, done);
 			return true;
 		case ADMIT_NEW:
 			/* The fence is drawn only now, under the resource's lock. */
 			if (*drawn == 0)
 				*drawn = dlock_next_fence();
-			if (!dlock_row_take(res, &st->row, a->holder, a->caller->role,
+			if (!dlock_row_take(res, &st->row, a->q.holder, a->caller->role,
 								*drawn, a->lease, st->now, expires))
 				return false;
 			if (st->row.held)
 				dlock_count(DLOCK_STAT_EXPIRED);	/* took over an expired lease */
 			*fence = *drawn;
 			/* No live client ticket at all: none of the holder's to drop. */
-			acquired(res, a, st->queues, *fence, 1, expires,
-					 st->know_queue && a->ticket == 0 && st->server_allows &&
-					 !st->client_ahead);
+			acquired(a, st->queues, *fence, 1, expires,
+					 st->know_queue && a->q.number == 0 && st->server_allows &&
+					 !st->client_ahead, done);
 			return true;
 		default:
 			elog(ERROR, "dlock: verdict %d does not admit", (int) reason);
 	}
 	return false;
+}
+
+/*
+ * admit_write: carry out an admitting verdict decided on *st, inside the
+ * store session, under the resource's lock: the holding (holding_write,
+ * lease_row_write), then the queue (queue.c) and what the transaction
+ * notes and counts.  *drawn keeps a fence drawn for a new holding across
+ * a second try.  Returns false, changing nothing, if the row changed
+ * since it was read (a superuser's UPDATE by hand): read and decide again.
+ */
+static bool
+admit_write(const DlockResource *res, LeaseAttemptArgs *a,
+			const DlockResourceState *st, DlockReason reason,
+			int64 *drawn, int64 *fence)
+{
+	TimestampTz expires = dlock_lease_expiry(st->now, a->lease);
+	Admitted	done = {{0}};
+
+	if (!((a->permits > 0 || a->shared) ?
+		  holding_write(res, a, st, reason, expires, drawn, fence, &done) :
+		  lease_row_write(res, a, st, reason, expires, drawn, fence, &done)))
+		return false;
+	dlock_queue_settle(res, &a->q, &done.settle);
+	if (reason == ADMIT_AS_IS)
+		a->already = true;
+	if (done.noted)
+	{
+		dlock_note_acquisition(done.expires);
+		dlock_count(done.stat);
+	}
+	return true;
 }
 
 /*
@@ -730,22 +669,11 @@ dlock_lease_write(const DlockResource *res, text *holder,
 				  const DlockResourceState *st, DlockReason reason,
 				  int64 *drawn, int64 *fence)
 {
-	LeaseAttemptArgs args = {.holder = holder, .caller = caller,
-		.lease = lease, .lock_delay = lock_delay, .shared = shared};
+	LeaseAttemptArgs args = {.q = {.holder = holder, .owner = caller->role},
+		.caller = caller, .lease = lease, .lock_delay = lock_delay,
+	.shared = shared};
 
 	return admit_write(res, &args, st, reason, drawn, fence);
-}
-
-/*
- * give_back: a refused attempt gives back what it took: the resource's
- * lock in its mode, and a shared attempt's share-row tag.
- */
-static void
-give_back(const DlockResource *res, const LeaseAttemptArgs *a)
-{
-	if (a->shared)
-		dlock_share_row_unlock(res, a->holder, DLOCK_CHANGE);
-	dlock_resource_unlock(res, mode_of(a));
 }
 
 /*
@@ -763,11 +691,15 @@ lease_attempt(const DlockResource *res, void *arg, int64 *fence,
 	DlockRequest req = request_of(a);
 	DlockResourceState st;
 	DlockAdmission v;
+	DlockTake	took;
 	int64		drawn = 0;
-	bool		adopted;
+	bool		raise;
+	bool		writer;
+	bool		adopted = false;
 
 	a->refused = REFUSE_CONTENDED;
-	if (!take_resource_as_head(res, a))
+	took = take_resource_as_head(res, a);
+	if (took == TAKE_CONTENDED)
 	{
 		/*
 		 * Another transaction is changing the resource: a fair attempt
@@ -777,26 +709,17 @@ lease_attempt(const DlockResource *res, void *arg, int64 *fence,
 		 * holder holds the resource (a re-entry, delayed).  The holding is
 		 * read without the lock, as a hint.
 		 */
-		if (a->fair || (a->in_server && a->ticket == 0))
+		if (a->q.fair || (a->q.in_server && a->q.number == 0))
 		{
 			dlock_store_begin();
 			v = dlock_admit(res, &req, false, &st);
-			if (v.queue)
-				(void) queue_up(res, a, st.now);
+			(void) dlock_queue_enter(res, &a->q, v.queue, st.now, false, false);
 			dlock_store_end();
 		}
 		return a->shared ? ATTEMPT_CONTENDED_SHARE : ATTEMPT_CONTENDED;
 	}
-	if (a->shared && !dlock_share_row_lock(res, a->holder, DLOCK_CHANGE, false))
-	{
-		/*
-		 * The holder text's shared holding is being changed by another
-		 * transaction (the holder on another connection): never wait on
-		 * its uncommitted row in the primary key.
-		 */
-		dlock_resource_unlock(res, DLOCK_SHARE);
-		return ATTEMPT_CONTENDED_POLL;
-	}
+	if (took == TAKE_SHARE_ROW_BUSY)
+		return ATTEMPT_CONTENDED_POLL;	/* see dlock_resource_take */
 
 	dlock_store_begin();
 	for (;;)
@@ -812,22 +735,23 @@ lease_attempt(const DlockResource *res, void *arg, int64 *fence,
 		dlock_store_end();
 		return ATTEMPT_ACQUIRED;
 	}
-	adopted = v.queue && queue_up(res, a, st.now);
 	a->refused = v.reason;
-	a->own_shares = v.reason == REFUSE_SHARED && own_shares_in_way(res, &st);
-	if (v.reason == REFUSE_DEADLOCK || v.reason == REFUSE_OTHER_KIND ||
-		v.reason == REFUSE_MAX_PERMITS)
+	raise = v.reason == REFUSE_DEADLOCK || v.reason == REFUSE_OTHER_KIND ||
+		v.reason == REFUSE_MAX_PERMITS;
+	if (!raise)
 	{
-		dlock_store_end();
-		give_back(res, a);
-		dlock_admit_raise(res, &req, &st, v);
+		/* An exclusive wait in lock() keeps new readers off (queue.c). */
+		writer = !a->shared && a->permits == 0 && a->q.in_server &&
+			!a->campaign && dlock_shares_installed();
+		adopted = dlock_queue_enter(res, &a->q, v.queue, st.now, writer,
+									st.share_mine != NULL);
+		a->own_shares = v.reason == REFUSE_SHARED &&
+			dlock_share_rows_held(res, st.shares, st.share_mine, st.now);
 	}
-	if (!a->shared && a->permits == 0 && a->in_server && !a->campaign &&
-		dlock_shares_installed())
-		dlock_writer_wait(res, a->holder, a->caller->role,
-						  (a->upgrade = st.share_mine != NULL), &a->writer);
 	dlock_store_end();
-	give_back(res, a);
+	dlock_resource_give_back(res, mode_of(a), share_holder_of(a));
+	if (raise)
+		dlock_admit_raise(res, &req, &st, v);
 
 	/*
 	 * With the place its client ticket kept, a wait held off by the queue
@@ -852,34 +776,13 @@ attempt_may_wait_on_self(DlockAttemptFn attempt, void *arg)
 		a->refused == REFUSE_SHARED && !a->own_shares;
 }
 
-/*
- * lease_leave: the wait is over: an in-server ticket still held (the wait
- * gave up) leaves the queue before the waiter slot does, so the waiter the
- * slot then wakes sees the queue without it.  An adopted client ticket
- * leaves with it (lock() timed out: it left the queue), and the next
- * waiter is woken again once that is committed.
- */
+/* lease_leave: the wait is over: leave the queue (queue.c). */
 static void
 lease_leave(const DlockResource *res, void *arg, bool acquired)
 {
 	LeaseAttemptArgs *a = arg;
 
-	dlock_server_ticket_drop(res, &a->ticket);
-	if (a->writer)
-	{
-		/* Readers held off by this wait look again once it is over. */
-		dlock_writer_wait_end(res, a->holder, a->caller->role, a->upgrade,
-							  &a->writer);
-		if (!acquired)
-			dlock_wake_after_commit(res->hash);
-	}
-	if (a->adopted && !acquired)
-	{
-		dlock_store_begin();
-		dlock_client_ticket_drop(res, a->holder, a->caller->role);
-		dlock_store_end();
-		dlock_wake_after_commit(res->hash);
-	}
+	dlock_queue_leave(res, &a->q, acquired);
 }
 
 /*
@@ -891,9 +794,9 @@ dlock_acquire(const DlockResource *res, text *holder, const DlockCaller *caller,
 			  const Interval *lease, int64 wait_ms, bool fair,
 			  const Interval *lock_delay, bool shared)
 {
-	LeaseAttemptArgs args = {.holder = holder, .caller = caller,
-		.lease = lease, .fair = fair, .in_server = wait_ms != 0,
-	.lock_delay = lock_delay, .shared = shared};
+	LeaseAttemptArgs args = {.q = {.holder = holder, .owner = caller->role,
+		.fair = fair, .in_server = wait_ms != 0}, .caller = caller,
+	.lease = lease, .lock_delay = lock_delay, .shared = shared};
 	int64		fence;
 
 	fence = dlock_wait_loop(res, holder, wait_ms, lease_attempt, lease_leave,
@@ -911,9 +814,9 @@ dlock_acquire_permits(const DlockResource *res, text *holder,
 					  int64 wait_ms, bool fair, int32 permits,
 					  int32 max_permits)
 {
-	LeaseAttemptArgs args = {.holder = holder, .caller = caller,
-		.lease = lease, .fair = fair, .in_server = wait_ms != 0,
-	.permits = permits, .max_permits = max_permits};
+	LeaseAttemptArgs args = {.q = {.holder = holder, .owner = caller->role,
+		.fair = fair, .in_server = wait_ms != 0}, .caller = caller,
+	.lease = lease, .permits = permits, .max_permits = max_permits};
 
 	return dlock_wait_loop(res, holder, wait_ms, lease_attempt, lease_leave,
 						   &args);
@@ -930,9 +833,9 @@ dlock_campaign_acquire(const DlockResource *res, text *candidate,
 					   const DlockCaller *caller, const Interval *lease,
 					   int64 wait_ms, const Interval *lock_delay, bool *already)
 {
-	LeaseAttemptArgs args = {.holder = candidate, .caller = caller,
-		.lease = lease, .fair = true, .in_server = wait_ms != 0,
-	.lock_delay = lock_delay, .campaign = true};
+	LeaseAttemptArgs args = {.q = {.holder = candidate, .owner = caller->role,
+		.fair = true, .in_server = wait_ms != 0}, .caller = caller,
+	.lease = lease, .lock_delay = lock_delay, .campaign = true};
 	int64		fence;
 
 	fence = dlock_wait_loop(res, candidate, wait_ms, lease_attempt, lease_leave,

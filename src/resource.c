@@ -638,6 +638,85 @@ dlock_wait_for_maintenance(const DlockResource *res)
 	}
 }
 
+/*
+ * dlock_take_resource: take res's lock in mode without waiting for anyone
+ * but a reaper; false if another transaction has it.
+ */
+bool
+dlock_take_resource(const DlockResource *res, DlockLockMode mode)
+{
+	while (!dlock_resource_lock(res, mode, false))
+	{
+		/*
+		 * No reaper holds it (any more): another transaction has it, or a
+		 * reaper let go of both between the two looks.  Once more, then.
+		 */
+		if (!dlock_wait_for_maintenance(res))
+			return dlock_resource_lock(res, mode, false);
+	}
+	return true;
+}
+
+/*
+ * dlock_resource_take: an attempt takes what it needs to read and change
+ * res: the resource's lock in mode (dlock_take_resource), and for a shared
+ * attempt (share_holder not NULL) its holder's share-row tag in CHANGE
+ * mode, without waiting.  If another transaction is changing that
+ * holder's shared holding (the holder on another connection), the lock is
+ * given back at once: the attempt must never wait on that transaction's
+ * uncommitted row in the primary key.
+ */
+DlockTake
+dlock_resource_take(const DlockResource *res, DlockLockMode mode,
+					text *share_holder)
+{
+	if (!dlock_take_resource(res, mode))
+		return TAKE_CONTENDED;
+	if (share_holder != NULL &&
+		!dlock_share_row_lock(res, share_holder, DLOCK_CHANGE, false))
+	{
+		dlock_resource_unlock(res, mode);
+		return TAKE_SHARE_ROW_BUSY;
+	}
+	return TAKE_OK;
+}
+
+/*
+ * dlock_resource_give_back: a refused attempt gives back what
+ * dlock_resource_take took.
+ */
+void
+dlock_resource_give_back(const DlockResource *res, DlockLockMode mode,
+						 text *share_holder)
+{
+	if (share_holder != NULL)
+		dlock_share_row_unlock(res, share_holder, DLOCK_CHANGE);
+	dlock_resource_unlock(res, mode);
+}
+
+/*
+ * dlock_share_rows_held: is one of shares (DlockRow *), live at now and
+ * not mine, a shared holding whose share-row tag this transaction holds
+ * (it took, changed or pinned it)?  Only the end of the transaction lets
+ * that one go.
+ */
+bool
+dlock_share_rows_held(const DlockResource *res, const List *shares,
+					  const DlockRow *mine, TimestampTz now)
+{
+	ListCell   *lc;
+
+	foreach(lc, shares)
+	{
+		DlockRow   *s = lfirst(lc);
+
+		if (s != mine && s->expires_at > now &&
+			dlock_share_row_held(res, cstring_to_text(s->holder)))
+			return true;
+	}
+	return false;
+}
+
 /* dlock_add_interval: ts + span, PostgreSQL's timestamptz + interval. */
 TimestampTz
 dlock_add_interval(TimestampTz ts, const Interval *span)
@@ -655,4 +734,76 @@ dlock_ms_interval(int64 ms)
 
 	span->time = ms * 1000;
 	return span;
+}
+
+/* The lock-delay limit from the contract. */
+#define MAX_LOCK_DELAY_USECS	((int64) 3600 * USECS_PER_SEC)
+
+/*
+ * dlock_check_lock_delay: the lock_delay argument (NULL: dlock.lock_delay),
+ * between 0 and 1 hour, without months or days; NULL when it is zero.
+ */
+Interval *
+dlock_check_lock_delay(FunctionCallInfo fcinfo, int argno)
+{
+	Interval   *span;
+
+	if (argno >= PG_NARGS() || PG_ARGISNULL(argno))
+		return dlock_lock_delay_ms > 0 ? dlock_ms_interval(dlock_lock_delay_ms) : NULL;
+	span = PG_GETARG_INTERVAL_P(argno);
+	if (span->month != 0 || span->day != 0 ||
+		span->time < 0 || span->time > MAX_LOCK_DELAY_USECS)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("lock_delay must be between 0 and 1 hour"),
+				 (span->month != 0 || span->day != 0) ?
+				 errdetail("A lock_delay is given in hours, minutes and seconds, not in days or months.") : 0));
+	return span->time > 0 ? span : NULL;
+}
+
+/*
+ * dlock_lock_delay_of: the lock-delay of an acquisition, given the checked
+ * lock_delay argument (dlock_check_lock_delay) at argno: none for a shared
+ * one (lock-delay keeps others off after an exclusive holding ends
+ * uncleanly), and an explicit non-zero lock_delay with shared => true is
+ * refused, changing nothing.
+ */
+Interval *
+dlock_lock_delay_of(FunctionCallInfo fcinfo, int argno, Interval *delay,
+					bool shared)
+{
+	if (!shared)
+		return delay;
+	if (delay != NULL && argno < PG_NARGS() && !PG_ARGISNULL(argno))
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("lock_delay applies to exclusive locks only"),
+				 errhint("Leave lock_delay out, or give 0, for a shared lock.")));
+	return NULL;
+}
+
+/* dlock_check_fair: the fair argument (false when the SQL has none). */
+bool
+dlock_check_fair(FunctionCallInfo fcinfo, int argno)
+{
+	if (argno >= PG_NARGS())
+		return false;
+	if (PG_ARGISNULL(argno))
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("fair must not be null")));
+	return PG_GETARG_BOOL(argno);
+}
+
+/* dlock_check_shared: the shared argument (false when the SQL has none). */
+bool
+dlock_check_shared(FunctionCallInfo fcinfo, int argno)
+{
+	if (argno >= PG_NARGS())
+		return false;
+	if (PG_ARGISNULL(argno))
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("shared must not be null")));
+	return PG_GETARG_BOOL(argno);
 }
