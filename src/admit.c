@@ -4,48 +4,17 @@
  *		Admission: may this request have the resource now, and if not, why.
  *		The one place that decides it, for every kind of request.
  *
- * An attempt at a resource (acquire.c for leases and campaign, xactlock.c
- * for transaction-scoped locks) goes through three steps:
+ * Three steps: read the resource's state once (dlock_admit_read), decide
+ * with a pure function of request and state (dlock_admit_decide, one
+ * admission function per DlockKind), and let the caller write the verdict
+ * (acquire.c, xactlock.c).  A decision that needs the queue or its exact
+ * head says so (NEED_QUEUE, NEED_HEAD), and dlock_admit reads it through
+ * queue.c's one view of the queue (dlock_queue_view) and asks again.  The
+ * steps in full: docs/how-it-works.md, "Inside the C extension".
  *
- *	1. read (dlock_admit_read): the resource's state, once, into a
- *	   DlockResourceState: its holding (rows.c), what that holding is to the
- *	   request (holding.c), its shared holdings (0.4, rows.c; for an
- *	   upgrade, whether another shared holder waits to upgrade too,
- *	   queue.c), whether this transaction holds a transaction-scoped lock
- *	   on it (xact.c); and, when the decision asks
- *	   for them, its lock-delay and fair queue (other backends' in-server
- *	   tickets and client tickets ahead, queue.c and rows.c), and the exact
- *	   head of the queue (queue.c, one SPI statement);
- *	2. decide (dlock_admit_decide): a pure function of the request and the
- *	   state, one per kind (admit_exclusive, admit_shared, admit_xact,
- *	   admit_semaphore): a
- *	   verdict, admit or refuse, with its reason, and for a refusal when to look again and
- *	   whether the request keeps a place in the queue.  Fairness and
- *	   lock-delay are inputs like the holding.  A decision that needs a
- *	   part of the state not read yet says so (NEED_QUEUE, NEED_HEAD) and
- *	   dlock_admit reads it and asks again: the common case (a re-entry,
- *	   a free resource nobody queues for) never pays for the queue's
- *	   statements, and the rules stay here alone;
- *	3. write: the caller carries the verdict out (acquire.c's
- *	   admit_write, xactlock.c): the holding through rows.c, the queue
- *	   through queue.c, and what the transaction must do at its end
- *	   (xact.c, waiters.c).
- *
- * A new kind of lock is a new DlockKind with its own admission function
- * here, over the same state, as shared locks and semaphores were.
- *
- * A name is either a lock (exclusive, shared and transaction-scoped
- * holdings) or a semaphore (holdings of permits, 0.5) while it has live
- * holdings: a request of the other kind is refused with REFUSE_OTHER_KIND,
- * an error (42809) raised by dlock_admit_raise, not a wait; likewise a
- * request for permits under another max_permits than the held permits'
- * (REFUSE_MAX_PERMITS, 22023).  Expired holdings of either kind do not
- * count (lazy expiry).
- *
- * No shared state: it only reads, under the resource's lock (CHANGE, or
- * SHARE for a shared request: resource.c) that the caller holds (or, for
- * a contended attempt, the holding alone, as a hint for queueing), inside
- * the caller's store session (store.c).
+ * No shared state: it only reads, under the resource's lock that the
+ * caller holds (or, for a contended attempt, as a hint), inside the
+ * caller's store session (store.c).
  *
  *-------------------------------------------------------------------------
  */

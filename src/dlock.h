@@ -12,10 +12,11 @@
  * heap access both use, fence.c fence numbers,
  * xact.c transaction bookkeeping and the hooks other files run at its end,
  * admit.c the admission decision (may a request have the resource now),
- * acquire.c attempts and the wait loop, lease.c the lease functions,
+ * acquire.c lease attempts, wait.c the wait loop every waiting call shares,
+ * lease.c the lease functions,
  * semaphore.c the semaphore functions (0.5), multi.c several resources at
  * once (0.5), xactlock.c transaction-scoped locks, queue.c fair queues and
- * lock-delay,
+ * lock-delay, upkeep.c the same outside an attempt (withdraw, the reaper),
  * elect.c leader election and holding values, reap.c expiry, compat.h
  * what differs between PostgreSQL majors, events.c NOTIFY, listeners.c who
  * LISTENs, waiters.c shared memory for sleeping waiters, wakeups and
@@ -27,7 +28,7 @@
  * layers, never back up; no two files call each other in a circle):
  *	dlock.c > worker.c > compact.c, promote.c > reap.c > lease.c, elect.c, xactlock.c,
  *	semaphore.c, multi.c >
- *	acquire.c > admit.c > queue.c, events.c > rows.c, shares.c, holding.c,
+ *	acquire.c, upkeep.c > wait.c, admit.c > queue.c, events.c > rows.c, shares.c, holding.c,
  *	fence.c, waiters.c > table.c, store.c, listeners.c > xact.c, resource.c,
  *	guc.c.
  * What must happen when a transaction ends is registered with xact.c as
@@ -327,8 +328,6 @@ extern void dlock_writer_wait(const DlockResource *res, text *holder,
 							  Oid owner, bool upgrade, bool *registered);
 extern void dlock_writer_wait_end(const DlockResource *res, text *holder,
 								  Oid owner, bool upgrade, bool *registered);
-extern bool dlock_upgrading(const DlockResource *res, const char *holder,
-							Oid owner);
 
 /* ---- upkeep.c ---- */
 
@@ -516,6 +515,10 @@ typedef enum DlockAttempt
 {
 	ATTEMPT_ACQUIRED,			/* *fence set; the resource's lock kept */
 	ATTEMPT_BUSY,				/* held by another until *busy_until */
+	ATTEMPT_BUSY_SHARED,		/* ... an exclusive request held off only by
+								 * other holders' shared holdings that this
+								 * transaction did not touch: it may wait
+								 * while it holds the lock in SHARE mode */
 	ATTEMPT_DELAYED,			/* free, but under lock-delay until *busy_until */
 	ATTEMPT_CONTENDED,			/* another transaction has the resource's lock:
 								 * wait for it in CHANGE mode */
@@ -530,9 +533,11 @@ typedef DlockAttempt (*DlockAttemptFn) (const DlockResource *res, void *arg,
 typedef void (*DlockLeaveFn) (const DlockResource *res, void *arg,
 							 bool acquired);
 
+/* wait.c: the wait loop */
 extern int64 dlock_wait_loop(const DlockResource *res, text *holder,
 							 int64 wait_ms, DlockAttemptFn attempt,
 							 DlockLeaveFn leave, void *arg);
+/* acquire.c: lease attempts */
 extern bool dlock_lease_write(const DlockResource *res, text *holder,
 							  const DlockCaller *caller, const Interval *lease,
 							  const Interval *lock_delay, bool shared,

@@ -4,83 +4,23 @@
  *		Fair queues and lock-delay: the tickets of fair waiters, the head of
  *		a resource's queue, and the delay after a holding ends uncleanly.
  *
- * Tickets are numbered from one sequence (dlock.ticket_seq), so their
- * order is the order in which they were taken.  There are two kinds:
+ * Tickets are numbered from one sequence (dlock.ticket_seq).  A client
+ * that waits on its own side has a row in dlock.tickets (a client ticket);
+ * a backend waiting in lock() holds its ticket in the lock manager (an
+ * in-server ticket).  The head of a queue is its lowest live ticket.  An
+ * attempt's ticket lives through two calls: dlock_queue_enter when it is
+ * refused (adopt, take or keep), dlock_queue_settle when it is admitted
+ * (drop, the lock-delay, the wakeups); dlock_queue_leave when its wait
+ * ends.  admit.c reads the queue through dlock_queue_view.  The
+ * "writer waits" and "upgrading" tags of shared locks (0.4) are here too.
+ * upkeep.c does what happens outside an attempt.  The tags, the rules of
+ * the rows and why: docs/how-it-works.md, "Inside the C extension".
  *
- *	- A client that waits on its own side (try_lock(..., fair => true),
- *	  retried on events or by polling, as the CLI does behind a pooler) has
- *	  a row in dlock.tickets, written by its failed attempt and committed
- *	  with it, kept for dlock.queue_ttl after each attempt.  A retry after
- *	  that takes a new ticket, at the back.  Until the attempt's
- *	  transaction ends, a new ticket is also held in the lock manager like
- *	  an in-server one (below), so that nobody drawing a later number is
- *	  served before it becomes visible; with it, its end: an
- *	  AccessShareLock on (low 32 bits of the ticket, its expiry in
- *	  milliseconds modulo 2^32, low 32 bits of the mixed hash), so that a
- *	  ticket whose transaction stays open (a client hung inside BEGIN)
- *	  lapses after dlock.queue_ttl like a committed one.  A holder that
- *	  queued client-side and then waits in lock() (or campaign) holds its
- *	  live client ticket's number in the lock manager like an in-server
- *	  ticket (it adopts it), keeping its place and its turn to be woken.
- *	- A backend waiting in lock(..., fair => true) holds its ticket in the
- *	  lock manager, where other backends see it while its transaction is
- *	  still open, and where it goes with the wait (timeout, cancel,
- *	  disconnect): an ExclusiveLock on (low 32 bits of the ticket, 64-bit
- *	  hash of database and resource).  It also holds the resource's "fair
- *	  waiters" tag in ShareLock, so that a newcomer finds out whether there
- *	  are in-server tickets with one conditional lock, and reads the lock
- *	  table only when there are.  In-server tickets are compared by their
- *	  low 32 bits modulo 2^32: the live tickets of a resource span far less
- *	  than 2^31 numbers.
- *
- * The head of a resource's queue is its lowest live ticket.  While there is
- * one, the resource goes only to it (the rule is holding.c's; admit.c
- * decides with what this file reads; acquire.c takes and drops tickets as
- * its verdicts say).
- *
- * A client ticket also leaves the queue by dlock.withdraw() (0.3 SQL: its
- * holder stops waiting), and when its holder's holding ends cleanly (a
- * ticket the holder took on another connection while its own acquisition
- * was still uncommitted, and so invisible to that attempt).
- *
- * Lock-delay: a holding taken with a lock-delay has a row in dlock.delays
- * (read by rows.c's dlock_row_read_delay for admit.c),
- * tied to it by its fence.  If the holding ends uncleanly, the resource is
- * not available before the end of the lease plus the delay: computed from
- * the row's expiry while the expired holding is still in dlock.leases, and
- * stored in available_at when the reaper frees it or break_lock ends it.  A
- * clean unlock leaves available_at NULL, so the resource is free at once.
- *
- * Shared state: rows of dlock.delays, written only under the resource's
- * lock (CHANGE, resource.c), except the purge of rows that are dead
- * already; rows of dlock.tickets, written by fair attempts with or without
- * the resource's lock (a ticket is taken even while another transaction is
- * changing the resource; each holder's row is its own; withdraw deletes
- * the holder's row without it), and read for the head only under it; and
- * the lock manager's locks.  Nothing here waits for a row lock, as
- * try_lock and the reaper never wait:
- *
- *	- a transaction writing a holder's ticket row (keep, drop) first takes
- *	  that row's writer lock (DLOCK_LOCKTAG_TICKET_ROW, until it ends)
- *	  without waiting; if another transaction of the same holder has it
- *	  (two attempts of one holder at once, one of them in an open
- *	  transaction), it leaves the row to that one instead of waiting for
- *	  its upsert's row lock.  withdraw takes it too, waiting (in the lock
- *	  manager rather than for the row).  The lock names the holder by a
- *	  32-bit hash: should two holders' collide, one of them skips a write
- *	  at worst;
- *	- the reaper's purge deletes only the dead rows it can lock at once
- *	  (SKIP LOCKED): a row an open transaction is taking over is left to a
- *	  later round.  A writer may wait for a purge, a short transaction
- *	  that waits for no lock.
- *
- * Shared locks (0.4) add two lock-manager tags (see dlock_writer_wait):
- * "an exclusive request waits in lock()" (writers do not starve) and "this
- * shared holder waits to upgrade" (crossing upgrades are found, 40P01).
- *
- * The functions here run inside store sessions (store.c) and only under
- * the 0.2 SQL or later (dlock_queue_installed); under older SQL there are
- * no queues or delays.
+ * Shared state: rows of dlock.tickets and dlock.delays, and the lock
+ * manager's locks.  Nothing here waits for a row lock (a holder's ticket
+ * row is written under its writer lock, dlock_ticket_row_lock, taken
+ * without waiting).  Runs inside store sessions (store.c), and only under
+ * the 0.2 SQL or later (dlock_queue_installed).
  *
  *-------------------------------------------------------------------------
  */
@@ -155,8 +95,8 @@ set_lapse_tag(LOCKTAG *tag, const DlockResource *res, int64 ticket,
 /*
  * dlock_ticket_row_lock: the writer lock of holder's (of role owner) ticket row
  * of res, until the transaction ends; without waiting unless wait: false
- * if another transaction has it (it is writing that row: see the header
- * comment).
+ * if another transaction has it (it is writing that row: see
+ * docs/how-it-works.md, queue.c).
  */
 bool
 dlock_ticket_row_lock(const DlockResource *res, text *holder, Oid owner, bool wait)
@@ -463,20 +403,12 @@ queue_head(const DlockResource *res, text *holder, Oid owner,
  * ticket, or keep the holder's live one for another dlock.queue_ttl (an
  * expired one is replaced by a new one, at the back).
  *
- * A new ticket's row is invisible to others until our transaction
- * commits, yet its number is already drawn: a backend drawing a later
- * number meanwhile must not be served first.  So, until the transaction
- * ends, the new ticket is also held in the lock manager like an in-server
- * one (fair tag first, then the number, then its lock), where everybody
- * looking for the head sees it at once; and the transaction's end wakes
- * the next waiter to look again (at the committed row, or past the
- * rolled-back ticket).  A kept ticket is committed already: its locks are
- * given back at once.
- *
- * If another transaction of the same holder is writing the row (its own
- * fair attempt, or its acquisition dropping the ticket, still open), this
- * attempt leaves the row alone rather than wait for it: that transaction
- * keeps the holder's place, or takes the resource.
+ * A new ticket (true) is held in the lock manager like an in-server one
+ * until the transaction ends, so nobody drawing a later number is served
+ * before its row is visible; a kept one is committed already, and its
+ * locks are given back at once.  If another transaction of the same
+ * holder is writing the row, this one leaves the row alone rather than
+ * wait for it (docs/how-it-works.md, queue.c).
  */
 static bool
 client_ticket_keep(const DlockResource *res, text *holder, Oid owner,
@@ -689,9 +621,9 @@ writer_waiting(const DlockResource *res)
 	return false;
 }
 
-/* dlock_upgrading: does holder (of role owner) wait to upgrade its share of res? */
-bool
-dlock_upgrading(const DlockResource *res, const char *holder, Oid owner)
+/* upgrading: does holder (of role owner) wait to upgrade its share of res? */
+static bool
+upgrading(const DlockResource *res, const char *holder, Oid owner)
 {
 	LOCKTAG		tag;
 
@@ -718,7 +650,7 @@ dlock_upgrading_any(const DlockResource *res, const List *shares,
 		DlockRow   *s = lfirst(lc);
 
 		if (s != mine && s->expires_at > now &&
-			dlock_upgrading(res, s->holder, s->owner))
+			upgrading(res, s->holder, s->owner))
 			any = true;
 	}
 	return any;
@@ -726,8 +658,7 @@ dlock_upgrading_any(const DlockResource *res, const List *shares,
 
 /*
  * dlock_queue_heads: does the holder's live client ticket head the queue?
- * A hint for a client-side fair attempt that met the resource's lock taken
- * (acquire.c), read in a store session of its own, without that lock.
+ * A hint, read in a store session of its own without the resource's lock.
  */
 bool
 dlock_queue_heads(const DlockResource *res, const DlockTicket *t)
@@ -790,10 +721,10 @@ dlock_queue_enter(const DlockResource *res, DlockTicket *t, bool queue,
 }
 
 /*
- * dlock_queue_settle: an admitted attempt leaves the queue: its in-server
- * ticket goes, and as s says its holder's client ticket, a new holding's
- * lock-delay is recorded, and the next waiter is woken at the end of the
- * transaction.  Inside the store session, under the resource's lock.
+ * dlock_queue_settle: an admitted attempt leaves the queue (its in-server
+ * ticket, and as s says its client ticket), records a new holding's
+ * lock-delay, and has the transaction's end wake the next waiter as s
+ * says.  Inside the store session, under the resource's lock.
  */
 void
 dlock_queue_settle(const DlockResource *res, DlockTicket *t,
@@ -838,12 +769,10 @@ dlock_queue_leave(const DlockResource *res, DlockTicket *t, bool acquired)
 }
 
 /*
- * dlock_queue_view: what admit.c's decision asks of the queue, when it
- * asks.  First (head false) the cheap look: the holding's lock-delay
- * (rows.c), other backends' in-server tickets (the lock manager), live
- * client tickets below the request's (an index scan), and for a shared
- * request whether a writer waits.  Then (head) the exact head of the
- * queue: one SPI statement.
+ * dlock_queue_view: what admit.c's decision asks of the queue.  First
+ * (head false) the cheap look: other backends' in-server tickets, whether
+ * a writer waits (a shared request), live client tickets below the
+ * request's, and the holding's lock-delay; then (head) the exact head.
  */
 void
 dlock_queue_view(const DlockResource *res, const DlockRequest *req, bool head,

@@ -4,77 +4,18 @@
  *		Argument checks, resource identity (hash, channel) and the
  *		per-resource lock that serialises every change to one resource.
  *
- * The per-resource lock is a transaction-level advisory lock in
- * PostgreSQL's lock manager, keyed by the first 64 bits of md5(resource)
- * and a class number of our own (so it never meets a user's advisory
- * locks).  Every function that changes a resource's row takes it first:
+ * The per-resource lock is a transaction-level advisory lock in the lock
+ * manager, keyed by the first 64 bits of md5(resource).  It is taken in
+ * one of four modes (DlockLockMode: CHANGE, RENEW, SHARE, PIN); a shared
+ * holder's row also has its share-row tag, a pin its pin marker, and a
+ * reaper its maintenance lock.  An attempt takes what it needs with
+ * dlock_resource_take and gives it back, if refused, with
+ * dlock_resource_give_back: that is the lock protocol of an acquisition.
+ * Waits on it are the lock manager's (deadlock detection, lock_timeout,
+ * cancel).  Why each mode conflicts with which, and how pins and reapers
+ * are waited for: docs/how-it-works.md, "Inside the C extension".
  *
- *	- try_lock takes it without waiting, so it never waits behind another
- *	  transaction's uncommitted acquisition: that transaction still holds it
- *	  (in a mode that conflicts: see SHARE below);
- *	- a successful change keeps it until the transaction ends, so nobody
- *	  ever waits on a row lock of ours;
- *	- a failed attempt releases it at once (LockRelease works on
- *	  transaction-level locks too), so a failed try leaves nothing behind
- *	  that could block the holder's own unlock or renew;
- *	- waits on it are ordinary lock-manager waits: deadlock detection,
- *	  lock_timeout, statement_timeout and cancel all apply, and
- *	  isolationtester can see them.
- *
- * It is taken in one of four modes (DlockLockMode), from weakest to
- * strongest in PostgreSQL's conflict table:
- *
- *	- CHANGE (AccessExclusiveLock): an exclusive acquisition (try_lock,
- *	  lock, campaign; an upgrade too), take over, unlock of an exclusive
- *	  holding, break, unlock_all, reap, purge, transaction-scoped locks:
- *	  anything that changes who holds it exclusively, or every holding;
- *	- RENEW (ShareRowExclusiveLock): renew of an exclusive holding, and
- *	  the refresh after a promotion, which only move the expiry of the
- *	  holding they find: it conflicts with CHANGE, with itself and with
- *	  SHARE (a reader must not take a lease that a renewal still in flight
- *	  is extending), not with PIN;
- *	- SHARE (RowExclusiveLock): what a shared holder (0.4) does to its own
- *	  holding: a shared acquisition (new, or a re-entry), renew and unlock
- *	  of a shared holding.  It conflicts with CHANGE and RENEW only, so
- *	  readers never wait for, nor are refused because of, each other's
- *	  transactions (pg_advisory_lock_shared's rule), while every exclusive
- *	  acquisition still excludes readers in flight.  Each holder's row of
- *	  dlock.shares is guarded by its share-row tag (dlock_share_row_lock,
- *	  keyed by resource and holder text): an acquisition takes it in
- *	  CHANGE mode without waiting (the same holder on two connections: the
- *	  second gets NULL rather than wait on the first's uncommitted row in
- *	  the primary key), an unlock in CHANGE mode, a renew in RENEW mode,
- *	  and assert_fence of a shared holding's fence in PIN mode, so a pin
- *	  keeps the shared holding from being released but not from being
- *	  renewed;
- *	- PIN (AccessShareLock): assert_fence, which keeps the holding from
- *	  changing hands until the caller's transaction ends, without ever
- *	  making the holder's own renew wait.  A pin also holds the resource's
- *	  pin marker (another tag) so that those who must wait for a change can
- *	  tell a pin from a change in progress: behind a pin they wait on the
- *	  marker instead of queueing for the resource's lock, where a queued
- *	  CHANGE request would hold up every later RENEW (dlock_change_wait,
- *	  dlock_wait_for_pins); the wait is still the lock manager's, so a
- *	  deadlock through a pin is detected.
- *
- * A waiting CHANGE request queued in the lock manager behind readers in
- * flight holds up later SHARE requests as pg_advisory_lock does
- * pg_advisory_lock_shared: a writer waits, so readers may wait too.
- *
- * Reapers (reap.c) also take the resource's maintenance lock, a second tag
- * of another class, at session level just before its resource lock, and
- * give it back only after the transaction that holds the resource lock has
- * ended (or at once if they do not get the resource lock), so whoever finds
- * a reaper holding a resource lock finds the maintenance lock held too,
- * even while the reaper's commit is releasing its locks.
- * An acquirer that finds a resource lock taken looks at the maintenance
- * lock: if a reaper holds it, the reaper's short transaction, which never
- * waits for anything, is the only thing in the way, and the acquirer waits
- * for it (dlock_wait_for_maintenance, bounded) instead of calling the
- * resource busy.  So a reaper never makes an expired lease unavailable.
- *
- * Two resources whose hashes collide merely share the lock (a spurious
- * conflict with probability 2^-64); rows are always matched by full text.
+ * Shared state: the lock manager's locks only.
  *
  *-------------------------------------------------------------------------
  */
@@ -498,7 +439,7 @@ set_share_row_locktag(LOCKTAG *tag, const DlockResource *res, text *holder)
 
 /*
  * dlock_share_row_lock: take the share-row tag of holder's shared holding
- * of res in mode for this transaction (see the header).  With wait =
+ * of res in mode for this transaction (docs/how-it-works.md).  With wait =
  * false returns false at once if another transaction has it in a
  * conflicting mode; with wait, behind a pin it waits for the pins
  * (dlock_wait_for_pins) and tries again, else it waits in the lock

@@ -77,7 +77,7 @@ dlock_withdraw(PG_FUNCTION_ARGS)
 	values[2] = ObjectIdGetDatum(caller.role);
 	values[3] = BoolGetDatum(caller.is_super);
 	/*
-	 * The writer lock of the caller's ticket row (see the header comment),
+	 * The writer lock of the caller's ticket row (dlock_ticket_row_lock),
 	 * so that the holder's fair attempts meanwhile leave the row alone
 	 * instead of waiting for this transaction.  (A superuser's withdrawal
 	 * of other roles' tickets does not take theirs.)
