@@ -297,8 +297,9 @@ admit_write(const DlockResource *res, LeaseAttemptArgs *a,
 			int64 *drawn, int64 *fence)
 {
 	TimestampTz expires = dlock_lease_expiry(st->now, a->lease);
-	Admitted	done = {{0}};
+	Admitted	done;
 
+	memset(&done, 0, sizeof(done));
 	if (!((a->permits > 0 || a->shared) ?
 		  holding_write(res, a, st, reason, expires, drawn, fence, &done) :
 		  lease_row_write(res, a, st, reason, expires, drawn, fence, &done)))
@@ -358,32 +359,24 @@ lease_attempt(const DlockResource *res, void *arg, int64 *fence,
 	bool		held_shared = false;
 
 	took = take_resource_as_head(res, a);
-	if (took == TAKE_CONTENDED)
-	{
-		/*
-		 * Another transaction is changing the resource: a fair attempt
-		 * still takes its place in the queue now (a ticket is its own row,
-		 * or its own lock, and needs no resource lock to be taken), and a
-		 * wait in lock() adopts the holder's client ticket; unless the
-		 * holder holds the resource (a re-entry, delayed).  The holding is
-		 * read without the lock, as a hint.
-		 */
-		if (a->q.fair || (a->q.in_server && a->q.number == 0))
-		{
-			dlock_store_begin();
-			v = dlock_admit(res, &req, false, &st);
-			(void) dlock_queue_enter(res, &a->q, v.queue, st.now, false, false);
-			dlock_store_end();
-		}
-		return a->shared ? ATTEMPT_CONTENDED_SHARE : ATTEMPT_CONTENDED;
-	}
 	if (took == TAKE_SHARE_ROW_BUSY)
 		return ATTEMPT_CONTENDED_POLL;	/* see dlock_resource_take */
+
+	/*
+	 * Another transaction is changing the resource (contended): a fair
+	 * attempt still takes its place in the queue now (a ticket is its own
+	 * row, or its own lock, and needs no resource lock to be taken), and a
+	 * wait in lock() adopts the holder's client ticket; unless the holder
+	 * holds the resource (a re-entry, delayed).  The holding is then read
+	 * without the lock, as a hint, and the verdict is always a refusal.
+	 */
+	if (took == TAKE_CONTENDED && !(a->q.fair || (a->q.in_server && a->q.number == 0)))
+		return a->shared ? ATTEMPT_CONTENDED_SHARE : ATTEMPT_CONTENDED;
 
 	dlock_store_begin();
 	for (;;)
 	{
-		v = dlock_admit(res, &req, true, &st);
+		v = dlock_admit(res, &req, took == TAKE_OK, &st);
 		if (!v.admit ||
 			admit_write(res, a, &st, v.reason, &drawn, fence))
 			break;
@@ -399,10 +392,11 @@ lease_attempt(const DlockResource *res, void *arg, int64 *fence,
 	if (!raise)
 	{
 		/* An exclusive wait in lock() keeps new readers off (queue.c). */
-		writer = !a->shared && a->permits == 0 && a->q.in_server &&
-			!a->campaign && dlock_shares_installed();
+		writer = took == TAKE_OK && !a->shared && a->permits == 0 &&
+			a->q.in_server && !a->campaign && dlock_shares_installed();
 		adopted = dlock_queue_enter(res, &a->q, v.queue, st.now, writer,
 									st.share_mine != NULL);
+
 		/*
 		 * An exclusive request (an upgrade) held off only by other holders'
 		 * shared holdings may wait in a transaction that holds the
@@ -413,6 +407,8 @@ lease_attempt(const DlockResource *res, void *arg, int64 *fence,
 			!dlock_share_rows_held(res, st.shares, st.share_mine, st.now);
 	}
 	dlock_store_end();
+	if (took == TAKE_CONTENDED)
+		return a->shared ? ATTEMPT_CONTENDED_SHARE : ATTEMPT_CONTENDED;
 	dlock_resource_give_back(res, mode_of(a), share_holder_of(a));
 	if (raise)
 		dlock_admit_raise(res, &req, &st, v);
