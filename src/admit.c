@@ -4,48 +4,17 @@
  *		Admission: may this request have the resource now, and if not, why.
  *		The one place that decides it, for every kind of request.
  *
- * An attempt at a resource (acquire.c for leases and campaign, xactlock.c
- * for transaction-scoped locks) goes through three steps:
+ * Three steps: read the resource's state once (dlock_admit_read), decide
+ * with a pure function of request and state (dlock_admit_decide, one
+ * admission function per DlockKind), and let the caller write the verdict
+ * (acquire.c, xactlock.c).  A decision that needs the queue or its exact
+ * head says so (NEED_QUEUE, NEED_HEAD), and dlock_admit reads it through
+ * queue.c's one view of the queue (dlock_queue_view) and asks again.  The
+ * steps in full: docs/how-it-works.md, "Inside the C extension".
  *
- *	1. read (dlock_admit_read): the resource's state, once, into a
- *	   DlockResourceState: its holding (rows.c), what that holding is to the
- *	   request (holding.c), its shared holdings (0.4, rows.c; for an
- *	   upgrade, whether another shared holder waits to upgrade too,
- *	   queue.c), whether this transaction holds a transaction-scoped lock
- *	   on it (xact.c); and, when the decision asks
- *	   for them, its lock-delay and fair queue (other backends' in-server
- *	   tickets and client tickets ahead, queue.c and rows.c), and the exact
- *	   head of the queue (queue.c, one SPI statement);
- *	2. decide (dlock_admit_decide): a pure function of the request and the
- *	   state, one per kind (admit_exclusive, admit_shared, admit_xact,
- *	   admit_semaphore): a
- *	   verdict, admit or refuse, with its reason, and for a refusal when to look again and
- *	   whether the request keeps a place in the queue.  Fairness and
- *	   lock-delay are inputs like the holding.  A decision that needs a
- *	   part of the state not read yet says so (NEED_QUEUE, NEED_HEAD) and
- *	   dlock_admit reads it and asks again: the common case (a re-entry,
- *	   a free resource nobody queues for) never pays for the queue's
- *	   statements, and the rules stay here alone;
- *	3. write: the caller carries the verdict out (acquire.c's
- *	   admit_write, xactlock.c): the holding through rows.c, the queue
- *	   through queue.c, and what the transaction must do at its end
- *	   (xact.c, waiters.c).
- *
- * A new kind of lock is a new DlockKind with its own admission function
- * here, over the same state, as shared locks and semaphores were.
- *
- * A name is either a lock (exclusive, shared and transaction-scoped
- * holdings) or a semaphore (holdings of permits, 0.5) while it has live
- * holdings: a request of the other kind is refused with REFUSE_OTHER_KIND,
- * an error (42809) raised by dlock_admit_raise, not a wait; likewise a
- * request for permits under another max_permits than the held permits'
- * (REFUSE_MAX_PERMITS, 22023).  Expired holdings of either kind do not
- * count (lazy expiry).
- *
- * No shared state: it only reads, under the resource's lock (CHANGE, or
- * SHARE for a shared request: resource.c) that the caller holds (or, for
- * a contended attempt, the holding alone, as a hint for queueing), inside
- * the caller's store session (store.c).
+ * No shared state: it only reads, under the resource's lock that the
+ * caller holds (or, for a contended attempt, as a hint), inside the
+ * caller's store session (store.c).
  *
  *-------------------------------------------------------------------------
  */
@@ -306,21 +275,19 @@ dlock_admit_decide(const DlockRequest *req, const DlockResourceState *st)
 }
 
 /*
- * read_shares: the shared holdings of res (0.4; none under older SQL):
- * the request's holder's live one, how many live ones others have and
- * when the last of them ends; for an upgrade waiting in lock(), whether
- * one of those others waits to upgrade too (lock_all's waits too).  Live holdings of permits
- * (0.5) are counted apart, with their permits, their max_permits and
- * when the first of them ends; the request's holder's own is share_mine
- * too (of the kind the request is not, it is refused before it is used).
+ * read_shares: what the shared holdings read into st->shares (0.4; none
+ * under older SQL) are to the request: the request's holder's live one,
+ * how many live ones others have and when the last of them ends.  Live
+ * holdings of permits (0.5) are counted apart, with their permits, their
+ * max_permits and when the first of them ends; the request's holder's own
+ * is share_mine too (of the kind the request is not, it is refused before
+ * it is used).
  */
 static void
-read_shares(const DlockResource *res, const DlockRequest *req, bool locked,
-			DlockResourceState *st)
+read_shares(const DlockRequest *req, DlockResourceState *st)
 {
 	ListCell   *lc;
 
-	st->shares = dlock_row_read_shares(res);
 	st->shares_until = DT_NOBEGIN;
 	st->permits_next_end = DT_NOEND;
 	foreach(lc, st->shares)
@@ -347,23 +314,13 @@ read_shares(const DlockResource *res, const DlockRequest *req, bool locked,
 			st->shares_until = Max(st->shares_until, s->expires_at);
 		}
 	}
-	if (!locked || req->kind != DLOCK_KIND_EXCLUSIVE ||
-		!(req->in_server || req->waits) ||
-		st->share_mine == NULL || st->shares_others == 0)
-		return;
-	foreach(lc, st->shares)
-	{
-		DlockRow   *s = lfirst(lc);
-
-		if (s != st->share_mine && s->expires_at > st->now &&
-			dlock_upgrading(res, s->holder, s->owner))
-			st->upgrade_crossed = true;
-	}
 }
 
 /*
- * dlock_admit_read: read res's state for req into *st: the holding, and
- * whether this transaction holds a transaction-scoped lock on it.  locked:
+ * dlock_admit_read: read res's state for req into *st: the holding, the
+ * shared holdings (for an upgrade waiting in lock() or lock_all(), whether
+ * another shared holder waits to upgrade too, queue.c), and whether this
+ * transaction holds a transaction-scoped lock on it.  locked:
  * the caller holds the resource's lock; if not (contended), the holding is
  * read as a hint only.  Inside a store session.
  */
@@ -376,6 +333,7 @@ dlock_admit_read(const DlockResource *res, const DlockRequest *req,
 	st->contended = !locked;
 	st->queues = dlock_queue_installed();
 	st->own_xact_lock = locked && dlock_xact_fence(res) != 0;
+	st->shares = dlock_row_read_shares(res);
 	dlock_row_read(res, &st->row);
 	if (req->holder != NULL)
 		st->holding = dlock_holding_verdict(&st->row, req->holder, req->caller,
@@ -383,29 +341,12 @@ dlock_admit_read(const DlockResource *res, const DlockRequest *req,
 	else
 		st->holding = dlock_lease_ended(&st->row, st->now) ?
 			HOLDING_FREE : HOLDING_OTHERS;
-	read_shares(res, req, locked, st);
-}
-
-/*
- * read_queue: the lock-delay of the holding, and the cheap look at the
- * queue: other backends' in-server tickets (the lock manager) and live
- * client tickets below the request's ticket (an index scan).
- */
-static void
-read_queue(const DlockResource *res, const DlockRequest *req,
-		   DlockResourceState *st)
-{
-	dlock_row_read_delay(res, &st->row);
-	st->server_until = DT_NOEND;
-	st->server_others = dlock_server_tickets_others(res);
-	st->server_allows = !st->server_others ||
-		dlock_server_head_allows(res, req->ticket, &st->server_until);
-	st->client_ahead = dlock_row_tickets_below(res,
-											   req->ticket != 0 ? req->ticket : PG_INT64_MAX,
-											   st->now);
-	if (req->kind == DLOCK_KIND_SHARED)
-		st->writer_waiting = dlock_writer_waiting(res);
-	st->know_queue = true;
+	read_shares(req, st);
+	if (locked && req->kind == DLOCK_KIND_EXCLUSIVE &&
+		(req->in_server || req->waits) &&
+		st->share_mine != NULL && st->shares_others > 0)
+		st->upgrade_crossed = dlock_upgrading_any(res, st->shares,
+												  st->share_mine, st->now);
 }
 
 /*
@@ -421,15 +362,9 @@ dlock_admit(const DlockResource *res, const DlockRequest *req, bool locked,
 	{
 		DlockAdmission v = dlock_admit_decide(req, st);
 
-		if (v.reason == NEED_QUEUE && !st->know_queue)
-			read_queue(res, req, st);
-		else if (v.reason == NEED_HEAD && !st->know_head)
-		{
-			dlock_queue_head(res, req->holder,
-							 req->holder ? req->caller->role : InvalidOid,
-							 req->ticket, st->now, &st->head);
-			st->know_head = true;
-		}
+		if ((v.reason == NEED_QUEUE && !st->know_queue) ||
+			(v.reason == NEED_HEAD && !st->know_head))
+			dlock_queue_view(res, req, v.reason == NEED_HEAD, st);
 		else if (v.reason == NEED_QUEUE || v.reason == NEED_HEAD)
 			elog(ERROR, "dlock: admission asked again for what it was given");
 		else

@@ -4,36 +4,13 @@
  *		Keeping dlock's tables small: a reaper round rewrites a table of
  *		dlock whose deleted rows' space has come to dwarf its live rows.
  *
- * A holding's row goes when the holding ends (rows.c), so over millions of
- * resources dlock.leases holds about what is held.  The space of the
- * deleted rows does not go: VACUUM makes it reusable but a B-tree never
- * gives its pages back, so after a burst over a million resources the table
- * and its index keep tens of megabytes for a handful of rows (issue 25).
- * A round (worker.c) therefore ends with dlock_compact_tables: for each of
- * the tables that hold holdings, tickets and lock-delays, when the table
- * with its indexes and TOAST is larger than dlock.compact_threshold and
- * more than COMPACT_FACTOR times what its live rows need (at most
- * COMPACT_MAX_LIVE of them, so a rewrite copies little), it runs VACUUM
- * (FULL, SKIP_LOCKED) on it: a rewrite under ACCESS EXCLUSIVE, taken only
- * if nobody has the table, its indexes or its TOAST table open at that
- * moment (no wait, no message; parts_in_use), held
- * for the few milliseconds the copy of a small table takes.  Acquirers that
- * arrive meanwhile wait for it in the lock manager, as for any lock of a
- * table; the rewrite keeps every row version a snapshot may still see, so
- * it changes nothing anybody reads.
- *
- * A first, cheap look takes the live rows the cumulative statistics count
- * (inserted minus deleted, by committed transactions; pg_class.reltuples
- * is only as recent as the last VACUUM or ANALYZE).  They may count far
- * too few: they start from zero after a crash, a promotion or
- * pg_stat_reset(), a backend reports its counts only every second while
- * busy and ten once idle, and deleted rows that a snapshot older than
- * their deletion may still see are not live but a rewrite copies them all
- * (and would copy them again every round, freeing nothing).  So a table
- * that passes that look has the rows a rewrite would copy counted, up to
- * COMPACT_MAX_LIVE + 1, with the bytes they need (kept_rows: long names or
- * values need far more than a guess per row), and is rewritten only if they
- * are few and need under a COMPACT_FACTOR-th of the table.
+ * A round (worker.c) ends with dlock_compact_tables: a table of dlock
+ * larger than dlock.compact_threshold and more than COMPACT_FACTOR times
+ * what its live rows need (at most COMPACT_MAX_LIVE of them) is rewritten
+ * with VACUUM (FULL, SKIP_LOCKED), only if nobody has it open at that
+ * moment.  A cheap look at the cumulative statistics comes first; then the
+ * rows a rewrite would copy are counted (kept_rows).  Why both looks:
+ * docs/how-it-works.md, "Inside the C extension".
  *
  * No shared state: what protects a table during its rewrite is the table's
  * ACCESS EXCLUSIVE lock.
@@ -173,7 +150,7 @@ mostly_dead(int64 size, double rows, double bytes)
  * dead space.  False without a look if another transaction holds a lock
  * that would make even the size's look wait (a rewrite in progress).
  * The statistics' live rows first, then the rows a rewrite would copy
- * (the header says why).
+ * (docs/how-it-works.md, compact.c, says why).
  */
 static bool
 worth_compacting(Oid relid)

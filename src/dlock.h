@@ -12,10 +12,11 @@
  * heap access both use, fence.c fence numbers,
  * xact.c transaction bookkeeping and the hooks other files run at its end,
  * admit.c the admission decision (may a request have the resource now),
- * acquire.c attempts and the wait loop, lease.c the lease functions,
+ * acquire.c lease attempts, wait.c the wait loop every waiting call shares,
+ * lease.c the lease functions,
  * semaphore.c the semaphore functions (0.5), multi.c several resources at
  * once (0.5), xactlock.c transaction-scoped locks, queue.c fair queues and
- * lock-delay,
+ * lock-delay, upkeep.c the same outside an attempt (withdraw, the reaper),
  * elect.c leader election and holding values, reap.c expiry, compat.h
  * what differs between PostgreSQL majors, events.c NOTIFY, listeners.c who
  * LISTENs, waiters.c shared memory for sleeping waiters, wakeups and
@@ -27,7 +28,7 @@
  * layers, never back up; no two files call each other in a circle):
  *	dlock.c > worker.c > compact.c, promote.c > reap.c > lease.c, elect.c, xactlock.c,
  *	semaphore.c, multi.c >
- *	acquire.c > admit.c > queue.c, events.c > rows.c, shares.c, holding.c,
+ *	acquire.c, upkeep.c > wait.c, admit.c > queue.c, events.c > rows.c, shares.c, holding.c,
  *	fence.c, waiters.c > table.c, store.c, listeners.c > xact.c, resource.c,
  *	guc.c.
  * What must happen when a transaction ends is registered with xact.c as
@@ -87,6 +88,14 @@ typedef enum DlockLockMode
 	DLOCK_CHANGE = AccessExclusiveLock
 } DlockLockMode;
 
+/* What an attempt's take of a resource's lock came to (resource.c). */
+typedef enum DlockTake
+{
+	TAKE_OK,					/* taken, with the share-row tag if asked */
+	TAKE_CONTENDED,				/* another transaction has the lock */
+	TAKE_SHARE_ROW_BUSY			/* ... the holder's share-row tag: given back */
+} DlockTake;
+
 /* ---- guc.c ---- */
 extern int	dlock_default_lease_ms;
 extern int	dlock_poll_interval_ms;
@@ -131,6 +140,11 @@ extern bool dlock_share_row_lock(const DlockResource *res, text *holder,
 extern void dlock_share_row_unlock(const DlockResource *res, text *holder,
 								   DlockLockMode mode);
 extern bool dlock_share_row_held(const DlockResource *res, text *holder);
+extern bool dlock_take_resource(const DlockResource *res, DlockLockMode mode);
+extern DlockTake dlock_resource_take(const DlockResource *res,
+									 DlockLockMode mode, text *share_holder);
+extern void dlock_resource_give_back(const DlockResource *res,
+									 DlockLockMode mode, text *share_holder);
 extern void dlock_change_wait(const DlockResource *res);
 extern bool dlock_maintenance_lock(const DlockResource *res);
 extern void dlock_maintenance_unlock(const DlockResource *res);
@@ -138,6 +152,11 @@ extern void dlock_maintenance_unlock_all(void);
 extern bool dlock_wait_for_maintenance(const DlockResource *res);
 extern void dlock_set_locktag(LOCKTAG *tag, uint64 hash);
 extern TimestampTz dlock_lease_expiry(TimestampTz now, const Interval *span);
+extern Interval *dlock_check_lock_delay(FunctionCallInfo fcinfo, int argno);
+extern Interval *dlock_lock_delay_of(FunctionCallInfo fcinfo, int argno,
+									 Interval *delay, bool shared);
+extern bool dlock_check_fair(FunctionCallInfo fcinfo, int argno);
+extern bool dlock_check_shared(FunctionCallInfo fcinfo, int argno);
 extern TimestampTz dlock_add_interval(TimestampTz ts, const Interval *span);
 extern Interval *dlock_ms_interval(int64 ms);
 
@@ -161,6 +180,10 @@ typedef struct DlockRow
 								 * 0 for a lock's holding */
 	int32		max_permits;	/* ... and the semaphore's max_permits */
 } DlockRow;
+
+/* resource.c: share-row tags of the shared holdings read (DlockRow *) */
+extern bool dlock_share_rows_held(const DlockResource *res, const List *shares,
+								  const DlockRow *mine, TimestampTz now);
 
 extern void dlock_store_begin(void);
 /* table.c: the read locks of dlock's tables taken by one wait's attempt */
@@ -262,43 +285,59 @@ typedef struct DlockQueueHead
 	TimestampTz expires_at;		/* client head: its ticket's end */
 } DlockQueueHead;
 
+/*
+ * An attempt's place in a resource's fair queue, from its first refusal to
+ * the end of its wait: the ticket lifecycle (queue.c).
+ */
+typedef struct DlockTicket
+{
+	text	   *holder;
+	Oid			owner;			/* the holder's role */
+	bool		fair;			/* a refusal takes or keeps a ticket */
+	bool		in_server;		/* waiting in lock(): an in-server ticket */
+	int64		number;			/* the in-server ticket held, or 0 */
+	bool		adopted;		/* number is the holder's client ticket */
+	bool		writer;			/* holds the "writer waits" tags */
+	bool		upgrade;		/* ... and its "upgrading" tag */
+} DlockTicket;
+
+/* What an admitted attempt does to the queue (dlock_queue_settle). */
+typedef struct DlockSettle
+{
+	bool		drop_client;	/* the holder's client ticket leaves too */
+	const Interval *delay;		/* a new holding's lock-delay, or NULL */
+	int64		fence;			/* ... and its fence */
+	bool		wake_abort;		/* a new holding: its abort wakes the next */
+	bool		wake_commit;	/* its commit wakes the next waiter */
+} DlockSettle;
+
 extern bool dlock_queue_installed(void);
-extern void dlock_server_ticket_take(const DlockResource *res, int64 *ticket);
-extern bool dlock_client_ticket_adopt(const DlockResource *res, text *holder,
-									  Oid owner, TimestampTz now, int64 *ticket);
-extern void dlock_server_ticket_drop(const DlockResource *res, int64 *ticket);
-extern bool dlock_server_tickets_others(const DlockResource *res);
-extern bool dlock_server_head_allows(const DlockResource *res, int64 mine,
-									 TimestampTz *until);
-extern void dlock_queue_head(const DlockResource *res, text *holder, Oid owner,
-							 int64 mine, TimestampTz now, DlockQueueHead *head);
-extern void dlock_client_ticket_keep(const DlockResource *res, text *holder,
-									 Oid owner, TimestampTz now);
+extern bool dlock_queue_heads(const DlockResource *res, const DlockTicket *t);
+extern bool dlock_queue_enter(const DlockResource *res, DlockTicket *t,
+							  bool queue, TimestampTz now, bool writer,
+							  bool upgrade);
+extern void dlock_queue_settle(const DlockResource *res, DlockTicket *t,
+							   const DlockSettle *s);
+extern void dlock_queue_leave(const DlockResource *res, DlockTicket *t,
+							  bool acquired);
+extern bool dlock_ticket_row_lock(const DlockResource *res, text *holder,
+								  Oid owner, bool wait);
 extern void dlock_client_ticket_drop(const DlockResource *res, text *holder,
 									 Oid owner);
-extern void dlock_client_ticket_release(const DlockResource *res, text *holder,
-										Oid owner);
-extern bool dlock_client_ticket_heads(const DlockResource *res, text *holder,
-									  Oid owner, TimestampTz now);
-extern void dlock_delay_set(const DlockResource *res, int64 fence,
-							const Interval *delay);
-extern void dlock_delay_on_end(const DlockResource *res, TimestampTz at,
-							   TimestampTz expired_by);
 extern void dlock_writer_wait(const DlockResource *res, text *holder,
 							  Oid owner, bool upgrade, bool *registered);
 extern void dlock_writer_wait_end(const DlockResource *res, text *holder,
 								  Oid owner, bool upgrade, bool *registered);
-extern bool dlock_writer_waiting(const DlockResource *res);
-extern bool dlock_upgrading(const DlockResource *res, const char *holder,
-							Oid owner);
+
+/* ---- upkeep.c ---- */
+
+extern void dlock_client_ticket_release(const DlockResource *res, text *holder,
+										Oid owner);
+extern void dlock_delay_on_end(const DlockResource *res, TimestampTz at,
+							   TimestampTz expired_by);
 extern int	dlock_queue_purge(TimestampTz now);
 extern void dlock_queue_forget(const DlockResource *res);
 extern bool dlock_delay_pending(const DlockResource *res, TimestampTz now);
-extern Interval *dlock_check_lock_delay(FunctionCallInfo fcinfo, int argno);
-extern Interval *dlock_lock_delay_of(FunctionCallInfo fcinfo, int argno,
-									 Interval *delay, bool shared);
-extern bool dlock_check_fair(FunctionCallInfo fcinfo, int argno);
-extern bool dlock_check_shared(FunctionCallInfo fcinfo, int argno);
 
 /* ---- elect.c ---- */
 extern bool dlock_values_installed(void);
@@ -463,6 +502,12 @@ extern void dlock_admit_raise(const DlockResource *res,
 							  const DlockResourceState *st,
 							  DlockAdmission v);
 
+/* queue.c: the queue and lock-delay as the decision asks for them */
+extern bool dlock_upgrading_any(const DlockResource *res, const List *shares,
+								const DlockRow *mine, TimestampTz now);
+extern void dlock_queue_view(const DlockResource *res, const DlockRequest *req,
+							 bool head, DlockResourceState *st);
+
 /* ---- acquire.c ---- */
 
 /* What one attempt at a resource came to (acquire.c). */
@@ -470,6 +515,10 @@ typedef enum DlockAttempt
 {
 	ATTEMPT_ACQUIRED,			/* *fence set; the resource's lock kept */
 	ATTEMPT_BUSY,				/* held by another until *busy_until */
+	ATTEMPT_BUSY_SHARED,		/* ... an exclusive request held off only by
+								 * other holders' shared holdings that this
+								 * transaction did not touch: it may wait
+								 * while it holds the lock in SHARE mode */
 	ATTEMPT_DELAYED,			/* free, but under lock-delay until *busy_until */
 	ATTEMPT_CONTENDED,			/* another transaction has the resource's lock:
 								 * wait for it in CHANGE mode */
@@ -484,10 +533,11 @@ typedef DlockAttempt (*DlockAttemptFn) (const DlockResource *res, void *arg,
 typedef void (*DlockLeaveFn) (const DlockResource *res, void *arg,
 							 bool acquired);
 
-extern bool dlock_take_resource(const DlockResource *res, DlockLockMode mode);
+/* wait.c: the wait loop */
 extern int64 dlock_wait_loop(const DlockResource *res, text *holder,
 							 int64 wait_ms, DlockAttemptFn attempt,
 							 DlockLeaveFn leave, void *arg);
+/* acquire.c: lease attempts */
 extern bool dlock_lease_write(const DlockResource *res, text *holder,
 							  const DlockCaller *caller, const Interval *lease,
 							  const Interval *lock_delay, bool shared,

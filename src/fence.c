@@ -4,44 +4,19 @@
  *		Fencing tokens: strictly increasing across crash, restart,
  *		promotion, restore, point-in-time recovery and re-creation.
  *
- * A fence is the next value of the sequence dlock.fences (CACHE 1, NO
- * CYCLE, up to 2^63 - 1); read as (epoch << 22) + n, its high 41 bits are
- * an epoch: milliseconds since 2020-01-01 UTC at the moment the epoch
- * started.  Within one history of the data the sequence only grows: it
- * WAL-logs ahead of the values it hands out, and whenever a draw writes
- * WAL we flush it before the fence leaves, so a crash never repeats one.
+ * A fence is the next value of the sequence dlock.fences, read as
+ * (epoch << 22) + n.  Before its first fence a backend compares (system
+ * identifier, database, timeline, postmaster start) with the row of
+ * dlock.fence_epoch; if they differ it starts a new epoch by moving the
+ * sequence up (setval, flushed before the fence leaves).  Until ALTER
+ * EXTENSION dlock UPDATE creates dlock.fences, the 0.1 scheme runs
+ * unchanged.  Why fences never repeat: docs/how-it-works.md, "Inside the
+ * C extension".
  *
- * Everything else, restore (into this or another cluster), promotion of a
- * standby that lagged, point-in-time recovery, a copied database, DROP and
- * CREATE EXTENSION, can put a copy of the data, and so of the sequence,
- * behind fences that were handed out elsewhere and are lost to it.  None of
- * those keeps all of (system identifier, database, timeline, postmaster
- * start): before its first fence a backend compares them with the row of
- * dlock.fence_epoch (which pg_dump does not carry, so a restore never finds
- * one; nor does it carry dlock.fences, so a data-only restore into this
- * very database cannot set it back), and if they differ it starts a new
- * epoch, moving the sequence up to
- * max(now, epoch of the sequence + 1) << 22 with setval (non-transactional,
- * WAL-logged and flushed before the fence leaves).  The lost fences belong
- * to epochs that started earlier by the server clock: that is what the
- * docs/how-it-works.md ("Fence format") assumes and argues.
- *
- * Shared state: the sequence (its own buffer lock); a jump reads and then
- * sets it, so jumps take the DLOCK_LOCKTAG_EPOCH lock (field 1 = 1)
- * exclusively and every draw takes it shared, both only around the draw,
- * never until the end of the transaction.  Writers of dlock.fence_epoch
- * take the same tag's field 1 = 0 without waiting and keep it until their
- * transaction ends; a backend that cannot get it jumps by itself, so no
- * fence ever waits behind another transaction's uncommitted row.
- *
- * Until ALTER EXTENSION dlock UPDATE creates dlock.fences, the 0.1 scheme
- * runs unchanged: (timeline + base) << 44 | n from dlock.fence_seq and
- * dlock.epoch.  The first epoch of the clock scheme is above the one the
- * dlock.epoch row implies (epoch_floor), and the clock alone puts every
- * clock-scheme fence above 2^59 (epoch 0 of the 0.1 scheme times 2^15).
- *
- * Callers draw a fence only after they hold the resource's lock, so a fence
- * can never be written behind a newer one of the same resource.
+ * Shared state: the sequence; jumps take the DLOCK_LOCKTAG_EPOCH lock
+ * exclusively and draws take it shared, only around the draw.  Writers of
+ * dlock.fence_epoch take its other tag without waiting.  Callers draw a
+ * fence only after they hold the resource's lock.
  *
  *-------------------------------------------------------------------------
  */

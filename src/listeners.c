@@ -5,59 +5,20 @@
  *		for is not handed to NOTIFY.
  *
  * NOTIFY serialises the commits of every notifying transaction of the
- * cluster: PreCommit_Notify takes a heavyweight lock on "database 0" and
- * holds it until the transaction's locks are released.  Every release
- * queues an event (events.c), so at 8 clients releases committed one at a
- * time, waiting on that lock ("Lock: object") about a third of the time.
- * dlock's own waiters are woken through shared memory (waiters.c); NOTIFY
- * is needed only by sessions that LISTEN on a resource's channel (the
- * CLI, applications, dlock observe).  With shared memory (only with
- * shared_preload_libraries, so every backend of the cluster runs this
- * file's utility hook) dlock knows of every such LISTEN:
- *
- *	- counts[bucket]: the (backend, channel) pairs listening on a channel
- *	  named "dlock_..." whose hash falls in the bucket.  A pair is counted
- *	  when its LISTEN statement runs (before it takes effect at commit) and
- *	  stays counted until an UNLISTEN of it, UNLISTEN * or DISCARD ALL
- *	  commits, or the backend exits.  A LISTEN that rolls back stays
- *	  counted (an over-count costs only a NOTIFY); what is counted is a
- *	  superset of what PostgreSQL delivers to.  Each backend remembers the
- *	  channels it counted (my_channels) and its UNLISTENs not yet committed
- *	  (pending, dropped with an aborting subtransaction as PostgreSQL drops
- *	  them).
- *	- deciding[pgprocno]: a backend's deciding round: seq is odd from the
- *	  moment it decides, at PRE_COMMIT, which events to send until its locks
- *	  are released after its commit or abort (listeners_done); keys
- *	  [0, n) are the hashes of the channels it decided on (a key set back
- *	  to 0 once it decided to send that channel's event).  At most
- *	  DECIDE_MAX channels are decided on; the events of any more are sent.
- *
- * A commit hands an event to NOTIFY only if its channel's bucket counts a
- * listener.  The race this must not lose: a session LISTENs, looks at the
- * resource (busy) and waits for the event.  A release that decided before
- * the LISTEN was counted sends nothing, and could become visible only
- * after the look.  So a LISTEN, once counted, waits for every backend
- * that was deciding at that moment not to send an event of its channel,
- * until that backend has released its locks: then either a release
- * decided after the count (and sends), or it is visible and its resource
- * lock free when the LISTEN returns.  Both sides write (count; key, n)
- * with a full barrier before they read the other's (Dekker), so at least
- * one sees the other.  The wait is as long as a commit; only a release
- * that sent nothing on the LISTEN's own channel is waited for: releases
- * of other channels, and one that sends the event (PostgreSQL delivers a
- * notification not yet committed when a LISTEN takes effect), never hold
- * a LISTEN up.  A commit that will wait for a synchronous standby (which
- * may be gone for good) does not decide at all: in the reaper's database
- * the events nobody listens for (dlock_listening) go to dlock.outbox with
- * the commit, and the next reaper round sends them (events.c), so no
- * LISTEN ever waits for such a commit.
- *
- * Without shared memory (not preloaded) every event is sent, as before.
+ * cluster.  dlock's own waiters are woken through shared memory
+ * (waiters.c); NOTIFY is needed only by sessions that LISTEN on a
+ * resource's channel.  With shared memory this file's utility hook counts
+ * every such LISTEN (counts[bucket]), and a commit hands an event to
+ * NOTIFY only if its channel's bucket counts a listener.  A LISTEN, once
+ * counted, waits for every backend that was deciding not to send an event
+ * of its channel (deciding[pgprocno]), so no event is lost between a
+ * LISTEN and the look that follows it.  The race and its proof:
+ * docs/how-it-works.md, "Inside the C extension".  Without shared memory
+ * every event is sent.
  *
  * Locking: none; counts and deciding slots are atomics.  A backend writes
- * only its own deciding slot; a reader takes a slot's keys as those of the
- * round it saw (seq odd) only while seq has not moved on.  my_channels
- * lives in TopMemoryContext, pending in TopTransactionContext.
+ * only its own deciding slot.  my_channels lives in TopMemoryContext,
+ * pending in TopTransactionContext.
  *
  *-------------------------------------------------------------------------
  */
@@ -87,7 +48,7 @@
 /* The prefix of every channel of ours (dlock.channel()). */
 #define CHANNEL_PREFIX "dlock_"
 
-/* A backend's deciding round (see above). */
+/* A backend's deciding round (docs/how-it-works.md, listeners.c). */
 typedef struct DecideSlot
 {
 	pg_atomic_uint64 seq;		/* odd while deciding */
@@ -243,7 +204,7 @@ dlock_listened(const char *channel)
  * dlock_listening: does some backend count as listening on channel now?
  * True without shared memory.  Publishes nothing: for a commit that does
  * not decide (it sends the events of channels nobody listens on another
- * way, see above).
+ * way: docs/how-it-works.md, listeners.c).
  */
 bool
 dlock_listening(const char *channel)

@@ -18,7 +18,7 @@
  * resource whose lock another transaction has, gives every lock taken
  * back before anything is written: nothing is held while waiting.
  *
- * lock_all waits in acquire.c's wait loop, for the resource in the way at
+ * lock_all waits in wait.c's wait loop, for the resource in the way at
  * the last attempt (MultiArgs.in_way, which the loop watches: when another
  * resource is in the way, the wait moves there, waiters.c): a releasing
  * commit of that resource wakes it, as it wakes a lock(); it then tries

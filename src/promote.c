@@ -3,55 +3,22 @@
  * promote.c
  *		Refresh on promotion: when a standby is promoted, the holdings that
  *		were live at the promotion are extended once to at least promotion
- *		time + their lease (etcd's lessor does the same on a leader change),
- *		so that a holder that could not renew while no primary existed
- *		keeps its lock.  GUC dlock.refresh_on_promotion (default on).
+ *		time + their lease, so that a holder that could not renew while no
+ *		primary existed keeps its lock.  GUC dlock.refresh_on_promotion.
  *
  * Only with shared_preload_libraries: the reaper launcher (worker.c) calls
- * dlock_promotion_step() in its loop whenever the server is not in
- * recovery, before it reaps.  The step compares the WAL insertion
- * timeline with the one last handled (remembered in the file
- * DLOCK_PROMOTION_FILE in the data directory); a new one (above 1) is a
- * promotion (or the end of a point-in-time recovery) to handle:
+ * dlock_promotion_step() whenever the server is not in recovery, before it
+ * reaps.  A new WAL insertion timeline is a promotion to handle; its time
+ * P is the modification time of the timeline's history file; a holding is
+ * refreshed iff P < expires_at < P + lease, by a refresh worker in each
+ * database in turn.  Why that rule never revives an expired holding, and
+ * how a crash midway is carried on: docs/how-it-works.md, "Inside the C
+ * extension".
  *
- *	- the promotion time P is the modification time of the timeline's
- *	  history file, which the startup process writes as it ends recovery
- *	  and before anything can be written on the new timeline.  So it is the
- *	  same after a crash and restart, whenever the launcher runs;
- *	- "live at P" is decided against P, not against the time the refresh
- *	  runs: a holding is refreshed iff P < expires_at < P + lease, and it
- *	  is still unexpired when the refresh writes it (under its renewal
- *	  lock, like a renewal).  Every acquisition or renewal made after P has
- *	  expires_at >= its time + lease > P + lease (the lease column is the
- *	  holding's own), so those are never touched, a holding that had
- *	  expired at P is never revived, and running the refresh twice with the
- *	  same P changes nothing the second time.  Nor is one that expired
- *	  after P but before the refresh came to it (the refresh may wait for
- *	  a worker slot): its holder's renewal has already got NULL, and an
- *	  xact_lock may have handed out a newer fence without touching the
- *	  row; extending it would hand the old fence back.  The fence is not
- *	  touched;
- *	- every database that accepts connections gets a refresh worker
- *	  ("dlock refresh", a dynamic background worker like the reaper's
- *	  rounds) in turn, which does nothing where dlock is not installed.
- *	  Each takes the resource's maintenance and renewal locks without
- *	  waiting, as a reaper does (a resource some transaction is working on
- *	  is retried in a later pass), and commits like a renewal;
- *	- the file records the timeline, P, and the databases done, written
- *	  durably after each; after a crash the launcher carries on with the
- *	  databases left (a database whose refresh committed but was not yet
- *	  recorded is refreshed again, which changes nothing).  A database whose
- *	  worker fails three times is given up (logged).  Until the step is
- *	  complete the launcher does not reap, so reaping never races it.
- *
- * The statements name only columns of dlock 0.1's dlock.leases (resource,
- * holder, lease, expires_at), so the library may run under any installed
- * version of the SQL; the shared holdings of dlock.shares (0.4), when the
- * table is there, are refreshed by the same rule.
- *
- * Shared state: the launcher's own statics (one process); the file is
- * written only by the launcher; a refresh worker's DSM segment is written
- * by the worker and read by the launcher after the worker has exited.
+ * Shared state: the launcher's own statics; the file
+ * DLOCK_PROMOTION_FILE is written only by the launcher; a refresh
+ * worker's DSM segment is written by the worker and read by the launcher
+ * after the worker has exited.
  *
  *-------------------------------------------------------------------------
  */
@@ -325,8 +292,8 @@ run_refresh(Oid dbid, RefreshResult *result)
 
 /*
  * dlock_promotion_step: for the reaper launcher, outside recovery.  Handle
- * a promotion to the current timeline not yet handled (see the header
- * comment).  Returns true once there is nothing (more) to do, false while
+ * a promotion to the current timeline not yet handled
+ * (docs/how-it-works.md, promote.c).  Returns true once there is nothing (more) to do, false while
  * databases remain (no free worker slot, or a worker failed): the
  * launcher then skips reaping and calls again at its next interval.
  */

@@ -4,83 +4,23 @@
  *		Fair queues and lock-delay: the tickets of fair waiters, the head of
  *		a resource's queue, and the delay after a holding ends uncleanly.
  *
- * Tickets are numbered from one sequence (dlock.ticket_seq), so their
- * order is the order in which they were taken.  There are two kinds:
+ * Tickets are numbered from one sequence (dlock.ticket_seq).  A client
+ * that waits on its own side has a row in dlock.tickets (a client ticket);
+ * a backend waiting in lock() holds its ticket in the lock manager (an
+ * in-server ticket).  The head of a queue is its lowest live ticket.  An
+ * attempt's ticket lives through two calls: dlock_queue_enter when it is
+ * refused (adopt, take or keep), dlock_queue_settle when it is admitted
+ * (drop, the lock-delay, the wakeups); dlock_queue_leave when its wait
+ * ends.  admit.c reads the queue through dlock_queue_view.  The
+ * "writer waits" and "upgrading" tags of shared locks (0.4) are here too.
+ * upkeep.c does what happens outside an attempt.  The tags, the rules of
+ * the rows and why: docs/how-it-works.md, "Inside the C extension".
  *
- *	- A client that waits on its own side (try_lock(..., fair => true),
- *	  retried on events or by polling, as the CLI does behind a pooler) has
- *	  a row in dlock.tickets, written by its failed attempt and committed
- *	  with it, kept for dlock.queue_ttl after each attempt.  A retry after
- *	  that takes a new ticket, at the back.  Until the attempt's
- *	  transaction ends, a new ticket is also held in the lock manager like
- *	  an in-server one (below), so that nobody drawing a later number is
- *	  served before it becomes visible; with it, its end: an
- *	  AccessShareLock on (low 32 bits of the ticket, its expiry in
- *	  milliseconds modulo 2^32, low 32 bits of the mixed hash), so that a
- *	  ticket whose transaction stays open (a client hung inside BEGIN)
- *	  lapses after dlock.queue_ttl like a committed one.  A holder that
- *	  queued client-side and then waits in lock() (or campaign) holds its
- *	  live client ticket's number in the lock manager like an in-server
- *	  ticket (it adopts it), keeping its place and its turn to be woken.
- *	- A backend waiting in lock(..., fair => true) holds its ticket in the
- *	  lock manager, where other backends see it while its transaction is
- *	  still open, and where it goes with the wait (timeout, cancel,
- *	  disconnect): an ExclusiveLock on (low 32 bits of the ticket, 64-bit
- *	  hash of database and resource).  It also holds the resource's "fair
- *	  waiters" tag in ShareLock, so that a newcomer finds out whether there
- *	  are in-server tickets with one conditional lock, and reads the lock
- *	  table only when there are.  In-server tickets are compared by their
- *	  low 32 bits modulo 2^32: the live tickets of a resource span far less
- *	  than 2^31 numbers.
- *
- * The head of a resource's queue is its lowest live ticket.  While there is
- * one, the resource goes only to it (the rule is holding.c's; admit.c
- * decides with what this file reads; acquire.c takes and drops tickets as
- * its verdicts say).
- *
- * A client ticket also leaves the queue by dlock.withdraw() (0.3 SQL: its
- * holder stops waiting), and when its holder's holding ends cleanly (a
- * ticket the holder took on another connection while its own acquisition
- * was still uncommitted, and so invisible to that attempt).
- *
- * Lock-delay: a holding taken with a lock-delay has a row in dlock.delays
- * (read by rows.c's dlock_row_read_delay for admit.c),
- * tied to it by its fence.  If the holding ends uncleanly, the resource is
- * not available before the end of the lease plus the delay: computed from
- * the row's expiry while the expired holding is still in dlock.leases, and
- * stored in available_at when the reaper frees it or break_lock ends it.  A
- * clean unlock leaves available_at NULL, so the resource is free at once.
- *
- * Shared state: rows of dlock.delays, written only under the resource's
- * lock (CHANGE, resource.c), except the purge of rows that are dead
- * already; rows of dlock.tickets, written by fair attempts with or without
- * the resource's lock (a ticket is taken even while another transaction is
- * changing the resource; each holder's row is its own; withdraw deletes
- * the holder's row without it), and read for the head only under it; and
- * the lock manager's locks.  Nothing here waits for a row lock, as
- * try_lock and the reaper never wait:
- *
- *	- a transaction writing a holder's ticket row (keep, drop) first takes
- *	  that row's writer lock (DLOCK_LOCKTAG_TICKET_ROW, until it ends)
- *	  without waiting; if another transaction of the same holder has it
- *	  (two attempts of one holder at once, one of them in an open
- *	  transaction), it leaves the row to that one instead of waiting for
- *	  its upsert's row lock.  withdraw takes it too, waiting (in the lock
- *	  manager rather than for the row).  The lock names the holder by a
- *	  32-bit hash: should two holders' collide, one of them skips a write
- *	  at worst;
- *	- the reaper's purge deletes only the dead rows it can lock at once
- *	  (SKIP LOCKED): a row an open transaction is taking over is left to a
- *	  later round.  A writer may wait for a purge, a short transaction
- *	  that waits for no lock.
- *
- * Shared locks (0.4) add two lock-manager tags (see dlock_writer_wait):
- * "an exclusive request waits in lock()" (writers do not starve) and "this
- * shared holder waits to upgrade" (crossing upgrades are found, 40P01).
- *
- * The functions here run inside store sessions (store.c) and only under
- * the 0.2 SQL or later (dlock_queue_installed); under older SQL there are
- * no queues or delays.
+ * Shared state: rows of dlock.tickets and dlock.delays, and the lock
+ * manager's locks.  Nothing here waits for a row lock (a holder's ticket
+ * row is written under its writer lock, dlock_ticket_row_lock, taken
+ * without waiting).  Runs inside store sessions (store.c), and only under
+ * the 0.2 SQL or later (dlock_queue_installed).
  *
  *-------------------------------------------------------------------------
  */
@@ -96,9 +36,6 @@
 #include "utils/builtins.h"
 #include "utils/lsyscache.h"
 
-/* The lock-delay limit from the contract. */
-#define MAX_LOCK_DELAY_USECS	((int64) 3600 * USECS_PER_SEC)
-
 /*
  * The mode of a look at a "fair waiters" or "writer waits" tag, which
  * waiters hold in ShareLock: it conflicts with that, not with itself, so
@@ -108,8 +45,6 @@
 #define PROBE_LOCK	RowExclusiveLock
 
 #define RES_IS(alias) alias ".resource OPERATOR(pg_catalog.=) ($1 COLLATE pg_catalog.\"C\")"
-
-PG_FUNCTION_INFO_V1(dlock_withdraw);
 
 /*
  * dlock_queue_installed: is the 0.2 SQL there (queues and lock-delay)?  A
@@ -158,13 +93,13 @@ set_lapse_tag(LOCKTAG *tag, const DlockResource *res, int64 ticket,
 }
 
 /*
- * take_ticket_row: the writer lock of holder's (of role owner) ticket row
+ * dlock_ticket_row_lock: the writer lock of holder's (of role owner) ticket row
  * of res, until the transaction ends; without waiting unless wait: false
- * if another transaction has it (it is writing that row: see the header
- * comment).
+ * if another transaction has it (it is writing that row: see
+ * docs/how-it-works.md, queue.c).
  */
-static bool
-take_ticket_row(const DlockResource *res, text *holder, Oid owner, bool wait)
+bool
+dlock_ticket_row_lock(const DlockResource *res, text *holder, Oid owner, bool wait)
 {
 	LOCKTAG		tag;
 	uint64		h = mixed_hash(res);
@@ -196,12 +131,12 @@ next_ticket(void)
 }
 
 /*
- * dlock_server_ticket_take: this backend, about to wait in lock() for res,
+ * server_ticket_take: this backend, about to wait in lock() for res,
  * takes a ticket and holds it in the lock manager until it drops it or its
  * transaction ends.  No-op if it has one.
  */
-void
-dlock_server_ticket_take(const DlockResource *res, int64 *ticket)
+static void
+server_ticket_take(const DlockResource *res, int64 *ticket)
 {
 	LOCKTAG		tag;
 
@@ -221,20 +156,18 @@ dlock_server_ticket_take(const DlockResource *res, int64 *ticket)
 	*ticket = next_ticket();
 	set_ticket_tag(&tag, res, *ticket);
 	(void) LockAcquire(&tag, ExclusiveLock, false, false);
-	/* If the wait ends in an error, the abort drops the ticket: wake the next. */
-	dlock_wake_after_abort(res->hash);
 }
 
 /*
- * dlock_client_ticket_adopt: this backend, waiting in lock() for res as
+ * client_ticket_adopt: this backend, waiting in lock() for res as
  * holder, holds the holder's live client ticket (taken by its earlier
  * client-side attempts) in the lock manager as its in-server ticket, so
  * that it keeps that place: served when it heads the queue, woken in its
  * order.  False, changing nothing, if there is none, or if another
  * backend waiting for the same holder holds it already.
  */
-bool
-dlock_client_ticket_adopt(const DlockResource *res, text *holder, Oid owner,
+static bool
+client_ticket_adopt(const DlockResource *res, text *holder, Oid owner,
 						  TimestampTz now, int64 *ticket)
 {
 	static SPIPlanPtr plan = NULL;
@@ -266,14 +199,12 @@ dlock_client_ticket_adopt(const DlockResource *res, text *holder, Oid owner,
 		return false;
 	}
 	*ticket = number;
-	/* If the wait ends in an error, the abort drops the ticket: wake the next. */
-	dlock_wake_after_abort(res->hash);
 	return true;
 }
 
-/* dlock_server_ticket_drop: leave the queue (acquired, or gave up). */
-void
-dlock_server_ticket_drop(const DlockResource *res, int64 *ticket)
+/* server_ticket_drop: leave the queue (acquired, or gave up). */
+static void
+server_ticket_drop(const DlockResource *res, int64 *ticket)
 {
 	LOCKTAG		tag;
 
@@ -287,11 +218,11 @@ dlock_server_ticket_drop(const DlockResource *res, int64 *ticket)
 }
 
 /*
- * dlock_server_tickets_others: does another backend hold an in-server
+ * server_tickets_others: does another backend hold an in-server
  * ticket for res?  One conditional lock: our own ticket does not conflict.
  */
-bool
-dlock_server_tickets_others(const DlockResource *res)
+static bool
+server_tickets_others(const DlockResource *res)
 {
 	LOCKTAG		tag;
 
@@ -321,7 +252,7 @@ server_head(const DlockResource *res, int64 mine, uint32 *head, bool *is_mine,
 
 	*until = DT_NOEND;
 	*lapsed = false;
-	if (!dlock_server_tickets_others(res))
+	if (!server_tickets_others(res))
 	{
 		if (mine == 0)
 			return false;
@@ -376,15 +307,15 @@ server_head(const DlockResource *res, int64 mine, uint32 *head, bool *is_mine,
 }
 
 /*
- * dlock_server_head_allows: may this backend, whose in-server ticket is
+ * server_head_allows: may this backend, whose in-server ticket is
  * mine (0: none), take res as far as the lock manager's tickets go?  Yes
  * if the lowest live one is mine; with none of its own, only if there are
  * none but lapsed ones (another backend taking a ticket right now may not
  * be visible yet).  If not, *until is when the head lapses (DT_NOEND:
- * when it leaves).  Call it only when dlock_server_tickets_others.
+ * when it leaves).  Call it only when server_tickets_others.
  */
-bool
-dlock_server_head_allows(const DlockResource *res, int64 mine, TimestampTz *until)
+static bool
+server_head_allows(const DlockResource *res, int64 mine, TimestampTz *until)
 {
 	uint32		head;
 	bool		is_mine = false;
@@ -396,12 +327,12 @@ dlock_server_head_allows(const DlockResource *res, int64 mine, TimestampTz *unti
 }
 
 /*
- * dlock_queue_head: the head of res's queue at now, to holder and owner
+ * queue_head: the head of res's queue at now, to holder and owner
  * (client tickets; holder NULL: none of them is the caller's) and to this
  * backend's in-server ticket mine (0: none).
  */
-void
-dlock_queue_head(const DlockResource *res, text *holder, Oid owner,
+static void
+queue_head(const DlockResource *res, text *holder, Oid owner,
 				 int64 mine, TimestampTz now, DlockQueueHead *head)
 {
 	static SPIPlanPtr plan = NULL;
@@ -468,27 +399,19 @@ dlock_queue_head(const DlockResource *res, text *holder, Oid owner,
 }
 
 /*
- * dlock_client_ticket_keep: a client-side fair attempt failed: take a
+ * client_ticket_keep: a client-side fair attempt failed: take a
  * ticket, or keep the holder's live one for another dlock.queue_ttl (an
  * expired one is replaced by a new one, at the back).
  *
- * A new ticket's row is invisible to others until our transaction
- * commits, yet its number is already drawn: a backend drawing a later
- * number meanwhile must not be served first.  So, until the transaction
- * ends, the new ticket is also held in the lock manager like an in-server
- * one (fair tag first, then the number, then its lock), where everybody
- * looking for the head sees it at once; and the transaction's end wakes
- * the next waiter to look again (at the committed row, or past the
- * rolled-back ticket).  A kept ticket is committed already: its locks are
- * given back at once.
- *
- * If another transaction of the same holder is writing the row (its own
- * fair attempt, or its acquisition dropping the ticket, still open), this
- * attempt leaves the row alone rather than wait for it: that transaction
- * keeps the holder's place, or takes the resource.
+ * A new ticket (true) is held in the lock manager like an in-server one
+ * until the transaction ends, so nobody drawing a later number is served
+ * before its row is visible; a kept one is committed already, and its
+ * locks are given back at once.  If another transaction of the same
+ * holder is writing the row, this one leaves the row alone rather than
+ * wait for it (docs/how-it-works.md, queue.c).
  */
-void
-dlock_client_ticket_keep(const DlockResource *res, text *holder, Oid owner,
+static bool
+client_ticket_keep(const DlockResource *res, text *holder, Oid owner,
 						 TimestampTz now)
 {
 	static SPIPlanPtr plan = NULL;
@@ -500,8 +423,8 @@ dlock_client_ticket_keep(const DlockResource *res, text *holder, Oid owner,
 	TimestampTz expires = now + (TimestampTz) dlock_queue_ttl_ms * 1000;
 	bool		isnull;
 
-	if (!take_ticket_row(res, holder, owner, false))
-		return;
+	if (!dlock_ticket_row_lock(res, holder, owner, false))
+		return false;
 	set_fair_tag(&fair_tag, res);
 	(void) LockAcquire(&fair_tag, ShareLock, false, false);
 	ticket = next_ticket();
@@ -532,20 +455,20 @@ dlock_client_ticket_keep(const DlockResource *res, text *holder, Oid owner,
 		/* a new ticket: in flight until the transaction ends, or lapses */
 		set_lapse_tag(&lapse_tag, res, ticket, expires);
 		(void) LockAcquire(&lapse_tag, AccessShareLock, false, false);
-		dlock_wake_after_commit(res->hash);
-		return;
+		return true;
 	}
 	LockRelease(&ticket_tag, ExclusiveLock, false);
 	LockRelease(&fair_tag, ShareLock, false);
+	return false;
 }
 
 /*
- * dlock_client_ticket_heads: is the holder's live client ticket the lowest
+ * client_ticket_heads: is the holder's live client ticket the lowest
  * live client ticket of res at now?  Read without the resource's lock: a
  * hint only (acquire.c's wait for the lock), the head is decided under it.
  */
-bool
-dlock_client_ticket_heads(const DlockResource *res, text *holder, Oid owner,
+static bool
+client_ticket_heads(const DlockResource *res, text *holder, Oid owner,
 						  TimestampTz now)
 {
 	static SPIPlanPtr plan = NULL;
@@ -572,7 +495,7 @@ dlock_client_ticket_heads(const DlockResource *res, text *holder, Oid owner,
 /*
  * dlock_client_ticket_drop: the holder's ticket for res leaves the queue;
  * unless another transaction of the same holder is writing it (see
- * dlock_client_ticket_keep): that one's ticket stays, to lapse or be
+ * client_ticket_keep): that one's ticket stays, to lapse or be
  * dropped by the holder's next acquisition, rather than this one waiting.
  */
 void
@@ -582,7 +505,7 @@ dlock_client_ticket_drop(const DlockResource *res, text *holder, Oid owner)
 	static const Oid types[3] = {TEXTOID, TEXTOID, REGROLEOID};
 	Datum		values[3];
 
-	if (!take_ticket_row(res, holder, owner, false))
+	if (!dlock_ticket_row_lock(res, holder, owner, false))
 		return;
 	values[0] = PointerGetDatum(res->name);
 	values[1] = PointerGetDatum(holder);
@@ -594,118 +517,9 @@ dlock_client_ticket_drop(const DlockResource *res, text *holder, Oid owner)
 							3, types, values, NULL, false);
 }
 
-/*
- * dlock_client_ticket_release: the holding of holder (of role owner) of res
- * has ended cleanly (unlock, unlock_all, resign): a client ticket of that
- * holder left behind is stale (taken by a fair attempt on another
- * connection that met the acquisition still uncommitted, so it could not
- * see that the holder was taking the resource); it would head the queue
- * once the holding is gone and hold everyone off until it lapses.  Under
- * the resource's lock, inside a store session; nothing under the 0.1 SQL.
- * A release is a hot path: the statement runs only if the resource has a
- * live ticket at all, looked up without SPI (rows.c).
- */
-void
-dlock_client_ticket_release(const DlockResource *res, text *holder, Oid owner)
-{
-	if (dlock_row_tickets_live(res, GetCurrentTimestamp()))
-		dlock_client_ticket_drop(res, holder, owner);
-}
-
-/*
- * dlock.withdraw(resource, holder) (0.3 SQL): the holder gives up its
- * client ticket for resource at once (a client-side waiter that stops
- * waiting); false if it had none.  Owner checks as for unlock: the
- * caller's role's ticket; another role's ticket of the same holder text
- * raises 42501 (a superuser withdraws it).  The next waiter is woken once
- * the withdrawal commits, so the next ticket is served at once.  A ticket
- * held by a wait in lock() is the wait's: it leaves with the wait.
- */
-Datum
-dlock_withdraw(PG_FUNCTION_ARGS)
-{
-	static SPIPlanPtr plan = NULL;
-	static const Oid types[4] = {TEXTOID, TEXTOID, REGROLEOID, BOOLOID};
-	Datum		values[4];
-	DlockResource res;
-	text	   *holder;
-	DlockCaller caller;
-	Oid			other = InvalidOid;
-	bool		withdrawn = false;
-	uint64		i;
-
-	dlock_resource_init(&res, dlock_check_resource(fcinfo, 0));
-	holder = dlock_check_holder(fcinfo, 1);
-	dlock_check_writable("dlock.withdraw()");
-	caller = dlock_caller();
-
-	/*
-	 * One statement: delete the caller's role's ticket (a superuser
-	 * without one: every other role's of that holder), and report the
-	 * roles of the holder's other live tickets, which it may not touch.
-	 */
-	values[0] = PointerGetDatum(res.name);
-	values[1] = PointerGetDatum(holder);
-	values[2] = ObjectIdGetDatum(caller.role);
-	values[3] = BoolGetDatum(caller.is_super);
-	/*
-	 * The writer lock of the caller's ticket row (see the header comment),
-	 * so that the holder's fair attempts meanwhile leave the row alone
-	 * instead of waiting for this transaction.  (A superuser's withdrawal
-	 * of other roles' tickets does not take theirs.)
-	 */
-	(void) take_ticket_row(&res, holder, caller.role, true);
-	dlock_store_begin();
-	if (dlock_store_exec(&plan,
-						 "WITH d AS (DELETE FROM dlock.tickets t WHERE " RES_IS("t")
-						 "    AND t.holder OPERATOR(pg_catalog.=) ($2 COLLATE pg_catalog.\"C\")"
-						 "    AND (t.owner OPERATOR(pg_catalog.=) $3 OR ($4 AND NOT EXISTS"
-						 "     (SELECT FROM dlock.tickets o WHERE " RES_IS("o")
-						 "       AND o.holder OPERATOR(pg_catalog.=) ($2 COLLATE pg_catalog.\"C\")"
-						 "       AND o.owner OPERATOR(pg_catalog.=) $3)))"
-						 "  RETURNING t.expires_at)"
-						 " SELECT CASE WHEN d.expires_at OPERATOR(pg_catalog.>) pg_catalog.clock_timestamp()"
-						 "   THEN 1 ELSE 0 END, NULL::pg_catalog.oid FROM d"
-						 " UNION ALL"
-						 " SELECT 2, t.owner::pg_catalog.oid FROM dlock.tickets t"
-						 "  WHERE " RES_IS("t")
-						 "    AND t.holder OPERATOR(pg_catalog.=) ($2 COLLATE pg_catalog.\"C\")"
-						 "    AND t.owner OPERATOR(pg_catalog.<>) $3 AND NOT $4"
-						 "    AND t.expires_at OPERATOR(pg_catalog.>) pg_catalog.clock_timestamp()",
-						 4, types, values, NULL, false) > 0)
-	{
-		for (i = 0; i < SPI_processed; i++)
-		{
-			bool		isnull;
-			Datum		d = SPI_getbinval(SPI_tuptable->vals[i], SPI_tuptable->tupdesc,
-										  1, &isnull);
-
-			if (DatumGetInt32(d) == 1)
-				withdrawn = true;	/* a live ticket (a lapsed one goes too) */
-			else if (DatumGetInt32(d) == 2)
-				other = DatumGetObjectId(SPI_getbinval(SPI_tuptable->vals[i],
-													   SPI_tuptable->tupdesc, 2, &isnull));
-		}
-	}
-	dlock_store_end();
-	if (!withdrawn && OidIsValid(other))
-	{
-		const char *name = GetUserNameFromId(other, true);
-
-		ereport(ERROR,
-				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
-				 errmsg("permission denied to withdraw a ticket taken by role \"%s\"",
-						name ? name : "(dropped)"),
-				 errdetail("Only the role that took a ticket, or a superuser, can withdraw it.")));
-	}
-	if (withdrawn)
-		dlock_wake_after_commit(res.hash);
-	PG_RETURN_BOOL(withdrawn);
-}
-
-/* dlock_delay_set: the new holding fence of res has this lock-delay. */
-void
-dlock_delay_set(const DlockResource *res, int64 fence, const Interval *delay)
+/* delay_set: the new holding fence of res has this lock-delay. */
+static void
+delay_set(const DlockResource *res, int64 fence, const Interval *delay)
 {
 	static SPIPlanPtr plan = NULL;
 	static const Oid types[3] = {TEXTOID, INT8OID, INTERVALOID};
@@ -719,35 +533,6 @@ dlock_delay_set(const DlockResource *res, int64 fence, const Interval *delay)
 							"  VALUES ($1, $2, $3)"
 							"  ON CONFLICT (resource) DO UPDATE SET fence = EXCLUDED.fence,"
 							"  lock_delay = EXCLUDED.lock_delay, available_at = NULL",
-							3, types, values, NULL, false);
-}
-
-/*
- * dlock_delay_on_end: res's holding is about to be freed uncleanly: by
- * the reaper, its lease having ended (at = DT_NOBEGIN: available at expiry
- * + delay), or by break_lock at "at" (the holder may still write until its
- * lease ends: available at the later of the two + delay).  Record when the
- * resource becomes available; the reaper passes expired_by = now (a
- * holding renewed meanwhile is left alone), break_lock DT_NOEND.  Before
- * the row is freed, under the resource's lock.
- */
-void
-dlock_delay_on_end(const DlockResource *res, TimestampTz at,
-				   TimestampTz expired_by)
-{
-	static SPIPlanPtr plan = NULL;
-	static const Oid types[3] = {TEXTOID, TIMESTAMPTZOID, TIMESTAMPTZOID};
-	Datum		values[3];
-
-	values[0] = PointerGetDatum(res->name);
-	values[1] = TimestampTzGetDatum(at);
-	values[2] = TimestampTzGetDatum(expired_by);
-	(void) dlock_store_exec(&plan,
-							"UPDATE dlock.delays d SET available_at ="
-							"  GREATEST(l.expires_at, $2) OPERATOR(pg_catalog.+) d.lock_delay"
-							"  FROM dlock.leases l WHERE " RES_IS("d") " AND " RES_IS("l")
-							"   AND l.fence OPERATOR(pg_catalog.=) d.fence AND l.holder IS NOT NULL"
-							"   AND l.expires_at OPERATOR(pg_catalog.<=) $3",
 							3, types, values, NULL, false);
 }
 
@@ -823,9 +608,9 @@ dlock_writer_wait_end(const DlockResource *res, text *holder, Oid owner,
 	*registered = false;
 }
 
-/* dlock_writer_waiting: does another backend's exclusive request wait for res? */
-bool
-dlock_writer_waiting(const DlockResource *res)
+/* writer_waiting: does another backend's exclusive request wait for res? */
+static bool
+writer_waiting(const DlockResource *res)
 {
 	LOCKTAG		tag;
 
@@ -836,9 +621,9 @@ dlock_writer_waiting(const DlockResource *res)
 	return false;
 }
 
-/* dlock_upgrading: does holder (of role owner) wait to upgrade its share of res? */
-bool
-dlock_upgrading(const DlockResource *res, const char *holder, Oid owner)
+/* upgrading: does holder (of role owner) wait to upgrade its share of res? */
+static bool
+upgrading(const DlockResource *res, const char *holder, Oid owner)
 {
 	LOCKTAG		tag;
 
@@ -850,156 +635,166 @@ dlock_upgrading(const DlockResource *res, const char *holder, Oid owner)
 }
 
 /*
- * dlock_queue_purge: delete client tickets nobody kept alive, and delays
- * that are over.  Only dead rows, so no resource lock is needed: a row a
- * fair attempt or a new holding took over meanwhile no longer matches
- * when its lock re-checks it.  For the reaper, which never waits: only
- * rows locked at once are deleted (SKIP LOCKED); a row an open
- * transaction is taking over (a client re-taking its lapsed ticket, an
- * acquisition with a lock-delay) is left for a later round, which finds
- * it dead again or not.  Returns how many.
- */
-int
-dlock_queue_purge(TimestampTz now)
-{
-	static SPIPlanPtr tickets_plan = NULL;
-	static SPIPlanPtr delays_plan = NULL;
-	static const Oid types[1] = {TIMESTAMPTZOID};
-	Datum		values[1];
-	uint64		n;
-
-	if (!dlock_queue_installed())
-		return 0;
-	values[0] = TimestampTzGetDatum(now);
-	n = dlock_store_exec(&tickets_plan,
-						 "DELETE FROM dlock.tickets t"
-						 "  WHERE t.ctid OPERATOR(pg_catalog.=) ANY (ARRAY("
-						 "    SELECT k.ctid FROM dlock.tickets k"
-						 "     WHERE k.expires_at OPERATOR(pg_catalog.<=) $1"
-						 "     FOR UPDATE SKIP LOCKED))"
-						 "   AND t.expires_at OPERATOR(pg_catalog.<=) $1",
-						 1, types, values, NULL, false);
-	n += dlock_store_exec(&delays_plan,
-						  "DELETE FROM dlock.delays d"
-						  "  WHERE d.ctid OPERATOR(pg_catalog.=) ANY (ARRAY("
-						  "    SELECT k.ctid FROM dlock.delays k"
-						  "     WHERE k.available_at OPERATOR(pg_catalog.<=) $1"
-						  "     FOR UPDATE SKIP LOCKED))"
-						  "   AND d.available_at OPERATOR(pg_catalog.<=) $1",
-						  1, types, values, NULL, false);
-	return (int) Min(n, (uint64) INT_MAX);
-}
-
-/*
- * dlock_delay_pending: is res, freed uncleanly, still under its lock-delay
- * at now?  Then its row must stay (the purge of long-free rows, reap.c):
- * without it the resource would look never seen, free at once.  Under
- * the resource's lock.
+ * dlock_upgrading_any: does the holder of one of shares (DlockRow *), live
+ * at now and not mine, wait to upgrade too?
  */
 bool
-dlock_delay_pending(const DlockResource *res, TimestampTz now)
+dlock_upgrading_any(const DlockResource *res, const List *shares,
+					const DlockRow *mine, TimestampTz now)
 {
-	static SPIPlanPtr plan = NULL;
-	static const Oid types[2] = {TEXTOID, TIMESTAMPTZOID};
-	Datum		values[2];
+	ListCell   *lc;
+	bool		any = false;
 
-	values[0] = PointerGetDatum(res->name);
-	values[1] = TimestampTzGetDatum(now);
-	return dlock_store_exec(&plan,
-							"SELECT FROM dlock.delays d WHERE " RES_IS("d")
-							"   AND d.available_at OPERATOR(pg_catalog.>) $2",
-							2, types, values, NULL, true) > 0;
+	foreach(lc, shares)
+	{
+		DlockRow   *s = lfirst(lc);
+
+		if (s != mine && s->expires_at > now &&
+			upgrading(res, s->holder, s->owner))
+			any = true;
+	}
+	return any;
 }
 
 /*
- * dlock_queue_forget: delete res's delay row if its holding ended cleanly
- * (or is gone), with the resource's row once that has been free long
- * enough (reap.c).  Under the resource's lock: a sweeping DELETE without
- * it could meet a row just taken over for a new holding and, re-checking
- * it against its own older snapshot of dlock.leases, delete the new delay.
+ * dlock_queue_heads: does the holder's live client ticket head the queue?
+ * A hint, read in a store session of its own without the resource's lock.
+ */
+bool
+dlock_queue_heads(const DlockResource *res, const DlockTicket *t)
+{
+	bool		head;
+
+	dlock_store_begin();
+	head = dlock_queue_installed() &&
+		client_ticket_heads(res, t->holder, t->owner, GetCurrentTimestamp());
+	dlock_store_end();
+	return head;
+}
+
+/*
+ * dlock_queue_enter: a refused attempt whose verdict says so (queue) keeps
+ * its place in the queue.  Waiting in lock(), with no ticket yet, it adopts the holder's live client
+ * ticket if it has one (it queued client-side before: it keeps that place;
+ * returns true).  Else a fair attempt takes or keeps its ticket: held in
+ * the lock manager while it waits in lock(), else a row kept for
+ * dlock.queue_ttl.  writer: an exclusive wait in lock() also holds the
+ * "writer waits" tags (upgrade: and its "upgrading" tag) until its wait
+ * ends.  Inside a store session; under the 0.1 SQL it adopts nothing.
+ */
+bool
+dlock_queue_enter(const DlockResource *res, DlockTicket *t, bool queue,
+				  TimestampTz now, bool writer, bool upgrade)
+{
+	bool		adopted = false;
+	bool		taken = false;
+	bool		kept_new = false;
+
+	if (queue && t->in_server && t->number == 0 && dlock_queue_installed() &&
+		client_ticket_adopt(res, t->holder, t->owner, now, &t->number))
+		adopted = t->adopted = true;
+	else if (queue && t->fair && t->in_server && t->number == 0)
+	{
+		server_ticket_take(res, &t->number);
+		taken = true;
+	}
+	else if (queue && t->fair && !t->in_server)
+		kept_new = client_ticket_keep(res, t->holder, t->owner, now);
+
+	/*
+	 * A ticket held in the lock manager goes with an abort: then wake the
+	 * next.  A new client ticket is seen by others once it commits: then
+	 * the next looks again (at the committed row, or past a rollback).
+	 */
+	if (adopted || taken)
+		dlock_wake_after_abort(res->hash);
+	if (kept_new)
+		dlock_wake_after_commit(res->hash);
+	if (adopted || taken)
+		dlock_wait_set_ticket(t->number, t->owner);
+	if (writer)
+	{
+		t->upgrade = upgrade;
+		dlock_writer_wait(res, t->holder, t->owner, upgrade, &t->writer);
+	}
+	return adopted;
+}
+
+/*
+ * dlock_queue_settle: an admitted attempt leaves the queue (its in-server
+ * ticket, and as s says its client ticket), records a new holding's
+ * lock-delay, and has the transaction's end wake the next waiter as s
+ * says.  Inside the store session, under the resource's lock.
  */
 void
-dlock_queue_forget(const DlockResource *res)
+dlock_queue_settle(const DlockResource *res, DlockTicket *t,
+				   const DlockSettle *s)
 {
-	static SPIPlanPtr plan = NULL;
-	static const Oid types[1] = {TEXTOID};
-	Datum		values[1];
-
-	values[0] = PointerGetDatum(res->name);
-	(void) dlock_store_exec(&plan,
-							"DELETE FROM dlock.delays d WHERE " RES_IS("d")
-							"   AND d.available_at IS NULL AND NOT EXISTS (SELECT FROM dlock.leases l"
-							"    WHERE l.resource OPERATOR(pg_catalog.=) d.resource"
-							"      AND l.fence OPERATOR(pg_catalog.=) d.fence"
-							"      AND l.holder IS NOT NULL)",
-							1, types, values, NULL, false);
+	server_ticket_drop(res, &t->number);
+	if (s->drop_client)
+		dlock_client_ticket_drop(res, t->holder, t->owner);
+	if (s->delay != NULL)
+		delay_set(res, s->fence, s->delay);
+	if (s->wake_abort)
+		dlock_wake_after_abort(res->hash);
+	if (s->wake_commit)
+		dlock_wake_after_commit(res->hash);
 }
 
 /*
- * dlock_check_lock_delay: the lock_delay argument (NULL: dlock.lock_delay),
- * between 0 and 1 hour, without months or days; NULL when it is zero.
+ * dlock_queue_leave: the wait is over.  An in-server ticket still held (the
+ * wait gave up) leaves the queue before the waiter slot does, so the
+ * waiter the slot then wakes sees the queue without it.  Readers held off
+ * by a writer's wait look again once it is over.  An adopted client ticket
+ * leaves with a wait that gave up (lock() timed out: it left the queue),
+ * and the next waiter is woken again once that is committed.
  */
-Interval *
-dlock_check_lock_delay(FunctionCallInfo fcinfo, int argno)
+void
+dlock_queue_leave(const DlockResource *res, DlockTicket *t, bool acquired)
 {
-	Interval   *span;
-
-	if (argno >= PG_NARGS() || PG_ARGISNULL(argno))
-		return dlock_lock_delay_ms > 0 ? dlock_ms_interval(dlock_lock_delay_ms) : NULL;
-	span = PG_GETARG_INTERVAL_P(argno);
-	if (span->month != 0 || span->day != 0 ||
-		span->time < 0 || span->time > MAX_LOCK_DELAY_USECS)
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("lock_delay must be between 0 and 1 hour"),
-				 (span->month != 0 || span->day != 0) ?
-				 errdetail("A lock_delay is given in hours, minutes and seconds, not in days or months.") : 0));
-	return span->time > 0 ? span : NULL;
+	server_ticket_drop(res, &t->number);
+	if (t->writer)
+	{
+		dlock_writer_wait_end(res, t->holder, t->owner, t->upgrade, &t->writer);
+		if (!acquired)
+			dlock_wake_after_commit(res->hash);
+	}
+	if (t->adopted && !acquired)
+	{
+		dlock_store_begin();
+		dlock_client_ticket_drop(res, t->holder, t->owner);
+		dlock_store_end();
+		dlock_wake_after_commit(res->hash);
+	}
 }
 
 /*
- * dlock_lock_delay_of: the lock-delay of an acquisition, given the checked
- * lock_delay argument (dlock_check_lock_delay) at argno: none for a shared
- * one (lock-delay keeps others off after an exclusive holding ends
- * uncleanly), and an explicit non-zero lock_delay with shared => true is
- * refused, changing nothing.
+ * dlock_queue_view: what admit.c's decision asks of the queue.  First
+ * (head false) the cheap look: other backends' in-server tickets, whether
+ * a writer waits (a shared request), live client tickets below the
+ * request's, and the holding's lock-delay; then (head) the exact head.
  */
-Interval *
-dlock_lock_delay_of(FunctionCallInfo fcinfo, int argno, Interval *delay,
-					bool shared)
+void
+dlock_queue_view(const DlockResource *res, const DlockRequest *req, bool head,
+				 DlockResourceState *st)
 {
-	if (!shared)
-		return delay;
-	if (delay != NULL && argno < PG_NARGS() && !PG_ARGISNULL(argno))
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("lock_delay applies to exclusive locks only"),
-				 errhint("Leave lock_delay out, or give 0, for a shared lock.")));
-	return NULL;
-}
-
-/* dlock_check_fair: the fair argument (false when the SQL has none). */
-bool
-dlock_check_fair(FunctionCallInfo fcinfo, int argno)
-{
-	if (argno >= PG_NARGS())
-		return false;
-	if (PG_ARGISNULL(argno))
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("fair must not be null")));
-	return PG_GETARG_BOOL(argno);
-}
-
-/* dlock_check_shared: the shared argument (false when the SQL has none). */
-bool
-dlock_check_shared(FunctionCallInfo fcinfo, int argno)
-{
-	if (argno >= PG_NARGS())
-		return false;
-	if (PG_ARGISNULL(argno))
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("shared must not be null")));
-	return PG_GETARG_BOOL(argno);
+	if (head)
+	{
+		queue_head(res, req->holder, req->holder ? req->caller->role : InvalidOid,
+				   req->ticket, st->now, &st->head);
+		st->know_head = true;
+		return;
+	}
+	/* The lock manager before the table (see queue_head). */
+	st->server_until = DT_NOEND;
+	st->server_others = server_tickets_others(res);
+	st->server_allows = !st->server_others ||
+		server_head_allows(res, req->ticket, &st->server_until);
+	if (req->kind == DLOCK_KIND_SHARED)
+		st->writer_waiting = writer_waiting(res);
+	st->client_ahead = dlock_row_tickets_below(res,
+											   req->ticket != 0 ? req->ticket : PG_INT64_MAX,
+											   st->now);
+	dlock_row_read_delay(res, &st->row);
+	st->know_queue = true;
 }

@@ -4,77 +4,18 @@
  *		Argument checks, resource identity (hash, channel) and the
  *		per-resource lock that serialises every change to one resource.
  *
- * The per-resource lock is a transaction-level advisory lock in
- * PostgreSQL's lock manager, keyed by the first 64 bits of md5(resource)
- * and a class number of our own (so it never meets a user's advisory
- * locks).  Every function that changes a resource's row takes it first:
+ * The per-resource lock is a transaction-level advisory lock in the lock
+ * manager, keyed by the first 64 bits of md5(resource).  It is taken in
+ * one of four modes (DlockLockMode: CHANGE, RENEW, SHARE, PIN); a shared
+ * holder's row also has its share-row tag, a pin its pin marker, and a
+ * reaper its maintenance lock.  An attempt takes what it needs with
+ * dlock_resource_take and gives it back, if refused, with
+ * dlock_resource_give_back: that is the lock protocol of an acquisition.
+ * Waits on it are the lock manager's (deadlock detection, lock_timeout,
+ * cancel).  Why each mode conflicts with which, and how pins and reapers
+ * are waited for: docs/how-it-works.md, "Inside the C extension".
  *
- *	- try_lock takes it without waiting, so it never waits behind another
- *	  transaction's uncommitted acquisition: that transaction still holds it
- *	  (in a mode that conflicts: see SHARE below);
- *	- a successful change keeps it until the transaction ends, so nobody
- *	  ever waits on a row lock of ours;
- *	- a failed attempt releases it at once (LockRelease works on
- *	  transaction-level locks too), so a failed try leaves nothing behind
- *	  that could block the holder's own unlock or renew;
- *	- waits on it are ordinary lock-manager waits: deadlock detection,
- *	  lock_timeout, statement_timeout and cancel all apply, and
- *	  isolationtester can see them.
- *
- * It is taken in one of four modes (DlockLockMode), from weakest to
- * strongest in PostgreSQL's conflict table:
- *
- *	- CHANGE (AccessExclusiveLock): an exclusive acquisition (try_lock,
- *	  lock, campaign; an upgrade too), take over, unlock of an exclusive
- *	  holding, break, unlock_all, reap, purge, transaction-scoped locks:
- *	  anything that changes who holds it exclusively, or every holding;
- *	- RENEW (ShareRowExclusiveLock): renew of an exclusive holding, and
- *	  the refresh after a promotion, which only move the expiry of the
- *	  holding they find: it conflicts with CHANGE, with itself and with
- *	  SHARE (a reader must not take a lease that a renewal still in flight
- *	  is extending), not with PIN;
- *	- SHARE (RowExclusiveLock): what a shared holder (0.4) does to its own
- *	  holding: a shared acquisition (new, or a re-entry), renew and unlock
- *	  of a shared holding.  It conflicts with CHANGE and RENEW only, so
- *	  readers never wait for, nor are refused because of, each other's
- *	  transactions (pg_advisory_lock_shared's rule), while every exclusive
- *	  acquisition still excludes readers in flight.  Each holder's row of
- *	  dlock.shares is guarded by its share-row tag (dlock_share_row_lock,
- *	  keyed by resource and holder text): an acquisition takes it in
- *	  CHANGE mode without waiting (the same holder on two connections: the
- *	  second gets NULL rather than wait on the first's uncommitted row in
- *	  the primary key), an unlock in CHANGE mode, a renew in RENEW mode,
- *	  and assert_fence of a shared holding's fence in PIN mode, so a pin
- *	  keeps the shared holding from being released but not from being
- *	  renewed;
- *	- PIN (AccessShareLock): assert_fence, which keeps the holding from
- *	  changing hands until the caller's transaction ends, without ever
- *	  making the holder's own renew wait.  A pin also holds the resource's
- *	  pin marker (another tag) so that those who must wait for a change can
- *	  tell a pin from a change in progress: behind a pin they wait on the
- *	  marker instead of queueing for the resource's lock, where a queued
- *	  CHANGE request would hold up every later RENEW (dlock_change_wait,
- *	  dlock_wait_for_pins); the wait is still the lock manager's, so a
- *	  deadlock through a pin is detected.
- *
- * A waiting CHANGE request queued in the lock manager behind readers in
- * flight holds up later SHARE requests as pg_advisory_lock does
- * pg_advisory_lock_shared: a writer waits, so readers may wait too.
- *
- * Reapers (reap.c) also take the resource's maintenance lock, a second tag
- * of another class, at session level just before its resource lock, and
- * give it back only after the transaction that holds the resource lock has
- * ended (or at once if they do not get the resource lock), so whoever finds
- * a reaper holding a resource lock finds the maintenance lock held too,
- * even while the reaper's commit is releasing its locks.
- * An acquirer that finds a resource lock taken looks at the maintenance
- * lock: if a reaper holds it, the reaper's short transaction, which never
- * waits for anything, is the only thing in the way, and the acquirer waits
- * for it (dlock_wait_for_maintenance, bounded) instead of calling the
- * resource busy.  So a reaper never makes an expired lease unavailable.
- *
- * Two resources whose hashes collide merely share the lock (a spurious
- * conflict with probability 2^-64); rows are always matched by full text.
+ * Shared state: the lock manager's locks only.
  *
  *-------------------------------------------------------------------------
  */
@@ -498,7 +439,7 @@ set_share_row_locktag(LOCKTAG *tag, const DlockResource *res, text *holder)
 
 /*
  * dlock_share_row_lock: take the share-row tag of holder's shared holding
- * of res in mode for this transaction (see the header).  With wait =
+ * of res in mode for this transaction (docs/how-it-works.md).  With wait =
  * false returns false at once if another transaction has it in a
  * conflicting mode; with wait, behind a pin it waits for the pins
  * (dlock_wait_for_pins) and tries again, else it waits in the lock
@@ -638,6 +579,85 @@ dlock_wait_for_maintenance(const DlockResource *res)
 	}
 }
 
+/*
+ * dlock_take_resource: take res's lock in mode without waiting for anyone
+ * but a reaper; false if another transaction has it.
+ */
+bool
+dlock_take_resource(const DlockResource *res, DlockLockMode mode)
+{
+	while (!dlock_resource_lock(res, mode, false))
+	{
+		/*
+		 * No reaper holds it (any more): another transaction has it, or a
+		 * reaper let go of both between the two looks.  Once more, then.
+		 */
+		if (!dlock_wait_for_maintenance(res))
+			return dlock_resource_lock(res, mode, false);
+	}
+	return true;
+}
+
+/*
+ * dlock_resource_take: an attempt takes what it needs to read and change
+ * res: the resource's lock in mode (dlock_take_resource), and for a shared
+ * attempt (share_holder not NULL) its holder's share-row tag in CHANGE
+ * mode, without waiting.  If another transaction is changing that
+ * holder's shared holding (the holder on another connection), the lock is
+ * given back at once: the attempt must never wait on that transaction's
+ * uncommitted row in the primary key.
+ */
+DlockTake
+dlock_resource_take(const DlockResource *res, DlockLockMode mode,
+					text *share_holder)
+{
+	if (!dlock_take_resource(res, mode))
+		return TAKE_CONTENDED;
+	if (share_holder != NULL &&
+		!dlock_share_row_lock(res, share_holder, DLOCK_CHANGE, false))
+	{
+		dlock_resource_unlock(res, mode);
+		return TAKE_SHARE_ROW_BUSY;
+	}
+	return TAKE_OK;
+}
+
+/*
+ * dlock_resource_give_back: a refused attempt gives back what
+ * dlock_resource_take took.
+ */
+void
+dlock_resource_give_back(const DlockResource *res, DlockLockMode mode,
+						 text *share_holder)
+{
+	if (share_holder != NULL)
+		dlock_share_row_unlock(res, share_holder, DLOCK_CHANGE);
+	dlock_resource_unlock(res, mode);
+}
+
+/*
+ * dlock_share_rows_held: is one of shares (DlockRow *), live at now and
+ * not mine, a shared holding whose share-row tag this transaction holds
+ * (it took, changed or pinned it)?  Only the end of the transaction lets
+ * that one go.
+ */
+bool
+dlock_share_rows_held(const DlockResource *res, const List *shares,
+					  const DlockRow *mine, TimestampTz now)
+{
+	ListCell   *lc;
+
+	foreach(lc, shares)
+	{
+		DlockRow   *s = lfirst(lc);
+
+		if (s != mine && s->expires_at > now &&
+			dlock_share_row_held(res, cstring_to_text(s->holder)))
+			return true;
+	}
+	return false;
+}
+
 /* dlock_add_interval: ts + span, PostgreSQL's timestamptz + interval. */
 TimestampTz
 dlock_add_interval(TimestampTz ts, const Interval *span)
@@ -655,4 +675,76 @@ dlock_ms_interval(int64 ms)
 
 	span->time = ms * 1000;
 	return span;
+}
+
+/* The lock-delay limit from the contract. */
+#define MAX_LOCK_DELAY_USECS	((int64) 3600 * USECS_PER_SEC)
+
+/*
+ * dlock_check_lock_delay: the lock_delay argument (NULL: dlock.lock_delay),
+ * between 0 and 1 hour, without months or days; NULL when it is zero.
+ */
+Interval *
+dlock_check_lock_delay(FunctionCallInfo fcinfo, int argno)
+{
+	Interval   *span;
+
+	if (argno >= PG_NARGS() || PG_ARGISNULL(argno))
+		return dlock_lock_delay_ms > 0 ? dlock_ms_interval(dlock_lock_delay_ms) : NULL;
+	span = PG_GETARG_INTERVAL_P(argno);
+	if (span->month != 0 || span->day != 0 ||
+		span->time < 0 || span->time > MAX_LOCK_DELAY_USECS)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("lock_delay must be between 0 and 1 hour"),
+				 (span->month != 0 || span->day != 0) ?
+				 errdetail("A lock_delay is given in hours, minutes and seconds, not in days or months.") : 0));
+	return span->time > 0 ? span : NULL;
+}
+
+/*
+ * dlock_lock_delay_of: the lock-delay of an acquisition, given the checked
+ * lock_delay argument (dlock_check_lock_delay) at argno: none for a shared
+ * one (lock-delay keeps others off after an exclusive holding ends
+ * uncleanly), and an explicit non-zero lock_delay with shared => true is
+ * refused, changing nothing.
+ */
+Interval *
+dlock_lock_delay_of(FunctionCallInfo fcinfo, int argno, Interval *delay,
+					bool shared)
+{
+	if (!shared)
+		return delay;
+	if (delay != NULL && argno < PG_NARGS() && !PG_ARGISNULL(argno))
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("lock_delay applies to exclusive locks only"),
+				 errhint("Leave lock_delay out, or give 0, for a shared lock.")));
+	return NULL;
+}
+
+/* dlock_check_fair: the fair argument (false when the SQL has none). */
+bool
+dlock_check_fair(FunctionCallInfo fcinfo, int argno)
+{
+	if (argno >= PG_NARGS())
+		return false;
+	if (PG_ARGISNULL(argno))
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("fair must not be null")));
+	return PG_GETARG_BOOL(argno);
+}
+
+/* dlock_check_shared: the shared argument (false when the SQL has none). */
+bool
+dlock_check_shared(FunctionCallInfo fcinfo, int argno)
+{
+	if (argno >= PG_NARGS())
+		return false;
+	if (PG_ARGISNULL(argno))
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("shared must not be null")));
+	return PG_GETARG_BOOL(argno);
 }

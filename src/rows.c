@@ -7,36 +7,16 @@
  *		admit.c's state needs.
  *
  * Each function finds the resource's row with a primary-key index scan on
- * the latest snapshot and writes it as the executor does (table.c's
- * store_tuple and write_row).  Acquisitions are decided elsewhere: this
- * file reads the row, its lock-delay row and whether client tickets are
- * queued (for admit.c's state), and writes what admit.c admitted
- * (dlock_row_reenter, dlock_row_take), checking that the row is still the
- * version the decision read.  The rules stay where they live: what a
- * holding is to a caller is holding.c's (HOLDING_MINE is restated here for
- * the one-step release and must say the same).  The shared holdings of
- * dlock.shares are shares.c's.  A holding's row goes when the holding ends
- * (release, expiry reaped) unless something still needs it (row_needed):
- * a resource nobody holds costs no row.
+ * the latest snapshot and writes it as the executor does; a write checks
+ * that the row is still the version the decision read (else the caller
+ * reads and decides again).  A holding's row goes when the holding ends,
+ * unless something still needs it (row_needed).  More:
+ * docs/how-it-works.md, "Inside the C extension".
  *
- * Concurrency: every write happens while the caller holds the resource's
- * lock-manager lock in CHANGE mode (resource.c), taken before the row is
- * read, so nothing else can change the row between the read and the
- * write.  Only a superuser's UPDATE or DELETE by hand can change the row
- * meanwhile: the write then waits for it, or finds another version than
- * the one read, changes nothing and says so, and the caller reads and
- * decides again (store_tuple, fetch_seen), as the statements'
- * EvalPlanQual did.  Reads use
- * the latest snapshot for the same reason store.c's statements do.  Each
- * write is followed by CommandCounterIncrement, so later reads in the
- * transaction (direct or SPI) see it.
- *
- * Rights: direct access checks no privileges, as the store session's
- * switch to the table's owner made them moot; read-only transactions and
- * standbys are refused before any of this runs (dlock_check_writable).
- *
- * The tables' column numbers are looked up by name and cached per backend
- * (table.c's open_table).
+ * Concurrency: every write happens under the resource's lock in CHANGE
+ * mode (resource.c), taken before the row is read.  Rights: direct access
+ * checks no privileges; read-only transactions and standbys are refused
+ * before any of this runs (dlock_check_writable).
  *
  *-------------------------------------------------------------------------
  */
@@ -406,7 +386,7 @@ dlock_row_tickets_below(const DlockResource *res, int64 below, TimestampTz now)
 /*
  * dlock_row_tickets_live: has res a live client ticket at now (0.2)?  So
  * that a release finds out without SPI that there is no ticket to drop
- * (queue.c's dlock_client_ticket_release).
+ * (upkeep.c's dlock_client_ticket_release).
  */
 bool
 dlock_row_tickets_live(const DlockResource *res, TimestampTz now)

@@ -5,37 +5,18 @@
  *		for dlock.lock(), view dlock.waiters and dlock.stats().
  *
  * Present only with shared_preload_libraries = 'dlock'.  Each backend has
- * one waiter slot, indexed by its pgprocno, so registering a wait never
- * allocates.  A waiter sleeps on its own latch; the transaction that frees
- * a resource (dlock_wake_after_commit) wakes, once its locks are released
- * (xact.c calls this file's after_locks hook), the waiter of
- * that resource that is first in line and has not been woken yet: the fair
- * waiter with the lowest ticket (queue.c), else the one that arrived
- * first.  One release wakes one waiter, not a herd; a semaphore's holding
- * released wakes one waiter per permit it frees (dlock_wake_released).  A fair waiter that
- * leaves without the lock wakes the next, so the queue moves on at once.  A woken waiter that leaves without the
- * lock (timeout, cancel) passes the wakeup on to the next, and so does a
- * waiter for several resources at once (multi.c) when it moves to the one
- * now in its way (dlock_wait_move).  Without shared
- * memory every function here still works and waiters poll at
- * dlock.poll_interval.
- *
- * It also holds the reaper's hint, next_expiry: the earliest time a held
- * lease may expire.  Committing acquisitions and renewals lower it; the
- * reaper skips its scan of the table until then.  Before a scan the reaper
- * raises it to "never" and after the scan lowers it to the earliest expiry
- * still in the table; an acquisition that commits after the scan's
- * snapshot lowers it after that reset, so none is missed.
+ * one waiter slot (by its pgprocno).  A transaction that frees a resource
+ * wakes, once its locks are released, the first waiter in line that has
+ * not been woken yet: one release wakes one waiter (one per permit freed
+ * for a semaphore).  Without shared memory waiters poll at
+ * dlock.poll_interval.  It also holds the reaper's hint, next_expiry.
+ * More: docs/how-it-works.md, "Inside the C extension".
  *
  * Locking: DlockShared.lock (an LWLock of tranche "dlock") protects
- * next_seq and every field of every slot; in_use is only set and cleared
- * by the slot's own backend, under the lock.  A slot's names (resource,
- * holder; for the views) are written by its backend while in_use is
- * false, before the locked section that sets it, and read under the lock
- * only for slots in use.  A wakeup scans the slots alone: 56 bytes each,
- * not the 1.3 kB the names take.  The statistics and
- * next_expiry are atomics and need no lock.  The list of resources to wake
- * at the end of the transaction is backend-local (TopMemoryContext).
+ * next_seq and every field of every slot; a slot's names are written by
+ * its backend while not in use.  Statistics and next_expiry are atomics.
+ * The list of resources to wake at the end of the transaction is
+ * backend-local (TopMemoryContext).
  *
  *-------------------------------------------------------------------------
  */
