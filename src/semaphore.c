@@ -28,7 +28,7 @@ PG_FUNCTION_INFO_V1(dlock_acquire_semaphore);
 PG_FUNCTION_INFO_V1(dlock_acquire_semaphore_1_0);
 
 /*
- * Where lease, fair and wait are (-1: none).  The 0.5 SQL's acquire has
+ * Where fair and wait are (-1: none; lease is always 4).  The 0.5 SQL's acquire has
  * wait last; 1.0's has it right after lease, as lock() does.  Each SQL
  * version keeps its own C symbol, so a new library runs under the old SQL.
  */
