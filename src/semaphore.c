@@ -28,9 +28,10 @@ PG_FUNCTION_INFO_V1(dlock_acquire_semaphore);
 PG_FUNCTION_INFO_V1(dlock_acquire_semaphore_1_0);
 
 /*
- * Where fair and wait are (-1: none; lease is always 4).  The 0.5 SQL's acquire has
- * wait last; 1.0's has it right after lease, as lock() does.  Each SQL
- * version keeps its own C symbol, so a new library runs under the old SQL.
+ * Where fair and wait are (-1: none; lease is always argument 4).  The
+ * 0.5 SQL's acquire has wait last; 1.0's has it right after lease, as
+ * lock() does.  Each SQL version keeps its own C symbol, so a new library
+ * runs under the old SQL.
  */
 typedef struct SemaphoreArgs
 {
