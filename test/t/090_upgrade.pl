@@ -242,9 +242,17 @@ if ((grep { $_ eq '0.5' } @versions) && (grep { $_ eq '1.0' } @versions))
 		'0.5 SQL: a lock_all() and an acquire() wait');
 	my $held = q{SELECT string_agg(resource || ' ' || holder || ' ' || fence || ' ' || mode || ' ' || coalesce(permits::text, '-'), ', ' ORDER BY resource, holder) FROM dlock.locks};
 	my $before5 = $q->($held);
+	# A changed privilege: the functions are created again with the
+	# default ones, and the update says so.
+	$q->(q{REVOKE EXECUTE ON FUNCTION dlock.lock_all(text[], text, interval, boolean, interval) FROM PUBLIC});
+	my ($o5, $e5) = ('', '');
 	my $t0 = time;
-	$q->(q{ALTER EXTENSION dlock UPDATE TO '1.0'});
+	$node->psql('walk5', q{ALTER EXTENSION dlock UPDATE TO '1.0'},
+		stdout => \$o5, stderr => \$e5, on_error_die => 1);
 	cmp_ok(time - $t0, '<', 20, 'the update to 1.0 did not wait for the waiters (60 s)');
+	like($e5, qr/WARNING:  privileges of (?:dlock\.)?lock_all\(text\[\],text,interval,boolean,interval\) are reset/,
+		'1.0: the update warns that lock_all\'s changed privileges are reset');
+	unlike($e5, qr/acquire/, '... and not about acquire, whose privileges were not changed');
 	is($q->($held), $before5, '1.0: every holding intact');
 	is($q->(q{SELECT count(*) FROM dlock.waiters WHERE holder IN ('wl', 'wa')}), '2',
 		'1.0: both still wait');
