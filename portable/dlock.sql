@@ -226,6 +226,11 @@ DROP FUNCTION IF EXISTS dlock._acquired(text, text, oid, bigint, boolean, interv
 -- take the kind of request.
 DROP FUNCTION IF EXISTS dlock.try_lock(text, text, interval, boolean, interval);
 DROP FUNCTION IF EXISTS dlock.lock(text, text, interval, interval, boolean, interval);
+-- 1.0: the waiting calls take wait right after lease, as lock() does (in
+-- 0.5 it came last in acquire and lock_all): the old order is replaced.  A
+-- call waiting in one of them while this runs keeps waiting.
+DROP FUNCTION IF EXISTS dlock.acquire(text, text, integer, integer, interval, boolean, interval);
+DROP FUNCTION IF EXISTS dlock.lock_all(text[], text, interval, boolean, interval);
 -- (The old _try and _wait_loop stay, as wrappers, for waits in progress:
 -- kinds.sql.)
 COMMENT ON SCHEMA dlock IS
@@ -246,9 +251,9 @@ CREATE TABLE IF NOT EXISTS dlock.portable (
 );
 -- Its row is also the lock a fence-epoch jump takes (fences.sql): written
 -- only when the version changes, so a re-run does not hold it.
-INSERT INTO dlock.portable (version, installed_at) VALUES ('0.5', pg_catalog.clock_timestamp())
+INSERT INTO dlock.portable (version, installed_at) VALUES ('1.0', pg_catalog.clock_timestamp())
     ON CONFLICT (one) DO NOTHING;
-UPDATE dlock.portable p SET version = '0.5' WHERE p.version OPERATOR(pg_catalog.<>) '0.5';
+UPDATE dlock.portable p SET version = '1.0' WHERE p.version OPERATOR(pg_catalog.<>) '1.0';
 COMMENT ON TABLE dlock.portable IS 'The dlock portable edition''s version in this database';
 
 \ir tables.sql

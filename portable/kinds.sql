@@ -743,8 +743,8 @@ CREATE OR REPLACE FUNCTION dlock.acquire(semaphore text,
                                          max_permits integer,
                                          permits integer DEFAULT 1,
                                          lease interval DEFAULT NULL,
-                                         fair boolean DEFAULT false,
-                                         wait interval DEFAULT NULL)
+                                         wait interval DEFAULT NULL,
+                                         fair boolean DEFAULT false)
     RETURNS bigint LANGUAGE plpgsql VOLATILE SECURITY DEFINER
     SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
@@ -757,13 +757,13 @@ BEGIN
     holder := dlock._text_arg(holder, 'holder', 255);
     ok := dlock._permits_args(max_permits, permits);
     l := dlock._lease(lease);
-    f := dlock._fair(fair);
     w := dlock._wait(wait);
+    f := dlock._fair(fair);
     ok := dlock._writable('dlock.acquire()');
     RETURN dlock._wait_loop(semaphore, holder, l, w, f, NULL, 'dlock.acquire()', 'semaphore', max_permits, permits);
 END
 $$;
-COMMENT ON FUNCTION dlock.acquire(text, text, integer, integer, interval, boolean, interval) IS
+COMMENT ON FUNCTION dlock.acquire(text, text, integer, integer, interval, interval, boolean) IS
     'Like try_acquire, but waits up to wait (NULL: no limit but statement_timeout), polling, in the fair queue with fair => true; NULL on timeout';
 
 -- ---------------------------------------------------------------------------
@@ -879,8 +879,8 @@ COMMENT ON FUNCTION dlock.try_lock_all(text[], text, interval, boolean) IS
 CREATE OR REPLACE FUNCTION dlock.lock_all(resources text[],
                                           holder text DEFAULT dlock.session_holder(),
                                           lease interval DEFAULT NULL,
-                                          shared boolean DEFAULT false,
-                                          wait interval DEFAULT NULL)
+                                          wait interval DEFAULT NULL,
+                                          shared boolean DEFAULT false)
     RETURNS bigint[] LANGUAGE plpgsql VOLATILE SECURITY DEFINER
     SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
@@ -898,8 +898,8 @@ BEGIN
     resources := dlock._resources_arg(resources);
     holder := dlock._text_arg(holder, 'holder', 255);
     l := dlock._lease(lease);
-    s := dlock._bool_arg(shared, 'shared');
     w := dlock._wait(wait);
+    s := dlock._bool_arg(shared, 'shared');
     d := dlock._lock_delay(NULL);
     PERFORM dlock._writable('dlock.lock_all()');
     v_role := dlock._role();
@@ -923,7 +923,7 @@ BEGIN
     END LOOP;
 END
 $$;
-COMMENT ON FUNCTION dlock.lock_all(text[], text, interval, boolean, interval) IS
+COMMENT ON FUNCTION dlock.lock_all(text[], text, interval, interval, boolean) IS
     'Like try_lock_all, but waits up to wait (NULL: no limit but statement_timeout) until all can be taken together, holding none meanwhile; NULL on timeout';
 
 -- ---------------------------------------------------------------------------

@@ -41,6 +41,7 @@
 
 PG_FUNCTION_INFO_V1(dlock_try_lock_all);
 PG_FUNCTION_INFO_V1(dlock_lock_all);
+PG_FUNCTION_INFO_V1(dlock_lock_all_1_0);
 
 /* One resource of the array. */
 typedef struct MultiItem
@@ -387,19 +388,27 @@ dlock_try_lock_all(PG_FUNCTION_ARGS)
 	return lock_all_common(fcinfo, &m, 0);
 }
 
-/* dlock.lock_all(resources, holder, lease, shared, wait) */
-Datum
-dlock_lock_all(PG_FUNCTION_ARGS)
+/*
+ * lock_all_call: dlock.lock_all(); shared and wait at the positions given.
+ * The 0.5 SQL has wait last; 1.0's has it right after lease, as lock()
+ * does.  Each SQL version keeps its own C symbol, so a new library runs
+ * under the old SQL.
+ */
+static Datum
+lock_all_call(FunctionCallInfo fcinfo, int shared_argno, int wait_argno)
 {
 	MultiArgs	m = {0};
 	DlockCaller caller;
-	int64		wait_ms;
+	int64		wait_ms = 0;
 
 	m.items = read_resources(fcinfo, 0, &m.n);
 	m.holder = dlock_check_holder(fcinfo, 1);
 	m.lease = dlock_check_lease(fcinfo, 2);
-	m.shared = dlock_check_shared(fcinfo, 3);
-	wait_ms = dlock_check_wait_ms(fcinfo, 4);
+	if (wait_argno < shared_argno)
+		wait_ms = dlock_check_wait_ms(fcinfo, wait_argno);
+	m.shared = dlock_check_shared(fcinfo, shared_argno);
+	if (wait_argno > shared_argno)
+		wait_ms = dlock_check_wait_ms(fcinfo, wait_argno);
 	m.lock_delay = dlock_lock_delay_of(fcinfo, PG_NARGS(),
 									   dlock_check_lock_delay(fcinfo, PG_NARGS()),
 									   m.shared);	/* the GUC */
@@ -407,4 +416,18 @@ dlock_lock_all(PG_FUNCTION_ARGS)
 	caller = dlock_caller();
 	m.caller = &caller;
 	return lock_all_common(fcinfo, &m, wait_ms);
+}
+
+/* dlock.lock_all(resources, holder, lease, wait, shared): 1.0 */
+Datum
+dlock_lock_all_1_0(PG_FUNCTION_ARGS)
+{
+	return lock_all_call(fcinfo, 4, 3);
+}
+
+/* dlock.lock_all(resources, holder, lease, shared, wait): 0.5 */
+Datum
+dlock_lock_all(PG_FUNCTION_ARGS)
+{
+	return lock_all_call(fcinfo, 3, 4);
 }

@@ -25,6 +25,23 @@
 
 PG_FUNCTION_INFO_V1(dlock_try_acquire);
 PG_FUNCTION_INFO_V1(dlock_acquire_semaphore);
+PG_FUNCTION_INFO_V1(dlock_acquire_semaphore_1_0);
+
+/*
+ * Where fair and wait are (-1: none; lease is always argument 4).  The
+ * 0.5 SQL's acquire has wait last; 1.0's has it right after lease, as
+ * lock() does.  Each SQL version keeps its own C symbol, so a new library
+ * runs under the old SQL.
+ */
+typedef struct SemaphoreArgs
+{
+	int			fair;
+	int			wait;
+} SemaphoreArgs;
+
+static const SemaphoreArgs try_acquire_args = {5, -1};
+static const SemaphoreArgs acquire_args_0_5 = {5, 6};
+static const SemaphoreArgs acquire_args_1_0 = {6, 5};
 
 /* check_count: a positive count argument named what. */
 static int32
@@ -46,12 +63,13 @@ check_count(FunctionCallInfo fcinfo, int argno, const char *what)
 }
 
 /*
- * semaphore_call: try_acquire and acquire (wait_argno < 0: none): the
- * arguments (semaphore, holder, max_permits, permits, lease, fair[, wait])
+ * semaphore_call: try_acquire and acquire: the arguments (semaphore,
+ * holder, max_permits, permits, lease, then fair and wait where pos says)
  * checked, in order, before anything changes; the fence or 0.
  */
 static int64
-semaphore_call(FunctionCallInfo fcinfo, int wait_argno, const char *fname)
+semaphore_call(FunctionCallInfo fcinfo, const SemaphoreArgs *pos,
+			   const char *fname)
 {
 	DlockResource res;
 	text	   *holder;
@@ -73,9 +91,11 @@ semaphore_call(FunctionCallInfo fcinfo, int wait_argno, const char *fname)
 				 errmsg("permits must be at most max_permits"),
 				 errdetail("permits is %d, max_permits %d.", permits, max_permits)));
 	lease = dlock_check_lease(fcinfo, 4);
-	fair = dlock_check_fair(fcinfo, 5);
-	if (wait_argno >= 0)
-		wait_ms = dlock_check_wait_ms(fcinfo, wait_argno);
+	if (pos->wait >= 0 && pos->wait < pos->fair)
+		wait_ms = dlock_check_wait_ms(fcinfo, pos->wait);
+	fair = dlock_check_fair(fcinfo, pos->fair);
+	if (pos->wait > pos->fair)
+		wait_ms = dlock_check_wait_ms(fcinfo, pos->wait);
 	dlock_check_writable(fname);
 	if (wait_ms != 0)
 		dlock_table_locks_mark();	/* a waiter keeps no read lock (table.c) */
@@ -99,7 +119,8 @@ semaphore_call(FunctionCallInfo fcinfo, int wait_argno, const char *fname)
 Datum
 dlock_try_acquire(PG_FUNCTION_ARGS)
 {
-	int64		fence = semaphore_call(fcinfo, -1, "dlock.try_acquire()");
+	int64		fence = semaphore_call(fcinfo, &try_acquire_args,
+									   "dlock.try_acquire()");
 
 	if (fence == 0)
 		PG_RETURN_NULL();
@@ -107,17 +128,30 @@ dlock_try_acquire(PG_FUNCTION_ARGS)
 }
 
 /*
- * dlock.acquire(semaphore, holder, max_permits, permits, lease, fair,
- * wait): like try_acquire, but waits up to wait (NULL: no limit but
- * statement_timeout), woken by the commit that frees permits; NULL on
- * timeout.
+ * acquire_call: dlock.acquire(): like try_acquire, but waits up to wait
+ * (NULL: no limit but statement_timeout), woken by the commit that frees
+ * permits; NULL on timeout.
  */
-Datum
-dlock_acquire_semaphore(PG_FUNCTION_ARGS)
+static Datum
+acquire_call(FunctionCallInfo fcinfo, const SemaphoreArgs *pos)
 {
-	int64		fence = semaphore_call(fcinfo, 6, "dlock.acquire()");
+	int64		fence = semaphore_call(fcinfo, pos, "dlock.acquire()");
 
 	if (fence == 0)
 		PG_RETURN_NULL();
 	PG_RETURN_INT64(fence);
+}
+
+/* dlock.acquire(semaphore, holder, max_permits, permits, lease, wait, fair): 1.0 */
+Datum
+dlock_acquire_semaphore_1_0(PG_FUNCTION_ARGS)
+{
+	return acquire_call(fcinfo, &acquire_args_1_0);
+}
+
+/* dlock.acquire(semaphore, holder, max_permits, permits, lease, fair, wait): 0.5 */
+Datum
+dlock_acquire_semaphore(PG_FUNCTION_ARGS)
+{
+	return acquire_call(fcinfo, &acquire_args_0_5);
 }

@@ -23,6 +23,11 @@ SELECT dlock.lock_all(ARRAY['m/x', 'm/busy', 'm/y'], 'h', '1h', wait => '0') AS 
 SELECT dlock.lock_all(ARRAY['m/y', 'm/busy'], 'h', '1h', wait => '50ms') AS timed_out;
 SELECT count(*) AS still_not_taken FROM dlock.locks WHERE resource IN ('m/x', 'm/y');
 SELECT last_value = :'seq0' AS no_fence_drawn FROM dlock.fences;
+-- From 1.0 wait comes right after lease, as in lock(): positionally too.
+SELECT dlock.lock_all(ARRAY['m/y', 'm/busy'], 'h', '5s', '50ms') AS positional_timed_out;
+SELECT dlock.lock_all(ARRAY['m/y', 'm/busy'], 'h', '5s', '50ms', true) AS positional_shared_timed_out;
+SELECT array_length(dlock.lock_all(ARRAY['m/pa', 'm/pb'], 'h', '5s', '5s'), 1) AS positional_wait;
+SELECT dlock.unlock('m/pa', 'h') + dlock.unlock('m/pb', 'h') AS released;
 
 -- Re-entry follows the single-lock rules: count + 1, fence kept; a new
 -- resource beside held ones gets a new fence.

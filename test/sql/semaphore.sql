@@ -86,7 +86,8 @@ SELECT pg_temp.err($$SELECT dlock.try_acquire('sem/bad', 'h', 2, -3)$$);
 SELECT pg_temp.err($$SELECT dlock.try_acquire('sem/bad', 'h', 2, 3)$$);
 SELECT pg_temp.err($$SELECT dlock.try_acquire('sem/bad', 'h', 2, 1, '-1s')$$);
 SELECT pg_temp.err($$SELECT dlock.try_acquire('sem/bad', 'h', 2, 1, '1h', NULL)$$);
-SELECT pg_temp.err($$SELECT dlock.acquire('sem/bad', 'h', 2, 1, '1h', false, '-1s')$$);
+SELECT pg_temp.err($$SELECT dlock.acquire('sem/bad', 'h', 2, 1, '1h', '-1s')$$);
+SELECT pg_temp.err($$SELECT dlock.acquire('sem/bad', 'h', 2, 1, '1h', '1s', NULL)$$);
 BEGIN READ ONLY;
 SELECT pg_temp.err($$SELECT dlock.try_acquire('sem/bad', 'h', 2)$$);
 ROLLBACK;
@@ -95,6 +96,10 @@ SELECT count(*) AS nothing_held FROM dlock.locks WHERE resource = 'sem/bad';
 -- acquire with a wait: served at once when free, NULL at the timeout.
 SELECT dlock.acquire('sem/w', 'a', 1, wait => '1s') IS NOT NULL AS acquired;
 SELECT dlock.acquire('sem/w', 'b', 1, wait => '10ms') AS timed_out;
+-- From 1.0 wait comes right after lease, as in lock(): positionally too.
+SELECT dlock.acquire('sem/p', 'a', 2, 1, '1h', '1s') IS NOT NULL AS positional_wait;
+SELECT dlock.acquire('sem/p', 'b', 2, 2, '1h', '10ms', false) AS positional_timed_out;
+SELECT dlock.unlock('sem/p', 'a') AS released;
 -- An expired holding's permits are free again (lazy expiry).
 SELECT dlock.try_acquire('sem/x', 'a', 2, 2, '10ms') IS NOT NULL AS short_lease;
 SELECT pg_sleep(0.05);

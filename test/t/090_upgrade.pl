@@ -212,6 +212,70 @@ $bg->quit;
 is($node->safe_psql('walk', q{SET ROLE walker; SELECT dlock.unlock('walk/c', 'hc')}), '0',
 	"walker's holding is still walker's");
 
+# 0.5 -> 1.0: the waiting calls take wait right after lease.  Under the
+# 0.5 SQL the new library keeps the old order (wait last); a holding and a
+# waiting lock_all() and acquire() go through the update; after it the new
+# order works positionally and the old one is refused.
+if ((grep { $_ eq '0.5' } @versions) && (grep { $_ eq '1.0' } @versions))
+{
+	$node->safe_psql('postgres', 'CREATE DATABASE walk5');
+	my $q = sub { $node->safe_psql('walk5', @_) };
+	$q->(q{CREATE EXTENSION dlock VERSION '0.5'});
+	is($q->(q{SELECT array_length(dlock.lock_all(ARRAY['o/a', 'o/b'], 'ho', '1h', false, '5s'), 1)}), '2',
+		'0.5 SQL: lock_all(resources, holder, lease, shared, wait) positionally');
+	is($q->(q{SELECT dlock.acquire('o/s', 'ho', 2, 1, '1h', false, '5s') > 0}), 't',
+		'0.5 SQL: acquire(..., lease, fair, wait) positionally');
+	is($q->(q{SELECT dlock.lock_all(ARRAY['o/a'], 'other', '1h', false, '0') IS NULL}), 't',
+		'0.5 SQL: lock_all of a held resource, one try (wait last)');
+	is($q->(q{SELECT dlock.acquire('o/s', 'other', 2, 2, '1h', false, '0') IS NULL}), 't',
+		'0.5 SQL: acquire of permits not free, one try (wait last)');
+	# Waiters across the update: for o/a (held by ho) and for two permits
+	# of o/s (ho holds one of two).
+	my $wl = $node->background_psql('walk5', on_error_stop => 0);
+	$wl->query_until(qr/waiting/,
+		"\\echo waiting\nSELECT array_length(dlock.lock_all(ARRAY['o/c', 'o/a'], 'wl', '1h', false, '60s'), 1) AS wl_took;\n");
+	my $wa = $node->background_psql('walk5', on_error_stop => 0);
+	$wa->query_until(qr/waiting/,
+		"\\echo waiting\nSELECT dlock.acquire('o/s', 'wa', 2, 2, '1h', false, '60s') > 0 AS wa_took;\n");
+	ok($node->poll_query_until('walk5',
+		q{SELECT count(*) = 2 FROM dlock.waiters WHERE holder IN ('wl', 'wa')}),
+		'0.5 SQL: a lock_all() and an acquire() wait');
+	my $held = q{SELECT string_agg(resource || ' ' || holder || ' ' || fence || ' ' || mode || ' ' || coalesce(permits::text, '-'), ', ' ORDER BY resource, holder) FROM dlock.locks};
+	my $before5 = $q->($held);
+	# A changed privilege: the functions are created again with the
+	# default ones, and the update says so.
+	$q->(q{REVOKE EXECUTE ON FUNCTION dlock.lock_all(text[], text, interval, boolean, interval) FROM PUBLIC});
+	my ($o5, $e5) = ('', '');
+	my $t0 = time;
+	$node->psql('walk5', q{ALTER EXTENSION dlock UPDATE TO '1.0'},
+		stdout => \$o5, stderr => \$e5, on_error_die => 1);
+	cmp_ok(time - $t0, '<', 20, 'the update to 1.0 did not wait for the waiters (60 s)');
+	like($e5, qr/WARNING:  privileges of (?:dlock\.)?lock_all\(text\[\],text,interval,boolean,interval\) are reset/,
+		'1.0: the update warns that lock_all\'s changed privileges are reset');
+	unlike($e5, qr/acquire/, '... and not about acquire, whose privileges were not changed');
+	is($q->($held), $before5, '1.0: every holding intact');
+	is($q->(q{SELECT count(*) FROM dlock.waiters WHERE holder IN ('wl', 'wa')}), '2',
+		'1.0: both still wait');
+	is($q->(q{SELECT array_length(dlock.lock_all(ARRAY['o/x', 'o/y'], 'hn', '5s', '5s'), 1)}), '2',
+		'1.0 SQL: lock_all(resources, holder, lease, wait) positionally');
+	is($q->(q{SELECT dlock.acquire('o/t', 'hn', 2, 1, '1h', '5s') > 0}), 't',
+		'1.0 SQL: acquire(..., lease, wait) positionally');
+	my ($out, $err) = ('', '');
+	$node->psql('walk5', q{SELECT dlock.lock_all(ARRAY['o/z'], 'hn', '1h', false, '5s')},
+		stdout => \$out, stderr => \$err);
+	like($err, qr/function dlock\.lock_all\(text\[\], unknown, unknown, boolean, unknown\) does not exist/,
+		'1.0 SQL: the 0.5 order is refused, not misread');
+	# Releases wake the waiters that waited through the update.
+	is($q->(q{SELECT dlock.unlock_all('ho')}), '3', '1.0: the 0.5 holdings are released');
+	ok($node->poll_query_until('walk5',
+		q{SELECT count(*) = 3 FROM dlock.locks WHERE holder IN ('wl', 'wa')}),
+		'the lock_all() and acquire() that waited through the update hold');
+	is($q->(q{SELECT string_agg(holder || ' ' || coalesce(permits::text, '-'), ', ' ORDER BY resource) FROM dlock.locks WHERE holder IN ('wl', 'wa')}),
+		'wl -, wl -, wa 2', 'with what they asked for');
+	$wl->quit;
+	$wa->quit;
+}
+
 # The schema is the one a fresh install of the newest version makes.
 $node->safe_psql('fresh', 'CREATE EXTENSION dlock');
 my @dump = ('pg_dump', '--schema-only', '--no-owner', '-h', $node->host, '-p', $node->port);

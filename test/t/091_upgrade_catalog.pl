@@ -160,6 +160,21 @@ sub exercise
 			"$v SQL: the fences come in the order given");
 		is(wq(q{SELECT dlock.unlock_all('hm')}), '2', "$v SQL: unlock_all releases them");
 	}
+	# The waiting calls positionally, in the order of this version's SQL:
+	# wait last in 0.5, right after lease from 1.0 on (as in lock()).
+	my $old_order = wq(q{SELECT to_regprocedure('dlock.lock_all(text[],text,interval,boolean,interval)') IS NOT NULL}) eq 't';
+	my $new_order = wq(q{SELECT to_regprocedure('dlock.lock_all(text[],text,interval,interval,boolean)') IS NOT NULL}) eq 't';
+	if ($old_order || $new_order)
+	{
+		my ($args, $order) = $new_order ? (q{'1h', '5s', false}, 'lease, wait, shared') : (q{'1h', false, '5s'}, 'lease, shared, wait');
+		my $m = wq(qq{SELECT dlock.lock_all(ARRAY['ex/$v/o1', 'ex/$v/o2'], 'ho', $args)});
+		like($m, qr/^\{\d+,\d+\}$/, "$v SQL: lock_all($order) positionally");
+		($args, $order) = $new_order ? (q{'1h', '5s', false}, 'lease, wait, fair') : (q{'1h', false, '5s'}, 'lease, fair, wait');
+		my $p = wq(qq{SELECT dlock.acquire('ex/$v/os', 'ho', 2, 1, $args)});
+		cmp_ok($p, '>', $fences[-1], "$v SQL: acquire($order) positionally");
+		push @fences, $p;
+		is(wq(q{SELECT dlock.unlock_all('ho')}), '3', "$v SQL: unlock_all releases them");
+	}
 	if (wq(q{SELECT to_regprocedure('dlock.try_acquire(text,text,integer,integer,interval,boolean)') IS NOT NULL}) eq 't')
 	{
 		# Semaphores (0.5): two holders of permits, each with its own fence.

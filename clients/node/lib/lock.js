@@ -299,17 +299,18 @@ const NEEDS = {
 // ($1 resource or resources, $2 holder, $3 lease, $4 wait), with the
 // values of its further parameters.  shared: true is lock(..., shared =>
 // true) (SQL 0.4); a semaphore acquire(...) and several resources
-// lock_all(...) (SQL 0.5).
+// lock_all(...) (SQL 0.5).  wait and what follows it by name: 0.5 has wait
+// last, 1.0 right after lease.
 function acquisitionSql(kind, opts) {
   if (kind === 'semaphore') {
     return {
-      sql: 'SELECT dlock.acquire($1, $2, $5::integer, $6::integer, $3::interval, $7::boolean, $4::interval)::text AS f',
+      sql: 'SELECT dlock.acquire($1, $2, $5::integer, $6::integer, $3::interval, wait => $4::interval, fair => $7::boolean)::text AS f',
       extra: [opts.maxPermits, opts.permits === undefined ? 1 : opts.permits, opts.fair === true],
     };
   }
   if (kind === 'multi') {
     return {
-      sql: "SELECT array_to_string(dlock.lock_all($1::text[], $2, $3::interval, $5::boolean, $4::interval), ',') AS f",
+      sql: "SELECT array_to_string(dlock.lock_all($1::text[], $2, $3::interval, wait => $4::interval, shared => $5::boolean), ',') AS f",
       extra: [opts.shared === true],
     };
   }

@@ -98,7 +98,7 @@ const noElections = 'this server has no dlock.campaign/leader (older SQL)';
 // kinds POOL: whether the server has dlock's [kinds] (semaphores,
 // lock_all: the C extension's SQL 0.5, the portable edition).
 async function kinds(pool) {
-  const r = await pool.query("SELECT to_regprocedure('dlock.lock_all(text[],text,interval,boolean,interval)') IS NOT NULL AS ok");
+  const r = await pool.query("SELECT to_regprocedure('dlock.try_lock_all(text[],text,interval,boolean)') IS NOT NULL AS ok");
   return r.rows[0].ok;
 }
 const noKinds = 'this server has no semaphores or lock_all (older SQL)';

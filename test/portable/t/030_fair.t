@@ -216,6 +216,18 @@ sub upgrade_04 {
     my $f2 = q1($o, "SELECT dlock.try_lock('u4/a', 'x', '1h')");
     ok($f2 && $f2 > $last && $f2 > $s1, "$label: upgrade 0.4: taken again by 0.5's fast path, a greater fence");
     is(q1($o, "SELECT dlock.unlock('u4/s', 'r1', ?)", $s1), 0, "$label: upgrade 0.4: the shared holding released");
+    # 1.0: acquire and lock_all take wait right after lease (0.4 and 0.5
+    # had it last): the old order is replaced, not left as an overload.
+    is(q1($o, "SELECT string_agg(pg_get_function_identity_arguments(oid), ' | ' ORDER BY proname)
+                 FROM pg_proc WHERE proname IN ('acquire', 'lock_all') AND pronamespace = 'dlock'::regnamespace"),
+       'semaphore text, holder text, max_permits integer, permits integer, lease interval, wait interval, fair boolean'
+       . ' | resources text[], holder text, lease interval, wait interval, shared boolean',
+       "$label: upgrade 0.4: acquire and lock_all in the 1.0 order, once each");
+    is(q1($o, "SELECT array_length(dlock.lock_all(ARRAY['u4/m1', 'u4/m2'], 'hm', '5s', '5s'), 1)"), 2,
+       "$label: upgrade 0.4: lock_all(resources, holder, lease, wait) positionally");
+    ok(q1($o, "SELECT dlock.acquire('u4/sem', 'hm', 2, 1, '1h', '5s')"),
+       "$label: upgrade 0.4: acquire(..., lease, wait) positionally");
+    is(q1($o, "SELECT dlock.unlock_all('hm')"), 3, "$label: upgrade 0.4: released");
     $_->disconnect for ($o, $p);
 }
 

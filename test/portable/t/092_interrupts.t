@@ -59,7 +59,7 @@ my @routines = (
     ['campaign waiting', "B:SELECT dlock.campaign('%r', 'b', 'x', '1h', '0')",
      "SELECT dlock.campaign('%r', 'v', 'y', '1h', '40ms')"],
     ['lock_all waiting', "B:SELECT dlock.try_lock('%r/2', 'b', '1h')",
-     "SELECT dlock.lock_all(ARRAY['%r', '%r/2'], 'v', '1h', false, '40ms')"],
+     "SELECT dlock.lock_all(ARRAY['%r', '%r/2'], 'v', '1h', wait => '40ms')"],
     ['reap', "A:SELECT dlock.try_lock('%r', 'v', '1ms')\nA:SELECT pg_sleep(0.002)", "SELECT dlock.reap()"],
     ['withdraw', "B:SELECT dlock.try_lock('%r', 'b', '1h')\nA:SELECT dlock.try_lock('%r', 'v', '1h', fair => true)",
      "SELECT dlock.withdraw('%r', 'v')"],

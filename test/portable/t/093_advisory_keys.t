@@ -60,7 +60,7 @@ my @calls = (
     ['try_xact_lock', "SELECT dlock.try_xact_lock('%r')", 'fence'],
     ['campaign(wait)', "SELECT dlock.campaign('%r', 'a', 'v', '1h', '300ms')", 'fence'],
     ['resign', "SELECT dlock.resign('%r', 'a')"],
-    ['lock_all(wait)', "SELECT (dlock.lock_all(ARRAY['%r'], 'a', '1h', false, '300ms'))[1]", 'fence'],
+    ['lock_all(wait)', "SELECT (dlock.lock_all(ARRAY['%r'], 'a', '1h', wait => '300ms'))[1]", 'fence'],
     ['unlock_all', "SELECT dlock.unlock_all('a')"],
     ['reap', "SELECT dlock.reap()"],
     ['withdraw', "SELECT dlock.withdraw('%r', 'a')"],

@@ -34,7 +34,7 @@ my @waits = (
     ['shared lock()', "SELECT dlock.try_lock('%r', 'b', '1h')", "SELECT dlock.lock('%r', 'a', '1h', '30ms', shared => true)"],
     ['campaign', "SELECT dlock.campaign('%r', 'b', 'x', '1h', '0')", "SELECT dlock.campaign('%r', 'a', 'y', '1h', '30ms')"],
     ['acquire', "SELECT dlock.try_acquire('%r', 'b', 1, 1, '1h')", "SELECT dlock.acquire('%r', 'a', 1, 1, '1h', wait => '30ms')"],
-    ['lock_all', "SELECT dlock.try_lock('%r', 'b', '1h')", "SELECT (dlock.lock_all(ARRAY['%r'], 'a', '1h', false, '30ms'))[1]"],
+    ['lock_all', "SELECT dlock.try_lock('%r', 'b', '1h')", "SELECT (dlock.lock_all(ARRAY['%r'], 'a', '1h', wait => '30ms'))[1]"],
 );
 
 my $n = 0;

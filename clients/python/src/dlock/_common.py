@@ -36,10 +36,10 @@ SQL_LOCK_FAIR = "SELECT dlock.lock(%s, %s, %s, %s, true)::text"
 SQL_LOCK_SHARED = "SELECT dlock.lock(%s, %s, %s, %s, fair => %s, shared => true)::text"
 #: Permits of a semaphore (extension 0.5): semaphore, holder, max_permits,
 #: permits, lease, fair, wait; a server without them says 42883.
-SQL_ACQUIRE = "SELECT dlock.acquire(%s, %s, %s, %s, %s, %s, %s)::text"
+SQL_ACQUIRE = "SELECT dlock.acquire(%s, %s, %s, %s, %s, fair => %s, wait => %s)::text"
 #: Several resources at once (extension 0.5), all or nothing: resources,
 #: holder, lease, shared, wait; the fences in the order given, or NULL.
-SQL_LOCK_ALL = "SELECT dlock.lock_all(%s::text[], %s, %s, %s, %s)::text[]"
+SQL_LOCK_ALL = "SELECT dlock.lock_all(%s::text[], %s, %s, shared => %s, wait => %s)::text[]"
 SQL_RENEW = "SELECT dlock.renew(%s, %s, %s, %s)"
 SQL_UNLOCK = "SELECT dlock.unlock(%s, %s, %s)"
 SQL_ASSERT_FENCE = "SELECT dlock.assert_fence(%s, %s)"
