@@ -44,6 +44,7 @@ use JSON::PP;
 use List::Util ();
 use POSIX ();
 use Time::HiRes qw(time usleep);
+use Time::Local ();
 
 # The server clock in microseconds since the epoch (sessions run in UTC).
 my $T = q{CAST(UNIX_TIMESTAMP(SYSDATE(6)) * 1000000 AS SIGNED)};
@@ -553,10 +554,25 @@ sub monitor
 # and INNODB_LOCK_WAITS shows it in between; a statement that waits shows
 # the start of its wait from its first moment in it.  Those are left out,
 # in SKIP LOCKED reads only (what queues them): elsewhere a sighting
-# without a wait start still counts as a wait.
+# without a wait start still counts as a wait.  So are such sightings
+# whose wait start is a second older than the operation: InnoDB sets it
+# only when a wait begins (lock_wait() sets trx->lock.suspend_time) and
+# never clears it, so a request queued and withdrawn shows the start of
+# the connection's last real wait (seed 1307336578, MariaDB 10.11: a
+# lock(wait 0) seen at 12:40:54 with a wait start of 12:40:48).  A wait
+# of the operation itself starts after its t0.
 # Returns the number of sightings inside no operation (none expected), of
 # those left out because INNODB_TRX gave their transaction id to several
 # connections, and of those left out as queued, not waited for.
+# utc_seconds('YYYY-MM-DD HH:MM:SS'): that UTC time in seconds since the
+# epoch (undef for anything else).
+sub utc_seconds
+{
+	my ($s) = @_;
+	my @f = ($s // '') =~ /^(\d{4})-(\d\d)-(\d\d)[ T](\d\d):(\d\d):(\d\d)/ or return undef;
+	return Time::Local::timegm($f[5], $f[4], $f[3], $f[2], $f[1] - 1, $f[0]);
+}
+
 sub mark_waits
 {
 	my ($ops, $logfile) = @_;
@@ -626,6 +642,15 @@ sub mark_waits
 		# quoted literal) when it has one: a sighting whose wait state was
 		# older than its statement text is not taken for another call's.
 		next if defined $o->{r} && index($w->{q}, "'$o->{r}'") < 0;
+		if ($w->{q} =~ /SKIP\s+LOCKED/i && defined(my $ws = utc_seconds($w->{ws})))
+		{
+			my $lo = defined $o->{err} ? $o->{t0e} : $o->{t0};
+			if (($ws + 1) * 1_000_000 <= $lo)
+			{
+				$queued++;
+				next;
+			}
+		}
 		$o->{waited} = 1;
 		$o->{wq} //= $w->{q};
 		$o->{wlock} //= $w->{lk};

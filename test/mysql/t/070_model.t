@@ -300,18 +300,24 @@ $flagged->('fence-unique', sub {
 # request MariaDB queued and withdrew without waiting (test
 # 042_skip_locked_queue.t), not a wait (this was flagged as a no-wait
 # violation of a lock() that polled on time, MariaDB 11.8); with one, a
-# wait, flagged.
+# wait, flagged.  Unless that wait start is a second older than the call:
+# InnoDB keeps a transaction's last wait start, so a request queued and
+# withdrawn shows the connection's earlier wait (seed 1307336578, MariaDB
+# 10.11: a lock(wait 0) seen at 12:40:54.708 in its SKIP LOCKED read with
+# a wait start of 12:40:48, flagged).  A wait start in the second the call
+# began may be its own: a wait.
 {
 	my $q = q{SELECT 1, holder, owner, fence, expires_at INTO v_found, v_h, v_owner, v_fence, v_exp FROM dlock.leases AS skipping WHERE resource = 'r' AND tail = 0 FOR UPDATE SKIP LOCKED};
 	my $seen = sub {
-		my ($line, $query) = @_;
+		my ($line, $query, $base) = @_;
+		$base //= 0;    # the epoch of the made-up history, in microseconds
 		my $ops = [ { c => 0, tid => 100, u => 1, k => 'lock', r => 'r', h => 'h', wait => 100, res => 7, nowait => 1,
-				t0 => 1000, t1 => 2000, tdone => 2000, xact => 1 },
+				t0 => $base + 1000, t1 => $base + 2000, tdone => $base + 2000, xact => 1 },
 			{ c => 1, tid => 101, u => 1, k => 'try_lock', r => 'r', h => 'g', res => 6, nowait => 1,
-				t0 => 900, t1 => 950, tdone => 1900, xact => 1 } ];
+				t0 => $base + 900, t1 => $base + 950, tdone => $base + 1900, xact => 1 } ];
 		my $f = "$dir/waits-selftest.log";
 		open(my $fh, '>', $f) or die "$f: $!";
-		print $fh JSON::PP->new->canonical->encode({ t => 1500, tid => 100, q => $query // $q, by => 101, btrx => 7, bsame => 1, same => 1, %$line }), "\n";
+		print $fh JSON::PP->new->canonical->encode({ t => $base + 1500, tid => 100, q => $query // $q, by => 101, btrx => 7, bsame => 1, same => 1, %$line }), "\n";
 		close $fh;
 		my @n = MyModelDriver::mark_waits($ops, $f);
 		return ($ops->[0], $n[2]);
@@ -323,6 +329,16 @@ $flagged->('fence-unique', sub {
 	(my $plain = $q) =~ s/ SKIP LOCKED//;
 	($o, $queued) = $seen->({ ws => undef }, $plain);
 	ok($o->{waited} && $o->{nowait} && $queued == 0, 'checker: ... and without one in a read that skips nothing (no SKIP LOCKED), a wait');
+	# The call began at 2026-11-28 12:40:54.706 UTC.
+	my $base = 1795869654705999;
+	($o, $queued) = $seen->({ ws => '2026-11-28 12:40:48' }, undef, $base);
+	ok(!$o->{waited} && $queued == 1, 'checker: a lock() request seen queued with a wait start 6 s before the call began is not a wait');
+	($o, $queued) = $seen->({ ws => '2026-11-28 12:40:53' }, undef, $base);
+	ok(!$o->{waited} && $queued == 1, 'checker: ... nor with one in the second before the call began');
+	($o, $queued) = $seen->({ ws => '2026-11-28 12:40:54' }, undef, $base);
+	ok($o->{waited} && $o->{nowait} && $queued == 0, 'checker: ... with one in the second the call began, a wait');
+	($o, $queued) = $seen->({ ws => '2026-11-28 12:40:48' }, $plain, $base);
+	ok($o->{waited} && $o->{nowait} && $queued == 0, 'checker: ... and with an old one in a read that skips nothing, a wait');
 }
 
 done_testing();
