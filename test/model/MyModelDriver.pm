@@ -525,6 +525,15 @@ sub monitor
 	$dbh->disconnect;
 }
 
+# utc_seconds('YYYY-MM-DD HH:MM:SS'): that UTC time in seconds since the
+# epoch (undef for anything else).
+sub utc_seconds
+{
+	my ($s) = @_;
+	my @f = ($s // '') =~ /^(\d{4})-(\d\d)-(\d\d)[ T](\d\d):(\d\d):(\d\d)/ or return undef;
+	return Time::Local::timegm($f[5], $f[4], $f[3], $f[2], $f[1] - 1, $f[0]);
+}
+
 # mark_waits(ops, waits logfile): set waited on the operations running
 # ([t0, t1]) on a connection seen waiting inside a dlock routine, and on
 # those ended by a lock wait timeout or a deadlock (blocker: the connection
@@ -555,24 +564,16 @@ sub monitor
 # the start of its wait from its first moment in it.  Those are left out,
 # in SKIP LOCKED reads only (what queues them): elsewhere a sighting
 # without a wait start still counts as a wait.  So are such sightings
-# whose wait start is a second older than the operation: InnoDB sets it
-# only when a wait begins (lock_wait() sets trx->lock.suspend_time) and
-# never clears it, so a request queued and withdrawn shows the start of
-# the connection's last real wait (seed 1307336578, MariaDB 10.11: a
-# lock(wait 0) seen at 12:40:54 with a wait start of 12:40:48).  A wait
-# of the operation itself starts after its t0.
+# whose wait start lies in a second before the one the operation began
+# in: InnoDB sets it only when a wait begins (lock_wait() sets
+# trx->lock.suspend_time) and never clears it, so on a connection that
+# waited before, a request queued and withdrawn shows the start of that
+# old wait (MariaDB 10.11 and 11.8; seed 1307336578: a lock(wait 0) seen
+# at 12:40:54 with a wait start of 12:40:48).  A wait of the operation
+# itself starts after its t0.
 # Returns the number of sightings inside no operation (none expected), of
 # those left out because INNODB_TRX gave their transaction id to several
 # connections, and of those left out as queued, not waited for.
-# utc_seconds('YYYY-MM-DD HH:MM:SS'): that UTC time in seconds since the
-# epoch (undef for anything else).
-sub utc_seconds
-{
-	my ($s) = @_;
-	my @f = ($s // '') =~ /^(\d{4})-(\d\d)-(\d\d)[ T](\d\d):(\d\d):(\d\d)/ or return undef;
-	return Time::Local::timegm($f[5], $f[4], $f[3], $f[2], $f[1] - 1, $f[0]);
-}
-
 sub mark_waits
 {
 	my ($ops, $logfile) = @_;
