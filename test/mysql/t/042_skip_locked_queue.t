@@ -7,7 +7,8 @@
 # lock_rec_lock_waits ("enqueued into record lock wait queue") counts one
 # per skipped row, Innodb_row_lock_waits (waits) none, and
 # information_schema.INNODB_LOCK_WAITS lists the request while it is queued
-# (trx_state LOCK WAIT, trx_wait_started NULL).  The model test's waits
+# (trx_state LOCK WAIT, trx_wait_started NULL, or the start of the
+# connection's last real wait if it ever waited: MariaDB never clears it).  The model test's waits
 # monitor (test/model/MyModelDriver.pm) once caught one (MariaDB 11.8): a
 # lock() in a REPEATABLE READ transaction, after an earlier lock() of the
 # same resource in it had polled to its end, skipping the row a
