@@ -7,12 +7,13 @@
  * dlock.sql, which includes it (\ir) inside its transaction after
  * queues.sql: run dlock.sql, not this file.
  *
- * What protects the shared state: _attempt takes the resource's
- * transaction-level advisory lock (_key, pg_try_advisory_xact_lock, never
- * waiting) and locks its row in dlock.leases FOR UPDATE SKIP LOCKED before
- * it changes anything; _release and _may_change are called with the row
- * already locked by their caller (dlock.sql's header, "The per-resource
- * lock").
+ * What protects the shared state: _attempt locks the resource's row in
+ * dlock.leases FOR UPDATE SKIP LOCKED (or inserts it, never waiting more
+ * than 1 ms for another transaction's insert) before it changes
+ * anything, in a subtransaction rolled back when it is refused; no
+ * advisory lock guards a resource (any role could hold its key).
+ * _release and _may_change are called with the row already locked by
+ * their caller (dlock.sql's header, "The per-resource lock").
  */
 -- _acquired: a new holding (or a re-entry) of holder: its client ticket
 -- leaves the queue, and a new holding records its lock-delay.  (try_lock's
@@ -54,6 +55,7 @@ DECLARE
     v_exp timestamptz;
     rc boolean := current_setting('transaction_isolation') = 'read committed';
     client boolean := p_fair AND p_ticket IS NULL;
+    mine boolean;
     ok boolean;
 BEGIN
     -- This transaction's own transaction-scoped lock excludes a lease, even
@@ -81,95 +83,75 @@ BEGIN
             RETURN NULL;
         END IF;
     END IF;
-    IF NOT pg_try_advisory_xact_lock(dlock._key(p_resource)) THEN
-        -- Another transaction is acquiring it; a fair attempt still takes
-        -- its place (unless it is the holder's re-entry).
-        IF client AND NOT (r.holder IS NOT NULL AND r.holder = p_holder AND r.owner = p_role) THEN
-            PERFORM dlock._queue_up(p_resource, p_holder, p_role);
-        END IF;
-        RETURN NULL;
-    END IF;
-    -- Look again now that no other acquirer can move (a new snapshot).
-    SELECT * INTO r FROM dlock.leases l WHERE l.resource = p_resource;
-    v_now := clock_timestamp();
-    IF FOUND AND r.holder IS NOT NULL AND r.expires_at > v_now THEN
-        IF NOT (r.holder = p_holder AND r.owner = p_role) THEN
-            IF client THEN
-                PERFORM dlock._queue_up(p_resource, p_holder, p_role);
+    -- Not held by another: lock the row, which decides (no advisory lock:
+    -- any role could hold its key).  In a subtransaction, rolled back when
+    -- the attempt is refused, so a refusal leaves no row lock behind.
+    mine := coalesce(r.holder = p_holder AND r.owner = p_role, false);
+    BEGIN
+        -- A row another transaction is changing, pinning or locking (an
+        -- acquisition, a renewal, a release, a reap, an assert_fence, a
+        -- transaction-scoped lock) is busy, not waited for.  Under READ
+        -- COMMITTED the row locked is its last version.
+        SELECT * INTO r FROM dlock.leases l WHERE l.resource = p_resource FOR UPDATE SKIP LOCKED;
+        IF NOT FOUND THEN
+            IF EXISTS (SELECT FROM dlock.leases l WHERE l.resource = p_resource)
+               OR dlock._ahead(p_resource, p_holder, p_role, p_ticket) THEN
+                RAISE SQLSTATE 'DL004';
             END IF;
-            RETURN NULL;
+            -- A new resource: inserted with its holding, without waiting
+            -- for another transaction's insert or change of that row
+            -- (_insert_row): busy then.
+            v_now := clock_timestamp();
+            v_exp := dlock._expiry(v_now, p_lease);
+            v_fence := dlock._next_fence();
+            IF NOT dlock._insert_row(p_resource, p_holder, p_role, v_fence, p_lease, v_now, v_exp) THEN
+                RAISE SQLSTATE 'DL004';
+            END IF;
+            ok := dlock._acquired(p_resource, p_holder, p_role, v_fence, true, p_delay) AND dlock._sync();
+            RETURN v_fence;
         END IF;
-    ELSIF (FOUND AND dlock._delayed(r, v_now)) OR dlock._ahead(p_resource, p_holder, p_role, p_ticket) THEN
-        IF client THEN
-            PERFORM dlock._queue_up(p_resource, p_holder, p_role);
+        v_now := clock_timestamp();
+        -- Shared holdings or permits by that name ([kinds]): kinds.sql's rules
+        -- first (other kind: 42809; others' shared holdings: busy).
+        IF r.kinds AND NOT dlock._gate(p_resource, p_holder, p_role, p_ticket) THEN
+            RAISE SQLSTATE 'DL004';
         END IF;
-        RETURN NULL;
-    END IF;
-    IF NOT FOUND THEN
+        IF r.holder IS NOT NULL AND r.expires_at > v_now THEN
+            IF NOT (r.holder = p_holder AND r.owner = p_role) THEN
+                RAISE SQLSTATE 'DL004';
+            END IF;
+            -- Re-entry: count + 1, expiry at least now + lease, same fence.
+            IF r.count >= 2147483647 THEN
+                RAISE EXCEPTION 'holder "%" has re-entered resource "%" too many times', p_holder, p_resource
+                    USING ERRCODE = 'program_limit_exceeded',
+                          DETAIL = 'A holding is re-entered at most 2147483646 times.';
+            END IF;
+            v_exp := greatest(r.expires_at, dlock._expiry(v_now, p_lease));
+            UPDATE dlock.leases l SET count = l.count + 1, expires_at = v_exp, renewed_at = v_now
+             WHERE l.resource = p_resource;
+            ok := dlock._acquired(p_resource, p_holder, p_role, r.fence, false, NULL) AND dlock._sync();
+            RETURN r.fence;
+        END IF;
+        IF dlock._delayed(r, v_now) OR dlock._ahead(p_resource, p_holder, p_role, p_ticket) THEN
+            RAISE SQLSTATE 'DL004';
+        END IF;
+        -- Free, or expired (lazy expiry): take it with a new fence.
         v_exp := dlock._expiry(v_now, p_lease);
         v_fence := dlock._next_fence();
-        -- Without waiting for another transaction's change of a row this
-        -- snapshot does not see (_insert_row): busy then.
-        IF NOT dlock._insert_row(p_resource, p_holder, p_role, v_fence, p_lease, v_now, v_exp) THEN
-            IF client THEN
-                PERFORM dlock._queue_up(p_resource, p_holder, p_role);
-            END IF;
-            RETURN NULL;
-        END IF;
+        UPDATE dlock.leases l
+           SET holder = p_holder, owner = p_role::regrole, count = 1, fence = v_fence, lease = p_lease,
+               acquired_at = v_now, renewed_at = v_now, expires_at = v_exp, released_at = NULL
+         WHERE l.resource = p_resource;
         ok := dlock._acquired(p_resource, p_holder, p_role, v_fence, true, p_delay) AND dlock._sync();
         RETURN v_fence;
-    END IF;
-    -- Lock the row; one another transaction is changing or pinning is busy.
-    SELECT * INTO r FROM dlock.leases l WHERE l.resource = p_resource FOR UPDATE SKIP LOCKED;
-    IF NOT FOUND THEN
-        IF client THEN
+    EXCEPTION WHEN SQLSTATE 'DL004' THEN
+        -- Refused (its row lock given back); a fair attempt still takes its
+        -- place (unless it is the holder's re-entry).
+        IF client AND NOT mine THEN
             PERFORM dlock._queue_up(p_resource, p_holder, p_role);
         END IF;
         RETURN NULL;
-    END IF;
-    v_now := clock_timestamp();
-    -- Shared holdings or permits by that name ([kinds]): kinds.sql's rules
-    -- first (other kind: 42809; others' shared holdings: busy).
-    IF r.kinds AND NOT dlock._gate(p_resource, p_holder, p_role, p_ticket) THEN
-        IF client THEN
-            PERFORM dlock._queue_up(p_resource, p_holder, p_role);
-        END IF;
-        RETURN NULL;
-    END IF;
-    IF r.holder IS NOT NULL AND r.expires_at > v_now THEN
-        IF NOT (r.holder = p_holder AND r.owner = p_role) THEN
-            IF client THEN
-                PERFORM dlock._queue_up(p_resource, p_holder, p_role);
-            END IF;
-            RETURN NULL;
-        END IF;
-        -- Re-entry: count + 1, expiry at least now + lease, same fence.
-        IF r.count >= 2147483647 THEN
-            RAISE EXCEPTION 'holder "%" has re-entered resource "%" too many times', p_holder, p_resource
-                USING ERRCODE = 'program_limit_exceeded',
-                      DETAIL = 'A holding is re-entered at most 2147483646 times.';
-        END IF;
-        v_exp := greatest(r.expires_at, dlock._expiry(v_now, p_lease));
-        UPDATE dlock.leases l SET count = l.count + 1, expires_at = v_exp, renewed_at = v_now
-         WHERE l.resource = p_resource;
-        ok := dlock._acquired(p_resource, p_holder, p_role, r.fence, false, NULL) AND dlock._sync();
-        RETURN r.fence;
-    END IF;
-    IF dlock._delayed(r, v_now) THEN
-        IF client THEN
-            PERFORM dlock._queue_up(p_resource, p_holder, p_role);
-        END IF;
-        RETURN NULL;
-    END IF;
-    -- Free, or expired (lazy expiry): take it with a new fence.
-    v_exp := dlock._expiry(v_now, p_lease);
-    v_fence := dlock._next_fence();
-    UPDATE dlock.leases l
-       SET holder = p_holder, owner = p_role::regrole, count = 1, fence = v_fence, lease = p_lease,
-           acquired_at = v_now, renewed_at = v_now, expires_at = v_exp, released_at = NULL
-     WHERE l.resource = p_resource;
-    ok := dlock._acquired(p_resource, p_holder, p_role, v_fence, true, p_delay) AND dlock._sync();
-    RETURN v_fence;
+    END;
 END
 $$;
 

@@ -8,9 +8,9 @@
  *
  * What protects the shared state: the public functions run SECURITY
  * DEFINER as the installing role; each change of a holding holds the
- * resource's advisory lock and its row lock (FOR UPDATE SKIP LOCKED to
- * take, FOR UPDATE to release, FOR NO KEY UPDATE to renew, FOR KEY SHARE
- * for assert_fence's pin), as dlock.sql's header says.  A wait in lock()
+ * resource's row lock (FOR UPDATE SKIP LOCKED to take, FOR UPDATE to
+ * release, FOR NO KEY UPDATE to renew, FOR KEY SHARE for assert_fence's
+ * pin), as dlock.sql's header says; no advisory lock guards a resource.  A wait in lock()
  * holds no lock between its attempts; each attempt runs in a
  * subtransaction rolled back when it fails.
  */
@@ -36,22 +36,20 @@
 --   snapshot sees; then locked FOR UPDATE SKIP LOCKED, and taken only if
 --   the version locked is the one judged (the same xmin), so what was
 --   checked still holds (a lock-delay is written with the release of its
---   fence's holding, a row version the check saw or not at all); only then
---   is the resource's advisory lock tried, with
---   pg_try_advisory_xact_lock, as every acquirer does.
+--   fence's holding, a row version the check saw or not at all).  No
+--   advisory lock guards the resource: any role could hold its key.
 -- - Never waiting: nothing in it waits (SKIP LOCKED, try locks): another
 --   transaction's uncommitted acquisition, renewal, release or pin of
---   the row makes it busy, and the general path answers (NULL).  As in
---   the general path, a failed attempt leaves nothing behind except after
---   a race (the row changed between the snapshot and the lock, or another
---   acquirer holds the advisory lock): then the row lock and the advisory
---   lock may stay to the end of the attempt's transaction.
+--   the row makes it busy, and the general path answers (NULL).  A
+--   failed attempt leaves nothing behind except after a race (the row
+--   changed between the snapshot and the lock): then the row lock may
+--   stay to the end of the attempt's transaction.
 -- - Fences: drawn in the UPDATE's SET list, after the row is locked, from
 --   the one sequence, after the epoch check: the session's checked-epoch
 --   mark (the view _epoch_mark, as _next_fence compares it), else
 --   _next_fence itself.
 -- - Owner: the caller's role (_role) is recorded; durability: _sync.
---   (_role, _qkey, _key, _sync, _event and _setting of an unset
+--   (_role, _qkey, _sync, _event and _setting of an unset
 --   dlock.default_lease are copied inline, not called, and so is the fast
 --   path itself: each PL/pgSQL frame with SET search_path costs ~2 us;
 --   set_config and pg_notify are called in assignments, not PERFORMed,
@@ -121,7 +119,7 @@ DECLARE
     v_role oid;
     v_now timestamptz;
     k integer;
-    v_md5 text := md5(resource);     -- the fast path's keys (_key, _qkey) and xact marker
+    v_md5 text := md5(resource);     -- the fast path's key (_qkey) and xact marker
     v_set text;
 BEGIN
     -- The fast path ("The fast path" above): exclusive requests only
@@ -136,7 +134,7 @@ BEGIN
        AND coalesce(current_setting('dlock.xact_' || v_md5, true), '') = '' THEN
         -- The helpers of the hot path inlined: _setting when
         -- dlock.default_lease is unset, _lease's bounds, _role, _qkey,
-        -- _key, _sync.  Each copy must compute what its helper does:
+        -- _sync.  Each copy must compute what its helper does:
         -- change them together.
         IF lease IS NOT NULL THEN
             l := lease;
@@ -158,10 +156,11 @@ BEGIN
             -- (_delayed of a free row), no ticket that _ahead would count
             -- or _acquired would remove, nobody waiting in lock() with a
             -- ticket (the "fair waiters" mark of _ahead).  Only then is it
-            -- locked, FOR UPDATE SKIP LOCKED, and only if the version
-            -- locked is the one judged (the same xmin: nothing changed it
-            -- since the snapshot) is the resource's advisory lock tried.
-            -- CASE keeps that order.  The fence is drawn in the SET list,
+            -- locked, FOR UPDATE SKIP LOCKED, and taken only if the
+            -- version locked is the one judged (the same xmin: nothing
+            -- changed it since the snapshot).  CASE keeps that order.
+            -- (The fair-waiters mark held by anyone sends the call to the
+            -- general path, which looks at proven tickets only.)  The fence is drawn in the SET list,
             -- after the row is locked: nextval when this session's
             -- checked-epoch mark matches (as in _next_fence), else
             -- _next_fence itself.
@@ -183,10 +182,9 @@ BEGIN
                                                      OR (t.holder = try_lock.holder AND t.owner = v_role::regrole)))
                         THEN CASE WHEN NOT pg_try_advisory_lock(k, 0) THEN false
                                   WHEN NOT pg_advisory_unlock(k, 0) THEN false
-                                  WHEN x.xmin IS DISTINCT FROM (SELECT y.xmin FROM dlock.leases y
-                                                                 WHERE y.resource = try_lock.resource
-                                                                   FOR UPDATE SKIP LOCKED) THEN false
-                                  ELSE pg_try_advisory_xact_lock(('x' || substr(v_md5, 1, 16))::bit(64)::bigint) END
+                                  ELSE x.xmin IS NOT DISTINCT FROM (SELECT y.xmin FROM dlock.leases y
+                                                                     WHERE y.resource = try_lock.resource
+                                                                       FOR UPDATE SKIP LOCKED) END
                         ELSE false END
             RETURNING x.fence INTO fence;
             IF fence IS NOT NULL THEN
@@ -215,9 +213,9 @@ COMMENT ON FUNCTION dlock.try_lock(text, text, interval, boolean, interval, bool
     'Acquire or re-enter resource for holder with a lease (shared => true: alongside other shared holders); returns the fence, or NULL at once if it is not available';
 
 -- _try: one attempt of a wait (lock(), campaign), in a subtransaction
--- that is rolled back when it fails, so that the resource's advisory lock
--- it may have taken is given back at once instead of holding the head of
--- the queue off for the rest of the wait.
+-- that is rolled back when it fails, so that whatever it may have taken
+-- is given back at once instead of holding the head of the queue off for
+-- the rest of the wait.
 CREATE OR REPLACE FUNCTION dlock._try(p_resource text, p_holder text, p_lease interval, p_role oid,
                                       p_delay interval, p_ticket bigint,
                                       p_kind text, p_max integer, p_permits integer)
@@ -301,8 +299,9 @@ $$;
 -- writer's marks from then on (kinds.sql's header: new shared holders
 -- keep out, and a crossing upgrade sees it).  Its ticket and marks are
 -- session-level advisory locks taken without waiting (any role can hold
--- any key): a mark held by someone else is tried again at every turn, a
--- ticket number held by someone else is skipped.  pg_sleep is interrupted
+-- any key), each with its proof (_prove; others count only proven ones):
+-- a mark held by someone else is tried again at every turn, a ticket
+-- number held by someone else is skipped.  pg_sleep is interrupted
 -- by cancel and statement_timeout, which end the call: _let_go gives back
 -- what the wait took or tried to take (read from pg_locks, so also what a
 -- cancel cut in between), nothing stays with the session, and advisory
@@ -361,8 +360,15 @@ BEGIN
             IF marked THEN
                 u := dlock._umark(p_resource, p_holder, v_role);
                 marks_tried := true;
-                writer_mark := writer_mark OR pg_try_advisory_lock_shared(1684828006, k);
-                upgrade_mark := upgrade_mark OR pg_try_advisory_lock_shared(1684828007, u);
+                -- Each with its proof (_prove): a mark counts only so.
+                IF NOT writer_mark THEN
+                    writer_mark := pg_try_advisory_lock_shared(1684828006, k);
+                    ok := writer_mark AND dlock._prove(1684828006, k);
+                END IF;
+                IF NOT upgrade_mark THEN
+                    upgrade_mark := pg_try_advisory_lock_shared(1684828007, u);
+                    ok := upgrade_mark AND dlock._prove(1684828007, u);
+                END IF;
                 IF NOT tried THEN
                     PERFORM dlock._crossing(p_resource, p_holder, v_role);
                 END IF;
@@ -378,6 +384,7 @@ BEGIN
                     tkt := cand;
                     IF pg_try_advisory_lock(k, cand::bit(32)::integer) THEN
                         held := cand;
+                        ok := dlock._prove(k, cand::bit(32)::integer);
                     END IF;
                 END IF;
                 IF held IS NULL AND p_fair THEN
@@ -388,6 +395,7 @@ BEGIN
                         EXIT WHEN pg_try_advisory_lock(k, cand::bit(32)::integer);
                     END LOOP;
                     held := cand;
+                    ok := dlock._prove(k, cand::bit(32)::integer);
                 END IF;
             END IF;
             -- The "fair waiters" mark, shared, until held.

@@ -27,6 +27,8 @@ REVOKE EXECUTE ON FUNCTION
     dlock._may_change(dlock.leases, text, oid, boolean, text),
     dlock._current(text, bigint, boolean), dlock._xact_attempt(text),
     dlock._held(integer, integer, text), dlock._let_go(text, text, oid, bigint),
+    dlock._vxid(), dlock._proof(integer, integer, text), dlock._prove(integer, integer),
+    dlock._proven(integer, integer, text), dlock._unprove(integer, integer),
     dlock._let_go(text, text, oid, bigint, boolean, boolean),
     dlock._insert_row(text, text, oid, bigint, interval, timestamptz, timestamptz),
     dlock._record_epoch(text, oid, bigint, timestamptz, bigint), dlock._shared_arg(boolean, interval),

@@ -3,7 +3,7 @@
  * called by every public function: the checks of arguments (_text_arg,
  * _expiry, _lease, _wait, _fence_arg) and of the transaction (_writable,
  * _may_poll), the settings (_setting), the calling role (_role, _caller),
- * the resource's advisory-lock key (_key), durability (_sync) and events
+ * the old advisory-lock key (_key), durability (_sync) and events
  * (_event, _event_holding).  Part of dlock.sql, which includes it (\ir)
  * inside its transaction after tables.sql: run dlock.sql, not this file.
  *
@@ -206,9 +206,12 @@ BEGIN
 END
 $$;
 
--- _key: the resource's advisory lock key (the first 64 bits of its md5).
--- (_key, _qkey, _role, _sync and _event are copied inline in the fast
--- path of try_lock and unlock: change them together.)
+-- _key: the first 64 bits of the resource's md5: the advisory lock key
+-- that guarded a resource before issue 35 (any role could hold it, and so
+-- keep the resource busy); nothing calls it now but calls of the old code
+-- in progress while an upgrade runs.  (_qkey, _role, _sync and _event are
+-- copied inline in the fast path of try_lock and unlock: change them
+-- together.)
 CREATE OR REPLACE FUNCTION dlock._key(resource text)
     RETURNS bigint LANGUAGE plpgsql IMMUTABLE
     SET search_path = pg_catalog, pg_temp AS $$

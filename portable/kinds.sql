@@ -19,15 +19,16 @@
  * exclusive request) only for a resource whose row says it has or had
  * shared holdings or permits (dlock.leases.kinds); so does _xact_attempt.
  *
- * What protects the shared state: the same locks as the exclusive path.
- * Every acquisition of any kind takes the resource's advisory lock
- * (_key, to the end of its transaction, never waiting) and locks the
- * resource's row in dlock.leases FOR UPDATE SKIP LOCKED (inserting a free
- * row if there is none), and writes that row (kinds = true), so that a
- * REPEATABLE READ or SERIALIZABLE acquirer whose snapshot predates it
- * gets 40001 rather than a stale count; its shared holding or permits are
- * written under both.  An attempt runs in a subtransaction that is rolled
- * back when it is refused, so the advisory lock goes with it.  Expired
+ * What protects the shared state: the same lock as the exclusive path.
+ * Every acquisition of any kind locks the resource's row in dlock.leases
+ * FOR UPDATE SKIP LOCKED (inserting a free row if there is none, which
+ * another acquirer's insert makes busy), and writes that row (kinds =
+ * true), so that a REPEATABLE READ or SERIALIZABLE acquirer whose
+ * snapshot predates it gets 40001 rather than a stale count; its shared
+ * holding or permits are written under it.  No advisory lock guards a
+ * resource (any role could hold its key).  An attempt runs in a
+ * subtransaction that is rolled back when it is refused, so the row lock
+ * goes with it.  Expired
  * rows that an acquirer disregards are locked FOR UPDATE SKIP LOCKED
  * first: one that another transaction pins (assert_fence, FOR KEY SHARE),
  * renews or releases makes the resource busy, as for the exclusive row.
@@ -43,7 +44,9 @@
  * mark (1684828007, _umark(resource, holder, role)): an upgrade that
  * starts waiting in lock() and finds another shared holder's mark held
  * would wait for a holder that waits for it, and raises 40P01 instead of
- * waiting forever (_crossing).
+ * waiting forever (_crossing).  Each mark counts only with its proof
+ * (nowait.sql's _prove, _proven): any role can take the marks' keys, and
+ * keeps no reader out and makes no upgrade fail with them.
  * Both marks go when the wait ends (also by cancel or error) or with the
  * session.
  */
@@ -83,8 +86,12 @@ BEGIN
     IF NOT p_on THEN
         RETURN;
     ELSIF p_take THEN       -- without waiting (any role can hold the keys)
-        PERFORM pg_try_advisory_lock_shared(1684828006, dlock._qkey(p_resource));
-        PERFORM pg_try_advisory_lock_shared(1684828007, dlock._umark(p_resource, p_holder, p_role));
+        IF pg_try_advisory_lock_shared(1684828006, dlock._qkey(p_resource)) THEN
+            PERFORM dlock._prove(1684828006, dlock._qkey(p_resource));
+        END IF;
+        IF pg_try_advisory_lock_shared(1684828007, dlock._umark(p_resource, p_holder, p_role)) THEN
+            PERFORM dlock._prove(1684828007, dlock._umark(p_resource, p_holder, p_role));
+        END IF;
         PERFORM dlock._crossing(p_resource, p_holder, p_role);
     ELSE
         PERFORM dlock._let_go(p_resource, p_holder, p_role, NULL);
@@ -116,7 +123,8 @@ BEGIN
     LOOP
         k := dlock._umark(p_resource, o.holder, o.owner);
         -- Tried and given back in one expression: no cancel between.
-        IF NOT (pg_try_advisory_lock(1684828007, k) AND pg_advisory_unlock(1684828007, k)) THEN
+        IF NOT (pg_try_advisory_lock(1684828007, k) AND pg_advisory_unlock(1684828007, k))
+           AND EXISTS (SELECT FROM dlock._proven(1684828007, k, 'ShareLock')) THEN
             RAISE EXCEPTION 'deadlock detected'
                 USING ERRCODE = 'deadlock_detected',
                       DETAIL = format('Holder "%s" waits to upgrade its shared lock on resource "%s" to exclusive, and another shared holder waits to upgrade too: each waits for the other.',
@@ -155,8 +163,8 @@ $$;
 --   'contended' (under p_locked: an expired row another transaction has
 --   locked);
 -- or an error: 42809 (the other kind), 22023 (another max_permits).  p_locked:
--- the caller holds the resource's advisory lock and its row's lock (the
--- verdict stands), else it is a look that takes nothing.
+-- the caller holds the resource's row lock (the verdict stands), else it
+-- is a look that takes nothing.
 CREATE OR REPLACE FUNCTION dlock._admit(p_kind text, p_resource text, p_holder text, p_role oid,
                                         p_ticket bigint, p_max integer, p_permits integer,
                                         p_locked boolean)
@@ -269,7 +277,9 @@ BEGIN
     IF p_kind = 'shared' THEN
         k := dlock._qkey(p_resource);
         -- Tried and given back in one expression: no cancel between.
-        IF NOT (pg_try_advisory_lock(1684828006, k) AND pg_advisory_unlock(1684828006, k)) THEN
+        -- Held: by a writer that waits (proven, _proven), or by anyone.
+        IF NOT (pg_try_advisory_lock(1684828006, k) AND pg_advisory_unlock(1684828006, k))
+           AND EXISTS (SELECT FROM dlock._proven(1684828006, k, 'ShareLock')) THEN
             RETURN 'busy';
         END IF;
     END IF;
@@ -327,9 +337,6 @@ BEGIN
     IF v IS NULL OR v IN ('new', 'reenter') THEN
         BEGIN
             v := 'contended';
-            IF NOT pg_try_advisory_xact_lock(dlock._key(p_resource)) THEN
-                RAISE SQLSTATE 'DL002';
-            END IF;
             PERFORM FROM dlock.leases l WHERE l.resource = p_resource FOR UPDATE SKIP LOCKED;
             IF NOT FOUND THEN
                 -- No row yet (a free one is made: the anchor), or another

@@ -1,15 +1,20 @@
 /*
  * portable/nowait.sql: what keeps dlock's calls from waiting on a lock
- * another session holds (issue 33): _held (does this session hold an
- * advisory lock), _let_go (a wait's session-level advisory locks given
- * back, wherever a cancel cut it), _insert_row (a resource's row inserted
+ * another session holds (issue 33), and from trusting an advisory lock a
+ * role without rights on dlock may hold (issue 35): _held (does this
+ * session hold an advisory lock), _vxid, _proof, _prove and _proven (a
+ * wait's marks and tickets, proven by a second key that only dlock can
+ * compute), _let_go (a wait's session-level advisory locks given back,
+ * wherever a cancel cut it), _insert_row (a resource's row inserted
  * without waiting for another transaction's change of that row).  Part
  * of dlock.sql, which includes it (\ir) inside its transaction after
  * helpers.sql: run dlock.sql, not this file.
  *
  * Shared state: none of its own.  Any role can take any advisory key, so
- * dlock takes advisory locks only with the pg_try_* functions; its row
- * locks are on its own tables, which other roles cannot lock.
+ * dlock takes advisory locks only with the pg_try_* functions, and none
+ * of them guards a resource: its row locks (on its own tables, which
+ * other roles cannot lock) do.  A wait's advisory locks only tell others
+ * that it waits, and count only when proven (_proven).
  */
 -- _held: does this session hold the two-key advisory lock (k1, k2) in
 -- p_mode ('ExclusiveLock' or 'ShareLock')?  Read from pg_locks, so it
@@ -27,6 +32,92 @@ CREATE OR REPLACE FUNCTION dlock._held(k1 integer, k2 integer, p_mode text)
                                                              WHERE d.datname OPERATOR(pg_catalog.=) pg_catalog.current_database())
                       AND x.classid OPERATOR(pg_catalog.=) k1::pg_catalog.bit(32)::bigint::pg_catalog.oid
                       AND x.objid OPERATOR(pg_catalog.=) k2::pg_catalog.bit(32)::bigint::pg_catalog.oid)
+$$;
+
+-- _vxid: this session's virtual transaction ID, as pg_locks shows it on
+-- every lock the session holds (a session-level one too) while this
+-- transaction lasts.  PostgreSQL never gives a virtual transaction ID
+-- twice in a server's life (the local part is kept across backends).
+CREATE OR REPLACE FUNCTION dlock._vxid()
+    RETURNS text LANGUAGE sql VOLATILE
+    SET search_path = pg_catalog, pg_temp AS $$
+    SELECT x.virtualtransaction FROM pg_catalog.pg_locks x
+     WHERE x.locktype OPERATOR(pg_catalog.=) 'virtualxid'
+       AND x.pid OPERATOR(pg_catalog.=) pg_catalog.pg_backend_pid()
+     LIMIT 1
+$$;
+
+-- _proof: the proof key of the wait mark (c, o) (a two-key advisory lock:
+-- a ticket, the fair-waiters, writer-waits or upgrade mark) held by the
+-- transaction p_vxid: 64 bits of an md5 keyed by the seal's secret, which
+-- only the installing role can read.  A role without rights on dlock can
+-- take the mark's keys but cannot compute the proof, and cannot replay one
+-- it sees in pg_locks: it is bound to the waiter's virtual transaction.
+CREATE OR REPLACE FUNCTION dlock._proof(c integer, o integer, p_vxid text)
+    RETURNS bigint LANGUAGE sql STABLE
+    SET search_path = pg_catalog, pg_temp AS $$
+    SELECT ('x' OPERATOR(pg_catalog.||) pg_catalog.substr(pg_catalog.md5(
+                s.secret OPERATOR(pg_catalog.||) ':wait:' OPERATOR(pg_catalog.||) c::text
+                OPERATOR(pg_catalog.||) ':' OPERATOR(pg_catalog.||) o::text
+                OPERATOR(pg_catalog.||) ':' OPERATOR(pg_catalog.||) p_vxid
+                OPERATOR(pg_catalog.||) ':' OPERATOR(pg_catalog.||) s.secret), 1, 16))::pg_catalog.bit(64)::bigint
+      FROM dlock.fence_epoch_seal s
+$$;
+
+-- _prove: this session has just taken the wait mark (c, o): take its
+-- proof (shared, without waiting).  false if it could not (someone holds
+-- that 64-bit key exclusive): the mark then counts for nobody, which costs
+-- the wait its place, never another caller's progress.
+CREATE OR REPLACE FUNCTION dlock._prove(c integer, o integer)
+    RETURNS boolean LANGUAGE sql VOLATILE
+    SET search_path = pg_catalog, pg_temp AS $$
+    SELECT pg_catalog.pg_try_advisory_lock_shared(dlock._proof(c, o, dlock._vxid()))
+$$;
+
+-- _proven: the wait marks (c, o) held in p_mode by other sessions (o NULL:
+-- any second key but 0) that hold their proof too; their second keys.
+-- A mark without its proof is someone else's advisory lock: ignored.
+CREATE OR REPLACE FUNCTION dlock._proven(c integer, o integer, p_mode text)
+    RETURNS SETOF oid LANGUAGE sql VOLATILE
+    SET search_path = pg_catalog, pg_temp AS $$
+    WITH l AS MATERIALIZED (
+        SELECT x.pid, x.classid, x.objid, x.objsubid, x.mode, x.virtualtransaction
+          FROM pg_catalog.pg_locks x
+         WHERE x.locktype OPERATOR(pg_catalog.=) 'advisory' AND x.granted
+           AND x.pid OPERATOR(pg_catalog.<>) pg_catalog.pg_backend_pid()
+           AND x.database OPERATOR(pg_catalog.=) (SELECT d.oid FROM pg_catalog.pg_database d
+                                                  WHERE d.datname OPERATOR(pg_catalog.=) pg_catalog.current_database())),
+    m AS (
+        SELECT l.pid, l.objid, dlock._proof(c, l.objid::bigint::pg_catalog.bit(32)::integer, l.virtualtransaction) AS p
+          FROM l
+         WHERE l.objsubid OPERATOR(pg_catalog.=) 2 AND l.mode OPERATOR(pg_catalog.=) p_mode
+           AND l.classid OPERATOR(pg_catalog.=) c::pg_catalog.bit(32)::bigint::pg_catalog.oid
+           AND CASE WHEN o IS NULL THEN l.objid OPERATOR(pg_catalog.<>) 0::pg_catalog.oid
+                    ELSE l.objid OPERATOR(pg_catalog.=) o::pg_catalog.bit(32)::bigint::pg_catalog.oid END)
+    SELECT m.objid FROM m
+     WHERE EXISTS (SELECT FROM l
+                    WHERE l.pid OPERATOR(pg_catalog.=) m.pid AND l.objsubid OPERATOR(pg_catalog.=) 1
+                      AND l.classid::bigint OPERATOR(pg_catalog.=) ((m.p OPERATOR(pg_catalog.>>) 32) OPERATOR(pg_catalog.&) 4294967295)
+                      AND l.objid::bigint OPERATOR(pg_catalog.=) (m.p OPERATOR(pg_catalog.&) 4294967295))
+$$;
+
+-- _unprove: give back this session's proof of the wait mark (c, o), if
+-- it holds it (the mark itself is given back by the caller).
+CREATE OR REPLACE FUNCTION dlock._unprove(c integer, o integer)
+    RETURNS boolean LANGUAGE plpgsql VOLATILE
+    SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    p bigint := dlock._proof(c, o, dlock._vxid());
+BEGIN
+    IF EXISTS (SELECT FROM pg_locks x
+                WHERE x.locktype = 'advisory' AND x.pid = pg_backend_pid() AND x.granted
+                  AND x.objsubid = 1 AND x.mode = 'ShareLock'
+                  AND x.database = (SELECT d.oid FROM pg_database d WHERE d.datname = current_database())
+                  AND x.classid::bigint = ((p >> 32) & 4294967295) AND x.objid::bigint = (p & 4294967295)) THEN
+        RETURN pg_advisory_unlock_shared(p);
+    END IF;
+    RETURN false;
+END
 $$;
 
 -- _let_go: a wait in lock() (or campaign, acquire) is over, however it
@@ -51,6 +142,9 @@ BEGIN
        AND dlock._held(k, p_ticket::bit(32)::integer, 'ExclusiveLock') THEN
         ok := pg_advisory_unlock(k, p_ticket::bit(32)::integer);
     END IF;
+    IF p_ticket IS NOT NULL AND p_ticket::bit(32)::integer <> 0 THEN
+        ok := dlock._unprove(k, p_ticket::bit(32)::integer);
+    END IF;
     IF p_fair_mark AND dlock._held(k, 0, 'ShareLock') THEN
         ok := pg_advisory_unlock_shared(k, 0);
     END IF;
@@ -62,6 +156,8 @@ BEGIN
         IF dlock._held(1684828007, u, 'ShareLock') THEN
             ok := pg_advisory_unlock_shared(1684828007, u);
         END IF;
+        ok := dlock._unprove(1684828006, k);
+        ok := dlock._unprove(1684828007, u);
     END IF;
     RETURN true;
 END
@@ -81,8 +177,9 @@ $$;
 -- transaction that is inserting, changing or deleting the conflicting row
 -- (an open reap(), or under REPEATABLE READ a row newer than the snapshot
 -- that a renewal or release has locked): lock_timeout bounds that wait to
--- 1 ms, and the attempt is then busy.  The caller holds the resource's
--- advisory lock, so no other acquirer is inserting it.
+-- 1 ms, and the attempt is then busy.  Another acquirer inserting it at
+-- the same time is such a transaction: one of the two inserts it, the
+-- other is busy (or, when the first has committed, finds the row: false).
 CREATE OR REPLACE FUNCTION dlock._insert_row(p_resource text, p_holder text, p_role oid, p_fence bigint,
                                              p_lease interval, p_now timestamptz, p_exp timestamptz)
     RETURNS boolean LANGUAGE plpgsql VOLATILE

@@ -8,13 +8,15 @@
  * fences.sql: run dlock.sql, not this file.
  *
  * What protects the shared state: client tickets (dlock.tickets) are
- * written by an attempt that holds the resource's advisory lock (the
- * holder's row locked SKIP LOCKED, never waited for); a ticket
- * of a session waiting in lock() is a session-level advisory lock
- * ((_qkey, ticket), exclusive, and the "fair waiters" mark (_qkey, 0),
- * shared), seen by others in pg_locks and given back with the wait or the
- * session; lock-delays (dlock.delays) are tied to a holding by its fence
- * and written under the resource's row lock.
+ * written by an attempt (the holder's row locked SKIP LOCKED, never
+ * waited for); a ticket of a session waiting in lock() is a session-level
+ * advisory lock ((_qkey, ticket), exclusive, with its proof, _prove, and
+ * the "fair waiters" mark (_qkey, 0), shared), seen by others in pg_locks
+ * and given back with the wait or the session.  Any role can take those
+ * keys: a ticket counts only with its proof, and the fair-waiters mark
+ * is only a hint that sends callers to look (_ahead).  Lock-delays
+ * (dlock.delays) are tied to a holding by its fence and written under the
+ * resource's row lock.
  */
 -- _lock_delay: the lock_delay argument (NULL: dlock.lock_delay), between 0
 -- and 1 hour, without months or days; NULL when it is zero.
@@ -114,8 +116,10 @@ $$;
 -- _ahead: is a live ticket of someone else ahead of p_ticket (the caller's
 -- in-server ticket, or else its holder's live client ticket; with neither,
 -- any ticket)?  In-server tickets are looked up in pg_locks only when the
--- "fair waiters" mark says there are any, and compared by their low 32
--- bits modulo 2^32 (the live tickets of a resource span far fewer).
+-- "fair waiters" mark is held (by a waiter, or by anyone: the mark is
+-- only a hint), count only when proven (_proven), and are compared by
+-- their low 32 bits modulo 2^32 (the live tickets of a resource span far
+-- fewer).
 CREATE OR REPLACE FUNCTION dlock._ahead(p_resource text, p_holder text, p_role oid, p_ticket bigint)
     RETURNS boolean LANGUAGE plpgsql VOLATILE
     SET search_path = pg_catalog, pg_temp AS $$
@@ -144,13 +148,11 @@ BEGIN
          WHERE t.resource = p_resource AND t.holder = p_holder AND t.owner = p_role
            AND t.expires_at > clock_timestamp();
     END IF;
-    RETURN EXISTS (SELECT FROM pg_locks x
-                    WHERE x.locktype = 'advisory' AND x.objsubid = 2 AND x.granted
-                      AND x.database = (SELECT d.oid FROM pg_database d WHERE d.datname = current_database())
-                      AND x.classid = k::bit(32)::bigint::oid AND x.objid <> 0::oid
-                      AND x.pid <> pg_backend_pid() AND x.mode = 'ExclusiveLock'
-                      AND (mine IS NULL
-                           OR ((x.objid::bigint - (mine & 4294967295) + 6442450944) % 4294967296) - 2147483648 < 0));
+    -- Only proven tickets (_proven): a role without rights on dlock may
+    -- hold any (_qkey, n) itself, and holds nobody off with it.
+    RETURN EXISTS (SELECT FROM dlock._proven(k, NULL, 'ExclusiveLock') x(objid)
+                    WHERE mine IS NULL
+                       OR ((x.objid::bigint - (mine & 4294967295) + 6442450944) % 4294967296) - 2147483648 < 0);
 END
 $$;
 

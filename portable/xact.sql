@@ -4,11 +4,12 @@
  * Part of dlock.sql, which includes it (\ir) inside its transaction after
  * core.sql: run dlock.sql, not this file.
  *
- * What protects the shared state: the resource's transaction-level
- * advisory lock (_key), taken without waiting and kept to the end of the
- * transaction, which every acquirer of the resource tries; an existing row
- * of dlock.leases is locked FOR SHARE SKIP LOCKED (a renewal in flight
- * makes it busy); the session setting dlock.xact_<md5> records this
+ * What protects the shared state: the resource's row of dlock.leases,
+ * locked FOR NO KEY UPDATE SKIP LOCKED (a free one inserted first if
+ * there is none) and kept to the end of the transaction, which every
+ * acquirer of the resource locks too (a renewal in flight makes it busy;
+ * an assert_fence pin, FOR KEY SHARE, does not); no advisory lock, which
+ * any role could hold.  The session setting dlock.xact_<md5> records this
  * transaction's own holding (a fence).
  */
 -- _xact_attempt: one try at a transaction-scoped lock: the fence, or NULL.
@@ -34,56 +35,44 @@ BEGIN
             RETURN NULL;
         END IF;
     END IF;
-    IF NOT pg_try_advisory_xact_lock(dlock._key(p_resource)) THEN
-        RETURN NULL;
-    END IF;
-    -- Under REPEATABLE READ or SERIALIZABLE the reads below see the
-    -- transaction's snapshot, which may predate a holding committed since
-    -- (a lease path writes the row and so gets 40001; this one only
-    -- reads): lock the row, which raises 40001 if it changed since the
-    -- snapshot, or insert it free, which raises 40001 if it appeared since.
-    -- No other acquirer can be writing it now (the advisory lock); one
-    -- that renews, releases or reaps it makes it busy.
-    IF current_setting('transaction_isolation') <> 'read committed' THEN
-        PERFORM FROM dlock.leases l WHERE l.resource = p_resource FOR SHARE SKIP LOCKED;
+    -- The row, locked FOR NO KEY UPDATE SKIP LOCKED and kept to the end of
+    -- the transaction, is the lock: it keeps out every acquirer (each locks
+    -- it FOR UPDATE SKIP LOCKED, or this one FOR NO KEY UPDATE), and a
+    -- row another transaction is changing or locking (a renewal, release,
+    -- reap or acquisition in flight) makes it busy.  A resource without a
+    -- row gets a free one, inserted without waiting (_insert_row).  No
+    -- advisory lock: any role could hold its key.  In a subtransaction
+    -- rolled back when the try is refused, so nothing stays behind.  Under
+    -- REPEATABLE READ or SERIALIZABLE, a row changed (or inserted) since
+    -- the snapshot raises 40001.
+    BEGIN
+        SELECT * INTO r FROM dlock.leases l WHERE l.resource = p_resource FOR NO KEY UPDATE SKIP LOCKED;
         IF NOT FOUND THEN
             IF EXISTS (SELECT FROM dlock.leases l WHERE l.resource = p_resource)
                OR NOT dlock._insert_row(p_resource, NULL, NULL, NULL, NULL, NULL, NULL) THEN
-                RETURN NULL;
+                RAISE SQLSTATE 'DL005';
+            END IF;
+            SELECT * INTO r FROM dlock.leases l WHERE l.resource = p_resource FOR NO KEY UPDATE SKIP LOCKED;
+            IF NOT FOUND THEN
+                RAISE SQLSTATE 'DL005';
             END IF;
         END IF;
-    END IF;
-    SELECT * INTO r FROM dlock.leases l WHERE l.resource = p_resource;
-    IF FOUND AND ((r.holder IS NOT NULL AND r.expires_at > clock_timestamp())
-                  OR dlock._delayed(r, clock_timestamp())) THEN
-        RETURN NULL;
-    END IF;
-    IF dlock._ahead(p_resource, NULL, NULL, NULL) THEN
-        RETURN NULL;
-    END IF;
-    -- Under READ COMMITTED the row read above is its last committed
-    -- version: a renewal (or unlock, or reap) in flight may be changing it,
-    -- and an expired lease being renewed is not free.  Lock it FOR SHARE
-    -- (kept to the end of the transaction, as above): a row another
-    -- transaction is changing is busy; then look at what it is now.
-    IF r.resource IS NOT NULL AND current_setting('transaction_isolation') = 'read committed' THEN
-        SELECT * INTO r FROM dlock.leases l WHERE l.resource = p_resource FOR SHARE SKIP LOCKED;
-        IF NOT FOUND OR (r.holder IS NOT NULL AND r.expires_at > clock_timestamp())
-           OR dlock._delayed(r, clock_timestamp()) THEN
-            RETURN NULL;
+        IF (r.holder IS NOT NULL AND r.expires_at > clock_timestamp())
+           OR dlock._delayed(r, clock_timestamp()) OR dlock._ahead(p_resource, NULL, NULL, NULL) THEN
+            RAISE SQLSTATE 'DL005';
         END IF;
-    END IF;
-    -- Shared holdings or permits by that name ([kinds], kinds.sql).
-    IF r.kinds AND dlock._admit('xact', p_resource, NULL, NULL, NULL, NULL, NULL, true) <> 'new' THEN
+        -- Shared holdings or permits by that name ([kinds], kinds.sql).
+        IF r.kinds AND dlock._admit('xact', p_resource, NULL, NULL, NULL, NULL, NULL, true) <> 'new' THEN
+            RAISE SQLSTATE 'DL005';
+        END IF;
+        -- Nothing is written but the fence sequence (and a free row for a
+        -- resource that had none).
+        v_fence := dlock._next_fence();
+        PERFORM set_config('dlock.xact_' || md5(p_resource), v_fence::text, true);
+        RETURN v_fence;
+    EXCEPTION WHEN SQLSTATE 'DL005' THEN
         RETURN NULL;
-    END IF;
-    -- The advisory lock, held to the end of the transaction, keeps lease
-    -- acquirers out; nothing is written but the fence sequence (and a row
-    -- lock on an existing row, or under REPEATABLE READ or SERIALIZABLE a
-    -- free row inserted above).
-    v_fence := dlock._next_fence();
-    PERFORM set_config('dlock.xact_' || md5(p_resource), v_fence::text, true);
-    RETURN v_fence;
+    END;
 END
 $$;
 
