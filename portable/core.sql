@@ -10,9 +10,9 @@
  * DEFINER as the installing role; each change of a holding holds the
  * resource's row lock (FOR UPDATE SKIP LOCKED to take, FOR UPDATE to
  * release, FOR NO KEY UPDATE to renew, FOR KEY SHARE for assert_fence's
- * pin), as dlock.sql's header says; no advisory lock guards a resource.  A wait in lock()
- * holds no lock between its attempts; each attempt runs in a
- * subtransaction rolled back when it fails.
+ * pin), as dlock.sql's header says; no advisory lock guards a resource.
+ * A wait in lock() holds no lock between its attempts; each attempt runs
+ * in a subtransaction rolled back when it fails.
  */
 -- ---------------------------------------------------------------------------
 -- The fast path (issue 22): try_lock and unlock of the common case in

@@ -5,12 +5,13 @@
  * core.sql: run dlock.sql, not this file.
  *
  * What protects the shared state: the resource's row of dlock.leases,
- * locked FOR NO KEY UPDATE SKIP LOCKED (a free one inserted first if
- * there is none) and kept to the end of the transaction, which every
- * acquirer of the resource locks too (a renewal in flight makes it busy;
- * an assert_fence pin, FOR KEY SHARE, does not); no advisory lock, which
- * any role could hold.  The session setting dlock.xact_<md5> records this
- * transaction's own holding (a fence).
+ * locked FOR NO KEY UPDATE SKIP LOCKED to the end of the transaction (or,
+ * when there is none, one inserted and deleted, whose key in the primary
+ * key stays taken until then), which every acquirer of the resource locks
+ * or inserts too (a renewal in flight makes it busy; an assert_fence pin,
+ * FOR KEY SHARE, does not); no advisory lock, which any role could hold.
+ * The session setting dlock.xact_<md5> records this transaction's own
+ * holding (a fence).
  */
 -- _xact_attempt: one try at a transaction-scoped lock: the fence, or NULL.
 CREATE OR REPLACE FUNCTION dlock._xact_attempt(p_resource text)
@@ -40,7 +41,8 @@ BEGIN
     -- it FOR UPDATE SKIP LOCKED, or this one FOR NO KEY UPDATE), and a
     -- row another transaction is changing or locking (a renewal, release,
     -- reap or acquisition in flight) makes it busy.  A resource without a
-    -- row gets a free one, inserted without waiting (_insert_row).  No
+    -- row gets a free one, inserted without waiting (_insert_row) and
+    -- deleted again, whose key stays taken to the end of the transaction.  No
     -- advisory lock: any role could hold its key.  In a subtransaction
     -- rolled back when the try is refused, so nothing stays behind.  Under
     -- REPEATABLE READ or SERIALIZABLE, a row changed (or inserted) since
@@ -52,10 +54,11 @@ BEGIN
                OR NOT dlock._insert_row(p_resource, NULL, NULL, NULL, NULL, NULL, NULL) THEN
                 RAISE SQLSTATE 'DL005';
             END IF;
-            SELECT * INTO r FROM dlock.leases l WHERE l.resource = p_resource FOR NO KEY UPDATE SKIP LOCKED;
-            IF NOT FOUND THEN
-                RAISE SQLSTATE 'DL005';
-            END IF;
+            -- Deleted again at once: a row this transaction inserted and
+            -- deleted still holds its key in the primary key's index until
+            -- the transaction ends (another insert of it waits for this
+            -- transaction: busy, _insert_row), and leaves no row behind.
+            DELETE FROM dlock.leases l WHERE l.resource = p_resource;
         END IF;
         IF (r.holder IS NOT NULL AND r.expires_at > clock_timestamp())
            OR dlock._delayed(r, clock_timestamp()) OR dlock._ahead(p_resource, NULL, NULL, NULL) THEN
@@ -65,8 +68,8 @@ BEGIN
         IF r.kinds AND dlock._admit('xact', p_resource, NULL, NULL, NULL, NULL, NULL, true) <> 'new' THEN
             RAISE SQLSTATE 'DL005';
         END IF;
-        -- Nothing is written but the fence sequence (and a free row for a
-        -- resource that had none).
+        -- Nothing is written but the fence sequence (and a row lock, or the
+        -- key of a row inserted and deleted).
         v_fence := dlock._next_fence();
         PERFORM set_config('dlock.xact_' || md5(p_resource), v_fence::text, true);
         RETURN v_fence;
