@@ -8,8 +8,8 @@
  * then includes (\ir, relative to this file) the other files of portable/,
  * in this order, each opening with what it holds and what protects it:
  * tables.sql (tables and sequences), helpers.sql (argument checks, the
- * caller's role, events), nowait.sql (advisory locks held and given
- * back, an insert that never waits), fences.sql (fences and the fence epoch),
+ * caller's role, events), nowait.sql (a wait's advisory locks, proven,
+ * held and given back, an insert that never waits), fences.sql (fences and the fence epoch),
  * queues.sql (lock-delay and fair queues), acquire.sql (the general path
  * of acquisition and release), core.sql (the public functions of [core]
  * and [fair], with the fast path), xact.sql (transaction-scoped locks),
@@ -44,27 +44,28 @@
  *   else session_user.  A call made from inside another SECURITY DEFINER
  *   function is therefore made by the session's role, not that function's
  *   owner (the C edition records the owner there).
- * - The per-resource lock.  Every acquisition first takes a
- *   transaction-level advisory lock keyed by the first 64 bits of
- *   md5(resource) with pg_try_advisory_xact_lock, never waiting, and keeps
- *   it to the end of its transaction when it acquires: another session's
- *   uncommitted acquisition makes try_lock return NULL at once instead of
- *   waiting for its row.  A resource that is held by another live holder
- *   is answered from a plain read, before that lock is tried, so a failed
- *   attempt leaves nothing behind (except after a race with another
- *   acquirer between the two reads: then the advisory lock stays until
- *   the attempt's transaction ends).  The row is then locked FOR UPDATE
- *   SKIP LOCKED: a row another transaction is changing (unlock, renew,
- *   reap) or pinning (assert_fence) is busy, not waited for.  assert_fence
- *   pins with FOR KEY SHARE, which renew's UPDATE does not conflict with,
- *   and every change of hands locks FOR UPDATE, which it does.  An xact
- *   lock locks an existing row FOR SHARE SKIP LOCKED, so a renewal in
- *   flight of a lease that has run out meanwhile makes it busy too.
+ * - The per-resource lock is the resource's row in dlock.leases, and
+ *   nothing else: no advisory lock, since any role that can connect can
+ *   take any advisory key (issue 35).  A resource that is held by another
+ *   live holder is answered from a plain read, so a failed attempt takes
+ *   nothing.  Otherwise the row is locked FOR UPDATE SKIP LOCKED, in a
+ *   subtransaction rolled back if the attempt is then refused: a row
+ *   another transaction is acquiring, changing (unlock, renew, reap) or
+ *   pinning (assert_fence) is busy, not waited for, and another session's
+ *   uncommitted acquisition makes try_lock return NULL at once.  A new
+ *   resource's row is inserted with a 1 ms lock_timeout: another
+ *   transaction inserting it makes the attempt busy.  assert_fence pins
+ *   with FOR KEY SHARE, which renew's UPDATE does not conflict with, and
+ *   every change of hands locks FOR UPDATE, which it does.  An xact lock
+ *   locks the row FOR NO KEY UPDATE SKIP LOCKED to the end of its
+ *   transaction (a resource without a row: one inserted and deleted again,
+ *   whose key stays taken until then), so acquirers and a renewal in
+ *   flight exclude it and it excludes them.
  * - The fast path.  try_lock of an existing free row under default-like
  *   arguments, and unlock of a holding of count 1, run one statement each
  *   (written first in try_lock and unlock; what it does not decide goes on
- *   to the general path): the same rules (the advisory lock tried, the row locked
- *   SKIP LOCKED, lock-delay, tickets and the fair-waiters mark looked at,
+ *   to the general path): the same rules (the row locked SKIP LOCKED,
+ *   lock-delay, tickets and the fair-waiters mark looked at,
  *   the fence drawn after the epoch check), see "The fast path" in core.sql.
  * - Fences: dlock.fences, (epoch << 22) + n, the epoch the clock in
  *   milliseconds since 2020-01-01 UTC when it started (as the C edition).
@@ -83,8 +84,12 @@
  *   read and the setval (a subtransaction rolled back after it).
  * - Other roles' advisory locks.  Any role can take any advisory key, so
  *   every advisory lock dlock takes is tried (pg_try_*), never waited
- *   for: a key held elsewhere makes the resource busy, never a wait past
- *   the call's limit (issue 33).
+ *   for (issue 33), and none decides who holds a resource (issue 35):
+ *   waits publish their tickets and marks as advisory locks, each with a
+ *   proof, a second key keyed by a secret only the installing role reads
+ *   and bound to the waiter's virtual transaction (nowait.sql), and others
+ *   count only proven ones.  A foreign holder of dlock's keys can at most
+ *   send a call to its slower path or cost a waiter its place.
  * - Durability: an acquisition or renewal raises synchronous_commit to on
  *   for the rest of its transaction (SET LOCAL through set_config) when it
  *   is weaker (off, local, remote_write); remote_apply is kept.
@@ -93,12 +98,13 @@
  * - Fair queues: client-side tickets (try_lock(..., fair => true)) are rows
  *   of dlock.tickets, kept for dlock.queue_ttl after each attempt.  A
  *   session waiting in lock(..., fair => true) or campaign holds its ticket
- *   as session-level advisory locks (_qkey), taken without waiting, seen
- *   by others in pg_locks while its transaction is open and given back
+ *   as session-level advisory locks (_qkey) with their proofs, taken
+ *   without waiting, seen by others in pg_locks while its transaction is
+ *   open and given back
  *   when the wait ends, also by a cancel anywhere (_let_go reads
  *   pg_locks), or with the session.  A wait retries each attempt in a
  *   subtransaction that is rolled back when it fails, so the resource's
- *   advisory lock never stays with a waiter that is not served.
+ *   row lock never stays with a waiter that is not served.
  * - Lock-delay and holding values: rows of dlock.delays and
  *   dlock.holding_values tied to a holding by its fence (a row of another
  *   fence is dead), as in the C extension's 0.2 SQL.

@@ -6,8 +6,7 @@
  * dlock.sql, not this file.
  *
  * What protects the shared state: an election is a resource, so its
- * holding is changed under the resource's advisory lock and row lock as
- * any lock's (campaign is a fair lock()); its value (dlock.holding_values)
+ * holding is changed under the resource's row lock as any lock's (campaign is a fair lock()); its value (dlock.holding_values)
  * is written with the row locked and tied to the holding by its fence;
  * dlock.term_log is appended to, and swept SKIP LOCKED.
  */

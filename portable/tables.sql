@@ -10,8 +10,8 @@
  * this file.
  *
  * What protects their rows: nothing here runs at call time.  The functions
- * that write a resource's rows hold its advisory lock and its row in
- * dlock.leases (dlock.sql's header, "The per-resource lock"); the fence
+ * that write a resource's rows hold its row in dlock.leases locked
+ * (dlock.sql's header, "The per-resource lock"); the fence
  * sequence and epoch rows are written by _next_fence only (fences.sql).
  * Every object is created IF NOT EXISTS (columns added only when missing):
  * a re-run keeps every holding, the fence sequence and the fence epoch.
