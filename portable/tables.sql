@@ -119,6 +119,10 @@ BEGIN
     END IF;
 END
 $secret$;
+-- The secret exists from the install on (the proofs of waits, nowait.sql,
+-- are keyed by it): a seal row that matches no epoch row, which the first
+-- fence drawn replaces (_record_epoch).  Nothing when the row is there.
+INSERT INTO dlock.fence_epoch_seal (epoch_xmin) VALUES ('') ON CONFLICT (one) DO NOTHING;
 COMMENT ON TABLE dlock.fence_epoch_seal IS
     'The xmin of the dlock.fence_epoch row as written: a restored copy of the row has another, and starts a new epoch; and the key of the sessions'' checked-epoch marks';
 
