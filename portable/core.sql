@@ -408,7 +408,13 @@ BEGIN
             pause := least(pause * 2, poll);
         END LOOP;
     EXCEPTION WHEN query_canceled OR OTHERS THEN
-        ok := dlock._let_go(p_resource, p_holder, v_role, tkt, fair_tried, marks_tried);
+        -- A second cancel may come while they are given back (a client
+        -- can send more than one): then they are given back again.
+        BEGIN
+            ok := dlock._let_go(p_resource, p_holder, v_role, tkt, fair_tried, marks_tried);
+        EXCEPTION WHEN query_canceled THEN
+            ok := dlock._let_go(p_resource, p_holder, v_role, tkt, fair_tried, marks_tried);
+        END;
         RAISE;
     END;
 END

@@ -28,7 +28,7 @@ REVOKE EXECUTE ON FUNCTION
     dlock._current(text, bigint, boolean), dlock._xact_attempt(text),
     dlock._held(integer, integer, text), dlock._let_go(text, text, oid, bigint),
     dlock._vxid(), dlock._proof(integer, integer, text), dlock._prove(integer, integer),
-    dlock._proven(integer, integer, text), dlock._unprove(integer, integer),
+    dlock._proven(integer, integer, text), dlock._unprove(integer, integer, text),
     dlock._let_go(text, text, oid, bigint, boolean, boolean),
     dlock._insert_row(text, text, oid, bigint, interval, timestamptz, timestamptz),
     dlock._record_epoch(text, oid, bigint, timestamptz, bigint), dlock._shared_arg(boolean, interval),

@@ -101,13 +101,14 @@ CREATE OR REPLACE FUNCTION dlock._proven(c integer, o integer, p_mode text)
                       AND l.objid::bigint OPERATOR(pg_catalog.=) (m.p OPERATOR(pg_catalog.&) 4294967295))
 $$;
 
--- _unprove: give back this session's proof of the wait mark (c, o), if
--- it holds it (the mark itself is given back by the caller).
-CREATE OR REPLACE FUNCTION dlock._unprove(c integer, o integer)
+-- _unprove: give back this session's proof of the wait mark (c, o) in its
+-- transaction p_vxid (_vxid), if it holds it (the mark itself is given
+-- back by the caller).
+CREATE OR REPLACE FUNCTION dlock._unprove(c integer, o integer, p_vxid text)
     RETURNS boolean LANGUAGE plpgsql VOLATILE
     SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
-    p bigint := dlock._proof(c, o, dlock._vxid());
+    p bigint := dlock._proof(c, o, p_vxid);
 BEGIN
     IF EXISTS (SELECT FROM pg_locks x
                 WHERE x.locktype = 'advisory' AND x.pid = pg_backend_pid() AND x.granted
@@ -136,6 +137,7 @@ CREATE OR REPLACE FUNCTION dlock._let_go(p_resource text, p_holder text, p_role 
 DECLARE
     k integer := dlock._qkey(p_resource);
     u integer;
+    v text;
     ok boolean;
 BEGIN
     IF p_ticket IS NOT NULL AND p_ticket::bit(32)::integer <> 0
@@ -143,7 +145,8 @@ BEGIN
         ok := pg_advisory_unlock(k, p_ticket::bit(32)::integer);
     END IF;
     IF p_ticket IS NOT NULL AND p_ticket::bit(32)::integer <> 0 THEN
-        ok := dlock._unprove(k, p_ticket::bit(32)::integer);
+        v := dlock._vxid();
+        ok := dlock._unprove(k, p_ticket::bit(32)::integer, v);
     END IF;
     IF p_fair_mark AND dlock._held(k, 0, 'ShareLock') THEN
         ok := pg_advisory_unlock_shared(k, 0);
@@ -156,8 +159,9 @@ BEGIN
         IF dlock._held(1684828007, u, 'ShareLock') THEN
             ok := pg_advisory_unlock_shared(1684828007, u);
         END IF;
-        ok := dlock._unprove(1684828006, k);
-        ok := dlock._unprove(1684828007, u);
+        v := coalesce(v, dlock._vxid());
+        ok := dlock._unprove(1684828006, k, v);
+        ok := dlock._unprove(1684828007, u, v);
     END IF;
     RETURN true;
 END
