@@ -8,7 +8,7 @@
 # 55P03, changing nothing, if it stays open past dlock_lock_wait): the
 # old code's fence read the view _epoch_mark, whose lock the run takes.
 # (Passes on 201aee6 too: evidence for the upgrade note, not a fix.)
-# Promises: P1 P13
+# Promises: P2 P17
 use strict;
 use warnings;
 use Test::More;
