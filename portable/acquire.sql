@@ -100,13 +100,16 @@ BEGIN
             END IF;
             -- A new resource: inserted with its holding, without waiting
             -- for another transaction's insert or change of that row
-            -- (_insert_row): busy then.
+            -- (_insert_row): busy then.  The fence is drawn once the row
+            -- is in: one drawn before could be passed meanwhile by a
+            -- transaction-scoped lock, whose row leaves no trace.
             v_now := clock_timestamp();
             v_exp := dlock._expiry(v_now, p_lease);
-            v_fence := dlock._next_fence();
-            IF NOT dlock._insert_row(p_resource, p_holder, p_role, v_fence, p_lease, v_now, v_exp) THEN
+            IF NOT dlock._insert_row(p_resource, p_holder, p_role, NULL, p_lease, v_now, v_exp) THEN
                 RAISE SQLSTATE 'DL004';
             END IF;
+            v_fence := dlock._next_fence();
+            UPDATE dlock.leases l SET fence = v_fence WHERE l.resource = p_resource;
             ok := dlock._acquired(p_resource, p_holder, p_role, v_fence, true, p_delay) AND dlock._sync();
             RETURN v_fence;
         END IF;

@@ -9,8 +9,9 @@
  *
  * What protects the shared state (the sequence dlock.fences and the rows
  * of dlock.fence_epoch and dlock.fence_epoch_seal): a fence is drawn only
- * under the resource's row lock (or, for a new resource, just before
- * its row is inserted, which only one transaction can do); a jump to a new epoch locks the row of dlock.portable (NOWAIT,
+ * under the resource's row lock (for a new resource, once its row is
+ * inserted: never before, which a transaction-scoped lock could pass,
+ * test/portable/t/098); a jump to a new epoch locks the row of dlock.portable (NOWAIT,
  * in a subtransaction) around the read and the setval only, and the
  * epoch row is written under its own row lock, tried, never waited for
  * (_record_epoch).  No advisory lock: any role could hold its key.  The checked-epoch mark is keyed by the seal's secret,
@@ -57,7 +58,7 @@ CREATE OR REPLACE VIEW dlock._epoch_mark AS
 REVOKE ALL ON dlock._epoch_mark FROM PUBLIC;
 
 -- _next_fence: draw a fence; call only after the resource's row is locked
--- (or, for a new resource, just before its row is inserted).
+-- (or, for a new resource, inserted).
 --
 -- The full epoch check (_history: the control file's system identifier,
 -- the database, the WAL timeline, the postmaster start, against the
