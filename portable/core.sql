@@ -328,6 +328,8 @@ DECLARE
     fair_mark boolean := false;
     writer_mark boolean := false;
     upgrade_mark boolean := false;
+    writer_proof boolean := false;
+    upgrade_proof boolean := false;
     -- Whether the wait tried to take the "fair waiters" mark, and the
     -- writer's marks: _let_go gives back only these (the caller's session
     -- may hold the same keys itself, outside dlock).
@@ -360,14 +362,20 @@ BEGIN
             IF marked THEN
                 u := dlock._umark(p_resource, p_holder, v_role);
                 marks_tried := true;
-                -- Each with its proof (_prove): a mark counts only so.
+                -- Each with its proof (_prove), which is what others count
+                -- (_proven_mark): taken once, even while the mark's keys
+                -- are held exclusive by someone else.
                 IF NOT writer_mark THEN
                     writer_mark := pg_try_advisory_lock_shared(1684828006, k);
-                    ok := writer_mark AND dlock._prove(1684828006, k);
+                END IF;
+                IF NOT writer_proof THEN
+                    writer_proof := dlock._prove(1684828006, k);
                 END IF;
                 IF NOT upgrade_mark THEN
                     upgrade_mark := pg_try_advisory_lock_shared(1684828007, u);
-                    ok := upgrade_mark AND dlock._prove(1684828007, u);
+                END IF;
+                IF NOT upgrade_proof THEN
+                    upgrade_proof := dlock._prove(1684828007, u);
                 END IF;
                 IF NOT tried THEN
                     PERFORM dlock._crossing(p_resource, p_holder, v_role);

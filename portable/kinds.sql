@@ -45,8 +45,10 @@
  * starts waiting in lock() and finds another shared holder's mark held
  * would wait for a holder that waits for it, and raises 40P01 instead of
  * waiting forever (_crossing).  Each mark counts only with its proof
- * (nowait.sql's _prove, _proven): any role can take the marks' keys, and
- * keeps no reader out and makes no upgrade fail with them.
+ * (nowait.sql's _prove, _proven_mark): any role can take the marks' keys,
+ * and keeps no reader out and makes no upgrade fail with them.  The proof
+ * is taken even when the mark cannot be (its keys held exclusive by such
+ * a role), and is what others count (test/portable/t/099).
  * Both marks go when the wait ends (also by cancel or error) or with the
  * session.
  */
@@ -86,12 +88,12 @@ BEGIN
     IF NOT p_on THEN
         RETURN;
     ELSIF p_take THEN       -- without waiting (any role can hold the keys)
-        IF pg_try_advisory_lock_shared(1684828006, dlock._qkey(p_resource)) THEN
-            PERFORM dlock._prove(1684828006, dlock._qkey(p_resource));
-        END IF;
-        IF pg_try_advisory_lock_shared(1684828007, dlock._umark(p_resource, p_holder, p_role)) THEN
-            PERFORM dlock._prove(1684828007, dlock._umark(p_resource, p_holder, p_role));
-        END IF;
+        -- Each proof taken even when its mark is not (a foreign role
+        -- holds the mark's keys): the proof is what others count.
+        PERFORM pg_try_advisory_lock_shared(1684828006, dlock._qkey(p_resource));
+        PERFORM dlock._prove(1684828006, dlock._qkey(p_resource));
+        PERFORM pg_try_advisory_lock_shared(1684828007, dlock._umark(p_resource, p_holder, p_role));
+        PERFORM dlock._prove(1684828007, dlock._umark(p_resource, p_holder, p_role));
         PERFORM dlock._crossing(p_resource, p_holder, p_role);
     ELSE
         PERFORM dlock._let_go(p_resource, p_holder, p_role, NULL);
@@ -124,7 +126,7 @@ BEGIN
         k := dlock._umark(p_resource, o.holder, o.owner);
         -- Tried and given back in one expression: no cancel between.
         IF NOT (pg_try_advisory_lock(1684828007, k) AND pg_advisory_unlock(1684828007, k))
-           AND EXISTS (SELECT FROM dlock._proven(1684828007, k, 'ShareLock')) THEN
+           AND dlock._proven_mark(1684828007, k) THEN
             RAISE EXCEPTION 'deadlock detected'
                 USING ERRCODE = 'deadlock_detected',
                       DETAIL = format('Holder "%s" waits to upgrade its shared lock on resource "%s" to exclusive, and another shared holder waits to upgrade too: each waits for the other.',
@@ -277,9 +279,11 @@ BEGIN
     IF p_kind = 'shared' THEN
         k := dlock._qkey(p_resource);
         -- Tried and given back in one expression: no cancel between.
-        -- Held: by a writer that waits (proven, _proven), or by anyone.
+        -- Held: by a writer that waits, or by anyone (who may keep the
+        -- writer from taking it): then the writer's proof decides
+        -- (_proven_mark).
         IF NOT (pg_try_advisory_lock(1684828006, k) AND pg_advisory_unlock(1684828006, k))
-           AND EXISTS (SELECT FROM dlock._proven(1684828006, k, 'ShareLock')) THEN
+           AND dlock._proven_mark(1684828006, k) THEN
             RETURN 'busy';
         END IF;
     END IF;

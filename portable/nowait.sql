@@ -101,6 +101,26 @@ CREATE OR REPLACE FUNCTION dlock._proven(c integer, o integer, p_mode text)
                       AND l.objid::bigint OPERATOR(pg_catalog.=) (m.p OPERATOR(pg_catalog.&) 4294967295))
 $$;
 
+-- _proven_mark: does another session wait with the mark (c, o) (the
+-- writer-waits or an upgrade mark), as its proof says?  The proof alone
+-- counts, held or not the mark's own keys: a role without rights on dlock
+-- may hold those exclusive, so that the waiter cannot take them.
+CREATE OR REPLACE FUNCTION dlock._proven_mark(c integer, o integer)
+    RETURNS boolean LANGUAGE sql VOLATILE
+    SET search_path = pg_catalog, pg_temp AS $$
+    WITH l AS MATERIALIZED (
+        SELECT x.classid, x.objid, x.virtualtransaction
+          FROM pg_catalog.pg_locks x
+         WHERE x.locktype OPERATOR(pg_catalog.=) 'advisory' AND x.granted
+           AND x.objsubid OPERATOR(pg_catalog.=) 1 AND x.mode OPERATOR(pg_catalog.=) 'ShareLock'
+           AND x.pid OPERATOR(pg_catalog.<>) pg_catalog.pg_backend_pid()
+           AND x.database OPERATOR(pg_catalog.=) (SELECT d.oid FROM pg_catalog.pg_database d
+                                                  WHERE d.datname OPERATOR(pg_catalog.=) pg_catalog.current_database()))
+    SELECT EXISTS (SELECT FROM l, LATERAL (SELECT dlock._proof(c, o, l.virtualtransaction) AS p) q
+                    WHERE l.classid::bigint OPERATOR(pg_catalog.=) ((q.p OPERATOR(pg_catalog.>>) 32) OPERATOR(pg_catalog.&) 4294967295)
+                      AND l.objid::bigint OPERATOR(pg_catalog.=) (q.p OPERATOR(pg_catalog.&) 4294967295))
+$$;
+
 -- _unprove: give back this session's proof of the wait mark (c, o) in its
 -- transaction p_vxid (_vxid), if it holds it (the mark itself is given
 -- back by the caller).
