@@ -116,9 +116,14 @@ CREATE OR REPLACE FUNCTION dlock._proven_mark(c integer, o integer)
            AND x.pid OPERATOR(pg_catalog.<>) pg_catalog.pg_backend_pid()
            AND x.database OPERATOR(pg_catalog.=) (SELECT d.oid FROM pg_catalog.pg_database d
                                                   WHERE d.datname OPERATOR(pg_catalog.=) pg_catalog.current_database()))
-    SELECT EXISTS (SELECT FROM l, LATERAL (SELECT dlock._proof(c, o, l.virtualtransaction) AS p) q
-                    WHERE l.classid::bigint OPERATOR(pg_catalog.=) ((q.p OPERATOR(pg_catalog.>>) 32) OPERATOR(pg_catalog.&) 4294967295)
-                      AND l.objid::bigint OPERATOR(pg_catalog.=) (q.p OPERATOR(pg_catalog.&) 4294967295))
+    -- One proof computed per transaction (not per lock: a session may
+    -- hold thousands of keys), then looked up among its locks.
+    SELECT EXISTS (SELECT FROM (SELECT DISTINCT l.virtualtransaction FROM l) v,
+                               LATERAL (SELECT dlock._proof(c, o, v.virtualtransaction) AS p) q
+                    WHERE EXISTS (SELECT FROM l y
+                                   WHERE y.virtualtransaction OPERATOR(pg_catalog.=) v.virtualtransaction
+                                     AND y.classid::bigint OPERATOR(pg_catalog.=) ((q.p OPERATOR(pg_catalog.>>) 32) OPERATOR(pg_catalog.&) 4294967295)
+                                     AND y.objid::bigint OPERATOR(pg_catalog.=) (q.p OPERATOR(pg_catalog.&) 4294967295)))
 $$;
 
 -- _unprove: give back this session's proof of the wait mark (c, o) in its
