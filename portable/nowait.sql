@@ -47,7 +47,8 @@ CREATE OR REPLACE FUNCTION dlock._vxid()
      LIMIT 1
 $$;
 
--- _proof: the proof key of the wait mark (c, o) (a two-key advisory lock:
+-- _proof: the proof key of the wait mark (c, o) (inlined in _proven:
+-- change them together) (a two-key advisory lock:
 -- a ticket, the fair-waiters, writer-waits or upgrade mark) held by the
 -- transaction p_vxid: 64 bits of an md5 keyed by the seal's secret, which
 -- only the installing role can read.  A role without rights on dlock can
@@ -87,18 +88,29 @@ CREATE OR REPLACE FUNCTION dlock._proven(c integer, o integer, p_mode text)
            AND x.pid OPERATOR(pg_catalog.<>) pg_catalog.pg_backend_pid()
            AND x.database OPERATOR(pg_catalog.=) (SELECT d.oid FROM pg_catalog.pg_database d
                                                   WHERE d.datname OPERATOR(pg_catalog.=) pg_catalog.current_database())),
+    -- _proof inlined (one call per mark would cost ~15 us each, and a
+    -- role may hold thousands of marks): it must compute what _proof does.
     m AS (
-        SELECT l.pid, l.objid, dlock._proof(c, l.objid::bigint::pg_catalog.bit(32)::integer, l.virtualtransaction) AS p
-          FROM l
+        SELECT l.pid, l.objid,
+               ('x' OPERATOR(pg_catalog.||) pg_catalog.substr(pg_catalog.md5(
+                    s.secret OPERATOR(pg_catalog.||) ':wait:' OPERATOR(pg_catalog.||) c::text
+                    OPERATOR(pg_catalog.||) ':' OPERATOR(pg_catalog.||) (l.objid::bigint::pg_catalog.bit(32)::integer)::text
+                    OPERATOR(pg_catalog.||) ':' OPERATOR(pg_catalog.||) l.virtualtransaction
+                    OPERATOR(pg_catalog.||) ':' OPERATOR(pg_catalog.||) s.secret), 1, 16))::pg_catalog.bit(64)::bigint AS p
+          FROM l, dlock.fence_epoch_seal s
          WHERE l.objsubid OPERATOR(pg_catalog.=) 2 AND l.mode OPERATOR(pg_catalog.=) p_mode
            AND l.classid OPERATOR(pg_catalog.=) c::pg_catalog.bit(32)::bigint::pg_catalog.oid
            AND CASE WHEN o IS NULL THEN l.objid OPERATOR(pg_catalog.<>) 0::pg_catalog.oid
-                    ELSE l.objid OPERATOR(pg_catalog.=) o::pg_catalog.bit(32)::bigint::pg_catalog.oid END)
+                    ELSE l.objid OPERATOR(pg_catalog.=) o::pg_catalog.bit(32)::bigint::pg_catalog.oid END),
+    -- The 64-bit keys held (proofs or not), as one bigint each: a hash
+    -- join, not a scan of every lock for every mark (a role may hold
+    -- thousands of either).
+    k AS MATERIALIZED (
+        SELECT l.pid, (l.classid::bigint OPERATOR(pg_catalog.<<) 32) OPERATOR(pg_catalog.|) l.objid::bigint AS key
+          FROM l
+         WHERE l.objsubid OPERATOR(pg_catalog.=) 1)
     SELECT m.objid FROM m
-     WHERE EXISTS (SELECT FROM l
-                    WHERE l.pid OPERATOR(pg_catalog.=) m.pid AND l.objsubid OPERATOR(pg_catalog.=) 1
-                      AND l.classid::bigint OPERATOR(pg_catalog.=) ((m.p OPERATOR(pg_catalog.>>) 32) OPERATOR(pg_catalog.&) 4294967295)
-                      AND l.objid::bigint OPERATOR(pg_catalog.=) (m.p OPERATOR(pg_catalog.&) 4294967295))
+     WHERE EXISTS (SELECT FROM k WHERE k.pid OPERATOR(pg_catalog.=) m.pid AND k.key OPERATOR(pg_catalog.=) m.p)
 $$;
 
 -- _proven_mark: does another session wait with the mark (c, o) (the
