@@ -44,8 +44,11 @@ $$;
 -- under lock-delay, or its queue headed by someone else).  p_ticket: the
 -- ticket of a wait in lock() (NULL: none); a fair attempt without one
 -- (client-side) that does not get the lock takes or keeps a client ticket.
+-- p_session ([sessions]): the holding's session (NULL: leased), whose
+-- holder, role and ttl the caller passes; an ended session raises 55000.
 CREATE OR REPLACE FUNCTION dlock._attempt(p_resource text, p_holder text, p_lease interval, p_role oid,
-                                          p_fair boolean, p_delay interval, p_ticket bigint)
+                                          p_fair boolean, p_delay interval, p_ticket bigint,
+                                          p_session bigint)
     RETURNS bigint LANGUAGE plpgsql VOLATILE
     SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
@@ -63,12 +66,16 @@ BEGIN
     IF coalesce(current_setting('dlock.xact_' || md5(p_resource), true), '') <> '' THEN
         RETURN NULL;
     END IF;
+    -- A session that has ended takes nothing (also between a wait's attempts).
+    IF p_session IS NOT NULL THEN
+        PERFORM dlock._session_live(p_session);
+    END IF;
     -- Held by another live holder, delayed or queued for: answered without
     -- taking anything (but a client-side fair attempt's ticket).
     IF rc THEN
         SELECT * INTO r FROM dlock.leases l WHERE l.resource = p_resource;
         v_now := clock_timestamp();
-        IF FOUND AND r.holder IS NOT NULL AND r.expires_at > v_now THEN
+        IF FOUND AND r.holder IS NOT NULL AND dlock._exp(r.session, r.expires_at) > v_now THEN
             IF NOT (r.holder = p_holder AND r.owner = p_role) THEN
                 IF client THEN
                     PERFORM dlock._queue_up(p_resource, p_holder, p_role);
@@ -109,7 +116,7 @@ BEGIN
                 RAISE SQLSTATE 'DL004';
             END IF;
             v_fence := dlock._next_fence();
-            UPDATE dlock.leases l SET fence = v_fence WHERE l.resource = p_resource;
+            UPDATE dlock.leases l SET fence = v_fence, session = p_session WHERE l.resource = p_resource;
             ok := dlock._acquired(p_resource, p_holder, p_role, v_fence, true, p_delay) AND dlock._sync();
             RETURN v_fence;
         END IF;
@@ -119,9 +126,18 @@ BEGIN
         IF r.kinds AND NOT dlock._gate(p_resource, p_holder, p_role, p_ticket) THEN
             RAISE SQLSTATE 'DL004';
         END IF;
-        IF r.holder IS NOT NULL AND r.expires_at > v_now THEN
+        IF r.holder IS NOT NULL AND dlock._exp(r.session, r.expires_at) > v_now THEN
             IF NOT (r.holder = p_holder AND r.owner = p_role) THEN
                 RAISE SQLSTATE 'DL004';
+            END IF;
+            -- [sessions]: a re-entry stays in the holding's session, or
+            -- stays leased.
+            IF r.session IS DISTINCT FROM p_session THEN
+                RAISE EXCEPTION 'holder "%" holds resource "%" %', p_holder, p_resource,
+                                CASE WHEN r.session IS NULL THEN 'with a lease of its own'
+                                     ELSE format('in session %s', r.session) END
+                    USING ERRCODE = 'object_not_in_prerequisite_state',
+                          HINT = 'Re-enter a holding the way it was taken: in its session, or with a lease.';
             END IF;
             -- Re-entry: count + 1, expiry at least now + lease, same fence.
             IF r.count >= 2147483647 THEN
@@ -129,7 +145,8 @@ BEGIN
                     USING ERRCODE = 'program_limit_exceeded',
                           DETAIL = 'A holding is re-entered at most 2147483646 times.';
             END IF;
-            v_exp := greatest(r.expires_at, dlock._expiry(v_now, p_lease));
+            v_exp := CASE WHEN r.session IS NULL THEN greatest(r.expires_at, dlock._expiry(v_now, p_lease))
+                          ELSE r.expires_at END;     -- a session's holding: the session's expiry
             UPDATE dlock.leases l SET count = l.count + 1, expires_at = v_exp, renewed_at = v_now
              WHERE l.resource = p_resource;
             ok := dlock._acquired(p_resource, p_holder, p_role, r.fence, false, NULL) AND dlock._sync();
@@ -138,12 +155,19 @@ BEGIN
         IF dlock._delayed(r, v_now) OR dlock._ahead(p_resource, p_holder, p_role, p_ticket) THEN
             RAISE SQLSTATE 'DL004';
         END IF;
+        -- The holding of a session that has ended: taken over only with the
+        -- session's row locked FOR SHARE, so a keepalive in flight makes it
+        -- busy and a later one sees the end (_lapsed).
+        IF r.holder IS NOT NULL AND r.session IS NOT NULL AND NOT dlock._lapsed(r.session) THEN
+            RAISE SQLSTATE 'DL004';
+        END IF;
         -- Free, or expired (lazy expiry): take it with a new fence.
         v_exp := dlock._expiry(v_now, p_lease);
         v_fence := dlock._next_fence();
         UPDATE dlock.leases l
            SET holder = p_holder, owner = p_role::regrole, count = 1, fence = v_fence, lease = p_lease,
-               acquired_at = v_now, renewed_at = v_now, expires_at = v_exp, released_at = NULL
+               acquired_at = v_now, renewed_at = v_now, expires_at = v_exp, released_at = NULL,
+               session = p_session
          WHERE l.resource = p_resource;
         ok := dlock._acquired(p_resource, p_holder, p_role, v_fence, true, p_delay) AND dlock._sync();
         RETURN v_fence;
@@ -156,6 +180,13 @@ BEGIN
         RETURN NULL;
     END;
 END
+$$;
+-- 1.0's signature, for a wait an upgrade finds in progress: leased.
+CREATE OR REPLACE FUNCTION dlock._attempt(p_resource text, p_holder text, p_lease interval, p_role oid,
+                                          p_fair boolean, p_delay interval, p_ticket bigint)
+    RETURNS bigint LANGUAGE sql VOLATILE
+    SET search_path = pg_catalog, pg_temp AS $$
+    SELECT dlock._attempt(p_resource, p_holder, p_lease, p_role, p_fair, p_delay, p_ticket, NULL)
 $$;
 
 -- _release: end (or count down) a locked row's holding; the count left.
@@ -173,7 +204,7 @@ BEGIN
         -- Ended uncleanly: a lock-delay holds the resource off until the
         -- end of the lease plus the delay.
         IF p_event IN ('expired', 'broken') THEN
-            UPDATE dlock.delays d SET available_at = l.expires_at + d.lock_delay
+            UPDATE dlock.delays d SET available_at = dlock._exp(l.session, l.expires_at) + d.lock_delay
               FROM dlock.leases l
              WHERE d.resource = p_resource AND d.fence = p_fence AND l.resource = p_resource;
         END IF;
@@ -183,7 +214,7 @@ BEGIN
             SELECT l.holder INTO v_holder FROM dlock.leases l WHERE l.resource = p_resource;
             SELECT * INTO v FROM dlock.holding_values x WHERE x.resource = p_resource AND x.fence = p_fence;
         END IF;
-        UPDATE dlock.leases l SET holder = NULL, count = 0, released_at = clock_timestamp()
+        UPDATE dlock.leases l SET holder = NULL, count = 0, released_at = clock_timestamp(), session = NULL
          WHERE l.resource = p_resource;
         IF p_event = 'resigned' OR (p_event = 'expired' AND v.election IS TRUE) THEN
             PERFORM dlock._event_holding(p_event, p_resource, p_fence, v_holder, v.value);
@@ -204,7 +235,7 @@ CREATE OR REPLACE FUNCTION dlock._may_change(r dlock.leases, p_holder text, p_ro
     RETURNS boolean LANGUAGE plpgsql STABLE
     SET search_path = pg_catalog, pg_temp AS $$
 BEGIN
-    IF r.resource IS NULL OR r.holder IS NULL OR r.expires_at <= clock_timestamp()
+    IF r.resource IS NULL OR r.holder IS NULL OR dlock._exp(r.session, r.expires_at) <= clock_timestamp()
        OR r.holder <> p_holder THEN
         RETURN false;
     END IF;

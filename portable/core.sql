@@ -107,7 +107,8 @@ CREATE OR REPLACE FUNCTION dlock.try_lock(resource text,
                                           lease interval DEFAULT NULL,
                                           fair boolean DEFAULT false,
                                           lock_delay interval DEFAULT NULL,
-                                          shared boolean DEFAULT false)
+                                          shared boolean DEFAULT false,
+                                          session bigint DEFAULT NULL)
     RETURNS bigint LANGUAGE plpgsql VOLATILE SECURITY DEFINER
     SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
@@ -116,6 +117,7 @@ DECLARE
     d interval;
     ok boolean;
     fence bigint;
+    s record;
     v_role oid;
     v_now timestamptz;
     k integer;
@@ -125,7 +127,7 @@ BEGIN
     -- The fast path ("The fast path" above): exclusive requests only
     -- (shared ones, and a resource with shared holdings or permits, are
     -- kinds.sql's), under default-like arguments.
-    IF shared IS FALSE AND fair IS FALSE AND lock_delay IS NULL
+    IF shared IS FALSE AND fair IS FALSE AND lock_delay IS NULL AND try_lock.session IS NULL
        AND coalesce(octet_length(try_lock.resource), 0) BETWEEN 1 AND 1000
        AND coalesce(octet_length(try_lock.holder), 0) BETWEEN 1 AND 255
        AND coalesce(current_setting('dlock.lock_delay', true), '') IN ('', '0')
@@ -198,19 +200,28 @@ BEGIN
     -- The general path.  Checks called as expressions, not PERFORMed (no
     -- executor run each).
     resource := dlock._text_arg(resource, 'resource', 1000);
-    holder := dlock._text_arg(holder, 'holder', 255);
+    IF try_lock.session IS NULL THEN     -- with one, holder may be NULL: the session's
+        holder := dlock._text_arg(holder, 'holder', 255);
+    END IF;
     l := dlock._lease(lease);
     f := dlock._fair(fair);
     d := dlock._lock_delay(lock_delay);
     ok := dlock._writable('dlock.try_lock()');
-    IF dlock._shared_arg(shared, lock_delay) THEN     -- [kinds], kinds.sql
-        RETURN dlock._attempt_kind('shared', resource, holder, l, dlock._role(), f, NULL, NULL, NULL);
+    -- [sessions]: the session's holder and ttl (sessions.sql).
+    IF try_lock.session IS NOT NULL THEN
+        s := dlock._session_use(try_lock.session, holder, lease);
+        holder := s.holder;
+        l := s.ttl;
     END IF;
-    RETURN dlock._attempt(resource, holder, l, dlock._role(), f, d, NULL);
+    IF dlock._shared_arg(shared, lock_delay) THEN     -- [kinds], kinds.sql
+        RETURN dlock._attempt_kind('shared', resource, holder, l, dlock._role(), f, NULL, NULL, NULL,
+                                   try_lock.session);
+    END IF;
+    RETURN dlock._attempt(resource, holder, l, dlock._role(), f, d, NULL, try_lock.session);
 END
 $$;
-COMMENT ON FUNCTION dlock.try_lock(text, text, interval, boolean, interval, boolean) IS
-    'Acquire or re-enter resource for holder with a lease (shared => true: alongside other shared holders); returns the fence, or NULL at once if it is not available';
+COMMENT ON FUNCTION dlock.try_lock(text, text, interval, boolean, interval, boolean, bigint) IS
+    'Acquire or re-enter resource for holder with a lease, or in a session (session => id) (shared => true: alongside other shared holders); returns the fence, or NULL at once if it is not available';
 
 -- _try: one attempt of a wait (lock(), campaign), in a subtransaction
 -- that is rolled back when it fails, so that whatever it may have taken
@@ -218,7 +229,7 @@ COMMENT ON FUNCTION dlock.try_lock(text, text, interval, boolean, interval, bool
 -- the rest of the wait.
 CREATE OR REPLACE FUNCTION dlock._try(p_resource text, p_holder text, p_lease interval, p_role oid,
                                       p_delay interval, p_ticket bigint,
-                                      p_kind text, p_max integer, p_permits integer)
+                                      p_kind text, p_max integer, p_permits integer, p_session bigint)
     RETURNS bigint LANGUAGE plpgsql VOLATILE
     SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
@@ -226,10 +237,10 @@ DECLARE
 BEGIN
     BEGIN
         IF p_kind = 'exclusive' THEN
-            f := dlock._attempt(p_resource, p_holder, p_lease, p_role, false, p_delay, p_ticket);
+            f := dlock._attempt(p_resource, p_holder, p_lease, p_role, false, p_delay, p_ticket, p_session);
         ELSE        -- [kinds]: shared, semaphore (kinds.sql)
             f := dlock._attempt_kind(p_kind, p_resource, p_holder, p_lease, p_role, false, p_ticket,
-                                     p_max, p_permits);
+                                     p_max, p_permits, p_session);
         END IF;
         IF f IS NULL THEN
             RAISE SQLSTATE 'DL001';
@@ -239,6 +250,14 @@ BEGIN
         RETURN NULL;
     END;
 END
+$$;
+-- 1.0's signature, for a wait an upgrade finds in progress: leased.
+CREATE OR REPLACE FUNCTION dlock._try(p_resource text, p_holder text, p_lease interval, p_role oid,
+                                      p_delay interval, p_ticket bigint,
+                                      p_kind text, p_max integer, p_permits integer)
+    RETURNS bigint LANGUAGE sql VOLATILE
+    SET search_path = pg_catalog, pg_temp AS $$
+    SELECT dlock._try(p_resource, p_holder, p_lease, p_role, p_delay, p_ticket, p_kind, p_max, p_permits, NULL)
 $$;
 
 -- _wait_ticket and _leave: a wait's ticket taken and given back, as
@@ -308,7 +327,7 @@ $$;
 -- locks the caller holds itself on the same keys are left alone.
 CREATE OR REPLACE FUNCTION dlock._wait_loop(p_resource text, p_holder text, p_lease interval, p_wait interval,
                                        p_fair boolean, p_delay interval, p_fname text,
-                                       p_kind text, p_max integer, p_permits integer)
+                                       p_kind text, p_max integer, p_permits integer, p_session bigint)
     RETURNS bigint LANGUAGE plpgsql VOLATILE
     SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
@@ -340,7 +359,8 @@ DECLARE
 BEGIN
     BEGIN
         LOOP
-            fence := dlock._try(p_resource, p_holder, p_lease, v_role, p_delay, held, p_kind, p_max, p_permits);
+            fence := dlock._try(p_resource, p_holder, p_lease, v_role, p_delay, held, p_kind, p_max, p_permits,
+                                p_session);
             IF fence IS NOT NULL THEN
                 ok := dlock._let_go(p_resource, p_holder, v_role, tkt, fair_tried, marks_tried);
                 RETURN fence;
@@ -427,6 +447,15 @@ BEGIN
     END;
 END
 $$;
+-- 1.0's signature, for a wait an upgrade finds in progress: leased.
+CREATE OR REPLACE FUNCTION dlock._wait_loop(p_resource text, p_holder text, p_lease interval, p_wait interval,
+                                       p_fair boolean, p_delay interval, p_fname text,
+                                       p_kind text, p_max integer, p_permits integer)
+    RETURNS bigint LANGUAGE sql VOLATILE
+    SET search_path = pg_catalog, pg_temp AS $$
+    SELECT dlock._wait_loop(p_resource, p_holder, p_lease, p_wait, p_fair, p_delay, p_fname,
+                            p_kind, p_max, p_permits, NULL)
+$$;
 
 CREATE OR REPLACE FUNCTION dlock.lock(resource text,
                                       holder text DEFAULT dlock.session_holder(),
@@ -434,7 +463,8 @@ CREATE OR REPLACE FUNCTION dlock.lock(resource text,
                                       wait interval DEFAULT NULL,
                                       fair boolean DEFAULT false,
                                       lock_delay interval DEFAULT NULL,
-                                      shared boolean DEFAULT false)
+                                      shared boolean DEFAULT false,
+                                      session bigint DEFAULT NULL)
     RETURNS bigint LANGUAGE plpgsql VOLATILE SECURITY DEFINER
     SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
@@ -443,19 +473,27 @@ DECLARE
     f boolean;
     d interval;
     k text;
+    s record;
 BEGIN
     PERFORM dlock._text_arg(resource, 'resource', 1000);
-    PERFORM dlock._text_arg(holder, 'holder', 255);
+    IF lock.session IS NULL THEN     -- with one, holder may be NULL: the session's
+        PERFORM dlock._text_arg(holder, 'holder', 255);
+    END IF;
     l := dlock._lease(lease);
     w := dlock._wait(wait);
     f := dlock._fair(fair);
     d := dlock._lock_delay(lock_delay);
     k := CASE WHEN dlock._shared_arg(shared, lock_delay) THEN 'shared' ELSE 'exclusive' END;
     PERFORM dlock._writable('dlock.lock()');
-    RETURN dlock._wait_loop(resource, holder, l, w, f, d, 'dlock.lock()', k, NULL, NULL);
+    IF lock.session IS NOT NULL THEN      -- [sessions], sessions.sql
+        s := dlock._session_use(lock.session, holder, lease);
+        holder := s.holder;
+        l := s.ttl;
+    END IF;
+    RETURN dlock._wait_loop(resource, holder, l, w, f, d, 'dlock.lock()', k, NULL, NULL, lock.session);
 END
 $$;
-COMMENT ON FUNCTION dlock.lock(text, text, interval, interval, boolean, interval, boolean) IS
+COMMENT ON FUNCTION dlock.lock(text, text, interval, interval, boolean, interval, boolean, bigint) IS
     'Like try_lock, but waits up to wait (NULL: no limit but statement_timeout), polling, in the fair queue with fair => true (shared => true: alongside other shared holders); NULL on timeout';
 
 CREATE OR REPLACE FUNCTION dlock.unlock(resource text,
@@ -480,7 +518,7 @@ BEGIN
                                               ELSE current_setting('role') END));
         UPDATE dlock.leases x SET holder = NULL, count = 0, released_at = clock_timestamp()
          WHERE x.resource = unlock.resource AND x.holder = unlock.holder AND x.owner = v_role::regrole
-           AND x.count = 1 AND NOT x.kinds
+           AND x.count = 1 AND NOT x.kinds AND x.session IS NULL
            AND x.expires_at > clock_timestamp() AND (unlock.fence IS NULL OR x.fence = unlock.fence)
            AND x.resource = (SELECT y.resource FROM dlock.leases y
                               WHERE y.resource = unlock.resource AND y.holder = unlock.holder
@@ -549,6 +587,10 @@ BEGIN
        OR (fence IS NOT NULL AND fence <> r.fence) THEN
         RETURN CASE WHEN r.kinds THEN dlock._renew_held(renew.resource, holder, c.roleid, c.is_super, l, fence) END;
     END IF;
+    -- [sessions]: a session's holding renews its session (sessions.sql).
+    IF r.session IS NOT NULL THEN
+        RETURN dlock._renew_session(r.session, lease);
+    END IF;
     v_exp := dlock._expiry(v_now, coalesce(l, r.lease));
     UPDATE dlock.leases x SET expires_at = v_exp, renewed_at = v_now, lease = coalesce(l, r.lease)
      WHERE x.resource = renew.resource;
@@ -572,11 +614,12 @@ BEGIN
     v_role := (dlock._caller()).roleid;
     FOR r IN SELECT * FROM dlock.leases l
               WHERE l.holder = unlock_all.holder AND l.owner = v_role
-                AND l.expires_at > clock_timestamp()
+                AND dlock._exp(l.session, l.expires_at) > clock_timestamp()
               ORDER BY l.resource
                 FOR UPDATE
     LOOP
-        IF r.holder = unlock_all.holder AND r.owner = v_role AND r.expires_at > clock_timestamp() THEN
+        IF r.holder = unlock_all.holder AND r.owner = v_role
+           AND dlock._exp(r.session, r.expires_at) > clock_timestamp() THEN
             PERFORM dlock._release(r.resource, r.fence, 0, 'released');
             n := n + 1;
         END IF;
@@ -598,15 +641,20 @@ BEGIN
     PERFORM dlock._writable('dlock.reap()');
     -- Rows another transaction is changing or pinning are skipped.
     FOR r IN SELECT * FROM dlock.leases l
-              WHERE l.holder IS NOT NULL AND l.expires_at <= clock_timestamp()
+              WHERE l.holder IS NOT NULL AND dlock._exp(l.session, l.expires_at) <= clock_timestamp()
               ORDER BY l.resource
                 FOR UPDATE SKIP LOCKED
     LOOP
+        -- A session's holding: only with the session's end locked in
+        -- (_lapsed; a keepalive or close in flight: skipped).
+        CONTINUE WHEN r.session IS NOT NULL AND NOT dlock._lapsed(r.session);
         PERFORM dlock._release(r.resource, r.fence, 0, 'expired');
         n := n + 1;
     END LOOP;
     -- Expired shared holdings and permits ([kinds], kinds.sql).
     n := n + dlock._reap_held();
+    -- Sessions that have ended with no holding left ([sessions]).
+    PERFORM dlock._reap_sessions();
     -- Rows free for over an hour go, unless a lock-delay is still pending
     -- or shared holdings or permits may be there; lapsed tickets and the
     -- delays of gone rows too.
@@ -654,7 +702,7 @@ BEGIN
     ELSE
         SELECT * INTO r FROM dlock.leases l WHERE l.resource = p_resource;
     END IF;
-    is_current := FOUND AND r.holder IS NOT NULL AND r.expires_at > clock_timestamp()
+    is_current := FOUND AND r.holder IS NOT NULL AND dlock._exp(r.session, r.expires_at) > clock_timestamp()
                AND r.fence = p_fence;
     owner := r.owner;
     -- Any current holder's fence: a shared holding's, or permits' ([kinds]).
@@ -712,7 +760,7 @@ BEGIN
     PERFORM dlock._writable('dlock.break_lock()');
     SELECT * INTO r FROM dlock.leases l WHERE l.resource = break_lock.resource FOR UPDATE;
     -- Every shared holding and permit too ([kinds], kinds.sql).
-    IF NOT FOUND OR r.holder IS NULL OR r.expires_at <= clock_timestamp() THEN
+    IF NOT FOUND OR r.holder IS NULL OR dlock._exp(r.session, r.expires_at) <= clock_timestamp() THEN
         RETURN CASE WHEN r.kinds THEN dlock._break_held(break_lock.resource) > 0 ELSE false END;
     END IF;
     PERFORM dlock._release(r.resource, r.fence, 0, 'broken');

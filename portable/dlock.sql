@@ -147,7 +147,8 @@ SELECT pg_catalog.set_config('dlock_portable.new_schema',
            (NOT EXISTS (SELECT FROM pg_catalog.pg_namespace WHERE nspname OPERATOR(pg_catalog.=) 'dlock'))::text, true),
        pg_catalog.set_config('dlock_portable.new_locks', (pg_catalog.to_regclass('dlock.locks') IS NULL)::text, true),
        pg_catalog.set_config('dlock_portable.new_queue', (pg_catalog.to_regclass('dlock.queue') IS NULL)::text, true),
-       pg_catalog.set_config('dlock_portable.new_terms', (pg_catalog.to_regclass('dlock.terms') IS NULL)::text, true)
+       pg_catalog.set_config('dlock_portable.new_terms', (pg_catalog.to_regclass('dlock.terms') IS NULL)::text, true),
+       pg_catalog.set_config('dlock_portable.new_sessions', (pg_catalog.to_regclass('dlock.sessions') IS NULL)::text, true)
        \gset dlock_unused_
 
 -- A re-run replaces views (CREATE OR REPLACE VIEW) and may add columns:
@@ -176,6 +177,10 @@ DECLARE
     no_secret boolean := pg_catalog.to_regclass('dlock.fence_epoch_seal') IS NOT NULL AND NOT EXISTS
         (SELECT FROM pg_catalog.pg_attribute a WHERE a.attrelid OPERATOR(pg_catalog.=) pg_catalog.to_regclass('dlock.fence_epoch_seal')
             AND a.attname OPERATOR(pg_catalog.=) 'secret' AND NOT a.attisdropped);
+    -- 1.1 ([sessions]): the column session of the holdings' tables.
+    no_session boolean := pg_catalog.to_regclass('dlock.permits') IS NOT NULL AND NOT EXISTS
+        (SELECT FROM pg_catalog.pg_attribute a WHERE a.attrelid OPERATOR(pg_catalog.=) pg_catalog.to_regclass('dlock.permits')
+            AND a.attname OPERATOR(pg_catalog.=) 'session' AND NOT a.attisdropped);
 BEGIN
     LOOP
         BEGIN
@@ -192,6 +197,12 @@ BEGIN
             END IF;
             IF pg_catalog.to_regclass('dlock.terms') IS NOT NULL THEN
                 ALTER VIEW dlock.terms OWNER TO CURRENT_USER;
+            END IF;
+            IF pg_catalog.to_regclass('dlock.sessions') IS NOT NULL THEN
+                ALTER VIEW dlock.sessions OWNER TO CURRENT_USER;
+            END IF;
+            IF no_session THEN
+                LOCK TABLE dlock.leases, dlock.shares, dlock.permits IN ACCESS EXCLUSIVE MODE;
             END IF;
             IF no_kinds THEN
                 LOCK TABLE dlock.leases IN ACCESS EXCLUSIVE MODE;
@@ -239,6 +250,18 @@ DROP FUNCTION IF EXISTS dlock.acquire(text, text, integer, integer, interval, bo
 DROP FUNCTION IF EXISTS dlock.lock_all(text[], text, interval, boolean, interval);
 -- (The old _try and _wait_loop stay, as wrappers, for waits in progress:
 -- kinds.sql.)
+-- 1.1 ([sessions]): every acquisition takes session; 1.0's _attempt,
+-- _try, _wait_loop, _attempt_kind and _attempt_all stay as wrappers for
+-- waits in progress (acquire.sql, core.sql, kinds.sql).  _find_held
+-- returns the holding's session too.
+DROP FUNCTION IF EXISTS dlock.try_lock(text, text, interval, boolean, interval, boolean);
+DROP FUNCTION IF EXISTS dlock.lock(text, text, interval, interval, boolean, interval, boolean);
+DROP FUNCTION IF EXISTS dlock.try_acquire(text, text, integer, integer, interval, boolean);
+DROP FUNCTION IF EXISTS dlock.acquire(text, text, integer, integer, interval, interval, boolean);
+DROP FUNCTION IF EXISTS dlock.try_lock_all(text[], text, interval, boolean);
+DROP FUNCTION IF EXISTS dlock.lock_all(text[], text, interval, interval, boolean);
+DROP FUNCTION IF EXISTS dlock.campaign(text, text, text, interval, interval);
+DROP FUNCTION IF EXISTS dlock._find_held(text, text, oid, boolean, text);
 COMMENT ON SCHEMA dlock IS
     'dlock (portable edition): leased distributed locks with fencing tokens (see the dlock README)';
 DO $usage$
@@ -257,9 +280,9 @@ CREATE TABLE IF NOT EXISTS dlock.portable (
 );
 -- Its row is also the lock a fence-epoch jump takes (fences.sql): written
 -- only when the version changes, so a re-run does not hold it.
-INSERT INTO dlock.portable (version, installed_at) VALUES ('1.0', pg_catalog.clock_timestamp())
+INSERT INTO dlock.portable (version, installed_at) VALUES ('1.1', pg_catalog.clock_timestamp())
     ON CONFLICT (one) DO NOTHING;
-UPDATE dlock.portable p SET version = '1.0' WHERE p.version OPERATOR(pg_catalog.<>) '1.0';
+UPDATE dlock.portable p SET version = '1.1' WHERE p.version OPERATOR(pg_catalog.<>) '1.1';
 COMMENT ON TABLE dlock.portable IS 'The dlock portable edition''s version in this database';
 
 \ir tables.sql
@@ -276,5 +299,8 @@ COMMENT ON TABLE dlock.portable IS 'The dlock portable edition''s version in thi
 
 -- Shared locks, semaphores and several resources at once ([kinds]).
 \ir kinds.sql
+
+-- Sessions: one keepalive for many holdings ([sessions], 1.1).
+\ir sessions.sql
 
 COMMIT;

@@ -99,10 +99,12 @@ CREATE OR REPLACE FUNCTION dlock.campaign(election text,
                                           candidate text DEFAULT dlock.session_holder(),
                                           value text DEFAULT NULL,
                                           lease interval DEFAULT NULL,
-                                          wait interval DEFAULT NULL)
+                                          wait interval DEFAULT NULL,
+                                          session bigint DEFAULT NULL)
     RETURNS bigint LANGUAGE plpgsql VOLATILE SECURITY DEFINER
     SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
+    s record;
     l interval;
     w interval;
     d interval;
@@ -113,17 +115,25 @@ DECLARE
     pause interval := interval '1 millisecond';
 BEGIN
     PERFORM dlock._text_arg(election, 'election', 1000);
-    PERFORM dlock._text_arg(candidate, 'candidate', 255);
+    IF campaign.session IS NULL THEN     -- with one, candidate may be NULL: the session's holder
+        PERFORM dlock._text_arg(candidate, 'candidate', 255);
+    END IF;
     PERFORM dlock._value(value);
     l := dlock._lease(lease);
     w := dlock._wait(wait);
     d := dlock._lock_delay(NULL);
     PERFORM dlock._writable('dlock.campaign()');
     v_role := (dlock._caller()).roleid;
+    IF campaign.session IS NOT NULL THEN      -- [sessions], sessions.sql
+        s := dlock._session_use(campaign.session, candidate, lease);
+        candidate := s.holder;
+        l := s.ttl;
+    END IF;
     -- The leader campaigning again: its term, never a re-entry (its row
     -- locked within the wait; a first look takes nothing).
     SELECT * INTO r FROM dlock.leases x WHERE x.resource = election;
-    IF FOUND AND r.holder = candidate AND r.owner = v_role AND r.expires_at > clock_timestamp() THEN
+    IF FOUND AND r.holder = candidate AND r.owner = v_role
+       AND dlock._exp(r.session, r.expires_at) > clock_timestamp() THEN
         deadline := clock_timestamp() + w;
         LOOP
             SELECT * INTO r FROM dlock.leases x WHERE x.resource = election FOR UPDATE SKIP LOCKED;
@@ -134,15 +144,17 @@ BEGIN
             PERFORM pg_sleep(extract(epoch FROM pause));
             pause := least(pause * 2, interval '100 milliseconds');
         END LOOP;
-        IF r.holder = candidate AND r.owner = v_role AND r.expires_at > clock_timestamp() THEN
+        IF r.holder = candidate AND r.owner = v_role
+           AND dlock._exp(r.session, r.expires_at) > clock_timestamp() THEN
             PERFORM dlock._still_leader(election, r.fence, candidate, value, v_role);
             RETURN r.fence;
         END IF;
     END IF;
     IF w = interval '0' THEN
-        term := dlock._attempt(election, candidate, l, v_role, true, d, NULL);
+        term := dlock._attempt(election, candidate, l, v_role, true, d, NULL, campaign.session);
     ELSE
-        term := dlock._wait_loop(election, candidate, l, w, true, d, 'dlock.campaign()', 'exclusive', NULL, NULL);
+        term := dlock._wait_loop(election, candidate, l, w, true, d, 'dlock.campaign()', 'exclusive', NULL, NULL,
+                                 campaign.session);
     END IF;
     IF term IS NULL THEN
         RETURN NULL;
@@ -161,7 +173,7 @@ BEGIN
     RETURN term;
 END
 $$;
-COMMENT ON FUNCTION dlock.campaign(text, text, text, interval, interval) IS
+COMMENT ON FUNCTION dlock.campaign(text, text, text, interval, interval, bigint) IS
     'Wait in election''s fair queue until candidate leads, with value; returns the term (the fence), NULL on timeout; the leader campaigning again gets its term';
 
 CREATE OR REPLACE FUNCTION dlock.proclaim(election text, candidate text, value text,

@@ -116,11 +116,11 @@ DECLARE
 BEGIN
     IF NOT EXISTS (SELECT FROM dlock.shares x
                     WHERE x.resource = p_resource AND x.holder = p_holder AND x.owner = p_role
-                      AND x.expires_at > clock_timestamp()) THEN
+                      AND dlock._exp(x.session, x.expires_at) > clock_timestamp()) THEN
         RETURN;
     END IF;
     FOR o IN SELECT x.holder, x.owner FROM dlock.shares x
-              WHERE x.resource = p_resource AND x.expires_at > clock_timestamp()
+              WHERE x.resource = p_resource AND dlock._exp(x.session, x.expires_at) > clock_timestamp()
                 AND NOT (x.holder = p_holder AND x.owner = p_role)
     LOOP
         k := dlock._umark(p_resource, o.holder, o.owner);
@@ -191,35 +191,42 @@ DECLARE
     k integer;
 BEGIN
     SELECT * INTO r FROM dlock.leases l WHERE l.resource = p_resource;
-    ended := r.holder IS NULL OR r.expires_at <= v_now;
+    ended := r.holder IS NULL OR dlock._exp(r.session, r.expires_at) <= v_now;
     ex_mine := NOT ended AND r.holder = p_holder AND r.owner = p_role;
     SELECT count(*) FILTER (WHERE x.live), count(*) FILTER (WHERE x.live AND NOT x.mine),
            coalesce(bool_or(x.live AND x.mine), false), count(*) FILTER (WHERE NOT x.live)
       INTO sh_live, sh_others, sh_mine, sh_expired
-      FROM (SELECT s.expires_at > v_now AS live,
+      FROM (SELECT dlock._exp(s.session, s.expires_at) > v_now AS live,
                    coalesce(s.holder = p_holder AND s.owner = p_role, false) AS mine
               FROM dlock.shares s WHERE s.resource = p_resource) x;
     SELECT count(*) FILTER (WHERE x.live), coalesce(sum(x.permits) FILTER (WHERE x.live), 0),
            max(x.max_permits) FILTER (WHERE x.live),
            coalesce(bool_or(x.live AND x.mine), false), count(*) FILTER (WHERE NOT x.live)
       INTO pm_live, pm_held, pm_max, pm_mine, pm_expired
-      FROM (SELECT p.expires_at > v_now AS live, p.permits, p.max_permits,
+      FROM (SELECT dlock._exp(p.session, p.expires_at) > v_now AS live, p.permits, p.max_permits,
                    coalesce(p.holder = p_holder AND p.owner = p_role, false) AS mine
               FROM dlock.permits p WHERE p.resource = p_resource) x;
     -- Expired rows are disregarded only when nobody else has them locked
-    -- (a pin, a renewal or a release in flight).
+    -- (a pin, a renewal or a release in flight), and a session's only with
+    -- its end locked in (_lapsed: no keepalive in flight).
+    IF p_locked AND r.holder IS NOT NULL AND ended AND r.session IS NOT NULL
+       AND NOT dlock._lapsed(r.session) THEN
+        RETURN 'contended';
+    END IF;
     IF p_locked AND sh_expired > 0 THEN
-        SELECT count(*) INTO n FROM (SELECT FROM dlock.shares s
-                                      WHERE s.resource = p_resource AND s.expires_at <= v_now
-                                        FOR UPDATE SKIP LOCKED) x;
+        SELECT count(*) INTO n FROM (SELECT s.session FROM dlock.shares s
+                                      WHERE s.resource = p_resource AND dlock._exp(s.session, s.expires_at) <= v_now
+                                        FOR UPDATE SKIP LOCKED) x
+         WHERE x.session IS NULL OR dlock._lapsed(x.session);
         IF n < sh_expired THEN
             RETURN 'contended';
         END IF;
     END IF;
     IF p_locked AND pm_expired > 0 THEN
-        SELECT count(*) INTO n FROM (SELECT FROM dlock.permits p
-                                      WHERE p.resource = p_resource AND p.expires_at <= v_now
-                                        FOR UPDATE SKIP LOCKED) x;
+        SELECT count(*) INTO n FROM (SELECT p.session FROM dlock.permits p
+                                      WHERE p.resource = p_resource AND dlock._exp(p.session, p.expires_at) <= v_now
+                                        FOR UPDATE SKIP LOCKED) x
+         WHERE x.session IS NULL OR dlock._lapsed(x.session);
         IF n < pm_expired THEN
             RETURN 'contended';
         END IF;
@@ -323,7 +330,7 @@ $$;
 -- there.
 CREATE OR REPLACE FUNCTION dlock._attempt_kind(p_kind text, p_resource text, p_holder text, p_lease interval,
                                                p_role oid, p_fair boolean, p_ticket bigint,
-                                               p_max integer, p_permits integer)
+                                               p_max integer, p_permits integer, p_session bigint)
     RETURNS bigint LANGUAGE plpgsql VOLATILE
     SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
@@ -332,8 +339,13 @@ DECLARE
     v_fence bigint;
     v_count integer;
     v_exp timestamptz;
+    v_session bigint;
     ok boolean;
 BEGIN
+    -- [sessions]: a session that has ended takes nothing.
+    IF p_session IS NOT NULL THEN
+        PERFORM dlock._session_live(p_session);
+    END IF;
     -- A look that takes nothing first (READ COMMITTED: it sees the last commits).
     IF current_setting('transaction_isolation') = 'read committed' THEN
         v := dlock._admit(p_kind, p_resource, p_holder, p_role, p_ticket, p_max, p_permits, false);
@@ -365,11 +377,13 @@ BEGIN
             IF v = 'reenter' THEN
                 -- count + 1 (and the permits added), expiry at least now + lease, same fence.
                 IF p_kind = 'shared' THEN
-                    SELECT s.fence, s.count, s.expires_at INTO v_fence, v_count, v_exp FROM dlock.shares s
+                    SELECT s.fence, s.count, s.expires_at, s.session INTO v_fence, v_count, v_exp, v_session
+                      FROM dlock.shares s
                      WHERE s.resource = p_resource AND s.holder = p_holder AND s.owner = p_role
                        FOR NO KEY UPDATE SKIP LOCKED;
                 ELSE
-                    SELECT p.fence, p.count, p.expires_at INTO v_fence, v_count, v_exp FROM dlock.permits p
+                    SELECT p.fence, p.count, p.expires_at, p.session INTO v_fence, v_count, v_exp, v_session
+                      FROM dlock.permits p
                      WHERE p.resource = p_resource AND p.holder = p_holder AND p.owner = p_role
                        FOR NO KEY UPDATE SKIP LOCKED;
                 END IF;
@@ -382,7 +396,17 @@ BEGIN
                         USING ERRCODE = 'program_limit_exceeded',
                               DETAIL = 'A holding is re-entered at most 2147483646 times.';
                 END IF;
-                v_exp := greatest(v_exp, dlock._expiry(v_now, p_lease));
+                -- A re-entry stays in the holding's session, or stays leased.
+                IF v_session IS DISTINCT FROM p_session THEN
+                    RAISE EXCEPTION 'holder "%" holds resource "%" %', p_holder, p_resource,
+                                    CASE WHEN v_session IS NULL THEN 'with a lease of its own'
+                                         ELSE format('in session %s', v_session) END
+                        USING ERRCODE = 'object_not_in_prerequisite_state',
+                              HINT = 'Re-enter a holding the way it was taken: in its session, or with a lease.';
+                END IF;
+                IF p_session IS NULL THEN
+                    v_exp := greatest(v_exp, dlock._expiry(v_now, p_lease));
+                END IF;
                 IF p_kind = 'shared' THEN
                     UPDATE dlock.shares s SET count = s.count + 1, expires_at = v_exp, renewed_at = v_now
                      WHERE s.resource = p_resource AND s.holder = p_holder AND s.owner = p_role;
@@ -398,22 +422,24 @@ BEGIN
                 v_fence := dlock._next_fence();
                 IF p_kind = 'shared' THEN
                     INSERT INTO dlock.shares AS s (resource, holder, owner, count, fence, lease,
-                                                   acquired_at, renewed_at, expires_at)
-                         VALUES (p_resource, p_holder, p_role::regrole, 1, v_fence, p_lease, v_now, v_now, v_exp)
+                                                   acquired_at, renewed_at, expires_at, session)
+                         VALUES (p_resource, p_holder, p_role::regrole, 1, v_fence, p_lease, v_now, v_now, v_exp,
+                                 p_session)
                     ON CONFLICT (resource, holder, owner) DO UPDATE
                            SET count = 1, fence = excluded.fence, lease = excluded.lease,
                                acquired_at = excluded.acquired_at, renewed_at = excluded.renewed_at,
-                               expires_at = excluded.expires_at;
+                               expires_at = excluded.expires_at, session = excluded.session;
                 ELSE
                     INSERT INTO dlock.permits AS p (resource, holder, owner, count, fence, lease,
-                                                    acquired_at, renewed_at, expires_at, permits, max_permits)
+                                                    acquired_at, renewed_at, expires_at, permits, max_permits,
+                                                    session)
                          VALUES (p_resource, p_holder, p_role::regrole, 1, v_fence, p_lease, v_now, v_now, v_exp,
-                                 p_permits, p_max)
+                                 p_permits, p_max, p_session)
                     ON CONFLICT (resource, holder, owner) DO UPDATE
                            SET count = 1, fence = excluded.fence, lease = excluded.lease,
                                acquired_at = excluded.acquired_at, renewed_at = excluded.renewed_at,
                                expires_at = excluded.expires_at, permits = excluded.permits,
-                               max_permits = excluded.max_permits;
+                               max_permits = excluded.max_permits, session = excluded.session;
                 END IF;
             END IF;
             -- The row is written by every acquisition (see the header).
@@ -430,6 +456,15 @@ BEGIN
     RETURN NULL;
 END
 $$;
+-- 1.0's signature, for a wait an upgrade finds in progress: leased.
+CREATE OR REPLACE FUNCTION dlock._attempt_kind(p_kind text, p_resource text, p_holder text, p_lease interval,
+                                               p_role oid, p_fair boolean, p_ticket bigint,
+                                               p_max integer, p_permits integer)
+    RETURNS bigint LANGUAGE sql VOLATILE
+    SET search_path = pg_catalog, pg_temp AS $$
+    SELECT dlock._attempt_kind(p_kind, p_resource, p_holder, p_lease, p_role, p_fair, p_ticket,
+                               p_max, p_permits, NULL)
+$$;
 
 -- _find_held: the caller's live shared holding of resource, else its
 -- holding of permits (tbl 'shares' or 'permits'; NULL: none); another
@@ -437,7 +472,7 @@ $$;
 -- p_super, NULL to look it up), by _may_change's rule.
 CREATE OR REPLACE FUNCTION dlock._find_held(p_resource text, p_holder text, p_role oid, p_super boolean,
                                             p_action text, OUT tbl text, OUT fence bigint, OUT count integer,
-                                            OUT lease interval, OUT owner oid)
+                                            OUT lease interval, OUT owner oid, OUT session bigint)
     LANGUAGE plpgsql VOLATILE
     SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
@@ -446,11 +481,13 @@ DECLARE
     r dlock.leases%ROWTYPE;
 BEGIN
     FOR x IN SELECT * FROM (
-                 SELECT 'shares' AS t, s.fence, s.count, s.lease, s.owner, s.expires_at FROM dlock.shares s
-                  WHERE s.resource = p_resource AND s.holder = p_holder AND s.expires_at > v_now
+                 SELECT 'shares' AS t, s.fence, s.count, s.lease, s.owner, s.expires_at, s.session
+                   FROM dlock.shares s
+                  WHERE s.resource = p_resource AND s.holder = p_holder AND dlock._exp(s.session, s.expires_at) > v_now
                  UNION ALL
-                 SELECT 'permits', p.fence, p.count, p.lease, p.owner, p.expires_at FROM dlock.permits p
-                  WHERE p.resource = p_resource AND p.holder = p_holder AND p.expires_at > v_now) u
+                 SELECT 'permits', p.fence, p.count, p.lease, p.owner, p.expires_at, p.session
+                   FROM dlock.permits p
+                  WHERE p.resource = p_resource AND p.holder = p_holder AND dlock._exp(p.session, p.expires_at) > v_now) u
               ORDER BY u.owner = p_role::regrole DESC, u.t DESC
     LOOP
         -- The caller's own first; another role's through _may_change.
@@ -458,7 +495,9 @@ BEGIN
         r.holder := p_holder;
         r.owner := x.owner;
         r.expires_at := x.expires_at;
+        r.session := x.session;
         IF dlock._may_change(r, p_holder, p_role, p_super, p_action) THEN
+            session := x.session;
             tbl := x.t;
             fence := x.fence;
             count := x.count;
@@ -515,10 +554,12 @@ BEGIN
     -- Lock it, and look again: it may have ended meanwhile.
     IF h.tbl = 'shares' THEN
         SELECT s.count INTO c FROM dlock.shares s
-         WHERE s.resource = p_resource AND s.fence = h.fence AND s.expires_at > clock_timestamp() FOR UPDATE;
+         WHERE s.resource = p_resource AND s.fence = h.fence
+           AND dlock._exp(s.session, s.expires_at) > clock_timestamp() FOR UPDATE;
     ELSE
         SELECT p.count INTO c FROM dlock.permits p
-         WHERE p.resource = p_resource AND p.fence = h.fence AND p.expires_at > clock_timestamp() FOR UPDATE;
+         WHERE p.resource = p_resource AND p.fence = h.fence
+           AND dlock._exp(p.session, p.expires_at) > clock_timestamp() FOR UPDATE;
     END IF;
     IF c IS NULL THEN
         RETURN NULL;
@@ -548,6 +589,10 @@ BEGIN
     h := dlock._find_held(p_resource, p_holder, p_role, p_super, 'renew');
     IF h.tbl IS NULL OR (p_fence IS NOT NULL AND p_fence <> h.fence) THEN
         RETURN NULL;
+    END IF;
+    -- [sessions]: a session's holding renews its session (sessions.sql).
+    IF h.session IS NOT NULL THEN
+        RETURN dlock._renew_session(h.session, p_lease);
     END IF;
     -- FOR NO KEY UPDATE: an assert_fence pin (FOR KEY SHARE) never makes
     -- the renewal wait; an expired lease is never revived.
@@ -589,18 +634,18 @@ DECLARE
     n integer := 0;
 BEGIN
     FOR x IN SELECT 'shares' AS t, s.resource, s.fence FROM dlock.shares s
-              WHERE s.holder = p_holder AND s.owner = p_role AND s.expires_at > clock_timestamp()
+              WHERE s.holder = p_holder AND s.owner = p_role AND dlock._exp(s.session, s.expires_at) > clock_timestamp()
              UNION ALL
              SELECT 'permits', p.resource, p.fence FROM dlock.permits p
-              WHERE p.holder = p_holder AND p.owner = p_role AND p.expires_at > clock_timestamp()
+              WHERE p.holder = p_holder AND p.owner = p_role AND dlock._exp(p.session, p.expires_at) > clock_timestamp()
              ORDER BY 2, 1
     LOOP
         IF x.t = 'shares' THEN
             PERFORM FROM dlock.shares s WHERE s.resource = x.resource AND s.fence = x.fence
-                                          AND s.expires_at > clock_timestamp() FOR UPDATE;
+                                          AND dlock._exp(s.session, s.expires_at) > clock_timestamp() FOR UPDATE;
         ELSE
             PERFORM FROM dlock.permits p WHERE p.resource = x.resource AND p.fence = x.fence
-                                           AND p.expires_at > clock_timestamp() FOR UPDATE;
+                                           AND dlock._exp(p.session, p.expires_at) > clock_timestamp() FOR UPDATE;
         END IF;
         IF FOUND THEN
             PERFORM dlock._end_held(x.t, x.resource, x.fence, 'released');
@@ -622,15 +667,17 @@ DECLARE
     x record;
     n integer := 0;
 BEGIN
-    FOR x IN SELECT s.resource, s.fence FROM dlock.shares s
-              WHERE s.expires_at <= clock_timestamp() ORDER BY s.resource FOR UPDATE SKIP LOCKED
+    FOR x IN SELECT s.resource, s.fence, s.session FROM dlock.shares s
+              WHERE dlock._exp(s.session, s.expires_at) <= clock_timestamp() ORDER BY s.resource FOR UPDATE SKIP LOCKED
     LOOP
+        CONTINUE WHEN x.session IS NOT NULL AND NOT dlock._lapsed(x.session);
         PERFORM dlock._end_held('shares', x.resource, x.fence, 'expired');
         n := n + 1;
     END LOOP;
-    FOR x IN SELECT p.resource, p.fence FROM dlock.permits p
-              WHERE p.expires_at <= clock_timestamp() ORDER BY p.resource FOR UPDATE SKIP LOCKED
+    FOR x IN SELECT p.resource, p.fence, p.session FROM dlock.permits p
+              WHERE dlock._exp(p.session, p.expires_at) <= clock_timestamp() ORDER BY p.resource FOR UPDATE SKIP LOCKED
     LOOP
+        CONTINUE WHEN x.session IS NOT NULL AND NOT dlock._lapsed(x.session);
         PERFORM dlock._end_held('permits', x.resource, x.fence, 'expired');
         n := n + 1;
     END LOOP;
@@ -659,13 +706,15 @@ DECLARE
     n integer := 0;
 BEGIN
     FOR x IN SELECT s.fence FROM dlock.shares s
-              WHERE s.resource = p_resource AND s.expires_at > clock_timestamp() ORDER BY s.fence FOR UPDATE
+              WHERE s.resource = p_resource AND dlock._exp(s.session, s.expires_at) > clock_timestamp()
+              ORDER BY s.fence FOR UPDATE
     LOOP
         PERFORM dlock._end_held('shares', p_resource, x.fence, 'broken');
         n := n + 1;
     END LOOP;
     FOR x IN SELECT p.fence FROM dlock.permits p
-              WHERE p.resource = p_resource AND p.expires_at > clock_timestamp() ORDER BY p.fence FOR UPDATE
+              WHERE p.resource = p_resource AND dlock._exp(p.session, p.expires_at) > clock_timestamp()
+              ORDER BY p.fence FOR UPDATE
     LOOP
         PERFORM dlock._end_held('permits', p_resource, x.fence, 'broken');
         n := n + 1;
@@ -683,17 +732,17 @@ CREATE OR REPLACE FUNCTION dlock._current_held(p_resource text, p_fence bigint, 
 BEGIN
     IF pin THEN
         SELECT s.owner INTO owner FROM dlock.shares s
-         WHERE s.resource = p_resource AND s.fence = p_fence AND s.expires_at > clock_timestamp() FOR KEY SHARE;
+         WHERE s.resource = p_resource AND s.fence = p_fence AND dlock._exp(s.session, s.expires_at) > clock_timestamp() FOR KEY SHARE;
         IF NOT FOUND THEN
             SELECT p.owner INTO owner FROM dlock.permits p
-             WHERE p.resource = p_resource AND p.fence = p_fence AND p.expires_at > clock_timestamp() FOR KEY SHARE;
+             WHERE p.resource = p_resource AND p.fence = p_fence AND dlock._exp(p.session, p.expires_at) > clock_timestamp() FOR KEY SHARE;
         END IF;
     ELSE
         SELECT s.owner INTO owner FROM dlock.shares s
-         WHERE s.resource = p_resource AND s.fence = p_fence AND s.expires_at > clock_timestamp();
+         WHERE s.resource = p_resource AND s.fence = p_fence AND dlock._exp(s.session, s.expires_at) > clock_timestamp();
         IF NOT FOUND THEN
             SELECT p.owner INTO owner FROM dlock.permits p
-             WHERE p.resource = p_resource AND p.fence = p_fence AND p.expires_at > clock_timestamp();
+             WHERE p.resource = p_resource AND p.fence = p_fence AND dlock._exp(p.session, p.expires_at) > clock_timestamp();
         END IF;
     END IF;
     is_current := FOUND;
@@ -729,24 +778,32 @@ CREATE OR REPLACE FUNCTION dlock.try_acquire(semaphore text,
                                              max_permits integer,
                                              permits integer DEFAULT 1,
                                              lease interval DEFAULT NULL,
-                                             fair boolean DEFAULT false)
+                                             fair boolean DEFAULT false,
+                                             session bigint DEFAULT NULL)
     RETURNS bigint LANGUAGE plpgsql VOLATILE SECURITY DEFINER
     SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
     l interval;
     f boolean;
     ok boolean;
+    s_ttl interval;
 BEGIN
+    -- [sessions]: the session's holder and ttl (sessions.sql); first, since
+    -- holder may be NULL with a session.
+    IF try_acquire.session IS NOT NULL THEN
+        SELECT x.holder, x.ttl INTO holder, s_ttl FROM dlock._session_use(try_acquire.session, holder, lease) x;
+    END IF;
     semaphore := dlock._text_arg(semaphore, 'semaphore', 1000);
     holder := dlock._text_arg(holder, 'holder', 255);
     ok := dlock._permits_args(max_permits, permits);
     l := dlock._lease(lease);
     f := dlock._fair(fair);
     ok := dlock._writable('dlock.try_acquire()');
-    RETURN dlock._attempt_kind('semaphore', semaphore, holder, l, dlock._role(), f, NULL, max_permits, permits);
+    RETURN dlock._attempt_kind('semaphore', semaphore, holder, coalesce(s_ttl, l), dlock._role(), f, NULL,
+                               max_permits, permits, try_acquire.session);
 END
 $$;
-COMMENT ON FUNCTION dlock.try_acquire(text, text, integer, integer, interval, boolean) IS
+COMMENT ON FUNCTION dlock.try_acquire(text, text, integer, integer, interval, boolean, bigint) IS
     'Acquire permits of semaphore for holder (at most max_permits held at once; added to the holder''s holding), with a lease; returns the holding''s fence, or NULL at once if they are not free';
 
 CREATE OR REPLACE FUNCTION dlock.acquire(semaphore text,
@@ -755,7 +812,8 @@ CREATE OR REPLACE FUNCTION dlock.acquire(semaphore text,
                                          permits integer DEFAULT 1,
                                          lease interval DEFAULT NULL,
                                          wait interval DEFAULT NULL,
-                                         fair boolean DEFAULT false)
+                                         fair boolean DEFAULT false,
+                                         session bigint DEFAULT NULL)
     RETURNS bigint LANGUAGE plpgsql VOLATILE SECURITY DEFINER
     SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
@@ -763,7 +821,13 @@ DECLARE
     w interval;
     f boolean;
     ok boolean;
+    s_ttl interval;
 BEGIN
+    -- [sessions]: the session's holder and ttl (sessions.sql); first, since
+    -- holder may be NULL with a session.
+    IF acquire.session IS NOT NULL THEN
+        SELECT x.holder, x.ttl INTO holder, s_ttl FROM dlock._session_use(acquire.session, holder, lease) x;
+    END IF;
     semaphore := dlock._text_arg(semaphore, 'semaphore', 1000);
     holder := dlock._text_arg(holder, 'holder', 255);
     ok := dlock._permits_args(max_permits, permits);
@@ -771,10 +835,11 @@ BEGIN
     w := dlock._wait(wait);
     f := dlock._fair(fair);
     ok := dlock._writable('dlock.acquire()');
-    RETURN dlock._wait_loop(semaphore, holder, l, w, f, NULL, 'dlock.acquire()', 'semaphore', max_permits, permits);
+    RETURN dlock._wait_loop(semaphore, holder, coalesce(s_ttl, l), w, f, NULL, 'dlock.acquire()', 'semaphore',
+                            max_permits, permits, acquire.session);
 END
 $$;
-COMMENT ON FUNCTION dlock.acquire(text, text, integer, integer, interval, interval, boolean) IS
+COMMENT ON FUNCTION dlock.acquire(text, text, integer, integer, interval, interval, boolean, bigint) IS
     'Like try_acquire, but waits up to wait (NULL: no limit but statement_timeout), polling, in the fair queue with fair => true; NULL on timeout';
 
 -- ---------------------------------------------------------------------------
@@ -817,7 +882,8 @@ $$;
 -- this transaction's own transaction-scoped lock raises 40P01 (lock_all
 -- would wait for itself).
 CREATE OR REPLACE FUNCTION dlock._attempt_all(p_resources text[], p_holder text, p_lease interval, p_role oid,
-                                              p_shared boolean, p_delay interval, p_wait boolean)
+                                              p_shared boolean, p_delay interval, p_wait boolean,
+                                              p_session bigint)
     RETURNS bigint[] LANGUAGE plpgsql VOLATILE
     SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
@@ -847,9 +913,9 @@ BEGIN
     BEGIN
         FOREACH x IN ARRAY p_resources LOOP
             IF p_shared THEN
-                f := dlock._attempt_kind('shared', x, p_holder, p_lease, p_role, false, NULL, NULL, NULL);
+                f := dlock._attempt_kind('shared', x, p_holder, p_lease, p_role, false, NULL, NULL, NULL, p_session);
             ELSE
-                f := dlock._attempt(x, p_holder, p_lease, p_role, false, p_delay, NULL);
+                f := dlock._attempt(x, p_holder, p_lease, p_role, false, p_delay, NULL, p_session);
             END IF;
             IF f IS NULL THEN
                 RAISE SQLSTATE 'DL003';
@@ -862,11 +928,19 @@ BEGIN
     END;
 END
 $$;
+-- 1.0's signature, for a wait an upgrade finds in progress: leased.
+CREATE OR REPLACE FUNCTION dlock._attempt_all(p_resources text[], p_holder text, p_lease interval, p_role oid,
+                                              p_shared boolean, p_delay interval, p_wait boolean)
+    RETURNS bigint[] LANGUAGE sql VOLATILE
+    SET search_path = pg_catalog, pg_temp AS $$
+    SELECT dlock._attempt_all(p_resources, p_holder, p_lease, p_role, p_shared, p_delay, p_wait, NULL)
+$$;
 
 CREATE OR REPLACE FUNCTION dlock.try_lock_all(resources text[],
                                               holder text DEFAULT dlock.session_holder(),
                                               lease interval DEFAULT NULL,
-                                              shared boolean DEFAULT false)
+                                              shared boolean DEFAULT false,
+                                              session bigint DEFAULT NULL)
     RETURNS bigint[] LANGUAGE plpgsql VOLATILE SECURITY DEFINER
     SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
@@ -874,27 +948,36 @@ DECLARE
     s boolean;
     d interval;
     ok boolean;
+    s_ttl interval;
 BEGIN
+    -- [sessions]: the session's holder and ttl (sessions.sql); first, since
+    -- holder may be NULL with a session.
+    IF try_lock_all.session IS NOT NULL THEN
+        SELECT x.holder, x.ttl INTO holder, s_ttl FROM dlock._session_use(try_lock_all.session, holder, lease) x;
+    END IF;
     resources := dlock._resources_arg(resources);
     holder := dlock._text_arg(holder, 'holder', 255);
     l := dlock._lease(lease);
     s := dlock._bool_arg(shared, 'shared');
     d := dlock._lock_delay(NULL);
     ok := dlock._writable('dlock.try_lock_all()');
-    RETURN dlock._attempt_all(resources, holder, l, dlock._role(), s, d, false);
+    RETURN dlock._attempt_all(resources, holder, coalesce(s_ttl, l), dlock._role(), s, d, false,
+                              try_lock_all.session);
 END
 $$;
-COMMENT ON FUNCTION dlock.try_lock_all(text[], text, interval, boolean) IS
+COMMENT ON FUNCTION dlock.try_lock_all(text[], text, interval, boolean, bigint) IS
     'Acquire or re-enter every resource for holder, all or nothing; returns the fences in the order given, or NULL at once with nothing acquired';
 
 CREATE OR REPLACE FUNCTION dlock.lock_all(resources text[],
                                           holder text DEFAULT dlock.session_holder(),
                                           lease interval DEFAULT NULL,
                                           wait interval DEFAULT NULL,
-                                          shared boolean DEFAULT false)
+                                          shared boolean DEFAULT false,
+                                          session bigint DEFAULT NULL)
     RETURNS bigint[] LANGUAGE plpgsql VOLATILE SECURITY DEFINER
     SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
+    s_ttl interval;
     l interval;
     s boolean;
     w interval;
@@ -906,6 +989,11 @@ DECLARE
     left_ interval;
     fences bigint[];
 BEGIN
+    -- [sessions]: the session's holder and ttl (sessions.sql); first, since
+    -- holder may be NULL with a session.
+    IF lock_all.session IS NOT NULL THEN
+        SELECT x.holder, x.ttl INTO holder, s_ttl FROM dlock._session_use(lock_all.session, holder, lease) x;
+    END IF;
     resources := dlock._resources_arg(resources);
     holder := dlock._text_arg(holder, 'holder', 255);
     l := dlock._lease(lease);
@@ -918,7 +1006,7 @@ BEGIN
                      interval '1 millisecond');
     deadline := clock_timestamp() + w;
     LOOP
-        fences := dlock._attempt_all(resources, holder, l, v_role, s, d, true);
+        fences := dlock._attempt_all(resources, holder, coalesce(s_ttl, l), v_role, s, d, true, lock_all.session);
         IF fences IS NOT NULL THEN
             RETURN fences;
         END IF;
@@ -934,7 +1022,7 @@ BEGIN
     END LOOP;
 END
 $$;
-COMMENT ON FUNCTION dlock.lock_all(text[], text, interval, interval, boolean) IS
+COMMENT ON FUNCTION dlock.lock_all(text[], text, interval, interval, boolean, bigint) IS
     'Like try_lock_all, but waits up to wait (NULL: no limit but statement_timeout) until all can be taken together, holding none meanwhile; NULL on timeout';
 
 -- ---------------------------------------------------------------------------
@@ -964,6 +1052,8 @@ REVOKE EXECUTE ON FUNCTION
     dlock._admit(text, text, text, oid, bigint, integer, integer, boolean),
     dlock._gate(text, text, oid, bigint, boolean),
     dlock._attempt_kind(text, text, text, interval, oid, boolean, bigint, integer, integer),
+    dlock._attempt_kind(text, text, text, interval, oid, boolean, bigint, integer, integer, bigint),
+    dlock._attempt_all(text[], text, interval, oid, boolean, interval, boolean, bigint),
     dlock._find_held(text, text, oid, boolean, text), dlock._end_held(text, text, bigint, text),
     dlock._unlock_held(text, text, oid, bigint),
     dlock._renew_held(text, text, oid, boolean, interval, bigint),

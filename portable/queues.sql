@@ -208,7 +208,7 @@ CREATE OR REPLACE FUNCTION dlock._delayed(r dlock.leases, p_now timestamptz)
     SET search_path = pg_catalog, pg_temp AS $$
 BEGIN
     RETURN coalesce((SELECT CASE WHEN r.holder IS NOT NULL
-                                 THEN r.expires_at OPERATOR(pg_catalog.+) d.lock_delay
+                                 THEN dlock._exp(r.session, r.expires_at) OPERATOR(pg_catalog.+) d.lock_delay
                                  ELSE d.available_at END OPERATOR(pg_catalog.>) p_now
                        FROM dlock.delays d
                       WHERE d.resource OPERATOR(pg_catalog.=) r.resource

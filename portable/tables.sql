@@ -193,7 +193,50 @@ CREATE TABLE IF NOT EXISTS dlock.term_log (
 COMMENT ON TABLE dlock.term_log IS
     'Terms elected by campaign in the last ten minutes; read them through dlock.terms';
 
+-- Sessions ([sessions], 1.1): one keepalive for many holdings (etcd's
+-- leases, ZooKeeper's sessions).  A holding taken with session => id has
+-- its session in its row (dlock.leases, dlock.shares, dlock.permits:
+-- column session) and no expiry of its own: its expiry is its session's
+-- (_exp, helpers.sql), so keepalive updates one row however many holdings
+-- hang off it.  Ids are fences (_next_fence): never reused, not across a
+-- restore or a re-installation either.  A row leaves when the session is
+-- closed, or by reap() once it has expired and has no holding left.
+CREATE TABLE IF NOT EXISTS dlock.session_rows (
+    id         bigint NOT NULL PRIMARY KEY,
+    holder     text COLLATE "C" NOT NULL,
+    owner      regrole NOT NULL,
+    ttl        interval NOT NULL,
+    opened_at  timestamptz NOT NULL,
+    renewed_at timestamptz NOT NULL,
+    expires_at timestamptz NOT NULL
+);
+COMMENT ON TABLE dlock.session_rows IS
+    'Sessions (open_session): their holder, role, ttl and expiry; read them through dlock.sessions';
+-- Only when missing (as kinds above).  NULL: a leased holding.
+DO $session$
+DECLARE
+    t text;
+BEGIN
+    FOREACH t IN ARRAY ARRAY['leases', 'shares', 'permits'] LOOP
+        IF NOT EXISTS (SELECT FROM pg_catalog.pg_attribute
+                        WHERE attrelid OPERATOR(pg_catalog.=) pg_catalog.to_regclass('dlock.' OPERATOR(pg_catalog.||) t)
+                          AND attname OPERATOR(pg_catalog.=) 'session' AND NOT attisdropped) THEN
+            IF t OPERATOR(pg_catalog.=) 'leases' THEN
+                ALTER TABLE dlock.leases ADD COLUMN session bigint;
+                CREATE INDEX leases_session ON dlock.leases (session) WHERE session IS NOT NULL;
+            ELSIF t OPERATOR(pg_catalog.=) 'shares' THEN
+                ALTER TABLE dlock.shares ADD COLUMN session bigint;
+                CREATE INDEX shares_session ON dlock.shares (session) WHERE session IS NOT NULL;
+            ELSE
+                ALTER TABLE dlock.permits ADD COLUMN session bigint;
+                CREATE INDEX permits_session ON dlock.permits (session) WHERE session IS NOT NULL;
+            END IF;
+        END IF;
+    END LOOP;
+END
+$session$;
+
 REVOKE ALL ON dlock.portable, dlock.leases, dlock.fences, dlock.fence_epoch, dlock.fence_epoch_seal,
     dlock.ticket_seq, dlock.tickets, dlock.delays, dlock.holding_values, dlock.term_log,
-    dlock.shares, dlock.permits
+    dlock.shares, dlock.permits, dlock.session_rows
     FROM PUBLIC;

@@ -16,20 +16,29 @@
 -- others if the holding is not released first (its expiry plus its
 -- lock-delay); a free resource still under lock-delay stays listed, with a
 -- NULL holder, until then (the columns of the C extension's 0.3 SQL).
+-- session ([sessions], 1.1): the holding's session, NULL for a leased
+-- one; a session's holding shows its session's ttl, renewal and expiry.
 CREATE OR REPLACE VIEW dlock.locks AS
-    SELECT l.resource, l.holder, l.count, l.fence, l.lease,
-           l.acquired_at, l.renewed_at, l.expires_at,
+    SELECT l.resource, l.holder, l.count, l.fence, CASE WHEN l.session IS NULL THEN l.lease ELSE l.s_ttl END AS lease,
+           l.acquired_at, CASE WHEN l.session IS NULL THEN l.renewed_at ELSE l.s_renewed END AS renewed_at,
+           l.x_exp AS expires_at,
            l.owner::pg_catalog.regrole AS owner,
-           l.expires_at OPERATOR(pg_catalog.<=) pg_catalog.clock_timestamp() AS expired,
+           l.x_exp OPERATOR(pg_catalog.<=) pg_catalog.clock_timestamp() AS expired,
            CASE WHEN l.holder IS NOT NULL
-                THEN l.expires_at OPERATOR(pg_catalog.+)
+                THEN l.x_exp OPERATOR(pg_catalog.+)
                      COALESCE(d.lock_delay, '0'::pg_catalog.interval)
                 ELSE d.available_at END AS available_at,
            v.value,
            CASE WHEN l.holder IS NOT NULL THEN 'exclusive' END::pg_catalog.text AS mode,
            NULL::pg_catalog.int4 AS permits,
-           NULL::pg_catalog.int4 AS max_permits
-      FROM dlock.leases l
+           NULL::pg_catalog.int4 AS max_permits,
+           l.session
+      FROM (SELECT x.resource, x.holder, x.count, x.fence, x.lease, x.acquired_at, x.renewed_at, x.owner,
+                   x.session, y.ttl AS s_ttl, y.renewed_at AS s_renewed,
+                   CASE WHEN x.session IS NULL THEN x.expires_at
+                        ELSE COALESCE(y.expires_at, '-infinity'::pg_catalog.timestamptz) END AS x_exp
+              FROM dlock.leases x
+              LEFT JOIN dlock.session_rows y ON y.id OPERATOR(pg_catalog.=) x.session) l
       LEFT JOIN dlock.delays d
         ON d.resource OPERATOR(pg_catalog.=) l.resource
        AND d.fence OPERATOR(pg_catalog.=) l.fence
@@ -41,26 +50,41 @@ CREATE OR REPLACE VIEW dlock.locks AS
         OR d.available_at OPERATOR(pg_catalog.>) pg_catalog.clock_timestamp()
     UNION ALL
     SELECT s.resource, s.holder, s.count, s.fence, s.lease,
-           s.acquired_at, s.renewed_at, s.expires_at,
+           s.acquired_at, s.renewed_at, s.x_exp AS expires_at,
            s.owner::pg_catalog.regrole AS owner,
-           s.expires_at OPERATOR(pg_catalog.<=) pg_catalog.clock_timestamp() AS expired,
-           s.expires_at AS available_at,
+           s.x_exp OPERATOR(pg_catalog.<=) pg_catalog.clock_timestamp() AS expired,
+           s.x_exp AS available_at,
            NULL::pg_catalog.text AS value,
            'shared'::pg_catalog.text AS mode,
            NULL::pg_catalog.int4 AS permits,
-           NULL::pg_catalog.int4 AS max_permits
-      FROM dlock.shares s
+           NULL::pg_catalog.int4 AS max_permits,
+           s.session
+      FROM (SELECT x.resource, x.holder, x.count, x.fence, x.owner, x.acquired_at, x.session,
+                   CASE WHEN x.session IS NULL THEN x.lease ELSE y.ttl END AS lease,
+                   CASE WHEN x.session IS NULL THEN x.renewed_at ELSE y.renewed_at END AS renewed_at,
+                   CASE WHEN x.session IS NULL THEN x.expires_at
+                        ELSE COALESCE(y.expires_at, '-infinity'::pg_catalog.timestamptz) END AS x_exp
+              FROM dlock.shares x
+              LEFT JOIN dlock.session_rows y ON y.id OPERATOR(pg_catalog.=) x.session) s
     UNION ALL
     SELECT p.resource, p.holder, p.count, p.fence, p.lease,
-           p.acquired_at, p.renewed_at, p.expires_at,
+           p.acquired_at, p.renewed_at, p.x_exp AS expires_at,
            p.owner::pg_catalog.regrole AS owner,
-           p.expires_at OPERATOR(pg_catalog.<=) pg_catalog.clock_timestamp() AS expired,
-           p.expires_at AS available_at,
+           p.x_exp OPERATOR(pg_catalog.<=) pg_catalog.clock_timestamp() AS expired,
+           p.x_exp AS available_at,
            NULL::pg_catalog.text AS value,
            'semaphore'::pg_catalog.text AS mode,
            p.permits,
-           p.max_permits
-      FROM dlock.permits p;
+           p.max_permits,
+           p.session
+      FROM (SELECT x.resource, x.holder, x.count, x.fence, x.owner, x.acquired_at, x.session,
+                   x.permits, x.max_permits,
+                   CASE WHEN x.session IS NULL THEN x.lease ELSE y.ttl END AS lease,
+                   CASE WHEN x.session IS NULL THEN x.renewed_at ELSE y.renewed_at END AS renewed_at,
+                   CASE WHEN x.session IS NULL THEN x.expires_at
+                        ELSE COALESCE(y.expires_at, '-infinity'::pg_catalog.timestamptz) END AS x_exp
+              FROM dlock.permits x
+              LEFT JOIN dlock.session_rows y ON y.id OPERATOR(pg_catalog.=) x.session) p;
 COMMENT ON VIEW dlock.locks IS
     'Current holdings, one row per holding (mode exclusive, shared or semaphore); an expired lease stays listed (expired = true) until it is reaped or taken over';
 -- Only when this run made it: a re-run keeps the DBA's grants (dlock.sql).

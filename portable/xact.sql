@@ -31,7 +31,7 @@ BEGIN
     -- Held, delayed or queued for: answered before taking anything.
     IF current_setting('transaction_isolation') = 'read committed' THEN
         SELECT * INTO r FROM dlock.leases l WHERE l.resource = p_resource;
-        IF FOUND AND ((r.holder IS NOT NULL AND r.expires_at > clock_timestamp())
+        IF FOUND AND ((r.holder IS NOT NULL AND dlock._exp(r.session, r.expires_at) > clock_timestamp())
                       OR dlock._delayed(r, clock_timestamp())) THEN
             RETURN NULL;
         END IF;
@@ -63,8 +63,14 @@ BEGIN
             -- transaction: busy, _insert_row), and leaves no row behind.
             DELETE FROM dlock.leases l WHERE l.resource = p_resource;
         END IF;
-        IF (r.holder IS NOT NULL AND r.expires_at > clock_timestamp())
+        IF (r.holder IS NOT NULL AND dlock._exp(r.session, r.expires_at) > clock_timestamp())
            OR dlock._delayed(r, clock_timestamp()) OR dlock._ahead(p_resource, NULL, NULL, NULL) THEN
+            RAISE SQLSTATE 'DL005';
+        END IF;
+        -- [sessions]: the holding of a session that has ended, only with
+        -- that end locked in to the end of the transaction (_lapsed: a
+        -- keepalive in flight makes it busy, a later one sees the end).
+        IF r.holder IS NOT NULL AND r.session IS NOT NULL AND NOT dlock._lapsed(r.session) THEN
             RAISE SQLSTATE 'DL005';
         END IF;
         -- A holding whose lease has run out may still be pinned by its
