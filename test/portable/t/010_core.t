@@ -278,8 +278,8 @@ sub api_tests {
     is(q1($al, "SELECT dlock.channel('api/a')"), q1($al, "SELECT 'dlock_' || md5('api/a')"), "$label: channel");
     is(join(',', @{ $al->selectcol_arrayref(
         "SELECT attname FROM pg_attribute WHERE attrelid = 'dlock.locks'::regclass AND attnum > 0 ORDER BY attnum") }),
-       'resource,holder,count,fence,lease,acquired_at,renewed_at,expires_at,owner,expired,available_at,value,mode,permits,max_permits',
-       "$label: dlock.locks columns (the C extension's 0.5)");
+       'resource,holder,count,fence,lease,acquired_at,renewed_at,expires_at,owner,expired,available_at,value,mode,permits,max_permits,session',
+       "$label: dlock.locks columns (the C extension's 0.5, and session: [sessions])");
     # break_lock, reap
     is(err($al, "SELECT dlock.break_lock('api/short')") =~ s/:.*//r, '42501', "$label: break_lock is not for PUBLIC");
     ok(q1($db, "SELECT dlock.break_lock('api/short')"), "$label: the owner may break a lock");

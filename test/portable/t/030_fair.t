@@ -220,8 +220,8 @@ sub upgrade_04 {
     # had it last): the old order is replaced, not left as an overload.
     is(q1($o, "SELECT string_agg(pg_get_function_identity_arguments(oid), ' | ' ORDER BY proname)
                  FROM pg_proc WHERE proname IN ('acquire', 'lock_all') AND pronamespace = 'dlock'::regnamespace"),
-       'semaphore text, holder text, max_permits integer, permits integer, lease interval, wait interval, fair boolean'
-       . ' | resources text[], holder text, lease interval, wait interval, shared boolean',
+       'semaphore text, holder text, max_permits integer, permits integer, lease interval, wait interval, fair boolean, session bigint'
+       . ' | resources text[], holder text, lease interval, wait interval, shared boolean, session bigint',
        "$label: upgrade 0.4: acquire and lock_all in the 1.0 order, once each");
     is(q1($o, "SELECT array_length(dlock.lock_all(ARRAY['u4/m1', 'u4/m2'], 'hm', '5s', '5s'), 1)"), 2,
        "$label: upgrade 0.4: lock_all(resources, holder, lease, wait) positionally");

@@ -1,0 +1,727 @@
+/*
+ * portable/core.sql: the portable edition's public functions of [core]
+ * and [fair] (version, session_holder, channel, try_lock, lock with its
+ * waits, unlock, renew, unlock_all, reap, check, assert_fence, break_lock),
+ * with the fast path of try_lock and unlock (its description first,
+ * "The fast path").  Part of dlock.sql, which includes it (\ir) inside its
+ * transaction after acquire.sql: run dlock.sql, not this file.
+ *
+ * What protects the shared state: the public functions run SECURITY
+ * DEFINER as the installing role; each change of a holding holds the
+ * resource's row lock (FOR UPDATE SKIP LOCKED to take, FOR UPDATE to
+ * release, FOR NO KEY UPDATE to renew, FOR KEY SHARE for assert_fence's
+ * pin), as dlock.sql's header says; no advisory lock guards a resource.
+ * A wait in lock() holds no lock between its attempts; each attempt runs
+ * in a subtransaction rolled back when it fails.
+ */
+-- ---------------------------------------------------------------------------
+-- The fast path (issue 22): try_lock and unlock of the common case in
+-- one statement each, written at the top of try_lock and unlock; when it
+-- does not decide ("not here"), the function goes on with the general path
+-- (_attempt, unlock's own body), which decides every case, this one
+-- included.
+--
+-- try_lock's fast path takes only an existing row that is free (released or
+-- reaped: holder NULL), under default-like arguments (fair false, no
+-- lock-delay given or set, a lease of hours, minutes and seconds only, a
+-- READ COMMITTED read-write transaction that holds no transaction-scoped
+-- lock of the resource), with no lock-delay in force for the row's last
+-- fence, no live ticket and no ticket of the holder's own, and no session
+-- waiting in lock() with a ticket (the "fair waiters" mark), and no shared
+-- holdings or permits ever recorded on the row (kinds: try_lock calls it
+-- for exclusive requests only).  Anything else -- a new resource, a
+-- re-entry, an expired holding not yet reaped, a busy row, a row of
+-- kinds.sql's -- goes to the general path.  The promises, as the general path keeps them:
+-- - One UPDATE decides (see there): the row is judged on the version its
+--   snapshot sees; then locked FOR UPDATE SKIP LOCKED, and taken only if
+--   the version locked is the one judged (the same xmin), so what was
+--   checked still holds (a lock-delay is written with the release of its
+--   fence's holding, a row version the check saw or not at all).  No
+--   advisory lock guards the resource: any role could hold its key.
+-- - Never waiting: nothing in it waits (SKIP LOCKED, try locks): another
+--   transaction's uncommitted acquisition, renewal, release or pin of
+--   the row makes it busy, and the general path answers (NULL).  A
+--   failed attempt leaves nothing behind except after a race (the row
+--   changed between the snapshot and the lock): then the row lock may
+--   stay to the end of the attempt's transaction.
+-- - Fences: drawn in the UPDATE's SET list, after the row is locked, from
+--   the one sequence, after the epoch check: the session's checked-epoch
+--   mark (the view _epoch_mark, as _next_fence compares it), else
+--   _next_fence itself.
+-- - Owner: the caller's role (_role) is recorded; durability: _sync.
+--   (_role, _qkey, _sync, _event and _setting of an unset
+--   dlock.default_lease are copied inline, not called, and so is the fast
+--   path itself: each PL/pgSQL frame with SET search_path costs ~2 us;
+--   set_config and pg_notify are called in assignments, not PERFORMed,
+--   which saves an executor run each.)
+-- unlock's fast path releases a holding of count 1 of holder and the caller's
+-- role that has not expired (and has the fence given, if one is), locking
+-- the row FOR UPDATE as unlock does (only when it is that holder's, so
+-- another's pin is not waited for), with the "released" event; anything
+-- else (a re-entered holding, another role's, a superuser's call for
+-- another role's holding, not held) goes to unlock's general path.
+-- ---------------------------------------------------------------------------
+-- (0.4 had them as functions of their own, _fast_lock and _fast_unlock,
+-- which cost a PL/pgSQL frame each per call; 0.5 has them inline.)
+DROP FUNCTION IF EXISTS dlock._fast_lock(text, text, interval, boolean, interval);
+DROP FUNCTION IF EXISTS dlock._fast_unlock(text, text, bigint);
+
+-- ---------------------------------------------------------------------------
+-- The public functions ([core]).
+-- ---------------------------------------------------------------------------
+
+-- version: the portable edition's version in this database (the C
+-- extension's is in pg_extension); dlock --version reads it.
+CREATE OR REPLACE FUNCTION dlock.version()
+RETURNS text LANGUAGE sql STABLE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp AS $$
+    SELECT p.version FROM dlock.portable p
+$$;
+
+CREATE OR REPLACE FUNCTION dlock.session_holder()
+    RETURNS text LANGUAGE plpgsql STABLE PARALLEL RESTRICTED
+    SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    RETURN (SELECT 'pid:' OPERATOR(pg_catalog.||) pg_catalog.pg_backend_pid()::text OPERATOR(pg_catalog.||) ':'
+                   OPERATOR(pg_catalog.||)
+                   ((EXTRACT(epoch FROM a.backend_start) OPERATOR(pg_catalog.-) 946684800)
+                    OPERATOR(pg_catalog.*) 1000000)::bigint::text
+              FROM pg_catalog.pg_stat_get_activity(pg_catalog.pg_backend_pid()) a);
+END
+$$;
+COMMENT ON FUNCTION dlock.session_holder() IS
+    'The default holder: pid:<pid>:<backend start>, unique to this backend over the server''s lifetime';
+
+CREATE OR REPLACE FUNCTION dlock.channel(resource text)
+    RETURNS text LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE SECURITY DEFINER
+    SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    RETURN 'dlock_' || md5(dlock._text_arg(resource, 'resource', 1000));
+END
+$$;
+COMMENT ON FUNCTION dlock.channel(text) IS
+    'The LISTEN channel of resource''s events (released, expired, broken): ''dlock_'' || md5(resource)';
+
+CREATE OR REPLACE FUNCTION dlock.try_lock(resource text,
+                                          holder text DEFAULT dlock.session_holder(),
+                                          lease interval DEFAULT NULL,
+                                          fair boolean DEFAULT false,
+                                          lock_delay interval DEFAULT NULL,
+                                          shared boolean DEFAULT false)
+    RETURNS bigint LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+    SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    l interval;
+    f boolean;
+    d interval;
+    ok boolean;
+    fence bigint;
+    v_role oid;
+    v_now timestamptz;
+    k integer;
+    v_md5 text := md5(resource);     -- the fast path's key (_qkey) and xact marker
+    v_set text;
+BEGIN
+    -- The fast path ("The fast path" above): exclusive requests only
+    -- (shared ones, and a resource with shared holdings or permits, are
+    -- kinds.sql's), under default-like arguments.
+    IF shared IS FALSE AND fair IS FALSE AND lock_delay IS NULL
+       AND coalesce(octet_length(try_lock.resource), 0) BETWEEN 1 AND 1000
+       AND coalesce(octet_length(try_lock.holder), 0) BETWEEN 1 AND 255
+       AND coalesce(current_setting('dlock.lock_delay', true), '') IN ('', '0')
+       AND current_setting('transaction_isolation') = 'read committed'
+       AND current_setting('transaction_read_only') = 'off'
+       AND coalesce(current_setting('dlock.xact_' || v_md5, true), '') = '' THEN
+        -- The helpers of the hot path inlined: _setting when
+        -- dlock.default_lease is unset, _lease's bounds, _role, _qkey,
+        -- _sync.  Each copy must compute what its helper does:
+        -- change them together.
+        IF lease IS NOT NULL THEN
+            l := lease;
+        ELSIF coalesce(current_setting('dlock.default_lease', true), '') = '' THEN
+            l := interval '30 seconds';
+        ELSE
+            l := dlock._setting('dlock.default_lease', interval '30 seconds');
+        END IF;
+        IF l > interval '0' AND l <= interval '8766000 hours'     -- _expiry's 1000 years
+           AND extract(year FROM l) = 0 AND extract(month FROM l) = 0 AND extract(day FROM l) = 0 THEN
+            v_role := to_regrole(quote_ident(CASE WHEN current_setting('role') = 'none' THEN session_user::text
+                                                  ELSE current_setting('role') END));
+            k := ('x' || substr(v_md5, 17, 8))::bit(32)::integer;
+            IF k = ANY ('{1684828003,1684828005,1684828006,1684828007}'::integer[]) THEN
+                k := 1684828004;
+            END IF;
+            -- One statement.  The row is judged on the version the
+            -- statement's snapshot sees: free, no lock-delay in force
+            -- (_delayed of a free row), no ticket that _ahead would count
+            -- or _acquired would remove, nobody waiting in lock() with a
+            -- ticket (the "fair waiters" mark of _ahead).  Only then is it
+            -- locked, FOR UPDATE SKIP LOCKED, and taken only if the
+            -- version locked is the one judged (the same xmin: nothing
+            -- changed it since the snapshot).  CASE keeps that order.
+            -- (The fair-waiters mark held by anyone sends the call to the
+            -- general path, which looks at proven tickets only.)  The fence is drawn in the SET list,
+            -- after the row is locked: nextval when this session's
+            -- checked-epoch mark matches (as in _next_fence), else
+            -- _next_fence itself.
+            v_now := clock_timestamp();
+            UPDATE dlock.leases x
+               SET holder = try_lock.holder, owner = v_role::regrole, count = 1, lease = l,
+                   fence = CASE WHEN (SELECT m.mark FROM dlock._epoch_mark m)
+                                     = current_setting('dlock_portable.epoch_checked', true)
+                                THEN nextval('dlock.fences') ELSE dlock._next_fence() END,
+                   acquired_at = v_now, renewed_at = v_now, expires_at = v_now + l, released_at = NULL
+             WHERE x.resource = try_lock.resource
+               AND CASE WHEN x.holder IS NULL AND x.fence IS NOT NULL AND NOT x.kinds
+                             AND NOT EXISTS (SELECT FROM dlock.delays dl
+                                              WHERE dl.resource = x.resource AND dl.fence = x.fence
+                                                AND dl.available_at > v_now)
+                             AND NOT EXISTS (SELECT FROM dlock.tickets t
+                                              WHERE t.resource = try_lock.resource
+                                                AND (t.expires_at > v_now
+                                                     OR (t.holder = try_lock.holder AND t.owner = v_role::regrole)))
+                        THEN CASE WHEN NOT pg_try_advisory_lock(k, 0) THEN false
+                                  WHEN NOT pg_advisory_unlock(k, 0) THEN false
+                                  ELSE x.xmin IS NOT DISTINCT FROM (SELECT y.xmin FROM dlock.leases y
+                                                                     WHERE y.resource = try_lock.resource
+                                                                       FOR UPDATE SKIP LOCKED) END
+                        ELSE false END
+            RETURNING x.fence INTO fence;
+            IF fence IS NOT NULL THEN
+                IF current_setting('synchronous_commit') IN ('off', 'local', 'remote_write') THEN
+                    v_set := set_config('synchronous_commit', 'on', true);     -- an expression, not PERFORM
+                END IF;
+                RETURN fence;
+            END IF;
+        END IF;
+    END IF;
+    -- The general path.  Checks called as expressions, not PERFORMed (no
+    -- executor run each).
+    resource := dlock._text_arg(resource, 'resource', 1000);
+    holder := dlock._text_arg(holder, 'holder', 255);
+    l := dlock._lease(lease);
+    f := dlock._fair(fair);
+    d := dlock._lock_delay(lock_delay);
+    ok := dlock._writable('dlock.try_lock()');
+    IF dlock._shared_arg(shared, lock_delay) THEN     -- [kinds], kinds.sql
+        RETURN dlock._attempt_kind('shared', resource, holder, l, dlock._role(), f, NULL, NULL, NULL);
+    END IF;
+    RETURN dlock._attempt(resource, holder, l, dlock._role(), f, d, NULL);
+END
+$$;
+COMMENT ON FUNCTION dlock.try_lock(text, text, interval, boolean, interval, boolean) IS
+    'Acquire or re-enter resource for holder with a lease (shared => true: alongside other shared holders); returns the fence, or NULL at once if it is not available';
+
+-- _try: one attempt of a wait (lock(), campaign), in a subtransaction
+-- that is rolled back when it fails, so that whatever it may have taken
+-- is given back at once instead of holding the head of the queue off for
+-- the rest of the wait.
+CREATE OR REPLACE FUNCTION dlock._try(p_resource text, p_holder text, p_lease interval, p_role oid,
+                                      p_delay interval, p_ticket bigint,
+                                      p_kind text, p_max integer, p_permits integer)
+    RETURNS bigint LANGUAGE plpgsql VOLATILE
+    SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    f bigint;
+BEGIN
+    BEGIN
+        IF p_kind = 'exclusive' THEN
+            f := dlock._attempt(p_resource, p_holder, p_lease, p_role, false, p_delay, p_ticket);
+        ELSE        -- [kinds]: shared, semaphore (kinds.sql)
+            f := dlock._attempt_kind(p_kind, p_resource, p_holder, p_lease, p_role, false, p_ticket,
+                                     p_max, p_permits);
+        END IF;
+        IF f IS NULL THEN
+            RAISE SQLSTATE 'DL001';
+        END IF;
+        RETURN f;
+    EXCEPTION WHEN SQLSTATE 'DL001' THEN
+        RETURN NULL;
+    END;
+END
+$$;
+
+-- _wait_ticket and _leave: a wait's ticket taken and given back, as
+-- _wait_loop did before issue 33 (it does both inline now, so that a
+-- cancel cannot cut between taking a lock and noting it); kept for waits
+-- that an upgrade finds in progress, taking nothing that waits.
+CREATE OR REPLACE FUNCTION dlock._wait_ticket(p_resource text, p_holder text, p_role oid, p_fair boolean)
+    RETURNS bigint LANGUAGE plpgsql VOLATILE
+    SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    k integer := dlock._qkey(p_resource);
+    t bigint;
+BEGIN
+    SELECT x.ticket INTO t FROM dlock.tickets x
+     WHERE x.resource = p_resource AND x.holder = p_holder AND x.owner = p_role::regrole
+       AND x.expires_at > clock_timestamp();
+    IF t IS NOT NULL AND t::bit(32)::integer <> 0 AND pg_try_advisory_lock(k, t::bit(32)::integer) THEN
+        PERFORM pg_try_advisory_lock_shared(k, 0);
+        RETURN t;
+    END IF;
+    IF NOT p_fair THEN
+        RETURN NULL;
+    END IF;
+    LOOP
+        t := nextval('dlock.ticket_seq');
+        EXIT WHEN t::bit(32)::integer <> 0 AND pg_try_advisory_lock(k, t::bit(32)::integer);
+    END LOOP;
+    PERFORM pg_try_advisory_lock_shared(k, 0);
+    RETURN t;
+END
+$$;
+
+CREATE OR REPLACE FUNCTION dlock._leave(p_resource text, p_holder text, p_role oid, p_ticket bigint,
+                                        p_gave_up boolean)
+    RETURNS void LANGUAGE plpgsql VOLATILE
+    SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    k integer := dlock._qkey(p_resource);
+BEGIN
+    IF p_ticket IS NULL THEN
+        RETURN;
+    END IF;
+    PERFORM dlock._let_go(p_resource, p_holder, p_role, p_ticket);
+    IF p_gave_up THEN
+        DELETE FROM dlock.tickets t
+         WHERE t.ctid = ANY (ARRAY(SELECT x.ctid FROM dlock.tickets x
+                                    WHERE x.resource = p_resource AND x.ticket = p_ticket
+                                      FOR UPDATE SKIP LOCKED));
+    END IF;
+END
+$$;
+
+-- _wait_loop: lock()'s, campaign's and acquire()'s wait: attempts of the
+-- kind p_kind ('exclusive', or [kinds]' 'shared' and 'semaphore' with
+-- p_max and p_permits), polling with bounded backoff (1 ms doubling up to
+-- dlock.poll_interval, never past the deadline), in the fair queue from
+-- the first failed attempt when fair.  An exclusive wait also holds the
+-- writer's marks from then on (kinds.sql's header: new shared holders
+-- keep out, and a crossing upgrade sees it).  Its ticket and marks are
+-- session-level advisory locks taken without waiting (any role can hold
+-- any key), each with its proof (_prove; others count only proven ones):
+-- a mark held by someone else is tried again at every turn, a ticket
+-- number held by someone else is skipped.  pg_sleep is interrupted
+-- by cancel and statement_timeout, which end the call: _let_go gives back
+-- what the wait took or tried to take (read from pg_locks, so also what a
+-- cancel cut in between), nothing stays with the session, and advisory
+-- locks the caller holds itself on the same keys are left alone.
+CREATE OR REPLACE FUNCTION dlock._wait_loop(p_resource text, p_holder text, p_lease interval, p_wait interval,
+                                       p_fair boolean, p_delay interval, p_fname text,
+                                       p_kind text, p_max integer, p_permits integer)
+    RETURNS bigint LANGUAGE plpgsql VOLATILE
+    SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    v_role oid := (dlock._caller()).roleid;
+    deadline timestamptz := clock_timestamp() + p_wait;
+    pause interval := interval '1 millisecond';
+    poll interval := greatest(dlock._setting('dlock.poll_interval', interval '100 milliseconds'),
+                              interval '1 millisecond');
+    left_ interval;
+    k integer := dlock._qkey(p_resource);
+    u integer;
+    cand bigint;            -- the holder's client ticket, or a new one
+    tkt bigint;             -- the ticket last tried (what _let_go looks for)
+    held bigint;            -- the ticket held
+    tried boolean := false;
+    marked boolean := p_kind = 'exclusive';
+    fair_mark boolean := false;
+    writer_mark boolean := false;
+    upgrade_mark boolean := false;
+    writer_proof boolean := false;
+    upgrade_proof boolean := false;
+    -- Whether the wait tried to take the "fair waiters" mark, and the
+    -- writer's marks: _let_go gives back only these (the caller's session
+    -- may hold the same keys itself, outside dlock).
+    fair_tried boolean := false;
+    marks_tried boolean := false;
+    fence bigint;
+    ok boolean;
+BEGIN
+    BEGIN
+        LOOP
+            fence := dlock._try(p_resource, p_holder, p_lease, v_role, p_delay, held, p_kind, p_max, p_permits);
+            IF fence IS NOT NULL THEN
+                ok := dlock._let_go(p_resource, p_holder, v_role, tkt, fair_tried, marks_tried);
+                RETURN fence;
+            END IF;
+            IF deadline IS NOT NULL THEN
+                left_ := deadline - clock_timestamp();
+                IF left_ <= interval '0' THEN
+                    ok := dlock._let_go(p_resource, p_holder, v_role, tkt, fair_tried, marks_tried);
+                    -- An adopted client ticket leaves the queue with the wait.
+                    DELETE FROM dlock.tickets t
+                     WHERE t.ctid = ANY (ARRAY(SELECT x.ctid FROM dlock.tickets x
+                                                WHERE x.resource = p_resource AND x.ticket = held
+                                                  FOR UPDATE SKIP LOCKED));
+                    RETURN NULL;
+                END IF;
+            END IF;
+            PERFORM dlock._may_poll(p_fname);
+            -- The writer's marks (until held), then a crossing upgrade.
+            IF marked THEN
+                u := dlock._umark(p_resource, p_holder, v_role);
+                marks_tried := true;
+                -- Each with its proof (_prove), which is what others count
+                -- (_proven_mark): taken once, even while the mark's keys
+                -- are held exclusive by someone else.
+                IF NOT writer_mark THEN
+                    writer_mark := pg_try_advisory_lock_shared(1684828006, k);
+                END IF;
+                IF NOT writer_proof THEN
+                    writer_proof := dlock._prove(1684828006, k);
+                END IF;
+                IF NOT upgrade_mark THEN
+                    upgrade_mark := pg_try_advisory_lock_shared(1684828007, u);
+                END IF;
+                IF NOT upgrade_proof THEN
+                    upgrade_proof := dlock._prove(1684828007, u);
+                END IF;
+                IF NOT tried THEN
+                    PERFORM dlock._crossing(p_resource, p_holder, v_role);
+                END IF;
+            END IF;
+            IF NOT tried THEN
+                tried := true;
+                -- The holder's live client ticket (adopted: it keeps its
+                -- place), or for a fair wait a new one.
+                SELECT x.ticket INTO cand FROM dlock.tickets x
+                 WHERE x.resource = p_resource AND x.holder = p_holder AND x.owner = v_role::regrole
+                   AND x.expires_at > clock_timestamp();
+                IF cand IS NOT NULL AND cand::bit(32)::integer <> 0 THEN
+                    tkt := cand;
+                    IF pg_try_advisory_lock(k, cand::bit(32)::integer) THEN
+                        held := cand;
+                        ok := dlock._prove(k, cand::bit(32)::integer);
+                    END IF;
+                END IF;
+                IF held IS NULL AND p_fair THEN
+                    LOOP
+                        cand := nextval('dlock.ticket_seq');
+                        CONTINUE WHEN cand::bit(32)::integer = 0;
+                        tkt := cand;
+                        EXIT WHEN pg_try_advisory_lock(k, cand::bit(32)::integer);
+                    END LOOP;
+                    held := cand;
+                    ok := dlock._prove(k, cand::bit(32)::integer);
+                END IF;
+            END IF;
+            -- The "fair waiters" mark, shared, until held.
+            IF held IS NOT NULL AND NOT fair_mark THEN
+                fair_tried := true;
+                fair_mark := pg_try_advisory_lock_shared(k, 0);
+                CONTINUE WHEN fair_mark;    -- with its place, it may be its turn
+            END IF;
+            PERFORM pg_sleep(extract(epoch FROM least(pause, coalesce(left_, pause))));
+            pause := least(pause * 2, poll);
+        END LOOP;
+    EXCEPTION WHEN query_canceled OR OTHERS THEN
+        -- A second cancel may come while they are given back (a client
+        -- can send more than one): then they are given back again.
+        BEGIN
+            ok := dlock._let_go(p_resource, p_holder, v_role, tkt, fair_tried, marks_tried);
+        EXCEPTION WHEN query_canceled THEN
+            ok := dlock._let_go(p_resource, p_holder, v_role, tkt, fair_tried, marks_tried);
+        END;
+        RAISE;
+    END;
+END
+$$;
+
+CREATE OR REPLACE FUNCTION dlock.lock(resource text,
+                                      holder text DEFAULT dlock.session_holder(),
+                                      lease interval DEFAULT NULL,
+                                      wait interval DEFAULT NULL,
+                                      fair boolean DEFAULT false,
+                                      lock_delay interval DEFAULT NULL,
+                                      shared boolean DEFAULT false)
+    RETURNS bigint LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+    SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    l interval;
+    w interval;
+    f boolean;
+    d interval;
+    k text;
+BEGIN
+    PERFORM dlock._text_arg(resource, 'resource', 1000);
+    PERFORM dlock._text_arg(holder, 'holder', 255);
+    l := dlock._lease(lease);
+    w := dlock._wait(wait);
+    f := dlock._fair(fair);
+    d := dlock._lock_delay(lock_delay);
+    k := CASE WHEN dlock._shared_arg(shared, lock_delay) THEN 'shared' ELSE 'exclusive' END;
+    PERFORM dlock._writable('dlock.lock()');
+    RETURN dlock._wait_loop(resource, holder, l, w, f, d, 'dlock.lock()', k, NULL, NULL);
+END
+$$;
+COMMENT ON FUNCTION dlock.lock(text, text, interval, interval, boolean, interval, boolean) IS
+    'Like try_lock, but waits up to wait (NULL: no limit but statement_timeout), polling, in the fair queue with fair => true (shared => true: alongside other shared holders); NULL on timeout';
+
+CREATE OR REPLACE FUNCTION dlock.unlock(resource text,
+                                        holder text DEFAULT dlock.session_holder(),
+                                        fence bigint DEFAULT NULL)
+    RETURNS integer LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+    SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    v_role oid;
+    r dlock.leases%ROWTYPE;
+    ok boolean;
+    v_fence bigint;
+BEGIN
+    -- The fast path ("The fast path" above): a holding of count 1 of
+    -- holder and the caller's role (_role inline), released in one
+    -- statement with its "released" event (_event inline, an expression,
+    -- not PERFORMed).
+    IF coalesce(octet_length(unlock.resource), 0) BETWEEN 1 AND 1000
+       AND coalesce(octet_length(unlock.holder), 0) BETWEEN 1 AND 255
+       AND current_setting('transaction_read_only') = 'off' THEN
+        v_role := to_regrole(quote_ident(CASE WHEN current_setting('role') = 'none' THEN session_user::text
+                                              ELSE current_setting('role') END));
+        UPDATE dlock.leases x SET holder = NULL, count = 0, released_at = clock_timestamp()
+         WHERE x.resource = unlock.resource AND x.holder = unlock.holder AND x.owner = v_role::regrole
+           AND x.count = 1 AND NOT x.kinds
+           AND x.expires_at > clock_timestamp() AND (unlock.fence IS NULL OR x.fence = unlock.fence)
+           AND x.resource = (SELECT y.resource FROM dlock.leases y
+                              WHERE y.resource = unlock.resource AND y.holder = unlock.holder
+                                AND y.owner = v_role::regrole
+                                FOR UPDATE)
+        RETURNING x.fence INTO v_fence;
+        IF v_fence IS NOT NULL THEN
+            ok := pg_notify('dlock_' || md5(unlock.resource),
+                            '{"event":"released","resource":' || to_json(unlock.resource)::text
+                            || ',"fence":' || v_fence::text || '}') IS NOT NULL;
+            RETURN 0;
+        END IF;
+    END IF;
+    -- The general path.
+    resource := dlock._text_arg(resource, 'resource', 1000);
+    holder := dlock._text_arg(holder, 'holder', 255);
+    ok := dlock._writable('dlock.unlock()');
+    v_role := dlock._role();
+    -- A look first: not this holder's (or another role's) needs no lock.
+    SELECT * INTO r FROM dlock.leases l WHERE l.resource = unlock.resource;
+    IF NOT dlock._may_change(r, holder, v_role, NULL, 'unlock') THEN
+        -- Not an exclusive holding of holder's: a shared one, or permits?
+        RETURN CASE WHEN r.kinds THEN dlock._unlock_held(unlock.resource, holder, v_role, fence) END;
+    END IF;
+    SELECT * INTO r FROM dlock.leases l WHERE l.resource = unlock.resource FOR UPDATE;
+    IF NOT dlock._may_change(r, holder, v_role, NULL, 'unlock')
+       OR (fence IS NOT NULL AND fence <> r.fence) THEN
+        RETURN CASE WHEN r.kinds THEN dlock._unlock_held(unlock.resource, holder, v_role, fence) END;
+    END IF;
+    RETURN dlock._release(unlock.resource, r.fence, r.count - 1, 'released');
+END
+$$;
+COMMENT ON FUNCTION dlock.unlock(text, text, bigint) IS
+    'Release one level of holder''s holding (under fence, if given); returns the count left, 0 = released, NULL if not held';
+
+CREATE OR REPLACE FUNCTION dlock.renew(resource text,
+                                       holder text DEFAULT dlock.session_holder(),
+                                       lease interval DEFAULT NULL,
+                                       fence bigint DEFAULT NULL)
+    RETURNS timestamptz LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+    SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    c record;
+    r dlock.leases%ROWTYPE;
+    l interval;
+    v_now timestamptz;
+    v_exp timestamptz;
+BEGIN
+    PERFORM dlock._text_arg(resource, 'resource', 1000);
+    PERFORM dlock._text_arg(holder, 'holder', 255);
+    IF lease IS NOT NULL THEN
+        l := dlock._lease(lease);
+    END IF;
+    PERFORM dlock._writable('dlock.renew()');
+    c := dlock._caller();
+    SELECT * INTO r FROM dlock.leases x WHERE x.resource = renew.resource;
+    IF NOT dlock._may_change(r, holder, c.roleid, c.is_super, 'renew') THEN
+        -- Not an exclusive holding of holder's: a shared one, or permits?
+        RETURN CASE WHEN r.kinds THEN dlock._renew_held(renew.resource, holder, c.roleid, c.is_super, l, fence) END;
+    END IF;
+    -- FOR NO KEY UPDATE: an assert_fence pin (FOR KEY SHARE) never makes
+    -- the holder's renewal wait.
+    SELECT * INTO r FROM dlock.leases x WHERE x.resource = renew.resource FOR NO KEY UPDATE;
+    v_now := clock_timestamp();
+    IF NOT dlock._may_change(r, holder, c.roleid, c.is_super, 'renew')
+       OR (fence IS NOT NULL AND fence <> r.fence) THEN
+        RETURN CASE WHEN r.kinds THEN dlock._renew_held(renew.resource, holder, c.roleid, c.is_super, l, fence) END;
+    END IF;
+    v_exp := dlock._expiry(v_now, coalesce(l, r.lease));
+    UPDATE dlock.leases x SET expires_at = v_exp, renewed_at = v_now, lease = coalesce(l, r.lease)
+     WHERE x.resource = renew.resource;
+    PERFORM dlock._sync();
+    RETURN v_exp;
+END
+$$;
+COMMENT ON FUNCTION dlock.renew(text, text, interval, bigint) IS
+    'Extend holder''s lease to now + lease (default: the lease it was taken with); returns the new expiry, NULL if the lease was lost';
+
+CREATE OR REPLACE FUNCTION dlock.unlock_all(holder text DEFAULT dlock.session_holder())
+    RETURNS integer LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+    SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    v_role oid;
+    r dlock.leases%ROWTYPE;
+    n integer := 0;
+BEGIN
+    PERFORM dlock._text_arg(holder, 'holder', 255);
+    PERFORM dlock._writable('dlock.unlock_all()');
+    v_role := (dlock._caller()).roleid;
+    FOR r IN SELECT * FROM dlock.leases l
+              WHERE l.holder = unlock_all.holder AND l.owner = v_role
+                AND l.expires_at > clock_timestamp()
+              ORDER BY l.resource
+                FOR UPDATE
+    LOOP
+        IF r.holder = unlock_all.holder AND r.owner = v_role AND r.expires_at > clock_timestamp() THEN
+            PERFORM dlock._release(r.resource, r.fence, 0, 'released');
+            n := n + 1;
+        END IF;
+    END LOOP;
+    -- Shared holdings and permits ([kinds], kinds.sql).
+    RETURN n + dlock._unlock_all_held(unlock_all.holder, v_role);
+END
+$$;
+COMMENT ON FUNCTION dlock.unlock_all(text) IS
+    'Release every holding of holder (and of the calling role); returns how many';
+
+CREATE OR REPLACE FUNCTION dlock.reap()
+    RETURNS integer LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+    SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    r dlock.leases%ROWTYPE;
+    n integer := 0;
+BEGIN
+    PERFORM dlock._writable('dlock.reap()');
+    -- Rows another transaction is changing or pinning are skipped.
+    FOR r IN SELECT * FROM dlock.leases l
+              WHERE l.holder IS NOT NULL AND l.expires_at <= clock_timestamp()
+              ORDER BY l.resource
+                FOR UPDATE SKIP LOCKED
+    LOOP
+        PERFORM dlock._release(r.resource, r.fence, 0, 'expired');
+        n := n + 1;
+    END LOOP;
+    -- Expired shared holdings and permits ([kinds], kinds.sql).
+    n := n + dlock._reap_held();
+    -- Rows free for over an hour go, unless a lock-delay is still pending
+    -- or shared holdings or permits may be there; lapsed tickets and the
+    -- delays of gone rows too.
+    DELETE FROM dlock.leases l
+     WHERE l.ctid = ANY (ARRAY(SELECT x.ctid FROM dlock.leases x
+                                WHERE x.holder IS NULL AND NOT x.kinds
+                                  AND x.released_at < clock_timestamp() - interval '1 hour'
+                                  AND NOT dlock._delayed(x, clock_timestamp())
+                                  FOR UPDATE SKIP LOCKED));
+    DELETE FROM dlock.delays d
+     WHERE d.ctid = ANY (ARRAY(SELECT x.ctid FROM dlock.delays x
+                                WHERE NOT EXISTS (SELECT FROM dlock.leases l WHERE l.resource = x.resource)
+                                  FOR UPDATE SKIP LOCKED));
+    DELETE FROM dlock.holding_values v
+     WHERE v.ctid = ANY (ARRAY(SELECT x.ctid FROM dlock.holding_values x
+                                WHERE NOT EXISTS (SELECT FROM dlock.leases l WHERE l.resource = x.resource)
+                                  FOR UPDATE SKIP LOCKED));
+    DELETE FROM dlock.tickets t
+     WHERE t.ctid = ANY (ARRAY(SELECT x.ctid FROM dlock.tickets x
+                                WHERE x.expires_at <= clock_timestamp()
+                                  FOR UPDATE SKIP LOCKED));
+    RETURN n;
+END
+$$;
+COMMENT ON FUNCTION dlock.reap() IS
+    'Remove every expired lease now and send its expired event; returns how many (call it in a transaction of its own, as pg_cron does)';
+
+-- _current: is fence the current, unexpired holding of resource (a lease,
+-- or a transaction-scoped lock of this transaction)?  Locks the row FOR
+-- KEY SHARE (assert_fence's pin) when pin.
+CREATE OR REPLACE FUNCTION dlock._current(p_resource text, p_fence bigint, pin boolean,
+                                          OUT is_current boolean, OUT owner oid)
+    LANGUAGE plpgsql VOLATILE
+    SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    own text := current_setting('dlock.xact_' || md5(p_resource), true);
+    r dlock.leases%ROWTYPE;
+BEGIN
+    IF own IS NOT NULL AND own <> '' THEN
+        is_current := own::bigint = p_fence;
+        RETURN;
+    END IF;
+    IF pin THEN
+        SELECT * INTO r FROM dlock.leases l WHERE l.resource = p_resource FOR KEY SHARE;
+    ELSE
+        SELECT * INTO r FROM dlock.leases l WHERE l.resource = p_resource;
+    END IF;
+    is_current := FOUND AND r.holder IS NOT NULL AND r.expires_at > clock_timestamp()
+               AND r.fence = p_fence;
+    owner := r.owner;
+    -- Any current holder's fence: a shared holding's, or permits' ([kinds]).
+    IF NOT is_current AND r.kinds THEN
+        SELECT h.is_current, h.owner INTO is_current, owner FROM dlock._current_held(p_resource, p_fence, pin) h;
+    END IF;
+END
+$$;
+
+CREATE OR REPLACE FUNCTION dlock."check"(resource text, fence bigint)
+    RETURNS boolean LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+    SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    PERFORM dlock._text_arg(resource, 'resource', 1000);
+    PERFORM dlock._fence_arg(fence);
+    RETURN (dlock._current(resource, fence, false)).is_current;
+END
+$$;
+COMMENT ON FUNCTION dlock."check"(text, bigint) IS
+    'Is fence the current, unexpired holding of resource?';
+
+CREATE OR REPLACE FUNCTION dlock.assert_fence(resource text, fence bigint)
+    RETURNS void LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+    SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    c record;
+    cur record;
+BEGIN
+    PERFORM dlock._text_arg(resource, 'resource', 1000);
+    PERFORM dlock._fence_arg(fence);
+    c := dlock._caller();
+    cur := dlock._current(resource, fence, true);
+    IF NOT cur.is_current THEN
+        RAISE EXCEPTION 'fence % is not the current holding of resource "%"', fence, resource
+            USING ERRCODE = 'lock_not_available',
+                  DETAIL = 'The lease expired, was released or broken, or was taken over by a newer holder.';
+    END IF;
+    IF cur.owner IS NOT NULL AND NOT c.is_super AND NOT pg_has_role(c.roleid, cur.owner, 'USAGE') THEN
+        RAISE EXCEPTION 'permission denied to assert the fence of a lock held by role "%"', cur.owner::regrole::text
+            USING ERRCODE = 'insufficient_privilege',
+                  DETAIL = 'Only roles with the privileges of the role that took a lock can pin it with assert_fence; use dlock.check() to test a fence without pinning it.';
+    END IF;
+END
+$$;
+COMMENT ON FUNCTION dlock.assert_fence(text, bigint) IS
+    'Raise 55P03 unless fence is the current holding of resource; then pin the holding until this transaction ends';
+
+CREATE OR REPLACE FUNCTION dlock.break_lock(resource text)
+    RETURNS boolean LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+    SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    r dlock.leases%ROWTYPE;
+BEGIN
+    PERFORM dlock._text_arg(resource, 'resource', 1000);
+    PERFORM dlock._writable('dlock.break_lock()');
+    SELECT * INTO r FROM dlock.leases l WHERE l.resource = break_lock.resource FOR UPDATE;
+    -- Every shared holding and permit too ([kinds], kinds.sql).
+    IF NOT FOUND OR r.holder IS NULL OR r.expires_at <= clock_timestamp() THEN
+        RETURN CASE WHEN r.kinds THEN dlock._break_held(break_lock.resource) > 0 ELSE false END;
+    END IF;
+    PERFORM dlock._release(r.resource, r.fence, 0, 'broken');
+    IF r.kinds THEN
+        PERFORM dlock._break_held(break_lock.resource);
+    END IF;
+    RETURN true;
+END
+$$;
+COMMENT ON FUNCTION dlock.break_lock(text) IS
+    'Force the release of resource (event broken); for administrators, EXECUTE is revoked from PUBLIC';
+
