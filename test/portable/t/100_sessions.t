@@ -14,7 +14,7 @@
 # never reused across a re-installation.
 #
 # DLOCK_PORTABLE_MAJORS as for 010_core.t.
-# Promises: P1 P2 P4 P5 P6
+# Promises: P1 P2 P4 P5 P6 P7 P12 P13
 use strict;
 use warnings;
 use DBI;
