@@ -579,6 +579,12 @@ BEGIN
         -- Not an exclusive holding of holder's: a shared one, or permits?
         RETURN CASE WHEN r.kinds THEN dlock._renew_held(renew.resource, holder, c.roleid, c.is_super, l, fence) END;
     END IF;
+    -- [sessions]: a session's holding renews its session (sessions.sql),
+    -- without locking the holding's row: close_session locks the session
+    -- first and the rows next, so the other order could deadlock.
+    IF r.session IS NOT NULL AND (fence IS NULL OR fence = r.fence) THEN
+        RETURN dlock._renew_session(r.session, lease);
+    END IF;
     -- FOR NO KEY UPDATE: an assert_fence pin (FOR KEY SHARE) never makes
     -- the holder's renewal wait.
     SELECT * INTO r FROM dlock.leases x WHERE x.resource = renew.resource FOR NO KEY UPDATE;
@@ -587,7 +593,7 @@ BEGIN
        OR (fence IS NOT NULL AND fence <> r.fence) THEN
         RETURN CASE WHEN r.kinds THEN dlock._renew_held(renew.resource, holder, c.roleid, c.is_super, l, fence) END;
     END IF;
-    -- [sessions]: a session's holding renews its session (sessions.sql).
+    -- [sessions]: it came to be a session's holding since the look.
     IF r.session IS NOT NULL THEN
         RETURN dlock._renew_session(r.session, lease);
     END IF;
