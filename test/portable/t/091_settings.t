@@ -6,7 +6,8 @@
 # functions and operators, time zones, date styles, encodings...), by the
 # users alice and bob on fresh connections; then the core operations
 # (try_lock, lock with wait, renew, unlock, unlock_all, xact_lock, check,
-# assert_fence, shared, try_acquire, a fair ticket and withdraw, reap).
+# assert_fence, shared, try_acquire, a fair ticket and withdraw, a session
+# with a holding kept alive and closed, reap).
 # The promises checked: fences strictly increasing across everything,
 # exclusion, owner rules (bob cannot renew or unlock alice's holding),
 # never-wait calls never reach the 5 s statement_timeout guard (unless
@@ -175,6 +176,24 @@ sub run_case {
     answered($tag, 'try_acquire', $_, $to) for $m1, $m2;
     fence_ok($tag, 'try_acquire', $_) for $m1, $m2;
     ok(!defined $m2->{v}, "$label: $tag: never more than max_permits") if defined $m1->{v};
+    # Sessions ([sessions], portable 1.1): a holding in alice's session,
+    # which bob can neither keep alive, close, nor take; closed with it.
+    my $sid = $rec->('open_session', op($A, "SELECT dlock.open_session('1h', 'as')"));
+    if (defined $sid->{v}) {
+        my $q1 = $rec->('try_lock in a session', op($A, "SELECT dlock.try_lock(?, session => ?)", "$r/q", $sid->{v}));
+        answered($tag, 'try_lock in a session', $q1, $to);
+        fence_ok($tag, 'try_lock in a session', $q1);
+        for my $call ("keepalive(?)", "close_session(?)") {
+            my $x = op($B, "SELECT dlock.$call", $sid->{v});
+            ok(!defined $x->{v}, "$label: $tag: bob cannot $call alice's session") or diag($x->{v});
+        }
+        my $bq = op($B, "SELECT dlock.try_lock(?, 'b', '1h')", "$r/q");
+        answered($tag, "bob's try_lock of a session's holding", $bq, $to);
+        ok(!defined $bq->{v}, "$label: $tag: exclusion (a session's holding)") if defined $q1->{v};
+        $rec->('keepalive', op($A, "SELECT dlock.keepalive(?)", $sid->{v}));
+        my $cl = $rec->('close_session', op($A, "SELECT dlock.close_session(?)", $sid->{v}));
+        is($cl->{v}, 1, "$label: $tag: close_session releases its holding") if defined $q1->{v} && !$cl->{e};
+    }
     $rec->('reap', op($A, "SELECT dlock.reap()"));
     $rec->('unlock_all', op($A, "SELECT dlock.unlock_all('a')"));
     op($B, "SELECT dlock.unlock_all('b')");
@@ -197,11 +216,11 @@ sub run_case {
     # nothing is held, queued or delayed, and each resource is served at once.
     my $na = conn('alice'); my $nb = conn('bob');
     $_->do("SET statement_timeout = '5s'") for $na, $nb;
-    $na->do("SELECT dlock.unlock_all(h) FROM unnest('{a,a2,a3}'::text[]) h");
+    $na->do("SELECT dlock.unlock_all(h) FROM unnest('{a,a2,a3,as}'::text[]) h");
     $nb->do("SELECT dlock.unlock_all(h) FROM unnest('{b,c}'::text[]) h");
     is(q1($obs, "SELECT count(*) FROM dlock.locks WHERE resource LIKE ? || '%'", $r), 0, "$label: $tag: nothing held after");
     is(q1($obs, "SELECT count(*) FROM dlock.tickets WHERE resource LIKE ? || '%'", $r), 0, "$label: $tag: no ticket after");
-    for my $res ($r, "$r/x", "$r/s", "$r/m") {
+    for my $res ($r, "$r/x", "$r/s", "$r/m", "$r/q") {
         my $f = op({ dbh => $na }, "SELECT dlock.try_lock(?, 'n', '1h')", $res);
         ok(defined $f->{v}, "$label: $tag: the next normal caller gets $res at once") or diag($f->{e});
         fence_ok($tag, 'the next caller', $f);
