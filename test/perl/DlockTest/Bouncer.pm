@@ -8,6 +8,7 @@
 # Listens on 127.0.0.1 only, trusts the current OS user (and the roles in
 # users => [...]), logs to $tmp/pgbouncer.log; serves database postgres
 # (or dbname => 'x'); one ok() says whether it accepts connections.
+# ignore => 'extra_float_digits': startup parameters to ignore (JDBC's).
 
 package DlockTest::Bouncer;
 
@@ -52,6 +53,7 @@ max_client_conn = $clients
 logfile = $dir/pgbouncer.log
 pidfile = $dir/pgbouncer.pid
 EOF
+	print $fh "ignore_startup_parameters = $o{ignore}\n" if $o{ignore};
 	close($fh);
 	push @running, IPC::Run::start([ $binary, "$dir/pgbouncer.ini" ],
 		'>', "$dir/pgbouncer.out", '2>&1');

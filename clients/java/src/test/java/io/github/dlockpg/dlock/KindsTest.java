@@ -1,7 +1,7 @@
 // KindsTest: shared locks, semaphores, several resources at once, the
 // registry (Spring Integration's LockRegistry shape), elections, and
 // errors carrying the SQLSTATE (the server's and the client's own).
-// Promises: P2 P6 P16
+// Promises: P2 P6 P8 P9 P10 P11 P16
 package io.github.dlockpg.dlock;
 
 import static org.junit.jupiter.api.Assertions.assertEquals;
@@ -122,6 +122,7 @@ class KindsTest {
         DlockElection b = new DlockElection(ds, name, Duration.ofSeconds(3));
         List<Optional<DlockElection.Leader>> seen = Collections.synchronizedList(new ArrayList<>());
         try (DlockElection.Observation obs = a.observe(seen::add, Duration.ofMillis(50))) {
+            waitFor(() -> !seen.isEmpty());
             DlockElection.Leadership la = a.campaign("a1", Duration.ofSeconds(5)).orElseThrow();
             assertTrue(b.campaign("b1", Duration.ZERO).isEmpty(), "b is not elected while a leads");
             assertTrue(la.proclaim("a2"));
