@@ -152,6 +152,28 @@ class KindsTest {
     }
 
     @Test
+    @DisplayName("renewals run on the caller's ScheduledExecutorService, every third of the lease")
+    void callersScheduler() throws Exception {
+        java.util.concurrent.ScheduledExecutorService mine = java.util.concurrent.Executors.newScheduledThreadPool(1,
+            r -> new Thread(r, "my-renewals"));
+        try {
+            String r = TestEnv.unique("scheduler");
+            DlockLock lock = DlockLock.builder(ds, r).lease(Duration.ofMillis(1500)).scheduler(mine).build();
+            lock.lock();
+            Object first = TestEnv.adminQuery("SELECT renewed_at FROM dlock.locks WHERE resource = ?", r);
+            Thread.sleep(2500); // past the lease
+            assertFalse(lock.isLost());
+            assertTrue(TestEnv.liveOnServer(r), "renewed past its lease");
+            assertNotEquals(first, TestEnv.adminQuery("SELECT renewed_at FROM dlock.locks WHERE resource = ?", r));
+            assertTrue(((java.util.concurrent.ThreadPoolExecutor) mine).getCompletedTaskCount() >= 2,
+                "on the caller's executor");
+            lock.unlock();
+        } finally {
+            mine.shutdownNow();
+        }
+    }
+
+    @Test
     @DisplayName("errors carry the SQLSTATE: the server's (22023 for a resource over 1000 bytes), the client's (22023)")
     void sqlstates() throws Exception {
         DlockLock big = new DlockLock(ds, "x".repeat(1001), LEASE);

@@ -64,11 +64,11 @@ class LockContractTest {
         CriticalSection.create(table);
         String resource = TestEnv.unique("processes");
         String java = ProcessHandle.current().info().command().orElse("java");
+        File log = File.createTempFile("dlock-lockchild-", ".log");
+        log.deleteOnExit();
         Process child = new ProcessBuilder(java, "-cp", System.getProperty("java.class.path"),
-            LockChild.class.getName(), resource, table, "30")
-            .redirectOutput(ProcessBuilder.Redirect.DISCARD).redirectError(new File(
-                System.getProperty("java.io.tmpdir"), "dlock-lockchild-" + ProcessHandle.current().pid() + ".err"))
-            .start();
+            LockChild.class.getName(), resource, table, "30").redirectErrorStream(true)
+            .redirectOutput(log).start();
         AtomicBoolean alone = new AtomicBoolean(true);
         List<Thread> ts = new ArrayList<>();
         for (int t = 0; t < 2; t++) {
@@ -89,9 +89,17 @@ class LockContractTest {
         ts.forEach(Thread::start);
         for (Thread t : ts) t.join();
         assertTrue(child.waitFor(60, TimeUnit.SECONDS), "the other JVM finished");
-        assertEquals(0, child.exitValue(), "the other JVM was alone inside");
+        assertEquals(0, child.exitValue(), () -> "the other JVM was alone inside; its output: " + read(log));
         assertTrue(alone.get(), "this JVM's threads were alone inside");
         assertEquals(60, CriticalSection.entries(table));
+    }
+
+    private static String read(File f) {
+        try {
+            return java.nio.file.Files.readString(f.toPath());
+        } catch (java.io.IOException e) {
+            return e.toString();
+        }
     }
 
     @Test
