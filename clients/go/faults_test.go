@@ -3,12 +3,14 @@
 // server unreachable, the server stopped and restarted. A loss is
 // signalled (Done closed) before the lease ends on the server, never
 // after; failures shorter than the lease keep the lock.
-// Promises: P8 P16
+// Promises: P16
 
 package dlock_test
 
 import (
+	"database/sql"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"syscall"
@@ -84,34 +86,80 @@ func TestRenewalBackendTerminated(t *testing.T) {
 	}
 }
 
-// The one connection of the pool is paused (SIGSTOP) past the lease: no
-// renewal gets through, and the loss is signalled while the server still
-// has the holding live.
-func TestRenewalPaused(t *testing.T) {
-	t.Parallel()
-	app, admin := appDB(t, "application_name=go-test-stop"), appDB(t, "")
-	app.SetMaxOpenConns(1)
-	r := unique("stop")
-	l, err := dlock.Acquire(bg(), app, r, dlock.Lease(3*time.Second))
+// pause: SIGSTOP every backend of application APP; the undo.
+func pause(t *testing.T, admin *sql.DB, app string) func() {
+	t.Helper()
+	rows, err := admin.Query(`SELECT pid FROM pg_stat_activity WHERE application_name = $1`, app)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var pid int
-	if err := admin.QueryRow(`SELECT pid FROM pg_stat_activity WHERE application_name = 'go-test-stop'`).Scan(&pid); err != nil {
+	var pids []int
+	for rows.Next() {
+		var pid int
+		if err := rows.Scan(&pid); err != nil {
+			t.Fatal(err)
+		}
+		pids = append(pids, pid)
+	}
+	rows.Close()
+	if len(pids) == 0 {
+		t.Fatalf("no backend of %s", app)
+	}
+	for _, pid := range pids {
+		if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
+			t.Skipf("cannot pause the backend %d (not a local server of this user?): %v", pid, err)
+		}
+	}
+	return func() {
+		for _, pid := range pids {
+			_ = syscall.Kill(pid, syscall.SIGCONT)
+		}
+	}
+}
+
+// The renewal's backend paused (SIGSTOP) past the lease. While other
+// connections can be made, the renewal gives the paused one up at its
+// bound and renews on another: the lock is kept. When none can (new
+// connections black-holed), the loss is signalled while the server still
+// has the holding live.
+func TestRenewalPaused(t *testing.T) {
+	t.Parallel()
+	admin := appDB(t, "")
+	p := newProxy(t)
+	r := unique("stop")
+	name := fmt.Sprintf("go-test-stop-%d", os.Getpid())
+	app := open(t, p.dsn(), "application_name="+name)
+	l, err := dlock.Acquire(bg(), app, r, dlock.Lease(2*time.Second))
+	if err != nil {
 		t.Fatal(err)
 	}
-	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
-		t.Skipf("cannot pause the backend %d (not a local server of this user?): %v", pid, err)
+	resume := pause(t, admin, name)
+	time.Sleep(3 * time.Second)
+	resume()
+	if l.Err() != nil {
+		t.Fatalf("lost, though another connection could renew: %v", l.Err())
 	}
-	defer syscall.Kill(pid, syscall.SIGCONT)
-	if !closed(within(t, 20*time.Second), l.Done()) {
+	if h := row(t, admin, r); !h.live || h.fence != l.Fence() {
+		t.Fatalf("server has %+v", h)
+	}
+	release(t, l)
+
+	r2 := unique("stop-alone")
+	l2, err := dlock.Acquire(bg(), app, r2, dlock.Lease(3*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.blockNew()
+	defer p.heal()
+	defer pause(t, admin, name)()
+	if !closed(within(t, 20*time.Second), l2.Done()) {
 		t.Fatal("Done not closed while renewals hang")
 	}
-	if h := row(t, admin, r); !h.exists || !h.live {
+	if h := row(t, admin, r2); !h.exists || !h.live {
 		t.Fatalf("the loss was signalled after the lease had ended on the server: %+v", h)
 	}
-	if !errors.Is(l.Err(), dlock.ErrLost) {
-		t.Fatalf("Err: %v", l.Err())
+	if !errors.Is(l2.Err(), dlock.ErrLost) {
+		t.Fatalf("Err: %v", l2.Err())
 	}
 }
 

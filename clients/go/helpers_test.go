@@ -183,6 +183,13 @@ func (p *proxy) cutAll() {
 	p.conns = nil
 }
 
+// blockNew: new connections black-holed, the open ones left alone.
+func (p *proxy) blockNew() {
+	p.mu.Lock()
+	p.cut = true
+	p.mu.Unlock()
+}
+
 func (p *proxy) heal() {
 	p.mu.Lock()
 	p.cut = false

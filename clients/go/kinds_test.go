@@ -1,7 +1,7 @@
 // kinds_test.go: shared locks, semaphores and multi-locks (dlock 1.0's
 // lock(shared => true), acquire(semaphore, ...) and lock_all), and
 // elections with a channel of leader changes.
-// Promises: P16
+// Promises: P8 P9 P10 P11 P16
 
 package dlock_test
 

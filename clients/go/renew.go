@@ -9,7 +9,8 @@ package dlock
 // renewal deadline: the lease's end as this process measures it (from
 // when the last acknowledged renewal was sent) less a margin. A renewal
 // that hangs (its backend paused, the network black-holed) does not hold
-// the deadline up: the loop waits on a timer, not on the statement.
+// the deadline up, nor the next attempt: the loop waits on timers, not on
+// the statement.
 
 import (
 	"context"
@@ -79,6 +80,11 @@ func (l *Lock) run(sent time.Time) {
 			l.lose("renewals failed until just before the lease's end", lastErr)
 			return
 		case r = <-res:
+			cancel()
+		case <-ctx.Done():
+			// A driver that does not give up at the deadline (lib/pq's
+			// reads ignore it): the attempt failed; it ends on its own.
+			r = renewal{err: ctx.Err()}
 			cancel()
 		}
 		select {

@@ -98,7 +98,7 @@ for my $e (@editions)
 	my %env = (%$more,
 		DLOCK_TEST_DSN => $dsn,
 		DLOCK_TEST_PROXY_TARGET => '127.0.0.1:' . $node->port,
-		DLOCK_TEST_PG_CTL => $pgctl, DLOCK_TEST_PG_DATA => $node->data_dir, DLOCK_TEST_PG_LOG => $node->logfile,
+		DLOCK_TEST_PG_CTL => $pgctl, DLOCK_TEST_PG_DATA => abs_path($node->data_dir), DLOCK_TEST_PG_LOG => abs_path($node->logfile),
 		PGHOST => '127.0.0.1', PGPORT => $node->port, PGDATABASE => $db, PGUSER => $role, PGSSLMODE => 'disable');
 	for my $d (@drivers)
 	{
