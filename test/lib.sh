@@ -34,9 +34,9 @@ PACKAGES="$DEMO_PACKAGES
     python3-testtools python3-fixtures python3-sysv-ipc
     golang-go golang-github-lib-pq-dev"
 # The Go client's tests (test/clients/t/040_go.t) also run on pgx's stdlib
-# driver where Debian packages it: v4 on bookworm, v5 from forky on.
+# driver where Debian packages it: v4 on bookworm and trixie, v5 from forky on.
 case $(. /etc/os-release 2>/dev/null && echo "${VERSION_CODENAME:-}") in
-    bookworm) PACKAGES="$PACKAGES golang-github-jackc-pgx-v4-dev" ;;
+    bookworm|trixie) PACKAGES="$PACKAGES golang-github-jackc-pgx-v4-dev" ;;
     forky|sid) PACKAGES="$PACKAGES golang-github-jackc-pgx-v5-dev" ;;
 esac
 # Node.js and npm (the Node client's tests, the portable edition's server

@@ -7,7 +7,7 @@
 # and pgbouncer in transaction mode in front of it; then the portable
 # edition on a second cluster, installed and used by role dbo (no
 # superuser), with its own pgbouncer. The drivers: lib/pq, and pgx's
-# stdlib where Debian packages it (v4 on bookworm, v5 later). Offline,
+# stdlib where Debian packages it (v4 on bookworm and trixie, v5 later). Offline,
 # from Debian's Go sources (/usr/share/gocode) in GOPATH mode, as Debian
 # builds its own Go packages. Env: DLOCK_GO (default: go on PATH),
 # DLOCK_GO_TESTS (a go test -run pattern).
@@ -71,6 +71,10 @@ sub go
 	my ($ok, $out) = go("$tmp/module", { GO111MODULE => 'on', GOFLAGS => '-mod=mod', GOPATH => "$tmp/modpath" },
 		'vet', './...');
 	ok($ok, 'the module builds and is go vet clean alone (module mode, offline, no dependency)') or diag $out;
+}
+{
+	my $gofmt = `gofmt -l '$top/clients/go' 2>&1`;
+	is($gofmt, '', 'gofmt -l clients/go: nothing to reformat');
 }
 for my $d (@drivers)
 {
