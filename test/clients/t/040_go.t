@@ -29,6 +29,7 @@ my $top = abs_path("$FindBin::RealBin/../../..");
 my $go = $ENV{DLOCK_GO} // 'go';
 my $gocode = '/usr/share/gocode/src';
 my $version = `$go version 2>/dev/null` // '';
+chomp $version;
 plan skip_all => "go is not installed (apt-get install golang-go)" unless $version =~ /go(\d+)\.(\d+)/;
 plan skip_all => "go $1.$2 is too old: the client needs 1.19" if $1 == 1 && $2 < 19;
 plan skip_all => "lib/pq is not in $gocode (apt-get install golang-github-lib-pq-dev)"
