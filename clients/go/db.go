@@ -105,9 +105,37 @@ func parseFences(v sql.NullString) ([]int64, error) {
 
 // queryRow: run SQL with ARGS on a connection of its own from DB, bounded
 // by CTX, scanning its one row into DEST. Returns when the statement was
-// sent (after getting the connection). A connection whose statement did
-// not end with a server's answer is not given back to the pool.
+// sent (after getting the connection). It returns at CTX's end even when
+// the driver does not (lib/pq ignores it while connecting): the statement
+// then goes on by itself and its result is dropped, so the caller must
+// not read DEST after an error.
 func queryRow(ctx context.Context, db *sql.DB, query string, args []interface{}, dest ...interface{}) (time.Time, error) {
+	type result struct {
+		sent time.Time
+		err  error
+	}
+	ch := make(chan result, 1)
+	go func() {
+		sent, err := queryRowNow(ctx, db, query, args, dest...)
+		ch <- result{sent, err}
+	}()
+	select {
+	case r := <-ch:
+		return r.sent, r.err
+	case <-ctx.Done():
+		select {
+		case r := <-ch:
+			return r.sent, r.err
+		default:
+			return time.Time{}, ctx.Err()
+		}
+	}
+}
+
+// queryRowNow: queryRow, as long as the driver takes. A connection whose
+// statement did not end with a server's answer is not given back to the
+// pool.
+func queryRowNow(ctx context.Context, db *sql.DB, query string, args []interface{}, dest ...interface{}) (time.Time, error) {
 	conn, err := db.Conn(ctx)
 	if err != nil {
 		return time.Time{}, err

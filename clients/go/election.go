@@ -129,7 +129,10 @@ func (e *Election) Proclaim(ctx context.Context, value string) (bool, error) {
 	_, err = queryRow(ctx, e.db, `SELECT dlock.proclaim(election => $1::text, candidate => $2::text, `+
 		`value => $3::text, term => $4::text::bigint)`,
 		[]interface{}{e.name, e.candidate, value, strconv.FormatInt(l.Fence(), 10)}, &ok)
-	return ok.Valid && ok.Bool, wrap(err, "proclaim")
+	if err != nil {
+		return false, wrap(err, "proclaim")
+	}
+	return ok.Valid && ok.Bool, nil
 }
 
 // Resign steps down (the next candidate is elected at once): Release of
@@ -144,20 +147,12 @@ func (e *Election) Resign(ctx context.Context) error {
 
 // Leader reads the current leader; nil when there is none.
 func (e *Election) Leader(ctx context.Context) (*Leader, error) {
-	conn, err := e.db.Conn(ctx)
-	if err != nil {
-		return nil, wrap(err, "leader")
-	}
-	defer conn.Close()
-	return readLeader(ctx, conn, e.name)
-}
-
-func readLeader(ctx context.Context, conn *sql.Conn, name string) (*Leader, error) {
 	var ld Leader
 	var value sql.NullString
 	var term string
-	err := conn.QueryRowContext(ctx, `SELECT candidate, value, term::text, elected_at, expires_at `+
-		`FROM dlock.leader(election => $1::text)`, name).Scan(&ld.Candidate, &value, &term, &ld.ElectedAt, &ld.ExpiresAt)
+	_, err := queryRow(ctx, e.db, `SELECT candidate, value, term::text, elected_at, expires_at `+
+		`FROM dlock.leader(election => $1::text)`, []interface{}{e.name},
+		&ld.Candidate, &value, &term, &ld.ElectedAt, &ld.ExpiresAt)
 	if err == sql.ErrNoRows {
 		return nil, nil
 	}

@@ -8,6 +8,7 @@
 package dlock_test
 
 import (
+	"context"
 	"database/sql"
 	"errors"
 	"fmt"
@@ -242,5 +243,43 @@ func TestServerRestart(t *testing.T) {
 	}
 	if err := l.Release(bg()); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// A Release that does not get through (the server unreachable): it
+// returns the error, the lock does not look released, and its loss is
+// signalled before the lease ends (it is no longer renewed).
+func TestReleaseFailed(t *testing.T) {
+	t.Parallel()
+	admin := appDB(t, "")
+	p := newProxy(t)
+	app := open(t, p.dsn(), "")
+	r := unique("release-failed")
+	l, err := dlock.Acquire(bg(), app, r, dlock.Lease(3*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.cutAll()
+	ctx, cancel := context.WithTimeout(bg(), 500*time.Millisecond)
+	err = l.Release(ctx)
+	cancel()
+	if err == nil {
+		t.Fatal("Release through a partition returned nil")
+	}
+	if errors.Is(l.Err(), dlock.ErrReleased) {
+		t.Fatal("looks released, yet the server holds it")
+	}
+	if !closed(within(t, 20*time.Second), l.Done()) {
+		t.Fatal("Done not closed after a failed Release")
+	}
+	if h := row(t, admin, r); !h.exists || !h.live {
+		t.Fatalf("the loss was signalled after the lease had ended on the server: %+v", h)
+	}
+	if !errors.Is(l.Err(), dlock.ErrLost) {
+		t.Fatalf("Err: %v", l.Err())
+	}
+	p.heal()
+	if err := l.Release(bg()); !errors.Is(err, dlock.ErrLost) {
+		t.Fatalf("Release after the loss: %v", err)
 	}
 }

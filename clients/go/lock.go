@@ -204,8 +204,10 @@ func (l *Lock) AssertFence(ctx context.Context, tx Execer) error {
 func (l *Lock) Check(ctx context.Context) (bool, error) {
 	first, fence := l.target()
 	var ok bool
-	_, err := queryRow(ctx, l.db, l.st.check, []interface{}{first, fence}, &ok)
-	return ok, wrap(err, "check")
+	if _, err := queryRow(ctx, l.db, l.st.check, []interface{}{first, fence}, &ok); err != nil {
+		return false, wrap(err, "check")
+	}
+	return ok, nil
 }
 
 func minDur(a, b time.Duration) time.Duration {

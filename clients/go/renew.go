@@ -33,7 +33,10 @@ func (l *Lock) renewOnce(ctx context.Context) renewal {
 	first, fence := l.target()
 	var ok bool
 	sent, err := queryRow(ctx, l.db, l.st.renew, []interface{}{first, l.holder, l.leaseArg, fence}, &ok)
-	return renewal{sent, ok, err}
+	if err != nil {
+		return renewal{err: err}
+	}
+	return renewal{sent: sent, ok: ok}
 }
 
 // run: the renewal loop, from an acquisition (or confirmation) sent at SENT.
