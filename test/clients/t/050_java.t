@@ -47,8 +47,7 @@ my $user = getpwuid($<);
 my @classes = split(' ', $ENV{DLOCK_JAVA_TESTS} // '');
 
 my $pg = DlockTest::Python::cluster('java');
-my $bport = DlockTest::Bouncer::start($pg, $tmp, pool => 4, clients => 100,
-	ignore => 'extra_float_digits');
+my $bport = DlockTest::Bouncer::start($pg, $tmp, pool => 4, clients => 100);
 run_java('C extension: ', PGHOST => '127.0.0.1', PGPORT => $pg->port, PGUSER => $user,
 	PGDATABASE => 'postgres', DLOCK_TEST_ADMIN_USER => $user, DLOCK_TEST_PG_CTL => pg_ctl($pg),
 	($bport ? (DLOCK_TEST_BOUNCER_PORT => $bport) : ()));
@@ -57,7 +56,7 @@ $pg->stop;
 my $pp = DlockTest::Python::portable_cluster('java_portable');
 mkdir "$tmp/portable" or die "mkdir $tmp/portable: $!";
 my $pbport = DlockTest::Bouncer::start($pp, "$tmp/portable", pool => 4, clients => 100,
-	dbname => 'app', users => ['dbo'], ignore => 'extra_float_digits');
+	dbname => 'app', users => ['dbo']);
 run_java('portable: ', PGHOST => '127.0.0.1', PGPORT => $pp->port, PGUSER => 'dbo', PGDATABASE => 'app',
 	DLOCK_TEST_ADMIN_USER => $user, DLOCK_TEST_EDITION => 'portable', DLOCK_TEST_PG_CTL => pg_ctl($pp),
 	($pbport ? (DLOCK_TEST_BOUNCER_PORT => $pbport) : ()));

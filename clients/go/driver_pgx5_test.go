@@ -1,0 +1,8 @@
+//go:build dlock_pgx5
+
+// driver_pgx5_test.go: the tests on pgx v5's stdlib (go test -tags dlock_pgx5).
+// Promises: none
+
+package dlock_test
+
+import _ "github.com/jackc/pgx/v5/stdlib"
