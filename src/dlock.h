@@ -3,22 +3,23 @@
  * dlock.h
  *		Declarations shared by the files of the dlock extension.
  *
- * Each .c file has one job: guc.c the settings, resource.c argument checks,
- * hashing and the per-resource lock, holding.c the rules of a holding (who
- * the caller is, when a lease is free, who may change or pin it), store.c
- * store sessions and the SPI statements that scan dlock.leases, rows.c
- * the hot paths' direct access to one row of it, shares.c to the shared
- * holdings of dlock.shares, table.c (private header table.h) the direct
- * heap access both use, fence.c fence numbers,
- * xact.c transaction bookkeeping and the hooks other files run at its end,
+ * Each .c file has one job: guc.c the settings, resource.c argument
+ * checks, hashing and the per-resource lock, holding.c the rules of a
+ * holding (who the caller is, when a lease is free, who may change or pin
+ * it), store.c store sessions and the SPI statements that scan
+ * dlock.leases, rows.c the hot paths' direct access to one row of it,
+ * shares.c to the shared holdings of dlock.shares, table.c (private header
+ * table.h) the direct heap access both use, fence.c fence numbers, xact.c
+ * transaction bookkeeping and the hooks other files run at its end,
  * admit.c the admission decision (may a request have the resource now),
- * acquire.c lease attempts, wait.c the wait loop every waiting call shares,
- * lease.c the lease functions,
- * semaphore.c the semaphore functions (0.5), multi.c several resources at
- * once (0.5), xactlock.c transaction-scoped locks, queue.c fair queues and
- * lock-delay, upkeep.c the same outside an attempt (withdraw, the reaper),
- * elect.c leader election and holding values, reap.c expiry, compat.h
- * what differs between PostgreSQL majors, events.c NOTIFY, listeners.c who
+ * acquire.c lease attempts, wait.c the wait loop every waiting call
+ * shares, lease.c the lease functions, semaphore.c the semaphore functions
+ * (0.5), multi.c several resources at once (0.5), xactlock.c
+ * transaction-scoped locks, queue.c fair queues and lock-delay, upkeep.c
+ * the same outside an attempt (withdraw, the reaper), elect.c leader
+ * election and holding values, reap.c expiry, compat.h what differs
+ * between PostgreSQL majors, sends.c the events and wakeups a transaction
+ * sends at its end, events.c NOTIFY and the outbox, listeners.c who
  * LISTENs, waiters.c shared memory for sleeping waiters, wakeups and
  * statistics, worker.c the background reaper and dlock.reap(), promote.c
  * the refresh of holdings after a promotion, compact.c the rewrite of a
@@ -26,11 +27,11 @@
  *
  * Calls go one way, down these layers (a file calls only files of lower
  * layers, never back up; no two files call each other in a circle):
- *	dlock.c > worker.c > compact.c, promote.c > reap.c > lease.c, elect.c, xactlock.c,
- *	semaphore.c, multi.c >
- *	acquire.c, upkeep.c > wait.c, admit.c > queue.c, events.c > rows.c, shares.c, holding.c,
- *	fence.c, waiters.c > table.c, store.c, listeners.c > xact.c, resource.c,
- *	guc.c.
+ *	dlock.c > worker.c > compact.c, promote.c > reap.c > lease.c, elect.c,
+ *	xactlock.c, semaphore.c, multi.c > acquire.c, upkeep.c > wait.c,
+ *	admit.c > queue.c, events.c > rows.c, shares.c, holding.c, fence.c,
+ *	waiters.c > table.c, store.c, listeners.c, sends.c > xact.c,
+ *	resource.c, guc.c.
  * What must happen when a transaction ends is registered with xact.c as
  * hooks (DlockXactHooks; dlock.c adds them), so xact.c calls nobody.
  *
@@ -557,12 +558,38 @@ extern int64 dlock_campaign_acquire(const DlockResource *res, text *candidate,
 									const Interval *lease, int64 wait_ms,
 									const Interval *lock_delay, bool *already);
 
-/* ---- events.c ---- */
+/* ---- sends.c ---- */
+/* An event waiting for the end of its transaction. */
+typedef struct DlockEvent
+{
+	char		channel[64];
+	char	   *payload;
+	uint64		hash;			/* the resource's, for the outbox's wakeup */
+	SubTransactionId subxid;	/* (sub)transaction that queued it */
+} DlockEvent;
+
+/* A wakeup waiting for the end of its transaction. */
+typedef struct DlockWake
+{
+	uint64		hash;
+	bool		abort_only;		/* an acquisition: wake only if it aborts */
+	int32		n;				/* how many waiters to wake */
+} DlockWake;
+
+extern const DlockXactHooks dlock_sends_xact_hooks;
 extern void dlock_notify(const DlockResource *res, const char *event,
 						 int64 fence);
 extern void dlock_notify_holding(const DlockResource *res, const char *event,
 								 int64 fence, const char *candidate,
 								 const char *value);
+extern List *dlock_sends_events(void);
+extern void dlock_wake_after_commit(uint64 hash);
+extern void dlock_wake_released(uint64 hash, const DlockRow *holding,
+								bool last);
+extern void dlock_wake_after_abort(uint64 hash);
+extern const DlockWake *dlock_sends_wakes(int *n);
+
+/* ---- events.c ---- */
 extern int	dlock_outbox_deliver(void);
 
 /* ---- waiters.c (shared memory; inert unless preloaded) ---- */
@@ -598,10 +625,6 @@ extern void dlock_wait_end(bool acquired);
 extern void dlock_wait_look(void);
 extern void dlock_wait_sleep(long timeout_ms);
 extern void dlock_wait_set_ticket(int64 ticket, Oid owner);
-extern void dlock_wake_after_commit(uint64 hash);
-extern void dlock_wake_released(uint64 hash, const DlockRow *holding,
-								bool last);
-extern void dlock_wake_after_abort(uint64 hash);
 extern void dlock_expiry_hint(TimestampTz expires);
 extern bool dlock_reap_due(TimestampTz now);
 extern void dlock_reap_started(void);
