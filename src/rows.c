@@ -91,6 +91,23 @@ open_leases(LOCKMODE mode)
 	return rel;
 }
 /*
+ * fetch_resource: res's row of t (keyed by resource), as table.c's
+ * fetch_row; with seen, for a write decided on the version seen (read by
+ * dlock_row_read under the resource's lock): false if it is no longer
+ * that version.
+ */
+static bool
+fetch_resource(Relation rel, TableInfo *t, const DlockResource *res,
+			   const DlockRow *seen, RowImage *img)
+{
+	ScanKeyData key;
+
+	ScanKeyInit(&key, t->att[0], BTEqualStrategyNumber, F_TEXTEQ,
+				PointerGetDatum(res->name));
+	return fetch_row(rel, t, 1, &key, seen ? &seen->tid : NULL, img);
+}
+
+/*
  * is_mine: the row is held, unexpired at now, by holder of role owner:
  * holding.c's HOLDING_MINE, for the one-step re-entry and release.
  */
@@ -125,7 +142,7 @@ dlock_row_read(const DlockResource *res, DlockRow *row)
 	RowImage	img;
 
 	memset(row, 0, sizeof(*row));
-	if (fetch_row(rel, &leases, res->name, &img))
+	if (fetch_resource(rel, &leases, res, NULL, &img))
 	{
 		row->exists = true;
 		row->tid = img.tup->t_self;
@@ -196,7 +213,7 @@ dlock_row_insert(const DlockResource *res, text *holder, Oid owner,
 static void
 change_row(Relation rel, const DlockResource *res, RowImage *img)
 {
-	if (!fetch_row(rel, &leases, res->name, img))
+	if (!fetch_resource(rel, &leases, res, NULL, img))
 		elog(ERROR, "dlock: the row of \"%s\" is gone",
 			 text_to_cstring(res->name));
 }
@@ -414,7 +431,7 @@ dlock_row_read_delay(const DlockResource *res, DlockRow *row)
 	rel = open_table(t, AccessShareLock);
 	if (rel == NULL)
 		return;
-	if (fetch_row(rel, t, res->name, &d))
+	if (fetch_resource(rel, t, res, NULL, &d))
 	{
 		if (DatumGetInt64(COL(t, &d, D_FENCE)) == row->fence)
 		{
@@ -430,30 +447,10 @@ dlock_row_read_delay(const DlockResource *res, DlockRow *row)
 }
 
 /*
- * fetch_seen: the resource's row for a write decided on *seen (read by
- * dlock_row_read under the resource's lock): false if it is no longer
- * that version (a superuser's UPDATE or DELETE by hand meanwhile): the
- * caller reads again and decides again.
- */
-static bool
-fetch_seen(Relation rel, const DlockResource *res, const DlockRow *seen,
-		   RowImage *img)
-{
-	if (!fetch_row(rel, &leases, res->name, img))
-		return false;
-	if (!ItemPointerEquals(&img->tup->t_self, (ItemPointer) &seen->tid))
-	{
-		heap_freetuple(img->tup);
-		return false;
-	}
-	return true;
-}
-
-/*
  * dlock_row_reenter: write a re-entry decided on *seen (the holder's own
  * unexpired holding): count + 1, expiry extended to at least expires.
  * Sets the new count and expiry; false, changing nothing, if the row
- * changed since it was read (fetch_seen).
+ * changed since it was read (fetch_resource).
  */
 bool
 dlock_row_reenter(const DlockResource *res, const DlockRow *seen,
@@ -464,7 +461,7 @@ dlock_row_reenter(const DlockResource *res, const DlockRow *seen,
 	RowImage	img;
 	bool		written = false;
 
-	if (fetch_seen(rel, res, seen, &img))
+	if (fetch_resource(rel, &leases, res, seen, &img))
 	{
 		TimestampTz old = DatumGetTimestampTz(COL(&leases, &img, L_EXPIRES_AT));
 		int32		held = DatumGetInt32(COL(&leases, &img, L_COUNT));
@@ -492,7 +489,7 @@ dlock_row_reenter(const DlockResource *res, const DlockRow *seen,
  * dlock_row_take: write a new holding decided on *seen (a free or ended
  * holding, or no row at all: then the row is inserted), with the fence
  * drawn after the resource's lock was taken.  False, changing nothing, if
- * the row changed since it was read (fetch_seen).
+ * the row changed since it was read (fetch_resource).
  */
 bool
 dlock_row_take(const DlockResource *res, const DlockRow *seen, text *holder,
@@ -509,7 +506,7 @@ dlock_row_take(const DlockResource *res, const DlockRow *seen, text *holder,
 		return true;
 	}
 	rel = open_leases(RowExclusiveLock);
-	if (fetch_seen(rel, res, seen, &img))
+	if (fetch_resource(rel, &leases, res, seen, &img))
 	{
 		set_col(&leases, &img, L_HOLDER, PointerGetDatum(holder));
 		set_col(&leases, &img, L_OWNER, ObjectIdGetDatum(owner));
@@ -541,7 +538,7 @@ dlock_row_fast_release(const DlockResource *res, text *holder, Oid owner,
 	RowImage	img;
 	bool		done = false;
 
-	while (!done && fetch_row(rel, &leases, res->name, &img))
+	while (!done && fetch_resource(rel, &leases, res, NULL, &img))
 	{
 		bool		mine = is_mine(&img, holder, owner, now) &&
 			(!fence_given || DatumGetInt64(COL(&leases, &img, L_FENCE)) == fence);
@@ -579,7 +576,7 @@ dlock_row_reap(const DlockResource *res, TimestampTz now)
 	int64		fence = 0;
 	bool		written = false;
 
-	while (!written && fetch_row(rel, &leases, res->name, &img))
+	while (!written && fetch_resource(rel, &leases, res, NULL, &img))
 	{
 		fence = 0;
 		written = true;

@@ -135,37 +135,22 @@ dlock_row_read_shares(const DlockResource *res)
 }
 
 /*
- * fetch_share: the row of table t at seen->tid, if it is still that
- * version.
+ * fetch_share: the row of table t that seen was read from, if it is still
+ * that version (table.c's fetch_row).
  */
 static bool
 fetch_share(Relation rel, TableInfo *t, const DlockResource *res,
 			const DlockRow *seen, RowImage *img)
 {
 	ScanKeyData keys[3];
-	SysScanDesc scan;
-	Snapshot	snap = RegisterSnapshot(GetLatestSnapshot());
-	HeapTuple	tup;
-	TupleDesc	desc = RelationGetDescr(rel);
-	text	   *holder = cstring_to_text(seen->holder);
 
 	ScanKeyInit(&keys[0], t->att[S_RESOURCE], BTEqualStrategyNumber, F_TEXTEQ,
 				PointerGetDatum(res->name));
 	ScanKeyInit(&keys[1], t->att[S_HOLDER], BTEqualStrategyNumber, F_TEXTEQ,
-				PointerGetDatum(holder));
+				CStringGetTextDatum(seen->holder));
 	ScanKeyInit(&keys[2], t->att[S_OWNER], BTEqualStrategyNumber, F_OIDEQ,
 				ObjectIdGetDatum(seen->owner));
-	scan = systable_beginscan(rel, t->pkey, true, snap, 3, keys);
-	tup = systable_getnext(scan);
-	img->tup = HeapTupleIsValid(tup) && ItemPointerEquals(&tup->t_self, (ItemPointer) &seen->tid) ?
-		heap_copytuple(tup) : NULL;
-	systable_endscan(scan);
-	UnregisterSnapshot(snap);
-	if (img->tup == NULL)
-		return false;
-	image_init(img, desc->natts);
-	heap_deform_tuple(img->tup, desc, img->values, img->nulls);
-	return true;
+	return fetch_row(rel, t, 3, keys, &seen->tid, img);
 }
 
 /*
