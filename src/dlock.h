@@ -7,29 +7,29 @@
  * checks, hashing and the per-resource lock, holding.c the rules of a
  * holding (who the caller is, when a lease is free, who may change or pin
  * it), store.c store sessions and the SPI statements that scan
- * dlock.leases, rows.c the hot paths' direct access to one row of it,
- * shares.c to the shared holdings of dlock.shares, table.c (private header
- * table.h) the direct heap access both use, fence.c fence numbers, xact.c
- * transaction bookkeeping and the hooks other files run at its end,
- * admit.c the admission decision (may a request have the resource now),
- * acquire.c lease attempts, wait.c the wait loop every waiting call
- * shares, lease.c the lease functions, semaphore.c the semaphore functions
- * (0.5), multi.c several resources at once (0.5), xactlock.c
- * transaction-scoped locks, queue.c fair queues and lock-delay, upkeep.c
- * the same outside an attempt (withdraw, the reaper), elect.c leader
- * election and holding values, reap.c expiry, compat.h what differs
- * between PostgreSQL majors, sends.c the events and wakeups a transaction
- * sends at its end, events.c NOTIFY and the outbox, listeners.c who
- * LISTENs, waiters.c shared memory for sleeping waiters, wakeups and
- * statistics, worker.c the background reaper and dlock.reap(), promote.c
- * the refresh of holdings after a promotion, compact.c the rewrite of a
- * table of dlock that is mostly deleted rows' space.
+ * dlock.leases, rows.c the hot paths' direct access to a resource's
+ * holdings (dlock.leases, dlock.shares, dlock.permits), ending.c the end
+ * of an exclusive holding, table.c (private header table.h) the direct
+ * heap access both use, fence.c fence numbers, xact.c transaction
+ * bookkeeping and the hooks other files run at its end, admit.c the
+ * admission decision (may a request have the resource now), acquire.c
+ * lease attempts, wait.c the wait loop every waiting call shares, lease.c
+ * the lease functions, semaphore.c the semaphore functions (0.5), multi.c
+ * several resources at once (0.5), xactlock.c transaction-scoped locks,
+ * queue.c fair queues and lock-delay, upkeep.c the same outside an attempt
+ * (withdraw, the reaper), elect.c leader election and holding values,
+ * reap.c expiry, compat.h what differs between PostgreSQL majors, sends.c
+ * the events and wakeups a transaction sends at its end, events.c NOTIFY
+ * and the outbox, listeners.c who LISTENs, waiters.c shared memory for
+ * sleeping waiters, wakeups and statistics, worker.c the background worker
+ * and dlock.reap(), promote.c the refresh of holdings after a promotion,
+ * compact.c the rewrite of a table that is mostly dead rows.
  *
  * Calls go one way, down these layers (a file calls only files of lower
  * layers, never back up; no two files call each other in a circle):
  *	dlock.c > worker.c > compact.c, promote.c > reap.c > lease.c, elect.c,
  *	xactlock.c, semaphore.c, multi.c > acquire.c, upkeep.c > wait.c,
- *	admit.c > queue.c, events.c > rows.c, shares.c, holding.c, fence.c,
+ *	admit.c > queue.c, events.c, ending.c > rows.c, holding.c, fence.c,
  *	waiters.c > table.c, store.c, listeners.c, sends.c > xact.c,
  *	resource.c, guc.c.
  * What must happen when a transaction ends is registered with xact.c as
@@ -161,7 +161,7 @@ extern bool dlock_check_shared(FunctionCallInfo fcinfo, int argno);
 extern TimestampTz dlock_add_interval(TimestampTz ts, const Interval *span);
 extern Interval *dlock_ms_interval(int64 ms);
 
-/* ---- store.c (sessions, scans), rows.c and shares.c (direct access) ---- */
+/* ---- store.c (sessions, scans), rows.c and ending.c (direct access) ---- */
 
 /* One row of dlock.leases as read by rows.c. */
 typedef struct DlockRow

@@ -1,9 +1,9 @@
 /*-------------------------------------------------------------------------
  *
  * table.c
- *		Direct heap access to the tables of dlock, for rows.c (dlock.leases,
- *		dlock.tickets, dlock.delays) and shares.c (dlock.shares): no SPI,
- *		no planner, no identity switch.
+ *		Direct heap access to the tables of dlock, for rows.c and ending.c
+ *		(dlock.leases, dlock.shares, dlock.permits, dlock.tickets,
+ *		dlock.delays): no SPI, no planner, no identity switch.
  *
  * A table is looked up by name (so a library newer than the installed SQL
  * finds its columns wherever they are, or finds that the table is not
@@ -492,7 +492,7 @@ text_eq(text *a, text *b)
  * Returns the executor state holding their values (free it once the tuple
  * is formed), or NULL if there were none.
  */
-EState *
+static EState *
 fill_defaults(Relation rel, RowImage *img)
 {
 	TupleDesc	desc = RelationGetDescr(rel);
@@ -522,4 +522,36 @@ fill_defaults(Relation rel, RowImage *img)
 	}
 	leave_owner(&sw);
 	return estate;
+}
+
+/* image_new: an image of a new row of rel, every column NULL. */
+void
+image_new(Relation rel, RowImage *img)
+{
+	TupleDesc	desc = RelationGetDescr(rel);
+
+	image_init(img, desc->natts);
+	for (int i = 0; i < desc->natts; i++)
+	{
+		img->values[i] = (Datum) 0;
+		img->nulls[i] = true;
+	}
+}
+
+/*
+ * insert_row: insert the new row of rel that *img holds (image_new,
+ * set_col), the defaults of the columns it does not set filled in.
+ */
+void
+insert_row(Relation rel, RowImage *img)
+{
+	EState	   *estate = fill_defaults(rel, img);
+	HeapTuple	tup = heap_form_tuple(RelationGetDescr(rel), img->values,
+									  img->nulls);
+
+	if (estate != NULL)
+		FreeExecutorState(estate);
+	(void) store_tuple(rel, NULL, tup);
+	heap_freetuple(tup);
+	CommandCounterIncrement();
 }
