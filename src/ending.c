@@ -31,7 +31,7 @@ static TableInfo holding_values = {"holding_values", value_cols, 1, 1};
 
 /*
  * is_mine: the row is held, unexpired at now, by holder of role owner:
- * holding.c's HOLDING_MINE, for the one-step re-entry and release.
+ * holding.c's HOLDING_MINE, for the one-step release.
  */
 static bool
 is_mine(RowImage *img, text *holder, Oid owner, TimestampTz now)

@@ -57,6 +57,7 @@ static const char *const delay_cols[D_NUM] = {
 	"resource", "fence", "lock_delay", "available_at"
 };
 
+/* dlock.leases and dlock.delays are ending.c's too (table.h). */
 TableInfo	leases = {"leases", lease_cols, L_NUM, L_TOOK_OVER};
 static TableInfo tickets = {"tickets", ticket_cols, T_NUM, T_NUM};
 TableInfo	delays = {"delays", delay_cols, D_NUM, D_NUM};
@@ -74,6 +75,7 @@ open_leases(LOCKMODE mode)
 				 errhint("Run CREATE EXTENSION dlock.")));
 	return rel;
 }
+
 /*
  * fetch_resource: res's row of t (keyed by resource), as table.c's
  * fetch_row; with seen, for a write decided on the version seen (read by
