@@ -3,20 +3,20 @@
  * dlock.h
  *		Declarations shared by the files of the dlock extension.
  *
- * Each .c file has one job: guc.c the settings, resource.c argument
- * checks, hashing and the per-resource lock, holding.c the rules of a
- * holding (who the caller is, when a lease is free, who may change or pin
- * it), store.c store sessions and the SPI statements that scan
- * dlock.leases, rows.c the hot paths' direct access to a resource's
- * holdings (dlock.leases, dlock.shares, dlock.permits), ending.c the end
- * of an exclusive holding, table.c (private header table.h) the direct
- * heap access both use, fence.c fence numbers, xact.c transaction
- * bookkeeping and the hooks other files run at its end, admit.c the
- * admission decision (may a request have the resource now), acquire.c
- * lease attempts, wait.c the wait loop every waiting call shares, lease.c
- * the lease functions, semaphore.c the semaphore functions (0.5), multi.c
- * several resources at once (0.5), xactlock.c transaction-scoped locks,
- * queue.c fair queues and lock-delay, upkeep.c the same outside an attempt
+ * Each .c file has one job: guc.c the settings, args.c argument checks,
+ * resource.c hashing, the per-resource lock and the transaction-scoped
+ * locks held by it, holding.c the rules of a holding (who the caller is,
+ * when a lease is free, who may change or pin it), store.c store sessions
+ * and the SPI statements that scan dlock.leases, rows.c the hot paths'
+ * direct access to a resource's holdings (dlock.leases, dlock.shares,
+ * dlock.permits), ending.c the end of an exclusive holding, table.c
+ * (private header table.h) the direct heap access both use, fence.c fence
+ * numbers, xact.c transaction bookkeeping and the hooks other files run at
+ * its end, admit.c the admission decision, acquire.c lease attempts,
+ * wait.c the wait loop every waiting call shares, lease.c the lease
+ * functions, semaphore.c the semaphore functions (0.5), multi.c several
+ * resources at once (0.5), xactlock.c transaction-scoped locks, queue.c
+ * fair queues and lock-delay, upkeep.c the same outside an attempt
  * (withdraw, the reaper), elect.c leader election and holding values,
  * reap.c expiry, compat.h what differs between PostgreSQL majors, sends.c
  * the events and wakeups a transaction sends at its end, events.c NOTIFY
@@ -30,8 +30,8 @@
  *	dlock.c > worker.c > compact.c, promote.c > reap.c > lease.c, elect.c,
  *	xactlock.c, semaphore.c, multi.c > acquire.c, upkeep.c > wait.c,
  *	admit.c > queue.c, events.c, ending.c > rows.c, holding.c, fence.c,
- *	waiters.c > table.c, store.c, listeners.c, sends.c > xact.c,
- *	resource.c, guc.c.
+ *	waiters.c > table.c, store.c, listeners.c, sends.c > resource.c >
+ *	xact.c, args.c, guc.c.
  * What must happen when a transaction ends is registered with xact.c as
  * hooks (DlockXactHooks; dlock.c adds them), so xact.c calls nobody.
  *
@@ -119,15 +119,6 @@ typedef struct DlockResource
 } DlockResource;
 
 extern void dlock_resource_init(DlockResource *res, text *name);
-extern text *dlock_check_resource(FunctionCallInfo fcinfo, int argno);
-extern void dlock_check_resource_text(text *t);
-extern text *dlock_check_holder(FunctionCallInfo fcinfo, int argno);
-extern text *dlock_check_semaphore(FunctionCallInfo fcinfo, int argno);
-extern text *dlock_check_election(FunctionCallInfo fcinfo, int argno);
-extern text *dlock_check_candidate(FunctionCallInfo fcinfo, int argno);
-extern Interval *dlock_check_lease(FunctionCallInfo fcinfo, int argno);
-extern int64 dlock_check_wait_ms(FunctionCallInfo fcinfo, int argno);
-extern void dlock_check_writable(const char *fname);
 extern bool dlock_resource_lock(const DlockResource *res, DlockLockMode mode,
 								bool wait);
 extern void dlock_resource_unlock(const DlockResource *res, DlockLockMode mode);
@@ -152,6 +143,20 @@ extern void dlock_maintenance_unlock(const DlockResource *res);
 extern void dlock_maintenance_unlock_all(void);
 extern bool dlock_wait_for_maintenance(const DlockResource *res);
 extern void dlock_set_locktag(LOCKTAG *tag, uint64 hash);
+extern void dlock_resource_xact_register(const DlockResource *res,
+										 int64 fence);
+extern int64 dlock_resource_xact_fence(const DlockResource *res);
+
+/* ---- args.c ---- */
+extern text *dlock_check_resource(FunctionCallInfo fcinfo, int argno);
+extern void dlock_check_resource_text(text *t);
+extern text *dlock_check_holder(FunctionCallInfo fcinfo, int argno);
+extern text *dlock_check_semaphore(FunctionCallInfo fcinfo, int argno);
+extern text *dlock_check_election(FunctionCallInfo fcinfo, int argno);
+extern text *dlock_check_candidate(FunctionCallInfo fcinfo, int argno);
+extern Interval *dlock_check_lease(FunctionCallInfo fcinfo, int argno);
+extern int64 dlock_check_wait_ms(FunctionCallInfo fcinfo, int argno);
+extern void dlock_check_writable(const char *fname);
 extern TimestampTz dlock_lease_expiry(TimestampTz now, const Interval *span);
 extern Interval *dlock_check_lock_delay(FunctionCallInfo fcinfo, int argno);
 extern Interval *dlock_lock_delay_of(FunctionCallInfo fcinfo, int argno,
@@ -381,6 +386,7 @@ extern const DlockXactHooks dlock_listeners_xact_hooks;
 extern const DlockXactHooks dlock_waiters_xact_hooks;
 extern const DlockXactHooks dlock_events_xact_hooks;
 extern const DlockXactHooks dlock_store_xact_hooks;
+extern const DlockXactHooks dlock_resource_xact_hooks;
 
 extern void dlock_xact_init(void);
 extern void dlock_xact_hooks_add(const DlockXactHooks *hooks);
@@ -390,8 +396,6 @@ extern void dlock_note_acquisition(TimestampTz expires);
 extern void dlock_note_release(void);
 extern void dlock_own_writes_begin(void);
 extern void dlock_own_writes_end(void);
-extern void dlock_xact_register(const DlockResource *res, int64 fence);
-extern int64 dlock_xact_fence(const DlockResource *res);
 extern List *dlock_subxact_items(List *items, size_t subxid_off, bool commit,
 								 SubTransactionId mySubid, SubTransactionId parentSubid);
 
