@@ -44,14 +44,18 @@ final class Acquisition {
         long[] fences = null;
         long sent = 0;
         try (Connection c = ds.getConnection()) {
-            if (!c.getAutoCommit()) c.setAutoCommit(true);
-            try (PreparedStatement ps = c.prepareStatement(sql)) {
+            boolean auto = c.getAutoCommit();
+            int before = c.getNetworkTimeout();
+            try (PreparedStatement ps = Db.prepare(c, sql)) {
+                if (!auto) c.setAutoCommit(true);
                 while (true) {
                     long left = limit == Long.MAX_VALUE ? Long.MAX_VALUE : Math.max(0, limit - (System.nanoTime() - start));
-                    String slice;
-                    if (!sliced) slice = wait == null ? null : TimeUnit.NANOSECONDS.toMillis(left) + " milliseconds";
-                    else slice = TimeUnit.NANOSECONDS.toMillis(Math.min(left, SLICE_NANOS)) + " milliseconds";
-                    binder.bind(c, ps, slice);
+                    Long sliceMs;
+                    if (!sliced) sliceMs = wait == null ? null : TimeUnit.NANOSECONDS.toMillis(left);
+                    else sliceMs = TimeUnit.NANOSECONDS.toMillis(Math.min(left, SLICE_NANOS));
+                    // The caller's socket timeout bounds the round trip, not the wait on the server.
+                    if (before > 0) Db.setNetworkTimeout(c, sliceMs == null ? 0 : (int) Math.min(Integer.MAX_VALUE, before + sliceMs));
+                    binder.bind(c, ps, sliceMs == null ? null : sliceMs + " milliseconds");
                     sent = System.nanoTime();
                     try (ResultSet rs = ps.executeQuery()) {
                         rs.next();
@@ -64,6 +68,8 @@ final class Acquisition {
                         interrupted = true;
                     }
                 }
+            } finally {
+                Db.restore(c, auto, before, before > 0);
             }
         } catch (SQLException e) {
             if (generated && !Db.serverError(e)) forget(ds, holder);
@@ -81,8 +87,15 @@ final class Acquisition {
                 : e instanceof SQLException ? DlockException.of("reading the lease", (SQLException) e)
                 : (RuntimeException) e;
         }
-        return new Holding(ds, resources, many, holder, fences, Db.interval("lease", lease), leaseNanos, sent,
+        Holding h = new Holding(ds, resources, many, holder, fences, Db.interval("lease", lease), leaseNanos, sent,
             releaseSql, renewals, listeners);
+        try {
+            h.start();
+        } catch (RuntimeException e) { // the scheduler refused the renewals (shut down): not kept
+            release(ds, releaseSql, many, resources, holder, fences);
+            throw e;
+        }
+        return h;
     }
 
     private static long[] read(ResultSet rs, boolean many) throws SQLException {
