@@ -1,7 +1,9 @@
 // Acquisition: runs an acquiring statement (lock, acquire, lock_all,
 // campaign) and makes the Holding.  Waits are sent in slices of at most a
 // second, so that an interrupt is seen between them; a wait of zero is one
-// try.  A lost connection leaves the outcome unknown: a holder made up by
+// try.  An acquisition that came a third of its lease or more after its
+// statement was sent is dated by a renewal sent at once (the lease may have
+// begun when it was granted, not when asked for).  A lost connection leaves the outcome unknown: a holder made up by
 // this client is then released everywhere (nobody else can use it).
 package io.github.dlockpg.dlock;
 
@@ -89,6 +91,7 @@ final class Acquisition {
         }
         Holding h = new Holding(ds, resources, many, holder, fences, Db.interval("lease", lease), leaseNanos, sent,
             releaseSql, renewals, listeners);
+        if (System.nanoTime() - sent >= leaseNanos / 3) h.redate(); // a long wait: lease from when it was sent?
         try {
             h.start();
         } catch (RuntimeException e) { // the scheduler refused the renewals (shut down): not kept

@@ -62,7 +62,7 @@ final class Holding {
     private final ScheduledExecutorService renewals;
     private final List<LossListener> listeners = new CopyOnWriteArrayList<>();
 
-    private final long sentAt;
+    private long sentAt;
     private State state = State.HELD;
     private long deadline;
     private ScheduledFuture<?> renewTask;
@@ -84,6 +84,23 @@ final class Holding {
         this.renewals = renewals;
         this.listeners.addAll(listeners);
         this.sentAt = sentAt;
+    }
+
+    /**
+     * Before start(): dates the holding by a renewal sent now (after a wait
+     * longer than a third of the lease). If it fails, the first date stays
+     * (lost at once if that was past: nothing proves it held); if the server
+     * says it is not held, it is lost at start.
+     */
+    void redate() {
+        long[] sent = new long[1];
+        try {
+            Boolean ok = renewNow(Math.max(1, TimeUnit.NANOSECONDS.toMillis(leaseNanos / 3)), sent);
+            if (Boolean.TRUE.equals(ok)) sentAt = sent[0];
+            else sentAt = System.nanoTime() - leaseNanos; // not held: lost at start
+        } catch (SQLException | RuntimeException e) {
+            lastError = e;
+        }
     }
 
     /**

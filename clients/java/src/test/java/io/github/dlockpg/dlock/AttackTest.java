@@ -225,4 +225,56 @@ class AttackTest {
         t.join();
         assertFalse(TestEnv.liveOnServer(r));
     }
+
+    @Test
+    @DisplayName("acquired 0.9 s into a wait slice, lease 600 ms: not lost the moment it is acquired")
+    void waitLongerThanLease() throws Exception {
+        String r = TestEnv.unique("longwait");
+        CountDownLatch waiting = new CountDownLatch(1);
+        DlockLock owner = new DlockLock(TestEnv.app(), r, Duration.ofSeconds(30));
+        CountDownLatch taken = new CountDownLatch(1);
+        Thread h = new Thread(() -> {
+            owner.lock();
+            taken.countDown();
+            try {
+                waiting.await();
+                Thread.sleep(900);
+            } catch (InterruptedException e) {
+                Thread.currentThread().interrupt();
+            }
+            owner.unlock();
+        });
+        h.start();
+        taken.await();
+        DlockLock lock = new DlockLock(TestEnv.app(), r, Duration.ofMillis(600));
+        waiting.countDown();
+        assertTrue(lock.tryLock(5, TimeUnit.SECONDS));
+        assertFalse(lock.isLost(), "lost the moment it was acquired");
+        lock.unlock();
+        h.join();
+    }
+
+    @Test
+    @DisplayName("a campaign that waited longer than the lease (900 ms): not lost the moment it is elected")
+    void campaignLongerThanLease() throws Exception {
+        String e = TestEnv.unique("longcampaign");
+        DlockElection first = new DlockElection(TestEnv.app(), e, Duration.ofSeconds(30));
+        DlockElection.Leadership one = first.campaign("one", Duration.ZERO).orElseThrow();
+        Thread t = new Thread(() -> {
+            try {
+                Thread.sleep(2500);
+                one.resign();
+            } catch (Exception x) {
+                throw new IllegalStateException(x);
+            }
+        });
+        t.start();
+        DlockElection second = new DlockElection(TestEnv.app(), e, Duration.ofMillis(900));
+        DlockElection.Leadership two = second.campaign("two", null).orElseThrow();
+        assertFalse(two.isLost(), "lost the moment it was elected");
+        Thread.sleep(2000);
+        assertFalse(two.isLost());
+        assertTrue(two.resign());
+        t.join();
+    }
 }
