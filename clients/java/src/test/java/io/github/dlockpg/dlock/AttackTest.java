@@ -277,4 +277,82 @@ class AttackTest {
         assertTrue(two.resign());
         t.join();
     }
+
+    @Test
+    @DisplayName("interrupts: lock() waits on and keeps the status; tryLock(time) throws, nothing held or left waiting")
+    void interrupts() throws Exception {
+        String r = TestEnv.unique("interrupts");
+        CountDownLatch taken = new CountDownLatch(1);
+        Thread t = holdFor(r, 2500, taken);
+        taken.await();
+        DlockLock a = new DlockLock(TestEnv.app(), r, Duration.ofSeconds(30));
+        CompletableFuture<Boolean> aInterrupted = new CompletableFuture<>();
+        Thread ta = new Thread(() -> {
+            a.lock();
+            aInterrupted.complete(Thread.currentThread().isInterrupted());
+            a.unlock();
+        });
+        DlockLock b = new DlockLock(TestEnv.app(), r, Duration.ofSeconds(30));
+        CompletableFuture<Throwable> bOut = new CompletableFuture<>();
+        Thread tb = new Thread(() -> {
+            try {
+                bOut.complete(b.tryLock(20, TimeUnit.SECONDS) ? null : new AssertionError("timed out"));
+            } catch (Throwable x) {
+                bOut.complete(x);
+            }
+        });
+        ta.start();
+        tb.start();
+        Thread.sleep(500); // both waiting, somewhere in a slice
+        ta.interrupt();
+        tb.interrupt();
+        assertTrue(bOut.get(20, TimeUnit.SECONDS) instanceof InterruptedException);
+        assertEquals(0L, ((Number) TestEnv.adminQuery("SELECT count(*) FROM dlock.locks WHERE holder = ?",
+            b.holder())).longValue(), "the interrupted tryLock's holder holds nothing");
+        assertTrue(aInterrupted.get(20, TimeUnit.SECONDS), "lock() returned, the interrupt status kept");
+        ta.join();
+        t.join();
+        assertFalse(TestEnv.liveOnServer(r));
+        Thread.currentThread().interrupt();
+        assertThrows(InterruptedException.class, () -> b.tryLock(0, TimeUnit.SECONDS));
+        Thread.currentThread().interrupt();
+        assertThrows(InterruptedException.class, b::lockInterruptibly);
+        assertFalse(Thread.interrupted());
+        assertTrue(b.tryLock(-1, TimeUnit.SECONDS), "a negative time: one try");
+        b.unlock();
+    }
+
+    @Test
+    @DisplayName("two candidates, the leader's renewal backend paused past its lease: lost before its end, the other elected, the old term refused")
+    void leaderPaused() throws Exception {
+        String e = TestEnv.unique("paused-leader");
+        String app = "dlock-java-" + e.hashCode();
+        TestEnv.OneConnection ds = new TestEnv.OneConnection(TestEnv.app(app), false);
+        DlockElection first = new DlockElection(ds, e, Duration.ofSeconds(3));
+        DlockElection.Leadership one = first.campaign("one", Duration.ZERO).orElseThrow();
+        CompletableFuture<Boolean> live = new CompletableFuture<>();
+        one.addLossListener(why -> live.complete(liveOnServer(e)));
+        DlockElection second = new DlockElection(TestEnv.app(), e, Duration.ofSeconds(30));
+        CompletableFuture<DlockElection.Leadership> two = CompletableFuture.supplyAsync(
+            () -> second.campaign("two", null).orElseThrow());
+        int pid = TestEnv.backendPid(app);
+        TestEnv.signal("STOP", pid);
+        try {
+            assertTrue(live.get(20, TimeUnit.SECONDS), "the lease still ran on the server when the loss was signalled");
+            assertTrue(one.isLost());
+            DlockElection.Leadership t2 = two.get(30, TimeUnit.SECONDS);
+            assertTrue(t2.term() > one.term());
+            try (Connection c = TestEnv.app().getConnection()) {
+                c.setAutoCommit(false);
+                SQLException refused = assertThrows(SQLException.class, () -> one.assertFence(c));
+                assertEquals("55P03", refused.getSQLState());
+                c.rollback();
+            }
+            assertTrue(t2.resign());
+        } finally {
+            TestEnv.signal("CONT", pid);
+        }
+        assertFalse(one.resign());
+        ds.closeReally();
+    }
 }
