@@ -87,7 +87,7 @@ final class Db {
         try {
             if (c.isClosed()) return;
             if (set) c.setNetworkTimeout(DIRECT, before);
-            if (!auto) c.setAutoCommit(false);
+            if (c.getAutoCommit() != auto) c.setAutoCommit(auto);
         } catch (SQLException ignored) {
             // a broken connection: the pool finds out on its own
         }
