@@ -51,6 +51,7 @@ public class DlockLock implements Lock {
     private final ReentrantLock local = new ReentrantLock();
     private volatile Holding current;
     private volatile Holding last;
+    volatile long obtained; // DlockLockRegistry: when it last gave this object out
 
     /** An exclusive lock on RESOURCE with the server's default lease. */
     public DlockLock(DataSource ds, String resource) {
@@ -367,6 +368,11 @@ public class DlockLock implements Lock {
 
     public int getHoldCount() {
         return local.getHoldCount();
+    }
+
+    // inUse: a thread holds it or waits for it (DlockLockRegistry keeps it).
+    boolean inUse() {
+        return local.isLocked() || local.hasQueuedThreads();
     }
 
     /**

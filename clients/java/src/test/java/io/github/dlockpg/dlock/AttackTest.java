@@ -355,4 +355,24 @@ class AttackTest {
         assertFalse(one.resign());
         ds.closeReally();
     }
+
+    @Test
+    @DisplayName("registry of per-entity keys: expireUnusedOlderThan forgets the unused ones, keeps a held one")
+    void registryExpiry() throws Exception {
+        DlockLockRegistry reg = new DlockLockRegistry(TestEnv.app(), TestEnv.unique("expiry") + ":",
+            Duration.ofSeconds(30), null);
+        java.util.List<java.util.concurrent.locks.Lock> used = new java.util.ArrayList<>();
+        for (int i = 0; i < 50; i++) {
+            java.util.concurrent.locks.Lock l = reg.obtain(i);
+            assertTrue(l.tryLock());
+            l.unlock();
+            used.add(l);
+        }
+        DlockLock held = reg.obtainDlock("held");
+        held.lock();
+        reg.expireUnusedOlderThan(Duration.ZERO);
+        for (int i = 0; i < 50; i++) assertFalse(reg.obtain(i) == used.get(i), "key " + i + " forgotten");
+        assertTrue(reg.obtainDlock("held") == held, "a held lock is kept");
+        held.unlock();
+    }
 }
