@@ -1,8 +1,13 @@
 // Acquisition: runs an acquiring statement (lock, acquire, lock_all,
 // campaign) and makes the Holding.  Waits are sent in slices of at most a
 // second, so that an interrupt is seen between them; a wait of zero is one
-// try.  A lost connection leaves the outcome unknown: a holder made up by
-// this client is then released everywhere (nobody else can use it).
+// try.  The portable edition refuses to wait outside READ COMMITTED: on
+// its 0A000 the tries run in READ COMMITTED transactions of their own.
+// An acquisition that came a third of its lease or more after its
+// statement was sent is dated by a renewal sent at once (the lease may have
+// begun when it was granted, not when asked for).  A lost connection
+// leaves the outcome unknown: a holder made up by this client is then
+// released everywhere (nobody else can use it).
 package io.github.dlockpg.dlock;
 
 import java.sql.Array;
@@ -41,21 +46,32 @@ final class Acquisition {
         long start = System.nanoTime();
         long limit = wait == null ? Long.MAX_VALUE : wait.toNanos();
         boolean interrupted = false;
+        boolean readCommitted = false;
         long[] fences = null;
         long sent = 0;
         try (Connection c = ds.getConnection()) {
-            if (!c.getAutoCommit()) c.setAutoCommit(true);
-            try (PreparedStatement ps = c.prepareStatement(sql)) {
+            boolean auto = c.getAutoCommit();
+            int before = c.getNetworkTimeout();
+            try (PreparedStatement ps = Db.prepare(c, sql)) {
+                if (!auto) c.setAutoCommit(true);
                 while (true) {
                     long left = limit == Long.MAX_VALUE ? Long.MAX_VALUE : Math.max(0, limit - (System.nanoTime() - start));
-                    String slice;
-                    if (!sliced) slice = wait == null ? null : TimeUnit.NANOSECONDS.toMillis(left) + " milliseconds";
-                    else slice = TimeUnit.NANOSECONDS.toMillis(Math.min(left, SLICE_NANOS)) + " milliseconds";
-                    binder.bind(c, ps, slice);
+                    Long sliceMs;
+                    if (!sliced) sliceMs = wait == null ? null : TimeUnit.NANOSECONDS.toMillis(left);
+                    else sliceMs = TimeUnit.NANOSECONDS.toMillis(Math.min(left, SLICE_NANOS));
+                    // The caller's socket timeout bounds the round trip, not the wait on the server.
+                    if (before > 0) Db.setNetworkTimeout(c, sliceMs == null ? 0 : (int) Math.min(Integer.MAX_VALUE, before + sliceMs));
+                    binder.bind(c, ps, sliceMs == null ? null : sliceMs + " milliseconds");
                     sent = System.nanoTime();
-                    try (ResultSet rs = ps.executeQuery()) {
-                        rs.next();
-                        fences = read(rs, many);
+                    try {
+                        fences = once(c, ps, many, readCommitted);
+                    } catch (SQLException e) {
+                        // The portable edition waits only in READ COMMITTED (0A000 under another
+                        // default isolation): then each try in a READ COMMITTED transaction of its own.
+                        if (readCommitted || !"0A000".equals(e.getSQLState())) throw e;
+                        readCommitted = true;
+                        c.setAutoCommit(false);
+                        continue;
                     }
                     if (fences != null || !sliced || System.nanoTime() - start >= limit) break;
                     if (Thread.interrupted()) {
@@ -64,6 +80,8 @@ final class Acquisition {
                         interrupted = true;
                     }
                 }
+            } finally {
+                Db.restore(c, auto, before, before > 0);
             }
         } catch (SQLException e) {
             if (generated && !Db.serverError(e)) forget(ds, holder);
@@ -81,8 +99,46 @@ final class Acquisition {
                 : e instanceof SQLException ? DlockException.of("reading the lease", (SQLException) e)
                 : (RuntimeException) e;
         }
-        return new Holding(ds, resources, many, holder, fences, Db.interval("lease", lease), leaseNanos, sent,
+        Holding h = new Holding(ds, resources, many, holder, fences, Db.interval("lease", lease), leaseNanos, sent,
             releaseSql, renewals, listeners);
+        if (System.nanoTime() - sent >= leaseNanos / 3) h.redate(); // a long wait: lease from when it was sent?
+        try {
+            h.start();
+        } catch (RuntimeException e) { // the scheduler refused the renewals (shut down): not kept
+            release(ds, releaseSql, many, resources, holder, fences);
+            throw e;
+        }
+        return h;
+    }
+
+    // once: one try of PS; READ_COMMITTED: in a READ COMMITTED transaction (autoCommit is off).
+    private static long[] once(Connection c, PreparedStatement ps, boolean many, boolean readCommitted)
+            throws SQLException {
+        if (!readCommitted) {
+            try (ResultSet rs = ps.executeQuery()) {
+                rs.next();
+                return read(rs, many);
+            }
+        }
+        try {
+            try (PreparedStatement set = Db.prepare(c, "SET TRANSACTION ISOLATION LEVEL READ COMMITTED")) {
+                set.execute();
+            }
+            long[] f;
+            try (ResultSet rs = ps.executeQuery()) {
+                rs.next();
+                f = read(rs, many);
+            }
+            c.commit();
+            return f;
+        } catch (SQLException e) {
+            try {
+                c.rollback();
+            } catch (SQLException ignored) {
+                // a broken connection: nothing committed
+            }
+            throw e;
+        }
     }
 
     private static long[] read(ResultSet rs, boolean many) throws SQLException {

@@ -80,7 +80,7 @@ public final class DlockElection {
         }
 
         public boolean isLost() {
-            return holding.state() == Holding.State.LOST;
+            return holding.lostOrDue();
         }
 
         public void addLossListener(LossListener l) {

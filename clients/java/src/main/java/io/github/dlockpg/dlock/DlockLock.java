@@ -32,7 +32,8 @@ import javax.sql.DataSource;
  * <p>When the lease is lost (broken by an administrator, or renewals failed
  * until just before its end), {@link #isLost()} becomes true and the loss
  * listeners are told, before the lease ends on the server; the owner's
- * last {@link #unlock()} then throws {@link LockLostException}. Errors are
+ * last {@link #unlock()} then throws {@link LockLostException}, and so
+ * does a re-entry by the owner (lock, tryLock) without counting. Errors are
  * {@link DlockException}s carrying the SQLSTATE.
  */
 public class DlockLock implements Lock {
@@ -50,6 +51,7 @@ public class DlockLock implements Lock {
     private final ReentrantLock local = new ReentrantLock();
     private volatile Holding current;
     private volatile Holding last;
+    volatile long obtained; // DlockLockRegistry: when it last gave this object out
 
     /** An exclusive lock on RESOURCE with the server's default lease. */
     public DlockLock(DataSource ds, String resource) {
@@ -178,7 +180,10 @@ public class DlockLock implements Lock {
     @Override
     public void lock() {
         local.lock();
-        if (local.getHoldCount() > 1) return;
+        if (local.getHoldCount() > 1) {
+            reentered();
+            return;
+        }
         boolean done = false;
         try {
             take(null, false);
@@ -193,7 +198,10 @@ public class DlockLock implements Lock {
     @Override
     public void lockInterruptibly() throws InterruptedException {
         local.lockInterruptibly();
-        if (local.getHoldCount() > 1) return;
+        if (local.getHoldCount() > 1) {
+            reentered();
+            return;
+        }
         boolean done = false;
         try {
             if (Thread.interrupted()) throw new InterruptedException();
@@ -207,7 +215,10 @@ public class DlockLock implements Lock {
     @Override
     public boolean tryLock() {
         if (!local.tryLock()) return false;
-        if (local.getHoldCount() > 1) return true;
+        if (local.getHoldCount() > 1) {
+            reentered();
+            return true;
+        }
         boolean done = false;
         try {
             done = take(Duration.ZERO, false);
@@ -224,7 +235,10 @@ public class DlockLock implements Lock {
         long start = System.nanoTime();
         long limit = Math.max(0, unit.toNanos(time));
         if (!local.tryLock(limit, TimeUnit.NANOSECONDS)) return false;
-        if (local.getHoldCount() > 1) return true;
+        if (local.getHoldCount() > 1) {
+            reentered();
+            return true;
+        }
         boolean done = false;
         try {
             long left = Math.max(0, limit - (System.nanoTime() - start));
@@ -233,6 +247,15 @@ public class DlockLock implements Lock {
         } finally {
             if (!done) local.unlock();
         }
+    }
+
+    // reentered: the owner locked again; not while its holding is lost (the count is undone).
+    private void reentered() {
+        Holding h = current;
+        if (h == null || !h.lostOrDue()) return;
+        local.unlock();
+        LockLostException e = h.lostBecause();
+        throw e != null ? e : new LockLostException(h.name(), h.fences[0], "its lease ran out unrenewed", null);
     }
 
     // take WAIT: the server's holding, this thread owning the local lock.
@@ -330,13 +353,13 @@ public class DlockLock implements Lock {
     /** True once the current (or last) holding's lease has been lost. */
     public boolean isLost() {
         Holding h = last;
-        return h != null && h.state() == Holding.State.LOST;
+        return h != null && h.lostOrDue();
     }
 
     /** True while a thread holds it and its lease has not been lost. */
     public boolean isHeld() {
         Holding h = current;
-        return h != null && h.state() == Holding.State.HELD;
+        return h != null && h.live();
     }
 
     public boolean isHeldByCurrentThread() {
@@ -345,6 +368,11 @@ public class DlockLock implements Lock {
 
     public int getHoldCount() {
         return local.getHoldCount();
+    }
+
+    // inUse: a thread holds it or waits for it (DlockLockRegistry keeps it).
+    boolean inUse() {
+        return local.isLocked() || local.hasQueuedThreads();
     }
 
     /**

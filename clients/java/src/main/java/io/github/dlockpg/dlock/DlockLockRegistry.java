@@ -48,6 +48,25 @@ public final class DlockLockRegistry {
     /** obtain(KEY) as a DlockLock (fence, loss, assertFence). */
     public DlockLock obtainDlock(Object key) {
         String name = prefix + Objects.requireNonNull(key, "key");
-        return locks.computeIfAbsent(name, n -> DlockLock.builder(ds, n).lease(lease).scheduler(scheduler).build());
+        return locks.compute(name, (n, l) -> {
+            DlockLock out = l != null ? l : DlockLock.builder(ds, n).lease(lease).scheduler(scheduler).build();
+            out.obtained = System.nanoTime();
+            return out;
+        });
+    }
+
+    /**
+     * Forgets the locks obtained AGE or longer ago that no thread holds or
+     * waits for (Spring Integration's ExpirableLockRegistry): without it,
+     * the registry keeps one lock object per key ever obtained. A later
+     * obtain of a forgotten key gives a new object (the server still
+     * excludes it from any old one).
+     */
+    public void expireUnusedOlderThan(Duration age) {
+        long now = System.nanoTime();
+        long limit = age.toNanos();
+        for (String k : locks.keySet()) {
+            locks.computeIfPresent(k, (n, l) -> now - l.obtained >= limit && !l.inUse() ? null : l);
+        }
     }
 }

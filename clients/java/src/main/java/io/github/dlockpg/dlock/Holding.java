@@ -9,7 +9,8 @@
 // acknowledged renewal was sent plus the lease, minus a margin (a tenth of
 // the lease, at most 1 s).  At that deadline (a timer of its own, which
 // never touches the network), or at once when renew() returns NULL, the
-// holding is lost: listeners are told, before the lease's end.
+// holding is lost: listeners are told, before the lease's end, on a
+// thread of their own (a slow one delays no other loss).
 //
 // State: guarded by this object's monitor; SQL runs outside it.
 package io.github.dlockpg.dlock;
@@ -61,6 +62,7 @@ final class Holding {
     private final ScheduledExecutorService renewals;
     private final List<LossListener> listeners = new CopyOnWriteArrayList<>();
 
+    private long sentAt;
     private State state = State.HELD;
     private long deadline;
     private ScheduledFuture<?> renewTask;
@@ -81,7 +83,40 @@ final class Holding {
         this.releaseSql = releaseSql;
         this.renewals = renewals;
         this.listeners.addAll(listeners);
-        renewed(sentAt);
+        this.sentAt = sentAt;
+    }
+
+    /**
+     * Before start(): dates the holding by a renewal sent now (after a wait
+     * longer than a third of the lease). If it fails, the first date stays
+     * (lost at once if that was past: nothing proves it held); if the server
+     * says it is not held, it is lost at start.
+     */
+    void redate() {
+        long[] sent = new long[1];
+        try {
+            Boolean ok = renewNow(Math.max(1, TimeUnit.NANOSECONDS.toMillis(leaseNanos / 3)), sent);
+            if (Boolean.TRUE.equals(ok)) sentAt = sent[0];
+            else sentAt = System.nanoTime() - leaseNanos; // not held: lost at start
+        } catch (SQLException | RuntimeException e) {
+            lastError = e;
+        }
+    }
+
+    /**
+     * Starts its renewals and its loss timer. Throws (and the holding is
+     * given up here, not lost) if the scheduler refuses them: the caller
+     * then releases it on the server.
+     */
+    void start() {
+        try {
+            renewed(sentAt);
+        } catch (RuntimeException e) {
+            synchronized (this) {
+                stop(State.RELEASED);
+            }
+            throw e;
+        }
     }
 
     static long margin(long leaseNanos) {
@@ -94,6 +129,16 @@ final class Holding {
 
     synchronized State state() {
         return state;
+    }
+
+    /** Held, and its loss deadline not passed (even if the timer is late). */
+    synchronized boolean live() {
+        return state == State.HELD && System.nanoTime() - deadline < 0;
+    }
+
+    /** Lost, or held past its loss deadline (the timer about to say so). */
+    synchronized boolean lostOrDue() {
+        return state == State.LOST || (state == State.HELD && System.nanoTime() - deadline >= 0);
     }
 
     synchronized LockLostException lostBecause() {
@@ -185,12 +230,20 @@ final class Holding {
             stop(State.LOST);
             lost = e;
         }
-        for (LossListener l : listeners) {
-            try {
-                l.lost(e);
-            } catch (RuntimeException ignored) {
-                // a listener's failure is its own; the others are still told
+        if (listeners.isEmpty()) return;
+        Runnable tell = () -> {
+            for (LossListener l : listeners) {
+                try {
+                    l.lost(e);
+                } catch (RuntimeException ignored) {
+                    // a listener's failure is its own; the others are still told
+                }
             }
+        };
+        try {
+            Db.LISTENERS.execute(tell); // off this thread: a slow listener delays no other loss
+        } catch (RuntimeException refused) {
+            tell.run();
         }
     }
 
@@ -276,7 +329,7 @@ final class Holding {
 
     /** dlock.assert_fence on the caller's connection, in its transaction (55P03 when stale). */
     void assertFence(Connection c) throws SQLException {
-        try (PreparedStatement ps = c.prepareStatement(many ? ASSERT_MANY : ASSERT_ONE)) {
+        try (PreparedStatement ps = Db.prepare(c, many ? ASSERT_MANY : ASSERT_ONE)) {
             bindTarget(c, ps, 1);
             ps.executeQuery().close();
         }

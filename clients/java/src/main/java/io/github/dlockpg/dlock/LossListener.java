@@ -2,8 +2,10 @@
 package io.github.dlockpg.dlock;
 
 /**
- * Called once per lost holding, before the lease's end, on the client's
- * timer or renewal thread: it must return quickly (hand the work off).
+ * Called once per lost holding, before the lease's end, on a thread of
+ * the client's own (one per lost holding while its listeners run): a slow
+ * listener delays no other holding's loss, but should still hand long
+ * work off.
  */
 @FunctionalInterface
 public interface LossListener {
