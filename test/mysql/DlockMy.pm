@@ -58,7 +58,11 @@ sub new {
     my $dir = tempdir('dlock-my-XXXXXX', TMPDIR => 1, CLEANUP => !$ENV{DLOCK_KEEP});
     my $self = bless { owner_pid => $$, dir => $dir, sock => "$dir/mysqld.sock", port => free_port(),
                        args => $opt{args} || [] }, $class;
-    system("mariadb-install-db --no-defaults --datadir=$dir/data --user=" . getpwuid($<) .
+    # Each server has its own tmpdir: a starting mariadbd deletes every
+    # "#sql*" file of its tmpdir, even a running server's temporary tables
+    # (with /tmp shared, files run side by side broke each other's servers).
+    mkdir "$dir/tmp" or die "mkdir $dir/tmp: $!";
+    system("TMPDIR=$dir/tmp mariadb-install-db --no-defaults --datadir=$dir/data --user=" . getpwuid($<) .
            " --auth-root-authentication-method=normal --skip-test-db >$dir/install.log 2>&1") == 0
         or die "mariadb-install-db failed: " . `cat $dir/install.log`;
     $self->start;
@@ -85,6 +89,7 @@ sub start {
     my @cmd = ('mariadbd', '--no-defaults', "--datadir=$self->{dir}/data",
                "--socket=$self->{sock}", "--port=$self->{port}", '--bind-address=127.0.0.1',
                "--pid-file=$self->{dir}/mysqld.pid", "--log-error=$self->{dir}/error.log",
+               "--tmpdir=$self->{dir}/tmp",
                '--innodb-buffer-pool-size=64M', '--innodb-log-file-size=48M',
                '--event-scheduler=ON', '--max-connections=300', @{ $self->{args} }, @more);
     my $pid = fork // die "fork: $!";
