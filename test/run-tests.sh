@@ -14,8 +14,8 @@
 # "postgres" user on a copy of the tree.  Ends with a line
 # "dlock: N passed, M failed" counting single tests, and exits non-zero if
 # anything failed.  Each part's results are shown as they come.  The
-# MariaDB, portable and clients parts run several files at once (prove -j;
-# their tests mostly wait, and each file has its own servers and ports).
+# portable and clients parts run several files at once (prove -j: their
+# tests mostly wait, and each file has its own servers and ports).
 #
 #   bash test/run-tests.sh [PART|FILE ...]
 #
@@ -139,7 +139,7 @@ run_as_tester "$top" '
         prove_counts tap.log
     fi
     if want mysql; then
-        suite "MySQL and MariaDB edition (test/mysql/t)" mysql.log prove --timer -j2 $(tap_files test/mysql/t)
+        suite "MySQL and MariaDB edition (test/mysql/t)" mysql.log prove --timer $(tap_files test/mysql/t)
         prove_counts mysql.log
     fi
     if want portable; then
