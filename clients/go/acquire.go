@@ -11,6 +11,7 @@ package dlock
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"strconv"
 	"time"
@@ -129,23 +130,16 @@ func acquire(ctx context.Context, db *sql.DB, resources []string, multi bool, o 
 	return l, err
 }
 
-// take runs S's statement; the Lock, renewing. A lost connection leaves
-// the outcome unknown: a holder made up here is then released (best
-// effort), since nobody else can use it.
+// take runs S's statement; the Lock, renewing. It returns at CTX's end;
+// a holding granted after all is then released (grant).
 func take(ctx context.Context, db *sql.DB, s *spec) (*Lock, error) {
 	name := s.resources[0]
 	if len(s.resources) > 1 {
 		name = fmt.Sprint(s.resources)
 	}
 	var res sql.NullString
-	sent, err := queryRow(ctx, db, s.query, s.args, &res)
+	sent, err := grant(ctx, db, s, &res)
 	if err != nil {
-		if s.generated && s.keep == 0 && !serverError(err) {
-			c, cancel := context.WithTimeout(context.Background(), releaseTimeout)
-			var n sql.NullInt64
-			_, _ = queryRow(c, db, `SELECT dlock.unlock_all(holder => $1::text)`, []interface{}{s.holder}, &n)
-			cancel()
-		}
 		return nil, wrap(err, "acquiring "+strconv.Quote(name))
 	}
 	fences, err := parseFences(res)
@@ -160,17 +154,108 @@ func take(ctx context.Context, db *sql.DB, s *spec) (*Lock, error) {
 		releaseQ: s.releaseQ, leaseArg: s.args[2], lease: s.o.lease,
 		done: make(chan struct{}), stopRenew: make(chan struct{}), finished: make(chan struct{})}
 	if err := l.settle(ctx, &sent); err != nil {
-		if s.keep != fences[0] {
-			c, cancel := context.WithTimeout(context.Background(), releaseTimeout)
-			first, fence := l.target()
-			var ok bool
-			_, _ = queryRow(c, db, l.releaseQ, []interface{}{first, l.holder, fence}, &ok)
-			cancel()
-		}
+		go s.undo(db, fences, nil)
 		return nil, err
 	}
 	go l.run(sent)
 	return l, nil
+}
+
+// grant runs S's statement, scanning its result into RES. At CTX's end it
+// returns CTX's error at once. The statement goes on by itself then: at
+// a deadline the server ends the wait first (waitArg), so its answer is
+// awaited (up to releaseTimeout); a cancel cancels it. A holding it
+// granted after all is released by its fence, the holder's or not (the
+// caller was told it failed); if the outcome stays unknown, a holder
+// made up here is released whole (nobody else can use it).
+func grant(ctx context.Context, db *sql.DB, s *spec, res *sql.NullString) (time.Time, error) {
+	type result struct {
+		sent time.Time
+		v    sql.NullString
+		err  error
+	}
+	sctx, stop := context.WithCancel(context.Background())
+	ch := make(chan result, 1)
+	go func() {
+		var r result
+		conn, err := db.Conn(ctx)
+		if err == nil && ctx.Err() != nil {
+			// lib/pq connects past the context's end: nothing sent.
+			conn.Close()
+			err = ctx.Err()
+		}
+		if err != nil {
+			r.err = err
+			ch <- r
+			return
+		}
+		r.sent = time.Now()
+		r.err = conn.QueryRowContext(sctx, s.query, s.args...).Scan(&r.v)
+		if r.err != nil && !serverError(r.err) {
+			_ = conn.Raw(func(interface{}) error { return errBadConn })
+		}
+		conn.Close()
+		ch <- r
+	}()
+	select {
+	case r := <-ch:
+		stop()
+		*res = r.v
+		return r.sent, r.err
+	case <-ctx.Done():
+	}
+	if !errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		stop()
+	}
+	go func() {
+		defer stop()
+		t := time.NewTimer(releaseTimeout)
+		defer t.Stop()
+		var r result
+		select {
+		case r = <-ch:
+		case <-t.C:
+			stop()
+			t.Reset(releaseTimeout)
+			select {
+			case r = <-ch:
+			case <-t.C:
+				r.sent, r.err = time.Now(), context.DeadlineExceeded
+			}
+		}
+		if r.err != nil {
+			if !r.sent.IsZero() && !serverError(r.err) {
+				s.undo(db, nil, r.err)
+			}
+			return
+		}
+		if fences, err := parseFences(r.v); err == nil && fences != nil {
+			s.undo(db, fences, nil)
+		}
+	}()
+	return time.Time{}, ctx.Err()
+}
+
+// undo releases a holding S granted that the caller will not get: by its
+// FENCES; with none (CAUSE: the outcome unknown), a made-up holder's
+// every holding. Never a term this candidate leads already.
+func (s *spec) undo(db *sql.DB, fences []int64, cause error) {
+	c, cancel := context.WithTimeout(context.Background(), releaseTimeout)
+	defer cancel()
+	if fences == nil {
+		if s.generated && s.keep == 0 && cause != nil {
+			var n sql.NullInt64
+			_, _ = queryRow(c, db, `SELECT dlock.unlock_all(holder => $1::text)`, []interface{}{s.holder}, &n)
+		}
+		return
+	}
+	if s.keep != 0 && fences[0] == s.keep {
+		return
+	}
+	l := &Lock{resources: s.resources, fences: fences, st: s.st}
+	first, fence := l.target()
+	var ok bool
+	_, _ = queryRow(c, db, s.releaseQ, []interface{}{first, s.holder, fence}, &ok)
 }
 
 // settle: the lease of a holding just taken (the server's default read
