@@ -99,26 +99,26 @@ func acquire(ctx context.Context, db *sql.DB, resources []string, multi bool, o 
 		s.st, s.releaseQ = &many, many.release
 		s.args[0] = textArray(resources)
 		s.args = append(s.args, strconv.FormatBool(o.shared))
-		s.query = `SELECT array_to_string(dlock.lock_all(resources => $1::text::text[], holder => $2::text, ` +
-			`lease => $3::text::interval, wait => $4::text::interval, shared => $5::text::boolean), ',')`
+		s.query = `SELECT pg_catalog.array_to_string(dlock.lock_all(resources => $1::pg_catalog.text::pg_catalog.text[], holder => $2::pg_catalog.text, ` +
+			`lease => $3::pg_catalog.text::pg_catalog.interval, wait => $4::pg_catalog.text::pg_catalog.interval, shared => $5::pg_catalog.text::pg_catalog.bool), ',')`
 	case o.maxPermits != 0:
 		permits := 1
 		if o.hasPermits {
 			permits = o.permits
 		}
 		s.args = append(s.args, strconv.Itoa(o.maxPermits), strconv.Itoa(permits), strconv.FormatBool(o.fair))
-		s.query = `SELECT dlock.acquire(semaphore => $1::text, holder => $2::text, max_permits => $5::text::integer, ` +
-			`permits => $6::text::integer, lease => $3::text::interval, wait => $4::text::interval, ` +
-			`fair => $7::text::boolean)::text`
+		s.query = `SELECT dlock.acquire(semaphore => $1::pg_catalog.text, holder => $2::pg_catalog.text, max_permits => $5::pg_catalog.text::pg_catalog.int4, ` +
+			`permits => $6::pg_catalog.text::pg_catalog.int4, lease => $3::pg_catalog.text::pg_catalog.interval, wait => $4::pg_catalog.text::pg_catalog.interval, ` +
+			`fair => $7::pg_catalog.text::pg_catalog.bool)::pg_catalog.text`
 	default:
 		s.args = append(s.args, strconv.FormatBool(o.fair), strconv.FormatBool(o.shared))
-		s.query = `SELECT dlock.lock(resource => $1::text, holder => $2::text, lease => $3::text::interval, ` +
-			`wait => $4::text::interval, fair => $5::text::boolean, shared => $6::text::boolean`
+		s.query = `SELECT dlock.lock(resource => $1::pg_catalog.text, holder => $2::pg_catalog.text, lease => $3::pg_catalog.text::pg_catalog.interval, ` +
+			`wait => $4::pg_catalog.text::pg_catalog.interval, fair => $5::pg_catalog.text::pg_catalog.bool, shared => $6::pg_catalog.text::pg_catalog.bool`
 		if o.hasDelay {
 			s.args = append(s.args, interval(o.lockDelay))
-			s.query += `, lock_delay => $7::text::interval`
+			s.query += `, lock_delay => $7::pg_catalog.text::pg_catalog.interval`
 		}
-		s.query += `)::text`
+		s.query += `)::pg_catalog.text`
 	}
 	l, err := take(ctx, db, s)
 	if l != nil && o.maxPermits != 0 {
@@ -245,7 +245,7 @@ func (s *spec) undo(db *sql.DB, fences []int64, cause error) {
 	if fences == nil {
 		if s.generated && s.keep == 0 && cause != nil {
 			var n sql.NullInt64
-			_, _ = queryRow(c, db, `SELECT dlock.unlock_all(holder => $1::text)`, []interface{}{s.holder}, &n)
+			_, _ = queryRow(c, db, `SELECT dlock.unlock_all(holder => $1::pg_catalog.text)`, []interface{}{s.holder}, &n)
 		}
 		return
 	}
@@ -264,8 +264,9 @@ func (s *spec) undo(db *sql.DB, fences []int64, cause error) {
 func (l *Lock) settle(ctx context.Context, sent *time.Time) error {
 	if l.leaseArg == nil {
 		var ms sql.NullFloat64
-		_, err := queryRow(ctx, l.db, `SELECT (SELECT extract(epoch FROM lease)::float8 * 1000 FROM dlock.locks `+
-			`WHERE resource = $1::text AND holder = $2::text AND fence = $3::text::bigint)`,
+		_, err := queryRow(ctx, l.db, `SELECT (SELECT extract(epoch FROM lease)::pg_catalog.float8 OPERATOR(pg_catalog.*) 1000 FROM dlock.locks `+
+			`WHERE resource OPERATOR(pg_catalog.=) $1::pg_catalog.text AND holder OPERATOR(pg_catalog.=) $2::pg_catalog.text `+
+			`AND fence OPERATOR(pg_catalog.=) $3::pg_catalog.text::pg_catalog.int8)`,
 			[]interface{}{l.resources[0], l.holder, strconv.FormatInt(l.fences[0], 10)}, &ms)
 		if err != nil {
 			return wrap(err, "reading the lease back")

@@ -9,6 +9,8 @@ package dlock_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"os"
 	"testing"
 	"time"
 
@@ -97,5 +99,49 @@ func TestGrantAfterDeadline(t *testing.T) {
 			}
 			time.Sleep(50 * time.Millisecond)
 		}
+	}
+}
+
+// The application's search_path puts a schema of look-alike functions
+// before pg_catalog: the client's statements still mean what they say.
+// Here bool_and is always true: a multi-lock broken by an administrator
+// must still fail AssertFence (55P03), Check and Release, and be lost.
+func TestSearchPathLookAlikes(t *testing.T) {
+	t.Parallel()
+	admin := appDB(t, "")
+	schema := fmt.Sprintf("go_evil_%d", os.Getpid())
+	if _, err := admin.Exec(`CREATE SCHEMA ` + schema + `; CREATE FUNCTION ` + schema +
+		`.yes(boolean, boolean) RETURNS boolean LANGUAGE sql AS 'SELECT true'; CREATE AGGREGATE ` +
+		schema + `.bool_and(boolean) (sfunc = ` + schema + `.yes, stype = boolean, initcond = 'true')`); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _, _ = admin.Exec(`DROP SCHEMA ` + schema + ` CASCADE`) })
+	app := appDB(t, "search_path="+schema+",pg_catalog,public")
+	a, b := unique("path-a"), unique("path-b")
+	m, err := dlock.AcquireAll(bg(), app, []string{a, b}, dlock.Lease(1500*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := admin.Exec(`SELECT dlock.break_lock($1)`, a); err != nil {
+		t.Fatal(err)
+	}
+	tx, err := app.BeginTx(bg(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = m.AssertFence(bg(), tx)
+	_ = tx.Rollback()
+	var de *dlock.Error
+	if !errors.As(err, &de) || de.Code != "55P03" {
+		t.Fatalf("AssertFence of a broken multi-lock: %v, want SQLSTATE 55P03", err)
+	}
+	if ok, err := m.Check(bg()); err != nil || ok {
+		t.Fatalf("Check of a broken multi-lock: %v, %v", ok, err)
+	}
+	if !closed(within(t, 10*time.Second), m.Done()) {
+		t.Fatal("Done not closed: the renewal says a broken multi-lock is held")
+	}
+	if err := m.Release(bg()); !errors.Is(err, dlock.ErrLost) {
+		t.Fatalf("Release of a broken multi-lock: %v, want ErrLost", err)
 	}
 }
