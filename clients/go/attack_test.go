@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"runtime"
 	"testing"
 	"time"
 
@@ -143,5 +144,164 @@ func TestSearchPathLookAlikes(t *testing.T) {
 	}
 	if err := m.Release(bg()); !errors.Is(err, dlock.ErrLost) {
 		t.Fatalf("Release of a broken multi-lock: %v, want ErrLost", err)
+	}
+}
+
+// Elections under faults: the leader's Observe channel never read does
+// not hold its renewal up; the leader's backends paused and its new
+// connections black-holed: it learns of its loss before the other
+// candidate is elected.
+func TestElectionLeaderPaused(t *testing.T) {
+	t.Parallel()
+	admin := appDB(t, "")
+	p := newProxy(t)
+	name := fmt.Sprintf("go-test-elect-%d", os.Getpid())
+	app := open(t, p.dsn(), "application_name="+name)
+	election := unique("paused-election")
+	e1, err := dlock.NewElection(app, election, dlock.Lease(2*time.Second), dlock.PollInterval(10*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	e2, _ := dlock.NewElection(appDB(t, ""), election, dlock.Lease(2*time.Second))
+	ctx, cancel := context.WithCancel(bg())
+	defer cancel()
+	_ = e1.Observe(ctx) // never read
+	lead, err := e1.Campaign(bg(), "one")
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(3 * time.Second) // past the lease: renewed all the same
+	if lead.Err() != nil {
+		t.Fatalf("lost while its Observe channel was not read: %v", lead.Err())
+	}
+	got := make(chan error, 1)
+	go func() {
+		l, err := e2.Campaign(within(t, 30*time.Second), "two")
+		if err == nil {
+			select {
+			case <-lead.Done():
+			default:
+				err = fmt.Errorf("elected while the old leader still thought it led")
+			}
+			_ = l.Release(bg())
+		}
+		got <- err
+	}()
+	p.blockNew()
+	defer p.heal()
+	defer pause(t, admin, name)()
+	if err := <-got; err != nil {
+		t.Fatal(err)
+	}
+	if !errors.Is(lead.Err(), dlock.ErrLost) {
+		t.Fatalf("Err: %v", lead.Err())
+	}
+}
+
+// A pool of one connection, each connection's life a few milliseconds:
+// the caller's transaction and the renewal take turns; the lock is
+// renewed past its lease, fenced writes pass, Release and the election
+// work; nothing waits for ever.
+func TestPoolOfOne(t *testing.T) {
+	t.Parallel()
+	app := appDB(t, "")
+	app.SetMaxOpenConns(1)
+	app.SetConnMaxLifetime(5 * time.Millisecond)
+	r := unique("pool1")
+	ctx := within(t, 60*time.Second)
+	l, err := dlock.Acquire(ctx, app, r, dlock.Lease(time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 10; i++ { // 3 s: past the lease
+		tx, err := app.BeginTx(ctx, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := l.AssertFence(ctx, tx); err != nil {
+			t.Fatal(err)
+		}
+		if err := tx.Commit(); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(300 * time.Millisecond)
+	}
+	if l.Err() != nil {
+		t.Fatalf("lost: %v", l.Err())
+	}
+	if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	e, _ := dlock.NewElection(app, unique("pool1-election"), dlock.Lease(time.Second))
+	lead, err := e.Campaign(ctx, "v")
+	if err != nil {
+		t.Fatal(err)
+	}
+	octx, cancel := context.WithCancel(ctx)
+	ob := e.Observe(octx)
+	if ld := <-ob.C; ld == nil || ld.Term != lead.Fence() {
+		t.Fatalf("observed %+v", ld)
+	}
+	time.Sleep(1500 * time.Millisecond)
+	cancel()
+	if err := e.Resign(ctx); err != nil || lead.Err() != dlock.ErrReleased {
+		t.Fatalf("resign: %v, Err %v", err, lead.Err())
+	}
+}
+
+// No goroutine outlives its lock: after Release, after a loss, after a
+// wait cancelled or timed out, and after an election's Observe ends.
+// Not parallel: it counts the process's goroutines.
+func TestNoGoroutineLeft(t *testing.T) {
+	admin := appDB(t, "")
+	before := runtime.NumGoroutine()
+	func() {
+		app := open(t, os.Getenv("DLOCK_TEST_DSN"), "")
+		defer app.Close()
+		r := unique("leak")
+		for i := 0; i < 10; i++ {
+			l, err := dlock.Acquire(bg(), app, r, dlock.Lease(time.Second))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if i%2 == 1 {
+				if _, err := admin.Exec(`SELECT dlock.break_lock($1)`, r); err != nil {
+					t.Fatal(err)
+				}
+				<-l.Done()
+			}
+			_ = l.Release(bg())
+			_ = l.Release(bg())
+		}
+		hold, err := dlock.Acquire(bg(), app, r, dlock.Lease(5*time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithTimeout(bg(), 200*time.Millisecond)
+		if _, err := dlock.Acquire(ctx, app, r); err == nil {
+			t.Fatal("acquired a held lock")
+		}
+		cancel()
+		ctx, cancel = context.WithCancel(bg())
+		go func() { time.Sleep(200 * time.Millisecond); cancel() }()
+		if _, err := dlock.Acquire(ctx, app, r); err == nil {
+			t.Fatal("acquired a held lock")
+		}
+		e, _ := dlock.NewElection(app, unique("leak-election"))
+		octx, ocancel := context.WithCancel(bg())
+		ob := e.Observe(octx)
+		<-ob.C
+		ocancel()
+		for range ob.C {
+		}
+		_ = hold.Release(bg())
+	}()
+	ctx := within(t, 20*time.Second)
+	for runtime.NumGoroutine() > before {
+		if ctx.Err() != nil {
+			buf := make([]byte, 1<<20)
+			t.Fatalf("%d goroutines, %d before:\n%s", runtime.NumGoroutine(), before, buf[:runtime.Stack(buf, true)])
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
 }
