@@ -151,7 +151,7 @@ func take(ctx context.Context, db *sql.DB, s *spec) (*Lock, error) {
 			Message: fmt.Sprintf("dlock: %q not acquired within the wait", name)}
 	}
 	l := &Lock{db: db, resources: s.resources, fences: fences, holder: s.holder, st: s.st,
-		releaseQ: s.releaseQ, leaseArg: s.args[2], lease: s.o.lease,
+		releaseQ: s.releaseQ, leaseArg: s.args[2], lease: s.o.lease.Truncate(time.Microsecond),
 		done: make(chan struct{}), stopRenew: make(chan struct{}), finished: make(chan struct{})}
 	if err := l.settle(ctx, &sent); err != nil {
 		go s.undo(db, fences, nil)
@@ -263,18 +263,20 @@ func (s *spec) undo(db *sql.DB, fences []int64, cause error) {
 // which then dates the lease (SENT).
 func (l *Lock) settle(ctx context.Context, sent *time.Time) error {
 	if l.leaseArg == nil {
-		var ms sql.NullFloat64
-		_, err := queryRow(ctx, l.db, `SELECT (SELECT extract(epoch FROM lease)::pg_catalog.float8 OPERATOR(pg_catalog.*) 1000 FROM dlock.locks `+
+		// In microseconds, as an integer: float8's text depends on
+		// extra_float_digits ("2e+03" at -15).
+		var us sql.NullInt64
+		_, err := queryRow(ctx, l.db, `SELECT (SELECT (extract(epoch FROM lease) OPERATOR(pg_catalog.*) 1000000)::pg_catalog.int8 FROM dlock.locks `+
 			`WHERE resource OPERATOR(pg_catalog.=) $1::pg_catalog.text AND holder OPERATOR(pg_catalog.=) $2::pg_catalog.text `+
 			`AND fence OPERATOR(pg_catalog.=) $3::pg_catalog.text::pg_catalog.int8)`,
-			[]interface{}{l.resources[0], l.holder, strconv.FormatInt(l.fences[0], 10)}, &ms)
+			[]interface{}{l.resources[0], l.holder, strconv.FormatInt(l.fences[0], 10)}, &us)
 		if err != nil {
 			return wrap(err, "reading the lease back")
 		}
-		if !ms.Valid {
+		if !us.Valid {
 			return &Error{Err: ErrLost, Message: fmt.Sprintf("dlock: %q gone right after it was acquired", l.name())}
 		}
-		l.lease = time.Duration(ms.Float64 * float64(time.Millisecond))
+		l.lease = time.Duration(us.Int64) * time.Microsecond
 	}
 	if time.Since(*sent) < l.lease/3 {
 		return nil

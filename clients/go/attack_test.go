@@ -305,3 +305,28 @@ func TestNoGoroutineLeft(t *testing.T) {
 		time.Sleep(50 * time.Millisecond)
 	}
 }
+
+// The lease the client counts down is the server's, to the microsecond:
+// given with a fraction of a millisecond, or the server's default read
+// back under extra_float_digits = -15 (float8 as "2e+03").
+func TestLeaseAsTheServerHasIt(t *testing.T) {
+	t.Parallel()
+	admin := appDB(t, "")
+	app := appDB(t, "extra_float_digits=-15 dlock.default_lease=1500ms")
+	for _, opts := range [][]dlock.Option{nil, {dlock.Lease(1234567 * time.Microsecond)}, {dlock.Lease(2*time.Second + 600*time.Microsecond)}} {
+		r := unique("lease-exact")
+		l, err := dlock.Acquire(bg(), app, r, opts...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var us int64
+		if err := admin.QueryRow(`SELECT (extract(epoch FROM lease) * 1000000)::bigint FROM dlock.locks WHERE resource = $1`, r).Scan(&us); err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("client %v server %v", l.Lease(), time.Duration(us)*time.Microsecond)
+		if l.Lease() != time.Duration(us)*time.Microsecond {
+			t.Errorf("the client counts a lease of %v, the server's is %v", l.Lease(), time.Duration(us)*time.Microsecond)
+		}
+		_ = l.Release(bg())
+	}
+}
