@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"os"
 	"runtime"
+	"strings"
 	"testing"
 	"time"
 
@@ -328,5 +329,59 @@ func TestLeaseAsTheServerHasIt(t *testing.T) {
 			t.Errorf("the client counts a lease of %v, the server's is %v", l.Lease(), time.Duration(us)*time.Microsecond)
 		}
 		_ = l.Release(bg())
+	}
+}
+
+// The application's session settings in its DSN: every call either works
+// or fails with the server's SQLSTATE; none misreads an answer. With the
+// driver's defaults and with one round trip per statement (text results).
+func TestSessionSettings(t *testing.T) {
+	t.Parallel()
+	settings := []string{"DateStyle=SQL,DMY", "IntervalStyle=sql_standard", "TimeZone=Pacific/Chatham",
+		"extra_float_digits=-15", "default_transaction_isolation=serializable", "lc_monetary=C",
+		"bytea_output=escape", "standard_conforming_strings=off", "default_transaction_read_only=on",
+		"statement_timeout=1", "lock_timeout=1", "idle_in_transaction_session_timeout=1",
+		"search_path=pg_temp"}
+	for _, extra := range []string{"", oneTrip} {
+		for _, set := range settings {
+			app := appDB(t, set+" "+extra)
+			what := set + " " + extra
+			sqlstate := func(step string, err error) bool {
+				t.Helper()
+				if err == nil {
+					return false
+				}
+				var de *dlock.Error
+				if !errors.As(err, &de) || de.Code == "" {
+					t.Errorf("%s: %s: an error without SQLSTATE: %v", what, step, err)
+				}
+				return true
+			}
+			if set == "standard_conforming_strings=off" && strings.Contains(extra, "simple") {
+				continue // pgx refuses it itself, before sending anything
+			}
+			l, err := dlock.Acquire(bg(), app, unique("settings"), dlock.Lease(5*time.Second))
+			if !sqlstate("Acquire", err) {
+				if ok, err := l.Check(bg()); !sqlstate("Check", err) && !ok {
+					t.Errorf("%s: Check says a held lock is not held", what)
+				}
+				if err := l.Release(bg()); err != nil {
+					sqlstate("Release", err)
+				}
+			}
+			e, _ := dlock.NewElection(app, unique("settings-election"))
+			lead, err := e.Campaign(bg(), "v")
+			if sqlstate("Campaign", err) {
+				continue
+			}
+			ld, err := e.Leader(bg())
+			if !sqlstate("Leader", err) && (ld == nil || ld.Term != lead.Fence() ||
+				ld.ExpiresAt.Before(ld.ElectedAt) || time.Since(ld.ElectedAt) > time.Hour || time.Until(ld.ElectedAt) > time.Hour) {
+				t.Errorf("%s: Leader read %+v (term %d)", what, ld, lead.Fence())
+			}
+			if err := e.Resign(bg()); err != nil {
+				sqlstate("Resign", err)
+			}
+		}
 	}
 }

@@ -147,12 +147,16 @@ func (e *Election) Resign(ctx context.Context) error {
 
 // Leader reads the current leader; nil when there is none.
 func (e *Election) Leader(ctx context.Context) (*Leader, error) {
+	// Numbers as text, not timestamps: their text depends on DateStyle,
+	// and lib/pq and pgx's simple protocol read only ISO.
 	var ld Leader
 	var value sql.NullString
-	var term string
-	_, err := queryRow(ctx, e.db, `SELECT candidate, value, term::pg_catalog.text, elected_at, expires_at `+
+	var term, elected, expires string
+	_, err := queryRow(ctx, e.db, `SELECT candidate, value, term::pg_catalog.text, `+
+		`(extract(epoch FROM elected_at) OPERATOR(pg_catalog.*) 1000000)::pg_catalog.int8::pg_catalog.text, `+
+		`(extract(epoch FROM expires_at) OPERATOR(pg_catalog.*) 1000000)::pg_catalog.int8::pg_catalog.text `+
 		`FROM dlock.leader(election => $1::pg_catalog.text)`, []interface{}{e.name},
-		&ld.Candidate, &value, &term, &ld.ElectedAt, &ld.ExpiresAt)
+		&ld.Candidate, &value, &term, &elected, &expires)
 	if err == sql.ErrNoRows {
 		return nil, nil
 	}
@@ -160,8 +164,17 @@ func (e *Election) Leader(ctx context.Context) (*Leader, error) {
 		return nil, wrap(err, "leader")
 	}
 	ld.Value = value.String
-	ld.Term, err = strconv.ParseInt(term, 10, 64)
-	return &ld, err
+	var us [2]int64
+	for i, v := range []string{elected, expires} {
+		if us[i], err = strconv.ParseInt(v, 10, 64); err != nil {
+			return nil, wrap(err, "leader")
+		}
+	}
+	ld.ElectedAt, ld.ExpiresAt = time.UnixMicro(us[0]), time.UnixMicro(us[1])
+	if ld.Term, err = strconv.ParseInt(term, 10, 64); err != nil {
+		return nil, wrap(err, "leader")
+	}
+	return &ld, nil
 }
 
 // Observer delivers leader changes on C (nil: no leader) until its
