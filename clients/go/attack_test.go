@@ -10,9 +10,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand"
 	"os"
 	"runtime"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -384,4 +386,59 @@ func TestSessionSettings(t *testing.T) {
 			}
 		}
 	}
+}
+
+// Behind pgbouncer (transaction pooling, two server connections), many
+// goroutines at once: whoever gets a resource finds its previous holder
+// gone or told (Done closed: the loss is signalled before the lease's
+// end); a lock checks as held until it is lost; errors carry their
+// SQLSTATE but for timeouts (waiters hold the pool's server connections).
+func TestBouncerConcurrent(t *testing.T) {
+	t.Parallel()
+	b := bouncerDB(t)
+	seed := time.Now().UnixNano()
+	t.Logf("seed %d", seed)
+	rng := rand.New(rand.NewSource(seed))
+	resources := []string{unique("bc-a"), unique("bc-b")}
+	var mu sync.Mutex
+	current := make([]*dlock.Lock, len(resources))
+	var wg sync.WaitGroup
+	for g := 0; g < 4; g++ {
+		k, pause := rng.Intn(2), time.Duration(rng.Intn(20))*time.Millisecond
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; i < 5; i++ {
+				l, err := dlock.Acquire(within(t, 60*time.Second), b, resources[k], dlock.Lease(2*time.Second), dlock.Wait(2*time.Second))
+				var de *dlock.Error
+				if err != nil {
+					if (!errors.As(err, &de) || de.Code == "") && !errors.Is(err, context.DeadlineExceeded) {
+						t.Errorf("Acquire: an error without SQLSTATE: %v", err)
+					}
+					continue
+				}
+				mu.Lock()
+				if prev := current[k]; prev != nil && prev.Err() == nil {
+					t.Errorf("%s granted while its previous holder was not told of its loss", resources[k])
+				}
+				current[k] = l
+				mu.Unlock()
+				if ok, err := l.Check(within(t, time.Second)); err == nil && !ok && l.Err() == nil {
+					t.Errorf("Check: not held, and not lost")
+				}
+				time.Sleep(pause)
+				mu.Lock()
+				if current[k] == l {
+					current[k] = nil
+				}
+				mu.Unlock()
+				if err := l.Release(bg()); err != nil && !errors.Is(err, dlock.ErrLost) {
+					if (!errors.As(err, &de) || de.Code == "") && !errors.Is(err, context.DeadlineExceeded) {
+						t.Errorf("Release: an error without SQLSTATE: %v", err)
+					}
+				}
+			}
+		}()
+	}
+	wg.Wait()
 }
