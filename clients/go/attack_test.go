@@ -442,3 +442,42 @@ func TestBouncerConcurrent(t *testing.T) {
 	}
 	wg.Wait()
 }
+
+// Release racing the renewals (a short lease, released at seeded random
+// moments, from two goroutines at once): nil or ErrLost, Err then
+// ErrReleased or ErrLost, Done closed, nothing left live on the server.
+func TestReleaseRacesRenewal(t *testing.T) {
+	t.Parallel()
+	app, admin := appDB(t, ""), appDB(t, "")
+	seed := time.Now().UnixNano()
+	t.Logf("seed %d", seed)
+	rng := rand.New(rand.NewSource(seed))
+	for i := 0; i < 20; i++ {
+		r := unique("race")
+		l, err := dlock.Acquire(bg(), app, r, dlock.Lease(300*time.Millisecond))
+		if err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(time.Duration(rng.Intn(250)) * time.Millisecond)
+		errs := make(chan error, 2)
+		for j := 0; j < 2; j++ {
+			go func() { errs <- l.Release(bg()) }()
+		}
+		for j := 0; j < 2; j++ {
+			if err := <-errs; err != nil && !errors.Is(err, dlock.ErrLost) {
+				t.Fatalf("Release: %v", err)
+			}
+		}
+		select {
+		case <-l.Done():
+		default:
+			t.Fatal("Done not closed after Release")
+		}
+		if e := l.Err(); e != dlock.ErrReleased && !errors.Is(e, dlock.ErrLost) {
+			t.Fatalf("Err after Release: %v", e)
+		}
+		if h := row(t, admin, r); h.exists && h.live {
+			t.Fatalf("still held after Release: %+v", h)
+		}
+	}
+}

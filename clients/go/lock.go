@@ -74,9 +74,10 @@ type Lock struct {
 	finished  chan struct{} // closed when released: the renewal goroutine ends
 	stopOnce  sync.Once
 
-	mu    sync.Mutex
-	state int
-	err   error
+	mu        sync.Mutex
+	state     int
+	err       error
+	releasing chan struct{} // closed when the Release under way ends
 }
 
 // Resource is the resource (a multi-lock's first; an election's name).
@@ -147,12 +148,37 @@ func (l *Lock) lose(reason string, cause error) {
 // no longer renewed and is lost at its renewal deadline unless Release is
 // called again first. Releasing twice returns nil.
 func (l *Lock) Release(ctx context.Context) error {
-	l.mu.Lock()
-	state, err := l.state, l.err
-	l.mu.Unlock()
-	if state == released {
-		return nil
+	for {
+		l.mu.Lock()
+		if l.state == released {
+			l.mu.Unlock()
+			return nil
+		}
+		if busy := l.releasing; busy != nil {
+			// Another Release is under way: its outcome decides.
+			l.mu.Unlock()
+			select {
+			case <-busy:
+				continue
+			case <-ctx.Done():
+				return wrap(ctx.Err(), "releasing "+strconv.Quote(l.name()))
+			}
+		}
+		busy := make(chan struct{})
+		l.releasing = busy
+		state, err := l.state, l.err
+		l.mu.Unlock()
+		err = l.release(ctx, state, err)
+		l.mu.Lock()
+		l.releasing = nil
+		l.mu.Unlock()
+		close(busy)
+		return err
 	}
+}
+
+// release: Release's one attempt, from STATE (ERR: the loss, if lost).
+func (l *Lock) release(ctx context.Context, state int, err error) error {
 	l.stopOnce.Do(func() { close(l.stopRenew) })
 	first, fence := l.target()
 	var ok bool
