@@ -481,3 +481,59 @@ func TestReleaseRacesRenewal(t *testing.T) {
 		}
 	}
 }
+
+// A wait cancelled (no deadline: the server is not told by the wait
+// argument) leaves no waiting statement behind, fair or not, and the
+// lock is not taken afterwards by the abandoned statement.
+func TestCancelledWaitLeavesNothing(t *testing.T) {
+	t.Parallel()
+	name := fmt.Sprintf("go-test-cancel-%d", os.Getpid())
+	app, admin := appDB(t, "application_name="+name), appDB(t, "")
+	waiting := func() int {
+		var n int
+		if err := admin.QueryRow(`SELECT count(*) FROM pg_stat_activity WHERE application_name = $1 `+
+			`AND state = 'active' AND query LIKE '%dlock.lock(%'`, name).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	for _, fair := range []bool{false, true} {
+		r := unique("cancel-wait")
+		holder, err := dlock.Acquire(bg(), app, r, dlock.Lease(10*time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		opts := []dlock.Option{dlock.Holder(unique("waiter"))}
+		if fair {
+			opts = append(opts, dlock.Fair())
+		}
+		ctx, cancel := context.WithCancel(bg())
+		go func() {
+			// Cancel once the statement waits on the server.
+			for ctx.Err() == nil && waiting() == 0 {
+				time.Sleep(10 * time.Millisecond)
+			}
+			cancel()
+		}()
+		if _, err := dlock.Acquire(ctx, app, r, opts...); !errors.Is(err, context.Canceled) {
+			t.Fatalf("fair %v: %v, want context.Canceled", fair, err)
+		}
+		cancel()
+		wctx := within(t, 10*time.Second)
+		for waiting() > 0 {
+			if wctx.Err() != nil {
+				t.Fatalf("fair %v: a waiting statement left behind", fair)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		if err := holder.Release(bg()); err != nil {
+			t.Fatal(err)
+		}
+		// Free now: a newcomer gets it at once (no ghost waiter ahead).
+		l, err := dlock.TryAcquire(bg(), app, r)
+		if err != nil {
+			t.Fatalf("fair %v: after the cancelled wait: %v", fair, err)
+		}
+		_ = l.Release(bg())
+	}
+}
