@@ -1,7 +1,8 @@
 // attack_test.go: a review's attacks on the client, kept as tests: the
-// server's default lease on every kind (no false loss at acquisition),
-// Observe never read, a pool of one connection, a context cancelled
-// after the server granted the lock.
+// application's session settings, search_path look-alikes, a pool of one,
+// pgbouncer under load, a grant answered after the context's end, waits
+// cancelled, Release racing the renewals, elections with a paused leader,
+// the lease counted as the server has it, no goroutine left behind.
 // Promises: P16
 
 package dlock_test
