@@ -11,6 +11,7 @@ package dlock
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"strconv"
 	"time"
@@ -98,26 +99,26 @@ func acquire(ctx context.Context, db *sql.DB, resources []string, multi bool, o 
 		s.st, s.releaseQ = &many, many.release
 		s.args[0] = textArray(resources)
 		s.args = append(s.args, strconv.FormatBool(o.shared))
-		s.query = `SELECT array_to_string(dlock.lock_all(resources => $1::text::text[], holder => $2::text, ` +
-			`lease => $3::text::interval, wait => $4::text::interval, shared => $5::text::boolean), ',')`
+		s.query = `SELECT pg_catalog.array_to_string(dlock.lock_all(resources => $1::pg_catalog.text::pg_catalog.text[], holder => $2::pg_catalog.text, ` +
+			`lease => $3::pg_catalog.text::pg_catalog.interval, wait => $4::pg_catalog.text::pg_catalog.interval, shared => $5::pg_catalog.text::pg_catalog.bool), ',')`
 	case o.maxPermits != 0:
 		permits := 1
 		if o.hasPermits {
 			permits = o.permits
 		}
 		s.args = append(s.args, strconv.Itoa(o.maxPermits), strconv.Itoa(permits), strconv.FormatBool(o.fair))
-		s.query = `SELECT dlock.acquire(semaphore => $1::text, holder => $2::text, max_permits => $5::text::integer, ` +
-			`permits => $6::text::integer, lease => $3::text::interval, wait => $4::text::interval, ` +
-			`fair => $7::text::boolean)::text`
+		s.query = `SELECT dlock.acquire(semaphore => $1::pg_catalog.text, holder => $2::pg_catalog.text, max_permits => $5::pg_catalog.text::pg_catalog.int4, ` +
+			`permits => $6::pg_catalog.text::pg_catalog.int4, lease => $3::pg_catalog.text::pg_catalog.interval, wait => $4::pg_catalog.text::pg_catalog.interval, ` +
+			`fair => $7::pg_catalog.text::pg_catalog.bool)::pg_catalog.text`
 	default:
 		s.args = append(s.args, strconv.FormatBool(o.fair), strconv.FormatBool(o.shared))
-		s.query = `SELECT dlock.lock(resource => $1::text, holder => $2::text, lease => $3::text::interval, ` +
-			`wait => $4::text::interval, fair => $5::text::boolean, shared => $6::text::boolean`
+		s.query = `SELECT dlock.lock(resource => $1::pg_catalog.text, holder => $2::pg_catalog.text, lease => $3::pg_catalog.text::pg_catalog.interval, ` +
+			`wait => $4::pg_catalog.text::pg_catalog.interval, fair => $5::pg_catalog.text::pg_catalog.bool, shared => $6::pg_catalog.text::pg_catalog.bool`
 		if o.hasDelay {
 			s.args = append(s.args, interval(o.lockDelay))
-			s.query += `, lock_delay => $7::text::interval`
+			s.query += `, lock_delay => $7::pg_catalog.text::pg_catalog.interval`
 		}
-		s.query += `)::text`
+		s.query += `)::pg_catalog.text`
 	}
 	l, err := take(ctx, db, s)
 	if l != nil && o.maxPermits != 0 {
@@ -129,23 +130,16 @@ func acquire(ctx context.Context, db *sql.DB, resources []string, multi bool, o 
 	return l, err
 }
 
-// take runs S's statement; the Lock, renewing. A lost connection leaves
-// the outcome unknown: a holder made up here is then released (best
-// effort), since nobody else can use it.
+// take runs S's statement; the Lock, renewing. It returns at CTX's end;
+// a holding granted after all is then released (grant).
 func take(ctx context.Context, db *sql.DB, s *spec) (*Lock, error) {
 	name := s.resources[0]
 	if len(s.resources) > 1 {
 		name = fmt.Sprint(s.resources)
 	}
 	var res sql.NullString
-	sent, err := queryRow(ctx, db, s.query, s.args, &res)
+	sent, err := grant(ctx, db, s, &res)
 	if err != nil {
-		if s.generated && s.keep == 0 && !serverError(err) {
-			c, cancel := context.WithTimeout(context.Background(), releaseTimeout)
-			var n sql.NullInt64
-			_, _ = queryRow(c, db, `SELECT dlock.unlock_all(holder => $1::text)`, []interface{}{s.holder}, &n)
-			cancel()
-		}
 		return nil, wrap(err, "acquiring "+strconv.Quote(name))
 	}
 	fences, err := parseFences(res)
@@ -157,20 +151,111 @@ func take(ctx context.Context, db *sql.DB, s *spec) (*Lock, error) {
 			Message: fmt.Sprintf("dlock: %q not acquired within the wait", name)}
 	}
 	l := &Lock{db: db, resources: s.resources, fences: fences, holder: s.holder, st: s.st,
-		releaseQ: s.releaseQ, leaseArg: s.args[2], lease: s.o.lease,
+		releaseQ: s.releaseQ, leaseArg: s.args[2], lease: s.o.lease.Truncate(time.Microsecond),
 		done: make(chan struct{}), stopRenew: make(chan struct{}), finished: make(chan struct{})}
 	if err := l.settle(ctx, &sent); err != nil {
-		if s.keep != fences[0] {
-			c, cancel := context.WithTimeout(context.Background(), releaseTimeout)
-			first, fence := l.target()
-			var ok bool
-			_, _ = queryRow(c, db, l.releaseQ, []interface{}{first, l.holder, fence}, &ok)
-			cancel()
-		}
+		go s.undo(db, fences, nil)
 		return nil, err
 	}
 	go l.run(sent)
 	return l, nil
+}
+
+// grant runs S's statement, scanning its result into RES. At CTX's end it
+// returns CTX's error at once. The statement goes on by itself then: at
+// a deadline the server ends the wait first (waitArg), so its answer is
+// awaited (up to releaseTimeout); a cancel cancels it. A holding it
+// granted after all is released by its fence, the holder's or not (the
+// caller was told it failed); if the outcome stays unknown, a holder
+// made up here is released whole (nobody else can use it).
+func grant(ctx context.Context, db *sql.DB, s *spec, res *sql.NullString) (time.Time, error) {
+	type result struct {
+		sent time.Time
+		v    sql.NullString
+		err  error
+	}
+	sctx, stop := context.WithCancel(context.Background())
+	ch := make(chan result, 1)
+	go func() {
+		var r result
+		conn, err := db.Conn(ctx)
+		if err == nil && ctx.Err() != nil {
+			// lib/pq connects past the context's end: nothing sent.
+			conn.Close()
+			err = ctx.Err()
+		}
+		if err != nil {
+			r.err = err
+			ch <- r
+			return
+		}
+		r.sent = time.Now()
+		r.err = conn.QueryRowContext(sctx, s.query, s.args...).Scan(&r.v)
+		if r.err != nil && !serverError(r.err) {
+			_ = conn.Raw(func(interface{}) error { return errBadConn })
+		}
+		conn.Close()
+		ch <- r
+	}()
+	select {
+	case r := <-ch:
+		stop()
+		*res = r.v
+		return r.sent, r.err
+	case <-ctx.Done():
+	}
+	if !errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		stop()
+	}
+	go func() {
+		defer stop()
+		t := time.NewTimer(releaseTimeout)
+		defer t.Stop()
+		var r result
+		select {
+		case r = <-ch:
+		case <-t.C:
+			stop()
+			t.Reset(releaseTimeout)
+			select {
+			case r = <-ch:
+			case <-t.C:
+				r.sent, r.err = time.Now(), context.DeadlineExceeded
+			}
+		}
+		if r.err != nil {
+			if !r.sent.IsZero() && !serverError(r.err) {
+				s.undo(db, nil, r.err)
+			}
+			return
+		}
+		if fences, err := parseFences(r.v); err == nil && fences != nil {
+			s.undo(db, fences, nil)
+		}
+	}()
+	return time.Time{}, ctx.Err()
+}
+
+// undo releases a holding S granted that the caller will not get: by its
+// FENCES; with none (CAUSE: the outcome unknown), a made-up holder's
+// every holding. Never a term this candidate leads already.
+func (s *spec) undo(db *sql.DB, fences []int64, cause error) {
+	c, cancel := context.WithTimeout(context.Background(), releaseTimeout)
+	defer cancel()
+	if fences == nil {
+		if s.generated && s.keep == 0 && cause != nil {
+			var n sql.NullInt64
+			_, _ = queryRow(c, db, `SELECT dlock.unlock_all(holder => $1::pg_catalog.text)`, []interface{}{s.holder}, &n)
+		}
+		return
+	}
+	if s.keep != 0 && fences[0] == s.keep {
+		return
+	}
+	l := &Lock{resources: s.resources, fences: fences, st: s.st}
+	first, fence := l.target()
+	var ok bool
+	_, _ = queryRow(c, db, s.releaseQ, []interface{}{first, s.holder, fence}, &ok)
 }
 
 // settle: the lease of a holding just taken (the server's default read
@@ -178,17 +263,20 @@ func take(ctx context.Context, db *sql.DB, s *spec) (*Lock, error) {
 // which then dates the lease (SENT).
 func (l *Lock) settle(ctx context.Context, sent *time.Time) error {
 	if l.leaseArg == nil {
-		var ms sql.NullFloat64
-		_, err := queryRow(ctx, l.db, `SELECT (SELECT extract(epoch FROM lease)::float8 * 1000 FROM dlock.locks `+
-			`WHERE resource = $1::text AND holder = $2::text AND fence = $3::text::bigint)`,
-			[]interface{}{l.resources[0], l.holder, strconv.FormatInt(l.fences[0], 10)}, &ms)
+		// In microseconds, as an integer: float8's text depends on
+		// extra_float_digits ("2e+03" at -15).
+		var us sql.NullInt64
+		_, err := queryRow(ctx, l.db, `SELECT (SELECT (extract(epoch FROM lease) OPERATOR(pg_catalog.*) 1000000)::pg_catalog.int8 FROM dlock.locks `+
+			`WHERE resource OPERATOR(pg_catalog.=) $1::pg_catalog.text AND holder OPERATOR(pg_catalog.=) $2::pg_catalog.text `+
+			`AND fence OPERATOR(pg_catalog.=) $3::pg_catalog.text::pg_catalog.int8)`,
+			[]interface{}{l.resources[0], l.holder, strconv.FormatInt(l.fences[0], 10)}, &us)
 		if err != nil {
 			return wrap(err, "reading the lease back")
 		}
-		if !ms.Valid {
+		if !us.Valid {
 			return &Error{Err: ErrLost, Message: fmt.Sprintf("dlock: %q gone right after it was acquired", l.name())}
 		}
-		l.lease = time.Duration(ms.Float64 * float64(time.Millisecond))
+		l.lease = time.Duration(us.Int64) * time.Microsecond
 	}
 	if time.Since(*sent) < l.lease/3 {
 		return nil

@@ -41,9 +41,10 @@ func hostname() string {
 	return h
 }
 
-// interval: D as interval text ("1500 milliseconds").
+// interval: D as interval text ("1500000 microseconds"): the interval's
+// own precision, so that the server's lease is the one counted here.
 func interval(d time.Duration) string {
-	return strconv.FormatInt(d.Milliseconds(), 10) + " milliseconds"
+	return strconv.FormatInt(d.Microseconds(), 10) + " microseconds"
 }
 
 // nullable: V, or NULL when !OK.

@@ -6,3 +6,6 @@
 package dlock_test
 
 import _ "github.com/jackc/pgx/v4/stdlib"
+
+// oneTrip: what the DSN needs for each statement to go in one round trip.
+const oneTrip = "prefer_simple_protocol=true"

@@ -6,3 +6,6 @@
 package dlock_test
 
 import _ "github.com/jackc/pgx/v5/stdlib"
+
+// oneTrip: what the DSN needs for each statement to go in one round trip.
+const oneTrip = "default_query_exec_mode=simple_protocol"

@@ -6,3 +6,6 @@
 package dlock_test
 
 import _ "github.com/lib/pq"
+
+// oneTrip: what the DSN needs for each statement to go in one round trip.
+const oneTrip = "binary_parameters=yes"

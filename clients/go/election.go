@@ -80,9 +80,9 @@ func (e *Election) Campaign(ctx context.Context, value string, opts ...Option) (
 	}
 	s := &spec{resources: []string{e.name}, holder: e.candidate, generated: e.generated, o: e.o,
 		st: &one, keep: keep,
-		releaseQ: `SELECT coalesce(dlock.resign(election => $1::text, candidate => $2::text, term => $3::text::bigint), false)`,
-		query: `SELECT dlock.campaign(election => $1::text, candidate => $2::text, lease => $3::text::interval, ` +
-			`wait => $4::text::interval, value => $5::text)::text`,
+		releaseQ: `SELECT coalesce(dlock.resign(election => $1::pg_catalog.text, candidate => $2::pg_catalog.text, term => $3::pg_catalog.text::pg_catalog.int8), false)`,
+		query: `SELECT dlock.campaign(election => $1::pg_catalog.text, candidate => $2::pg_catalog.text, lease => $3::pg_catalog.text::pg_catalog.interval, ` +
+			`wait => $4::pg_catalog.text::pg_catalog.interval, value => $5::pg_catalog.text)::pg_catalog.text`,
 		args: []interface{}{e.name, e.candidate, nullable(interval(e.o.lease), e.o.hasLease), waitArg(ctx, o), value}}
 	l, err := take(ctx, e.db, s)
 	if err != nil {
@@ -126,8 +126,8 @@ func (e *Election) Proclaim(ctx context.Context, value string) (bool, error) {
 		return false, err
 	}
 	var ok sql.NullBool
-	_, err = queryRow(ctx, e.db, `SELECT dlock.proclaim(election => $1::text, candidate => $2::text, `+
-		`value => $3::text, term => $4::text::bigint)`,
+	_, err = queryRow(ctx, e.db, `SELECT dlock.proclaim(election => $1::pg_catalog.text, candidate => $2::pg_catalog.text, `+
+		`value => $3::pg_catalog.text, term => $4::pg_catalog.text::pg_catalog.int8)`,
 		[]interface{}{e.name, e.candidate, value, strconv.FormatInt(l.Fence(), 10)}, &ok)
 	if err != nil {
 		return false, wrap(err, "proclaim")
@@ -147,12 +147,16 @@ func (e *Election) Resign(ctx context.Context) error {
 
 // Leader reads the current leader; nil when there is none.
 func (e *Election) Leader(ctx context.Context) (*Leader, error) {
+	// Numbers as text, not timestamps: their text depends on DateStyle,
+	// and lib/pq and pgx's simple protocol read only ISO.
 	var ld Leader
 	var value sql.NullString
-	var term string
-	_, err := queryRow(ctx, e.db, `SELECT candidate, value, term::text, elected_at, expires_at `+
-		`FROM dlock.leader(election => $1::text)`, []interface{}{e.name},
-		&ld.Candidate, &value, &term, &ld.ElectedAt, &ld.ExpiresAt)
+	var term, elected, expires string
+	_, err := queryRow(ctx, e.db, `SELECT candidate, value, term::pg_catalog.text, `+
+		`(extract(epoch FROM elected_at) OPERATOR(pg_catalog.*) 1000000)::pg_catalog.int8::pg_catalog.text, `+
+		`(extract(epoch FROM expires_at) OPERATOR(pg_catalog.*) 1000000)::pg_catalog.int8::pg_catalog.text `+
+		`FROM dlock.leader(election => $1::pg_catalog.text)`, []interface{}{e.name},
+		&ld.Candidate, &value, &term, &elected, &expires)
 	if err == sql.ErrNoRows {
 		return nil, nil
 	}
@@ -160,8 +164,17 @@ func (e *Election) Leader(ctx context.Context) (*Leader, error) {
 		return nil, wrap(err, "leader")
 	}
 	ld.Value = value.String
-	ld.Term, err = strconv.ParseInt(term, 10, 64)
-	return &ld, err
+	var us [2]int64
+	for i, v := range []string{elected, expires} {
+		if us[i], err = strconv.ParseInt(v, 10, 64); err != nil {
+			return nil, wrap(err, "leader")
+		}
+	}
+	ld.ElectedAt, ld.ExpiresAt = time.UnixMicro(us[0]), time.UnixMicro(us[1])
+	if ld.Term, err = strconv.ParseInt(term, 10, 64); err != nil {
+		return nil, wrap(err, "leader")
+	}
+	return &ld, nil
 }
 
 // Observer delivers leader changes on C (nil: no leader) until its

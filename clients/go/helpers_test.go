@@ -126,6 +126,7 @@ type proxy struct {
 	mu    sync.Mutex
 	conns []net.Conn
 	cut   bool
+	held  chan struct{} // non-nil: the server's answers wait until it is closed
 }
 
 func newProxy(t *testing.T) *proxy {
@@ -160,10 +161,10 @@ func newProxy(t *testing.T) *proxy {
 			p.conns = append(p.conns, s)
 			p.mu.Unlock()
 			go func() { _, _ = io.Copy(s, c); s.Close() }()
-			go func() { _, _ = io.Copy(c, s); c.Close() }()
+			go func() { _, _ = io.Copy(c, holdingReader{p, s}); c.Close() }()
 		}
 	}()
-	t.Cleanup(func() { ln.Close(); p.cutAll() })
+	t.Cleanup(func() { ln.Close(); p.release(); p.cutAll() })
 	return p
 }
 
@@ -188,6 +189,40 @@ func (p *proxy) blockNew() {
 	p.mu.Lock()
 	p.cut = true
 	p.mu.Unlock()
+}
+
+// hold: the server's answers held back (the statements still get
+// through); release lets them go.
+func (p *proxy) hold() {
+	p.mu.Lock()
+	p.held = make(chan struct{})
+	p.mu.Unlock()
+}
+
+func (p *proxy) release() {
+	p.mu.Lock()
+	if p.held != nil {
+		close(p.held)
+		p.held = nil
+	}
+	p.mu.Unlock()
+}
+
+// holdingReader: the server's side, read on while the proxy holds nothing.
+type holdingReader struct {
+	p *proxy
+	r io.Reader
+}
+
+func (h holdingReader) Read(b []byte) (int, error) {
+	n, err := h.r.Read(b)
+	h.p.mu.Lock()
+	held := h.p.held
+	h.p.mu.Unlock()
+	if held != nil {
+		<-held
+	}
+	return n, err
 }
 
 func (p *proxy) heal() {

@@ -30,22 +30,22 @@ const (
 type stmts struct{ renew, release, assert, check string }
 
 var one = stmts{
-	renew: `SELECT dlock.renew(resource => $1::text, holder => $2::text, ` +
-		`lease => $3::text::interval, fence => $4::text::bigint) IS NOT NULL`,
-	release: `SELECT dlock.unlock(resource => $1::text, holder => $2::text, fence => $3::text::bigint) IS NOT NULL`,
-	assert:  `SELECT dlock.assert_fence(resource => $1::text, fence => $2::text::bigint)`,
-	check:   `SELECT coalesce(dlock."check"(resource => $1::text, fence => $2::text::bigint), false)`,
+	renew: `SELECT dlock.renew(resource => $1::pg_catalog.text, holder => $2::pg_catalog.text, ` +
+		`lease => $3::pg_catalog.text::pg_catalog.interval, fence => $4::pg_catalog.text::pg_catalog.int8) IS NOT NULL`,
+	release: `SELECT dlock.unlock(resource => $1::pg_catalog.text, holder => $2::pg_catalog.text, fence => $3::pg_catalog.text::pg_catalog.int8) IS NOT NULL`,
+	assert:  `SELECT dlock.assert_fence(resource => $1::pg_catalog.text, fence => $2::pg_catalog.text::pg_catalog.int8)`,
+	check:   `SELECT coalesce(dlock."check"(resource => $1::pg_catalog.text, fence => $2::pg_catalog.text::pg_catalog.int8), false)`,
 }
 
-const each = ` FROM unnest($1::text::text[], `
+const each = ` FROM ROWS FROM (pg_catalog.unnest($1::pg_catalog.text::pg_catalog.text[]), pg_catalog.unnest(`
 
 var many = stmts{
-	renew: `SELECT coalesce(bool_and(dlock.renew(resource => t.r, holder => $2::text, ` +
-		`lease => $3::text::interval, fence => t.f) IS NOT NULL), false)` + each + `$4::text::bigint[]) AS t(r, f)`,
-	release: `SELECT coalesce(bool_and(dlock.unlock(resource => t.r, holder => $2::text, fence => t.f) IS NOT NULL), false)` +
-		each + `$3::text::bigint[]) AS t(r, f)`,
-	assert: `SELECT count(dlock.assert_fence(resource => t.r, fence => t.f))` + each + `$2::text::bigint[]) AS t(r, f)`,
-	check:  `SELECT coalesce(bool_and(dlock."check"(resource => t.r, fence => t.f)), false)` + each + `$2::text::bigint[]) AS t(r, f)`,
+	renew: `SELECT coalesce(pg_catalog.bool_and(dlock.renew(resource => t.r, holder => $2::pg_catalog.text, ` +
+		`lease => $3::pg_catalog.text::pg_catalog.interval, fence => t.f) IS NOT NULL), false)` + each + `$4::pg_catalog.text::pg_catalog.int8[])) AS t(r, f)`,
+	release: `SELECT coalesce(pg_catalog.bool_and(dlock.unlock(resource => t.r, holder => $2::pg_catalog.text, fence => t.f) IS NOT NULL), false)` +
+		each + `$3::pg_catalog.text::pg_catalog.int8[])) AS t(r, f)`,
+	assert: `SELECT pg_catalog.count(dlock.assert_fence(resource => t.r, fence => t.f))` + each + `$2::pg_catalog.text::pg_catalog.int8[])) AS t(r, f)`,
+	check:  `SELECT coalesce(pg_catalog.bool_and(dlock."check"(resource => t.r, fence => t.f)), false)` + each + `$2::pg_catalog.text::pg_catalog.int8[])) AS t(r, f)`,
 }
 
 const (
@@ -74,9 +74,10 @@ type Lock struct {
 	finished  chan struct{} // closed when released: the renewal goroutine ends
 	stopOnce  sync.Once
 
-	mu    sync.Mutex
-	state int
-	err   error
+	mu        sync.Mutex
+	state     int
+	err       error
+	releasing chan struct{} // closed when the Release under way ends
 }
 
 // Resource is the resource (a multi-lock's first; an election's name).
@@ -147,12 +148,37 @@ func (l *Lock) lose(reason string, cause error) {
 // no longer renewed and is lost at its renewal deadline unless Release is
 // called again first. Releasing twice returns nil.
 func (l *Lock) Release(ctx context.Context) error {
-	l.mu.Lock()
-	state, err := l.state, l.err
-	l.mu.Unlock()
-	if state == released {
-		return nil
+	for {
+		l.mu.Lock()
+		if l.state == released {
+			l.mu.Unlock()
+			return nil
+		}
+		if busy := l.releasing; busy != nil {
+			// Another Release is under way: its outcome decides.
+			l.mu.Unlock()
+			select {
+			case <-busy:
+				continue
+			case <-ctx.Done():
+				return wrap(ctx.Err(), "releasing "+strconv.Quote(l.name()))
+			}
+		}
+		busy := make(chan struct{})
+		l.releasing = busy
+		state, err := l.state, l.err
+		l.mu.Unlock()
+		err = l.release(ctx, state, err)
+		l.mu.Lock()
+		l.releasing = nil
+		l.mu.Unlock()
+		close(busy)
+		return err
 	}
+}
+
+// release: Release's one attempt, from STATE (ERR: the loss, if lost).
+func (l *Lock) release(ctx context.Context, state int, err error) error {
 	l.stopOnce.Do(func() { close(l.stopRenew) })
 	first, fence := l.target()
 	var ok bool
