@@ -177,10 +177,10 @@ sub fence_gt { my ($a, $b) = @_; return length($a) <=> length($b) || $a cmp $b; 
 sub is_fence { return defined $_[0] && $_[0] =~ /^\d+$/; }
 
 # role_switch_cut(SCRIPT, STDERR): the lines of SCRIPT's SET ROLE and RESET
-# ROLE that failed.  A 1 ms statement_timeout can cut one (also a cancel
-# left pending by the call before it: PostgreSQL then cancels the next
-# statement); the calls after it then run as the other role, and the
-# answers cannot be judged by who called.
+# ROLE that failed.  A 1 ms statement_timeout can cut one on a loaded
+# machine (seen in CI: the server logged the error before the statement);
+# the calls after it then run as the other role, and the answers cannot
+# be judged by who called.
 sub role_switch_cut
 {
 	my ($script, $err) = @_;
