@@ -6,7 +6,7 @@
  *
  * An attempt (a DlockAttemptFn) takes the resource's lock (resource.c),
  * has admit.c decide on the resource's state, and carries the verdict
- * out: admitted, the holding (rows.c, shares.c) and then the queue in one
+ * out: admitted, the holding (rows.c) and then the queue in one
  * call (queue.c's dlock_queue_settle); refused, the queue in one call
  * (dlock_queue_enter) and the lock given back.  It says acquired, busy,
  * delayed or contended, and the wait loop decides what to do about it.

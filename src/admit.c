@@ -332,7 +332,7 @@ dlock_admit_read(const DlockResource *res, const DlockRequest *req,
 	st->now = GetCurrentTimestamp();
 	st->contended = !locked;
 	st->queues = dlock_queue_installed();
-	st->own_xact_lock = locked && dlock_xact_fence(res) != 0;
+	st->own_xact_lock = locked && dlock_resource_xact_fence(res) != 0;
 	st->shares = dlock_row_read_shares(res);
 	dlock_row_read(res, &st->row);
 	if (req->holder != NULL)

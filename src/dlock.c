@@ -36,7 +36,9 @@ _PG_init(void)
 	dlock_xact_hooks_add(&dlock_listeners_xact_hooks);
 	dlock_xact_hooks_add(&dlock_waiters_xact_hooks);
 	dlock_xact_hooks_add(&dlock_events_xact_hooks);
+	dlock_xact_hooks_add(&dlock_sends_xact_hooks);
 	dlock_xact_hooks_add(&dlock_store_xact_hooks);
+	dlock_xact_hooks_add(&dlock_resource_xact_hooks);
 	dlock_shmem_init();
 	dlock_listeners_init();
 	dlock_worker_init();

@@ -3,34 +3,35 @@
  * dlock.h
  *		Declarations shared by the files of the dlock extension.
  *
- * Each .c file has one job: guc.c the settings, resource.c argument checks,
- * hashing and the per-resource lock, holding.c the rules of a holding (who
- * the caller is, when a lease is free, who may change or pin it), store.c
- * store sessions and the SPI statements that scan dlock.leases, rows.c
- * the hot paths' direct access to one row of it, shares.c to the shared
- * holdings of dlock.shares, table.c (private header table.h) the direct
- * heap access both use, fence.c fence numbers,
- * xact.c transaction bookkeeping and the hooks other files run at its end,
- * admit.c the admission decision (may a request have the resource now),
- * acquire.c lease attempts, wait.c the wait loop every waiting call shares,
- * lease.c the lease functions,
- * semaphore.c the semaphore functions (0.5), multi.c several resources at
- * once (0.5), xactlock.c transaction-scoped locks, queue.c fair queues and
- * lock-delay, upkeep.c the same outside an attempt (withdraw, the reaper),
- * elect.c leader election and holding values, reap.c expiry, compat.h
- * what differs between PostgreSQL majors, events.c NOTIFY, listeners.c who
- * LISTENs, waiters.c shared memory for sleeping waiters, wakeups and
- * statistics, worker.c the background reaper and dlock.reap(), promote.c
- * the refresh of holdings after a promotion, compact.c the rewrite of a
- * table of dlock that is mostly deleted rows' space.
+ * Each .c file has one job: guc.c the settings, args.c argument checks,
+ * resource.c hashing, the per-resource lock and the transaction-scoped
+ * locks held by it, holding.c the rules of a holding (who the caller is,
+ * when a lease is free, who may change or pin it), store.c store sessions
+ * and the SPI statements that scan dlock.leases, rows.c the hot paths'
+ * direct access to a resource's holdings (dlock.leases, dlock.shares,
+ * dlock.permits), ending.c the end of an exclusive holding, table.c
+ * (private header table.h) the direct heap access both use, fence.c fence
+ * numbers, xact.c transaction bookkeeping and the hooks other files run at
+ * its end, admit.c the admission decision, acquire.c lease attempts,
+ * wait.c the wait loop every waiting call shares, lease.c the lease
+ * functions, semaphore.c the semaphore functions (0.5), multi.c several
+ * resources at once (0.5), xactlock.c transaction-scoped locks, queue.c
+ * fair queues and lock-delay, upkeep.c the same outside an attempt
+ * (withdraw, the reaper), elect.c leader election and holding values,
+ * reap.c expiry, compat.h what differs between PostgreSQL majors, sends.c
+ * the events and wakeups a transaction sends at its end, events.c NOTIFY
+ * and the outbox, listeners.c who LISTENs, waiters.c shared memory for
+ * sleeping waiters, wakeups and statistics, worker.c the background worker
+ * and dlock.reap(), promote.c the refresh of holdings after a promotion,
+ * compact.c the rewrite of a table that is mostly dead rows.
  *
  * Calls go one way, down these layers (a file calls only files of lower
  * layers, never back up; no two files call each other in a circle):
- *	dlock.c > worker.c > compact.c, promote.c > reap.c > lease.c, elect.c, xactlock.c,
- *	semaphore.c, multi.c >
- *	acquire.c, upkeep.c > wait.c, admit.c > queue.c, events.c > rows.c, shares.c, holding.c,
- *	fence.c, waiters.c > table.c, store.c, listeners.c > xact.c, resource.c,
- *	guc.c.
+ *	dlock.c > worker.c > compact.c, promote.c > reap.c > lease.c, elect.c,
+ *	xactlock.c, semaphore.c, multi.c > acquire.c, upkeep.c > wait.c,
+ *	admit.c > queue.c, events.c, ending.c > rows.c, holding.c, fence.c,
+ *	waiters.c > table.c, store.c, listeners.c, sends.c > resource.c >
+ *	xact.c, args.c, guc.c.
  * What must happen when a transaction ends is registered with xact.c as
  * hooks (DlockXactHooks; dlock.c adds them), so xact.c calls nobody.
  *
@@ -118,15 +119,6 @@ typedef struct DlockResource
 } DlockResource;
 
 extern void dlock_resource_init(DlockResource *res, text *name);
-extern text *dlock_check_resource(FunctionCallInfo fcinfo, int argno);
-extern void dlock_check_resource_text(text *t);
-extern text *dlock_check_holder(FunctionCallInfo fcinfo, int argno);
-extern text *dlock_check_semaphore(FunctionCallInfo fcinfo, int argno);
-extern text *dlock_check_election(FunctionCallInfo fcinfo, int argno);
-extern text *dlock_check_candidate(FunctionCallInfo fcinfo, int argno);
-extern Interval *dlock_check_lease(FunctionCallInfo fcinfo, int argno);
-extern int64 dlock_check_wait_ms(FunctionCallInfo fcinfo, int argno);
-extern void dlock_check_writable(const char *fname);
 extern bool dlock_resource_lock(const DlockResource *res, DlockLockMode mode,
 								bool wait);
 extern void dlock_resource_unlock(const DlockResource *res, DlockLockMode mode);
@@ -151,6 +143,20 @@ extern void dlock_maintenance_unlock(const DlockResource *res);
 extern void dlock_maintenance_unlock_all(void);
 extern bool dlock_wait_for_maintenance(const DlockResource *res);
 extern void dlock_set_locktag(LOCKTAG *tag, uint64 hash);
+extern void dlock_resource_xact_register(const DlockResource *res,
+										 int64 fence);
+extern int64 dlock_resource_xact_fence(const DlockResource *res);
+
+/* ---- args.c ---- */
+extern text *dlock_check_resource(FunctionCallInfo fcinfo, int argno);
+extern void dlock_check_resource_text(text *t);
+extern text *dlock_check_holder(FunctionCallInfo fcinfo, int argno);
+extern text *dlock_check_semaphore(FunctionCallInfo fcinfo, int argno);
+extern text *dlock_check_election(FunctionCallInfo fcinfo, int argno);
+extern text *dlock_check_candidate(FunctionCallInfo fcinfo, int argno);
+extern Interval *dlock_check_lease(FunctionCallInfo fcinfo, int argno);
+extern int64 dlock_check_wait_ms(FunctionCallInfo fcinfo, int argno);
+extern void dlock_check_writable(const char *fname);
 extern TimestampTz dlock_lease_expiry(TimestampTz now, const Interval *span);
 extern Interval *dlock_check_lock_delay(FunctionCallInfo fcinfo, int argno);
 extern Interval *dlock_lock_delay_of(FunctionCallInfo fcinfo, int argno,
@@ -160,7 +166,7 @@ extern bool dlock_check_shared(FunctionCallInfo fcinfo, int argno);
 extern TimestampTz dlock_add_interval(TimestampTz ts, const Interval *span);
 extern Interval *dlock_ms_interval(int64 ms);
 
-/* ---- store.c (sessions, scans), rows.c and shares.c (direct access) ---- */
+/* ---- store.c (sessions, scans), rows.c and ending.c (direct access) ---- */
 
 /* One row of dlock.leases as read by rows.c. */
 typedef struct DlockRow
@@ -380,6 +386,7 @@ extern const DlockXactHooks dlock_listeners_xact_hooks;
 extern const DlockXactHooks dlock_waiters_xact_hooks;
 extern const DlockXactHooks dlock_events_xact_hooks;
 extern const DlockXactHooks dlock_store_xact_hooks;
+extern const DlockXactHooks dlock_resource_xact_hooks;
 
 extern void dlock_xact_init(void);
 extern void dlock_xact_hooks_add(const DlockXactHooks *hooks);
@@ -389,8 +396,6 @@ extern void dlock_note_acquisition(TimestampTz expires);
 extern void dlock_note_release(void);
 extern void dlock_own_writes_begin(void);
 extern void dlock_own_writes_end(void);
-extern void dlock_xact_register(const DlockResource *res, int64 fence);
-extern int64 dlock_xact_fence(const DlockResource *res);
 extern List *dlock_subxact_items(List *items, size_t subxid_off, bool commit,
 								 SubTransactionId mySubid, SubTransactionId parentSubid);
 
@@ -557,12 +562,38 @@ extern int64 dlock_campaign_acquire(const DlockResource *res, text *candidate,
 									const Interval *lease, int64 wait_ms,
 									const Interval *lock_delay, bool *already);
 
-/* ---- events.c ---- */
+/* ---- sends.c ---- */
+/* An event waiting for the end of its transaction. */
+typedef struct DlockEvent
+{
+	char		channel[64];
+	char	   *payload;
+	uint64		hash;			/* the resource's, for the outbox's wakeup */
+	SubTransactionId subxid;	/* (sub)transaction that queued it */
+} DlockEvent;
+
+/* A wakeup waiting for the end of its transaction. */
+typedef struct DlockWake
+{
+	uint64		hash;
+	bool		abort_only;		/* an acquisition: wake only if it aborts */
+	int32		n;				/* how many waiters to wake */
+} DlockWake;
+
+extern const DlockXactHooks dlock_sends_xact_hooks;
 extern void dlock_notify(const DlockResource *res, const char *event,
 						 int64 fence);
 extern void dlock_notify_holding(const DlockResource *res, const char *event,
 								 int64 fence, const char *candidate,
 								 const char *value);
+extern List *dlock_sends_events(void);
+extern void dlock_wake_after_commit(uint64 hash);
+extern void dlock_wake_released(uint64 hash, const DlockRow *holding,
+								bool last);
+extern void dlock_wake_after_abort(uint64 hash);
+extern const DlockWake *dlock_sends_wakes(int *n);
+
+/* ---- events.c ---- */
 extern int	dlock_outbox_deliver(void);
 
 /* ---- waiters.c (shared memory; inert unless preloaded) ---- */
@@ -598,10 +629,6 @@ extern void dlock_wait_end(bool acquired);
 extern void dlock_wait_look(void);
 extern void dlock_wait_sleep(long timeout_ms);
 extern void dlock_wait_set_ticket(int64 ticket, Oid owner);
-extern void dlock_wake_after_commit(uint64 hash);
-extern void dlock_wake_released(uint64 hash, const DlockRow *holding,
-								bool last);
-extern void dlock_wake_after_abort(uint64 hash);
 extern void dlock_expiry_hint(TimestampTz expires);
 extern bool dlock_reap_due(TimestampTz now);
 extern void dlock_reap_started(void);

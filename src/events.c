@@ -9,7 +9,8 @@
  * that needs no quoting.  The payload is JSON built with escape_json; no
  * SQL is built from it (Async_Notify is what NOTIFY itself calls).
  *
- * An event is not sent when the change is made but queued here, and:
+ * An event is not sent when the change is made but queued (sends.c), and
+ * taken from that queue here:
  *	- at PRE_COMMIT handed to Async_Notify (PreCommit_Notify runs after the
  *	  PRE_COMMIT callbacks), so PostgreSQL delivers it when, and only if,
  *	  the transaction commits; with shared memory, only if some session
@@ -21,15 +22,12 @@
  *	- at PRE_PREPARE written into dlock.outbox instead, since a prepared
  *	  transaction may not NOTIFY: the rows commit with COMMIT PREPARED (and
  *	  vanish with ROLLBACK PREPARED), and the next reaper round delivers
- *	  them with dlock_outbox_deliver() and wakes a waiter of each resource;
- *	- dropped with a subtransaction that aborts, handed to the parent by
- *	  one that commits.
+ *	  them with dlock_outbox_deliver() and wakes a waiter of each resource.
  * Under the 0.1 SQL, which has no dlock.outbox, PREPARE of a transaction
  * that released is refused (0A000) until ALTER EXTENSION dlock UPDATE.
  *
- * The queue is backend-local and lives in TopTransactionContext.  Outbox
- * statements run as the table's owner, SECURITY_RESTRICTED_OPERATION, with
- * search_path = pg_catalog, pg_temp, and take values only as parameters;
+ * Outbox statements run as the table's owner, SECURITY_RESTRICTED_OPERATION,
+ * with search_path = pg_catalog, pg_temp, and take values only as parameters;
  * concurrent deliverers skip each other's rows (SKIP LOCKED), so each row
  * is delivered once.
  *
@@ -59,93 +57,8 @@
 
 PG_FUNCTION_INFO_V1(dlock_channel);
 
-/* The longest payload NOTIFY takes (NOTIFY_PAYLOAD_MAX_LENGTH, async.c). */
-#define DLOCK_NOTIFY_PAYLOAD_MAX (BLCKSZ - NAMEDATALEN - 128)
-
 /* Most outbox rows one dlock_outbox_deliver() call takes. */
 #define OUTBOX_BATCH 1000
-
-/* An event waiting for the end of its transaction. */
-typedef struct PendingEvent
-{
-	char		channel[64];
-	char	   *payload;
-	uint64		hash;			/* the resource's, for the outbox's wakeup */
-	SubTransactionId subxid;	/* (sub)transaction that queued it */
-} PendingEvent;
-
-static List *pending = NIL;		/* PendingEvent *, in TopTransactionContext */
-
-/*
- * dlock_notify: queue event (released, expired, broken) for res with the
- * fence of the holding that ended; it goes out if the transaction commits.
- */
-void
-dlock_notify(const DlockResource *res, const char *event, int64 fence)
-{
-	MemoryContext old = MemoryContextSwitchTo(TopTransactionContext);
-	PendingEvent *ev = palloc(sizeof(PendingEvent));
-	StringInfoData buf;
-
-	initStringInfo(&buf);
-	appendStringInfoString(&buf, "{\"event\":");
-	escape_json(&buf, event);
-	appendStringInfoString(&buf, ",\"resource\":");
-	escape_json(&buf, text_to_cstring(res->name));
-	appendStringInfo(&buf, ",\"fence\":" INT64_FORMAT "}", fence);
-	strlcpy(ev->channel, res->channel, sizeof(ev->channel));
-	ev->payload = buf.data;
-	ev->hash = res->hash;
-	ev->subxid = GetCurrentSubTransactionId();
-	pending = lappend(pending, ev);
-	MemoryContextSwitchTo(old);
-}
-
-/*
- * dlock_notify_holding: queue an event of a holding that carries its
- * holder and value (elections: elected, proclaimed, resigned, expired):
- * resource and fence as dlock_notify's, with candidate, term (the fence)
- * and value.  A value that would make the payload longer than NOTIFY
- * takes is left out ("value_omitted": true; dlock.leader() has it).
- */
-void
-dlock_notify_holding(const DlockResource *res, const char *event, int64 fence,
-					 const char *candidate, const char *value)
-{
-	MemoryContext old = MemoryContextSwitchTo(TopTransactionContext);
-	PendingEvent *ev = palloc(sizeof(PendingEvent));
-	StringInfoData buf;
-	int			before_value;
-
-	initStringInfo(&buf);
-	appendStringInfoString(&buf, "{\"event\":");
-	escape_json(&buf, event);
-	appendStringInfoString(&buf, ",\"resource\":");
-	escape_json(&buf, text_to_cstring(res->name));
-	appendStringInfo(&buf, ",\"fence\":" INT64_FORMAT, fence);
-	appendStringInfoString(&buf, ",\"candidate\":");
-	escape_json(&buf, candidate);
-	appendStringInfo(&buf, ",\"term\":" INT64_FORMAT, fence);
-	before_value = buf.len;
-	appendStringInfoString(&buf, ",\"value\":");
-	if (value)
-		escape_json(&buf, value);
-	else
-		appendStringInfoString(&buf, "null");
-	appendStringInfoChar(&buf, '}');
-	if (buf.len >= DLOCK_NOTIFY_PAYLOAD_MAX)
-	{
-		buf.len = before_value;
-		buf.data[buf.len] = '\0';
-		appendStringInfoString(&buf, ",\"value_omitted\":true}");
-	}
-	strlcpy(ev->channel, res->channel, sizeof(ev->channel));
-	ev->payload = buf.data;
-	ev->hash = res->hash;
-	ev->subxid = GetCurrentSubTransactionId();
-	pending = lappend(pending, ev);
-	MemoryContextSwitchTo(old);
-}
 
 static Oid	outbox_relid(void);
 static void outbox_write(Oid relid, List *events);
@@ -185,6 +98,7 @@ events_pre_commit(void)
 	ListCell   *lc;
 	List	   *later = NIL;
 	Oid			relid = InvalidOid;
+	List	   *pending = dlock_sends_events();
 
 	if (pending == NIL)
 		return false;
@@ -194,7 +108,7 @@ events_pre_commit(void)
 		dlock_listeners_decide();
 	foreach(lc, pending)
 	{
-		PendingEvent *ev = lfirst(lc);
+		DlockEvent *ev = lfirst(lc);
 
 		if (!OidIsValid(relid))
 		{
@@ -208,28 +122,7 @@ events_pre_commit(void)
 	}
 	if (later != NIL)
 		outbox_write(relid, later);
-	pending = NIL;
 	return later != NIL;
-}
-
-/* events_end: forget the queue (memory goes with the transaction). */
-static void
-events_end(DlockXactEnd how)
-{
-	pending = NIL;
-}
-
-/*
- * events_subxact: drop the events of an aborted subtransaction (and of
- * its committed children, already handed to it); give those of a
- * committed one to its parent.
- */
-static void
-events_subxact(bool commit, SubTransactionId mySubid,
-					 SubTransactionId parentSubid)
-{
-	pending = dlock_subxact_items(pending, offsetof(PendingEvent, subxid),
-								  commit, mySubid, parentSubid);
 }
 
 /* State of an outbox session (outbox_begin .. outbox_end). */
@@ -293,6 +186,7 @@ static bool
 events_pre_prepare(void)
 {
 	Oid			relid;
+	List	   *pending = dlock_sends_events();
 
 	if (pending == NIL)
 		return false;
@@ -305,12 +199,11 @@ events_pre_prepare(void)
 				 errhint("Run ALTER EXTENSION dlock UPDATE in this database.")));
 
 	outbox_write(relid, pending);
-	pending = NIL;
 	return true;
 }
 
 /*
- * outbox_write: insert events (PendingEvent *) into dlock.outbox (relid),
+ * outbox_write: insert events (DlockEvent *) into dlock.outbox (relid),
  * at PRE_PREPARE or PRE_COMMIT.
  */
 static void
@@ -334,7 +227,7 @@ outbox_write(Oid relid, List *events)
 			 sql, SPI_result_code_string(SPI_result));
 	foreach(lc, events)
 	{
-		PendingEvent *ev = lfirst(lc);
+		DlockEvent *ev = lfirst(lc);
 		Datum		values[4];
 		int			rc;
 
@@ -355,8 +248,6 @@ outbox_write(Oid relid, List *events)
 const DlockXactHooks dlock_events_xact_hooks = {
 	.pre_commit = events_pre_commit,
 	.pre_prepare = events_pre_prepare,
-	.end = events_end,
-	.subxact = events_subxact,
 };
 
 /*

@@ -651,7 +651,7 @@ fence_is_current(const DlockResource *res, int64 fence, DlockRow *row,
 				 bool *shared)
 {
 	TimestampTz now = GetCurrentTimestamp();
-	int64		own = dlock_xact_fence(res);
+	int64		own = dlock_resource_xact_fence(res);
 
 	memset(row, 0, sizeof(*row));
 	*shared = false;

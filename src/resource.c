@@ -1,8 +1,9 @@
 /*-------------------------------------------------------------------------
  *
  * resource.c
- *		Argument checks, resource identity (hash, channel) and the
- *		per-resource lock that serialises every change to one resource.
+ *		Resource identity (hash, channel) and the per-resource lock that
+ *		serialises every change to one resource, with the
+ *		transaction-scoped locks this transaction holds by it.
  *
  * The per-resource lock is a transaction-level advisory lock in the lock
  * manager, keyed by the first 64 bits of md5(resource).  It is taken in
@@ -15,48 +16,26 @@
  * cancel).  Why each mode conflicts with which, and how pins and reapers
  * are waited for: docs/how-it-works.md, "Inside the C extension".
  *
+ * A transaction-scoped lock (xactlock.c) is the resource's lock kept in
+ * CHANGE mode to the transaction's end, with a fence: this file keeps the
+ * list of them (dlock_resource_xact_register, dlock_resource_xact_fence),
+ * backend-local, one taken in a subtransaction gone with it.
+ *
  * Shared state: the lock manager's locks only.
  *
  *-------------------------------------------------------------------------
  */
 #include "dlock.h"
 
-#include <math.h>
-
 #include "access/xact.h"
-#include "access/xlog.h"
 #include "common/hashfn.h"
 #include "common/md5.h"
 #include "fmgr.h"
 #include "miscadmin.h"
-#include "tcop/utility.h"
 #include "utils/builtins.h"
-#include "utils/fmgrprotos.h"
-
-/*
- * Longest lease we accept; anything longer is surely a unit mistake.  The
- * limit applies to the expiry the call really writes (1000 years of 365.25
- * days); the component limits (2,000 years each, 1,000 for the time part)
- * keep the arithmetic inside the timestamp range, which ends 4713 BC.
- */
-#define DLOCK_MAX_LEASE_USECS	(INT64CONST(1000) * 36525 * USECS_PER_DAY / 100)
-#define DLOCK_MAX_LEASE_MONTHS	(INT64CONST(2000) * MONTHS_PER_YEAR)
-#define DLOCK_MAX_LEASE_DAYS	(INT64CONST(2000) * 366)
 
 /* Longest an acquirer waits for a reaper's transaction (see below). */
 #define DLOCK_MAINTENANCE_WAIT_MS	100
-
-/*
- * interval_usecs: an interval's length in microseconds as a double, with
- * months as 30 days like PostgreSQL's own interval comparison.
- */
-static double
-interval_usecs(const Interval *span)
-{
-	return (double) span->time +
-		(double) span->day * USECS_PER_DAY +
-		(double) span->month * DAYS_PER_MONTH * USECS_PER_DAY;
-}
 
 /*
  * dlock_resource_init: derive hash and channel from a validated resource.
@@ -84,170 +63,6 @@ dlock_resource_init(DlockResource *res, text *name)
 		res->channel[7 + 2 * i] = hex[digest[i] & 0xF];
 	}
 	res->channel[6 + 2 * MD5_DIGEST_LENGTH] = '\0';
-}
-
-/* check_text: a text argument that is not null: not empty, not too long. */
-static text *
-check_text(text *t, const char *what, int maxlen)
-{
-	int			len;
-
-	len = VARSIZE_ANY_EXHDR(t);
-	if (len == 0)
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("%s must not be empty", what)));
-	if (len > maxlen)
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("%s must be at most %d bytes long", what, maxlen),
-				 errdetail("The %s given is %d bytes long.", what, len)));
-	return t;
-}
-
-/*
- * check_text_arg: common NULL/empty/length check for resource and holder.
- */
-static text *
-check_text_arg(FunctionCallInfo fcinfo, int argno, const char *what, int maxlen)
-{
-	if (PG_ARGISNULL(argno))
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("%s must not be null", what)));
-	return check_text(PG_GETARG_TEXT_PP(argno), what, maxlen);
-}
-
-/* dlock_check_resource: the resource argument, validated. */
-text *
-dlock_check_resource(FunctionCallInfo fcinfo, int argno)
-{
-	return check_text_arg(fcinfo, argno, "resource", DLOCK_MAX_RESOURCE_LEN);
-}
-
-/*
- * dlock_check_resource_text: one resource of an array (multi.c), not
- * null and detoasted, validated like a resource argument.
- */
-void
-dlock_check_resource_text(text *t)
-{
-	(void) check_text(t, "resource", DLOCK_MAX_RESOURCE_LEN);
-}
-
-/* dlock_check_holder: the holder argument, validated. */
-text *
-dlock_check_holder(FunctionCallInfo fcinfo, int argno)
-{
-	return check_text_arg(fcinfo, argno, "holder", DLOCK_MAX_HOLDER_LEN);
-}
-
-/* dlock_check_semaphore: a resource under the name the semaphore functions give it. */
-text *
-dlock_check_semaphore(FunctionCallInfo fcinfo, int argno)
-{
-	return check_text_arg(fcinfo, argno, "semaphore", DLOCK_MAX_RESOURCE_LEN);
-}
-
-/*
- * dlock_check_election / dlock_check_candidate: a resource and a holder
- * under the names the election functions give them.
- */
-text *
-dlock_check_election(FunctionCallInfo fcinfo, int argno)
-{
-	return check_text_arg(fcinfo, argno, "election", DLOCK_MAX_RESOURCE_LEN);
-}
-
-text *
-dlock_check_candidate(FunctionCallInfo fcinfo, int argno)
-{
-	return check_text_arg(fcinfo, argno, "candidate", DLOCK_MAX_HOLDER_LEN);
-}
-
-/*
- * dlock_check_lease: the lease argument, validated against the clock now;
- * NULL means the dlock.default_lease setting.  The result is palloc'd.
- * Every use turns it into an expiry with dlock_lease_expiry, which checks
- * again at that moment.
- */
-Interval *
-dlock_check_lease(FunctionCallInfo fcinfo, int argno)
-{
-	Interval   *span;
-
-	if (PG_ARGISNULL(argno))
-		return dlock_ms_interval(dlock_default_lease_ms);
-	span = PG_GETARG_INTERVAL_P(argno);
-	(void) dlock_lease_expiry(GetCurrentTimestamp(), span);
-	return span;
-}
-
-/*
- * dlock_lease_expiry: now + lease as the calendar applies it (months are
- * calendar months, days calendar days), which is what gets written; the
- * lease must end after now and at most 1000 years later.  Components so
- * large that the sum could leave the timestamp range are refused first, so
- * every bad lease is 22023, never 22008.  Called before anything changes.
- */
-TimestampTz
-dlock_lease_expiry(TimestampTz now, const Interval *span)
-{
-	TimestampTz expires;
-
-	if (span->month > DLOCK_MAX_LEASE_MONTHS || span->month < -DLOCK_MAX_LEASE_MONTHS ||
-		span->day > DLOCK_MAX_LEASE_DAYS || span->day < -DLOCK_MAX_LEASE_DAYS ||
-		span->time > DLOCK_MAX_LEASE_USECS || span->time < -DLOCK_MAX_LEASE_USECS)
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("lease must be finite and at most 1000 years")));
-	expires = dlock_add_interval(now, span);
-	if (expires <= now)
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("lease must be positive"),
-				 errdetail("The lease given ends at or before the moment of the call.")));
-	if (expires - now > DLOCK_MAX_LEASE_USECS)
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("lease must be finite and at most 1000 years")));
-	return expires;
-}
-
-/*
- * dlock_check_wait_ms: the wait argument in milliseconds; -1 for NULL (no
- * limit but statement_timeout).  Waits beyond a century count as no limit.
- */
-int64
-dlock_check_wait_ms(FunctionCallInfo fcinfo, int argno)
-{
-	double		usecs;
-
-	if (PG_ARGISNULL(argno))
-		return -1;
-	usecs = interval_usecs(PG_GETARG_INTERVAL_P(argno));
-	if (usecs < 0)
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("wait must not be negative")));
-	if (usecs > 100 * 365.25 * USECS_PER_DAY)
-		return -1;
-	return (int64) ceil(usecs / 1000.0);
-}
-
-/*
- * dlock_check_writable: refuse state changes on a standby or in a read-only
- * transaction with SQLSTATE 25006, before anything is looked at.
- */
-void
-dlock_check_writable(const char *fname)
-{
-	if (RecoveryInProgress())
-		ereport(ERROR,
-				(errcode(ERRCODE_READ_ONLY_SQL_TRANSACTION),
-				 errmsg("cannot execute %s during recovery", fname),
-				 errhint("Locks are taken on the primary server.")));
-	PreventCommandIfReadOnly(fname);
 }
 
 /* dlock_set_locktag: the lock-manager tag of a resource hash. */
@@ -658,93 +473,91 @@ dlock_share_rows_held(const DlockResource *res, const List *shares,
 	return false;
 }
 
-/* dlock_add_interval: ts + span, PostgreSQL's timestamptz + interval. */
-TimestampTz
-dlock_add_interval(TimestampTz ts, const Interval *span)
-{
-	return DatumGetTimestampTz(DirectFunctionCall2(timestamptz_pl_interval,
-												   TimestampTzGetDatum(ts),
-												   PointerGetDatum(span)));
-}
-
-/* dlock_ms_interval: a palloc'd interval of ms milliseconds. */
-Interval *
-dlock_ms_interval(int64 ms)
-{
-	Interval   *span = palloc0(sizeof(Interval));
-
-	span->time = ms * 1000;
-	return span;
-}
-
-/* The lock-delay limit from the contract. */
-#define MAX_LOCK_DELAY_USECS	((int64) 3600 * USECS_PER_SEC)
-
 /*
- * dlock_check_lock_delay: the lock_delay argument (NULL: dlock.lock_delay),
- * between 0 and 1 hour, without months or days; NULL when it is zero.
+ * The transaction-scoped locks this transaction holds (xactlock.c): the
+ * resource's lock kept in CHANGE mode to the transaction's end, with the
+ * fence it was given.  Backend-local, in TopTransactionContext; one taken
+ * in a subtransaction goes with it, as its lock-manager lock does.
  */
-Interval *
-dlock_check_lock_delay(FunctionCallInfo fcinfo, int argno)
+typedef struct XactHolding
 {
-	Interval   *span;
+	uint64		hash;
+	text	   *resource;
+	int64		fence;
+	SubTransactionId subxid;
+} XactHolding;
 
-	if (argno >= PG_NARGS() || PG_ARGISNULL(argno))
-		return dlock_lock_delay_ms > 0 ? dlock_ms_interval(dlock_lock_delay_ms) : NULL;
-	span = PG_GETARG_INTERVAL_P(argno);
-	if (span->month != 0 || span->day != 0 ||
-		span->time < 0 || span->time > MAX_LOCK_DELAY_USECS)
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("lock_delay must be between 0 and 1 hour"),
-				 (span->month != 0 || span->day != 0) ?
-				 errdetail("A lock_delay is given in hours, minutes and seconds, not in days or months.") : 0));
-	return span->time > 0 ? span : NULL;
+static List *xact_holdings = NIL;	/* XactHolding * */
+
+/* dlock_resource_xact_register: record a transaction-scoped lock of ours. */
+void
+dlock_resource_xact_register(const DlockResource *res, int64 fence)
+{
+	MemoryContext old = MemoryContextSwitchTo(TopTransactionContext);
+	XactHolding *h = palloc(sizeof(XactHolding));
+
+	h->hash = res->hash;
+	h->resource = DatumGetTextPCopy(PointerGetDatum(res->name));
+	h->fence = fence;
+	h->subxid = GetCurrentSubTransactionId();
+	xact_holdings = lappend(xact_holdings, h);
+	MemoryContextSwitchTo(old);
 }
 
-/*
- * dlock_lock_delay_of: the lock-delay of an acquisition, given the checked
- * lock_delay argument (dlock_check_lock_delay) at argno: none for a shared
- * one (lock-delay keeps others off after an exclusive holding ends
- * uncleanly), and an explicit non-zero lock_delay with shared => true is
- * refused, changing nothing.
- */
-Interval *
-dlock_lock_delay_of(FunctionCallInfo fcinfo, int argno, Interval *delay,
-					bool shared)
+/* find_holding: this transaction's transaction-scoped lock on res, if any. */
+static XactHolding *
+find_holding(const DlockResource *res)
 {
-	if (!shared)
-		return delay;
-	if (delay != NULL && argno < PG_NARGS() && !PG_ARGISNULL(argno))
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("lock_delay applies to exclusive locks only"),
-				 errhint("Leave lock_delay out, or give 0, for a shared lock.")));
+	ListCell   *lc;
+
+	foreach(lc, xact_holdings)
+	{
+		XactHolding *h = lfirst(lc);
+
+		if (h->hash == res->hash &&
+			VARSIZE_ANY_EXHDR(h->resource) == VARSIZE_ANY_EXHDR(res->name) &&
+			memcmp(VARDATA_ANY(h->resource), VARDATA_ANY(res->name),
+				   VARSIZE_ANY_EXHDR(res->name)) == 0)
+			return h;
+	}
 	return NULL;
 }
 
-/* dlock_check_fair: the fair argument (false when the SQL has none). */
-bool
-dlock_check_fair(FunctionCallInfo fcinfo, int argno)
+/*
+ * dlock_resource_xact_fence: the fence of this transaction's
+ * transaction-scoped lock on res, or 0.
+ */
+int64
+dlock_resource_xact_fence(const DlockResource *res)
 {
-	if (argno >= PG_NARGS())
-		return false;
-	if (PG_ARGISNULL(argno))
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("fair must not be null")));
-	return PG_GETARG_BOOL(argno);
+	XactHolding *h = find_holding(res);
+
+	return h ? h->fence : 0;
 }
 
-/* dlock_check_shared: the shared argument (false when the SQL has none). */
-bool
-dlock_check_shared(FunctionCallInfo fcinfo, int argno)
+/* resource_xact_end: forget the transaction's transaction-scoped locks. */
+static void
+resource_xact_end(DlockXactEnd how)
 {
-	if (argno >= PG_NARGS())
-		return false;
-	if (PG_ARGISNULL(argno))
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("shared must not be null")));
-	return PG_GETARG_BOOL(argno);
+	xact_holdings = NIL;		/* memory goes with TopTransactionContext */
 }
+
+/*
+ * resource_xact_subxact: drop the transaction-scoped locks taken in an
+ * aborted subtransaction (its lock-manager locks are gone); hand those of
+ * a committed one to its parent.
+ */
+static void
+resource_xact_subxact(bool commit, SubTransactionId mySubid,
+					  SubTransactionId parentSubid)
+{
+	xact_holdings = dlock_subxact_items(xact_holdings,
+										offsetof(XactHolding, subxid),
+										commit, mySubid, parentSubid);
+}
+
+/* What resource.c does when a transaction ends (xact.c calls them). */
+const DlockXactHooks dlock_resource_xact_hooks = {
+	.end = resource_xact_end,
+	.subxact = resource_xact_subxact,
+};

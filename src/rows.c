@@ -1,22 +1,26 @@
 /*-------------------------------------------------------------------------
  *
  * rows.c
- *		The hot paths' reads and writes of one row of dlock.leases, by
- *		direct heap access (table.c): no SPI, no planner, no identity
- *		switch.  Also the reads of dlock.tickets and dlock.delays that
- *		admit.c's state needs.
+ *		The hot paths' reads and writes of a resource's holdings, by direct
+ *		heap access (table.c): no SPI, no planner, no identity switch.
+ *		The exclusive holding's row of dlock.leases; the shared holdings
+ *		of dlock.shares (0.4) and a semaphore's of dlock.permits (0.5);
+ *		and the reads of dlock.tickets and dlock.delays that admit.c's
+ *		state needs.  Ending an exclusive holding is ending.c's.
  *
- * Each function finds the resource's row with a primary-key index scan on
- * the latest snapshot and writes it as the executor does; a write checks
- * that the row is still the version the decision read (else the caller
- * reads and decides again).  A holding's row goes when the holding ends,
- * unless something still needs it (row_needed).  More:
+ * Each function finds its row with a primary-key index scan on the
+ * latest snapshot and writes it as the executor does; a write checks that
+ * the row is still the version the decision read (else it changes
+ * nothing, and the caller reads and decides again).  Under SQL older than
+ * 0.4 there is no dlock.shares: reads find no shared holdings and writes
+ * are refused; likewise dlock.permits before 0.5.  More:
  * docs/how-it-works.md, "Inside the C extension".
  *
- * Concurrency: every write happens under the resource's lock in CHANGE
- * mode (resource.c), taken before the row is read.  Rights: direct access
- * checks no privileges; read-only transactions and standbys are refused
- * before any of this runs (dlock_check_writable).
+ * Concurrency: every write happens under the resource's lock (resource.c:
+ * CHANGE; SHARE for a shared holder's own row), taken before the row is
+ * read.  Rights: direct access checks no privileges; read-only
+ * transactions and standbys are refused before any of this runs
+ * (dlock_check_writable).
  *
  *-------------------------------------------------------------------------
  */
@@ -31,23 +35,6 @@
 #include "utils/fmgroids.h"
 #include "utils/rel.h"
 #include "utils/snapmgr.h"
-
-/* The columns of dlock.leases this file reads or writes. */
-typedef enum LeaseCol
-{
-	L_RESOURCE,
-	L_HOLDER,
-	L_OWNER,
-	L_COUNT,
-	L_FENCE,
-	L_LEASE,
-	L_ACQUIRED_AT,
-	L_RENEWED_AT,
-	L_EXPIRES_AT,
-	L_RELEASED_AT,
-	L_TOOK_OVER,				/* 0.1's scratch column; may be absent */
-	L_NUM
-} LeaseCol;
 
 static const char *const lease_cols[L_NUM] = {
 	"resource", "holder", "owner", "count", "fence", "lease", "acquired_at",
@@ -70,15 +57,13 @@ static const char *const delay_cols[D_NUM] = {
 	"resource", "fence", "lock_delay", "available_at"
 };
 
-static TableInfo leases = {"leases", lease_cols, L_NUM, L_TOOK_OVER};
+/* dlock.leases and dlock.delays are ending.c's too (table.h). */
+TableInfo	leases = {"leases", lease_cols, L_NUM, L_TOOK_OVER};
 static TableInfo tickets = {"tickets", ticket_cols, T_NUM, T_NUM};
-static TableInfo delays = {"delays", delay_cols, D_NUM, D_NUM};
-/* dlock.holding_values (0.2): only whether the resource has a row. */
-static const char *const value_cols[1] = {"resource"};
-static TableInfo holding_values = {"holding_values", value_cols, 1, 1};
+TableInfo	delays = {"delays", delay_cols, D_NUM, D_NUM};
 
 /* open_leases: dlock.leases opened for a read or a change. */
-static Relation
+Relation
 open_leases(LOCKMODE mode)
 {
 	Relation	rel = open_table(&leases, mode);
@@ -90,28 +75,22 @@ open_leases(LOCKMODE mode)
 				 errhint("Run CREATE EXTENSION dlock.")));
 	return rel;
 }
-/*
- * is_mine: the row is held, unexpired at now, by holder of role owner:
- * holding.c's HOLDING_MINE, for the one-step re-entry and release.
- */
-static bool
-is_mine(RowImage *img, text *holder, Oid owner, TimestampTz now)
-{
-	return !ISNULL(&leases, img, L_HOLDER) &&
-		text_eq(DatumGetTextPP(COL(&leases, img, L_HOLDER)), holder) &&
-		!ISNULL(&leases, img, L_OWNER) &&
-		DatumGetObjectId(COL(&leases, img, L_OWNER)) == owner &&
-		!ISNULL(&leases, img, L_EXPIRES_AT) &&
-		DatumGetTimestampTz(COL(&leases, img, L_EXPIRES_AT)) > now;
-}
 
-/* ended: the row has no holder, or its lease ended by now. */
-static bool
-ended(RowImage *img, TimestampTz now)
+/*
+ * fetch_resource: res's row of t (keyed by resource), as table.c's
+ * fetch_row; with seen, for a write decided on the version seen (read by
+ * dlock_row_read under the resource's lock): false if it is no longer
+ * that version.
+ */
+bool
+fetch_resource(Relation rel, TableInfo *t, const DlockResource *res,
+			   const DlockRow *seen, RowImage *img)
 {
-	return ISNULL(&leases, img, L_HOLDER) ||
-		(!ISNULL(&leases, img, L_EXPIRES_AT) &&
-		 DatumGetTimestampTz(COL(&leases, img, L_EXPIRES_AT)) <= now);
+	ScanKeyData key;
+
+	ScanKeyInit(&key, t->att[0], BTEqualStrategyNumber, F_TEXTEQ,
+				PointerGetDatum(res->name));
+	return fetch_row(rel, t, 1, &key, seen ? &seen->tid : NULL, img);
 }
 
 /*
@@ -125,7 +104,7 @@ dlock_row_read(const DlockResource *res, DlockRow *row)
 	RowImage	img;
 
 	memset(row, 0, sizeof(*row));
-	if (fetch_row(rel, &leases, res->name, &img))
+	if (fetch_resource(rel, &leases, res, NULL, &img))
 	{
 		row->exists = true;
 		row->tid = img.tup->t_self;
@@ -158,17 +137,9 @@ dlock_row_insert(const DlockResource *res, text *holder, Oid owner,
 				 TimestampTz expires)
 {
 	Relation	rel = open_leases(RowExclusiveLock);
-	TupleDesc	desc = RelationGetDescr(rel);
 	RowImage	img;
-	HeapTuple	tup;
-	EState	   *estate;
 
-	image_init(&img, desc->natts);
-	for (int i = 0; i < desc->natts; i++)
-	{
-		img.values[i] = (Datum) 0;
-		img.nulls[i] = true;
-	}
+	image_new(rel, &img);
 	set_col(&leases, &img, L_RESOURCE, PointerGetDatum(res->name));
 	set_col(&leases, &img, L_HOLDER, PointerGetDatum(holder));
 	set_col(&leases, &img, L_OWNER, ObjectIdGetDatum(owner));
@@ -179,13 +150,7 @@ dlock_row_insert(const DlockResource *res, text *holder, Oid owner,
 	set_col(&leases, &img, L_RENEWED_AT, TimestampTzGetDatum(now));
 	set_col(&leases, &img, L_EXPIRES_AT, TimestampTzGetDatum(expires));
 	set_col(&leases, &img, L_TOOK_OVER, BoolGetDatum(false));
-	estate = fill_defaults(rel, &img);
-	tup = heap_form_tuple(desc, img.values, img.nulls);
-	if (estate != NULL)
-		FreeExecutorState(estate);
-	(void) store_tuple(rel, NULL, tup);
-	heap_freetuple(tup);
-	CommandCounterIncrement();
+	insert_row(rel, &img);
 	table_close(rel, NoLock);
 }
 
@@ -193,10 +158,10 @@ dlock_row_insert(const DlockResource *res, text *holder, Oid owner,
  * change_row: read the resource's row for a change that must find it;
  * errors (a bug: the caller holds the resource's lock and saw the row).
  */
-static void
+void
 change_row(Relation rel, const DlockResource *res, RowImage *img)
 {
-	if (!fetch_row(rel, &leases, res->name, img))
+	if (!fetch_resource(rel, &leases, res, NULL, img))
 		elog(ERROR, "dlock: the row of \"%s\" is gone",
 			 text_to_cstring(res->name));
 }
@@ -216,131 +181,6 @@ dlock_row_renew(const DlockResource *res, const Interval *lease,
 		set_col(&leases, &img, L_RENEWED_AT, TimestampTzGetDatum(now));
 		set_col(&leases, &img, L_EXPIRES_AT, TimestampTzGetDatum(expires));
 	} while (!write_row(rel, &img));
-	table_close(rel, NoLock);
-}
-
-/* set_free: the image of a freed row: no holder, released at now. */
-static void
-set_free(RowImage *img, TimestampTz now)
-{
-	set_null(&leases, img, L_HOLDER);
-	set_null(&leases, img, L_OWNER);
-	set_col(&leases, img, L_COUNT, Int32GetDatum(0));
-	set_null(&leases, img, L_EXPIRES_AT);
-	set_col(&leases, img, L_RELEASED_AT, TimestampTzGetDatum(now));
-}
-
-/*
- * has_row: has table t (0.2 SQL and later) a row of res?  False under
- * older SQL.  An index probe, no copy.
- */
-static bool
-has_row(TableInfo *t, const DlockResource *res)
-{
-	Relation	rel = open_table(t, AccessShareLock);
-	ScanKeyData key;
-	SysScanDesc scan;
-	Snapshot	snap;
-	bool		found;
-
-	if (rel == NULL)
-		return false;
-	snap = RegisterSnapshot(GetLatestSnapshot());
-	ScanKeyInit(&key, t->att[0], BTEqualStrategyNumber, F_TEXTEQ,
-				PointerGetDatum(res->name));
-	scan = systable_beginscan(rel, t->pkey, true, snap, 1, &key);
-	found = HeapTupleIsValid(systable_getnext(scan));
-	systable_endscan(scan);
-	UnregisterSnapshot(snap);
-	table_close(rel, NoLock);
-	return found;
-}
-
-/*
- * row_needed: must the row of res, whose holding is ending now, stay
- * (free)?  Only while something reads it after the holding: a lock-delay
- * (dlock.delays, tied to the row by its fence: the resource stays
- * unavailable until the delay is over, dlock_row_read_delay), a holding
- * value (elections: elect.c reads the last term's value by its fence), or
- * a live client ticket (the queue's head takes the resource next: the row
- * is reused in place at once).  Otherwise the row goes with the holding
- * (issue 25): a resource nobody holds costs no row, as in the naive lock
- * table, and the table holds what is held, queued or under lock-delay.
- * Nothing else needs it: fences come from the one sequence (fence.c), not
- * from the row, so the next holder's fence is greater whether or not the
- * row is there; waiters are woken by the release's commit (waiters.c) and
- * find the resource free either way; the deletion, like the update it
- * replaces, is undone with the transaction, under the resource's lock
- * held to its end.  The rows kept go with the reaper's purge of long-free
- * rows (reap.c) once nothing needs them.
- */
-static bool
-row_needed(const DlockResource *res, TimestampTz now)
-{
-	return has_row(&delays, res) || has_row(&holding_values, res) ||
-		dlock_row_tickets_live(res, now);
-}
-
-/*
- * delete_row: delete the row read into *img; false if it changed
- * meanwhile (a superuser's UPDATE or DELETE by hand, after waiting for
- * it): read it again and decide again, as for write_row.
- */
-static bool
-delete_row(Relation rel, RowImage *img)
-{
-	TM_FailureData tmfd;
-	TM_Result	result;
-
-	result = heap_delete(rel, &img->tup->t_self, GetCurrentCommandId(true),
-						 InvalidSnapshot, true, &tmfd, false);
-	if (result == TM_SelfModified)
-		elog(ERROR, "dlock: the row was already changed by this command");
-	else if (result != TM_Ok && result != TM_Updated && result != TM_Deleted)
-		elog(ERROR, "dlock: unexpected heap_delete result %d", (int) result);
-	if (result != TM_Ok)
-		return false;
-	CommandCounterIncrement();
-	return true;
-}
-
-/*
- * free_row: the holding read into *img ends at now: its row is deleted
- * unless something still needs it (row_needed), else freed in place.
- * False if the row changed meanwhile (write_row, delete_row).
- */
-static bool
-free_row(Relation rel, const DlockResource *res, RowImage *img,
-		 TimestampTz now)
-{
-	if (!row_needed(res, now))
-		return delete_row(rel, img);
-	set_free(img, now);
-	return write_row(rel, img);
-}
-
-/*
- * dlock_row_release: set the count left; at zero the holding ends: its
- * row goes, or stays free while something needs it (free_row).
- */
-void
-dlock_row_release(const DlockResource *res, int32 count_left, TimestampTz now)
-{
-	Relation	rel = open_leases(RowExclusiveLock);
-	RowImage	img;
-	bool		done;
-
-	do
-	{
-		change_row(rel, res, &img);
-		if (count_left > 0)
-		{
-			set_col(&leases, &img, L_COUNT, Int32GetDatum(count_left));
-			done = write_row(rel, &img);
-		}
-		else
-			done = free_row(rel, res, &img, now);
-	} while (!done);
 	table_close(rel, NoLock);
 }
 
@@ -414,7 +254,7 @@ dlock_row_read_delay(const DlockResource *res, DlockRow *row)
 	rel = open_table(t, AccessShareLock);
 	if (rel == NULL)
 		return;
-	if (fetch_row(rel, t, res->name, &d))
+	if (fetch_resource(rel, t, res, NULL, &d))
 	{
 		if (DatumGetInt64(COL(t, &d, D_FENCE)) == row->fence)
 		{
@@ -430,30 +270,10 @@ dlock_row_read_delay(const DlockResource *res, DlockRow *row)
 }
 
 /*
- * fetch_seen: the resource's row for a write decided on *seen (read by
- * dlock_row_read under the resource's lock): false if it is no longer
- * that version (a superuser's UPDATE or DELETE by hand meanwhile): the
- * caller reads again and decides again.
- */
-static bool
-fetch_seen(Relation rel, const DlockResource *res, const DlockRow *seen,
-		   RowImage *img)
-{
-	if (!fetch_row(rel, &leases, res->name, img))
-		return false;
-	if (!ItemPointerEquals(&img->tup->t_self, (ItemPointer) &seen->tid))
-	{
-		heap_freetuple(img->tup);
-		return false;
-	}
-	return true;
-}
-
-/*
  * dlock_row_reenter: write a re-entry decided on *seen (the holder's own
  * unexpired holding): count + 1, expiry extended to at least expires.
  * Sets the new count and expiry; false, changing nothing, if the row
- * changed since it was read (fetch_seen).
+ * changed since it was read (fetch_resource).
  */
 bool
 dlock_row_reenter(const DlockResource *res, const DlockRow *seen,
@@ -464,7 +284,7 @@ dlock_row_reenter(const DlockResource *res, const DlockRow *seen,
 	RowImage	img;
 	bool		written = false;
 
-	if (fetch_seen(rel, res, seen, &img))
+	if (fetch_resource(rel, &leases, res, seen, &img))
 	{
 		TimestampTz old = DatumGetTimestampTz(COL(&leases, &img, L_EXPIRES_AT));
 		int32		held = DatumGetInt32(COL(&leases, &img, L_COUNT));
@@ -492,7 +312,7 @@ dlock_row_reenter(const DlockResource *res, const DlockRow *seen,
  * dlock_row_take: write a new holding decided on *seen (a free or ended
  * holding, or no row at all: then the row is inserted), with the fence
  * drawn after the resource's lock was taken.  False, changing nothing, if
- * the row changed since it was read (fetch_seen).
+ * the row changed since it was read (fetch_resource).
  */
 bool
 dlock_row_take(const DlockResource *res, const DlockRow *seen, text *holder,
@@ -509,7 +329,7 @@ dlock_row_take(const DlockResource *res, const DlockRow *seen, text *holder,
 		return true;
 	}
 	rel = open_leases(RowExclusiveLock);
-	if (fetch_seen(rel, res, seen, &img))
+	if (fetch_resource(rel, &leases, res, seen, &img))
 	{
 		set_col(&leases, &img, L_HOLDER, PointerGetDatum(holder));
 		set_col(&leases, &img, L_OWNER, ObjectIdGetDatum(owner));
@@ -527,69 +347,277 @@ dlock_row_take(const DlockResource *res, const DlockRow *seen, text *holder,
 	return written;
 }
 
+
 /*
- * dlock_row_fast_release: the one-step unlock of the caller's own
- * unexpired holding (under fence, when fence_given).  Returns false,
- * changing nothing, otherwise; else sets the count left and the fence.
+ * dlock.shares (0.4): shared holdings, several per resource; dlock.permits
+ * (0.5): a semaphore's holdings, the same columns and permits and
+ * max_permits.  Read and written like dlock.leases, under the resource's
+ * lock (CHANGE).
  */
-bool
-dlock_row_fast_release(const DlockResource *res, text *holder, Oid owner,
-					   TimestampTz now, bool fence_given, int64 fence,
-					   int32 *left, int64 *fence_out)
+enum
 {
-	Relation	rel = open_leases(RowExclusiveLock);
-	RowImage	img;
-	bool		done = false;
+	S_RESOURCE, S_HOLDER, S_OWNER, S_COUNT, S_FENCE, S_LEASE, S_ACQUIRED_AT,
+	S_RENEWED_AT, S_EXPIRES_AT, S_PERMITS, S_MAX_PERMITS, S_NUM
+};
+static const char *const share_cols[S_NUM] = {
+	"resource", "holder", "owner", "count", "fence", "lease", "acquired_at",
+	"renewed_at", "expires_at", "permits", "max_permits"
+};
+static TableInfo shares = {"shares", share_cols, S_PERMITS, S_PERMITS};
+static TableInfo permits_table = {"permits", share_cols, S_NUM, S_NUM};
 
-	while (!done && fetch_row(rel, &leases, res->name, &img))
-	{
-		bool		mine = is_mine(&img, holder, owner, now) &&
-			(!fence_given || DatumGetInt64(COL(&leases, &img, L_FENCE)) == fence);
+/* table_of: the table of a holding read by dlock_row_read_shares. */
+static TableInfo *
+table_of(const DlockRow *seen)
+{
+	return seen->permits > 0 ? &permits_table : &shares;
+}
 
-		if (mine)
-		{
-			*left = DatumGetInt32(COL(&leases, &img, L_COUNT)) - 1;
-			*fence_out = DatumGetInt64(COL(&leases, &img, L_FENCE));
-			if (*left > 0)
-			{
-				set_col(&leases, &img, L_COUNT, Int32GetDatum(*left));
-				done = write_row(rel, &img);
-			}
-			else
-				done = free_row(rel, res, &img, now);
-		}
-		heap_freetuple(img.tup);
-		if (!mine)
-			break;
-	}
+/* installed: is table t there (the installed SQL has it)? */
+static bool
+installed(TableInfo *t)
+{
+	Relation	rel = open_table(t, AccessShareLock);
+
+	if (rel == NULL)
+		return false;
 	table_close(rel, NoLock);
-	return done;
+	return true;
+}
+
+/* dlock_shares_installed: is the 0.4 SQL there (shared holdings)? */
+bool
+dlock_shares_installed(void)
+{
+	return installed(&shares);
 }
 
 /*
- * dlock_row_reap: end the resource's lease if it expired by now (its row
- * goes, or stays free while something needs it: free_row); returns its
- * fence, or 0 if it was not (or no longer) expired.
+ * read_holdings: the holdings of res in table t appended to result (all
+ * of them, expired ones too), each copied into the store session's caller
+ * context; none if the installed SQL has no such table.
  */
-int64
-dlock_row_reap(const DlockResource *res, TimestampTz now)
+static List *
+read_holdings(TableInfo *t, const DlockResource *res, List *result)
 {
-	Relation	rel = open_leases(RowExclusiveLock);
+	Relation	rel = open_table(t, AccessShareLock);
+	ScanKeyData key;
+	SysScanDesc scan;
+	Snapshot	snap;
+	HeapTuple	tup;
+	TupleDesc	desc;
+
+	if (rel == NULL)
+		return result;
+	desc = RelationGetDescr(rel);
+	snap = RegisterSnapshot(GetLatestSnapshot());
+	ScanKeyInit(&key, t->att[S_RESOURCE], BTEqualStrategyNumber, F_TEXTEQ,
+				PointerGetDatum(res->name));
+	scan = systable_beginscan(rel, t->pkey, true, snap, 1, &key);
+	while (HeapTupleIsValid(tup = systable_getnext(scan)))
+	{
+		MemoryContext old = MemoryContextSwitchTo(dlock_store_context());
+		DlockRow   *s = palloc0(sizeof(DlockRow));
+		bool		isnull;
+
+		s->exists = true;
+		s->held = true;
+		s->tid = tup->t_self;
+		s->holder = TextDatumGetCString(heap_getattr(tup, t->att[S_HOLDER], desc, &isnull));
+		s->owner = DatumGetObjectId(heap_getattr(tup, t->att[S_OWNER], desc, &isnull));
+		s->count = DatumGetInt32(heap_getattr(tup, t->att[S_COUNT], desc, &isnull));
+		s->fence = DatumGetInt64(heap_getattr(tup, t->att[S_FENCE], desc, &isnull));
+		s->lease = *DatumGetIntervalP(heap_getattr(tup, t->att[S_LEASE], desc, &isnull));
+		s->expires_at = DatumGetTimestampTz(heap_getattr(tup, t->att[S_EXPIRES_AT], desc, &isnull));
+		if (t == &permits_table)
+		{
+			s->permits = DatumGetInt32(heap_getattr(tup, t->att[S_PERMITS], desc, &isnull));
+			s->max_permits = DatumGetInt32(heap_getattr(tup, t->att[S_MAX_PERMITS], desc, &isnull));
+		}
+		result = lappend(result, s);
+		MemoryContextSwitchTo(old);
+	}
+	systable_endscan(scan);
+	UnregisterSnapshot(snap);
+	table_close(rel, NoLock);
+	return result;
+}
+
+/*
+ * dlock_row_read_shares: the holdings of res in dlock.shares and (0.5)
+ * dlock.permits, all of them, expired ones too; a semaphore's have their
+ * permits set.  NIL under older SQL.
+ */
+List *
+dlock_row_read_shares(const DlockResource *res)
+{
+	return read_holdings(&permits_table, res,
+						 read_holdings(&shares, res, NIL));
+}
+
+/*
+ * fetch_share: the row of table t that seen was read from, if it is still
+ * that version (table.c's fetch_row).
+ */
+static bool
+fetch_share(Relation rel, TableInfo *t, const DlockResource *res,
+			const DlockRow *seen, RowImage *img)
+{
+	ScanKeyData keys[3];
+
+	ScanKeyInit(&keys[0], t->att[S_RESOURCE], BTEqualStrategyNumber, F_TEXTEQ,
+				PointerGetDatum(res->name));
+	ScanKeyInit(&keys[1], t->att[S_HOLDER], BTEqualStrategyNumber, F_TEXTEQ,
+				CStringGetTextDatum(seen->holder));
+	ScanKeyInit(&keys[2], t->att[S_OWNER], BTEqualStrategyNumber, F_OIDEQ,
+				ObjectIdGetDatum(seen->owner));
+	return fetch_row(rel, t, 3, keys, &seen->tid, img);
+}
+
+/*
+ * open_shares: table t for a change: dlock.shares (the 0.4 SQL is there)
+ * or dlock.permits (0.5).
+ */
+static Relation
+open_shares(TableInfo *t)
+{
+	Relation	rel = open_table(t, RowExclusiveLock);
+
+	if (rel == NULL)
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg(t == &shares ? "shared locks need the 0.4 SQL of dlock" :
+						"semaphores need the 0.5 SQL of dlock"),
+				 errhint("Run ALTER EXTENSION dlock UPDATE.")));
+	return rel;
+}
+
+/*
+ * insert_holding: a new holding of res: a shared lock's in dlock.shares
+ * (permits 0), or a semaphore's in dlock.permits.
+ */
+static void
+insert_holding(const DlockResource *res, text *holder, Oid owner,
+			   int64 fence, const Interval *lease, TimestampTz now,
+			   TimestampTz expires, int32 permits, int32 max_permits)
+{
+	TableInfo  *t = permits > 0 ? &permits_table : &shares;
+	Relation	rel = open_shares(t);
 	RowImage	img;
-	int64		fence = 0;
+
+	image_new(rel, &img);
+	set_col(t, &img, S_RESOURCE, PointerGetDatum(res->name));
+	set_col(t, &img, S_HOLDER, PointerGetDatum(holder));
+	set_col(t, &img, S_OWNER, ObjectIdGetDatum(owner));
+	set_col(t, &img, S_COUNT, Int32GetDatum(1));
+	set_col(t, &img, S_FENCE, Int64GetDatum(fence));
+	set_col(t, &img, S_LEASE, PointerGetDatum(lease));
+	set_col(t, &img, S_ACQUIRED_AT, TimestampTzGetDatum(now));
+	set_col(t, &img, S_RENEWED_AT, TimestampTzGetDatum(now));
+	set_col(t, &img, S_EXPIRES_AT, TimestampTzGetDatum(expires));
+	if (permits > 0)
+	{
+		set_col(t, &img, S_PERMITS, Int32GetDatum(permits));
+		set_col(t, &img, S_MAX_PERMITS, Int32GetDatum(max_permits));
+	}
+	insert_row(rel, &img);
+	table_close(rel, NoLock);
+}
+
+/* dlock_share_insert: a new shared holding of res. */
+void
+dlock_share_insert(const DlockResource *res, text *holder, Oid owner,
+				   int64 fence, const Interval *lease, TimestampTz now,
+				   TimestampTz expires)
+{
+	insert_holding(res, holder, owner, fence, lease, now, expires, 0, 0);
+}
+
+/* dlock_permits_insert: a new holding of permits of the semaphore res (0.5). */
+void
+dlock_permits_insert(const DlockResource *res, text *holder, Oid owner,
+					 int64 fence, const Interval *lease, TimestampTz now,
+					 TimestampTz expires, int32 permits, int32 max_permits)
+{
+	Assert(permits > 0 && max_permits >= permits);
+	insert_holding(res, holder, owner, fence, lease, now, expires, permits,
+				   max_permits);
+}
+
+/*
+ * change_holding: a holding read as *seen (dlock.shares or, with permits,
+ * dlock.permits) gets count (0: it is
+ * deleted), and, when expires is not 0, that expiry (and lease, if not
+ * NULL), and permits, if not 0.  False, changing nothing, if the row
+ * changed since it was read.
+ */
+static bool
+change_holding(const DlockResource *res, const DlockRow *seen,
+			   int32 count, const Interval *lease, TimestampTz now,
+			   TimestampTz expires, int32 permits)
+{
+	TableInfo  *t = table_of(seen);
+	Relation	rel = open_shares(t);
+	RowImage	img;
 	bool		written = false;
 
-	while (!written && fetch_row(rel, &leases, res->name, &img))
+	if (fetch_share(rel, t, res, seen, &img))
 	{
-		fence = 0;
-		written = true;
-		if (!ISNULL(&leases, &img, L_HOLDER) && ended(&img, now))
+		if (count == 0)
 		{
-			fence = DatumGetInt64(COL(&leases, &img, L_FENCE));
-			written = free_row(rel, res, &img, now);
+			simple_heap_delete(rel, &img.tup->t_self);
+			CommandCounterIncrement();
+			written = true;
+		}
+		else
+		{
+			set_col(t, &img, S_COUNT, Int32GetDatum(count));
+			if (expires != 0)
+			{
+				set_col(t, &img, S_EXPIRES_AT, TimestampTzGetDatum(expires));
+				set_col(t, &img, S_RENEWED_AT, TimestampTzGetDatum(now));
+			}
+			if (lease != NULL)
+				set_col(t, &img, S_LEASE, PointerGetDatum(lease));
+			if (permits > 0)
+				set_col(t, &img, S_PERMITS, Int32GetDatum(permits));
+			written = write_row(rel, &img);
 		}
 		heap_freetuple(img.tup);
 	}
 	table_close(rel, NoLock);
-	return written ? fence : 0;
+	return written;
+}
+
+/*
+ * dlock_share_change: change_holding of any holding dlock_row_read_shares
+ * read (a semaphore's keeps its permits).
+ */
+bool
+dlock_share_change(const DlockResource *res, const DlockRow *seen,
+				   int32 count, const Interval *lease, TimestampTz now,
+				   TimestampTz expires)
+{
+	return change_holding(res, seen, count, lease, now, expires, 0);
+}
+
+/*
+ * dlock_permits_add: a semaphore's holding read as *seen gets count,
+ * permits (the ones it had and those added) and expires.  False,
+ * changing nothing, if the row changed since it was read.
+ */
+bool
+dlock_permits_add(const DlockResource *res, const DlockRow *seen,
+				  int32 count, int32 permits, TimestampTz now,
+				  TimestampTz expires)
+{
+	Assert(seen->permits > 0 && permits > seen->permits);
+	return change_holding(res, seen, count, NULL, now, expires, permits);
+}
+
+/* dlock_semaphores_installed: is the 0.5 SQL there (dlock.permits)? */
+bool
+dlock_semaphores_installed(void)
+{
+	return installed(&permits_table);
 }

@@ -6,7 +6,7 @@
  *
  * A semaphore is a resource name whose holdings are permits: at most
  * max_permits of them are held at once, each holder's holding (a row of
- * dlock.permits, shares.c) leased, renewed and fenced on its own.
+ * dlock.permits, rows.c) leased, renewed and fenced on its own.
  * These functions check the arguments and hand the request to acquire.c,
  * whose attempt asks admit.c (admit_semaphore) and writes the verdict
  * (holding_write).  unlock, renew, unlock_all, break_lock, check,

@@ -1,20 +1,21 @@
 /*-------------------------------------------------------------------------
  *
  * table.c
- *		Direct heap access to the tables of dlock, for rows.c (dlock.leases,
- *		dlock.tickets, dlock.delays) and shares.c (dlock.shares): no SPI,
- *		no planner, no identity switch.
+ *		Direct heap access to the tables of dlock, for rows.c and ending.c
+ *		(dlock.leases, dlock.shares, dlock.permits, dlock.tickets,
+ *		dlock.delays): no SPI, no planner, no identity switch.
  *
  * A table is looked up by name (so a library newer than the installed SQL
  * finds its columns wherever they are, or finds that the table is not
  * there), checked after it is locked (open_table), and cached until a
  * relcache invalidation touches it: DROP EXTENSION and ALTER EXTENSION
- * UPDATE send one.  Rows are read on the latest snapshot (fetch_row) and
- * written with heap_update (HOT: nothing indexed changes) or heap_insert,
- * checking the table's constraints and maintaining its indexes as the
- * executor does (store_tuple): a superuser may add an expression or
- * partial index or a CHECK constraint, which CatalogTupleUpdate does not
- * support (an expression index crashed the server).  Triggers do not fire.
+ * UPDATE send one.  Rows are read on the latest snapshot by primary key,
+ * with the keys the caller builds (fetch_row), and written with
+ * heap_update (HOT: nothing indexed changes) or heap_insert, checking the
+ * table's constraints and maintaining its indexes as the executor does
+ * (store_tuple): a superuser may add an expression or partial index or a
+ * CHECK constraint, which CatalogTupleUpdate does not support (an
+ * expression index crashed the server).  Triggers do not fire.
  *
  * What the table's own expressions run (CHECK constraints, defaults,
  * generated columns, index expressions) runs as the table's owner with a
@@ -273,23 +274,26 @@ image_init(RowImage *img, int natts)
 }
 
 /*
- * fetch_row: the row of rel whose primary key is the resource, on the
- * latest snapshot, copied and deformed into *img; false if none.
+ * fetch_row: the row of rel that a scan of its primary-key index with
+ * keys (nkeys of them) finds on the latest snapshot, copied and deformed
+ * into *img; false if none, or, with seen, if the row found is another
+ * version than seen (a superuser's UPDATE or DELETE by hand since it was
+ * read: the caller reads again and decides again).
  */
 bool
-fetch_row(Relation rel, TableInfo *t, text *resource, RowImage *img)
+fetch_row(Relation rel, TableInfo *t, int nkeys, ScanKey keys,
+		  const ItemPointerData *seen, RowImage *img)
 {
-	ScanKeyData key;
 	SysScanDesc scan;
 	Snapshot	snap = RegisterSnapshot(GetLatestSnapshot());
 	HeapTuple	tup;
 	TupleDesc	desc = RelationGetDescr(rel);
 
-	ScanKeyInit(&key, t->att[0], BTEqualStrategyNumber, F_TEXTEQ,
-				PointerGetDatum(resource));
-	scan = systable_beginscan(rel, t->pkey, true, snap, 1, &key);
+	scan = systable_beginscan(rel, t->pkey, true, snap, nkeys, keys);
 	tup = systable_getnext(scan);
-	img->tup = HeapTupleIsValid(tup) ? heap_copytuple(tup) : NULL;
+	img->tup = HeapTupleIsValid(tup) &&
+		(seen == NULL || ItemPointerEquals(&tup->t_self, (ItemPointer) seen)) ?
+		heap_copytuple(tup) : NULL;
 	systable_endscan(scan);
 	UnregisterSnapshot(snap);
 	if (img->tup == NULL)
@@ -488,7 +492,7 @@ text_eq(text *a, text *b)
  * Returns the executor state holding their values (free it once the tuple
  * is formed), or NULL if there were none.
  */
-EState *
+static EState *
 fill_defaults(Relation rel, RowImage *img)
 {
 	TupleDesc	desc = RelationGetDescr(rel);
@@ -518,4 +522,36 @@ fill_defaults(Relation rel, RowImage *img)
 	}
 	leave_owner(&sw);
 	return estate;
+}
+
+/* image_new: an image of a new row of rel, every column NULL. */
+void
+image_new(Relation rel, RowImage *img)
+{
+	TupleDesc	desc = RelationGetDescr(rel);
+
+	image_init(img, desc->natts);
+	for (int i = 0; i < desc->natts; i++)
+	{
+		img->values[i] = (Datum) 0;
+		img->nulls[i] = true;
+	}
+}
+
+/*
+ * insert_row: insert the new row of rel that *img holds (image_new,
+ * set_col), the defaults of the columns it does not set filled in.
+ */
+void
+insert_row(Relation rel, RowImage *img)
+{
+	EState	   *estate = fill_defaults(rel, img);
+	HeapTuple	tup = heap_form_tuple(RelationGetDescr(rel), img->values,
+									  img->nulls);
+
+	if (estate != NULL)
+		FreeExecutorState(estate);
+	(void) store_tuple(rel, NULL, tup);
+	heap_freetuple(tup);
+	CommandCounterIncrement();
 }

@@ -1,9 +1,9 @@
 /*-------------------------------------------------------------------------
  *
  * table.h
- *		Private to rows.c, shares.c and table.c: direct heap access to the
+ *		Private to rows.c, ending.c and table.c: direct heap access to the
  *		tables of dlock (table.c), shared by the files that read and write
- *		one table each.
+ *		the holdings' rows (rows.c, ending.c).
  *
  * The functions declared here keep short names (the lease functions of
  * rows.c use them on every line) and are hidden from the server's symbol
@@ -69,17 +69,44 @@ typedef struct RowImage
 #define COL(t, img, c)		((img)->values[(t)->att[c] - 1])
 #define ISNULL(t, img, c)	((img)->nulls[(t)->att[c] - 1])
 
+/* The columns of dlock.leases that rows.c and ending.c read or write. */
+typedef enum LeaseCol
+{
+	L_RESOURCE,
+	L_HOLDER,
+	L_OWNER,
+	L_COUNT,
+	L_FENCE,
+	L_LEASE,
+	L_ACQUIRED_AT,
+	L_RENEWED_AT,
+	L_EXPIRES_AT,
+	L_RELEASED_AT,
+	L_TOOK_OVER,				/* 0.1's scratch column; may be absent */
+	L_NUM
+} LeaseCol;
+
 #pragma GCC visibility push(hidden)
 extern Relation open_table(TableInfo *t, LOCKMODE mode);
 extern void image_init(RowImage *img, int natts);
-extern bool fetch_row(Relation rel, TableInfo *t, text *resource,
-					  RowImage *img);
+extern bool fetch_row(Relation rel, TableInfo *t, int nkeys, ScanKey keys,
+					  const ItemPointerData *seen, RowImage *img);
 extern void set_col(TableInfo *t, RowImage *img, int c, Datum v);
 extern void set_null(TableInfo *t, RowImage *img, int c);
 extern bool store_tuple(Relation rel, ItemPointer otid, HeapTuple tup);
 extern bool write_row(Relation rel, RowImage *img);
-extern EState *fill_defaults(Relation rel, RowImage *img);
+extern void image_new(Relation rel, RowImage *img);
+extern void insert_row(Relation rel, RowImage *img);
 extern bool text_eq(text *a, text *b);
+
+/* rows.c, for ending.c: dlock.leases and dlock.delays. */
+extern TableInfo leases;
+extern TableInfo delays;
+extern Relation open_leases(LOCKMODE mode);
+extern bool fetch_resource(Relation rel, TableInfo *t,
+						   const DlockResource *res, const DlockRow *seen,
+						   RowImage *img);
+extern void change_row(Relation rel, const DlockResource *res, RowImage *img);
 #pragma GCC visibility pop
 
 #endif							/* DLOCK_TABLE_H */

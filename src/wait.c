@@ -98,7 +98,7 @@ check_client(void)
 static void
 refuse_self_wait(const DlockResource *res)
 {
-	if (dlock_xact_fence(res) != 0)
+	if (dlock_resource_xact_fence(res) != 0)
 		ereport(ERROR,
 				(errcode(ERRCODE_T_R_DEADLOCK_DETECTED),
 				 errmsg("deadlock detected"),

@@ -15,8 +15,8 @@
  * Locking: DlockShared.lock (an LWLock of tranche "dlock") protects
  * next_seq and every field of every slot; a slot's names are written by
  * its backend while not in use.  Statistics and next_expiry are atomics.
- * The list of resources to wake at the end of the transaction is
- * backend-local (TopMemoryContext).
+ * The wakeups a transaction sends are queued in sends.c and sent from
+ * here once its locks are released.
  *
  *-------------------------------------------------------------------------
  */
@@ -482,76 +482,6 @@ dlock_wait_end(bool acquired)
 }
 
 /*
- * Resources to wake a waiter of when the transaction ends.  Kept in
- * TopMemoryContext because the wakeups go out after the transaction's
- * locks are released (xact.c's after_locks hook), so that the woken waiter
- * finds the resource's lock free.  Backend-local.
- */
-typedef struct WakeEntry
-{
-	uint64		hash;
-	bool		abort_only;		/* an acquisition: wake only if it aborts */
-	int32		n;				/* how many waiters to wake */
-} WakeEntry;
-
-static WakeEntry *wake = NULL;
-static int	nwake = 0;
-static int	maxwake = 0;
-
-static void
-add_wake(uint64 hash, bool abort_only, int32 n)
-{
-	if (nwake >= maxwake)
-	{
-		maxwake = Max(16, maxwake * 2);
-		wake = wake ? repalloc(wake, maxwake * sizeof(WakeEntry)) :
-			MemoryContextAlloc(TopMemoryContext, maxwake * sizeof(WakeEntry));
-	}
-	wake[nwake].hash = hash;
-	wake[nwake].abort_only = abort_only;
-	wake[nwake].n = n;
-	nwake++;
-}
-
-/*
- * dlock_wake_after_commit: this transaction changed the resource with this
- * hash in a way its waiters care about: wake one when the transaction ends.
- */
-void
-dlock_wake_after_commit(uint64 hash)
-{
-	add_wake(hash, false, 1);
-}
-
-/*
- * dlock_wake_released: a holding of the resource with this hash is gone
- * (unlocked, broken, expired): when the transaction commits, wake one
- * waiter per permit it frees (a semaphore's holding, 0.5), or, for a
- * lock's holding, one waiter if it was the resource's last holding (a
- * writer waits for the last reader only; a shared holder's own release
- * passes last = true, as it cannot see a concurrent reader's release).
- * The rule of who is woken by a release, in one place.
- */
-void
-dlock_wake_released(uint64 hash, const DlockRow *holding, bool last)
-{
-	if (holding->permits > 0)
-		add_wake(hash, false, holding->permits);
-	else if (last)
-		add_wake(hash, false, 1);
-}
-
-/*
- * dlock_wake_after_abort: an uncommitted acquisition others may be waiting
- * behind; if it rolls back, one of them should look again.
- */
-void
-dlock_wake_after_abort(uint64 hash)
-{
-	add_wake(hash, true, 1);
-}
-
-/*
  * waiters_end: an abort ends a wait that an error interrupted; a commit
  * that acquired or renewed lowers the reaper's hint to its earliest
  * expiry, one that left events in dlock.outbox to now; a PREPARE (committed later, elsewhere) lets the reaper look soon,
@@ -590,10 +520,12 @@ waiters_end(DlockXactEnd how)
 static void
 waiters_after_locks(bool commit)
 {
+	int			nwake;
+	const DlockWake *wake = dlock_sends_wakes(&nwake);
+
 	for (int i = 0; i < nwake; i++)
 		if (!commit || !wake[i].abort_only)
 			wake_queue(wake[i].hash, wake[i].n);
-	nwake = 0;
 }
 
 /*

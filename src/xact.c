@@ -13,12 +13,10 @@
  *	  SET LOCAL through the GUC machinery (so a synchronous standby is
  *	  waited for), after every function SET clause and SET LOCAL of the
  *	  transaction is done; the end of the transaction undoes it.
- *	- Transaction-scoped locks: the (resource, fence) pairs this transaction
- *	  holds, for check() and assert_fence(); entries made in a
- *	  subtransaction vanish with it, as its lock-manager locks do.
  *	- The transaction's end, for the other areas: each registers its
  *	  DlockXactHooks once per backend (dlock.c, in the order they are
- *	  called: listeners.c, waiters.c, events.c, store.c), and this file
+ *	  called: listeners.c, waiters.c, events.c, sends.c, store.c,
+ *	  resource.c: the transaction-scoped locks it holds), and this file
  *	  calls them at PRE_COMMIT (once the commit's level is set: events.c
  *	  sends some events through dlock.outbox when the commit waits for a
  *	  synchronous standby),
@@ -42,22 +40,12 @@
 #include "utils/memutils.h"
 #include "utils/resowner.h"
 
-/* A transaction-scoped lock held by this transaction. */
-typedef struct XactHolding
-{
-	uint64		hash;
-	text	   *resource;
-	int64		fence;
-	SubTransactionId subxid;
-} XactHolding;
-
 static bool xact_acquired = false;	/* acquired or renewed something */
 static TimestampTz xact_min_expiry; /* earliest expiry it set, if so */
 static bool xact_async_release = false; /* released outside a block */
 static XLogRecPtr own_writes_end = InvalidXLogRecPtr;	/* WAL end after ours */
 static bool foreign_writes = false;	/* the transaction wrote WAL not ours */
 static bool xact_outbox_events = false;	/* events went to the outbox */
-static List *xact_holdings = NIL;	/* XactHolding * */
 
 /* The other areas' hooks, in the order they are called. */
 #define MAX_HOOKS 8
@@ -141,49 +129,6 @@ dlock_own_writes_end(void)
 	own_writes_end = XactLastRecEnd;
 }
 
-/* dlock_xact_register: record a transaction-scoped lock of ours. */
-void
-dlock_xact_register(const DlockResource *res, int64 fence)
-{
-	MemoryContext old = MemoryContextSwitchTo(TopTransactionContext);
-	XactHolding *h = palloc(sizeof(XactHolding));
-
-	h->hash = res->hash;
-	h->resource = DatumGetTextPCopy(PointerGetDatum(res->name));
-	h->fence = fence;
-	h->subxid = GetCurrentSubTransactionId();
-	xact_holdings = lappend(xact_holdings, h);
-	MemoryContextSwitchTo(old);
-}
-
-/* find_holding: this transaction's transaction-scoped lock on res, if any. */
-static XactHolding *
-find_holding(const DlockResource *res)
-{
-	ListCell   *lc;
-
-	foreach(lc, xact_holdings)
-	{
-		XactHolding *h = lfirst(lc);
-
-		if (h->hash == res->hash &&
-			VARSIZE_ANY_EXHDR(h->resource) == VARSIZE_ANY_EXHDR(res->name) &&
-			memcmp(VARDATA_ANY(h->resource), VARDATA_ANY(res->name),
-				   VARSIZE_ANY_EXHDR(res->name)) == 0)
-			return h;
-	}
-	return NULL;
-}
-
-/* dlock_xact_fence: fence of our transaction-scoped lock on res, or 0. */
-int64
-dlock_xact_fence(const DlockResource *res)
-{
-	XactHolding *h = find_holding(res);
-
-	return h ? h->fence : 0;
-}
-
 /*
  * set_sync_commit: SET LOCAL synchronous_commit = value, through the GUC
  * machinery so that its assign hook also sets the mode SyncRepWaitForLSN
@@ -232,7 +177,6 @@ reset_state(void)
 	own_writes_end = InvalidXLogRecPtr;
 	foreign_writes = false;
 	xact_outbox_events = false;
-	xact_holdings = NIL;		/* memory goes with TopTransactionContext */
 }
 
 /* call_end: the hooks' end(), then forget. */
@@ -293,39 +237,20 @@ dlock_release_callback(ResourceReleasePhase phase, bool isCommit,
 }
 
 /*
- * dlock_subxact_callback: drop transaction-scoped locks taken in an aborted
- * subtransaction (its lock-manager locks are gone); hand those of a
- * committed one to the parent; then the hooks' subxact.
+ * dlock_subxact_callback: the end of a subtransaction: the hooks'
+ * subxact (resource.c drops the transaction-scoped locks taken in one that
+ * aborted).
  */
 static void
 dlock_subxact_callback(SubXactEvent event, SubTransactionId mySubid,
 					   SubTransactionId parentSubid, void *arg)
 {
-	ListCell   *lc;
 	bool		commit;
 
 	if (event == SUBXACT_EVENT_ABORT_SUB)
-	{
-		foreach(lc, xact_holdings)
-		{
-			XactHolding *h = lfirst(lc);
-
-			if (h->subxid == mySubid)
-				xact_holdings = foreach_delete_current(xact_holdings, lc);
-		}
 		commit = false;
-	}
 	else if (event == SUBXACT_EVENT_COMMIT_SUB)
-	{
-		foreach(lc, xact_holdings)
-		{
-			XactHolding *h = lfirst(lc);
-
-			if (h->subxid == mySubid)
-				h->subxid = parentSubid;
-		}
 		commit = true;
-	}
 	else
 		return;
 	for (int i = 0; i < nhooks; i++)
@@ -338,7 +263,7 @@ dlock_subxact_callback(SubXactEvent event, SubTransactionId mySubid,
  * SubTransactionId that made them (at subxid_off), the end of subtransaction
  * mySubid: its items (and those its committed children handed it) are
  * dropped if it aborted, handed to parentSubid if it committed.  Returns
- * the list.  For the hooks' subxact (events.c, listeners.c).
+ * the list.  For the hooks' subxact.
  */
 List *
 dlock_subxact_items(List *items, size_t subxid_off, bool commit,

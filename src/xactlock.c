@@ -36,7 +36,7 @@ xact_attempt(const DlockResource *res, void *arg, int64 *fence,
 	DlockResourceState st;
 	DlockAdmission v;
 
-	if ((*fence = dlock_xact_fence(res)) != 0)
+	if ((*fence = dlock_resource_xact_fence(res)) != 0)
 		return ATTEMPT_ACQUIRED;
 	if (!dlock_take_resource(res, DLOCK_CHANGE))
 		return ATTEMPT_CONTENDED;
@@ -54,7 +54,7 @@ xact_attempt(const DlockResource *res, void *arg, int64 *fence,
 		dlock_count(DLOCK_STAT_EXPIRED);	/* takes over an expired lease */
 	*fence = dlock_next_fence();
 	dlock_store_end();
-	dlock_xact_register(res, *fence);
+	dlock_resource_xact_register(res, *fence);
 	dlock_wake_after_commit(res->hash);
 	dlock_count(DLOCK_STAT_ACQUIRED);
 	return ATTEMPT_ACQUIRED;

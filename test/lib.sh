@@ -25,13 +25,22 @@ DEMO_PACKAGES="build-essential postgresql-$PG_MAJOR postgresql-server-dev-$PG_MA
 # What the test suite needs besides.
 # python3-sysv-ipc: tooz 9's tooz/tests/test_coordination.py imports its
 # ipc driver (python3-tooz only suggests it); 020_tooz.t needs it there.
+# The JDK, junit5 and the JDBC driver: the Java client's 050_java.t.
 PACKAGES="$DEMO_PACKAGES
     libipc-run-perl libdbd-pg-perl pgbouncer postgresql-$PG_MAJOR-cron procps iproute2
     debhelper postgresql-server-dev-all dpkg-dev
     patroni python3-etcd etcd-server etcd-client
     mariadb-server mariadb-client libmariadb-dev libdbd-mariadb-perl
     python3-psycopg python3-tooz python3-venv python3-pip python3-setuptools python3-wheel python3-pytest
-    python3-testtools python3-fixtures python3-sysv-ipc"
+    python3-testtools python3-fixtures python3-sysv-ipc
+    default-jdk-headless junit5 libpostgresql-jdbc-java
+    golang-go golang-github-lib-pq-dev"
+# The Go client's tests (test/clients/t/040_go.t) also run on pgx's stdlib
+# driver where Debian packages it: v4 on bookworm and trixie, v5 from forky on.
+case $(. /etc/os-release 2>/dev/null && echo "${VERSION_CODENAME:-}") in
+    bookworm|trixie) PACKAGES="$PACKAGES golang-github-jackc-pgx-v4-dev" ;;
+    forky|sid) PACKAGES="$PACKAGES golang-github-jackc-pgx-v5-dev" ;;
+esac
 # Node.js and npm (the Node client's tests, the portable edition's server
 # packages) from Debian, unless this machine has them already (a NodeSource
 # nodejs bundles npm and conflicts with Debian's).

@@ -13,7 +13,9 @@
 # PostgreSQL refuses to run as root, so as root the tests run as the
 # "postgres" user on a copy of the tree.  Ends with a line
 # "dlock: N passed, M failed" counting single tests, and exits non-zero if
-# anything failed.  Each part's results are shown as they come.
+# anything failed.  Each part's results are shown as they come.  The
+# portable and clients parts run several files at once (prove -j: their
+# tests mostly wait, and each file has its own servers and ports).
 #
 #   bash test/run-tests.sh [PART|FILE ...]
 #
@@ -63,6 +65,9 @@ echo "=== building and installing dlock and its CLI for PostgreSQL $PG_MAJOR (-W
 # Built afresh: objects left by test/demo.sh were built without WERROR=1.
 make -s clean PG_CONFIG="$PG_CONFIG" >/dev/null 2>&1 || true
 build_and_install WERROR=1
+# .ci/run starts the Debian roots on this line: they copy this machine's
+# PostgreSQL 15, which the install above has just written to.
+echo "=== dlock and its CLI are installed for PostgreSQL $PG_MAJOR"
 
 run_as_tester "$top" '
     set -u -o pipefail
@@ -134,16 +139,16 @@ run_as_tester "$top" '
         prove_counts tap.log
     fi
     if want mysql; then
-        suite "MySQL and MariaDB edition (test/mysql/t)" mysql.log prove $(tap_files test/mysql/t)
+        suite "MySQL and MariaDB edition (test/mysql/t)" mysql.log prove --timer $(tap_files test/mysql/t)
         prove_counts mysql.log
     fi
     if want portable; then
         suite "portable edition (test/portable/t; PostgreSQL $DLOCK_PG_MAJOR and 14-18 from npm)" portable.log \
-            env DLOCK_PORTABLE_REQUIRE="debian 14 15 16 17 18" DLOCK_PORTABLE_MAJORS="${DLOCK_PORTABLE_MAJORS:-}" prove $(tap_files test/portable/t)
+            env DLOCK_PORTABLE_REQUIRE="debian 14 15 16 17 18" DLOCK_PORTABLE_MAJORS="${DLOCK_PORTABLE_MAJORS:-}" prove --timer -j3 $(tap_files test/portable/t)
         prove_counts portable.log
     fi
     if want clients && [ -d test/clients/t ]; then
-        suite "client libraries (test/clients/t)" clients.log prove $(tap_files test/clients/t)
+        suite "client libraries (test/clients/t)" clients.log prove --timer -j4 $(tap_files test/clients/t)
         prove_counts clients.log
     fi
     if want docs && [ -d test/docs ]; then

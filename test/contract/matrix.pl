@@ -1,7 +1,7 @@
 #!/usr/bin/perl
 # matrix.pl: the promise matrix, docs/testing.md, from CONTRACT.md's
 # table (each promise's status per edition) and the test files' header
-# lines ("# Promises: P1 P2", "-- Promises: ..." in SQL, "// ..." in JS).
+# lines ("# Promises: P1 P2", "-- Promises: ..." in SQL, "// ..." in JS and Java).
 #
 #   perl test/contract/matrix.pl           print docs/testing.md as it should be
 #   perl test/contract/matrix.pl --write   write it
@@ -31,6 +31,9 @@ our @KINDS = (
 	[ 'test/clients/t/*.t', ['C', 'portable'], 'TAP, part `clients`' ],
 	[ 'clients/python/tests/test_*.py', ['C', 'portable'], 'pytest, run by `test/clients/t/010_python.t`' ],
 	[ 'clients/node/test/*.test.js', ['C', 'portable'], 'node:test, run by `test/clients/t/030_node.t`' ],
+	[ 'clients/go/*_test.go', ['C', 'portable'], 'go test, run by `test/clients/t/040_go.t`' ],
+	[ 'clients/java/src/test/java/io/github/dlockpg/dlock/*Test.java', ['C', 'portable'],
+	  'JUnit 5, run by `test/clients/t/050_java.t`' ],
 	[ 'test/docs/*.t', [], 'TAP, part `docs` (no edition: links, versions, this matrix)' ],
 );
 # The directories the runners run every file of (prove DIR/*, pg_regress's
@@ -47,7 +50,7 @@ our $BEFORE = qr{^\s*$|^#!|^\s*(?:#|--|//)|^\s*['"]use strict['"];\s*$};
 # expected output echoes the test's comments (checked against the test).
 our $ECHOES = qr{^test/expected/([^/]+)\.out$};
 # The files searched for stray Promises: lines (sources, not logs or output).
-our $SOURCE = qr{\.(?:pl|t|pm|sql|spec|py|js|mjs|cjs|ts|sh)$};
+our $SOURCE = qr{\.(?:pl|t|pm|sql|spec|py|js|mjs|cjs|ts|sh|java|go)$};
 
 sub slurp
 {

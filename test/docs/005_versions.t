@@ -56,6 +56,8 @@ sub check
 	is($pyv // 'none', $semver, "$label: clients/python/src/dlock/__init__.py __version__");
 	is(decode_json(slurp("$root/clients/node/package.json"))->{version}, $semver,
 		"$label: clients/node/package.json");
+	my ($java) = slurp("$root/clients/java/pom.xml") =~ m{^  <artifactId>dlock</artifactId>\n  <version>([^<]*)</version>$}m;
+	is($java // 'none', $semver, "$label: clients/java/pom.xml");
 
 	my ($deb) = slurp("$root/debian/changelog") =~ /\Adlock \(([^)]+)\)/;
 	like($deb // 'none', qr/^\Q$v\E-\d+$/, "$label: debian/changelog's top entry");
@@ -74,7 +76,7 @@ SKIP:
 my $tmp = tempdir(CLEANUP => 1);
 for my $f (qw(dlock.control META.json Makefile cli/Makefile portable/dlock.sql mysql/dlock.sql
 	clients/python/pyproject.toml clients/python/src/dlock/__init__.py
-	clients/node/package.json debian/changelog))
+	clients/node/package.json clients/java/pom.xml debian/changelog))
 {
 	make_path(dirname("$tmp/$f"));
 	open(my $h, '>', "$tmp/$f") or die "$tmp/$f: $!";

@@ -13,6 +13,8 @@ package DlockMy;
 use strict;
 use warnings;
 use DBI;
+use Fcntl qw(:flock O_RDWR O_CREAT);
+use File::Spec;
 use File::Temp qw(tempdir);
 use IO::Socket::INET;
 use POSIX qw(:sys_wait_h);
@@ -23,12 +25,28 @@ $ENV{PATH} .= ':/usr/local/sbin:/usr/sbin:/sbin' unless ":$ENV{PATH}:" =~ m{:/us
 
 our $TOP = do { my $d = __FILE__; $d =~ s{/test/mysql/DlockMy\.pm$}{}; $d eq __FILE__ ? '.' : $d };
 
+# free_port: a loopback port nothing listens on, reserved for this process
+# while it lives (a file naming its pid in /tmp/dlock-my-ports-UID, under
+# flock): test files that run side by side (prove -j) never pick the same
+# port, not even for a server that restarts on its own port.
 sub free_port {
+    my $dir = File::Spec->tmpdir . "/dlock-my-ports-$<";
+    mkdir $dir, 0700;
     for (1 .. 200) {
         my $p = 30000 + int(rand(20000));
         my $s = IO::Socket::INET->new(LocalAddr => '127.0.0.1', LocalPort => $p,
-                                      Proto => 'tcp', ReuseAddr => 0);
-        if ($s) { close $s; return $p; }
+                                      Proto => 'tcp', ReuseAddr => 0) or next;
+        close $s;
+        sysopen(my $fh, "$dir/$p", O_RDWR | O_CREAT, 0600) or die "open $dir/$p: $!";
+        flock($fh, LOCK_EX) or die "flock $dir/$p: $!";
+        my $pid = <$fh> // 0;
+        chomp $pid;
+        if ($pid =~ /^\s*(\d+)$/ && $1 > 0 && kill(0, $1)) { close $fh; next; }   # ours too: one port per server
+        seek($fh, 0, 0);
+        truncate($fh, 0);
+        print $fh "$$\n";
+        close $fh;
+        return $p;
     }
     die "no free port";
 }
@@ -40,7 +58,11 @@ sub new {
     my $dir = tempdir('dlock-my-XXXXXX', TMPDIR => 1, CLEANUP => !$ENV{DLOCK_KEEP});
     my $self = bless { owner_pid => $$, dir => $dir, sock => "$dir/mysqld.sock", port => free_port(),
                        args => $opt{args} || [] }, $class;
-    system("mariadb-install-db --no-defaults --datadir=$dir/data --user=" . getpwuid($<) .
+    # Each server has its own tmpdir: a starting mariadbd deletes every
+    # "#sql*" file of its tmpdir, even a running server's temporary tables
+    # (with /tmp shared, files run side by side broke each other's servers).
+    mkdir "$dir/tmp" or die "mkdir $dir/tmp: $!";
+    system("TMPDIR=$dir/tmp mariadb-install-db --no-defaults --datadir=$dir/data --user=" . getpwuid($<) .
            " --auth-root-authentication-method=normal --skip-test-db >$dir/install.log 2>&1") == 0
         or die "mariadb-install-db failed: " . `cat $dir/install.log`;
     $self->start;
@@ -67,6 +89,7 @@ sub start {
     my @cmd = ('mariadbd', '--no-defaults', "--datadir=$self->{dir}/data",
                "--socket=$self->{sock}", "--port=$self->{port}", '--bind-address=127.0.0.1',
                "--pid-file=$self->{dir}/mysqld.pid", "--log-error=$self->{dir}/error.log",
+               "--tmpdir=$self->{dir}/tmp",
                '--innodb-buffer-pool-size=64M', '--innodb-log-file-size=48M',
                '--event-scheduler=ON', '--max-connections=300', @{ $self->{args} }, @more);
     my $pid = fork // die "fork: $!";

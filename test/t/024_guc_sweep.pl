@@ -176,13 +176,45 @@ my (%bad, $n, $ran);
 sub fence_gt { my ($a, $b) = @_; return length($a) <=> length($b) || $a cmp $b; }
 sub is_fence { return defined $_[0] && $_[0] =~ /^\d+$/; }
 
+# role_switch_cut(SCRIPT, STDERR): the lines of SCRIPT's SET ROLE and RESET
+# ROLE that failed.  A 1 ms statement_timeout can cut one on a loaded
+# machine (seen in CI: the server logged the error before the statement);
+# the calls after it then run as the other role, and the answers cannot
+# be judged by who called.
+sub role_switch_cut
+{
+	my ($script, $err) = @_;
+	my @lines = split /\n/, $script;
+	my @cut;
+	while ($err =~ /^psql:[^:\n]*:(\d+): ERROR/mg)
+	{
+		my $line = $1;
+		push @cut, $line if ($lines[ $line - 1 ] // '') =~ /^(?:SET|RESET) ROLE/;
+	}
+	return join(',', @cut);
+}
+
+my $unjudged = 0;
 for my $c (@combos)
 {
 	my ($name, $value) = @$c;
-	my $p = 'g' . ++$n;
 	my $what = "$name = '$value'";
-	my ($ret, $out, $err) = $node->psql('postgres', session_script($p, $name, $value),
-		on_error_stop => 0, timeout => 120);
+	# A run whose role switch was cut runs again, with new resources.
+	my ($p, $ret, $out, $err, $cut);
+	for my $try (1 .. 5)
+	{
+		$p = 'g' . ++$n;
+		my $script = session_script($p, $name, $value);
+		($ret, $out, $err) = $node->psql('postgres', $script, on_error_stop => 0, timeout => 120);
+		$cut = role_switch_cut($script, $err);
+		last unless $cut;
+		diag("$what: a role switch was cut (script line $cut); run again");
+	}
+	if ($cut)
+	{
+		$unjudged++;
+		next;
+	}
 	my %r;
 	for (split /\n/, $out) { $r{$1} = $2 if /^([A-Z]\d+r?)\|(.*)$/ }
 	my @problems;
@@ -255,6 +287,7 @@ for my $c (@combos)
 my @bad = sort keys %bad;
 diag("$ran of " . scalar(@combos) . ' sessions took a lock, a lock_all and an election and found the busy resource busy');
 cmp_ok($ran, '>', @combos * 3 / 4, 'most settings let the calls run (the sweep is not all errors)');
+cmp_ok($unjudged, '<=', 2, "at most 2 settings left unjudged, their role switches cut 5 times ($unjudged)");
 diag("$_: $bad{$_}") for @bad;
 is(scalar(@bad), 0, scalar(@combos) . ' settings and values: every promise held');
 is(sql('SELECT 1'), '1', 'the server is up');

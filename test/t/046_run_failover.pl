@@ -97,7 +97,7 @@ my $waiter = spawn('waiter',
 	M => "$tmp/w1");
 ok(waiting_on($A, 'waiter', q{query ~ '^(ROLLBACK|LISTEN)'}), 'a second run waits for r1');
 my $watch = spawn('watch', cmd => [ $cli, '-d', multi('watcher', $A, $B), 'watch', 'r1' ]);
-ok(waiting_on($A, 'watcher', q{query ~ '^LISTEN'}), 'watch listens');
+ok(waiting_on($A, 'watcher', q{query ~ '^LISTEN' AND state = 'idle'}), 'watch listens');
 
 $A->stop('immediate');
 usleep(2_000_000);

@@ -460,7 +460,7 @@ sql("SELECT dlock.unlock('exp2', 'me')");
 {
 	my $pid = spawn('watch', cmd => [ $cli, '-d', conn('watcher'), 'watch', 'wr' ]);
 	ok($node->poll_query_until('postgres',
-			"SELECT count(*) > 0 FROM pg_stat_activity WHERE application_name = 'watcher' AND query ~ '^LISTEN'"),
+			"SELECT count(*) > 0 FROM pg_stat_activity WHERE application_name = 'watcher' AND query ~ '^LISTEN' AND state = 'idle'"),
 		'watch listens');
 	sql("SELECT dlock.try_lock('wr', 'a', '30s')");
 	sql("SELECT dlock.unlock('wr', 'a')");

@@ -122,8 +122,9 @@ def test_renewal_blocked_lost_before_server_expiry(dsn, admin, name):
     """The renewal connection's backend is paused (SIGSTOP): no renewal gets
     through, and loss is signalled before the lease ends on the server."""
     app = "dlock-pytest-" + uuid.uuid4().hex[:8]
-    called = []
-    lock = dlock.Lock(dsn + f" application_name={app}", name, lease=3, on_lost=called.append)
+    called, ran = [], threading.Event()
+    lock = dlock.Lock(dsn + f" application_name={app}", name, lease=3,
+                      on_lost=lambda x: (called.append(x), ran.set()))
     assert lock.acquire()
     pid = backend_pid(admin, app)
     expires = holding(admin, name)[2]
@@ -133,7 +134,7 @@ def test_renewal_blocked_lost_before_server_expiry(dsn, admin, name):
         lost_at = admin.execute("SELECT clock_timestamp()").fetchone()[0]
         expires = holding(admin, name)[2] if holding(admin, name) else expires
         assert lost_at < expires, f"lost signalled at {lost_at}, lease ended {expires}"
-        assert called == [lock]
+        assert ran.wait(5) and called == [lock]   # on_lost runs after lost is set
     finally:
         os.kill(pid, signal.SIGCONT)
     with pytest.raises(dlock.LockLost):

@@ -1,11 +1,12 @@
 # 010_python.t - the Python client's own tests (clients/python/tests,
 # pytest) against a throwaway cluster with dlock preloaded, and through a
-# pgbouncer in transaction mode in front of it; then the same tests against
-# the portable edition (portable/dlock.sql on a second cluster, installed
-# and used by role dbo, no superuser; its own pgbouncer), where what only
-# the C extension has is skipped with the reason (conftest.py: c_only) and
-# shared locks must raise NotSupported.  The package is installed offline
-# into a venv once, as a user would (pip install --no-build-isolation).
+# pgbouncer in transaction mode in front of it; at the same time, the same
+# tests against the portable edition (portable/dlock.sql on a second
+# cluster, installed and used by role dbo, no superuser; its own
+# pgbouncer), where what only the C extension has is skipped with the
+# reason (conftest.py: c_only) and shared locks must raise NotSupported.
+# The package is installed offline into a venv once, as a user would (pip
+# install --no-build-isolation).
 # One TAP line per Python test and edition.  Then a client holds a lock
 # across a server restart.  DLOCK_PYTEST_ARGS adds pytest arguments.
 # Promises: P16
@@ -41,9 +42,11 @@ my $tests = abs_path("$FindBin::RealBin/../../../clients/python/tests");
 # DLOCK_PYTEST_ARGS: more pytest arguments, split as a shell would (e.g.
 # "-k 'renewal or forks'").
 my @args = (Text::ParseWords::shellwords($ENV{DLOCK_PYTEST_ARGS} // ''), $tests);
+# The two editions' runs go side by side (they mostly wait on leases).
+my $c_run;
 {
 	local $DlockTest::Python::LABEL = 'C extension: ';
-	DlockTest::Python::pytest($venv, $tmp, \%env, @args);
+	$c_run = DlockTest::Python::pytest_start($venv, $tmp, \%env, @args);
 }
 
 # ---- the portable edition
@@ -56,8 +59,13 @@ my @args = (Text::ParseWords::shellwords($ENV{DLOCK_PYTEST_ARGS} // ''), $tests)
 		DLOCK_TEST_DSN => "host=127.0.0.1 port=" . $pp->port . " dbname=app user=dbo");
 	$penv{DLOCK_TEST_BOUNCER} = "host=127.0.0.1 port=$pbport dbname=app user=dbo sslmode=disable"
 	  if $pbport;
-	local $DlockTest::Python::LABEL = 'portable: ';
-	DlockTest::Python::pytest($venv, $tmp, \%penv, @args);
+	my $p_run;
+	{
+		local $DlockTest::Python::LABEL = 'portable: ';
+		$p_run = DlockTest::Python::pytest_start($venv, $tmp, \%penv, @args);
+	}
+	DlockTest::Python::pytest_finish($c_run);
+	DlockTest::Python::pytest_finish($p_run);
 	$pp->stop;
 }
 

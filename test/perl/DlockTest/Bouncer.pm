@@ -8,6 +8,7 @@
 # Listens on 127.0.0.1 only, trusts the current OS user (and the roles in
 # users => [...]), logs to $tmp/pgbouncer.log; serves database postgres
 # (or dbname => 'x'); one ok() says whether it accepts connections.
+# Drivers that send extra_float_digits at startup (lib/pq, JDBC) are let in.
 
 package DlockTest::Bouncer;
 
@@ -47,6 +48,7 @@ unix_socket_dir =
 auth_type = trust
 auth_file = $dir/userlist.txt
 pool_mode = transaction
+ignore_startup_parameters = extra_float_digits
 default_pool_size = $pool
 max_client_conn = $clients
 logfile = $dir/pgbouncer.log

@@ -6,6 +6,8 @@
 #   my $pp = DlockTest::Python::portable_cluster('pyp');  # portable edition, role dbo, db app
 #   my $venv = DlockTest::Python::venv($tmp);      # undef (skip_all) if impossible
 #   DlockTest::Python::pytest($venv, $tmp, \%env, @pytest_args);
+#   my $run = DlockTest::Python::pytest_start(...);   # the same, in the background
+#   DlockTest::Python::pytest_finish($run);
 #
 # venv() makes a virtual environment with Debian's packages visible
 # (--system-site-packages: psycopg, tooz, pytest) and installs
@@ -122,25 +124,47 @@ sub venv
 # Returns the number of test cases; says the counts with diag().
 sub pytest
 {
+	return pytest_finish(pytest_start(@_));
+}
+
+# pytest_start VENV TMP ENV ARGS...: start pytest in the background (two
+# may run at once: each has its own --basetemp and report); returns what
+# pytest_finish takes.  Its lines are named with $LABEL as it is now.
+sub pytest_start
+{
 	my ($venv, $tmp, $env, @args) = @_;
 	$tmp = abs_path($tmp);
-	my $xml = "$tmp/junit-" . int(rand(1e9)) . ".xml";
+	my $id = int(rand(1e9));
+	# Output to files, not pipes: a full pipe would stop pytest until
+	# pytest_finish reads it, and its leases would run out meanwhile.
+	my %run = (xml => "$tmp/junit-$id.xml", out => "$tmp/pytest-$id.out",
+		err => "$tmp/pytest-$id.err", label => $LABEL, args => "@args");
 	my %saved = %ENV;
 	local %ENV = (%saved, %$env,
 		PYTHONDONTWRITEBYTECODE => 1,
 		XDG_CACHE_HOME => "$tmp/cache",
 		HOME => $tmp);
-	my ($out, $err) = ('', '');
-	IPC::Run::run(
+	$run{h} = IPC::Run::start(
 		[
 			"$venv/bin/python", '-m', 'pytest', '-p', 'no:cacheprovider',
-			'-v', '-rs', "--junitxml=$xml", '-o', 'junit_family=xunit1',
-			@args
+			'-v', '-rs', "--junitxml=$run{xml}", '-o', 'junit_family=xunit1',
+			"--basetemp=$tmp/pytest-$id", @args
 		],
-		'>', \$out, '2>', \$err,
+		'<', \undef, '>', $run{out}, '2>', $run{err},
 		# Not from the tree's top: its dlock.so (the extension) would be
 		# imported as the Python module dlock.
 		init => sub { chdir $tmp or die "chdir $tmp: $!" });
+	return \%run;
+}
+
+# pytest_finish RUN: wait for a pytest_start, then its TAP lines; returns
+# the number of test cases.
+sub pytest_finish
+{
+	my ($run) = @_;
+	$run->{h}->finish;
+	local $LABEL = $run->{label};
+	my ($out, $err, $xml) = (slurp_file($run->{out}), slurp_file($run->{err}), $run->{xml});
 	my $junit = -e $xml ? slurp_file($xml) : '';
 	my ($n, $pass, $skip, $known, $fail) = (0, 0, 0, 0, 0);
 	while ($junit =~ m{<testcase\b([^>]*?)(/>|>(.*?)</testcase>)}gs)
@@ -173,14 +197,14 @@ sub pytest
 	}
 	if ($n == 0)
 	{
-		fail("pytest @args ran no tests");
+		fail("pytest $run->{args} ran no tests");
 		diag("$out$err");
 	}
 	elsif ($ENV{DLOCK_TEST_VERBOSE})
 	{
 		note($out);
 	}
-	diag("${LABEL}pytest @args: $n tests: $pass passed, $skip skipped, $fail failed"
+	diag("${LABEL}pytest $run->{args}: $n tests: $pass passed, $skip skipped, $fail failed"
 		  . ($known ? ", $known known failures outside dlock (TODO)" : ''));
 	return $n;
 }

@@ -234,9 +234,9 @@ sub commands {
     ($rc, $out) = cli('reap');
     is("$rc $out", "0 2\n", "$label: reap frees the two expired leases");
 
-    # watch prints the release event
+    # watch prints the release event (once its LISTEN is done: idle after it)
     my $pid = spawn('watch', $cli, '-d', conn('alice', 'watcher'), 'watch', 'wr');
-    ok(until_true(30, sub { q1($al, "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'watcher' AND query ~ '^LISTEN'") }),
+    ok(until_true(30, sub { q1($al, "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'watcher' AND query ~ '^LISTEN' AND state = 'idle'") }),
        "$label: watch listens");
     q1($dbo, "SELECT dlock.try_lock('wr', 'a', '30s')");
     q1($dbo, "SELECT dlock.unlock('wr', 'a')");

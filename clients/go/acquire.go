@@ -1,0 +1,295 @@
+package dlock
+
+// acquire.go - taking a holding: Acquire, TryAcquire, AcquireAll,
+// TryAcquireAll (and Campaign, election.go, through take).
+//
+// The lease starts when the server grants it, somewhere in the
+// statement's wait. After a short wait it is dated from when the
+// statement was sent; after a wait of a third of the lease or more, from
+// a renewal sent at once: never later than the server's expiry.
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+)
+
+// Acquire takes RESOURCE, waiting up to Wait (default: no limit but the
+// context's deadline and statement_timeout). When the wait ends first it
+// returns an *Error with Code 55P03 wrapping ErrNotAcquired. With
+// Semaphore(max) it takes Permits(n) of the semaphore RESOURCE.
+func Acquire(ctx context.Context, db *sql.DB, resource string, opts ...Option) (*Lock, error) {
+	return acquire(ctx, db, []string{resource}, false, collect(opts))
+}
+
+// TryAcquire is Acquire with Wait(0): one try.
+func TryAcquire(ctx context.Context, db *sql.DB, resource string, opts ...Option) (*Lock, error) {
+	return acquire(ctx, db, []string{resource}, false, collect(append(opts, Wait(0))))
+}
+
+// AcquireAll takes every one of RESOURCES or none (dlock.lock_all): one
+// Lock, renewed and released as a whole, lost when any of them is.
+func AcquireAll(ctx context.Context, db *sql.DB, resources []string, opts ...Option) (*Lock, error) {
+	return acquire(ctx, db, resources, true, collect(opts))
+}
+
+// TryAcquireAll is AcquireAll with Wait(0).
+func TryAcquireAll(ctx context.Context, db *sql.DB, resources []string, opts ...Option) (*Lock, error) {
+	return acquire(ctx, db, resources, true, collect(append(opts, Wait(0))))
+}
+
+// spec: one acquisition statement and what to make of its result.
+type spec struct {
+	query     string
+	args      []interface{}
+	resources []string
+	holder    string
+	generated bool
+	o         *options
+	st        *stmts
+	releaseQ  string
+	keep      int64 // a term this candidate leads already: never released here
+}
+
+func checkDB(db *sql.DB) error {
+	if db == nil {
+		return invalid("a *sql.DB is needed")
+	}
+	return nil
+}
+
+// waitArg: the wait as sent: Wait, bounded by CTX's deadline (so that the
+// server ends the wait, not a cancelled statement); NULL for no limit.
+func waitArg(ctx context.Context, o *options) interface{} {
+	w, has := o.wait, o.hasWait
+	if dl, ok := ctx.Deadline(); ok {
+		left := time.Until(dl) - 50*time.Millisecond
+		if left < 0 {
+			left = 0
+		}
+		if !has || left < w {
+			w, has = left, true
+		}
+	}
+	return nullable(interval(w), has)
+}
+
+func acquire(ctx context.Context, db *sql.DB, resources []string, multi bool, o *options) (*Lock, error) {
+	if err := checkDB(db); err != nil {
+		return nil, err
+	}
+	if err := o.check(); err != nil {
+		return nil, err
+	}
+	if multi && (len(resources) == 0 || o.maxPermits != 0 || o.fair || o.hasDelay) {
+		return nil, invalid("AcquireAll needs resources and takes no Semaphore, Fair or LockDelay option")
+	}
+	s := &spec{resources: resources, o: o, st: &one, releaseQ: one.release}
+	s.holder, s.generated = o.holder, !o.hasHolder
+	if s.generated {
+		s.holder = uniqueHolder()
+	}
+	lease := nullable(interval(o.lease), o.hasLease)
+	s.args = []interface{}{resources[0], s.holder, lease, waitArg(ctx, o)}
+	switch {
+	case multi:
+		s.st, s.releaseQ = &many, many.release
+		s.args[0] = textArray(resources)
+		s.args = append(s.args, strconv.FormatBool(o.shared))
+		s.query = `SELECT pg_catalog.array_to_string(dlock.lock_all(resources => $1::pg_catalog.text::pg_catalog.text[], holder => $2::pg_catalog.text, ` +
+			`lease => $3::pg_catalog.text::pg_catalog.interval, wait => $4::pg_catalog.text::pg_catalog.interval, shared => $5::pg_catalog.text::pg_catalog.bool), ',')`
+	case o.maxPermits != 0:
+		permits := 1
+		if o.hasPermits {
+			permits = o.permits
+		}
+		s.args = append(s.args, strconv.Itoa(o.maxPermits), strconv.Itoa(permits), strconv.FormatBool(o.fair))
+		s.query = `SELECT dlock.acquire(semaphore => $1::pg_catalog.text, holder => $2::pg_catalog.text, max_permits => $5::pg_catalog.text::pg_catalog.int4, ` +
+			`permits => $6::pg_catalog.text::pg_catalog.int4, lease => $3::pg_catalog.text::pg_catalog.interval, wait => $4::pg_catalog.text::pg_catalog.interval, ` +
+			`fair => $7::pg_catalog.text::pg_catalog.bool)::pg_catalog.text`
+	default:
+		s.args = append(s.args, strconv.FormatBool(o.fair), strconv.FormatBool(o.shared))
+		s.query = `SELECT dlock.lock(resource => $1::pg_catalog.text, holder => $2::pg_catalog.text, lease => $3::pg_catalog.text::pg_catalog.interval, ` +
+			`wait => $4::pg_catalog.text::pg_catalog.interval, fair => $5::pg_catalog.text::pg_catalog.bool, shared => $6::pg_catalog.text::pg_catalog.bool`
+		if o.hasDelay {
+			s.args = append(s.args, interval(o.lockDelay))
+			s.query += `, lock_delay => $7::pg_catalog.text::pg_catalog.interval`
+		}
+		s.query += `)::pg_catalog.text`
+	}
+	l, err := take(ctx, db, s)
+	if l != nil && o.maxPermits != 0 {
+		l.maxPermits, l.permits = o.maxPermits, 1
+		if o.hasPermits {
+			l.permits = o.permits
+		}
+	}
+	return l, err
+}
+
+// take runs S's statement; the Lock, renewing. It returns at CTX's end;
+// a holding granted after all is then released (grant).
+func take(ctx context.Context, db *sql.DB, s *spec) (*Lock, error) {
+	name := s.resources[0]
+	if len(s.resources) > 1 {
+		name = fmt.Sprint(s.resources)
+	}
+	var res sql.NullString
+	sent, err := grant(ctx, db, s, &res)
+	if err != nil {
+		return nil, wrap(err, "acquiring "+strconv.Quote(name))
+	}
+	fences, err := parseFences(res)
+	if err != nil {
+		return nil, err
+	}
+	if fences == nil {
+		return nil, &Error{Code: "55P03", Err: ErrNotAcquired,
+			Message: fmt.Sprintf("dlock: %q not acquired within the wait", name)}
+	}
+	l := &Lock{db: db, resources: s.resources, fences: fences, holder: s.holder, st: s.st,
+		releaseQ: s.releaseQ, leaseArg: s.args[2], lease: s.o.lease.Truncate(time.Microsecond),
+		done: make(chan struct{}), stopRenew: make(chan struct{}), finished: make(chan struct{})}
+	if err := l.settle(ctx, &sent); err != nil {
+		go s.undo(db, fences, nil)
+		return nil, err
+	}
+	go l.run(sent)
+	return l, nil
+}
+
+// grant runs S's statement, scanning its result into RES. At CTX's end it
+// returns CTX's error at once. The statement goes on by itself then: at
+// a deadline the server ends the wait first (waitArg), so its answer is
+// awaited (up to releaseTimeout); a cancel cancels it. A holding it
+// granted after all is released by its fence, the holder's or not (the
+// caller was told it failed); if the outcome stays unknown, a holder
+// made up here is released whole (nobody else can use it).
+func grant(ctx context.Context, db *sql.DB, s *spec, res *sql.NullString) (time.Time, error) {
+	type result struct {
+		sent time.Time
+		v    sql.NullString
+		err  error
+	}
+	sctx, stop := context.WithCancel(context.Background())
+	ch := make(chan result, 1)
+	go func() {
+		var r result
+		conn, err := db.Conn(ctx)
+		if err == nil && ctx.Err() != nil {
+			// lib/pq connects past the context's end: nothing sent.
+			conn.Close()
+			err = ctx.Err()
+		}
+		if err != nil {
+			r.err = err
+			ch <- r
+			return
+		}
+		r.sent = time.Now()
+		r.err = conn.QueryRowContext(sctx, s.query, s.args...).Scan(&r.v)
+		if r.err != nil && !serverError(r.err) {
+			_ = conn.Raw(func(interface{}) error { return errBadConn })
+		}
+		conn.Close()
+		ch <- r
+	}()
+	select {
+	case r := <-ch:
+		stop()
+		*res = r.v
+		return r.sent, r.err
+	case <-ctx.Done():
+	}
+	if !errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		stop()
+	}
+	go func() {
+		defer stop()
+		t := time.NewTimer(releaseTimeout)
+		defer t.Stop()
+		var r result
+		select {
+		case r = <-ch:
+		case <-t.C:
+			stop()
+			t.Reset(releaseTimeout)
+			select {
+			case r = <-ch:
+			case <-t.C:
+				r.sent, r.err = time.Now(), context.DeadlineExceeded
+			}
+		}
+		if r.err != nil {
+			if !r.sent.IsZero() && !serverError(r.err) {
+				s.undo(db, nil, r.err)
+			}
+			return
+		}
+		if fences, err := parseFences(r.v); err == nil && fences != nil {
+			s.undo(db, fences, nil)
+		}
+	}()
+	return time.Time{}, ctx.Err()
+}
+
+// undo releases a holding S granted that the caller will not get: by its
+// FENCES; with none (CAUSE: the outcome unknown), a made-up holder's
+// every holding. Never a term this candidate leads already.
+func (s *spec) undo(db *sql.DB, fences []int64, cause error) {
+	c, cancel := context.WithTimeout(context.Background(), releaseTimeout)
+	defer cancel()
+	if fences == nil {
+		if s.generated && s.keep == 0 && cause != nil {
+			var n sql.NullInt64
+			_, _ = queryRow(c, db, `SELECT dlock.unlock_all(holder => $1::pg_catalog.text)`, []interface{}{s.holder}, &n)
+		}
+		return
+	}
+	if s.keep != 0 && fences[0] == s.keep {
+		return
+	}
+	l := &Lock{resources: s.resources, fences: fences, st: s.st}
+	first, fence := l.target()
+	var ok bool
+	_, _ = queryRow(c, db, s.releaseQ, []interface{}{first, s.holder, fence}, &ok)
+}
+
+// settle: the lease of a holding just taken (the server's default read
+// back when none was given), and a renewal at once after a long wait,
+// which then dates the lease (SENT).
+func (l *Lock) settle(ctx context.Context, sent *time.Time) error {
+	if l.leaseArg == nil {
+		// In microseconds, as an integer: float8's text depends on
+		// extra_float_digits ("2e+03" at -15).
+		var us sql.NullInt64
+		_, err := queryRow(ctx, l.db, `SELECT (SELECT (extract(epoch FROM lease) OPERATOR(pg_catalog.*) 1000000)::pg_catalog.int8 FROM dlock.locks `+
+			`WHERE resource OPERATOR(pg_catalog.=) $1::pg_catalog.text AND holder OPERATOR(pg_catalog.=) $2::pg_catalog.text `+
+			`AND fence OPERATOR(pg_catalog.=) $3::pg_catalog.text::pg_catalog.int8)`,
+			[]interface{}{l.resources[0], l.holder, strconv.FormatInt(l.fences[0], 10)}, &us)
+		if err != nil {
+			return wrap(err, "reading the lease back")
+		}
+		if !us.Valid {
+			return &Error{Err: ErrLost, Message: fmt.Sprintf("dlock: %q gone right after it was acquired", l.name())}
+		}
+		l.lease = time.Duration(us.Int64) * time.Microsecond
+	}
+	if time.Since(*sent) < l.lease/3 {
+		return nil
+	}
+	c, cancel := context.WithTimeout(ctx, minDur(l.lease/3, releaseTimeout))
+	defer cancel()
+	r := l.renewOnce(c)
+	if r.err != nil {
+		return wrap(r.err, "confirming "+strconv.Quote(l.name()))
+	}
+	if !r.ok {
+		return &Error{Err: ErrLost, Message: fmt.Sprintf("dlock: the lease of %q ended before its acquisition was answered", l.name())}
+	}
+	*sent = r.sent
+	return nil
+}

@@ -1,0 +1,540 @@
+// attack_test.go: a review's attacks on the client, kept as tests: the
+// application's session settings, search_path look-alikes, a pool of one,
+// pgbouncer under load, a grant answered after the context's end, waits
+// cancelled, Release racing the renewals, elections with a paused leader,
+// the lease counted as the server has it, no goroutine left behind.
+// Promises: P16
+
+package dlock_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand"
+	"os"
+	"runtime"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	dlock "github.com/dlock-pg/dlock-go"
+)
+
+// Every kind taken with the server's default lease (no Lease option):
+// held, renewed, released; never declared lost as it is taken.
+func TestDefaultLeaseEveryKind(t *testing.T) {
+	t.Parallel()
+	app := appDB(t, "")
+	r := unique("deflease")
+	check := func(what string, l *dlock.Lock, err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+		if l.Lease() <= 0 || l.Err() != nil {
+			t.Fatalf("%s: lease %v, Err %v", what, l.Lease(), l.Err())
+		}
+		if err := l.Release(bg()); err != nil {
+			t.Fatalf("%s: Release: %v", what, err)
+		}
+	}
+	l, err := dlock.Acquire(bg(), app, r+":x")
+	check("exclusive", l, err)
+	l, err = dlock.Acquire(bg(), app, r+":s", dlock.Shared())
+	check("shared", l, err)
+	l, err = dlock.Acquire(bg(), app, r+":sem", dlock.Semaphore(3), dlock.Permits(2))
+	check("semaphore", l, err)
+	l, err = dlock.AcquireAll(bg(), app, []string{r + ":a", r + ":b"})
+	check("multi", l, err)
+	e, err := dlock.NewElection(app, r+":e")
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err = e.Campaign(bg(), "v")
+	check("leadership", l, err)
+	if errors.Is(err, dlock.ErrLost) {
+		t.Fatal("lost at once")
+	}
+}
+
+// The server grants the lock but its answer comes after the context's
+// deadline: Acquire fails, and the grant is released, not left held
+// until its lease ends (the holder the caller chose, and a made-up one).
+func TestGrantAfterDeadline(t *testing.T) {
+	t.Parallel()
+	admin := appDB(t, "")
+	p := newProxy(t)
+	// One round trip per statement: the acquisition is sent whole.
+	app := open(t, p.dsn(), oneTrip)
+	for _, holder := range []string{"", unique("holder")} {
+		r := unique("late-grant")
+		if err := app.PingContext(within(t, 10*time.Second)); err != nil {
+			t.Fatal(err)
+		}
+		opts := []dlock.Option{dlock.Lease(time.Minute)}
+		if holder != "" {
+			opts = append(opts, dlock.Holder(holder))
+		}
+		p.hold()
+		ctx, cancel := context.WithTimeout(bg(), 500*time.Millisecond)
+		l, err := dlock.Acquire(ctx, app, r, opts...)
+		cancel()
+		p.release()
+		t.Logf("holder %q: %v", holder, err)
+		if err == nil {
+			// Returned after all: then it must be held and releasable.
+			if err := l.Release(bg()); err != nil {
+				t.Fatal(err)
+			}
+			continue
+		}
+		if !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("holder %q: %v", holder, err)
+		}
+		ctx = within(t, 8*time.Second)
+		for {
+			h := row(t, admin, r)
+			if !h.exists || !h.live {
+				break
+			}
+			if ctx.Err() != nil {
+				t.Fatalf("holder %q: the grant the caller was told failed is still held: %+v", holder, h)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+}
+
+// The application's search_path puts a schema of look-alike functions
+// before pg_catalog: the client's statements still mean what they say.
+// Here bool_and is always true: a multi-lock broken by an administrator
+// must still fail AssertFence (55P03), Check and Release, and be lost.
+func TestSearchPathLookAlikes(t *testing.T) {
+	t.Parallel()
+	admin := appDB(t, "")
+	schema := fmt.Sprintf("go_evil_%d", os.Getpid())
+	if _, err := admin.Exec(`CREATE SCHEMA ` + schema + `; CREATE FUNCTION ` + schema +
+		`.yes(boolean, boolean) RETURNS boolean LANGUAGE sql AS 'SELECT true'; CREATE AGGREGATE ` +
+		schema + `.bool_and(boolean) (sfunc = ` + schema + `.yes, stype = boolean, initcond = 'true')`); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _, _ = admin.Exec(`DROP SCHEMA ` + schema + ` CASCADE`) })
+	app := appDB(t, "search_path="+schema+",pg_catalog,public")
+	a, b := unique("path-a"), unique("path-b")
+	m, err := dlock.AcquireAll(bg(), app, []string{a, b}, dlock.Lease(1500*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := admin.Exec(`SELECT dlock.break_lock($1)`, a); err != nil {
+		t.Fatal(err)
+	}
+	tx, err := app.BeginTx(bg(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = m.AssertFence(bg(), tx)
+	_ = tx.Rollback()
+	var de *dlock.Error
+	if !errors.As(err, &de) || de.Code != "55P03" {
+		t.Fatalf("AssertFence of a broken multi-lock: %v, want SQLSTATE 55P03", err)
+	}
+	if ok, err := m.Check(bg()); err != nil || ok {
+		t.Fatalf("Check of a broken multi-lock: %v, %v", ok, err)
+	}
+	if !closed(within(t, 10*time.Second), m.Done()) {
+		t.Fatal("Done not closed: the renewal says a broken multi-lock is held")
+	}
+	if err := m.Release(bg()); !errors.Is(err, dlock.ErrLost) {
+		t.Fatalf("Release of a broken multi-lock: %v, want ErrLost", err)
+	}
+}
+
+// Elections under faults: the leader's Observe channel never read does
+// not hold its renewal up; the leader's backends paused and its new
+// connections black-holed: it learns of its loss before the other
+// candidate is elected.
+func TestElectionLeaderPaused(t *testing.T) {
+	t.Parallel()
+	admin := appDB(t, "")
+	p := newProxy(t)
+	name := fmt.Sprintf("go-test-elect-%d", os.Getpid())
+	app := open(t, p.dsn(), "application_name="+name)
+	election := unique("paused-election")
+	e1, err := dlock.NewElection(app, election, dlock.Lease(2*time.Second), dlock.PollInterval(10*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	e2, _ := dlock.NewElection(appDB(t, ""), election, dlock.Lease(2*time.Second))
+	ctx, cancel := context.WithCancel(bg())
+	defer cancel()
+	_ = e1.Observe(ctx) // never read
+	lead, err := e1.Campaign(bg(), "one")
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(3 * time.Second) // past the lease: renewed all the same
+	if lead.Err() != nil {
+		t.Fatalf("lost while its Observe channel was not read: %v", lead.Err())
+	}
+	got := make(chan error, 1)
+	go func() {
+		l, err := e2.Campaign(within(t, 30*time.Second), "two")
+		if err == nil {
+			select {
+			case <-lead.Done():
+			default:
+				err = fmt.Errorf("elected while the old leader still thought it led")
+			}
+			_ = l.Release(bg())
+		}
+		got <- err
+	}()
+	p.blockNew()
+	defer p.heal()
+	defer pause(t, admin, name)()
+	if err := <-got; err != nil {
+		t.Fatal(err)
+	}
+	if !errors.Is(lead.Err(), dlock.ErrLost) {
+		t.Fatalf("Err: %v", lead.Err())
+	}
+}
+
+// A pool of one connection, each connection's life a few milliseconds:
+// the caller's transaction and the renewal take turns; the lock is
+// renewed past its lease, fenced writes pass, Release and the election
+// work; nothing waits for ever.
+func TestPoolOfOne(t *testing.T) {
+	t.Parallel()
+	app := appDB(t, "")
+	app.SetMaxOpenConns(1)
+	app.SetConnMaxLifetime(5 * time.Millisecond)
+	r := unique("pool1")
+	ctx := within(t, 60*time.Second)
+	l, err := dlock.Acquire(ctx, app, r, dlock.Lease(time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 10; i++ { // 3 s: past the lease
+		tx, err := app.BeginTx(ctx, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := l.AssertFence(ctx, tx); err != nil {
+			t.Fatal(err)
+		}
+		if err := tx.Commit(); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(300 * time.Millisecond)
+	}
+	if l.Err() != nil {
+		t.Fatalf("lost: %v", l.Err())
+	}
+	if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	e, _ := dlock.NewElection(app, unique("pool1-election"), dlock.Lease(time.Second))
+	lead, err := e.Campaign(ctx, "v")
+	if err != nil {
+		t.Fatal(err)
+	}
+	octx, cancel := context.WithCancel(ctx)
+	ob := e.Observe(octx)
+	if ld := <-ob.C; ld == nil || ld.Term != lead.Fence() {
+		t.Fatalf("observed %+v", ld)
+	}
+	time.Sleep(1500 * time.Millisecond)
+	cancel()
+	if err := e.Resign(ctx); err != nil || lead.Err() != dlock.ErrReleased {
+		t.Fatalf("resign: %v, Err %v", err, lead.Err())
+	}
+}
+
+// No goroutine outlives its lock: after Release, after a loss, after a
+// wait cancelled or timed out, and after an election's Observe ends.
+// Not parallel: it counts the process's goroutines.
+func TestNoGoroutineLeft(t *testing.T) {
+	admin := appDB(t, "")
+	before := runtime.NumGoroutine()
+	func() {
+		app := open(t, os.Getenv("DLOCK_TEST_DSN"), "")
+		defer app.Close()
+		r := unique("leak")
+		for i := 0; i < 10; i++ {
+			l, err := dlock.Acquire(bg(), app, r, dlock.Lease(time.Second))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if i%2 == 1 {
+				if _, err := admin.Exec(`SELECT dlock.break_lock($1)`, r); err != nil {
+					t.Fatal(err)
+				}
+				<-l.Done()
+			}
+			_ = l.Release(bg())
+			_ = l.Release(bg())
+		}
+		hold, err := dlock.Acquire(bg(), app, r, dlock.Lease(5*time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithTimeout(bg(), 200*time.Millisecond)
+		if _, err := dlock.Acquire(ctx, app, r); err == nil {
+			t.Fatal("acquired a held lock")
+		}
+		cancel()
+		ctx, cancel = context.WithCancel(bg())
+		go func() { time.Sleep(200 * time.Millisecond); cancel() }()
+		if _, err := dlock.Acquire(ctx, app, r); err == nil {
+			t.Fatal("acquired a held lock")
+		}
+		e, _ := dlock.NewElection(app, unique("leak-election"))
+		octx, ocancel := context.WithCancel(bg())
+		ob := e.Observe(octx)
+		<-ob.C
+		ocancel()
+		for range ob.C {
+		}
+		_ = hold.Release(bg())
+	}()
+	ctx := within(t, 20*time.Second)
+	for runtime.NumGoroutine() > before {
+		if ctx.Err() != nil {
+			buf := make([]byte, 1<<20)
+			t.Fatalf("%d goroutines, %d before:\n%s", runtime.NumGoroutine(), before, buf[:runtime.Stack(buf, true)])
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// The lease the client counts down is the server's, to the microsecond:
+// given with a fraction of a millisecond, or the server's default read
+// back under extra_float_digits = -15 (float8 as "2e+03").
+func TestLeaseAsTheServerHasIt(t *testing.T) {
+	t.Parallel()
+	admin := appDB(t, "")
+	app := appDB(t, "extra_float_digits=-15 dlock.default_lease=1500ms")
+	for _, opts := range [][]dlock.Option{nil, {dlock.Lease(1234567 * time.Microsecond)}, {dlock.Lease(2*time.Second + 600*time.Microsecond)}} {
+		r := unique("lease-exact")
+		l, err := dlock.Acquire(bg(), app, r, opts...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var us int64
+		if err := admin.QueryRow(`SELECT (extract(epoch FROM lease) * 1000000)::bigint FROM dlock.locks WHERE resource = $1`, r).Scan(&us); err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("client %v server %v", l.Lease(), time.Duration(us)*time.Microsecond)
+		if l.Lease() != time.Duration(us)*time.Microsecond {
+			t.Errorf("the client counts a lease of %v, the server's is %v", l.Lease(), time.Duration(us)*time.Microsecond)
+		}
+		_ = l.Release(bg())
+	}
+}
+
+// The application's session settings in its DSN: every call either works
+// or fails with the server's SQLSTATE; none misreads an answer. With the
+// driver's defaults and with one round trip per statement (text results).
+func TestSessionSettings(t *testing.T) {
+	t.Parallel()
+	settings := []string{"DateStyle=SQL,DMY", "IntervalStyle=sql_standard", "TimeZone=Pacific/Chatham",
+		"extra_float_digits=-15", "default_transaction_isolation=serializable", "lc_monetary=C",
+		"bytea_output=escape", "standard_conforming_strings=off", "default_transaction_read_only=on",
+		"statement_timeout=1", "lock_timeout=1", "idle_in_transaction_session_timeout=1",
+		"search_path=pg_temp"}
+	for _, extra := range []string{"", oneTrip} {
+		for _, set := range settings {
+			app := appDB(t, set+" "+extra)
+			what := set + " " + extra
+			sqlstate := func(step string, err error) bool {
+				t.Helper()
+				if err == nil {
+					return false
+				}
+				var de *dlock.Error
+				if !errors.As(err, &de) || de.Code == "" {
+					t.Errorf("%s: %s: an error without SQLSTATE: %v", what, step, err)
+				}
+				return true
+			}
+			if set == "standard_conforming_strings=off" && strings.Contains(extra, "simple") {
+				continue // pgx refuses it itself, before sending anything
+			}
+			l, err := dlock.Acquire(bg(), app, unique("settings"), dlock.Lease(5*time.Second))
+			if !sqlstate("Acquire", err) {
+				if ok, err := l.Check(bg()); !sqlstate("Check", err) && !ok {
+					t.Errorf("%s: Check says a held lock is not held", what)
+				}
+				if err := l.Release(bg()); err != nil {
+					sqlstate("Release", err)
+				}
+			}
+			e, _ := dlock.NewElection(app, unique("settings-election"))
+			lead, err := e.Campaign(bg(), "v")
+			if sqlstate("Campaign", err) {
+				continue
+			}
+			ld, err := e.Leader(bg())
+			if !sqlstate("Leader", err) && (ld == nil || ld.Term != lead.Fence() ||
+				ld.ExpiresAt.Before(ld.ElectedAt) || time.Since(ld.ElectedAt) > time.Hour || time.Until(ld.ElectedAt) > time.Hour) {
+				t.Errorf("%s: Leader read %+v (term %d)", what, ld, lead.Fence())
+			}
+			if err := e.Resign(bg()); err != nil {
+				sqlstate("Resign", err)
+			}
+		}
+	}
+}
+
+// Behind pgbouncer (transaction pooling, two server connections), many
+// goroutines at once: whoever gets a resource finds its previous holder
+// gone or told (Done closed: the loss is signalled before the lease's
+// end); a lock checks as held until it is lost; errors carry their
+// SQLSTATE but for timeouts (waiters hold the pool's server connections).
+func TestBouncerConcurrent(t *testing.T) {
+	t.Parallel()
+	b := bouncerDB(t)
+	seed := time.Now().UnixNano()
+	t.Logf("seed %d", seed)
+	rng := rand.New(rand.NewSource(seed))
+	resources := []string{unique("bc-a"), unique("bc-b")}
+	var mu sync.Mutex
+	current := make([]*dlock.Lock, len(resources))
+	var wg sync.WaitGroup
+	for g := 0; g < 4; g++ {
+		k, pause := rng.Intn(2), time.Duration(rng.Intn(20))*time.Millisecond
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; i < 5; i++ {
+				l, err := dlock.Acquire(within(t, 60*time.Second), b, resources[k], dlock.Lease(2*time.Second), dlock.Wait(2*time.Second))
+				var de *dlock.Error
+				if err != nil {
+					if (!errors.As(err, &de) || de.Code == "") && !errors.Is(err, context.DeadlineExceeded) {
+						t.Errorf("Acquire: an error without SQLSTATE: %v", err)
+					}
+					continue
+				}
+				mu.Lock()
+				if prev := current[k]; prev != nil && prev.Err() == nil {
+					t.Errorf("%s granted while its previous holder was not told of its loss", resources[k])
+				}
+				current[k] = l
+				mu.Unlock()
+				if ok, err := l.Check(within(t, time.Second)); err == nil && !ok && l.Err() == nil {
+					t.Errorf("Check: not held, and not lost")
+				}
+				time.Sleep(pause)
+				mu.Lock()
+				if current[k] == l {
+					current[k] = nil
+				}
+				mu.Unlock()
+				if err := l.Release(bg()); err != nil && !errors.Is(err, dlock.ErrLost) {
+					if (!errors.As(err, &de) || de.Code == "") && !errors.Is(err, context.DeadlineExceeded) {
+						t.Errorf("Release: an error without SQLSTATE: %v", err)
+					}
+				}
+			}
+		}()
+	}
+	wg.Wait()
+}
+
+// Release racing the renewals (a short lease, released at seeded random
+// moments, from two goroutines at once): nil or ErrLost, Err then
+// ErrReleased or ErrLost, Done closed, nothing left live on the server.
+func TestReleaseRacesRenewal(t *testing.T) {
+	t.Parallel()
+	app, admin := appDB(t, ""), appDB(t, "")
+	seed := time.Now().UnixNano()
+	t.Logf("seed %d", seed)
+	rng := rand.New(rand.NewSource(seed))
+	for i := 0; i < 20; i++ {
+		r := unique("race")
+		l, err := dlock.Acquire(bg(), app, r, dlock.Lease(300*time.Millisecond))
+		if err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(time.Duration(rng.Intn(250)) * time.Millisecond)
+		errs := make(chan error, 2)
+		for j := 0; j < 2; j++ {
+			go func() { errs <- l.Release(bg()) }()
+		}
+		for j := 0; j < 2; j++ {
+			if err := <-errs; err != nil && !errors.Is(err, dlock.ErrLost) {
+				t.Fatalf("Release: %v", err)
+			}
+		}
+		select {
+		case <-l.Done():
+		default:
+			t.Fatal("Done not closed after Release")
+		}
+		if e := l.Err(); e != dlock.ErrReleased && !errors.Is(e, dlock.ErrLost) {
+			t.Fatalf("Err after Release: %v", e)
+		}
+		if h := row(t, admin, r); h.exists && h.live {
+			t.Fatalf("still held after Release: %+v", h)
+		}
+	}
+}
+
+// A wait cancelled (no deadline: the server is not told by the wait
+// argument) leaves no waiting statement behind, fair or not, and the
+// lock is not taken afterwards by the abandoned statement.
+func TestCancelledWaitLeavesNothing(t *testing.T) {
+	t.Parallel()
+	name := fmt.Sprintf("go-test-cancel-%d", os.Getpid())
+	app, admin := appDB(t, "application_name="+name), appDB(t, "")
+	waiting := func() int {
+		var n int
+		if err := admin.QueryRow(`SELECT count(*) FROM pg_stat_activity WHERE application_name = $1 `+
+			`AND state = 'active' AND query LIKE '%dlock.lock(%'`, name).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	for _, fair := range []bool{false, true} {
+		r := unique("cancel-wait")
+		holder, err := dlock.Acquire(bg(), app, r, dlock.Lease(10*time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		opts := []dlock.Option{dlock.Holder(unique("waiter"))}
+		if fair {
+			opts = append(opts, dlock.Fair())
+		}
+		ctx, cancel := context.WithCancel(bg())
+		go func() {
+			// Cancel once the statement waits on the server.
+			for ctx.Err() == nil && waiting() == 0 {
+				time.Sleep(10 * time.Millisecond)
+			}
+			cancel()
+		}()
+		if _, err := dlock.Acquire(ctx, app, r, opts...); !errors.Is(err, context.Canceled) {
+			t.Fatalf("fair %v: %v, want context.Canceled", fair, err)
+		}
+		cancel()
+		wctx := within(t, 10*time.Second)
+		for waiting() > 0 {
+			if wctx.Err() != nil {
+				t.Fatalf("fair %v: a waiting statement left behind", fair)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		if err := holder.Release(bg()); err != nil {
+			t.Fatal(err)
+		}
+		// Free now: a newcomer gets it at once (no ghost waiter ahead).
+		l, err := dlock.TryAcquire(bg(), app, r)
+		if err != nil {
+			t.Fatalf("fair %v: after the cancelled wait: %v", fair, err)
+		}
+		_ = l.Release(bg())
+	}
+}

@@ -1,0 +1,154 @@
+package dlock
+
+// db.go - one statement on a connection of its own from the caller's
+// *sql.DB, parameters as text (the same with every driver), and the
+// helpers for them: holders, intervals, array literals.
+
+import (
+	"context"
+	"crypto/rand"
+	"database/sql"
+	"database/sql/driver"
+	"encoding/hex"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Execer runs a statement: *sql.Tx, *sql.Conn or *sql.DB
+// (AssertFence's transaction).
+type Execer interface {
+	ExecContext(ctx context.Context, query string, args ...interface{}) (sql.Result, error)
+}
+
+// uniqueHolder: the default holder, unique to one lock object.
+func uniqueHolder() string {
+	b := make([]byte, 12)
+	if _, err := rand.Read(b); err != nil {
+		// crypto/rand does not fail on Linux; a clock-based fallback.
+		return fmt.Sprintf("%s:%d:%d", hostname(), os.Getpid(), time.Now().UnixNano())
+	}
+	return fmt.Sprintf("%s:%d:%s", hostname(), os.Getpid(), hex.EncodeToString(b))
+}
+
+func hostname() string {
+	h, err := os.Hostname()
+	if err != nil || h == "" {
+		return "go"
+	}
+	return h
+}
+
+// interval: D as interval text ("1500000 microseconds"): the interval's
+// own precision, so that the server's lease is the one counted here.
+func interval(d time.Duration) string {
+	return strconv.FormatInt(d.Microseconds(), 10) + " microseconds"
+}
+
+// nullable: V, or NULL when !OK.
+func nullable(v string, ok bool) interface{} {
+	if !ok {
+		return nil
+	}
+	return v
+}
+
+// textArray: a PostgreSQL array literal of VS (a parameter value, cast
+// to text[] by the statement: nothing is spliced into SQL).
+func textArray(vs []string) string {
+	var b strings.Builder
+	b.WriteByte('{')
+	for i, v := range vs {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		b.WriteByte('"')
+		for _, c := range v {
+			if c == '"' || c == '\\' {
+				b.WriteByte('\\')
+			}
+			b.WriteRune(c)
+		}
+		b.WriteByte('"')
+	}
+	b.WriteByte('}')
+	return b.String()
+}
+
+// intArray: "{1,2,3}".
+func intArray(vs []int64) string {
+	s := make([]string, len(vs))
+	for i, v := range vs {
+		s[i] = strconv.FormatInt(v, 10)
+	}
+	return "{" + strings.Join(s, ",") + "}"
+}
+
+// parseFences: an acquisition's result as text (one fence, or a
+// comma-separated list); nil for NULL.
+func parseFences(v sql.NullString) ([]int64, error) {
+	if !v.Valid {
+		return nil, nil
+	}
+	parts := strings.Split(strings.Trim(v.String, "{}"), ",")
+	out := make([]int64, len(parts))
+	for i, p := range parts {
+		f, err := strconv.ParseInt(strings.TrimSpace(p), 10, 64)
+		if err != nil {
+			return nil, &Error{Message: "dlock: unexpected fence " + strconv.Quote(v.String), Err: err}
+		}
+		out[i] = f
+	}
+	return out, nil
+}
+
+// queryRow: run SQL with ARGS on a connection of its own from DB, bounded
+// by CTX, scanning its one row into DEST. Returns when the statement was
+// sent (after getting the connection). It returns at CTX's end even when
+// the driver does not (lib/pq ignores it while connecting): the statement
+// then goes on by itself and its result is dropped, so the caller must
+// not read DEST after an error.
+func queryRow(ctx context.Context, db *sql.DB, query string, args []interface{}, dest ...interface{}) (time.Time, error) {
+	type result struct {
+		sent time.Time
+		err  error
+	}
+	ch := make(chan result, 1)
+	go func() {
+		sent, err := queryRowNow(ctx, db, query, args, dest...)
+		ch <- result{sent, err}
+	}()
+	select {
+	case r := <-ch:
+		return r.sent, r.err
+	case <-ctx.Done():
+		select {
+		case r := <-ch:
+			return r.sent, r.err
+		default:
+			return time.Time{}, ctx.Err()
+		}
+	}
+}
+
+// queryRowNow: queryRow, as long as the driver takes. A connection whose
+// statement did not end with a server's answer is not given back to the
+// pool.
+func queryRowNow(ctx context.Context, db *sql.DB, query string, args []interface{}, dest ...interface{}) (time.Time, error) {
+	conn, err := db.Conn(ctx)
+	if err != nil {
+		return time.Time{}, err
+	}
+	sent := time.Now()
+	err = conn.QueryRowContext(ctx, query, args...).Scan(dest...)
+	if err != nil && !serverError(err) {
+		// Mark it bad: a raw close, so the pool opens a new one.
+		_ = conn.Raw(func(interface{}) error { return errBadConn })
+	}
+	conn.Close()
+	return sent, err
+}
+
+var errBadConn = driver.ErrBadConn

@@ -1,0 +1,285 @@
+// faults_test.go: the lease under faults: broken by an administrator,
+// the renewal backend terminated, paused with SIGSTOP past the lease, the
+// server unreachable, the server stopped and restarted. A loss is
+// signalled (Done closed) before the lease ends on the server, never
+// after; failures shorter than the lease keep the lock.
+// Promises: P16
+
+package dlock_test
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"syscall"
+	"testing"
+	"time"
+
+	dlock "github.com/dlock-pg/dlock-go"
+)
+
+func TestBrokenByAdministrator(t *testing.T) {
+	t.Parallel()
+	app, admin := appDB(t, ""), appDB(t, "")
+	r := unique("broken")
+	l, err := dlock.Acquire(bg(), app, r, dlock.Lease(1500*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := admin.Exec(`SELECT dlock.break_lock($1)`, r); err != nil {
+		t.Fatal(err)
+	}
+	if !closed(within(t, 10*time.Second), l.Done()) {
+		t.Fatal("Done not closed after break_lock")
+	}
+	if !errors.Is(l.Err(), dlock.ErrLost) {
+		t.Fatalf("Err: %v, want ErrLost", l.Err())
+	}
+	if err := l.Release(bg()); !errors.Is(err, dlock.ErrLost) {
+		t.Fatalf("Release of a lost lock: %v", err)
+	}
+	// Broken between renewals and released at once: Release says so.
+	l2, err := dlock.Acquire(bg(), app, r, dlock.Lease(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := admin.Exec(`SELECT dlock.break_lock($1)`, r); err != nil {
+		t.Fatal(err)
+	}
+	if err := l2.Release(bg()); !errors.Is(err, dlock.ErrLost) {
+		t.Fatalf("Release after break_lock: %v, want ErrLost", err)
+	}
+	select {
+	case <-l2.Done():
+	default:
+		t.Fatal("Done not closed")
+	}
+}
+
+// The renewal connections' backends terminated again and again for longer
+// than the lease: renewals reconnect, the lock is kept.
+func TestRenewalBackendTerminated(t *testing.T) {
+	t.Parallel()
+	app, admin := appDB(t, "application_name=go-test-kill"), appDB(t, "")
+	r := unique("kill")
+	l, err := dlock.Acquire(bg(), app, r, dlock.Lease(2*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := row(t, admin, r)
+	for i := 0; i < 10; i++ {
+		if _, err := admin.Exec(`SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = 'go-test-kill'`); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(400 * time.Millisecond)
+	}
+	if l.Err() != nil {
+		t.Fatalf("lost: %v", l.Err())
+	}
+	if h := row(t, admin, r); !h.live || h.fence != first.fence {
+		t.Fatalf("server has %+v, want fence %d live", h, first.fence)
+	}
+	if err := l.Release(bg()); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// pause: SIGSTOP every backend of application APP; the undo.
+func pause(t *testing.T, admin *sql.DB, app string) func() {
+	t.Helper()
+	rows, err := admin.Query(`SELECT pid FROM pg_stat_activity WHERE application_name = $1`, app)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var pids []int
+	for rows.Next() {
+		var pid int
+		if err := rows.Scan(&pid); err != nil {
+			t.Fatal(err)
+		}
+		pids = append(pids, pid)
+	}
+	rows.Close()
+	if len(pids) == 0 {
+		t.Fatalf("no backend of %s", app)
+	}
+	for _, pid := range pids {
+		if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
+			t.Skipf("cannot pause the backend %d (not a local server of this user?): %v", pid, err)
+		}
+	}
+	return func() {
+		for _, pid := range pids {
+			_ = syscall.Kill(pid, syscall.SIGCONT)
+		}
+	}
+}
+
+// The renewal's backend paused (SIGSTOP) past the lease. While other
+// connections can be made, the renewal gives the paused one up at its
+// bound and renews on another: the lock is kept. When none can (new
+// connections black-holed), the loss is signalled while the server still
+// has the holding live.
+func TestRenewalPaused(t *testing.T) {
+	t.Parallel()
+	admin := appDB(t, "")
+	p := newProxy(t)
+	r := unique("stop")
+	name := fmt.Sprintf("go-test-stop-%d", os.Getpid())
+	app := open(t, p.dsn(), "application_name="+name)
+	l, err := dlock.Acquire(bg(), app, r, dlock.Lease(2*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resume := pause(t, admin, name)
+	time.Sleep(3 * time.Second)
+	resume()
+	if l.Err() != nil {
+		t.Fatalf("lost, though another connection could renew: %v", l.Err())
+	}
+	if h := row(t, admin, r); !h.live || h.fence != l.Fence() {
+		t.Fatalf("server has %+v", h)
+	}
+	release(t, l)
+
+	r2 := unique("stop-alone")
+	l2, err := dlock.Acquire(bg(), app, r2, dlock.Lease(3*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.blockNew()
+	defer p.heal()
+	defer pause(t, admin, name)()
+	if !closed(within(t, 20*time.Second), l2.Done()) {
+		t.Fatal("Done not closed while renewals hang")
+	}
+	if h := row(t, admin, r2); !h.exists || !h.live {
+		t.Fatalf("the loss was signalled after the lease had ended on the server: %+v", h)
+	}
+	if !errors.Is(l2.Err(), dlock.ErrLost) {
+		t.Fatalf("Err: %v", l2.Err())
+	}
+}
+
+// Renewal impossible: its connections cut and new ones black-holed. The
+// loss is signalled before the lease ends on the server; then a partition
+// shorter than the lease is survived.
+func TestPartition(t *testing.T) {
+	t.Parallel()
+	admin := appDB(t, "")
+	p := newProxy(t)
+	app := open(t, p.dsn(), "")
+	r := unique("partition")
+	l, err := dlock.Acquire(bg(), app, r, dlock.Lease(3*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.cutAll()
+	if !closed(within(t, 20*time.Second), l.Done()) {
+		t.Fatal("Done not closed while the server is unreachable")
+	}
+	if h := row(t, admin, r); !h.exists || !h.live {
+		t.Fatalf("the loss was signalled after the lease had ended on the server: %+v", h)
+	}
+	p.heal()
+	_ = l.Release(bg())
+
+	r2 := unique("partition-short")
+	l2, err := dlock.Acquire(bg(), app, r2, dlock.Lease(3*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(700 * time.Millisecond)
+	p.cutAll() // the renewal due at 1 s fails ...
+	time.Sleep(1200 * time.Millisecond)
+	p.heal() // ... a retry gets through before the lease's end
+	time.Sleep(3500 * time.Millisecond)
+	if l2.Err() != nil {
+		t.Fatalf("lost: %v", l2.Err())
+	}
+	if h := row(t, admin, r2); !h.live || h.fence != l2.Fence() {
+		t.Fatalf("server has %+v", h)
+	}
+	if err := l2.Release(bg()); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// The server stopped and restarted within the lease: renewals are retried
+// until it is back, the lock is kept. Not parallel: it runs alone.
+func TestServerRestart(t *testing.T) {
+	pgCtl, data := os.Getenv("DLOCK_TEST_PG_CTL"), os.Getenv("DLOCK_TEST_PG_DATA")
+	if pgCtl == "" || data == "" {
+		t.Skip("DLOCK_TEST_PG_CTL and DLOCK_TEST_PG_DATA (pg_ctl and the server's data directory) are not set")
+	}
+	app, admin := appDB(t, ""), appDB(t, "")
+	r := unique("restart")
+	l, err := dlock.Acquire(bg(), app, r, dlock.Lease(8*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(time.Second)
+	ctl := func(args ...string) {
+		cmd := exec.Command(pgCtl, append([]string{"-D", data, "-w"}, args...)...)
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("pg_ctl %v: %v\n%s", args, err, out)
+		}
+	}
+	ctl("-m", "fast", "stop")
+	time.Sleep(3 * time.Second) // the renewal due 2.7 s after the acquisition fails
+	ctl("-l", os.Getenv("DLOCK_TEST_PG_LOG"), "start")
+	time.Sleep(6 * time.Second) // past the lease of the last renewal before the stop
+	if l.Err() != nil {
+		t.Fatalf("lost: %v", l.Err())
+	}
+	if h := row(t, admin, r); !h.live || h.fence != l.Fence() {
+		t.Fatalf("server has %+v", h)
+	}
+	if ok, err := l.Check(bg()); !ok || err != nil {
+		t.Fatalf("check: %v %v", ok, err)
+	}
+	if err := l.Release(bg()); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A Release that does not get through (the server unreachable): it
+// returns the error, the lock does not look released, and its loss is
+// signalled before the lease ends (it is no longer renewed).
+func TestReleaseFailed(t *testing.T) {
+	t.Parallel()
+	admin := appDB(t, "")
+	p := newProxy(t)
+	app := open(t, p.dsn(), "")
+	r := unique("release-failed")
+	l, err := dlock.Acquire(bg(), app, r, dlock.Lease(3*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.cutAll()
+	ctx, cancel := context.WithTimeout(bg(), 500*time.Millisecond)
+	err = l.Release(ctx)
+	cancel()
+	if err == nil {
+		t.Fatal("Release through a partition returned nil")
+	}
+	if errors.Is(l.Err(), dlock.ErrReleased) {
+		t.Fatal("looks released, yet the server holds it")
+	}
+	if !closed(within(t, 20*time.Second), l.Done()) {
+		t.Fatal("Done not closed after a failed Release")
+	}
+	if h := row(t, admin, r); !h.exists || !h.live {
+		t.Fatalf("the loss was signalled after the lease had ended on the server: %+v", h)
+	}
+	if !errors.Is(l.Err(), dlock.ErrLost) {
+		t.Fatalf("Err: %v", l.Err())
+	}
+	p.heal()
+	if err := l.Release(bg()); !errors.Is(err, dlock.ErrLost) {
+		t.Fatalf("Release after the loss: %v", err)
+	}
+}

@@ -1,0 +1,3 @@
+module github.com/dlock-pg/dlock-go
+
+go 1.19

@@ -1,0 +1,235 @@
+// helpers_test.go: what the tests share: pools on the test server
+// (DLOCK_TEST_DSN, a superuser or the portable edition's owner), on
+// pgbouncer (DLOCK_TEST_BOUNCER_DSN, transaction pooling), and through a
+// TCP proxy the tests can cut. The driver is the one compiled in
+// (-tags dlock_pq, dlock_pgx4, dlock_pgx5); without one every test skips.
+// Promises: none
+
+package dlock_test
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+var counter int64
+
+// unique: a resource name of its own for each test.
+func unique(what string) string {
+	return fmt.Sprintf("go-test:%s:%d:%d", what, os.Getpid(), atomic.AddInt64(&counter, 1))
+}
+
+// driverName: the database/sql driver compiled in ("postgres" for
+// lib/pq, "pgx" for pgx's stdlib).
+func driverName() string {
+	for _, d := range sql.Drivers() {
+		if d == "pgx" || d == "postgres" {
+			return d
+		}
+	}
+	return ""
+}
+
+// open: a *sql.DB on DSN with EXTRA ("application_name=x") appended.
+func open(t *testing.T, dsn, extra string) *sql.DB {
+	t.Helper()
+	d := driverName()
+	if d == "" {
+		t.Skip("no driver compiled in (go test -tags dlock_pq, dlock_pgx4 or dlock_pgx5)")
+	}
+	if dsn == "" {
+		t.Skip("DLOCK_TEST_DSN is not set")
+	}
+	if extra != "" {
+		dsn += " " + extra
+	}
+	db, err := sql.Open(d, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	return db
+}
+
+// appDB: a pool of the tests' server; adminDB: another, for looking and
+// breaking.
+func appDB(t *testing.T, extra string) *sql.DB {
+	db := open(t, os.Getenv("DLOCK_TEST_DSN"), extra)
+	db.SetMaxOpenConns(4)
+	return db
+}
+
+func bouncerDB(t *testing.T) *sql.DB {
+	dsn := os.Getenv("DLOCK_TEST_BOUNCER_DSN")
+	if dsn == "" {
+		t.Skip("DLOCK_TEST_BOUNCER_DSN is not set (pgbouncer not installed)")
+	}
+	return open(t, dsn, "")
+}
+
+func bg() context.Context { return context.Background() }
+
+// within: a context bounding a wait that must end (never a speed check).
+func within(t *testing.T, d time.Duration) context.Context {
+	ctx, cancel := context.WithTimeout(bg(), d)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// row: the holding of RESOURCE (holder, fence, live), ok false if none.
+type holding struct {
+	holder string
+	fence  int64
+	live   bool
+	exists bool
+}
+
+func row(t *testing.T, admin *sql.DB, resource string) holding {
+	t.Helper()
+	var h holding
+	err := admin.QueryRow(`SELECT holder, fence, expires_at > clock_timestamp() FROM dlock.locks `+
+		`WHERE resource = $1 ORDER BY fence DESC LIMIT 1`, resource).Scan(&h.holder, &h.fence, &h.live)
+	if err == sql.ErrNoRows {
+		return h
+	}
+	if err != nil {
+		t.Fatalf("reading %s: %v", resource, err)
+	}
+	h.exists = true
+	return h
+}
+
+// closed: whether CH is closed by the time CTX ends.
+func closed(ctx context.Context, ch <-chan struct{}) bool {
+	select {
+	case <-ch:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+// proxy: a TCP proxy to the server (DLOCK_TEST_PROXY_TARGET, host:port).
+// cut closes every connection and black-holes new ones, as a partition
+// would; heal lets them through again.
+type proxy struct {
+	ln    net.Listener
+	mu    sync.Mutex
+	conns []net.Conn
+	cut   bool
+	held  chan struct{} // non-nil: the server's answers wait until it is closed
+}
+
+func newProxy(t *testing.T) *proxy {
+	target := os.Getenv("DLOCK_TEST_PROXY_TARGET")
+	if target == "" {
+		t.Skip("DLOCK_TEST_PROXY_TARGET (the server's host:port) is not set")
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &proxy{ln: ln}
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			p.mu.Lock()
+			p.conns = append(p.conns, c)
+			cut := p.cut
+			p.mu.Unlock()
+			if cut {
+				continue
+			}
+			s, err := net.Dial("tcp", target)
+			if err != nil {
+				c.Close()
+				continue
+			}
+			p.mu.Lock()
+			p.conns = append(p.conns, s)
+			p.mu.Unlock()
+			go func() { _, _ = io.Copy(s, c); s.Close() }()
+			go func() { _, _ = io.Copy(c, holdingReader{p, s}); c.Close() }()
+		}
+	}()
+	t.Cleanup(func() { ln.Close(); p.release(); p.cutAll() })
+	return p
+}
+
+// dsn: the test DSN through the proxy.
+func (p *proxy) dsn() string {
+	host, port, _ := net.SplitHostPort(p.ln.Addr().String())
+	return os.Getenv("DLOCK_TEST_DSN") + " host=" + host + " port=" + port
+}
+
+func (p *proxy) cutAll() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.cut = true
+	for _, c := range p.conns {
+		c.Close()
+	}
+	p.conns = nil
+}
+
+// blockNew: new connections black-holed, the open ones left alone.
+func (p *proxy) blockNew() {
+	p.mu.Lock()
+	p.cut = true
+	p.mu.Unlock()
+}
+
+// hold: the server's answers held back (the statements still get
+// through); release lets them go.
+func (p *proxy) hold() {
+	p.mu.Lock()
+	p.held = make(chan struct{})
+	p.mu.Unlock()
+}
+
+func (p *proxy) release() {
+	p.mu.Lock()
+	if p.held != nil {
+		close(p.held)
+		p.held = nil
+	}
+	p.mu.Unlock()
+}
+
+// holdingReader: the server's side, read on while the proxy holds nothing.
+type holdingReader struct {
+	p *proxy
+	r io.Reader
+}
+
+func (h holdingReader) Read(b []byte) (int, error) {
+	n, err := h.r.Read(b)
+	h.p.mu.Lock()
+	held := h.p.held
+	h.p.mu.Unlock()
+	if held != nil {
+		<-held
+	}
+	return n, err
+}
+
+func (p *proxy) heal() {
+	p.mu.Lock()
+	p.cut = false
+	p.mu.Unlock()
+}
+
+// portable: whether the tests run on the portable edition.
+func portable() bool { return strings.EqualFold(os.Getenv("DLOCK_TEST_EDITION"), "portable") }

@@ -1,0 +1,185 @@
+// Acquisition: runs an acquiring statement (lock, acquire, lock_all,
+// campaign) and makes the Holding.  Waits are sent in slices of at most a
+// second, so that an interrupt is seen between them; a wait of zero is one
+// try.  The portable edition refuses to wait outside READ COMMITTED: on
+// its 0A000 the tries run in READ COMMITTED transactions of their own.
+// An acquisition that came a third of its lease or more after its
+// statement was sent is dated by a renewal sent at once (the lease may have
+// begun when it was granted, not when asked for).  A lost connection
+// leaves the outcome unknown: a holder made up by this client is then
+// released everywhere (nobody else can use it).
+package io.github.dlockpg.dlock;
+
+import java.sql.Array;
+import java.sql.Connection;
+import java.sql.PreparedStatement;
+import java.sql.ResultSet;
+import java.sql.SQLException;
+import java.time.Duration;
+import java.util.List;
+import java.util.concurrent.ScheduledExecutorService;
+import java.util.concurrent.TimeUnit;
+import javax.sql.DataSource;
+
+final class Acquisition {
+    private Acquisition() {}
+
+    /** Binds the statement's parameters, given the wait of this slice (interval text). */
+    interface Binder {
+        void bind(Connection c, PreparedStatement ps, String wait) throws SQLException;
+    }
+
+    private static final long SLICE_NANOS = TimeUnit.SECONDS.toNanos(1);
+    private static final String LEASE_OF = "SELECT extract(epoch FROM lease)::float8 * 1000 FROM dlock.locks"
+        + " WHERE resource = ? AND holder = ? AND fence = ? LIMIT 1";
+
+    /**
+     * The holding, or null when WAIT passed first (null WAIT: no limit;
+     * zero: one try). SLICED: the wait is sent in slices (else in one
+     * statement). INTERRUPTIBLE: an interrupt between slices throws
+     * InterruptedException; else it is kept for the caller.
+     */
+    static Holding take(DataSource ds, String sql, Binder binder, boolean many, List<String> resources,
+            String holder, boolean generated, Duration lease, String releaseSql, Duration wait, boolean sliced,
+            boolean interruptible, ScheduledExecutorService renewals, List<LossListener> listeners)
+            throws InterruptedException {
+        long start = System.nanoTime();
+        long limit = wait == null ? Long.MAX_VALUE : wait.toNanos();
+        boolean interrupted = false;
+        boolean readCommitted = false;
+        long[] fences = null;
+        long sent = 0;
+        try (Connection c = ds.getConnection()) {
+            boolean auto = c.getAutoCommit();
+            int before = c.getNetworkTimeout();
+            try (PreparedStatement ps = Db.prepare(c, sql)) {
+                if (!auto) c.setAutoCommit(true);
+                while (true) {
+                    long left = limit == Long.MAX_VALUE ? Long.MAX_VALUE : Math.max(0, limit - (System.nanoTime() - start));
+                    Long sliceMs;
+                    if (!sliced) sliceMs = wait == null ? null : TimeUnit.NANOSECONDS.toMillis(left);
+                    else sliceMs = TimeUnit.NANOSECONDS.toMillis(Math.min(left, SLICE_NANOS));
+                    // The caller's socket timeout bounds the round trip, not the wait on the server.
+                    if (before > 0) Db.setNetworkTimeout(c, sliceMs == null ? 0 : (int) Math.min(Integer.MAX_VALUE, before + sliceMs));
+                    binder.bind(c, ps, sliceMs == null ? null : sliceMs + " milliseconds");
+                    sent = System.nanoTime();
+                    try {
+                        fences = once(c, ps, many, readCommitted);
+                    } catch (SQLException e) {
+                        // The portable edition waits only in READ COMMITTED (0A000 under another
+                        // default isolation): then each try in a READ COMMITTED transaction of its own.
+                        if (readCommitted || !"0A000".equals(e.getSQLState())) throw e;
+                        readCommitted = true;
+                        c.setAutoCommit(false);
+                        continue;
+                    }
+                    if (fences != null || !sliced || System.nanoTime() - start >= limit) break;
+                    if (Thread.interrupted()) {
+                        if (interruptible) throw new InterruptedException("dlock: interrupted while waiting for "
+                            + String.join(", ", resources));
+                        interrupted = true;
+                    }
+                }
+            } finally {
+                Db.restore(c, auto, before, before > 0);
+            }
+        } catch (SQLException e) {
+            if (generated && !Db.serverError(e)) forget(ds, holder);
+            throw DlockException.of("acquiring " + String.join(", ", resources), e);
+        } finally {
+            if (interrupted) Thread.currentThread().interrupt();
+        }
+        if (fences == null) return null;
+        long leaseNanos;
+        try {
+            leaseNanos = lease != null ? lease.toNanos() : leaseOf(ds, resources.get(0), holder, fences[0]);
+        } catch (SQLException | RuntimeException e) {
+            release(ds, releaseSql, many, resources, holder, fences);
+            throw e instanceof DlockException ? (DlockException) e
+                : e instanceof SQLException ? DlockException.of("reading the lease", (SQLException) e)
+                : (RuntimeException) e;
+        }
+        Holding h = new Holding(ds, resources, many, holder, fences, Db.interval("lease", lease), leaseNanos, sent,
+            releaseSql, renewals, listeners);
+        if (System.nanoTime() - sent >= leaseNanos / 3) h.redate(); // a long wait: lease from when it was sent?
+        try {
+            h.start();
+        } catch (RuntimeException e) { // the scheduler refused the renewals (shut down): not kept
+            release(ds, releaseSql, many, resources, holder, fences);
+            throw e;
+        }
+        return h;
+    }
+
+    // once: one try of PS; READ_COMMITTED: in a READ COMMITTED transaction (autoCommit is off).
+    private static long[] once(Connection c, PreparedStatement ps, boolean many, boolean readCommitted)
+            throws SQLException {
+        if (!readCommitted) {
+            try (ResultSet rs = ps.executeQuery()) {
+                rs.next();
+                return read(rs, many);
+            }
+        }
+        try {
+            try (PreparedStatement set = Db.prepare(c, "SET TRANSACTION ISOLATION LEVEL READ COMMITTED")) {
+                set.execute();
+            }
+            long[] f;
+            try (ResultSet rs = ps.executeQuery()) {
+                rs.next();
+                f = read(rs, many);
+            }
+            c.commit();
+            return f;
+        } catch (SQLException e) {
+            try {
+                c.rollback();
+            } catch (SQLException ignored) {
+                // a broken connection: nothing committed
+            }
+            throw e;
+        }
+    }
+
+    private static long[] read(ResultSet rs, boolean many) throws SQLException {
+        if (!many) {
+            long f = rs.getLong(1);
+            return rs.wasNull() ? null : new long[] {f};
+        }
+        Array a = rs.getArray(1);
+        if (a == null) return null;
+        Object[] v = (Object[]) a.getArray();
+        long[] out = new long[v.length];
+        for (int i = 0; i < v.length; i++) out[i] = ((Number) v[i]).longValue();
+        return out;
+    }
+
+    private static long leaseOf(DataSource ds, String resource, String holder, long fence) throws SQLException {
+        Double ms = Db.call(ds, LEASE_OF, (c, ps) -> {
+            ps.setString(1, resource);
+            ps.setString(2, holder);
+            ps.setLong(3, fence);
+        }, rs -> rs.getDouble(1), 0, null);
+        if (ms == null) throw new LockLostException(resource, fence, "gone right after it was acquired", null);
+        return TimeUnit.MICROSECONDS.toNanos(Math.round(ms * 1000));
+    }
+
+    private static void forget(DataSource ds, String holder) {
+        try {
+            Db.call(ds, "SELECT dlock.unlock_all(holder => ?)", (c, ps) -> ps.setString(1, holder),
+                rs -> rs.getObject(1), Holding.RELEASE_TIMEOUT_MS, null);
+        } catch (SQLException | RuntimeException ignored) {
+            // best effort: its lease ends anyway
+        }
+    }
+
+    private static void release(DataSource ds, String sql, boolean many, List<String> resources, String holder,
+            long[] fences) {
+        try {
+            new Holding(ds, resources, many, holder, fences, null, TimeUnit.HOURS.toNanos(1), System.nanoTime(),
+                sql, Db.RENEWALS, List.of()).release();
+        } catch (SQLException | RuntimeException ignored) {
+            // best effort: its lease ends anyway
+        }
+    }
+}

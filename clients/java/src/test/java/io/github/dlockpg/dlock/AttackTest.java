@@ -1,0 +1,378 @@
+// AttackTest: the application's DataSource and threads against the client
+// (ATTACKS.md classes 1 and 5): a pool of one connection with autoCommit
+// off given back as it came; socketTimeout on the DataSource shorter than
+// the wait; server-side prepared statements (prepareThreshold), which
+// pgbouncer in transaction pooling cannot follow; the caller's scheduler
+// shut down; a loss listener that blocks; re-entry into a lost lock;
+// read-only and serializable defaults.
+// Promises: P16
+package io.github.dlockpg.dlock;
+
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertFalse;
+import static org.junit.jupiter.api.Assertions.assertThrows;
+import static org.junit.jupiter.api.Assertions.assertTrue;
+
+import java.sql.Connection;
+import java.sql.ResultSet;
+import java.sql.SQLException;
+import java.sql.Statement;
+import java.time.Duration;
+import java.util.concurrent.CompletableFuture;
+import java.util.concurrent.CountDownLatch;
+import java.util.concurrent.Executors;
+import java.util.concurrent.ScheduledExecutorService;
+import java.util.concurrent.TimeUnit;
+import org.junit.jupiter.api.DisplayName;
+import org.junit.jupiter.api.Test;
+import org.postgresql.ds.PGSimpleDataSource;
+
+class AttackTest {
+    // holdFor: another lock object holds R in a thread of its own for MS, then unlocks.
+    private static Thread holdFor(String r, long ms, CountDownLatch taken) {
+        Thread t = new Thread(() -> {
+            DlockLock other = new DlockLock(TestEnv.app(), r, Duration.ofSeconds(30));
+            other.lock();
+            taken.countDown();
+            try {
+                Thread.sleep(ms);
+            } catch (InterruptedException e) {
+                Thread.currentThread().interrupt();
+            } finally {
+                other.unlock();
+            }
+        });
+        t.start();
+        return t;
+    }
+
+    @Test
+    @DisplayName("a pool of one connection with autoCommit off: given back with autoCommit off after lock, waits, unlock")
+    void autoCommitGivenBack() throws Exception {
+        String r = TestEnv.unique("autocommit");
+        TestEnv.OneConnection ds = new TestEnv.OneConnection(TestEnv.app(), false);
+        try (Connection c = ds.getConnection()) {
+            c.setAutoCommit(false);
+        }
+        CountDownLatch taken = new CountDownLatch(1);
+        Thread t = holdFor(r, 1500, taken);
+        taken.await();
+        DlockLock lock = new DlockLock(ds, r, Duration.ofSeconds(30));
+        assertTrue(lock.tryLock(20, TimeUnit.SECONDS));
+        try (Connection c = ds.getConnection()) {
+            assertFalse(c.getAutoCommit(), "after the acquisition: autoCommit off, as it came");
+        }
+        lock.unlock();
+        t.join();
+        try (Connection c = ds.getConnection()) {
+            assertFalse(c.getAutoCommit(), "after the release: autoCommit off, as it came");
+            c.rollback();
+        }
+        ds.closeReally();
+    }
+
+    @Test
+    @DisplayName("socketTimeout=1 on the DataSource: a wait of several seconds still acquires (a slice is not a hang)")
+    void socketTimeoutShorterThanWait() throws Exception {
+        String r = TestEnv.unique("sockettimeout");
+        PGSimpleDataSource ds = TestEnv.ds(TestEnv.env("PGUSER", System.getProperty("user.name")), null);
+        ds.setSocketTimeout(1);
+        CountDownLatch taken = new CountDownLatch(1);
+        Thread t = holdFor(r, 3000, taken);
+        taken.await();
+        DlockLock lock = new DlockLock(ds, r, Duration.ofSeconds(30));
+        assertTrue(lock.tryLock(30, TimeUnit.SECONDS));
+        lock.unlock();
+        t.join();
+    }
+
+    @Test
+    @DisplayName("prepareThreshold=1 on the DataSource: no server-side prepared statement of the client's (pgbouncer)")
+    void noServerSidePreparedStatements() throws Exception {
+        String r = TestEnv.unique("prepared");
+        PGSimpleDataSource real = TestEnv.ds(TestEnv.env("PGUSER", System.getProperty("user.name")), null);
+        real.setPrepareThreshold(1);
+        TestEnv.OneConnection ds = new TestEnv.OneConnection(real, false);
+        CountDownLatch taken = new CountDownLatch(1);
+        Thread t = holdFor(r, 2500, taken);
+        taken.await();
+        DlockLock lock = new DlockLock(ds, r, Duration.ofMillis(900));
+        assertTrue(lock.tryLock(30, TimeUnit.SECONDS));
+        Thread.sleep(1500); // renewals
+        lock.unlock();
+        t.join();
+        try (Connection c = ds.getConnection(); Statement s = c.createStatement();
+                ResultSet rs = s.executeQuery("SELECT count(*), string_agg(statement, '; ') FROM pg_prepared_statements"
+                    + " WHERE statement NOT LIKE '%pg_prepared_statements%'")) {
+            rs.next();
+            assertEquals(0, rs.getInt(1), "statements prepared on the server by the client: " + rs.getString(2));
+        }
+        ds.closeReally();
+    }
+
+    @Test
+    @DisplayName("the caller's scheduler shut down: tryLock() fails and the server does not keep the holding")
+    void schedulerShutDown() throws Exception {
+        String r = TestEnv.unique("shutdown");
+        ScheduledExecutorService mine = Executors.newSingleThreadScheduledExecutor();
+        mine.shutdown();
+        DlockLock lock = DlockLock.builder(TestEnv.app(), r).lease(Duration.ofSeconds(30)).scheduler(mine).build();
+        assertThrows(RuntimeException.class, lock::tryLock);
+        assertFalse(lock.isHeldByCurrentThread());
+        assertFalse(TestEnv.liveOnServer(r), "the server still holds it for nobody");
+    }
+
+    @Test
+    @DisplayName("the caller's scheduler shut down while held: loss signalled before the lease's end")
+    void schedulerShutDownWhileHeld() throws Exception {
+        String r = TestEnv.unique("shutdownheld");
+        ScheduledExecutorService mine = Executors.newSingleThreadScheduledExecutor();
+        CompletableFuture<Boolean> live = new CompletableFuture<>();
+        DlockLock lock = DlockLock.builder(TestEnv.app(), r).lease(Duration.ofSeconds(2)).scheduler(mine)
+            .onLost(why -> live.complete(liveOnServer(r))).build();
+        lock.lock();
+        mine.shutdownNow();
+        assertTrue(live.get(20, TimeUnit.SECONDS), "the lease still ran on the server when the loss was signalled");
+        assertThrows(LockLostException.class, lock::unlock);
+    }
+
+    private static boolean liveOnServer(String r) {
+        try {
+            return TestEnv.liveOnServer(r);
+        } catch (SQLException e) {
+            throw new IllegalStateException(e);
+        }
+    }
+
+    @Test
+    @DisplayName("a loss listener that blocks: another lock's loss is still signalled before its lease's end")
+    void blockingListener() throws Exception {
+        String a = TestEnv.unique("blocking-a");
+        String b = TestEnv.unique("blocking-b");
+        String appA = "dlock-java-" + a.hashCode();
+        String appB = "dlock-java-" + b.hashCode();
+        TestEnv.OneConnection dsA = new TestEnv.OneConnection(TestEnv.app(appA), false);
+        TestEnv.OneConnection dsB = new TestEnv.OneConnection(TestEnv.app(appB), false);
+        CountDownLatch release = new CountDownLatch(1);
+        CompletableFuture<Boolean> liveB = new CompletableFuture<>();
+        DlockLock lockA = DlockLock.builder(dsA, a).lease(Duration.ofSeconds(1)).onLost(why -> {
+            try {
+                release.await(15, TimeUnit.SECONDS);
+            } catch (InterruptedException e) {
+                Thread.currentThread().interrupt();
+            }
+        }).build();
+        DlockLock lockB = DlockLock.builder(dsB, b).lease(Duration.ofSeconds(3))
+            .onLost(why -> liveB.complete(liveOnServer(b))).build();
+        try {
+            lockA.lock();
+            lockB.lock();
+            TestEnv.adminQuery("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name IN (?, ?)",
+                appA, appB);
+            assertTrue(liveB.get(30, TimeUnit.SECONDS), "B's lease still ran on the server when its loss was signalled");
+            assertTrue(lockB.isLost());
+        } finally {
+            release.countDown();
+        }
+        assertThrows(LockLostException.class, lockA::unlock);
+        assertThrows(LockLostException.class, lockB::unlock);
+    }
+
+    @Test
+    @DisplayName("re-entry into a lost lock by its owner: not reported held (LockLostException), the count unchanged")
+    void reentryIntoLostLock() throws Exception {
+        String r = TestEnv.unique("reentry-lost");
+        CompletableFuture<LockLostException> told = new CompletableFuture<>();
+        DlockLock lock = DlockLock.builder(TestEnv.app(), r).lease(Duration.ofSeconds(30)).onLost(told::complete).build();
+        lock.lock();
+        TestEnv.adminQuery("SELECT dlock.break_lock(?)", r);
+        told.get(20, TimeUnit.SECONDS);
+        assertThrows(LockLostException.class, lock::tryLock);
+        assertThrows(LockLostException.class, lock::lock);
+        assertThrows(LockLostException.class, () -> lock.tryLock(1, TimeUnit.SECONDS));
+        assertEquals(1, lock.getHoldCount());
+        assertThrows(LockLostException.class, lock::unlock);
+        assertFalse(lock.isHeldByCurrentThread());
+    }
+
+    @Test
+    @DisplayName("default_transaction_read_only on: lock() fails with SQLSTATE 25006, nothing held")
+    void readOnlyDefault() throws Exception {
+        String r = TestEnv.unique("readonly");
+        PGSimpleDataSource ds = TestEnv.ds(TestEnv.env("PGUSER", System.getProperty("user.name")), null);
+        ds.setOptions("-c default_transaction_read_only=on");
+        DlockLock lock = new DlockLock(ds, r, Duration.ofSeconds(30));
+        DlockException e = assertThrows(DlockException.class, lock::tryLock);
+        assertEquals("25006", e.getSQLState());
+        assertFalse(lock.isHeldByCurrentThread());
+        assertFalse(TestEnv.liveOnServer(r));
+    }
+
+    @Test
+    @DisplayName("default_transaction_isolation serializable: lock, wait, renew, unlock work")
+    void serializableDefault() throws Exception {
+        String r = TestEnv.unique("serializable");
+        PGSimpleDataSource ds = TestEnv.ds(TestEnv.env("PGUSER", System.getProperty("user.name")), null);
+        ds.setOptions("-c default_transaction_isolation=serializable");
+        CountDownLatch taken = new CountDownLatch(1);
+        Thread t = holdFor(r, 1500, taken);
+        taken.await();
+        DlockLock lock = new DlockLock(ds, r, Duration.ofMillis(900));
+        assertTrue(lock.tryLock(30, TimeUnit.SECONDS));
+        Thread.sleep(2000); // renewals past two leases
+        assertFalse(lock.isLost());
+        lock.unlock();
+        t.join();
+        assertFalse(TestEnv.liveOnServer(r));
+    }
+
+    @Test
+    @DisplayName("acquired 0.9 s into a wait slice, lease 600 ms: not lost the moment it is acquired")
+    void waitLongerThanLease() throws Exception {
+        String r = TestEnv.unique("longwait");
+        CountDownLatch waiting = new CountDownLatch(1);
+        DlockLock owner = new DlockLock(TestEnv.app(), r, Duration.ofSeconds(30));
+        CountDownLatch taken = new CountDownLatch(1);
+        Thread h = new Thread(() -> {
+            owner.lock();
+            taken.countDown();
+            try {
+                waiting.await();
+                Thread.sleep(900);
+            } catch (InterruptedException e) {
+                Thread.currentThread().interrupt();
+            }
+            owner.unlock();
+        });
+        h.start();
+        taken.await();
+        DlockLock lock = new DlockLock(TestEnv.app(), r, Duration.ofMillis(600));
+        waiting.countDown();
+        assertTrue(lock.tryLock(5, TimeUnit.SECONDS));
+        assertFalse(lock.isLost(), "lost the moment it was acquired");
+        lock.unlock();
+        h.join();
+    }
+
+    @Test
+    @DisplayName("a campaign that waited longer than the lease (900 ms): not lost the moment it is elected")
+    void campaignLongerThanLease() throws Exception {
+        String e = TestEnv.unique("longcampaign");
+        DlockElection first = new DlockElection(TestEnv.app(), e, Duration.ofSeconds(30));
+        DlockElection.Leadership one = first.campaign("one", Duration.ZERO).orElseThrow();
+        Thread t = new Thread(() -> {
+            try {
+                Thread.sleep(2500);
+                one.resign();
+            } catch (Exception x) {
+                throw new IllegalStateException(x);
+            }
+        });
+        t.start();
+        DlockElection second = new DlockElection(TestEnv.app(), e, Duration.ofMillis(900));
+        DlockElection.Leadership two = second.campaign("two", null).orElseThrow();
+        assertFalse(two.isLost(), "lost the moment it was elected");
+        Thread.sleep(2000);
+        assertFalse(two.isLost());
+        assertTrue(two.resign());
+        t.join();
+    }
+
+    @Test
+    @DisplayName("interrupts: lock() waits on and keeps the status; tryLock(time) throws, nothing held or left waiting")
+    void interrupts() throws Exception {
+        String r = TestEnv.unique("interrupts");
+        CountDownLatch taken = new CountDownLatch(1);
+        Thread t = holdFor(r, 2500, taken);
+        taken.await();
+        DlockLock a = new DlockLock(TestEnv.app(), r, Duration.ofSeconds(30));
+        CompletableFuture<Boolean> aInterrupted = new CompletableFuture<>();
+        Thread ta = new Thread(() -> {
+            a.lock();
+            aInterrupted.complete(Thread.currentThread().isInterrupted());
+            a.unlock();
+        });
+        DlockLock b = new DlockLock(TestEnv.app(), r, Duration.ofSeconds(30));
+        CompletableFuture<Throwable> bOut = new CompletableFuture<>();
+        Thread tb = new Thread(() -> {
+            try {
+                bOut.complete(b.tryLock(20, TimeUnit.SECONDS) ? null : new AssertionError("timed out"));
+            } catch (Throwable x) {
+                bOut.complete(x);
+            }
+        });
+        ta.start();
+        tb.start();
+        Thread.sleep(500); // both waiting, somewhere in a slice
+        ta.interrupt();
+        tb.interrupt();
+        assertTrue(bOut.get(20, TimeUnit.SECONDS) instanceof InterruptedException);
+        assertEquals(0L, ((Number) TestEnv.adminQuery("SELECT count(*) FROM dlock.locks WHERE holder = ?",
+            b.holder())).longValue(), "the interrupted tryLock's holder holds nothing");
+        assertTrue(aInterrupted.get(20, TimeUnit.SECONDS), "lock() returned, the interrupt status kept");
+        ta.join();
+        t.join();
+        assertFalse(TestEnv.liveOnServer(r));
+        Thread.currentThread().interrupt();
+        assertThrows(InterruptedException.class, () -> b.tryLock(0, TimeUnit.SECONDS));
+        Thread.currentThread().interrupt();
+        assertThrows(InterruptedException.class, b::lockInterruptibly);
+        assertFalse(Thread.interrupted());
+        assertTrue(b.tryLock(-1, TimeUnit.SECONDS), "a negative time: one try");
+        b.unlock();
+    }
+
+    @Test
+    @DisplayName("two candidates, the leader's renewal backend paused past its lease: lost before its end, the other elected, the old term refused")
+    void leaderPaused() throws Exception {
+        String e = TestEnv.unique("paused-leader");
+        String app = "dlock-java-" + e.hashCode();
+        TestEnv.OneConnection ds = new TestEnv.OneConnection(TestEnv.app(app), false);
+        DlockElection first = new DlockElection(ds, e, Duration.ofSeconds(3));
+        DlockElection.Leadership one = first.campaign("one", Duration.ZERO).orElseThrow();
+        CompletableFuture<Boolean> live = new CompletableFuture<>();
+        one.addLossListener(why -> live.complete(liveOnServer(e)));
+        DlockElection second = new DlockElection(TestEnv.app(), e, Duration.ofSeconds(30));
+        CompletableFuture<DlockElection.Leadership> two = CompletableFuture.supplyAsync(
+            () -> second.campaign("two", null).orElseThrow());
+        int pid = TestEnv.backendPid(app);
+        TestEnv.signal("STOP", pid);
+        try {
+            assertTrue(live.get(20, TimeUnit.SECONDS), "the lease still ran on the server when the loss was signalled");
+            assertTrue(one.isLost());
+            DlockElection.Leadership t2 = two.get(30, TimeUnit.SECONDS);
+            assertTrue(t2.term() > one.term());
+            try (Connection c = TestEnv.app().getConnection()) {
+                c.setAutoCommit(false);
+                SQLException refused = assertThrows(SQLException.class, () -> one.assertFence(c));
+                assertEquals("55P03", refused.getSQLState());
+                c.rollback();
+            }
+            assertTrue(t2.resign());
+        } finally {
+            TestEnv.signal("CONT", pid);
+        }
+        assertFalse(one.resign());
+        ds.closeReally();
+    }
+
+    @Test
+    @DisplayName("registry of per-entity keys: expireUnusedOlderThan forgets the unused ones, keeps a held one")
+    void registryExpiry() throws Exception {
+        DlockLockRegistry reg = new DlockLockRegistry(TestEnv.app(), TestEnv.unique("expiry") + ":",
+            Duration.ofSeconds(30), null);
+        java.util.List<java.util.concurrent.locks.Lock> used = new java.util.ArrayList<>();
+        for (int i = 0; i < 50; i++) {
+            java.util.concurrent.locks.Lock l = reg.obtain(i);
+            assertTrue(l.tryLock());
+            l.unlock();
+            used.add(l);
+        }
+        DlockLock held = reg.obtainDlock("held");
+        held.lock();
+        reg.expireUnusedOlderThan(Duration.ZERO);
+        for (int i = 0; i < 50; i++) assertFalse(reg.obtain(i) == used.get(i), "key " + i + " forgotten");
+        assertTrue(reg.obtainDlock("held") == held, "a held lock is kept");
+        held.unlock();
+    }
+}

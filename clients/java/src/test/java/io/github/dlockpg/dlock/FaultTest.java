@@ -1,0 +1,208 @@
+// FaultTest: the faults the other clients are tested against. The lease
+// broken by an administrator (dlock.break_lock): the loss listener is told
+// while the lease would still run, unlock() throws LockLostException; the
+// renewal backend terminated (renewals reconnect, the lock is kept); paused
+// with SIGSTOP past the lease (loss signalled before the lease's end on the
+// server); the server stopped and restarted within the lease (kept); a
+// stale holder's fenced write refused with 55P03; pgbouncer in transaction
+// pooling (renewed, same holding).
+// Promises: P1 P2 P16
+package io.github.dlockpg.dlock;
+
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertFalse;
+import static org.junit.jupiter.api.Assertions.assertThrows;
+import static org.junit.jupiter.api.Assertions.assertTrue;
+import static org.junit.jupiter.api.Assumptions.assumeTrue;
+
+import java.sql.Connection;
+import java.sql.SQLException;
+import java.sql.Statement;
+import java.time.Duration;
+import java.util.concurrent.CompletableFuture;
+import java.util.concurrent.TimeUnit;
+import javax.sql.DataSource;
+import org.junit.jupiter.api.DisplayName;
+import org.junit.jupiter.api.Test;
+
+class FaultTest {
+    /** Waits (bounded: a hang fails, no speed is asserted) for the loss; whether the server still had the lease then. */
+    private static boolean lossWhileLive(CompletableFuture<Boolean> liveAtLoss) throws Exception {
+        return liveAtLoss.get(20, TimeUnit.SECONDS);
+    }
+
+    // A listener that reads, when told of the loss, whether the server's lease still runs.
+    private static LossListener recorder(String resource, CompletableFuture<Boolean> out) {
+        return why -> {
+            try {
+                out.complete(TestEnv.liveOnServer(resource));
+            } catch (SQLException e) {
+                out.completeExceptionally(e);
+            }
+        };
+    }
+
+    @Test
+    @DisplayName("lease broken by an administrator: listener told, isLost(), unlock() throws LockLostException")
+    void brokenByAdministrator() throws Exception {
+        String r = TestEnv.unique("broken");
+        CompletableFuture<LockLostException> told = new CompletableFuture<>();
+        DlockLock lock = DlockLock.builder(TestEnv.app(), r).lease(Duration.ofMillis(1500)).onLost(told::complete).build();
+        lock.lock();
+        long fence = lock.fence();
+        assertEquals(Boolean.TRUE, TestEnv.adminQuery("SELECT dlock.break_lock(?)", r));
+        LockLostException why = told.get(20, TimeUnit.SECONDS);
+        assertEquals(r, why.resource());
+        assertEquals(fence, why.fence());
+        assertTrue(lock.isLost());
+        assertThrows(LockLostException.class, lock::unlock);
+        assertFalse(lock.isHeldByCurrentThread(), "unlocked locally all the same");
+        assertTrue(lock.tryLock(), "can be taken again");
+        assertTrue(lock.fence() > fence, "a new holding, a greater fence");
+        assertFalse(lock.isLost());
+        lock.unlock();
+    }
+
+    @Test
+    @DisplayName("stale holder: its fenced write is refused with 55P03 and not made; the new holder's goes through")
+    void staleFencedWrite() throws Exception {
+        String r = TestEnv.unique("stale");
+        String table = "java_fenced_" + ProcessHandle.current().pid();
+        try (Connection c = TestEnv.app().getConnection(); Statement s = c.createStatement()) {
+            s.execute("CREATE TABLE " + table + " (id int PRIMARY KEY, v text)");
+            s.execute("INSERT INTO " + table + " VALUES (1, 'none')");
+        }
+        DlockLock old = new DlockLock(TestEnv.app(), r, Duration.ofSeconds(30));
+        old.lock();
+        TestEnv.adminQuery("SELECT dlock.break_lock(?)", r);
+        DlockLock fresh = new DlockLock(TestEnv.app(), r, Duration.ofSeconds(30));
+        assertTrue(fresh.tryLock(10, TimeUnit.SECONDS));
+        SQLException refused = assertThrows(SQLException.class, () -> write(old, table, "old"));
+        assertEquals("55P03", refused.getSQLState());
+        write(fresh, table, "fresh");
+        assertEquals("fresh", TestEnv.adminQuery("SELECT v FROM " + table + " WHERE id = 1"));
+        fresh.unlock();
+        assertThrows(LockLostException.class, old::unlock);
+    }
+
+    private static void write(DlockLock lock, String table, String v) throws SQLException {
+        try (Connection c = TestEnv.app().getConnection()) {
+            c.setAutoCommit(false);
+            try {
+                lock.assertFence(c);
+                try (var ps = c.prepareStatement("UPDATE " + table + " SET v = ? WHERE id = 1")) {
+                    ps.setString(1, v);
+                    ps.executeUpdate();
+                }
+                c.commit();
+            } catch (SQLException e) {
+                c.rollback();
+                throw e;
+            }
+        }
+    }
+
+    @Test
+    @DisplayName("renewal backend terminated: renewals reconnect, the lock is kept past its lease")
+    void renewalBackendTerminated() throws Exception {
+        String r = TestEnv.unique("terminated");
+        String app = "dlock-java-" + r.hashCode();
+        TestEnv.OneConnection ds = new TestEnv.OneConnection(TestEnv.app(app), true);
+        DlockLock lock = new DlockLock(ds, r, Duration.ofSeconds(3));
+        lock.lock();
+        try {
+            int pid = TestEnv.backendPid(app);
+            assertEquals(Boolean.TRUE, TestEnv.adminQuery("SELECT pg_terminate_backend(?)", pid));
+            Thread.sleep(4000); // past the lease
+            assertFalse(lock.isLost(), "kept");
+            assertTrue(lock.check());
+            assertEquals(lock.fence(), ((Number) TestEnv.adminQuery(
+                "SELECT fence FROM dlock.locks WHERE resource = ?", r)).longValue());
+        } finally {
+            lock.unlock();
+            ds.closeReally();
+        }
+    }
+
+    @Test
+    @DisplayName("renewal backend paused (SIGSTOP) past the lease: loss signalled before the lease's end on the server")
+    void renewalBackendPaused() throws Exception {
+        String r = TestEnv.unique("paused");
+        String app = "dlock-java-" + r.hashCode();
+        TestEnv.OneConnection ds = new TestEnv.OneConnection(TestEnv.app(app), false);
+        CompletableFuture<Boolean> live = new CompletableFuture<>();
+        DlockLock lock = DlockLock.builder(ds, r).lease(Duration.ofSeconds(3)).onLost(recorder(r, live)).build();
+        lock.lock();
+        int pid = TestEnv.backendPid(app);
+        TestEnv.signal("STOP", pid);
+        try {
+            assertTrue(lossWhileLive(live), "the lease still ran on the server when the loss was signalled");
+            assertTrue(lock.isLost());
+        } finally {
+            TestEnv.signal("CONT", pid);
+        }
+        assertThrows(LockLostException.class, lock::unlock);
+        ds.closeReally();
+    }
+
+    @Test
+    @DisplayName("server unreachable (renewal connections refused): loss signalled before the lease's end")
+    void serverUnreachable() throws Exception {
+        String r = TestEnv.unique("unreachable");
+        String app = "dlock-java-" + r.hashCode();
+        TestEnv.OneConnection ds = new TestEnv.OneConnection(TestEnv.app(app), false);
+        CompletableFuture<Boolean> live = new CompletableFuture<>();
+        DlockLock lock = DlockLock.builder(ds, r).lease(Duration.ofSeconds(3)).onLost(recorder(r, live)).build();
+        lock.lock();
+        TestEnv.adminQuery("SELECT pg_terminate_backend(?)", TestEnv.backendPid(app));
+        assertTrue(lossWhileLive(live), "the lease still ran on the server when the loss was signalled");
+        assertTrue(lock.isLost());
+        assertThrows(LockLostException.class, lock::unlock);
+    }
+
+    @Test
+    @DisplayName("server stopped and restarted within the lease: renewals retried until it is back, the lock kept")
+    void serverRestart() throws Exception {
+        String pgCtl = TestEnv.env("DLOCK_TEST_PG_CTL", null);
+        assumeTrue(pgCtl != null, "DLOCK_TEST_PG_CTL (pg_ctl -D DATADIR -l LOG) unset");
+        String r = TestEnv.unique("restart");
+        DlockLock lock = new DlockLock(TestEnv.app(), r, Duration.ofSeconds(8));
+        lock.lock();
+        Thread.sleep(1000);
+        sh(pgCtl + " -w -m fast stop");
+        Thread.sleep(3000); // the renewal due 2.7 s after the acquisition fails
+        sh(pgCtl + " -w start");
+        Thread.sleep(6000); // past the lease of the last renewal before the stop
+        assertFalse(lock.isLost(), "kept");
+        assertTrue(TestEnv.liveOnServer(r));
+        assertTrue(lock.check());
+        lock.unlock();
+    }
+
+    private static void sh(String cmd) throws Exception {
+        int rc = new ProcessBuilder("sh", "-c", cmd + " >/dev/null 2>&1").start().waitFor();
+        assertEquals(0, rc, cmd);
+    }
+
+    @Test
+    @DisplayName("pgbouncer (transaction pooling): renewed past three leases among other traffic, the same holding")
+    void throughBouncer() throws Exception {
+        DataSource b = TestEnv.bouncer();
+        assumeTrue(b != null, "pgbouncer is not installed");
+        String r = TestEnv.unique("bouncer");
+        DlockLock lock = new DlockLock(b, r, Duration.ofMillis(1500));
+        lock.lock();
+        long fence = lock.fence();
+        try (Connection other = b.getConnection(); var ps = other.prepareStatement("SELECT dlock.try_lock(?, 'someone', '5s')")) {
+            for (int i = 0; i < 30; i++) {
+                ps.setString(1, r + "/x" + (i % 3));
+                ps.executeQuery().close();
+                Thread.sleep(150);
+            }
+        }
+        assertFalse(lock.isLost());
+        assertEquals(fence, ((Number) TestEnv.adminQuery("SELECT fence FROM dlock.locks WHERE resource = ?", r)).longValue());
+        lock.unlock();
+        assertEquals(null, TestEnv.adminQuery("SELECT fence FROM dlock.locks WHERE resource = ?", r));
+    }
+}

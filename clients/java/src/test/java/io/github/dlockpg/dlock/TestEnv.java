@@ -1,0 +1,178 @@
+// TestEnv: what the tests share: DataSources on the test server (PGHOST,
+// PGPORT, PGUSER, PGDATABASE), the administrator's (DLOCK_TEST_ADMIN_USER,
+// a superuser: break_lock, pg_terminate_backend), pgbouncer's
+// (DLOCK_TEST_BOUNCER_PORT, transaction pooling), and DataSources that
+// hand out one connection (to pause or kill "the renewal backend").
+package io.github.dlockpg.dlock;
+
+import java.lang.reflect.InvocationTargetException;
+import java.lang.reflect.Proxy;
+import java.sql.Connection;
+import java.sql.ResultSet;
+import java.sql.SQLException;
+import java.sql.Statement;
+import java.util.concurrent.atomic.AtomicInteger;
+import javax.sql.DataSource;
+import org.postgresql.ds.PGSimpleDataSource;
+
+final class TestEnv {
+    private TestEnv() {}
+
+    private static final AtomicInteger N = new AtomicInteger();
+
+    static String env(String k, String dflt) {
+        String v = System.getenv(k);
+        return v == null || v.isEmpty() ? dflt : v;
+    }
+
+    static boolean portable() {
+        return "portable".equals(env("DLOCK_TEST_EDITION", ""));
+    }
+
+    /** A resource name of its own for each use. */
+    static String unique(String what) {
+        return "java-test:" + what + ":" + ProcessHandle.current().pid() + ":" + N.incrementAndGet();
+    }
+
+    static PGSimpleDataSource ds(String user, String appName) {
+        PGSimpleDataSource ds = new PGSimpleDataSource();
+        ds.setServerNames(new String[] {env("PGHOST", "127.0.0.1")});
+        ds.setPortNumbers(new int[] {Integer.parseInt(env("PGPORT", "5432"))});
+        ds.setDatabaseName(env("PGDATABASE", "postgres"));
+        ds.setUser(user);
+        if (appName != null) ds.setApplicationName(appName);
+        return ds;
+    }
+
+    static DataSource app() {
+        return ds(env("PGUSER", System.getProperty("user.name")), null);
+    }
+
+    static DataSource app(String appName) {
+        return ds(env("PGUSER", System.getProperty("user.name")), appName);
+    }
+
+    static DataSource admin() {
+        return ds(env("DLOCK_TEST_ADMIN_USER", env("PGUSER", System.getProperty("user.name"))), null);
+    }
+
+    /** pgbouncer's DataSource (no server-side prepared statements), or null. */
+    static DataSource bouncer() {
+        String port = env("DLOCK_TEST_BOUNCER_PORT", null);
+        if (port == null) return null;
+        PGSimpleDataSource ds = ds(env("PGUSER", System.getProperty("user.name")), null);
+        ds.setServerNames(new String[] {"127.0.0.1"});
+        ds.setPortNumbers(new int[] {Integer.parseInt(port)});
+        ds.setPrepareThreshold(0);
+        ds.setSslMode("disable");
+        return ds;
+    }
+
+    /** The first column of the first row of SQL as the administrator (null: no row). */
+    static Object adminQuery(String sql, Object... args) throws SQLException {
+        try (Connection c = admin().getConnection(); var ps = c.prepareStatement(sql)) {
+            for (int i = 0; i < args.length; i++) ps.setObject(i + 1, args[i]);
+            try (ResultSet rs = ps.executeQuery()) {
+                return rs.next() ? rs.getObject(1) : null;
+            }
+        }
+    }
+
+    static void adminExec(String sql) throws SQLException {
+        try (Connection c = admin().getConnection(); Statement s = c.createStatement()) {
+            s.execute(sql);
+        }
+    }
+
+    /**
+     * A DataSource with one connection, handed out again and again (close()
+     * keeps it open): RECONNECT makes a new one once it is closed or broken
+     * (a pool of one that validates); else the dead one is handed out.
+     */
+    static final class OneConnection implements DataSource {
+        private final DataSource real;
+        private final boolean reconnect;
+        private Connection conn;
+
+        OneConnection(DataSource real, boolean reconnect) {
+            this.real = real;
+            this.reconnect = reconnect;
+        }
+
+        @Override
+        public synchronized Connection getConnection() throws SQLException {
+            if (conn == null || (reconnect && !conn.isValid(1))) {
+                if (conn != null) conn.close();
+                conn = real.getConnection();
+            }
+            Connection c = conn;
+            return (Connection) Proxy.newProxyInstance(Connection.class.getClassLoader(),
+                new Class<?>[] {Connection.class}, (p, m, a) -> {
+                    if (m.getName().equals("close")) return null;
+                    try {
+                        return m.invoke(c, a);
+                    } catch (InvocationTargetException e) {
+                        throw e.getCause();
+                    }
+                });
+        }
+
+        synchronized void closeReally() throws SQLException {
+            if (conn != null) conn.close();
+        }
+
+        @Override
+        public Connection getConnection(String u, String p) {
+            throw new UnsupportedOperationException();
+        }
+
+        @Override
+        public java.io.PrintWriter getLogWriter() {
+            return null;
+        }
+
+        @Override
+        public void setLogWriter(java.io.PrintWriter out) {}
+
+        @Override
+        public void setLoginTimeout(int seconds) {}
+
+        @Override
+        public int getLoginTimeout() {
+            return 0;
+        }
+
+        @Override
+        public java.util.logging.Logger getParentLogger() {
+            return java.util.logging.Logger.getGlobal();
+        }
+
+        @Override
+        public <T> T unwrap(Class<T> iface) {
+            throw new UnsupportedOperationException();
+        }
+
+        @Override
+        public boolean isWrapperFor(Class<?> iface) {
+            return false;
+        }
+    }
+
+    /** The pid of the backend with APPNAME (the only one). */
+    static int backendPid(String appName) throws SQLException {
+        Object pid = adminQuery("SELECT pid FROM pg_stat_activity WHERE application_name = ?", appName);
+        if (pid == null) throw new IllegalStateException("no backend " + appName);
+        return ((Number) pid).intValue();
+    }
+
+    static void signal(String sig, int pid) throws Exception {
+        int rc = new ProcessBuilder("kill", "-" + sig, Integer.toString(pid)).inheritIO().start().waitFor();
+        if (rc != 0) throw new IllegalStateException("kill -" + sig + " " + pid + ": " + rc);
+    }
+
+    /** Whether RESOURCE is held, unexpired, by the server's clock now (false: no row). */
+    static boolean liveOnServer(String resource) throws SQLException {
+        return Boolean.TRUE.equals(adminQuery(
+            "SELECT bool_or(expires_at > clock_timestamp()) FROM dlock.locks WHERE resource = ?", resource));
+    }
+}
