@@ -13,6 +13,7 @@
  *              against etcdctl elect
  *   shared.c   shared-lock pairs of readers of one resource against
  *              pg_advisory_lock_shared
+ *   sessions.c sessions: keepalive against renewals, session pairs, expiry
  *   report.c   CSV files and results.md with the goals
  *   main.c     options and the order of the measurements
  */
@@ -46,6 +47,7 @@ typedef struct Options
 	const char *dlock_cli;		/* the dlock CLI for "dlock elect"; NULL: skip */
 	const char *etcd_endpoint;	/* host:port of etcd; NULL: skip etcdctl */
 	const char *only;			/* --only: the measurements run; NULL: all */
+	bool		portable;		/* --portable: the portable edition's database */
 } Options;
 
 extern Options opt;
@@ -174,6 +176,10 @@ extern void bench_elect(void);
 /* ---- shared.c ---- */
 extern void bench_shared(void);
 extern void write_shared(FILE *f);
+
+/* ---- sessions.c ---- */
+extern void bench_sessions(void);
+extern void write_sessions(FILE *f);
 
 /* ---- report.c: the figures every part fills in ---- */
 #define NCLIENT_COUNTS 3
