@@ -606,6 +606,12 @@ events(PGconn *conn)
 			PQfreemem(nt);
 		}
 	}
+	if (reaping)				/* every event came before reap()'s result */
+	{
+		while ((r = PQgetResult(rp)) != NULL)
+			PQclear(r);
+		ss.reap_ms = (wall_s() - exp) * 1e3;
+	}
 	ss.events_ms = ss.events > 0 ? (last - exp) * 1e3 : -1;
 	progress("sessions: %ld of %ld expired events received, the last %.1f ms after the expiry%s",
 			 ss.events, ss.n, ss.events_ms, opt.portable ? " (reap() called at the expiry)" : "");
