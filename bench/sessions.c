@@ -88,19 +88,17 @@ static int
 ppid_of(int pid)
 {
 	char		path[64],
-				buf[1024],
+				buf[1024] = "",
 			   *p;
 	FILE	   *f;
 	int			ppid = 0;
-	size_t		len;
 
 	snprintf(path, sizeof(path), "/proc/%d/stat", pid);
 	if ((f = fopen(path, "r")) == NULL)
 		return 0;
-	len = fread(buf, 1, sizeof(buf) - 1, f);
+	buf[fread(buf, 1, sizeof(buf) - 1, f)] = '\0';
 	fclose(f);
-	buf[len] = '\0';
-	if ((p = strrchr(buf, ')')) != NULL && sscanf(p + 1, " %*c %d", &ppid) != 1)
+	if ((p = strrchr(buf, ')')) == NULL || sscanf(p + 1, " %*c %d", &ppid) != 1)
 		ppid = 0;
 	return ppid;
 }
