@@ -68,6 +68,18 @@ extern void progress(const char *fmt,...) __attribute__((format(printf, 1, 2)));
 extern void die(const char *fmt,...) __attribute__((format(printf, 1, 2), noreturn));
 
 extern double proc_cpu_ns(int pid);
+extern int	proc_ppid(int pid);
+
+/* On-CPU ns of a cluster's processes (the postmaster and its children). */
+#define CLUSTER_CPU_MAX 512
+typedef struct ClusterCpu
+{
+	int			n;
+	int			pid[CLUSTER_CPU_MAX];
+	double		ns[CLUSTER_CPU_MAX];
+} ClusterCpu;
+extern void cluster_cpu_snap(int pm, ClusterCpu *s);
+extern double cluster_cpu_delta(const ClusterCpu *a, const ClusterCpu *b);
 extern void samples_add(Samples *s, double v);
 extern void samples_merge(Samples *into, const Samples *from);
 extern double samples_pct(Samples *s, double p);
