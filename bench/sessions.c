@@ -71,6 +71,7 @@ static struct
 	double		events_ms;		/* expiry -> last expired event */
 	long		events;
 	char		reaper[160];
+	double		load[2];		/* 1-minute load average at the start, the end */
 } ss;
 
 /* wall_s: CLOCK_REALTIME in seconds (the server's clock on this machine). */
@@ -602,6 +603,7 @@ bench_sessions(void)
 	char	   *s,
 			   *ri;
 	int			pm;
+	double		l[3];
 
 	if (has == 0)
 	{
@@ -609,6 +611,7 @@ bench_sessions(void)
 		PQfinish(conn);
 		return;
 	}
+	ss.load[0] = getloadavg(l, 3) == 3 ? l[0] : -1;
 	ss.n = opt.quick ? 1000 : 10000;
 	ss.window_s = opt.quick ? 1 : 10;
 	ss.target_rate = ss.n / 10.0;	/* each holding renewed every 10 s */
@@ -654,6 +657,7 @@ bench_sessions(void)
 	if (opt.portable)
 		db_exec(conn, "SELECT dlock.reap()");
 	ss.done = true;
+	ss.load[1] = getloadavg(l, 3) == 3 ? l[0] : -1;
 	PQfinish(conn);
 	{
 		char		path[1024];
@@ -710,8 +714,9 @@ write_sessions(FILE *f)
 	if (scale < 1)
 		scale = 1;
 	fprintf(f, "## 9. Sessions: one keepalive for %ld holdings (%s)\n\n"
+			"Load average (1 min) %.2f at its start, %.2f at its end.\n\n"
 			"| goal | target | measured | status |\n|---|---|---|---|\n",
-			ss.n, opt.portable ? "portable edition" : "C extension");
+			ss.n, opt.portable ? "portable edition" : "C extension", ss.load[0], ss.load[1]);
 	fprintf(f, "| S1 | keepalive of %ld holdings p50 <= 1.2x renew of one | %.2fx "
 			"(%.0f vs %.0f us) | %s |\n", ss.n, lat, ss.keep_p50, ss.renew_p50,
 			lat <= 1.2 ? "**met**" : "**NOT MET**");
@@ -747,7 +752,7 @@ write_sessions(FILE *f)
 				ss.keepalives[r] > 1 ? "s" : "", ss.all_cpu[r][0], ss.all_cpu[r][1]);
 	fprintf(f, "\nBackends: renewals/keepalive %.0fx%s; whole cluster %.1fx.\n\n",
 			rn * scale / ka, scale > 1.001 ? " (renewals fell behind the target: scaled up to it)" : "",
-			ka_all > 0 ? rn_all / ka_all : 0);
+			ka_all > 0 ? rn_all * scale / ka_all : 0);
 	fprintf(f, "c. Pairs: `try_lock(r, session => s)` + `unlock` against `try_lock(r, h, '30s')` + "
 			"`unlock`, each client its own resource (and session), rounds alternating.\n\n"
 			"| clients | round | leased pairs/s | session pairs/s | session / leased |\n"
