@@ -13,6 +13,7 @@
  *              against etcdctl elect
  *   shared.c   shared-lock pairs of readers of one resource against
  *              pg_advisory_lock_shared
+ *   sessions.c sessions: keepalive against renewals, session pairs, expiry
  *   report.c   CSV files and results.md with the goals
  *   main.c     options and the order of the measurements
  */
@@ -46,6 +47,7 @@ typedef struct Options
 	const char *dlock_cli;		/* the dlock CLI for "dlock elect"; NULL: skip */
 	const char *etcd_endpoint;	/* host:port of etcd; NULL: skip etcdctl */
 	const char *only;			/* --only: the measurements run; NULL: all */
+	bool		portable;		/* --portable: the portable edition's database */
 } Options;
 
 extern Options opt;
@@ -66,6 +68,18 @@ extern void progress(const char *fmt,...) __attribute__((format(printf, 1, 2)));
 extern void die(const char *fmt,...) __attribute__((format(printf, 1, 2), noreturn));
 
 extern double proc_cpu_ns(int pid);
+extern int	proc_ppid(int pid);
+
+/* On-CPU ns of a cluster's processes (the postmaster and its children). */
+#define CLUSTER_CPU_MAX 512
+typedef struct ClusterCpu
+{
+	int			n;
+	int			pid[CLUSTER_CPU_MAX];
+	double		ns[CLUSTER_CPU_MAX];
+} ClusterCpu;
+extern void cluster_cpu_snap(int pm, ClusterCpu *s);
+extern double cluster_cpu_delta(const ClusterCpu *a, const ClusterCpu *b);
 extern void samples_add(Samples *s, double v);
 extern void samples_merge(Samples *into, const Samples *from);
 extern double samples_pct(Samples *s, double p);
@@ -174,6 +188,10 @@ extern void bench_elect(void);
 /* ---- shared.c ---- */
 extern void bench_shared(void);
 extern void write_shared(FILE *f);
+
+/* ---- sessions.c ---- */
+extern void bench_sessions(void);
+extern void write_sessions(FILE *f);
 
 /* ---- report.c: the figures every part fills in ---- */
 #define NCLIENT_COUNTS 3

@@ -2,8 +2,8 @@
  * main.c: dlock_bench, the benchmark client of bench/run.sh.
  *
  *   dlock_bench -d CONNINFO -o OUTDIR [--redis-port N] [--quick]
- *               [--only pairs,hot,release,takeover,idle,scale,elect,shared]
- *               [--dlock-cli PATH] [--etcd-endpoint HOST:PORT]
+ *               [--only pairs,hot,release,takeover,idle,scale,elect,shared,sessions]
+ *               [--dlock-cli PATH] [--etcd-endpoint HOST:PORT] [--portable]
  *
  * Runs the measurements of issue 5 in order against a server that has
  * dlock installed (and preloaded: the waits, the worker and dlock.stats()
@@ -12,7 +12,9 @@
  * server's dlock.reap_interval (ALTER SYSTEM) while reaping and expects a
  * throwaway cluster: run.sh makes one.  The election measurement runs
  * `dlock elect` from --dlock-cli and, given --etcd-endpoint, `etcdctl
- * elect` against that etcd.
+ * elect` against that etcd.  --portable: the database has the portable
+ * edition (no CREATE EXTENSION; give --only sessions); only sessions.md is
+ * written.
  */
 #include <getopt.h>
 #include <stdio.h>
@@ -29,8 +31,8 @@ usage(int status)
 {
 	fprintf(status ? stderr : stdout,
 			"usage: dlock_bench -d CONNINFO -o OUTDIR [--redis-port N] [--quick]\n"
-			"                   [--only pairs,hot,release,takeover,idle,scale,elect,shared]\n"
-			"                   [--dlock-cli PATH] [--etcd-endpoint HOST:PORT]\n");
+			"                   [--only pairs,hot,release,takeover,idle,scale,elect,shared,sessions]\n"
+			"                   [--dlock-cli PATH] [--etcd-endpoint HOST:PORT] [--portable]\n");
 	exit(status);
 }
 
@@ -97,6 +99,7 @@ main(int argc, char **argv)
 		{"only", required_argument, NULL, 'O'},
 		{"dlock-cli", required_argument, NULL, 'C'},
 		{"etcd-endpoint", required_argument, NULL, 'E'},
+		{"portable", no_argument, NULL, 'P'},
 		{"help", no_argument, NULL, 'h'},
 		{NULL, 0, NULL, 0}
 	};
@@ -131,6 +134,9 @@ main(int argc, char **argv)
 			case 'E':
 				opt.etcd_endpoint = optarg;
 				break;
+			case 'P':
+				opt.portable = true;
+				break;
 			case 'h':
 				usage(0);
 				break;
@@ -141,14 +147,19 @@ main(int argc, char **argv)
 	if (opt.conninfo == NULL || opt.outdir == NULL || optind < argc)
 		usage(2);
 	set_defaults(quick);
+	if (opt.portable && only == NULL)
+		only = "sessions";
 	opt.only = only;
 	if (getloadavg(load_start, 3) != 3)
 		load_start[0] = load_start[1] = load_start[2] = -1;
 
 	conn = db_connect();
 	db_exec(conn, "SET client_min_messages = warning");
-	db_exec(conn, "CREATE EXTENSION IF NOT EXISTS dlock");
-	pairs_setup_schema(conn);
+	if (!opt.portable)
+	{
+		db_exec(conn, "CREATE EXTENSION IF NOT EXISTS dlock");
+		pairs_setup_schema(conn);
+	}
 	report_csv_open();
 	progress("dlock_bench: %s run", quick ? "quick (smoke)" : "full");
 
@@ -168,8 +179,11 @@ main(int argc, char **argv)
 		bench_elect();
 	if (wanted(only, "shared"))
 		bench_shared();
+	if (wanted(only, "sessions"))
+		bench_sessions();
 
-	report_write(conn, now_s() - t0);
+	if (!opt.portable)			/* --portable: sessions.md only */
+		report_write(conn, now_s() - t0);
 	report_close();
 	PQfinish(conn);
 	progress("dlock_bench: done, results in %s/results.md", opt.outdir);

@@ -509,6 +509,7 @@ report_write(PGconn *conn, double total_s)
 	write_scale(f);
 	write_elect(f);
 	write_shared(f);
+	write_sessions(f);
 	fprintf(f, "Raw data: samples.csv (every latency sample), pairs.csv, hot_clients.csv, "
 			"figures.csv; plots: *.png.\n");
 	fclose(f);

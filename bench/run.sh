@@ -16,9 +16,14 @@
 #
 # --quick is a smoke run of a few seconds; its results go to
 # bench/results/quick/ so they never overwrite a full run's.  --only LIST
-# (comma-separated: pairs,hot,release,takeover,idle,scale,elect,shared,entities)
-# runs only those measurements, into bench/results/only/ (with --quick:
-# bench/results/quick/).
+# (comma-separated: pairs,hot,release,takeover,idle,scale,elect,shared,entities,
+# sessions) runs only those measurements, into bench/results/only/ (with
+# --quick: bench/results/quick/).
+#
+# sessions (issue 36) runs on the C extension when it has dlock.open_session
+# (else it says it is skipped), then on the portable edition (portable/dlock.sql
+# in database portable_bench, as below, fsync on): portable_sessions/sessions.md,
+# appended to results.md.
 #
 # For the leader election measurement it runs the dlock CLI built in cli/
 # (else the one on PATH) and, when etcd and etcdctl are installed, starts a
@@ -46,7 +51,7 @@ while [ $# -gt 0 ]; do
         --only) [ $# -ge 2 ] || { echo "usage: bench/run.sh [--quick] [--only LIST]" >&2; exit 2; }
                 only=$2; shift ;;
         --inner) inner=1 ;;          # internal: the unprivileged half
-        -h|--help) sed -n '2,35p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        -h|--help) sed -n '2,41p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
         *) echo "usage: bench/run.sh [--quick] [--only LIST]" >&2; exit 2 ;;
     esac
     shift
@@ -121,18 +126,10 @@ extension_note() {
 # at 1 and 8 clients (bench/portable_pairs.pl), in the fsync = off pass;
 # writes fsync_off/portable.md.  Goal: portable >= 0.8x naive at 1 client.
 portable_pairs() {
-    local sql="" secs=10 out="$resdir/fsync_off/portable.txt" c m
-    for f in "$here/../portable/dlock.sql" "$here/portable/dlock.sql"; do
-        [ -f "$f" ] && { sql=$f; break; }
-    done
-    [ -n "$sql" ] || { say "portable/dlock.sql not found: the portable edition's pairs are skipped"; : >"$resdir/fsync_off/portable.md"; return 0; }
+    local secs=10 out="$resdir/fsync_off/portable.txt" c m
+    portable_install || { say "portable/dlock.sql not found: the portable edition's pairs are skipped"; : >"$resdir/fsync_off/portable.md"; return 0; }
     [ -n "$quick" ] && secs=2
     say "the portable edition's uncontended pairs (fsync = off)"
-    "$PG_BIN/psql" -X -q -P pager=off -d "$conninfo" -c "DROP DATABASE IF EXISTS portable_bench" \
-        -c "DROP ROLE IF EXISTS bench_dbo" -c "CREATE ROLE bench_dbo LOGIN" \
-        -c "CREATE DATABASE portable_bench OWNER bench_dbo" >/dev/null
-    "$PG_BIN/psql" -X -q -d "$conninfo" -c "GRANT CREATE ON SCHEMA public TO bench_dbo" >/dev/null
-    "$PG_BIN/psql" -X -q -d "host=$tmp port=$port user=bench_dbo dbname=portable_bench" -f "$sql" >/dev/null
     : >"$out"
     for c in 1 8; do
         for m in naive portable dlock; do
@@ -154,6 +151,39 @@ portable_pairs() {
              END { for (i = 1; i <= NR; i++) { split(line[i], f, " ");
                    printf "| %s | %s | %s | %s | %s | %s | %.2fx |\n", f[1], f[2], f[3], f[4], f[5], f[6], f[3] / r["naive " f[2]] } }' "$out"
     } >"$resdir/fsync_off/portable.md"
+}
+
+# portable_install: a fresh database portable_bench, owned by bench_dbo (no
+# superuser), with portable/dlock.sql installed by it; fails when there is no
+# portable/dlock.sql.
+portable_install() {
+    local sql=""
+    for f in "$here/../portable/dlock.sql" "$here/portable/dlock.sql"; do
+        [ -f "$f" ] && { sql=$f; break; }
+    done
+    [ -n "$sql" ] || return 1
+    "$PG_BIN/psql" -X -q -P pager=off -d "$conninfo" -c "DROP DATABASE IF EXISTS portable_bench" \
+        -c "DROP ROLE IF EXISTS bench_dbo" -c "CREATE ROLE bench_dbo LOGIN" \
+        -c "CREATE DATABASE portable_bench OWNER bench_dbo" >/dev/null
+    "$PG_BIN/psql" -X -q -d "$conninfo" -c "GRANT CREATE ON SCHEMA public TO bench_dbo" >/dev/null
+    "$PG_BIN/psql" -X -q -d "host=$tmp port=$port user=bench_dbo dbname=portable_bench" -f "$sql" >/dev/null
+}
+
+# portable_sessions: measurement 9 (sessions) on the portable edition,
+# dlock_bench --portable in portable_bench (fsync on, as the main run); writes
+# portable_sessions/ and appends its sessions.md to results.md.  Skipped when
+# the portable edition has no dlock.open_session.
+portable_sessions() {
+    local d="$resdir/portable_sessions"
+    mkdir -p "$d"
+    find "$d" -maxdepth 1 -type f -delete
+    portable_install || { say "portable/dlock.sql not found: the portable edition's sessions are skipped"; return 0; }
+    say "sessions on the portable edition (dlock_bench --portable --only sessions)"
+    "$here/dlock_bench" -d "host=$tmp port=$port user=bench_dbo dbname=portable_bench" -o "$d" \
+        --portable --only sessions $quick || { say "the portable edition's sessions failed"; return 1; }
+    if [ -s "$d/sessions.md" ]; then
+        { echo; echo "# The portable edition"; echo; cat "$d/sessions.md"; } >>"$resdir/results.md"
+    fi
 }
 
 # portable_cost: where a portable pair's time goes (bench/portable_cost.sh:
@@ -201,10 +231,12 @@ run_unprivileged() {
     mkdir -p "$resdir"
     find "$resdir" -maxdepth 1 -type f -delete
     cp "$copy/$sub"/* "$resdir"/ 2>/dev/null || true
-    if [ -d "$copy/$sub/fsync_off" ]; then    # the fsync = off pass's own report
-        rm -rf "$resdir/fsync_off"
-        cp -r "$copy/$sub/fsync_off" "$resdir"/
-    fi
+    for d in fsync_off portable_sessions; do    # the passes' own reports
+        if [ -d "$copy/$sub/$d" ]; then
+            rm -rf "${resdir:?}/$d"
+            cp -r "$copy/$sub/$d" "$resdir"/
+        fi
+    done
     if [ "$status" -ne 0 ]; then
         say "FAILED (status $status); what there is is in $resdir"
         exit "$status"
@@ -321,6 +353,11 @@ EOF
     find "$resdir" -maxdepth 1 -type f -delete
     "$here/dlock_bench" -d "$conninfo" -o "$resdir" ${rport:+--redis-port "$rport"} $quick \
         ${only:+--only "$only"} ${cli:+--dlock-cli "$cli"} ${eport:+--etcd-endpoint "127.0.0.1:$eport"}
+
+    # Sessions (issue 36) on the portable edition too, fsync on.
+    if [ -z "$only" ] || [[ ",$only," == *,sessions,* ]]; then
+        portable_sessions
+    fi
 
     # CPU alone: the uncontended pairs again with fsync = off (WAL is still
     # written, never flushed), in the same cluster, into fsync_off/; its

@@ -5,6 +5,7 @@
  * that silently measures errors is worse than none).
  */
 #define _GNU_SOURCE
+#include <dirent.h>
 #include <errno.h>
 #include <math.h>
 #include <stdarg.h>
@@ -191,6 +192,72 @@ proc_cpu_ns(int pid)
 		if (fscanf(f, "%lf", &ns) != 1)
 			ns = 0;
 		fclose(f);
+	}
+	return ns;
+}
+
+/* proc_ppid: the parent of pid (/proc/<pid>/stat), 0 if unknown. */
+int
+proc_ppid(int pid)
+{
+	char		path[64],
+				buf[1024] = "",
+			   *p;
+	FILE	   *f;
+	int			ppid = 0;
+
+	snprintf(path, sizeof(path), "/proc/%d/stat", pid);
+	if ((f = fopen(path, "r")) == NULL)
+		return 0;
+	buf[fread(buf, 1, sizeof(buf) - 1, f)] = '\0';
+	fclose(f);
+	if ((p = strrchr(buf, ')')) == NULL || sscanf(p + 1, " %*c %d", &ppid) != 1)
+		ppid = 0;
+	return ppid;
+}
+
+/* cluster_cpu_snap: on-CPU ns of the postmaster pm and each child now. */
+void
+cluster_cpu_snap(int pm, ClusterCpu *s)
+{
+	DIR		   *d = opendir("/proc");
+	struct dirent *e;
+
+	s->n = 0;
+	s->pid[s->n] = pm;
+	s->ns[s->n++] = proc_cpu_ns(pm);
+	while (d != NULL && (e = readdir(d)) != NULL && s->n < CLUSTER_CPU_MAX)
+	{
+		int			pid = atoi(e->d_name);
+
+		if (pid > 0 && proc_ppid(pid) == pm)
+		{
+			s->pid[s->n] = pid;
+			s->ns[s->n++] = proc_cpu_ns(pid);
+		}
+	}
+	if (d != NULL)
+		closedir(d);
+}
+
+/*
+ * cluster_cpu_delta: the CPU (ns) from a to b of the processes alive at b:
+ * since a, or all of it for those started after a.  Processes that ended
+ * between a and b are not counted.
+ */
+double
+cluster_cpu_delta(const ClusterCpu *a, const ClusterCpu *b)
+{
+	double		ns = 0;
+
+	for (int i = 0; i < b->n; i++)
+	{
+		double		before = 0;
+
+		for (int j = 0; j < a->n; j++)
+			if (a->pid[j] == b->pid[i])
+				before = a->ns[j];
+		ns += b->ns[i] - before;
 	}
 	return ns;
 }
