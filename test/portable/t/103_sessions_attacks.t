@@ -40,6 +40,7 @@ for my $s (@servers) {
     cut_close($al, $bo);
     close_race($al, $bo, $su);
     close_vs_wait($al, $bo, $su);
+    reap_rr($al, $bo);
     set_role($al, $bo, $su);
     srand($seed);
     expiry_race($al, $bo);
@@ -345,6 +346,33 @@ sub close_vs_wait {
     is(q1($al, "SELECT count(*) FROM dlock.locks WHERE resource = 'cw/free' AND holder IS NOT NULL"), 0,
        "$label: lock_all took nothing");
     is(q1($bo, "SELECT dlock.unlock_all('b')"), 2, "$label: bob's holdings untouched");
+}
+
+# reap() under REPEATABLE READ (default_transaction_isolation) whose
+# snapshot is older than an acquisition in the session: it must not remove
+# the session as if it held nothing.  Else the holding, its session gone,
+# would lose its lock-delay (available at once instead of an hour after
+# the session's end).
+sub reap_rr {
+    my ($al, $bo) = @_;
+    my $s = q1($al, "SELECT dlock.open_session('400ms', 'w-rp')");
+    my $rp = conn('bob');
+    $rp->do("SET default_transaction_isolation = 'repeatable read'");
+    $rp->begin_work;
+    q1($rp, "SELECT count(*) FROM dlock.sessions");     # its snapshot
+    my $f = q1($al, "SELECT dlock.try_lock('rp/1', session => ?, lock_delay => '1h')", $s);
+    ok($f, "$label: a holding with a lock-delay, after the reaper's snapshot");
+    ok(ended($al, $s), "$label: the session's ttl passes");
+    my $v = $rp->selectrow_arrayref("SELECT dlock.reap()");
+    ok(!$rp->err || $rp->state eq '40001', "$label: reap under REPEATABLE READ: " . ($rp->err ? $rp->state : 'done'));
+    $rp->err ? $rp->rollback : $rp->commit;
+    $rp->disconnect;
+    is(q1($bo, "SELECT dlock.try_lock('rp/1', 'b', '1h')"), undef, "$label: the lock-delay still keeps rp/1 busy");
+    ok(q1($bo, "SELECT available_at > clock_timestamp() + interval '50 minutes' FROM dlock.locks WHERE resource = 'rp/1'"),
+       "$label: ... until an hour after the session's end");
+    is(q1($bo, "SELECT dlock.reap()"), 1, "$label: a reap in READ COMMITTED ends it");
+    is(q1($bo, "SELECT count(*) FROM dlock.sessions WHERE id = ?", $s), 0, "$label: ... and removes the session");
+    is(q1($bo, "SELECT dlock.try_lock('rp/1', 'b', '1h')"), undef, "$label: the lock-delay holds after it");
 }
 
 sub set_role {
