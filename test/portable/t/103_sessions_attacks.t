@@ -389,13 +389,15 @@ sub set_role {
     like(err($b2, "SELECT dlock.renew('sr/1', 'w-sr')"), qr/^42501:/, "$label: ... renew 42501");
     like(err($b2, "SELECT dlock.close_session($s)"), qr/^42501:/, "$label: ... close 42501");
     # A function of alice's, SECURITY DEFINER, called by bob: bob's.
-    $al->do("CREATE FUNCTION public.ka(bigint) RETURNS timestamptz LANGUAGE sql SECURITY DEFINER AS 'SELECT dlock.keepalive(\$1)'")
+    $su->do("CREATE SCHEMA att AUTHORIZATION alice") or die $su->errstr;
+    $al->do("CREATE FUNCTION att.ka(bigint) RETURNS timestamptz LANGUAGE sql SECURITY DEFINER AS 'SELECT dlock.keepalive(\$1)'")
         or die $al->errstr;
-    like(err($bo, "SELECT public.ka($s)"), qr/^42501:/, "$label: bob through alice's SECURITY DEFINER function: 42501");
+    $al->do("GRANT USAGE ON SCHEMA att TO bob") or die $al->errstr;
+    like(err($bo, "SELECT att.ka($s)"), qr/^42501:/, "$label: bob through alice's SECURITY DEFINER function: 42501");
     $b2->disconnect;
     $su->do("REVOKE alice FROM bob");
     is(q1($al, "SELECT dlock.close_session(?)", $s), 1, "$label: alice closes it");
-    $al->do("DROP FUNCTION public.ka(bigint)");
+    $su->do("DROP SCHEMA att CASCADE");
 }
 
 # Old data reloaded (a backup restored over the database): a session id
