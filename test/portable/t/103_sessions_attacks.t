@@ -146,6 +146,7 @@ sub renew_race {
         ok(wait_ready($w->[0], 20), "$label: $kind: renew returns");
         $w->[0]->pg_result;
         my ($v) = $w->[1]->fetchrow_array;
+        $w->[1]->finish;
         is($v, undef, "$label: $kind: renew of the broken holding: NULL");
         $w->[0]->disconnect;
         ok(!q1($al, "SELECT dlock.check(?, ?)", $r, $f), "$label: $kind: ... it is not current");
@@ -299,6 +300,7 @@ sub close_race {
             is(q1($h, "SELECT dlock.close_session(?)", $s), 1, "$label: $iso: the retry releases it");
         } else {
             my ($n) = $sth->fetchrow_array;
+            $sth->finish;
             is($n, 1, "$label: $iso: it released the acquisition that was in flight");
         }
         $h->disconnect;
@@ -459,6 +461,7 @@ sub expiry_race {
         ok(wait_ready($ka->[0], 20), "$label: round $i: keepalive returns");
         $ka->[0]->pg_result;
         my ($e) = $ka->[1]->fetchrow_array;
+        $ka->[1]->finish;
         $ka->[0]->disconnect;
         my @got = map { result($_) } @w;
         $_->[0]->disconnect for @w;
