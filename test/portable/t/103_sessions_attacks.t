@@ -4,9 +4,11 @@
 # shared, permits, lock_all, another session), a renew whose holding ends
 # while its keepalive waits, keepalives in old snapshots and rolled-back
 # savepoints, read-only transactions, statement_timeout in the middle of
-# close_session, close_session racing acquisitions (READ COMMITTED and
-# REPEATABLE READ), SET ROLE, ids after a reload of old data, and a seeded
-# race of a keepalive against acquirers at the instant of expiry.
+# close_session, close_session racing acquisitions (every isolation
+# level) and waits in the session (lock, acquire, lock_all), reap() under
+# REPEATABLE READ, SET ROLE and SECURITY DEFINER callers, ids after a
+# reload of old data, and a seeded race of a keepalive against acquirers
+# at the instant of expiry.
 #
 # DLOCK_PORTABLE_MAJORS as for 010_core.t; DLOCK_ATTACK_SEED=N replays the
 # race (the seed is printed).
