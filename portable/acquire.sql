@@ -66,9 +66,10 @@ BEGIN
     IF coalesce(current_setting('dlock.xact_' || md5(p_resource), true), '') <> '' THEN
         RETURN NULL;
     END IF;
-    -- A session that has ended takes nothing (also between a wait's attempts).
+    -- A session that has ended takes nothing (also between a wait's
+    -- attempts); its row is locked only by an attempt that takes (below).
     IF p_session IS NOT NULL THEN
-        PERFORM dlock._session_live(p_session);
+        PERFORM dlock._session_alive(p_session);
     END IF;
     -- Held by another live holder, delayed or queued for: answered without
     -- taking anything (but a client-side fair attempt's ticket).
@@ -95,6 +96,11 @@ BEGIN
     -- the attempt is refused, so a refusal leaves no row lock behind.
     mine := coalesce(r.holder = p_holder AND r.owner = p_role, false);
     BEGIN
+        -- [sessions]: the session's row FOR KEY SHARE, given back by a
+        -- refusal (a wait holds nothing that close_session waits for).
+        IF p_session IS NOT NULL THEN
+            PERFORM dlock._session_live(p_session);
+        END IF;
         -- A row another transaction is changing, pinning or locking (an
         -- acquisition, a renewal, a release, a reap, an assert_fence, a
         -- transaction-scoped lock) is busy, not waited for.  Under READ

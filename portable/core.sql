@@ -582,8 +582,16 @@ BEGIN
     -- [sessions]: a session's holding renews its session (sessions.sql),
     -- without locking the holding's row: close_session locks the session
     -- first and the rows next, so the other order could deadlock.
+    -- The holding may end while keepalive waits for the session's row (an
+    -- unlock, a break_lock): looked at again after it, NULL if it has.
     IF r.session IS NOT NULL AND (fence IS NULL OR fence = r.fence) THEN
-        RETURN dlock._renew_session(r.session, lease);
+        v_exp := dlock._renew_session(r.session, lease);
+        IF v_exp IS NULL OR NOT EXISTS (SELECT FROM dlock.leases x
+                                         WHERE x.resource = renew.resource AND x.fence = r.fence
+                                           AND x.holder IS NOT NULL AND x.session = r.session) THEN
+            RETURN NULL;
+        END IF;
+        RETURN v_exp;
     END IF;
     -- FOR NO KEY UPDATE: an assert_fence pin (FOR KEY SHARE) never makes
     -- the holder's renewal wait.

@@ -146,6 +146,16 @@ BEGIN
         END LOOP;
         IF r.holder = candidate AND r.owner = v_role
            AND dlock._exp(r.session, r.expires_at) > clock_timestamp() THEN
+            -- [sessions]: its term only the way it leads, in its session
+            -- or with a lease, as a re-entry (else it would think the
+            -- leadership kept alive by a session it is not in).
+            IF r.session IS DISTINCT FROM campaign.session THEN
+                RAISE EXCEPTION 'holder "%" holds resource "%" %', candidate, election,
+                                CASE WHEN r.session IS NULL THEN 'with a lease of its own'
+                                     ELSE format('in session %s', r.session) END
+                    USING ERRCODE = 'object_not_in_prerequisite_state',
+                          HINT = 'Campaign again the way it leads: in its session, or with a lease.';
+            END IF;
             PERFORM dlock._still_leader(election, r.fence, candidate, value, v_role);
             RETURN r.fence;
         END IF;

@@ -342,9 +342,10 @@ DECLARE
     v_session bigint;
     ok boolean;
 BEGIN
-    -- [sessions]: a session that has ended takes nothing.
+    -- [sessions]: a session that has ended takes nothing; its row is
+    -- locked only inside the attempt (a refusal gives it back).
     IF p_session IS NOT NULL THEN
-        PERFORM dlock._session_live(p_session);
+        PERFORM dlock._session_alive(p_session);
     END IF;
     -- A look that takes nothing first (READ COMMITTED: it sees the last commits).
     IF current_setting('transaction_isolation') = 'read committed' THEN
@@ -352,6 +353,9 @@ BEGIN
     END IF;
     IF v IS NULL OR v IN ('new', 'reenter') THEN
         BEGIN
+            IF p_session IS NOT NULL THEN
+                PERFORM dlock._session_live(p_session);
+            END IF;
             v := 'contended';
             PERFORM FROM dlock.leases l WHERE l.resource = p_resource FOR UPDATE SKIP LOCKED;
             IF NOT FOUND THEN
@@ -591,8 +595,16 @@ BEGIN
         RETURN NULL;
     END IF;
     -- [sessions]: a session's holding renews its session (sessions.sql).
+    -- The holding may end while keepalive waits for the session's row:
+    -- looked at again after it, NULL if it has.
     IF h.session IS NOT NULL THEN
-        RETURN dlock._renew_session(h.session, p_lease);
+        v_exp := dlock._renew_session(h.session, p_lease);
+        IF h.tbl = 'shares' THEN
+            PERFORM FROM dlock.shares s WHERE s.resource = p_resource AND s.fence = h.fence AND s.session = h.session;
+        ELSE
+            PERFORM FROM dlock.permits p WHERE p.resource = p_resource AND p.fence = h.fence AND p.session = h.session;
+        END IF;
+        RETURN CASE WHEN FOUND THEN v_exp END;
     END IF;
     -- FOR NO KEY UPDATE: an assert_fence pin (FOR KEY SHARE) never makes
     -- the renewal wait; an expired lease is never revived.
@@ -893,6 +905,11 @@ DECLARE
     f bigint;
     fences bigint[] := '{}';
 BEGIN
+    -- [sessions]: a session that has ended takes nothing, also between a
+    -- wait's rounds (the looks below may refuse before any attempt).
+    IF p_session IS NOT NULL THEN
+        PERFORM dlock._session_alive(p_session);
+    END IF;
     FOREACH x IN ARRAY p_resources LOOP
         IF coalesce(current_setting('dlock.xact_' || md5(x), true), '') <> '' THEN
             IF p_wait THEN

@@ -17,7 +17,8 @@
  *   in flight makes it busy, and a later keepalive waits for that
  *   transaction and then sees the end;
  * - an acquisition in a session locks it FOR KEY SHARE SKIP LOCKED
- *   (_session_live), which keepalive does not conflict with;
+ *   (_session_live) when it takes something, which keepalive does not
+ *   conflict with;
  *   close_session locks it FOR UPDATE: an acquisition in flight finishes
  *   first and its holding is released with the others.
  */
@@ -50,8 +51,27 @@ BEGIN
 END
 $$;
 
+-- _session_alive: raise 55000 unless the session lives, locking nothing
+-- (an acquisition's first look, and between a wait's attempts).
+CREATE OR REPLACE FUNCTION dlock._session_alive(p_session bigint)
+    RETURNS boolean LANGUAGE plpgsql VOLATILE
+    SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    IF dlock._exp(p_session, NULL) <= clock_timestamp() THEN
+        RAISE EXCEPTION 'session % has ended', p_session
+            USING ERRCODE = 'object_not_in_prerequisite_state',
+                  DETAIL = 'It was closed, its ttl passed, or it was never opened; its holdings are gone.',
+                  HINT = 'Open a new session (dlock.open_session()).';
+    END IF;
+    RETURN true;
+END
+$$;
+
 -- _session_live: raise 55000 unless the session lives; locks its row FOR
--- KEY SHARE (a close in flight: ended).
+-- KEY SHARE (a close in flight: ended).  Called by an attempt inside the
+-- subtransaction that a refusal rolls back: a wait in lock() holds no
+-- lock on the session between its attempts, so close_session does not
+-- wait for it (its next attempt raises 55000).
 CREATE OR REPLACE FUNCTION dlock._session_live(p_session bigint)
     RETURNS boolean LANGUAGE plpgsql VOLATILE
     SET search_path = pg_catalog, pg_temp AS $$
@@ -90,7 +110,7 @@ BEGIN
             USING ERRCODE = 'insufficient_privilege',
                   DETAIL = 'Only the role that opened a session acquires in it.';
     END IF;
-    PERFORM dlock._session_live(p_session);
+    PERFORM dlock._session_alive(p_session);
     -- The default holder (session_holder(), evaluated by the caller) is
     -- told apart by this backend's pid: inside SECURITY DEFINER,
     -- session_holder() cannot read another role's backend start.  A text
@@ -234,8 +254,19 @@ BEGIN
         RETURN NULL;
     END IF;
     -- FOR UPDATE: keepalives, acquisitions in it (FOR KEY SHARE) and
-    -- takeovers (FOR SHARE) in flight end first.
-    SELECT * INTO s FROM dlock.session_rows y WHERE y.id = close_session.session FOR UPDATE;
+    -- takeovers (FOR SHARE) in flight end first.  Under REPEATABLE READ
+    -- or SERIALIZABLE this snapshot would not see the holdings of an
+    -- acquisition waited for (it leaves the row as it was): 40001 then.
+    SELECT * INTO s FROM dlock.session_rows y WHERE y.id = close_session.session FOR UPDATE SKIP LOCKED;
+    IF NOT FOUND THEN
+        SELECT * INTO s FROM dlock.session_rows y WHERE y.id = close_session.session FOR UPDATE;
+        IF FOUND AND current_setting('transaction_isolation') <> 'read committed' THEN
+            RAISE EXCEPTION 'could not serialize access due to a concurrent change of session %', close_session.session
+                USING ERRCODE = 'serialization_failure',
+                      DETAIL = 'This transaction''s snapshot is older than what close_session waited for.',
+                      HINT = 'Retry the transaction.';
+        END IF;
+    END IF;
     IF NOT FOUND OR s.expires_at <= clock_timestamp() THEN
         RETURN NULL;
     END IF;
@@ -276,21 +307,34 @@ COMMENT ON FUNCTION dlock.close_session(bigint) IS
     'Close session: release every holding in it (each with its released event); returns how many, NULL if it had already ended';
 
 -- _reap_sessions: reap()'s sessions that have ended with no holding left
--- (rows another transaction has locked are skipped): how many.
+-- (rows another transaction has locked are skipped): how many.  Locked
+-- first, then looked at again by a statement of its own: its snapshot sees
+-- every acquisition in them that committed before the lock (one in flight
+-- keeps its row locked, FOR KEY SHARE: skipped).  Under REPEATABLE READ or
+-- SERIALIZABLE the snapshot is older: none are removed then (a later
+-- reap() does), since a session removed under a holding it did not see
+-- would take that holding's lock-delay with it.
 CREATE OR REPLACE FUNCTION dlock._reap_sessions()
     RETURNS integer LANGUAGE plpgsql VOLATILE
     SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
     n integer;
+    ids bigint[];
 BEGIN
+    IF current_setting('transaction_isolation') <> 'read committed' THEN
+        RETURN 0;
+    END IF;
+    ids := ARRAY(SELECT x.id FROM dlock.session_rows x
+                  WHERE x.expires_at <= clock_timestamp()
+                    AND NOT EXISTS (SELECT FROM dlock.leases l WHERE l.session = x.id AND l.holder IS NOT NULL)
+                    AND NOT EXISTS (SELECT FROM dlock.shares h WHERE h.session = x.id)
+                    AND NOT EXISTS (SELECT FROM dlock.permits h WHERE h.session = x.id)
+                    FOR UPDATE SKIP LOCKED);
     DELETE FROM dlock.session_rows s
-     WHERE s.ctid = ANY (ARRAY(SELECT x.ctid FROM dlock.session_rows x
-                                WHERE x.expires_at <= clock_timestamp()
-                                  AND NOT EXISTS (SELECT FROM dlock.leases l
-                                                   WHERE l.session = x.id AND l.holder IS NOT NULL)
-                                  AND NOT EXISTS (SELECT FROM dlock.shares h WHERE h.session = x.id)
-                                  AND NOT EXISTS (SELECT FROM dlock.permits h WHERE h.session = x.id)
-                                  FOR UPDATE SKIP LOCKED));
+     WHERE s.id = ANY (ids)
+       AND NOT EXISTS (SELECT FROM dlock.leases l WHERE l.session = s.id AND l.holder IS NOT NULL)
+       AND NOT EXISTS (SELECT FROM dlock.shares h WHERE h.session = s.id)
+       AND NOT EXISTS (SELECT FROM dlock.permits h WHERE h.session = s.id);
     GET DIAGNOSTICS n = ROW_COUNT;
     RETURN n;
 END
@@ -323,6 +367,7 @@ $grant$;
 
 REVOKE EXECUTE ON FUNCTION
     dlock._exp(bigint, timestamptz), dlock._lapsed(bigint), dlock._session_live(bigint),
+    dlock._session_alive(bigint),
     dlock._session_use(bigint, text, interval), dlock._session_arg(bigint),
     dlock._session_owner(dlock.session_rows, text), dlock._renew_session(bigint, interval),
     dlock._reap_sessions(),

@@ -132,7 +132,10 @@ for my $srv (@servers) {
             if (defined $f) {
                 if ($same && $hexp > $t0 && $f == $h->{fence}) {
                     $h->{count}++;
-                    $h->{lease_exp} = $t1 + 1 unless defined $sid;   # extended (at least to now + lease)
+                    if (!defined $sid) {      # extended to at least now + lease (now >= t0)
+                        my $lease = $bind[2] =~ /^(\d+)/ ? $1 / 1000 : 0;
+                        $h->{lease_exp} = $t0 + $lease if $t0 + $lease > $h->{lease_exp};
+                    }
                     next;
                 }
                 $bad->($step, "$r taken by $holder while held live by $h->{holder}") if $h && $hexp > $t1;
