@@ -10,6 +10,10 @@
 # The kinds of lock are mixed in as for the C extension (ModelDriver.pm
 # finds them in pg_proc: shared holdings, semaphores' permits,
 # try_lock_all/lock_all), and ModelKinds.pm checks their rules.
+# Sessions are mixed in (ModelDriver.pm: open, holdings of every kind in
+# them, keepalive, close, lapses, other roles' keepalives and closes), and
+# the checker is shown to fire on this run's logs altered to break each
+# session rule (SessionMutations.pm).
 # First, step by step, the overlap the model found: a transaction-scoped
 # lock under REPEATABLE READ or SERIALIZABLE must not be granted on a
 # snapshot older than a lease taken since.
@@ -38,6 +42,8 @@ BEGIN {
     eval { require DBD::Pg; 1 } or plan skip_all => 'DBD::Pg (libdbd-pg-perl) is not installed';
 }
 use Model;
+use ModelCheck;
+use SessionMutations;
 
 my $cache = $ENV{DLOCK_PORTABLE_CACHE} // '/var/cache/dlock-portable';
 my $debian_major = $ENV{DLOCK_PG_MAJOR} // 15;
@@ -99,9 +105,31 @@ for my $s (@servers) {
            "$label: permits of semaphores were taken");
     cmp_ok($stats->{'all-or-nothing checks'} // 0, '>', 5,
            "$label: several resources were asked for at once, and checked all or nothing");
+    # Sessions ([sessions]: open_session in pg_proc).
+    cmp_ok($stats->{'sessions opened'} // 0, '>', 5, "$label: sessions were opened");
+    cmp_ok($stats->{'session holdings'} // 0, '>', 10, "$label: holdings were taken in sessions");
+    cmp_ok($stats->{'ok keepalive'} // 0, '>', 5, "$label: sessions were kept alive");
+    cmp_ok($stats->{'ok close_session'} // 0, '>', 0, "$label: sessions were closed");
+    session_mutations($label, $logs);
     `$bindir/pg_ctl -D $dir/data -m fast -w stop 2>&1`;
 }
 done_testing();
+
+# session_mutations: the run's logs, altered to break each session rule,
+# are flagged.
+sub session_mutations {
+    my ($label, $logs) = @_;
+    my $ops = ModelCheck::load(glob("$logs/*.log"));
+    for my $m (SessionMutations::list()) {
+        my ($kind, $what, $alter) = @$m;
+        my $copy = [ map { {%$_} } @$ops ];
+        my $done = $alter->($copy);
+        my ($v) = ModelCheck::check($copy);
+        my $n = grep { /^VIOLATION \[\Q$kind\E\]/ } @$v;
+        ok($done && $n, "$label: checker: $what is flagged ($kind)")
+            or diag($done ? "not flagged" : "nothing in the logs to alter");
+    }
+}
 
 # stale_snapshot: what the model found (an overlap: a try_xact_lock in a
 # SERIALIZABLE transaction granted while a lease committed after its
