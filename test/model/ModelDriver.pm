@@ -14,7 +14,7 @@
 # (try_acquire/acquire, 0.5) and several lock resources at once
 # (try_lock_all/lock_all, 0.5, whose NULL result is followed by a read of
 # the caller's private holdings of those resources: field after).
-# When the edition has sessions (detect_kinds: dlock.open_session), 0.18 of
+# When the edition has sessions (detect_kinds: dlock.open_session), 0.2 of
 # the operations are about sessions (sess_op): open one (ttl 50 ms to 1 s,
 # a holder text of its own, sess/ROLE/cN/sM), take holdings in it (every
 # kind above, session => id, no lease), keepalive, close_session, renew,
@@ -196,7 +196,7 @@ sub random_op
 	my $sh = $kinds->{shared} && rnd(3) == 0 ? 1 : 0;
 	my $rec;
 
-	if ($kinds->{sess} && rnd(100) < 18)
+	if ($kinds->{sess} && rnd(100) < 20)
 	{
 		$rec = $self->sess_op($in_xact);
 	}
@@ -310,27 +310,53 @@ sub sess_op
 {
 	my ($self, $in_xact) = @_;
 	my $ss = $self->{sessions};
-	if (!@$ss || rnd(8) == 0)
+	# Mostly a session believed live (by this client's clock: its last
+	# expiry seen, less a margin), sometimes one that has ended.
+	my @live = grep { !$_->{dead} && time < $_->{until} } @$ss;
+	if (!@$ss || rnd(12) == 0 || (!@live && rnd(2)))
 	{
-		my $ttl = pick(@LEASES_MS);
+		my $ttl = pick(@LEASES_MS, 500, 1000, 1000);
 		my $h = "sess/$self->{role}/c$self->{id}/s" . $self->{seq} . ($self->{tag} ne '' ? "\@$self->{tag}" : '');
+		my $t = time;
 		my $rec = $self->call('open_session', 'dlock.open_session($1::interval, $2)',
 			[ lease_arg($ttl), $h ], h => $h, ttl => $ttl);
 		if (!$rec->{err} && defined $rec->{res})
 		{
 			$rec->{sess} = $rec->{res};
-			push @$ss, { id => $rec->{res}, h => $h, ttl => $ttl };
-			shift @$ss if @$ss > 3;
+			push @$ss, { id => $rec->{res}, h => $h, ttl => $ttl, until => $t + $ttl / 1000 * 0.8 };
+			# at most four: an ended one goes first, else the oldest
+			if (@$ss > 4)
+			{
+				my ($i) = grep { $ss->[$_]{dead} || time >= $ss->[$_]{until} } 0 .. $#$ss;
+				splice(@$ss, $i // 0, 1);
+			}
 		}
 		return $rec;
 	}
-	my $s = pick(@$ss);
+	my $s = @live && rnd(5) ? pick(@live) : pick(@$ss);
+	my $rec = $self->sess_call($s, $in_xact);
+	if ($rec && !$rec->{err} && !$rec->{steal})
+	{
+		# What the client learns of its session (an estimate: rollbacks
+		# aside; it only steers the choices).
+		$s->{dead} = 1 if ($rec->{k} =~ /^(?:keepalive|close_session)$/ && !defined $rec->{res})
+		  || $rec->{k} eq 'close_session';
+		$s->{until} = time + $s->{ttl} / 1000 * 0.8 if $rec->{k} =~ /^(?:keepalive|renew)$/ && defined $rec->{res};
+	}
+	$s->{dead} = 1 if $rec && ($rec->{err} // '') eq '55000';
+	return $rec;
+}
+
+# sess_call: one operation in session s (see sess_op).
+sub sess_call
+{
+	my ($self, $s, $in_xact) = @_;
 	my ($id, $h) = ($s->{id}, $s->{h});
 	my %sf = (sess => $id);
 	my $y = rnd(100);
 	my @sems = @{ $self->{sems} };
 	my $r = pick(@{ $self->{resources} });
-	if ($y < 40)
+	if ($y < 45)
 	{
 		my $z = rnd(10);
 		my $sh = rnd(3) == 0 ? 1 : 0;
@@ -370,12 +396,12 @@ sub sess_op
 			'dlock.lock($1, $2, shared => $3::boolean, wait => $4::interval, session => $5::int8)',
 			[ $r, $h, $sh ? 1 : 0, lease_arg($wait), $id ], %f, wait => $wait);
 	}
-	if ($y < 55)
+	if ($y < 60)
 	{
 		return $self->call('keepalive', '(extract(epoch FROM dlock.keepalive($1::int8)) * 1000000)::int8',
 			[$id], %sf);
 	}
-	if ($y < 61)
+	if ($y < 65)
 	{
 		my $rec = $self->call('close_session', 'dlock.close_session($1::int8)', [$id], %sf);
 		return $rec;
@@ -383,9 +409,11 @@ sub sess_op
 	if ($y < 92)
 	{
 		# renew, unlock, check or assert_fence of a holding in the session
-		$r = pick(@sems) if rnd(4) == 0;
+		# (mostly of a resource it was seen to hold)
+		my @held = map { (split /\0/)[0] } grep { /\0\Q$h\E\z/ } sort keys %{ $self->{fence} };
+		$r = @held && rnd(4) ? pick(@held) : rnd(4) == 0 ? pick(@sems) : $r;
 		my $fence = $self->{fence}{"$r\0$h"};
-		if ($y < 72)
+		if ($y < 73)
 		{
 			my $f = rnd(3) ? $fence : undef;
 			return $self->call('renew',
@@ -521,6 +549,11 @@ sub finish
 	for my $rec (@$recs)
 	{
 		$rec->{fate} = $rec->{undone} ? 'rollback' : $fate;
+		# A session whose open_session rolled back never was.
+		if ($rec->{k} eq 'open_session' && $rec->{fate} ne 'commit' && defined $rec->{sess})
+		{
+			$_->{dead} = 1 for grep { $_->{id} == $rec->{sess} } @{ $self->{sessions} };
+		}
 		$rec->{ufate} = $fate;
 		$rec->{tdone} = $tdone;
 		$rec->{tlo} = $tlo // $rec->{t1};

@@ -119,6 +119,12 @@ sub check
 {
 	my ($ix, $ops, $hold, $viol, $stats, $margin) = @_;
 	my %acq = map { $_ => 1 } qw(try_lock lock try_acquire acquire try_lock_all lock_all);
+	for my $o (grep { defined $_->{sess} && !$_->{part} } @$ops)
+	{
+		my $what = defined $o->{err} ? "error $o->{err}" : defined $o->{res} ? 'ok' : 'NULL';
+		$stats->{"session $o->{k}" . ($o->{steal} ? ' (steal)' : '') . ": $what"}++
+		  if $ENV{DLOCK_MODEL_SESSION_STATS};
+	}
 	for my $o (grep { defined $_->{sess} && !defined $_->{err} } @$ops)
 	{
 		my $s = $o->{sess};

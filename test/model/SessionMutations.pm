@@ -76,7 +76,16 @@ sub list
 				return 1 if flags($ops, 'session-end');
 				$o->{$_} -= $HOUR for qw(t0 t1 tlo tdone);
 			}
-			return 0;
+			# None in the logs: a check of a committed holding's fence an
+			# hour after it was taken.
+			my ($p) = grep { defined $_->{sess} && $_->{k} =~ /^(?:try_lock|lock)$/ && !defined $_->{err}
+				  && defined $_->{res} && $_->{fate} eq 'commit' } @$ops;
+			return 0 unless $p;
+			push @$ops, { c => $p->{c}, role => $p->{role}, su => $p->{su}, u => -1, n => next_n($ops, $p->{c}),
+				k => 'check', r => $p->{r}, f => $p->{res}, res => 1, sess => $p->{sess}, xact => 0,
+				fate => 'commit', ufate => 'commit', map { $_ => $p->{$_} + $HOUR } qw(t0 t1 tlo tdone) };
+			@$ops = sort { $a->{c} <=> $b->{c} || $a->{n} <=> $b->{n} } @$ops;
+			return 1;
 		} ],
 		# Two exclusive holders: the checker is told that a session whose
 		# holding was taken over had been kept alive for an hour (a
