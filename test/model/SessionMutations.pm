@@ -88,28 +88,40 @@ sub list
 			return 1;
 		} ],
 		# Two exclusive holders: the checker is told that a session whose
-		# holding was taken over had been kept alive for an hour (a
-		# keepalive at the acquisition, nothing released it).
+		# holding was taken over after it lapsed (nothing released it) had
+		# been kept alive for an hour, by a keepalive logged when the
+		# holding was taken.  Flagged: an overlap with that holding.
 		[ 'overlap', "a resource taken while its holding's session was kept alive", sub {
 			my ($ops) = @_;
-			my @p = grep { defined $_->{sess} && ($_->{k} eq 'try_lock' || $_->{k} eq 'lock')
-				  && !$_->{sh} && !defined $_->{err} && defined $_->{res} && $_->{fate} eq 'commit' } @$ops;
-			for my $p (@p[ 0 .. ($#p < 29 ? $#p : 29) ])
+			my @x = grep { ($_->{k} =~ /^(?:try_lock|lock|xact_lock|try_xact_lock)$/) && !$_->{sh}
+				  && !defined $_->{err} && defined $_->{res} && $_->{fate} eq 'commit' } @$ops;
+			# First a holding nothing released; else one whose releases
+			# the checker is also told never happened.
+			for my $pass (0, 1)
 			{
-				my $copy = [ map { {%$_} } @$ops ];
-				for my $o (@$copy)
+				my $tried = 0;
+				for my $p (grep { defined $_->{sess} } @x)
 				{
-					$o->{k} = 'sleep' if ($o->{k} eq 'break_lock' && $o->{r} eq $p->{r})
-					  || ($o->{k} eq 'unlock' && $o->{r} eq $p->{r} && $o->{h} eq $p->{h})
-					  || ($o->{k} eq 'close_session' && $o->{sess} == $p->{sess});
+					my ($n) = sort { $a->{res} <=> $b->{res} }
+					  grep { $_->{r} eq $p->{r} && $_->{res} > $p->{res} && ($_->{h} // '') ne $p->{h} } @x;
+					next unless $n;
+					my %end = map { $_ => 1 } grep {
+						($_->{k} eq 'break_lock' && $_->{r} eq $p->{r} && $_->{res})
+						  || ($_->{k} eq 'unlock' && $_->{r} eq $p->{r} && $_->{h} eq $p->{h} && defined $_->{res})
+						  || ($_->{k} eq 'close_session' && $_->{sess} == $p->{sess} && defined $_->{res})
+					} grep { !defined $_->{err} && defined $_->{t0} && $_->{t0} > $p->{t0} && $_->{t0} < $n->{t1} } @$ops;
+					next if %end && !$pass;
+					last if ++$tried > 10;
+					my $copy = [ map { my $o = {%$_}; $o->{k} = 'sleep' if $end{$_}; $o } @$ops ];
+					push @$copy, { %$p, k => 'keepalive', n => next_n($copy, $p->{c}), u => -1, xact => 0,
+						fate => 'commit', ufate => 'commit', res => $p->{t1} + $HOUR,
+						map { $_ => undef } qw(r h sh f wait) };
+					@$copy = sort { $a->{c} <=> $b->{c} || $a->{n} <=> $b->{n} } @$copy;
+					my ($v) = ModelCheck::check($copy);
+					next unless grep { /^VIOLATION \[overlap\] .* while fence \Q$p->{res}\E \(/ } @$v;
+					@$ops = @$copy;
+					return 1;
 				}
-				push @$copy, { %$p, k => 'keepalive', n => next_n($copy, $p->{c}), u => -1, xact => 0,
-					fate => 'commit', ufate => 'commit', res => $p->{t1} + $HOUR,
-					map { $_ => undef } qw(r h sh f) };
-				@$copy = sort { $a->{c} <=> $b->{c} || $a->{n} <=> $b->{n} } @$copy;
-				next unless flags($copy, 'overlap');
-				@$ops = @$copy;
-				return 1;
 			}
 			return 0;
 		} ],
