@@ -3,9 +3,9 @@
 # every rule about the kinds of lock (shared locks, semaphores' permits,
 # several resources at once) and about sessions (a holding lives as long
 # as its session; keepalive never revives; close_session ends every
-# holding; other roles' keepalives fail), a history that breaks it is flagged, and its nearest history
-# that keeps it (another holder text, a downgrade, an upgrade, an
-# acknowledged release) is not flagged at all.  095_model.pl runs the
+# holding; other roles' keepalives fail), a history that breaks it is
+# flagged, and its nearest history that keeps it (another holder text, a
+# downgrade, an upgrade, an acknowledged release) is not flagged at all.  095_model.pl runs the
 # randomized workload these rules check.  Only Perl's core modules.
 # Promises: none
 
