@@ -5,8 +5,9 @@
 # as its session; keepalive never revives; close_session ends every
 # holding; other roles' keepalives fail), a history that breaks it is
 # flagged, and its nearest history that keeps it (another holder text, a
-# downgrade, an upgrade, an acknowledged release) is not flagged at all.  095_model.pl runs the
-# randomized workload these rules check.  Only Perl's core modules.
+# downgrade, an upgrade, an acknowledged release) is not flagged at all.
+# 095_model.pl and the portable 070_model.t run the randomized workload
+# these rules check.  Only Perl's core modules.
 # Promises: none
 
 use strict;
