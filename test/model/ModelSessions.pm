@@ -27,6 +27,8 @@
 #                   of S after S had surely ended (as above).
 #  role             another role's keepalive or close_session of S (a
 #                   steal, superusers aside) returned non-NULL.
+#  fence-unique     a session's id is drawn from the fences: no holding
+#                   got it as its fence, no other session as its id.
 # "No two exclusive holders" and the fences are ModelCheck.pm's rules,
 # with the bounds above.
 
@@ -119,6 +121,15 @@ sub check
 {
 	my ($ix, $ops, $hold, $viol, $stats, $margin) = @_;
 	my %acq = map { $_ => 1 } qw(try_lock lock try_acquire acquire try_lock_all lock_all);
+	my %ids;
+	for my $o (grep { $_->{k} eq 'open_session' && !defined $_->{err} && defined $_->{res} } @$ops)
+	{
+		$viol->('fence-unique', "session id $o->{res} is also the fence of a holding", $hold->{ $o->{res} }{acq}, $o)
+		  if $hold->{ $o->{res} };
+		$viol->('fence-unique', "session id $o->{res} handed out twice", $ids{ $o->{res} }, $o)
+		  if $ids{ $o->{res} };
+		$ids{ $o->{res} } = $o;
+	}
 	for my $o (grep { defined $_->{sess} && !$_->{part} } @$ops)
 	{
 		my $what = defined $o->{err} ? "error $o->{err}" : defined $o->{res} ? 'ok' : 'NULL';

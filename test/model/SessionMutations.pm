@@ -125,6 +125,15 @@ sub list
 			}
 			return 0;
 		} ],
+		# A holding given a session's id as its fence (ids are fences).
+		[ 'fence-unique', "a holding given a session's id as its fence", sub {
+			my ($ops) = @_;
+			my ($o) = grep { $_->{k} eq 'open_session' && !defined $_->{err} && defined $_->{res} } @$ops;
+			my ($a) = grep { $_->{k} eq 'try_lock' && !defined $_->{err} && defined $_->{res} && !$_->{probe} } @$ops;
+			return 0 unless $o && $a;
+			$a->{res} = $o->{res};
+			return 1;
+		} ],
 		# Another role's keepalive or close_session that succeeded.
 		[ 'role', "another role's keepalive or close_session succeeded", sub {
 			my ($ops) = @_;

@@ -195,6 +195,8 @@ is(kinds($open->(0, 100), $sx->(10, 10),
 is(kinds($open->(0, 10_000), $sx->(10, 10), $sx->(20, 10)), 'none', 'sessions: a re-entry keeps its fence');
 is(kinds($open->(0, 10_000), $sx->(10, 11), ex(20, 'B', 12), $close->(30, 1), ex(40, 'C', 10)), 'fence-order,overlap',
 	"sessions: fences go forward after a session's holding too");
+is(kinds($open->(0, 10_000), ex(5, 'B', $S)), 'fence-unique', "sessions: a holding given a session's id as its fence is flagged");
+is(kinds($open->(0, 10_000), $open->(5, 10_000, h => 'sess/other')), 'fence-unique', 'sessions: one id for two sessions is flagged');
 is(kinds($open->(0, 10_000), op(t0 => 5, k => 'keepalive', sess => $S, res => $T + 9_000_000,
 			role => 'dlock_model_b', su => 0, steal => 1)), 'role',
 	"sessions: another role's keepalive that succeeds is flagged");
