@@ -30,7 +30,8 @@
 #  fence-unique     a session's id is drawn from the fences: no holding
 #                   got it as its fence, no other session as its id.
 # "No two exclusive holders" and the fences are ModelCheck.pm's rules,
-# with the bounds above.
+# with the bounds above.  DLOCK_MODEL_SESSION_STATS=1 adds per-call counts
+# of the session operations' outcomes to the stats.
 
 package ModelSessions;
 
