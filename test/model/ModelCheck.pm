@@ -83,6 +83,11 @@
 #                 history, s1001, had 11 of them, every one explained by a
 #                 concurrent run's logged renews and unlock_all calls).
 #
+# Sessions (ModelSessions.pm): a holding taken in a session (sess) has
+# its session's bounds for its life in every rule above (and a
+# close_session of it among the releases that may end it); the rules of
+# keepalive, close_session and a session's end are that file's.
+#
 # Unknown outcomes ("maybe"; only runs with kills and restarts log them,
 # test/model/ChaosDriver.pm; logs without them check exactly as before).
 # An operation whose connection died before its result came back is
@@ -143,6 +148,7 @@ use warnings;
 use JSON::PP;
 
 use ModelKinds;
+use ModelSessions;
 
 my $MARGIN_US = 2000;
 my %OK_ERR = map { $_ => 1 } qw(42501 55P03 40001 40P01 57014);
@@ -187,7 +193,7 @@ sub show
 	my ($o) = @_;
 	return 'none' unless $o;
 	my @a = map { defined $o->{$_} ? "$_=$o->{$_}" : () }
-	  qw(c role k r h sh permits max lease wait f res err t0 t1 tlo tdone fate steal blocker);
+	  qw(c role k r h sh permits max lease sess ttl wait f res err t0 t1 tlo tdone fate steal blocker);
 	push @a, 'rs=' . join(',', @{ $o->{rs} }) if ref $o->{rs};
 	push @a, 'res=' . join(',', map { $_ // 'NULL' } @{ $o->{res} }) if ref $o->{res};
 	return "{@a}";
@@ -286,6 +292,10 @@ sub check
 	my $ok_error = $opt{ok_error} // sub {
 		my ($o) = @_;
 		return 1 if $OK_ERR{ $o->{err} };
+		# An acquisition in a session that has ended (or whose
+		# open_session rolled back): 55000.
+		return 1 if defined $o->{sess} && $o->{err} eq '55000'
+		  && $o->{k} =~ /^(?:try_lock|lock|try_acquire|acquire|try_lock_all|lock_all)$/;
 		# The portable edition waits by polling, which a snapshot held for
 		# the whole transaction would never see end: a wait under
 		# REPEATABLE READ or SERIALIZABLE is refused there (0A000), for
@@ -306,6 +316,8 @@ sub check
 	# Several resources at once: one acquisition per resource (and the
 	# all-or-nothing rule of ModelKinds.pm).
 	$ops = ModelKinds::expand($ops, $viol);
+	# Sessions: a holding in one lives as long as it (ModelSessions.pm).
+	my $sx = ModelSessions::index($ops);
 
 	# shared-db first (it says what the verdicts below are worth): the
 	# run's resources are those its operations other than steals use
@@ -338,7 +350,7 @@ sub check
 			next;
 		}
 		$hd = $hold{$f} //= { key => $key, f => $f, r => $o->{r}, h => $o->{h},
-			role => $o->{role}, xact => is_xact_acq($o), ops => [],
+			role => $o->{role}, xact => is_xact_acq($o), ops => [], sess => $o->{sess},
 			mode => is_xact_acq($o) ? 'X' : mode($o),
 			who => is_xact_acq($o) ? "X\0$f" : "$o->{h}\0$o->{role}" };
 		push @{ $hd->{ops} }, $o;
@@ -376,6 +388,7 @@ sub check
 	# lease and the results of every renew of its holder text there.
 	my $e_up = sub {
 		my ($hd, $t, $self) = @_;
+		return ModelSessions::up($sx, $hd->{sess}, $t, $self) if defined $hd->{sess};
 		my $e = 0;
 		for my $x (pm_max($hold_pm->($hd), $t, $self),
 			pm_max($renew_pm{"$hd->{r}\0$hd->{h}"}, $t, $self),
@@ -431,6 +444,7 @@ sub check
 	};
 	$e_lo_by = sub {
 		my ($hd, $t, $fenceless) = @_;
+		return ModelSessions::lo($sx, $hd->{sess}, $t) if defined $hd->{sess};
 		my $e = 0;
 		for my $o (@{ $hd->{ops} })
 		{
@@ -503,8 +517,9 @@ sub check
 		return grep {
 			maybe_committed($_) || lost($_)
 			  || ($na && $_->{c} == $na->{c} && $_->{u} == $na->{u})
-		} map { span_ops($ender_span{$_}, $lo, $t) }
-		  ("B\0$hd->{r}", "A\0$hd->{h}", "U\0$hd->{r}\0$hd->{h}");
+		} (map { span_ops($ender_span{$_}, $lo, $t) }
+		  ("B\0$hd->{r}", "A\0$hd->{h}", "U\0$hd->{r}\0$hd->{h}")),
+		  (defined $hd->{sess} ? ModelSessions::closes($sx, $hd->{sess}, $lo, $t) : ());
 	};
 
 	for my $r (sort(keys %res_holds), sort(keys %sem_holds))
@@ -639,6 +654,8 @@ sub check
 		my ($o) = @_;
 		my ($g, $t) = ("$o->{r}\0$o->{h}\0$o->{role}", $o->{t1});
 		my $lasted = sub { my ($e) = @_; return defined $e && $e + $MARGIN_US >= $o->{t0} };
+		# In a session: the session might have lived then.
+		return $lasted->(ModelSessions::up($sx, $o->{sess}, $t, $o)) if defined $o->{sess};
 		my @own = grep { $_->[0]{t0} < $t } @{ $grp_unit{"$g\0$o->{c}\0$o->{u}"} || [] };
 		# A committed holding's own extensions, or an own-transaction one's.
 		return 1 if $lasted->(pm_max($grp_pm{$g}, $t));
@@ -770,6 +787,7 @@ sub check
 	}
 
 	check_counts($ops, $viol);
+	ModelSessions::check($sx, $ops, \%hold, $viol, \%stats, $MARGIN_US);
 	ModelKinds::check({ ops => $ops, hold => \%hold, sem_holds => \%sem_holds, by_rh => \%by_rh,
 			e_lo => $e_lo, e_lo_by => $e_lo_by, e_up => $e_up, may_end => $may_end,
 			margin => $MARGIN_US }, $viol, \%stats);

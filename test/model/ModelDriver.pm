@@ -14,6 +14,13 @@
 # (try_acquire/acquire, 0.5) and several lock resources at once
 # (try_lock_all/lock_all, 0.5, whose NULL result is followed by a read of
 # the caller's private holdings of those resources: field after).
+# When the edition has sessions (detect_kinds: dlock.open_session), 0.2 of
+# the operations are about sessions (sess_op): open one (ttl 50 ms to 1 s,
+# a holder text of its own, sess/ROLE/cN/sM), take holdings in it (every
+# kind above, session => id, no lease), keepalive, close_session, renew,
+# unlock, check and assert_fence of its holdings, and keepalive or close
+# of another role's session (a steal: 42501 or NULL).  Sessions lapse when
+# not kept alive.  Their records carry sess (the session's id).
 # One client is the prober: alone on its own resource, it lets its lease
 # run out and then checks that the resource is free at once, while other
 # clients keep reap() open in transactions.
@@ -94,6 +101,8 @@ sub new
 	$self->{sems} = [ map { ($a{tag} // 'm') . "/s$_" } 0 .. 1 ];
 	$self->{max_permits} = { map { $self->{sems}[$_] => 2 + $_ } 0 .. 1 };
 	$self->{fence} = {};    # "r\0h" => last fence this client saw returned
+	$self->{sessions} = []; # { id, h, ttl }: the sessions this client opened
+	$self->{tag} //= '';
 	$self->{seq} = 0;
 	$self->{unit} = 0;
 	return $self;
@@ -149,19 +158,24 @@ sub detect_kinds
 		q{SELECT p.proname, array_to_string(p.proargnames, ',')
 		    FROM pg_catalog.pg_proc p JOIN pg_catalog.pg_namespace n ON n.oid = p.pronamespace
 		   WHERE n.nspname = 'dlock'
-		     AND p.proname IN ('try_lock', 'try_acquire', 'acquire', 'try_lock_all', 'lock_all')});
+		     AND p.proname IN ('try_lock', 'try_acquire', 'acquire', 'try_lock_all', 'lock_all',
+		                       'open_session')});
 	my %k;
 	for my $row (@{ $rows || [] })
 	{
 		my ($name, $args) = @$row;
 		$args //= '';
 		$k{shared} = 1 if $name eq 'try_lock' && $args =~ /\bshared\b/;
+		$k{session} = 1 if $name eq 'try_lock' && $args =~ /\bsession\b/;
 		$k{$name} = 1 if $name ne 'try_lock' && $args =~ /\bholder\b/;
 	}
+	my $multi = $k{try_lock_all} && $k{lock_all} && $k{shared} ? 1 : 0;
 	return {
 		shared => $k{shared} ? 1 : 0,
 		sem => $k{try_acquire} && $k{acquire} ? 1 : 0,
-		multi => $k{try_lock_all} && $k{lock_all} && $k{shared} ? 1 : 0
+		multi => $multi,
+		# sessions, with every kind of acquisition
+		sess => $k{open_session} && $k{session} && $multi && $k{try_acquire} ? 1 : 0
 	};
 }
 
@@ -182,7 +196,11 @@ sub random_op
 	my $sh = $kinds->{shared} && rnd(3) == 0 ? 1 : 0;
 	my $rec;
 
-	if ($x < 22 && @sems && rnd(5) == 0)
+	if ($kinds->{sess} && rnd(100) < 20)
+	{
+		$rec = $self->sess_op($in_xact);
+	}
+	elsif ($x < 22 && @sems && rnd(5) == 0)
 	{
 		$rec = $self->sem_op($h, $lease);
 	}
@@ -285,6 +303,151 @@ sub random_op
 	return $rec;
 }
 
+# sess_op: an operation about sessions (see the header); undef for none.
+# Holdings in a session carry the session's holder text (its own, so the
+# checker finds a holding's session by it) and no lease.
+sub sess_op
+{
+	my ($self, $in_xact) = @_;
+	my $ss = $self->{sessions};
+	# Mostly a session believed live (by this client's clock: its last
+	# expiry seen, less a margin), sometimes one that has ended.
+	my @live = grep { !$_->{dead} && time < $_->{until} } @$ss;
+	if (!@$ss || rnd(12) == 0 || (!@live && rnd(2)))
+	{
+		my $ttl = pick(@LEASES_MS, 500, 1000, 1000);
+		my $h = "sess/$self->{role}/c$self->{id}/s" . $self->{seq} . ($self->{tag} ne '' ? "\@$self->{tag}" : '');
+		my $t = time;
+		my $rec = $self->call('open_session', 'dlock.open_session($1::interval, $2)',
+			[ lease_arg($ttl), $h ], h => $h, ttl => $ttl);
+		if (!$rec->{err} && defined $rec->{res})
+		{
+			$rec->{sess} = $rec->{res};
+			push @$ss, { id => $rec->{res}, h => $h, ttl => $ttl, until => $t + $ttl / 1000 * 0.8 };
+			# at most four: an ended one goes first, else the oldest
+			if (@$ss > 4)
+			{
+				my ($i) = grep { $ss->[$_]{dead} || time >= $ss->[$_]{until} } 0 .. $#$ss;
+				splice(@$ss, $i // 0, 1);
+			}
+		}
+		return $rec;
+	}
+	my $s = @live && rnd(5) ? pick(@live) : pick(@$ss);
+	my $rec = $self->sess_call($s, $in_xact);
+	if ($rec && !$rec->{err} && !$rec->{steal})
+	{
+		# What the client learns of its session (an estimate: rollbacks
+		# aside; it only steers the choices).
+		$s->{dead} = 1 if ($rec->{k} =~ /^(?:keepalive|close_session)$/ && !defined $rec->{res})
+		  || $rec->{k} eq 'close_session';
+		$s->{until} = time + $s->{ttl} / 1000 * 0.8 if $rec->{k} =~ /^(?:keepalive|renew)$/ && defined $rec->{res};
+	}
+	$s->{dead} = 1 if $rec && ($rec->{err} // '') eq '55000';
+	return $rec;
+}
+
+# sess_call: one operation in session s (see sess_op).
+sub sess_call
+{
+	my ($self, $s, $in_xact) = @_;
+	my ($id, $h) = ($s->{id}, $s->{h});
+	my %sf = (sess => $id);
+	my $y = rnd(100);
+	my @sems = @{ $self->{sems} };
+	my $r = pick(@{ $self->{resources} });
+	if ($y < 45)
+	{
+		my $z = rnd(10);
+		my $sh = rnd(3) == 0 ? 1 : 0;
+		my $wait = pick(0, 20, 100, 300);
+		if ($z < 2)
+		{
+			my $sem = pick(@sems);
+			my %f = (r => $sem, h => $h, max => $self->{max_permits}{$sem}, permits => 1 + rnd(2), %sf);
+			return $self->call('try_acquire',
+				'dlock.try_acquire($1, $2, max_permits => $3::int, permits => $4::int, session => $5::int8)',
+				[ $sem, $h, $f{max}, $f{permits}, $id ], %f)
+			  if rnd(2);
+			return $self->call('acquire',
+				'dlock.acquire($1, $2, max_permits => $3::int, permits => $4::int, '
+				  . 'wait => $5::interval, session => $6::int8)',
+				[ $sem, $h, $f{max}, $f{permits}, lease_arg($wait), $id ], %f, wait => $wait);
+		}
+		if ($z < 4)
+		{
+			my @all = @{ $self->{resources} };
+			my @rs;
+			push @rs, splice(@all, rnd(scalar @all), 1) for 1 .. 2;
+			my %f = (rs => \@rs, h => $h, $sh ? (sh => 1) : (), %sf);
+			return $self->call('try_lock_all',
+				'dlock.try_lock_all($1::text[], $2, shared => $3::boolean, session => $4::int8)',
+				[ \@rs, $h, $sh ? 1 : 0, $id ], %f)
+			  if rnd(2);
+			return $self->call('lock_all',
+				'dlock.lock_all($1::text[], $2, shared => $3::boolean, wait => $4::interval, session => $5::int8)',
+				[ \@rs, $h, $sh ? 1 : 0, lease_arg($wait), $id ], %f, wait => $wait);
+		}
+		my %f = (r => $r, h => $h, $sh ? (sh => 1) : (), %sf);
+		return $self->call('try_lock', 'dlock.try_lock($1, $2, shared => $3::boolean, session => $4::int8)',
+			[ $r, $h, $sh ? 1 : 0, $id ], %f)
+		  if $z < 7;
+		return $self->call('lock',
+			'dlock.lock($1, $2, shared => $3::boolean, wait => $4::interval, session => $5::int8)',
+			[ $r, $h, $sh ? 1 : 0, lease_arg($wait), $id ], %f, wait => $wait);
+	}
+	if ($y < 60)
+	{
+		return $self->call('keepalive', '(extract(epoch FROM dlock.keepalive($1::int8)) * 1000000)::int8',
+			[$id], %sf);
+	}
+	if ($y < 65)
+	{
+		my $rec = $self->call('close_session', 'dlock.close_session($1::int8)', [$id], %sf);
+		return $rec;
+	}
+	if ($y < 92)
+	{
+		# renew, unlock, check or assert_fence of a holding in the session
+		# (mostly of a resource it was seen to hold)
+		my @held = map { (split /\0/)[0] } grep { /\0\Q$h\E\z/ } sort keys %{ $self->{fence} };
+		$r = @held && rnd(4) ? pick(@held) : rnd(4) == 0 ? pick(@sems) : $r;
+		my $fence = $self->{fence}{"$r\0$h"};
+		if ($y < 73)
+		{
+			my $f = rnd(3) ? $fence : undef;
+			return $self->call('renew',
+				"(extract(epoch FROM dlock.renew(\$1, \$2, NULL, \$3::int8)) * 1000000)::int8",
+				[ $r, $h, $f ], r => $r, h => $h, f => $f, %sf);
+		}
+		if ($y < 82)
+		{
+			my $f = rnd(3) ? $fence : undef;
+			return $self->call('unlock', 'dlock.unlock($1, $2, $3::int8)', [ $r, $h, $f ],
+				r => $r, h => $h, f => $f, %sf);
+		}
+		return undef unless defined $fence;
+		return $self->call('check', 'dlock."check"($1, $2)::int', [ $r, $fence ], r => $r, f => $fence, %sf)
+		  if rnd(2);
+		return $self->call('assert_fence', '(dlock.assert_fence($1, $2) IS NULL)::int', [ $r, $fence ],
+			r => $r, f => $fence, %sf);
+	}
+	# Another role's session of this run: keepalive or close, 42501 or
+	# NULL (a superuser may: it does not try).
+	return undef if $self->{is_super};
+	my $rows = $self->{dbh}->selectall_arrayref(
+		q{SELECT id FROM dlock.sessions
+		   WHERE owner::text <> current_user AND holder LIKE 'sess/%' AND holder LIKE '%' || $1
+		   ORDER BY id}, undef, $self->{tag} ne '' ? "\@$self->{tag}" : '');
+	if (my $bad = $self->read_failed) { return $bad }
+	return undef unless $rows && @$rows;
+	my $other = pick(map { $_->[0] } @$rows);
+	return $self->call('keepalive', '(extract(epoch FROM dlock.keepalive($1::int8)) * 1000000)::int8',
+		[$other], sess => $other, steal => 1)
+	  if rnd(2);
+	return $self->call('close_session', 'dlock.close_session($1::int8)', [$other], sess => $other, steal => 1);
+}
+
 # sem_op: try_acquire or acquire of 1 or 2 permits of a semaphore (0.5).
 sub sem_op
 {
@@ -360,6 +523,7 @@ sub steal
 		q{SELECT resource, holder, fence FROM dlock.locks
 		   WHERE pg_get_userbyid(owner::oid) <> current_user AND NOT expired
 		     AND holder NOT LIKE 'shared/%' AND holder NOT LIKE 'probe/%'
+		     AND holder NOT LIKE 'sess/%'
 		     AND resource = ANY ($1::text[])
 		   ORDER BY resource, holder}, undef,
 		[ @{ $self->{resources} }, $self->{kinds} && $self->{kinds}{sem} ? @{ $self->{sems} } : () ]);
@@ -385,6 +549,11 @@ sub finish
 	for my $rec (@$recs)
 	{
 		$rec->{fate} = $rec->{undone} ? 'rollback' : $fate;
+		# A session whose open_session rolled back never was.
+		if ($rec->{k} eq 'open_session' && $rec->{fate} ne 'commit' && defined $rec->{sess})
+		{
+			$_->{dead} = 1 for grep { $_->{id} == $rec->{sess} } @{ $self->{sessions} };
+		}
 		$rec->{ufate} = $fate;
 		$rec->{tdone} = $tdone;
 		$rec->{tlo} = $tlo // $rec->{t1};

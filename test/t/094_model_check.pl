@@ -1,10 +1,13 @@
 # 094_model_check.pl: the model checker (test/model/ModelCheck.pm and
-# ModelKinds.pm) on synthetic histories, no server: for every rule about
-# the kinds of lock (shared locks, semaphores' permits, several resources
-# at once), a history that breaks it is flagged, and its nearest history
-# that keeps it (another holder text, a downgrade, an upgrade, an
-# acknowledged release) is not flagged at all.  095_model.pl runs the
-# randomized workload these rules check.  Only Perl's core modules.
+# ModelKinds.pm, ModelSessions.pm) on synthetic histories, no server: for
+# every rule about the kinds of lock (shared locks, semaphores' permits,
+# several resources at once) and about sessions (a holding lives as long
+# as its session; keepalive never revives; close_session ends every
+# holding; other roles' keepalives fail), a history that breaks it is
+# flagged, and its nearest history that keeps it (another holder text, a
+# downgrade, an upgrade, an acknowledged release) is not flagged at all.
+# 095_model.pl and the portable 070_model.t run the randomized workload
+# these rules check.  Only Perl's core modules.
 # Promises: none
 
 use strict;
@@ -146,5 +149,59 @@ is(kinds(ex(0, 'M', 10), $all->(5, [qw(q r)], undef, after => [ [ 'r', 10 ] ])),
 	'lock_all NULL: a holding the caller had before stays');
 is(kinds(ex(0, 'M', 10), $all->(5, [qw(q r)], undef, after => [ [ 'q', 12 ], [ 'r', 10 ] ])),
 	'all-or-nothing', 'lock_all NULL: a resource left held under a new fence is flagged');
+
+# Sessions (ModelSessions.pm): a holding in a session lives as long as its
+# session; keepalive never revives; close_session ends every holding.
+my $S = 7000;    # the session's id
+my $sh_h = 'sess/postgres/c0/s1';
+my $open = sub { my ($t, $ttl, %o) = @_; op(t0 => $t, k => 'open_session', h => $sh_h, ttl => $ttl, res => $S, sess => $S, %o) };
+my $ka = sub { my ($t, $until, %o) = @_; op(t0 => $t, k => 'keepalive', sess => $S, res => defined $until ? $T + $until * 1000 : undef, %o) };
+my $close = sub { my ($t, $n, %o) = @_; op(t0 => $t, k => 'close_session', sess => $S, res => $n, %o) };
+my $sx = sub { my ($t, $f, %o) = @_; op(t0 => $t, k => 'try_lock', r => 'r', h => $sh_h, res => $f, sess => $S, %o) };
+my $schk = sub { my ($t, $f, %o) = @_; op(t0 => $t, k => 'check', r => 'r', f => $f, res => 1, sess => $S, %o) };
+is(kinds($open->(0, 100), $sx->(10, 10), $ka->(50, 150), $ka->(120, 220), $schk->(200, 10)), 'none',
+	'sessions: keepalives within the ttl keep the session and its holding');
+is(kinds($open->(0, 100), $sx->(10, 10), $ka->(500, 600)), 'session-revival',
+	'sessions: a keepalive after every extension ran out (it revives) is flagged');
+is(kinds($open->(0, 10_000), $sx->(10, 10), $ka->(20, undef), $ka->(40, 10_040)), 'session-revival',
+	'sessions: a keepalive returning an expiry after one returned NULL is flagged');
+is(kinds($open->(0, 10_000), $sx->(10, 10), $close->(20, 1), $ka->(40, 10_040)), 'session-revival',
+	'sessions: a keepalive after close_session is flagged');
+is(kinds($open->(0, 10_000), $sx->(10, 10), $close->(20, 1, fate => 'rollback'), $ka->(40, 10_040)), 'none',
+	'... but not after a close_session that rolled back');
+is(kinds($open->(0, 10_000), $close->(20, 0), $sx->(40, 10)), 'session-revival',
+	'sessions: an acquisition in a closed session is flagged');
+is(kinds($open->(0, 10_000), $sx->(10, 10), $schk->(15, 10), $close->(20, 1)), 'none',
+	'sessions: check of a holding before its session closed');
+is(kinds($open->(0, 10_000), $sx->(10, 10), $close->(20, 1), $schk->(40, 10)), 'session-end',
+	'sessions: check of a holding after its session closed is flagged');
+is(kinds($open->(0, 100), $sx->(10, 10), $schk->(500, 10)), 'session-end',
+	"sessions: check of a holding after its session's ttl passed is flagged");
+is(kinds($open->(0, 100), $sx->(10, 10), $ka->(50, 150),
+		op(t0 => 400, k => 'assert_fence', r => 'r', f => 10, res => 1, sess => $S)), 'assert-fence,session-end',
+	"sessions: assert_fence of a holding after its session's end is flagged");
+# Two exclusive holders: the session's expiry counts.
+is(kinds($open->(0, 100), $sx->(10, 10), ex(200, 'B', 11)), 'none',
+	'sessions: a resource taken after its holding\'s session lapsed');
+is(kinds($open->(0, 100), $sx->(10, 10), $ka->(50, 5000), ex(200, 'B', 11)), 'overlap',
+	'sessions: a resource taken while a keepalive kept the holding\'s session is flagged');
+is(kinds($open->(0, 100), $sx->(10, 10), $ka->(50, 5000), $close->(60, 1), ex(200, 'B', 11)), 'none',
+	'... but not after close_session ended it');
+is(kinds($open->(0, 100), $sx->(10, 10), $ka->(50, 5000, fate => 'rollback'), ex(200, 'B', 11)), 'none',
+	'... nor when that keepalive rolled back');
+is(kinds($open->(0, 100), $sx->(10, 10),
+		op(t0 => 50, k => 'renew', r => 'r', h => $sh_h, f => 10, res => $T + 5_000_000, sess => $S),
+		ex(200, 'B', 11)), 'overlap', "sessions: a renew of a session's holding keeps the session");
+is(kinds($open->(0, 10_000), $sx->(10, 10), $sx->(20, 10)), 'none', 'sessions: a re-entry keeps its fence');
+is(kinds($open->(0, 10_000), $sx->(10, 11), ex(20, 'B', 12), $close->(30, 1), ex(40, 'C', 10)), 'fence-order,overlap',
+	"sessions: fences go forward after a session's holding too");
+is(kinds($open->(0, 10_000), ex(5, 'B', $S)), 'fence-unique', "sessions: a holding given a session's id as its fence is flagged");
+is(kinds($open->(0, 10_000), $open->(5, 10_000, h => 'sess/other')), 'fence-unique', 'sessions: one id for two sessions is flagged');
+is(kinds($open->(0, 10_000), op(t0 => 5, k => 'keepalive', sess => $S, res => $T + 9_000_000,
+			role => 'dlock_model_b', su => 0, steal => 1)), 'role',
+	"sessions: another role's keepalive that succeeds is flagged");
+is(kinds($open->(0, 10_000), op(t0 => 5, k => 'close_session', sess => $S, err => '42501',
+			role => 'dlock_model_b', su => 0, steal => 1)), 'none',
+	"... and its 42501 is expected");
 
 done_testing();

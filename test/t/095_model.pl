@@ -16,6 +16,8 @@
 # in every round it can: dlock.compact_threshold = 0), once without.
 #
 # The seed is printed (diag) and DLOCK_MODEL_SEED=N replays its choices.
+# Sessions are mixed in once the SQL has them (open_session in pg_proc),
+# with their mutations (SessionMutations.pm).
 # Before the runs, the checker is shown to fire: logs of a run, altered
 # to break each property in turn, must be flagged.  Needs DBD::Pg
 # (libdbd-pg-perl).
@@ -39,6 +41,7 @@ BEGIN
 }
 use Model;
 use ModelCheck;
+use SessionMutations;
 
 my $seed = $ENV{DLOCK_MODEL_SEED} // int(rand(2_000_000_000));
 my $seconds = $ENV{DLOCK_MODEL_SECONDS} // 10;
@@ -149,7 +152,7 @@ sub check_fires
 	# A renew long after the lease ran out.
 	$flagged->('revival', sub {
 		my ($r) = grep { $_->{k} eq 'renew' && defined $_->{res} && defined $_->{f}
-			  && !$_->{steal} } @{ $_[0] };
+			  && !$_->{steal} && !defined $_->{sess} } @{ $_[0] };
 		return 0 unless $r;
 		$_->{t0} += 3_600_000_000, $_->{t1} += 3_600_000_000 for $r;
 		return 1;
@@ -159,7 +162,7 @@ sub check_fires
 	$flagged->('overlap', sub {
 		my @a = sort { $a->{res} <=> $b->{res} } grep { ($_->{k} eq 'try_lock' || $_->{k} eq 'lock')
 			  && $_->{sh} && !defined $_->{err} && defined $_->{res} && $_->{fate} eq 'commit'
-			  && !$_->{undone} } @{ $_[0] };
+			  && !$_->{undone} && !defined $_->{sess} } @{ $_[0] };
 		for my $i (1 .. $#a)
 		{
 			my ($p, $n) = @a[ $i - 1, $i ];
@@ -172,6 +175,17 @@ sub check_fires
 		}
 		return 0;
 	});
+	# The session rules (only once the edition has sessions).
+	SKIP:
+	{
+		skip('no sessions in this edition (dlock.open_session)', scalar(my @l = SessionMutations::list()))
+		  unless SessionMutations::has_sessions($ops);
+		for my $m (SessionMutations::list())
+		{
+			my ($kind, $what, $alter) = @$m;
+			$flagged->($kind, $alter);
+		}
+	}
 	# The prober's next holding taken while its lease surely lived.
 	$flagged->('overlap', sub {
 		my @p = grep { $_->{probe} && $_->{k} eq 'try_lock' && defined $_->{res} } @{ $_[0] };

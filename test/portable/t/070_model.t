@@ -10,6 +10,10 @@
 # The kinds of lock are mixed in as for the C extension (ModelDriver.pm
 # finds them in pg_proc: shared holdings, semaphores' permits,
 # try_lock_all/lock_all), and ModelKinds.pm checks their rules.
+# Sessions are mixed in (ModelDriver.pm: open, holdings of every kind in
+# them, keepalive, close, lapses, other roles' keepalives and closes), and
+# the checker is shown to fire on this run's logs altered to break each
+# session rule (SessionMutations.pm).
 # First, step by step, the overlap the model found: a transaction-scoped
 # lock under REPEATABLE READ or SERIALIZABLE must not be granted on a
 # snapshot older than a lease taken since.
@@ -18,7 +22,8 @@
 # DLOCK_PORTABLE_MAJORS list, as for 010_core.t, picks others.  The seed is
 # printed (diag) and DLOCK_MODEL_SEED=N replays its choices;
 # DLOCK_MODEL_SECONDS (default 10) is each run's length.  Logs of a run
-# that found a violation are kept in $DLOCK_PORTABLE_MODEL_OUT (default
+# that found a violation (every run's, with DLOCK_PORTABLE_MODEL_KEEP=1)
+# are kept in $DLOCK_PORTABLE_MODEL_OUT (default
 # tmp_check/portable-model/<server> in the tree).
 # Promises: P1 P2 P4 P5 P9 P10 P11 P12
 use strict;
@@ -38,6 +43,8 @@ BEGIN {
     eval { require DBD::Pg; 1 } or plan skip_all => 'DBD::Pg (libdbd-pg-perl) is not installed';
 }
 use Model;
+use ModelCheck;
+use SessionMutations;
 
 my $cache = $ENV{DLOCK_PORTABLE_CACHE} // '/var/cache/dlock-portable';
 my $debian_major = $ENV{DLOCK_PG_MAJOR} // 15;
@@ -82,7 +89,7 @@ for my $s (@servers) {
         tag => 'p', out => $fh);
     close $fh;
     diag("$label:\n$out");
-    is(scalar @$v, 0, "$label: no violation (seed $run_seed)") or do {
+    is(scalar @$v, 0, "$label: no violation (seed $run_seed)") && !$ENV{DLOCK_PORTABLE_MODEL_KEEP} or do {
         my $keep = "$out_root/" . ($label =~ s/ /-/gr);
         remove_tree($keep); make_path($keep);
         system("cp -a $logs/. $keep/");
@@ -99,9 +106,31 @@ for my $s (@servers) {
            "$label: permits of semaphores were taken");
     cmp_ok($stats->{'all-or-nothing checks'} // 0, '>', 5,
            "$label: several resources were asked for at once, and checked all or nothing");
+    # Sessions ([sessions]: open_session in pg_proc).
+    cmp_ok($stats->{'sessions opened'} // 0, '>', 5, "$label: sessions were opened");
+    cmp_ok($stats->{'session holdings'} // 0, '>', 10, "$label: holdings were taken in sessions");
+    cmp_ok($stats->{'ok keepalive'} // 0, '>', 5, "$label: sessions were kept alive");
+    cmp_ok($stats->{'ok close_session'} // 0, '>', 0, "$label: sessions were closed");
+    session_mutations($label, $logs);
     `$bindir/pg_ctl -D $dir/data -m fast -w stop 2>&1`;
 }
 done_testing();
+
+# session_mutations: the run's logs, altered to break each session rule,
+# are flagged.
+sub session_mutations {
+    my ($label, $logs) = @_;
+    my $ops = ModelCheck::load(glob("$logs/*.log"));
+    for my $m (SessionMutations::list()) {
+        my ($kind, $what, $alter) = @$m;
+        my $copy = [ map { {%$_} } @$ops ];
+        my $done = $alter->($copy);
+        my ($v) = ModelCheck::check($copy);
+        my $n = grep { /^VIOLATION \[\Q$kind\E\]/ } @$v;
+        ok($done && $n, "$label: checker: $what is flagged ($kind)")
+            or diag($done ? "not flagged" : "nothing in the logs to alter");
+    }
+}
 
 # stale_snapshot: what the model found (an overlap: a try_xact_lock in a
 # SERIALIZABLE transaction granted while a lease committed after its
