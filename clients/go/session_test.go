@@ -5,7 +5,7 @@
 // restarted, Close and Release, pgbouncer, and attacks (a grant answered
 // as the session is lost, keepalive racing Close, use after Close, two
 // sessions of one holder). Skipped where dlock has no sessions.
-// Promises: P1 P3 P16
+// Promises: P2 P16
 
 package dlock_test
 

@@ -5,7 +5,7 @@
 // close and unlock; pgbouncer; attacks (a grant answered as the session is
 // lost, keepalives racing close, use after close, two sessions of one
 // holder). Skipped where dlock has no sessions.
-// Promises: P1 P3 P16
+// Promises: P2 P16
 package io.github.dlockpg.dlock;
 
 import static org.junit.jupiter.api.Assertions.assertEquals;
