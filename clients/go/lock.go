@@ -243,6 +243,9 @@ func (l *Lock) release(ctx context.Context, state int, err error) error {
 	if l.state == lost {
 		return l.err
 	}
+	if l.state == released {
+		return nil // its session was closed meanwhile
+	}
 	l.state = released
 	l.err = ErrReleased
 	close(l.done)
