@@ -310,9 +310,11 @@ func TestSessionServerRestart(t *testing.T) {
 	}
 }
 
-// Behind pgbouncer in transaction pooling: kept past its ttl, closed.
+// Behind pgbouncer in transaction pooling: kept past its ttl, closed. Not
+// parallel: the tests' pgbouncer has a pool of two server connections,
+// which other tests' waits hold (and a keepalive queued behind them would
+// be late, as the README says).
 func TestSessionBouncer(t *testing.T) {
-	t.Parallel()
 	admin := appDB(t, "")
 	needSessions(t, admin)
 	db := bouncerDB(t)
