@@ -386,7 +386,8 @@ class SessionTest {
         Watched ds = new Watched(TestEnv.app());
         DlockSession s = DlockSession.open(ds, Duration.ofSeconds(2));
         String r = TestEnv.unique("late-grant");
-        DlockLock l = s.lock(r);
+        CompletableFuture<LockLostException> told = new CompletableFuture<>();
+        DlockLock l = s.lockBuilder(r).onLost(told::complete).build();
         CountDownLatch hold = new CountDownLatch(1);
         ds.holdGrants = hold;
         ds.failKeepalives = true;
@@ -402,8 +403,10 @@ class SessionTest {
         assertTrue(s.isLost(), "the session was declared lost while its keepalives failed");
         hold.countDown();
         Object out = got.get(20, TimeUnit.SECONDS);
-        if (Boolean.TRUE.equals(out)) assertTrue(l.isLost(), "a lock granted as its session was lost looks held");
-        else assertTrue(out instanceof DlockException, "the late grant: " + out);
+        if (Boolean.TRUE.equals(out)) {
+            assertTrue(l.isLost(), "a lock granted as its session was lost looks held");
+            assertNotNull(told.get(10, TimeUnit.SECONDS), "its loss listener told");
+        } else assertTrue(out instanceof DlockException, "the late grant: " + out);
         assertFalse(l.isHeld());
     }
 
