@@ -51,7 +51,8 @@ type spec struct {
 	o         *options
 	st        *stmts
 	releaseQ  string
-	keep      int64 // a term this candidate leads already: never released here
+	keep      int64    // a term this candidate leads already: never released here
+	sess      *Session // nil: a lease
 }
 
 func checkDB(db *sql.DB) error {
@@ -78,6 +79,11 @@ func waitArg(ctx context.Context, o *options) interface{} {
 }
 
 func acquire(ctx context.Context, db *sql.DB, resources []string, multi bool, o *options) (*Lock, error) {
+	return acquireIn(ctx, db, resources, multi, o, nil)
+}
+
+// acquireIn: acquire, in the session SESS (nil: with a lease).
+func acquireIn(ctx context.Context, db *sql.DB, resources []string, multi bool, o *options, sess *Session) (*Lock, error) {
 	if err := checkDB(db); err != nil {
 		return nil, err
 	}
@@ -87,7 +93,7 @@ func acquire(ctx context.Context, db *sql.DB, resources []string, multi bool, o 
 	if multi && (len(resources) == 0 || o.maxPermits != 0 || o.fair || o.hasDelay) {
 		return nil, invalid("AcquireAll needs resources and takes no Semaphore, Fair or LockDelay option")
 	}
-	s := &spec{resources: resources, o: o, st: &one, releaseQ: one.release}
+	s := &spec{resources: resources, o: o, st: &one, releaseQ: one.release, sess: sess}
 	s.holder, s.generated = o.holder, !o.hasHolder
 	if s.generated {
 		s.holder = uniqueHolder()
@@ -100,7 +106,8 @@ func acquire(ctx context.Context, db *sql.DB, resources []string, multi bool, o 
 		s.args[0] = textArray(resources)
 		s.args = append(s.args, strconv.FormatBool(o.shared))
 		s.query = `SELECT pg_catalog.array_to_string(dlock.lock_all(resources => $1::pg_catalog.text::pg_catalog.text[], holder => $2::pg_catalog.text, ` +
-			`lease => $3::pg_catalog.text::pg_catalog.interval, wait => $4::pg_catalog.text::pg_catalog.interval, shared => $5::pg_catalog.text::pg_catalog.bool), ',')`
+			`lease => $3::pg_catalog.text::pg_catalog.interval, wait => $4::pg_catalog.text::pg_catalog.interval, shared => $5::pg_catalog.text::pg_catalog.bool` +
+			sess.arg(&s.args) + `), ',')`
 	case o.maxPermits != 0:
 		permits := 1
 		if o.hasPermits {
@@ -109,7 +116,7 @@ func acquire(ctx context.Context, db *sql.DB, resources []string, multi bool, o 
 		s.args = append(s.args, strconv.Itoa(o.maxPermits), strconv.Itoa(permits), strconv.FormatBool(o.fair))
 		s.query = `SELECT dlock.acquire(semaphore => $1::pg_catalog.text, holder => $2::pg_catalog.text, max_permits => $5::pg_catalog.text::pg_catalog.int4, ` +
 			`permits => $6::pg_catalog.text::pg_catalog.int4, lease => $3::pg_catalog.text::pg_catalog.interval, wait => $4::pg_catalog.text::pg_catalog.interval, ` +
-			`fair => $7::pg_catalog.text::pg_catalog.bool)::pg_catalog.text`
+			`fair => $7::pg_catalog.text::pg_catalog.bool` + sess.arg(&s.args) + `)::pg_catalog.text`
 	default:
 		s.args = append(s.args, strconv.FormatBool(o.fair), strconv.FormatBool(o.shared))
 		s.query = `SELECT dlock.lock(resource => $1::pg_catalog.text, holder => $2::pg_catalog.text, lease => $3::pg_catalog.text::pg_catalog.interval, ` +
@@ -118,7 +125,7 @@ func acquire(ctx context.Context, db *sql.DB, resources []string, multi bool, o 
 			s.args = append(s.args, interval(o.lockDelay))
 			s.query += `, lock_delay => $7::pg_catalog.text::pg_catalog.interval`
 		}
-		s.query += `)::pg_catalog.text`
+		s.query += sess.arg(&s.args) + `)::pg_catalog.text`
 	}
 	l, err := take(ctx, db, s)
 	if l != nil && o.maxPermits != 0 {
@@ -153,6 +160,15 @@ func take(ctx context.Context, db *sql.DB, s *spec) (*Lock, error) {
 	l := &Lock{db: db, resources: s.resources, fences: fences, holder: s.holder, st: s.st,
 		releaseQ: s.releaseQ, leaseArg: s.args[2], lease: s.o.lease.Truncate(time.Microsecond),
 		done: make(chan struct{}), stopRenew: make(chan struct{}), finished: make(chan struct{})}
+	if s.sess != nil {
+		// No lease, no renewal: the session's keepalives keep it.
+		l.sess, l.lease, l.leaseArg = s.sess, s.sess.ttl, nil
+		if err := s.sess.adopt(l); err != nil {
+			go s.undo(db, fences, nil)
+			return nil, err
+		}
+		return l, nil
+	}
 	if err := l.settle(ctx, &sent); err != nil {
 		go s.undo(db, fences, nil)
 		return nil, err

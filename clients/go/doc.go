@@ -15,4 +15,9 @@
 // Done is closed before the lease's end, never after. Errors with a
 // SQLSTATE are *Error (Code), wrapping the driver's error. Nothing is
 // printed.
+//
+// Sessions (dlock 1.1): OpenSession gives a *Session whose locks have no
+// lease of their own; one keepalive goroutine keeps them all, and the
+// session's loss closes every one of their Done channels before its ttl
+// ends.
 package dlock

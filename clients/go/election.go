@@ -23,6 +23,7 @@ type Election struct {
 	candidate string
 	generated bool
 	o         *options
+	sess      *Session // nil: leaderships with a lease
 
 	mu   sync.Mutex
 	lead *Lock
@@ -82,8 +83,17 @@ func (e *Election) Campaign(ctx context.Context, value string, opts ...Option) (
 		st: &one, keep: keep,
 		releaseQ: `SELECT coalesce(dlock.resign(election => $1::pg_catalog.text, candidate => $2::pg_catalog.text, term => $3::pg_catalog.text::pg_catalog.int8), false)`,
 		query: `SELECT dlock.campaign(election => $1::pg_catalog.text, candidate => $2::pg_catalog.text, lease => $3::pg_catalog.text::pg_catalog.interval, ` +
-			`wait => $4::pg_catalog.text::pg_catalog.interval, value => $5::pg_catalog.text)::pg_catalog.text`,
-		args: []interface{}{e.name, e.candidate, nullable(interval(e.o.lease), e.o.hasLease), waitArg(ctx, o), value}}
+			`wait => $4::pg_catalog.text::pg_catalog.interval, value => $5::pg_catalog.text`,
+		args: []interface{}{e.name, e.candidate, nullable(interval(e.o.lease), e.o.hasLease), waitArg(ctx, o), value}, sess: e.sess}
+	if e.sess != nil {
+		if err := e.sess.inSession(o); err != nil {
+			return nil, err
+		}
+		if err := e.sess.usable(); err != nil {
+			return nil, err
+		}
+	}
+	s.query += e.sess.arg(&s.args) + `)::pg_catalog.text`
 	l, err := take(ctx, e.db, s)
 	if err != nil {
 		return nil, err
@@ -101,6 +111,9 @@ func (e *Election) Campaign(ctx context.Context, value string, opts ...Option) (
 
 // stopRenewing: a duplicate Lock of a holding another Lock renews.
 func (l *Lock) stopRenewing() {
+	if l.sess != nil {
+		l.sess.leave(l)
+	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.state = released

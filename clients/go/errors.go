@@ -18,6 +18,9 @@ var (
 	// ErrReleased: the lock was released by its owner (Lock.Err after
 	// Release, as context.Canceled after a cancel).
 	ErrReleased = errors.New("dlock: released")
+	// ErrClosed: the session was closed by its owner (Session.Err after
+	// Close).
+	ErrClosed = errors.New("dlock: session closed")
 )
 
 // Error is every error this package returns that has a SQLSTATE, and

@@ -126,7 +126,43 @@ type proxy struct {
 	mu    sync.Mutex
 	conns []net.Conn
 	cut   bool
-	held  chan struct{} // non-nil: the server's answers wait until it is closed
+	held  chan struct{}  // non-nil: the server's answers wait until it is closed
+	seen  map[string]int // how often each of the counted strings was sent
+}
+
+// counted: the strings the proxy counts in what clients send.
+var counted = []string{"dlock.renew(", "dlock.keepalive("}
+
+// sentCount: how often NEEDLE (one of counted) was sent to the server.
+func (p *proxy) sentCount(needle string) int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.seen[needle]
+}
+
+// countingReader: a client's side, counting the strings of counted (a
+// string split between two reads is counted too).
+type countingReader struct {
+	p    *proxy
+	r    io.Reader
+	tail []byte
+}
+
+func (c *countingReader) Read(b []byte) (int, error) {
+	n, err := c.r.Read(b)
+	if n > 0 {
+		buf := append(c.tail, b[:n]...)
+		c.p.mu.Lock()
+		for _, s := range counted {
+			c.p.seen[s] += strings.Count(string(buf), s) - strings.Count(string(c.tail), s)
+		}
+		c.p.mu.Unlock()
+		if len(buf) > 64 {
+			buf = buf[len(buf)-64:]
+		}
+		c.tail = append([]byte(nil), buf...)
+	}
+	return n, err
 }
 
 func newProxy(t *testing.T) *proxy {
@@ -138,7 +174,7 @@ func newProxy(t *testing.T) *proxy {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := &proxy{ln: ln}
+	p := &proxy{ln: ln, seen: map[string]int{}}
 	go func() {
 		for {
 			c, err := ln.Accept()
@@ -160,7 +196,7 @@ func newProxy(t *testing.T) *proxy {
 			p.mu.Lock()
 			p.conns = append(p.conns, s)
 			p.mu.Unlock()
-			go func() { _, _ = io.Copy(s, c); s.Close() }()
+			go func() { _, _ = io.Copy(s, &countingReader{p: p, r: c}); s.Close() }()
 			go func() { _, _ = io.Copy(c, holdingReader{p, s}); c.Close() }()
 		}
 	}()

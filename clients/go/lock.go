@@ -68,6 +68,7 @@ type Lock struct {
 	releaseQ   string
 	permits    int
 	maxPermits int
+	sess       *Session // nil: a lease of its own
 
 	done      chan struct{} // closed when lost or released
 	stopRenew chan struct{} // closed at the first Release
@@ -96,8 +97,12 @@ func (l *Lock) Fences() []int64 { return append([]int64(nil), l.fences...) }
 // Holder is the holder text.
 func (l *Lock) Holder() string { return l.holder }
 
-// Lease is the lease (as given, or the server's default read back).
+// Lease is the lease (as given, or the server's default read back); in
+// a session, the session's ttl.
 func (l *Lock) Lease() time.Duration { return l.lease }
+
+// Session is the session the lock was taken in, or nil.
+func (l *Lock) Session() *Session { return l.sess }
 
 // Permits: the permits a semaphore's lock holds (0 for other locks).
 func (l *Lock) Permits() int { return l.permits }
@@ -127,26 +132,48 @@ func (l *Lock) name() string { return strings.Join(l.resources, ", ") }
 
 // lose: the lease is lost, for REASON (CAUSE: the last renewal error).
 func (l *Lock) lose(reason string, cause error) {
+	e := &Error{Code: sqlState(cause), Err: ErrLost,
+		Message: fmt.Sprintf("dlock: lease on %q lost: %s", l.name(), reason)}
+	if cause != nil {
+		e.Message += ": " + cause.Error()
+	}
+	l.loseWith(e)
+}
+
+// loseWith: the lock is lost, Err E.
+func (l *Lock) loseWith(e error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.state != held {
 		return
 	}
 	l.state = lost
-	e := &Error{Code: sqlState(cause), Err: ErrLost,
-		Message: fmt.Sprintf("dlock: lease on %q lost: %s", l.name(), reason)}
-	if cause != nil {
-		e.Message += ": " + cause.Error()
-	}
 	l.err = e
 	close(l.done)
+}
+
+// closed: the lock's session was closed, and the lock with it.
+func (l *Lock) closed() {
+	l.stopOnce.Do(func() { close(l.stopRenew) })
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.state != held {
+		return
+	}
+	l.state = released
+	l.err = ErrReleased
+	close(l.done)
+	close(l.finished)
 }
 
 // Release gives the lock back. It returns nil if it was held until now;
 // Err() (wrapping ErrLost) if the lease had been lost; a connection's or
 // the server's error if the release did not get through: the lock is then
 // no longer renewed and is lost at its renewal deadline unless Release is
-// called again first. Releasing twice returns nil.
+// called again first (in a session: it stays held in the session until
+// Release is called again, or the session ends). Releasing twice returns
+// nil. Releasing a lock of a session leaves the session and its other
+// locks alone.
 func (l *Lock) Release(ctx context.Context) error {
 	for {
 		l.mu.Lock()
@@ -182,6 +209,13 @@ func (l *Lock) release(ctx context.Context, state int, err error) error {
 	l.stopOnce.Do(func() { close(l.stopRenew) })
 	first, fence := l.target()
 	var ok bool
+	if l.sess != nil && state != released {
+		defer func() {
+			if l.Err() != nil {
+				l.sess.leave(l)
+			}
+		}()
+	}
 	if state == lost {
 		// A courtesy, in case the server still has it: bounded.
 		c, cancel := context.WithTimeout(ctx, minDur(l.lease/3, releaseTimeout))
@@ -199,12 +233,18 @@ func (l *Lock) release(ctx context.Context, state int, err error) error {
 	}
 	if !ok {
 		l.lose("it was no longer held at release (broken, or expired and taken)", nil)
-		return l.Err()
+		if err := l.Err(); err != ErrReleased {
+			return err
+		}
+		return nil // its session was closed meanwhile
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.state == lost {
 		return l.err
+	}
+	if l.state == released {
+		return nil // its session was closed meanwhile
 	}
 	l.state = released
 	l.err = ErrReleased

@@ -1,7 +1,7 @@
 package dlock
 
-// options.go - the options of Acquire, TryAcquire, AcquireAll and
-// NewElection.
+// options.go - the options of Acquire, TryAcquire, AcquireAll,
+// NewElection and OpenSession.
 
 import "time"
 
@@ -9,12 +9,12 @@ import "time"
 type Option func(*options)
 
 type options struct {
-	lease, wait, lockDelay, poll time.Duration
-	hasLease, hasWait, hasDelay  bool
-	holder                       string
-	hasHolder                    bool
-	fair, shared, hasPermits     bool
-	maxPermits, permits          int
+	lease, wait, lockDelay, poll, ttl   time.Duration
+	hasLease, hasWait, hasDelay, hasTTL bool
+	holder                              string
+	hasHolder                           bool
+	fair, shared, hasPermits            bool
+	maxPermits, permits                 int
 }
 
 // Lease is the lease (default: the server's dlock.default_lease, 30 s).
@@ -73,6 +73,9 @@ func collect(opts []Option) *options {
 func (o *options) check() error {
 	if o.hasLease && o.lease < time.Millisecond {
 		return invalid("the lease must be at least a millisecond, not %v", o.lease)
+	}
+	if o.hasTTL && o.ttl < time.Millisecond {
+		return invalid("the ttl must be at least a millisecond, not %v", o.ttl)
 	}
 	if o.hasWait && o.wait < 0 {
 		return invalid("the wait must not be negative, not %v", o.wait)

@@ -1,15 +1,17 @@
 package dlock
 
-// renew.go - the renewal goroutine of a Lock.
+// renew.go - the renewal loop of a Lock, and the keepalive loop of a
+// Session (the same loop).
 //
-// Every third of the lease it sends dlock.renew on a connection of its
-// own from the pool, each attempt on a goroutine of its own, bounded by
-// the renewal deadline. A failed renewal is retried with back-off; the
-// lock is lost (Done closed) when renew() says it is gone, or at the
-// renewal deadline: the lease's end as this process measures it (from
-// when the last acknowledged renewal was sent) less a margin. A renewal
-// that hangs (its backend paused, the network black-holed) does not hold
-// the deadline up, nor the next attempt: the loop waits on timers, not on
+// Every third of the lease it sends one statement (dlock.renew, or
+// dlock.keepalive) on a connection of its own from the pool, each attempt
+// on a goroutine of its own, bounded by the renewal deadline. A failed
+// attempt is retried with back-off; the holding is lost (Done closed)
+// when the server says it is gone, or at the renewal deadline: the
+// lease's end as this process measures it (from when the last
+// acknowledged renewal was sent) less a margin. An attempt that hangs
+// (its backend paused, the network black-holed) does not hold the
+// deadline up, nor the next attempt: the loop waits on timers, not on
 // the statement.
 
 import (
@@ -41,46 +43,61 @@ func (l *Lock) renewOnce(ctx context.Context) renewal {
 
 // run: the renewal loop, from an acquisition (or confirmation) sent at SENT.
 func (l *Lock) run(sent time.Time) {
-	deadline := sent.Add(l.lease - margin(l.lease))
-	next := sent.Add(l.lease / 3)
+	loop{period: l.lease, stop: l.stopRenew, finished: l.finished, once: l.renewOnce, lose: l.lose,
+		what: "renewals", gone: "renew() found it no longer held (broken, or expired and taken)"}.run(sent)
+}
+
+// loop: one renewal loop. stop is closed when the owner gives the holding
+// up (no more renewals; lost at the deadline unless finished first);
+// finished when it is given up for good.
+type loop struct {
+	period         time.Duration
+	stop, finished chan struct{}
+	once           func(context.Context) renewal
+	lose           func(reason string, cause error)
+	what, gone     string
+}
+
+func (p loop) run(sent time.Time) {
+	deadline := sent.Add(p.period - margin(p.period))
+	next := sent.Add(p.period / 3)
 	backoff := retryMin
 	var lastErr error
+	late := p.what + " failed until just before the lease's end"
 	loss := time.NewTimer(time.Until(deadline))
 	defer loss.Stop()
-	stopRenew := l.stopRenew
+	stop := p.stop
 	for {
 		wake := time.NewTimer(time.Until(next))
-		if stopRenew == nil {
+		if stop == nil {
 			wake.Stop()
 		}
 		select {
-		case <-l.finished:
+		case <-p.finished:
 			wake.Stop()
 			return
-		case <-stopRenew:
-			// Release was called: no more renewals; lost at the deadline
-			// unless the release gets through first.
+		case <-stop:
 			wake.Stop()
-			stopRenew = nil
+			stop = nil
 			continue
 		case <-loss.C:
 			wake.Stop()
-			l.lose("renewals failed until just before the lease's end", lastErr)
+			p.lose(late, lastErr)
 			return
 		case <-wake.C:
 		}
-		bound := minTime(deadline, time.Now().Add(l.lease/3))
+		bound := minTime(deadline, time.Now().Add(p.period/3))
 		ctx, cancel := context.WithDeadline(context.Background(), bound)
 		res := make(chan renewal, 1)
-		go func() { res <- l.renewOnce(ctx) }()
+		go func() { res <- p.once(ctx) }()
 		var r renewal
 		select {
-		case <-l.finished:
+		case <-p.finished:
 			cancel()
 			return
 		case <-loss.C:
 			cancel()
-			l.lose("renewals failed until just before the lease's end", lastErr)
+			p.lose(late, lastErr)
 			return
 		case r = <-res:
 			cancel()
@@ -91,9 +108,9 @@ func (l *Lock) run(sent time.Time) {
 			cancel()
 		}
 		select {
-		case <-l.stopRenew:
-			// Released meanwhile: this answer may postdate the unlock.
-			stopRenew = nil
+		case <-p.stop:
+			// Given up meanwhile: this answer may postdate the release.
+			stop = nil
 			continue
 		default:
 		}
@@ -103,12 +120,12 @@ func (l *Lock) run(sent time.Time) {
 			next = time.Now().Add(minDur(backoff, time.Until(deadline)))
 			backoff = minDur(backoff*2, retryMax)
 		case !r.ok:
-			l.lose("renew() found it no longer held (broken, or expired and taken)", nil)
+			p.lose(p.gone, nil)
 			return
 		default:
 			lastErr, backoff = nil, retryMin
-			deadline = r.sent.Add(l.lease - margin(l.lease))
-			next = r.sent.Add(l.lease / 3)
+			deadline = r.sent.Add(p.period - margin(p.period))
+			next = r.sent.Add(p.period / 3)
 			if !loss.Stop() {
 				<-loss.C
 			}

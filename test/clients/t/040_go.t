@@ -1,7 +1,7 @@
 # 040_go.t - the Go client (clients/go) against real servers: its go
 # tests (go test -race -json), one ok/not ok line here per Go test, driver
 # and edition; go vet; the module built alone offline; the README's quick
-# start run as a user would.
+# start and the README's other programs run as a user would.
 #
 # The servers: a throwaway cluster with dlock preloaded (the C extension)
 # and pgbouncer in transaction mode in front of it; then the portable
@@ -118,7 +118,7 @@ for my $e (@editions)
 		  if $bport;
 		gotest("$label, $d", $d, \%denv);
 	}
-	quickstart($label, \%env);
+	quickstart($label, \%env, $node, $db);
 }
 
 # gotest LABEL DRIVER ENV: go test, one TAP line per Go test.
@@ -160,20 +160,35 @@ sub gotest
 	}
 }
 
-# quickstart LABEL ENV: README.md's ```go block, a whole program, built
-# and run against this server; it must exit 0.
+# quickstart LABEL ENV NODE DB: each ```go block of README.md, a whole
+# program, built and run against this server; it must exit 0 and print a
+# fence. A block that opens a session is skipped where the server's dlock
+# has none.
 sub quickstart
 {
-	my ($label, $env) = @_;
+	my ($label, $env, $node, $db) = @_;
 	my $readme = slurp_file("$top/clients/go/README.md");
-	my ($code) = $readme =~ /^```go\n(.*?)^```$/ms;
-	my $dir = "$tmp/gopath/src/example.com/quickstart";
-	system('mkdir', '-p', $dir) == 0 or die;
-	open(my $fh, '>', "$dir/main.go") or die;
-	print $fh $code // '';
-	close($fh);
-	my ($ok, $out) = go($dir, $env, 'run', '.');
-	ok($ok && $out =~ /fence \d+/, "$label: README.md's quick start runs as written") or diag $out;
+	my $nosessions = $node->safe_psql($db,
+		"SELECT to_regprocedure('dlock.open_session(interval,text)') IS NULL") eq 't';
+	my $n = 0;
+	while ($readme =~ /^```go\n(.*?)^```$/msg)
+	{
+		my $code = $1;
+		my $what = $n++ ? "README.md's go block $n" : "README.md's quick start";
+		if ($code =~ /OpenSession/ && $nosessions)
+		{
+		  SKIP: { skip("$label: $what: no sessions here: to_regprocedure('dlock.open_session(interval,text)') IS NULL", 1); }
+			next;
+		}
+		my $dir = "$tmp/gopath/src/example.com/readme$n";
+		system('mkdir', '-p', $dir) == 0 or die;
+		open(my $fh, '>', "$dir/main.go") or die;
+		print $fh $code;
+		close($fh);
+		my ($ok, $out) = go($dir, $env, 'run', '.');
+		ok($ok && $out =~ /fence \d+/, "$label: $what runs as written") or diag $out;
+	}
+	ok($n >= 2, "$label: README.md has its go blocks");
 }
 
 $pp->stop;

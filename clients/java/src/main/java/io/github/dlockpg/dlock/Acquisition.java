@@ -43,6 +43,29 @@ final class Acquisition {
             String holder, boolean generated, Duration lease, String releaseSql, Duration wait, boolean sliced,
             boolean interruptible, ScheduledExecutorService renewals, List<LossListener> listeners)
             throws InterruptedException {
+        return take(ds, sql, binder, many, resources, holder, generated, lease, releaseSql, wait, sliced,
+            interruptible, renewals, listeners, null);
+    }
+
+    /**
+     * take, in SESSION (null: with a lease): the statement gets the
+     * argument session => id (as its last parameter); the holding has no
+     * lease of its own.
+     */
+    static Holding take(DataSource ds, String sql, Binder binder, boolean many, List<String> resources,
+            String holder, boolean generated, Duration lease, String releaseSql, Duration wait, boolean sliced,
+            boolean interruptible, ScheduledExecutorService renewals, List<LossListener> listeners,
+            DlockSession session) throws InterruptedException {
+        if (session != null) {
+            session.checkOpen();
+            int n = (int) sql.chars().filter(ch -> ch == '?').count() + 1;
+            sql = sql.substring(0, sql.lastIndexOf(')')) + ", session => ?)";
+            Binder inner = binder;
+            binder = (c, ps, w) -> {
+                inner.bind(c, ps, w);
+                ps.setLong(n, session.id());
+            };
+        }
         long start = System.nanoTime();
         long limit = wait == null ? Long.MAX_VALUE : wait.toNanos();
         boolean interrupted = false;
@@ -92,7 +115,8 @@ final class Acquisition {
         if (fences == null) return null;
         long leaseNanos;
         try {
-            leaseNanos = lease != null ? lease.toNanos() : leaseOf(ds, resources.get(0), holder, fences[0]);
+            leaseNanos = session != null ? session.ttlNanos()
+                : lease != null ? lease.toNanos() : leaseOf(ds, resources.get(0), holder, fences[0]);
         } catch (SQLException | RuntimeException e) {
             release(ds, releaseSql, many, resources, holder, fences);
             throw e instanceof DlockException ? (DlockException) e
@@ -101,7 +125,8 @@ final class Acquisition {
         }
         Holding h = new Holding(ds, resources, many, holder, fences, Db.interval("lease", lease), leaseNanos, sent,
             releaseSql, renewals, listeners);
-        if (System.nanoTime() - sent >= leaseNanos / 3) h.redate(); // a long wait: lease from when it was sent?
+        h.session = session;
+        if (session == null && System.nanoTime() - sent >= leaseNanos / 3) h.redate(); // a long wait: lease from when it was sent?
         try {
             h.start();
         } catch (RuntimeException e) { // the scheduler refused the renewals (shut down): not kept

@@ -31,6 +31,7 @@ public final class DlockElection {
     private final boolean generated;
     private final Duration lease;
     private final ScheduledExecutorService scheduler;
+    private final DlockSession session;
 
     /** A candidate (unique to this object) in election NAME, with LEASE (null: the server's default). */
     public DlockElection(DataSource ds, String name, Duration lease) {
@@ -47,6 +48,18 @@ public final class DlockElection {
         Db.interval("lease", lease);
         this.lease = lease;
         this.scheduler = scheduler != null ? scheduler : Db.RENEWALS;
+        this.session = null;
+    }
+
+    /** A candidate in election NAME whose leaderships are taken in SESSION (the candidate: its holder). */
+    public DlockElection(DlockSession session, String name) {
+        this.session = Objects.requireNonNull(session, "session");
+        this.ds = session.ds;
+        this.name = Db.text("election", name);
+        this.generated = false;
+        this.candidate = session.holder();
+        this.lease = null;
+        this.scheduler = Db.RENEWALS;
     }
 
     public String name() {
@@ -123,7 +136,7 @@ public final class DlockElection {
                 Db.setInterval(ps, 4, Db.interval("lease", lease));
                 Db.setInterval(ps, 5, w);
             }, false, List.of(name), candidate, generated, lease, Holding.RESIGN, wait, false, false,
-                scheduler, List.of());
+                scheduler, List.of(), session);
             return Optional.ofNullable(h).map(Leadership::new);
         } catch (InterruptedException e) {
             throw new IllegalStateException(e); // not thrown: not interruptible

@@ -47,6 +47,7 @@ public class DlockLock implements Lock {
     private final int maxPermits;
     private final int permits;
     private final ScheduledExecutorService renewals;
+    private final DlockSession session;
     private final List<LossListener> listeners = new CopyOnWriteArrayList<>();
     private final ReentrantLock local = new ReentrantLock();
     private volatile Holding current;
@@ -67,8 +68,12 @@ public class DlockLock implements Lock {
         this.ds = Objects.requireNonNull(b.ds, "dataSource");
         this.resources = List.copyOf(b.resources);
         this.many = b.many;
-        this.generated = b.holder == null;
-        this.holder = generated ? Db.uniqueHolder() : Db.text("holder", b.holder);
+        this.session = b.session;
+        if (session != null && b.lease != null) throw DlockException.invalid("a lock in a session has no lease of its own");
+        if (session != null && b.holder != null && !b.holder.equals(session.holder()))
+            throw DlockException.invalid("a lock in a session has the session's holder");
+        this.generated = b.holder == null && session == null;
+        this.holder = session != null ? session.holder() : generated ? Db.uniqueHolder() : Db.text("holder", b.holder);
         if (b.lease != null && (b.lease.isNegative() || b.lease.isZero()))
             throw DlockException.invalid("lease must be positive");
         this.lease = b.lease;
@@ -105,6 +110,7 @@ public class DlockLock implements Lock {
         private int maxPermits;
         private int permits = 1;
         private ScheduledExecutorService scheduler;
+        private DlockSession session;
         private final List<LossListener> listeners = new ArrayList<>();
 
         private Builder(DataSource ds, List<String> resources, boolean many) {
@@ -145,6 +151,15 @@ public class DlockLock implements Lock {
             return this;
         }
 
+        /**
+         * Takes it in SESSION (DlockSession): no lease of its own, the
+         * session's holder; lost when the session is.
+         */
+        public Builder session(DlockSession session) {
+            this.session = session;
+            return this;
+        }
+
         /** Told when a holding of this lock is lost. */
         public Builder onLost(LossListener l) {
             listeners.add(Objects.requireNonNull(l));
@@ -163,6 +178,11 @@ public class DlockLock implements Lock {
 
     public List<String> resources() {
         return resources;
+    }
+
+    /** The session it is taken in, or null. */
+    public DlockSession session() {
+        return session;
     }
 
     /** This lock object's holder text. */
@@ -294,7 +314,7 @@ public class DlockLock implements Lock {
             };
         }
         Holding h = Acquisition.take(ds, sql, binder, many, resources, holder, generated, lease,
-            Holding.unlockSql(many), wait, true, interruptible, renewals, listeners);
+            Holding.unlockSql(many), wait, true, interruptible, renewals, listeners, session);
         if (h == null) return false;
         current = h;
         last = h;

@@ -21,6 +21,7 @@ public final class DlockLockRegistry {
     private final String prefix;
     private final Duration lease;
     private final ScheduledExecutorService scheduler;
+    private final DlockSession session;
     private final ConcurrentHashMap<String, DlockLock> locks = new ConcurrentHashMap<>();
 
     /** Locks named by their key, with the server's default lease. */
@@ -38,6 +39,16 @@ public final class DlockLockRegistry {
         this.prefix = prefix == null ? "" : prefix;
         this.lease = lease;
         this.scheduler = scheduler;
+        this.session = null;
+    }
+
+    /** Locks named by PREFIX and their key, taken in SESSION (no lease of their own). */
+    public DlockLockRegistry(DlockSession session, String prefix) {
+        this.session = Objects.requireNonNull(session, "session");
+        this.ds = session.ds;
+        this.prefix = prefix == null ? "" : prefix;
+        this.lease = null;
+        this.scheduler = null;
     }
 
     /** The lock of KEY: the same object for equal keys' strings. */
@@ -49,7 +60,7 @@ public final class DlockLockRegistry {
     public DlockLock obtainDlock(Object key) {
         String name = prefix + Objects.requireNonNull(key, "key");
         return locks.compute(name, (n, l) -> {
-            DlockLock out = l != null ? l : DlockLock.builder(ds, n).lease(lease).scheduler(scheduler).build();
+            DlockLock out = l != null ? l : DlockLock.builder(ds, n).lease(lease).scheduler(scheduler).session(session).build();
             out.obtained = System.nanoTime();
             return out;
         });

@@ -12,7 +12,11 @@
 // holding is lost: listeners are told, before the lease's end, on a
 // thread of their own (a slow one delays no other loss).
 //
-// State: guarded by this object's monitor; SQL runs outside it.
+// In a session (DlockSession): no lease, no renewal, no loss timer of its
+// own; the session's keepalives keep it and its loss loses it.
+//
+// State: guarded by this object's monitor; SQL runs outside it (a
+// session's monitor is taken inside this one, never the other way).
 package io.github.dlockpg.dlock;
 
 import java.sql.Connection;
@@ -69,6 +73,7 @@ final class Holding {
     private ScheduledFuture<?> lossTask;
     private Throwable lastError;
     private LockLostException lost;
+    DlockSession session; // set before start(); null: a lease of its own
 
     Holding(DataSource ds, List<String> resources, boolean many, String holder, long[] fences, String leaseParam,
             long leaseNanos, long sentAt, String releaseSql, ScheduledExecutorService renewals,
@@ -110,7 +115,8 @@ final class Holding {
      */
     void start() {
         try {
-            renewed(sentAt);
+            if (session != null) session.adopt(this);
+            else renewed(sentAt);
         } catch (RuntimeException e) {
             synchronized (this) {
                 stop(State.RELEASED);
@@ -133,12 +139,15 @@ final class Holding {
 
     /** Held, and its loss deadline not passed (even if the timer is late). */
     synchronized boolean live() {
+        if (session != null) return state == State.HELD && session.isOpen();
         return state == State.HELD && System.nanoTime() - deadline < 0;
     }
 
     /** Lost, or held past its loss deadline (the timer about to say so). */
     synchronized boolean lostOrDue() {
-        return state == State.LOST || (state == State.HELD && System.nanoTime() - deadline >= 0);
+        if (state == State.LOST) return true;
+        if (session != null) return state == State.HELD && session.isLost();
+        return state == State.HELD && System.nanoTime() - deadline >= 0;
     }
 
     synchronized LockLostException lostBecause() {
@@ -223,10 +232,15 @@ final class Holding {
     }
 
     void lose(String reason) {
+        lose(reason, null);
+    }
+
+    /** Lost for REASON (CAUSE: why, if not the last renewal error). */
+    void lose(String reason, Throwable cause) {
         LockLostException e;
         synchronized (this) {
             if (state != State.HELD) return;
-            e = new LockLostException(name(), fences[0], reason, lastError);
+            e = new LockLostException(name(), fences[0], reason, cause != null ? cause : lastError);
             stop(State.LOST);
             lost = e;
         }
@@ -245,6 +259,11 @@ final class Holding {
         } catch (RuntimeException refused) {
             tell.run();
         }
+    }
+
+    /** Its session was closed, and it with it: released. */
+    synchronized void closed() {
+        if (state == State.HELD) stop(State.RELEASED);
     }
 
     private void stop(State s) {
@@ -286,11 +305,13 @@ final class Holding {
                 throw again;
             }
         }
+        if (session != null) session.leave(this);
         if (wasLost) return false;
         synchronized (this) {
             if (lossTask != null) lossTask.cancel(false);
         }
         if (r == null || Boolean.FALSE.equals(r)) {
+            if (session != null && !session.isLost() && !session.isOpen()) return true; // closed meanwhile
             synchronized (this) {
                 state = State.HELD;
             }
@@ -318,6 +339,7 @@ final class Holding {
     private synchronized void unreleased() {
         if (state != State.RELEASED) return;
         state = State.HELD;
+        if (session != null) return; // still in the session, which keeps it
         if (lossTask != null) lossTask.cancel(false);
         lossTask = Db.TIMER.schedule(() -> lose("its release got no answer: the lease ends unrenewed"),
             Math.max(0, deadline - System.nanoTime()), TimeUnit.NANOSECONDS);

@@ -1,0 +1,466 @@
+// SessionTest: sessions (dlock 1.1). One keepalive keeps every lock of a
+// session (no renew sent); the session's loss is told on every lock before
+// the ttl ends (keepalive backend terminated, paused, the session closed by
+// an administrator; a stale fenced write refused); the server restarted;
+// close and unlock; pgbouncer; attacks (a grant answered as the session is
+// lost, keepalives racing close, use after close, two sessions of one
+// holder). Skipped where dlock has no sessions.
+// Promises: P2 P16
+package io.github.dlockpg.dlock;
+
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertFalse;
+import static org.junit.jupiter.api.Assertions.assertNotNull;
+import static org.junit.jupiter.api.Assertions.assertNull;
+import static org.junit.jupiter.api.Assertions.assertThrows;
+import static org.junit.jupiter.api.Assertions.assertTrue;
+import static org.junit.jupiter.api.Assumptions.assumeTrue;
+
+import java.lang.reflect.InvocationTargetException;
+import java.lang.reflect.Proxy;
+import java.sql.Connection;
+import java.sql.PreparedStatement;
+import java.sql.SQLException;
+import java.time.Duration;
+import java.util.ArrayList;
+import java.util.List;
+import java.util.Random;
+import java.util.concurrent.CompletableFuture;
+import java.util.concurrent.CountDownLatch;
+import java.util.concurrent.TimeUnit;
+import java.util.concurrent.atomic.AtomicInteger;
+import java.util.logging.Logger;
+import javax.sql.DataSource;
+import org.junit.jupiter.api.DisplayName;
+import org.junit.jupiter.api.Test;
+
+class SessionTest {
+    static boolean hasSessions() throws SQLException {
+        return Boolean.TRUE.equals(TestEnv.adminQuery(
+            "SELECT to_regprocedure('dlock.open_session(interval,text)') IS NOT NULL"));
+    }
+
+    static void needSessions() throws SQLException {
+        assumeTrue(hasSessions(), "no sessions here: to_regprocedure('dlock.open_session(interval,text)') IS NULL");
+    }
+
+    /** The server's view of session ID: {holdings, live}, or null when there is no such session. */
+    static Object[] sessionRow(long id) throws SQLException {
+        try (Connection c = TestEnv.admin().getConnection();
+                var ps = c.prepareStatement("SELECT holdings, expires_at > clock_timestamp() FROM dlock.sessions WHERE id = ?")) {
+            ps.setLong(1, id);
+            try (var rs = ps.executeQuery()) {
+                return rs.next() ? new Object[] {rs.getLong(1), rs.getBoolean(2)} : null;
+            }
+        }
+    }
+
+    /**
+     * A DataSource that counts what is sent (renew, keepalive) and injects
+     * faults: keepalives refused (as a lost connection), the answer of an
+     * acquisition held back until a latch opens.
+     */
+    static final class Watched implements DataSource {
+        final DataSource real;
+        final AtomicInteger renews = new AtomicInteger();
+        final AtomicInteger keepalives = new AtomicInteger();
+        volatile boolean failKeepalives;
+        volatile CountDownLatch holdGrants;
+        final CountDownLatch granted = new CountDownLatch(1);
+
+        Watched(DataSource real) {
+            this.real = real;
+        }
+
+        @Override
+        public Connection getConnection() throws SQLException {
+            Connection c = real.getConnection();
+            return (Connection) Proxy.newProxyInstance(Connection.class.getClassLoader(), new Class<?>[] {Connection.class},
+                (p, m, a) -> {
+                    Object out = call(c, m, a);
+                    if (m.getName().equals("prepareStatement") && a.length == 1) return statement((PreparedStatement) out, (String) a[0]);
+                    return out;
+                });
+        }
+
+        private PreparedStatement statement(PreparedStatement ps, String sql) {
+            return (PreparedStatement) Proxy.newProxyInstance(PreparedStatement.class.getClassLoader(),
+                new Class<?>[] {PreparedStatement.class}, (p, m, a) -> {
+                    if (!m.getName().equals("executeQuery")) return call(ps, m, a);
+                    if (sql.contains("dlock.renew(")) renews.incrementAndGet();
+                    if (sql.contains("dlock.keepalive(")) {
+                        keepalives.incrementAndGet();
+                        if (failKeepalives) throw new SQLException("injected: connection lost", "08006");
+                    }
+                    Object rs = call(ps, m, a);
+                    CountDownLatch hold = holdGrants;
+                    if (hold != null && sql.contains("dlock.lock(")) {
+                        granted.countDown();
+                        hold.await();
+                    }
+                    return rs;
+                });
+        }
+
+        private static Object call(Object target, java.lang.reflect.Method m, Object[] a) throws Throwable {
+            try {
+                return m.invoke(target, a);
+            } catch (InvocationTargetException e) {
+                throw e.getCause();
+            }
+        }
+
+        @Override
+        public Connection getConnection(String u, String p) {
+            throw new UnsupportedOperationException();
+        }
+
+        @Override
+        public java.io.PrintWriter getLogWriter() {
+            return null;
+        }
+
+        @Override
+        public void setLogWriter(java.io.PrintWriter out) {}
+
+        @Override
+        public void setLoginTimeout(int seconds) {}
+
+        @Override
+        public int getLoginTimeout() {
+            return 0;
+        }
+
+        @Override
+        public Logger getParentLogger() {
+            return Logger.getGlobal();
+        }
+
+        @Override
+        public <T> T unwrap(Class<T> iface) {
+            throw new UnsupportedOperationException();
+        }
+
+        @Override
+        public boolean isWrapperFor(Class<?> iface) {
+            return false;
+        }
+    }
+
+    /** N exclusive locks in S, and one of each other kind (N + 4 holdings): all taken. */
+    static List<DlockLock> takeMany(DlockSession s, int n, List<CompletableFuture<LockLostException>> told) {
+        List<DlockLock> locks = new ArrayList<>();
+        for (int i = 0; i < n + 3; i++) {
+            DlockLock.Builder b = i == n ? s.lockBuilder(TestEnv.unique("shared")).shared(true)
+                : i == n + 1 ? s.lockBuilder(TestEnv.unique("sem")).semaphore(3, 2)
+                : i == n + 2 ? s.lockBuilder(List.of(TestEnv.unique("all-a"), TestEnv.unique("all-b")))
+                : s.lockBuilder(TestEnv.unique("in-session"));
+            if (told != null) {
+                CompletableFuture<LockLostException> f = new CompletableFuture<>();
+                told.add(f);
+                b.onLost(f::complete);
+            }
+            DlockLock l = b.build();
+            assertTrue(l.tryLock(), "taken in the session");
+            assertEquals(s, l.session());
+            assertEquals(s.holder(), l.holder());
+            locks.add(l);
+        }
+        return locks;
+    }
+
+    @Test
+    @DisplayName("one keepalive keeps every lock (no renew sent); unlock of one leaves the rest; close releases all")
+    void oneKeepaliveKeepsMany() throws Exception {
+        needSessions();
+        Watched ds = new Watched(TestEnv.app());
+        DlockSession s = DlockSession.open(ds, Duration.ofMillis(1500));
+        List<DlockLock> locks = takeMany(s, 6, null);
+        DlockElection.Leadership lead = s.election(TestEnv.unique("elect")).campaign("v", Duration.ZERO).orElseThrow();
+        Thread.sleep(4000); // past two ttls
+        for (DlockLock l : locks) assertFalse(l.isLost(), l.resource());
+        assertFalse(lead.isLost());
+        assertEquals(0, ds.renews.get(), "no renew in a session");
+        assertTrue(ds.keepalives.get() >= 2, "keepalives sent: " + ds.keepalives.get());
+        assertEquals(11L, sessionRow(s.id())[0]);
+        assertEquals(true, sessionRow(s.id())[1]);
+        locks.get(0).unlock();
+        assertEquals(10L, sessionRow(s.id())[0]);
+        for (DlockLock l : locks.subList(1, locks.size())) assertTrue(l.isHeld(), l.resource());
+        s.close();
+        assertFalse(s.isOpen());
+        assertFalse(s.isLost());
+        Object left = TestEnv.adminQuery("SELECT count(*) FROM dlock.locks WHERE session = ?", s.id());
+        assertEquals(0L, ((Number) left).longValue());
+        for (DlockLock l : locks.subList(1, locks.size())) {
+            assertFalse(l.isHeld());
+            assertFalse(l.isLost());
+            l.unlock(); // the owner's unlock after close: nothing to give back
+        }
+        DlockLock other = new DlockLock(TestEnv.app(), locks.get(1).resource(), Duration.ofSeconds(5));
+        assertTrue(other.tryLock(), "free after close");
+        other.unlock();
+        s.close(); // twice: nothing
+    }
+
+    /** Waits (bounded) for every lock's loss; each listener must have seen the session live on the server. */
+    private static void lossBeforeEnd(DlockSession s, List<DlockLock> locks, List<CompletableFuture<LockLostException>> told,
+            CompletableFuture<Boolean> liveAtLoss) throws Exception {
+        assertTrue(liveAtLoss.get(30, TimeUnit.SECONDS), "the session still ran on the server when its loss was told");
+        for (CompletableFuture<LockLostException> f : told) assertNotNull(f.get(10, TimeUnit.SECONDS));
+        for (DlockLock l : locks) assertTrue(l.isLost(), l.resource());
+        assertTrue(s.isLost());
+    }
+
+    private static LossListener recorder(long id, CompletableFuture<Boolean> out) {
+        return why -> {
+            try {
+                Object[] row = sessionRow(id);
+                out.complete(row != null && Boolean.TRUE.equals(row[1]));
+            } catch (SQLException e) {
+                out.completeExceptionally(e);
+            }
+        };
+    }
+
+    @Test
+    @DisplayName("keepalive backend terminated: reconnects and keeps; with no reconnect every lock lost before the ttl's end")
+    void keepaliveBackendTerminated() throws Exception {
+        needSessions();
+        String app = "dlock-java-sess-" + TestEnv.unique("kill").hashCode();
+        TestEnv.OneConnection re = new TestEnv.OneConnection(TestEnv.app(app), true);
+        DlockSession kept = DlockSession.open(re, Duration.ofSeconds(3));
+        List<DlockLock> k = takeMany(kept, 2, null);
+        TestEnv.adminQuery("SELECT pg_terminate_backend(?)", TestEnv.backendPid(app));
+        Thread.sleep(4000); // past the ttl
+        assertTrue(kept.isOpen(), "kept");
+        for (DlockLock l : k) assertTrue(l.check());
+        kept.close();
+        re.closeReally();
+
+        String app2 = app + "-b";
+        TestEnv.OneConnection once = new TestEnv.OneConnection(TestEnv.app(app2), false);
+        CompletableFuture<Boolean> live = new CompletableFuture<>();
+        DlockSession lost = DlockSession.builder(once).ttl(Duration.ofSeconds(3)).open();
+        lost.addLossListener(recorder(lost.id(), live));
+        List<CompletableFuture<LockLostException>> told = new ArrayList<>();
+        List<DlockLock> locks = takeMany(lost, 2, told);
+        TestEnv.adminQuery("SELECT pg_terminate_backend(?)", TestEnv.backendPid(app2));
+        lossBeforeEnd(lost, locks, told, live);
+        assertThrows(LockLostException.class, lost::close);
+        for (DlockLock l : locks) assertThrows(LockLostException.class, l::unlock);
+    }
+
+    @Test
+    @DisplayName("keepalive backend paused (SIGSTOP): every lock lost before the ttl's end on the server")
+    void keepaliveBackendPaused() throws Exception {
+        needSessions();
+        String app = "dlock-java-sess-" + TestEnv.unique("stop").hashCode();
+        TestEnv.OneConnection ds = new TestEnv.OneConnection(TestEnv.app(app), false);
+        DlockSession s = DlockSession.open(ds, Duration.ofSeconds(3));
+        CompletableFuture<Boolean> live = new CompletableFuture<>();
+        s.addLossListener(recorder(s.id(), live));
+        List<CompletableFuture<LockLostException>> told = new ArrayList<>();
+        List<DlockLock> locks = takeMany(s, 2, told);
+        int pid = TestEnv.backendPid(app);
+        TestEnv.signal("STOP", pid);
+        try {
+            lossBeforeEnd(s, locks, told, live);
+        } finally {
+            TestEnv.signal("CONT", pid);
+        }
+    }
+
+    @Test
+    @DisplayName("session closed by an administrator: every lock lost; a stale lock's fenced write refused (55P03)")
+    void closedByAdministrator() throws Exception {
+        needSessions();
+        DlockSession s = DlockSession.open(TestEnv.app(), Duration.ofSeconds(3));
+        List<CompletableFuture<LockLostException>> told = new ArrayList<>();
+        List<DlockLock> locks = takeMany(s, 2, told);
+        assertEquals(6, ((Number) TestEnv.adminQuery("SELECT dlock.close_session(?)", s.id())).intValue());
+        for (CompletableFuture<LockLostException> f : told) assertNotNull(f.get(10, TimeUnit.SECONDS));
+        DlockLock stale = locks.get(0);
+        assertTrue(stale.isLost());
+        DlockLock fresh = new DlockLock(TestEnv.app(), stale.resource(), Duration.ofSeconds(10));
+        assertTrue(fresh.tryLock(5, TimeUnit.SECONDS));
+        try (Connection c = TestEnv.app().getConnection()) {
+            c.setAutoCommit(false);
+            SQLException refused = assertThrows(SQLException.class, () -> stale.assertFence(c));
+            assertEquals("55P03", refused.getSQLState());
+            c.rollback();
+        }
+        fresh.unlock();
+        assertThrows(LockLostException.class, stale::unlock);
+        assertThrows(LockLostException.class, s::close);
+    }
+
+    @Test
+    @DisplayName("server stopped and restarted within the ttl: keepalives retried, the session and its locks kept")
+    void serverRestart() throws Exception {
+        String pgCtl = TestEnv.env("DLOCK_TEST_PG_CTL", null);
+        assumeTrue(pgCtl != null, "DLOCK_TEST_PG_CTL (pg_ctl -D DATADIR -l LOG) unset");
+        needSessions();
+        DlockSession s = DlockSession.open(TestEnv.app(), Duration.ofSeconds(8));
+        List<DlockLock> locks = takeMany(s, 1, null);
+        Thread.sleep(1000);
+        sh(pgCtl + " -w -m fast stop");
+        Thread.sleep(3000); // the keepalive due 2.7 s after the open fails
+        sh(pgCtl + " -w start");
+        Thread.sleep(6000); // past the ttl of the last keepalive before the stop
+        assertTrue(s.isOpen(), "kept");
+        for (DlockLock l : locks) assertTrue(l.check(), l.resource());
+        s.close();
+    }
+
+    private static void sh(String cmd) throws Exception {
+        int rc = new ProcessBuilder("sh", "-c", cmd + " >/dev/null 2>&1").start().waitFor();
+        assertEquals(0, rc, cmd);
+    }
+
+    @Test
+    @DisplayName("pgbouncer (transaction pooling): the session kept past two ttls, closed")
+    void throughBouncer() throws Exception {
+        DataSource b = TestEnv.bouncer();
+        assumeTrue(b != null, "pgbouncer is not installed");
+        needSessions();
+        DlockSession s = DlockSession.builder(b).ttl(Duration.ofMillis(1500)).holder(TestEnv.unique("bouncer")).open();
+        List<DlockLock> locks = takeMany(s, 2, null);
+        Thread.sleep(3500);
+        assertTrue(s.isOpen());
+        assertEquals(6L, sessionRow(s.id())[0]);
+        locks.get(0).unlock();
+        s.close();
+        assertNull(TestEnv.adminQuery("SELECT fence FROM dlock.locks WHERE resource = ?", locks.get(1).resource()));
+    }
+
+    @Test
+    @DisplayName("dlock 1.0 (no open_session): opening a session fails with 42883 and says why")
+    void oldServer() throws Exception {
+        assumeTrue(!hasSessions(), "this server has sessions (dlock.open_session(interval,text) exists)");
+        DlockException e = assertThrows(DlockException.class, () -> DlockSession.open(TestEnv.app(), Duration.ofSeconds(1)));
+        assertEquals("42883", e.getSQLState());
+        assertTrue(e.getMessage().contains("no sessions"), e.getMessage());
+    }
+
+    @Test
+    @DisplayName("attack: use after close, bad arguments")
+    void misuse() throws Exception {
+        needSessions();
+        DlockSession s = DlockSession.open(TestEnv.app(), null);
+        assertEquals(Duration.ofSeconds(30), s.ttl());
+        assertEquals("22023", assertThrows(DlockException.class,
+            () -> s.lockBuilder("x").lease(Duration.ofSeconds(1)).build()).getSQLState());
+        assertEquals("22023", assertThrows(DlockException.class,
+            () -> s.lockBuilder("x").holder("someone-else").build()).getSQLState());
+        DlockLock l = s.lock(TestEnv.unique("after"));
+        DlockElection e = s.election(TestEnv.unique("after-elect"));
+        s.close();
+        assertEquals("55000", assertThrows(DlockException.class, l::tryLock).getSQLState());
+        assertEquals("55000", assertThrows(DlockException.class, () -> e.campaign("v", Duration.ZERO)).getSQLState());
+        assertFalse(l.isHeldByCurrentThread());
+        s.close();
+        DlockLockRegistry reg = new DlockLockRegistry(s, "p:");
+        assertThrows(DlockException.class, () -> reg.obtain("k").tryLock());
+    }
+
+    @Test
+    @DisplayName("registry in a session: its locks are the session's")
+    void registryInSession() throws Exception {
+        needSessions();
+        try (DlockSession s = DlockSession.open(TestEnv.app(), Duration.ofSeconds(5))) {
+            DlockLockRegistry reg = new DlockLockRegistry(s, TestEnv.unique("reg") + ":");
+            DlockLock a = reg.obtainDlock("a");
+            assertTrue(a.tryLock());
+            assertEquals(s, a.session());
+            assertEquals(1L, sessionRow(s.id())[0]);
+            a.unlock();
+            assertEquals(0L, sessionRow(s.id())[0]);
+        }
+    }
+
+    @Test
+    @DisplayName("attack: an acquisition answered just after the session was lost yields no live-looking lock")
+    void grantAsLost() throws Exception {
+        needSessions();
+        Watched ds = new Watched(TestEnv.app());
+        DlockSession s = DlockSession.open(ds, Duration.ofSeconds(2));
+        String r = TestEnv.unique("late-grant");
+        CompletableFuture<LockLostException> told = new CompletableFuture<>();
+        DlockLock l = s.lockBuilder(r).onLost(told::complete).build();
+        CountDownLatch hold = new CountDownLatch(1);
+        ds.holdGrants = hold;
+        ds.failKeepalives = true;
+        CompletableFuture<Object> got = CompletableFuture.supplyAsync(() -> {
+            try {
+                return l.tryLock();
+            } catch (RuntimeException e) {
+                return e;
+            }
+        });
+        assertTrue(ds.granted.await(10, TimeUnit.SECONDS), "the grant was answered");
+        for (int i = 0; i < 200 && !s.isLost(); i++) Thread.sleep(50);
+        assertTrue(s.isLost(), "the session was declared lost while its keepalives failed");
+        hold.countDown();
+        Object out = got.get(20, TimeUnit.SECONDS);
+        if (Boolean.TRUE.equals(out)) {
+            assertTrue(l.isLost(), "a lock granted as its session was lost looks held");
+            assertNotNull(told.get(10, TimeUnit.SECONDS), "its loss listener told");
+        } else assertTrue(out instanceof DlockException, "the late grant: " + out);
+        assertFalse(l.isHeld());
+    }
+
+    @Test
+    @DisplayName("attack: keepalives racing close (seeded delays): close wins cleanly, every lock released")
+    void keepaliveRacesClose() throws Exception {
+        needSessions();
+        long seed = System.nanoTime();
+        System.out.println("# keepaliveRacesClose seed " + seed);
+        Random rng = new Random(seed);
+        for (int i = 0; i < 10; i++) {
+            DlockSession s = DlockSession.open(TestEnv.app(), Duration.ofSeconds(1));
+            DlockLock a = s.lock(TestEnv.unique("race-a"));
+            DlockLock b = s.lock(TestEnv.unique("race-b"));
+            assertTrue(a.tryLock());
+            assertTrue(b.tryLock());
+            Thread.sleep(rng.nextInt(700));
+            CompletableFuture<Void> other = CompletableFuture.runAsync(s::close);
+            s.close();
+            other.get(20, TimeUnit.SECONDS);
+            assertFalse(a.isLost(), "seed " + seed);
+            assertFalse(a.isHeld());
+            assertFalse(TestEnv.liveOnServer(a.resource()), "seed " + seed + ": still held after close");
+            a.unlock();
+            b.unlock();
+        }
+    }
+
+    @Test
+    @DisplayName("attack: two sessions of one holder: neither takes the other's holding; closing one leaves the other")
+    void twoSessionsOneHolder() throws Exception {
+        needSessions();
+        String h = TestEnv.unique("holder");
+        DlockSession s1 = DlockSession.builder(TestEnv.app()).ttl(Duration.ofSeconds(5)).holder(h).open();
+        DlockSession s2 = DlockSession.builder(TestEnv.app()).ttl(Duration.ofSeconds(5)).holder(h).open();
+        String r = TestEnv.unique("two");
+        DlockLock l1 = s1.lock(r);
+        assertTrue(l1.tryLock());
+        DlockLock l2 = s2.lock(r);
+        CompletableFuture<Object> second = CompletableFuture.supplyAsync(() -> {
+            try {
+                return l2.tryLock();
+            } catch (RuntimeException e) {
+                return e;
+            }
+        });
+        assertFalse(Boolean.TRUE.equals(second.get(20, TimeUnit.SECONDS)), "the second session got it too");
+        DlockLock mine = s2.lock(TestEnv.unique("two-other"));
+        assertTrue(mine.tryLock());
+        s2.close();
+        assertFalse(mine.isHeld());
+        assertTrue(l1.check());
+        assertTrue(l1.isHeld());
+        l1.unlock();
+        s1.close();
+    }
+}
