@@ -243,11 +243,21 @@ class Session {
 
   /**
    * Closes the session (dlock.close_session), releasing its holdings.
-   * True if closed; false if it had been lost.  Again: what the first said.
+   * True if closed; false if it had been lost (what the server may still
+   * hold of it is released all the same).  Again: what the first said.
    */
   async close() {
     if (this._state === 'closed') return true;
-    if (this._state === 'lost') return false;
+    if (this._state === 'lost') {
+      // What the server may still hold of it (its keepalives failed, not
+      // its ttl) is released all the same, best effort.
+      if (!this._courtesy) {
+        this._courtesy = db.call(this._pool, SQL.close, [this._id.toString()], Math.min(this._ttlMs / 3, RELEASE_TIMEOUT_MS))
+          .catch(() => {});
+      }
+      await this._courtesy;
+      return false;
+    }
     if (this._closing) return this._closing;
     this._state = 'closing';
     clearTimeout(this._timer);

@@ -234,13 +234,11 @@ def test_lock_acquired_as_the_session_is_lost_is_lost_too(dsn, admin, name):
         def taker():
             i = 0
             while not stop.is_set():
-                lock = s.lock(f"{name}/{round_}/{i}", wait=0) if not s.lost.is_set() else None
                 i += 1
                 try:
-                    if lock is not None and lock.acquire():
+                    lock = s.lock(f"{name}/{round_}/{i}", wait=0)
+                    if lock.acquire():
                         got.append(lock)
-                    elif lock is None:
-                        return
                 except dlock.DatabaseError as e:
                     errors.append(e.sqlstate)
                     return

@@ -406,7 +406,8 @@ class Session(_Own):
 
     async def close(self, timeout: Optional[c.Seconds] = c.RELEASE_TIMEOUT) -> bool:
         """Close the session, releasing its locks (``dlock.close_session``).
-        True if closed; False if it had been lost (``lost`` is set then).
+        True if closed; False if it had been lost (``lost`` is set then;
+        what the server may still hold of it is released all the same).
         No answer within TIMEOUT seconds (None: no limit):
         psycopg.OperationalError, and the session ends by itself (its loss
         is signalled before its ttl ends).  Again: what the first said."""
@@ -439,6 +440,8 @@ class Session(_Own):
         if n is None:
             await self._declare_lost("close_session found the session ended")
             return False
+        if self.lost.is_set():
+            return False        # lost first: its locks were told; the server's are gone now
         with self._mutex:
             locks, self._locks = list(self._locks), set()
         for lock in locks:
