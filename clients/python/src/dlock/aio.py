@@ -352,7 +352,7 @@ class Session(_Own):
     keepalive (a pool's, or one of its own).  ``s.lock(resource)``,
     ``s.semaphore(...)``, ``s.multi_lock(...)`` and ``s.election(...)``
     make a Lock, Semaphore, MultiLock or Election in the session (use it
-    as usual: ``async with``, acquire(), release()); ``s.try_lock(resource)``
+    as usual: a block, acquire(), release()); ``s.try_lock(resource)``
     tries once and returns the held Lock or None.  They have no lease and
     send no renewal of their own.  Releasing one leaves the others.
 
