@@ -145,7 +145,9 @@ def test_keepalive_backend_terminated_reconnects_then_cut_off_lost(dsn, admin, n
     time.sleep(3)                       # past the ttl: kept by a new connection
     assert not s.lost.is_set() and all(lock.check() for lock in locks)
     db = admin.execute("SELECT current_database()").fetchone()[0]
-    admin.execute(f'ALTER DATABASE "{db}" ALLOW_CONNECTIONS false')
+    # From another database: a database's own sessions may not close it.
+    other = psycopg.connect(make_conninfo(dsn, dbname="postgres"), autocommit=True)
+    other.execute(f'ALTER DATABASE "{db}" ALLOW_CONNECTIONS false')
     try:
         admin.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
                       " WHERE application_name = %s", (app,))
@@ -154,7 +156,8 @@ def test_keepalive_backend_terminated_reconnects_then_cut_off_lost(dsn, admin, n
         expires = session_row(admin, s.id)[0]
         assert lost_at < expires, f"lost signalled at {lost_at}, session ended {expires}"
     finally:
-        admin.execute(f'ALTER DATABASE "{db}" ALLOW_CONNECTIONS true')
+        other.execute(f'ALTER DATABASE "{db}" ALLOW_CONNECTIONS true')
+        other.close()
     assert not s.close()
 
 
