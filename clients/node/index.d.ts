@@ -57,6 +57,8 @@ export declare class Lock {
   readonly signal: AbortSignal;
   readonly lost: boolean;
   readonly released: boolean;
+  /** The Session it was taken in, or null. */
+  readonly session: Session | null;
   /** Gives the lock back; false if the lease had been lost. */
   release(): Promise<boolean>;
   /** dlock.assert_fence in the transaction of `client` (SQLSTATE 55P03 if stale). */
@@ -159,6 +161,48 @@ export declare class Election implements AsyncIterable<Leader | null> {
   [Symbol.asyncIterator](): AsyncGenerator<Leader | null, void, undefined>;
 }
 
+export interface SessionOptions {
+  /** How long the session lives without a keepalive (default: the server's dlock.default_lease). */
+  ttl?: Duration | null;
+  /** The holder of every holding in the session (default: unique to the session). */
+  holder?: string | null;
+}
+
+/** In a session: no lease or holder of its own (the session's). */
+export type InSession<T> = Omit<T, 'lease' | 'holder'>;
+
+/**
+ * A session (dlock 1.1): one keepalive every third of its ttl keeps all of
+ * its holdings; when it is lost, `signal` is aborted (SessionLost) and so is
+ * every one of its locks' (LockLost), before the ttl ends.
+ */
+export declare class Session {
+  protected constructor();
+  readonly id: bigint;
+  readonly holder: string;
+  /** The ttl in milliseconds. */
+  readonly ttl: number;
+  /** Aborted, with a SessionLost as its reason, when the session is lost. */
+  readonly signal: AbortSignal;
+  readonly lost: boolean;
+  readonly closed: boolean;
+  /** The expiry the server's last keepalive gave (null before one). */
+  readonly expiresAt: Date | null;
+  acquire(semaphore: string, options: InSession<SemaphoreOptions>): Promise<Semaphore>;
+  acquire(resources: readonly string[], options?: InSession<MultiLockOptions>): Promise<MultiLock>;
+  acquire(resource: string, options?: InSession<LockOptions>): Promise<Lock>;
+  tryAcquire(semaphore: string, options: Omit<InSession<SemaphoreOptions>, 'wait'>): Promise<Semaphore | null>;
+  tryAcquire(resources: readonly string[], options?: Omit<InSession<MultiLockOptions>, 'wait'>): Promise<MultiLock | null>;
+  tryAcquire(resource: string, options?: Omit<InSession<LockOptions>, 'wait'>): Promise<Lock | null>;
+  withLock<T>(resource: string, fn: (lock: Lock) => T | PromiseLike<T>, options?: InSession<LockOptions>): Promise<T>;
+  campaign(election: string, value?: string | null, options?: CampaignOptions): Promise<Leadership>;
+  /** Closes the session, releasing its holdings; false if it had been lost. */
+  close(): Promise<boolean>;
+}
+
+/** Opens a session (0A000 on a server without sessions). */
+export declare function openSession(pool: Queryable, options?: SessionOptions): Promise<Session>;
+
 export declare class DlockError extends Error {
   /** The SQLSTATE, where one applies. */
   code?: string;
@@ -168,6 +212,10 @@ export declare class LockLost extends DlockError {
   readonly fence: bigint;
   /** withLock: what the callback threw, if it threw. */
   callbackError?: unknown;
+}
+export declare class SessionLost extends DlockError {
+  /** The session's id. */
+  readonly session: bigint;
 }
 export declare class LockTimeout extends DlockError {
   readonly resource: string;

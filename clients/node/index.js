@@ -6,8 +6,10 @@ const {
   Lock, Semaphore, MultiLock, acquire, tryAcquire, withLock, withSemaphore, withLocks,
 } = require('./lib/lock');
 const { Election, Leadership } = require('./lib/election');
-const { DlockError, LockLost, LockTimeout } = require('./lib/errors');
+const { Session, openSession } = require('./lib/session');
+const { DlockError, LockLost, LockTimeout, SessionLost } = require('./lib/errors');
 
 module.exports = {
   acquire, tryAcquire, withLock, withSemaphore, withLocks, Lock, Semaphore, MultiLock, Election, Leadership, DlockError, LockLost, LockTimeout,
+  Session, openSession, SessionLost,
 };

@@ -34,4 +34,15 @@ class LockTimeout extends DlockError {
   }
 }
 
-module.exports = { DlockError, LockLost, LockTimeout };
+// A session was lost: keepalive() returned NULL (closed by someone else,
+// or ended), or keepalives kept failing until just before its ttl's end.
+// Each lock of the session is lost with it (a LockLost on its signal).
+class SessionLost extends DlockError {
+  constructor(id, reason, cause) {
+    super(`dlock: session ${id} lost: ${reason}`, { cause });
+    this.name = 'SessionLost';
+    this.session = id;
+  }
+}
+
+module.exports = { DlockError, LockLost, LockTimeout, SessionLost };

@@ -80,8 +80,13 @@ class Lock {
     this._lastError = undefined;
     this._renewTimer = null;
     this._lossTimer = null;
-    this._renewed(spec.sentAt);
+    // In a session: no lease or renewal of its own; the session's loss is its loss.
+    this._session = spec.session || null;
+    if (!this._session) this._renewed(spec.sentAt);
   }
+
+  /** The Session it was taken in, or null. */
+  get session() { return this._session; }
 
   // What the statements take for the resource and the fence (a
   // MultiLock: arrays), and which statements.
@@ -158,6 +163,7 @@ class Lock {
   _unreleased() {
     if (this._state !== 'released') return;
     this._state = 'held';
+    if (this._session) return;       // lost with its session, if ever
     clearTimeout(this._renewTimer);
     clearTimeout(this._lossTimer);
     this._lossTimer = setTimeout(() => this._lose('its release got no answer: the lease ends unrenewed'),
@@ -169,6 +175,7 @@ class Lock {
     const err = new LockLost(this._resources ? this._resources.join(', ') : this._resource, this._fence,
       reason, this._lastError);
     this._stop('lost');
+    if (this._session) this._session._forget(this);
     this._controller.abort(err);
   }
 
@@ -207,6 +214,7 @@ class Lock {
       this._lose('it was no longer held at release (broken, or expired and taken)');
       return false;
     }
+    if (this._session) this._session._forget(this);
     return true;
   }
 
@@ -495,6 +503,8 @@ async function withLocks(pool, resources, fn, opts) {
   return withLock(pool, resources, fn, opts);
 }
 
+const LOCK_SQL = { one: ONE, many: MANY };
+
 module.exports = {
-  Lock, Semaphore, MultiLock, acquire, tryAcquire, withLock, withSemaphore, withLocks, take, checkOpts,
+  LOCK_SQL, Lock, Semaphore, MultiLock, acquire, tryAcquire, withLock, withSemaphore, withLocks, take, checkOpts,
 };

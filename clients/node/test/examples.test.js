@@ -14,6 +14,11 @@ const { pool, elections, noElections, kinds, noKinds } = require('./helpers');
 const admin = pool();
 after(() => admin.end());
 
+async function sessions(p) {
+  const r = await p.query("SELECT to_regprocedure('dlock.open_session(interval,text)') IS NOT NULL AS ok");
+  return r.rows[0].ok;
+}
+
 const readme = fs.readFileSync(path.join(__dirname, '..', 'README.md'), 'utf8');
 const blocks = [];
 let heading = '';
@@ -57,6 +62,8 @@ for (const [i, b] of blocks.entries()) {
   test(`README example ${i + 1} (${b.heading})`, async (t) => {
     if (/\bElection\b/.test(b.code) && !(await elections(admin))) return t.skip(noElections);
     if (/\bwith(Semaphore|Locks)\b/.test(b.code) && !(await kinds(admin))) return t.skip(noKinds);
+    if (/\bopenSession\b/.test(b.code) && !(await sessions(admin)))
+      return t.skip("no sessions: to_regprocedure('dlock.open_session(interval,text)') IS NULL on this server");
     const dir = project();
     try {
       const file = path.join(dir, `example.${b.ext}`);

@@ -96,9 +96,11 @@ async function elections(pool) {
 const noElections = 'this server has no dlock.campaign/leader (older SQL)';
 
 // kinds POOL: whether the server has dlock's [kinds] (semaphores,
-// lock_all: the C extension's SQL 0.5, the portable edition).
+// lock_all: the C extension's SQL 0.5, the portable edition), by name: a
+// later version's try_lock_all has more arguments (session, 1.1).
 async function kinds(pool) {
-  const r = await pool.query("SELECT to_regprocedure('dlock.try_lock_all(text[],text,interval,boolean)') IS NOT NULL AS ok");
+  const r = await pool.query("SELECT EXISTS (SELECT FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace " +
+    "WHERE n.nspname = 'dlock' AND p.proname = 'try_lock_all') AS ok");
   return r.rows[0].ok;
 }
 const noKinds = 'this server has no semaphores or lock_all (older SQL)';

@@ -115,9 +115,11 @@ test('assertFence: passes in the holder\'s transaction, rejects a stale fence wi
 });
 
 // sharedLocks: whether the server has lock(..., shared => ...) (the C
-// extension's SQL 0.4, the portable edition's 0.4).
+// extension's SQL 0.4, the portable edition's 0.4), by argument name: a
+// later version's lock() has more arguments (session, 1.1).
 async function sharedLocks() {
-  const r = await admin.query("SELECT to_regprocedure('dlock.lock(text,text,interval,interval,boolean,interval,boolean)') IS NOT NULL AS ok");
+  const r = await admin.query("SELECT EXISTS (SELECT FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace " +
+    "WHERE n.nspname = 'dlock' AND p.proname = 'lock' AND 'shared' = ANY (p.proargnames)) AS ok");
   return r.rows[0].ok;
 }
 

@@ -18,8 +18,17 @@ const skip = tsc && fs.existsSync(tsc) && fs.existsSync(path.join(modules, '@typ
 const good = `
 import { Pool } from 'pg';
 import { withLock, acquire, tryAcquire, Election, LockLost, LockTimeout, Lock, Leader, Leadership,
-  withSemaphore, withLocks, Semaphore, MultiLock } from 'dlock-pg';
+  withSemaphore, withLocks, Semaphore, MultiLock, openSession, Session, SessionLost } from 'dlock-pg';
 export async function main(pool: Pool): Promise<number> {
+  const ss: Session = await openSession(pool, { ttl: 30_000, holder: 'w' });
+  const sl: Lock | null = await ss.tryAcquire('r', { shared: true });
+  const sm: MultiLock = await ss.acquire(['a', 'b'], { wait: 1000 });
+  const sid: bigint = ss.id;
+  ss.signal.addEventListener('abort', () => {
+    if (ss.signal.reason instanceof SessionLost) { const i: bigint = ss.signal.reason.session; void i; }
+  });
+  const closed: boolean = await ss.close();
+  void sl; void sm; void sid; void closed;
   const n: number = await withLock(pool, 'reports', async (lock) => {
     const f: bigint = lock.fence;
     lock.signal.addEventListener('abort', () => undefined);

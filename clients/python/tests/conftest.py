@@ -21,6 +21,8 @@ PORTABLE = os.environ.get("DLOCK_TEST_EDITION", "c") == "portable"
 def pytest_configure(config):
     config.addinivalue_line("markers", "c_only(reason): needs the C extension"
                             " (skipped on the portable edition)")
+    config.addinivalue_line("markers", "any_sql: a session test that runs on servers"
+                            " without sessions too (test_sessions.py)")
 
 
 def pytest_runtest_setup(item):

@@ -22,6 +22,12 @@ def test_readme_example(dsn, index, portable):
         pytest.importorskip("tooz")
     if portable and ("Semaphore" in code or "MultiLock" in code):
         pytest.skip("portable edition: no semaphores or multi-locks")
+    if "Session" in code:
+        with psycopg.connect(dsn) as conn:
+            if conn.execute("SELECT to_regprocedure('dlock.open_session(interval,text)')"
+                            " IS NULL").fetchone()[0]:
+                pytest.skip("no sessions: to_regprocedure('dlock.open_session(interval,text)')"
+                            " IS NULL on this server")
     params = psycopg.conninfo.conninfo_to_dict(dsn)
     env = dict(os.environ)
     for key, var in (("host", "PGHOST"), ("port", "PGPORT"), ("user", "PGUSER"),

@@ -66,8 +66,10 @@ my $c_run;
 	}
 	DlockTest::Python::pytest_finish($c_run);
 	DlockTest::Python::pytest_finish($p_run);
+	session_restart($pp, $penv{DLOCK_TEST_DSN}, 'app', 'portable');
 	$pp->stop;
 }
+session_restart($node, $env{DLOCK_TEST_DSN}, 'postgres', 'C extension');
 
 # ---- the server restarts while a lock is held: the renewal reconnects
 # and the lock is kept (holdings survive a restart; the lease is 8 s, the
@@ -95,6 +97,50 @@ PY
 	$h->finish;
 	is($out, "kept True $fence\n",
 		'across a server restart the lock is kept, renewed and released by its client');
+}
+
+# ---- the server goes down for longer than a session's ttl: the session's
+# loss is signalled on each of its locks before the expiry the server last
+# gave (keepalive's answer; one clock, one machine).  Skipped where the
+# server has no sessions.
+sub session_restart
+{
+	my ($cluster, $dsn, $db, $label) = @_;
+	my $has = $cluster->safe_psql($db,
+		"SELECT to_regprocedure('dlock.open_session(interval,text)') IS NOT NULL");
+  SKIP:
+	{
+		skip "$label: no sessions: to_regprocedure('dlock.open_session(interval,text)') IS NULL", 1
+		  unless $has eq 't';
+		my $script = <<'PY';
+import sys, time, threading, os, dlock
+told = {}
+s = dlock.Session(sys.argv[1], ttl=4).open()
+locks = [s.lock("restart/%d" % i, on_lost=lambda l: told.setdefault(l.resource, time.time()))
+         for i in range(3)]
+assert all(l.acquire(wait=5) for l in locks)
+time.sleep(2)                      # a keepalive has answered with an expiry
+open(sys.argv[2] + ".tmp", "w").write("ready")
+os.rename(sys.argv[2] + ".tmp", sys.argv[2])
+s.lost.wait(20)
+time.sleep(0.5)
+late = [r for r, at in told.items() if at >= s.expires_at.timestamp()]
+print(len(told), "told", "late:", late)
+PY
+		my $out = '';
+		my $ready = "$tmp/session-ready-$db";
+		my $h = IPC::Run::start([ "$venv/bin/python", '-c', $script, $dsn, $ready ],
+			'>', \$out, '2>&1', init => sub { chdir $tmp });
+		my $waited = 0;
+		while (!-e $ready && $waited++ < 300) { select(undef, undef, undef, 0.1); }
+		ok(-e $ready, "$label: a Python session holds three locks before the server stops")
+		  or diag $out;
+		$cluster->stop('fast');
+		$h->finish;
+		$cluster->start;
+		is($out, "3 told late: []\n",
+			"$label: server down past the ttl: the session's loss told on each lock before its expiry");
+	}
 }
 
 done_testing();

@@ -22,7 +22,7 @@ import logging as _logging
 from ._common import Leader
 from ._errors import (DatabaseError, Error, InvalidArgument, LockLost, LockTimeout,
                       NotHeld, NotSupported, PermissionDenied, StaleFence, WrongKind)
-from ._sync import Election, Lock, MultiLock, Semaphore, leader, observe
+from ._sync import Election, Lock, MultiLock, Semaphore, Session, leader, observe
 
 __version__ = "1.0.0"
 
@@ -31,7 +31,7 @@ __version__ = "1.0.0"
 _logging.getLogger("dlock").addHandler(_logging.NullHandler())
 
 __all__ = [
-    "Lock", "Semaphore", "MultiLock", "Election", "leader", "observe", "Leader",
+    "Lock", "Semaphore", "MultiLock", "Election", "Session", "leader", "observe", "Leader",
     "Error", "DatabaseError", "InvalidArgument", "WrongKind", "StaleFence", "PermissionDenied",
     "NotSupported", "LockTimeout", "LockLost", "NotHeld", "__version__",
 ]

@@ -60,6 +60,20 @@ SQL_CHANNEL = "SELECT dlock.channel(%s)"
 SQL_WITHDRAW = "SELECT dlock.withdraw(%s, %s)"
 SQL_BREAK_LOCK = "SELECT dlock.break_lock(%s)"
 SQL_PING = "SELECT 1"
+#: Sessions (dlock 1.1): open, keep alive, close; a server without them
+#: says 42883 to open_session.  Acquisitions in a session name their
+#: arguments (every server with sessions has those names) and pass no
+#: lease: the holding lives as long as its session.
+SQL_OPEN_SESSION = "SELECT dlock.open_session(%s, %s)::text"
+SQL_KEEPALIVE = "SELECT dlock.keepalive(%s)"
+SQL_CLOSE_SESSION = "SELECT dlock.close_session(%s)"
+SQL_LOCK_IN = ("SELECT dlock.lock(%s, %s, wait => %s, fair => %s, shared => %s,"
+               " session => %s)::text")
+SQL_ACQUIRE_IN = ("SELECT dlock.acquire(%s, %s, %s, %s, wait => %s, fair => %s,"
+                  " session => %s)::text")
+SQL_LOCK_ALL_IN = ("SELECT dlock.lock_all(%s::text[], %s, wait => %s, shared => %s,"
+                   " session => %s)::text[]")
+SQL_CAMPAIGN_IN = "SELECT dlock.campaign(%s, %s, %s, wait => %s, session => %s)::text"
 #: Whether the server's dlock.lock takes ``shared`` (SQL 0.4).
 SQL_HAS_SHARED = ("SELECT EXISTS (SELECT FROM pg_catalog.pg_proc p"
                   " JOIN pg_catalog.pg_namespace n ON n.oid = p.pronamespace"
@@ -81,6 +95,9 @@ SQL_COUNT = "SELECT count FROM dlock.locks WHERE resource = %s"
 def lock_statement(lock: Any, wait: Optional[float]) -> "tuple[str, tuple]":
     """The statement (and its parameters) that acquires LOCK (a sync or
     asyncio Lock), waiting up to WAIT seconds; it returns the fence or NULL."""
+    if lock._session is not None:
+        return SQL_LOCK_IN, (lock.resource, lock.holder, interval(wait), lock.fair,
+                             lock.shared, lock._session.id)
     params = (lock.resource, lock.holder, interval(lock.lease), interval(wait))
     if lock.shared:
         return SQL_LOCK_SHARED, params + (lock.fair,)
@@ -89,18 +106,31 @@ def lock_statement(lock: Any, wait: Optional[float]) -> "tuple[str, tuple]":
 
 def semaphore_statement(sem: Any, wait: Optional[float]) -> "tuple[str, tuple]":
     """The statement that takes SEM's permits (a sync or asyncio Semaphore)."""
+    if sem._session is not None:
+        return SQL_ACQUIRE_IN, (sem.resource, sem.holder, sem.max_permits, sem.permits,
+                                interval(wait), sem.fair, sem._session.id)
     return SQL_ACQUIRE, (sem.resource, sem.holder, sem.max_permits, sem.permits,
                          interval(sem.lease), sem.fair, interval(wait))
 
 
 def lock_all_statement(multi: Any, wait: Optional[float]) -> "tuple[str, tuple]":
     """The statement that takes every resource of MULTI (a MultiLock)."""
+    if multi._session is not None:
+        return SQL_LOCK_ALL_IN, (list(multi.resources), multi.holder, interval(wait),
+                                 multi.shared, multi._session.id)
     return SQL_LOCK_ALL, (list(multi.resources), multi.holder, interval(multi.lease),
                           multi.shared, interval(wait))
 
 
 # What renewal, release, assert_fence and check send for a leased object's
 # holdings (one or several); every rule about them is here, once.
+def campaign_statement(e: Any, wait: Optional[float]) -> "tuple[str, tuple]":
+    """The statement that campaigns in E's election (an Election)."""
+    if e._session is not None:
+        return SQL_CAMPAIGN_IN, (e.resource, e.holder, e.value, interval(wait), e._session.id)
+    return SQL_CAMPAIGN, (e.resource, e.holder, e.value, interval(e.lease), interval(wait))
+
+
 def renew_statement(obj: Any) -> "tuple[str, tuple]":
     if len(obj._fences) == 1:
         return SQL_RENEW, (obj._names[0], obj.holder, interval(obj.lease), obj._fences[0])

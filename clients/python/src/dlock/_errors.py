@@ -62,6 +62,7 @@ NEEDS = {
     "shared": "shared locks need dlock 0.4's shared mode (lock(..., shared => true))",
     "semaphore": "semaphores need dlock 0.5's acquire(semaphore, holder, max_permits, ...)",
     "multi": "multi-locks need dlock 0.5's lock_all(resources, ...)",
+    "session": "sessions need dlock 1.1's open_session(ttl, holder)",
 }
 
 

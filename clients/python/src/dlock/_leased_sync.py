@@ -96,48 +96,13 @@ def _one(conn: psycopg.Connection, sql: str, params: tuple) -> Any:
     return None if row is None else row[0]
 
 
-class _Leased:
-    """Holdings kept alive by renewal (one, or a MultiLock's several, all
-    of one holder): what Lock, Semaphore, MultiLock and Election share.
+class _Own:
+    """A connection of one's own (conninfo) or a pool's, per call: what
+    _Leased and Session share.  Needs _source, _mutex and _conn."""
 
-    Each holding has one renewal worker and one deadline timer.  The
-    state they share with the caller (fences, lost, the connection) is
-    guarded by ``self._mutex``; callbacks run outside it.  A MultiLock's
-    holdings are renewed and released together, in one statement; the
-    loss of any of them is the loss of the whole."""
-
-    _kind = "lock"
-
-    def __init__(self, conninfo_or_pool: Any, resource: str, *, lease: c.Seconds,
-                 holder: Optional[str], on_lost: Optional[Callable[[Any], Any]],
-                 names: "Optional[tuple[str, ...]]" = None) -> None:
-        self._source = _Source(conninfo_or_pool)
-        self.resource = c.check_text(resource, "resource")
-        self._names = names if names is not None else (self.resource,)
-        self.holder = c.check_text(holder, "holder") if holder is not None else c.default_holder()
-        self._generated_holder = holder is None
-        self.lease = c.seconds(lease, "lease")
-        assert self.lease is not None
-        self.on_lost = on_lost
-        self._fences: "Optional[list[int]]" = None  # one per name while held
-        self.lost = Event()
-        self.lost_reason: Optional[str] = None
-        self._mutex = Mutex()
-        self._conn: Optional[psycopg.Connection] = None  # conninfo mode: ours
-        self._stop = Event()
-        self._worker: Optional[Worker] = None
-        self._timer: Any = None
-        self._valid_from = 0.0  # monotonic: the last acknowledged renewal's sending
-        self._pid: Optional[int] = None  # the process that holds it
-
-    @property
-    def fence(self) -> Optional[int]:
-        """The fencing token of the holding (None while not held)."""
-        return None if self._fences is None else self._fences[0]
-
-    @fence.setter
-    def fence(self, value: Optional[int]) -> None:
-        self._fences = None if value is None else [value]
+    _source: _Source
+    _mutex: Any
+    _conn: Optional[psycopg.Connection]
 
     # ---- connections
     @contextlib.contextmanager
@@ -178,6 +143,54 @@ class _Leased:
             conn, self._conn = self._conn, None
         if conn is not None:
             conn.close()
+
+
+class _Leased(_Own):
+    """Holdings kept alive by renewal (one, or a MultiLock's several, all
+    of one holder): what Lock, Semaphore, MultiLock and Election share.
+
+    Each holding has one renewal worker and one deadline timer.  The
+    state they share with the caller (fences, lost, the connection) is
+    guarded by ``self._mutex``; callbacks run outside it.  A MultiLock's
+    holdings are renewed and released together, in one statement; the
+    loss of any of them is the loss of the whole.
+
+    In a Session (SESSION given): no lease and no renewal of its own; the
+    session's one keepalive keeps it, and the session's loss is its loss."""
+
+    _kind = "lock"
+
+    def __init__(self, conninfo_or_pool: Any, resource: str, *, lease: c.Seconds,
+                 holder: Optional[str], on_lost: Optional[Callable[[Any], Any]],
+                 names: "Optional[tuple[str, ...]]" = None, session: Any = None) -> None:
+        self._source = _Source(conninfo_or_pool)
+        self._session = session
+        self.resource = c.check_text(resource, "resource")
+        self._names = names if names is not None else (self.resource,)
+        self.holder = c.check_text(holder, "holder") if holder is not None else c.default_holder()
+        self._generated_holder = holder is None
+        self.lease = c.seconds(lease, "lease")
+        assert self.lease is not None
+        self.on_lost = on_lost
+        self._fences: "Optional[list[int]]" = None  # one per name while held
+        self.lost = Event()
+        self.lost_reason: Optional[str] = None
+        self._mutex = Mutex()
+        self._conn: Optional[psycopg.Connection] = None  # conninfo mode: ours
+        self._stop = Event()
+        self._worker: Optional[Worker] = None
+        self._timer: Any = None
+        self._valid_from = 0.0  # monotonic: the last acknowledged renewal's sending
+        self._pid: Optional[int] = None  # the process that holds it
+
+    @property
+    def fence(self) -> Optional[int]:
+        """The fencing token of the holding (None while not held)."""
+        return None if self._fences is None else self._fences[0]
+
+    @fence.setter
+    def fence(self, value: Optional[int]) -> None:
+        self._fences = None if value is None else [value]
 
     # ---- processes
     @property
@@ -231,7 +244,8 @@ class _Leased:
         long one, when a renewal sent now on CONN was (None: the holding
         was gone already).  _fences are set."""
         assert self.lease is not None
-        if not c.needs_confirmation(self.lease, sent_at):
+        if self._session is not None or not c.needs_confirmation(self.lease, sent_at):
+            # In a session: dated by the session's keepalives, not here.
             return sent_at
         renewed_at = time.monotonic()
         if not c.all_held(self._statement(conn, *c.renew_statement(self), False)):
@@ -269,6 +283,12 @@ class _Leased:
             self._fences = None
             return None
         self._started(fences, valid_from)
+        if self._session is not None:
+            # Its connection goes: the session's locks may be many.
+            self._close()
+            if not self._session._adopt(self):
+                self._declare_lost(f"its session {self._session.id} was lost as it was"
+                                   f" acquired: {self._session.lost_reason}")
         return True
 
     def _release_statement(self) -> "tuple[str, tuple]":
@@ -332,12 +352,16 @@ class _Leased:
     def _unrenewed(self) -> None:
         """A release (or resignation) that did not get through: the
         holding, if still there, is no longer renewed.  Its loss is
-        signalled when a failing renewal's would be, before the lease's
-        end; a release retried meanwhile forgets it."""
+        end; a release retried meanwhile forgets it.  In a session: when
+        the session's loss is."""
         with self._mutex:
             fences = self._fences
             if fences is None or self.lost.is_set() or not self._mine():
                 return
+        if self._session is not None:
+            if not self._session._adopt(self):
+                call_later(0.0, self._declare_lost, "its session was lost")
+            return
         assert self.lease is not None
 
         def fire() -> None:
@@ -357,6 +381,8 @@ class _Leased:
         # behind by its release, keeps seeing its own (set) and stops.
         stop = self._stop = Event()
         self._valid_from = sent_at
+        if self._session is not None:
+            return            # kept by the session, which _take joins it to
         self._arm(sent_at)
         self._worker = spawn(self._renew_loop, stop, name=f"dlock renew {self.resource[:40]}")
 
@@ -432,6 +458,8 @@ class _Leased:
         """Stop renewing (at once, nothing awaited): the renewal worker
         to wait for, None when there is none or it is the caller."""
         _HELD.discard(self)
+        if self._session is not None:
+            self._session._forget(self)
         self._stop.set()
         with self._mutex:
             timer, self._timer = self._timer, None

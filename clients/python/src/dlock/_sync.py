@@ -27,14 +27,17 @@ from psycopg import sql as pgsql
 
 from . import _common as c
 from ._common import Leader
-from ._errors import Error, LockTimeout, NotHeld, translate, unsupported
-from ._flavour_sync import set_autocommit, wait_readable
-from ._leased_sync import _Leased, _one, _Source
+from ._errors import (DatabaseError, Error, LockLost, LockTimeout, NotHeld, translate,
+                      unsupported)
+from ._flavour_sync import (Event, Mutex, call_back, call_later, cut_after, set_autocommit,
+                            spawn, stop_worker, wait_event, wait_readable)
+from ._leased_sync import _Leased, _one, _Own, _Source
 
 
 log = logging.getLogger("dlock")
 
-__all__ = ["Lock", "Semaphore", "MultiLock", "Election", "observe", "leader", "Leader"]
+__all__ = ["Lock", "Semaphore", "MultiLock", "Election", "Session", "observe", "leader",
+           "Leader"]
 
 
 class Lock(_Leased):
@@ -54,9 +57,9 @@ class Lock(_Leased):
                  wait: Optional[c.Seconds] = None, holder: Optional[str] = None,
                  fair: bool = False, shared: bool = False,
                  on_lost: Optional[Callable[["Lock"], Any]] = None,
-                 _names: "Optional[tuple[str, ...]]" = None) -> None:
+                 _names: "Optional[tuple[str, ...]]" = None, _session: Any = None) -> None:
         super().__init__(conninfo_or_pool, resource, lease=lease, holder=holder,
-                         on_lost=on_lost, names=_names)
+                         on_lost=on_lost, names=_names, session=_session)
         self.wait = c.seconds(wait, "wait", zero_ok=True, none_ok=True)
         self.fair = bool(fair)
         self.shared = bool(shared)
@@ -123,6 +126,9 @@ class Lock(_Leased):
         if fences is not None and not self._mine():
             self._not_mine()      # a forked child leaves the parent's holding alone
             return
+        if fences is None and self._session is not None:
+            self._leave(not self.lost.is_set(), fences)   # its session's close released it
+            return
         try:
             released = self.release()
         except (psycopg.Error, Error, OSError) as e:
@@ -153,9 +159,9 @@ class Semaphore(Lock):
                  lease: c.Seconds = 30, wait: Optional[c.Seconds] = None,
                  holder: Optional[str] = None, fair: bool = False,
                  on_lost: Optional[Callable[["Semaphore"], Any]] = None,
-                 ) -> None:
+                 _session: Any = None) -> None:
         super().__init__(conninfo_or_pool, name, lease=lease, wait=wait, holder=holder,
-                         fair=fair, on_lost=on_lost)  # type: ignore[arg-type]
+                         fair=fair, on_lost=on_lost, _session=_session)  # type: ignore[arg-type]
         self.max_permits = c.check_count(max_permits, "max_permits")
         self.permits = c.check_count(permits, "permits")
 
@@ -183,11 +189,11 @@ class MultiLock(Lock):
                  lease: c.Seconds = 30, wait: Optional[c.Seconds] = None,
                  holder: Optional[str] = None, shared: bool = False,
                  on_lost: Optional[Callable[["MultiLock"], Any]] = None,
-                 ) -> None:
+                 _session: Any = None) -> None:
         names = c.check_resources(resources)
         super().__init__(conninfo_or_pool, ", ".join(names), lease=lease, wait=wait,
                          holder=holder, shared=shared, on_lost=on_lost,  # type: ignore[arg-type]
-                         _names=names)
+                         _names=names, _session=_session)
 
     @property
     def resources(self) -> "list[str]":
@@ -218,9 +224,9 @@ class Election(_Leased):
                  value: Optional[str] = None, lease: c.Seconds = 30,
                  wait: Optional[c.Seconds] = None,
                  on_lost: Optional[Callable[["Election"], Any]] = None,
-                 ) -> None:
+                 _session: Any = None) -> None:
         super().__init__(conninfo_or_pool, election, lease=lease, holder=candidate,
-                         on_lost=on_lost)
+                         on_lost=on_lost, session=_session)
         self.value = value
         self.wait = c.seconds(wait, "wait", zero_ok=True, none_ok=True)
 
@@ -253,8 +259,7 @@ class Election(_Leased):
         try:
             while True:
                 left = None if w is None else max(0.0, w - (time.monotonic() - start))
-                got = self._take(c.SQL_CAMPAIGN, (self.resource, self.holder, self.value,
-                                                  c.interval(self.lease), c.interval(left)))
+                got = self._take(*c.campaign_statement(self, left))
                 if got:
                     assert self._fences is not None
                     return self._fences[0]
@@ -320,6 +325,254 @@ class Election(_Leased):
             ok = not self.lost.is_set()
             self._fences = None
         self._leave(ok, term)
+
+
+class Session(_Own):
+    """A session (dlock 1.1): one keepalive for many locks, lost together.
+
+    ``with dlock.Session(conninfo_or_pool, ttl=30) as s:`` opens
+    it (``dlock.open_session``) and keeps it alive with one
+    ``dlock.keepalive`` every third of TTL, on a connection taken per
+    keepalive (a pool's, or one of its own).  ``s.lock(resource)``,
+    ``s.semaphore(...)``, ``s.multi_lock(...)`` and ``s.election(...)``
+    make a Lock, Semaphore, MultiLock or Election in the session (use it
+    as usual: a block, acquire(), release()); ``s.try_lock(resource)``
+    tries once and returns the held Lock or None.  They have no lease and
+    send no renewal of their own.  Releasing one leaves the others.
+
+    When the session is lost (keepalive returned NULL, or none got through
+    before its ttl's end minus a margin), ``lost`` is set on the session
+    and on each of its locks, and their ``on_lost`` run: before the ttl
+    ends on the server.  ``close()`` (leaving the block) closes it and
+    releases its locks.  HOLDER defaults to a text unique to this object.
+    A server without sessions: NotSupported (0A000)."""
+
+    def __init__(self, conninfo_or_pool: Any, *, ttl: c.Seconds = 30,
+                 holder: Optional[str] = None,
+                 on_lost: Optional[Callable[["Session"], Any]] = None) -> None:
+        self._source = _Source(conninfo_or_pool)
+        self._given = conninfo_or_pool
+        self.ttl = c.seconds(ttl, "ttl")
+        assert self.ttl is not None
+        self.holder = c.check_text(holder, "holder") if holder is not None else c.default_holder()
+        self.on_lost = on_lost
+        #: The session's id while open (None before).
+        self.id: Optional[int] = None
+        #: Its expiry as the server's last keepalive gave it (None before one).
+        self.expires_at: Any = None
+        self.closed = False
+        self.lost = Event()
+        self.lost_reason: Optional[str] = None
+        self._locks: "set[_Leased]" = set()
+        self._mutex = Mutex()
+        self._conn: Optional[psycopg.Connection] = None
+        self._stop = Event()
+        self._worker: Any = None
+        self._timer: Any = None
+        self._valid_from = 0.0
+
+    # ---- opening and closing
+    def open(self) -> "Session":
+        """Open the session (once)."""
+        if self.id is not None or self.closed:
+            raise RuntimeError(f"session {self.id} was opened already")
+        try:
+            with self._connection() as conn:
+                sent_at = time.monotonic()
+                sid = _one(conn, c.SQL_OPEN_SESSION, (c.interval(self.ttl), self.holder))
+        except Error as e:
+            raise unsupported(e, "session") from e.__cause__
+        self.id = int(sid)
+        self._valid_from = sent_at
+        self._arm(sent_at)
+        self._worker = spawn(self._keepalive_loop, self._stop, name=f"dlock session {self.id}")
+        return self
+
+    def close(self, timeout: Optional[c.Seconds] = c.RELEASE_TIMEOUT) -> bool:
+        """Close the session, releasing its locks (``dlock.close_session``).
+        True if closed; False if it had been lost (``lost`` is set then;
+        what the server may still hold of it is released all the same).
+        No answer within TIMEOUT seconds (None: no limit):
+        psycopg.OperationalError, and the session ends by itself (its loss
+        is signalled before its ttl ends).  Again: what the first said."""
+        if self.id is None:
+            raise NotHeld("the session is not open")
+        if self.closed:
+            return not self.lost.is_set()
+        t = c.seconds(timeout, "timeout", none_ok=True)
+        self.closed = True
+        self._stop.set()              # the keepalive's answers are ignored from now on
+        with self._mutex:
+            timer, self._timer = self._timer, None
+            worker, self._worker = self._worker, None
+        if timer is not None:
+            timer.cancel()
+        if worker is not None:
+            stop_worker(worker, max(1.0, min(5.0, self.ttl / 3)))
+        try:
+            with self._connection(t) as conn:
+                with cut_after(conn, t):
+                    n = _one(conn, c.SQL_CLOSE_SESSION, (self.id,))
+        except BaseException:
+            # Unanswered: the session's end is signalled before its ttl's.
+            delay = self._valid_from + self.ttl - c.lost_margin(self.ttl) - time.monotonic()
+            self._timer = call_later(max(0.0, delay), self._declare_lost,
+                                     "its close got no answer: the session ends unrenewed")
+            raise
+        finally:
+            self._close()
+        if n is None:
+            self._declare_lost("close_session found the session ended")
+            return False
+        if self.lost.is_set():
+            return False        # lost first: its locks were told; the server's are gone now
+        with self._mutex:
+            locks, self._locks = list(self._locks), set()
+        for lock in locks:
+            if not lock.lost.is_set():
+                lock._stopping()
+                lock._fences = None   # released with the session
+        return True
+
+    def __enter__(self) -> "Session":
+        return self.open()
+
+    def __exit__(self, exc_type: Optional[Type[BaseException]],
+                 exc: Optional[BaseException], tb: Optional[TracebackType]) -> None:
+        try:
+            closed = self.close()
+        except (psycopg.Error, Error, OSError) as e:
+            log.warning("dlock: closing session %s failed (it will end): %s", self.id, e)
+            closed = not self.lost.is_set()
+        if not closed or self.lost.is_set():
+            raise LockLost(f"session {self.id} was lost while open: {self.lost_reason}")
+
+    # ---- locks in the session
+    def _usable(self) -> None:
+        if self.id is None:
+            raise NotHeld("the session is not open: open() it first")
+        if self.closed or self.lost.is_set():
+            why = "closed" if not self.lost.is_set() else f"lost: {self.lost_reason}"
+            raise DatabaseError(f"session {self.id} is {why}", "55000")
+
+    def lock(self, resource: str, *, wait: Optional[c.Seconds] = None, fair: bool = False,
+             shared: bool = False, on_lost: Optional[Callable[["Lock"], Any]] = None,
+             ) -> Lock:
+        """A Lock on RESOURCE in this session (not acquired yet)."""
+        self._usable()
+        return Lock(self._given, resource, lease=self.ttl, wait=wait, holder=self.holder,
+                    fair=fair, shared=shared, on_lost=on_lost, _session=self)
+
+    def try_lock(self, resource: str, *, shared: bool = False,
+                 on_lost: Optional[Callable[["Lock"], Any]] = None) -> Optional[Lock]:
+        """One try: the held Lock on RESOURCE, or None if it is busy."""
+        lock = self.lock(resource, wait=0, shared=shared, on_lost=on_lost,
+                         )
+        return lock if lock.acquire() else None
+
+    def semaphore(self, name: str, *, max_permits: int, permits: int = 1,
+                  wait: Optional[c.Seconds] = None, fair: bool = False,
+                  on_lost: Optional[Callable[["Semaphore"], Any]] = None,
+                  ) -> Semaphore:
+        """A Semaphore's PERMITS in this session (not acquired yet)."""
+        self._usable()
+        return Semaphore(self._given, name, max_permits=max_permits, permits=permits,
+                         lease=self.ttl, wait=wait, holder=self.holder, fair=fair,
+                         on_lost=on_lost, _session=self)
+
+    def multi_lock(self, resources: "Sequence[str]", *, wait: Optional[c.Seconds] = None,
+                   shared: bool = False, on_lost: Optional[Callable[["MultiLock"], Any]] = None,
+                   ) -> MultiLock:
+        """A MultiLock of RESOURCES in this session (not acquired yet)."""
+        self._usable()
+        return MultiLock(self._given, resources, lease=self.ttl, wait=wait, holder=self.holder,
+                         shared=shared, on_lost=on_lost, _session=self)
+
+    def election(self, election: str, *, value: Optional[str] = None,
+                 wait: Optional[c.Seconds] = None,
+                 on_lost: Optional[Callable[["Election"], Any]] = None,
+                 ) -> "Election":
+        """An Election in this session, its candidate the session's holder."""
+        self._usable()
+        return Election(self._given, election, candidate=self.holder, value=value,
+                        lease=self.ttl, wait=wait,
+                        on_lost=on_lost, _session=self)
+
+    def _adopt(self, lock: _Leased) -> bool:
+        """Keep LOCK (just acquired) with the session; False when the
+        session was lost or closed meanwhile: the lock is lost too."""
+        with self._mutex:
+            if self.lost.is_set() or self.closed:
+                return False
+            self._locks.add(lock)
+            return True
+
+    def _forget(self, lock: _Leased) -> None:
+        with self._mutex:
+            self._locks.discard(lock)
+
+    # ---- keepalive and loss
+    def _arm(self, sent_at: float) -> None:
+        """The session's deadline, from the keepalive sent at SENT_AT."""
+        delay = sent_at + self.ttl - c.lost_margin(self.ttl) - time.monotonic()
+        timer = call_later(max(0.0, delay), self._deadline, sent_at)
+        with self._mutex:
+            old, self._timer = self._timer, timer
+        if old is not None:
+            old.cancel()
+
+    def _deadline(self, sent_at: float) -> None:
+        with self._mutex:
+            due = self._valid_from == sent_at and not self._stop.is_set()
+        if due:
+            self._declare_lost("no keepalive got through within the ttl")
+
+    def _keepalive_loop(self, stop: Any) -> None:
+        period = self.ttl / 3.0
+        retry = max(0.05, min(1.0, period / 3.0))
+        next_at = self._valid_from + period
+        while not wait_event(stop, max(0.0, next_at - time.monotonic())):
+            try:
+                with self._connection() as conn:
+                    sent_at = time.monotonic()
+                    expiry = _one(conn, c.SQL_KEEPALIVE, (self.id,))
+            except (psycopg.Error, Error, OSError) as e:
+                log.warning("dlock: keepalive of session %s failed, retrying within the ttl: %s",
+                            self.id, e)
+                next_at = time.monotonic() + retry
+                continue
+            if expiry is None:
+                self._declare_lost("keepalive returned NULL: the session had ended", stop)
+                return
+            with self._mutex:
+                if stop.is_set():
+                    return
+                self._valid_from = sent_at
+                self.expires_at = expiry
+            self._arm(sent_at)
+            next_at = sent_at + period
+
+    def _declare_lost(self, reason: str, stop: Any = None) -> None:
+        """Set ``lost`` (once) on the session and on each of its locks, run
+        their on_lost; STOP: only if the session is not being closed."""
+        with self._mutex:
+            if self.lost.is_set() or (stop is not None and stop.is_set()):
+                return
+            self.lost_reason = reason
+            self.lost.set()
+            self._stop.set()
+            timer, self._timer = self._timer, None
+            locks = list(self._locks)
+        if timer is not None:
+            timer.cancel()
+        log.warning("dlock: session %s lost (%d locks): %s", self.id, len(locks), reason)
+        for lock in locks:
+            lock._declare_lost(f"its session {self.id} was lost: {reason}")
+        if self.on_lost is not None:
+            try:
+                call_back(self.on_lost, self)
+            except Exception:
+                log.exception("dlock: on_lost callback of session %s failed", self.id)
 
 
 def leader(conninfo_or_pool: Any, election: str) -> Optional[Leader]:
