@@ -358,7 +358,7 @@ dlock_campaign(PG_FUNCTION_ARGS)
 		PG_RETURN_INT64(term);
 	}
 
-	term = dlock_campaign_acquire(&res, candidate, &caller, lease, wait_ms,
+	term = dlock_campaign_acquire(&res, candidate, &caller, lease, 0, wait_ms,
 								  lock_delay, &already);
 	dlock_table_locks_forget();
 	if (term == 0)

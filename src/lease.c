@@ -48,8 +48,52 @@ PG_FUNCTION_INFO_V1(dlock_assert_fence);
 PG_FUNCTION_INFO_V1(dlock_session_holder);
 
 /*
- * dlock.try_lock(resource, holder, lease, fair, lock_delay, shared); the
- * 0.1 SQL passes only the first three, the 0.2 and 0.3 SQL five.
+ * in_session: an acquisition's session => id (1.1, argument argno): the
+ * holding's holder (the session's) in *holder and the session's ttl in
+ * *lease; false, changing nothing, without a session.  lease_argno: the
+ * lease argument, which must be NULL then.  After the caller's checks.
+ */
+static bool
+in_session(FunctionCallInfo fcinfo, int argno, int lease_argno,
+		   const DlockCaller *caller, text **holder, Interval **lease)
+{
+	int64		session;
+
+	if (!dlock_session_arg(fcinfo, argno, &session))
+		return false;
+	*holder = dlock_session_use(session, *holder,
+								PG_ARGISNULL(lease_argno) ? NULL : *lease,
+								caller, lease);
+	return true;
+}
+
+/*
+ * holder_arg: the holder argument; with a session (argument
+ * session_argno), NULL is allowed: the session's holder.
+ */
+static text *
+holder_arg(FunctionCallInfo fcinfo, int argno, int session_argno)
+{
+	int64		session;
+
+	if (PG_ARGISNULL(argno) && dlock_session_arg(fcinfo, session_argno, &session))
+		return NULL;
+	return dlock_check_holder(fcinfo, argno);
+}
+
+/* session_of: the session => id argument, or 0. */
+static int64
+session_of(FunctionCallInfo fcinfo, int argno)
+{
+	int64		session;
+
+	return dlock_session_arg(fcinfo, argno, &session) ? session : 0;
+}
+
+/*
+ * dlock.try_lock(resource, holder, lease, fair, lock_delay, shared,
+ * session); the 0.1 SQL passes only the first three, the 0.2 and 0.3 SQL
+ * five, the 0.4 to 1.0 SQL six.
  */
 Datum
 dlock_try_lock(PG_FUNCTION_ARGS)
@@ -64,7 +108,7 @@ dlock_try_lock(PG_FUNCTION_ARGS)
 	int64		fence;
 
 	dlock_resource_init(&res, dlock_check_resource(fcinfo, 0));
-	holder = dlock_check_holder(fcinfo, 1);
+	holder = holder_arg(fcinfo, 1, 6);
 	lease = dlock_check_lease(fcinfo, 2);
 	fair = dlock_check_fair(fcinfo, 3);
 	lock_delay = dlock_check_lock_delay(fcinfo, 4);
@@ -72,17 +116,19 @@ dlock_try_lock(PG_FUNCTION_ARGS)
 	lock_delay = dlock_lock_delay_of(fcinfo, 4, lock_delay, shared);
 	dlock_check_writable("dlock.try_lock()");
 	caller = dlock_caller();
+	(void) in_session(fcinfo, 6, 2, &caller, &holder, &lease);
 
-	fence = dlock_acquire(&res, holder, &caller, lease, 0, fair, lock_delay,
-						  shared);
+	fence = dlock_acquire(&res, holder, &caller, lease, session_of(fcinfo, 6),
+						  0, fair, lock_delay, shared);
 	if (fence == 0)
 		PG_RETURN_NULL();
 	PG_RETURN_INT64(fence);
 }
 
 /*
- * dlock.lock(resource, holder, lease, wait, fair, lock_delay, shared); the
- * 0.1 SQL passes only the first four, the 0.2 and 0.3 SQL six.
+ * dlock.lock(resource, holder, lease, wait, fair, lock_delay, shared,
+ * session); the 0.1 SQL passes only the first four, the 0.2 and 0.3 SQL
+ * six, the 0.4 to 1.0 SQL seven.
  */
 Datum
 dlock_lock(PG_FUNCTION_ARGS)
@@ -98,7 +144,7 @@ dlock_lock(PG_FUNCTION_ARGS)
 	int64		fence;
 
 	dlock_resource_init(&res, dlock_check_resource(fcinfo, 0));
-	holder = dlock_check_holder(fcinfo, 1);
+	holder = holder_arg(fcinfo, 1, 7);
 	lease = dlock_check_lease(fcinfo, 2);
 	wait_ms = dlock_check_wait_ms(fcinfo, 3);
 	fair = dlock_check_fair(fcinfo, 4);
@@ -107,9 +153,10 @@ dlock_lock(PG_FUNCTION_ARGS)
 	lock_delay = dlock_lock_delay_of(fcinfo, 5, lock_delay, shared);
 	dlock_check_writable("dlock.lock()");
 	caller = dlock_caller();
+	(void) in_session(fcinfo, 7, 2, &caller, &holder, &lease);
 
-	fence = dlock_acquire(&res, holder, &caller, lease, wait_ms, fair, lock_delay,
-						  shared);
+	fence = dlock_acquire(&res, holder, &caller, lease, session_of(fcinfo, 7),
+						  wait_ms, fair, lock_delay, shared);
 	if (fence == 0)
 		PG_RETURN_NULL();
 	PG_RETURN_INT64(fence);
@@ -356,7 +403,8 @@ again:
 		}
 		else
 		{
-			if (row.owner == caller.role)
+			/* The one-step release takes the caller's own, but a session's. */
+			if (row.owner == caller.role && row.session == 0)
 				elog(ERROR, "dlock: unlock of an own holding of \"%s\" changed nothing",
 					 text_to_cstring(res.name));
 			left = release_row(&res, &row, now, false, "released");
@@ -369,6 +417,35 @@ again:
 		dlock_count(DLOCK_STAT_RELEASED);
 	}
 	PG_RETURN_INT32(left);
+}
+
+/*
+ * renew_session: renew of a holding in a session (1.1) keeps its session
+ * alive, as keepalive does, and returns the session's new expiry (NULL if
+ * it ended meanwhile); a lease given is 22023.  Inside the store session,
+ * which it ends.
+ */
+static Datum
+renew_session(FunctionCallInfo fcinfo, int64 session, const Interval *lease,
+			  const DlockCaller *caller)
+{
+	Datum		expires;
+	bool		isnull;
+
+	if (lease != NULL)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("a holding in a session has no lease of its own"),
+				 errdetail("It lives as long as session " INT64_FORMAT ".", session),
+				 errhint("Renew it without lease (or call dlock.keepalive()): that keeps its session alive.")));
+	expires = dlock_session_keepalive(session, caller, &isnull);
+	dlock_store_end();
+	if (isnull)
+	{
+		dlock_count(DLOCK_STAT_LOST_RENEWALS);
+		PG_RETURN_NULL();
+	}
+	PG_RETURN_DATUM(expires);
 }
 
 /*
@@ -420,7 +497,9 @@ again:
 
 		if (sh != NULL && (!fence_given || fence == sh->fence))
 		{
-			/* The caller's shared holding (0.4). */
+			/* The caller's shared holding (0.4); in a session (1.1). */
+			if (sh->session != 0)
+				return renew_session(fcinfo, sh->session, lease, &caller);
 			if (lease == NULL)
 			{
 				lease = palloc(sizeof(Interval));
@@ -440,6 +519,8 @@ again:
 		dlock_count(DLOCK_STAT_LOST_RENEWALS);
 		PG_RETURN_NULL();
 	}
+	if (row.session != 0)
+		return renew_session(fcinfo, row.session, lease, &caller);
 	if (lease == NULL)
 	{
 		lease = palloc(sizeof(Interval));

@@ -268,7 +268,7 @@ write_all(MultiArgs *m, DlockAdmission *verdicts)
 		DlockAdmission v = verdicts[i];
 		int64		drawn = 0;
 
-		while (!dlock_lease_write(&it->res, m->holder, m->caller, m->lease,
+		while (!dlock_lease_write(&it->res, m->holder, m->caller, m->lease, 0,
 								  m->lock_delay, m->shared, &m->states[i],
 								  v.reason, &drawn, &it->fence))
 		{

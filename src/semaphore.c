@@ -106,7 +106,7 @@ semaphore_call(FunctionCallInfo fcinfo, const SemaphoreArgs *pos,
 				 errhint("Run ALTER EXTENSION dlock UPDATE.")));
 	caller = dlock_caller();
 
-	fence = dlock_acquire_permits(&res, holder, &caller, lease, wait_ms, fair,
+	fence = dlock_acquire_permits(&res, holder, &caller, lease, 0, wait_ms, fair,
 								  permits, max_permits);
 	dlock_table_locks_forget();
 	return fence;
