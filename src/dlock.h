@@ -596,6 +596,12 @@ extern text *dlock_session_use(int64 session, text *holder,
 extern Datum dlock_session_keepalive(int64 session, const DlockCaller *caller,
 									 bool *isnull);
 extern int	dlock_sessions_reap(void);
+extern int64 dlock_session_call(FunctionCallInfo fcinfo, int argno,
+								int lease_argno, const DlockCaller *caller,
+								text **holder, Interval **lease);
+extern text *dlock_session_holder_arg(FunctionCallInfo fcinfo, int argno,
+									  int session_argno,
+									  text *(*check) (FunctionCallInfo, int));
 
 /* ---- sends.c ---- */
 /* An event waiting for the end of its transaction. */

@@ -48,49 +48,6 @@ PG_FUNCTION_INFO_V1(dlock_assert_fence);
 PG_FUNCTION_INFO_V1(dlock_session_holder);
 
 /*
- * in_session: an acquisition's session => id (1.1, argument argno): the
- * holding's holder (the session's) in *holder and the session's ttl in
- * *lease; false, changing nothing, without a session.  lease_argno: the
- * lease argument, which must be NULL then.  After the caller's checks.
- */
-static bool
-in_session(FunctionCallInfo fcinfo, int argno, int lease_argno,
-		   const DlockCaller *caller, text **holder, Interval **lease)
-{
-	int64		session;
-
-	if (!dlock_session_arg(fcinfo, argno, &session))
-		return false;
-	*holder = dlock_session_use(session, *holder,
-								PG_ARGISNULL(lease_argno) ? NULL : *lease,
-								caller, lease);
-	return true;
-}
-
-/*
- * holder_arg: the holder argument; with a session (argument
- * session_argno), NULL is allowed: the session's holder.
- */
-static text *
-holder_arg(FunctionCallInfo fcinfo, int argno, int session_argno)
-{
-	int64		session;
-
-	if (PG_ARGISNULL(argno) && dlock_session_arg(fcinfo, session_argno, &session))
-		return NULL;
-	return dlock_check_holder(fcinfo, argno);
-}
-
-/* session_of: the session => id argument, or 0. */
-static int64
-session_of(FunctionCallInfo fcinfo, int argno)
-{
-	int64		session;
-
-	return dlock_session_arg(fcinfo, argno, &session) ? session : 0;
-}
-
-/*
  * dlock.try_lock(resource, holder, lease, fair, lock_delay, shared,
  * session); the 0.1 SQL passes only the first three, the 0.2 and 0.3 SQL
  * five, the 0.4 to 1.0 SQL six.
@@ -105,10 +62,11 @@ dlock_try_lock(PG_FUNCTION_ARGS)
 	Interval   *lock_delay;
 	bool		shared;
 	DlockCaller caller;
+	int64		session;
 	int64		fence;
 
 	dlock_resource_init(&res, dlock_check_resource(fcinfo, 0));
-	holder = holder_arg(fcinfo, 1, 6);
+	holder = dlock_session_holder_arg(fcinfo, 1, 6, dlock_check_holder);
 	lease = dlock_check_lease(fcinfo, 2);
 	fair = dlock_check_fair(fcinfo, 3);
 	lock_delay = dlock_check_lock_delay(fcinfo, 4);
@@ -116,10 +74,10 @@ dlock_try_lock(PG_FUNCTION_ARGS)
 	lock_delay = dlock_lock_delay_of(fcinfo, 4, lock_delay, shared);
 	dlock_check_writable("dlock.try_lock()");
 	caller = dlock_caller();
-	(void) in_session(fcinfo, 6, 2, &caller, &holder, &lease);
+	session = dlock_session_call(fcinfo, 6, 2, &caller, &holder, &lease);
 
-	fence = dlock_acquire(&res, holder, &caller, lease, session_of(fcinfo, 6),
-						  0, fair, lock_delay, shared);
+	fence = dlock_acquire(&res, holder, &caller, lease, session, 0, fair,
+						  lock_delay, shared);
 	if (fence == 0)
 		PG_RETURN_NULL();
 	PG_RETURN_INT64(fence);
@@ -141,10 +99,11 @@ dlock_lock(PG_FUNCTION_ARGS)
 	Interval   *lock_delay;
 	bool		shared;
 	DlockCaller caller;
+	int64		session;
 	int64		fence;
 
 	dlock_resource_init(&res, dlock_check_resource(fcinfo, 0));
-	holder = holder_arg(fcinfo, 1, 7);
+	holder = dlock_session_holder_arg(fcinfo, 1, 7, dlock_check_holder);
 	lease = dlock_check_lease(fcinfo, 2);
 	wait_ms = dlock_check_wait_ms(fcinfo, 3);
 	fair = dlock_check_fair(fcinfo, 4);
@@ -153,10 +112,10 @@ dlock_lock(PG_FUNCTION_ARGS)
 	lock_delay = dlock_lock_delay_of(fcinfo, 5, lock_delay, shared);
 	dlock_check_writable("dlock.lock()");
 	caller = dlock_caller();
-	(void) in_session(fcinfo, 7, 2, &caller, &holder, &lease);
+	session = dlock_session_call(fcinfo, 7, 2, &caller, &holder, &lease);
 
-	fence = dlock_acquire(&res, holder, &caller, lease, session_of(fcinfo, 7),
-						  wait_ms, fair, lock_delay, shared);
+	fence = dlock_acquire(&res, holder, &caller, lease, session, wait_ms, fair,
+						  lock_delay, shared);
 	if (fence == 0)
 		PG_RETURN_NULL();
 	PG_RETURN_INT64(fence);

@@ -430,6 +430,43 @@ dlock_session_use(int64 id, text *holder, const Interval *lease,
 }
 
 /*
+ * dlock_session_call: an acquisition's session => id (1.1, argument
+ * argno): the holding's holder (the session's) into *holder and the
+ * session's ttl into *lease (lease_argno: the lease argument, which must
+ * be NULL then); returns the session, or 0 without one (nothing changed).
+ * After the call's argument checks, with the caller captured.
+ */
+int64
+dlock_session_call(FunctionCallInfo fcinfo, int argno, int lease_argno,
+				   const DlockCaller *caller, text **holder, Interval **lease)
+{
+	int64		session;
+
+	if (!dlock_session_arg(fcinfo, argno, &session))
+		return 0;
+	*holder = dlock_session_use(session, *holder,
+								PG_ARGISNULL(lease_argno) ? NULL : *lease,
+								caller, lease);
+	return session;
+}
+
+/*
+ * dlock_session_holder_arg: the holder (or candidate) argument, checked by
+ * check; with a session (argument session_argno) it may be NULL: the
+ * session's holder.
+ */
+text *
+dlock_session_holder_arg(FunctionCallInfo fcinfo, int argno, int session_argno,
+						 text *(*check) (FunctionCallInfo, int))
+{
+	int64		session;
+
+	if (PG_ARGISNULL(argno) && dlock_session_arg(fcinfo, session_argno, &session))
+		return NULL;
+	return check(fcinfo, argno);
+}
+
+/*
  * dlock_sessions_reap: remove the sessions that have ended with no
  * holding left (rows another transaction has locked are skipped); how
  * many.  For the reaper, after it ended their holdings.

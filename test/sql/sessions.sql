@@ -166,7 +166,55 @@ SELECT dlock.try_lock('sess/short', 'taker', '1h') > (SELECT x FROM v WHERE name
 SELECT dlock.keepalive(:sh) AS still_not_revived;
 SELECT holder, session FROM dlock.locks WHERE resource = 'sess/short';
 
+-- Every kind of acquisition takes session => id.
+INSERT INTO v SELECT 'k', dlock.open_session('1h', 'kinds');
+SELECT x AS k FROM v WHERE name = 'k' \gset
+INSERT INTO v SELECT 'k2', dlock.open_session('1h', 'kinds-2');
+SELECT x AS k2 FROM v WHERE name = 'k2' \gset
+-- Shared: beside another session's shared holding, re-entered in its session.
+SELECT dlock.try_lock('sess/sh', session => :k, shared => true) > 0 AS shared_1,
+       dlock.try_lock('sess/sh', session => :k2, shared => true) > 0 AS shared_2,
+       dlock.lock('sess/sh', NULL, wait => '0s', shared => true, session => :k) > 0 AS shared_reentered;
+SELECT holder, count, mode, session = :k AS in_k FROM dlock.locks WHERE resource = 'sess/sh' ORDER BY holder;
+SELECT pg_temp.err(format($$SELECT dlock.try_lock('sess/sh', 'kinds', '1h', shared => true)$$)) AS shared_reenter_with_lease;
+SELECT pg_temp.err(format($$SELECT dlock.try_lock('sess/sh', shared => true, lease => '1h', session => %s)$$, :k)) AS shared_with_lease;
+-- Semaphores: holder NULL is the session's; permits added in the session.
+SELECT dlock.try_acquire('sess/pool', NULL, 10, 2, session => :k) > 0 AS permits,
+       dlock.acquire('sess/pool', 'kinds', 10, 1, wait => '0s', session => :k) > 0 AS more_permits,
+       dlock.try_acquire('sess/pool', NULL, 10, 3, session => :k2) > 0 AS other_session_permits;
+SELECT holder, permits, session = :k AS in_k FROM dlock.locks WHERE resource = 'sess/pool' ORDER BY holder;
+SELECT pg_temp.err($$SELECT dlock.try_acquire('sess/pool', 'kinds', 10, 1, '1h')$$) AS permits_reenter_with_lease;
+SELECT pg_temp.err(format($$SELECT dlock.try_acquire('sess/pool', 'x', 10, 1, session => %s)$$, :k)) AS permits_other_holder;
+SELECT pg_temp.err(format($$SELECT dlock.acquire('sess/pool', NULL, 10, 1, '1h', session => %s)$$, :k)) AS acquire_with_lease;
+-- Several at once: all in the session, or none.
+SELECT array_length(dlock.try_lock_all(ARRAY['sess/m1', 'sess/m2'], session => :k), 1) AS all_taken,
+       array_length(dlock.lock_all(ARRAY['sess/m3'], NULL, wait => '0s', session => :k), 1) AS lock_all_taken;
+SELECT dlock.try_lock_all(ARRAY['sess/m4', 'sess/m1'], session => :k2) IS NULL AS none_when_one_held;
+SELECT count(*) AS m4_free FROM dlock.locks WHERE resource = 'sess/m4';
+SELECT pg_temp.err(format($$SELECT dlock.try_lock_all(ARRAY['sess/m5'], session => %s, lease => '1h')$$, :k)) AS all_with_lease;
+SELECT pg_temp.err(format($$SELECT dlock.lock_all(ARRAY['sess/m5'], 'other', session => %s)$$, :k)) AS all_other_holder;
+SELECT pg_temp.err($$SELECT dlock.lock_all(ARRAY['sess/m5'], session => 1)$$) AS all_never_opened;
+-- campaign: the candidate is the session's holder; campaigning again, its term.
+SELECT dlock.campaign('sess/e', value => 'v1', session => :k) AS term \gset
+SELECT dlock.campaign('sess/e', NULL, 'v1', session => :k) = :term AS same_term;
+SELECT candidate, value, term = :term AS current FROM dlock.leader('sess/e');
+SELECT pg_temp.err(format($$SELECT dlock.campaign('sess/e2', session => %s, lease => '1h')$$, :k)) AS campaign_with_lease;
+SELECT pg_temp.err(format($$SELECT dlock.campaign('sess/e2', 'other', session => %s)$$, :k)) AS campaign_other_candidate;
+-- One keepalive moves every kind; dlock.sessions counts them all.
+SELECT dlock.keepalive(:k) AS ke \gset
+SELECT mode, count(*) FROM dlock.locks WHERE session = :k AND expires_at = :'ke' GROUP BY mode ORDER BY mode;
+SELECT holdings FROM dlock.sessions WHERE id = :k;
+-- renew of a shared or semaphore holding in a session renews the session.
+SELECT dlock.renew('sess/pool', 'kinds') > :'ke' AS renew_permits_keeps_alive;
+-- close_session releases every kind; the other session's holdings stay.
+SELECT dlock.close_session(:k) AS closed_kinds;
+SELECT count(*) AS left_in_k FROM dlock.locks WHERE session = :k;
+SELECT count(*) AS leader_after_close FROM dlock.leader('sess/e');
+SELECT mode, holder FROM dlock.locks WHERE session = :k2 ORDER BY mode;
+SELECT dlock.try_lock('sess/m1', 'after', '1h') > :term AS m1_free_higher;
+SELECT dlock.close_session(:k2) AS closed_k2;
+
 SELECT dlock.close_session(:s2) AS close_s2;
-SELECT dlock.unlock_all('worker-1') + dlock.unlock_all('h0') + dlock.unlock_all('next') + dlock.unlock_all('taker') >= 0 AS cleaned;
+SELECT dlock.unlock_all('worker-1') + dlock.unlock_all('h0') + dlock.unlock_all('next') + dlock.unlock_all('taker') + dlock.unlock_all('after') >= 0 AS cleaned;
 DROP ROLE regress_dlock_sa;
 DROP ROLE regress_dlock_sb;
