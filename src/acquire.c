@@ -324,14 +324,18 @@ admit_write(const DlockResource *res, LeaseAttemptArgs *a,
 			int64 *drawn, int64 *fence)
 {
 	TimestampTz expires = dlock_lease_expiry(st->now, a->lease);
+	/* A session's holding has no expiry of its own: its session's counts. */
+	TimestampTz stored = a->session != 0 ? DT_NOEND : expires;
 	Admitted	done;
 
 	memset(&done, 0, sizeof(done));
 	same_way(res, a, st, reason);
 	if (!((a->permits > 0 || a->shared) ?
-		  holding_write(res, a, st, reason, expires, drawn, fence, &done) :
-		  lease_row_write(res, a, st, reason, expires, drawn, fence, &done)))
+		  holding_write(res, a, st, reason, stored, drawn, fence, &done) :
+		  lease_row_write(res, a, st, reason, stored, drawn, fence, &done)))
 		return false;
+	if (a->session != 0)
+		done.expires = expires;		/* at the latest (xact.c's hint) */
 	dlock_queue_settle(res, &a->q, &done.settle);
 	if (reason == ADMIT_AS_IS)
 		a->already = true;

@@ -467,6 +467,66 @@ dlock_session_holder_arg(FunctionCallInfo fcinfo, int argno, int session_argno,
 }
 
 /*
+ * dlock_session_candidates: up to limit resources with a holding of a
+ * session that has ended by now (1.1), as text * in the store session's
+ * caller context; NIL under older SQL.  Inside a store session.
+ */
+List *
+dlock_session_candidates(TimestampTz now, int limit)
+{
+	static SPIPlanPtr plan = NULL;
+	static const Oid types[2] = {TIMESTAMPTZOID, INT4OID};
+	Datum		values[2];
+	List	   *result = NIL;
+
+	if (limit <= 0 || !dlock_sessions_installed())
+		return NIL;
+	values[0] = TimestampTzGetDatum(now);
+	values[1] = Int32GetDatum(limit);
+	(void) dlock_store_exec(&plan,
+							"SELECT h.resource FROM dlock.session_rows s,"
+							" LATERAL (SELECT l.resource FROM dlock.leases l"
+							"           WHERE l.session OPERATOR(pg_catalog.=) s.id AND l.holder IS NOT NULL"
+							"          UNION SELECT x.resource FROM dlock.shares x"
+							"           WHERE x.session OPERATOR(pg_catalog.=) s.id"
+							"          UNION SELECT p.resource FROM dlock.permits p"
+							"           WHERE p.session OPERATOR(pg_catalog.=) s.id) h"
+							" WHERE s.expires_at OPERATOR(pg_catalog.<=) $1 LIMIT $2",
+							2, types, values, NULL, true);
+	for (uint64 i = 0; i < SPI_processed; i++)
+	{
+		bool		isnull;
+		char	   *r = dlock_store_copy_text(SPI_getbinval(SPI_tuptable->vals[i],
+														   SPI_tuptable->tupdesc,
+														   1, &isnull));
+		MemoryContext old = MemoryContextSwitchTo(dlock_store_context());
+
+		result = lappend(result, cstring_to_text(r));
+		MemoryContextSwitchTo(old);
+	}
+	return result;
+}
+
+/*
+ * dlock_sessions_min_expiry: the earliest expiry of a session, or DT_NOEND
+ * (none, or older SQL), for the reaper's hint.  Inside a store session.
+ */
+TimestampTz
+dlock_sessions_min_expiry(void)
+{
+	static SPIPlanPtr plan = NULL;
+	bool		isnull;
+	Datum		d;
+
+	if (!dlock_sessions_installed() ||
+		dlock_store_exec(&plan, "SELECT pg_catalog.min(s.expires_at) FROM dlock.session_rows s",
+						 0, NULL, NULL, NULL, true) != 1)
+		return DT_NOEND;
+	d = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
+	return isnull ? DT_NOEND : DatumGetTimestampTz(d);
+}
+
+/*
  * dlock_sessions_reap: remove the sessions that have ended with no
  * holding left (rows another transaction has locked are skipped); how
  * many.  For the reaper, after it ended their holdings.

@@ -214,6 +214,26 @@ SELECT mode, holder FROM dlock.locks WHERE session = :k2 ORDER BY mode;
 SELECT dlock.try_lock('sess/m1', 'after', '1h') > :term AS m1_free_higher;
 SELECT dlock.close_session(:k2) AS closed_k2;
 
+-- reap(): an ended session's holdings of every kind go (one expired
+-- event each), then the session; a lock-delay runs from the session's end.
+INSERT INTO v SELECT 'r', dlock.open_session('10ms', 'reaped');
+SELECT x AS r FROM v WHERE name = 'r' \gset
+SELECT dlock.try_lock('sess/r1', session => :r, lock_delay => '1h') > 0 AS r1,
+       dlock.try_lock('sess/r2', session => :r, shared => true) > 0 AS r2,
+       dlock.try_acquire('sess/r3', NULL, 2, 1, session => :r) > 0 AS r3;
+SELECT pg_sleep(0.05);
+SELECT dlock.try_lock('sess/r1', 'other', '1h') IS NULL AS delayed,
+       dlock.try_lock('sess/r2', 'other', '1h') > 0 AS shared_free,
+       dlock.try_acquire('sess/r3', 'other', 2, 2, '1h') > 0 AS permits_free;
+SELECT available_at = s.expires_at + interval '1 hour' AS delay_from_session_end
+  FROM dlock.locks l, dlock.sessions s WHERE l.resource = 'sess/r1' AND s.id = :r;
+SELECT count(*) AS listed_until_reaped FROM dlock.sessions WHERE id = :r AND expired;
+SELECT dlock.reap() >= 1 AS reaped;
+SELECT count(*) AS session_gone FROM dlock.sessions WHERE id = :r;
+SELECT holder, available_at > now() + interval '50 minutes' AS still_delayed FROM dlock.locks WHERE resource = 'sess/r1';
+SELECT dlock.try_lock('sess/r1', 'other', '1h') IS NULL AS delayed_after_reap;
+SELECT dlock.unlock_all('other') AS other_released;
+
 SELECT dlock.close_session(:s2) AS close_s2;
 SELECT dlock.unlock_all('worker-1') + dlock.unlock_all('h0') + dlock.unlock_all('next') + dlock.unlock_all('taker') + dlock.unlock_all('after') >= 0 AS cleaned;
 DROP ROLE regress_dlock_sa;
