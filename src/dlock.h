@@ -598,6 +598,7 @@ extern Datum dlock_session_keepalive(int64 session, const DlockCaller *caller,
 extern int	dlock_sessions_reap(void);
 extern List *dlock_session_candidates(TimestampTz now, int limit);
 extern TimestampTz dlock_sessions_min_expiry(void);
+extern int64 dlock_sessions_refresh(TimestampTz promoted_at);
 extern int64 dlock_session_call(FunctionCallInfo fcinfo, int argno,
 								int lease_argno, const DlockCaller *caller,
 								text **holder, Interval **lease);

@@ -527,6 +527,53 @@ dlock_sessions_min_expiry(void)
 }
 
 /*
+ * dlock_sessions_refresh: after a promotion at promoted_at, every session
+ * live then and still now gets at least promoted_at + its ttl, as the
+ * leased holdings do (promote.c); one in a keepalive, a close or a
+ * takeover in flight is skipped (SKIP LOCKED).  How many; durable like a
+ * keepalive.
+ */
+int64
+dlock_sessions_refresh(TimestampTz promoted_at)
+{
+	static const Oid types[2] = {TIMESTAMPTZOID, TIMESTAMPTZOID};
+	Datum		values[2];
+	TimestampTz min_expiry = DT_NOEND;
+	uint64		n;
+
+	if (!dlock_sessions_installed())
+		return 0;
+	values[0] = TimestampTzGetDatum(promoted_at);
+	values[1] = TimestampTzGetDatum(GetCurrentTimestamp());
+	dlock_store_begin();
+	dlock_store_spi();
+	if (SPI_execute_with_args("UPDATE dlock.session_rows s"
+							  "   SET expires_at = $1 OPERATOR(pg_catalog.+) s.ttl"
+							  " WHERE s.id OPERATOR(pg_catalog.=) ANY (ARRAY("
+							  "  SELECT x.id FROM dlock.session_rows x"
+							  "   WHERE x.expires_at OPERATOR(pg_catalog.>) $1"
+							  "     AND x.expires_at OPERATOR(pg_catalog.>) $2"
+							  "     AND x.expires_at OPERATOR(pg_catalog.<) ($1 OPERATOR(pg_catalog.+) x.ttl)"
+							  "   FOR UPDATE SKIP LOCKED))"
+							  " RETURNING s.expires_at",
+							  2, (Oid *) types, values, NULL, false, 0) != SPI_OK_UPDATE_RETURNING)
+		elog(ERROR, "could not update dlock.session_rows");
+	n = SPI_processed;
+	for (uint64 i = 0; i < n; i++)
+	{
+		bool		isnull;
+		TimestampTz e = DatumGetTimestampTz(SPI_getbinval(SPI_tuptable->vals[i],
+														  SPI_tuptable->tupdesc, 1, &isnull));
+
+		min_expiry = Min(min_expiry, e);
+	}
+	dlock_store_end();
+	if (n > 0)
+		dlock_note_acquisition(min_expiry);
+	return (int64) n;
+}
+
+/*
  * dlock_sessions_reap: remove the sessions that have ended with no
  * holding left (rows another transaction has locked are skipped); how
  * many.  For the reaper, after it ended their holdings.

@@ -1,0 +1,123 @@
+# 061_sessions_crash.pl: sessions (1.1) across crashes and restarts.
+#
+# open_session, an acquisition in a session and keepalive that returned are
+# durable even under synchronous_commit = off (the walwriter frozen, then
+# the server crashed): the session, its holdings and its last expiry come
+# back, and ids never repeat.  A session's holdings end at its expiry after
+# a crash: free to others at once, and the reaper sends one "expired" event
+# per resource, then removes the session.  A backend killed with an
+# acquisition in a session in flight leaves nothing behind.
+# Promises: none
+
+use strict;
+use warnings;
+
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use Test::More;
+use Time::HiRes qw(usleep);
+
+my $node = PostgreSQL::Test::Cluster->new('sessions');
+$node->init;
+$node->append_conf(
+	'postgresql.conf', q{
+shared_preload_libraries = 'dlock'
+dlock.database = 'postgres'
+bgwriter_lru_maxpages = 0
+});
+$node->start;
+$node->safe_psql('postgres', 'CREATE EXTENSION dlock');
+my $q = sub { $node->safe_psql('postgres', shift) };
+
+# crash: kill -9 the frozen walwriter (the server goes down, its WAL
+# buffers with it) and start again (as 010_crash_restart.pl).
+sub crash
+{
+	my $walwriter = $q->(q{SELECT pid FROM pg_stat_activity WHERE backend_type = 'walwriter'});
+	kill 'STOP', $walwriter or die "cannot stop walwriter $walwriter";
+	my $work = shift;
+	my @out = $work->();
+	my ($postmaster) = split /\n/, slurp_file($node->data_dir . '/postmaster.pid');
+	kill 'KILL', $walwriter;
+	for (my $i = 0; $i < 600 && kill(0, $postmaster); $i++)
+	{
+		usleep(50_000);
+	}
+	ok(!kill(0, $postmaster), 'the server went down with its walwriter');
+	$node->stop('immediate', fail_ok => 1);
+	$node->start;
+	return @out;
+}
+
+# 1. Acknowledged under synchronous_commit = off, then a crash: all there.
+my ($s, $f1, $f2, $e) = crash(
+	sub {
+		return split /\n/, $q->(q{
+SET synchronous_commit = off;
+SELECT dlock.open_session('1h', 'crash-worker') AS s \gset
+SELECT :s;
+SELECT dlock.try_lock('c/1', session => :s);
+SELECT dlock.try_lock('c/2', session => :s);
+SELECT dlock.keepalive(:s);
+});
+	});
+like($s, qr/^\d+$/, "session $s opened before the crash");
+is($q->("SELECT holder || ' ' || holdings || ' ' || (expires_at = '$e') FROM dlock.sessions WHERE id = $s"),
+	'crash-worker 2 true', 'the session, its holdings and its last keepalive survived the crash');
+is($q->("SELECT string_agg(resource || ' ' || fence, ', ' ORDER BY resource) FROM dlock.locks WHERE session = $s"),
+	"c/1 $f1, c/2 $f2", 'each holding with its fence');
+is($q->(q{SELECT dlock.try_lock('c/1', 'other', '1h') IS NULL}), 't', 'still held after the crash');
+my $s2 = $q->(q{SELECT dlock.open_session('1h', 'after')});
+cmp_ok($s2, '>', $f2, 'a session opened after the crash has a higher id than every fence before');
+is($q->("SELECT dlock.keepalive($s) > '$e'"), 't', 'the session is kept alive after the crash');
+is($q->("SELECT dlock.close_session($s)"), '2', 'and closed');
+
+# 2. A session that ends while the server is down: its holdings end at its
+# expiry, the reaper sends one expired event each, then removes it.
+my ($short, $g1, $g2) = split /\n/, $q->(q{
+SELECT dlock.open_session('3s', 'short') AS s \gset
+SELECT :s;
+SELECT dlock.try_lock('c/short1', session => :s);
+SELECT dlock.try_acquire('c/short2', NULL, 3, 2, session => :s);
+});
+crash(sub { return (); });
+my $listener = $node->background_psql('postgres');
+for my $r ('c/short1', 'c/short2')
+{
+	my $channel = $q->("SELECT dlock.channel('$r')");
+	$listener->query_safe(qq{LISTEN "$channel"});
+}
+ok($node->poll_query_until('postgres', "SELECT count(*) = 0 FROM dlock.sessions WHERE id = $short"),
+	'the reaper removed the session once its ttl had passed');
+is($q->(q{SELECT count(*) FROM dlock.locks WHERE resource LIKE 'c/short%'}), '0',
+	'with its holdings');
+my $note = '';
+for (my $i = 0; $i < 200 && ($note =~ tr/\n//) < 2; $i++)
+{
+	$note .= join("\n", grep { /Asynchronous notification/ } split /\n/, $listener->query_safe('SELECT 1')) . "\n";
+	$note =~ s/^\n+//;
+	usleep(50_000) if ($note =~ tr/\n//) < 2;
+}
+like($note, qr/"event":"expired","resource":"c\/short1","fence":$g1\}/, 'an expired event for the exclusive holding');
+like($note, qr/"event":"expired","resource":"c\/short2","fence":$g2\}/, 'an expired event for the holding of permits');
+$listener->quit;
+is($q->("SELECT dlock.keepalive($short)"), '', 'the ended session is never revived');
+cmp_ok($q->(q{SELECT dlock.try_lock('c/short1', 'next', '1h')}), '>', $g2, 'the next holder gets a higher fence');
+
+# 3. A backend killed with an acquisition in a session in flight: nothing
+# of it stays; the session and its committed holdings do.
+my $bg = $node->background_psql('postgres', on_error_stop => 0);
+my $pid = $bg->query_safe('SELECT pg_backend_pid()');
+$bg->query_safe("BEGIN; SELECT dlock.try_lock('c/inflight', session => $s2)");
+$q->("SELECT dlock.try_lock('c/kept', session => $s2)");
+kill 'KILL', $pid;
+$bg->quit;
+# restart_after_crash is off in these clusters: the server goes down too.
+$node->stop('immediate', fail_ok => 1);
+$node->start;
+is($q->("SELECT string_agg(resource, ', ') FROM dlock.locks WHERE session = $s2"), 'c/kept',
+	'the acquisition in flight left nothing; the committed one stays');
+is($q->("SELECT dlock.close_session($s2)"), '1', 'close_session releases it');
+
+$node->stop;
+done_testing();
