@@ -6,7 +6,10 @@
 # back, and ids never repeat.  A session's holdings end at its expiry after
 # a crash: free to others at once, and the reaper sends one "expired" event
 # per resource, then removes the session.  A backend killed with an
-# acquisition in a session in flight leaves nothing behind.
+# acquisition in a session in flight leaves nothing behind.  After a
+# promotion, a session live at the promotion is refreshed to at least the
+# promotion time + its ttl (dlock.refresh_on_promotion), one already ended
+# is not revived.
 # Promises: none
 
 use strict;
@@ -15,7 +18,7 @@ use warnings;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
-use Time::HiRes qw(usleep);
+use Time::HiRes qw(time usleep);
 
 my $node = PostgreSQL::Test::Cluster->new('sessions');
 $node->init;
@@ -120,4 +123,40 @@ is($q->("SELECT string_agg(resource, ', ') FROM dlock.locks WHERE session = $s2"
 is($q->("SELECT dlock.close_session($s2)"), '1', 'close_session releases it');
 
 $node->stop;
+
+# 4. A promotion: the refresh refreshes sessions live at the promotion.
+my $p = PostgreSQL::Test::Cluster->new('sessions_primary');
+$p->init(allows_streaming => 1);
+$p->append_conf('postgresql.conf', q{
+shared_preload_libraries = 'dlock'
+dlock.database = 'postgres'
+});
+$p->start;
+$p->safe_psql('postgres', 'CREATE EXTENSION dlock');
+$p->backup('bk');
+my $st = PostgreSQL::Test::Cluster->new('sessions_standby');
+$st->init_from_backup($p, 'bk', has_streaming => 1);
+$st->start;
+my $t0 = time;
+my ($live, $lf) = split /\n/, $p->safe_psql('postgres', q{
+SELECT dlock.open_session('8s', 'live') AS s \gset
+SELECT :s;
+SELECT dlock.try_lock('p/live', session => :s);
+});
+my $dead = $p->safe_psql('postgres', q{SELECT dlock.open_session('1s', 'dead')});
+$p->safe_psql('postgres', "SELECT dlock.try_lock('p/dead', session => $dead)");
+$p->wait_for_catchup($st);
+$p->stop('immediate');
+usleep(50_000) while time < $t0 + 3;
+my $promote_start = time;
+$st->promote;
+$st->wait_for_log(qr/refresh after promotion to timeline 2 done/);
+cmp_ok($st->safe_psql('postgres', "SELECT extract(epoch FROM expires_at) FROM dlock.sessions WHERE id = $live"),
+	'>=', $promote_start + 8, 'a session live at the promotion lives its ttl from the promotion on');
+is($st->safe_psql('postgres', "SELECT holder || ' ' || fence FROM dlock.locks WHERE resource = 'p/live' AND NOT expired"),
+	"live $lf", 'its holding with it, fence unchanged');
+is($st->safe_psql('postgres', "SELECT dlock.keepalive($dead) IS NULL AND NOT EXISTS (SELECT FROM dlock.locks WHERE resource = 'p/dead' AND NOT expired)"),
+	't', 'a session that ended before the promotion is not revived, nor its holding');
+is($st->safe_psql('postgres', "SELECT dlock.keepalive($live) IS NOT NULL"), 't', 'keepalive on the new primary');
+$st->stop;
 done_testing();
