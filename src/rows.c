@@ -5,8 +5,10 @@
  *		heap access (table.c): no SPI, no planner, no identity switch.
  *		The exclusive holding's row of dlock.leases; the shared holdings
  *		of dlock.shares (0.4) and a semaphore's of dlock.permits (0.5);
- *		and the reads of dlock.tickets and dlock.delays that admit.c's
- *		state needs.  Ending an exclusive holding is ending.c's.
+ *		the reads of dlock.tickets and dlock.delays that admit.c's state
+ *		needs; a session's row (1.1), whose expiry and ttl a holding in it
+ *		has (with_session; the lock of dlock_session_lapsed is SPI's).
+ *		Ending an exclusive holding is ending.c's.
  *
  * Each function finds its row with a primary-key index scan on the
  * latest snapshot and writes it as the executor does; a write checks that
