@@ -164,6 +164,22 @@ reap_shares(const DlockResource *res, TimestampTz now)
 }
 
 /*
+ * session_in_flight: res's exclusive holding is a session's (1.1) whose
+ * end is not locked in (a keepalive in flight, rows.c's
+ * dlock_session_lapsed): it is left alone, lock-delay and all, as a
+ * holding renewed meanwhile is.  Under the resource's lock.
+ */
+static bool
+session_in_flight(const DlockResource *res, TimestampTz now)
+{
+	DlockRow	row;
+
+	dlock_row_read(res, &row);
+	return row.session != 0 && row.held && row.expires_at <= now &&
+		!dlock_session_lapsed(row.session);
+}
+
+/*
  * dlock_reap_candidates: up to limit resources whose lease ended by now,
  * as text* in the current memory context (the round keeps them across the
  * transactions that reap them).
@@ -247,6 +263,8 @@ dlock_reap_list(List *resources, int from, int to, TimestampTz now)
 			continue;
 		if (shares)
 			reaped += reap_shares(&res, now);
+		if (session_in_flight(&res, now))
+			continue;			/* the locks go at commit */
 		if (queued)
 			dlock_delay_on_end(&res, DT_NOBEGIN, now);
 		fence = dlock_row_reap(&res, now);
