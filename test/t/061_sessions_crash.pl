@@ -6,7 +6,8 @@
 # back, and ids never repeat.  A session's holdings end at its expiry after
 # a crash: free to others at once, and the reaper sends one "expired" event
 # per resource, then removes the session.  A backend killed with an
-# acquisition in a session in flight leaves nothing behind.  After a
+# acquisition in a session in flight leaves nothing behind.  close_session
+# sends one "released" event per holding and wakes a waiter at once.  After a
 # promotion, a session live at the promotion is refreshed to at least the
 # promotion time + its ttl (dlock.refresh_on_promotion), one already ended
 # is not revived.
@@ -122,9 +123,41 @@ is($q->("SELECT string_agg(resource, ', ') FROM dlock.locks WHERE session = $s2"
 	'the acquisition in flight left nothing; the committed one stays');
 is($q->("SELECT dlock.close_session($s2)"), '1', 'close_session releases it');
 
+# 4. close_session: one released event per holding; a waiter in lock()
+# behind one of them is served (its wait is an hour).
+my $s3 = $q->(q{SELECT dlock.open_session('1h', 'closer')});
+my ($h1, $h2) = split /\n/, $q->(qq{
+SELECT dlock.try_lock('c/close1', session => $s3);
+SELECT dlock.try_lock('c/close2', session => $s3, shared => true);
+});
+my $ears = $node->background_psql('postgres');
+for my $r ('c/close1', 'c/close2')
+{
+	my $channel = $q->("SELECT dlock.channel('$r')");
+	$ears->query_safe(qq{LISTEN "$channel"});
+}
+my $waiter = $node->background_psql('postgres');
+$waiter->query_until(qr/waiting/, "\\echo waiting\nSELECT dlock.lock('c/close1', 'waiter', '1h', '1h');\n");
+ok($node->poll_query_until('postgres', q{SELECT count(*) = 1 FROM dlock.waiters WHERE resource = 'c/close1'}),
+	'a waiter waits for c/close1');
+is($q->("SELECT dlock.close_session($s3)"), '2', 'close_session releases both holdings');
+ok($node->poll_query_until('postgres', q{SELECT holder = 'waiter' FROM dlock.locks WHERE resource = 'c/close1'}),
+	'the waiter is served');
+$note = '';
+for (my $i = 0; $i < 200 && ($note =~ tr/\n//) < 2; $i++)
+{
+	$note .= join("\n", grep { /Asynchronous notification/ } split /\n/, $ears->query_safe('SELECT 1')) . "\n";
+	$note =~ s/^\n+//;
+	usleep(50_000) if ($note =~ tr/\n//) < 2;
+}
+like($note, qr/"event":"released","resource":"c\/close1","fence":$h1\}/, 'a released event for the exclusive holding');
+like($note, qr/"event":"released","resource":"c\/close2","fence":$h2\}/, 'a released event for the shared holding');
+$ears->quit;
+$waiter->quit;
+
 $node->stop;
 
-# 4. A promotion: the refresh refreshes sessions live at the promotion.
+# 5. A promotion: the refresh refreshes sessions live at the promotion.
 my $p = PostgreSQL::Test::Cluster->new('sessions_primary');
 $p->init(allows_streaming => 1);
 $p->append_conf('postgresql.conf', q{
