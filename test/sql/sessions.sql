@@ -89,6 +89,11 @@ SELECT dlock.keepalive(:s) AS e \gset
 SELECT count(*) AS moved FROM dlock.locks WHERE session = :s AND expires_at = :'e';
 SELECT count(*) AS rows_untouched FROM dlock.leases l JOIN xmins x USING (resource) WHERE l.xmin::text = x.x;
 SELECT expires_at = :'e' AS session_row FROM dlock.sessions WHERE id = :s;
+-- A keepalive rolled back leaves the expiry as it was.
+BEGIN;
+SELECT dlock.keepalive(:s) > :'e' AS kept_in_xact;
+ROLLBACK;
+SELECT expires_at = :'e' AS rolled_back_keepalive FROM dlock.sessions WHERE id = :s;
 -- renew of a holding in a session keeps the session alive.
 SELECT dlock.renew('sess/b', 'worker-1') > :'e' AS renew_moves_session;
 SELECT count(*) AS moved_again FROM dlock.locks l JOIN dlock.sessions s ON s.id = l.session
@@ -133,6 +138,7 @@ SELECT pg_temp.err(format($$SELECT dlock.try_lock('sess/x', session => %s)$$, :s
 SELECT dlock.keepalive(:sa) IS NOT NULL AS superuser_keepalive;
 SET ROLE regress_dlock_sb;
 SELECT pg_temp.err(format($$SELECT dlock.unlock('sess/sa', 'worker-a')$$)) AS other_role_unlock;
+SELECT pg_temp.err(format($$SELECT dlock.renew('sess/sa', 'worker-a')$$)) AS other_role_renew;
 RESET ROLE;
 SELECT dlock.close_session(:sa) AS superuser_close;
 
