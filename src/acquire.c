@@ -32,7 +32,8 @@ typedef struct LeaseAttemptArgs
 {
 	DlockTicket q;				/* holder, fairness, its place in the queue */
 	const DlockCaller *caller;
-	const Interval *lease;
+	const Interval *lease;		/* in a session: its ttl */
+	int64		session;		/* in that session (1.1), or 0: leased */
 	const Interval *lock_delay; /* NULL: none */
 	bool		campaign;		/* never re-enter: the holder's own holding is had as is */
 	bool		already;		/* campaign: the holder held it already */
@@ -128,7 +129,7 @@ request_of(const LeaseAttemptArgs *a)
 	DlockRequest req = {a->permits > 0 ? DLOCK_KIND_SEMAPHORE :
 		a->shared ? DLOCK_KIND_SHARED : DLOCK_KIND_EXCLUSIVE,
 		a->q.holder, a->caller, a->q.fair, a->q.in_server, a->q.number,
-	a->campaign, a->permits, a->max_permits};
+	a->campaign, a->permits, a->max_permits, false, a->session};
 
 	return req;
 }
@@ -193,10 +194,10 @@ holding_write(const DlockResource *res, const LeaseAttemptArgs *a,
 		if (permits)
 			dlock_permits_insert(res, a->q.holder, a->caller->role, *drawn,
 								 a->lease, st->now, expires, a->permits,
-								 a->max_permits);
+								 a->max_permits, a->session);
 		else
 			dlock_share_insert(res, a->q.holder, a->caller->role, *drawn,
-							   a->lease, st->now, expires);
+							   a->lease, st->now, expires, a->session);
 		*fence = *drawn;
 		done->settle.drop_client = st->queues;
 		done->settle.wake_abort = true;
@@ -267,7 +268,8 @@ lease_row_write(const DlockResource *res, const LeaseAttemptArgs *a,
 			if (*drawn == 0)
 				*drawn = dlock_next_fence();
 			if (!dlock_row_take(res, &st->row, a->q.holder, a->caller->role,
-								*drawn, a->lease, st->now, expires))
+								*drawn, a->lease, st->now, expires,
+								a->session))
 				return false;
 			if (st->row.held)
 				dlock_count(DLOCK_STAT_EXPIRED);	/* took over an expired lease */
@@ -284,6 +286,31 @@ lease_row_write(const DlockResource *res, const LeaseAttemptArgs *a,
 }
 
 /*
+ * same_way: a re-entry (or campaign's own holding) is had only the way the
+ * holding was taken: in the same session, or with a lease (1.1); else
+ * 55000, nothing changed.
+ */
+static void
+same_way(const DlockResource *res, const LeaseAttemptArgs *a,
+		 const DlockResourceState *st, DlockReason reason)
+{
+	const DlockRow *h = (a->permits > 0 || a->shared) ? st->share_mine : &st->row;
+
+	if ((reason != ADMIT_REENTER && reason != ADMIT_AS_IS) || h == NULL ||
+		h->session == a->session)
+		return;
+	ereport(ERROR,
+			(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+			 h->session == 0 ?
+			 errmsg("holder \"%s\" holds resource \"%s\" with a lease of its own",
+					text_to_cstring(a->q.holder), text_to_cstring(res->name)) :
+			 errmsg("holder \"%s\" holds resource \"%s\" in session " INT64_FORMAT,
+					text_to_cstring(a->q.holder), text_to_cstring(res->name),
+					h->session),
+			 errhint("Re-enter a holding the way it was taken: in its session, or with a lease.")));
+}
+
+/*
  * admit_write: carry out an admitting verdict decided on *st, inside the
  * store session, under the resource's lock: the holding (holding_write,
  * lease_row_write), then the queue (queue.c) and what the transaction
@@ -297,13 +324,18 @@ admit_write(const DlockResource *res, LeaseAttemptArgs *a,
 			int64 *drawn, int64 *fence)
 {
 	TimestampTz expires = dlock_lease_expiry(st->now, a->lease);
+	/* A session's holding has no expiry of its own: its session's counts. */
+	TimestampTz stored = a->session != 0 ? DT_NOEND : expires;
 	Admitted	done;
 
 	memset(&done, 0, sizeof(done));
+	same_way(res, a, st, reason);
 	if (!((a->permits > 0 || a->shared) ?
-		  holding_write(res, a, st, reason, expires, drawn, fence, &done) :
-		  lease_row_write(res, a, st, reason, expires, drawn, fence, &done)))
+		  holding_write(res, a, st, reason, stored, drawn, fence, &done) :
+		  lease_row_write(res, a, st, reason, stored, drawn, fence, &done)))
 		return false;
+	if (a->session != 0)
+		done.expires = expires;		/* at the latest (xact.c's hint) */
 	dlock_queue_settle(res, &a->q, &done.settle);
 	if (reason == ADMIT_AS_IS)
 		a->already = true;
@@ -325,13 +357,13 @@ admit_write(const DlockResource *res, LeaseAttemptArgs *a,
 bool
 dlock_lease_write(const DlockResource *res, text *holder,
 				  const DlockCaller *caller, const Interval *lease,
-				  const Interval *lock_delay, bool shared,
+				  int64 session, const Interval *lock_delay, bool shared,
 				  const DlockResourceState *st, DlockReason reason,
 				  int64 *drawn, int64 *fence)
 {
 	LeaseAttemptArgs args = {.q = {.holder = holder, .owner = caller->role},
-		.caller = caller, .lease = lease, .lock_delay = lock_delay,
-	.shared = shared};
+		.caller = caller, .lease = lease, .session = session,
+	.lock_delay = lock_delay, .shared = shared};
 
 	return admit_write(res, &args, st, reason, drawn, fence);
 }
@@ -438,12 +470,13 @@ lease_leave(const DlockResource *res, void *arg, bool acquired)
  */
 int64
 dlock_acquire(const DlockResource *res, text *holder, const DlockCaller *caller,
-			  const Interval *lease, int64 wait_ms, bool fair,
+			  const Interval *lease, int64 session, int64 wait_ms, bool fair,
 			  const Interval *lock_delay, bool shared)
 {
 	LeaseAttemptArgs args = {.q = {.holder = holder, .owner = caller->role,
 		.fair = fair, .in_server = wait_ms != 0}, .caller = caller,
-	.lease = lease, .lock_delay = lock_delay, .shared = shared};
+	.lease = lease, .session = session, .lock_delay = lock_delay,
+	.shared = shared};
 	int64		fence;
 
 	fence = dlock_wait_loop(res, holder, wait_ms, lease_attempt, lease_leave,
@@ -458,12 +491,13 @@ dlock_acquire(const DlockResource *res, text *holder, const DlockCaller *caller,
 int64
 dlock_acquire_permits(const DlockResource *res, text *holder,
 					  const DlockCaller *caller, const Interval *lease,
-					  int64 wait_ms, bool fair, int32 permits,
+					  int64 session, int64 wait_ms, bool fair, int32 permits,
 					  int32 max_permits)
 {
 	LeaseAttemptArgs args = {.q = {.holder = holder, .owner = caller->role,
 		.fair = fair, .in_server = wait_ms != 0}, .caller = caller,
-	.lease = lease, .permits = permits, .max_permits = max_permits};
+	.lease = lease, .session = session, .permits = permits,
+	.max_permits = max_permits};
 
 	return dlock_wait_loop(res, holder, wait_ms, lease_attempt, lease_leave,
 						   &args);
@@ -478,11 +512,13 @@ dlock_acquire_permits(const DlockResource *res, text *holder,
 int64
 dlock_campaign_acquire(const DlockResource *res, text *candidate,
 					   const DlockCaller *caller, const Interval *lease,
-					   int64 wait_ms, const Interval *lock_delay, bool *already)
+					   int64 session, int64 wait_ms,
+					   const Interval *lock_delay, bool *already)
 {
 	LeaseAttemptArgs args = {.q = {.holder = candidate, .owner = caller->role,
 		.fair = true, .in_server = wait_ms != 0}, .caller = caller,
-	.lease = lease, .lock_delay = lock_delay, .campaign = true};
+	.lease = lease, .session = session, .lock_delay = lock_delay,
+	.campaign = true};
 	int64		fence;
 
 	fence = dlock_wait_loop(res, candidate, wait_ms, lease_attempt, lease_leave,

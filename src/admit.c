@@ -317,6 +317,27 @@ read_shares(const DlockRequest *req, DlockResourceState *st)
 }
 
 /*
+ * How long a holding whose session has just ended stays busy while a
+ * keepalive (or close) of its session is in flight: the attempt looks
+ * again then.
+ */
+#define SESSION_BUSY_MS 10
+
+/*
+ * lapse: a holding in a session (1.1) whose session's expiry has passed
+ * ends only once that end is locked in (rows.c's dlock_session_lapsed),
+ * so that a keepalive in flight and a takeover never both win; until
+ * then it is busy a moment longer.  Under the resource's lock.
+ */
+static void
+lapse(DlockRow *h, TimestampTz now)
+{
+	if (h->session != 0 && h->held && h->expires_at <= now &&
+		!dlock_session_lapsed(h->session))
+		h->expires_at = now + (TimestampTz) SESSION_BUSY_MS * 1000;
+}
+
+/*
  * dlock_admit_read: read res's state for req into *st: the holding, the
  * shared holdings (for an upgrade waiting in lock() or lock_all(), whether
  * another shared holder waits to upgrade too, queue.c), and whether this
@@ -335,6 +356,14 @@ dlock_admit_read(const DlockResource *res, const DlockRequest *req,
 	st->own_xact_lock = locked && dlock_resource_xact_fence(res) != 0;
 	st->shares = dlock_row_read_shares(res);
 	dlock_row_read(res, &st->row);
+	if (locked)
+	{
+		ListCell   *lc;
+
+		lapse(&st->row, st->now);
+		foreach(lc, st->shares)
+			lapse(lfirst(lc), st->now);
+	}
 	if (req->holder != NULL)
 		st->holding = dlock_holding_verdict(&st->row, req->holder, req->caller,
 											st->now);

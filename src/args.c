@@ -149,8 +149,8 @@ dlock_check_lease(FunctionCallInfo fcinfo, int argno)
  * large that the sum could leave the timestamp range are refused first, so
  * every bad lease is 22023, never 22008.  Called before anything changes.
  */
-TimestampTz
-dlock_lease_expiry(TimestampTz now, const Interval *span)
+static TimestampTz
+span_expiry(TimestampTz now, const Interval *span, const char *what)
 {
 	TimestampTz expires;
 
@@ -159,18 +159,54 @@ dlock_lease_expiry(TimestampTz now, const Interval *span)
 		span->time > DLOCK_MAX_LEASE_USECS || span->time < -DLOCK_MAX_LEASE_USECS)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("lease must be finite and at most 1000 years")));
+				 errmsg("%s must be finite and at most 1000 years", what)));
 	expires = dlock_add_interval(now, span);
 	if (expires <= now)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("lease must be positive"),
-				 errdetail("The lease given ends at or before the moment of the call.")));
+				 errmsg("%s must be positive", what),
+				 errdetail("The %s given ends at or before the moment of the call.", what)));
 	if (expires - now > DLOCK_MAX_LEASE_USECS)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("lease must be finite and at most 1000 years")));
+				 errmsg("%s must be finite and at most 1000 years", what)));
 	return expires;
+}
+
+TimestampTz
+dlock_lease_expiry(TimestampTz now, const Interval *span)
+{
+	return span_expiry(now, span, "lease");
+}
+
+/*
+ * dlock_check_ttl: a session's ttl argument (open_session): as a lease,
+ * NULL meaning dlock.default_lease; errors name it ttl.
+ */
+Interval *
+dlock_check_ttl(FunctionCallInfo fcinfo, int argno)
+{
+	Interval   *span;
+
+	if (PG_ARGISNULL(argno))
+		return dlock_ms_interval(dlock_default_lease_ms);
+	span = PG_GETARG_INTERVAL_P(argno);
+	(void) span_expiry(GetCurrentTimestamp(), span, "ttl");
+	return span;
+}
+
+/*
+ * dlock_session_arg: an acquisition's optional session argument (1.1);
+ * false when it is NULL or the installed SQL does not pass it.
+ */
+bool
+dlock_session_arg(FunctionCallInfo fcinfo, int argno, int64 *session)
+{
+	*session = 0;
+	if (PG_NARGS() <= argno || PG_ARGISNULL(argno))
+		return false;
+	*session = PG_GETARG_INT64(argno);
+	return true;
 }
 
 /*

@@ -23,12 +23,13 @@
  * and the outbox, listeners.c who LISTENs, waiters.c shared memory for
  * sleeping waiters, wakeups and statistics, worker.c the background worker
  * and dlock.reap(), promote.c the refresh of holdings after a promotion,
- * compact.c the rewrite of a table that is mostly dead rows.
+ * compact.c the rewrite of a table that is mostly dead rows, session.c
+ * sessions (1.1): open, keepalive, close, and an acquisition's session.
  *
  * Calls go one way, down these layers (a file calls only files of lower
  * layers, never back up; no two files call each other in a circle):
  *	dlock.c > worker.c > compact.c, promote.c > reap.c > lease.c, elect.c,
- *	xactlock.c, semaphore.c, multi.c > acquire.c, upkeep.c > wait.c,
+ *	xactlock.c, semaphore.c, multi.c > session.c > acquire.c, upkeep.c > wait.c,
  *	admit.c > queue.c, events.c, ending.c > rows.c, holding.c, fence.c,
  *	waiters.c > table.c, store.c, listeners.c, sends.c > resource.c >
  *	xact.c, args.c, guc.c.
@@ -165,6 +166,9 @@ extern bool dlock_check_fair(FunctionCallInfo fcinfo, int argno);
 extern bool dlock_check_shared(FunctionCallInfo fcinfo, int argno);
 extern TimestampTz dlock_add_interval(TimestampTz ts, const Interval *span);
 extern Interval *dlock_ms_interval(int64 ms);
+extern Interval *dlock_check_ttl(FunctionCallInfo fcinfo, int argno);
+extern bool dlock_session_arg(FunctionCallInfo fcinfo, int argno,
+							  int64 *session);
 
 /* ---- store.c (sessions, scans), rows.c and ending.c (direct access) ---- */
 
@@ -185,7 +189,20 @@ typedef struct DlockRow
 	int32		permits;		/* a semaphore's holding (0.5): its permits;
 								 * 0 for a lock's holding */
 	int32		max_permits;	/* ... and the semaphore's max_permits */
+	int64		session;		/* its session (1.1), or 0: leased.  Then
+								 * expires_at and lease are the session's */
 } DlockRow;
+
+/* A row of dlock.session_rows (1.1), as rows.c reads it. */
+typedef struct DlockSession
+{
+	int64		id;
+	char	   *holder;			/* in the store session's caller context */
+	Oid			owner;
+	Interval	ttl;
+	TimestampTz renewed_at;
+	TimestampTz expires_at;
+} DlockSession;
 
 /* resource.c: share-row tags of the shared holdings read (DlockRow *) */
 extern bool dlock_share_rows_held(const DlockResource *res, const List *shares,
@@ -196,6 +213,7 @@ extern void dlock_store_begin(void);
 extern void dlock_table_locks_track(void);
 extern void dlock_table_locks_untrack(bool release);
 extern void dlock_table_locks_mark(void);
+extern void dlock_table_locks_mark_wait(void);
 extern void dlock_table_locks_forget(void);
 extern void dlock_store_spi(void);
 extern MemoryContext dlock_store_context(void);
@@ -204,7 +222,11 @@ extern void dlock_store_end(void);
 extern void dlock_row_read(const DlockResource *res, DlockRow *row);
 extern void dlock_row_insert(const DlockResource *res, text *holder,
 							 Oid owner, int64 fence, const Interval *lease,
-							 TimestampTz now, TimestampTz expires);
+							 TimestampTz now, TimestampTz expires,
+							 int64 session);
+extern bool dlock_session_read(int64 id, DlockSession *s);
+extern bool dlock_sessions_installed(void);
+extern bool dlock_session_lapsed(int64 id);
 extern void dlock_row_renew(const DlockResource *res, const Interval *lease,
 							TimestampTz now, TimestampTz expires);
 extern void dlock_row_release(const DlockResource *res, int32 count_left,
@@ -221,14 +243,15 @@ extern bool dlock_row_reenter(const DlockResource *res, const DlockRow *seen,
 extern bool dlock_row_take(const DlockResource *res, const DlockRow *seen,
 						   text *holder, Oid owner, int64 fence,
 						   const Interval *lease, TimestampTz now,
-						   TimestampTz expires);
+						   TimestampTz expires, int64 session);
 extern bool dlock_row_tickets_below(const DlockResource *res, int64 below,
 									TimestampTz now);
 extern bool dlock_shares_installed(void);
 extern List *dlock_row_read_shares(const DlockResource *res);
 extern void dlock_share_insert(const DlockResource *res, text *holder,
 							   Oid owner, int64 fence, const Interval *lease,
-							   TimestampTz now, TimestampTz expires);
+							   TimestampTz now, TimestampTz expires,
+							   int64 session);
 extern bool dlock_share_change(const DlockResource *res, const DlockRow *seen,
 							   int32 count, const Interval *lease,
 							   TimestampTz now, TimestampTz expires);
@@ -236,7 +259,8 @@ extern bool dlock_semaphores_installed(void);
 extern void dlock_permits_insert(const DlockResource *res, text *holder,
 								 Oid owner, int64 fence, const Interval *lease,
 								 TimestampTz now, TimestampTz expires,
-								 int32 permits, int32 max_permits);
+								 int32 permits, int32 max_permits,
+								 int64 session);
 extern bool dlock_permits_add(const DlockResource *res, const DlockRow *seen,
 							  int32 count, int32 permits, TimestampTz now,
 							  TimestampTz expires);
@@ -426,6 +450,7 @@ typedef struct DlockRequest
 	bool		waits;			/* lock_all(): an exclusive request that will
 								 * wait (an upgrade looks for crossing ones,
 								 * as in lock()) */
+	int64		session;		/* in that session (1.1), or 0 */
 } DlockRequest;
 
 /* A resource's state, read once per attempt (dlock_admit_read). */
@@ -545,22 +570,41 @@ extern int64 dlock_wait_loop(const DlockResource *res, text *holder,
 /* acquire.c: lease attempts */
 extern bool dlock_lease_write(const DlockResource *res, text *holder,
 							  const DlockCaller *caller, const Interval *lease,
+							  int64 session,
 							  const Interval *lock_delay, bool shared,
 							  const DlockResourceState *st, DlockReason reason,
 							  int64 *drawn, int64 *fence);
 extern int64 dlock_acquire(const DlockResource *res, text *holder,
 						   const DlockCaller *caller, const Interval *lease,
-						   int64 wait_ms, bool fair,
+						   int64 session, int64 wait_ms, bool fair,
 						   const Interval *lock_delay, bool shared);
 extern int64 dlock_acquire_permits(const DlockResource *res, text *holder,
 								   const DlockCaller *caller,
-								   const Interval *lease, int64 wait_ms,
-								   bool fair, int32 permits,
+								   const Interval *lease, int64 session,
+								   int64 wait_ms, bool fair, int32 permits,
 								   int32 max_permits);
 extern int64 dlock_campaign_acquire(const DlockResource *res, text *candidate,
 									const DlockCaller *caller,
-									const Interval *lease, int64 wait_ms,
+									const Interval *lease, int64 session,
+									int64 wait_ms,
 									const Interval *lock_delay, bool *already);
+
+/* ---- session.c (1.1) ---- */
+extern text *dlock_session_use(int64 session, text *holder,
+							   const Interval *lease, const DlockCaller *caller,
+							   Interval **ttl);
+extern Datum dlock_session_keepalive(int64 session, const DlockCaller *caller,
+									 bool *isnull);
+extern int	dlock_sessions_reap(void);
+extern List *dlock_session_candidates(TimestampTz now, int limit);
+extern TimestampTz dlock_sessions_min_expiry(void);
+extern int64 dlock_sessions_refresh(TimestampTz promoted_at);
+extern int64 dlock_session_call(FunctionCallInfo fcinfo, int argno,
+								int lease_argno, const DlockCaller *caller,
+								text **holder, Interval **lease);
+extern text *dlock_session_holder_arg(FunctionCallInfo fcinfo, int argno,
+									  int session_argno,
+									  text *(*check) (FunctionCallInfo, int));
 
 /* ---- sends.c ---- */
 /* An event waiting for the end of its transaction. */

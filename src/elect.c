@@ -317,7 +317,8 @@ still_leader(const DlockResource *res, int64 term, text *candidate, text *value,
 }
 
 /*
- * dlock.campaign(election, candidate, value, lease, wait): the term once
+ * dlock.campaign(election, candidate, value, lease, wait, session): the
+ * term once
  * elected, NULL on timeout.  The leader campaigning again gets its current
  * term, never a re-entry, however it came to lead (also while it waits); a
  * value given then (and different) is proclaimed.  The holding takes the
@@ -334,10 +335,11 @@ dlock_campaign(PG_FUNCTION_ARGS)
 	int64		wait_ms;
 	DlockCaller caller;
 	int64		term;
+	int64		session;
 	bool		already;
 
 	dlock_resource_init(&res, dlock_check_election(fcinfo, 0));
-	candidate = dlock_check_candidate(fcinfo, 1);
+	candidate = dlock_session_holder_arg(fcinfo, 1, 5, dlock_check_candidate);
 	value = check_value(fcinfo, 2);
 	lease = dlock_check_lease(fcinfo, 3);
 	wait_ms = dlock_check_wait_ms(fcinfo, 4);
@@ -346,6 +348,7 @@ dlock_campaign(PG_FUNCTION_ARGS)
 	if (wait_ms != 0)
 		dlock_table_locks_mark();	/* a waiter keeps no read lock (table.c) */
 	caller = dlock_caller();
+	session = dlock_session_call(fcinfo, 5, 3, &caller, &candidate, &lease);
 
 	term = current_term(&res, candidate, &caller, wait_ms);
 	if (term != 0)
@@ -358,7 +361,7 @@ dlock_campaign(PG_FUNCTION_ARGS)
 		PG_RETURN_INT64(term);
 	}
 
-	term = dlock_campaign_acquire(&res, candidate, &caller, lease, wait_ms,
+	term = dlock_campaign_acquire(&res, candidate, &caller, lease, session, wait_ms,
 								  lock_delay, &already);
 	dlock_table_locks_forget();
 	if (term == 0)

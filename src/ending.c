@@ -30,13 +30,24 @@ static const char *const value_cols[1] = {"resource"};
 static TableInfo holding_values = {"holding_values", value_cols, 1, 1};
 
 /*
+ * in_session: a holding in a session (1.1): its expiry is its session's,
+ * not the copy in its row.
+ */
+static bool
+in_session(RowImage *img)
+{
+	return leases.att[L_SESSION] != InvalidAttrNumber &&
+		!ISNULL(&leases, img, L_SESSION);
+}
+
+/*
  * is_mine: the row is held, unexpired at now, by holder of role owner:
  * holding.c's HOLDING_MINE, for the one-step release.
  */
 static bool
 is_mine(RowImage *img, text *holder, Oid owner, TimestampTz now)
 {
-	return !ISNULL(&leases, img, L_HOLDER) &&
+	return !in_session(img) && !ISNULL(&leases, img, L_HOLDER) &&
 		text_eq(DatumGetTextPP(COL(&leases, img, L_HOLDER)), holder) &&
 		!ISNULL(&leases, img, L_OWNER) &&
 		DatumGetObjectId(COL(&leases, img, L_OWNER)) == owner &&
@@ -44,10 +55,23 @@ is_mine(RowImage *img, text *holder, Oid owner, TimestampTz now)
 		DatumGetTimestampTz(COL(&leases, img, L_EXPIRES_AT)) > now;
 }
 
-/* ended: the row has no holder, or its lease ended by now. */
+/*
+ * ended: the row has no holder, or its lease ended by now; a session's
+ * holding, when its session ended with that end locked in (rows.c's
+ * dlock_session_lapsed: a keepalive in flight keeps it).
+ */
 static bool
 ended(RowImage *img, TimestampTz now)
 {
+	if (!ISNULL(&leases, img, L_HOLDER) && in_session(img))
+	{
+		DlockSession sess;
+		int64		id = DatumGetInt64(COL(&leases, img, L_SESSION));
+
+		if (dlock_session_read(id, &sess) && sess.expires_at > now)
+			return false;
+		return dlock_session_lapsed(id);
+	}
 	return ISNULL(&leases, img, L_HOLDER) ||
 		(!ISNULL(&leases, img, L_EXPIRES_AT) &&
 		 DatumGetTimestampTz(COL(&leases, img, L_EXPIRES_AT)) <= now);
@@ -62,6 +86,7 @@ set_free(RowImage *img, TimestampTz now)
 	set_col(&leases, img, L_COUNT, Int32GetDatum(0));
 	set_null(&leases, img, L_EXPIRES_AT);
 	set_col(&leases, img, L_RELEASED_AT, TimestampTzGetDatum(now));
+	set_null(&leases, img, L_SESSION);
 }
 
 /*

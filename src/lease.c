@@ -48,8 +48,9 @@ PG_FUNCTION_INFO_V1(dlock_assert_fence);
 PG_FUNCTION_INFO_V1(dlock_session_holder);
 
 /*
- * dlock.try_lock(resource, holder, lease, fair, lock_delay, shared); the
- * 0.1 SQL passes only the first three, the 0.2 and 0.3 SQL five.
+ * dlock.try_lock(resource, holder, lease, fair, lock_delay, shared,
+ * session); the 0.1 SQL passes only the first three, the 0.2 and 0.3 SQL
+ * five, the 0.4 to 1.0 SQL six.
  */
 Datum
 dlock_try_lock(PG_FUNCTION_ARGS)
@@ -61,10 +62,11 @@ dlock_try_lock(PG_FUNCTION_ARGS)
 	Interval   *lock_delay;
 	bool		shared;
 	DlockCaller caller;
+	int64		session;
 	int64		fence;
 
 	dlock_resource_init(&res, dlock_check_resource(fcinfo, 0));
-	holder = dlock_check_holder(fcinfo, 1);
+	holder = dlock_session_holder_arg(fcinfo, 1, 6, dlock_check_holder);
 	lease = dlock_check_lease(fcinfo, 2);
 	fair = dlock_check_fair(fcinfo, 3);
 	lock_delay = dlock_check_lock_delay(fcinfo, 4);
@@ -72,17 +74,19 @@ dlock_try_lock(PG_FUNCTION_ARGS)
 	lock_delay = dlock_lock_delay_of(fcinfo, 4, lock_delay, shared);
 	dlock_check_writable("dlock.try_lock()");
 	caller = dlock_caller();
+	session = dlock_session_call(fcinfo, 6, 2, &caller, &holder, &lease);
 
-	fence = dlock_acquire(&res, holder, &caller, lease, 0, fair, lock_delay,
-						  shared);
+	fence = dlock_acquire(&res, holder, &caller, lease, session, 0, fair,
+						  lock_delay, shared);
 	if (fence == 0)
 		PG_RETURN_NULL();
 	PG_RETURN_INT64(fence);
 }
 
 /*
- * dlock.lock(resource, holder, lease, wait, fair, lock_delay, shared); the
- * 0.1 SQL passes only the first four, the 0.2 and 0.3 SQL six.
+ * dlock.lock(resource, holder, lease, wait, fair, lock_delay, shared,
+ * session); the 0.1 SQL passes only the first four, the 0.2 and 0.3 SQL
+ * six, the 0.4 to 1.0 SQL seven.
  */
 Datum
 dlock_lock(PG_FUNCTION_ARGS)
@@ -95,10 +99,11 @@ dlock_lock(PG_FUNCTION_ARGS)
 	Interval   *lock_delay;
 	bool		shared;
 	DlockCaller caller;
+	int64		session;
 	int64		fence;
 
 	dlock_resource_init(&res, dlock_check_resource(fcinfo, 0));
-	holder = dlock_check_holder(fcinfo, 1);
+	holder = dlock_session_holder_arg(fcinfo, 1, 7, dlock_check_holder);
 	lease = dlock_check_lease(fcinfo, 2);
 	wait_ms = dlock_check_wait_ms(fcinfo, 3);
 	fair = dlock_check_fair(fcinfo, 4);
@@ -107,9 +112,10 @@ dlock_lock(PG_FUNCTION_ARGS)
 	lock_delay = dlock_lock_delay_of(fcinfo, 5, lock_delay, shared);
 	dlock_check_writable("dlock.lock()");
 	caller = dlock_caller();
+	session = dlock_session_call(fcinfo, 7, 2, &caller, &holder, &lease);
 
-	fence = dlock_acquire(&res, holder, &caller, lease, wait_ms, fair, lock_delay,
-						  shared);
+	fence = dlock_acquire(&res, holder, &caller, lease, session, wait_ms, fair,
+						  lock_delay, shared);
 	if (fence == 0)
 		PG_RETURN_NULL();
 	PG_RETURN_INT64(fence);
@@ -356,7 +362,8 @@ again:
 		}
 		else
 		{
-			if (row.owner == caller.role)
+			/* The one-step release takes the caller's own, but a session's. */
+			if (row.owner == caller.role && row.session == 0)
 				elog(ERROR, "dlock: unlock of an own holding of \"%s\" changed nothing",
 					 text_to_cstring(res.name));
 			left = release_row(&res, &row, now, false, "released");
@@ -369,6 +376,35 @@ again:
 		dlock_count(DLOCK_STAT_RELEASED);
 	}
 	PG_RETURN_INT32(left);
+}
+
+/*
+ * renew_session: renew of a holding in a session (1.1) keeps its session
+ * alive, as keepalive does, and returns the session's new expiry (NULL if
+ * it ended meanwhile); a lease given is 22023.  Inside the store session,
+ * which it ends.
+ */
+static Datum
+renew_session(FunctionCallInfo fcinfo, int64 session, const Interval *lease,
+			  const DlockCaller *caller)
+{
+	Datum		expires;
+	bool		isnull;
+
+	if (lease != NULL)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("a holding in a session has no lease of its own"),
+				 errdetail("It lives as long as session " INT64_FORMAT ".", session),
+				 errhint("Renew it without lease (or call dlock.keepalive()): that keeps its session alive.")));
+	expires = dlock_session_keepalive(session, caller, &isnull);
+	dlock_store_end();
+	if (isnull)
+	{
+		dlock_count(DLOCK_STAT_LOST_RENEWALS);
+		PG_RETURN_NULL();
+	}
+	PG_RETURN_DATUM(expires);
 }
 
 /*
@@ -420,7 +456,9 @@ again:
 
 		if (sh != NULL && (!fence_given || fence == sh->fence))
 		{
-			/* The caller's shared holding (0.4). */
+			/* The caller's shared holding (0.4); in a session (1.1). */
+			if (sh->session != 0)
+				return renew_session(fcinfo, sh->session, lease, &caller);
 			if (lease == NULL)
 			{
 				lease = palloc(sizeof(Interval));
@@ -440,6 +478,8 @@ again:
 		dlock_count(DLOCK_STAT_LOST_RENEWALS);
 		PG_RETURN_NULL();
 	}
+	if (row.session != 0)
+		return renew_session(fcinfo, row.session, lease, &caller);
 	if (lease == NULL)
 	{
 		lease = palloc(sizeof(Interval));

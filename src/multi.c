@@ -58,6 +58,7 @@ typedef struct MultiArgs
 	int			n;
 	DlockResourceState *states; /* one per item, reused by each attempt */
 	text	   *holder;
+	int64		session;		/* in that session (1.1), or 0: leased */
 	const DlockCaller *caller;
 	const Interval *lease;
 	const Interval *lock_delay; /* NULL: none */
@@ -155,6 +156,8 @@ request_of(const MultiArgs *m)
 {
 	DlockRequest req = {m->shared ? DLOCK_KIND_SHARED : DLOCK_KIND_EXCLUSIVE,
 	m->holder, m->caller, false, false, 0, false};
+
+	req.session = m->session;
 
 	req.waits = m->waits && !m->shared;
 	return req;
@@ -268,7 +271,7 @@ write_all(MultiArgs *m, DlockAdmission *verdicts)
 		DlockAdmission v = verdicts[i];
 		int64		drawn = 0;
 
-		while (!dlock_lease_write(&it->res, m->holder, m->caller, m->lease,
+		while (!dlock_lease_write(&it->res, m->holder, m->caller, m->lease, m->session,
 								  m->lock_delay, m->shared, &m->states[i],
 								  v.reason, &drawn, &it->fence))
 		{
@@ -368,16 +371,17 @@ lock_all_common(FunctionCallInfo fcinfo, MultiArgs *m, int64 wait_ms)
 										  FLOAT8PASSBYVAL, TYPALIGN_DOUBLE));
 }
 
-/* dlock.try_lock_all(resources, holder, lease, shared) */
+/* dlock.try_lock_all(resources, holder, lease, shared, session) */
 Datum
 dlock_try_lock_all(PG_FUNCTION_ARGS)
 {
 	MultiArgs	m = {0};
 	DlockCaller caller;
+	Interval   *lease;
 
 	m.items = read_resources(fcinfo, 0, &m.n);
-	m.holder = dlock_check_holder(fcinfo, 1);
-	m.lease = dlock_check_lease(fcinfo, 2);
+	m.holder = dlock_session_holder_arg(fcinfo, 1, 4, dlock_check_holder);
+	m.lease = lease = dlock_check_lease(fcinfo, 2);
 	m.shared = dlock_check_shared(fcinfo, 3);
 	m.lock_delay = dlock_lock_delay_of(fcinfo, PG_NARGS(),
 									   dlock_check_lock_delay(fcinfo, PG_NARGS()),
@@ -385,6 +389,8 @@ dlock_try_lock_all(PG_FUNCTION_ARGS)
 	dlock_check_writable("dlock.try_lock_all()");
 	caller = dlock_caller();
 	m.caller = &caller;
+	m.session = dlock_session_call(fcinfo, 4, 2, &caller, &m.holder, &lease);
+	m.lease = lease;
 	return lock_all_common(fcinfo, &m, 0);
 }
 
@@ -395,15 +401,18 @@ dlock_try_lock_all(PG_FUNCTION_ARGS)
  * under the old SQL.
  */
 static Datum
-lock_all_call(FunctionCallInfo fcinfo, int shared_argno, int wait_argno)
+lock_all_call(FunctionCallInfo fcinfo, int shared_argno, int wait_argno,
+			  int session_argno)
 {
 	MultiArgs	m = {0};
 	DlockCaller caller;
+	Interval   *lease;
 	int64		wait_ms = 0;
 
 	m.items = read_resources(fcinfo, 0, &m.n);
-	m.holder = dlock_check_holder(fcinfo, 1);
-	m.lease = dlock_check_lease(fcinfo, 2);
+	m.holder = session_argno < 0 ? dlock_check_holder(fcinfo, 1) :
+		dlock_session_holder_arg(fcinfo, 1, session_argno, dlock_check_holder);
+	m.lease = lease = dlock_check_lease(fcinfo, 2);
 	if (wait_argno < shared_argno)
 		wait_ms = dlock_check_wait_ms(fcinfo, wait_argno);
 	m.shared = dlock_check_shared(fcinfo, shared_argno);
@@ -415,19 +424,23 @@ lock_all_call(FunctionCallInfo fcinfo, int shared_argno, int wait_argno)
 	dlock_check_writable("dlock.lock_all()");
 	caller = dlock_caller();
 	m.caller = &caller;
+	if (session_argno >= 0)
+		m.session = dlock_session_call(fcinfo, session_argno, 2, &caller,
+									   &m.holder, &lease);
+	m.lease = lease;
 	return lock_all_common(fcinfo, &m, wait_ms);
 }
 
-/* dlock.lock_all(resources, holder, lease, wait, shared): 1.0 */
+/* dlock.lock_all(resources, holder, lease, wait, shared, session): 1.0, 1.1 */
 Datum
 dlock_lock_all_1_0(PG_FUNCTION_ARGS)
 {
-	return lock_all_call(fcinfo, 4, 3);
+	return lock_all_call(fcinfo, 4, 3, 5);
 }
 
 /* dlock.lock_all(resources, holder, lease, shared, wait): 0.5 */
 Datum
 dlock_lock_all(PG_FUNCTION_ARGS)
 {
-	return lock_all_call(fcinfo, 3, 4);
+	return lock_all_call(fcinfo, 3, 4, -1);
 }

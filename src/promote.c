@@ -530,6 +530,9 @@ refresh_database(TimestampTz promoted_at, int64 *skipped)
 	pgstat_report_activity(STATE_RUNNING, "finding holdings live at the promotion");
 	todo = OidIsValid(get_extension_oid("dlock", true))
 		? candidates(promoted_at, cxt) : NIL;
+	/* Sessions (1.1) by the same rule: their holdings follow them. */
+	if (OidIsValid(get_extension_oid("dlock", true)))
+		refreshed += dlock_sessions_refresh(promoted_at);
 	PopActiveSnapshot();
 	CommitTransactionCommand();
 

@@ -29,6 +29,10 @@
  *	  each, sized from max_locks_per_transaction so the shared lock table
  *	  never runs out.
  *
+ * A session's holdings (1.1) expire with it: found through its row, each
+ * ended once that end is locked in (rows.c's dlock_session_lapsed), each
+ * with its event; the session's row goes once none is left (session.c).
+ *
  * Shared holdings (0.4, dlock.shares) expire the same way, each with its
  * own event; the last one of a resource gone wakes a waiter.  So do a
  * semaphore's holdings (0.5), each waking one waiter per permit it frees.
@@ -137,7 +141,9 @@ reap_shares(const DlockResource *res, TimestampTz now)
 	{
 		DlockRow   *sh = lfirst(lc);
 
-		if (sh->expires_at > now)
+		/* A session's (1.1): only once its end is locked in (rows.c). */
+		if (sh->expires_at > now ||
+			(sh->session != 0 && !dlock_session_lapsed(sh->session)))
 		{
 			live++;
 			continue;
@@ -155,6 +161,22 @@ reap_shares(const DlockResource *res, TimestampTz now)
 	if (reaped_shared > 0 && live == 0 && dlock_lease_ended(&row, now))
 		dlock_wake_after_commit(res->hash);
 	return reaped;
+}
+
+/*
+ * session_in_flight: res's exclusive holding is a session's (1.1) whose
+ * end is not locked in (a keepalive in flight, rows.c's
+ * dlock_session_lapsed): it is left alone, lock-delay and all, as a
+ * holding renewed meanwhile is.  Under the resource's lock.
+ */
+static bool
+session_in_flight(const DlockResource *res, TimestampTz now)
+{
+	DlockRow	row;
+
+	dlock_row_read(res, &row);
+	return row.session != 0 && row.held && row.expires_at <= now &&
+		!dlock_session_lapsed(row.session);
 }
 
 /*
@@ -180,6 +202,15 @@ dlock_reap_candidates(TimestampTz now, int limit)
 		MemoryContext old = MemoryContextSwitchTo(dlock_store_context());
 
 		resources = list_concat(resources, shares);
+		MemoryContextSwitchTo(old);
+	}
+	if (list_length(resources) < limit)
+	{
+		/* Holdings of sessions that ended (1.1). */
+		List	   *sessions = dlock_session_candidates(now, limit - list_length(resources));
+		MemoryContext old = MemoryContextSwitchTo(dlock_store_context());
+
+		resources = list_concat(resources, sessions);
 		MemoryContextSwitchTo(old);
 	}
 	dlock_store_end();
@@ -232,6 +263,8 @@ dlock_reap_list(List *resources, int from, int to, TimestampTz now)
 			continue;
 		if (shares)
 			reaped += reap_shares(&res, now);
+		if (session_in_flight(&res, now))
+			continue;			/* the locks go at commit */
 		if (queued)
 			dlock_delay_on_end(&res, DT_NOBEGIN, now);
 		fence = dlock_row_reap(&res, now);

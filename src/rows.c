@@ -5,8 +5,10 @@
  *		heap access (table.c): no SPI, no planner, no identity switch.
  *		The exclusive holding's row of dlock.leases; the shared holdings
  *		of dlock.shares (0.4) and a semaphore's of dlock.permits (0.5);
- *		and the reads of dlock.tickets and dlock.delays that admit.c's
- *		state needs.  Ending an exclusive holding is ending.c's.
+ *		the reads of dlock.tickets and dlock.delays that admit.c's state
+ *		needs; a session's row (1.1), whose expiry and ttl a holding in it
+ *		has (with_session; the lock of dlock_session_lapsed is SPI's).
+ *		Ending an exclusive holding is ending.c's.
  *
  * Each function finds its row with a primary-key index scan on the
  * latest snapshot and writes it as the executor does; a write checks that
@@ -31,6 +33,7 @@
 #include "access/htup_details.h"
 #include "access/stratnum.h"
 #include "access/table.h"
+#include "catalog/pg_type.h"
 #include "utils/builtins.h"
 #include "utils/fmgroids.h"
 #include "utils/rel.h"
@@ -38,7 +41,7 @@
 
 static const char *const lease_cols[L_NUM] = {
 	"resource", "holder", "owner", "count", "fence", "lease", "acquired_at",
-	"renewed_at", "expires_at", "released_at", "took_over"
+	"renewed_at", "expires_at", "released_at", "took_over", "session"
 };
 
 /* dlock.tickets (0.2): the columns the queue check reads. */
@@ -61,6 +64,121 @@ static const char *const delay_cols[D_NUM] = {
 TableInfo	leases = {"leases", lease_cols, L_NUM, L_TOOK_OVER};
 static TableInfo tickets = {"tickets", ticket_cols, T_NUM, T_NUM};
 TableInfo	delays = {"delays", delay_cols, D_NUM, D_NUM};
+
+/* dlock.session_rows (1.1): a session's holder, role, ttl and expiry. */
+enum
+{
+	X_ID, X_HOLDER, X_OWNER, X_TTL, X_OPENED_AT, X_RENEWED_AT, X_EXPIRES_AT,
+	X_NUM
+};
+static const char *const session_cols[X_NUM] = {
+	"id", "holder", "owner", "ttl", "opened_at", "renewed_at", "expires_at"
+};
+static TableInfo session_rows = {"session_rows", session_cols, X_NUM, X_NUM};
+
+/*
+ * dlock_session_read: session id's row on the latest snapshot into *s
+ * (holder copied into the store session's caller context); false if
+ * there is none (closed, reaped, never opened, or the 1.0 SQL).
+ */
+bool
+dlock_session_read(int64 id, DlockSession *s)
+{
+	TableInfo  *t = &session_rows;
+	Relation	rel = open_table(t, AccessShareLock);
+	ScanKeyData key;
+	RowImage	img;
+	bool		found;
+
+	memset(s, 0, sizeof(*s));
+	if (rel == NULL)
+		return false;
+	ScanKeyInit(&key, t->att[X_ID], BTEqualStrategyNumber, F_INT8EQ,
+				Int64GetDatum(id));
+	found = fetch_row(rel, t, 1, &key, NULL, &img);
+	if (found)
+	{
+		MemoryContext old = MemoryContextSwitchTo(dlock_store_context());
+
+		s->id = id;
+		s->holder = TextDatumGetCString(COL(t, &img, X_HOLDER));
+		MemoryContextSwitchTo(old);
+		s->owner = DatumGetObjectId(COL(t, &img, X_OWNER));
+		s->ttl = *DatumGetIntervalP(COL(t, &img, X_TTL));
+		s->renewed_at = DatumGetTimestampTz(COL(t, &img, X_RENEWED_AT));
+		s->expires_at = DatumGetTimestampTz(COL(t, &img, X_EXPIRES_AT));
+		heap_freetuple(img.tup);
+	}
+	table_close(rel, NoLock);
+	return found;
+}
+
+/*
+ * dlock_sessions_installed: is the 1.1 SQL there (sessions)?
+ */
+bool
+dlock_sessions_installed(void)
+{
+	Relation	rel = open_table(&session_rows, AccessShareLock);
+
+	if (rel == NULL)
+		return false;
+	table_close(rel, NoLock);
+	return true;
+}
+
+/*
+ * with_session: a holding in a session (row->session set) has its
+ * session's expiry and ttl, not those stored in its row (a copy from its
+ * acquisition): -infinity once the session's row is gone.
+ */
+static void
+with_session(DlockRow *row)
+{
+	DlockSession s;
+
+	if (row->session == 0)
+		return;
+	if (dlock_session_read(row->session, &s))
+	{
+		row->expires_at = s.expires_at;
+		row->lease = s.ttl;
+	}
+	else
+		row->expires_at = DT_NOBEGIN;
+}
+
+/*
+ * dlock_session_lapsed: has session id ended, with that end locked in?
+ * Its row is locked FOR SHARE SKIP LOCKED to the end of the transaction:
+ * true when the row is gone, or locked and past its expiry; false while
+ * it lives, or while another transaction changes it (a keepalive or a
+ * close in flight: busy).  A keepalive that comes later waits for this
+ * transaction and then sees the end: a session's end and a keepalive
+ * never both win.  Inside a store session.
+ */
+bool
+dlock_session_lapsed(int64 id)
+{
+	static SPIPlanPtr plan = NULL;
+	static SPIPlanPtr plan_exists = NULL;
+	static const Oid types[1] = {INT8OID};
+	Datum		values[1] = {Int64GetDatum(id)};
+	bool		isnull;
+	TimestampTz e;
+
+	if (dlock_store_exec(&plan,
+						 "SELECT s.expires_at FROM dlock.session_rows s"
+						 " WHERE s.id OPERATOR(pg_catalog.=) $1 FOR SHARE SKIP LOCKED",
+						 1, types, values, NULL, false) == 0)
+		return dlock_store_exec(&plan_exists,
+								"SELECT 1 FROM dlock.session_rows s"
+								" WHERE s.id OPERATOR(pg_catalog.=) $1",
+								1, types, values, NULL, true) == 0;
+	e = DatumGetTimestampTz(SPI_getbinval(SPI_tuptable->vals[0],
+										  SPI_tuptable->tupdesc, 1, &isnull));
+	return e <= GetCurrentTimestamp();
+}
 
 /* open_leases: dlock.leases opened for a read or a change. */
 Relation
@@ -125,16 +243,35 @@ dlock_row_read(const DlockResource *res, DlockRow *row)
 			row->lease = *DatumGetIntervalP(COL(&leases, &img, L_LEASE));
 		row->expires_at = ISNULL(&leases, &img, L_EXPIRES_AT) ? DT_NOBEGIN :
 			DatumGetTimestampTz(COL(&leases, &img, L_EXPIRES_AT));
+		if (row->held && leases.att[L_SESSION] != InvalidAttrNumber &&
+			!ISNULL(&leases, &img, L_SESSION))
+			row->session = DatumGetInt64(COL(&leases, &img, L_SESSION));
 		heap_freetuple(img.tup);
 	}
 	table_close(rel, NoLock);
+	with_session(row);
+}
+
+/* set_session: a new holding's session column (0: a leased holding). */
+static void
+set_session(TableInfo *t, RowImage *img, int c, int64 session)
+{
+	if (session != 0 && t->att[c] == InvalidAttrNumber)
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("sessions need the 1.1 SQL of dlock"),
+				 errhint("Run ALTER EXTENSION dlock UPDATE.")));
+	if (session != 0)
+		set_col(t, img, c, Int64GetDatum(session));
+	else
+		set_null(t, img, c);
 }
 
 /* dlock_row_insert: the first holding of a resource never seen. */
 void
 dlock_row_insert(const DlockResource *res, text *holder, Oid owner,
 				 int64 fence, const Interval *lease, TimestampTz now,
-				 TimestampTz expires)
+				 TimestampTz expires, int64 session)
 {
 	Relation	rel = open_leases(RowExclusiveLock);
 	RowImage	img;
@@ -150,6 +287,7 @@ dlock_row_insert(const DlockResource *res, text *holder, Oid owner,
 	set_col(&leases, &img, L_RENEWED_AT, TimestampTzGetDatum(now));
 	set_col(&leases, &img, L_EXPIRES_AT, TimestampTzGetDatum(expires));
 	set_col(&leases, &img, L_TOOK_OVER, BoolGetDatum(false));
+	set_session(&leases, &img, L_SESSION, session);
 	insert_row(rel, &img);
 	table_close(rel, NoLock);
 }
@@ -317,7 +455,7 @@ dlock_row_reenter(const DlockResource *res, const DlockRow *seen,
 bool
 dlock_row_take(const DlockResource *res, const DlockRow *seen, text *holder,
 			   Oid owner, int64 fence, const Interval *lease,
-			   TimestampTz now, TimestampTz expires)
+			   TimestampTz now, TimestampTz expires, int64 session)
 {
 	Relation	rel;
 	RowImage	img;
@@ -325,7 +463,8 @@ dlock_row_take(const DlockResource *res, const DlockRow *seen, text *holder,
 
 	if (!seen->exists)
 	{
-		dlock_row_insert(res, holder, owner, fence, lease, now, expires);
+		dlock_row_insert(res, holder, owner, fence, lease, now, expires,
+						 session);
 		return true;
 	}
 	rel = open_leases(RowExclusiveLock);
@@ -340,6 +479,7 @@ dlock_row_take(const DlockResource *res, const DlockRow *seen, text *holder,
 		set_col(&leases, &img, L_EXPIRES_AT, TimestampTzGetDatum(expires));
 		set_col(&leases, &img, L_RENEWED_AT, TimestampTzGetDatum(now));
 		set_null(&leases, &img, L_RELEASED_AT);
+		set_session(&leases, &img, L_SESSION, session);
 		written = write_row(rel, &img);
 		heap_freetuple(img.tup);
 	}
@@ -357,14 +497,15 @@ dlock_row_take(const DlockResource *res, const DlockRow *seen, text *holder,
 enum
 {
 	S_RESOURCE, S_HOLDER, S_OWNER, S_COUNT, S_FENCE, S_LEASE, S_ACQUIRED_AT,
-	S_RENEWED_AT, S_EXPIRES_AT, S_PERMITS, S_MAX_PERMITS, S_NUM
+	S_RENEWED_AT, S_EXPIRES_AT, S_SESSION, S_PERMITS, S_MAX_PERMITS, S_NUM
 };
 static const char *const share_cols[S_NUM] = {
 	"resource", "holder", "owner", "count", "fence", "lease", "acquired_at",
-	"renewed_at", "expires_at", "permits", "max_permits"
+	"renewed_at", "expires_at", "session", "permits", "max_permits"
 };
-static TableInfo shares = {"shares", share_cols, S_PERMITS, S_PERMITS};
-static TableInfo permits_table = {"permits", share_cols, S_NUM, S_NUM};
+/* session (1.1) may be absent; so, to open_table, may the permits' columns */
+static TableInfo shares = {"shares", share_cols, S_PERMITS, S_SESSION};
+static TableInfo permits_table = {"permits", share_cols, S_NUM, S_SESSION};
 
 /* table_of: the table of a holding read by dlock_row_read_shares. */
 static TableInfo *
@@ -429,6 +570,12 @@ read_holdings(TableInfo *t, const DlockResource *res, List *result)
 		s->fence = DatumGetInt64(heap_getattr(tup, t->att[S_FENCE], desc, &isnull));
 		s->lease = *DatumGetIntervalP(heap_getattr(tup, t->att[S_LEASE], desc, &isnull));
 		s->expires_at = DatumGetTimestampTz(heap_getattr(tup, t->att[S_EXPIRES_AT], desc, &isnull));
+		if (t->att[S_SESSION] != InvalidAttrNumber)
+		{
+			Datum		d = heap_getattr(tup, t->att[S_SESSION], desc, &isnull);
+
+			s->session = isnull ? 0 : DatumGetInt64(d);
+		}
 		if (t == &permits_table)
 		{
 			s->permits = DatumGetInt32(heap_getattr(tup, t->att[S_PERMITS], desc, &isnull));
@@ -436,6 +583,7 @@ read_holdings(TableInfo *t, const DlockResource *res, List *result)
 		}
 		result = lappend(result, s);
 		MemoryContextSwitchTo(old);
+		with_session(s);
 	}
 	systable_endscan(scan);
 	UnregisterSnapshot(snap);
@@ -499,7 +647,8 @@ open_shares(TableInfo *t)
 static void
 insert_holding(const DlockResource *res, text *holder, Oid owner,
 			   int64 fence, const Interval *lease, TimestampTz now,
-			   TimestampTz expires, int32 permits, int32 max_permits)
+			   TimestampTz expires, int32 permits, int32 max_permits,
+			   int64 session)
 {
 	TableInfo  *t = permits > 0 ? &permits_table : &shares;
 	Relation	rel = open_shares(t);
@@ -515,6 +664,7 @@ insert_holding(const DlockResource *res, text *holder, Oid owner,
 	set_col(t, &img, S_ACQUIRED_AT, TimestampTzGetDatum(now));
 	set_col(t, &img, S_RENEWED_AT, TimestampTzGetDatum(now));
 	set_col(t, &img, S_EXPIRES_AT, TimestampTzGetDatum(expires));
+	set_session(t, &img, S_SESSION, session);
 	if (permits > 0)
 	{
 		set_col(t, &img, S_PERMITS, Int32GetDatum(permits));
@@ -528,20 +678,22 @@ insert_holding(const DlockResource *res, text *holder, Oid owner,
 void
 dlock_share_insert(const DlockResource *res, text *holder, Oid owner,
 				   int64 fence, const Interval *lease, TimestampTz now,
-				   TimestampTz expires)
+				   TimestampTz expires, int64 session)
 {
-	insert_holding(res, holder, owner, fence, lease, now, expires, 0, 0);
+	insert_holding(res, holder, owner, fence, lease, now, expires, 0, 0,
+				   session);
 }
 
 /* dlock_permits_insert: a new holding of permits of the semaphore res (0.5). */
 void
 dlock_permits_insert(const DlockResource *res, text *holder, Oid owner,
 					 int64 fence, const Interval *lease, TimestampTz now,
-					 TimestampTz expires, int32 permits, int32 max_permits)
+					 TimestampTz expires, int32 permits, int32 max_permits,
+					 int64 session)
 {
 	Assert(permits > 0 && max_permits >= permits);
 	insert_holding(res, holder, owner, fence, lease, now, expires, permits,
-				   max_permits);
+				   max_permits, session);
 }
 
 /*

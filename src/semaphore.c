@@ -37,11 +37,13 @@ typedef struct SemaphoreArgs
 {
 	int			fair;
 	int			wait;
+	int			session;		/* session => id (1.1; the 1.0 symbol's SQL
+								 * passes it from 1.1 on), -1: none */
 } SemaphoreArgs;
 
-static const SemaphoreArgs try_acquire_args = {5, -1};
-static const SemaphoreArgs acquire_args_0_5 = {5, 6};
-static const SemaphoreArgs acquire_args_1_0 = {6, 5};
+static const SemaphoreArgs try_acquire_args = {5, -1, 6};
+static const SemaphoreArgs acquire_args_0_5 = {5, 6, -1};
+static const SemaphoreArgs acquire_args_1_0 = {6, 5, 7};
 
 /* check_count: a positive count argument named what. */
 static int32
@@ -79,10 +81,12 @@ semaphore_call(FunctionCallInfo fcinfo, const SemaphoreArgs *pos,
 	bool		fair;
 	int64		wait_ms = 0;
 	DlockCaller caller;
+	int64		session;
 	int64		fence;
 
 	dlock_resource_init(&res, dlock_check_semaphore(fcinfo, 0));
-	holder = dlock_check_holder(fcinfo, 1);
+	holder = pos->session < 0 ? dlock_check_holder(fcinfo, 1) :
+		dlock_session_holder_arg(fcinfo, 1, pos->session, dlock_check_holder);
 	max_permits = check_count(fcinfo, 2, "max_permits");
 	permits = check_count(fcinfo, 3, "permits");
 	if (permits > max_permits)
@@ -105,9 +109,11 @@ semaphore_call(FunctionCallInfo fcinfo, const SemaphoreArgs *pos,
 				 errmsg("semaphores need the 0.5 SQL of dlock"),
 				 errhint("Run ALTER EXTENSION dlock UPDATE.")));
 	caller = dlock_caller();
+	session = pos->session < 0 ? 0 :
+		dlock_session_call(fcinfo, pos->session, 4, &caller, &holder, &lease);
 
-	fence = dlock_acquire_permits(&res, holder, &caller, lease, wait_ms, fair,
-								  permits, max_permits);
+	fence = dlock_acquire_permits(&res, holder, &caller, lease, session,
+								  wait_ms, fair, permits, max_permits);
 	dlock_table_locks_forget();
 	return fence;
 }

@@ -70,6 +70,9 @@ static const char *const waited_tables[] = {
 #define NWAITED lengthof(waited_tables)
 static Oid	waited_relid[NWAITED];
 static bool waited_held[NWAITED];
+/* ... and at the mark (the start of the call or of the wait) */
+static Oid	start_relid[NWAITED];
+static bool start_held[NWAITED];
 
 /* read_locked: whether this backend holds ACCESS SHARE on relid. */
 static bool
@@ -96,7 +99,12 @@ release_reads(Oid relid)
 /* Whether dlock_table_locks_mark noted them for the whole call. */
 static bool marked = false;
 
-/* note_held: which of waited_tables the transaction holds a read lock of. */
+/*
+ * note_held: the OIDs of waited_tables now (an update of the SQL during a
+ * long wait may have created some), and which of them the transaction
+ * held a read lock of before: at the mark, when marked (a table made since
+ * was not held), else now.
+ */
 static void
 note_held(void)
 {
@@ -107,8 +115,9 @@ note_held(void)
 	{
 		waited_relid[i] = OidIsValid(schema) ?
 			get_relname_relid(waited_tables[i], schema) : InvalidOid;
-		waited_held[i] = OidIsValid(waited_relid[i]) &&
-			read_locked(waited_relid[i], &tag);
+		waited_held[i] = marked ?
+			(start_held[i] && start_relid[i] == waited_relid[i]) :
+			(OidIsValid(waited_relid[i]) && read_locked(waited_relid[i], &tag));
 	}
 }
 
@@ -122,8 +131,25 @@ note_held(void)
 void
 dlock_table_locks_mark(void)
 {
+	marked = false;
 	note_held();
+	memcpy(start_relid, waited_relid, sizeof(start_relid));
+	memcpy(start_held, waited_held, sizeof(start_held));
 	marked = true;
+}
+
+/*
+ * dlock_table_locks_mark_wait: at the start of a wait (wait.c), unless the
+ * call marked already: so that a read lock taken between two attempts
+ * (not by either) is given back by the next one, not kept as if the
+ * transaction had held it before (an ALTER EXTENSION UPDATE that adds a
+ * column waited for the waiter, test/t/091).
+ */
+void
+dlock_table_locks_mark_wait(void)
+{
+	if (!marked)
+		dlock_table_locks_mark();
 }
 
 void
@@ -133,15 +159,14 @@ dlock_table_locks_forget(void)
 }
 
 /*
- * dlock_table_locks_track: before a wait's attempt, note which of
- * waited_tables the transaction already holds a read lock of (unless the
- * call noted it at its start).
+ * dlock_table_locks_track: before a wait's attempt, note the OIDs of
+ * waited_tables and which of them the transaction held a read lock of
+ * before (at the mark: the start of the call or of the wait).
  */
 void
 dlock_table_locks_track(void)
 {
-	if (!marked)
-		note_held();
+	note_held();
 }
 
 /*
@@ -247,7 +272,7 @@ open_table(TableInfo *t, LOCKMODE mode)
 	for (int i = 0; i < t->ncols; i++)
 		t->att[i] = get_attnum(t->relid, t->cols[i]);
 	for (int i = 0; i < t->ncols; i++)
-		if (t->att[i] == InvalidAttrNumber && i >= t->nrequired)
+		if (t->att[i] == InvalidAttrNumber && i < t->nrequired)
 			elog(ERROR, "dlock: table dlock.%s has no column %s",
 				 t->name, t->cols[i]);
 	t->valid = true;

@@ -22,7 +22,7 @@
 #include "storage/lockdefs.h"
 #include "utils/relcache.h"
 
-/* The most columns a TableInfo names (leases: 11). */
+/* The most columns a TableInfo names (leases: 12). */
 #define MAX_COLS 16
 
 /*
@@ -83,6 +83,7 @@ typedef enum LeaseCol
 	L_EXPIRES_AT,
 	L_RELEASED_AT,
 	L_TOOK_OVER,				/* 0.1's scratch column; may be absent */
+	L_SESSION,					/* the holding's session (1.1); may be absent */
 	L_NUM
 } LeaseCol;
 

@@ -145,12 +145,29 @@ dlock_delay_on_end(const DlockResource *res, TimestampTz at,
 				   TimestampTz expired_by)
 {
 	static SPIPlanPtr plan = NULL;
+	static SPIPlanPtr plan_sessions = NULL;
 	static const Oid types[3] = {TEXTOID, TIMESTAMPTZOID, TIMESTAMPTZOID};
 	Datum		values[3];
 
 	values[0] = PointerGetDatum(res->name);
 	values[1] = TimestampTzGetDatum(at);
 	values[2] = TimestampTzGetDatum(expired_by);
+	if (dlock_sessions_installed())
+	{
+		/* A session's holding (1.1) ends with its session. */
+		(void) dlock_store_exec(&plan_sessions,
+								"UPDATE dlock.delays d SET available_at ="
+								"  GREATEST(h.e, $2) OPERATOR(pg_catalog.+) d.lock_delay"
+								"  FROM (SELECT l.resource, l.fence, CASE WHEN l.session IS NULL THEN l.expires_at"
+								"          ELSE COALESCE((SELECT s.expires_at FROM dlock.session_rows s"
+								"                          WHERE s.id OPERATOR(pg_catalog.=) l.session),"
+								"                        '-infinity'::pg_catalog.timestamptz) END AS e"
+								"          FROM dlock.leases l WHERE " RES_IS("l") " AND l.holder IS NOT NULL) h"
+								" WHERE " RES_IS("d") " AND h.fence OPERATOR(pg_catalog.=) d.fence"
+								"   AND h.e OPERATOR(pg_catalog.<=) $3",
+								3, types, values, NULL, false);
+		return;
+	}
 	(void) dlock_store_exec(&plan,
 							"UPDATE dlock.delays d SET available_at ="
 							"  GREATEST(l.expires_at, $2) OPERATOR(pg_catalog.+) d.lock_delay"

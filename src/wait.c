@@ -247,6 +247,8 @@ dlock_wait_loop(const DlockResource *res, text *holder, int64 wait_ms,
 		start + (TimestampTz) LockTimeout * 1000 : DT_NOEND;
 	w.backoff_ms = 1;
 	w.extra_mode = NoLock;
+	if (wait_ms != 0)
+		dlock_table_locks_mark_wait();
 
 	for (;;)
 	{

@@ -390,6 +390,10 @@ reap_round(MemoryContext loop_context)
 	dlock_store_end();
 	end_xact();
 
+	begin_xact("removing ended sessions");
+	(void) dlock_sessions_reap();
+	end_xact();
+
 	begin_xact("finding long-free rows");
 	MemoryContextSwitchTo(loop_context);
 	list = dlock_stale_candidates(GetCurrentTimestamp(), DLOCK_ROUND_SCAN);
@@ -402,6 +406,7 @@ reap_round(MemoryContext loop_context)
 	dlock_store_begin();
 	dlock_expiry_hint(dlock_min_expiry());
 	dlock_expiry_hint(shares_min_expiry());
+	dlock_expiry_hint(dlock_sessions_min_expiry());
 	dlock_store_end();
 	end_xact();
 

@@ -276,6 +276,36 @@ if ((grep { $_ eq '0.5' } @versions) && (grep { $_ eq '1.0' } @versions))
 	$wa->quit;
 }
 
+# 1.0 -> 1.1 ([sessions]): a session column on every holdings' table and
+# dlock.session_rows.  Under the 1.0 SQL the 1.1 library reads and writes
+# the tables without that column; after the update the 1.0 holdings are
+# leased ones (session NULL), re-entered as such, and sessions work.
+if ((grep { $_ eq '1.0' } @versions) && (grep { $_ eq '1.1' } @versions))
+{
+	$node->safe_psql('postgres', 'CREATE DATABASE walk11');
+	my $q = sub { $node->safe_psql('walk11', shift) };
+	$q->(q{CREATE EXTENSION dlock VERSION '1.0'});
+	my $f10 = $q->(q{SELECT dlock.try_lock('w11/a', 'h10', '1h')});
+	$q->(q{SELECT dlock.try_lock('w11/s', 'h10', '1h', shared => true)});
+	$q->(q{SELECT dlock.try_acquire('w11/p', 'h10', 3, 2, '1h')});
+	is($q->(q{SELECT dlock.try_lock('w11/b', 'h10', '1h') > 0 AND dlock.unlock('w11/b', 'h10') = 0}), 't',
+		'1.0 SQL: the 1.1 library acquires and releases');
+	my $held = q{SELECT string_agg(resource || ' ' || holder || ' ' || count || ' ' || fence || ' ' || mode, ', ' ORDER BY resource) FROM dlock.locks};
+	my $before11 = $q->($held);
+	$q->(q{ALTER EXTENSION dlock UPDATE TO '1.1'});
+	is($q->($held), $before11, '1.1: every holding intact');
+	is($q->(q{SELECT count(*) FROM dlock.locks WHERE session IS NULL}), '3', '1.1: the 1.0 holdings are leased ones');
+	is($q->(q{SELECT dlock.try_lock('w11/a', 'h10', '1h')}), $f10, '1.1: a 1.0 holding is re-entered with a lease');
+	my $s = $q->(q{SELECT dlock.open_session('1h', 'h10')});
+	cmp_ok($s, '>', $f10, '1.1: a session id is above every 1.0 fence');
+	my ($rc, $out, $err) = $node->psql('walk11', "SELECT dlock.try_lock('w11/a', session => $s)");
+	like($err, qr/holds resource "w11\/a" with a lease of its own/, '1.1: ... and not in a session');
+	cmp_ok($q->("SELECT dlock.try_lock('w11/c', session => $s)"), '>', $s, '1.1: an acquisition in a session');
+	is($q->("SELECT dlock.keepalive($s) IS NOT NULL"), 't', '1.1: keepalive');
+	is($q->("SELECT dlock.close_session($s)"), '1', '1.1: close_session releases its holding');
+	is($q->(q{SELECT dlock.unlock_all('h10')}), '3', '1.1: the 1.0 holdings are released');
+}
+
 # The schema is the one a fresh install of the newest version makes.
 $node->safe_psql('fresh', 'CREATE EXTENSION dlock');
 my @dump = ('pg_dump', '--schema-only', '--no-owner', '-h', $node->host, '-p', $node->port);

@@ -145,6 +145,17 @@ sub exercise
 		is(wq(qq{SELECT dlock.unlock('ex/$v/s', 's1') + dlock.unlock('ex/$v/s', 's2')}), '0',
 			"$v SQL: unlock of shared holdings");
 	}
+	if (wq(q{SELECT to_regprocedure('dlock.open_session(interval,text)') IS NOT NULL}) eq 't')
+	{
+		# Sessions (1.1): one holding in a session, kept alive, closed.
+		my $s = wq(qq{SELECT dlock.open_session('1h', 'hs')});
+		cmp_ok($s, '>', $fences[-1], "$v SQL: a session id is above every fence before it");
+		my $sf = wq(qq{SELECT dlock.try_lock('ex/$v/sess', session => $s)});
+		cmp_ok($sf, '>', $s, "$v SQL: a holding in a session gets a higher fence");
+		push @fences, $sf;
+		is(wq(qq{SELECT dlock.keepalive($s) IS NOT NULL}), 't', "$v SQL: keepalive");
+		is(wq(qq{SELECT dlock.close_session($s)}), '1', "$v SQL: close_session");
+	}
 	if (wq(q{SELECT to_regprocedure('dlock.try_lock_all(text[],text,interval,boolean)') IS NOT NULL}) eq 't')
 	{
 		# Several resources at once (0.5): all or nothing, fences in order.
