@@ -146,7 +146,8 @@ def test_keepalive_backend_terminated_reconnects_then_cut_off_lost(dsn, admin, n
     assert not s.lost.is_set() and all(lock.check() for lock in locks)
     db = admin.execute("SELECT current_database()").fetchone()[0]
     # From another database: a database's own sessions may not close it.
-    other = psycopg.connect(make_conninfo(dsn, dbname="postgres"), autocommit=True)
+    other = psycopg.connect(make_conninfo(dsn, dbname="template1" if db == "postgres" else "postgres"),
+                            autocommit=True)
     other.execute(f'ALTER DATABASE "{db}" ALLOW_CONNECTIONS false')
     try:
         admin.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
