@@ -229,9 +229,6 @@ func TestSessionClosedByAdministrator(t *testing.T) {
 	t.Parallel()
 	app, admin := appDB(t, ""), appDB(t, "")
 	needSessions(t, admin)
-	if _, err := admin.Exec(`CREATE TABLE IF NOT EXISTS go_session_fenced (resource text PRIMARY KEY, fence bigint)`); err != nil {
-		t.Fatal(err)
-	}
 	s, err := dlock.OpenSession(bg(), app, dlock.TTL(3*time.Second))
 	if err != nil {
 		t.Fatal(err)
