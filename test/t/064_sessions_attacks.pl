@@ -1,0 +1,224 @@
+# 064_sessions_attacks.pl: attacks on the C extension's sessions (1.1),
+# class by class from ATTACKS.md, and the portable edition's attacks
+# (test/portable/t/103_sessions_attacks.t) tried on the C half:
+# close_session against lock() waiting in the session, a session that ends
+# while lock() waits in it, campaign re-entry the way it was taken, ids
+# after DROP/CREATE EXTENSION and a dump restored, statement_timeout and
+# lock_timeout cutting close_session, keepalives in old snapshots and
+# rolled-back savepoints, read-only transactions.
+# Promises: P1 P2 P4 P5 P6 P8
+
+use strict;
+use warnings;
+
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use Test::More;
+use IPC::Run;
+use Time::HiRes qw(usleep);
+
+my $node = PostgreSQL::Test::Cluster->new('sessatt');
+$node->init;
+$node->append_conf(
+	'postgresql.conf', q{
+shared_preload_libraries = 'dlock'
+dlock.database = 'postgres'
+});
+$node->start;
+$node->safe_psql('postgres', 'CREATE EXTENSION dlock');
+my $q = sub { $node->safe_psql('postgres', shift) };
+
+# async SQL: run in its own psql, errors as "ERROR:  SQLSTATE".
+sub async
+{
+	my ($sql) = @_;
+	my ($out, $err) = ('', '');
+	my $h = IPC::Run::start(
+		[
+			'psql', '-XAtq', '-d', $node->connstr('postgres'),
+			'-c', '\set VERBOSITY sqlstate', '-c', $sql
+		],
+		'>', \$out, '2>', \$err);
+	return [ $h, \$out, \$err ];
+}
+
+# result: the output of an async call, or its SQLSTATE.
+sub result
+{
+	my ($a) = @_;
+	$a->[0]->finish;
+	my $err = ${ $a->[2] };
+	return $1 if $err =~ /ERROR:\s+(\w{5})/;
+	my $out = ${ $a->[1] };
+	chomp $out;
+	return $out;
+}
+
+# err: the SQLSTATE of sql, or its output.
+sub err { return result(async(shift)); }
+
+# active: wait until n backends run a statement matching like.
+sub active
+{
+	my ($like, $n) = @_;
+	return $node->poll_query_until('postgres',
+		"SELECT count(*) >= $n FROM pg_stat_activity WHERE state = 'active' AND query LIKE '$like'"
+		  . " AND pid <> pg_backend_pid()");
+}
+
+# ended: wait until session s's ttl has passed.
+sub ended
+{
+	my ($s) = @_;
+	return $node->poll_query_until('postgres',
+		"SELECT clock_timestamp() > (SELECT expires_at FROM dlock.sessions WHERE id = $s)");
+}
+
+# 1. close_session while lock(), acquire() and lock_all() wait in the
+# session for resources another holds: the close does not wait for the
+# waiters (it would until the resources free); each waiter's next attempt
+# raises 55000 (portable 103's close_vs_wait).
+{
+	my $s = $q->(q{SELECT dlock.open_session('1h', 'w-cw')});
+	ok($q->("SELECT dlock.try_lock('cw/mine', session => $s)"), 'a holding in the session');
+	ok($q->(q{SELECT dlock.try_lock('cw/1', 'b', '1h')}), 'b holds cw/1');
+	ok($q->(q{SELECT dlock.try_acquire('cw/2', 'b', 1, 1, '1h')}), "b holds cw/2's only permit");
+	my @w = (
+		async("SET statement_timeout = '30s'; SELECT dlock.lock('cw/1', session => $s)"),
+		async("SET statement_timeout = '30s'; SELECT dlock.acquire('cw/2', NULL, 1, 1, session => $s)"),
+		async("SET statement_timeout = '30s'; SELECT dlock.lock_all('{cw/free,cw/1}', session => $s)"));
+	ok(active('%session => ' . $s . ')%', 3), 'three waits in the session');
+	usleep(200_000);
+	is(err("SET statement_timeout = '10s'; SELECT dlock.close_session($s)"), '1',
+		'close_session does not wait for the waits: it releases the one holding');
+	for my $w (@w)
+	{
+		is(result($w), '55000', 'the wait ends with 55000 (the session has ended)');
+	}
+	is($q->(q{SELECT count(*) FROM dlock.locks WHERE resource = 'cw/free'}), '0', 'lock_all took nothing');
+	is($q->(q{SELECT dlock.unlock_all('b')}), '2', "b's holdings untouched");
+}
+
+# 2. A session whose ttl passes while lock() waits in it: when the
+# resource frees, the waiter gets 55000, not a fence of a holding that has
+# already ended.
+{
+	my $s = $q->(q{SELECT dlock.open_session('1s', 'w-tw')});
+	ok($q->(q{SELECT dlock.try_lock('tw/1', 'b', '1h')}), 'b holds tw/1');
+	my $w = async("SET statement_timeout = '30s'; SELECT dlock.lock('tw/1', session => $s, wait => '20s')");
+	ok(active('%tw/1%', 1), 'lock() waits in the session');
+	ok(ended($s), "the session's ttl passes while it waits");
+	is($q->(q{SELECT dlock.unlock('tw/1', 'b')}), '0', 'b releases tw/1');
+	my $got = result($w);
+	is($got, '55000', 'the waiter gets 55000, not a fence of an ended session');
+	is($q->(q{SELECT count(*) FROM dlock.locks WHERE resource = 'tw/1' AND holder = 'w-tw'}), '0',
+		'no holding of the ended session');
+	$q->(q{SELECT dlock.reap()});
+}
+
+# 3. campaign re-enters only the way the leader holds it (55000), as
+# try_lock does (portable 103's reentry).
+{
+	my $s = $q->(q{SELECT dlock.open_session('1h', 'w-re')});
+	my $s2 = $q->(q{SELECT dlock.open_session('1h', 'w-re')});
+	ok($q->(q{SELECT dlock.campaign('a/el', 'w-re', lease => '1h')}), 'w-re leads a/el with a lease');
+	is(err("SELECT dlock.campaign('a/el', session => $s)"), '55000',
+		'the leader campaigning again in a session: 55000');
+	my $t2 = $q->("SELECT dlock.campaign('a/el2', session => $s)");
+	ok($t2, 'w-re leads a/el2 in a session');
+	is(err(q{SELECT dlock.campaign('a/el2', 'w-re', lease => '1h')}), '55000',
+		'the leader in a session campaigning with a lease: 55000');
+	is(err("SELECT dlock.campaign('a/el2', session => $s2)"), '55000',
+		'... in another session of the same holder: 55000');
+	is($q->("SELECT dlock.campaign('a/el2', session => $s)"), $t2, '... in its own session: its term');
+	is($q->("SELECT dlock.close_session($s2)"), '0', 'the other session holds nothing');
+	is($q->("SELECT dlock.close_session($s)"), '1', 'the session releases its leadership');
+	is($q->(q{SELECT dlock.unlock_all('w-re')}), '1', 'the leased leadership stays apart');
+}
+
+# 4. statement_timeout cuts close_session while it waits for a pin on its
+# second holding; lock_timeout while a keepalive is in flight: nothing
+# changed (portable 103's cut_close).
+{
+	my $s = $q->(q{SELECT dlock.open_session('1h', 'w-cut')});
+	my %f = map { $_ => $q->("SELECT dlock.try_lock('$_', session => $s)") } qw(cut/a cut/b);
+	ok($q->("SELECT dlock.try_acquire('cut/c', NULL, 3, 1, session => $s)"), 'three holdings');
+	my $pin = $node->background_psql('postgres');
+	$pin->query_safe("BEGIN; SELECT dlock.assert_fence('cut/b', $f{'cut/b'})");
+	is(err("SET statement_timeout = '300ms'; SELECT dlock.close_session($s)"), '57014',
+		'close_session cut by statement_timeout');
+	$pin->query_safe('COMMIT');
+	is($q->("SELECT holdings FROM dlock.sessions WHERE id = $s"), '3', '... all three holdings stay');
+	is($q->("SELECT dlock.check('cut/a', $f{'cut/a'})"), 't', '... the first one too');
+	$pin->query_safe("BEGIN; SELECT dlock.keepalive($s)");
+	is(err("SET lock_timeout = '200ms'; SELECT dlock.close_session($s)"), '55P03',
+		'close_session cut by lock_timeout (a keepalive in flight)');
+	$pin->query_safe('COMMIT');
+	$pin->quit;
+	is($q->("SELECT dlock.close_session($s)"), '3', 'then it closes all three');
+}
+
+# 5. Keepalives in snapshots older than the end, and in savepoints
+# (portable 103's snapshots).
+{
+	my $s = $q->(q{SELECT dlock.open_session('1s', 'w-snap')});
+	my $f = $q->("SELECT dlock.try_lock('sn/1', session => $s)");
+	my $a2 = $node->background_psql('postgres');
+	$a2->query_safe("BEGIN ISOLATION LEVEL REPEATABLE READ; SELECT count(*) FROM dlock.sessions WHERE id = $s");
+	ok(ended($s), 'its ttl passes');
+	is($a2->query_safe("SELECT dlock.keepalive($s)"), '', 'keepalive in an old REPEATABLE READ snapshot: NULL');
+	$a2->query_safe('COMMIT');
+	cmp_ok($q->(q{SELECT dlock.try_lock('sn/1', 'b', '1h')}), '>', $f, '... taken by another');
+	# A keepalive rolled back to a savepoint keeps no lock on the session.
+	$s = $q->(q{SELECT dlock.open_session('1s', 'w-snap')});
+	$f = $q->("SELECT dlock.try_lock('sn/2', session => $s)");
+	$a2->query_safe("BEGIN; SAVEPOINT a; SELECT dlock.keepalive($s); ROLLBACK TO SAVEPOINT a");
+	ok(ended($s), 'its old ttl passes (the keepalive was rolled back)');
+	cmp_ok($q->(q{SELECT dlock.try_lock('sn/2', 'b', '1h')}), '>', $f, 'taken at once: nothing left locked');
+	is($a2->query_safe("SELECT dlock.keepalive($s)"), '', 'keepalive in the same transaction: NULL');
+	$a2->query_safe('COMMIT');
+	$a2->quit;
+	$q->(q{SELECT dlock.unlock_all('b')});
+}
+
+# 6. Read-only transactions: 25006 for every call that would write,
+# nothing changed.
+{
+	my $s = $q->(q{SELECT dlock.open_session('1h', 'w-ro')});
+	ok($q->("SELECT dlock.try_lock('ro/1', session => $s)"), 'a holding');
+	my $e0 = $q->("SELECT expires_at FROM dlock.sessions WHERE id = $s");
+	for my $c ("dlock.open_session('1h', 'w-ro')", "dlock.keepalive($s)", "dlock.close_session($s)",
+		"dlock.try_lock('ro/2', session => $s)", "dlock.try_acquire('ro/3', NULL, 2, session => $s)",
+		"dlock.renew('ro/1', 'w-ro')", "dlock.unlock('ro/1', 'w-ro')")
+	{
+		is(err("BEGIN READ ONLY; SELECT $c"), '25006', "read only: $c: 25006");
+	}
+	is($q->("SELECT expires_at FROM dlock.sessions WHERE id = $s"), $e0, 'nothing changed');
+	is($q->("SELECT dlock.close_session($s)"), '1', 'closed');
+}
+
+# 7. Ids never handed out twice: not after DROP and CREATE EXTENSION, nor
+# after an older dump is restored.
+{
+	my $old = $q->(q{SELECT dlock.open_session('1h', 'w-old')});
+	$q->('DROP EXTENSION dlock');
+	$q->('CREATE EXTENSION dlock');
+	my $new = $q->(q{SELECT dlock.open_session('1h', 'w-new')});
+	cmp_ok($new, '>', $old, 'after DROP and CREATE EXTENSION: a higher id');
+	$node->safe_psql('postgres', 'CREATE DATABASE dumped');
+	$node->safe_psql('dumped', 'CREATE EXTENSION dlock');
+	my $before = $node->safe_psql('dumped', q{SELECT dlock.open_session('1h', 'w-b')});
+	my $file = $node->basedir . '/dumped.dump';
+	$node->command_ok([ 'pg_dump', '-Fc', '-f', $file, '-d', $node->connstr('dumped') ], 'pg_dump');
+	my @later = map { $node->safe_psql('dumped', q{SELECT dlock.open_session('1h', 'w-l')}) } 1 .. 3;
+	$node->safe_psql('postgres', 'DROP DATABASE dumped');
+	$node->safe_psql('postgres', 'CREATE DATABASE dumped');
+	$node->command_ok([ 'pg_restore', '-d', $node->connstr('dumped'), $file ], 'pg_restore');
+	isnt($node->safe_psql('dumped', "SELECT dlock.keepalive($before)"), '', 'the dumped session is back');
+	is($node->safe_psql('dumped', "SELECT dlock.keepalive($later[-1])"), '', 'a later one is unknown: NULL');
+	my $next = $node->safe_psql('dumped', q{SELECT dlock.open_session('1h', 'w-n')});
+	cmp_ok($next, '>', $later[-1], 'a new id is above every id handed out after the dump');
+}
+
+$node->stop;
+done_testing();
