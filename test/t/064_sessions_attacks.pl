@@ -66,12 +66,24 @@ sub active
 		  . " AND pid <> pg_backend_pid()");
 }
 
-# ended: wait until session s's ttl has passed.
+# blocked: wait until a backend running a statement matching like waits
+# for a lock.
+sub blocked
+{
+	my ($like) = @_;
+	$like =~ s/'/''/g;
+	return $node->poll_query_until('postgres',
+		"SELECT count(*) > 0 FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE '$like'"
+		  . " AND pid <> pg_backend_pid()");
+}
+
+# ended: wait until session s's ttl has passed (the reaper may have
+# removed it already).
 sub ended
 {
 	my ($s) = @_;
 	return $node->poll_query_until('postgres',
-		"SELECT clock_timestamp() > (SELECT expires_at FROM dlock.sessions WHERE id = $s)");
+		"SELECT coalesce(clock_timestamp() > (SELECT expires_at FROM dlock.sessions WHERE id = $s), true)");
 }
 
 # 1. close_session while lock(), acquire() and lock_all() wait in the
@@ -195,6 +207,102 @@ sub ended
 	}
 	is($q->("SELECT expires_at FROM dlock.sessions WHERE id = $s"), $e0, 'nothing changed');
 	is($q->("SELECT dlock.close_session($s)"), '1', 'closed');
+}
+
+# 8. A lock-delay runs from the session's end (its last keepalive's
+# expiry), before and after reap(); close_session is a clean release.
+{
+	my $s = $q->(q{SELECT dlock.open_session('1s', 'w-ld')});
+	ok($q->("SELECT dlock.try_lock('ld/1', session => $s, lock_delay => '1h')"), 'a holding with a lock-delay');
+	my $e = $q->("SELECT dlock.keepalive($s)");
+	ok(ended($s), "the session's ttl passes");
+	is($q->(q{SELECT dlock.try_lock('ld/1', 'b', '1h')}), '', 'busy for the lock-delay');
+	is($q->("SELECT available_at = '$e'::timestamptz + interval '1h' FROM dlock.locks WHERE resource = 'ld/1'"), 't',
+		'... until the last expiry plus the delay');
+	$q->(q{SELECT dlock.reap()});
+	is($q->(q{SELECT dlock.try_lock('ld/1', 'b', '1h')}), '', '... after reap() too');
+	is($q->("SELECT count(*) FROM dlock.sessions WHERE id = $s"), '0', 'reap() removed the session');
+	my $s2 = $q->(q{SELECT dlock.open_session('1h', 'w-ld')});
+	ok($q->("SELECT dlock.try_lock('ld/2', session => $s2, lock_delay => '1h')"), 'another with a lock-delay');
+	is($q->("SELECT dlock.close_session($s2)"), '1', 'closed');
+	ok($q->(q{SELECT dlock.try_lock('ld/2', 'b', '1h')}), 'a close is clean: no lock-delay');
+	$q->(q{SELECT dlock.unlock_all('b')});
+}
+
+# 9. An assert_fence pin holds a session's holding past the session's end:
+# no takeover until the pinning transaction ends.
+{
+	my $s = $q->(q{SELECT dlock.open_session('1s', 'w-pin')});
+	my $f = $q->("SELECT dlock.try_lock('pin/1', session => $s)");
+	my $pin = $node->background_psql('postgres');
+	$pin->query_safe("BEGIN; SELECT dlock.assert_fence('pin/1', $f)");
+	ok(ended($s), "the session's ttl passes while pinned");
+	is(err(q{SET statement_timeout = '10s'; SELECT dlock.try_lock('pin/1', 'b', '1h')}), '', 'no takeover while pinned (NULL at once)');
+	$pin->query_safe('COMMIT');
+	$pin->quit;
+	cmp_ok($q->(q{SELECT dlock.try_lock('pin/1', 'b', '1h')}), '>', $f, 'taken over once the pin is gone');
+	$q->(q{SELECT dlock.unlock_all('b')});
+}
+
+# 10. try_lock_all / lock_all half in a session: all or nothing (portable
+# 103's reentry, lock_all part).
+{
+	my $s = $q->(q{SELECT dlock.open_session('1h', 'w-all')});
+	my $s2 = $q->(q{SELECT dlock.open_session('1h', 'w-all')});
+	ok($q->("SELECT dlock.try_lock('all/x', session => $s)"), 'all/x in session 1');
+	ok($q->(q{SELECT dlock.try_lock('all/m3', 'w-all', '1h')}), 'all/m3 with a lease');
+	is(err("SELECT dlock.lock_all('{all/m1,all/m2,all/m3}', session => $s, wait => '1s')"), '55000',
+		'lock_all in a session over a leased holding: 55000');
+	is(err("SELECT dlock.try_lock_all('{all/m1,all/m2,all/x}', session => $s2)"), '55000',
+		"try_lock_all in session 2 over session 1's holding: 55000");
+	is($q->(q{SELECT count(*) FROM dlock.locks WHERE resource IN ('all/m1', 'all/m2')}), '0', '... nothing taken');
+	is($q->("SELECT holdings FROM dlock.sessions WHERE id = $s2"), '0', '... session 2 holds nothing');
+	is($q->("SELECT dlock.close_session($s)"), '1', 'session 1 closes its one');
+	is($q->("SELECT dlock.close_session($s2)"), '0', 'session 2 none');
+	is($q->(q{SELECT dlock.unlock_all('w-all')}), '1', 'the leased one stays, apart');
+}
+
+# 11. renew of a session's holding waits for a keepalive in flight; a
+# break_lock meanwhile: renew never reports a broken holding as renewed.
+for my $kind ('exclusive', 'shared', 'permits')
+{
+	my $s = $q->(q{SELECT dlock.open_session('1h', 'w-rr')});
+	my $r = "rr/$kind";
+	my $f = $kind eq 'permits'
+	  ? $q->("SELECT dlock.try_acquire('$r', NULL, 2, 1, session => $s)")
+	  : $q->("SELECT dlock.try_lock('$r', session => $s, shared => " . ($kind eq 'shared' ? 'true' : 'false') . ')');
+	ok($f, "$kind: a holding in a session");
+	my $ka = $node->background_psql('postgres');
+	$ka->query_safe("BEGIN; SELECT dlock.keepalive($s)");
+	my $w = async("SET statement_timeout = '30s'; SELECT dlock.renew('$r', 'w-rr') IS NOT NULL");
+	ok(blocked("%renew('$r'%"), "$kind: renew waits for the keepalive in flight");
+	my $b = async("SET statement_timeout = '30s'; SELECT dlock.break_lock('$r')");
+	# break_lock either waits for the renew, or ends first: then the renew
+	# must not report the broken holding renewed.
+	my $break_first;
+	for (1 .. 3000)
+	{
+		$b->[0]->pump_nb if $b->[0]->pumpable;
+		if (!$b->[0]->pumpable) { $break_first = 't'; last; }
+		if ($q->("SELECT count(*) > 0 FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
+				. " AND query LIKE '%break_lock(''$r''%'") eq 't')
+		{
+			$break_first = 'f';
+			last;
+		}
+		usleep(10_000);
+	}
+	ok(defined $break_first, "$kind: break_lock ended or waits");
+	$break_first //= 'f';
+	$ka->query_safe('COMMIT');
+	$ka->quit;
+	my $renewed = result($w);
+	is(result($b), 't', "$kind: broken");
+	my $current = $q->("SELECT dlock.check('$r', $f)");
+	is($renewed, $break_first eq 't' ? 'f' : 't',
+		"$kind: renew after a break_lock that ended first: NULL; else renewed (break first: $break_first)");
+	is($current, 'f', "$kind: the broken holding is not current");
+	is($q->("SELECT dlock.close_session($s)"), '0', "$kind: the session holds nothing");
 }
 
 # 7. Ids never handed out twice: not after DROP and CREATE EXTENSION, nor
