@@ -18,7 +18,7 @@ use IPC::Run;
 use Time::HiRes qw(usleep);
 
 my $node = PostgreSQL::Test::Cluster->new('sessatt');
-$node->init;
+$node->init(allows_streaming => 1);
 $node->append_conf(
 	'postgresql.conf', q{
 shared_preload_libraries = 'dlock'
@@ -27,6 +27,9 @@ dlock.database = 'postgres'
 $node->start;
 $node->safe_psql('postgres', 'CREATE EXTENSION dlock');
 my $q = sub { $node->safe_psql('postgres', shift) };
+my $seed = $ENV{DLOCK_ATTACK_SEED} // int(rand(2**31));
+diag("seed $seed (DLOCK_ATTACK_SEED=$seed replays it)");
+srand($seed);
 
 # async SQL: run in its own psql, errors as "ERROR:  SQLSTATE".
 sub async
@@ -303,6 +306,118 @@ for my $kind ('exclusive', 'shared', 'permits')
 		"$kind: renew after a break_lock that ended first: NULL; else renewed (break first: $break_first)");
 	is($current, 'f', "$kind: the broken holding is not current");
 	is($q->("SELECT dlock.close_session($s)"), '0', "$kind: the session holds nothing");
+}
+
+# 12. close_session wakes the waiters of its holdings when it commits
+# (not before: a close rolled back leaves them waiting).
+{
+	my $s = $q->(q{SELECT dlock.open_session('1h', 'w-wk')});
+	my $f = $q->("SELECT dlock.try_lock('wk/1', session => $s)");
+	ok($q->("SELECT dlock.try_acquire('wk/2', NULL, 1, 1, session => $s)"), 'the only permit of wk/2');
+	my @w = (async(q{SET statement_timeout = '60s'; SELECT dlock.lock('wk/1', 'b', '1h', '30s') IS NOT NULL}),
+		async(q{SET statement_timeout = '60s'; SELECT dlock.acquire('wk/2', 'b', 1, 1, '1h', '30s') IS NOT NULL}));
+	ok(active('%wk/%', 2), 'two waiters of other holders');
+	my $c = $node->background_psql('postgres');
+	$c->query_safe("BEGIN; SELECT dlock.close_session($s); ROLLBACK");
+	is($q->("SELECT dlock.check('wk/1', $f)"), 't', 'a close rolled back: still held');
+	$c->query_safe("BEGIN; SELECT dlock.close_session($s)");
+	usleep(100_000);
+	is($q->(q{SELECT count(*) FROM dlock.locks WHERE holder = 'b'}), '0', 'waiters wait while the close is in flight');
+	$c->query_safe('COMMIT');
+	$c->quit;
+	is(result($_), 't', 'a waiter is served once the close commits') for @w;
+	is($q->(q{SELECT dlock.unlock_all('b')}), '2', 'b holds both');
+}
+
+# 13. The 1.1 library under the 1.0 SQL: acquisitions, waits, reap() work;
+# the session entry points (reachable only through C functions a superuser
+# declares) raise errors, never crash.
+{
+	$node->safe_psql('postgres', 'CREATE DATABASE old10');
+	my $o = sub { $node->safe_psql('old10', shift) };
+	$o->(q{CREATE EXTENSION dlock VERSION '1.0'});
+	ok($o->(q{SELECT dlock.try_lock('o/1', 'h', '1h')}), '1.0 SQL: try_lock');
+	ok($o->(q{SELECT dlock.lock_all('{o/2,o/3}', 'h', '1h', '1s')}), '1.0 SQL: lock_all');
+	ok($o->(q{SELECT dlock.campaign('o/e', 'h', lease => '1h')}), '1.0 SQL: campaign');
+	ok($o->(q{SELECT dlock.acquire('o/p', 'h', 2, 1, '1h', '1s')}), '1.0 SQL: acquire');
+	is($o->(q{SELECT dlock.lock('o/1', 'other', '1h', '200ms')}), '', '1.0 SQL: lock() times out');
+	ok(defined $o->(q{SELECT dlock.reap()}), '1.0 SQL: reap()');
+	my ($rc, $out, $err) = $node->psql('old10', q{
+CREATE FUNCTION pg_temp.os(interval, text) RETURNS bigint AS 'dlock', 'dlock_open_session' LANGUAGE C;
+CREATE FUNCTION pg_temp.ka(bigint) RETURNS timestamptz AS 'dlock', 'dlock_keepalive' LANGUAGE C;
+CREATE FUNCTION pg_temp.cs(bigint) RETURNS integer AS 'dlock', 'dlock_close_session' LANGUAGE C;
+CREATE FUNCTION pg_temp.tl(text, text, interval, boolean, interval, boolean, bigint) RETURNS bigint
+    AS 'dlock', 'dlock_try_lock' LANGUAGE C;
+SELECT pg_temp.ka(1) IS NULL AS ka;
+SELECT pg_temp.cs(1) IS NULL AS cs;
+});
+	is($out, "t\nt", '1.0 SQL: keepalive and close_session of C: NULL');
+	($rc, $out, $err) = $node->psql('old10', q{
+CREATE FUNCTION pg_temp.os(interval, text) RETURNS bigint AS 'dlock', 'dlock_open_session' LANGUAGE C;
+SELECT pg_temp.os('1h', 'x')});
+	like($err, qr/ERROR/, "1.0 SQL: open_session of C: an error ($err)");
+	($rc, $out, $err) = $node->psql('old10', q{
+CREATE FUNCTION pg_temp.tl(text, text, interval, boolean, interval, boolean, bigint) RETURNS bigint
+    AS 'dlock', 'dlock_try_lock' LANGUAGE C;
+SELECT pg_temp.tl('o/9', NULL, NULL, false, NULL, false, 5)});
+	like($err, qr/ERROR/, "1.0 SQL: try_lock in a session: an error ($err)");
+	is($o->(q{SELECT 1}), '1', 'the server is up');
+	$o->(q{ALTER EXTENSION dlock UPDATE});
+	my $s = $o->(q{SELECT dlock.open_session('1h', 'h')});
+	ok($o->("SELECT dlock.try_lock('o/9', session => $s)"), 'after the update: sessions work');
+}
+
+# 14. A standby: 25006 for every session call; the session is there.
+{
+	my $s = $q->(q{SELECT dlock.open_session('1h', 'w-sb')});
+	ok($q->("SELECT dlock.try_lock('sb/1', session => $s)"), 'a holding');
+	$node->backup('sb');
+	my $standby = PostgreSQL::Test::Cluster->new('sessatt_standby');
+	$standby->init_from_backup($node, 'sb', has_streaming => 1);
+	$standby->start;
+	$node->wait_for_catchup($standby);
+	for my $c ("dlock.open_session('1h', 'w-sb')", "dlock.keepalive($s)", "dlock.close_session($s)",
+		"dlock.try_lock('sb/2', session => $s)", "dlock.renew('sb/1', 'w-sb')")
+	{
+		my ($rc, $out, $err) = $standby->psql('postgres', "\\set VERBOSITY sqlstate\nSELECT $c");
+		like($err, qr/ERROR:\s+25006/, "standby: $c: 25006");
+	}
+	is($standby->safe_psql('postgres', "SELECT holdings FROM dlock.sessions WHERE id = $s"), '1',
+		'standby: the session and its holding are there');
+	$standby->stop;
+	is($q->("SELECT dlock.close_session($s)"), '1', 'closed on the primary');
+}
+
+# 15. A keepalive and acquirers at the instant of expiry, seeded: never
+# both win (no acquisition by another before the expiry the keepalive
+# returned), portable 103's expiry_race.
+{
+	my ($both, $kept, $taken) = (0, 0, 0);
+	for my $i (1 .. 10)
+	{
+		my $s = $q->(q{SELECT dlock.open_session('400ms', 'w-race')});
+		my $r = "race/$i";
+		$q->("SELECT dlock.try_lock('$r', session => $s)");
+		my $exp = $q->("SELECT expires_at FROM dlock.sessions WHERE id = $s");
+		my $off = int(rand(121)) - 60;
+		my @w = map { async("SELECT dlock.lock('$r', 'b$_', '1h', '2s')") } 1 .. 2;
+		my $ka = async("SELECT dlock.keepalive($s) FROM (SELECT pg_sleep(greatest(0, extract(epoch FROM"
+			  . " '$exp'::timestamptz + $off * interval '1 ms' - clock_timestamp())))) x");
+		my $e = result($ka);
+		my @got = map { result($_) } @w;
+		my $won = grep { $_ ne '' } @got;
+		ok($won <= 1, "round $i (offset $off ms): at most one acquirer wins");
+		if ($e ne '')
+		{
+			$kept++;
+			$both++ if $q->("SELECT count(*) FROM dlock.locks WHERE resource = '$r' AND holder <> 'w-race'"
+				  . " AND acquired_at < '$e'::timestamptz") ne '0';
+		}
+		$taken++ if $won;
+		$q->(q{SELECT dlock.unlock_all('b' || i) FROM generate_series(1, 2) i});
+		$q->("SELECT dlock.close_session($s)");
+	}
+	is($both, 0, "never both a keepalive and an earlier takeover (kept $kept, taken $taken of 10)");
 }
 
 # 7. Ids never handed out twice: not after DROP and CREATE EXTENSION, nor
