@@ -420,6 +420,77 @@ SELECT pg_temp.tl('o/9', NULL, NULL, false, NULL, false, 5)});
 	is($both, 0, "never both a keepalive and an earlier takeover (kept $kept, taken $taken of 10)");
 }
 
+# 16. The caller's own session: isolation levels, TimeZone, IntervalStyle,
+# a search_path with planted objects: every session call works the same.
+for my $set ("SET default_transaction_isolation = 'serializable'",
+	"SET default_transaction_isolation = 'repeatable read'",
+	"SET TimeZone = 'Pacific/Chatham'; SET IntervalStyle = 'iso_8601'; SET DateStyle = 'SQL, DMY'",
+	"CREATE SCHEMA IF NOT EXISTS plant; CREATE OR REPLACE FUNCTION plant.session_holder() RETURNS text"
+	  . " LANGUAGE sql AS 'SELECT ''planted''::text'; SET search_path = plant, dlock, public")
+{
+	my $out = $q->("$set;
+SELECT dlock.open_session('1h', 'w-guc') AS s \\gset
+SELECT dlock.try_lock('guc/1', session => :s) > :s,
+       dlock.try_acquire('guc/2', NULL, 2, 1, session => :s) > :s,
+       dlock.keepalive(:s) > now(),
+       dlock.renew('guc/1', 'w-guc') > now();
+SELECT holdings FROM dlock.sessions WHERE id = :s;
+SELECT dlock.close_session(:s), dlock.keepalive(:s) IS NULL;");
+	is($out, "t|t|t|t\n2\n2|t", "$set: open, acquire, keepalive, renew, close");
+}
+
+# 17. A session's holding after the session's end (not reaped yet):
+# check false, assert_fence 55P03, renew NULL, re-entry 55000, keepalive
+# NULL, close_session NULL (the reaper ends them, lock-delay kept).
+{
+	my $s = $q->(q{SELECT dlock.open_session('1s', 'w-end')});
+	my $f = $q->("SELECT dlock.try_lock('end/1', session => $s)");
+	ok(ended($s), "the session's ttl passes");
+	is($q->("SELECT dlock.check('end/1', $f)"), 'f', 'check: false');
+	is(err("BEGIN; SELECT dlock.assert_fence('end/1', $f)"), '55P03', 'assert_fence: 55P03');
+	is($q->(q{SELECT dlock.renew('end/1', 'w-end')}), '', 'renew: NULL');
+	is(err("SELECT dlock.try_lock('end/1', session => $s)"), '55000', 're-entry in the session: 55000');
+	is($q->("SELECT dlock.keepalive($s)"), '', 'keepalive: NULL');
+	is($q->("SELECT dlock.close_session($s)"), '', 'close_session: NULL');
+	cmp_ok($q->(q{SELECT dlock.try_lock('end/1', 'b', '1h')}), '>', $f, 'another takes it');
+	$q->(q{SELECT dlock.unlock_all('b')});
+}
+
+# 18. SET ROLE: a session is the role's that opened it; a SECURITY
+# DEFINER function acts as its owner (current_user), as for leases (the
+# portable edition's documented limit differs: CONTRACT.md P4).
+{
+	$q->(q{CREATE ROLE alice; CREATE ROLE bob; GRANT alice TO bob;
+GRANT CREATE ON SCHEMA public TO alice});
+	my $out = $q->(q{SET ROLE alice;
+SELECT dlock.open_session('1h', 'w-sr') AS s \gset
+SELECT owner::text FROM dlock.sessions WHERE id = :s;
+SELECT dlock.try_lock('sr/1', session => :s) > 0;
+CREATE FUNCTION public.ka(bigint) RETURNS timestamptz LANGUAGE sql SECURITY DEFINER
+    SET search_path = pg_catalog AS 'SELECT dlock.keepalive($1)';
+SET ROLE bob;
+\set VERBOSITY sqlstate
+\set ON_ERROR_STOP 0
+SELECT dlock.keepalive(:s);
+SELECT dlock.try_lock('sr/2', session => :s);
+SELECT dlock.renew('sr/1', 'w-sr');
+SELECT dlock.close_session(:s);
+SELECT public.ka(:s) IS NOT NULL AS definer;
+RESET ROLE;
+SELECT dlock.close_session(:s);});
+	is($out, "alice\nt\nt\n1", 'owner alice; bob through alice\'s SECURITY DEFINER function keeps it alive; closed');
+	my ($rc, $o2, $err) = $node->psql('postgres', q{SET ROLE alice;
+SELECT dlock.open_session('1h', 'w-sr') AS s \gset
+SET ROLE bob;
+\set VERBOSITY sqlstate
+SELECT dlock.keepalive(:s);
+SELECT dlock.try_lock('sr/2', session => :s);
+SELECT dlock.close_session(:s);
+RESET ROLE;
+SELECT dlock.close_session(:s);}, on_error_stop => 0);
+	is(join(',', $err =~ /ERROR:\s+(\w+)/g), '42501,42501,42501', 'bob: keepalive, acquire, close: 42501');
+}
+
 # 7. Ids never handed out twice: not after DROP and CREATE EXTENSION, nor
 # after an older dump is restored.
 {
