@@ -491,6 +491,71 @@ SELECT dlock.close_session(:s);}, on_error_stop => 0);
 	is(join(',', $err =~ /ERROR:\s+(\w+)/g), '42501,42501,42501', 'bob: keepalive, acquire, close: 42501');
 }
 
+# 19. Savepoints: a close_session rolled back to a savepoint leaves the
+# session and its holdings; an acquisition rolled back leaves nothing.
+# One backend through ALTER EXTENSION UPDATE, DROP and CREATE EXTENSION:
+# sessions work at once, ids stay above.
+{
+	my $out = $q->(q{SELECT dlock.open_session('1h', 'sp') AS s \gset
+SELECT dlock.try_lock('sp/1', session => :s) > 0;
+SELECT dlock.try_acquire('sp/2', NULL, 2, 1, session => :s) > 0;
+BEGIN;
+SAVEPOINT a;
+SELECT dlock.close_session(:s);
+ROLLBACK TO SAVEPOINT a;
+SELECT dlock.keepalive(:s) > now();
+SELECT dlock.try_lock('sp/3', session => :s) > 0;
+COMMIT;
+SELECT holdings FROM dlock.sessions WHERE id = :s;
+SELECT dlock.close_session(:s);
+BEGIN;
+SELECT dlock.open_session('1h', 'sp') AS s3 \gset
+SAVEPOINT b;
+SELECT dlock.try_lock('sp/4', session => :s3) > 0;
+ROLLBACK TO SAVEPOINT b;
+SELECT dlock.close_session(:s3);
+COMMIT;
+SELECT count(*) FROM dlock.locks WHERE resource LIKE 'sp/%';});
+	is($out, join("\n", qw(t t 2 t t 3 3 t 0 0)), 'savepoints: nothing half-done');
+	$node->safe_psql('postgres', 'CREATE DATABASE one');
+	$out = $node->safe_psql('one', q{CREATE EXTENSION dlock VERSION '1.0';
+SELECT dlock.try_lock('o/1', 'h', '1h') > 0;
+SELECT dlock.reap() >= 0;
+ALTER EXTENSION dlock UPDATE;
+SELECT dlock.open_session('1h', 'h') AS s \gset
+SELECT dlock.try_lock('o/2', session => :s) > 0;
+SELECT dlock.keepalive(:s) > now();
+SELECT dlock.reap() >= 0;
+DROP EXTENSION dlock;
+CREATE EXTENSION dlock;
+SELECT dlock.keepalive(:s) IS NULL;
+SELECT dlock.open_session('1h', 'h') > :s AS higher;
+SELECT dlock.open_session('1h', 'h') AS s2 \gset
+SELECT dlock.try_lock('o/2', session => :s2) > 0;
+SELECT dlock.close_session(:s2);});
+	is($out, join("\n", qw(t t t t t t t t 1)), 'one backend: update, drop, create: sessions work, ids above');
+}
+
+# 20. reap() under REPEATABLE READ whose snapshot is older than an
+# acquisition in the session: it does not remove the session as if it held
+# nothing; the lock-delay keeps the resource busy (portable 103's reap_rr).
+{
+	my $s = $q->(q{SELECT dlock.open_session('1s', 'w-rp')});
+	my $rp = $node->background_psql('postgres');
+	$rp->query_safe(q{BEGIN ISOLATION LEVEL REPEATABLE READ; SELECT count(*) FROM dlock.sessions});
+	ok($q->("SELECT dlock.try_lock('rp/1', session => $s, lock_delay => '1h')"), 'a holding with a lock-delay after the snapshot');
+	ok(ended($s), "the session's ttl passes");
+	$rp->query_safe(q{SELECT dlock.reap()});
+	$rp->query_safe('COMMIT');
+	$rp->quit;
+	is($q->(q{SELECT dlock.try_lock('rp/1', 'b', '1h')}), '', 'the lock-delay keeps rp/1 busy');
+	is($q->(q{SELECT available_at > clock_timestamp() + interval '50 minutes' FROM dlock.locks WHERE resource = 'rp/1'}), 't',
+		'... until an hour after the end');
+	$q->(q{SELECT dlock.reap()});
+	is($q->("SELECT count(*) FROM dlock.sessions WHERE id = $s"), '0', 'the session is removed once its holding ended');
+	is($q->(q{SELECT dlock.try_lock('rp/1', 'b', '1h')}), '', 'the lock-delay holds after it');
+}
+
 # 7. Ids never handed out twice: not after DROP and CREATE EXTENSION, nor
 # after an older dump is restored.
 {
