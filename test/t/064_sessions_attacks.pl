@@ -556,6 +556,27 @@ SELECT dlock.close_session(:s2);});
 	is($q->(q{SELECT dlock.try_lock('rp/1', 'b', '1h')}), '', 'the lock-delay holds after it');
 }
 
+# 21. Size: a session of 20,000 holdings, each taken in its own
+# transaction.  keepalive writes one row; close_session needs one
+# lock-manager lock per holding (as unlock_all and lock_all do): past the
+# lock table, 53200 and nothing changed; the session then ends at its ttl
+# and the reaper ends its holdings in rounds, and removes it.
+{
+	my $n = 20000;
+	my $s = $q->(q{SELECT dlock.open_session('40s', 'w-big')});
+	$q->("\\o /dev/null\nSELECT format('SELECT dlock.try_lock(%L, session => %s)', 'big/' || i, $s)"
+		  . " FROM generate_series(1, $n) i \\gexec");
+	is($q->("SELECT holdings FROM dlock.sessions WHERE id = $s"), $n, "$n holdings in one session");
+	is($q->("SELECT count(*) FROM (SELECT dlock.keepalive($s)) x"), '1', 'one keepalive for all');
+	is($q->("SELECT count(*) FROM dlock.locks WHERE session = $s AND expires_at = (SELECT expires_at FROM dlock.sessions WHERE id = $s)"),
+		$n, '... every holding moved with it');
+	is(err("SELECT dlock.close_session($s)"), '53200', 'close_session past the lock table: 53200');
+	is($q->("SELECT holdings FROM dlock.sessions WHERE id = $s"), $n, '... nothing changed');
+	ok($node->poll_query_until('postgres', "SELECT count(*) = 0 FROM dlock.sessions WHERE id = $s"),
+		'the ttl passes: the reaper ends every holding and removes the session');
+	is($q->(q{SELECT count(*) FROM dlock.locks WHERE resource LIKE 'big/%' AND holder IS NOT NULL}), '0', '... no holding left');
+}
+
 # 7. Ids never handed out twice: not after DROP and CREATE EXTENSION, nor
 # after an older dump is restored.
 {
