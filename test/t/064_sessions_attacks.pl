@@ -64,6 +64,7 @@ sub err { return result(async(shift)); }
 sub active
 {
 	my ($like, $n) = @_;
+	$like =~ s/'/''/g;
 	return $node->poll_query_until('postgres',
 		"SELECT count(*) >= $n FROM pg_stat_activity WHERE state = 'active' AND query LIKE '$like'"
 		  . " AND pid <> pg_backend_pid()");
@@ -575,6 +576,25 @@ SELECT dlock.close_session(:s2);});
 	ok($node->poll_query_until('postgres', "SELECT count(*) = 0 FROM dlock.sessions WHERE id = $s"),
 		'the ttl passes: the reaper ends every holding and removes the session');
 	is($q->(q{SELECT count(*) FROM dlock.locks WHERE resource LIKE 'big/%' AND holder IS NOT NULL}), '0', '... no holding left');
+}
+
+# 22. A fair wait in a session ends with 55000 when the session is closed;
+# its place in the queue goes with it: the next fair waiter is served when
+# the resource frees.
+{
+	my $s = $q->(q{SELECT dlock.open_session('1h', 'w-fq')});
+	ok($q->(q{SELECT dlock.try_lock('fq/1', 'b', '1h')}), 'b holds fq/1');
+	my $w1 = async("SET statement_timeout = '30s'; SELECT dlock.lock('fq/1', session => $s, fair => true)");
+	ok(active('%fq/1%session%', 1), 'a fair wait in the session');
+	usleep(200_000);
+	my $w2 = async(q{SET statement_timeout = '30s'; SELECT dlock.lock('fq/1', 'c', '1h', '25s', fair => true) IS NOT NULL});
+	ok(active("%fq/1', 'c'%", 1), 'another fair waiter behind it');
+	usleep(200_000);
+	is($q->("SELECT dlock.close_session($s)"), '0', 'the session is closed');
+	is(result($w1), '55000', 'the fair wait in it ends with 55000');
+	is($q->(q{SELECT dlock.unlock('fq/1', 'b')}), '0', 'b releases fq/1');
+	is(result($w2), 't', 'the next fair waiter is served');
+	$q->(q{SELECT dlock.unlock_all('c')});
 }
 
 # 7. Ids never handed out twice: not after DROP and CREATE EXTENSION, nor
