@@ -597,6 +597,28 @@ SELECT dlock.close_session(:s2);});
 	$q->(q{SELECT dlock.unlock_all('c')});
 }
 
+# 23. Calls that never wait, against a close_session in flight (its
+# transaction open): an acquisition in the session is 55000 at once;
+# another holder's try_lock of its holding NULL at once; check at once.
+{
+	my $s = $q->(q{SELECT dlock.open_session('1h', 'w-nw')});
+	my $f = $q->("SELECT dlock.try_lock('nw/1', session => $s)");
+	my $c = $node->background_psql('postgres');
+	$c->query_safe("BEGIN; SELECT dlock.close_session($s)");
+	is(err("SET statement_timeout = '10s'; SELECT dlock.try_lock('nw/2', session => $s)"), '55000',
+		'an acquisition in the session: 55000 at once');
+	is(err(q{SET statement_timeout = '10s'; SELECT dlock.try_lock('nw/1', 'b', '1h')}), '',
+		'another holder: NULL at once');
+	is(err("SET statement_timeout = '10s'; SELECT dlock.check('nw/1', $f)"), 't',
+		'check at once (the close has not committed)');
+	is(err("SET statement_timeout = '10s'; SELECT dlock.try_lock_all('{nw/3,nw/4}', session => $s)"), '55000',
+		'try_lock_all in the session: 55000 at once');
+	$c->query_safe('COMMIT');
+	$c->quit;
+	cmp_ok($q->(q{SELECT dlock.try_lock('nw/1', 'b', '1h')}), '>', $f, 'free once the close commits');
+	$q->(q{SELECT dlock.unlock_all('b')});
+}
+
 # 7. Ids never handed out twice: not after DROP and CREATE EXTENSION, nor
 # after an older dump is restored.
 {
