@@ -23,6 +23,7 @@ $node->append_conf(
 	'postgresql.conf', q{
 shared_preload_libraries = 'dlock'
 dlock.database = 'postgres'
+max_prepared_transactions = 5
 });
 $node->start;
 $node->safe_psql('postgres', 'CREATE EXTENSION dlock');
@@ -617,6 +618,31 @@ SELECT dlock.close_session(:s2);});
 	$c->quit;
 	cmp_ok($q->(q{SELECT dlock.try_lock('nw/1', 'b', '1h')}), '>', $f, 'free once the close commits');
 	$q->(q{SELECT dlock.unlock_all('b')});
+}
+
+# 24. Prepared transactions: an acquisition in a session prepared is in
+# flight: close_session waits for it (lock_timeout: 55P03, nothing
+# changed), then releases it with the others; a keepalive prepared keeps
+# the holdings past the old expiry until it is resolved.
+{
+	my $s = $q->(q{SELECT dlock.open_session('1h', 'w-pp')});
+	ok($q->("SELECT dlock.try_lock('pp/1', session => $s)"), 'a holding');
+	$q->("BEGIN; SELECT dlock.try_lock('pp/2', session => $s); PREPARE TRANSACTION 'pp2'");
+	is(err("SET lock_timeout = '300ms'; SELECT dlock.close_session($s)"), '55P03',
+		'close_session waits for the prepared acquisition');
+	is($q->("SELECT holdings FROM dlock.sessions WHERE id = $s"), '1', '... nothing changed');
+	$q->(q{COMMIT PREPARED 'pp2'});
+	is($q->("SELECT dlock.close_session($s)"), '2', 'then closes both');
+	# (The keepalive 3 s before the end: its new expiry is 3 s past the old.)
+	my $s2 = $q->(q{SELECT dlock.open_session('5s', 'w-pp')});
+	my $f = $q->("SELECT dlock.try_lock('pp/3', session => $s2)");
+	$q->("SELECT pg_sleep(extract(epoch FROM expires_at - clock_timestamp()) - 3) FROM dlock.sessions WHERE id = $s2");
+	$q->("BEGIN; SELECT dlock.keepalive($s2); PREPARE TRANSACTION 'ka'");
+	ok(ended($s2), 'the old expiry passes with the keepalive prepared');
+	is($q->(q{SELECT dlock.try_lock('pp/3', 'b', '1h')}), '', 'busy: the prepared keepalive may still commit');
+	$q->(q{COMMIT PREPARED 'ka'});
+	is($q->("SELECT dlock.check('pp/3', $f)"), 't', 'committed: the holding lives on');
+	is($q->("SELECT dlock.close_session($s2)"), '1', 'closed');
 }
 
 # 7. Ids never handed out twice: not after DROP and CREATE EXTENSION, nor
