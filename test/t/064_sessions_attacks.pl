@@ -1,12 +1,13 @@
 # 064_sessions_attacks.pl: attacks on the C extension's sessions (1.1),
-# class by class from ATTACKS.md, and the portable edition's attacks
-# (test/portable/t/103_sessions_attacks.t) tried on the C half:
-# close_session against lock() waiting in the session, a session that ends
-# while lock() waits in it, campaign re-entry the way it was taken, ids
-# after DROP/CREATE EXTENSION and a dump restored, statement_timeout and
-# lock_timeout cutting close_session, keepalives in old snapshots and
-# rolled-back savepoints, read-only transactions.
-# Promises: P1 P2 P4 P5 P6 P8
+# class by class from ATTACKS.md, with the portable edition's attacks
+# (test/portable/t/103_sessions_attacks.t) tried on the C half: close
+# against waits, ttl passing during a wait, campaign re-entry, ids after
+# re-creation and restore, timeouts cutting close, old snapshots,
+# savepoints, read-only and standby, lock-delay, pins, lock_all, renew vs
+# break_lock, 1.0 SQL, GUCs, SET ROLE, 20,000 holdings, fair queues,
+# prepared transactions, and a seeded race at the instant of expiry
+# (DLOCK_ATTACK_SEED=N replays it).
+# Promises: P1 P2 P4 P5 P6 P7 P8 P11 P12 P13 P17
 
 use strict;
 use warnings;
