@@ -7,7 +7,7 @@
 # break_lock, 1.0 SQL, GUCs, SET ROLE, 20,000 holdings, fair queues,
 # prepared transactions, and a seeded race at the instant of expiry
 # (DLOCK_ATTACK_SEED=N replays it).
-# Promises: P1 P2 P4 P5 P6 P7 P8 P11 P12 P13 P17
+# Promises: P1 P2 P4 P5 P6 P7 P8 P11 P12 P17
 
 use strict;
 use warnings;
