@@ -15,10 +15,11 @@
  *   first locks it FOR SHARE SKIP LOCKED (rows.c's dlock_session_lapsed):
  *   a keepalive in flight makes the holding busy, and a later keepalive
  *   waits for that transaction and then sees the end;
- * - an acquisition in a session locks it FOR KEY SHARE SKIP LOCKED, which
- *   keepalive does not conflict with; close_session locks it FOR UPDATE:
- *   an acquisition in flight ends first, and its holding is released
- *   with the others.
+ * - an acquisition admitted in a session locks it FOR KEY SHARE SKIP
+ *   LOCKED, which keepalive does not conflict with; close_session locks
+ *   it FOR UPDATE: an acquisition in flight ends first, and its holding
+ *   is released with the others.  A wait in lock() locks nothing until
+ *   admitted, and polls its session: it ends with 55000 once it ended.
  * Ids are fences (fence.c): never handed out twice in the database.
  * Only the role that opened a session acquires in it, keeps it alive or
  * closes it (superusers may keep alive and close).
