@@ -330,6 +330,8 @@ admit_write(const DlockResource *res, LeaseAttemptArgs *a,
 
 	memset(&done, 0, sizeof(done));
 	same_way(res, a, st, reason);
+	if (a->session != 0)
+		dlock_session_hold(a->session);
 	if (!((a->permits > 0 || a->shared) ?
 		  holding_write(res, a, st, reason, stored, drawn, fence, &done) :
 		  lease_row_write(res, a, st, reason, stored, drawn, fence, &done)))
@@ -450,6 +452,12 @@ lease_attempt(const DlockResource *res, void *arg, int64 *fence,
 	 * may have its turn now: look again at once.
 	 */
 	*busy_until = (adopted && v.reason == REFUSE_NOT_TURN) ? st.now : v.retry_at;
+	if (a->session != 0)
+	{
+		dlock_store_begin();
+		*busy_until = Min(*busy_until, dlock_session_poll(a->session, st.now));
+		dlock_store_end();
+	}
 	if (v.reason == REFUSE_DELAYED)
 		return ATTEMPT_DELAYED;
 	return held_shared ? ATTEMPT_BUSY_SHARED : ATTEMPT_BUSY;

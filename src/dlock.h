@@ -593,6 +593,8 @@ extern int64 dlock_campaign_acquire(const DlockResource *res, text *candidate,
 extern text *dlock_session_use(int64 session, text *holder,
 							   const Interval *lease, const DlockCaller *caller,
 							   Interval **ttl);
+extern void dlock_session_hold(int64 session);
+extern TimestampTz dlock_session_poll(int64 session, TimestampTz now);
 extern Datum dlock_session_keepalive(int64 session, const DlockCaller *caller,
 									 bool *isnull);
 extern int	dlock_sessions_reap(void);

@@ -233,10 +233,11 @@ value_cstring(text *value)
  * kept the resource's lock for longer than wait_ms (0: not at all; -1: no
  * limit but lock_timeout and statement_timeout).  A first look without the
  * lock keeps a candidate that does not lead from waiting for anyone here.
+ * 55000 if it leads another way than in session (0: with a lease).
  */
 static int64
 current_term(const DlockResource *res, text *candidate, const DlockCaller *caller,
-			 int64 wait_ms)
+			 int64 wait_ms, int64 session)
 {
 	DlockRow	row;
 
@@ -274,6 +275,17 @@ current_term(const DlockResource *res, text *candidate, const DlockCaller *calle
 		dlock_resource_unlock(res, DLOCK_CHANGE);
 		return 0;
 	}
+	/* Had only the way it was taken (1.1), as a re-entry (acquire.c). */
+	if (row.session != session)
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 row.session == 0 ?
+				 errmsg("holder \"%s\" holds resource \"%s\" with a lease of its own",
+						text_to_cstring(candidate), text_to_cstring(res->name)) :
+				 errmsg("holder \"%s\" holds resource \"%s\" in session " INT64_FORMAT,
+						text_to_cstring(candidate), text_to_cstring(res->name),
+						row.session),
+				 errhint("Re-enter a holding the way it was taken: in its session, or with a lease.")));
 	return row.fence;
 }
 
@@ -350,7 +362,7 @@ dlock_campaign(PG_FUNCTION_ARGS)
 	caller = dlock_caller();
 	session = dlock_session_call(fcinfo, 5, 3, &caller, &candidate, &lease);
 
-	term = current_term(&res, candidate, &caller, wait_ms);
+	term = current_term(&res, candidate, &caller, wait_ms, session);
 	if (term != 0)
 		dlock_table_locks_forget();
 	if (term < 0)

@@ -328,6 +328,8 @@ multi_attempt(const DlockResource *res, void *arg, int64 *fence,
 		const DlockResource *way = &m->items[i].res;
 
 		*busy_until = v.retry_at;
+		if (m->session != 0)
+			*busy_until = Min(*busy_until, dlock_session_poll(m->session, m->states[i].now));
 		dlock_store_end();
 		m->in_way = *way;
 		if (m->waits && !m->shared && v.reason != REFUSE_DEADLOCK &&

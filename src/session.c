@@ -15,10 +15,11 @@
  *   first locks it FOR SHARE SKIP LOCKED (rows.c's dlock_session_lapsed):
  *   a keepalive in flight makes the holding busy, and a later keepalive
  *   waits for that transaction and then sees the end;
- * - an acquisition in a session locks it FOR KEY SHARE SKIP LOCKED, which
- *   keepalive does not conflict with; close_session locks it FOR UPDATE:
- *   an acquisition in flight ends first, and its holding is released
- *   with the others.
+ * - an acquisition admitted in a session locks it FOR KEY SHARE SKIP
+ *   LOCKED, which keepalive does not conflict with; close_session locks
+ *   it FOR UPDATE: an acquisition in flight ends first, and its holding
+ *   is released with the others.  A wait in lock() locks nothing until
+ *   admitted, and polls its session: it ends with 55000 once it ended.
  * Ids are fences (fence.c): never handed out twice in the database.
  * Only the role that opened a session acquires in it, keeps it alive or
  * closes it (superusers may keep alive and close).
@@ -363,20 +364,63 @@ dlock_close_session(PG_FUNCTION_ARGS)
 	PG_RETURN_INT32(n);
 }
 
+/* session_ended: 55000 for an acquisition in session id, which has ended. */
+static void
+session_ended(int64 id)
+{
+	ereport(ERROR,
+			(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+			 errmsg("session " INT64_FORMAT " has ended", id),
+			 errdetail("It was closed, its ttl passed, or it was never opened; its holdings are gone."),
+			 errhint("Open a new session (dlock.open_session()).")));
+}
+
+/*
+ * dlock_session_hold: an acquisition admitted in session id locks its row
+ * FOR KEY SHARE until the transaction ends (close_session waits for it);
+ * 55000 if the session has ended meanwhile (a wait in lock() outlived it)
+ * or a close_session is in flight.  Inside a store session.
+ */
+void
+dlock_session_hold(int64 id)
+{
+	TimestampTz expires;
+	Interval	ttl;
+
+	if (!lock_row(id, LOCK_ACQUIRE, &expires, &ttl) ||
+		expires <= GetCurrentTimestamp())
+		session_ended(id);
+}
+
+/*
+ * dlock_session_poll: a refused attempt in session id: 55000 if it has
+ * ended; else when to look again at the latest (its expiry, or a poll:
+ * close_session wakes no waiter).  Inside a store session.
+ */
+TimestampTz
+dlock_session_poll(int64 id, TimestampTz now)
+{
+	DlockSession s;
+
+	if (!dlock_session_read(id, &s) || s.expires_at <= now)
+		session_ended(id);
+	return Min(s.expires_at, now + (TimestampTz) 1000 * 1000);
+}
+
 /*
  * dlock_session_use: an acquisition's session => id: the holder of its
  * holding (the session's).  22023 for a lease given too, or a holder that
  * is neither the session's nor this backend's session_holder() (the
  * default); 42501 for another role's session (superusers too); 55000 for
  * a session that has ended or never was.  Sets *ttl, the session's.  The
- * session's row stays locked FOR KEY SHARE until the transaction ends.
+ * session's row is locked once the acquisition is admitted
+ * (dlock_session_hold).
  */
 text *
 dlock_session_use(int64 id, text *holder, const Interval *lease,
 				  const DlockCaller *caller, Interval **ttl)
 {
 	DlockSession s;
-	TimestampTz expires;
 	bool		found;
 	char		mine[32];
 	text	   *result;
@@ -395,13 +439,10 @@ dlock_session_use(int64 id, text *holder, const Interval *lease,
 				 errmsg("permission denied to acquire in session " INT64_FORMAT " of role \"%s\"",
 						id, role_name(s.owner)),
 				 errdetail("Only the role that opened a session acquires in it.")));
-	if (!found || !lock_row(id, LOCK_ACQUIRE, &expires, *ttl) ||
-		expires <= GetCurrentTimestamp())
-		ereport(ERROR,
-				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
-				 errmsg("session " INT64_FORMAT " has ended", id),
-				 errdetail("It was closed, its ttl passed, or it was never opened; its holdings are gone."),
-				 errhint("Open a new session (dlock.open_session()).")));
+	/* Not locked yet: a wait in lock() must not hold close_session off. */
+	if (!found || s.expires_at <= GetCurrentTimestamp())
+		session_ended(id);
+	**ttl = s.ttl;
 
 	/*
 	 * The default holder (session_holder(), evaluated by the caller) is
