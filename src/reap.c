@@ -21,21 +21,16 @@
  *	  rolling it back does not undo the reaping (reaping is maintenance);
  *	- each candidate is taken with its maintenance lock (held until after
  *	  the transaction ends) and then its resource lock, both without
- *	  waiting; a resource some transaction is
- *	  working on is skipped (an acquirer takes it over anyway), and an
- *	  acquirer that finds a reaper in the way waits for it instead of
- *	  calling the resource busy (resource.c);
+ *	  waiting; a resource some transaction is working on is skipped (an
+ *	  acquirer takes it over anyway), and an acquirer that finds a reaper
+ *	  in the way waits for it (resource.c);
  *	- a transaction reaps at most dlock_reap_batch_size() leases, two locks
  *	  each, sized from max_locks_per_transaction so the shared lock table
  *	  never runs out.
  *
- * A session's holdings (1.1) expire with it: found through its row, each
- * ended once that end is locked in (rows.c's dlock_session_lapsed), each
- * with its event; the session's row goes once none is left (session.c).
- *
- * Shared holdings (0.4, dlock.shares) expire the same way, each with its
- * own event; the last one of a resource gone wakes a waiter.  So do a
- * semaphore's holdings (0.5), each waking one waiter per permit it frees.
+ * Shared holdings and a semaphore's permits expire the same way, each with
+ * its own event and wakeups; a session's holdings (1.1) with their session,
+ * once its end is locked in (rows.c), its row going last (session.c).
  *
  * No shared state of its own (the statistics and the hint are waiters.c's).
  *
