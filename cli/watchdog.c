@@ -10,10 +10,9 @@
  * until the client's WD_GO says the acquisition committed (and exits
  * quietly if the client goes away first).  It then vforks COMMAND into
  * its own process group and only supervises.  It never talks to the
- * database.  It knows the lease's deadline on CLOCK_BOOTTIME (the time
- * the last acknowledged renewal was sent, plus the lease, minus a safety
- * margin), and the client sends it a
- * new one after each acknowledged renewal.  It stops COMMAND's whole tree
+ * database.  It knows the lease's deadline on CLOCK_BOOTTIME (when the
+ * last acknowledged renewal was sent, plus the lease, minus a margin),
+ * which the client sends after each acknowledged renewal.  It stops the tree
  * (SIGTERM and SIGCONT, then SIGKILL after --grace) when:
  *   - its deadline passes without a newer one: this holds even when the
  *     client is stopped (SIGSTOP), swapped out or stuck, since the
@@ -35,10 +34,9 @@
  * client forwards what COMMAND should get, and a watchdog stopped or
  * killed along with the client's process group would let COMMAND run on.
  *
- * What escapes: a process that leaves through another supervisor (started
- * via systemd-run, or re-parented to a nearer subreaper of its own), and
- * anything if the watchdog itself is SIGKILLed or SIGSTOPped (COMMAND
- * itself still gets SIGKILL from its own PR_SET_PDEATHSIG in that case).
+ * What escapes: a process that leaves through another supervisor (systemd-run,
+ * a nearer subreaper), and anything if the watchdog itself is SIGKILLed or
+ * SIGSTOPped (COMMAND still gets SIGKILL from its PR_SET_PDEATHSIG then).
  */
 #include "dlock.h"
 

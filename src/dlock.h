@@ -14,8 +14,8 @@
  * numbers, xact.c transaction bookkeeping and the hooks other files run at
  * its end, admit.c the admission decision, acquire.c lease attempts,
  * wait.c the wait loop every waiting call shares, lease.c the lease
- * functions, semaphore.c the semaphore functions (0.5), multi.c several
- * resources at once (0.5), xactlock.c transaction-scoped locks, queue.c
+ * functions, semaphore.c the semaphore functions, multi.c several
+ * resources at once, xactlock.c transaction-scoped locks, queue.c
  * fair queues and lock-delay, upkeep.c the same outside an attempt
  * (withdraw, the reaper), elect.c leader election and holding values,
  * reap.c expiry, compat.h what differs between PostgreSQL majors, sends.c
@@ -23,8 +23,7 @@
  * and the outbox, listeners.c who LISTENs, waiters.c shared memory for
  * sleeping waiters, wakeups and statistics, worker.c the background worker
  * and dlock.reap(), promote.c the refresh of holdings after a promotion,
- * compact.c the rewrite of a table that is mostly dead rows, session.c
- * sessions (1.1): open, keepalive, close, and an acquisition's session.
+ * compact.c the rewrite of a mostly dead table, session.c sessions.
  *
  * Calls go one way, down these layers (a file calls only files of lower
  * layers, never back up; no two files call each other in a circle):
@@ -33,8 +32,8 @@
  *	admit.c > queue.c, events.c, ending.c > rows.c, holding.c, fence.c,
  *	waiters.c > table.c, store.c, listeners.c, sends.c > resource.c >
  *	xact.c, args.c, guc.c.
- * What must happen when a transaction ends is registered with xact.c as
- * hooks (DlockXactHooks; dlock.c adds them), so xact.c calls nobody.
+ * What a transaction's end must do is registered with xact.c as hooks
+ * (DlockXactHooks, added by dlock.c), so xact.c calls nobody.
  *
  *-------------------------------------------------------------------------
  */
