@@ -4,9 +4,8 @@
  *
  *   dlock run (the client) --socketpair-- watchdog --vfork/exec-- COMMAND
  *
- * The client forks the watchdog (the same binary, no exec) before it
- * starts waiting for the lock (watchdog_spawn), so that the fork is not
- * on the path from the acquisition to COMMAND; the watchdog starts nothing
+ * The client forks the watchdog (the same binary, no exec) before it waits
+ * for the lock (watchdog_spawn), off the path to COMMAND; the watchdog starts nothing
  * until the client's WD_GO says the acquisition committed (and exits
  * quietly if the client goes away first).  It then vforks COMMAND into
  * its own process group and only supervises.  It never talks to the
