@@ -5,7 +5,7 @@
  *   dlock run (the client) --socketpair-- watchdog --vfork/exec-- COMMAND
  *
  * The client forks the watchdog (the same binary, no exec) before it waits
- * for the lock (watchdog_spawn), off the path to COMMAND; the watchdog starts nothing
+ * for the lock (watchdog_spawn), off the path to COMMAND; it starts nothing
  * until the client's WD_GO says the acquisition committed (and exits
  * quietly if the client goes away first).  It then vforks COMMAND into
  * its own process group and only supervises.  It never talks to the
