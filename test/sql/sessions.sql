@@ -24,7 +24,7 @@ GRANT ALL ON v TO PUBLIC;
 INSERT INTO v SELECT 'f0', dlock.try_lock('sess/f0', 'h0', '1h');
 INSERT INTO v SELECT 's', dlock.open_session('1h', 'worker-1');
 SELECT (SELECT x FROM v WHERE name = 's') > (SELECT x FROM v WHERE name = 'f0') AS id_above_fences;
-SELECT holder, owner::text = session_user AS mine, ttl, holdings, expired,
+SELECT holder, owner = quote_ident(session_user)::regrole AS mine, ttl, holdings, expired,
        expires_at = renewed_at + ttl AS expiry, opened_at = renewed_at AS fresh
   FROM dlock.sessions WHERE id = (SELECT x FROM v WHERE name = 's');
 -- ttl NULL: dlock.default_lease; holder defaults to session_holder().
