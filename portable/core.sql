@@ -2,9 +2,9 @@
  * portable/core.sql: the portable edition's public functions of [core]
  * and [fair] (version, session_holder, channel, try_lock, lock with its
  * waits, unlock, renew, unlock_all, reap, check, assert_fence, break_lock),
- * with the fast path of try_lock and unlock (its description first,
- * "The fast path").  Part of dlock.sql, which includes it (\ir) inside its
- * transaction after acquire.sql: run dlock.sql, not this file.
+ * with the fast path of try_lock and unlock.  Part of dlock.sql, which
+ * includes it (\ir) inside its transaction after acquire.sql: run
+ * dlock.sql, not this file.
  *
  * What protects the shared state: the public functions run SECURITY
  * DEFINER as the installing role; each change of a holding holds the
@@ -14,53 +14,10 @@
  * A wait in lock() holds no lock between its attempts; each attempt runs
  * in a subtransaction rolled back when it fails.
  */
--- ---------------------------------------------------------------------------
--- The fast path (issue 22): try_lock and unlock of the common case in
--- one statement each, written at the top of try_lock and unlock; when it
--- does not decide ("not here"), the function goes on with the general path
--- (_attempt, unlock's own body), which decides every case, this one
--- included.
---
--- try_lock's fast path takes only an existing row that is free (released or
--- reaped: holder NULL), under default-like arguments (fair false, no
--- lock-delay given or set, a lease of hours, minutes and seconds only, a
--- READ COMMITTED read-write transaction that holds no transaction-scoped
--- lock of the resource), with no lock-delay in force for the row's last
--- fence, no live ticket and no ticket of the holder's own, and no session
--- waiting in lock() with a ticket (the "fair waiters" mark), and no shared
--- holdings or permits ever recorded on the row (kinds: try_lock calls it
--- for exclusive requests only).  Anything else -- a new resource, a
--- re-entry, an expired holding not yet reaped, a busy row, a row of
--- kinds.sql's -- goes to the general path.  The promises, as the general path keeps them:
--- - One UPDATE decides (see there): the row is judged on the version its
---   snapshot sees; then locked FOR UPDATE SKIP LOCKED, and taken only if
---   the version locked is the one judged (the same xmin), so what was
---   checked still holds (a lock-delay is written with the release of its
---   fence's holding, a row version the check saw or not at all).  No
---   advisory lock guards the resource: any role could hold its key.
--- - Never waiting: nothing in it waits (SKIP LOCKED, try locks): another
---   transaction's uncommitted acquisition, renewal, release or pin of
---   the row makes it busy, and the general path answers (NULL).  A
---   failed attempt leaves nothing behind except after a race (the row
---   changed between the snapshot and the lock): then the row lock may
---   stay to the end of the attempt's transaction.
--- - Fences: drawn in the UPDATE's SET list, after the row is locked, from
---   the one sequence, after the epoch check: the session's checked-epoch
---   mark (the view _epoch_mark, as _next_fence compares it), else
---   _next_fence itself.
--- - Owner: the caller's role (_role) is recorded; durability: _sync.
---   (_role, _qkey, _sync, _event and _setting of an unset
---   dlock.default_lease are copied inline, not called, and so is the fast
---   path itself: each PL/pgSQL frame with SET search_path costs ~2 us;
---   set_config and pg_notify are called in assignments, not PERFORMed,
---   which saves an executor run each.)
--- unlock's fast path releases a holding of count 1 of holder and the caller's
--- role that has not expired (and has the fence given, if one is), locking
--- the row FOR UPDATE as unlock does (only when it is that holder's, so
--- another's pin is not waited for), with the "released" event; anything
--- else (a re-entered holding, another role's, a superuser's call for
--- another role's holding, not held) goes to unlock's general path.
--- ---------------------------------------------------------------------------
+-- The fast path (issue 22): try_lock and unlock of the common case, in
+-- one statement each, at the top of both; what it does not decide goes
+-- on to the general path, which decides every case.  Its rules and
+-- why they hold: docs/how-it-works.md, "The portable fast path".
 -- (0.4 had them as functions of their own, _fast_lock and _fast_unlock,
 -- which cost a PL/pgSQL frame each per call; 0.5 has them inline.)
 DROP FUNCTION IF EXISTS dlock._fast_lock(text, text, interval, boolean, interval);
@@ -81,12 +38,21 @@ $$;
 CREATE OR REPLACE FUNCTION dlock.session_holder()
     RETURNS text LANGUAGE plpgsql STABLE PARALLEL RESTRICTED
     SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    v text := current_setting('dlock_portable.holder', true);
 BEGIN
-    RETURN (SELECT 'pid:' OPERATOR(pg_catalog.||) pg_catalog.pg_backend_pid()::text OPERATOR(pg_catalog.||) ':'
-                   OPERATOR(pg_catalog.||)
-                   ((EXTRACT(epoch FROM a.backend_start) OPERATOR(pg_catalog.-) 946684800)
-                    OPERATOR(pg_catalog.*) 1000000)::bigint::text
-              FROM pg_catalog.pg_stat_get_activity(pg_catalog.pg_backend_pid()) a);
+    -- Worked out once per backend and kept in a setting of its session:
+    -- the backend's start costs a read of every backend's status (~25 us).
+    -- A value set by hand is taken if it has this backend's pid: it names
+    -- the caller's holder only, which the caller may pass as it likes.
+    IF starts_with(v, 'pid:' || pg_backend_pid()::text || ':') THEN
+        RETURN v;
+    END IF;
+    v := (SELECT 'pid:' || pg_backend_pid()::text || ':'
+                 || ((EXTRACT(epoch FROM a.backend_start) - 946684800) * 1000000)::bigint::text
+            FROM pg_stat_get_activity(pg_backend_pid()) a);
+    -- NULL where the backend's start is hidden (SET ROLE to another role).
+    RETURN CASE WHEN v IS NOT NULL THEN set_config('dlock_portable.holder', v, false) END;
 END
 $$;
 COMMENT ON FUNCTION dlock.session_holder() IS
@@ -123,22 +89,33 @@ DECLARE
     k integer;
     v_md5 text := md5(resource);     -- the fast path's key (_qkey) and xact marker
     v_set text;
+    h text := try_lock.holder;     -- the fast path's holder: the session's, with one
 BEGIN
-    -- The fast path ("The fast path" above): exclusive requests only
-    -- (shared ones, and a resource with shared holdings or permits, are
-    -- kinds.sql's), under default-like arguments.
-    IF shared IS FALSE AND fair IS FALSE AND lock_delay IS NULL AND try_lock.session IS NULL
+    -- The fast path (above): exclusive requests only (shared ones, and a
+    -- resource with shared holdings or permits, are kinds.sql's), under
+    -- default-like arguments.
+    IF shared IS FALSE AND fair IS FALSE AND lock_delay IS NULL
        AND coalesce(octet_length(try_lock.resource), 0) BETWEEN 1 AND 1000
-       AND coalesce(octet_length(try_lock.holder), 0) BETWEEN 1 AND 255
+       AND (try_lock.session IS NOT NULL OR coalesce(octet_length(try_lock.holder), 0) BETWEEN 1 AND 255)
        AND coalesce(current_setting('dlock.lock_delay', true), '') IN ('', '0')
        AND current_setting('transaction_isolation') = 'read committed'
        AND current_setting('transaction_read_only') = 'off'
        AND coalesce(current_setting('dlock.xact_' || v_md5, true), '') = '' THEN
         -- The helpers of the hot path inlined: _setting when
         -- dlock.default_lease is unset, _lease's bounds, _role, _qkey,
-        -- _sync.  Each copy must compute what its helper does:
-        -- change them together.
-        IF lease IS NOT NULL THEN
+        -- _sync, and _session_use's checks.  Each copy must compute what
+        -- its helper does: change them together.
+        v_role := to_regrole(quote_ident(CASE WHEN current_setting('role') = 'none' THEN session_user::text
+                                              ELSE current_setting('role') END));
+        IF try_lock.session IS NOT NULL THEN
+            -- [sessions]: a live session of the caller's role, no lease
+            -- given, holder left out or the session's (else: not here).
+            SELECT x.holder, x.ttl INTO h, l FROM dlock.session_rows x
+             WHERE x.id = try_lock.session AND x.owner = v_role::regrole AND lease IS NULL
+               AND x.expires_at > clock_timestamp()
+               AND (try_lock.holder IS NULL OR try_lock.holder = x.holder
+                    OR starts_with(try_lock.holder, 'pid:' || pg_backend_pid()::text || ':'));
+        ELSIF lease IS NOT NULL THEN
             l := lease;
         ELSIF coalesce(current_setting('dlock.default_lease', true), '') = '' THEN
             l := interval '30 seconds';
@@ -147,8 +124,6 @@ BEGIN
         END IF;
         IF l > interval '0' AND l <= interval '8766000 hours'     -- _expiry's 1000 years
            AND extract(year FROM l) = 0 AND extract(month FROM l) = 0 AND extract(day FROM l) = 0 THEN
-            v_role := to_regrole(quote_ident(CASE WHEN current_setting('role') = 'none' THEN session_user::text
-                                                  ELSE current_setting('role') END));
             k := ('x' || substr(v_md5, 17, 8))::bit(32)::integer;
             IF k = ANY ('{1684828003,1684828005,1684828006,1684828007}'::integer[]) THEN
                 k := 1684828004;
@@ -160,19 +135,22 @@ BEGIN
             -- ticket (the "fair waiters" mark of _ahead).  Only then is it
             -- locked, FOR UPDATE SKIP LOCKED, and taken only if the
             -- version locked is the one judged (the same xmin: nothing
-            -- changed it since the snapshot).  CASE keeps that order.
-            -- (The fair-waiters mark held by anyone sends the call to the
-            -- general path, which looks at proven tickets only.)  The fence is drawn in the SET list,
-            -- after the row is locked: nextval when this session's
-            -- checked-epoch mark matches (as in _next_fence), else
-            -- _next_fence itself.
+            -- changed it since the snapshot), and a session's row is
+            -- locked FOR KEY SHARE SKIP LOCKED with its end still ahead
+            -- (as _session_live).  CASE keeps that order.  (The
+            -- fair-waiters mark held by anyone sends the call to the
+            -- general path, which looks at proven tickets only.)  The
+            -- fence is drawn in the SET list, after the row is locked:
+            -- nextval when this session's checked-epoch mark matches (as
+            -- in _next_fence), else _next_fence itself.
             v_now := clock_timestamp();
             UPDATE dlock.leases x
-               SET holder = try_lock.holder, owner = v_role::regrole, count = 1, lease = l,
+               SET holder = h, owner = v_role::regrole, count = 1, lease = l,
                    fence = CASE WHEN (SELECT m.mark FROM dlock._epoch_mark m)
                                      = current_setting('dlock_portable.epoch_checked', true)
                                 THEN nextval('dlock.fences') ELSE dlock._next_fence() END,
-                   acquired_at = v_now, renewed_at = v_now, expires_at = v_now + l, released_at = NULL
+                   acquired_at = v_now, renewed_at = v_now, expires_at = v_now + l, released_at = NULL,
+                   session = try_lock.session
              WHERE x.resource = try_lock.resource
                AND CASE WHEN x.holder IS NULL AND x.fence IS NOT NULL AND NOT x.kinds
                              AND NOT EXISTS (SELECT FROM dlock.delays dl
@@ -181,12 +159,16 @@ BEGIN
                              AND NOT EXISTS (SELECT FROM dlock.tickets t
                                               WHERE t.resource = try_lock.resource
                                                 AND (t.expires_at > v_now
-                                                     OR (t.holder = try_lock.holder AND t.owner = v_role::regrole)))
+                                                     OR (t.holder = h AND t.owner = v_role::regrole)))
                         THEN CASE WHEN NOT pg_try_advisory_lock(k, 0) THEN false
                                   WHEN NOT pg_advisory_unlock(k, 0) THEN false
-                                  ELSE x.xmin IS NOT DISTINCT FROM (SELECT y.xmin FROM dlock.leases y
-                                                                     WHERE y.resource = try_lock.resource
-                                                                       FOR UPDATE SKIP LOCKED) END
+                                  WHEN x.xmin IS DISTINCT FROM (SELECT y.xmin FROM dlock.leases y
+                                                                 WHERE y.resource = try_lock.resource
+                                                                   FOR UPDATE SKIP LOCKED) THEN false
+                                  ELSE try_lock.session IS NULL
+                                       OR EXISTS (SELECT FROM dlock.session_rows z
+                                                   WHERE z.id = try_lock.session AND z.expires_at > v_now
+                                                     FOR KEY SHARE SKIP LOCKED) END
                         ELSE false END
             RETURNING x.fence INTO fence;
             IF fence IS NOT NULL THEN
@@ -507,19 +489,22 @@ DECLARE
     ok boolean;
     v_fence bigint;
 BEGIN
-    -- The fast path ("The fast path" above): a holding of count 1 of
-    -- holder and the caller's role (_role inline), released in one
-    -- statement with its "released" event (_event inline, an expression,
-    -- not PERFORMed).
+    -- The fast path (above): a live holding of count 1 of holder and the
+    -- caller's role (_role inline; a session's holding lives while its
+    -- session does, _exp inline), released in one statement with its
+    -- "released" event (_event inline, an expression, not PERFORMed).
     IF coalesce(octet_length(unlock.resource), 0) BETWEEN 1 AND 1000
        AND coalesce(octet_length(unlock.holder), 0) BETWEEN 1 AND 255
        AND current_setting('transaction_read_only') = 'off' THEN
         v_role := to_regrole(quote_ident(CASE WHEN current_setting('role') = 'none' THEN session_user::text
                                               ELSE current_setting('role') END));
-        UPDATE dlock.leases x SET holder = NULL, count = 0, released_at = clock_timestamp()
+        UPDATE dlock.leases x SET holder = NULL, count = 0, released_at = clock_timestamp(), session = NULL
          WHERE x.resource = unlock.resource AND x.holder = unlock.holder AND x.owner = v_role::regrole
-           AND x.count = 1 AND NOT x.kinds AND x.session IS NULL
-           AND x.expires_at > clock_timestamp() AND (unlock.fence IS NULL OR x.fence = unlock.fence)
+           AND x.count = 1 AND NOT x.kinds
+           AND CASE WHEN x.session IS NULL THEN x.expires_at > clock_timestamp()
+                    ELSE EXISTS (SELECT FROM dlock.session_rows z
+                                  WHERE z.id = x.session AND z.expires_at > clock_timestamp()) END
+           AND (unlock.fence IS NULL OR x.fence = unlock.fence)
            AND x.resource = (SELECT y.resource FROM dlock.leases y
                               WHERE y.resource = unlock.resource AND y.holder = unlock.holder
                                 AND y.owner = v_role::regrole

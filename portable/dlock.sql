@@ -66,7 +66,8 @@
  *   (written first in try_lock and unlock; what it does not decide goes on
  *   to the general path): the same rules (the row locked SKIP LOCKED,
  *   lock-delay, tickets and the fair-waiters mark looked at,
- *   the fence drawn after the epoch check), see "The fast path" in core.sql.
+ *   the fence drawn after the epoch check), see "The portable fast path"
+ *   in docs/how-it-works.md.
  * - Fences: dlock.fences, (epoch << 22) + n, the epoch the clock in
  *   milliseconds since 2020-01-01 UTC when it started (as the C edition).
  *   Before each fence the draw compares (system identifier, database OID,

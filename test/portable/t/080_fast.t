@@ -59,7 +59,10 @@ sub run_server {
     promises($al, $bo, $su);
     nothing_left($al, $bo);
     twins($al, $bo, $db, $su);
+    session_twins($al, $bo, $db, $su);
+    session_races($al, $bo, $su);
     unlock_cases($al, $bo, $db, $su);
+    session_unlocks($al, $bo, $db, $su);
 
     $_->disconnect for ($al, $bo, $db, $su, $admin);
     stop_server($bindir, $dir);
@@ -336,6 +339,7 @@ sub state {
                                           'count=' || l.count, 'lease=' || coalesce(l.lease::text, '-'),
                                           'runs=' || coalesce(round(extract(epoch FROM l.expires_at - l.acquired_at))::text, '-'),
                                           'released=' || (l.released_at IS NOT NULL), 'kinds=' || l.kinds,
+                                          'session=' || coalesce(l.session::text, '-'),
                                           'fence=' || CASE WHEN l.fence IS NULL THEN '-' WHEN l.fence > $2 THEN 'new' ELSE 'old' END)
                            FROM dlock.leases l WHERE l.resource = $1), 'no row')
                || ' tickets=' || (SELECT count(*) FROM dlock.tickets t WHERE t.resource = $1)
@@ -372,7 +376,6 @@ sub call {
 
 sub twins {
     my ($al, $bo, $db, $su) = @_;
-    my $n = 0;
     $su->do("GRANT alice TO bob");
     # Each case: [name, setup (code on resource r), caller, args, statements
     # before the call, whether the fast path decides it].
@@ -448,9 +451,19 @@ sub twins {
         ['a row an xact lock made', sub { $al->begin_work; $al->do("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ");
                                           q1($al, "SELECT dlock.try_xact_lock(?)", $_[0]); $al->commit }, $al, ", 'h', '30s'", [], 0],
     );
+    run_twins($db, $su, @cases);
+    $su->do("REVOKE alice FROM bob");
+}
+
+# run_twins: each case of twins on two rows made alike, one called as is
+# and one with lock_delay => '0' (the general path only): the same answer
+# and state, and the fast path decides the cases marked for it.
+my $twin;     # twins made so far (their rows' names)
+sub run_twins {
+    my ($db, $su, @cases) = @_;
     for my $c (@cases) {
         my ($name, $setup, $who, $args, $pre, $fast, $xact, $nap, $reap) = @$c;
-        $n++;
+        my $n = ++$twin;
         my ($rf, $rg) = ("fa/t$n/a", "fa/t$n/b");
         $setup->($_) for ($rf, $rg);
         sleep $nap if $nap;
@@ -467,7 +480,136 @@ sub twins {
             is($fast[1] == 0 ? 1 : 0, $fast, "$label: twins, $name: " . ($fast ? 'the fast path decides' : 'the general path decides'));
         }
     }
+}
+
+# session_twins ([sessions]): try_lock(session => id) of a free row takes
+# the fast path too; every check of _session_use stays (the holder, a
+# lease given, the session's role, its end) and gives the general path's
+# answer.
+sub session_twins {
+    my ($al, $bo, $db, $su) = @_;
+    $su->do("GRANT alice TO bob");
+    my $s = q1($al, "SELECT dlock.open_session('1h', 'hs')");
+    my $sb = q1($bo, "SELECT dlock.open_session('1h', 'hb')");
+    my $sd = q1($al, "SELECT dlock.open_session('1 day', 'hd')");
+    my $closed = q1($al, "SELECT dlock.open_session('1h', 'hc')");
+    q1($al, "SELECT dlock.close_session($closed)");
+    my $short = q1($al, "SELECT dlock.open_session('10 milliseconds', 'hx')");
+    my $pid = q1($al, "SELECT pg_backend_pid()");
+    my @cases = (
+        ['in a session', sub { free_row($al, $_[0]) }, $al, ", session => $s", [], 1],
+        ['in a session, its holder given', sub { free_row($al, $_[0]) }, $al, ", 'hs', session => $s", [], 1],
+        ['in a session, the default holder', sub { free_row($al, $_[0]) }, $al,
+         ", dlock.session_holder(), session => $s", [], 1],
+        ['in a session, a default-like holder', sub { free_row($al, $_[0]) }, $al, ", 'pid:$pid:1', session => $s", [], 1],
+        ['in a session, another holder', sub { free_row($al, $_[0]) }, $al, ", 'x', session => $s", [], 0],
+        ['in a session, an empty holder', sub { free_row($al, $_[0]) }, $al, ", '', session => $s", [], 0],
+        ['in a session, a lease too', sub { free_row($al, $_[0]) }, $al, ", NULL, '30s', session => $s", [], 0],
+        ['in another role\'s session', sub { free_row($al, $_[0]) }, $al, ", session => $sb", [], 0],
+        ['in it under SET ROLE', sub { free_row($al, $_[0]) }, $bo, ", session => $s", ["SET LOCAL ROLE alice"], 1],
+        ['in a closed session', sub { free_row($al, $_[0]) }, $al, ", session => $closed", [], 0],
+        ['in a session whose ttl passed', sub { free_row($al, $_[0]) }, $al, ", session => $short", [], 0],
+        ['in a session that never was', sub { free_row($al, $_[0]) }, $al, ", session => 12345", [], 0],
+        ['in a session of a day', sub { free_row($al, $_[0]) }, $al, ", session => $sd", [], 0],
+        ['in a session, REPEATABLE READ', sub { free_row($al, $_[0]) }, $al, ", session => $s",
+         ["SET TRANSACTION ISOLATION LEVEL REPEATABLE READ"], 0],
+        ['in a session, held by it', sub { q1($al, "SELECT dlock.try_lock(?, session => $s)", $_[0]) },
+         $al, ", session => $s", [], 0],
+        ['in a session, held leased by its holder', sub { q1($al, "SELECT dlock.try_lock(?, 'hs', '30s')", $_[0]) },
+         $al, ", session => $s", [], 0],
+        ['leased, held by a session of the holder', sub { q1($al, "SELECT dlock.try_lock(?, session => $s)", $_[0]) },
+         $al, ", 'hs', '30s'", [], 0],
+    );
+    run_twins($db, $su, @cases);
     $su->do("REVOKE alice FROM bob");
+}
+
+# session_races: the fast path in a session never waits and never takes
+# in a session a close_session in flight is ending (its row locked FOR
+# UPDATE: 55000, as the general path); a keepalive in flight does not
+# stand in its way; the holding's row lock and the session's row lock go
+# with the call's transaction.
+sub session_races {
+    my ($al, $bo, $su) = @_;
+    my $s = q1($al, "SELECT dlock.open_session('1h', 'hr')");
+    my $a2 = conn('alice');
+    $a2->do("SET statement_timeout = '5s'");
+    free_row($al, 'fa/sr');
+    $al->begin_work;
+    is(q1($al, "SELECT dlock.keepalive($s) > clock_timestamp()"), 1, "$label: a keepalive in an open transaction");
+    ok(q1($a2, "SELECT dlock.try_lock('fa/sr', session => $s)"), "$label: ... a fast-path acquisition in its session meanwhile");
+    $al->commit;
+    is(q1($a2, "SELECT dlock.unlock('fa/sr', 'hr')"), 0, "$label: ... released");
+    $al->begin_work;
+    is(q1($al, "SELECT dlock.close_session($s)"), 0, "$label: a close_session in an open transaction");
+    like(err($a2, "SELECT dlock.try_lock('fa/sr', session => $s)"), qr/^55000: session \d+ has ended/,
+         "$label: ... an acquisition in its session meanwhile: 55000 at once");
+    $al->rollback;
+    my $f = q1($a2, "SELECT dlock.try_lock('fa/sr', session => $s)");
+    ok($f, "$label: the close rolled back: the session takes it");
+    $a2->begin_work;
+    is(q1($a2, "SELECT dlock.unlock('fa/sr', 'hr')"), 0, "$label: an unlock in an open transaction");
+    is(q1($a2, "SELECT count(*) FROM pg_locks WHERE pid = pg_backend_pid() AND locktype = 'advisory'"), 0,
+       "$label: ... holding no advisory lock");
+    $a2->commit;
+    $a2->begin_work;
+    ok(q1($a2, "SELECT dlock.try_lock('fa/sr', session => $s)"), "$label: taken again in an open transaction");
+    my $c = async('alice', "SELECT dlock.close_session($s)");
+    my $blocked = 0;
+    for (1 .. 2000) {
+        $blocked = q1($al, "SELECT count(*) FROM pg_stat_activity a WHERE cardinality(pg_blocking_pids(a.pid)) > 0"
+                         . " AND a.query LIKE '%close_session($s)%'");
+        last if $blocked;
+        sleep 0.01;
+    }
+    ok($blocked, "$label: ... a close_session waits for that acquisition");
+    $a2->commit;
+    is(result($c), 1, "$label: ... and releases its holding once it committed");
+    $c->[0]->disconnect;
+    is(q1($al, "SELECT count(*) FROM dlock.locks WHERE resource = 'fa/sr' AND holder IS NOT NULL"), 0,
+       "$label: ... nothing held");
+    $a2->disconnect;
+}
+
+# session_unlocks: unlock's fast path releases a session's holding of
+# count 1 while its session lives (with its event), and leaves the rest to
+# the general path: a session that ended (NULL, left for reap), a closed
+# one (NULL), a re-entered holding (count down).
+sub session_unlocks {
+    my ($al, $bo, $db, $su) = @_;
+    my $count = "SELECT coalesce(sum(calls), 0) FROM pg_stat_xact_user_functions
+                  WHERE schemaname = 'dlock' AND funcname = '_may_change'";
+    my $s = q1($al, "SELECT dlock.open_session('1h', 'hu')");
+    free_row($al, 'fa/su');
+    my $f = q1($al, "SELECT dlock.try_lock('fa/su', session => $s)");
+    $al->do("LISTEN " . q1($al, "SELECT dlock.channel('fa/su')"));
+    $al->begin_work;
+    my $c0 = q1($al, $count);
+    is(q1($al, "SELECT dlock.unlock('fa/su', 'hu')"), 0, "$label: unlock of a session's holding: released");
+    is(q1($al, $count) - $c0, 0, "$label: ... by the fast path");
+    $al->commit;
+    is(q1($db, "SELECT coalesce(holder, '-') || ' ' || coalesce(session::text, '-') FROM dlock.leases WHERE resource = 'fa/su'"),
+       '- -', "$label: ... its row free, without its session");
+    my $n = $al->pg_notifies;
+    ok($n && $n->[2] =~ /"event":"released".*"fence":$f\b/, "$label: ... its released event sent");
+    is(q1($al, "SELECT holdings FROM dlock.sessions WHERE id = $s"), 0, "$label: ... the session holds nothing");
+    ok(q1($al, "SELECT dlock.try_lock('fa/su', session => $s)"), "$label: in the session again");
+    ok(q1($al, "SELECT dlock.try_lock('fa/su', session => $s)"), "$label: ... re-entered");
+    is(q1($al, "SELECT dlock.unlock('fa/su', 'hu')"), 1, "$label: unlock of the re-entered holding: 1 left");
+    is(q1($al, "SELECT dlock.unlock('fa/su', 'hu', ?)", $f), undef, "$label: unlock under another fence: NULL");
+    like(err($bo, "SELECT dlock.unlock('fa/su', 'hu')"), qr/^42501: /, "$label: unlock of it by another role: 42501");
+    is(q1($al, "SELECT dlock.unlock('fa/su', 'hu')"), 0, "$label: ... then released");
+    my $x = q1($al, "SELECT dlock.open_session('10 milliseconds', 'hx')");
+    ok(q1($al, "SELECT dlock.try_lock('fa/su', session => $x)"), "$label: in a session of 10 ms");
+    sleep 0.05;
+    is(q1($al, "SELECT dlock.unlock('fa/su', 'hx')"), undef, "$label: unlock once the session ended: NULL");
+    is(q1($db, "SELECT holder FROM dlock.leases WHERE resource = 'fa/su'"), 'hx', "$label: ... left for reap");
+    q1($su, "SELECT dlock.reap()");
+    my $y = q1($al, "SELECT dlock.open_session('1h', 'hy')");
+    ok(q1($al, "SELECT dlock.try_lock('fa/su', session => $y)"), "$label: in another session");
+    q1($al, "SELECT dlock.close_session($y)");
+    is(q1($al, "SELECT dlock.unlock('fa/su', 'hy')"), undef, "$label: unlock once it was closed: NULL");
+    q1($al, "SELECT dlock.close_session($s)");
 }
 
 # unlock: what its fast path must leave to the general path.
