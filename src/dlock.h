@@ -79,6 +79,8 @@
 #define DLOCK_LOCKTAG_UPGRADE	(DLOCK_LOCKTAG_CLASS + 10)
 /* ... of a holder's shared holding of a resource being changed (resource.c) */
 #define DLOCK_LOCKTAG_SHARE_ROW	(DLOCK_LOCKTAG_CLASS + 11)
+/* ... of a session: acquisitions in it share it, close_session alone (session.c) */
+#define DLOCK_LOCKTAG_SESSION	(DLOCK_LOCKTAG_CLASS + 12)
 
 /* The modes of the per-resource lock (resource.c explains them). */
 typedef enum DlockLockMode

@@ -42,16 +42,23 @@ in_session(RowImage *img)
 
 /*
  * is_mine: the row is held, unexpired at now, by holder of role owner:
- * holding.c's HOLDING_MINE, for the one-step release.
+ * holding.c's HOLDING_MINE, for the one-step release.  A session's
+ * holding lives while its session does (rows.c's with_session).
  */
 static bool
 is_mine(RowImage *img, text *holder, Oid owner, TimestampTz now)
 {
-	return !in_session(img) && !ISNULL(&leases, img, L_HOLDER) &&
-		text_eq(DatumGetTextPP(COL(&leases, img, L_HOLDER)), holder) &&
-		!ISNULL(&leases, img, L_OWNER) &&
-		DatumGetObjectId(COL(&leases, img, L_OWNER)) == owner &&
-		!ISNULL(&leases, img, L_EXPIRES_AT) &&
+	DlockSession sess;
+
+	if (ISNULL(&leases, img, L_HOLDER) ||
+		!text_eq(DatumGetTextPP(COL(&leases, img, L_HOLDER)), holder) ||
+		ISNULL(&leases, img, L_OWNER) ||
+		DatumGetObjectId(COL(&leases, img, L_OWNER)) != owner)
+		return false;
+	if (in_session(img))
+		return dlock_session_read(DatumGetInt64(COL(&leases, img, L_SESSION)), &sess) &&
+			sess.expires_at > now;
+	return !ISNULL(&leases, img, L_EXPIRES_AT) &&
 		DatumGetTimestampTz(COL(&leases, img, L_EXPIRES_AT)) > now;
 }
 

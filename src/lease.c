@@ -362,7 +362,7 @@ again:
 		}
 		else
 		{
-			/* The one-step release takes the caller's own, but a session's. */
+			/* Only a session's holding (kept alive since) misses the one-step release. */
 			if (row.owner == caller.role && row.session == 0)
 				elog(ERROR, "dlock: unlock of an own holding of \"%s\" changed nothing",
 					 text_to_cstring(res.name));

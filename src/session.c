@@ -15,11 +15,13 @@
  *   first locks it FOR SHARE SKIP LOCKED (rows.c's dlock_session_lapsed):
  *   a keepalive in flight makes the holding busy, and a later keepalive
  *   waits for that transaction and then sees the end;
- * - an acquisition admitted in a session locks it FOR KEY SHARE SKIP
- *   LOCKED, which keepalive does not conflict with; close_session locks
- *   it FOR UPDATE: an acquisition in flight ends first, and its holding
- *   is released with the others.  A wait in lock() locks nothing until
- *   admitted, and polls its session: it ends with 55000 once it ended.
+ * - an acquisition admitted in a session takes the session's lock-manager
+ *   lock (DLOCK_LOCKTAG_SESSION) in ShareLock without waiting, then reads
+ *   the row; close_session takes it in ExclusiveLock before it locks the
+ *   row FOR UPDATE: an acquisition in flight ends first, and its holding
+ *   is released with the others.  Keepalive takes neither.  A wait in
+ *   lock() locks nothing until admitted, and polls its session: it ends
+ *   with 55000 once it ended.
  * Ids are fences (fence.c): never handed out twice in the database.
  * Only the role that opened a session acquires in it, keeps it alive or
  * closes it (superusers may keep alive and close).
@@ -63,20 +65,18 @@ session_not_null(FunctionCallInfo fcinfo, int argno)
 
 /*
  * lock_row: lock session id's row in the given way ("FOR NO KEY UPDATE",
- * "FOR UPDATE", "FOR KEY SHARE SKIP LOCKED"); false if none was locked.
- * Sets the expiry and ttl found.  Inside a store session.
+ * "FOR UPDATE"); false if none was locked.  Sets the expiry and ttl
+ * found.  Inside a store session.
  */
 static bool
 lock_row(int64 id, int how, TimestampTz *expires, Interval *ttl)
 {
-	static SPIPlanPtr plans[3];
-	static const char *const sql[3] = {
+	static SPIPlanPtr plans[2];
+	static const char *const sql[2] = {
 		"SELECT s.expires_at, s.ttl FROM dlock.session_rows s"
 		" WHERE s.id OPERATOR(pg_catalog.=) $1 FOR NO KEY UPDATE",
 		"SELECT s.expires_at, s.ttl FROM dlock.session_rows s"
-		" WHERE s.id OPERATOR(pg_catalog.=) $1 FOR UPDATE",
-		"SELECT s.expires_at, s.ttl FROM dlock.session_rows s"
-		" WHERE s.id OPERATOR(pg_catalog.=) $1 FOR KEY SHARE SKIP LOCKED"
+		" WHERE s.id OPERATOR(pg_catalog.=) $1 FOR UPDATE"
 	};
 	Datum		values[1] = {Int64GetDatum(id)};
 	bool		isnull;
@@ -92,7 +92,14 @@ lock_row(int64 id, int how, TimestampTz *expires, Interval *ttl)
 }
 #define LOCK_KEEPALIVE	0
 #define LOCK_CLOSE		1
-#define LOCK_ACQUIRE	2
+
+/* session_tag: session id's lock-manager lock (DLOCK_LOCKTAG_SESSION). */
+static void
+session_tag(LOCKTAG *tag, int64 id)
+{
+	SET_LOCKTAG_ADVISORY(*tag, MyDatabaseId, (uint32) ((uint64) id >> 32),
+						 (uint32) id, DLOCK_LOCKTAG_SESSION);
+}
 
 /* check_owner: 42501 unless the caller is the session's role or a superuser. */
 static void
@@ -321,6 +328,7 @@ dlock_close_session(PG_FUNCTION_ARGS)
 	Datum		values[1] = {Int64GetDatum(id)};
 	ListCell   *lc;
 	int32		n = 0;
+	LOCKTAG		tag;
 
 	dlock_check_writable("dlock.close_session()");
 	caller = dlock_caller();
@@ -332,9 +340,15 @@ dlock_close_session(PG_FUNCTION_ARGS)
 		PG_RETURN_NULL();
 	}
 	check_owner(&s, &caller, "close");
-	/* FOR UPDATE: keepalives, acquisitions and takeovers in flight end first. */
-	if (s.expires_at <= GetCurrentTimestamp() ||
-		!lock_row(id, LOCK_CLOSE, &expires, &ttl) ||
+	if (s.expires_at <= GetCurrentTimestamp())
+	{
+		dlock_store_end();
+		PG_RETURN_NULL();
+	}
+	/* Acquisitions in flight end first; then keepalives and takeovers. */
+	session_tag(&tag, id);
+	(void) LockAcquire(&tag, ExclusiveLock, false, false);
+	if (!lock_row(id, LOCK_CLOSE, &expires, &ttl) ||
 		expires <= GetCurrentTimestamp())
 	{
 		dlock_store_end();
@@ -376,19 +390,21 @@ session_ended(int64 id)
 }
 
 /*
- * dlock_session_hold: an acquisition admitted in session id locks its row
- * FOR KEY SHARE until the transaction ends (close_session waits for it);
- * 55000 if the session has ended meanwhile (a wait in lock() outlived it)
- * or a close_session is in flight.  Inside a store session.
+ * dlock_session_hold: an acquisition admitted in session id shares its
+ * lock until the transaction ends (close_session waits for it), then
+ * reads its row on the latest snapshot, which sees a close that ended
+ * before; 55000 if the session has ended meanwhile (a wait in lock()
+ * outlived it) or a close_session is in flight.  Inside a store session.
  */
 void
 dlock_session_hold(int64 id)
 {
-	TimestampTz expires;
-	Interval	ttl;
+	LOCKTAG		tag;
+	DlockSession s;
 
-	if (!lock_row(id, LOCK_ACQUIRE, &expires, &ttl) ||
-		expires <= GetCurrentTimestamp())
+	session_tag(&tag, id);
+	if (LockAcquire(&tag, ShareLock, false, true) == LOCKACQUIRE_NOT_AVAIL ||
+		!dlock_session_read(id, &s) || s.expires_at <= GetCurrentTimestamp())
 		session_ended(id);
 }
 

@@ -117,6 +117,21 @@ sub ended
 	is($q->(q{SELECT dlock.unlock_all('b')}), '2', "b's holdings untouched");
 }
 
+# 1b. close_session and the release that wakes a lock() waiting in the
+# session commit together: the waiter is admitted before it looks at its
+# session again, and must see the close there (55000), not take.
+{
+	my $s = $q->(q{SELECT dlock.open_session('1h', 'w-cr')});
+	ok($q->(q{SELECT dlock.try_lock('cr/1', 'b', '1h')}), 'b holds cr/1');
+	my $w = async("SET statement_timeout = '30s'; SELECT dlock.lock('cr/1', session => $s, wait => '20s')");
+	ok(active('%cr/1%', 1), 'lock() waits in the session');
+	is($q->("BEGIN; SELECT dlock.close_session($s); SELECT dlock.unlock('cr/1', 'b'); COMMIT"), "0\n0",
+		'the session closed and cr/1 released in one transaction');
+	is(result($w), '55000', 'the waiter, woken by the release, gets 55000');
+	is($q->(q{SELECT count(*) FROM dlock.locks WHERE resource = 'cr/1' AND holder IS NOT NULL}), '0',
+		'cr/1 is free');
+}
+
 # 2. A session whose ttl passes while lock() waits in it: when the
 # resource frees, the waiter gets 55000, not a fence of a holding that has
 # already ended.
