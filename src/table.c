@@ -159,30 +159,15 @@ dlock_table_locks_forget(void)
 }
 
 /*
- * dlock_table_locks_track: before a wait's attempt, note the OIDs of
- * waited_tables and which of them the transaction held a read lock of
- * before (at the mark: the start of the call or of the wait).
+ * give_back: give back the read locks of waited_tables, their indexes and
+ * TOAST tables that the transaction did not hold before (note_held).
  */
-void
-dlock_table_locks_track(void)
-{
-	note_held();
-}
-
-/*
- * dlock_table_locks_untrack: after the attempt, if release, give back the
- * read locks it took of waited_tables, their indexes and TOAST tables, so
- * that a waiter keeps no lock of a table (a rewrite by compact.c would
- * skip the table as long as it waits; ALTER EXTENSION UPDATE would wait).
- * A lock the transaction held before is kept; so is a table's ROW
- * EXCLUSIVE lock (an attempt that wrote).  The next attempt locks again.
- */
-void
-dlock_table_locks_untrack(bool release)
+static void
+give_back(void)
 {
 	LOCKTAG		tag;
 
-	for (int i = 0; release && i < (int) NWAITED; i++)
+	for (int i = 0; i < (int) NWAITED; i++)
 	{
 		Oid			relid = waited_relid[i];
 		Relation	rel;
@@ -207,6 +192,39 @@ dlock_table_locks_untrack(bool release)
 		list_free(parts);
 		release_reads(relid);
 	}
+}
+
+/*
+ * dlock_table_locks_track: before a wait's attempt, note the OIDs of
+ * waited_tables and which of them the transaction held a read lock of
+ * before (at the mark: the start of the call or of the wait), and give
+ * back those taken since, between two attempts: the attempt starts with
+ * none of them, and takes them in its own order, which ALTER EXTENSION
+ * UPDATE's LOCK TABLE follows (a read lock of dlock.permits kept from a
+ * look between attempts deadlocked a waiter with the 1.0 -> 1.1 update,
+ * test/t/091).
+ */
+void
+dlock_table_locks_track(void)
+{
+	note_held();
+	if (marked)
+		give_back();
+}
+
+/*
+ * dlock_table_locks_untrack: after the attempt, if release, give back the
+ * read locks it took of waited_tables (give_back), so that a waiter keeps
+ * no lock of a table (a rewrite by compact.c would skip the table as long
+ * as it waits; ALTER EXTENSION UPDATE would wait).  A lock the transaction
+ * held before is kept; so is a table's ROW EXCLUSIVE lock (an attempt that
+ * wrote).  The next attempt locks again.
+ */
+void
+dlock_table_locks_untrack(bool release)
+{
+	if (release)
+		give_back();
 }
 
 /* invalidate: a relcache invalidation of one of our tables, or of all. */
