@@ -159,10 +159,23 @@ sub restart
 	my $k = ++$self->{restarts};
 	my $r = "$self->{tag}/chaos/d$k";
 	# A holding acknowledged just before the stop, from a session with
-	# synchronous_commit = off, and a fence before the stop.
+	# synchronous_commit = off (leased, and in a session), and a fence
+	# before the stop.
 	my $async = $self->conn('chaos-async', 1);
 	$self->op($async, 'try_lock', 'dlock.try_lock($1, $2, $3::interval)',
 		[ $r, 'chaos/d', '60 seconds' ], r => $r, h => 'chaos/d', lease => 60000, async => 1);
+	# And one in a session of a minute, when the edition has sessions.
+	$self->{sessions} //= $async->selectrow_array(
+		q{SELECT count(*) FROM pg_proc WHERE proname = 'open_session'
+		     AND pronamespace = 'dlock'::regnamespace});
+	if ($self->{sessions})
+	{
+		my $o = $self->op($async, 'open_session', 'dlock.open_session($1::interval, $2)',
+			[ '60 seconds', 'chaos/s' ], h => 'chaos/s', ttl => 60000, async => 1);
+		$self->op($async, 'try_lock', 'dlock.try_lock($1, session => $2::int8)',
+			[ "$r/s", $o->{res} ], r => "$r/s", h => 'chaos/s', sess => $o->{res}, async => 1)
+		  if defined $o->{res};
+	}
 	$self->epoch;
 	my $tstop = $self->clock;
 	$async->disconnect;

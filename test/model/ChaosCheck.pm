@@ -11,10 +11,10 @@
 # transaction of a session with synchronous_commit = off), so a crash
 # (immediate stop, or a SIGKILL of a backend) may undo it.  A committed
 # unit (transaction or autocommit call) that released (unlock,
-# unlock_all, break_lock, reap) without acquiring or renewing (those force
-# a flush, which carries the releases before them too) and was
-# acknowledged within UNDO_US before the stop began, or during the crash,
-# gets fate "maybe".
+# unlock_all, break_lock, reap, close_session) without acquiring,
+# renewing or keeping a session alive (those force a flush, which carries
+# the releases before them too) and was acknowledged within UNDO_US
+# before the stop began, or during the crash, gets fate "maybe".
 #
 # Then the rules about restarts and killed sessions:
 #  fence-restart  per resource, every fence handed out (returned by an
@@ -33,7 +33,9 @@
 #                 it with its fence and owner, its expiry no earlier than
 #                 that and no later than its latest possible extension
 #                 (the lease runs on the server's clock across the
-#                 restart, neither lost nor restarted).  The actor's own
+#                 restart, neither lost nor restarted); a session's
+#                 holding by its session's sure life (ModelSessions'
+#                 lo).  The actor's own
 #                 holding taken just before each stop, from a session with
 #                 synchronous_commit = off, is one of them.
 #  xact-gone      after a session holding an xact lock was terminated or
@@ -79,8 +81,8 @@ sub undo_async
 	for my $u (values %unit)
 	{
 		next unless ($u->[0]{ufate} // '') eq 'commit' && defined $u->[0]{tdone};
-		next if grep { ok($_) && defined $_->{res} && (is_acq($_) || $_->{k} eq 'renew') } @$u;
-		next unless grep { ok($_) && $_->{k} =~ /^(?:unlock|unlock_all|break_lock|reap)$/ } @$u;
+		next if grep { ok($_) && defined $_->{res} && (is_acq($_) || $_->{k} =~ /^(?:renew|keepalive)$/) } @$u;
+		next unless grep { ok($_) && $_->{k} =~ /^(?:unlock|unlock_all|break_lock|reap|close_session)$/ } @$u;
 		my $td = $u->[0]{tdone};
 		next unless grep { $td >= $_->[0] && $td <= $_->[1] } @crashes;
 		$stats->{'releases maybe undone by a crash'}++;
@@ -156,10 +158,19 @@ sub rules
 			my $rh = "$hd->{r}\0$hd->{h}";
 			next if grep { $_->{t0} < $s->{t1} && $_->{tdone} > $hd->{acq}{t0} } @{ $renews{$rh} || [] };
 			my $e = 0;
-			for (@c) { my $x = $_->{t0} + $_->{lease} * 1000; $e = $x if $x > $e }
+			if (defined $hd->{sess})
+			{
+				# A session's holding: its session's sure life (ModelSessions).
+				$e = $cx->{e_lo}->($hd, $s->{t0});
+			}
+			else
+			{
+				for (@c) { my $x = $_->{t0} + $_->{lease} * 1000; $e = $x if $x > $e }
+			}
 			next unless $e > $s->{t1} + $M;
 			next if $cx->{may_end}->($hd, $hd->{acq}{t0}, $s->{t1});
 			$stats->{'durable checks'}++;
+			$stats->{'durable checks in sessions'}++ if defined $hd->{sess};
 			my $up = $cx->{e_up}->($hd, $s->{t1});
 			my $row = $row{$rh};
 			my $what = !$row ? 'is missing'
@@ -197,7 +208,7 @@ sub check
 	my %pre;
 	undo_async($ops, \%pre);
 	my ($v, $stats) = ModelCheck::check($ops,
-		ok_error => sub { $OK_ERR{ $_[0]{err} } || $_[0]{lost} },
+		ok_error => sub { $OK_ERR{ $_[0]{err} } || $_[0]{lost} || ModelCheck::session_ended_error($_[0]) },
 		extra => \&rules);
 	$stats->{$_} = $pre{$_} for keys %pre;
 	$stats->{'lost ops'} = scalar grep { $_->{lost} } @$ops;

@@ -77,8 +77,15 @@ sub reconnect
 
 # detect_kinds: none of the kinds beyond exclusive locks yet: ChaosCheck.pm
 # (its snapshots of dlock.locks, one row per resource) and the possible
-# holdings of lost calls do not know them.
-sub detect_kinds { return { shared => 0, sem => 0, multi => 0 }; }
+# holdings of lost calls do not know them.  Sessions when the edition has
+# them, with exclusive holdings only (sess_only_exclusive: ModelDriver's
+# sess_call).
+sub detect_kinds
+{
+	my ($self) = @_;
+	my $k = $self->SUPER::detect_kinds;
+	return { shared => 0, sem => 0, multi => 0, sess => $k->{sess}, sess_only_exclusive => 1 };
+}
 
 # call: as ModelDriver's, noting the last server clock read.
 sub call

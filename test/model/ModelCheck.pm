@@ -282,6 +282,15 @@ sub span_ops
 # extension: the latest a holding's acquisition op could have made it last.
 sub extension { my ($o) = @_; return $o->{t1} + ($o->{lease} // 0) * 1000; }
 
+# session_ended_error: an acquisition in a session that has ended (or
+# whose open_session rolled back): 55000, an error the workload provokes.
+sub session_ended_error
+{
+	my ($o) = @_;
+	return defined $o->{sess} && $o->{err} eq '55000'
+	  && $o->{k} =~ /^(?:try_lock|lock|try_acquire|acquire|try_lock_all|lock_all)$/;
+}
+
 # check(ops, ok_error => sub { my ($op) = @_; ... }): run every check;
 # returns (list of violation texts, stats).  ok_error, if given, says which
 # failed operations the workload provoked on purpose (default: those with
@@ -291,11 +300,7 @@ sub check
 	my ($ops, %opt) = @_;
 	my $ok_error = $opt{ok_error} // sub {
 		my ($o) = @_;
-		return 1 if $OK_ERR{ $o->{err} };
-		# An acquisition in a session that has ended (or whose
-		# open_session rolled back): 55000.
-		return 1 if defined $o->{sess} && $o->{err} eq '55000'
-		  && $o->{k} =~ /^(?:try_lock|lock|try_acquire|acquire|try_lock_all|lock_all)$/;
+		return 1 if $OK_ERR{ $o->{err} } || session_ended_error($o);
 		# The portable edition waits by polling, which a snapshot held for
 		# the whole transaction would never see end: a wait under
 		# REPEATABLE READ or SERIALIZABLE is refused there (0A000), for

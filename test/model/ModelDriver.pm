@@ -354,12 +354,14 @@ sub sess_call
 	my ($id, $h) = ($s->{id}, $s->{h});
 	my %sf = (sess => $id);
 	my $y = rnd(100);
-	my @sems = @{ $self->{sems} };
+	# (the chaos workload: exclusive holdings only, ChaosDriver.pm)
+	my $excl = $self->{kinds}{sess_only_exclusive};
+	my @sems = $excl ? () : @{ $self->{sems} };
 	my $r = pick(@{ $self->{resources} });
 	if ($y < 45)
 	{
-		my $z = rnd(10);
-		my $sh = rnd(3) == 0 ? 1 : 0;
+		my $z = $excl ? 4 + rnd(6) : rnd(10);
+		my $sh = !$excl && rnd(3) == 0 ? 1 : 0;
 		my $wait = pick(0, 20, 100, 300);
 		if ($z < 2)
 		{
@@ -411,7 +413,7 @@ sub sess_call
 		# renew, unlock, check or assert_fence of a holding in the session
 		# (mostly of a resource it was seen to hold)
 		my @held = map { (split /\0/)[0] } grep { /\0\Q$h\E\z/ } sort keys %{ $self->{fence} };
-		$r = @held && rnd(4) ? pick(@held) : rnd(4) == 0 ? pick(@sems) : $r;
+		$r = @held && rnd(4) ? pick(@held) : @sems && rnd(4) == 0 ? pick(@sems) : $r;
 		my $fence = $self->{fence}{"$r\0$h"};
 		if ($y < 73)
 		{
