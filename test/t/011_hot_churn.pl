@@ -123,10 +123,13 @@ sub churn
 	return ($upd1 - $upd0, $hot1 - $hot0);
 }
 
-# One client: each old version is dead to everyone by the next update, so
-# pruning always makes room on the page: every update is HOT.
+# One client: each old version is dead to the client by its next update,
+# so pruning makes room on the page, unless another backend's snapshot
+# still sees it: the reaper's (every 100 ms) does now and then on a loaded
+# machine (CI: 4 of 1582 updates moved to another page).  An update that
+# changed an indexed column would make all of them non-HOT.
 my ($updates, $hot) = churn(1, 1000);
-is($hot, $updates, 'one client: every update of a lease row was HOT');
+cmp_ok($hot, '>=', 0.99 * $updates, 'one client: at least 99% of the updates were HOT');
 
 # Four clients: a page can fill with versions still visible to a
 # concurrent snapshot, and PostgreSQL then moves the row to another page
