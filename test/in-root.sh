@@ -90,10 +90,15 @@ copy_old_pg() {
         make -s -C "$build" SKIP_CLI=1 PG_CONFIG="/usr/lib/postgresql/$n/bin/pg_config" install DESTDIR="$root" \
             >> "$build/build.log" 2>&1 || { cat "$build/build.log"; rm -rf "$build"; return 1; }
     rm -rf "$build"
-    # The shared libraries it needs that the root lacks, from this machine.
+    # The shared libraries it needs that the root lacks, from this machine,
+    # searched after the root's own ("zz-": ld.so.conf.d is read in name
+    # order): once the root has its own libpq, its programs (DBD::Pg, the
+    # CLI that dpkg-shlibdeps looks at) must not load this machine's older
+    # one (undefined symbol PQclosePrepared; 096 found no package for it).
     lib=/usr/lib/postgresql/$n/compat-lib
     mkdir -p "$root$lib"
-    echo "$lib" > "$root/etc/ld.so.conf.d/dlock-postgresql-$n.conf"
+    rm -f "$root/etc/ld.so.conf.d/dlock-postgresql-$n.conf"
+    echo "$lib" > "$root/etc/ld.so.conf.d/zz-dlock-postgresql-$n.conf"
     for i in 1 2 3 4; do
         chroot "$root" ldconfig
         missing=$(for f in "$root/usr/lib/postgresql/$n"/bin/* "$root/usr/lib/postgresql/$n"/lib/*.so; do
