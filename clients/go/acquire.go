@@ -146,6 +146,12 @@ func take(ctx context.Context, db *sql.DB, s *spec) (*Lock, error) {
 	}
 	var res sql.NullString
 	sent, err := grant(ctx, db, s, &res)
+	if err != nil && errors.Is(err, context.DeadlineExceeded) && ctx.Err() != nil {
+		// The context's deadline ended the wait before the server's answer
+		// came (a loaded server): not acquired, as when the server ends it.
+		return nil, &Error{Code: "55P03", Err: ErrNotAcquired, deadline: true,
+			Message: fmt.Sprintf("dlock: %q not acquired before the context's deadline", name)}
+	}
 	if err != nil {
 		return nil, wrap(err, "acquiring "+strconv.Quote(name))
 	}

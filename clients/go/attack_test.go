@@ -90,8 +90,12 @@ func TestGrantAfterDeadline(t *testing.T) {
 			}
 			continue
 		}
-		if !errors.Is(err, context.DeadlineExceeded) {
-			t.Fatalf("holder %q: %v", holder, err)
+		// Not acquired, as when the server ends the wait: 55P03,
+		// ErrNotAcquired, and the context's DeadlineExceeded too.
+		var de *dlock.Error
+		if !errors.Is(err, context.DeadlineExceeded) || !errors.Is(err, dlock.ErrNotAcquired) ||
+			!errors.As(err, &de) || de.Code != "55P03" {
+			t.Fatalf("holder %q: %v, want 55P03 ErrNotAcquired and context.DeadlineExceeded", holder, err)
 		}
 		ctx = within(t, 8*time.Second)
 		for {

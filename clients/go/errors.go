@@ -4,6 +4,7 @@ package dlock
 // ErrNotAcquired, ErrLost and ErrReleased say what happened (errors.Is).
 
 import (
+	"context"
 	"errors"
 	"fmt"
 )
@@ -32,6 +33,9 @@ type Error struct {
 	Code    string
 	Message string
 	Err     error
+	// deadline: the context's deadline ended the wait (errors.Is finds
+	// context.DeadlineExceeded as well as ErrNotAcquired).
+	deadline bool
 }
 
 func (e *Error) Error() string {
@@ -46,6 +50,10 @@ func (e *Error) Error() string {
 }
 
 func (e *Error) Unwrap() error { return e.Err }
+
+// Is: an acquisition that the context's deadline ended is also
+// context.DeadlineExceeded.
+func (e *Error) Is(target error) bool { return e.deadline && target == context.DeadlineExceeded }
 
 // SQLState returns Code, as the drivers' errors do.
 func (e *Error) SQLState() string { return e.Code }
