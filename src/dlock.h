@@ -593,7 +593,7 @@ extern int64 dlock_campaign_acquire(const DlockResource *res, text *candidate,
 /* ---- session.c (1.1) ---- */
 extern text *dlock_session_use(int64 session, text *holder,
 							   const Interval *lease, const DlockCaller *caller,
-							   Interval **ttl);
+							   bool waits, Interval **ttl);
 extern void dlock_session_hold(int64 session);
 extern TimestampTz dlock_session_poll(int64 session, TimestampTz now);
 extern Datum dlock_session_keepalive(int64 session, const DlockCaller *caller,
@@ -604,7 +604,7 @@ extern TimestampTz dlock_sessions_min_expiry(void);
 extern int64 dlock_sessions_refresh(TimestampTz promoted_at);
 extern int64 dlock_session_call(FunctionCallInfo fcinfo, int argno,
 								int lease_argno, const DlockCaller *caller,
-								text **holder, Interval **lease);
+								bool waits, text **holder, Interval **lease);
 extern text *dlock_session_holder_arg(FunctionCallInfo fcinfo, int argno,
 									  int session_argno,
 									  text *(*check) (FunctionCallInfo, int));

@@ -360,7 +360,8 @@ dlock_campaign(PG_FUNCTION_ARGS)
 	if (wait_ms != 0)
 		dlock_table_locks_mark();	/* a waiter keeps no read lock (table.c) */
 	caller = dlock_caller();
-	session = dlock_session_call(fcinfo, 5, 3, &caller, &candidate, &lease);
+	session = dlock_session_call(fcinfo, 5, 3, &caller, wait_ms != 0,
+								 &candidate, &lease);
 
 	term = current_term(&res, candidate, &caller, wait_ms, session);
 	if (term != 0)

@@ -74,7 +74,7 @@ dlock_try_lock(PG_FUNCTION_ARGS)
 	lock_delay = dlock_lock_delay_of(fcinfo, 4, lock_delay, shared);
 	dlock_check_writable("dlock.try_lock()");
 	caller = dlock_caller();
-	session = dlock_session_call(fcinfo, 6, 2, &caller, &holder, &lease);
+	session = dlock_session_call(fcinfo, 6, 2, &caller, false, &holder, &lease);
 
 	fence = dlock_acquire(&res, holder, &caller, lease, session, 0, fair,
 						  lock_delay, shared);
@@ -112,7 +112,7 @@ dlock_lock(PG_FUNCTION_ARGS)
 	lock_delay = dlock_lock_delay_of(fcinfo, 5, lock_delay, shared);
 	dlock_check_writable("dlock.lock()");
 	caller = dlock_caller();
-	session = dlock_session_call(fcinfo, 7, 2, &caller, &holder, &lease);
+	session = dlock_session_call(fcinfo, 7, 2, &caller, wait_ms != 0, &holder, &lease);
 
 	fence = dlock_acquire(&res, holder, &caller, lease, session, wait_ms, fair,
 						  lock_delay, shared);

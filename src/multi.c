@@ -391,7 +391,7 @@ dlock_try_lock_all(PG_FUNCTION_ARGS)
 	dlock_check_writable("dlock.try_lock_all()");
 	caller = dlock_caller();
 	m.caller = &caller;
-	m.session = dlock_session_call(fcinfo, 4, 2, &caller, &m.holder, &lease);
+	m.session = dlock_session_call(fcinfo, 4, 2, &caller, false, &m.holder, &lease);
 	m.lease = lease;
 	return lock_all_common(fcinfo, &m, 0);
 }
@@ -428,7 +428,7 @@ lock_all_call(FunctionCallInfo fcinfo, int shared_argno, int wait_argno,
 	m.caller = &caller;
 	if (session_argno >= 0)
 		m.session = dlock_session_call(fcinfo, session_argno, 2, &caller,
-									   &m.holder, &lease);
+									   wait_ms != 0, &m.holder, &lease);
 	m.lease = lease;
 	return lock_all_common(fcinfo, &m, wait_ms);
 }

@@ -110,7 +110,8 @@ semaphore_call(FunctionCallInfo fcinfo, const SemaphoreArgs *pos,
 				 errhint("Run ALTER EXTENSION dlock UPDATE.")));
 	caller = dlock_caller();
 	session = pos->session < 0 ? 0 :
-		dlock_session_call(fcinfo, pos->session, 4, &caller, &holder, &lease);
+		dlock_session_call(fcinfo, pos->session, 4, &caller, wait_ms != 0,
+						   &holder, &lease);
 
 	fence = dlock_acquire_permits(&res, holder, &caller, lease, session,
 								  wait_ms, fair, permits, max_permits);

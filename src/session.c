@@ -17,11 +17,12 @@
  *   waits for that transaction and then sees the end;
  * - an acquisition admitted in a session takes the session's lock-manager
  *   lock (DLOCK_LOCKTAG_SESSION) in ShareLock without waiting, then reads
- *   the row; close_session takes it in ExclusiveLock before it locks the
- *   row FOR UPDATE: an acquisition in flight ends first, and its holding
- *   is released with the others.  Keepalive takes neither.  A wait in
- *   lock() locks nothing until admitted, and polls its session: it ends
- *   with 55000 once it ended.
+ *   the row (one that does not wait takes it before its first read);
+ *   close_session takes it in ExclusiveLock before it locks the row FOR
+ *   UPDATE: an acquisition in flight ends first, and its holding is
+ *   released with the others.  Keepalive takes neither.  A wait in lock()
+ *   locks nothing until admitted, and polls its session: it ends with
+ *   55000 once it ended.
  * Ids are fences (fence.c): never handed out twice in the database.
  * Only the role that opened a session acquires in it, keeps it alive or
  * closes it (superusers may keep alive and close).
@@ -390,11 +391,36 @@ session_ended(int64 id)
 }
 
 /*
+ * The session whose lock the current call took before it read the row
+ * (dlock_session_use of an acquisition that does not wait), and the
+ * expiry read: no close can have ended it since.  Set by every
+ * dlock_session_use; nothing in between gives the lock back (no
+ * subtransaction in the acquisition path).
+ */
+static int64 locked_id = 0;
+static TimestampTz locked_expires = 0;
+
+/*
+ * share_lock: session id's lock in ShareLock, without waiting; 55000 if a
+ * close_session holds it (in flight).
+ */
+static void
+share_lock(int64 id)
+{
+	LOCKTAG		tag;
+
+	session_tag(&tag, id);
+	if (LockAcquire(&tag, ShareLock, false, true) == LOCKACQUIRE_NOT_AVAIL)
+		session_ended(id);
+}
+
+/*
  * dlock_session_hold: an acquisition admitted in session id shares its
  * lock until the transaction ends (close_session waits for it), then
  * reads its row on the latest snapshot, which sees a close that ended
  * before; 55000 if the session has ended meanwhile (a wait in lock()
- * outlived it) or a close_session is in flight.  Inside a store session.
+ * outlived it) or a close_session is in flight.  A call that took the
+ * lock before its first read needs no second one.  Inside a store session.
  */
 void
 dlock_session_hold(int64 id)
@@ -403,8 +429,11 @@ dlock_session_hold(int64 id)
 	DlockSession s;
 
 	session_tag(&tag, id);
-	if (LockAcquire(&tag, ShareLock, false, true) == LOCKACQUIRE_NOT_AVAIL ||
-		!dlock_session_read(id, &s) || s.expires_at <= GetCurrentTimestamp())
+	if (locked_id == id && locked_expires > GetCurrentTimestamp() &&
+		DLOCK_LOCK_HELD_BY_ME(&tag, ShareLock))
+		return;
+	share_lock(id);
+	if (!dlock_session_read(id, &s) || s.expires_at <= GetCurrentTimestamp())
 		session_ended(id);
 }
 
@@ -428,13 +457,13 @@ dlock_session_poll(int64 id, TimestampTz now)
  * holding (the session's).  22023 for a lease given too, or a holder that
  * is neither the session's nor this backend's session_holder() (the
  * default); 42501 for another role's session (superusers too); 55000 for
- * a session that has ended or never was.  Sets *ttl, the session's.  The
- * session's row is locked once the acquisition is admitted
- * (dlock_session_hold).
+ * a session that has ended or never was.  Sets *ttl, the session's.  An
+ * acquisition that waits locks the session once it is admitted
+ * (dlock_session_hold); one that does not, before the read.
  */
 text *
 dlock_session_use(int64 id, text *holder, const Interval *lease,
-				  const DlockCaller *caller, Interval **ttl)
+				  const DlockCaller *caller, bool waits, Interval **ttl)
 {
 	DlockSession s;
 	bool		found;
@@ -447,6 +476,9 @@ dlock_session_use(int64 id, text *holder, const Interval *lease,
 				 errmsg("session and lease cannot both be given"),
 				 errdetail("A holding in a session lives as long as its session: it has no lease of its own.")));
 	*ttl = palloc(sizeof(Interval));
+	locked_id = 0;
+	if (!waits)
+		share_lock(id);
 	dlock_store_begin();
 	found = dlock_session_read(id, &s);
 	if (found && s.owner != caller->role)
@@ -455,7 +487,7 @@ dlock_session_use(int64 id, text *holder, const Interval *lease,
 				 errmsg("permission denied to acquire in session " INT64_FORMAT " of role \"%s\"",
 						id, role_name(s.owner)),
 				 errdetail("Only the role that opened a session acquires in it.")));
-	/* Not locked yet: a wait in lock() must not hold close_session off. */
+	/* A wait in lock() locks nothing yet: it must not hold close_session off. */
 	if (!found || s.expires_at <= GetCurrentTimestamp())
 		session_ended(id);
 	**ttl = s.ttl;
@@ -483,6 +515,11 @@ dlock_session_use(int64 id, text *holder, const Interval *lease,
 		MemoryContextSwitchTo(old);
 	}
 	dlock_store_end();
+	if (!waits)
+	{
+		locked_id = id;
+		locked_expires = s.expires_at;
+	}
 	return result;
 }
 
@@ -495,7 +532,8 @@ dlock_session_use(int64 id, text *holder, const Interval *lease,
  */
 int64
 dlock_session_call(FunctionCallInfo fcinfo, int argno, int lease_argno,
-				   const DlockCaller *caller, text **holder, Interval **lease)
+				   const DlockCaller *caller, bool waits, text **holder,
+				   Interval **lease)
 {
 	int64		session;
 
@@ -503,7 +541,7 @@ dlock_session_call(FunctionCallInfo fcinfo, int argno, int lease_argno,
 		return 0;
 	*holder = dlock_session_use(session, *holder,
 								PG_ARGISNULL(lease_argno) ? NULL : *lease,
-								caller, lease);
+								caller, waits, lease);
 	return session;
 }
 
