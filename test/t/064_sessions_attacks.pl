@@ -5,7 +5,8 @@
 # re-creation and restore, timeouts cutting close, old snapshots,
 # savepoints, read-only and standby, lock-delay, pins, lock_all, renew vs
 # break_lock, 1.0 SQL, GUCs, SET ROLE, 20,000 holdings, fair queues,
-# prepared transactions, and a seeded race at the instant of expiry
+# prepared transactions, the session's own lock (refused calls,
+# savepoints, other roles), and a seeded race at the instant of expiry
 # (DLOCK_ATTACK_SEED=N replays it).
 # Promises: P1 P2 P4 P5 P6 P7 P8 P11 P12 P17
 
@@ -659,6 +660,47 @@ SELECT dlock.close_session(:s2);});
 	$q->(q{COMMIT PREPARED 'ka'});
 	is($q->("SELECT dlock.check('pp/3', $f)"), 't', 'committed: the holding lives on');
 	is($q->("SELECT dlock.close_session($s2)"), '1', 'closed');
+}
+
+# 25. The session's lock that a call that does not wait takes before its
+# read (helper review of 1.1's lock-manager lock): a refused try_lock keeps
+# it to its transaction's end (close_session waits), a ROLLBACK TO a
+# savepoint gives it back (close_session goes on, and the transaction's
+# next acquisition in the session is 55000), and another role's refused
+# call (42501, caught in a PL/pgSQL block) keeps none.
+{
+	my $s = $q->(q{SELECT dlock.open_session('1h', 'w-sl')});
+	ok($q->(q{SELECT dlock.try_lock('sl/busy', 'b', '1h')}), 'b holds sl/busy');
+	my $t = $node->background_psql('postgres');
+	is($t->query_safe("BEGIN; SELECT dlock.try_lock('sl/busy', session => $s) IS NULL"), 't',
+		'a try_lock in the session refused, its transaction open');
+	is(err("SET lock_timeout = '300ms'; SELECT dlock.close_session($s)"), '55P03',
+		'close_session waits for that transaction');
+	$t->query_safe('ROLLBACK');
+	$t->query_safe("BEGIN; SAVEPOINT a; SELECT dlock.try_lock('sl/busy', session => $s); ROLLBACK TO SAVEPOINT a");
+	is(err("SET lock_timeout = '5s'; SELECT dlock.close_session($s)"), '0',
+		'refused in a savepoint rolled back: close_session goes on');
+	# (an error would end the background psql: caught, its SQLSTATE told)
+	$t->query(qq{DO \$\$ BEGIN PERFORM dlock.try_lock('sl/free', session => $s); RAISE NOTICE 'taken';
+		EXCEPTION WHEN OTHERS THEN RAISE NOTICE 'sqlstate %', SQLSTATE; END \$\$});
+	like($t->{stderr}, qr/sqlstate 55000/, '... the transaction then acquires in the session: 55000');
+	$t->{stderr} = '';
+	$t->query_safe('ROLLBACK');
+	my $s2 = $q->(q{SELECT dlock.open_session('1h', 'w-sl2')});
+	$q->(q{DO $$ BEGIN IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = 'mallory') THEN CREATE ROLE mallory; END IF; END $$;
+		GRANT USAGE ON SCHEMA dlock TO mallory});
+	my $pid = $t->query_safe('SELECT pg_backend_pid()');
+	$t->query(qq{BEGIN; SET ROLE mallory; DO \$\$ BEGIN PERFORM dlock.try_lock('sl/m', session => $s2);
+		EXCEPTION WHEN insufficient_privilege THEN RAISE NOTICE '%', SQLERRM; END \$\$});
+	like($t->{stderr}, qr/permission denied to acquire in session/, "another role's try_lock in the session: 42501, caught");
+	$t->{stderr} = '';
+	is($q->("SELECT count(*) FROM pg_locks WHERE pid = $pid AND locktype = 'advisory' AND objsubid = 17496"), '0',
+		"another role's refused acquisition (42501, caught) keeps no lock of the session");
+	is(err("SET lock_timeout = '5s'; SELECT dlock.close_session($s2)"), '0',
+		"... and the owner's close_session goes on while its transaction is open");
+	$t->query_safe('ROLLBACK');
+	$t->quit;
+	$q->(q{SELECT dlock.unlock_all('b')});
 }
 
 # 7. Ids never handed out twice: not after DROP and CREATE EXTENSION, nor
