@@ -88,12 +88,15 @@ sub finish { my ($pid) = @_; waitpid $pid, 0; return $? >> 8; }
 
 # 3. The server restarts while COMMAND runs (the holding survives it):
 # the release at COMMAND's end reconnects instead of leaving the lock to
-# expire.
+# expire.  The restart waits for COMMAND to start, not only for the row:
+# on a loaded machine the row was there while the acquisition's answer was
+# still on its way, the restart lost it, and the CLI exited 69 (CI, 17).
 {
     my $go = "$my->{dir}/restart.go";
+    my $started = "$my->{dir}/restart.started";
     my $pid = bg('restart', '-v', '-d', $url, 'run', '--lease', '60s', 'f/restart', '--',
-                 'sh', '-c', "while [ ! -e '$go' ]; do sleep 0.05; done");
-    poll(sub { rows('f/restart') });
+                 'sh', '-c', "touch '$started'; while [ ! -e '$go' ]; do sleep 0.05; done");
+    ok(poll(sub { -e $started }), 'COMMAND started');
     $my->stop;
     $my->start;
     $root = $my->connect('root');
@@ -109,10 +112,11 @@ sub finish { my ($pid) = @_; waitpid $pid, 0; return $? >> 8; }
 # shorter than the time from the last renewal to COMMAND's end).
 {
     my $go = "$my->{dir}/idle.go";
+    my $started = "$my->{dir}/idle.started";
     $root->do('SET GLOBAL wait_timeout = 1');
     my $pid = bg('idle', '-v', '-d', $url, 'run', '--lease', '60s', 'f/idle', '--',
-                 'sh', '-c', "while [ ! -e '$go' ]; do sleep 0.05; done");
-    poll(sub { rows('f/idle') });
+                 'sh', '-c', "touch '$started'; while [ ! -e '$go' ]; do sleep 0.05; done");
+    ok(poll(sub { -e $started }), 'COMMAND started');
     ok(poll(sub { !DlockMy::one($root, "SELECT count(*) FROM information_schema.processlist WHERE user = 'alice'") }),
        "the server closed the client's idle connection");
     $root->do('SET GLOBAL wait_timeout = 28800');
