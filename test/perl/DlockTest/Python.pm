@@ -105,14 +105,19 @@ sub venv
 		diag("python3 -m venv failed: $out$err");
 		return undef;
 	}
-	# pip builds in a copy of the tree; keep its caches in TMP.
+	# pip builds a local directory in place (build/, *.egg-info): from a
+	# copy of clients/python in TMP, so that two tests installing at once
+	# (010_python, 020_tooz under prove -j) never share one (forky, CI).
+	# Its caches in TMP too.
 	local $ENV{PIP_CACHE_DIR} = "$tmp/pip-cache";
 	local $ENV{PIP_DISABLE_PIP_VERSION_CHECK} = 1;
 	local $ENV{PIP_NO_INPUT} = 1;
-	$ok = IPC::Run::run(
+	$ok = IPC::Run::run([ 'cp', '-a', "$top/clients/python", "$tmp/python-src" ],
+		'>', \$out, '2>', \$err)
+	  && IPC::Run::run(
 		[
 			"$venv/bin/pip", 'install', '--no-build-isolation', '--no-index',
-			'--quiet', "$top/clients/python"
+			'--quiet', "$tmp/python-src"
 		],
 		'>', \$out, '2>', \$err);
 	ok($ok, 'pip install --no-build-isolation ./clients/python (offline) into a venv')
