@@ -24,7 +24,9 @@
 # tests from N (test/t/097_cross_major.pl: pg_upgrade, dump and restore)
 # then run against the root's own major.  Debian ships one major per
 # release, so this is how both meet on one system.
-set -euo pipefail
+set -Eeuo pipefail
+# A command that ends this script (-e) says so.
+trap 'echo "in-root.sh: line $LINENO: status $? ended the run" >&2' ERR
 
 top=$(cd "$(dirname "$0")/.." && pwd)
 root= old_pg=
@@ -106,7 +108,9 @@ copy_old_pg() {
                   done | sed -n 's/^[[:space:]]*\([^ ]*\) => not found$/\1/p' | sort -u)
         [ -n "$missing" ] || return 0
         for so in $missing; do
-            path=$(ldconfig -p | awk -v so="$so" '$1 == so && /x86-64/ {print $NF; exit}')
+            # awk reads to the end: an early exit would kill ldconfig with
+            # SIGPIPE, and under pipefail and -e end this script silently.
+            path=$(ldconfig -p | awk -v so="$so" '!p && $1 == so && /x86-64/ {p = $NF} END {print p}')
             [ -n "$path" ] || { echo "copy_old_pg: $so not found on this machine" >&2; return 1; }
             cp -L "$path" "$root$lib/$so"
         done
