@@ -287,7 +287,7 @@ start_etcd() {
         etcdctl --endpoints="127.0.0.1:$eport" endpoint health >/dev/null 2>&1 && return
         sleep 0.2
     done
-    tail -5 "$tmp/etcd.log" >&2
+    tail -n 5 "$tmp/etcd.log" >&2
     say "etcd did not start: the etcdctl elect baseline is skipped"
     eport=""
 }
@@ -329,7 +329,7 @@ EOF
         if "$PG_BIN/pg_ctl" -D "$tmp/data" -l "$tmp/server.log" -w -t 60 start >/dev/null; then
             break
         fi
-        tail -5 "$tmp/server.log" >&2
+        tail -n 5 "$tmp/server.log" >&2
         [ "$attempt" -eq 5 ] && { echo "could not start PostgreSQL" >&2; exit 1; }
     done
     conninfo="host=$tmp port=$port user=postgres dbname=postgres"

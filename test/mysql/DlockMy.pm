@@ -107,7 +107,7 @@ sub start {
         usleep(100_000);
     }
     # error.log is missing when mariadbd never ran: stdout.log says why.
-    die "mariadbd did not start: " . `tail -20 $self->{dir}/stdout.log $self->{dir}/error.log 2>&1`;
+    die "mariadbd did not start: " . `tail -n 20 $self->{dir}/stdout.log $self->{dir}/error.log 2>&1`;
 }
 
 # connect(user, password, %attr): a DBI handle, autocommit, errors raise.

@@ -48,7 +48,7 @@ my_start() {
         kill -0 "$MY_PID" 2>/dev/null || break
         sleep 0.1
     done
-    echo "mariadbd did not start:" >&2; tail -20 "$MY_DIR/error.log" >&2
+    echo "mariadbd did not start:" >&2; tail -n 20 "$MY_DIR/error.log" >&2
     return 1
 }
 

@@ -220,7 +220,7 @@ $node->safe_psql('postgres', q{ALTER DATABASE app SET lock_timeout = '10ms'});
 my $blocker = $node->background_psql('app');
 $blocker->query_safe('BEGIN; LOCK TABLE dlock.outbox IN ACCESS EXCLUSIVE MODE');
 $offset = -s $node->logfile;
-my $t0 = time;
+$t0 = time;
 expire('app', 'fail', 1);
 sleep 3;
 my $window_ms = (time - $t0) * 1000;

@@ -85,7 +85,7 @@ sub run_cmd {
 sub start_server {
     my ($rc, $out) = run_cmd("$bindir/pg_ctl", '-D', $datadir, '-l', "$datadir/../server.log", '-w',
         '-o', qq{"-k $sock -c listen_addresses='' -c fsync=off -c max_connections=30"}, 'start');
-    die "pg_ctl start failed: $out\n" . `tail -20 $datadir/../server.log` if $rc;
+    die "pg_ctl start failed: $out\n" . `tail -n 20 $datadir/../server.log` if $rc;
 }
 
 sub stop_server {

@@ -599,9 +599,11 @@ sub session_unlocks {
     is(q1($al, "SELECT dlock.unlock('fa/su', 'hu', ?)", $f), undef, "$label: unlock under another fence: NULL");
     like(err($bo, "SELECT dlock.unlock('fa/su', 'hu')"), qr/^42501: /, "$label: unlock of it by another role: 42501");
     is(q1($al, "SELECT dlock.unlock('fa/su', 'hu')"), 0, "$label: ... then released");
-    my $x = q1($al, "SELECT dlock.open_session('10 milliseconds', 'hx')");
-    ok(q1($al, "SELECT dlock.try_lock('fa/su', session => $x)"), "$label: in a session of 10 ms");
-    sleep 0.05;
+    # Long enough to be live at the try_lock on a loaded machine (10 ms
+    # ended before it once: 55000), then waited out.
+    my $x = q1($al, "SELECT dlock.open_session('1 second', 'hx')");
+    ok(q1($al, "SELECT dlock.try_lock('fa/su', session => $x)"), "$label: in a session of 1 s");
+    sleep 0.1 until q1($db, "SELECT expires_at <= clock_timestamp() FROM dlock.session_rows WHERE id = $x");
     is(q1($al, "SELECT dlock.unlock('fa/su', 'hx')"), undef, "$label: unlock once the session ended: NULL");
     is(q1($db, "SELECT holder FROM dlock.leases WHERE resource = 'fa/su'"), 'hx', "$label: ... left for reap");
     q1($su, "SELECT dlock.reap()");
