@@ -767,7 +767,9 @@ sub check
 			{
 				$stats{probes}++;
 				my $last = $probe_last{ $o->{r} };
-				my $sure = $last && (!$last->{res} || $o->{t0} > $last->{end} + $MARGIN_US);
+				# a holding in a session: as long as its session may have lasted
+				my $end = $last && ($last->{end} // ModelSessions::up($sx, $last->{sess}, $o->{t0}, $last->{op}));
+				my $sure = $last && (!$last->{res} || $o->{t0} > $end + $MARGIN_US);
 				if ($sure && ok($o) && !defined $o->{res} && $o->{pt}
 					&& grep { $_->{t0} <= $o->{t1} && ($_->{tdone} // $_->{t1}) >= $o->{t0} } @pt_reaps)
 				{
@@ -776,13 +778,14 @@ sub check
 				}
 				elsif ($sure && ok($o) && !defined $o->{res})
 				{
-					$viol->('free-at-once', "try_lock of $o->{r} got NULL although its last lease ended at $last->{end}",
+					$viol->('free-at-once', "try_lock of $o->{r} got NULL although its last lease ended at $end",
 						$last->{op}, $o);
 				}
 			}
 			if (is_acq($o) && ((ok($o) && defined $o->{res}) || lost($o)))
 			{
-				$probe_last{ $o->{r} } = { op => $o, res => 1, end => $o->{t1} + $o->{lease} * 1000 };
+				$probe_last{ $o->{r} } = { op => $o, res => 1, sess => $o->{sess},
+					end => defined $o->{sess} ? undef : $o->{t1} + $o->{lease} * 1000 };
 			}
 			elsif ($o->{k} eq 'unlock' && ok($o) && defined $o->{res} && $o->{res} == 0)
 			{

@@ -660,7 +660,11 @@ sub reap_unit
 # probe_unit: the prober's round on its own resource: take it with a short
 # lease, sometimes release it, else let it run out; then, once the server
 # clock is past the end of the lease, take it again under another holder
-# text: it must be free at once (no other client ever acquires it).
+# text: it must be free at once (no other client ever acquires it).  With
+# sessions, one round in three takes it first in a session of its own,
+# opened for the lease and never kept alive, so that every run has a
+# holding ended by its session's end and taken over after (the checker's
+# session mutations need one; the random workload had none once).
 sub probe_unit
 {
 	my ($self) = @_;
@@ -668,8 +672,28 @@ sub probe_unit
 	my $r = $self->{probe};
 	my $lease = pick(50, 100, 200);
 	my $h = "probe/h" . ($self->{unit} % 2);
-	my $rec = $self->call('try_lock', 'dlock.try_lock($1, $2, $3::interval)',
-		[ $r, $h, lease_arg($lease) ], r => $r, h => $h, lease => $lease, probe => 1);
+	my $kinds = $self->{kinds} //= $self->detect_kinds;
+	my ($rec, $until);
+	if ($kinds->{sess} && rnd(3) == 0)
+	{
+		$h = "sess/$self->{role}/c$self->{id}/s" . $self->{seq} . ($self->{tag} ne '' ? "\@$self->{tag}" : '');
+		my $o = $self->call('open_session', 'dlock.open_session($1::interval, $2)',
+			[ lease_arg($lease), $h ], h => $h, ttl => $lease, probe => 1);
+		$o->{xact} = 0;
+		$o->{sess} = $o->{res} if !$o->{err} && defined $o->{res};
+		$self->finish([$o], 'commit', $o->{t1});
+		return if $o->{err} || !defined $o->{res};
+		$rec = $self->call('try_lock', 'dlock.try_lock($1, $2, session => $3::int8)',
+			[ $r, $h, $o->{res} ], r => $r, h => $h, sess => $o->{res}, probe => 1);
+		# the session's expiry: the server's clock during open_session + ttl
+		$until = $o->{t1} + $lease * 1000 + 5000;
+	}
+	else
+	{
+		$rec = $self->call('try_lock', 'dlock.try_lock($1, $2, $3::interval)',
+			[ $r, $h, lease_arg($lease) ], r => $r, h => $h, lease => $lease, probe => 1);
+		$until = $rec->{t1} + $lease * 1000 + 5000;
+	}
 	$rec->{xact} = 0;
 	$self->finish([$rec], 'commit', $rec->{t1});
 	return if $rec->{err} || !defined $rec->{res};
@@ -677,11 +701,11 @@ sub probe_unit
 	{
 		$self->{unit}++;
 		my $u = $self->call('unlock', 'dlock.unlock($1, $2, $3::int8)',
-			[ $r, $h, $rec->{res} ], r => $r, h => $h, f => $rec->{res}, probe => 1);
+			[ $r, $h, $rec->{res} ], r => $r, h => $h, f => $rec->{res}, probe => 1,
+			defined $rec->{sess} ? (sess => $rec->{sess}) : ());
 		$u->{xact} = 0;
 		$self->finish([$u], 'commit', $u->{t1});
 	}
-	my $until = $rec->{t1} + $lease * 1000 + 5000;
 	while ((my $now = now_us($dbh)) < $until)
 	{
 		usleep(List::Util::min(($until - $now), 50_000));
