@@ -9,7 +9,7 @@
  *
  * What protects the shared state: _attempt locks the resource's row in
  * dlock.leases FOR UPDATE SKIP LOCKED (or inserts it, never waiting more
- * than 1 ms for another transaction's insert) before it changes
+ * than about 20 ms for another transaction's insert) before it changes
  * anything, in a subtransaction rolled back when it is refused; no
  * advisory lock guards a resource (any role could hold its key).
  * _release and _may_change are called with the row already locked by
@@ -220,7 +220,9 @@ BEGIN
             SELECT l.holder INTO v_holder FROM dlock.leases l WHERE l.resource = p_resource;
             SELECT * INTO v FROM dlock.holding_values x WHERE x.resource = p_resource AND x.fence = p_fence;
         END IF;
-        UPDATE dlock.leases l SET holder = NULL, count = 0, released_at = clock_timestamp(), session = NULL
+        -- session stays (tables.sql: read only with a holder), so that the
+        -- session's next acquisition of the row changes no indexed column.
+        UPDATE dlock.leases l SET holder = NULL, count = 0, released_at = clock_timestamp()
          WHERE l.resource = p_resource;
         IF p_event = 'resigned' OR (p_event = 'expired' AND v.election IS TRUE) THEN
             PERFORM dlock._event_holding(p_event, p_resource, p_fence, v_holder, v.value);

@@ -89,7 +89,6 @@ DECLARE
     k integer;
     v_md5 text := md5(resource);     -- the fast path's key (_qkey) and xact marker
     v_set text;
-    h text := try_lock.holder;     -- the fast path's holder: the session's, with one
 BEGIN
     -- The fast path (above): exclusive requests only (shared ones, and a
     -- resource with shared holdings or permits, are kinds.sql's), under
@@ -108,13 +107,7 @@ BEGIN
         v_role := to_regrole(quote_ident(CASE WHEN current_setting('role') = 'none' THEN session_user::text
                                               ELSE current_setting('role') END));
         IF try_lock.session IS NOT NULL THEN
-            -- [sessions]: a live session of the caller's role, no lease
-            -- given, holder left out or the session's (else: not here).
-            SELECT x.holder, x.ttl INTO h, l FROM dlock.session_rows x
-             WHERE x.id = try_lock.session AND x.owner = v_role::regrole AND lease IS NULL
-               AND x.expires_at > clock_timestamp()
-               AND (try_lock.holder IS NULL OR try_lock.holder = x.holder
-                    OR starts_with(try_lock.holder, 'pid:' || pg_backend_pid()::text || ':'));
+            NULL;     -- [sessions]: the session's ttl, read by the UPDATE below
         ELSIF lease IS NOT NULL THEN
             l := lease;
         ELSIF coalesce(current_setting('dlock.default_lease', true), '') = '' THEN
@@ -122,61 +115,71 @@ BEGIN
         ELSE
             l := dlock._setting('dlock.default_lease', interval '30 seconds');
         END IF;
-        IF l > interval '0' AND l <= interval '8766000 hours'     -- _expiry's 1000 years
-           AND extract(year FROM l) = 0 AND extract(month FROM l) = 0 AND extract(day FROM l) = 0 THEN
-            k := ('x' || substr(v_md5, 17, 8))::bit(32)::integer;
-            IF k = ANY ('{1684828003,1684828005,1684828006,1684828007}'::integer[]) THEN
-                k := 1684828004;
+        k := ('x' || substr(v_md5, 17, 8))::bit(32)::integer;
+        IF k = ANY ('{1684828003,1684828005,1684828006,1684828007}'::integer[]) THEN
+            k := 1684828004;
+        END IF;
+        -- One statement.  Its holder and lease (a): h and l, or with a
+        -- session, the session's, if it is a live session of the caller's
+        -- role, no lease given, holder left out or the session's (else:
+        -- not here), read here rather than by a statement of its own.
+        -- The lease within _expiry's 1000 years, in hours at most.  The
+        -- row is judged on the version the statement's snapshot sees:
+        -- free, no lock-delay in force (_delayed of a free row), no ticket
+        -- that _ahead would count or _acquired would remove, nobody
+        -- waiting in lock() with a ticket (the "fair waiters" mark of
+        -- _ahead).  Only then is it locked, FOR UPDATE SKIP LOCKED, and
+        -- taken only if the version locked is the one judged (the same
+        -- xmin: nothing changed it since the snapshot), and a session's
+        -- row is locked FOR KEY SHARE SKIP LOCKED with its end still
+        -- ahead (as _session_live).  CASE keeps that order.  (The
+        -- fair-waiters mark held by anyone sends the call to the general
+        -- path, which looks at proven tickets only.)  The fence is drawn
+        -- in the SET list, after the row is locked: nextval when this
+        -- session's checked-epoch mark matches (as in _next_fence), else
+        -- _next_fence itself.
+        v_now := clock_timestamp();
+        UPDATE dlock.leases x
+           SET holder = a.sh, owner = v_role::regrole, count = 1, lease = a.sl,
+               fence = CASE WHEN (SELECT m.mark FROM dlock._epoch_mark m)
+                                 = current_setting('dlock_portable.epoch_checked', true)
+                            THEN nextval('dlock.fences') ELSE dlock._next_fence() END,
+               acquired_at = v_now, renewed_at = v_now, expires_at = v_now + a.sl, released_at = NULL,
+               session = try_lock.session
+          FROM (SELECT try_lock.holder, l WHERE try_lock.session IS NULL
+                UNION ALL
+                SELECT z.holder, z.ttl FROM dlock.session_rows z
+                 WHERE z.id = try_lock.session AND z.owner = v_role::regrole AND try_lock.lease IS NULL
+                   AND z.expires_at > v_now
+                   AND (try_lock.holder IS NULL OR try_lock.holder = z.holder
+                        OR starts_with(try_lock.holder, 'pid:' || pg_backend_pid()::text || ':'))) a (sh, sl)
+         WHERE a.sl > interval '0' AND a.sl <= interval '8766000 hours'
+           AND extract(year FROM a.sl) = 0 AND extract(month FROM a.sl) = 0 AND extract(day FROM a.sl) = 0
+           AND x.resource = try_lock.resource
+           AND CASE WHEN x.holder IS NULL AND x.fence IS NOT NULL AND NOT x.kinds
+                         AND NOT EXISTS (SELECT FROM dlock.delays dl
+                                          WHERE dl.resource = x.resource AND dl.fence = x.fence
+                                            AND dl.available_at > v_now)
+                         AND NOT EXISTS (SELECT FROM dlock.tickets t
+                                          WHERE t.resource = try_lock.resource
+                                            AND (t.expires_at > v_now
+                                                 OR (t.holder = a.sh AND t.owner = v_role::regrole)))
+                    THEN CASE WHEN NOT pg_try_advisory_lock(k, 0) THEN false
+                              WHEN NOT pg_advisory_unlock(k, 0) THEN false
+                              WHEN x.xmin IS DISTINCT FROM (SELECT y.xmin FROM dlock.leases y
+                                                             WHERE y.resource = try_lock.resource
+                                                               FOR UPDATE SKIP LOCKED) THEN false
+                              ELSE try_lock.session IS NULL
+                                   OR EXISTS (SELECT FROM dlock.session_rows w
+                                               WHERE w.id = try_lock.session AND w.expires_at > v_now
+                                                 FOR KEY SHARE SKIP LOCKED) END
+                    ELSE false END
+        RETURNING x.fence INTO fence;
+        IF fence IS NOT NULL THEN
+            IF current_setting('synchronous_commit') IN ('off', 'local', 'remote_write') THEN
+                v_set := set_config('synchronous_commit', 'on', true);     -- an expression, not PERFORM
             END IF;
-            -- One statement.  The row is judged on the version the
-            -- statement's snapshot sees: free, no lock-delay in force
-            -- (_delayed of a free row), no ticket that _ahead would count
-            -- or _acquired would remove, nobody waiting in lock() with a
-            -- ticket (the "fair waiters" mark of _ahead).  Only then is it
-            -- locked, FOR UPDATE SKIP LOCKED, and taken only if the
-            -- version locked is the one judged (the same xmin: nothing
-            -- changed it since the snapshot), and a session's row is
-            -- locked FOR KEY SHARE SKIP LOCKED with its end still ahead
-            -- (as _session_live).  CASE keeps that order.  (The
-            -- fair-waiters mark held by anyone sends the call to the
-            -- general path, which looks at proven tickets only.)  The
-            -- fence is drawn in the SET list, after the row is locked:
-            -- nextval when this session's checked-epoch mark matches (as
-            -- in _next_fence), else _next_fence itself.
-            v_now := clock_timestamp();
-            UPDATE dlock.leases x
-               SET holder = h, owner = v_role::regrole, count = 1, lease = l,
-                   fence = CASE WHEN (SELECT m.mark FROM dlock._epoch_mark m)
-                                     = current_setting('dlock_portable.epoch_checked', true)
-                                THEN nextval('dlock.fences') ELSE dlock._next_fence() END,
-                   acquired_at = v_now, renewed_at = v_now, expires_at = v_now + l, released_at = NULL,
-                   session = try_lock.session
-             WHERE x.resource = try_lock.resource
-               AND CASE WHEN x.holder IS NULL AND x.fence IS NOT NULL AND NOT x.kinds
-                             AND NOT EXISTS (SELECT FROM dlock.delays dl
-                                              WHERE dl.resource = x.resource AND dl.fence = x.fence
-                                                AND dl.available_at > v_now)
-                             AND NOT EXISTS (SELECT FROM dlock.tickets t
-                                              WHERE t.resource = try_lock.resource
-                                                AND (t.expires_at > v_now
-                                                     OR (t.holder = h AND t.owner = v_role::regrole)))
-                        THEN CASE WHEN NOT pg_try_advisory_lock(k, 0) THEN false
-                                  WHEN NOT pg_advisory_unlock(k, 0) THEN false
-                                  WHEN x.xmin IS DISTINCT FROM (SELECT y.xmin FROM dlock.leases y
-                                                                 WHERE y.resource = try_lock.resource
-                                                                   FOR UPDATE SKIP LOCKED) THEN false
-                                  ELSE try_lock.session IS NULL
-                                       OR EXISTS (SELECT FROM dlock.session_rows z
-                                                   WHERE z.id = try_lock.session AND z.expires_at > v_now
-                                                     FOR KEY SHARE SKIP LOCKED) END
-                        ELSE false END
-            RETURNING x.fence INTO fence;
-            IF fence IS NOT NULL THEN
-                IF current_setting('synchronous_commit') IN ('off', 'local', 'remote_write') THEN
-                    v_set := set_config('synchronous_commit', 'on', true);     -- an expression, not PERFORM
-                END IF;
-                RETURN fence;
-            END IF;
+            RETURN fence;
         END IF;
     END IF;
     -- The general path.  Checks called as expressions, not PERFORMed (no
@@ -493,12 +496,13 @@ BEGIN
     -- caller's role (_role inline; a session's holding lives while its
     -- session does, _exp inline), released in one statement with its
     -- "released" event (_event inline, an expression, not PERFORMed).
+    -- The free row keeps its session id, as _release leaves it (tables.sql).
     IF coalesce(octet_length(unlock.resource), 0) BETWEEN 1 AND 1000
        AND coalesce(octet_length(unlock.holder), 0) BETWEEN 1 AND 255
        AND current_setting('transaction_read_only') = 'off' THEN
         v_role := to_regrole(quote_ident(CASE WHEN current_setting('role') = 'none' THEN session_user::text
                                               ELSE current_setting('role') END));
-        UPDATE dlock.leases x SET holder = NULL, count = 0, released_at = clock_timestamp(), session = NULL
+        UPDATE dlock.leases x SET holder = NULL, count = 0, released_at = clock_timestamp()
          WHERE x.resource = unlock.resource AND x.holder = unlock.holder AND x.owner = v_role::regrole
            AND x.count = 1 AND NOT x.kinds
            AND CASE WHEN x.session IS NULL THEN x.expires_at > clock_timestamp()

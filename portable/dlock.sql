@@ -53,8 +53,8 @@
  *   another transaction is acquiring, changing (unlock, renew, reap) or
  *   pinning (assert_fence) is busy, not waited for, and another session's
  *   uncommitted acquisition makes try_lock return NULL at once.  A new
- *   resource's row is inserted with a 1 ms lock_timeout: another
- *   transaction inserting it makes the attempt busy.  assert_fence pins
+ *   resource's row is inserted with a 1 ms lock_timeout, ten tries at
+ *   most: another transaction inserting it makes the attempt busy.  assert_fence pins
  *   with FOR KEY SHARE, which renew's UPDATE does not conflict with, and
  *   every change of hands locks FOR UPDATE, which it does.  An xact lock
  *   locks the row FOR NO KEY UPDATE SKIP LOCKED to the end of its

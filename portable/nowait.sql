@@ -221,18 +221,31 @@ $$;
 -- 1 ms, and the attempt is then busy.  Another acquirer inserting it at
 -- the same time is such a transaction: one of the two inserts it, the
 -- other is busy (or, when the first has committed, finds the row: false).
+-- lock_timeout also ends a wait for no row at all: another backend
+-- extending the table or its index (most likely what refused a new
+-- resource on a loaded machine, Go's TestSessionKeepalivePaused in CI).
+-- So a timed-out insert is tried again, up to 10 times in about 20 ms,
+-- unless the row has come in meanwhile.
 CREATE OR REPLACE FUNCTION dlock._insert_row(p_resource text, p_holder text, p_role oid, p_fence bigint,
                                              p_lease interval, p_now timestamptz, p_exp timestamptz)
     RETURNS boolean LANGUAGE plpgsql VOLATILE
     SET search_path = pg_catalog, pg_temp
     SET lock_timeout = '1ms' AS $$
 BEGIN
-    INSERT INTO dlock.leases (resource, holder, owner, count, fence, lease, acquired_at, renewed_at, expires_at)
-         VALUES (p_resource, p_holder, p_role::regrole, CASE WHEN p_holder IS NULL THEN 0 ELSE 1 END,
-                 p_fence, p_lease, p_now, p_now, p_exp)
-    ON CONFLICT (resource) DO NOTHING;
-    RETURN FOUND;
-EXCEPTION WHEN lock_not_available THEN
+    FOR i IN 1 .. 10 LOOP
+        BEGIN
+            INSERT INTO dlock.leases (resource, holder, owner, count, fence, lease, acquired_at, renewed_at, expires_at)
+                 VALUES (p_resource, p_holder, p_role::regrole, CASE WHEN p_holder IS NULL THEN 0 ELSE 1 END,
+                         p_fence, p_lease, p_now, p_now, p_exp)
+            ON CONFLICT (resource) DO NOTHING;
+            RETURN FOUND;
+        EXCEPTION WHEN lock_not_available THEN
+            IF EXISTS (SELECT FROM dlock.leases l WHERE l.resource = p_resource) THEN
+                RETURN false;
+            END IF;
+        END;
+        PERFORM pg_sleep(0.001);
+    END LOOP;
     RETURN false;
 END
 $$;

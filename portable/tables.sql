@@ -201,6 +201,9 @@ COMMENT ON TABLE dlock.term_log IS
 -- hang off it.  Ids are fences (_next_fence): never reused, not across a
 -- restore or a re-installation either.  A row leaves when the session is
 -- closed, or by reap() once it has expired and has no holding left.
+-- dlock.leases.session counts only while holder is not NULL: a release
+-- leaves it, so that the session taking the row again changes no indexed
+-- column (a HOT update, as a leased pair's).
 CREATE TABLE IF NOT EXISTS dlock.session_rows (
     id         bigint NOT NULL PRIMARY KEY,
     holder     text COLLATE "C" NOT NULL,

@@ -34,11 +34,12 @@ CREATE OR REPLACE VIEW dlock.locks AS
            NULL::pg_catalog.int4 AS max_permits,
            l.session
       FROM (SELECT x.resource, x.holder, x.count, x.fence, x.lease, x.acquired_at, x.renewed_at, x.owner,
-                   x.session, y.ttl AS s_ttl, y.renewed_at AS s_renewed,
-                   CASE WHEN x.session IS NULL THEN x.expires_at
+                   xs.session, y.ttl AS s_ttl, y.renewed_at AS s_renewed,
+                   CASE WHEN xs.session IS NULL THEN x.expires_at
                         ELSE COALESCE(y.expires_at, '-infinity'::pg_catalog.timestamptz) END AS x_exp
               FROM dlock.leases x
-              LEFT JOIN dlock.session_rows y ON y.id OPERATOR(pg_catalog.=) x.session) l
+              CROSS JOIN LATERAL (SELECT CASE WHEN x.holder IS NOT NULL THEN x.session END AS session) xs
+              LEFT JOIN dlock.session_rows y ON y.id OPERATOR(pg_catalog.=) xs.session) l
       LEFT JOIN dlock.delays d
         ON d.resource OPERATOR(pg_catalog.=) l.resource
        AND d.fence OPERATOR(pg_catalog.=) l.fence

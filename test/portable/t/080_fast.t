@@ -588,11 +588,14 @@ sub session_unlocks {
     is(q1($al, "SELECT dlock.unlock('fa/su', 'hu')"), 0, "$label: unlock of a session's holding: released");
     is(q1($al, $count) - $c0, 0, "$label: ... by the fast path");
     $al->commit;
+    # (the free row keeps the session's id: it counts only with a holder)
     is(q1($db, "SELECT coalesce(holder, '-') || ' ' || coalesce(session::text, '-') FROM dlock.leases WHERE resource = 'fa/su'"),
-       '- -', "$label: ... its row free, without its session");
+       "- $s", "$label: ... its row free");
     my $n = $al->pg_notifies;
     ok($n && $n->[2] =~ /"event":"released".*"fence":$f\b/, "$label: ... its released event sent");
     is(q1($al, "SELECT holdings FROM dlock.sessions WHERE id = $s"), 0, "$label: ... the session holds nothing");
+    is(q1($db, "SELECT count(*) FROM dlock.locks WHERE resource = 'fa/su' OR session = $s"), 0,
+       "$label: ... and dlock.locks lists neither");
     ok(q1($al, "SELECT dlock.try_lock('fa/su', session => $s)"), "$label: in the session again");
     ok(q1($al, "SELECT dlock.try_lock('fa/su', session => $s)"), "$label: ... re-entered");
     is(q1($al, "SELECT dlock.unlock('fa/su', 'hu')"), 1, "$label: unlock of the re-entered holding: 1 left");
