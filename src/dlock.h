@@ -419,6 +419,7 @@ extern bool dlock_xact_acquired(TimestampTz *min_expiry);
 extern bool dlock_xact_outbox_events(void);
 extern void dlock_note_acquisition(TimestampTz expires);
 extern void dlock_note_release(void);
+extern void dlock_note_xact_lock(void);
 extern void dlock_own_writes_begin(void);
 extern void dlock_own_writes_end(void);
 extern List *dlock_subxact_items(List *items, size_t subxid_off, bool commit,

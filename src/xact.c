@@ -9,7 +9,8 @@
  *	  the session says; one that only released, outside a transaction
  *	  block, and wrote nothing else (no WAL of this backend outside dlock's
  *	  own statements), commits asynchronously (a lost release only keeps
- *	  the resource busy until its lease ends).  The level is set at PRE_COMMIT, as a
+ *	  the resource busy until its lease ends); one that acquired without
+ *	  an xid first flushes all WAL so far (flush_before_commit).  The level is set at PRE_COMMIT, as a
  *	  SET LOCAL through the GUC machinery (so a synchronous standby is
  *	  waited for), after every function SET clause and SET LOCAL of the
  *	  transaction is done; the end of the transaction undoes it.
@@ -36,11 +37,13 @@
 #include "access/xact.h"
 #include "access/xlog.h"
 #include "nodes/pg_list.h"
+#include "replication/syncrep.h"
 #include "utils/guc.h"
 #include "utils/memutils.h"
 #include "utils/resowner.h"
 
 static bool xact_acquired = false;	/* acquired or renewed something */
+static bool xact_locked = false;	/* took a transaction-scoped lock */
 static TimestampTz xact_min_expiry; /* earliest expiry it set, if so */
 static bool xact_async_release = false; /* released outside a block */
 static XLogRecPtr own_writes_end = InvalidXLogRecPtr;	/* WAL end after ours */
@@ -100,6 +103,16 @@ dlock_note_acquisition(TimestampTz expires)
 }
 
 /*
+ * dlock_note_xact_lock: this transaction took a transaction-scoped lock,
+ * which writes no row: its commit flushes the WAL first (flush_before_commit).
+ */
+void
+dlock_note_xact_lock(void)
+{
+	xact_locked = true;
+}
+
+/*
  * dlock_note_release: this transaction released a lock; outside a
  * transaction block that allows an asynchronous commit.
  */
@@ -149,10 +162,33 @@ set_sync_commit(const char *value)
 }
 
 /*
+ * flush_before_commit: an acquisition in a transaction without an xid (a
+ * transaction-scoped lock, which writes no row) has no commit record, so
+ * its commit flushes nothing, not even the release it was granted on,
+ * which another session may have committed asynchronously (a lone release
+ * is, see above).  A crash after its commit was acknowledged would bring
+ * the old holding back, behind the newer fence (098, the chaos model).
+ * So all WAL inserted so far is flushed first, and waited for by the
+ * synchronous standbys as a commit record would be.
+ */
+static void
+flush_before_commit(void)
+{
+	XLogRecPtr	upto;
+
+	if (TransactionIdIsValid(GetTopTransactionIdIfAny()))
+		return;					/* its commit record flushes it all */
+	upto = GetXLogInsertRecPtr();
+	XLogFlush(upto);
+	SyncRepWaitForLSN(upto, false);
+}
+
+/*
  * force_sync_commit: at PRE_COMMIT, pick the synchronous_commit level the
  * commit record must be written with: at least "on" (remote_flush) after
  * an acquisition or renewal, a stronger one such as remote_apply kept;
- * "off" for a transaction that only released outside a block.
+ * "off" for a transaction that only released outside a block.  After an
+ * acquisition or a transaction-scoped lock, flush_before_commit too.
  */
 static void
 force_sync_commit(void)
@@ -161,7 +197,10 @@ force_sync_commit(void)
 	{
 		if (synchronous_commit < SYNCHRONOUS_COMMIT_REMOTE_FLUSH)
 			set_sync_commit("on");
+		flush_before_commit();
 	}
+	else if (xact_locked)
+		flush_before_commit();
 	else if (xact_async_release && !foreign_writes &&
 			 XactLastRecEnd == own_writes_end &&
 			 synchronous_commit > SYNCHRONOUS_COMMIT_OFF)
@@ -173,6 +212,7 @@ static void
 reset_state(void)
 {
 	xact_acquired = false;
+	xact_locked = false;
 	xact_async_release = false;
 	own_writes_end = InvalidXLogRecPtr;
 	foreign_writes = false;

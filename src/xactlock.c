@@ -55,6 +55,7 @@ xact_attempt(const DlockResource *res, void *arg, int64 *fence,
 	*fence = dlock_next_fence();
 	dlock_store_end();
 	dlock_resource_xact_register(res, *fence);
+	dlock_note_xact_lock();
 	dlock_wake_after_commit(res->hash);
 	dlock_count(DLOCK_STAT_ACQUIRED);
 	return ATTEMPT_ACQUIRED;

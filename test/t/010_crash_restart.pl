@@ -200,5 +200,33 @@ cmp_ok($after2, '>', $max_open,
 is($node->safe_psql('postgres', q{SELECT holder FROM dlock.locks WHERE resource = 'last3'}),
 	'last-holder', 'holdings survive a second crash too');
 
+# Third crash: a transaction-scoped lock granted on a release that was
+# committed asynchronously (dlock commits a lone release so), in a
+# transaction that writes nothing itself, so that its commit record would
+# flush nothing.  Once its commit is acknowledged, the release it was granted
+# on must survive the crash, else the old holding is back after it, behind
+# the xact lock's newer fence (the chaos model found it: 098 on 18).  Three
+# resources, so that a fence draw's own flush of the sequence cannot hide it.
+my @xr = map { "xl$_" } 1 .. 3;
+$node->safe_psql('postgres',
+	join('', map { "SELECT dlock.try_lock('$_', 'old-holder', '1h');\n" } @xr));
+$walwriter = freeze_wal_writer();
+my %xf;
+for my $r (@xr)
+{
+	is($node->safe_psql('postgres', "SELECT dlock.unlock('$r', 'old-holder')"),
+		'0', "$r released (asynchronously)");
+	$xf{$r} = $node->safe_psql('postgres', "SELECT dlock.xact_lock('$r')");
+	ok($xf{$r} > 0, "$r: an xact lock granted on it, committed (fence $xf{$r})");
+}
+crash($walwriter);
+for my $r (@xr)
+{
+	is($node->safe_psql('postgres', "SELECT count(*) FROM dlock.locks WHERE resource = '$r' AND holder IS NOT NULL"),
+		'0', "$r: the release the xact lock was granted on survived the crash");
+	cmp_ok($node->safe_psql('postgres', "SELECT dlock.try_lock('$r', 'new-holder', '1h')"),
+		'>', $xf{$r}, "$r: the next fence is above the xact lock's");
+}
+
 $node->stop;
 done_testing();
