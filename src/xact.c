@@ -36,6 +36,7 @@
 
 #include "access/xact.h"
 #include "access/xlog.h"
+#include "access/xlog_internal.h"
 #include "nodes/pg_list.h"
 #include "replication/syncrep.h"
 #include "utils/guc.h"
@@ -179,6 +180,15 @@ flush_before_commit(void)
 	if (TransactionIdIsValid(GetTopTransactionIdIfAny()))
 		return;					/* its commit record flushes it all */
 	upto = GetXLogInsertRecPtr();
+	/*
+	 * At the start of a page the insert position lies past the page's
+	 * header, which is not written yet ("xlog flush request ... is not
+	 * satisfied", 024 on 17 and 18): the WAL ends at the page's start.
+	 */
+	if (XLogSegmentOffset(upto, wal_segment_size) == SizeOfXLogLongPHD)
+		upto -= SizeOfXLogLongPHD;
+	else if (upto % XLOG_BLCKSZ == SizeOfXLogShortPHD)
+		upto -= SizeOfXLogShortPHD;
 	XLogFlush(upto);
 	SyncRepWaitForLSN(upto, false);
 }
