@@ -31,13 +31,13 @@ DROP FUNCTION IF EXISTS dlock._fast_unlock(text, text, bigint);
 -- extension's is in pg_extension); dlock --version reads it.
 CREATE OR REPLACE FUNCTION dlock.version()
 RETURNS text LANGUAGE sql STABLE SECURITY DEFINER
-SET search_path = pg_catalog, pg_temp AS $$
+SET search_path = pg_catalog, pg_temp SET jit = off AS $$
     SELECT p.version FROM dlock.portable p
 $$;
 
 CREATE OR REPLACE FUNCTION dlock.session_holder()
     RETURNS text LANGUAGE plpgsql STABLE PARALLEL RESTRICTED
-    SET search_path = pg_catalog, pg_temp AS $$
+    SET search_path = pg_catalog, pg_temp SET jit = off AS $$
 DECLARE
     v text := current_setting('dlock_portable.holder', true);
 BEGIN
@@ -60,7 +60,7 @@ COMMENT ON FUNCTION dlock.session_holder() IS
 
 CREATE OR REPLACE FUNCTION dlock.channel(resource text)
     RETURNS text LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE SECURITY DEFINER
-    SET search_path = pg_catalog, pg_temp AS $$
+    SET search_path = pg_catalog, pg_temp SET jit = off AS $$
 BEGIN
     RETURN 'dlock_' || md5(dlock._text_arg(resource, 'resource', 1000));
 END
@@ -76,7 +76,7 @@ CREATE OR REPLACE FUNCTION dlock.try_lock(resource text,
                                           shared boolean DEFAULT false,
                                           session bigint DEFAULT NULL)
     RETURNS bigint LANGUAGE plpgsql VOLATILE SECURITY DEFINER
-    SET search_path = pg_catalog, pg_temp AS $$
+    SET search_path = pg_catalog, pg_temp SET jit = off AS $$
 DECLARE
     l interval;
     f boolean;
@@ -451,7 +451,7 @@ CREATE OR REPLACE FUNCTION dlock.lock(resource text,
                                       shared boolean DEFAULT false,
                                       session bigint DEFAULT NULL)
     RETURNS bigint LANGUAGE plpgsql VOLATILE SECURITY DEFINER
-    SET search_path = pg_catalog, pg_temp AS $$
+    SET search_path = pg_catalog, pg_temp SET jit = off AS $$
 DECLARE
     l interval;
     w interval;
@@ -485,7 +485,7 @@ CREATE OR REPLACE FUNCTION dlock.unlock(resource text,
                                         holder text DEFAULT dlock.session_holder(),
                                         fence bigint DEFAULT NULL)
     RETURNS integer LANGUAGE plpgsql VOLATILE SECURITY DEFINER
-    SET search_path = pg_catalog, pg_temp AS $$
+    SET search_path = pg_catalog, pg_temp SET jit = off AS $$
 DECLARE
     v_role oid;
     r dlock.leases%ROWTYPE;
@@ -548,7 +548,7 @@ CREATE OR REPLACE FUNCTION dlock.renew(resource text,
                                        lease interval DEFAULT NULL,
                                        fence bigint DEFAULT NULL)
     RETURNS timestamptz LANGUAGE plpgsql VOLATILE SECURITY DEFINER
-    SET search_path = pg_catalog, pg_temp AS $$
+    SET search_path = pg_catalog, pg_temp SET jit = off AS $$
 DECLARE
     c record;
     r dlock.leases%ROWTYPE;
@@ -606,7 +606,7 @@ COMMENT ON FUNCTION dlock.renew(text, text, interval, bigint) IS
 
 CREATE OR REPLACE FUNCTION dlock.unlock_all(holder text DEFAULT dlock.session_holder())
     RETURNS integer LANGUAGE plpgsql VOLATILE SECURITY DEFINER
-    SET search_path = pg_catalog, pg_temp AS $$
+    SET search_path = pg_catalog, pg_temp SET jit = off AS $$
 DECLARE
     v_role oid;
     r dlock.leases%ROWTYPE;
@@ -636,7 +636,7 @@ COMMENT ON FUNCTION dlock.unlock_all(text) IS
 
 CREATE OR REPLACE FUNCTION dlock.reap()
     RETURNS integer LANGUAGE plpgsql VOLATILE SECURITY DEFINER
-    SET search_path = pg_catalog, pg_temp AS $$
+    SET search_path = pg_catalog, pg_temp SET jit = off AS $$
 DECLARE
     r dlock.leases%ROWTYPE;
     n integer := 0;
@@ -717,7 +717,7 @@ $$;
 
 CREATE OR REPLACE FUNCTION dlock."check"(resource text, fence bigint)
     RETURNS boolean LANGUAGE plpgsql VOLATILE SECURITY DEFINER
-    SET search_path = pg_catalog, pg_temp AS $$
+    SET search_path = pg_catalog, pg_temp SET jit = off AS $$
 BEGIN
     PERFORM dlock._text_arg(resource, 'resource', 1000);
     PERFORM dlock._fence_arg(fence);
@@ -729,7 +729,7 @@ COMMENT ON FUNCTION dlock."check"(text, bigint) IS
 
 CREATE OR REPLACE FUNCTION dlock.assert_fence(resource text, fence bigint)
     RETURNS void LANGUAGE plpgsql VOLATILE SECURITY DEFINER
-    SET search_path = pg_catalog, pg_temp AS $$
+    SET search_path = pg_catalog, pg_temp SET jit = off AS $$
 DECLARE
     c record;
     cur record;
@@ -755,7 +755,7 @@ COMMENT ON FUNCTION dlock.assert_fence(text, bigint) IS
 
 CREATE OR REPLACE FUNCTION dlock.break_lock(resource text)
     RETURNS boolean LANGUAGE plpgsql VOLATILE SECURITY DEFINER
-    SET search_path = pg_catalog, pg_temp AS $$
+    SET search_path = pg_catalog, pg_temp SET jit = off AS $$
 DECLARE
     r dlock.leases%ROWTYPE;
 BEGIN

@@ -36,7 +36,9 @@
  *   role with search_path = pg_catalog, pg_temp, name every object with
  *   its schema, and pass every argument as a value: nothing the caller
  *   passes becomes SQL text (no EXECUTE anywhere).  Internal helpers
- *   (dlock._*) are closed to PUBLIC.
+ *   (dlock._*) are closed to PUBLIC.  The public functions also run with
+ *   jit = off: a caller's planner costs (cpu_tuple_cost at its maximum)
+ *   would otherwise have every statement compiled, 50-150 ms each.
  * - The caller's role.  Inside a SECURITY DEFINER function current_user is
  *   the installing role, so the caller is read from the session: the role
  *   of SET ROLE if one is in force (the "role" setting, which SECURITY
