@@ -51,11 +51,15 @@ for my $srv (@servers) {
         my $t1 = $dbh->selectrow_array("SELECT extract(epoch FROM clock_timestamp())");
         return ($t0, $row ? $row->[0] : undef, $t1, $state);
     };
-    my $exp = sub {   # a holding's expiry (epoch), or 0 once its session is closed
+    # exp: a holding's expiry (epoch) as bounds (lo, hi), 0 once its session
+    # is closed.  A session's is exact (read from the server); a lease's
+    # is known between t0 + lease and t1 + lease of the call that set it.
+    # "Ended" is claimed only when hi has passed, "live" only while lo has not.
+    my $exp = sub {
         my ($h) = @_;
-        return $h->{lease_exp} unless defined $h->{session};
+        return ($h->{lease_lo}, $h->{lease_hi}) unless defined $h->{session};
         my $s = $sess{$h->{session}};
-        return $s->{closed} ? 0 : $s->{exp};
+        return $s->{closed} ? (0, 0) : ($s->{exp}, $s->{exp});
     };
     my $bad = sub { push @bad, "step $_[0]: $_[1]" };
     for my $step (1 .. $steps) {
@@ -110,14 +114,14 @@ for my $srv (@servers) {
                 ($sql, @bind) = ("SELECT dlock.try_lock(?, ?, ?::interval)", $r, $holder, (300, 600)[int(rand(2))] . " ms");
             }
             my $h = $hold{$r};
-            my $hexp = $h ? $exp->($h) : 0;
+            my ($hlo, $hhi) = $h ? $exp->($h) : (0, 0);
             my ($t0, $f, $t1, $st) = $call->($who, $sql, @bind);
             if ($st eq '55000') {
                 my $s = $sess{$sid // 0};
                 if (!defined $sid) {
                     $bad->($step, "55000 for a leased try_lock of $r");
                 } elsif ($h && $h->{holder} eq $holder && $h->{who} eq $who
-                         && (defined $h->{session} ? $h->{session} : -1) != $sid && $hexp > $t0) {
+                         && (defined $h->{session} ? $h->{session} : -1) != $sid && $hhi > $t0) {
                     # re-entry another way than taken: 55000 is right
                 } elsif (!$s->{closed} && $s->{exp} > $t1) {
                     $bad->($step, "55000 for live session $sid");
@@ -130,42 +134,44 @@ for my $srv (@servers) {
             my $same = $h && $h->{holder} eq $holder && $h->{who} eq $who
                        && (defined $h->{session} ? $h->{session} : -1) == (defined $sid ? $sid : -1);
             if (defined $f) {
-                if ($same && $hexp > $t0 && $f == $h->{fence}) {
+                if ($same && $hhi > $t0 && $f == $h->{fence}) {
                     $h->{count}++;
-                    if (!defined $sid) {      # extended to at least now + lease (now >= t0)
+                    if (!defined $sid) {      # extended to at least now + lease (t0 <= now <= t1)
                         my $lease = $bind[2] =~ /^(\d+)/ ? $1 / 1000 : 0;
-                        $h->{lease_exp} = $t0 + $lease if $t0 + $lease > $h->{lease_exp};
+                        $h->{lease_lo} = $t0 + $lease if $t0 + $lease > $h->{lease_lo};
+                        $h->{lease_hi} = $t1 + $lease if $t1 + $lease > $h->{lease_hi};
                     }
                     next;
                 }
-                $bad->($step, "$r taken by $holder while held live by $h->{holder}") if $h && $hexp > $t1;
+                $bad->($step, "$r taken by $holder while held live by $h->{holder}") if $h && $hlo > $t1;
                 $bad->($step, "$r fence $f not above $last{$r}") if defined $last{$r} && $f <= $last{$r};
                 $last{$r} = $f;
-                my $le;
-                if (!defined $sid) {
+                my ($lo, $hi);
+                if (!defined $sid) {       # taken at the server's now, in [t0, t1]
                     my $lease = $bind[2] =~ /^(\d+)/ ? $1 / 1000 : 0;
-                    $le = $t0 + $lease;    # at least this (taken after t0)
+                    ($lo, $hi) = ($t0 + $lease, $t1 + $lease);
                 }
-                $hold{$r} = { holder => $holder, who => $who, session => $sid, lease_exp => $le, fence => $f, count => 1 };
+                $hold{$r} = { holder => $holder, who => $who, session => $sid, lease_lo => $lo, lease_hi => $hi,
+                              fence => $f, count => 1 };
             } else {
                 $bad->($step, "$r refused to $holder though " . ($h ? "its holding ended" : "free"))
-                    if !$h || $hexp <= $t0;
+                    if !$h || $hhi <= $t0;
             }
         } elsif ($op < 90) {                                          # unlock
             my @held = sort keys %hold;
             next unless @held;
             my $r = $held[int(rand(@held))];
             my $h = $hold{$r};
-            my $hexp = $exp->($h);
+            my ($hlo, $hhi) = $exp->($h);
             my ($t0, $n, $t1, $st) = $call->($h->{who}, "SELECT dlock.unlock(?, ?)", $r, $h->{holder});
             $bad->($step, "unlock error $st") if $st;
             if (defined $n) {
-                $bad->($step, "unlock of ended $r answered $n") if $hexp <= $t0;
+                $bad->($step, "unlock of ended $r answered $n") if $hhi <= $t0;
                 $bad->($step, "unlock of $r left $n, the model $h->{count} - 1") if $n != $h->{count} - 1;
                 $h->{count} = $n;
                 delete $hold{$r} if $n == 0;
             } else {
-                $bad->($step, "unlock of live $r: NULL") if $hexp > $t1;
+                $bad->($step, "unlock of live $r: NULL") if $hlo > $t1;
                 delete $hold{$r};
             }
         } elsif ($op < 95) {                                          # reap
