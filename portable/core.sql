@@ -125,14 +125,18 @@ BEGIN
         -- not here), read here rather than by a statement of its own.
         -- The lease within _expiry's 1000 years, in hours at most.  The
         -- row is judged on the version the statement's snapshot sees:
-        -- free, no lock-delay in force (_delayed of a free row), no ticket
+        -- free or its holding ended (a lease past its expiry, a session
+        -- past its end), no lock-delay in force (_delayed of a free row;
+        -- an ended holding with a lock-delay is the general path's), no ticket
         -- that _ahead would count or _acquired would remove, nobody
         -- waiting in lock() with a ticket (the "fair waiters" mark of
         -- _ahead).  Only then is it locked, FOR UPDATE SKIP LOCKED, and
         -- taken only if the version locked is the one judged (the same
         -- xmin: nothing changed it since the snapshot), and a session's
         -- row is locked FOR KEY SHARE SKIP LOCKED with its end still
-        -- ahead (as _session_live).  CASE keeps that order.  (The
+        -- ahead (as _session_live); an ended session's holding is taken
+        -- over only with that session's end locked in (_lapsed), as
+        -- _attempt does.  CASE keeps that order.  (The
         -- fair-waiters mark held by anyone sends the call to the general
         -- path, which looks at proven tickets only.)  The fence is drawn
         -- in the SET list, after the row is locked: nextval when this
@@ -156,10 +160,15 @@ BEGIN
          WHERE a.sl > interval '0' AND a.sl <= interval '8766000 hours'
            AND extract(year FROM a.sl) = 0 AND extract(month FROM a.sl) = 0 AND extract(day FROM a.sl) = 0
            AND x.resource = try_lock.resource
-           AND CASE WHEN x.holder IS NULL AND x.fence IS NOT NULL AND NOT x.kinds
+           AND CASE WHEN x.fence IS NOT NULL AND NOT x.kinds
+                         AND (x.holder IS NULL
+                              OR (x.session IS NULL AND x.expires_at <= v_now)
+                              OR (x.session IS NOT NULL
+                                  AND NOT EXISTS (SELECT FROM dlock.session_rows e
+                                                   WHERE e.id = x.session AND e.expires_at > v_now)))
                          AND NOT EXISTS (SELECT FROM dlock.delays dl
                                           WHERE dl.resource = x.resource AND dl.fence = x.fence
-                                            AND dl.available_at > v_now)
+                                            AND (x.holder IS NOT NULL OR dl.available_at > v_now))
                          AND NOT EXISTS (SELECT FROM dlock.tickets t
                                           WHERE t.resource = try_lock.resource
                                             AND (t.expires_at > v_now
@@ -169,6 +178,8 @@ BEGIN
                               WHEN x.xmin IS DISTINCT FROM (SELECT y.xmin FROM dlock.leases y
                                                              WHERE y.resource = try_lock.resource
                                                                FOR UPDATE SKIP LOCKED) THEN false
+                              WHEN x.holder IS NOT NULL AND x.session IS NOT NULL
+                                   AND NOT dlock._lapsed(x.session) THEN false
                               ELSE try_lock.session IS NULL
                                    OR EXISTS (SELECT FROM dlock.session_rows w
                                                WHERE w.id = try_lock.session AND w.expires_at > v_now

@@ -1,7 +1,7 @@
 #!/usr/bin/perl
 # 080_fast.t: the portable edition's fast path (written at the top of
-# try_lock and unlock, core.sql: try_lock of a free row and unlock of a
-# count-1 holding in one statement each) keeps every promise the general path keeps, on every server
+# try_lock and unlock, core.sql: try_lock of a free row or of an ended
+# holding, and unlock of a count-1 holding, in one statement each) keeps every promise the general path keeps, on every server
 # 010_core.t uses.  Each case is one the fast path could get wrong if it
 # skipped a check: another session's uncommitted acquisition, release or
 # transaction-scoped lock (try_lock must answer NULL at once, never wait:
@@ -10,7 +10,8 @@
 # force (given, or from the dlock.lock_delay setting), the fence epoch (a
 # missing epoch row must start a new epoch, as the general path does),
 # owner by role, synchronous_commit, the released event, an assert_fence
-# pin (unlock waits for it), and a failed attempt that leaves no lock.
+# pin (unlock waits for it), a keepalive in flight over a session's end
+# (its holding is not taken over), and a failed attempt that leaves no lock.
 # Then twins: each state of a row and each argument or setting the fast
 # path looks at, on two rows made alike, one called as is (the fast path
 # when it applies) and one with lock_delay => '0' (the same request, which
@@ -76,6 +77,31 @@ sub free_row {
     die "$label: setup of $r failed" unless $f;
     die "$label: setup unlock of $r failed" unless defined q1($dbh, "SELECT dlock.unlock(?, 'setup')", $r);
     return $f;
+}
+
+# session_holding: a holding of resource r in a session of its own, of
+# ttl (300 ms), or of the resources @$r in one (tried again if the session
+# ended first on a loaded machine).
+sub session_holding {
+    my ($dbh, $r, $delay, $ttl) = @_;
+    for my $try (1 .. 20) {
+        my $sx = q1($dbh, "SELECT dlock.open_session(?::interval, 'os')", $ttl // '300 milliseconds');
+        return $sx if eval {
+            q1($dbh, "SELECT dlock.try_lock(?, session => ?, lock_delay => ?)", $_, $sx, $delay)
+                or die for ref $r ? @$r : ($r);
+            1;
+        };
+    }
+    die "$label: setup of a session's holding of $r failed";
+}
+
+# twin_session: a twins setup: both rows (fa/tN/a, then fa/tN/b) held in
+# one session of 300 ms (their states name it).
+sub twin_session {
+    my ($dbh, $delay) = @_;
+    return sub {
+        session_holding($dbh, [$_[0], $_[0] =~ s{/a$}{/b}r], $delay) if $_[0] =~ m{/a$};
+    };
 }
 
 sub basics {
@@ -411,9 +437,16 @@ sub twins {
         ['the holder\'s text of another role', sub { q1($bo, "SELECT dlock.try_lock(?, 'h', '30s')", $_[0]) },
          $al, ", 'h', '30s'", [], 0],
         ['an expired holding', sub { q1($bo, "SELECT dlock.try_lock(?, 'o', '1 millisecond')", $_[0]) },
-         $al, ", 'h', '30s'", [], 0, 0, 0.01],
+         $al, ", 'h', '30s'", [], 1, 0, 0.01],
         ['the holder\'s own expired holding', sub { q1($al, "SELECT dlock.try_lock(?, 'h', '1 millisecond')", $_[0]) },
+         $al, ", 'h', '30s'", [], 1, 0, 0.01],
+        ['an ended session\'s holding', twin_session($bo), $al, ", 'h', '30s'", [], 1, 0, 0.35],
+        ['an expired holding under a lock-delay', sub { q1($bo, "SELECT dlock.try_lock(?, 'o', '1 millisecond', lock_delay => '1h')", $_[0]) },
          $al, ", 'h', '30s'", [], 0, 0, 0.01],
+        ['an expired holding, its lock-delay past', sub { q1($bo, "SELECT dlock.try_lock(?, 'o', '1 millisecond', lock_delay => '1 millisecond')", $_[0]) },
+         $al, ", 'h', '30s'", [], 0, 0, 0.01],
+        ['an ended session\'s holding under a lock-delay', twin_session($bo, '1h'),
+         $al, ", 'h', '30s'", [], 0, 0, 0.35],
         ['a reaped holding', sub { q1($bo, "SELECT dlock.try_lock(?, 'o', '1 millisecond')", $_[0]) },
          $al, ", 'h', '30s'", [], 1, 0, 0.01, 1],
         ['a lock-delay in force', sub { q1($bo, "SELECT dlock.try_lock(?, 'o', '30s', lock_delay => '1h')", $_[0]);
@@ -568,6 +601,22 @@ sub session_races {
     $c->[0]->disconnect;
     is(q1($al, "SELECT count(*) FROM dlock.locks WHERE resource = 'fa/sr' AND holder IS NOT NULL"), 0,
        "$label: ... nothing held");
+    # A keepalive in flight when the session's committed end passes: the
+    # fast path must not take its holding over (_lapsed: busy), nor wait.
+    # (2 s, kept alive with 1 s left: 1 s more to check it by.)
+    my $k = session_holding($a2, 'fa/sk', undef, '2 seconds');
+    sleep 0.05 until q1($su, "SELECT expires_at <= clock_timestamp() + interval '1 second' FROM dlock.session_rows WHERE id = $k");
+    $a2->begin_work;
+    ok(q1($a2, "SELECT dlock.keepalive($k) > clock_timestamp() + interval '1 second'"),
+       "$label: a keepalive in an open transaction (before the session's end)");
+    sleep 0.1 until q1($su, "SELECT expires_at <= clock_timestamp() FROM dlock.session_rows WHERE id = $k");
+    is(q1($bo, "SELECT dlock.try_lock('fa/sk', 'o', '30s')"), undef,
+       "$label: ... past the end it was extending: its holding not taken over, at once");
+    $a2->commit;
+    is(q1($bo, "SELECT dlock.try_lock('fa/sk', 'o', '30s')"), undef, "$label: ... nor once the keepalive committed");
+    is(q1($a2, "SELECT dlock.close_session($k)"), 1, "$label: ... the session still holds it");
+    ok(q1($bo, "SELECT dlock.try_lock('fa/sk', 'o', '30s')"), "$label: ... then it is taken");
+    q1($bo, "SELECT dlock.unlock('fa/sk', 'o')");
     $a2->disconnect;
 }
 
