@@ -10,7 +10,7 @@
  *      CPU of the backends doing it (/proc/<pid>/schedstat), and of every
  *      process of the cluster (the postmaster and its children);
  *   c. pairs in a session (try_lock(r, session => s) + unlock) against
- *      leased pairs, 1 and 8 clients, alternating rounds;
+ *      leased pairs, 1 and 8 clients, each client doing both in turn;
  *   d. a session of N holdings expires: from its expiry until another
  *      holder has acquired every resource (one statement), and until every
  *      `expired` event is received (LISTEN on each resource's channel).
@@ -31,7 +31,7 @@
 
 #define RENEWERS 4
 #define MAX_ROUNDS 3
-#define PAIR_ROUNDS 5			/* c's rounds: their ratios move with the load */
+#define PAIR_ROUNDS 5			/* c's rounds (the median is S3) */
 #define PAIR_COUNTS 2
 
 static const int pair_clients[PAIR_COUNTS] = {1, 8};
@@ -60,7 +60,8 @@ static struct
 	int			keepalives[MAX_ROUNDS];
 	/* c */
 	int			pair_rounds;
-	double		pair_rate[PAIR_ROUNDS][2][PAIR_COUNTS];
+	double		pair_us[PAIR_ROUNDS][2][PAIR_COUNTS];	/* mean pair time */
+	long		pair_count[PAIR_ROUNDS][2][PAIR_COUNTS];
 	/* d */
 	double		fill_s;
 	double		first_ms;		/* expiry -> first probe acquired */
@@ -305,98 +306,128 @@ keep_window(int r, int pm, PGconn *conn, const char *s)
 
 /* ---- c: pairs ---- */
 
+/*
+ * Each client does both kinds of pair, one after the other, in an order
+ * that alternates, and times each: both kinds see the same load at the
+ * same moments, which separate rounds did not (their ratios moved by up to
+ * 0.3 between runs).  A closed-loop client's rate is 1 / its mean pair
+ * time, so the rate ratio is leased mean / session mean.
+ */
 typedef struct SPair
 {
-	char		resource[64];
-	char		holder[64];
+	char		resource[2][64];
+	char		holder[2][64];
 	char	   *session;
+	double		sum[2];			/* seconds in pairs of each kind, in the window */
+	long		n[2];
 } SPair;
 
-/* spair_setup: connect, open this client's session (method 1), prepare. */
+static pthread_mutex_t pair_mutex = PTHREAD_MUTEX_INITIALIZER;
+static double pair_sum[2];		/* the run's clients' sums, added at teardown */
+static long pair_n[2];
+
+/* spair_setup: connect, open this client's session, prepare both kinds. */
 static void
 spair_setup(Client *c)
 {
-	int		   *m = c->arg;
 	SPair	   *sp = calloc(1, sizeof(SPair));
 
 	if (sp == NULL)
 		die("out of memory");
 	c->priv = sp;
 	c->conn = db_connect();
-	snprintf(sp->resource, sizeof(sp->resource), "spair/%s/%d", pair_method[*m], c->id);
-	snprintf(sp->holder, sizeof(sp->holder), "bench:%s:%d", pair_method[*m], c->id);
-	if (*m == 1)
+	for (int m = 0; m < 2; m++)
 	{
-		sp->session = open_session(c->conn, "30s", sp->holder);
-		db_prepare(c->conn, "lk", "SELECT dlock.try_lock($1, session => $2::bigint)", 2);
+		snprintf(sp->resource[m], sizeof(sp->resource[m]), "spair/%s/%d", pair_method[m], c->id);
+		snprintf(sp->holder[m], sizeof(sp->holder[m]), "bench:%s:%d", pair_method[m], c->id);
 	}
-	else
-		db_prepare(c->conn, "lk", "SELECT dlock.try_lock($1, $2, '30s')", 2);
+	sp->session = open_session(c->conn, "30s", sp->holder[1]);
+	db_prepare(c->conn, "lk0", "SELECT dlock.try_lock($1, $2, '30s')", 2);
+	db_prepare(c->conn, "lk1", "SELECT dlock.try_lock($1, session => $2::bigint)", 2);
 	db_prepare(c->conn, "ul", "SELECT dlock.unlock($1, $2)", 2);
 }
 
-/* spair_op: one pair. */
+/* spair_op: one pair of each kind, timed, the first kind alternating. */
 static void
 spair_op(Client *c)
 {
 	SPair	   *sp = c->priv;
-	const char *lk[2] = {sp->resource, sp->session ? sp->session : sp->holder};
-	const char *ul[2] = {sp->resource, sp->holder};
 
-	db_run_expect(c->conn, "lk", 2, lk, "*");
-	db_run_expect(c->conn, "ul", 2, ul, "0");
+	for (int k = 0; k < 2; k++)
+	{
+		int			m = (int) ((c->all_ops + k) % 2);
+		const char *lk[2] = {sp->resource[m], m ? sp->session : sp->holder[0]};
+		const char *ul[2] = {sp->resource[m], sp->holder[m]};
+		double		t0 = now_s();
+
+		db_run_expect(c->conn, m ? "lk1" : "lk0", 2, lk, "*");
+		db_run_expect(c->conn, "ul", 2, ul, "0");
+		if (c->measuring)
+		{
+			sp->sum[m] += now_s() - t0;
+			sp->n[m]++;
+		}
+	}
 }
 
-/* spair_teardown: close the session, disconnect. */
+/* spair_teardown: add this client's sums, close the session, disconnect. */
 static void
 spair_teardown(Client *c)
 {
 	SPair	   *sp = c->priv;
+	const char *p[1] = {sp->session};
 
-	if (sp->session)
+	pthread_mutex_lock(&pair_mutex);
+	for (int m = 0; m < 2; m++)
 	{
-		const char *p[1] = {sp->session};
-
-		free(value(c->conn, "SELECT dlock.close_session($1::bigint)", 1, p));
-		free(sp->session);
-		sp->session = NULL;
+		pair_sum[m] += sp->sum[m];
+		pair_n[m] += sp->n[m];
 	}
+	pthread_mutex_unlock(&pair_mutex);
+	free(value(c->conn, "SELECT dlock.close_session($1::bigint)", 1, p));
+	free(sp->session);
+	sp->session = NULL;
 	PQfinish(c->conn);
 }
 
-/* pairs: leased and session pairs at 1 and 8 clients, alternating rounds. */
+/* pairs: rounds of interleaved pairs at 1 and 8 clients. */
 static void
 pairs(void)
 {
 	ss.pair_rounds = opt.quick ? 1 : PAIR_ROUNDS;
 	for (int r = 0; r < ss.pair_rounds; r++)
 		for (int i = 0; i < PAIR_COUNTS; i++)
-			for (int k = 0; k < 2; k++)
-			{
-				int			m = (r % 2 == 0) ? k : 1 - k;
-				int			n = pair_clients[i];
-				char		label[64];
-				RunSpec		spec;
-				RunResult	res;
+		{
+			int			n = pair_clients[i];
+			char		label[64];
+			RunSpec		spec;
+			RunResult	res;
 
-				snprintf(label, sizeof(label), "%s pairs x%d", pair_method[m], n);
-				memset(&spec, 0, sizeof(spec));
-				spec.label = label;
-				spec.nclients = n;
-				spec.arg = &m;
-				spec.setup = spair_setup;
-				spec.op = spair_op;
-				spec.teardown = spair_teardown;
-				spec.warmup_s = opt.quick ? opt.warmup_s : 0.5;
-				spec.measure_s = opt.quick ? opt.measure_s : 4;
-				harness_run(&spec, &res);
-				ss.pair_rate[r][m][i] = res.rate;
-				progress("sessions: round %d, %s pairs, %d client%s: %.0f pairs/s (p99 %.0f us)",
-						 r + 1, pair_method[m], n, n > 1 ? "s" : "", res.rate,
-						 samples_pct(&res.lat, 99));
-				report_pairs_row(label, n, &res, 0, 0);
-				run_free(&res);
+			snprintf(label, sizeof(label), "leased+session pairs x%d", n);
+			memset(&spec, 0, sizeof(spec));
+			spec.label = label;
+			spec.nclients = n;
+			spec.setup = spair_setup;
+			spec.op = spair_op;
+			spec.teardown = spair_teardown;
+			spec.warmup_s = opt.quick ? opt.warmup_s : 0.5;
+			spec.measure_s = opt.quick ? opt.measure_s : 6;
+			pair_sum[0] = pair_sum[1] = 0;
+			pair_n[0] = pair_n[1] = 0;
+			harness_run(&spec, &res);
+			for (int m = 0; m < 2; m++)
+			{
+				if (pair_n[m] == 0)
+					die("sessions: no %s pair in the window", pair_method[m]);
+				ss.pair_us[r][m][i] = pair_sum[m] / pair_n[m] * 1e6;
+				ss.pair_count[r][m][i] = pair_n[m];
 			}
+			progress("sessions: round %d, %d client%s: leased pair %.0f us, session pair %.0f us"
+					 " (%ld each): %.3fx", r + 1, n, n > 1 ? "s" : "", ss.pair_us[r][0][i],
+					 ss.pair_us[r][1][i], pair_n[1], ss.pair_us[r][0][i] / ss.pair_us[r][1][i]);
+			report_pairs_row(label, n, &res, 0, 0);
+			run_free(&res);
+		}
 }
 
 /* ---- d: expiry ---- */
@@ -443,15 +474,46 @@ expiring(PGconn *conn, const char *prefix)
 	die("sessions: could not fill a session in time");
 }
 
-/* probe: from the expiry until another holder has every resource. */
+/*
+ * release_all: release every holding of holder, in batches: unlock_all of
+ * 10,000 holdings or more would keep a lock on each until it commits, more
+ * than the default lock table holds.
+ */
+static void
+release_all(PGconn *conn, const char *holder)
+{
+	const char *p[1] = {holder};
+
+	for (;;)
+	{
+		char	   *n = value(conn, "SELECT count(dlock.unlock(l.resource, $1))"
+							  " FROM (SELECT resource FROM dlock.locks"
+							  " WHERE holder = $1 LIMIT 1000) l", 1, p);
+		bool		done = atol(n) == 0;
+
+		free(n);
+		if (done)
+			break;
+	}
+}
+
+/*
+ * probe: from the expiry until another holder has every resource; the
+ * baseline is the same statement on as many free rows (taken and released
+ * before: a row that exists, as the expired ones do).
+ */
 static void
 probe(PGconn *conn)
 {
 	char		ns[32],
 				es[32];
 	const char *p[2];
-	double		exp = expiring(conn, "probe/");
+	double		exp;
 	char	   *v;
+
+	fill(conn, "free/", NULL, "bench:free", ss.n);
+	release_all(conn, "bench:free");
+	exp = expiring(conn, "probe/");
 
 	p[0] = "probe/1";
 	v = value(conn, "SELECT dlock.try_lock($1, 'bench:prober', '30s') IS NULL", 1, p);
@@ -480,7 +542,7 @@ probe(PGconn *conn)
 	if (ss.probed != ss.n)
 		die("sessions: another holder acquired %ld of %ld resources after the expiry",
 			ss.probed, ss.n);
-	/* the baseline: the same statement on resources nobody held */
+	/* the baseline: the same statement on free rows (released before) */
 	{
 		double		t0 = now_s();
 
@@ -491,21 +553,7 @@ probe(PGconn *conn)
 	progress("sessions: expiry -> first resource acquired by another %.1f ms, all %ld %.1f ms"
 			 " (the same acquisitions of free resources: %.1f ms)",
 			 ss.first_ms, ss.n, ss.probe_ms, ss.base_ms);
-	/*
-	 * unlock_all of its 20,000 holdings would keep a lock on each until it
-	 * commits, more than the default lock table holds: in batches.
-	 */
-	for (;;)
-	{
-		char	   *n = value(conn, "SELECT count(dlock.unlock(l.resource, 'bench:prober'))"
-							  " FROM (SELECT resource FROM dlock.locks"
-							  " WHERE holder = 'bench:prober' LIMIT 1000) l", 0, NULL);
-		bool		done = atol(n) == 0;
-
-		free(n);
-		if (done)
-			break;
-	}
+	release_all(conn, "bench:prober");
 }
 
 /* events: from the expiry until every expired event has arrived. */
@@ -686,7 +734,7 @@ bench_sessions(void)
 	}
 }
 
-/* ratio_median: the median over the rounds of session/leased pairs at i. */
+/* ratio_median: the median over the rounds of leased/session pair time at i. */
 static double
 ratio_median(int i)
 {
@@ -695,7 +743,7 @@ ratio_median(int i)
 	int			n = ss.pair_rounds;
 
 	for (int r = 0; r < n; r++)
-		v[r] = ss.pair_rate[r][0][i] > 0 ? ss.pair_rate[r][1][i] / ss.pair_rate[r][0][i] : 0;
+		v[r] = ss.pair_us[r][0][i] / ss.pair_us[r][1][i];
 	for (int a = 0; a < n; a++)
 		for (int b = a + 1; b < n; b++)
 			if (v[b] < v[a])
@@ -739,7 +787,7 @@ write_sessions(FILE *f)
 			"(%.4f vs %.6f CPU s/s) | %s |\n", rn * scale / ka, rn * scale / ss.cpu_rounds,
 			ka / ss.cpu_rounds, rn * scale / ka >= 100 ? "**met**" : "**NOT MET**");
 	for (int i = 0; i < PAIR_COUNTS; i++)
-		fprintf(f, "| S3 (%d client%s) | session pairs >= 0.95x leased | %.2fx | %s |\n",
+		fprintf(f, "| S3 (%d client%s) | session pairs >= 0.95x leased | %.3fx | %s |\n",
 				pair_clients[i], i ? "s" : "", ratio_median(i),
 				ratio_median(i) >= 0.95 ? "**met**" : "**NOT MET**");
 	fprintf(f, "| S4 | expiry -> every resource acquirable (beyond the acquisitions' own time) "
@@ -769,21 +817,23 @@ write_sessions(FILE *f)
 			rn * scale / ka, scale > 1.001 ? " (renewals fell behind the target: scaled up to it)" : "",
 			ka_all > 0 ? rn_all * scale / ka_all : 0);
 	fprintf(f, "c. Pairs: `try_lock(r, session => s)` + `unlock` against `try_lock(r, h, '30s')` + "
-			"`unlock`, each client its own resource (and session), rounds alternating.\n\n"
-			"| clients | round | leased pairs/s | session pairs/s | session / leased |\n"
-			"|---|---|---|---|---|\n");
+			"`unlock`, each client its own two resources and session, one pair of each kind in "
+			"turn (the first kind alternating), each pair timed: a client's rate is 1 / its mean "
+			"pair time, so session rate / leased rate = leased time / session time.\n\n"
+			"| clients | round | pairs of each kind | leased pair us | session pair us "
+			"| session / leased rate |\n|---|---|---|---|---|---|\n");
 	for (int i = 0; i < PAIR_COUNTS; i++)
 	{
 		for (int r = 0; r < ss.pair_rounds; r++)
-			fprintf(f, "| %d | %d | %.0f | %.0f | %.2fx |\n", pair_clients[i], r + 1,
-					ss.pair_rate[r][0][i], ss.pair_rate[r][1][i],
-					ss.pair_rate[r][1][i] / ss.pair_rate[r][0][i]);
-		fprintf(f, "| %d | median | | | **%.2fx** |\n", pair_clients[i], ratio_median(i));
+			fprintf(f, "| %d | %d | %ld | %.1f | %.1f | %.3fx |\n", pair_clients[i], r + 1,
+					ss.pair_count[r][1][i], ss.pair_us[r][0][i], ss.pair_us[r][1][i],
+					ss.pair_us[r][0][i] / ss.pair_us[r][1][i]);
+		fprintf(f, "| %d | median | | | | **%.3fx** |\n", pair_clients[i], ratio_median(i));
 	}
 	fprintf(f, "\nd. A session of %ld holdings expires (filled in %.1f s): another holder "
 			"acquired the first resource %.1f ms after the expiry and all %ld (one statement, "
-			"each on its first try) %.1f ms after it; the same statement on %ld resources "
-			"nobody held took %.1f ms. Expired events (LISTEN on each resource's channel, one "
+			"each on its first try) %.1f ms after it; the same statement on %ld free resources "
+			"(taken and released before) took %.1f ms. Expired events (LISTEN on each resource's channel, one "
 			"listener): %ld of %ld, the last %.1f ms after the expiry; reaper: %s",
 			ss.n, ss.fill_s, ss.first_ms, ss.probed, ss.probe_ms, ss.n - 1, ss.base_ms,
 			ss.events, ss.n,
