@@ -31,13 +31,13 @@ DROP FUNCTION IF EXISTS dlock._fast_unlock(text, text, bigint);
 -- extension's is in pg_extension); dlock --version reads it.
 CREATE OR REPLACE FUNCTION dlock.version()
 RETURNS text LANGUAGE sql STABLE SECURITY DEFINER
-SET search_path = pg_catalog, pg_temp SET jit = off AS $$
+SET search_path = pg_catalog, pg_temp SET jit = off SET plan_cache_mode = force_generic_plan AS $$
     SELECT p.version FROM dlock.portable p
 $$;
 
 CREATE OR REPLACE FUNCTION dlock.session_holder()
     RETURNS text LANGUAGE plpgsql STABLE PARALLEL RESTRICTED
-    SET search_path = pg_catalog, pg_temp SET jit = off AS $$
+    SET search_path = pg_catalog, pg_temp SET jit = off SET plan_cache_mode = force_generic_plan AS $$
 DECLARE
     v text := current_setting('dlock_portable.holder', true);
 BEGIN
@@ -60,7 +60,7 @@ COMMENT ON FUNCTION dlock.session_holder() IS
 
 CREATE OR REPLACE FUNCTION dlock.channel(resource text)
     RETURNS text LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE SECURITY DEFINER
-    SET search_path = pg_catalog, pg_temp SET jit = off AS $$
+    SET search_path = pg_catalog, pg_temp SET jit = off SET plan_cache_mode = force_generic_plan AS $$
 BEGIN
     RETURN 'dlock_' || md5(dlock._text_arg(resource, 'resource', 1000));
 END
@@ -76,7 +76,7 @@ CREATE OR REPLACE FUNCTION dlock.try_lock(resource text,
                                           shared boolean DEFAULT false,
                                           session bigint DEFAULT NULL)
     RETURNS bigint LANGUAGE plpgsql VOLATILE SECURITY DEFINER
-    SET search_path = pg_catalog, pg_temp SET jit = off AS $$
+    SET search_path = pg_catalog, pg_temp SET jit = off SET plan_cache_mode = force_generic_plan AS $$
 DECLARE
     l interval;
     f boolean;
@@ -143,49 +143,60 @@ BEGIN
         -- session's checked-epoch mark matches (as in _next_fence), else
         -- _next_fence itself.
         v_now := clock_timestamp();
-        UPDATE dlock.leases x
-           SET holder = a.sh, owner = v_role::regrole, count = 1, lease = a.sl,
-               fence = CASE WHEN (SELECT m.mark FROM dlock._epoch_mark m)
-                                 = current_setting('dlock_portable.epoch_checked', true)
-                            THEN nextval('dlock.fences') ELSE dlock._next_fence() END,
-               acquired_at = v_now, renewed_at = v_now, expires_at = v_now + a.sl, released_at = NULL,
-               session = try_lock.session
-          FROM (SELECT try_lock.holder, l WHERE try_lock.session IS NULL
-                UNION ALL
-                SELECT z.holder, z.ttl FROM dlock.session_rows z
-                 WHERE z.id = try_lock.session AND z.owner = v_role::regrole AND try_lock.lease IS NULL
-                   AND z.expires_at > v_now
-                   AND (try_lock.holder IS NULL OR try_lock.holder = z.holder
-                        OR starts_with(try_lock.holder, 'pid:' || pg_backend_pid()::text || ':'))) a (sh, sl)
-         WHERE a.sl > interval '0' AND a.sl <= interval '8766000 hours'
-           AND extract(year FROM a.sl) = 0 AND extract(month FROM a.sl) = 0 AND extract(day FROM a.sl) = 0
-           AND x.resource = try_lock.resource
-           AND CASE WHEN x.fence IS NOT NULL AND NOT x.kinds
-                         AND (x.holder IS NULL
-                              OR (x.session IS NULL AND x.expires_at <= v_now)
-                              OR (x.session IS NOT NULL
-                                  AND NOT EXISTS (SELECT FROM dlock.session_rows e
-                                                   WHERE e.id = x.session AND e.expires_at > v_now)))
-                         AND NOT EXISTS (SELECT FROM dlock.delays dl
-                                          WHERE dl.resource = x.resource AND dl.fence = x.fence
-                                            AND (x.holder IS NOT NULL OR dl.available_at > v_now))
-                         AND NOT EXISTS (SELECT FROM dlock.tickets t
-                                          WHERE t.resource = try_lock.resource
-                                            AND (t.expires_at > v_now
-                                                 OR (t.holder = a.sh AND t.owner = v_role::regrole)))
-                    THEN CASE WHEN NOT pg_try_advisory_lock(k, 0) THEN false
-                              WHEN NOT pg_advisory_unlock(k, 0) THEN false
-                              WHEN x.xmin IS DISTINCT FROM (SELECT y.xmin FROM dlock.leases y
-                                                             WHERE y.resource = try_lock.resource
-                                                               FOR UPDATE SKIP LOCKED) THEN false
-                              WHEN x.holder IS NOT NULL AND x.session IS NOT NULL
-                                   AND NOT dlock._lapsed(x.session) THEN false
-                              ELSE try_lock.session IS NULL
-                                   OR EXISTS (SELECT FROM dlock.session_rows w
-                                               WHERE w.id = try_lock.session AND w.expires_at > v_now
-                                                 FOR KEY SHARE SKIP LOCKED) END
-                    ELSE false END
-        RETURNING x.fence INTO fence;
+        -- In a subtransaction: a refusal after the row (or the session's
+        -- row, _lapsed) was locked gives those locks back, as _attempt's
+        -- refusals do; else another role's NULL answer inside an open
+        -- transaction would hold the row, stalling its holder's renew.
+        BEGIN
+            UPDATE dlock.leases x
+               SET holder = a.sh, owner = v_role::regrole, count = 1, lease = a.sl,
+                   fence = CASE WHEN (SELECT m.mark FROM dlock._epoch_mark m)
+                                     = current_setting('dlock_portable.epoch_checked', true)
+                                THEN nextval('dlock.fences') ELSE dlock._next_fence() END,
+                   acquired_at = v_now, renewed_at = v_now, expires_at = v_now + a.sl, released_at = NULL,
+                   session = try_lock.session
+              FROM (SELECT try_lock.holder, l WHERE try_lock.session IS NULL
+                    UNION ALL
+                    SELECT z.holder, z.ttl FROM dlock.session_rows z
+                     WHERE z.id = try_lock.session AND z.owner = v_role::regrole AND try_lock.lease IS NULL
+                       AND z.expires_at > v_now
+                       AND (try_lock.holder IS NULL OR try_lock.holder = z.holder
+                            OR starts_with(try_lock.holder, 'pid:' || pg_backend_pid()::text || ':'))) a (sh, sl)
+             WHERE a.sl > interval '0' AND a.sl <= interval '8766000 hours'
+               AND extract(year FROM a.sl) = 0 AND extract(month FROM a.sl) = 0 AND extract(day FROM a.sl) = 0
+               AND x.resource = try_lock.resource
+               AND CASE WHEN x.fence IS NOT NULL AND NOT x.kinds
+                             AND (x.holder IS NULL
+                                  OR (x.session IS NULL AND x.expires_at <= v_now)
+                                  OR (x.session IS NOT NULL
+                                      AND NOT EXISTS (SELECT FROM dlock.session_rows e
+                                                       WHERE e.id = x.session AND e.expires_at > v_now)))
+                             AND NOT EXISTS (SELECT FROM dlock.delays dl
+                                              WHERE dl.resource = x.resource AND dl.fence = x.fence
+                                                AND (x.holder IS NOT NULL OR dl.available_at > v_now))
+                             AND NOT EXISTS (SELECT FROM dlock.tickets t
+                                              WHERE t.resource = try_lock.resource
+                                                AND (t.expires_at > v_now
+                                                     OR (t.holder = a.sh AND t.owner = v_role::regrole)))
+                        THEN CASE WHEN NOT pg_try_advisory_lock(k, 0) THEN false
+                                  WHEN NOT pg_advisory_unlock(k, 0) THEN false
+                                  WHEN x.xmin IS DISTINCT FROM (SELECT y.xmin FROM dlock.leases y
+                                                                 WHERE y.resource = try_lock.resource
+                                                                   FOR UPDATE SKIP LOCKED) THEN false
+                                  WHEN x.holder IS NOT NULL AND x.session IS NOT NULL
+                                       AND NOT dlock._lapsed(x.session) THEN false
+                                  ELSE try_lock.session IS NULL
+                                       OR EXISTS (SELECT FROM dlock.session_rows w
+                                                   WHERE w.id = try_lock.session AND w.expires_at > v_now
+                                                     FOR KEY SHARE SKIP LOCKED) END
+                        ELSE false END
+            RETURNING x.fence INTO fence;
+            IF fence IS NULL THEN
+                RAISE SQLSTATE 'DL004';
+            END IF;
+        EXCEPTION WHEN SQLSTATE 'DL004' THEN
+            fence := NULL;
+        END;
         IF fence IS NOT NULL THEN
             IF current_setting('synchronous_commit') IN ('off', 'local', 'remote_write') THEN
                 v_set := set_config('synchronous_commit', 'on', true);     -- an expression, not PERFORM
@@ -462,7 +473,7 @@ CREATE OR REPLACE FUNCTION dlock.lock(resource text,
                                       shared boolean DEFAULT false,
                                       session bigint DEFAULT NULL)
     RETURNS bigint LANGUAGE plpgsql VOLATILE SECURITY DEFINER
-    SET search_path = pg_catalog, pg_temp SET jit = off AS $$
+    SET search_path = pg_catalog, pg_temp SET jit = off SET plan_cache_mode = force_generic_plan AS $$
 DECLARE
     l interval;
     w interval;
@@ -496,7 +507,7 @@ CREATE OR REPLACE FUNCTION dlock.unlock(resource text,
                                         holder text DEFAULT dlock.session_holder(),
                                         fence bigint DEFAULT NULL)
     RETURNS integer LANGUAGE plpgsql VOLATILE SECURITY DEFINER
-    SET search_path = pg_catalog, pg_temp SET jit = off AS $$
+    SET search_path = pg_catalog, pg_temp SET jit = off SET plan_cache_mode = force_generic_plan AS $$
 DECLARE
     v_role oid;
     r dlock.leases%ROWTYPE;
@@ -508,6 +519,11 @@ BEGIN
     -- session does, _exp inline), released in one statement with its
     -- "released" event (_event inline, an expression, not PERFORMed).
     -- The free row keeps its session id, as _release leaves it (tables.sql).
+    -- A lease that has ended is not locked (the locking sub-select checks
+    -- it too: the quals' order is the planner's), as the general path
+    -- does not.  (A session's end is not looked at there: a subplan more
+    -- costs ~10 us a call; an unlock of it in an open transaction keeps
+    -- the row locked to its end, which only its holder's role can do.)
     IF coalesce(octet_length(unlock.resource), 0) BETWEEN 1 AND 1000
        AND coalesce(octet_length(unlock.holder), 0) BETWEEN 1 AND 255
        AND current_setting('transaction_read_only') = 'off' THEN
@@ -523,6 +539,7 @@ BEGIN
            AND x.resource = (SELECT y.resource FROM dlock.leases y
                               WHERE y.resource = unlock.resource AND y.holder = unlock.holder
                                 AND y.owner = v_role::regrole
+                                AND (y.session IS NOT NULL OR y.expires_at > clock_timestamp())
                                 FOR UPDATE)
         RETURNING x.fence INTO v_fence;
         IF v_fence IS NOT NULL THEN
@@ -559,7 +576,7 @@ CREATE OR REPLACE FUNCTION dlock.renew(resource text,
                                        lease interval DEFAULT NULL,
                                        fence bigint DEFAULT NULL)
     RETURNS timestamptz LANGUAGE plpgsql VOLATILE SECURITY DEFINER
-    SET search_path = pg_catalog, pg_temp SET jit = off AS $$
+    SET search_path = pg_catalog, pg_temp SET jit = off SET plan_cache_mode = force_generic_plan AS $$
 DECLARE
     c record;
     r dlock.leases%ROWTYPE;
@@ -617,7 +634,7 @@ COMMENT ON FUNCTION dlock.renew(text, text, interval, bigint) IS
 
 CREATE OR REPLACE FUNCTION dlock.unlock_all(holder text DEFAULT dlock.session_holder())
     RETURNS integer LANGUAGE plpgsql VOLATILE SECURITY DEFINER
-    SET search_path = pg_catalog, pg_temp SET jit = off AS $$
+    SET search_path = pg_catalog, pg_temp SET jit = off SET plan_cache_mode = force_generic_plan AS $$
 DECLARE
     v_role oid;
     r dlock.leases%ROWTYPE;
@@ -647,7 +664,7 @@ COMMENT ON FUNCTION dlock.unlock_all(text) IS
 
 CREATE OR REPLACE FUNCTION dlock.reap()
     RETURNS integer LANGUAGE plpgsql VOLATILE SECURITY DEFINER
-    SET search_path = pg_catalog, pg_temp SET jit = off AS $$
+    SET search_path = pg_catalog, pg_temp SET jit = off SET plan_cache_mode = force_generic_plan AS $$
 DECLARE
     r dlock.leases%ROWTYPE;
     n integer := 0;
@@ -728,7 +745,7 @@ $$;
 
 CREATE OR REPLACE FUNCTION dlock."check"(resource text, fence bigint)
     RETURNS boolean LANGUAGE plpgsql VOLATILE SECURITY DEFINER
-    SET search_path = pg_catalog, pg_temp SET jit = off AS $$
+    SET search_path = pg_catalog, pg_temp SET jit = off SET plan_cache_mode = force_generic_plan AS $$
 BEGIN
     PERFORM dlock._text_arg(resource, 'resource', 1000);
     PERFORM dlock._fence_arg(fence);
@@ -740,7 +757,7 @@ COMMENT ON FUNCTION dlock."check"(text, bigint) IS
 
 CREATE OR REPLACE FUNCTION dlock.assert_fence(resource text, fence bigint)
     RETURNS void LANGUAGE plpgsql VOLATILE SECURITY DEFINER
-    SET search_path = pg_catalog, pg_temp SET jit = off AS $$
+    SET search_path = pg_catalog, pg_temp SET jit = off SET plan_cache_mode = force_generic_plan AS $$
 DECLARE
     c record;
     cur record;
@@ -766,7 +783,7 @@ COMMENT ON FUNCTION dlock.assert_fence(text, bigint) IS
 
 CREATE OR REPLACE FUNCTION dlock.break_lock(resource text)
     RETURNS boolean LANGUAGE plpgsql VOLATILE SECURITY DEFINER
-    SET search_path = pg_catalog, pg_temp SET jit = off AS $$
+    SET search_path = pg_catalog, pg_temp SET jit = off SET plan_cache_mode = force_generic_plan AS $$
 DECLARE
     r dlock.leases%ROWTYPE;
 BEGIN

@@ -37,8 +37,11 @@
  *   its schema, and pass every argument as a value: nothing the caller
  *   passes becomes SQL text (no EXECUTE anywhere).  Internal helpers
  *   (dlock._*) are closed to PUBLIC.  The public functions also run with
- *   jit = off: a caller's planner costs (cpu_tuple_cost at its maximum)
- *   would otherwise have every statement compiled, 50-150 ms each.
+ *   jit = off and plan_cache_mode = force_generic_plan: a caller's
+ *   planner costs (cpu_tuple_cost at its maximum) would otherwise have
+ *   every statement compiled, 50-150 ms each, and try_lock's fast path
+ *   would be planned anew at each call (~450 us), as the caller's
+ *   force_custom_plan, or the plan cache's own choice, would do.
  * - The caller's role.  Inside a SECURITY DEFINER function current_user is
  *   the installing role, so the caller is read from the session: the role
  *   of SET ROLE if one is in force (the "role" setting, which SECURITY

@@ -102,7 +102,7 @@ CREATE OR REPLACE FUNCTION dlock.campaign(election text,
                                           wait interval DEFAULT NULL,
                                           session bigint DEFAULT NULL)
     RETURNS bigint LANGUAGE plpgsql VOLATILE SECURITY DEFINER
-    SET search_path = pg_catalog, pg_temp SET jit = off AS $$
+    SET search_path = pg_catalog, pg_temp SET jit = off SET plan_cache_mode = force_generic_plan AS $$
 DECLARE
     s record;
     l interval;
@@ -189,7 +189,7 @@ COMMENT ON FUNCTION dlock.campaign(text, text, text, interval, interval, bigint)
 CREATE OR REPLACE FUNCTION dlock.proclaim(election text, candidate text, value text,
                                           term bigint DEFAULT NULL)
     RETURNS boolean LANGUAGE plpgsql VOLATILE SECURITY DEFINER
-    SET search_path = pg_catalog, pg_temp SET jit = off AS $$
+    SET search_path = pg_catalog, pg_temp SET jit = off SET plan_cache_mode = force_generic_plan AS $$
 DECLARE
     c record;
     r dlock.leases%ROWTYPE;
@@ -218,7 +218,7 @@ COMMENT ON FUNCTION dlock.proclaim(text, text, text, bigint) IS
 
 CREATE OR REPLACE FUNCTION dlock.resign(election text, candidate text, term bigint DEFAULT NULL)
     RETURNS boolean LANGUAGE plpgsql VOLATILE SECURITY DEFINER
-    SET search_path = pg_catalog, pg_temp SET jit = off AS $$
+    SET search_path = pg_catalog, pg_temp SET jit = off SET plan_cache_mode = force_generic_plan AS $$
 DECLARE
     c record;
     r dlock.leases%ROWTYPE;
@@ -252,7 +252,7 @@ CREATE OR REPLACE FUNCTION dlock.leader(election text)
     RETURNS TABLE (candidate text, value text, term bigint, elected_at timestamptz,
                    expires_at timestamptz, owner regrole)
     LANGUAGE plpgsql VOLATILE
-    SET search_path = pg_catalog, pg_temp SET jit = off AS $$
+    SET search_path = pg_catalog, pg_temp SET jit = off SET plan_cache_mode = force_generic_plan AS $$
 BEGIN
     IF election IS NULL THEN
         RAISE EXCEPTION 'election must not be null' USING ERRCODE = '22023';

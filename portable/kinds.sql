@@ -793,7 +793,7 @@ CREATE OR REPLACE FUNCTION dlock.try_acquire(semaphore text,
                                              fair boolean DEFAULT false,
                                              session bigint DEFAULT NULL)
     RETURNS bigint LANGUAGE plpgsql VOLATILE SECURITY DEFINER
-    SET search_path = pg_catalog, pg_temp SET jit = off AS $$
+    SET search_path = pg_catalog, pg_temp SET jit = off SET plan_cache_mode = force_generic_plan AS $$
 DECLARE
     l interval;
     f boolean;
@@ -827,7 +827,7 @@ CREATE OR REPLACE FUNCTION dlock.acquire(semaphore text,
                                          fair boolean DEFAULT false,
                                          session bigint DEFAULT NULL)
     RETURNS bigint LANGUAGE plpgsql VOLATILE SECURITY DEFINER
-    SET search_path = pg_catalog, pg_temp SET jit = off AS $$
+    SET search_path = pg_catalog, pg_temp SET jit = off SET plan_cache_mode = force_generic_plan AS $$
 DECLARE
     l interval;
     w interval;
@@ -959,7 +959,7 @@ CREATE OR REPLACE FUNCTION dlock.try_lock_all(resources text[],
                                               shared boolean DEFAULT false,
                                               session bigint DEFAULT NULL)
     RETURNS bigint[] LANGUAGE plpgsql VOLATILE SECURITY DEFINER
-    SET search_path = pg_catalog, pg_temp SET jit = off AS $$
+    SET search_path = pg_catalog, pg_temp SET jit = off SET plan_cache_mode = force_generic_plan AS $$
 DECLARE
     l interval;
     s boolean;
@@ -992,7 +992,7 @@ CREATE OR REPLACE FUNCTION dlock.lock_all(resources text[],
                                           shared boolean DEFAULT false,
                                           session bigint DEFAULT NULL)
     RETURNS bigint[] LANGUAGE plpgsql VOLATILE SECURITY DEFINER
-    SET search_path = pg_catalog, pg_temp SET jit = off AS $$
+    SET search_path = pg_catalog, pg_temp SET jit = off SET plan_cache_mode = force_generic_plan AS $$
 DECLARE
     s_ttl interval;
     l interval;

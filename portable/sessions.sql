@@ -160,7 +160,7 @@ $$;
 CREATE OR REPLACE FUNCTION dlock.open_session(ttl interval DEFAULT NULL,
                                               holder text DEFAULT dlock.session_holder())
     RETURNS bigint LANGUAGE plpgsql VOLATILE SECURITY DEFINER
-    SET search_path = pg_catalog, pg_temp SET jit = off AS $$
+    SET search_path = pg_catalog, pg_temp SET jit = off SET plan_cache_mode = force_generic_plan AS $$
 DECLARE
     l interval;
     v_now timestamptz;
@@ -187,7 +187,7 @@ COMMENT ON FUNCTION dlock.open_session(interval, text) IS
 
 CREATE OR REPLACE FUNCTION dlock.keepalive(session bigint)
     RETURNS timestamptz LANGUAGE plpgsql VOLATILE SECURITY DEFINER
-    SET search_path = pg_catalog, pg_temp SET jit = off AS $$
+    SET search_path = pg_catalog, pg_temp SET jit = off SET plan_cache_mode = force_generic_plan AS $$
 DECLARE
     s dlock.session_rows%ROWTYPE;
     v_now timestamptz;
@@ -237,7 +237,7 @@ $$;
 
 CREATE OR REPLACE FUNCTION dlock.close_session(session bigint)
     RETURNS integer LANGUAGE plpgsql VOLATILE SECURITY DEFINER
-    SET search_path = pg_catalog, pg_temp SET jit = off AS $$
+    SET search_path = pg_catalog, pg_temp SET jit = off SET plan_cache_mode = force_generic_plan AS $$
 DECLARE
     s dlock.session_rows%ROWTYPE;
     x record;

@@ -122,7 +122,7 @@ $grant$;
 CREATE OR REPLACE FUNCTION dlock.withdraw(resource text,
                                           holder text DEFAULT dlock.session_holder())
     RETURNS boolean LANGUAGE plpgsql VOLATILE SECURITY DEFINER
-    SET search_path = pg_catalog, pg_temp SET jit = off AS $$
+    SET search_path = pg_catalog, pg_temp SET jit = off SET plan_cache_mode = force_generic_plan AS $$
 DECLARE
     c record;
     n integer;

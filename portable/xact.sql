@@ -108,7 +108,7 @@ $$;
 
 CREATE OR REPLACE FUNCTION dlock.xact_lock(resource text, wait interval DEFAULT NULL)
     RETURNS bigint LANGUAGE plpgsql VOLATILE SECURITY DEFINER
-    SET search_path = pg_catalog, pg_temp SET jit = off AS $$
+    SET search_path = pg_catalog, pg_temp SET jit = off SET plan_cache_mode = force_generic_plan AS $$
 DECLARE
     w interval;
     deadline timestamptz;
@@ -145,7 +145,7 @@ COMMENT ON FUNCTION dlock.xact_lock(text, interval) IS
 
 CREATE OR REPLACE FUNCTION dlock.try_xact_lock(resource text)
     RETURNS bigint LANGUAGE plpgsql VOLATILE SECURITY DEFINER
-    SET search_path = pg_catalog, pg_temp SET jit = off AS $$
+    SET search_path = pg_catalog, pg_temp SET jit = off SET plan_cache_mode = force_generic_plan AS $$
 BEGIN
     PERFORM dlock._text_arg(resource, 'resource', 1000);
     PERFORM dlock._writable('dlock.try_xact_lock()');

@@ -422,8 +422,9 @@ sub role_tests {
                  AND NOT coalesce('search_path=pg_catalog, pg_temp' = ANY (proconfig), false)"), undef,
        "$label: every function pins search_path");
     is(q1($al, "SELECT string_agg(proname, ',') FROM pg_proc WHERE pronamespace = 'dlock'::regnamespace
-                 AND proname NOT LIKE '\\_%' AND NOT coalesce('jit=off' = ANY (proconfig), false)"), undef,
-       "$label: every public function runs with jit off (the caller's costs compile nothing)");
+                 AND proname NOT LIKE '\\_%' AND NOT coalesce('jit=off' = ANY (proconfig)
+                                                       AND 'plan_cache_mode=force_generic_plan' = ANY (proconfig), false)"), undef,
+       "$label: every public function runs with jit off and generic plans (the caller's costs compile nothing)");
     is(q1($al, "SELECT string_agg(proname, ',') FROM pg_proc WHERE pronamespace = 'dlock'::regnamespace
                  AND (proname LIKE '\\_%' OR proname = 'break_lock') AND has_function_privilege('alice', oid, 'EXECUTE')"), undef,
        "$label: internal functions and break_lock are closed to users");

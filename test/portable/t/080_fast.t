@@ -62,6 +62,7 @@ sub run_server {
     twins($al, $bo, $db, $su);
     session_twins($al, $bo, $db, $su);
     session_races($al, $bo, $su);
+    refusal_races($al, $bo, $su);
     unlock_cases($al, $bo, $db, $su);
     session_unlocks($al, $bo, $db, $su);
 
@@ -610,14 +611,76 @@ sub session_races {
     ok(q1($a2, "SELECT dlock.keepalive($k) > clock_timestamp() + interval '1 second'"),
        "$label: a keepalive in an open transaction (before the session's end)");
     sleep 0.1 until q1($su, "SELECT expires_at <= clock_timestamp() FROM dlock.session_rows WHERE id = $k");
+    $bo->begin_work;
     is(q1($bo, "SELECT dlock.try_lock('fa/sk', 'o', '30s')"), undef,
        "$label: ... past the end it was extending: its holding not taken over, at once");
+    is(row_locked($su, 'fa/sk'), 0, "$label: ... and the refusal, its transaction still open, holds no lock on the row");
+    $bo->commit;
     $a2->commit;
     is(q1($bo, "SELECT dlock.try_lock('fa/sk', 'o', '30s')"), undef, "$label: ... nor once the keepalive committed");
     is(q1($a2, "SELECT dlock.close_session($k)"), 1, "$label: ... the session still holds it");
     ok(q1($bo, "SELECT dlock.try_lock('fa/sk', 'o', '30s')"), "$label: ... then it is taken");
     q1($bo, "SELECT dlock.unlock('fa/sk', 'o')");
+    # unlock of an ended holding, in an open transaction: NULL, and the row
+    # is not locked (a takeover meanwhile is not refused by it).
+    ok(q1($al, "SELECT dlock.try_lock('fa/ue', 'h', '1 millisecond')"), "$label: a holding of 1 ms");
+    sleep 0.01;
+    $al->begin_work;
+    is(q1($al, "SELECT dlock.unlock('fa/ue', 'h')"), undef, "$label: ... its unlock once ended, in an open transaction: NULL");
+    is(row_locked($su, 'fa/ue'), 0, "$label: ... holding no lock on the row");
+    ok(q1($bo, "SELECT dlock.try_lock('fa/ue', 'o', '30s')"), "$label: ... taken over meanwhile");
+    $al->commit;
+    q1($bo, "SELECT dlock.unlock('fa/ue', 'o')");
     $a2->disconnect;
+}
+
+# row_locked: 1 if another transaction holds resource r's row locked (a
+# FOR KEY SHARE NOWAIT of it fails), else 0.
+sub row_locked {
+    my ($su, $r) = @_;
+    $su->begin_work;
+    $su->selectrow_array("SELECT 1 FROM dlock.leases WHERE resource = ? FOR KEY SHARE NOWAIT", undef, $r);
+    my $state = $su->err ? $su->state : '';
+    $su->rollback;
+    return 0 if $state eq '';
+    die "$label: row_locked($r): $state " . $su->errstr unless $state eq '55P03';
+    return 1;
+}
+
+# refusal_races: another acquirer takes the row (and commits) between the
+# fast path's snapshot and its lock: the fast path answers NULL and must
+# give back the lock it took on the new version, or an open transaction
+# would stall the new holder's renew until its lease ran out.  The window
+# is widened with expired tickets of others on the row, which every
+# attempt scans (each round: the leak or not, whatever the timing).
+sub refusal_races {
+    my ($al, $bo, $su) = @_;
+    my $r = 'fa/race';
+    free_row($al, $r);
+    $su->do("INSERT INTO dlock.tickets (resource, ticket, holder, owner, queued_at, expires_at)
+             SELECT ?, -i, 'old' || i, 'bob'::regrole, now() - interval '1 hour', now() - interval '1 hour'
+               FROM generate_series(1, 40000) i", undef, $r) or die $su->errstr;
+    my ($refused, $leaks) = (0, 0);
+    for my $round (1 .. 8) {
+        q1($bo, "SELECT dlock.try_lock(?, 'old', '1 millisecond')", $r) or next;
+        sleep 0.01;
+        my $as = $al->prepare("SELECT dlock.try_lock(?, 'ha', '30s')", { pg_async => PG_ASYNC });
+        $as->execute($r);
+        sleep 0.005 * $round;
+        $bo->begin_work;
+        my $f = q1($bo, "SELECT dlock.try_lock(?, 'b', '30s')", $r);
+        $as->pg_result;
+        my $fa = $as->fetchrow_arrayref->[0];
+        if (!defined $f) {
+            $refused++;
+            $leaks += row_locked($su, $r);
+        }
+        $bo->rollback;
+        q1($_->[0], "SELECT dlock.unlock_all(?)", $_->[1]) for [$al, 'ha'], [$bo, 'b'], [$bo, 'old'];
+    }
+    ok($refused > 0, "$label: refusal races: $refused of 8 rounds refused the second acquirer");
+    is($leaks, 0, "$label: ... none left the row locked");
+    $su->do("DELETE FROM dlock.tickets WHERE resource = ?", undef, $r);
 }
 
 # session_unlocks: unlock's fast path releases a session's holding of
