@@ -194,6 +194,12 @@ func newProxy(t *testing.T) *proxy {
 				continue
 			}
 			p.mu.Lock()
+			if p.cut { // cut while it dialled: it must not get through
+				p.mu.Unlock()
+				s.Close()
+				c.Close()
+				continue
+			}
 			p.conns = append(p.conns, s)
 			p.mu.Unlock()
 			go func() { _, _ = io.Copy(s, &countingReader{p: p, r: c}); s.Close() }()
