@@ -544,13 +544,23 @@ sub waiting_sessions {
 
     # A client that queued and then waits in lock() keeps its place
     # (it adopts its ticket) even beyond dlock.queue_ttl.
-    $al->do("SET dlock.queue_ttl = '200ms'");
+    # (The wait adopts the ticket only while it is live: 2 s of queue_ttl
+    # for the wait's connection to get there on a loaded machine, where
+    # 200 ms was once too short; it holds the ticket's advisory lock then.)
+    $al->do("SET dlock.queue_ttl = '2s'");
     q1($al, "SELECT dlock.try_lock('w/adopt', 'holder', '1h')");
+    my $t_first = time;
     is(q1($al, "SELECT dlock.try_lock('w/adopt', 'first', fair => true)"), undef, "$label: adopt: first queues client-side");
     my $second = conn('alice');
     is(q1($second, "SELECT dlock.try_lock('w/adopt', 'second', fair => true)"), undef, "$label: adopt: second too");
     my $fst = async('alice', "SELECT dlock.lock('w/adopt', 'first', '1h', '30s')");
-    sleep 0.5;      # first's row lapses, its adopted ticket does not
+    my $fpid = $fst->[0]{pg_pid};
+    for (1 .. 200) {
+        last if q1($al, "SELECT count(*) FROM pg_locks WHERE pid = ? AND locktype = 'advisory'
+                          AND mode = 'ExclusiveLock' AND objsubid = 2 AND objid <> 0", $fpid);
+        sleep 0.05;
+    }
+    sleep(2.3 - (time - $t_first)) if time - $t_first < 2.3;     # first's row lapses, its adopted ticket does not
     is(q1($second, "SELECT dlock.try_lock('w/adopt', 'second', fair => true)"), undef, "$label: adopt: second keeps its ticket");
     q1($al, "SELECT dlock.unlock('w/adopt', 'holder')");
     is(q1($second, "SELECT dlock.try_lock('w/adopt', 'second', fair => true)"), undef, "$label: adopt: second is not served first");
