@@ -240,6 +240,7 @@ srand($seed);
 	my @resume;  # [when, instance, 'cli' or 'COMMAND', pid] to SIGCONT
 	my %applied;
 	my $long_stop_done = 0;
+	my $long_k;    # the instance whose CLI was stopped past its lease
 	my $start_instance = sub {
 		my $k = ++$n;
 		# every third COMMAND lasts longer than a lease plus a bit
@@ -292,8 +293,11 @@ srand($seed);
 	# it renew, and no watchdog would reach its deadline)
 	my $long_stop_at = time + rand($CHAOS / 2);
 	my $next_fault = time + 0.5 + rand(0.5);
-	# (the chaos goes on for up to 15 s more until the long stop happened)
-	while (time < $t_end || (!$long_stop_done && time < $t_end + 15))
+	# (the chaos goes on for up to 15 s more until the long stop happened,
+	# and until its resume is due: the wind-down below resumes every
+	# stopped CLI at once, which would cut the long stop short)
+	my $long_resume = 0;
+	while (time < $t_end || (!$long_stop_done && time < $t_end + 15) || time < $long_resume)
 	{
 		$reap->();
 		for my $s (0 .. $#slot)
@@ -309,10 +313,11 @@ srand($seed);
 			and my @long = grep { $left->($_) > $LEASE + 0.6 && ($inst{$_}{cli_stopped} // 0) < time }
 			$holders->())
 		{
-			my $k = $pick->(@long);
+			my $k = $long_k = $pick->(@long);
 			$act->($k, 'STOP', 'cli', $inst{$k}{cli},
 				sprintf('for %.1f s, its COMMAND has %.1f s to go', $LEASE + 1, $left->($k)));
-			push @resume, [ time + $LEASE + 1, $k, 'cli', $inst{$k}{cli} ];
+			$long_resume = time + $LEASE + 1;
+			push @resume, [ $long_resume, $k, 'cli', $inst{$k}{cli} ];
 			$inst{$k}{spare} = $inst{$k}{cli_stopped} = time + $LEASE + 1.5;
 			$long_stop_done = 1;
 			$applied{stop_cli}++;
@@ -435,7 +440,12 @@ srand($seed);
 	ok($codes{76}, 'faults: some CLI exited with the lease-lost code');
 	my $errs = join('', map { slurp("$tmp/fault_cli$_.err") } keys %inst);
 	ok($errs =~ /watchdog: the lease deadline passed/,
-		'faults: a watchdog stopped COMMAND at its deadline');
+		'faults: a watchdog stopped COMMAND at its deadline')
+	  or diag(join("\n", 'faults:', @events,
+			  defined $long_k
+			  ? ("instance $long_k, stopped past its lease:", slurp("$tmp/fault_cli$long_k.err"),
+				  slurp($inst{$long_k}{out}) =~ s/(T \S+\n)+/T...\n/gr)
+			  : ()));
 	ok($errs =~ /watchdog: the client is gone/, 'faults: a watchdog outlived its CLI');
 }
 
