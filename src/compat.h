@@ -109,6 +109,13 @@ dlock_insert_index_tuples(ResultRelInfo *rri, TupleTableSlot *slot,
 #define dlock_primary_key_index(rel) RelationGetPrimaryKeyIndex(rel)
 #endif
 
+/* Where a relation's files are, as ReadRecentBuffer takes it: 16 renamed it. */
+#if PG_VERSION_NUM >= 160000
+#define DLOCK_REL_FILES(rel) ((rel)->rd_locator)
+#else
+#define DLOCK_REL_FILES(rel) ((rel)->rd_node)
+#endif
+
 /* A table's live tuples in the cumulative statistics: 16 renamed the field. */
 #if PG_VERSION_NUM >= 160000
 #define DLOCK_STAT_LIVE_TUPLES(entry) ((entry)->live_tuples)

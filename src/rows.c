@@ -77,6 +77,19 @@ static const char *const session_cols[X_NUM] = {
 static TableInfo session_rows = {"session_rows", session_cols, X_NUM, X_NUM};
 
 /*
+ * Where a session's row was last found (fetch_row_at's hint), for a few
+ * sessions: a backend behind a pool serves several.  Slot by id.
+ */
+#define SESSION_HINTS 16
+typedef struct SessionHint
+{
+	int64		id;
+	ItemPointerData tid;
+	Buffer		buf;			/* the buffer that held tid's block */
+} SessionHint;
+static SessionHint hints[SESSION_HINTS];
+
+/*
  * dlock_session_read: session id's row on the latest snapshot into *s
  * (holder copied into the store session's caller context); false if
  * there is none (closed, reaped, never opened, or the 1.0 SQL).
@@ -86,16 +99,18 @@ dlock_session_read(int64 id, DlockSession *s)
 {
 	TableInfo  *t = &session_rows;
 	Relation	rel = open_table(t, AccessShareLock);
-	ScanKeyData key;
 	RowImage	img;
 	bool		found;
+	SessionHint *h;
 
 	memset(s, 0, sizeof(*s));
 	if (rel == NULL)
 		return false;
-	ScanKeyInit(&key, t->att[X_ID], BTEqualStrategyNumber, F_INT8EQ,
-				Int64GetDatum(id));
-	found = fetch_row(rel, t, 1, &key, NULL, &img);
+	h = &hints[(uint64) id % SESSION_HINTS];
+	if (h->id != id)
+		ItemPointerSetInvalid(&h->tid);
+	h->id = id;
+	found = fetch_row_at(rel, t, X_ID, id, &h->tid, &h->buf, &img);
 	if (found)
 	{
 		MemoryContext old = MemoryContextSwitchTo(dlock_store_context());
@@ -212,11 +227,13 @@ fetch_resource(Relation rel, TableInfo *t, const DlockResource *res,
 }
 
 /*
- * dlock_row_read: read a resource's row into *row (holder copied into the
- * memory context that was current when the store session began).
+ * dlock_row_peek: read a resource's row into *row (holder copied into the
+ * memory context that was current when the store session began); a
+ * holding in a session has its row's own expiry, infinity, not its
+ * session's (for hints: no read of the session's row).
  */
 void
-dlock_row_read(const DlockResource *res, DlockRow *row)
+dlock_row_peek(const DlockResource *res, DlockRow *row)
 {
 	Relation	rel = open_leases(AccessShareLock);
 	RowImage	img;
@@ -249,6 +266,13 @@ dlock_row_read(const DlockResource *res, DlockRow *row)
 		heap_freetuple(img.tup);
 	}
 	table_close(rel, NoLock);
+}
+
+/* dlock_row_read: dlock_row_peek, with a session's expiry and ttl. */
+void
+dlock_row_read(const DlockResource *res, DlockRow *row)
+{
+	dlock_row_peek(res, row);
 	with_session(row);
 }
 

@@ -3,14 +3,16 @@
  * table.c
  *		Direct heap access to the tables of dlock, for rows.c and ending.c
  *		(dlock.leases, dlock.shares, dlock.permits, dlock.tickets,
- *		dlock.delays): no SPI, no planner, no identity switch.
+ *		dlock.delays, dlock.session_rows): no SPI, no planner, no
+ *		identity switch.
  *
  * A table is looked up by name (so a library newer than the installed SQL
  * finds its columns wherever they are, or finds that the table is not
  * there), checked after it is locked (open_table), and cached until a
  * relcache invalidation touches it: DROP EXTENSION and ALTER EXTENSION
  * UPDATE send one.  Rows are read on the latest snapshot by primary key,
- * with the keys the caller builds (fetch_row), and written with
+ * with the keys the caller builds (fetch_row), or first where the row
+ * was last found (fetch_row_at: dlock.session_rows), and written with
  * heap_update (HOT: nothing indexed changes) or heap_insert, checking the
  * table's constraints and maintaining its indexes as the executor does
  * (store_tuple): a superuser may add an expression or partial index or a
@@ -39,6 +41,7 @@
 #include "access/stratnum.h"
 #include "access/table.h"
 #include "access/xact.h"
+#include "storage/bufmgr.h"
 #include "storage/lmgr.h"
 #include "executor/executor.h"
 #include "executor/nodeModifyTable.h"
@@ -344,6 +347,101 @@ fetch_row(Relation rel, TableInfo *t, int nkeys, ScanKey keys,
 	image_init(img, desc->natts);
 	heap_deform_tuple(img->tup, desc, img->values, img->nulls);
 	return true;
+}
+
+/*
+ * root_of: the first version of the chain of HOT updates that tid is in
+ * (where the row's index entry points), or tid itself if none is found.
+ */
+static ItemPointerData
+root_of(Relation rel, ItemPointer tid, Buffer *recent)
+{
+	OffsetNumber roots[MaxHeapTuplesPerPage];
+	ItemPointerData root = *tid;
+	Buffer		buf = ReadBuffer(rel, ItemPointerGetBlockNumber(tid));
+	OffsetNumber off = ItemPointerGetOffsetNumber(tid);
+
+	LockBuffer(buf, BUFFER_LOCK_SHARE);
+	heap_get_root_tuples(BufferGetPage(buf), roots);
+	if (off <= MaxHeapTuplesPerPage && OffsetNumberIsValid(roots[off - 1]))
+		ItemPointerSetOffsetNumber(&root, roots[off - 1]);
+	*recent = buf;
+	UnlockReleaseBuffer(buf);
+	return root;
+}
+
+/*
+ * hint_buffer: block blk of rel pinned, or InvalidBuffer if the relation
+ * has no such block now.  First the buffer that held it last (*recent),
+ * which still holds it if its tag says so (a block cut off by a truncation
+ * leaves the buffers first); else read, after a look at the relation's
+ * size (a system call).
+ */
+static Buffer
+hint_buffer(Relation rel, BlockNumber blk, Buffer *recent)
+{
+	if (BufferIsValid(*recent) &&
+		ReadRecentBuffer(DLOCK_REL_FILES(rel), MAIN_FORKNUM, blk, *recent))
+		return *recent;
+	if (blk >= RelationGetNumberOfBlocks(rel))
+		return InvalidBuffer;
+	*recent = ReadBuffer(rel, blk);
+	return *recent;
+}
+
+/*
+ * fetch_row_at: as fetch_row for the row whose column c is the int8 key,
+ * looking first at *hint: where that row's chain of HOT updates began
+ * (where its index entry points), remembered from an earlier read.  What
+ * is found there counts only if visible on the latest snapshot and its
+ * key matches (the key is unique: no other visible row has it); else the
+ * index is scanned, and *hint set to the chain of the row found (or made
+ * invalid).  It saves the index descent on a row read again and again;
+ * *recent, the buffer that held the hint's block, saves its lookup.
+ */
+bool
+fetch_row_at(Relation rel, TableInfo *t, int c, int64 key, ItemPointer hint,
+			 Buffer *recent, RowImage *img)
+{
+	ScanKeyData skey;
+	bool		found;
+	Buffer		buf = ItemPointerIsValid(hint) ?
+		hint_buffer(rel, ItemPointerGetBlockNumber(hint), recent) : InvalidBuffer;
+
+	if (BufferIsValid(buf))
+	{
+		Snapshot	snap = RegisterSnapshot(GetLatestSnapshot());
+		ItemPointerData tid = *hint;	/* set to the version found */
+		HeapTupleData tup;
+		bool		all_dead;
+
+		heap_page_prune_opt(rel, buf);
+		LockBuffer(buf, BUFFER_LOCK_SHARE);
+		img->tup = heap_hot_search_buffer(&tid, rel, buf, snap, &tup, &all_dead, true) ?
+			heap_copytuple(&tup) : NULL;
+		UnlockReleaseBuffer(buf);
+		UnregisterSnapshot(snap);
+		if (img->tup != NULL)
+		{
+			bool		isnull;
+			Datum		d = heap_getattr(img->tup, t->att[c], RelationGetDescr(rel), &isnull);
+
+			if (!isnull && DatumGetInt64(d) == key)
+			{
+				image_init(img, RelationGetDescr(rel)->natts);
+				heap_deform_tuple(img->tup, RelationGetDescr(rel), img->values, img->nulls);
+				return true;
+			}
+			heap_freetuple(img->tup);
+		}
+	}
+	ScanKeyInit(&skey, t->att[c], BTEqualStrategyNumber, F_INT8EQ, Int64GetDatum(key));
+	found = fetch_row(rel, t, 1, &skey, NULL, img);
+	if (found)
+		*hint = root_of(rel, &img->tup->t_self, recent);
+	else
+		ItemPointerSetInvalid(hint);
+	return found;
 }
 
 /* set_col / set_null: change a column of the image for write_row. */

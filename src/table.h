@@ -92,6 +92,8 @@ extern Relation open_table(TableInfo *t, LOCKMODE mode);
 extern void image_init(RowImage *img, int natts);
 extern bool fetch_row(Relation rel, TableInfo *t, int nkeys, ScanKey keys,
 					  const ItemPointerData *seen, RowImage *img);
+extern bool fetch_row_at(Relation rel, TableInfo *t, int c, int64 key,
+						 ItemPointer hint, Buffer *recent, RowImage *img);
 extern void set_col(TableInfo *t, RowImage *img, int c, Datum v);
 extern void set_null(TableInfo *t, RowImage *img, int c);
 extern bool store_tuple(Relation rel, ItemPointer otid, HeapTuple tup);
