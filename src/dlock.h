@@ -221,7 +221,6 @@ extern MemoryContext dlock_store_context(void);
 extern bool dlock_store_active(void);
 extern void dlock_store_end(void);
 extern void dlock_row_read(const DlockResource *res, DlockRow *row);
-extern void dlock_row_peek(const DlockResource *res, DlockRow *row);
 extern void dlock_row_insert(const DlockResource *res, text *holder,
 							 Oid owner, int64 fence, const Interval *lease,
 							 TimestampTz now, TimestampTz expires,

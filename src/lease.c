@@ -238,8 +238,9 @@ holder_exclusive(const DlockRow *row, text *holder, const DlockCaller *caller,
  * a look without the lock (a hint) finds no live exclusive holding of
  * holder's, so a shared holding is what is changed; else exclusive_mode.
  * Whoever takes SHARE also takes the share-row tag (own_lock), and turns
- * to exclusive_mode if the look under the lock (the only one that reads a
- * session's row: the hint takes its holding as live) finds it wrong.
+ * to exclusive_mode if the look under the lock finds the hint was wrong.
+ * The hint reads a session's row too: a holding of an ended session taken
+ * as live would take CHANGE, which waits for another holder's pin.
  */
 static DlockLockMode
 own_mode(const DlockResource *res, text *holder, const DlockCaller *caller,
@@ -249,7 +250,7 @@ own_mode(const DlockResource *res, text *holder, const DlockCaller *caller,
 	bool		exclusive;
 
 	dlock_store_begin();
-	dlock_row_peek(res, &row);
+	dlock_row_read(res, &row);
 	exclusive = holder_exclusive(&row, holder, caller, GetCurrentTimestamp());
 	dlock_store_end();
 	return exclusive ? exclusive_mode : DLOCK_SHARE;

@@ -227,13 +227,11 @@ fetch_resource(Relation rel, TableInfo *t, const DlockResource *res,
 }
 
 /*
- * dlock_row_peek: read a resource's row into *row (holder copied into the
- * memory context that was current when the store session began); a
- * holding in a session has its row's own expiry, infinity, not its
- * session's (for hints: no read of the session's row).
+ * dlock_row_read: read a resource's row into *row (holder copied into the
+ * memory context that was current when the store session began).
  */
 void
-dlock_row_peek(const DlockResource *res, DlockRow *row)
+dlock_row_read(const DlockResource *res, DlockRow *row)
 {
 	Relation	rel = open_leases(AccessShareLock);
 	RowImage	img;
@@ -266,13 +264,6 @@ dlock_row_peek(const DlockResource *res, DlockRow *row)
 		heap_freetuple(img.tup);
 	}
 	table_close(rel, NoLock);
-}
-
-/* dlock_row_read: dlock_row_peek, with a session's expiry and ttl. */
-void
-dlock_row_read(const DlockResource *res, DlockRow *row)
-{
-	dlock_row_peek(res, row);
 	with_session(row);
 }
 

@@ -438,7 +438,8 @@ fetch_row_at(Relation rel, TableInfo *t, int c, int64 key, ItemPointer hint,
 	ScanKeyInit(&skey, t->att[c], BTEqualStrategyNumber, F_INT8EQ, Int64GetDatum(key));
 	found = fetch_row(rel, t, 1, &skey, NULL, img);
 	if (found)
-		*hint = root_of(rel, &img->tup->t_self, recent);
+		*hint = HeapTupleHeaderIsHeapOnly(img->tup->t_data) ?
+			root_of(rel, &img->tup->t_self, recent) : img->tup->t_self;
 	else
 		ItemPointerSetInvalid(hint);
 	return found;

@@ -61,6 +61,33 @@ SELECT dlock.renew('srow/b', 'hb') AS e \gset
 SELECT :'e'::timestamptz = (SELECT expires_at FROM dlock.session_rows WHERE id = :b) AS renew_is_b;
 SELECT * FROM pg_temp.seen('srow/c', :fc);
 
+-- The owner changed by hand (a HOT update): another role's session now.
+CREATE ROLE regress_dlock_srow;
+UPDATE dlock.session_rows SET owner = 'regress_dlock_srow'::regrole WHERE id = :b;
+SELECT pg_temp.err(format('SELECT dlock.try_lock(%L, session => %s)', 'srow/o', :b));
+UPDATE dlock.session_rows SET owner = session_user::regrole WHERE id = :b;
+SELECT pg_temp.err(format('SELECT dlock.try_lock(%L, session => %s)', 'srow/o', :b));
+SELECT dlock.unlock('srow/o', 'hb') AS unlocked;
+DROP ROLE regress_dlock_srow;
+-- Changes rolled back, whole or to a savepoint: seen while they last.
+BEGIN;
+UPDATE dlock.session_rows SET expires_at = clock_timestamp() - interval '1 s' WHERE id = :b;
+SELECT dlock.check('srow/b', :fb) AS in_xact;
+ROLLBACK;
+SELECT dlock.check('srow/b', :fb) AS after_rollback;
+BEGIN;
+SAVEPOINT p;
+DELETE FROM dlock.session_rows WHERE id = :b;
+SELECT dlock.check('srow/b', :fb) AS deleted;
+ROLLBACK TO p;
+SELECT dlock.check('srow/b', :fb) AS back;
+COMMIT;
+-- Moved away under another id and back (updates of the key: not HOT).
+UPDATE dlock.session_rows SET id = id + 1000000 WHERE id = :b;
+SELECT dlock.check('srow/b', :fb) AS moved_away;
+UPDATE dlock.session_rows SET id = id - 1000000 WHERE id = :b + 1000000;
+SELECT dlock.check('srow/b', :fb) AS moved_back;
+
 -- Keepalives, each a new version of b's row (HOT updates, then pages
 -- pruned or filled): every read sees the latest.
 SELECT count(dlock.keepalive(:b)) FROM generate_series(1, 300);
@@ -82,6 +109,18 @@ VACUUM FULL dlock.session_rows;
 SELECT pg_relation_size('dlock.session_rows') = current_setting('block_size')::int AS one_page;
 SELECT * FROM pg_temp.seen('srow/d', :fd);
 SELECT dlock.try_lock('srow/d2', session => :d) IS NOT NULL AS taken_in_d;
+
+-- More sessions than a backend remembers, read in turn, the table
+-- clustered between rounds: each read is its own session's.
+CREATE TEMP TABLE many AS
+    SELECT i, dlock.open_session('1h', 'many' || i) AS s FROM generate_series(1, 40) i;
+SELECT count(dlock.try_lock('srow/many' || i, session => s)) FROM many;
+SELECT bool_and(l.holder = 'many' || m.i AND dlock.check(l.resource, l.fence)) AS each_its_own
+  FROM many m JOIN dlock.locks l ON l.resource = 'srow/many' || m.i, generate_series(1, 3);
+CLUSTER dlock.session_rows USING session_rows_pkey;
+SELECT bool_and(l.holder = 'many' || m.i AND dlock.check(l.resource, l.fence)) AS each_its_own
+  FROM many m JOIN dlock.locks l ON l.resource = 'srow/many' || m.i, generate_series(1, 3);
+SELECT count(dlock.close_session(s)) FROM many;
 
 -- Truncated by hand: no session is left, nor any holding in one.
 TRUNCATE dlock.session_rows;
