@@ -65,7 +65,7 @@ SELECT * FROM pg_temp.seen('srow/c', :fc);
 CREATE ROLE regress_dlock_srow;
 UPDATE dlock.session_rows SET owner = 'regress_dlock_srow'::regrole WHERE id = :b;
 SELECT pg_temp.err(format('SELECT dlock.try_lock(%L, session => %s)', 'srow/o', :b));
-UPDATE dlock.session_rows SET owner = session_user::regrole WHERE id = :b;
+UPDATE dlock.session_rows SET owner = quote_ident(session_user)::regrole WHERE id = :b;
 SELECT pg_temp.err(format('SELECT dlock.try_lock(%L, session => %s)', 'srow/o', :b));
 SELECT dlock.unlock('srow/o', 'hb') AS unlocked;
 DROP ROLE regress_dlock_srow;
