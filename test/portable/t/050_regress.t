@@ -39,6 +39,7 @@ my %skipped = (
     rows  => "rows.c's direct row access of dlock.leases (indexes and constraints the test adds)",
     stats => 'dlock.stats() (shared memory), counted when transactions commit',
     scale => "rows deleted at release (extension 0.5): the portable edition keeps a released row for an hour, as the C extension did before",
+    session_rows => "rows.c's remembered place of a session's row (the portable edition reads the row by statement)",
     sessions => "the C extension's sessions (dlock.session_rows read by rows.c, its messages and its lock-manager lock); the portable edition's rules and errors are 100_sessions.t's and 103_sessions_attacks.t's",
 );
 
