@@ -357,6 +357,9 @@ sub elect {
     my ($dbo) = @_;
     local @ENV{qw(PATH PGHOST PGDATABASE PGUSER)} = ("$client:$ENV{PATH}", $sock, 'app', 'alice');
     my $obs = spawn('observe', $cli, '-d', conn('alice'), 'observe', 'el');
+    # its first line comes once it listens: an election before it would be missed
+    ok(until_true(30, sub { slurp("$tmp/observe.out") =~ /\n/ }), "$label: observe prints the current state")
+        or diag(slurp("$tmp/observe.err"));
     my ($rc, $out, $err) = cli('elect', '--holder', 'c1', '--lease', '5s', 'el', 'v1', '--',
         'sh', '-c', 'echo "$DLOCK_ELECTION|$DLOCK_TERM|$DLOCK_VALUE"; psql -XAtq -c "SELECT candidate || \' \' || term FROM dlock.leader(\'el\')"');
     is($rc, 0, "$label: elect: COMMAND ran and exited 0") or diag($err);
