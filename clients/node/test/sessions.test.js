@@ -223,6 +223,8 @@ test('attack: locks acquired as the session is closed under them are all told of
     const got = [];
     const errors = [];
     let stop = false;
+    let first;
+    const firstDone = new Promise((resolve) => { first = resolve; });
     const taker = (async () => {
       for (let i = 0; !stop; i++) {
         try {
@@ -231,15 +233,20 @@ test('attack: locks acquired as the session is closed under them are all told of
         } catch (e) {
           errors.push(e.code);
           return;
+        } finally {
+          first();
         }
       }
     })();
-    await sleep(20 + rand() * 300);
+    // The close's moment counts from the first acquisition's end: on a
+    // loaded machine that one can take longer than any fixed delay.
+    await within(60000, firstDone, `seed ${SEED}: the first acquisition`);
+    await sleep(rand() * 300);
     await admin.query('SELECT dlock.close_session($1::bigint)', [s.id.toString()]);
     await within(10000, aborted(s.signal), 'the session\'s loss');
     stop = true;
     await taker;
-    assert.ok(got.length > 0, `seed ${SEED}: nothing acquired`);
+    assert.ok(got.length > 0, `seed ${SEED}: nothing acquired: ${errors.join()}`);
     for (const l of got) await within(5000, aborted(l.signal), `seed ${SEED}: ${l.resource} told`);
     assert.ok(errors.every((c) => c === '55000'), errors.join());
   }

@@ -227,13 +227,17 @@ def test_through_pgbouncer_transaction_pooling(bouncer, admin, name):
 
 def test_lock_acquired_as_the_session_is_lost_is_lost_too(dsn, admin, name):
     """An acquirer takes locks in a loop while the session is closed under
-    it at a random moment (seeded): every lock that acquire() returned True
-    for is told of the loss; later acquisitions fail with 55000."""
+    it at a random moment (seeded) after its first lock: every lock that
+    acquire() returned True for is told of the loss; later acquisitions
+    fail with 55000.  (The moment counts from the first lock, not from the
+    start: an acquisition on a loaded machine, a new connection each, can
+    take longer than any fixed delay.)"""
     rng = random.Random(SEED)
     print("seed", SEED)
     for round_ in range(5):
         s = dlock.Session(dsn, ttl=5).open()
         got, errors, stop = [], [], threading.Event()
+        first = threading.Event()
 
         def taker():
             i = 0
@@ -243,17 +247,20 @@ def test_lock_acquired_as_the_session_is_lost_is_lost_too(dsn, admin, name):
                     lock = s.lock(f"{name}/{round_}/{i}", wait=0)
                     if lock.acquire():
                         got.append(lock)
+                        first.set()
                 except dlock.DatabaseError as e:
                     errors.append(e.sqlstate)
+                    first.set()
                     return
         t = threading.Thread(target=taker)
         t.start()
-        time.sleep(rng.uniform(0.05, 0.4))
+        assert first.wait(60), f"seed {SEED}: no acquisition ended within 60 s"
+        time.sleep(rng.uniform(0.0, 0.3))
         admin.execute("SELECT dlock.close_session(%s)", (s.id,))
         assert s.lost.wait(10)
         stop.set()
         t.join(10)
-        assert got, f"seed {SEED}: nothing acquired before the close"
+        assert got, f"seed {SEED}: nothing acquired before the close: {errors}"
         for lock in got:
             assert lock.lost.wait(5), f"seed {SEED}: {lock.resource} acquired, loss not told"
         assert set(errors) <= {"55000"}, errors
