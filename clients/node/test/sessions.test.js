@@ -257,10 +257,12 @@ test('attack: close() racing the keepalive: closed cleanly, never reported lost'
   const rand = rng(SEED + 1);
   let s, l;
   for (let i = 0; i < 15; i++) {
-    s = await dlock.openSession(app, { ttl: 300 });
+    // ttl 1.2 s: a keepalive every 0.4 s, due or in flight at the close;
+    // a shorter one is lost on a loaded machine.
+    s = await dlock.openSession(app, { ttl: 1200 });
     l = await s.tryAcquire(unique('closerace'));
     assert.ok(l);
-    await sleep(rand() * 250);
+    await sleep(rand() * 900);
     const [a, b] = await Promise.all([s.close(), s.close()]);
     assert.ok(a && b, `seed ${SEED + 1}: round ${i}: ${s.signal.reason}`);
     assert.equal(await sessionRow(s.id), undefined);

@@ -96,7 +96,7 @@ class AttackTest {
         CountDownLatch taken = new CountDownLatch(1);
         Thread t = holdFor(r, 2500, taken);
         taken.await();
-        DlockLock lock = new DlockLock(ds, r, Duration.ofMillis(900));
+        DlockLock lock = new DlockLock(ds, r, Duration.ofMillis(1500));
         assertTrue(lock.tryLock(30, TimeUnit.SECONDS));
         Thread.sleep(1500); // renewals
         lock.unlock();
@@ -217,9 +217,9 @@ class AttackTest {
         CountDownLatch taken = new CountDownLatch(1);
         Thread t = holdFor(r, 1500, taken);
         taken.await();
-        DlockLock lock = new DlockLock(ds, r, Duration.ofMillis(900));
+        DlockLock lock = new DlockLock(ds, r, Duration.ofMillis(1500));
         assertTrue(lock.tryLock(30, TimeUnit.SECONDS));
-        Thread.sleep(2000); // renewals past two leases
+        Thread.sleep(3200); // renewals past two leases
         assertFalse(lock.isLost());
         lock.unlock();
         t.join();
@@ -255,7 +255,7 @@ class AttackTest {
     }
 
     @Test
-    @DisplayName("a campaign that waited longer than the lease (900 ms): not lost the moment it is elected")
+    @DisplayName("a campaign that waited longer than the lease (1.5 s): not lost the moment it is elected")
     void campaignLongerThanLease() throws Exception {
         String e = TestEnv.unique("longcampaign");
         DlockElection first = new DlockElection(TestEnv.app(), e, Duration.ofSeconds(30));
@@ -269,7 +269,7 @@ class AttackTest {
             }
         });
         t.start();
-        DlockElection second = new DlockElection(TestEnv.app(), e, Duration.ofMillis(900));
+        DlockElection second = new DlockElection(TestEnv.app(), e, Duration.ofMillis(1500));
         DlockElection.Leadership two = second.campaign("two", null).orElseThrow();
         assertFalse(two.isLost(), "lost the moment it was elected");
         Thread.sleep(2000);

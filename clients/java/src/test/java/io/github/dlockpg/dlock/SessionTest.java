@@ -418,12 +418,14 @@ class SessionTest {
         System.out.println("# keepaliveRacesClose seed " + seed);
         Random rng = new Random(seed);
         for (int i = 0; i < 10; i++) {
-            DlockSession s = DlockSession.open(TestEnv.app(), Duration.ofSeconds(1));
+            // ttl 2 s: a keepalive every 0.67 s, due or in flight at the
+            // close; a shorter one is lost on a loaded machine.
+            DlockSession s = DlockSession.open(TestEnv.app(), Duration.ofSeconds(2));
             DlockLock a = s.lock(TestEnv.unique("race-a"));
             DlockLock b = s.lock(TestEnv.unique("race-b"));
             assertTrue(a.tryLock());
             assertTrue(b.tryLock());
-            Thread.sleep(rng.nextInt(700));
+            Thread.sleep(rng.nextInt(1400));
             CompletableFuture<Void> other = CompletableFuture.runAsync(s::close);
             s.close();
             other.get(20, TimeUnit.SECONDS);
