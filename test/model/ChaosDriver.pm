@@ -250,15 +250,37 @@ sub reap_unit
 	$self->write_recs([$rec], $fate, $tlo, $lost);
 }
 
-# probe_unit: ModelDriver's prober, surviving lost connections.
+# probe_unit: ModelDriver's prober, surviving lost connections; one
+# round in three holds the probe resource in a session of its own (ttl
+# the lease), as ModelDriver's does: then the resource must be free once
+# that session may have ended, restarts or not.
 sub probe_unit
 {
 	my ($self) = @_;
 	my $r = $self->{probe};
 	my $lease = pick(50, 100, 200);
 	my $h = "probe/h" . ($self->{unit} % 2);
-	my $rec = $self->call('try_lock', 'dlock.try_lock($1, $2, $3::interval)',
-		[ $r, $h, ModelDriver::lease_arg($lease) ], r => $r, h => $h, lease => $lease, probe => 1);
+	my $kinds = $self->{kinds} //= $self->detect_kinds;
+	my ($rec, $until);
+	if ($kinds->{sess} && rnd(3) == 0)
+	{
+		$h = "sess/$self->{role}/c$self->{id}/s" . $self->{seq} . ($self->{tag} ne '' ? "\@$self->{tag}" : '');
+		my $o = $self->call('open_session', 'dlock.open_session($1::interval, $2)',
+			[ ModelDriver::lease_arg($lease), $h ], h => $h, ttl => $lease, probe => 1);
+		$o->{xact} = 0;
+		$o->{sess} = $o->{res} if !$o->{err} && defined $o->{res};
+		$self->write_recs([$o], 'commit', $o->{t1}, $o->{lost});
+		return if $o->{err} || !defined $o->{res};
+		$rec = $self->call('try_lock', 'dlock.try_lock($1, $2, session => $3::int8)',
+			[ $r, $h, $o->{res} ], r => $r, h => $h, sess => $o->{res}, probe => 1);
+		# the session's expiry: the server's clock during open_session + ttl
+		$until = $o->{t1} + $lease * 1000 + 5000;
+	}
+	else
+	{
+		$rec = $self->call('try_lock', 'dlock.try_lock($1, $2, $3::interval)',
+			[ $r, $h, ModelDriver::lease_arg($lease) ], r => $r, h => $h, lease => $lease, probe => 1);
+	}
 	$rec->{xact} = 0;
 	$self->write_recs([$rec], 'commit', $rec->{t1}, $rec->{lost});
 	return if $rec->{err} && !$rec->{lost};
@@ -267,11 +289,12 @@ sub probe_unit
 	{
 		$self->{unit}++;
 		my $u = $self->call('unlock', 'dlock.unlock($1, $2, $3::int8)',
-			[ $r, $h, $rec->{res} ], r => $r, h => $h, f => $rec->{res}, probe => 1);
+			[ $r, $h, $rec->{res} ], r => $r, h => $h, f => $rec->{res}, probe => 1,
+			defined $rec->{sess} ? (sess => $rec->{sess}) : ());
 		$u->{xact} = 0;
 		$self->write_recs([$u], 'commit', $u->{t1}, $u->{lost});
 	}
-	my $until = $rec->{t1} + $lease * 1000 + 5000;
+	$until //= $rec->{t1} + $lease * 1000 + 5000;
 	while (1)
 	{
 		my $now = $self->clock // $self->reconnect;

@@ -767,6 +767,7 @@ sub check
 			{
 				$stats{probes}++;
 				my $last = $probe_last{ $o->{r} };
+				$stats{'probes after a session holding'}++ if $last && defined $last->{sess};
 				# a holding in a session: as long as its session may have lasted
 				my $end = $last && ($last->{end} // ModelSessions::up($sx, $last->{sess}, $o->{t0}, $last->{op}));
 				my $sure = $last && (!$last->{res} || $o->{t0} > $end + $MARGIN_US);
