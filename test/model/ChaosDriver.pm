@@ -250,39 +250,24 @@ sub reap_unit
 	$self->write_recs([$rec], $fate, $tlo, $lost);
 }
 
-# probe_unit: ModelDriver's prober, surviving lost connections; one
-# round in three holds the probe resource in a session of its own (ttl
-# the lease), as ModelDriver's does: then the resource must be free once
-# that session may have ended, restarts or not.
+# probe_log: ModelDriver's, for a call whose connection may have died.
+sub probe_log
+{
+	my ($self, $rec) = @_;
+	$rec->{xact} = 0;
+	$self->write_recs([$rec], 'commit', $rec->{t1}, $rec->{lost});
+}
+
+# probe_unit: ModelDriver's prober (probe_take: one round in three in a
+# session), surviving lost connections.
 sub probe_unit
 {
 	my ($self) = @_;
 	my $r = $self->{probe};
 	my $lease = pick(50, 100, 200);
-	my $h = "probe/h" . ($self->{unit} % 2);
-	my $kinds = $self->{kinds} //= $self->detect_kinds;
-	my ($rec, $until);
-	if ($kinds->{sess} && rnd(3) == 0)
-	{
-		$h = "sess/$self->{role}/c$self->{id}/s" . $self->{seq} . ($self->{tag} ne '' ? "\@$self->{tag}" : '');
-		my $o = $self->call('open_session', 'dlock.open_session($1::interval, $2)',
-			[ ModelDriver::lease_arg($lease), $h ], h => $h, ttl => $lease, probe => 1);
-		$o->{xact} = 0;
-		$o->{sess} = $o->{res} if !$o->{err} && defined $o->{res};
-		$self->write_recs([$o], 'commit', $o->{t1}, $o->{lost});
-		return if $o->{err} || !defined $o->{res};
-		$rec = $self->call('try_lock', 'dlock.try_lock($1, $2, session => $3::int8)',
-			[ $r, $h, $o->{res} ], r => $r, h => $h, sess => $o->{res}, probe => 1);
-		# the session's expiry: the server's clock during open_session + ttl
-		$until = $o->{t1} + $lease * 1000 + 5000;
-	}
-	else
-	{
-		$rec = $self->call('try_lock', 'dlock.try_lock($1, $2, $3::interval)',
-			[ $r, $h, ModelDriver::lease_arg($lease) ], r => $r, h => $h, lease => $lease, probe => 1);
-	}
-	$rec->{xact} = 0;
-	$self->write_recs([$rec], 'commit', $rec->{t1}, $rec->{lost});
+	my ($rec, $h, $until) = $self->probe_take($r, $lease);
+	return unless $rec;
+	$self->probe_log($rec);
 	return if $rec->{err} && !$rec->{lost};
 	return if !$rec->{lost} && !defined $rec->{res};
 	if (!$rec->{lost} && rnd(4) == 0)
@@ -291,8 +276,7 @@ sub probe_unit
 		my $u = $self->call('unlock', 'dlock.unlock($1, $2, $3::int8)',
 			[ $r, $h, $rec->{res} ], r => $r, h => $h, f => $rec->{res}, probe => 1,
 			defined $rec->{sess} ? (sess => $rec->{sess}) : ());
-		$u->{xact} = 0;
-		$self->write_recs([$u], 'commit', $u->{t1}, $u->{lost});
+		$self->probe_log($u);
 	}
 	$until //= $rec->{t1} + $lease * 1000 + 5000;
 	while (1)
@@ -306,15 +290,13 @@ sub probe_unit
 	my $p = $self->call('try_lock', 'dlock.try_lock($1, $2, $3::interval)',
 		[ $r, $h2, ModelDriver::lease_arg($lease) ], r => $r, h => $h2, lease => $lease,
 		probe => 1, expect_free => 1);
-	$p->{xact} = 0;
-	$self->write_recs([$p], 'commit', $p->{t1}, $p->{lost});
+	$self->probe_log($p);
 	if (!$p->{err} && defined $p->{res})
 	{
 		$self->{unit}++;
 		my $u = $self->call('unlock', 'dlock.unlock($1, $2, $3::int8)',
 			[ $r, $h2, $p->{res} ], r => $r, h => $h2, f => $p->{res}, probe => 1);
-		$u->{xact} = 0;
-		$self->write_recs([$u], 'commit', $u->{t1}, $u->{lost});
+		$self->probe_log($u);
 	}
 }
 

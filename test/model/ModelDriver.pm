@@ -657,6 +657,42 @@ sub reap_unit
 	$self->finish([$rec], $ok ? 'commit' : 'rollback', $tlo);
 }
 
+# probe_take(r, lease): the prober's acquisition of R, not logged yet:
+# (its record, its holder text, the moment past which R must be free, or
+# undef for a leased one: its t1 + lease + 5 s).  With sessions, one
+# round in three in a session of its own opened for LEASE (logged here);
+# () when that session did not open.  ChaosDriver's prober uses it too.
+sub probe_take
+{
+	my ($self, $r, $lease) = @_;
+	my $h = "probe/h" . ($self->{unit} % 2);
+	my $kinds = $self->{kinds} //= $self->detect_kinds;
+	if (!$kinds->{sess} || rnd(3) != 0)
+	{
+		return ($self->call('try_lock', 'dlock.try_lock($1, $2, $3::interval)',
+				[ $r, $h, lease_arg($lease) ], r => $r, h => $h, lease => $lease, probe => 1),
+			$h, undef);
+	}
+	$h = "sess/$self->{role}/c$self->{id}/s" . $self->{seq} . ($self->{tag} ne '' ? "\@$self->{tag}" : '');
+	my $o = $self->call('open_session', 'dlock.open_session($1::interval, $2)',
+		[ lease_arg($lease), $h ], h => $h, ttl => $lease, probe => 1);
+	$o->{sess} = $o->{res} if !$o->{err} && defined $o->{res};
+	$self->probe_log($o);
+	return () if $o->{err} || !defined $o->{res};
+	# the session's expiry: the server's clock during open_session + ttl
+	return ($self->call('try_lock', 'dlock.try_lock($1, $2, session => $3::int8)',
+			[ $r, $h, $o->{res} ], r => $r, h => $h, sess => $o->{res}, probe => 1),
+		$h, $o->{t1} + $lease * 1000 + 5000);
+}
+
+# probe_log(rec): log one call of the prober (autocommit).
+sub probe_log
+{
+	my ($self, $rec) = @_;
+	$rec->{xact} = 0;
+	$self->finish([$rec], 'commit', $rec->{t1});
+}
+
 # probe_unit: the prober's round on its own resource: take it with a short
 # lease, sometimes release it, else let it run out; then, once the server
 # clock is past the end of the lease, take it again under another holder
@@ -671,40 +707,18 @@ sub probe_unit
 	my $dbh = $self->{dbh};
 	my $r = $self->{probe};
 	my $lease = pick(50, 100, 200);
-	my $h = "probe/h" . ($self->{unit} % 2);
-	my $kinds = $self->{kinds} //= $self->detect_kinds;
-	my ($rec, $until);
-	if ($kinds->{sess} && rnd(3) == 0)
-	{
-		$h = "sess/$self->{role}/c$self->{id}/s" . $self->{seq} . ($self->{tag} ne '' ? "\@$self->{tag}" : '');
-		my $o = $self->call('open_session', 'dlock.open_session($1::interval, $2)',
-			[ lease_arg($lease), $h ], h => $h, ttl => $lease, probe => 1);
-		$o->{xact} = 0;
-		$o->{sess} = $o->{res} if !$o->{err} && defined $o->{res};
-		$self->finish([$o], 'commit', $o->{t1});
-		return if $o->{err} || !defined $o->{res};
-		$rec = $self->call('try_lock', 'dlock.try_lock($1, $2, session => $3::int8)',
-			[ $r, $h, $o->{res} ], r => $r, h => $h, sess => $o->{res}, probe => 1);
-		# the session's expiry: the server's clock during open_session + ttl
-		$until = $o->{t1} + $lease * 1000 + 5000;
-	}
-	else
-	{
-		$rec = $self->call('try_lock', 'dlock.try_lock($1, $2, $3::interval)',
-			[ $r, $h, lease_arg($lease) ], r => $r, h => $h, lease => $lease, probe => 1);
-		$until = $rec->{t1} + $lease * 1000 + 5000;
-	}
-	$rec->{xact} = 0;
-	$self->finish([$rec], 'commit', $rec->{t1});
+	my ($rec, $h, $until) = $self->probe_take($r, $lease);
+	return unless $rec;
+	$self->probe_log($rec);
 	return if $rec->{err} || !defined $rec->{res};
+	$until //= $rec->{t1} + $lease * 1000 + 5000;
 	if (rnd(4) == 0)
 	{
 		$self->{unit}++;
 		my $u = $self->call('unlock', 'dlock.unlock($1, $2, $3::int8)',
 			[ $r, $h, $rec->{res} ], r => $r, h => $h, f => $rec->{res}, probe => 1,
 			defined $rec->{sess} ? (sess => $rec->{sess}) : ());
-		$u->{xact} = 0;
-		$self->finish([$u], 'commit', $u->{t1});
+		$self->probe_log($u);
 	}
 	while ((my $now = now_us($dbh)) < $until)
 	{
@@ -715,15 +729,13 @@ sub probe_unit
 	my $p = $self->call('try_lock', 'dlock.try_lock($1, $2, $3::interval)',
 		[ $r, $h2, lease_arg($lease) ], r => $r, h => $h2, lease => $lease,
 		probe => 1, expect_free => 1);
-	$p->{xact} = 0;
-	$self->finish([$p], 'commit', $p->{t1});
+	$self->probe_log($p);
 	if (!$p->{err} && defined $p->{res})
 	{
 		$self->{unit}++;
 		my $u = $self->call('unlock', 'dlock.unlock($1, $2, $3::int8)',
 			[ $r, $h2, $p->{res} ], r => $r, h => $h2, f => $p->{res}, probe => 1);
-		$u->{xact} = 0;
-		$self->finish([$u], 'commit', $u->{t1});
+		$self->probe_log($u);
 	}
 }
 
