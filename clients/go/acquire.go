@@ -10,7 +10,9 @@ package dlock
 
 import (
 	"context"
+	"crypto/rand"
 	"database/sql"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"strconv"
@@ -52,6 +54,7 @@ type spec struct {
 	st        *stmts
 	releaseQ  string
 	keep      int64    // a term this candidate leads already: never released here
+	confirm   bool     // date the lease from a renewal (campaign: see settle)
 	sess      *Session // nil: a lease
 }
 
@@ -175,7 +178,7 @@ func take(ctx context.Context, db *sql.DB, s *spec) (*Lock, error) {
 		}
 		return l, nil
 	}
-	if err := l.settle(ctx, &sent); err != nil {
+	if err := l.settle(ctx, &sent, s.confirm); err != nil {
 		go s.undo(db, fences, nil)
 		return nil, err
 	}
@@ -184,22 +187,23 @@ func take(ctx context.Context, db *sql.DB, s *spec) (*Lock, error) {
 }
 
 // grant runs S's statement, scanning its result into RES. At CTX's end it
-// returns CTX's error at once. The statement goes on by itself then: at
-// a deadline the server ends the wait first (waitArg), so its answer is
-// awaited (up to releaseTimeout); a cancel cancels it. A holding it
-// granted after all is released by its fence, the holder's or not (the
-// caller was told it failed); if the outcome stays unknown, a holder
-// made up here is released whole (nobody else can use it).
+// returns CTX's error at once; the statement goes on by itself and its
+// answer decides (outcome). A holding it granted after all is released
+// by its fence, the holder's or not (the caller was told it failed); if
+// the outcome stays unknown, a holder made up here is released whole
+// (nobody else can use it).
 func grant(ctx context.Context, db *sql.DB, s *spec, res *sql.NullString) (time.Time, error) {
-	type result struct {
-		sent time.Time
-		v    sql.NullString
-		err  error
-	}
+	// While it runs the statement's application_name ends with a tag
+	// (set_config local to its transaction): a cancel finds its backend.
+	tag := callTag()
+	args := append(append([]interface{}(nil), s.args...), tag)
+	n := strconv.Itoa(len(args))
+	query := s.query + ` FROM (SELECT pg_catalog.set_config('application_name', pg_catalog.left(pg_catalog.current_setting('application_name'), ` +
+		`62 OPERATOR(pg_catalog.-) pg_catalog.length($` + n + `::pg_catalog.text)) OPERATOR(pg_catalog.||) ' ' OPERATOR(pg_catalog.||) $` + n + `::pg_catalog.text, true)) AS call`
 	sctx, stop := context.WithCancel(context.Background())
-	ch := make(chan result, 1)
+	ch := make(chan call, 1)
 	go func() {
-		var r result
+		var r call
 		conn, err := db.Conn(ctx)
 		if err == nil && ctx.Err() != nil {
 			// lib/pq connects past the context's end: nothing sent.
@@ -212,7 +216,7 @@ func grant(ctx context.Context, db *sql.DB, s *spec, res *sql.NullString) (time.
 			return
 		}
 		r.sent = time.Now()
-		r.err = conn.QueryRowContext(sctx, s.query, s.args...).Scan(&r.v)
+		r.err = conn.QueryRowContext(sctx, query, args...).Scan(&r.v)
 		if r.err != nil && !serverError(r.err) {
 			_ = conn.Raw(func(interface{}) error { return errBadConn })
 		}
@@ -226,25 +230,10 @@ func grant(ctx context.Context, db *sql.DB, s *spec, res *sql.NullString) (time.
 		return r.sent, r.err
 	case <-ctx.Done():
 	}
-	if !errors.Is(ctx.Err(), context.DeadlineExceeded) {
-		stop()
-	}
+	cancelled := !errors.Is(ctx.Err(), context.DeadlineExceeded)
 	go func() {
 		defer stop()
-		t := time.NewTimer(releaseTimeout)
-		defer t.Stop()
-		var r result
-		select {
-		case r = <-ch:
-		case <-t.C:
-			stop()
-			t.Reset(releaseTimeout)
-			select {
-			case r = <-ch:
-			case <-t.C:
-				r.sent, r.err = time.Now(), context.DeadlineExceeded
-			}
-		}
+		r := outcome(ch, db, tag, cancelled, stop)
 		if r.err != nil {
 			if !r.sent.IsZero() && !serverError(r.err) {
 				s.undo(db, nil, r.err)
@@ -256,6 +245,84 @@ func grant(ctx context.Context, db *sql.DB, s *spec, res *sql.NullString) (time.
 		}
 	}()
 	return time.Time{}, ctx.Err()
+}
+
+// call: an acquisition statement's answer.
+type call struct {
+	sent time.Time
+	v    sql.NullString
+	err  error
+}
+
+// outcome: the answer of a statement whose caller has gone (CH). At a
+// deadline the server ends the wait first (waitArg). After a cancel
+// (CANCELLED) the server is asked to cancel the backend that runs the
+// statement (found by its TAG), until it answers: a server's error then
+// means nothing was granted, an answer says what was. A driver's cancel
+// (STOP) would drop a grant's answer: it comes only after
+// releaseTimeout, or at once when no other connection is to be had for
+// the server's cancel. The answer is waited for another releaseTimeout;
+// then the outcome is unknown (a context error).
+func outcome(ch chan call, db *sql.DB, tag string, cancelled bool, stop func()) call {
+	t := time.NewTimer(releaseTimeout)
+	defer t.Stop()
+	var tick <-chan time.Time
+	if cancelled {
+		k := time.NewTicker(200 * time.Millisecond)
+		defer k.Stop()
+		tick = k.C
+		if !cancelCall(db, tag) {
+			tick = nil
+			stop()
+		}
+	}
+	for {
+		select {
+		case r := <-ch:
+			return r
+		case <-tick:
+			if !cancelCall(db, tag) {
+				tick = nil
+				stop()
+			}
+			continue
+		case <-t.C:
+		}
+		break
+	}
+	stop()
+	t.Reset(releaseTimeout)
+	select {
+	case r := <-ch:
+		return r
+	case <-t.C:
+		return call{sent: time.Now(), err: context.DeadlineExceeded}
+	}
+}
+
+// callTag: "dlock:" and 16 random hex digits.
+func callTag() string {
+	b := make([]byte, 8)
+	if _, err := rand.Read(b); err != nil {
+		return fmt.Sprintf("dlock:%016x", time.Now().UnixNano())
+	}
+	return "dlock:" + hex.EncodeToString(b)
+}
+
+// cancelCall: ask the server to cancel the statement tagged TAG (a no-op
+// if none runs: not arrived yet, or answered); false if no connection
+// could be had for it.
+func cancelCall(db *sql.DB, tag string) bool {
+	if st := db.Stats(); st.MaxOpenConnections > 0 && st.InUse >= st.MaxOpenConnections {
+		return false
+	}
+	c, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	var n sql.NullInt64
+	_, err := queryRow(c, db, `SELECT pg_catalog.count(pg_catalog.pg_cancel_backend(pid)) FROM pg_catalog.pg_stat_activity `+
+		`WHERE pg_catalog.right(application_name, pg_catalog.length($1::pg_catalog.text)) OPERATOR(pg_catalog.=) $1::pg_catalog.text AND pid OPERATOR(pg_catalog.<>) pg_catalog.pg_backend_pid()`,
+		[]interface{}{tag}, &n)
+	return err == nil || serverError(err)
 }
 
 // undo releases a holding S granted that the caller will not get: by its
@@ -281,9 +348,11 @@ func (s *spec) undo(db *sql.DB, fences []int64, cause error) {
 }
 
 // settle: the lease of a holding just taken (the server's default read
-// back when none was given), and a renewal at once after a long wait,
-// which then dates the lease (SENT).
-func (l *Lock) settle(ctx context.Context, sent *time.Time) error {
+// back when none was given), and a renewal at once after a long wait, or
+// always with CONFIRM, which then dates the lease (SENT). A campaign
+// needs CONFIRM: a leader campaigning again gets its term back with the
+// expiry it had, not a new lease.
+func (l *Lock) settle(ctx context.Context, sent *time.Time, confirm bool) error {
 	if l.leaseArg == nil {
 		// In microseconds, as an integer: float8's text depends on
 		// extra_float_digits ("2e+03" at -15).
@@ -300,7 +369,7 @@ func (l *Lock) settle(ctx context.Context, sent *time.Time) error {
 		}
 		l.lease = time.Duration(us.Int64) * time.Microsecond
 	}
-	if time.Since(*sent) < l.lease/3 {
+	if !confirm && time.Since(*sent) < l.lease/3 {
 		return nil
 	}
 	c, cancel := context.WithTimeout(ctx, minDur(l.lease/3, releaseTimeout))

@@ -506,7 +506,8 @@ func TestCancelledWaitLeavesNothing(t *testing.T) {
 	app, admin := appDB(t, "application_name="+name), appDB(t, "")
 	waiting := func() int {
 		var n int
-		if err := admin.QueryRow(`SELECT count(*) FROM pg_stat_activity WHERE application_name = $1 `+
+		// While it runs, an acquisition's application_name ends " dlock:<tag>".
+		if err := admin.QueryRow(`SELECT count(*) FROM pg_stat_activity WHERE application_name LIKE $1 || ' dlock:%' `+
 			`AND state = 'active' AND query LIKE '%dlock.lock(%'`, name).Scan(&n); err != nil {
 			t.Fatal(err)
 		}

@@ -152,6 +152,19 @@ func (l *Lock) loseWith(e error) {
 	close(l.done)
 }
 
+// loseHolding: the session's keepalive found this lock's holding gone;
+// lost unless its release had begun before (it may have ended it).
+// True if it was lost so.
+func (l *Lock) loseHolding(reason string) bool {
+	select {
+	case <-l.stopRenew:
+		return false
+	default:
+		l.loseWith(&Error{Err: ErrLost, Message: reason})
+		return true
+	}
+}
+
 // closed: the lock's session was closed, and the lock with it.
 func (l *Lock) closed() {
 	l.stopOnce.Do(func() { close(l.stopRenew) })

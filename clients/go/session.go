@@ -9,13 +9,15 @@ package dlock
 // pgbouncer in transaction pooling). When keepalive returns NULL, or
 // none is confirmed by the session's end less a margin, the session is
 // lost: its Done and every one of its locks' Done are closed, before the
-// ttl ends on the server.
+// ttl ends on the server. A keepalive also reads which holdings the
+// server still has: a lock broken alone is lost alone.
 
 import (
 	"context"
 	"database/sql"
 	"fmt"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 )
@@ -46,7 +48,14 @@ func TTL(d time.Duration) Option {
 	return func(o *options) { o.ttl, o.hasTTL = d, true }
 }
 
-const keepaliveQ = `SELECT dlock.keepalive(session => $1::pg_catalog.text::pg_catalog.int8) IS NOT NULL`
+// keepaliveQ keeps the session alive and says which of its holdings
+// ($2 resources, $3 fences, as known when sent) it no longer has: their
+// positions, from 1, comma-separated ("" for none).
+const keepaliveQ = `SELECT dlock.keepalive(session => $1::pg_catalog.text::pg_catalog.int8) IS NOT NULL, ` +
+	`coalesce((SELECT pg_catalog.string_agg(t.i::pg_catalog.text, ',') FROM ROWS FROM (pg_catalog.unnest($2::pg_catalog.text::pg_catalog.text[]), ` +
+	`pg_catalog.unnest($3::pg_catalog.text::pg_catalog.int8[])) WITH ORDINALITY AS t(r, f, i) WHERE NOT EXISTS (SELECT FROM dlock.locks l ` +
+	`WHERE l.resource OPERATOR(pg_catalog.=) t.r AND l.fence OPERATOR(pg_catalog.=) t.f ` +
+	`AND l.session OPERATOR(pg_catalog.=) $1::pg_catalog.text::pg_catalog.int8)), '')`
 
 // OpenSession opens a session (dlock.open_session) with TTL and Holder
 // (default: unique to this session) and starts its keepalive loop. On a
@@ -340,14 +349,45 @@ func (s *Session) close(ctx context.Context, state int, err error) error {
 	return nil
 }
 
-// keepaliveOnce: one keepalive, bounded by CTX.
+// keepaliveOnce: one keepalive, bounded by CTX. A lock of the session
+// whose holding the server no longer has (broken by an administrator) is
+// lost, the session and its other locks living on.
 func (s *Session) keepaliveOnce(ctx context.Context) renewal {
 	var ok bool
-	sent, err := queryRow(ctx, s.db, keepaliveQ, []interface{}{strconv.FormatInt(s.id, 10)}, &ok)
+	var gone string
+	locks, resources, fences := s.holdings()
+	sent, err := queryRow(ctx, s.db, keepaliveQ, []interface{}{strconv.FormatInt(s.id, 10), textArray(resources), intArray(fences)}, &ok, &gone)
 	if err != nil {
 		return renewal{err: err}
 	}
+	if ok && gone != "" {
+		for _, i := range strings.Split(gone, ",") {
+			n, err := strconv.Atoi(i)
+			if err != nil || n < 1 || n > len(locks) {
+				return renewal{err: &Error{Message: "dlock: unexpected keepalive answer " + strconv.Quote(gone)}}
+			}
+			l := locks[n-1]
+			if l.loseHolding(fmt.Sprintf("dlock: %q no longer held in session %d (broken by an administrator?)", l.name(), s.id)) {
+				s.leave(l)
+			}
+		}
+	}
 	return renewal{sent: sent, ok: ok}
+}
+
+// holdings: the session's locks, one entry per holding (a multi-lock has
+// several), with their resources and fences.
+func (s *Session) holdings() (locks []*Lock, resources []string, fences []int64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for l := range s.locks {
+		for i := range l.resources {
+			locks = append(locks, l)
+			resources = append(resources, l.resources[i])
+			fences = append(fences, l.fences[i])
+		}
+	}
+	return locks, resources, fences
 }
 
 // run: the keepalive loop, from an open (or keepalive) sent at SENT. The

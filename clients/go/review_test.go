@@ -1,0 +1,225 @@
+// review_test.go: a review's attacks (stop 45), kept as tests: a lock of
+// a session broken by an administrator while the session lives, a
+// release racing the keepalive that checks it, a leader campaigning again
+// right after its loss (the server's term kept with its old expiry), and
+// an Acquire cancelled after the server granted it, with a holder of the
+// caller's or in a session.
+// Promises: P8 P16
+
+package dlock_test
+
+import (
+	"context"
+	"errors"
+	"math/rand"
+	"testing"
+	"time"
+
+	dlock "github.com/dlock-pg/dlock-go"
+)
+
+// A session's locks, two of them broken by an administrator: each is
+// lost (Done closed) while the session and its other lock live on.
+func TestSessionHoldingBroken(t *testing.T) {
+	app, admin := appDB(t, ""), appDB(t, "")
+	s, err := dlock.OpenSession(bg(), app, dlock.TTL(1500*time.Millisecond))
+	if err != nil {
+		t.Skip(err)
+	}
+	defer s.Close(bg())
+	r1, r2, r3, r4 := unique("sess-break"), unique("sess-keep"), unique("sess-break-all"), unique("sess-break-all")
+	l1, err := s.TryAcquire(bg(), r1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l2, err := s.TryAcquire(bg(), r2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l34, err := s.TryAcquireAll(bg(), []string{r3, r4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range []string{r1, r4} {
+		if _, err := admin.Exec(`SELECT dlock.break_lock($1)`, r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	other, err := dlock.TryAcquire(bg(), admin, r1, dlock.Lease(30*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Release(bg())
+	// A keepalive every 0.5 s: the loss is seen at the first after the break.
+	for _, l := range []*dlock.Lock{l1, l34} {
+		if !closed(within(t, 10*time.Second), l.Done()) {
+			t.Fatalf("%v broken and taken by another; its Lock still says held", l.Resources())
+		}
+		if !errors.Is(l.Err(), dlock.ErrLost) {
+			t.Fatalf("%v: Err %v, want ErrLost", l.Resources(), l.Err())
+		}
+		if err := l.Release(bg()); !errors.Is(err, dlock.ErrLost) {
+			t.Fatalf("%v: Release %v, want ErrLost", l.Resources(), err)
+		}
+	}
+	time.Sleep(1500 * time.Millisecond) // three keepalives more
+	if s.Err() != nil || l2.Err() != nil {
+		t.Fatalf("the session (%v) or its other lock (%v) lost with a broken lock", s.Err(), l2.Err())
+	}
+	if h := row(t, admin, r2); !h.exists {
+		t.Fatalf("the session's other lock is gone on the server")
+	}
+	if err := l2.Release(bg()); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// Releases racing the keepalive that checks the session's holdings
+// (eight goroutines taking and releasing locks of one session): a lock
+// released is never reported lost, whatever the order.
+func TestSessionReleaseRacesHoldingCheck(t *testing.T) {
+	app := appDB(t, "")
+	app.SetMaxOpenConns(16)
+	s, err := dlock.OpenSession(bg(), app, dlock.TTL(1200*time.Millisecond))
+	if err != nil {
+		t.Skip(err)
+	}
+	defer s.Close(bg())
+	seed := time.Now().UnixNano()
+	t.Logf("seed %d", seed)
+	deadline := time.Now().Add(4 * time.Second)
+	errs := make(chan error, 8)
+	for g := 0; g < 8; g++ {
+		rnd := rand.New(rand.NewSource(seed + int64(g)))
+		go func() {
+			for time.Now().Before(deadline) {
+				l, err := s.TryAcquire(bg(), unique("sess-release-race"))
+				if err == nil {
+					time.Sleep(time.Duration(rnd.Intn(20)) * time.Millisecond)
+					err = l.Release(bg())
+				}
+				if err == nil && l.Err() != dlock.ErrReleased {
+					err = l.Err()
+				}
+				if err != nil {
+					errs <- err
+					return
+				}
+			}
+			errs <- nil
+		}()
+	}
+	for g := 0; g < 8; g++ {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	if s.Err() != nil {
+		t.Fatal(s.Err())
+	}
+}
+
+// A leader whose renewals failed (Done closed) campaigns again at once,
+// while the server still has its term with its old expiry: the term must
+// be dated from the server's lease, so that when the renewals fail again
+// the loss is signalled before another candidate is elected.
+func TestRecampaignAfterLoss(t *testing.T) {
+	admin := appDB(t, "")
+	p := newProxy(t)
+	app := open(t, p.dsn(), "")
+	name := unique("recampaign")
+	e, _ := dlock.NewElection(app, name, dlock.Lease(3*time.Second))
+	lead, err := e.Campaign(bg(), "me")
+	if err != nil {
+		t.Fatal(err)
+	}
+	other, _ := dlock.NewElection(admin, name, dlock.Lease(30*time.Second))
+	type elected struct {
+		l   *dlock.Lock
+		err error
+	}
+	ch := make(chan elected, 1)
+	go func() {
+		l, err := other.Campaign(within(t, 30*time.Second), "other")
+		ch <- elected{l, err}
+	}()
+	time.Sleep(200 * time.Millisecond)
+	p.cutAll()
+	<-lead.Done()
+	p.heal()
+	lead2, err := e.Campaign(bg(), "me")
+	if err != nil {
+		// The term ended before the campaign got in: another leads now.
+		t.Logf("campaign again: %v", err)
+	} else {
+		if lead2.Fence() != lead.Fence() {
+			t.Logf("campaign again got term %d, not %d", lead2.Fence(), lead.Fence())
+		}
+		p.cutAll()
+	}
+	o := <-ch
+	if o.err != nil {
+		t.Fatal(o.err)
+	}
+	defer o.l.Release(bg())
+	if lead2 != nil && lead2.Err() == nil {
+		t.Fatalf("candidate %q elected (term %d) while the leader that campaigned again (term %d) still says leading",
+			"other", o.l.Fence(), lead2.Fence())
+	}
+}
+
+// Acquire cancelled after the server granted the lock, its answer not
+// yet read: what the server granted is given back, with a holder the
+// caller chose, and in a session.
+func TestCancelledGrantGivenBack(t *testing.T) {
+	admin := appDB(t, "")
+	for _, inSession := range []bool{false, true} {
+		p := newProxy(t)
+		app := open(t, p.dsn(), oneTrip)
+		if err := app.PingContext(within(t, 10*time.Second)); err != nil {
+			t.Fatal(err)
+		}
+		var s *dlock.Session
+		if inSession {
+			var err error
+			if s, err = dlock.OpenSession(bg(), app, dlock.TTL(2*time.Second)); err != nil {
+				t.Skip(err)
+			}
+			defer s.Close(bg())
+		}
+		r := unique("cancel-grant")
+		x, err := dlock.TryAcquire(bg(), admin, r, dlock.Lease(time.Minute))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(bg())
+		go func() {
+			time.Sleep(300 * time.Millisecond) // waiting on the server now
+			p.hold()                           // its answer will be held back
+			_ = x.Release(bg())                // the server grants it
+			time.Sleep(300 * time.Millisecond)
+			cancel()
+		}()
+		if inSession {
+			_, err = s.Acquire(ctx, r)
+		} else {
+			_, err = dlock.Acquire(ctx, app, r, dlock.Holder(unique("mine")), dlock.Lease(time.Minute))
+		}
+		p.release()
+		if !errors.Is(err, context.Canceled) {
+			t.Fatalf("session %v: %v, want context.Canceled", inSession, err)
+		}
+		wctx := within(t, 8*time.Second)
+		for {
+			h := row(t, admin, r)
+			if !h.exists || !h.live {
+				break
+			}
+			if wctx.Err() != nil {
+				t.Errorf("session %v: the grant of a cancelled Acquire is still held 8 s later: %+v", inSession, h)
+				break
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+}
