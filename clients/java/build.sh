@@ -5,8 +5,8 @@
 #   sh build.sh                  compile into build/, make build/dlock.jar
 #   sh build.sh tests            that, and compile the tests
 #   sh build.sh run [CLASS ...]  run the compiled tests (all, or the classes
-#                                named) in one JVM: one TAP line per test
-#                                (TapRunner); exit 1 if any failed
+#                                or Class#method named) in one JVM: one TAP
+#                                line per test (TapRunner); exit 1 if any failed
 #   sh build.sh test [CLASS ...] tests, then run
 #
 # Env: JAVA_HOME (default: javac on PATH), DLOCK_JAVA_JARS (default

@@ -16,7 +16,7 @@
 // variables, on this event loop.
 
 const { Lock, take, checkOpts } = require('./lock');
-const { LockTimeout, DlockError } = require('./errors');
+const { LockTimeout, LockLost, DlockError } = require('./errors');
 const db = require('./db');
 
 class Leadership extends Lock {
@@ -88,7 +88,8 @@ class Election {
    * Campaigns, waiting up to opts.wait (default: no limit) behind earlier
    * candidates; the Leadership once elected.  Rejects with LockTimeout
    * (55P03) if the wait ends first.  A leader campaigning again gets its
-   * current term.
+   * current term.  The server does not extend the lease of a term it gives
+   * back: a renewal sent right after the campaign dates the lease.
    */
   async campaign(value, opts) {
     db.text('value', value, true);
@@ -97,10 +98,17 @@ class Election {
       db.duration('lease', this._lease), db.duration('wait', opts.wait)];
     const cur = this._leadership;
     const leading = cur && !cur.lost && !cur.released ? cur.term : null;
-    const l = await take(this._pool, Leadership, this._name, this._candidate, this._generated,
-      { lease: this._lease },
-      'SELECT dlock.campaign($1, $2, $3, $4::interval, $5::interval)::text AS f', values,
-      'SELECT dlock.resign($1, $2, $3::bigint) AS r', {}, values[3], leading);
+    let l;
+    try {
+      l = await take(this._pool, Leadership, this._name, this._candidate, this._generated,
+        { lease: this._lease },
+        'SELECT dlock.campaign($1, $2, $3, $4::interval, $5::interval)::text AS f', values,
+        'SELECT dlock.resign($1, $2, $3::bigint) AS r', {}, values[3], leading, true);
+    } catch (err) {
+      // The renewal found the term it leads in gone: that leadership is lost.
+      if (err instanceof LockLost && leading !== null && err.fence === leading) cur._lose('campaigning again, a renewal found its term gone');
+      throw err;
+    }
     if (l === null) throw new LockTimeout(this._name);
     if (this._leadership && this._leadership.term === l.term && !this._leadership.lost &&
         !this._leadership.released) {

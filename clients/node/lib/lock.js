@@ -80,6 +80,7 @@ class Lock {
     this._lastError = undefined;
     this._renewTimer = null;
     this._lossTimer = null;
+    this._releases = 0;            // releases begun (a session's keepalive checks it)
     // In a session: no lease or renewal of its own; the session's loss is its loss.
     this._session = spec.session || null;
     if (!this._session) this._renewed(spec.sentAt);
@@ -187,6 +188,7 @@ class Lock {
    */
   async release() {
     if (this._state === 'released') return true;
+    this._releases += 1;
     const wasLost = this._state === 'lost';
     if (!wasLost) this._stop('released');
     const [resource, fence] = this._target();
@@ -370,9 +372,11 @@ async function confirm(pool, sql, args, leaseMs, what, fence) {
 // resources and fences; a Semaphore: its permits).  LEASEPARAM: the lease
 // as sent (renewals send it again).  LEADING: the term of a leadership
 // this candidate holds already (a leader campaigning again gets it back):
-// never given back here, its Leadership keeps renewing it.
+// never given back here, its Leadership keeps renewing it.  CONFIRM: date
+// the lease from a renewal whatever the wait (a campaign: the server gives
+// a leader its term back with the old expiry, not a new lease).
 async function take(pool, Kind, resource, holder, generated, opts, sql, values, releaseSql, more, leaseParam,
-  leading) {
+  leading, confirmAlways) {
   const mine = leading !== undefined && leading !== null;
   const timing = {};
   let rows;
@@ -392,7 +396,7 @@ async function take(pool, Kind, resource, holder, generated, opts, sql, values, 
   let leaseMs, sentAt = timing.sent;
   try {
     leaseMs = await leaseOf(pool, resources[0], holder, fences[0], opts.lease);
-    if (now() - sentAt >= leaseMs / 3) {
+    if (confirmAlways || now() - sentAt >= leaseMs / 3) {
       sentAt = await confirm(pool, (multi ? MANY : ONE).renew, [target[0], holder, leaseParam, target[1]],
         leaseMs, resources.join(', '), fences[0]);
     }

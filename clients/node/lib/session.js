@@ -10,6 +10,11 @@
 // or at once when keepalive() returns NULL (closed by someone else, or
 // ended), the session is lost: its `signal` is aborted with a SessionLost
 // and each of its locks' `signal` with a LockLost, before the ttl's end.
+// The same statement reads which of the session's holdings (resource,
+// fence: as known when it was sent) are gone: a lock broken by an
+// administrator is lost alone; the session and its other locks live on.
+// A lock whose release began meanwhile is not lost (its unlock may be
+// what removed it), nor one taken after the statement was sent.
 //
 // Holdings: acquire(), tryAcquire(), withLock() and campaign() pass
 // `session => id` and no lease; their Locks renew nothing of their own.
@@ -30,7 +35,12 @@ const now = () => performance.now();
 
 const SQL = {
   open: 'SELECT dlock.open_session($1::interval, $2)::text AS id',
-  keepalive: 'SELECT dlock.keepalive($1::bigint) AS e',
+  // The keepalive, and which of the pairs ($2 resources, $3 fences) of its
+  // holdings the session no longer has (their ordinals, comma-separated).
+  keepalive: 'SELECT dlock.keepalive($1::bigint) AS e, ' +
+    '(SELECT string_agg(t.i::text, \',\') FROM unnest($2::text[], $3::bigint[]) WITH ORDINALITY AS t(r, f, i) ' +
+    'WHERE NOT EXISTS (SELECT FROM dlock.locks l WHERE l.resource = t.r AND l.fence = t.f ' +
+    'AND l.session = $1::bigint)) AS gone',
   close: 'SELECT dlock.close_session($1::bigint) AS n',
   lock: 'SELECT dlock.lock($1, $2, wait => $3::interval, fair => $4::boolean, shared => $5::boolean, ' +
     'lock_delay => $6::interval, session => $7::bigint)::text AS f',
@@ -93,8 +103,21 @@ class Session {
     if (this._state !== 'open') return;
     const timing = {};
     let rows;
+    // The (resource, fence) pairs of the holdings known now, and whose each is.
+    const resources = [], fences = [], owners = [];
+    for (const lock of this._locks) {
+      const [r, f] = lock._target();
+      const rs = Array.isArray(r) ? r : [r];
+      const fs = Array.isArray(f) ? f : [f];
+      const owner = { lock, releases: lock._releases };
+      for (let i = 0; i < rs.length; i++) {
+        resources.push(rs[i]);
+        fences.push(fs[i]);
+        owners.push(owner);
+      }
+    }
     try {
-      rows = await db.call(this._pool, SQL.keepalive, [this._id.toString()],
+      rows = await db.call(this._pool, SQL.keepalive, [this._id.toString(), resources, fences],
         Math.max(1, Math.min(this._ttlMs / 3, this._deadline - now())), timing);
     } catch (err) {
       if (this._state !== 'open') return;
@@ -109,6 +132,16 @@ class Session {
     else {
       this._expiresAt = rows[0].e;
       this._kept(timing.sent);
+      if (rows[0].gone !== null) this._gone(String(rows[0].gone).split(',').map((i) => owners[Number(i) - 1]));
+    }
+  }
+
+  // _gone OWNERS: holdings the keepalive found missing: lost, unless their
+  // release began meanwhile (its unlock may be what removed them).
+  _gone(owners) {
+    for (const { lock, releases } of owners) {
+      if (!this._locks.has(lock) || lock._state !== 'held' || lock._releases !== releases) continue;
+      lock._lose(`session ${this._id} no longer has it (broken, or released by someone else)`);
     }
   }
 

@@ -1,9 +1,10 @@
 'use strict';
 // Sessions (openSession): one keepalive keeps many holdings (no per-lock
 // renewal); the session's loss is signalled on every lock before its ttl
-// ends (partition, closed by someone else, server down); close() releases
-// all; release of one leaves the rest; pgbouncer; races (an acquisition
-// as the session is lost, a keepalive racing close(), two sessions of one
+// ends (partition, closed by someone else, server down); a lock broken by
+// an administrator is lost alone; close() releases all; release of one
+// leaves the rest; pgbouncer; races (an acquisition as the session is
+// lost, a keepalive racing close() or a release, two sessions of one
 // holder).  Skipped where dlock.open_session(interval,text) is missing.
 // Promises: P1 P4 P16
 const { test, after } = require('node:test');
@@ -288,6 +289,103 @@ test('attack: two sessions of one holder: no re-entry across them; the loss of o
   assert.equal(await a.check(), true);
   assert.equal(await s2.close(), false);
   assert.equal(await s1.close(), true);
+});
+
+test('a lock broken by an administrator is lost; the session and its other locks live on', async (t) => {
+  if (!(await sessions(t))) return;
+  const r = unique('broken');
+  const s = await dlock.openSession(app, { ttl: 1500 });
+  const a = await s.acquire(`${r}/a`);
+  const b = await s.acquire(`${r}/b`);
+  const at = Date.now();
+  await admin.query('SELECT dlock.break_lock($1)', [`${r}/a`]);
+  const why = await within(15000, aborted(a.signal), 'the broken lock\'s loss');
+  assert.ok(why instanceof dlock.LockLost && /no longer has it \(broken/.test(why.message), String(why));
+  assert.ok(Date.now() - at < 2.5 * s.ttl, `told after ${Date.now() - at} ms, ttl ${s.ttl}`);
+  const other = await dlock.tryAcquire(app, `${r}/a`);
+  assert.ok(other && other.fence > a.fence, 'another holder takes it');
+  await sleep(1000);
+  assert.equal(s.lost, false, `session lost: ${s.signal.reason}`);
+  assert.equal(b.lost, false);
+  assert.equal(await b.check(), true);
+  assert.equal(await live(s.id), 1);
+  assert.equal(await a.release(), false);
+  assert.equal(await other.release(), true);
+  assert.equal(await s.close(), true);
+  assert.ok(b.released);
+});
+
+test('a lock of several resources in a session, one of them broken, is lost; the other kinds are kept', async (t) => {
+  if (!(await sessions(t))) return;
+  const r = unique('multibroken');
+  const s = await dlock.openSession(app, { ttl: 1500 });
+  const m = await s.acquire([`${r}/m1`, `${r}/m2`, `${r}/m3`]);
+  const kept = [await s.acquire([`${r}/k1`, `${r}/k2`]), await s.acquire(`${r}/sem`, { maxPermits: 2 }),
+    await s.acquire(`${r}/sh`, { shared: true }), await s.acquire(`${r}/x`)];
+  kept.push(await s.acquire(`${r}/x`));    // re-entry: one row for both
+  await admin.query('SELECT dlock.break_lock($1)', [`${r}/m2`]);
+  const why = await within(15000, aborted(m.signal), 'the multi-lock\'s loss');
+  assert.ok(why instanceof dlock.LockLost && /no longer has it \(broken/.test(why.message), String(why));
+  await sleep(1000);
+  assert.equal(s.lost, false, `session lost: ${s.signal.reason}`);
+  assert.ok(kept.every((l) => !l.lost), kept.filter((l) => l.lost).map((l) => String(l.signal.reason)).join());
+  assert.equal(await kept[4].release(), true);
+  await sleep(1000);
+  assert.equal(kept[3].lost, false, 'one release of a re-entry leaves the row');
+  assert.equal(await kept[3].check(), true);
+  assert.equal(await m.release(), false);
+  assert.equal(await s.close(), true);
+});
+
+test('attack: releases and acquisitions racing the keepalive: never reported lost', async (t) => {
+  if (!(await sessions(t))) return;
+  const rand = rng(SEED + 2);
+  const r = unique('relrace');
+  // A pool that says when a keepalive is sent: each release starts right
+  // then, or a few ms later, so that its unlock commits before or after
+  // the keepalive reads the session's holdings.
+  const own = pool({ application_name: 'node-test-sess-relrace' });
+  let sent = null;
+  const hooked = {
+    async connect() {
+      const c = await own.connect();
+      if (!c._dlockHooked) {
+        const q = c.query.bind(c);
+        c.query = (config, ...rest) => {
+          const res = q(config, ...rest);
+          if (String(typeof config === 'string' ? config : config.text).includes('dlock.keepalive(')) sent?.();
+          return res;
+        };
+        c._dlockHooked = true;
+      }
+      return c;
+    },
+  };
+  try {
+    // ttl 1.2 s: a keepalive every 0.4 s.
+    const s = await dlock.openSession(hooked, { ttl: 1200 });
+    const locks = [];
+    for (let i = 0; i < 4; i++) locks.push(await s.acquire(`${r}/${i}`));
+    const all = [...locks];
+    for (let round = 0; round < 20; round++) {
+      await within(10000, new Promise((resolve) => { sent = resolve; }), 'a keepalive');
+      sent = null;
+      const delay = rand() * 4;
+      if (delay >= 1) await sleep(delay);
+      const i = Math.floor(rand() * locks.length);
+      assert.equal(await locks[i].release(), true, `seed ${SEED + 2}: round ${round}`);
+      locks[i] = await s.acquire(`${r}/${i}`);   // the same resource again, another fence
+      all.push(locks[i]);
+    }
+    await sleep(1000);
+    const lost = all.filter((l) => l.lost);
+    assert.equal(lost.length, 0, `seed ${SEED + 2}: ${lost.map((l) => String(l.signal.reason)).join('; ')}`);
+    assert.equal(s.lost, false);
+    assert.equal(await live(s.id), 4);
+    assert.equal(await s.close(), true);
+  } finally {
+    await own.end();
+  }
 });
 
 test('an election in a session', async (t) => {

@@ -5,7 +5,9 @@
 // its 0A000 the tries run in READ COMMITTED transactions of their own.
 // An acquisition that came a third of its lease or more after its
 // statement was sent is dated by a renewal sent at once (the lease may have
-// begun when it was granted, not when asked for).  A lost connection
+// begun when it was granted, not when asked for).  So is every campaign
+// with a lease: the leader campaigning again gets its term back with the
+// old expiry, unextended.  A lost connection
 // leaves the outcome unknown: a holder made up by this client is then
 // released everywhere (nobody else can use it).
 package io.github.dlockpg.dlock;
@@ -44,18 +46,19 @@ final class Acquisition {
             boolean interruptible, ScheduledExecutorService renewals, List<LossListener> listeners)
             throws InterruptedException {
         return take(ds, sql, binder, many, resources, holder, generated, lease, releaseSql, wait, sliced,
-            interruptible, renewals, listeners, null);
+            interruptible, renewals, listeners, null, false);
     }
 
     /**
      * take, in SESSION (null: with a lease): the statement gets the
      * argument session => id (as its last parameter); the holding has no
-     * lease of its own.
+     * lease of its own. CONFIRM (a campaign): with a lease, always dated
+     * by a renewal sent once it is answered.
      */
     static Holding take(DataSource ds, String sql, Binder binder, boolean many, List<String> resources,
             String holder, boolean generated, Duration lease, String releaseSql, Duration wait, boolean sliced,
             boolean interruptible, ScheduledExecutorService renewals, List<LossListener> listeners,
-            DlockSession session) throws InterruptedException {
+            DlockSession session, boolean confirm) throws InterruptedException {
         if (session != null) {
             session.checkOpen();
             int n = (int) sql.chars().filter(ch -> ch == '?').count() + 1;
@@ -126,7 +129,8 @@ final class Acquisition {
         Holding h = new Holding(ds, resources, many, holder, fences, Db.interval("lease", lease), leaseNanos, sent,
             releaseSql, renewals, listeners);
         h.session = session;
-        if (session == null && System.nanoTime() - sent >= leaseNanos / 3) h.redate(); // a long wait: lease from when it was sent?
+        // A long wait (the lease from when it was sent?), or a campaign (a re-entry is not extended).
+        if (session == null && (confirm || System.nanoTime() - sent >= leaseNanos / 3)) h.redate(confirm);
         try {
             h.start();
         } catch (RuntimeException e) { // the scheduler refused the renewals (shut down): not kept

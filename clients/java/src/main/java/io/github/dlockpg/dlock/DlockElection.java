@@ -1,6 +1,8 @@
 // DlockElection: leader election on dlock's campaign/proclaim/resign.  A
 // leadership is a Holding on the election whose fence is the term: renewed
-// and lost as a lock is; resigning releases it.  Observers poll
+// and lost as a lock is; resigning releases it.  A campaign with a lease
+// is confirmed by a renewal, which dates it: the leader campaigning again
+// gets its term back with the old expiry.  Observers poll
 // dlock.leader() (which works behind pgbouncer in transaction pooling,
 // where LISTEN does not) and are told each change.
 package io.github.dlockpg.dlock;
@@ -136,7 +138,7 @@ public final class DlockElection {
                 Db.setInterval(ps, 4, Db.interval("lease", lease));
                 Db.setInterval(ps, 5, w);
             }, false, List.of(name), candidate, generated, lease, Holding.RESIGN, wait, false, false,
-                scheduler, List.of(), session);
+                scheduler, List.of(), session, true);
             return Optional.ofNullable(h).map(Leadership::new);
         } catch (InterruptedException e) {
             throw new IllegalStateException(e); // not thrown: not interruptible

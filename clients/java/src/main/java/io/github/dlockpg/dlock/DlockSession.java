@@ -8,7 +8,11 @@
 // ttl, minus a margin). At that deadline (a timer that never touches the
 // network), or at once when keepalive returns NULL, the session is lost:
 // every holding in it is lost with it, each lock's and the session's
-// listeners told, before the ttl ends on the server.
+// listeners told, before the ttl ends on the server.  The keepalive's
+// statement also checks the (resource, fence) pairs of the session's
+// holdings (as known when it is sent) in dlock.locks: one missing (broken
+// by an administrator, released by someone else) is lost alone, unless
+// its release has begun meanwhile; the session lives on.
 //
 // State: guarded by this object's monitor; SQL runs outside it.
 package io.github.dlockpg.dlock;
@@ -17,6 +21,7 @@ import java.sql.SQLException;
 import java.time.Duration;
 import java.util.ArrayList;
 import java.util.HashSet;
+import java.util.LinkedHashSet;
 import java.util.List;
 import java.util.Objects;
 import java.util.Set;
@@ -37,6 +42,14 @@ public final class DlockSession implements AutoCloseable {
     private static final String OPEN = "SELECT dlock.open_session(ttl => ?::interval, holder => ?)";
     private static final String TTL_OF = "SELECT extract(epoch FROM ttl)::float8 * 1000 FROM dlock.sessions WHERE id = ?";
     private static final String KEEPALIVE = "SELECT dlock.keepalive(session => ?)";
+    // The keepalive, and the 1-based indexes ("2,5") of the pairs gone from
+    // dlock.locks (ROWS FROM: unnest(a, b) is that only unqualified).
+    private static final String KEEPALIVE_CHECK = "SELECT dlock.keepalive(session => ?::pg_catalog.int8) IS NOT NULL,"
+        + " (SELECT pg_catalog.string_agg(t.i::pg_catalog.text, ',')"
+        + " FROM ROWS FROM (pg_catalog.unnest(?::pg_catalog.text[]), pg_catalog.unnest(?::pg_catalog.int8[]))"
+        + " WITH ORDINALITY AS t(r, f, i)"
+        + " WHERE NOT EXISTS (SELECT FROM dlock.locks l WHERE l.resource OPERATOR(pg_catalog.=) t.r"
+        + " AND l.fence OPERATOR(pg_catalog.=) t.f AND l.session OPERATOR(pg_catalog.=) ?::pg_catalog.int8))";
     private static final String CLOSE = "SELECT dlock.close_session(session => ?)";
     private static final long RETRY_MIN_MS = 100;
     private static final long RETRY_MAX_MS = 1000;
@@ -274,15 +287,34 @@ public final class DlockSession implements AutoCloseable {
 
     private void keepaliveOnce(long backoffMs) {
         long left;
+        List<Holding> hs;
         synchronized (this) {
             if (state != State.OPEN || closing) return;
             left = deadline - System.nanoTime();
+            hs = new ArrayList<>(holdings);
+        }
+        // The pairs to check: of holdings held, no release begun (outside this monitor: Holding's first).
+        List<Holding> pairOf = new ArrayList<>();
+        List<String> names = new ArrayList<>();
+        List<Long> fences = new ArrayList<>();
+        for (Holding h : hs) {
+            if (!h.checkable()) continue;
+            for (int k = 0; k < h.fences.length; k++) {
+                pairOf.add(h);
+                names.add(h.resources.get(k));
+                fences.add(h.fences[k]);
+            }
         }
         long timeoutMs = Math.max(1, TimeUnit.NANOSECONDS.toMillis(Math.min(ttlNanos / 3, left)));
         long[] sent = new long[1];
-        Object r;
+        Object[] r;
         try {
-            r = Db.call(ds, KEEPALIVE, (c, ps) -> ps.setLong(1, id), rs -> rs.getObject(1), timeoutMs, sent);
+            r = Db.call(ds, KEEPALIVE_CHECK, (c, ps) -> {
+                ps.setLong(1, id);
+                ps.setArray(2, c.createArrayOf("text", names.toArray()));
+                ps.setArray(3, c.createArrayOf("int8", fences.toArray()));
+                ps.setLong(4, id);
+            }, rs -> new Object[] {rs.getBoolean(1), rs.getString(2)}, timeoutMs, sent);
         } catch (SQLException | RuntimeException e) {
             synchronized (this) {
                 if (state != State.OPEN || closing) return;
@@ -292,14 +324,26 @@ public final class DlockSession implements AutoCloseable {
             }
             return;
         }
-        if (r != null) {
+        if (r != null && Boolean.TRUE.equals(r[0])) {
             renewed(sent[0]);
+            if (r[1] != null) gone((String) r[1], pairOf);
             return;
         }
         synchronized (this) {
             if (closing) return; // Close ended it: its answer decides
         }
         lose("keepalive() found the session ended (closed, or its ttl passed)");
+    }
+
+    // gone INDEXES: those pairs (of PAIR_OF, 1-based) were not in dlock.locks: their holdings lost.
+    private void gone(String indexes, List<Holding> pairOf) {
+        synchronized (this) {
+            if (state != State.OPEN || closing) return; // closed: its answer decides
+        }
+        Set<Holding> lost = new LinkedHashSet<>();
+        for (String i : indexes.split(",")) lost.add(pairOf.get(Integer.parseInt(i.trim()) - 1));
+        for (Holding h : lost)
+            h.loseUnlessReleasing("not in session " + id + " any more: broken by an administrator, or released by someone else");
     }
 
     private void lose(String reason) {

@@ -13,7 +13,10 @@
 // thread of their own (a slow one delays no other loss).
 //
 // In a session (DlockSession): no lease, no renewal, no loss timer of its
-// own; the session's keepalives keep it and its loss loses it.
+// own; the session's keepalives keep it and its loss loses it.  Each
+// keepalive also checks that it is still in dlock.locks: if not (broken,
+// or released by someone else), it alone is lost, unless its own release
+// has begun (its unlock may have just committed).
 //
 // State: guarded by this object's monitor; SQL runs outside it (a
 // session's monitor is taken inside this one, never the other way).
@@ -73,6 +76,8 @@ final class Holding {
     private ScheduledFuture<?> lossTask;
     private Throwable lastError;
     private LockLostException lost;
+    private String unconfirmed; // redate(): why it is lost at start
+    private boolean releaseBegun; // release() was called: never cleared
     DlockSession session; // set before start(); null: a lease of its own
 
     Holding(DataSource ds, List<String> resources, boolean many, String holder, long[] fences, String leaseParam,
@@ -93,27 +98,34 @@ final class Holding {
 
     /**
      * Before start(): dates the holding by a renewal sent now (after a wait
-     * longer than a third of the lease). If it fails, the first date stays
-     * (lost at once if that was past: nothing proves it held); if the server
-     * says it is not held, it is lost at start.
+     * longer than a third of the lease; a campaign). If the server says it
+     * is not held, start() loses it. If the renewal fails, the first date
+     * stays (lost at once if that was past); STRICT (a campaign, maybe a
+     * re-entry with the old expiry: the first date proves nothing): start()
+     * loses it.
      */
-    void redate() {
+    void redate(boolean strict) {
         long[] sent = new long[1];
         try {
             Boolean ok = renewNow(Math.max(1, TimeUnit.NANOSECONDS.toMillis(leaseNanos / 3)), sent);
             if (Boolean.TRUE.equals(ok)) sentAt = sent[0];
-            else sentAt = System.nanoTime() - leaseNanos; // not held: lost at start
+            else unconfirmed = "it had ended before its acquisition was answered";
         } catch (SQLException | RuntimeException e) {
             lastError = e;
+            if (strict) unconfirmed = "the renewal confirming its campaign failed";
         }
     }
 
     /**
-     * Starts its renewals and its loss timer. Throws (and the holding is
-     * given up here, not lost) if the scheduler refuses them: the caller
-     * then releases it on the server.
+     * Starts its renewals and its loss timer (unconfirmed by redate(): lost
+     * at once). Throws (and the holding is given up here, not lost) if the
+     * scheduler refuses them: the caller then releases it on the server.
      */
     void start() {
+        if (unconfirmed != null) {
+            lose(unconfirmed);
+            return;
+        }
         try {
             if (session != null) session.adopt(this);
             else renewed(sentAt);
@@ -152,6 +164,11 @@ final class Holding {
 
     synchronized LockLostException lostBecause() {
         return lost;
+    }
+
+    /** Held, and no release begun: a session's keepalive may check it. */
+    synchronized boolean checkable() {
+        return state == State.HELD && !releaseBegun;
     }
 
     void addListener(LossListener l) {
@@ -237,9 +254,18 @@ final class Holding {
 
     /** Lost for REASON (CAUSE: why, if not the last renewal error). */
     void lose(String reason, Throwable cause) {
+        lose(reason, cause, false);
+    }
+
+    /** Lost for REASON, unless its release has begun (the keepalive's check raced it). */
+    void loseUnlessReleasing(String reason) {
+        lose(reason, null, true);
+    }
+
+    private void lose(String reason, Throwable cause, boolean unlessReleasing) {
         LockLostException e;
         synchronized (this) {
-            if (state != State.HELD) return;
+            if (state != State.HELD || (unlessReleasing && releaseBegun)) return;
             e = new LockLostException(name(), fences[0], reason, cause != null ? cause : lastError);
             stop(State.LOST);
             lost = e;
@@ -282,6 +308,7 @@ final class Holding {
         boolean wasLost;
         synchronized (this) {
             if (state == State.RELEASED) return true;
+            releaseBegun = true;
             wasLost = state == State.LOST;
             if (!wasLost) {
                 state = State.RELEASED;

@@ -4,7 +4,8 @@
 // the wait; server-side prepared statements (prepareThreshold), which
 // pgbouncer in transaction pooling cannot follow; the caller's scheduler
 // shut down; a loss listener that blocks; re-entry into a lost lock;
-// read-only and serializable defaults.
+// read-only and serializable defaults; a leader that campaigns again once
+// its renewals failed (a re-entry keeps the old expiry).
 // Promises: P16
 package io.github.dlockpg.dlock;
 
@@ -18,6 +19,7 @@ import java.sql.ResultSet;
 import java.sql.SQLException;
 import java.sql.Statement;
 import java.time.Duration;
+import java.util.Optional;
 import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.CountDownLatch;
 import java.util.concurrent.Executors;
@@ -374,5 +376,54 @@ class AttackTest {
         for (int i = 0; i < 50; i++) assertFalse(reg.obtain(i) == used.get(i), "key " + i + " forgotten");
         assertTrue(reg.obtainDlock("held") == held, "a held lock is kept");
         held.unlock();
+    }
+
+    /** A leadership, and whether another (the re-campaigned one) said lost when it was elected. */
+    private record Elected(DlockElection.Leadership lead, Boolean otherLost) {}
+
+    @Test
+    @DisplayName("a leader whose renewals failed campaigns again at once (re-entry: the old expiry): lost when another is elected")
+    void recampaignAfterLoss() throws Exception {
+        for (int round = 1; ; round++) {
+            String e = TestEnv.unique("recampaign");
+            SessionTest.Watched ds = new SessionTest.Watched(TestEnv.app());
+            DlockElection first = new DlockElection(ds, e, Duration.ofSeconds(3));
+            DlockElection.Leadership one = first.campaign("one", Duration.ZERO).orElseThrow();
+            // At once on its loss (renewals failing), the leader campaigns again: its term back.
+            CompletableFuture<Object> again = new CompletableFuture<>();
+            one.addLossListener(why -> {
+                try {
+                    again.complete(first.campaign("one", Duration.ZERO));
+                } catch (RuntimeException x) {
+                    again.complete(x);
+                }
+            });
+            ds.failRenews = true;
+            DlockElection second = new DlockElection(TestEnv.app(), e, Duration.ofSeconds(30));
+            CompletableFuture<Elected> two = CompletableFuture.supplyAsync(() -> {
+                DlockElection.Leadership l = second.campaign("two", null).orElseThrow();
+                Object re = again.getNow(null);
+                Boolean lost = re instanceof Optional<?> o && o.isPresent()
+                    ? ((DlockElection.Leadership) o.get()).isLost() : null;
+                return new Elected(l, lost);
+            });
+            Object re = again.get(30, TimeUnit.SECONDS);
+            Elected t2 = two.get(30, TimeUnit.SECONDS);
+            assertTrue(t2.lead().term() > one.term());
+            assertTrue(t2.lead().resign());
+            if (re instanceof Optional<?> o && o.isPresent()) {
+                DlockElection.Leadership l = (DlockElection.Leadership) o.get();
+                if (t2.otherLost() != null && l.term() == one.term()) {
+                    assertTrue(t2.otherLost(), "term " + l.term() + " campaigned again still looked held when "
+                        + t2.lead().term() + " was elected");
+                    assertTrue(l.isLost());
+                    return;
+                }
+            } else if (re instanceof DlockException) {
+                return; // refused: no false belief either
+            }
+            // Not a re-entry (another was elected first, on a loaded machine): again.
+            assertTrue(round < 3, "round " + round + ": the campaign again was not a re-entry: " + re);
+        }
     }
 }

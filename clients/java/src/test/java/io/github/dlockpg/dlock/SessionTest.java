@@ -1,10 +1,12 @@
 // SessionTest: sessions (dlock 1.1). One keepalive keeps every lock of a
 // session (no renew sent); the session's loss is told on every lock before
 // the ttl ends (keepalive backend terminated, paused, the session closed by
-// an administrator; a stale fenced write refused); the server restarted;
-// close and unlock; pgbouncer; attacks (a grant answered as the session is
-// lost, keepalives racing close, use after close, two sessions of one
-// holder). Skipped where dlock has no sessions.
+// an administrator; a stale fenced write refused); one lock (or multi-lock)
+// broken by an administrator: lost alone, the session lives on; the server
+// restarted; close and unlock; pgbouncer; attacks (a grant answered as the
+// session is lost, keepalives racing close, releases racing keepalives,
+// use after close, two sessions of one holder). Skipped where dlock has no
+// sessions.
 // Promises: P2 P16
 package io.github.dlockpg.dlock;
 
@@ -57,7 +59,8 @@ class SessionTest {
 
     /**
      * A DataSource that counts what is sent (renew, keepalive) and injects
-     * faults: keepalives refused (as a lost connection), the answer of an
+     * faults: renewals or keepalives refused (as a lost connection),
+     * keepalives sent late (a seeded random delay), the answer of an
      * acquisition held back until a latch opens.
      */
     static final class Watched implements DataSource {
@@ -65,6 +68,8 @@ class SessionTest {
         final AtomicInteger renews = new AtomicInteger();
         final AtomicInteger keepalives = new AtomicInteger();
         volatile boolean failKeepalives;
+        volatile boolean failRenews;
+        volatile Random delayKeepalives; // up to 300 ms before each is sent
         volatile CountDownLatch holdGrants;
         final CountDownLatch granted = new CountDownLatch(1);
 
@@ -87,10 +92,21 @@ class SessionTest {
             return (PreparedStatement) Proxy.newProxyInstance(PreparedStatement.class.getClassLoader(),
                 new Class<?>[] {PreparedStatement.class}, (p, m, a) -> {
                     if (!m.getName().equals("executeQuery")) return call(ps, m, a);
-                    if (sql.contains("dlock.renew(")) renews.incrementAndGet();
+                    if (sql.contains("dlock.renew(")) {
+                        renews.incrementAndGet();
+                        if (failRenews) throw new SQLException("injected: connection lost", "08006");
+                    }
                     if (sql.contains("dlock.keepalive(")) {
                         keepalives.incrementAndGet();
                         if (failKeepalives) throw new SQLException("injected: connection lost", "08006");
+                        Random delay = delayKeepalives;
+                        if (delay != null) {
+                            int ms;
+                            synchronized (delay) {
+                                ms = delay.nextInt(300);
+                            }
+                            Thread.sleep(ms);
+                        }
                     }
                     Object rs = call(ps, m, a);
                     CountDownLatch hold = holdGrants;
@@ -464,5 +480,104 @@ class SessionTest {
         assertTrue(l1.isHeld());
         l1.unlock();
         s1.close();
+    }
+
+    @Test
+    @DisplayName("lock broken by an administrator in a live session: lost within 2.5 ttl, taken by another; the session and its other lock kept")
+    void brokenInSession() throws Exception {
+        needSessions();
+        Duration ttl = Duration.ofSeconds(2);
+        DlockSession s = DlockSession.open(TestEnv.app(), ttl);
+        CompletableFuture<LockLostException> sessionTold = new CompletableFuture<>();
+        s.addLossListener(sessionTold::complete);
+        CompletableFuture<LockLostException> toldA = new CompletableFuture<>();
+        CompletableFuture<LockLostException> toldB = new CompletableFuture<>();
+        DlockLock a = s.lockBuilder(TestEnv.unique("broken-a")).onLost(toldA::complete).build();
+        DlockLock b = s.lockBuilder(TestEnv.unique("broken-b")).onLost(toldB::complete).build();
+        assertTrue(a.tryLock());
+        assertTrue(b.tryLock());
+        long start = System.nanoTime();
+        assertEquals(Boolean.TRUE, TestEnv.adminQuery("SELECT dlock.break_lock(?)", a.resource()));
+        LockLostException why = toldA.get(30, TimeUnit.SECONDS);
+        long ms = TimeUnit.NANOSECONDS.toMillis(System.nanoTime() - start);
+        assertTrue(ms < ttl.toMillis() * 5 / 2, "the loss was told " + ms + " ms after the break");
+        assertEquals(a.resource(), why.resource());
+        assertEquals(a.fence(), why.fence());
+        assertTrue(why.getMessage().contains("broken"), why.getMessage());
+        assertTrue(a.isLost());
+        assertFalse(a.isHeld());
+        DlockLock other = new DlockLock(TestEnv.app(), a.resource(), Duration.ofSeconds(10));
+        assertTrue(other.tryLock(5, TimeUnit.SECONDS), "another holder takes it");
+        Thread.sleep(ttl.toMillis()); // more keepalives: the session and b live on
+        assertTrue(s.isOpen());
+        assertFalse(sessionTold.isDone(), "the session was not lost");
+        assertTrue(b.isHeld());
+        assertFalse(toldB.isDone(), "b was not lost");
+        assertTrue(b.check());
+        assertThrows(LockLostException.class, a::unlock);
+        assertTrue(other.check(), "a's unlock left the new holder alone");
+        other.unlock();
+        b.unlock();
+        s.close();
+    }
+
+    @Test
+    @DisplayName("a multi-lock in a session with one of its resources broken: lost; its unlock gives the other back; the session kept")
+    void multiBrokenInSession() throws Exception {
+        needSessions();
+        DlockSession s = DlockSession.open(TestEnv.app(), Duration.ofSeconds(2));
+        String r1 = TestEnv.unique("multi-a");
+        String r2 = TestEnv.unique("multi-b");
+        CompletableFuture<LockLostException> told = new CompletableFuture<>();
+        DlockLock all = s.lockBuilder(List.of(r1, r2)).onLost(told::complete).build();
+        DlockLock single = s.lock(TestEnv.unique("multi-other"));
+        assertTrue(all.tryLock());
+        assertTrue(single.tryLock());
+        assertEquals(Boolean.TRUE, TestEnv.adminQuery("SELECT dlock.break_lock(?)", r2));
+        LockLostException why = told.get(30, TimeUnit.SECONDS);
+        assertEquals(r1 + ", " + r2, why.resource());
+        assertTrue(all.isLost());
+        assertTrue(s.isOpen());
+        assertTrue(single.isHeld());
+        assertThrows(LockLostException.class, all::unlock);
+        assertFalse(TestEnv.liveOnServer(r1), "the lost multi-lock's unlock gave its other resource back");
+        assertTrue(single.check());
+        s.close();
+    }
+
+    @Test
+    @DisplayName("attack: releases racing keepalives (seeded delays): a released lock is never reported lost")
+    void releaseRacesKeepalive() throws Exception {
+        needSessions();
+        long seed = System.nanoTime();
+        System.out.println("# releaseRacesKeepalive seed " + seed);
+        Random rng = new Random(seed);
+        Watched ds = new Watched(TestEnv.app());
+        ds.delayKeepalives = new Random(seed + 1); // the arrays built, then a wait before the keepalive is sent
+        // ttl 3 s: a keepalive every second, late by up to 0.3 s; a loaded machine keeps it.
+        DlockSession s = DlockSession.open(ds, Duration.ofSeconds(3));
+        DlockLock kept = s.lock(TestEnv.unique("race-kept"));
+        assertTrue(kept.tryLock());
+        int before = ds.keepalives.get();
+        List<CompletableFuture<LockLostException>> told = new ArrayList<>();
+        for (int i = 0; i < 60; i++) {
+            CompletableFuture<LockLostException> f = new CompletableFuture<>();
+            told.add(f);
+            DlockLock l = s.lockBuilder(TestEnv.unique("race-release")).onLost(f::complete).build();
+            assertTrue(l.tryLock(), "seed " + seed);
+            Thread.sleep(rng.nextInt(150));
+            try {
+                l.unlock();
+            } catch (LockLostException e) {
+                throw new AssertionError("seed " + seed + ": round " + i + ": reported lost at unlock", e);
+            }
+        }
+        Thread.sleep(1500); // the keepalives in flight answered
+        for (CompletableFuture<LockLostException> f : told)
+            assertFalse(f.isDone(), "seed " + seed + ": a released lock reported lost: " + f.getNow(null));
+        assertTrue(ds.keepalives.get() - before >= 3, "keepalives raced: " + (ds.keepalives.get() - before));
+        assertTrue(s.isOpen());
+        assertTrue(kept.isHeld());
+        s.close();
     }
 }

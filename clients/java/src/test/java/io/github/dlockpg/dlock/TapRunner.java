@@ -1,9 +1,11 @@
 // TapRunner: runs the JUnit 5 tests of this package in this JVM and
 // prints one TAP line per test ("ok N - Class: name", "not ok", "# SKIP"),
-// then the plan; exit 1 if any failed.  050_java.t reads it.
+// then the plan; exit 1 if any failed.  050_java.t reads it.  Arguments:
+// test classes (or Class#method) to run instead of all.
 package io.github.dlockpg.dlock;
 
 import static org.junit.platform.engine.discovery.DiscoverySelectors.selectClass;
+import static org.junit.platform.engine.discovery.DiscoverySelectors.selectMethod;
 import static org.junit.platform.engine.discovery.DiscoverySelectors.selectPackage;
 
 import java.io.PrintWriter;
@@ -23,7 +25,8 @@ import org.junit.platform.launcher.core.LauncherFactory;
 public final class TapRunner {
     public static void main(String[] args) {
         List<DiscoverySelector> sel = new ArrayList<>();
-        for (String a : args) sel.add(selectClass("io.github.dlockpg.dlock." + a));
+        for (String a : args)
+            sel.add(a.contains("#") ? selectMethod("io.github.dlockpg.dlock." + a) : selectClass("io.github.dlockpg.dlock." + a));
         if (sel.isEmpty()) sel.add(selectPackage("io.github.dlockpg.dlock"));
         AtomicInteger n = new AtomicInteger();
         AtomicInteger failed = new AtomicInteger();
