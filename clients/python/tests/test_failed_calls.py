@@ -119,6 +119,83 @@ def test_aio_failed_recampaign_keeps_renewing(dsn, admin, name):
     asyncio.run(main())
 
 
+RECAMPAIGN_LEASE = 3.0
+
+
+def test_recampaign_after_loss_is_dated_by_a_renewal(dsn, admin, name):
+    """A leader's renewals fail (the pool is down): its loss is signalled
+    before its lease ends; it campaigns again at once and the server gives
+    it its term back with the old expiry (no new lease).  Another
+    candidate waits.  When that one is elected, the re-campaigned
+    leadership must already say lost.  Before the fix its lease was dated
+    from the campaign: it still said held while the other led."""
+    pool = SwitchPool(dsn)
+    a = dlock.Election(pool, name, candidate="a", lease=RECAMPAIGN_LEASE)
+    b = dlock.Election(dsn, name, candidate="b", lease=30)
+    term = a.campaign()
+    resigning = threading.Event()
+    seen = {}
+
+    def candidate_b():
+        seen["term"] = b.campaign(wait=30)
+        seen["a_held"] = a.held and not resigning.is_set()
+    t = threading.Thread(target=candidate_b, daemon=True)
+    t.start()
+    pool.down = True
+    assert a.lost.wait(4 * RECAMPAIGN_LEASE), "renewals failed, no loss signalled"
+    pool.down = False
+    try:
+        again = a.campaign(wait=0)
+    except dlock.LockTimeout:
+        again = None          # a slow machine: the old term ended first
+    if again is not None:
+        assert again == term, "a leader's campaign returns its term"
+        # Held now: renewed, so b keeps waiting past the old expiry.
+        t.join(RECAMPAIGN_LEASE + 1)
+        assert "term" not in seen, f"b elected while a says held: {seen}"
+        assert a.held and leading(admin, name) == ("a", term)
+        resigning.set()
+        a.resign()
+    t.join(30)
+    assert seen.get("term", 0) > term
+    assert seen["a_held"] is False, "b was elected while a's re-campaigned term said held"
+    b.resign()
+
+
+def test_aio_recampaign_after_loss_is_dated_by_a_renewal(dsn, admin, name):
+    async def main():
+        pool = AsyncSwitchPool(dsn)
+        a = dlock.aio.Election(pool, name, candidate="a", lease=RECAMPAIGN_LEASE, cancel=None)
+        b = dlock.aio.Election(dsn, name, candidate="b", lease=30, cancel=None)
+        term = await a.campaign()
+        resigning = False
+        seen = {}
+
+        async def candidate_b():
+            seen["term"] = await b.campaign(wait=30)
+            seen["a_held"] = a.held and not resigning
+        t = asyncio.create_task(candidate_b())
+        pool.down = True
+        await asyncio.wait_for(a.lost.wait(), 4 * RECAMPAIGN_LEASE)
+        pool.down = False
+        try:
+            again = await a.campaign(wait=0)
+        except dlock.LockTimeout:
+            again = None
+        if again is not None:
+            assert again == term, "a leader's campaign returns its term"
+            await asyncio.wait({t}, timeout=RECAMPAIGN_LEASE + 1)
+            assert "term" not in seen, f"b elected while a says held: {seen}"
+            assert a.held and leading(admin, name) == ("a", term)
+            resigning = True
+            await a.resign()
+        await asyncio.wait_for(t, 30)
+        assert seen["term"] > term
+        assert seen["a_held"] is False, "b was elected while a's re-campaigned term said held"
+        await b.resign()
+    asyncio.run(main())
+
+
 def test_failed_release_signals_loss_before_the_lease_ends(dsn, admin, name):
     """release() fails (the pool is down): the holding is no longer
     renewed; its loss must be signalled before its lease ends on the

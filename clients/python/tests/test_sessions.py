@@ -6,6 +6,7 @@ by someone else); close() releases all; races an attacker would try.
 Skipped where the server has no dlock.open_session(interval,text)."""
 
 import asyncio
+import contextlib
 import os
 import random
 import signal
@@ -61,13 +62,13 @@ class Statements:
 
     def __init__(self, monkeypatch):
         self.sent = []
-        real = _leased_sync._one
+        real = _leased_sync._row
 
-        def one(conn, sql, params):
+        def row(conn, sql, params):
             self.sent.append(sql)
             return real(conn, sql, params)
-        monkeypatch.setattr(_leased_sync, "_one", one)
-        monkeypatch.setattr(_sync, "_one", one)
+        monkeypatch.setattr(_leased_sync, "_row", row)   # _one's too
+        monkeypatch.setattr(_sync, "_row", row)
 
     def count(self, word):
         return sum(1 for s in self.sent if f"dlock.{word}(" in s)
@@ -303,6 +304,155 @@ def test_two_sessions_of_one_holder(dsn, admin, name):
         assert not s1.lost.is_set() and a.held and a.check()
         assert not s2.close()
     assert session_row(admin, s1.id) is None
+
+
+def held_by(admin, resource):
+    row = admin.execute("SELECT holder, session FROM dlock.locks WHERE resource = %s"
+                        " AND holder IS NOT NULL AND NOT expired", (resource,)).fetchone()
+    return row
+
+
+def test_lock_broken_by_an_admin_is_lost_the_session_lives(dsn, admin, name):
+    """An administrator breaks one lock of a live session: that lock is
+    lost (its keepalive checks the session's holdings) within about 2.5
+    ttl; another holder takes it; the session and its other locks stay
+    held.  Before the fix the keepalive kept succeeding and nothing said
+    the broken lock was lost."""
+    ttl = 1.5
+    called = []
+    with dlock.Session(dsn, ttl=ttl) as s:
+        a = s.lock(name + "/a", wait=0, on_lost=called.append)
+        b = s.try_lock(name + "/b")
+        sem = s.semaphore(name + "/sem", max_permits=2)
+        assert a.acquire() and b is not None and sem.acquire()
+        admin.execute("SELECT dlock.break_lock(%s)", (name + "/a",))
+        assert a.lost.wait(2.5 * ttl), "the broken lock's loss was not signalled"
+        assert "broken" in a.lost_reason and called == [a]
+        with dlock.Lock(dsn, name + "/a", wait=0) as other:
+            assert other.fence > a.fence
+        time.sleep(ttl)                 # keepalives go on
+        assert not s.lost.is_set() and b.held and sem.held
+        assert not b.lost.is_set() and not sem.lost.is_set()
+        assert b.check() and sem.check() and held_by(admin, name + "/b")[1] == s.id
+        assert a.release() is False     # it had been lost
+        assert b.release()
+    assert s.closed and not s.lost.is_set()
+
+
+def test_aio_lock_broken_by_an_admin_is_lost_the_session_lives(dsn, admin, name):
+    ttl = 1.5
+
+    async def main():
+        async with dlock.aio.Session(dsn, ttl=ttl) as s:
+            b = await s.try_lock(name + "/b")
+            assert b is not None
+            slept = []
+            with pytest.raises(dlock.LockLost):
+                async with s.lock(name + "/a", wait=0) as a:
+                    await asyncio.get_running_loop().run_in_executor(
+                        None, lambda: admin.execute("SELECT dlock.break_lock(%s)",
+                                                    (name + "/a",)))
+                    await asyncio.sleep(2.5 * ttl)     # cancelled at the loss
+                    slept.append(True)
+            assert not slept, "the broken lock's loss was not signalled"
+            assert "broken" in a.lost_reason
+            await asyncio.sleep(ttl)
+            assert not s.lost.is_set() and b.held and await b.check()
+            assert held_by(admin, name + "/b")[1] == s.id
+        assert s.closed and not s.lost.is_set()
+    asyncio.run(main())
+
+
+def test_multilock_in_a_session_with_one_resource_broken_is_lost(dsn, admin, name):
+    ttl = 1.5
+    with dlock.Session(dsn, ttl=ttl) as s:
+        m = s.multi_lock([name + "/m1", name + "/m2", name + "/m3"], wait=0)
+        other = s.try_lock(name + "/x")
+        assert m.acquire() and other is not None
+        admin.execute("SELECT dlock.break_lock(%s)", (name + "/m2",))
+        assert m.lost.wait(2.5 * ttl), "the multi-lock's loss was not signalled"
+        assert "m2" in m.lost_reason
+        with pytest.raises(dlock.LockLost):
+            m.__exit__(None, None, None)            # releases m1 and m3
+        assert held_by(admin, name + "/m1") is None and held_by(admin, name + "/m3") is None
+        time.sleep(ttl)
+        assert not s.lost.is_set() and other.held and other.check()
+    assert s.closed and not s.lost.is_set()
+
+
+class RacingPool:
+    """A pool that releases a round's locks as the session's keepalive asks
+    for its connection (the keepalive has built its arrays then) and hands
+    that connection out once each of those unlocks has committed; each
+    release's answer comes back late (a pause after its commit).  So the
+    keepalive finds the holdings gone while their releases are under way.
+    Staggers and pauses are random (seeded)."""
+
+    def __init__(self, dsn, rng):
+        self.dsn, self.rng, self.guard = dsn, rng, threading.Lock()
+        self.round = None           # the locks to release at the next keepalive
+        self.committed = {}         # releaser thread name -> Event
+        self.results = []
+
+    def arm(self, locks):
+        with self.guard:
+            self.results = []
+            self.committed = {f"releaser {i}": threading.Event() for i in range(len(locks))}
+            self.round = locks
+
+    def release_round(self, locks):
+        for i, lock in enumerate(locks):
+            threading.Thread(target=lambda x=lock: self.results.append(x.release()),
+                             name=f"releaser {i}", daemon=True).start()
+            time.sleep(self.rng.uniform(0.0, 0.02))
+        for event in self.committed.values():
+            assert event.wait(30), "a release did not commit"
+        time.sleep(self.rng.uniform(0.0, 0.02))
+
+    @contextlib.contextmanager
+    def connection(self, timeout=None):
+        me = threading.current_thread().name
+        with self.guard:
+            locks = None
+            if me.startswith("dlock session") and self.round is not None:
+                locks, self.round = self.round, None
+        if locks is not None:
+            self.release_round(locks)
+        with psycopg.connect(self.dsn, autocommit=True) as conn:
+            yield conn
+        event = self.committed.get(me)
+        if event is not None:
+            event.set()
+            time.sleep(0.3 + self.rng.uniform(0.0, 0.1))   # the answer comes back late
+
+
+def test_release_racing_the_keepalive_is_not_lost(dsn, admin, name):
+    """Locks of a session released while a keepalive checks the session's
+    holdings (their unlocks commit after the keepalive built its arrays,
+    before its statement; their answers come back after the keepalive's):
+    a release never makes its lock reported lost, and the session and its
+    other lock live on.  Several rounds, seeded."""
+    print("seed", SEED + 2)
+    ttl = 3                 # the keepalive waits for the releases: slack
+    pool = RacingPool(dsn, random.Random(SEED + 2))
+    with dlock.Session(pool, ttl=ttl) as s:
+        keep = s.try_lock(name + "/keep")
+        assert keep is not None
+        for round_ in range(6):
+            locks = [s.lock(f"{name}/{round_}/{i}", wait=0) for i in range(4)]
+            assert all(lock.acquire() for lock in locks)
+            pool.arm(locks)
+            deadline = time.monotonic() + 30
+            while len(pool.results) < len(locks) and time.monotonic() < deadline:
+                time.sleep(0.02)
+            assert pool.results == [True] * len(locks), \
+                f"seed {SEED + 2}: round {round_}: {pool.results}"
+            assert not any(lock.lost.is_set() for lock in locks), \
+                f"seed {SEED + 2}: round {round_}: a released lock said lost: " \
+                + str([lock.lost_reason for lock in locks if lock.lost.is_set()])
+            assert not s.lost.is_set() and keep.held and not keep.lost.is_set()
+            assert live_in(admin, s.id) == 1
+    assert not s.lost.is_set() and not keep.lost.is_set()
 
 
 def test_election_in_a_session(dsn, admin, name):

@@ -65,7 +65,16 @@ SQL_PING = "SELECT 1"
 #: arguments (every server with sessions has those names) and pass no
 #: lease: the holding lives as long as its session.
 SQL_OPEN_SESSION = "SELECT dlock.open_session(%s, %s)::text"
-SQL_KEEPALIVE = "SELECT dlock.keepalive(%s)"
+#: The keepalive, which also checks the session's holdings in the same
+#: statement: the expiry (NULL: the session ended), and the 1-based
+#: positions of the (resource, fence) pairs given that are no longer the
+#: session's (broken, or released by someone else), as 'i,j' (NULL: none).
+SQL_KEEPALIVE = (
+    "SELECT dlock.keepalive(%s::bigint),"
+    " (SELECT string_agg(t.i::text, ',')"
+    " FROM unnest(%s::text[], %s::bigint[]) WITH ORDINALITY AS t(r, f, i)"
+    " WHERE NOT EXISTS (SELECT FROM dlock.locks l"
+    " WHERE l.resource = t.r AND l.fence = t.f AND l.session = %s::bigint))")
 SQL_CLOSE_SESSION = "SELECT dlock.close_session(%s)"
 SQL_LOCK_IN = ("SELECT dlock.lock(%s, %s, wait => %s, fair => %s, shared => %s,"
                " session => %s)::text")
@@ -129,6 +138,12 @@ def campaign_statement(e: Any, wait: Optional[float]) -> "tuple[str, tuple]":
     if e._session is not None:
         return SQL_CAMPAIGN_IN, (e.resource, e.holder, e.value, interval(wait), e._session.id)
     return SQL_CAMPAIGN, (e.resource, e.holder, e.value, interval(e.lease), interval(wait))
+
+
+def keepalive_statement(sid: int, pairs: "list[tuple]") -> "tuple[str, tuple]":
+    """The keepalive of session SID, checking PAIRS ((resource, fence,
+    ...) of its holdings)."""
+    return SQL_KEEPALIVE, (sid, [p[0] for p in pairs], [p[1] for p in pairs], sid)
 
 
 def renew_statement(obj: Any) -> "tuple[str, tuple]":

@@ -86,15 +86,20 @@ class _Source:
                 await conn.close()
 
 
-async def _one(conn: psycopg.AsyncConnection, sql: str, params: tuple) -> Any:
-    """Run SQL, return the first column of its one row; dlock errors."""
+async def _row(conn: psycopg.AsyncConnection, sql: str, params: tuple) -> Optional[tuple]:
+    """Run SQL, return its one row (None: none); dlock errors."""
     try:
         cur = await conn.execute(sql, params, prepare=False)
-        row = await cur.fetchone()
+        return await cur.fetchone()
     except psycopg.Error as e:
         if getattr(e, "sqlstate", None) is None:
             raise  # connection trouble: the caller decides (retry or not)
         raise translate(e) from e
+
+
+async def _one(conn: psycopg.AsyncConnection, sql: str, params: tuple) -> Any:
+    """Run SQL, return the first column of its one row; dlock errors."""
+    row = await _row(conn, sql, params)
     return None if row is None else row[0]
 
 
@@ -284,24 +289,27 @@ class _Leased(_Own):
                        give_back: bool) -> Any:
             return _one(conn, sql, params)
 
-    async def _confirm(self, conn: psycopg.AsyncConnection, sent_at: float) -> Optional[float]:
+    async def _confirm(self, conn: psycopg.AsyncConnection, sent_at: float,
+                       always: bool) -> Optional[float]:
         """The moment (monotonic) the lease just acquired with a statement
         sent at SENT_AT is dated from: SENT_AT after a short wait; after a
-        long one, when a renewal sent now on CONN was (None: the holding
-        was gone already).  _fences are set."""
+        long one (or ALWAYS), when a renewal sent now on CONN was (None:
+        the holding was gone already).  _fences are set."""
         assert self.lease is not None
-        if self._session is not None or not c.needs_confirmation(self.lease, sent_at):
-            # In a session: dated by the session's keepalives, not here.
+        if self._session is not None:
+            return sent_at    # dated by the session's keepalives, not here
+        if not always and not c.needs_confirmation(self.lease, sent_at):
             return sent_at
         renewed_at = time.monotonic()
         if not c.all_held(await self._statement(conn, *c.renew_statement(self), False)):
             return None
         return renewed_at
 
-    async def _take(self, sql: str, params: tuple) -> "Optional[bool]":
-        """Run the acquisition SQL, date its lease (_confirm) and start
-        renewing: True; False when it returned NULL; None when the holding
-        was gone before it could be dated (the caller may try again)."""
+    async def _take(self, sql: str, params: tuple, confirm: bool = False) -> "Optional[bool]":
+        """Run the acquisition SQL, date its lease (_confirm; CONFIRM:
+        always by a renewal) and start renewing: True; False when it
+        returned NULL; None when the holding was gone before it could be
+        dated (the caller may try again)."""
         give_back = self._fences is None  # not a leader's own term again
         fences = None
         try:
@@ -312,7 +320,7 @@ class _Leased(_Own):
                     valid_from = None
                 else:
                     self._fences = fences
-                    valid_from = await self._confirm(conn, sent_at)
+                    valid_from = await self._confirm(conn, sent_at, confirm)
         except BaseException:
             if fences is not None:
                 # Granted, but its dating failed (or it was cancelled as

@@ -31,7 +31,7 @@ from ._errors import (DatabaseError, Error, LockLost, LockTimeout, NotHeld, tran
                       unsupported)
 from ._flavour_sync import (Event, Mutex, call_back, call_later, cut_after, set_autocommit,
                             spawn, stop_worker, wait_event, wait_readable)
-from ._leased_sync import _Leased, _one, _Own, _Source
+from ._leased_sync import _Leased, _one, _Own, _row, _Source
 
 
 log = logging.getLogger("dlock")
@@ -213,7 +213,9 @@ class Election(_Leased):
 
     ``term = e.campaign(value, wait=...)`` waits to lead (LockTimeout
     after WAIT); the leadership is then renewed like a Lock's, ``lost`` and
-    ``on_lost`` say when it ends.  ``proclaim(value)``, ``resign()``,
+    ``on_lost`` say when it ends; its lease is dated from a renewal sent
+    as the campaign is answered (a leader's campaign gets its term back
+    with the old expiry).  ``proclaim(value)``, ``resign()``,
     ``leader()``; ``observe()`` iterates over leader changes.  As a
     context manager it campaigns on entry and resigns on exit (LockLost if
     leadership was lost meanwhile)."""
@@ -259,7 +261,9 @@ class Election(_Leased):
         try:
             while True:
                 left = None if w is None else max(0.0, w - (time.monotonic() - start))
-                got = self._take(*c.campaign_statement(self, left))
+                # A leader's campaign (even one whose loss was signalled)
+                # returns its term with the old expiry: a renewal dates it.
+                got = self._take(*c.campaign_statement(self, left), confirm=True)
                 if got:
                     assert self._fences is not None
                     return self._fences[0]
@@ -338,7 +342,9 @@ class Session(_Own):
     make a Lock, Semaphore, MultiLock or Election in the session (use it
     as usual: a block, acquire(), release()); ``s.try_lock(resource)``
     tries once and returns the held Lock or None.  They have no lease and
-    send no renewal of their own.  Releasing one leaves the others.
+    send no renewal of their own.  Releasing one leaves the others.  Each
+    keepalive also checks the session's holdings: a lock whose holding is
+    gone (broken by an administrator) is lost, the others live on.
 
     When the session is lost (keepalive returned NULL, or none got through
     before its ttl's end minus a margin), ``lost`` is set on the session
@@ -532,15 +538,18 @@ class Session(_Own):
         retry = max(0.05, min(1.0, period / 3.0))
         next_at = self._valid_from + period
         while not wait_event(stop, max(0.0, next_at - time.monotonic())):
+            # The holdings as known now: each keepalive also checks them.
+            pairs = self._holdings()
             try:
                 with self._connection() as conn:
                     sent_at = time.monotonic()
-                    expiry = _one(conn, c.SQL_KEEPALIVE, (self.id,))
+                    row = _row(conn, *c.keepalive_statement(self.id, pairs))
             except (psycopg.Error, Error, OSError) as e:
                 log.warning("dlock: keepalive of session %s failed, retrying within the ttl: %s",
                             self.id, e)
                 next_at = time.monotonic() + retry
                 continue
+            expiry, missing = row if row is not None else (None, None)
             if expiry is None:
                 self._declare_lost("keepalive returned NULL: the session had ended", stop)
                 return
@@ -551,6 +560,35 @@ class Session(_Own):
                 self.expires_at = expiry
             self._arm(sent_at)
             next_at = sent_at + period
+            self._gone(pairs, missing)
+
+    def _holdings(self) -> "list[tuple[str, int, _Leased, Any]]":
+        """(resource, fence, lock, its holding's stop event) for each
+        holding of the session's locks, those being released left out."""
+        pairs: "list[tuple[str, int, _Leased, Any]]" = []
+        with self._mutex:
+            for lock in self._locks:
+                fences, stop = lock._fences, lock._stop
+                if fences is not None and not stop.is_set():
+                    pairs += [(r, f, lock, stop) for r, f in zip(lock._names, fences)]
+        return pairs
+
+    def _gone(self, pairs: "list[tuple[str, int, _Leased, Any]]",
+              missing: Optional[str]) -> None:
+        """The locks of PAIRS whose holding a keepalive found missing (its
+        1-based positions, as 'i,j') are lost; the session lives on.  One
+        whose release began since (or acquired again) is left alone."""
+        if not missing:
+            return
+        done: "set[int]" = set()
+        for i in missing.split(","):
+            resource, fence, lock, stop = pairs[int(i) - 1]
+            if id(lock) in done:
+                continue
+            done.add(id(lock))
+            lock._declare_lost(f"its holding of {resource!r} (fence {fence}) is no longer"
+                               f" session {self.id}'s: broken by an administrator, or"
+                               " released by someone else", stop)
 
     def _declare_lost(self, reason: str, stop: Any = None) -> None:
         """Set ``lost`` (once) on the session and on each of its locks, run
