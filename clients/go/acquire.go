@@ -235,7 +235,9 @@ func grant(ctx context.Context, db *sql.DB, s *spec, res *sql.NullString) (time.
 		defer stop()
 		r := outcome(ch, db, tag, cancelled, stop)
 		if r.err != nil {
-			if !r.sent.IsZero() && !serverError(r.err) {
+			// 57014: cancelled by the server (ours, or statement_timeout):
+			// rolled back, nothing granted.
+			if !r.sent.IsZero() && !serverError(r.err) && sqlState(r.err) != "57014" {
 				s.undo(db, nil, r.err)
 			}
 			return
@@ -257,12 +259,13 @@ type call struct {
 // outcome: the answer of a statement whose caller has gone (CH). At a
 // deadline the server ends the wait first (waitArg). After a cancel
 // (CANCELLED) the server is asked to cancel the backend that runs the
-// statement (found by its TAG), until it answers: a server's error then
-// means nothing was granted, an answer says what was. A driver's cancel
-// (STOP) would drop a grant's answer: it comes only after
-// releaseTimeout, or at once when no other connection is to be had for
-// the server's cancel. The answer is waited for another releaseTimeout;
-// then the outcome is unknown (a context error).
+// statement (found by its TAG), every 200 ms until it answers: a
+// server's error then means nothing was granted, an answer says what
+// was. A driver's cancel (STOP) would drop a grant's answer: it comes
+// only after releaseTimeout, or at once when the server's cancel cannot
+// be sent (the pool has no other connection; the role may not signal).
+// The answer is waited for another releaseTimeout; then the outcome is
+// unknown (a context error).
 func outcome(ch chan call, db *sql.DB, tag string, cancelled bool, stop func()) call {
 	t := time.NewTimer(releaseTimeout)
 	defer t.Stop()
@@ -310,8 +313,9 @@ func callTag() string {
 }
 
 // cancelCall: ask the server to cancel the statement tagged TAG (a no-op
-// if none runs: not arrived yet, or answered); false if no connection
-// could be had for it.
+// if none runs: not arrived yet, or answered). False if it cannot be
+// asked: no other connection in the pool, or the server refused (a role
+// that may not signal that backend). A slow answer is not a refusal.
 func cancelCall(db *sql.DB, tag string) bool {
 	if st := db.Stats(); st.MaxOpenConnections > 0 && st.InUse >= st.MaxOpenConnections {
 		return false
@@ -320,9 +324,11 @@ func cancelCall(db *sql.DB, tag string) bool {
 	defer cancel()
 	var n sql.NullInt64
 	_, err := queryRow(c, db, `SELECT pg_catalog.count(pg_catalog.pg_cancel_backend(pid)) FROM pg_catalog.pg_stat_activity `+
-		`WHERE pg_catalog.right(application_name, pg_catalog.length($1::pg_catalog.text)) OPERATOR(pg_catalog.=) $1::pg_catalog.text AND pid OPERATOR(pg_catalog.<>) pg_catalog.pg_backend_pid()`,
+		`WHERE pg_catalog.right(application_name, pg_catalog.length($1::pg_catalog.text)) OPERATOR(pg_catalog.=) $1::pg_catalog.text `+
+		`AND usesysid OPERATOR(pg_catalog.=) (SELECT oid FROM pg_catalog.pg_roles WHERE rolname OPERATOR(pg_catalog.=) pg_catalog.session_user()) `+
+		`AND pid OPERATOR(pg_catalog.<>) pg_catalog.pg_backend_pid()`,
 		[]interface{}{tag}, &n)
-	return err == nil || serverError(err)
+	return !serverError(err)
 }
 
 // undo releases a holding S granted that the caller will not get: by its

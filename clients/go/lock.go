@@ -153,16 +153,19 @@ func (l *Lock) loseWith(e error) {
 }
 
 // loseHolding: the session's keepalive found this lock's holding gone;
-// lost unless its release had begun before (it may have ended it).
+// lost unless a Release is under way (it may have ended it; a Release
+// done is not held, a Release failed leaves it held: then it is lost).
 // True if it was lost so.
 func (l *Lock) loseHolding(reason string) bool {
-	select {
-	case <-l.stopRenew:
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.state != held || l.releasing != nil {
 		return false
-	default:
-		l.loseWith(&Error{Err: ErrLost, Message: reason})
-		return true
 	}
+	l.state = lost
+	l.err = &Error{Err: ErrLost, Message: reason}
+	close(l.done)
+	return true
 }
 
 // closed: the lock's session was closed, and the lock with it.

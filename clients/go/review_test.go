@@ -169,9 +169,16 @@ func TestRecampaignAfterLoss(t *testing.T) {
 }
 
 // Acquire cancelled after the server granted the lock, its answer not
-// yet read: what the server granted is given back, with a holder the
-// caller chose, and in a session.
+// yet read (let go at once, or 1.5 s later: the server's cancel slow
+// too): what the server granted is given back, with a holder the caller
+// chose, and in a session.
 func TestCancelledGrantGivenBack(t *testing.T) {
+	for _, late := range []time.Duration{0, 1500 * time.Millisecond} {
+		cancelledGrant(t, late)
+	}
+}
+
+func cancelledGrant(t *testing.T, late time.Duration) {
 	admin := appDB(t, "")
 	for _, inSession := range []bool{false, true} {
 		p := newProxy(t)
@@ -205,6 +212,7 @@ func TestCancelledGrantGivenBack(t *testing.T) {
 		} else {
 			_, err = dlock.Acquire(ctx, app, r, dlock.Holder(unique("mine")), dlock.Lease(time.Minute))
 		}
+		time.Sleep(late)
 		p.release()
 		if !errors.Is(err, context.Canceled) {
 			t.Fatalf("session %v: %v, want context.Canceled", inSession, err)
@@ -216,10 +224,42 @@ func TestCancelledGrantGivenBack(t *testing.T) {
 				break
 			}
 			if wctx.Err() != nil {
-				t.Errorf("session %v: the grant of a cancelled Acquire is still held 8 s later: %+v", inSession, h)
+				t.Errorf("answers %v late, session %v: the grant of a cancelled Acquire is still held 8 s later: %+v", late, inSession, h)
 				break
 			}
 			time.Sleep(50 * time.Millisecond)
 		}
+	}
+}
+
+// A session's lock whose Release failed, then broken by an administrator:
+// lost at the next keepalive (a Release that is over does not shield it).
+func TestSessionBrokenAfterFailedRelease(t *testing.T) {
+	app, admin := appDB(t, ""), appDB(t, "")
+	s, err := dlock.OpenSession(bg(), app, dlock.TTL(1500*time.Millisecond))
+	if err != nil {
+		t.Skip(err)
+	}
+	defer s.Close(bg())
+	r := unique("sess-failed-release")
+	l, err := s.TryAcquire(bg(), r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(bg())
+	cancel()
+	if err := l.Release(ctx); err == nil || l.Err() != nil {
+		t.Fatalf("Release with a cancelled context: %v; Err %v", err, l.Err())
+	}
+	if _, err := admin.Exec(`SELECT dlock.break_lock($1)`, r); err != nil {
+		t.Fatal(err)
+	}
+	other, err := dlock.TryAcquire(bg(), admin, r, dlock.Lease(30*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Release(bg())
+	if !closed(within(t, 10*time.Second), l.Done()) {
+		t.Fatalf("%s broken and taken by another after a failed Release; its Lock still says held", r)
 	}
 }
