@@ -54,6 +54,7 @@ type spec struct {
 	st        *stmts
 	releaseQ  string
 	keep      int64    // a term this candidate leads already: never released here
+	abandoned bool     // grant returned before its statement's answer
 	confirm   bool     // date the lease from a renewal (campaign: see settle)
 	sess      *Session // nil: a lease
 }
@@ -148,6 +149,14 @@ func take(ctx context.Context, db *sql.DB, s *spec) (*Lock, error) {
 		name = fmt.Sprint(s.resources)
 	}
 	var res sql.NullString
+	if s.sess != nil {
+		s.sess.begin(s.resources)
+		defer func() {
+			if !s.abandoned {
+				s.sess.end(s.resources)
+			}
+		}()
+	}
 	sent, err := grant(ctx, db, s, &res)
 	if err != nil && errors.Is(err, context.DeadlineExceeded) && ctx.Err() != nil {
 		// The context's deadline ended the wait before the server's answer
@@ -231,14 +240,21 @@ func grant(ctx context.Context, db *sql.DB, s *spec, res *sql.NullString) (time.
 	case <-ctx.Done():
 	}
 	cancelled := !errors.Is(ctx.Err(), context.DeadlineExceeded)
+	s.abandoned = true
 	go func() {
 		defer stop()
 		r := outcome(ch, db, tag, cancelled, stop)
+		if s.sess != nil {
+			s.sess.end(s.resources)
+		}
 		if r.err != nil {
 			// 57014: cancelled by the server (ours, or statement_timeout):
 			// rolled back, nothing granted.
 			if !r.sent.IsZero() && !serverError(r.err) && sqlState(r.err) != "57014" {
 				s.undo(db, nil, r.err)
+				if s.sess != nil {
+					s.sess.reclaim(s.resources, tag)
+				}
 			}
 			return
 		}

@@ -263,3 +263,59 @@ func TestSessionBrokenAfterFailedRelease(t *testing.T) {
 		t.Fatalf("%s broken and taken by another after a failed Release; its Lock still says held", r)
 	}
 }
+
+// A session's Acquire cancelled on a pool of one (no connection for the
+// server's cancel: the driver cancels, its answer is dropped) after the
+// server granted it: once the statement has ended, the session gives the
+// grant back; its other lock stays.
+func TestSessionCancelledGrantPoolOfOne(t *testing.T) {
+	admin := appDB(t, "")
+	p := newProxy(t)
+	app := open(t, p.dsn(), oneTrip)
+	app.SetMaxOpenConns(1)
+	s, err := dlock.OpenSession(bg(), app, dlock.TTL(3*time.Second))
+	if err != nil {
+		t.Skip(err)
+	}
+	defer s.Close(bg())
+	keep, err := s.TryAcquire(bg(), unique("pool1-sess-keep"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := unique("pool1-sess-cancel")
+	x, err := dlock.TryAcquire(bg(), admin, r, dlock.Lease(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(bg())
+	go func() {
+		time.Sleep(300 * time.Millisecond)
+		p.hold()
+		_ = x.Release(bg())
+		time.Sleep(300 * time.Millisecond)
+		cancel()
+	}()
+	_, err = s.Acquire(ctx, r)
+	time.Sleep(300 * time.Millisecond)
+	p.release()
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("%v, want context.Canceled", err)
+	}
+	wctx := within(t, 15*time.Second)
+	for {
+		h := row(t, admin, r)
+		if !h.exists || !h.live {
+			break
+		}
+		if wctx.Err() != nil {
+			t.Fatalf("the grant of a cancelled Acquire is still held in the session 15 s later: %+v", h)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if keep.Err() != nil || s.Err() != nil {
+		t.Fatalf("the session (%v) or its other lock (%v) lost", s.Err(), keep.Err())
+	}
+	if h := row(t, admin, keep.Resource()); !h.exists {
+		t.Fatal("the session's other lock was given back too")
+	}
+}
