@@ -187,7 +187,9 @@ func take(ctx context.Context, db *sql.DB, s *spec) (*Lock, error) {
 		}
 		return l, nil
 	}
-	if err := l.settle(ctx, &sent, s.confirm); err != nil {
+	// A term this candidate leads already is renewed by its own Lock.
+	confirm := s.confirm && !(s.keep != 0 && fences[0] == s.keep)
+	if err := l.settle(ctx, &sent, confirm); err != nil {
 		go s.undo(db, fences, nil)
 		return nil, err
 	}
