@@ -20,7 +20,6 @@ import java.sql.SQLException;
 import java.time.Duration;
 import java.util.List;
 import java.util.concurrent.ScheduledExecutorService;
-import java.util.concurrent.ThreadLocalRandom;
 import java.util.concurrent.TimeUnit;
 import javax.sql.DataSource;
 
@@ -35,11 +34,6 @@ final class Acquisition {
     private static final long SLICE_NANOS = TimeUnit.SECONDS.toNanos(1);
     private static final String LEASE_OF = "SELECT extract(epoch FROM lease)::float8 * 1000 FROM dlock.locks"
         + " WHERE resource = ? AND holder = ? AND fence = ? LIMIT 1";
-    // The tag (twice) ends the backend's application_name while the statement runs.
-    static final String TAG_CALL = " FROM (SELECT pg_catalog.set_config('application_name',"
-        + " pg_catalog.left(pg_catalog.current_setting('application_name'), 62 OPERATOR(pg_catalog.-)"
-        + " pg_catalog.length(?::pg_catalog.text)) OPERATOR(pg_catalog.||) ' ' OPERATOR(pg_catalog.||)"
-        + " ?::pg_catalog.text, true)) AS call";
 
     /**
      * The holding, or null when WAIT passed first (null WAIT: no limit;
@@ -57,54 +51,30 @@ final class Acquisition {
 
     /**
      * take, in SESSION (null: with a lease): the statement gets the
-     * argument session => id (after its own parameters), and the tag
-     * (TAG_CALL); the holding has no lease of its own. CONFIRM (a
-     * campaign): with a lease, always dated by a renewal sent once it is
-     * answered.
+     * argument session => id (as its last parameter); the holding has no
+     * lease of its own. CONFIRM (a campaign): with a lease, always dated
+     * by a renewal sent once it is answered.
      */
     static Holding take(DataSource ds, String sql, Binder binder, boolean many, List<String> resources,
             String holder, boolean generated, Duration lease, String releaseSql, Duration wait, boolean sliced,
             boolean interruptible, ScheduledExecutorService renewals, List<LossListener> listeners,
             DlockSession session, boolean confirm) throws InterruptedException {
-        if (session == null)
-            return attempt(ds, sql, binder, many, resources, holder, generated, lease, releaseSql, wait, sliced,
-                interruptible, renewals, listeners, null, confirm, null);
-        session.checkOpen();
-        // In a session: the statement tagged (application_name, local to its transaction) while it runs.
-        String tag = String.format("dlock:%016x", ThreadLocalRandom.current().nextLong());
-        int n = (int) sql.chars().filter(ch -> ch == '?').count() + 1;
-        String tagged = sql.substring(0, sql.lastIndexOf(')')) + ", session => ?)" + TAG_CALL;
-        Binder inner = binder;
-        Binder b = (c, ps, w) -> {
-            inner.bind(c, ps, w);
-            ps.setLong(n, session.id());
-            ps.setString(n + 1, tag);
-            ps.setString(n + 2, tag);
-        };
-        boolean[] unknown = new boolean[1];
-        session.begin(resources);
-        try {
-            return attempt(ds, tagged, b, many, resources, holder, generated, lease, releaseSql, wait, sliced,
-                interruptible, renewals, listeners, session, confirm, unknown);
-        } finally {
-            session.end(resources);
-            // Granted, maybe, and nobody told: given back once the statement has ended.
-            if (unknown[0]) session.reclaim(resources, tag, many ? Holding.UNLOCK_ONE : releaseSql);
+        if (session != null) {
+            session.checkOpen();
+            int n = (int) sql.chars().filter(ch -> ch == '?').count() + 1;
+            sql = sql.substring(0, sql.lastIndexOf(')')) + ", session => ?)";
+            Binder inner = binder;
+            binder = (c, ps, w) -> {
+                inner.bind(c, ps, w);
+                ps.setLong(n, session.id());
+            };
         }
-    }
-
-    // attempt: take's work; UNKNOWN[0] set when the statement was sent and its answer lost.
-    private static Holding attempt(DataSource ds, String sql, Binder binder, boolean many, List<String> resources,
-            String holder, boolean generated, Duration lease, String releaseSql, Duration wait, boolean sliced,
-            boolean interruptible, ScheduledExecutorService renewals, List<LossListener> listeners,
-            DlockSession session, boolean confirm, boolean[] unknown) throws InterruptedException {
         long start = System.nanoTime();
         long limit = wait == null ? Long.MAX_VALUE : wait.toNanos();
         boolean interrupted = false;
         boolean readCommitted = false;
         long[] fences = null;
         long sent = 0;
-        boolean asked = false;
         try (Connection c = ds.getConnection()) {
             boolean auto = c.getAutoCommit();
             int before = c.getNetworkTimeout();
@@ -119,7 +89,6 @@ final class Acquisition {
                     if (before > 0) Db.setNetworkTimeout(c, sliceMs == null ? 0 : (int) Math.min(Integer.MAX_VALUE, before + sliceMs));
                     binder.bind(c, ps, sliceMs == null ? null : sliceMs + " milliseconds");
                     sent = System.nanoTime();
-                    asked = true;
                     try {
                         fences = once(c, ps, many, readCommitted);
                     } catch (SQLException e) {
@@ -142,7 +111,6 @@ final class Acquisition {
             }
         } catch (SQLException e) {
             if (generated && !Db.serverError(e)) forget(ds, holder);
-            if (unknown != null && asked && !Db.serverError(e)) unknown[0] = true;
             throw DlockException.of("acquiring " + String.join(", ", resources), e);
         } finally {
             if (interrupted) Thread.currentThread().interrupt();

@@ -39,8 +39,6 @@ final class Db {
 
     /** Loss listeners: a thread each while they run, so a slow one delays no other loss. */
     static final ExecutorService LISTENERS = Executors.newCachedThreadPool(daemons("dlock-loss"));
-    /** Clean-ups after an unknown outcome (DlockSession.reclaim): a thread each while they run. */
-    static final ExecutorService CLEANUP = Executors.newCachedThreadPool(daemons("dlock-cleanup"));
 
     private static ThreadFactory daemons(String name) {
         AtomicInteger count = new AtomicInteger();

@@ -14,22 +14,15 @@
 // by an administrator, released by someone else) is lost alone, unless
 // its release has begun meanwhile; the session lives on.
 //
-// An acquisition whose answer was lost (its connection, a timeout) may
-// have been granted: once no backend runs its statement (found by its
-// tag), the session's holdings of its resources that no lock of it has
-// and no acquisition under way may get are released by fence (reclaim).
-//
 // State: guarded by this object's monitor; SQL runs outside it.
 package io.github.dlockpg.dlock;
 
 import java.sql.SQLException;
 import java.time.Duration;
 import java.util.ArrayList;
-import java.util.HashMap;
 import java.util.HashSet;
 import java.util.LinkedHashSet;
 import java.util.List;
-import java.util.Map;
 import java.util.Objects;
 import java.util.Set;
 import java.util.concurrent.CopyOnWriteArrayList;
@@ -58,10 +51,6 @@ public final class DlockSession implements AutoCloseable {
         + " WHERE NOT EXISTS (SELECT FROM dlock.locks l WHERE l.resource OPERATOR(pg_catalog.=) t.r"
         + " AND l.fence OPERATOR(pg_catalog.=) t.f AND l.session OPERATOR(pg_catalog.=) ?::pg_catalog.int8))";
     private static final String CLOSE = "SELECT dlock.close_session(session => ?)";
-    private static final String RUNNING = "SELECT pg_catalog.count(*) FROM pg_catalog.pg_stat_activity WHERE"
-        + " pg_catalog.right(application_name, pg_catalog.length(?::pg_catalog.text)) OPERATOR(pg_catalog.=) ?::pg_catalog.text";
-    private static final String FENCES = "SELECT pg_catalog.array_agg(fence) FROM dlock.locks"
-        + " WHERE session OPERATOR(pg_catalog.=) ?::pg_catalog.int8 AND resource OPERATOR(pg_catalog.=) ?::pg_catalog.text";
     private static final long RETRY_MIN_MS = 100;
     private static final long RETRY_MAX_MS = 1000;
 
@@ -83,7 +72,6 @@ public final class DlockSession implements AutoCloseable {
     private Throwable lastError;
     private LockLostException lost;
     private final Set<Holding> holdings = new HashSet<>();
-    private final Map<String, Integer> flying = new HashMap<>(); // acquisitions under way, by resource
 
     private DlockSession(Builder b, long id, long ttlNanos, long sent) {
         this.ds = b.ds;
@@ -278,86 +266,6 @@ public final class DlockSession implements AutoCloseable {
 
     synchronized void leave(Holding h) {
         holdings.remove(h);
-    }
-
-    /** An acquisition of RESOURCES in the session is under way (begin), or over (end). */
-    synchronized void begin(List<String> resources) {
-        for (String r : resources) flying.merge(r, 1, Integer::sum);
-    }
-
-    synchronized void end(List<String> resources) {
-        for (String r : resources) flying.computeIfPresent(r, (k, v) -> v > 1 ? v - 1 : null);
-    }
-
-    // owns: a holding of the session has RESOURCE under FENCE, or an acquisition of it is under way.
-    private synchronized boolean owns(String resource, long fence) {
-        if (flying.containsKey(resource)) return true;
-        for (Holding h : holdings)
-            for (int k = 0; k < h.fences.length; k++)
-                if (h.fences[k] == fence && h.resources.get(k).equals(resource)) return true;
-        return false;
-    }
-
-    /**
-     * After an acquisition of RESOURCES whose outcome is unknown, in the
-     * background: once no backend runs its statement (TAG), the session's
-     * holdings of RESOURCES that it does not own are released by fence
-     * (RELEASE: resource, holder, fence). Bounded by RELEASE_TIMEOUT_MS:
-     * a statement still running then is left to the session's close.
-     */
-    void reclaim(List<String> resources, String tag, String release) {
-        try {
-            Db.CLEANUP.execute(() -> reclaimNow(resources, tag, release));
-        } catch (RuntimeException refused) {
-            // best effort: the session's close releases it
-        }
-    }
-
-    private void reclaimNow(List<String> resources, String tag, String release) {
-        long end = System.nanoTime() + TimeUnit.MILLISECONDS.toNanos(Holding.RELEASE_TIMEOUT_MS);
-        try {
-            while (true) {
-                if (isClosedOrLost()) return;
-                Long n = Db.call(ds, RUNNING, (c, ps) -> {
-                    ps.setString(1, tag);
-                    ps.setString(2, tag);
-                }, rs -> rs.getLong(1), left(end), null);
-                if (n != null && n == 0) break;
-                if (end - System.nanoTime() <= 0) return;
-                Thread.sleep(200);
-            }
-            for (String r : resources) {
-                Object[] fences = Db.call(ds, FENCES, (c, ps) -> {
-                    ps.setLong(1, id);
-                    ps.setString(2, r);
-                }, rs -> {
-                    java.sql.Array a = rs.getArray(1);
-                    return a == null ? null : (Object[]) a.getArray();
-                }, left(end), null);
-                if (fences == null) continue;
-                for (Object f : fences) {
-                    long fence = ((Number) f).longValue();
-                    if (owns(r, fence) || isClosedOrLost()) continue;
-                    Db.call(ds, release, (c, ps) -> {
-                        ps.setString(1, r);
-                        ps.setString(2, holder);
-                        ps.setLong(3, fence);
-                    }, rs -> rs.getObject(1), left(end), null);
-                }
-            }
-        } catch (SQLException | RuntimeException e) {
-            // best effort: the session's close releases it
-        } catch (InterruptedException e) {
-            Thread.currentThread().interrupt();
-        }
-    }
-
-    private static long left(long end) {
-        return Math.max(1, TimeUnit.NANOSECONDS.toMillis(end - System.nanoTime()));
-    }
-
-    private synchronized boolean isClosedOrLost() {
-        return state != State.OPEN || closing;
     }
 
     // renewed SENT: a keepalive (or the open) sent at SENT was acknowledged.
