@@ -54,7 +54,6 @@ type spec struct {
 	st        *stmts
 	releaseQ  string
 	keep      int64    // a term this candidate leads already: never released here
-	abandoned bool     // grant returned before its statement's answer
 	confirm   bool     // date the lease from a renewal (campaign: see settle)
 	sess      *Session // nil: a lease
 }
@@ -149,14 +148,6 @@ func take(ctx context.Context, db *sql.DB, s *spec) (*Lock, error) {
 		name = fmt.Sprint(s.resources)
 	}
 	var res sql.NullString
-	if s.sess != nil {
-		s.sess.begin(s.resources)
-		defer func() {
-			if !s.abandoned {
-				s.sess.end(s.resources)
-			}
-		}()
-	}
 	sent, err := grant(ctx, db, s, &res)
 	if err != nil && errors.Is(err, context.DeadlineExceeded) && ctx.Err() != nil {
 		// The context's deadline ended the wait before the server's answer
@@ -242,21 +233,14 @@ func grant(ctx context.Context, db *sql.DB, s *spec, res *sql.NullString) (time.
 	case <-ctx.Done():
 	}
 	cancelled := !errors.Is(ctx.Err(), context.DeadlineExceeded)
-	s.abandoned = true
 	go func() {
 		defer stop()
-		r := outcome(ch, db, tag, cancelled, stop)
-		if s.sess != nil {
-			s.sess.end(s.resources)
-		}
+		r := outcome(ch, db, tag, cancelled, s.generated && s.keep == 0, stop)
 		if r.err != nil {
 			// 57014: cancelled by the server (ours, or statement_timeout):
 			// rolled back, nothing granted.
 			if !r.sent.IsZero() && !serverError(r.err) && sqlState(r.err) != "57014" {
 				s.undo(db, nil, r.err)
-				if s.sess != nil {
-					s.sess.reclaim(s.resources, tag)
-				}
 			}
 			return
 		}
@@ -280,11 +264,12 @@ type call struct {
 // statement (found by its TAG), every 200 ms until it answers: a
 // server's error then means nothing was granted, an answer says what
 // was. A driver's cancel (STOP) would drop a grant's answer: it comes
-// only after releaseTimeout, or at once when the server's cancel cannot
-// be sent (the pool has no other connection; the role may not signal).
-// The answer is waited for another releaseTimeout; then the outcome is
+// after releaseTimeout; at once when the server's cancel cannot be sent
+// (no other connection in the pool, a role that may not signal) if the
+// holder was made up here (ANYHOW: released whole if unknown). The
+// answer is waited for another releaseTimeout; then the outcome is
 // unknown (a context error).
-func outcome(ch chan call, db *sql.DB, tag string, cancelled bool, stop func()) call {
+func outcome(ch chan call, db *sql.DB, tag string, cancelled, anyhow bool, stop func()) call {
 	t := time.NewTimer(releaseTimeout)
 	defer t.Stop()
 	var tick <-chan time.Time
@@ -292,7 +277,7 @@ func outcome(ch chan call, db *sql.DB, tag string, cancelled bool, stop func()) 
 		k := time.NewTicker(200 * time.Millisecond)
 		defer k.Stop()
 		tick = k.C
-		if !cancelCall(db, tag) {
+		if !cancelCall(db, tag) && anyhow {
 			tick = nil
 			stop()
 		}
@@ -302,7 +287,7 @@ func outcome(ch chan call, db *sql.DB, tag string, cancelled bool, stop func()) 
 		case r := <-ch:
 			return r
 		case <-tick:
-			if !cancelCall(db, tag) {
+			if !cancelCall(db, tag) && anyhow {
 				tick = nil
 				stop()
 			}

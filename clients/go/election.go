@@ -116,9 +116,14 @@ func (l *Lock) stopRenewing() {
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	if l.state == released {
+		return // its session closed meanwhile
+	}
+	if l.state == held {
+		close(l.done) // (lost meanwhile: closed already)
+	}
 	l.state = released
 	l.err = ErrReleased
-	close(l.done)
 	close(l.finished)
 }
 

@@ -10,8 +10,10 @@ package dlock_test
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"math/rand"
+	"strconv"
 	"testing"
 	"time"
 
@@ -261,9 +263,9 @@ func TestSessionBrokenAfterFailedRelease(t *testing.T) {
 }
 
 // A session's Acquire cancelled on a pool of one (no connection for the
-// server's cancel: the driver cancels, its answer is dropped) after the
-// server granted it: once the statement has ended, the session gives the
-// grant back; its other lock stays.
+// server's cancel; a driver's cancel would drop the answer) after the
+// server granted it: the answer is waited for and the grant given back;
+// the session's other lock stays.
 func TestSessionCancelledGrantPoolOfOne(t *testing.T) {
 	admin := appDB(t, "")
 	p := newProxy(t)
@@ -313,5 +315,41 @@ func TestSessionCancelledGrantPoolOfOne(t *testing.T) {
 	}
 	if h := row(t, admin, keep.Resource()); !h.exists {
 		t.Fatal("the session's other lock was given back too")
+	}
+}
+
+// A holding taken in a session by the caller's own SQL, then an
+// AcquireAll of it and a busy resource in the session, cancelled on a
+// pool of one: nothing was granted, and the SQL's holding is left alone
+// (a clean-up that released the session's unclaimed holdings of the
+// resources would release it).
+func TestSessionCancelLeavesSQLHolding(t *testing.T) {
+	admin, app := appDB(t, ""), appDB(t, "")
+	app.SetMaxOpenConns(1)
+	s, err := dlock.OpenSession(bg(), app, dlock.TTL(30*time.Second))
+	if err != nil {
+		t.Skip(err)
+	}
+	defer s.Close(bg())
+	r, y := unique("sess-sql"), unique("sess-sql-busy")
+	var f sql.NullString
+	if err := app.QueryRow(`SELECT dlock.lock(resource => $1, session => $2::text::int8)::text`, r, strconv.FormatInt(s.ID(), 10)).Scan(&f); err != nil || !f.Valid {
+		t.Fatal(err, f)
+	}
+	x, err := dlock.TryAcquire(bg(), admin, y, dlock.Lease(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer x.Release(bg())
+	ctx, cancel := context.WithCancel(bg())
+	go func() { time.Sleep(500 * time.Millisecond); cancel() }()
+	if _, err := s.AcquireAll(ctx, []string{r, y}); !errors.Is(err, context.Canceled) {
+		t.Fatalf("%v, want context.Canceled", err)
+	}
+	for i := 0; i < 15; i++ {
+		if h := row(t, admin, r); !h.exists || strconv.FormatInt(h.fence, 10) != f.String {
+			t.Fatalf("%.1f s after the cancel, the SQL's holding of %s (fence %s) is gone: %+v", float64(i)*0.2, r, f.String, h)
+		}
+		time.Sleep(200 * time.Millisecond)
 	}
 }

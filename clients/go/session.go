@@ -39,8 +39,7 @@ type Session struct {
 	state   int
 	err     error
 	locks   map[*Lock]struct{}
-	flying  map[string]int // acquisitions under way, by resource
-	closing chan struct{}  // closed when the Close under way ends
+	closing chan struct{} // closed when the Close under way ends
 }
 
 // TTL is a session's ttl (default: the server's dlock.default_lease,
@@ -75,7 +74,7 @@ func OpenSession(ctx context.Context, db *sql.DB, opts ...Option) (*Session, err
 	}
 	s := &Session{db: db, holder: o.holder, ttl: o.ttl.Truncate(time.Microsecond),
 		done: make(chan struct{}), stopAlive: make(chan struct{}), finished: make(chan struct{}),
-		locks: map[*Lock]struct{}{}, flying: map[string]int{}}
+		locks: map[*Lock]struct{}{}}
 	if !o.hasHolder {
 		s.holder = uniqueHolder()
 	}
@@ -243,83 +242,6 @@ func (s *Session) adopt(l *Lock) error {
 	}
 	s.locks[l] = struct{}{}
 	return nil
-}
-
-// begin, end: an acquisition of RESOURCES in the session is under way.
-func (s *Session) begin(resources []string) {
-	s.mu.Lock()
-	for _, r := range resources {
-		s.flying[r]++
-	}
-	s.mu.Unlock()
-}
-
-func (s *Session) end(resources []string) {
-	s.mu.Lock()
-	for _, r := range resources {
-		if s.flying[r]--; s.flying[r] <= 0 {
-			delete(s.flying, r)
-		}
-	}
-	s.mu.Unlock()
-}
-
-// reclaim: after an acquisition of RESOURCES whose outcome is unknown
-// (its answer dropped by the driver's cancel), once its statement (TAG)
-// has ended, release by fence the session's holdings of RESOURCES that
-// no Lock of it has and no acquisition under way may get.
-func (s *Session) reclaim(resources []string, tag string) {
-	c, cancel := context.WithTimeout(context.Background(), releaseTimeout)
-	defer cancel()
-	for {
-		var n int64
-		_, err := queryRow(c, s.db, `SELECT pg_catalog.count(*) FROM pg_catalog.pg_stat_activity `+
-			`WHERE pg_catalog.right(application_name, pg_catalog.length($1::pg_catalog.text)) OPERATOR(pg_catalog.=) $1::pg_catalog.text`,
-			[]interface{}{tag}, &n)
-		if err == nil && n == 0 {
-			break
-		}
-		select {
-		case <-c.Done():
-			return
-		case <-time.After(200 * time.Millisecond):
-		}
-	}
-	id := strconv.FormatInt(s.id, 10)
-	for _, r := range resources {
-		var fences sql.NullString
-		if _, err := queryRow(c, s.db, `SELECT pg_catalog.string_agg(fence::pg_catalog.text, ',') FROM dlock.locks `+
-			`WHERE session OPERATOR(pg_catalog.=) $1::pg_catalog.text::pg_catalog.int8 AND resource OPERATOR(pg_catalog.=) $2::pg_catalog.text`,
-			[]interface{}{id, r}, &fences); err != nil || !fences.Valid {
-			continue
-		}
-		for _, f := range strings.Split(fences.String, ",") {
-			fence, err := strconv.ParseInt(f, 10, 64)
-			if err != nil || s.owns(r, fence) {
-				continue
-			}
-			var ok bool
-			_, _ = queryRow(c, s.db, one.release, []interface{}{r, s.holder, f}, &ok)
-		}
-	}
-}
-
-// owns: whether a Lock of the session holds RESOURCE under FENCE, or an
-// acquisition of RESOURCE is under way.
-func (s *Session) owns(resource string, fence int64) bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.flying[resource] > 0 {
-		return true
-	}
-	for l := range s.locks {
-		for i := range l.resources {
-			if l.resources[i] == resource && l.fences[i] == fence {
-				return true
-			}
-		}
-	}
-	return false
 }
 
 // leave: L no longer belongs to the session (released).
