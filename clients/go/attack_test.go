@@ -467,13 +467,15 @@ func TestReleaseRacesRenewal(t *testing.T) {
 	seed := time.Now().UnixNano()
 	t.Logf("seed %d", seed)
 	rng := rand.New(rand.NewSource(seed))
-	for i := 0; i < 20; i++ {
+	for i := 0; i < 12; i++ {
 		r := unique("race")
-		l, err := dlock.Acquire(bg(), app, r, dlock.Lease(300*time.Millisecond))
+		// 1.2 s: a renewal every 400 ms. With 300 ms, an acquisition slower
+		// than 100 ms (CI, portable, pgx4, 17) had 100 ms to confirm it.
+		l, err := dlock.Acquire(bg(), app, r, dlock.Lease(1200*time.Millisecond))
 		if err != nil {
 			t.Fatal(err)
 		}
-		time.Sleep(time.Duration(rng.Intn(250)) * time.Millisecond)
+		time.Sleep(time.Duration(rng.Intn(900)) * time.Millisecond)
 		errs := make(chan error, 2)
 		for j := 0; j < 2; j++ {
 			go func() { errs <- l.Release(bg()) }()
