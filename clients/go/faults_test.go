@@ -87,7 +87,11 @@ func TestRenewalBackendTerminated(t *testing.T) {
 	}
 }
 
-// pause: SIGSTOP every backend of application APP; the undo.
+// pause: SIGSTOP every backend of application APP; the undo. A backend
+// is left stopped only while it waits for its client (idle, ClientRead):
+// stopped inside a statement it may hold a lightweight lock that every
+// other backend of the cluster needs, and stall them all (the parallel
+// tests' sessions with them).
 func pause(t *testing.T, admin *sql.DB, app string) func() {
 	t.Helper()
 	rows, err := admin.Query(`SELECT pid FROM pg_stat_activity WHERE application_name = $1`, app)
@@ -106,16 +110,45 @@ func pause(t *testing.T, admin *sql.DB, app string) func() {
 	if len(pids) == 0 {
 		t.Fatalf("no backend of %s", app)
 	}
-	for _, pid := range pids {
-		if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
-			t.Skipf("cannot pause the backend %d (not a local server of this user?): %v", pid, err)
-		}
-	}
-	return func() {
-		for _, pid := range pids {
+	var stopped []int
+	undo := func() {
+		for _, pid := range stopped {
 			_ = syscall.Kill(pid, syscall.SIGCONT)
 		}
 	}
+	for _, pid := range pids {
+		if !stopIdle(t, admin, pid) {
+			undo()
+			t.Fatalf("backend %d of %s never stopped while idle", pid, app)
+		}
+		stopped = append(stopped, pid)
+	}
+	return undo
+}
+
+// stopIdle: SIGSTOP backend PID, and SIGCONT it again until it is caught
+// idle, waiting to read from its client; false if it never was (5 s).
+func stopIdle(t *testing.T, admin *sql.DB, pid int) bool {
+	t.Helper()
+	for end := time.Now().Add(5 * time.Second); time.Now().Before(end); time.Sleep(7 * time.Millisecond) {
+		if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
+			t.Skipf("cannot pause the backend %d (not a local server of this user?): %v", pid, err)
+		}
+		// Bounded: a backend stopped while it updates its entry of
+		// pg_stat_activity keeps readers retrying.
+		ctx, cancel := context.WithTimeout(bg(), 500*time.Millisecond)
+		var idle bool
+		err := admin.QueryRowContext(ctx, `SELECT coalesce(state = 'idle' AND wait_event = 'ClientRead', false) FROM pg_stat_activity WHERE pid = $1`, pid).Scan(&idle)
+		cancel()
+		if err == nil && idle {
+			return true
+		}
+		_ = syscall.Kill(pid, syscall.SIGCONT)
+		if errors.Is(err, sql.ErrNoRows) {
+			return true // gone: nothing to pause
+		}
+	}
+	return false
 }
 
 // The renewal's backend paused (SIGSTOP) past the lease. While other

@@ -319,15 +319,16 @@ def test_lock_broken_by_an_admin_is_lost_the_session_lives(dsn, admin, name):
     held.  Before the fix the keepalive kept succeeding and nothing said
     the broken lock was lost."""
     ttl = 1.5
-    called = []
+    called, ran = [], threading.Event()
     with dlock.Session(dsn, ttl=ttl) as s:
-        a = s.lock(name + "/a", wait=0, on_lost=called.append)
+        a = s.lock(name + "/a", wait=0, on_lost=lambda x: (called.append(x), ran.set()))
         b = s.try_lock(name + "/b")
         sem = s.semaphore(name + "/sem", max_permits=2)
         assert a.acquire() and b is not None and sem.acquire()
         admin.execute("SELECT dlock.break_lock(%s)", (name + "/a",))
         assert a.lost.wait(2.5 * ttl), "the broken lock's loss was not signalled"
-        assert "broken" in a.lost_reason and called == [a]
+        assert ran.wait(5) and called == [a]   # on_lost runs after lost is set
+        assert "broken" in a.lost_reason
         with dlock.Lock(dsn, name + "/a", wait=0) as other:
             assert other.fence > a.fence
         time.sleep(ttl)                 # keepalives go on
