@@ -134,18 +134,32 @@ func stopIdle(t *testing.T, admin *sql.DB, pid int) bool {
 		if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
 			t.Skipf("cannot pause the backend %d (not a local server of this user?): %v", pid, err)
 		}
-		// Bounded: a backend stopped while it updates its entry of
-		// pg_stat_activity keeps readers retrying.
-		ctx, cancel := context.WithTimeout(bg(), 500*time.Millisecond)
-		var idle bool
-		err := admin.QueryRowContext(ctx, `SELECT coalesce(state = 'idle' AND wait_event = 'ClientRead', false) FROM pg_stat_activity WHERE pid = $1`, pid).Scan(&idle)
-		cancel()
-		if err == nil && idle {
-			return true
+		// Bounded here, not by a context: a reader retries while the
+		// backend is stopped updating its pg_stat_activity entry, and may
+		// wait on a lightweight lock it holds (nothing cancels that wait;
+		// lib/pq waits for the answer). SIGCONT ends both.
+		type answer struct {
+			idle bool
+			err  error
 		}
-		_ = syscall.Kill(pid, syscall.SIGCONT)
-		if errors.Is(err, sql.ErrNoRows) {
-			return true // gone: nothing to pause
+		read := make(chan answer, 1)
+		go func() {
+			var a answer
+			a.err = admin.QueryRow(`SELECT coalesce(state = 'idle' AND wait_event = 'ClientRead', false) FROM pg_stat_activity WHERE pid = $1`, pid).Scan(&a.idle)
+			read <- a
+		}()
+		select {
+		case a := <-read:
+			if a.err == nil && a.idle {
+				return true
+			}
+			_ = syscall.Kill(pid, syscall.SIGCONT)
+			if errors.Is(a.err, sql.ErrNoRows) {
+				return true // gone: nothing to pause
+			}
+		case <-time.After(500 * time.Millisecond):
+			_ = syscall.Kill(pid, syscall.SIGCONT)
+			<-read
 		}
 	}
 	return false
