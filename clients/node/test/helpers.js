@@ -84,6 +84,43 @@ const aborted = (signal) => new Promise((resolve) => {
   else signal.addEventListener('abort', () => resolve(signal.reason), { once: true });
 });
 
+// pauseIdle ADMIN PID: SIGSTOP backend PID, and SIGCONT it and try again
+// until it is caught idle, waiting to read from its client (5 s, else an
+// error).  Stopped inside a statement, a backend may hold a lightweight
+// lock that every other backend of the cluster needs, and stall them all.
+// A backend that is gone is not paused.  ADMIN: a pool or client.
+async function pauseIdle(admin, pid) {
+  const end = Date.now() + 5000;
+  while (Date.now() < end) {
+    process.kill(pid, 'SIGSTOP');
+    let stopped = false;
+    try {
+      // Bounded here, not by statement_timeout: a reader retries while
+      // the backend is stopped updating its pg_stat_activity entry, and
+      // may wait on a lightweight lock it holds (no timeout ends that
+      // wait).  SIGCONT ends both.
+      const read = admin.query("SELECT coalesce(state = 'idle' AND wait_event = 'ClientRead', false) AS idle " +
+        'FROM pg_stat_activity WHERE pid = $1', [pid]);
+      let timer;
+      const first = await Promise.race([
+        read,
+        new Promise((resolve) => { timer = setTimeout(() => resolve(null), 500); }),
+      ]).finally(() => clearTimeout(timer));
+      if (first && first.rows.length && first.rows[0].idle) {
+        stopped = true;
+        return;
+      }
+      try { process.kill(pid, 'SIGCONT'); } catch { /* gone */ }
+      if ((await read).rows.length === 0) return; // gone: nothing to pause
+    } finally {
+      // Never leave it stopped on an error.
+      if (!stopped) try { process.kill(pid, 'SIGCONT'); } catch { /* gone */ }
+    }
+    await sleep(7);
+  }
+  throw new Error(`backend ${pid} never stopped while idle (waiting for its client)`);
+}
+
 // elections POOL: whether the server has dlock's [elect] functions (both
 // editions have them; older SQL may not); tests of elections skip
 // themselves otherwise.
@@ -105,4 +142,4 @@ async function kinds(pool) {
 }
 const noKinds = 'this server has no semaphores or lock_all (older SQL)';
 
-module.exports = { elections, noElections, kinds, noKinds, pg, unique, pool, bouncerPool, bouncerPort, proxy, within, sleep, aborted };
+module.exports = { elections, noElections, kinds, noKinds, pg, unique, pool, bouncerPool, bouncerPort, proxy, within, sleep, aborted, pauseIdle };

@@ -10,7 +10,7 @@
 const { test, after } = require('node:test');
 const assert = require('node:assert/strict');
 const dlock = require('..');
-const { unique, pool, bouncerPool, bouncerPort, proxy, within, sleep, aborted } = require('./helpers');
+const { unique, pool, bouncerPool, bouncerPort, proxy, within, sleep, aborted, pauseIdle } = require('./helpers');
 
 const app = pool({ application_name: 'node-test-sess' });
 const admin = pool({ application_name: 'node-test-sess-admin' });
@@ -125,7 +125,7 @@ test('keepalive backend paused (SIGSTOP): kept through a new connection, or lost
   const s = await dlock.openSession(p, { ttl: 3000 });
   const locks = [await s.acquire(`${r}/a`), await s.acquire(`${r}/b`)];
   const pid = (await admin.query("SELECT pid FROM pg_stat_activity WHERE application_name = 'node-test-sess-stop'")).rows[0].pid;
-  process.kill(pid, 'SIGSTOP');
+  await pauseIdle(admin, pid);
   try {
     let lostAt = null;
     s.signal.addEventListener('abort', () => { lostAt = new Date(); });

@@ -122,7 +122,7 @@ def test_aio_election_two_candidates(dsn, name):
     assert seen[-1] is None
 
 
-def test_aio_renewal_blocked_lost_before_server_expiry(dsn, admin, name):
+def test_aio_renewal_blocked_lost_before_server_expiry(dsn, admin, name, pause_idle):
     import os
     import signal
     import uuid
@@ -135,7 +135,7 @@ def test_aio_renewal_blocked_lost_before_server_expiry(dsn, admin, name):
                             (app,)).fetchone()[0]
         before = admin.execute("SELECT expires_at FROM dlock.locks WHERE resource = %s",
                                (name,)).fetchone()[0]
-        os.kill(pid, signal.SIGSTOP)
+        pause_idle(admin, pid)
         try:
             await asyncio.wait_for(lock.lost.wait(), 10)
             lost_at, expires = admin.execute(

@@ -22,13 +22,13 @@ def backend_pid(admin, app):
                          (app,)).fetchone()[0]
 
 
-def test_release_timeout_on_a_paused_backend(dsn, admin, name):
+def test_release_timeout_on_a_paused_backend(dsn, admin, name, pause_idle):
     app = "dlock-pytest-" + uuid.uuid4().hex[:8]
     lock = dlock.Lock(dsn + f" application_name={app}", name, lease=30)
     assert lock.acquire()
     pid = backend_pid(admin, app)
     out = []
-    os.kill(pid, signal.SIGSTOP)
+    pause_idle(admin, pid)
     try:
         def release():
             try:
@@ -45,14 +45,14 @@ def test_release_timeout_on_a_paused_backend(dsn, admin, name):
     assert "no answer within 1.0 s" in str(out[0])
 
 
-def test_aio_release_timeout_on_a_paused_backend(dsn, admin, name):
+def test_aio_release_timeout_on_a_paused_backend(dsn, admin, name, pause_idle):
     app = "dlock-pytest-" + uuid.uuid4().hex[:8]
 
     async def main():
         lock = dlock.aio.Lock(dsn + f" application_name={app}", name, lease=30, cancel=None)
         assert await lock.acquire()
         pid = backend_pid(admin, app)
-        os.kill(pid, signal.SIGSTOP)
+        pause_idle(admin, pid)
         try:
             with pytest.raises(psycopg.OperationalError):
                 await asyncio.wait_for(lock.release(timeout=1), 30)
@@ -98,7 +98,7 @@ def test_aio_cancelled_acquire_leaves_nothing(dsn, admin, name, kind):
         assert got is not None, "the cancelled acquisition was granted and kept it"
 
 
-def test_stuck_renewal_of_a_released_holding_leaves_the_next_alone(dsn, admin, name):
+def test_stuck_renewal_of_a_released_holding_leaves_the_next_alone(dsn, admin, name, pause_idle):
     """A renewal stuck on a paused backend is left behind by release();
     the same object acquires again; then the stuck renewal answers (NULL:
     its holding was released).  That answer is about the old holding: the
@@ -108,7 +108,7 @@ def test_stuck_renewal_of_a_released_holding_leaves_the_next_alone(dsn, admin, n
     lock = dlock.Lock(dsn + f" application_name={app}", name, lease=lease)
     assert lock.acquire()
     pid = backend_pid(admin, app)
-    os.kill(pid, signal.SIGSTOP)
+    pause_idle(admin, pid)
     try:
         # Setup, not an assertion: the first renewal (at lease/3) is sent
         # to the paused backend and waits for its answer.

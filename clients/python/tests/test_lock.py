@@ -118,7 +118,7 @@ def test_break_lock_sets_lost_runs_on_lost_raises(dsn, admin, name):
     assert lost.value.__context__ is None, repr(lost.value.__context__)
 
 
-def test_renewal_blocked_lost_before_server_expiry(dsn, admin, name):
+def test_renewal_blocked_lost_before_server_expiry(dsn, admin, name, pause_idle):
     """The renewal connection's backend is paused (SIGSTOP): no renewal gets
     through, and loss is signalled before the lease ends on the server."""
     app = "dlock-pytest-" + uuid.uuid4().hex[:8]
@@ -128,7 +128,7 @@ def test_renewal_blocked_lost_before_server_expiry(dsn, admin, name):
     assert lock.acquire()
     pid = backend_pid(admin, app)
     expires = holding(admin, name)[2]
-    os.kill(pid, signal.SIGSTOP)
+    pause_idle(admin, pid)
     try:
         assert lock.lost.wait(10)
         lost_at = admin.execute("SELECT clock_timestamp()").fetchone()[0]

@@ -91,7 +91,7 @@ def test_aio_wait_longer_than_the_lease_is_not_lost(dsn, admin, name, kind):
     asyncio.run(main())
 
 
-def test_paused_renewal_after_a_long_wait_lost_before_expiry(dsn, admin, name):
+def test_paused_renewal_after_a_long_wait_lost_before_expiry(dsn, admin, name, pause_idle):
     """Safety: acquired after a wait longer than its lease, then its
     connection's backend is paused (SIGSTOP): loss is signalled before
     the lease ends on the server."""
@@ -105,7 +105,7 @@ def test_paused_renewal_after_a_long_wait_lost_before_expiry(dsn, admin, name):
                         (app,)).fetchone()[0]
     before = admin.execute("SELECT expires_at FROM dlock.locks WHERE resource = %s"
                            " AND NOT expired", (name,)).fetchone()[0]
-    os.kill(pid, signal.SIGSTOP)
+    pause_idle(admin, pid)
     try:
         assert lock.lost.wait(10)
         lost_at, expires = admin.execute(

@@ -59,18 +59,21 @@ def test_aio_release_cancelled_at_once_still_releases(dsn, admin, name):
     asyncio.run(main())
 
 
-def _paused_server(admin, app):
+def _paused_server(admin, app, pause_idle):
     """Pause the backend of APP's connection and the postmaster: a new
-    connection then waits for the server's answer, as to a paused VM."""
+    connection then waits for the server's answer, as to a paused VM.
+    The backend only while it waits for its client (pause_idle); the
+    postmaster holds none of the locks other backends need."""
     pid = backend_pid(admin, app)
     pids = [pid, postmaster_pid(pid)]
-    for p in pids:
-        os.kill(p, signal.SIGSTOP)
+    pause_idle(admin, pid)
+    os.kill(pids[1], signal.SIGSTOP)
     return pids
 
 
 @pytest.mark.parametrize("flavour", ["sync", "aio"])
-def test_release_timeout_bounds_the_connection_it_opens(dsn, admin, name, flavour):
+def test_release_timeout_bounds_the_connection_it_opens(dsn, admin, name, flavour,
+                                                       pause_idle):
     """The renewal is stuck on a paused backend (it has the lock's
     connection), then the whole server pauses: release(timeout=1) must
     give up (psycopg.OperationalError) instead of waiting for a new
@@ -83,7 +86,7 @@ def test_release_timeout_bounds_the_connection_it_opens(dsn, admin, name, flavou
     if flavour == "sync":
         lock = dlock.Lock(dsn + f" application_name={app}", name, lease=lease)
         assert lock.acquire()
-        pids = _paused_server(admin, app)
+        pids = _paused_server(admin, app, pause_idle)
         try:
             def release():
                 # Setup: the first renewal (at lease/3) goes to the paused
@@ -106,7 +109,7 @@ def test_release_timeout_bounds_the_connection_it_opens(dsn, admin, name, flavou
             lock = dlock.aio.Lock(dsn + f" application_name={app}", name, lease=lease,
                                   cancel=None)
             assert await lock.acquire()
-            pids.extend(_paused_server(admin, app))
+            pids.extend(_paused_server(admin, app, pause_idle))
             try:
                 await asyncio.wait_for(lock.lost.wait(), lease)
                 try:

@@ -109,7 +109,7 @@ def expect_lost_on_all(s, locks, called, expires):
     assert sorted(called) == sorted(lock.resource for lock in locks)
 
 
-def test_keepalive_backend_paused_lost_on_every_lock_before_ttl_end(dsn, admin, name):
+def test_keepalive_backend_paused_lost_on_every_lock_before_ttl_end(dsn, admin, name, pause_idle):
     d, app = app_dsn(dsn)
     called = []
     s = dlock.Session(d, ttl=3).open()
@@ -118,7 +118,7 @@ def test_keepalive_backend_paused_lost_on_every_lock_before_ttl_end(dsn, admin, 
     assert all(lock.acquire() for lock in locks)
     time.sleep(1.2)                     # a keepalive has used its connection
     pid = backend(admin, app)
-    os.kill(pid, signal.SIGSTOP)
+    pause_idle(admin, pid)
     try:
         expect_lost_on_all(s, locks, called, None)
         lost_at = admin.execute("SELECT clock_timestamp()").fetchone()[0]

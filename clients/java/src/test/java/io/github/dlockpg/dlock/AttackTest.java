@@ -338,7 +338,7 @@ class AttackTest {
         CompletableFuture<DlockElection.Leadership> two = CompletableFuture.supplyAsync(
             () -> second.campaign("two", null).orElseThrow());
         int pid = TestEnv.backendPid(app);
-        TestEnv.signal("STOP", pid);
+        TestEnv.pauseIdle(pid);
         try {
             assertTrue(live.get(20, TimeUnit.SECONDS), "the lease still ran on the server when the loss was signalled");
             assertTrue(one.isLost());

@@ -134,7 +134,7 @@ class FaultTest {
         DlockLock lock = DlockLock.builder(ds, r).lease(Duration.ofSeconds(3)).onLost(recorder(r, live)).build();
         lock.lock();
         int pid = TestEnv.backendPid(app);
-        TestEnv.signal("STOP", pid);
+        TestEnv.pauseIdle(pid);
         try {
             assertTrue(lossWhileLive(live), "the lease still ran on the server when the loss was signalled");
             assertTrue(lock.isLost());

@@ -279,7 +279,7 @@ class SessionTest {
         List<CompletableFuture<LockLostException>> told = new ArrayList<>();
         List<DlockLock> locks = takeMany(s, 2, told);
         int pid = TestEnv.backendPid(app);
-        TestEnv.signal("STOP", pid);
+        TestEnv.pauseIdle(pid);
         try {
             lossBeforeEnd(s, locks, told, live);
         } finally {

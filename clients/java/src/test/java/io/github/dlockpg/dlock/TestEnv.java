@@ -8,9 +8,16 @@ package io.github.dlockpg.dlock;
 import java.lang.reflect.InvocationTargetException;
 import java.lang.reflect.Proxy;
 import java.sql.Connection;
+import java.sql.PreparedStatement;
 import java.sql.ResultSet;
 import java.sql.SQLException;
 import java.sql.Statement;
+import java.util.concurrent.Callable;
+import java.util.concurrent.ExecutorService;
+import java.util.concurrent.Executors;
+import java.util.concurrent.Future;
+import java.util.concurrent.TimeUnit;
+import java.util.concurrent.TimeoutException;
 import java.util.concurrent.atomic.AtomicInteger;
 import javax.sql.DataSource;
 import org.postgresql.ds.PGSimpleDataSource;
@@ -168,6 +175,59 @@ final class TestEnv {
     static void signal(String sig, int pid) throws Exception {
         int rc = new ProcessBuilder("kill", "-" + sig, Integer.toString(pid)).inheritIO().start().waitFor();
         if (rc != 0) throw new IllegalStateException("kill -" + sig + " " + pid + ": " + rc);
+    }
+
+    /**
+     * SIGSTOP backend PID, and SIGCONT it and try again until it is caught
+     * idle, waiting to read from its client (5 s, else an AssertionError).
+     * Stopped inside a statement, a backend may hold a lightweight lock that
+     * every other backend of the cluster needs, and stall them all. A
+     * backend that is gone is not paused.
+     */
+    static void pauseIdle(int pid) throws Exception {
+        ExecutorService reader = Executors.newSingleThreadExecutor();
+        // Connected first: a new connection may need a lock the backend holds.
+        try (Connection c = admin().getConnection(); PreparedStatement ps = c.prepareStatement(
+                "SELECT coalesce(state = 'idle' AND wait_event = 'ClientRead', false)"
+                + " FROM pg_stat_activity WHERE pid = ?")) {
+            ps.setInt(1, pid);
+            Callable<Boolean> idle = () -> {
+                try (ResultSet rs = ps.executeQuery()) {
+                    return rs.next() ? rs.getBoolean(1) : null; // null: gone
+                }
+            };
+            for (long end = System.nanoTime() + 5_000_000_000L; System.nanoTime() < end; Thread.sleep(7)) {
+                signal("STOP", pid);
+                boolean stopped = false;
+                try {
+                    // Bounded here, not by a statement timeout: a reader
+                    // retries while the backend is stopped updating its
+                    // pg_stat_activity entry, and may wait on a lightweight
+                    // lock it holds (no timeout ends that wait). SIGCONT
+                    // ends both.
+                    Future<Boolean> read = reader.submit(idle);
+                    try {
+                        stopped = Boolean.TRUE.equals(read.get(500, TimeUnit.MILLISECONDS));
+                    } catch (TimeoutException e) {
+                        stopped = false;
+                    }
+                    if (stopped) return;
+                    resume(pid);
+                    if (read.get(30, TimeUnit.SECONDS) == null) return; // gone: nothing to pause
+                } finally {
+                    if (!stopped) resume(pid); // never left stopped on an error
+                }
+            }
+            throw new AssertionError("backend " + pid + " never stopped while idle (waiting for its client)");
+        } finally {
+            reader.shutdownNow();
+        }
+    }
+
+    /** SIGCONT PID, if it is still there. */
+    private static void resume(int pid) throws Exception {
+        new ProcessBuilder("kill", "-CONT", Integer.toString(pid))
+            .redirectError(ProcessBuilder.Redirect.DISCARD).start().waitFor();
     }
 
     /** Whether RESOURCE is held, unexpired, by the server's clock now (false: no row). */
