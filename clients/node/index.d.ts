@@ -20,6 +20,8 @@ export interface LockOptions {
   lockDelay?: Duration | null;
   /** A shared (read) holding alongside other shared holders (the C extension's SQL 0.4; 0A000 elsewhere). */
   shared?: boolean;
+  /** Ends the wait: the statement is cancelled in the server, a grant that came first given back; rejects with the signal's reason. */
+  signal?: AbortSignal | null;
 }
 
 /** Permits of a counting semaphore (the C extension's SQL 0.5; 0A000 elsewhere). */
@@ -33,6 +35,8 @@ export interface SemaphoreOptions {
   holder?: string | null;
   /** Served in ticket order. */
   fair?: boolean;
+  /** Ends the wait: the statement is cancelled in the server, a grant that came first given back; rejects with the signal's reason. */
+  signal?: AbortSignal | null;
 }
 
 /** Several resources at once, all or none (the C extension's SQL 0.5; 0A000 elsewhere). */
@@ -42,6 +46,8 @@ export interface MultiLockOptions {
   holder?: string | null;
   /** Shared holdings of every resource. */
   shared?: boolean;
+  /** Ends the wait: the statement is cancelled in the server, a grant that came first given back; rejects with the signal's reason. */
+  signal?: AbortSignal | null;
 }
 
 /** A lease lock, renewed in the background every third of its lease. */
@@ -123,6 +129,8 @@ export interface ElectionOptions {
 export interface CampaignOptions {
   /** How long to wait to be elected (default: no limit). */
   wait?: Duration | null;
+  /** Ends the wait: the statement is cancelled in the server, a grant that came first given back; rejects with the signal's reason. */
+  signal?: AbortSignal | null;
 }
 
 export interface ObserveOptions {

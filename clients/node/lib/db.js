@@ -2,8 +2,11 @@
 // db.js - argument checks and one-statement calls on a client checked out
 // of the caller's pool, each with its own timeout.  A client whose call
 // failed for any reason but a server error (a timeout, a lost connection)
-// is destroyed, not returned to the pool.
+// is destroyed, not returned to the pool.  An AbortSignal ends the wait
+// for a client, or cancels the statement in the server (a CancelRequest,
+// as libpq sends it) and waits for its answer.
 
+const net = require('node:net');
 const os = require('node:os');
 const { randomUUID } = require('node:crypto');
 const { DlockError } = require('./errors');
@@ -46,6 +49,19 @@ function uniqueHolder() {
   return `${os.hostname()}:${process.pid}:${randomUUID()}`;
 }
 
+// The longest a release, or the end of a statement cancelled on an abort,
+// is waited for.
+const RELEASE_TIMEOUT_MS = 10000;
+
+// abortSignal VALUE: an AbortSignal option, or undefined for none.
+function abortSignal(value) {
+  if (value === undefined || value === null) return undefined;
+  if (typeof value !== 'object' || typeof value.aborted !== 'boolean' ||
+      typeof value.addEventListener !== 'function' || typeof value.removeEventListener !== 'function')
+    throw invalid('signal must be an AbortSignal');
+  return value;
+}
+
 function checkPool(pool) {
   if (!pool || typeof pool.connect !== 'function')
     throw new TypeError('dlock: expected a pg.Pool (an object with connect())');
@@ -63,47 +79,117 @@ function timeoutError(what, ms) {
   return err;
 }
 
-// call POOL SQL VALUES TIMEOUT [TIMING]: run one statement on a client of
-// its own; the rows.  TIMEOUT (ms, or 0 for none) bounds getting the
-// client and the statement.  TIMING.sent: when the statement was sent
-// (performance.now(), after any wait for a free client of the pool).
-async function call(pool, sql, values, timeoutMs, timing) {
-  let client;
+// onAbort SIGNAL: a promise settled (resolved) when SIGNAL is aborted,
+// and a function that stops listening.
+function onAbort(signal) {
+  let listener;
+  const promise = new Promise((resolve) => {
+    listener = () => resolve();
+    signal.addEventListener('abort', listener, { once: true });
+  });
+  return { promise, stop: () => signal.removeEventListener('abort', listener) };
+}
+
+// connect POOL TIMEOUT SIGNAL: a client of POOL; a client that comes after
+// the timeout or the abort goes back to the pool unused.
+async function connect(pool, timeoutMs, signal) {
+  if (!(timeoutMs > 0) && !signal) return pool.connect();
+  let timer, gaveUp = false;
+  const abort = signal && onAbort(signal);
+  const pending = pool.connect();
+  const racers = [pending];
   if (timeoutMs > 0) {
-    let timer, timedOut = false;
-    const pending = pool.connect();
-    try {
-      client = await Promise.race([
-        pending,
-        new Promise((_, reject) => {
-          timer = setTimeout(() => {
-            timedOut = true;
-            reject(timeoutError('getting a connection', timeoutMs));
-          }, timeoutMs);
-        }),
-      ]);
-    } catch (err) {
-      if (timedOut) pending.then((c) => c.release(true), () => {});
-      throw err;
-    } finally {
-      clearTimeout(timer);
-    }
-  } else {
-    client = await pool.connect();
+    racers.push(new Promise((_, reject) => {
+      timer = setTimeout(() => reject(timeoutError('getting a connection', timeoutMs)), timeoutMs);
+    }));
   }
-  let failure;
+  if (abort) racers.push(abort.promise.then(() => { throw signal.reason; }));
+  try {
+    return await Promise.race(racers);
+  } catch (err) {
+    gaveUp = true;
+    throw err;
+  } finally {
+    clearTimeout(timer);
+    if (abort) abort.stop();
+    if (gaveUp) pending.then((c) => c.release(), () => {});
+  }
+}
+
+// cancelRequest CLIENT: asks the server (or pgbouncer) to cancel CLIENT's
+// running statement, on a connection of its own, as libpq's PQcancel does
+// (unencrypted: it carries only the backend's key).  Resolves when the
+// request went out or could not; false when CLIENT says nothing of its
+// backend's key (another Client class).
+function cancelRequest(client) {
+  const { processID, secretKey, host, port } = client;
+  if (!Number.isInteger(processID) || !Number.isInteger(secretKey) || !port) return Promise.resolve(false);
+  const packet = Buffer.alloc(16);
+  packet.writeInt32BE(16, 0);
+  packet.writeInt32BE(80877102, 4); // the CancelRequest code
+  packet.writeInt32BE(processID, 8);
+  packet.writeInt32BE(secretKey, 12);
+  const where = typeof host === 'string' && host.startsWith('/')
+    ? { path: `${host}/.s.PGSQL.${port}` } : { host: host || 'localhost', port: Number(port) };
+  return new Promise((resolve) => {
+    const s = net.connect(where, () => s.end(packet));
+    s.setTimeout(RELEASE_TIMEOUT_MS, () => s.destroy());
+    s.on('error', () => {});
+    s.on('close', () => resolve(true));
+  });
+}
+
+
+// run CLIENT QUERY SIGNAL: CLIENT's result of QUERY.  SIGNAL aborted
+// meanwhile: the statement is cancelled and its answer awaited, up to
+// RELEASE_TIMEOUT_MS (then ETIMEDOUT: the outcome is unknown); the answer
+// is returned (or thrown) as it came: a grant that beat the cancel is the
+// caller's to give back.
+async function run(client, query, signal) {
+  const pending = client.query(query);
+  if (!signal) return pending;
+  const abort = onAbort(signal);
+  const done = pending.then(() => false, () => false);
+  try {
+    if (!(await Promise.race([done, abort.promise.then(() => true)]))) return pending;
+  } finally {
+    abort.stop();
+  }
+  await cancelRequest(client);
+  let timer;
+  const answered = await Promise.race([done.then(() => true),
+    new Promise((resolve) => { timer = setTimeout(() => resolve(false), RELEASE_TIMEOUT_MS); })]);
+  clearTimeout(timer);
+  if (answered) return pending;
+  pending.catch(() => {});
+  throw timeoutError('the end of a cancelled statement', RELEASE_TIMEOUT_MS);
+}
+
+// call POOL SQL VALUES TIMEOUT [TIMING [SIGNAL]]: run one statement on a
+// client of its own; the rows.  TIMEOUT (ms, or 0 for none) bounds getting
+// the client and the statement.  TIMING.sent: when the statement was sent
+// (performance.now(), after any wait for a free client of the pool);
+// unset when it was not.  SIGNAL (an AbortSignal): aborted before the
+// statement is sent, rejects with its reason and sends nothing; aborted
+// while it runs, see run().
+async function call(pool, sql, values, timeoutMs, timing, signal) {
+  if (signal && signal.aborted) throw signal.reason;
+  const client = await connect(pool, timeoutMs, signal);
+  let failure, sent = false;
   // A checked-out client has no 'error' listener of the pool's: a
   // connection lost between statements must not become an uncaught error.
   const onError = (err) => { failure = failure || err; };
   client.on('error', onError);
   try {
+    if (signal && signal.aborted) throw signal.reason;
     const query = { text: sql, values };
     if (timeoutMs > 0) query.query_timeout = Math.max(1, Math.ceil(timeoutMs));
     if (timing) timing.sent = performance.now();
-    const res = await client.query(query);
+    sent = true;
+    const res = await run(client, query, signal);
     return res.rows;
   } catch (err) {
-    failure = err;
+    if (sent) failure = err;
     throw err;
   } finally {
     client.removeListener('error', onError);
@@ -122,5 +208,6 @@ function fences(v, multi) {
 }
 
 module.exports = {
-  invalid, duration, text, count, uniqueHolder, checkPool, isServerError, call, bigintOrNull, fences,
+  invalid, duration, text, count, uniqueHolder, checkPool, abortSignal, isServerError, call, bigintOrNull, fences,
+  RELEASE_TIMEOUT_MS,
 };

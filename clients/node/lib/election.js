@@ -101,7 +101,7 @@ class Election {
     let l;
     try {
       l = await take(this._pool, Leadership, this._name, this._candidate, this._generated,
-        { lease: this._lease },
+        { lease: this._lease, signal: opts.signal },
         'SELECT dlock.campaign($1, $2, $3, $4::interval, $5::interval)::text AS f', values,
         'SELECT dlock.resign($1, $2, $3::bigint) AS r', {}, values[3], leading, true);
     } catch (err) {

@@ -56,7 +56,7 @@ const db = require('./db');
 
 const RETRY_MIN_MS = 100;
 const RETRY_MAX_MS = 1000;
-const RELEASE_TIMEOUT_MS = 10000;
+const { RELEASE_TIMEOUT_MS } = db;
 
 // margin: how much before the lease's end a lock whose renewals fail is
 // declared lost (a tenth of the lease, at most one second): room for the
@@ -367,7 +367,9 @@ async function confirm(pool, sql, args, leaseMs, what, fence) {
 // take: run an acquisition or campaign statement; the Lock, or null when
 // it returned NULL.  A lost connection leaves the outcome unknown: a
 // holder made up here is then released (best effort), since nobody else
-// can use it.
+// can use it.  opts.signal aborted: the statement is cancelled, what was
+// granted all the same given back, and take rejects with the signal's
+// reason.
 // KIND's constructor gets the spec with `more` added (a MultiLock: its
 // resources and fences; a Semaphore: its permits).  LEASEPARAM: the lease
 // as sent (renewals send it again).  LEADING: the term of a leadership
@@ -377,32 +379,40 @@ async function confirm(pool, sql, args, leaseMs, what, fence) {
 // a leader its term back with the old expiry, not a new lease).
 async function take(pool, Kind, resource, holder, generated, opts, sql, values, releaseSql, more, leaseParam,
   leading, confirmAlways) {
+  const signal = db.abortSignal(opts.signal);
   const mine = leading !== undefined && leading !== null;
   const timing = {};
   let rows;
   try {
-    rows = await db.call(pool, sql, values, 0, timing);
+    rows = await db.call(pool, sql, values, 0, timing, signal);
   } catch (err) {
+    if (timing.sent === undefined) throw err;   // nothing sent
     if (generated && !mine && !db.isServerError(err)) {
       await db.call(pool, 'SELECT dlock.unlock_all($1)', [holder], RELEASE_TIMEOUT_MS).catch(() => {});
     }
-    throw err;
+    throw signal && signal.aborted ? signal.reason : err;
   }
   const multi = Array.isArray(resource);
   const fences = db.fences(rows[0].f, multi);
-  if (fences === null) return null;
+  if (fences === null) {
+    if (signal && signal.aborted) throw signal.reason;
+    return null;
+  }
   const resources = multi ? resource : [resource];
   const target = multi ? [resources, fences.map(String)] : [resource, fences[0].toString()];
+  const giveBack = () => (mine && fences[0] === leading ? undefined
+    : db.call(pool, releaseSql, [target[0], holder, target[1]], RELEASE_TIMEOUT_MS).catch(() => {}));
   let leaseMs, sentAt = timing.sent;
   try {
+    if (signal && signal.aborted) throw signal.reason;
     leaseMs = await leaseOf(pool, resources[0], holder, fences[0], opts.lease);
     if (confirmAlways || now() - sentAt >= leaseMs / 3) {
       sentAt = await confirm(pool, (multi ? MANY : ONE).renew, [target[0], holder, leaseParam, target[1]],
         leaseMs, resources.join(', '), fences[0]);
     }
+    if (signal && signal.aborted) throw signal.reason;
   } catch (err) {
-    if (!(mine && fences[0] === leading))
-      await db.call(pool, releaseSql, [target[0], holder, target[1]], RELEASE_TIMEOUT_MS).catch(() => {});
+    await giveBack();
     throw err;
   }
   return new Kind(pool, {

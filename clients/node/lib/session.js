@@ -29,7 +29,7 @@ const db = require('./db');
 
 const RETRY_MIN_MS = 100;
 const RETRY_MAX_MS = 1000;
-const RELEASE_TIMEOUT_MS = 10000;
+const { RELEASE_TIMEOUT_MS } = db;
 const margin = (ttlMs) => Math.min(ttlMs / 10, 1000);
 const now = () => performance.now();
 
@@ -178,11 +178,31 @@ class Session {
       throw new DlockError(`dlock: session ${this._id} is ${this._state}`, { code: '55000' });
   }
 
-  async _take(Kind, resource, sql, values, releaseSql, more) {
+  // _take: run an acquisition or campaign in this session; the lock, or
+  // null.  SIGNAL aborted: the statement is cancelled, what was granted
+  // all the same given back (not a term this session leads already: a
+  // campaign gives that back), and _take rejects with the signal's reason.
+  async _take(Kind, resource, sql, values, releaseSql, more, signal) {
     this._usable();
-    const rows = await db.call(this._pool, sql, values, 0);
+    const timing = {};
+    let rows;
+    try {
+      rows = await db.call(this._pool, sql, values, 0, timing, signal);
+    } catch (err) {
+      throw signal && signal.aborted && timing.sent !== undefined ? signal.reason : err;
+    }
     const multi = Array.isArray(resource);
     const fences = db.fences(rows[0].f, multi);
+    if (signal && signal.aborted) {
+      const led = [...this._locks].some((l) => l.term !== undefined && l.resource === resource &&
+        fences !== null && l.fence === fences[0]);
+      if (fences !== null && !led) {
+        await db.call(this._pool, releaseSql,
+          [resource, this._holder, multi ? fences.map(String) : fences[0].toString()],
+          RELEASE_TIMEOUT_MS).catch(() => {});
+      }
+      throw signal.reason;
+    }
     if (fences === null) return null;
     const resources = multi ? resource : [resource];
     const lock = new Kind(this._pool, {
@@ -199,11 +219,12 @@ class Session {
     if (opts.lease !== undefined || opts.holder !== undefined)
       throw db.invalid('a lock in a session has no lease or holder of its own (the session\'s)');
     const w = db.duration('wait', wait);
+    const signal = db.abortSignal(opts.signal);
     const id = this._id.toString();
     if (Array.isArray(resource)) {
       resource.forEach((r) => db.text('each resource', r));
       return this._take(MultiLock, [...resource], SQL.multi,
-        [[...resource], this._holder, w, opts.shared === true, id], LOCK_SQL.many.release, {});
+        [[...resource], this._holder, w, opts.shared === true, id], LOCK_SQL.many.release, {}, signal);
     }
     db.text('resource', resource);
     if (opts.maxPermits !== undefined) {
@@ -211,11 +232,11 @@ class Session {
       const permits = opts.permits === undefined ? 1 : db.count('permits', opts.permits);
       return this._take(Semaphore, resource, SQL.semaphore,
         [resource, this._holder, opts.maxPermits, permits, w, opts.fair === true, id], LOCK_SQL.one.release,
-        { maxPermits: opts.maxPermits, permits });
+        { maxPermits: opts.maxPermits, permits }, signal);
     }
     return this._take(Lock, resource, SQL.lock,
       [resource, this._holder, w, opts.fair === true, opts.shared === true,
-        db.duration('lockDelay', opts.lockDelay), id], LOCK_SQL.one.release, {});
+        db.duration('lockDelay', opts.lockDelay), id], LOCK_SQL.one.release, {}, signal);
   }
 
   /**
@@ -266,10 +287,11 @@ class Session {
     db.text('election', election);
     db.text('value', value, true);
     opts = opts || {};
+    const signal = db.abortSignal(opts.signal);
     const { Leadership } = require('./election');
     const l = await this._take(Leadership, election, SQL.campaign,
       [election, this._holder, value ?? null, db.duration('wait', opts.wait), this._id.toString()],
-      'SELECT dlock.resign($1, $2, $3::bigint) AS r', {});
+      'SELECT dlock.resign($1, $2, $3::bigint) AS r', {}, signal);
     if (l === null) throw new LockTimeout(election);
     return l;
   }

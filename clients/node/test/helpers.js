@@ -29,12 +29,15 @@ function bouncerPool(extra) {
 
 // proxy: a TCP proxy to the server's socket.  cut() closes every
 // connection and black-holes new ones (accepted, never answered), as a
-// partition would; heal() lets them through again.
+// partition would; heal() lets them through again.  stall() holds back
+// what the server sends on the connections open now (new ones pass),
+// resume() delivers it.
 async function proxy() {
   const target = process.env.PGHOST.startsWith('/')
     ? { path: `${process.env.PGHOST}/.s.PGSQL.${process.env.PGPORT || 5432}` }
     : { host: process.env.PGHOST, port: Number(process.env.PGPORT || 5432) };
   const sockets = new Set();
+  const pairs = new Set();
   let cut = false;
   const server = net.createServer((c) => {
     sockets.add(c);
@@ -47,7 +50,11 @@ async function proxy() {
     s.on('error', () => {});
     c.on('close', () => s.destroy());
     c.pipe(s);
-    s.pipe(c);
+    const pair = { held: null };
+    pairs.add(pair);
+    s.on('close', () => pairs.delete(pair));
+    pair.flush = () => { if (pair.held) c.write(Buffer.concat(pair.held)); pair.held = null; };
+    s.on('data', (d) => { if (pair.held) pair.held.push(d); else c.write(d); });
   });
   await new Promise((resolve) => server.listen(0, '127.0.0.1', resolve));
   return {
@@ -57,6 +64,8 @@ async function proxy() {
     },
     cut() { cut = true; for (const s of sockets) s.destroy(); },
     heal() { cut = false; },
+    stall() { for (const p of pairs) p.held = p.held || []; },
+    resume() { for (const p of pairs) p.flush(); },
     close() {
       for (const s of sockets) s.destroy();
       return new Promise((resolve) => server.close(resolve));

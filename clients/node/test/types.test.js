@@ -36,7 +36,9 @@ export async function main(pool: Pool): Promise<number> {
     try { await c.query('BEGIN'); await lock.assertFence(c); await c.query('COMMIT'); } finally { c.release(); }
     return Number(f);
   }, { lease: 30_000, wait: '10s', holder: 'me' });
-  const l: Lock = await acquire(pool, 'r', { lease: 1000, fair: true });
+  const l: Lock = await acquire(pool, 'r', { lease: 1000, fair: true, signal: AbortSignal.timeout(5000) });
+  const sa: Semaphore = await ss.acquire('slots', { maxPermits: 2, signal: new AbortController().signal });
+  void sa;
   const ok: boolean = await l.release();
   const t: Lock | null = await tryAcquire(pool, 'r');
   const s: Semaphore = await acquire(pool, 'slots', { maxPermits: 3, permits: 2, wait: 0 });
@@ -48,7 +50,7 @@ export async function main(pool: Pool): Promise<number> {
   const mt: MultiLock | null = await tryAcquire(pool, ['a']);
   void p; void fs; void fs2; void k; void mt;
   const e = new Election(pool, 'scheduler', { lease: 15000 });
-  const lead: Leadership = await e.campaign('http://a:1', { wait: 1000 });
+  const lead: Leadership = await e.campaign('http://a:1', { wait: 1000, signal: null });
   const term: bigint = lead.term + 1n;
   await lead.proclaim(null);
   await e.resign();

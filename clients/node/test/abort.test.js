@@ -1,0 +1,288 @@
+'use strict';
+// An AbortSignal on an acquisition (opts.signal): it ends the wait for a
+// client of the pool or cancels the statement in the server; what the
+// server granted all the same is given back; the promise rejects with
+// the signal's reason.  The attacks: an abort while the server waits, one
+// already made, one while the pool has no client, one after the grant
+// but before its answer arrives (a stalled proxy), aborts racing a
+// release (seeded), through pgbouncer, and a bad signal.
+// Promises: P16
+const { test, after } = require('node:test');
+const assert = require('node:assert/strict');
+const dlock = require('..');
+const {
+  unique, pool, bouncerPool, bouncerPort, proxy, within, sleep, elections, noElections, kinds, noKinds,
+} = require('./helpers');
+
+const APP = 'node-test-abort';
+const app = pool({ application_name: APP });
+const admin = pool();
+after(() => Promise.all([app.end(), admin.end()]));
+
+// running NAME: acquisitions and campaigns of application NAME running
+// now (not its renewals and keepalives).
+const running = async (name) => (await admin.query(
+  "SELECT count(*)::int AS n FROM pg_stat_activity WHERE application_name = $1 AND state = 'active' " +
+  "AND query ~ 'dlock\\.(lock|acquire|lock_all|campaign)\\('", [name])).rows[0].n;
+
+// until WHAT FN: polls FN until it is true (10 s, else a failure).
+async function until(what, fn) {
+  const end = Date.now() + 10000;
+  while (Date.now() < end) {
+    if (await fn()) return;
+    await sleep(20);
+  }
+  assert.fail(`${what}: not within 10 s`);
+}
+
+// live RESOURCE: the holders of RESOURCE's live holdings.
+const live = async (resource) => (await admin.query(
+  'SELECT holder FROM dlock.locks WHERE resource = $1 AND NOT expired ORDER BY holder', [resource]))
+  .rows.map((x) => x.holder);
+
+// Each kind: how the first holder takes it (on admin), how a waiter
+// takes it with opts (on app), and a third one's try once both are done.
+const plain = (r, o) => dlock.acquire(admin, r, o);
+const KINDS = {
+  lock: { hold: plain, take: (r, o) => dlock.acquire(app, r, o), third: (r) => dlock.tryAcquire(admin, r) },
+  semaphore: {
+    hold: (r, o) => dlock.acquire(admin, r, { maxPermits: 1, ...o }),
+    take: (r, o) => dlock.acquire(app, r, { maxPermits: 1, ...o }),
+    third: (r) => dlock.tryAcquire(admin, r, { maxPermits: 1 }),
+    needs: kinds, skip: noKinds,
+  },
+  multi: {
+    hold: (r, o) => dlock.acquire(admin, [r, `${r}/b`], o),
+    take: (r, o) => dlock.acquire(app, [r, `${r}/b`], o),
+    third: (r) => dlock.tryAcquire(admin, [r, `${r}/b`]),
+    needs: kinds, skip: noKinds,
+  },
+  withLock: {
+    hold: plain,
+    take: (r, o) => dlock.withLock(app, r, async () => { throw new Error('ran without the lock'); }, o),
+    third: (r) => dlock.tryAcquire(admin, r),
+  },
+  election: {
+    hold: (r, o) => new dlock.Election(admin, r, { lease: o.lease }).campaign('first'),
+    take: (r, o) => new dlock.Election(app, r, { lease: o.lease }).campaign('v', o),
+    third: (r) => new dlock.Election(admin, r).campaign('third', { wait: 0 }).catch(() => null),
+    needs: elections, skip: noElections,
+  },
+};
+
+for (const [kind, k] of Object.entries(KINDS)) {
+  test(`${kind}: an abort while the server waits cancels the statement; nothing is held; the reason rejects`, async (t) => {
+    if (k.needs && !(await k.needs(admin))) return t.skip(k.skip);
+    const r = unique(`abort-${kind}`);
+    const first = await k.hold(r, { lease: 30000 });
+    const ac = new AbortController();
+    const reason = new Error('shutting down');
+    const outcome = k.take(r, { lease: 30000, wait: 60000, signal: ac.signal }).then(() => 'resolved', (err) => err);
+    await until('the waiter runs in the server', async () => (await running(APP)) === 1);
+    ac.abort(reason);
+    assert.equal(await within(5000, outcome, 'the aborted acquisition'), reason);
+    assert.equal(await running(APP), 0, 'its statement was cancelled, not left waiting');
+    const holders = await live(r);
+    assert.equal(holders.length, 1, `only the first holder: ${holders}`);
+    await first.release();
+    // Were its statement still waiting, it would take it now.
+    const third = await k.third(r);
+    assert.ok(third, 'free once the first holder released it');
+    await third.release();
+    assert.equal((await app.query('SELECT 1 AS one')).rows[0].one, 1, 'the pool still works');
+  });
+}
+
+test('session: an abort cancels a lock and a campaign waiting in a session; the session lives', async (t) => {
+  const s = await dlock.openSession(app, { ttl: 30000 });
+  try {
+    const r = unique('abort-session');
+    const first = await dlock.acquire(admin, r, { lease: 30000 });
+    const ac = new AbortController();
+    const outcome = s.acquire(r, { wait: 60000, signal: ac.signal }).then(() => 'resolved', (err) => err);
+    await until('the waiter runs in the server', async () => (await running(APP)) === 1);
+    ac.abort();
+    const err = await within(5000, outcome, 'the aborted acquisition');
+    assert.equal(err.name, 'AbortError', `the default reason: ${err}`);
+    assert.equal(await running(APP), 0);
+    assert.deepEqual(await live(r), [first.holder]);
+    await first.release();
+    assert.equal(s.lost, false);
+    const again = await s.acquire(r, { wait: 5000 });
+    assert.ok(again, 'the session still acquires');
+    await again.release();
+
+    if (!(await elections(admin))) return t.skip(noElections);
+    const e = unique('abort-session-election');
+    const leader = await new dlock.Election(admin, e, { lease: 30000 }).campaign('a');
+    const ac2 = new AbortController();
+    const campaign = s.campaign(e, 'b', { wait: 60000, signal: ac2.signal }).then(() => 'resolved', (x) => x);
+    await until('the campaign runs in the server', async () => (await running(APP)) === 1);
+    ac2.abort('enough');
+    assert.equal(await within(5000, campaign, 'the aborted campaign'), 'enough');
+    assert.equal(await running(APP), 0);
+    await leader.resign();
+    assert.equal(s.lost, false);
+  } finally {
+    await s.close();
+  }
+});
+
+test('a campaign again, aborted after the grant, does not resign the term it leads (session or not)', async (t) => {
+  if (!(await elections(admin))) return t.skip(noElections);
+  const px = await proxy();
+  const p = px.pool({ application_name: `${APP}-leading` });
+  try {
+    for (const kind of ['election', 'session']) {
+      const e = unique(`abort-leading-${kind}`);
+      const s = kind === 'session' ? await dlock.openSession(p, { ttl: 30000 }) : null;
+      const el = s ? null : new dlock.Election(p, e, { lease: 30000 });
+      const campaign = (o) => (s ? s.campaign(e, 'v', o) : el.campaign('v', o));
+      const leading = await campaign({});
+      px.stall();
+      const ac = new AbortController();
+      const outcome = campaign({ signal: ac.signal }).then(() => 'resolved', (x) => x);
+      await sleep(300); // answered, held back by the proxy
+      ac.abort('late');
+      px.resume();
+      assert.equal(await within(15000, outcome, 'the aborted campaign'), 'late');
+      const leader = (await admin.query('SELECT term::text AS term FROM dlock.leader($1)', [e])).rows[0];
+      assert.equal(leader && leader.term, leading.term.toString(), `${kind}: still the leader, same term`);
+      assert.equal(leading.lost, false);
+      if (s) await s.close();
+      else await leading.resign();
+    }
+  } finally {
+    await p.end();
+    await px.close();
+  }
+});
+
+test('an abort made already rejects at once with its reason, sends nothing', async () => {
+  let connects = 0;
+  const counting = { connect: () => { connects += 1; return app.connect(); } };
+  const ac = new AbortController();
+  ac.abort('no');
+  await assert.rejects(dlock.acquire(counting, unique('abort-before'), { signal: ac.signal }), (e) => e === 'no');
+  await assert.rejects(dlock.tryAcquire(counting, unique('abort-before'), { signal: ac.signal }), (e) => e === 'no');
+  await assert.rejects(new dlock.Election(counting, unique('abort-before')).campaign('v', { signal: ac.signal }),
+    (e) => e === 'no');
+  assert.equal(connects, 0);
+});
+
+test('a bad signal is refused (22023) before anything is sent', async () => {
+  let connects = 0;
+  const counting = { connect: () => { connects += 1; return app.connect(); } };
+  for (const signal of ['x', 5, {}, { aborted: false }]) {
+    await assert.rejects(dlock.acquire(counting, unique('abort-bad'), { signal }), { code: '22023' });
+  }
+  const s = await dlock.openSession(app, { ttl: 30000 });
+  try {
+    await assert.rejects(s.acquire(unique('abort-bad'), { signal: 'x' }), { code: '22023' });
+    await assert.rejects(s.campaign(unique('abort-bad'), 'v', { signal: 'x' }), { code: '22023' });
+  } finally {
+    await s.close();
+  }
+  assert.equal(connects, 0);
+});
+
+test('an abort while the pool has no free client: rejects; the client comes back to the pool', async () => {
+  const small = pool({ max: 1, application_name: `${APP}-small` });
+  try {
+    const busy = await small.connect();
+    const ac = new AbortController();
+    const r = unique('abort-pool');
+    const outcome = dlock.acquire(small, r, { signal: ac.signal }).then(() => 'resolved', (e) => e);
+    await sleep(100);
+    ac.abort('pool');
+    assert.equal(await within(5000, outcome, 'the aborted acquisition'), 'pool');
+    busy.release();
+    await until('the client is idle in the pool again', () => small.idleCount === 1 && small.waitingCount === 0);
+    assert.equal(small.totalCount, 1);
+    assert.deepEqual(await live(r), []);
+    const l = await dlock.acquire(small, r, { wait: 5000 });
+    await l.release();
+  } finally {
+    await small.end();
+  }
+});
+
+test('an abort after the grant, before its answer arrives: the grant is given back', async () => {
+  const px = await proxy();
+  const p = px.pool({ application_name: `${APP}-stalled` });
+  try {
+    for (const kind of ['lock', 'session']) {
+      const r = unique(`abort-granted-${kind}`);
+      const first = await dlock.acquire(admin, r, { lease: 30000 });
+      const s = kind === 'session' ? await dlock.openSession(p, { ttl: 30000 }) : null;
+      const ac = new AbortController();
+      const outcome = (s ? s.acquire(r, { wait: 60000, signal: ac.signal })
+        : dlock.acquire(p, r, { lease: 30000, wait: 60000, signal: ac.signal })).then(() => 'resolved', (e) => e);
+      await until('the waiter runs in the server', async () => (await running(`${APP}-stalled`)) === 1);
+      px.stall();
+      await first.release();
+      await until('granted in the server', async () => (await live(r)).length === 1);
+      ac.abort('late');
+      await sleep(200); // the cancel request comes too late: nothing runs
+      px.resume();
+      assert.equal(await within(15000, outcome, 'the aborted acquisition'), 'late');
+      assert.deepEqual(await live(r), [], 'the grant was given back');
+      if (s) {
+        assert.equal(s.lost, false);
+        await s.close();
+      }
+    }
+  } finally {
+    await p.end();
+    await px.close();
+  }
+});
+
+test('aborts racing releases (seeded): rejected, nothing of it left; resolved, it is held', async () => {
+  let seed = Number(process.env.DLOCK_TEST_SEED || Date.now() % 1000000);
+  console.log(`# seed ${seed}`);
+  const rand = () => { seed = (seed * 1103515245 + 12345) % 2147483648; return seed / 2147483648; };
+  const seen = { resolved: 0, rejected: 0 };
+  for (let i = 0; i < 20; i++) {
+    const r = unique('abort-race');
+    const first = await dlock.acquire(admin, r, { lease: 30000 });
+    const ac = new AbortController();
+    const outcome = dlock.acquire(app, r, { lease: 30000, wait: 60000, signal: ac.signal })
+      .then((l) => l, (e) => e);
+    await until('the waiter runs in the server', async () => (await running(APP)) === 1);
+    const releaseAt = rand() * 20, abortAt = rand() * 20;
+    await Promise.all([sleep(releaseAt).then(() => first.release()), sleep(abortAt).then(() => ac.abort('race'))]);
+    const got = await within(15000, outcome, 'the acquisition');
+    if (got === 'race') {
+      seen.rejected += 1;
+      assert.deepEqual(await live(r), [], `round ${i}: rejected, yet held`);
+    } else {
+      seen.resolved += 1;
+      assert.ok(got instanceof dlock.Lock, `round ${i}: ${got}`);
+      assert.equal(await got.check(), true, `round ${i}: resolved but not held`);
+      await got.release();
+    }
+    assert.equal(await running(APP), 0);
+  }
+  console.log(`# outcomes ${JSON.stringify(seen)}`);
+});
+
+test('pgbouncer: an abort cancels the waiting statement through the pooler', { skip: bouncerPort ? false : 'no pgbouncer (DLOCK_TEST_BOUNCER_PORT unset)' }, async () => {
+  const bp = bouncerPool({ application_name: `${APP}-bouncer` });
+  try {
+    const r = unique('abort-bouncer');
+    const first = await dlock.acquire(admin, r, { lease: 30000 });
+    const ac = new AbortController();
+    const outcome = dlock.acquire(bp, r, { wait: 60000, signal: ac.signal }).then(() => 'resolved', (e) => e);
+    // pgbouncer passes application_name on to the server.
+    await until('the waiter runs in the server', async () => (await running(`${APP}-bouncer`)) === 1);
+    ac.abort('bouncer');
+    assert.equal(await within(5000, outcome, 'the aborted acquisition'), 'bouncer');
+    await first.release();
+    const third = await dlock.tryAcquire(admin, r);
+    assert.ok(third, 'no statement left waiting to take it');
+    await third.release();
+  } finally {
+    await bp.end();
+  }
+});
