@@ -79,15 +79,33 @@ function timeoutError(what, ms) {
   return err;
 }
 
-// onAbort SIGNAL: a promise settled (resolved) when SIGNAL is aborted,
-// and a function that stops listening.
+// onAbort SIGNAL: a promise resolved when SIGNAL is aborted, and a
+// function that stops waiting for it.  One listener per signal however many
+// calls wait on it (a signal shared by many calls must not look like a
+// listener leak to node, which would print a warning).
+const waiting = new WeakMap();   // signal -> { resolvers: Set, listener }
 function onAbort(signal) {
-  let listener;
-  const promise = new Promise((resolve) => {
-    listener = () => resolve();
-    signal.addEventListener('abort', listener, { once: true });
-  });
-  return { promise, stop: () => signal.removeEventListener('abort', listener) };
+  let w = waiting.get(signal);
+  if (!w) {
+    w = { resolvers: new Set() };
+    w.listener = () => {
+      waiting.delete(signal);
+      for (const resolve of w.resolvers) resolve();
+    };
+    waiting.set(signal, w);
+    signal.addEventListener('abort', w.listener, { once: true });
+  }
+  let resolver;
+  const promise = new Promise((resolve) => { resolver = resolve; });
+  w.resolvers.add(resolver);
+  const stop = () => {
+    w.resolvers.delete(resolver);
+    if (w.resolvers.size === 0 && waiting.get(signal) === w) {
+      waiting.delete(signal);
+      signal.removeEventListener('abort', w.listener);
+    }
+  };
+  return { promise, stop };
 }
 
 // connect POOL TIMEOUT SIGNAL: a client of POOL; a client that comes after
@@ -116,12 +134,15 @@ async function connect(pool, timeoutMs, signal) {
   }
 }
 
-// cancelRequest CLIENT: asks the server (or pgbouncer) to cancel CLIENT's
-// running statement, on a connection of its own, as libpq's PQcancel does
-// (unencrypted: it carries only the backend's key).  Resolves when the
-// request went out or could not; false when CLIENT says nothing of its
-// backend's key (another Client class).
-function cancelRequest(client) {
+// cancelRequest CLIENT MS: asks the server (or pgbouncer) to cancel
+// CLIENT's running statement, on a connection of its own, as libpq's
+// PQcancel does: unencrypted (it carries only the backend's key), and
+// waiting for the other end to close it, by which time the backend has
+// been signalled (pgbouncer also takes a client that closes first for one
+// that gave up).  Resolves to true once the other end closed it; false
+// after MS, or when CLIENT says nothing of its backend's key (another
+// Client class).
+function cancelRequest(client, ms) {
   const { processID, secretKey, host, port } = client;
   if (!Number.isInteger(processID) || !Number.isInteger(secretKey) || !port) return Promise.resolve(false);
   const packet = Buffer.alloc(16);
@@ -132,35 +153,40 @@ function cancelRequest(client) {
   const where = typeof host === 'string' && host.startsWith('/')
     ? { path: `${host}/.s.PGSQL.${port}` } : { host: host || 'localhost', port: Number(port) };
   return new Promise((resolve) => {
-    const s = net.connect(where, () => s.end(packet));
-    s.setTimeout(RELEASE_TIMEOUT_MS, () => s.destroy());
+    let closedByPeer = false;
+    const s = net.connect(where, () => s.write(packet));
+    const timer = setTimeout(() => s.destroy(), Math.max(0, ms));
+    s.on('data', () => {});
+    s.on('end', () => { closedByPeer = true; s.end(); });
     s.on('error', () => {});
-    s.on('close', () => resolve(true));
+    s.on('close', () => { clearTimeout(timer); resolve(closedByPeer); });
   });
 }
 
-
-// run CLIENT QUERY SIGNAL: CLIENT's result of QUERY.  SIGNAL aborted
-// meanwhile: the statement is cancelled and its answer awaited, up to
-// RELEASE_TIMEOUT_MS (then ETIMEDOUT: the outcome is unknown); the answer
-// is returned (or thrown) as it came: a grant that beat the cancel is the
-// caller's to give back.
+// run CLIENT QUERY SIGNAL: { result, unsafe }: CLIENT's result of QUERY
+// (a promise).  SIGNAL aborted meanwhile: the statement is cancelled and
+// its answer awaited, both within RELEASE_TIMEOUT_MS of the abort (then
+// ETIMEDOUT: the outcome is unknown); the answer is returned (or thrown)
+// as it came: a grant that beat the cancel is the caller's to give back.
+// UNSAFE: a cancel request may still be on its way, so CLIENT must not
+// run another statement (the cancel could end that one).
 async function run(client, query, signal) {
   const pending = client.query(query);
-  if (!signal) return pending;
+  if (!signal) return { result: pending, unsafe: false };
   const abort = onAbort(signal);
   const done = pending.then(() => false, () => false);
   try {
-    if (!(await Promise.race([done, abort.promise.then(() => true)]))) return pending;
+    if (!(await Promise.race([done, abort.promise.then(() => true)]))) return { result: pending, unsafe: false };
   } finally {
     abort.stop();
   }
-  await cancelRequest(client);
+  const deadline = performance.now() + RELEASE_TIMEOUT_MS;
+  const delivered = await cancelRequest(client, RELEASE_TIMEOUT_MS);
   let timer;
   const answered = await Promise.race([done.then(() => true),
-    new Promise((resolve) => { timer = setTimeout(() => resolve(false), RELEASE_TIMEOUT_MS); })]);
+    new Promise((resolve) => { timer = setTimeout(() => resolve(false), Math.max(0, deadline - performance.now())); })]);
   clearTimeout(timer);
-  if (answered) return pending;
+  if (answered) return { result: pending, unsafe: !delivered };
   pending.catch(() => {});
   throw timeoutError('the end of a cancelled statement', RELEASE_TIMEOUT_MS);
 }
@@ -175,7 +201,7 @@ async function run(client, query, signal) {
 async function call(pool, sql, values, timeoutMs, timing, signal) {
   if (signal && signal.aborted) throw signal.reason;
   const client = await connect(pool, timeoutMs, signal);
-  let failure, sent = false;
+  let failure, sent = false, unsafe = false;
   // A checked-out client has no 'error' listener of the pool's: a
   // connection lost between statements must not become an uncaught error.
   const onError = (err) => { failure = failure || err; };
@@ -186,16 +212,24 @@ async function call(pool, sql, values, timeoutMs, timing, signal) {
     if (timeoutMs > 0) query.query_timeout = Math.max(1, Math.ceil(timeoutMs));
     if (timing) timing.sent = performance.now();
     sent = true;
-    const res = await run(client, query, signal);
-    return res.rows;
+    const ran = await run(client, query, signal);
+    unsafe = ran.unsafe;
+    return (await ran.result).rows;
   } catch (err) {
     if (sent) failure = err;
     throw err;
   } finally {
     client.removeListener('error', onError);
+    if (unsafe) failure = new Error('dlock: a cancel request may still be on its way');
     client.release(failure && !isServerError(failure) ? failure : undefined);
   }
 }
+
+// STARTED: a column an acquisition's statement adds, when it started (µs
+// since the epoch, as text); SINCE_STARTED: $4 as that moment, in a give
+// back that must leave what the holder had before (acquired earlier).
+const STARTED = '(extract(epoch FROM statement_timestamp()) * 1000000)::bigint::text AS started';
+const SINCE_STARTED = "timestamptz 'epoch' + $4::bigint * interval '1 microsecond'";
 
 const bigintOrNull = (v) => (v === null || v === undefined ? null : BigInt(v));
 
@@ -209,5 +243,5 @@ function fences(v, multi) {
 
 module.exports = {
   invalid, duration, text, count, uniqueHolder, checkPool, abortSignal, isServerError, call, bigintOrNull, fences,
-  RELEASE_TIMEOUT_MS,
+  RELEASE_TIMEOUT_MS, STARTED, SINCE_STARTED,
 };

@@ -34,6 +34,10 @@ class Leadership extends Lock {
   /** Steps down (the next candidate is elected at once); false if it no longer led. */
   resign() { return this.release(); }
 }
+// A campaign again gets the term it leads: a give back (giveBack in
+// lock.js) resigns only a term its campaign began.
+Leadership.GIVE_BACK = 'SELECT dlock.resign($1, $2, $3::bigint) AS r FROM dlock.leader($1) l ' +
+  `WHERE l.term = $3::bigint AND l.elected_at >= ${db.SINCE_STARTED}`;
 
 // The term as text: see lock.js (type parsers).
 const LEADER_SQL =
@@ -102,7 +106,7 @@ class Election {
     try {
       l = await take(this._pool, Leadership, this._name, this._candidate, this._generated,
         { lease: this._lease, signal: opts.signal },
-        'SELECT dlock.campaign($1, $2, $3, $4::interval, $5::interval)::text AS f', values,
+        `SELECT dlock.campaign($1, $2, $3, $4::interval, $5::interval)::text AS f, ${db.STARTED}`, values,
         'SELECT dlock.resign($1, $2, $3::bigint) AS r', {}, values[3], leading, true);
     } catch (err) {
       // The renewal found the term it leads in gone: that leadership is lost.

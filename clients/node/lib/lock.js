@@ -250,6 +250,10 @@ class Semaphore extends Lock {
   get permits() { return this._permits; }
   get maxPermits() { return this._maxPermits; }
 }
+// unlock gives back every permit of the holder: a give back (giveBack)
+// leaves permits it held before this acquisition.
+Semaphore.GIVE_BACK = 'SELECT dlock.unlock($1, $2, $3::bigint) AS r FROM dlock.locks ' +
+  `WHERE resource = $1 AND holder = $2 AND fence = $3::bigint AND acquired_at >= ${db.SINCE_STARTED}`;
 
 /**
  * Several resources held together (acquire(pool, [r1, r2, ...])): fences
@@ -314,13 +318,13 @@ const NEEDS = {
 function acquisitionSql(kind, opts) {
   if (kind === 'semaphore') {
     return {
-      sql: 'SELECT dlock.acquire($1, $2, $5::integer, $6::integer, $3::interval, wait => $4::interval, fair => $7::boolean)::text AS f',
+      sql: 'SELECT dlock.acquire($1, $2, $5::integer, $6::integer, $3::interval, wait => $4::interval, fair => $7::boolean)::text AS f, ' + db.STARTED,
       extra: [opts.maxPermits, opts.permits === undefined ? 1 : opts.permits, opts.fair === true],
     };
   }
   if (kind === 'multi') {
     return {
-      sql: "SELECT array_to_string(dlock.lock_all($1::text[], $2, $3::interval, wait => $4::interval, shared => $5::boolean), ',') AS f",
+      sql: "SELECT array_to_string(dlock.lock_all($1::text[], $2, $3::interval, wait => $4::interval, shared => $5::boolean), ',') AS f, " + db.STARTED,
       extra: [opts.shared === true],
     };
   }
@@ -337,7 +341,7 @@ function acquisitionSql(kind, opts) {
   // Named only when asked for: exclusive locks keep working on servers
   // without shared mode (the 0.3 SQL and older, the portable edition).
   if (opts.shared === true) sql += ', shared => true';
-  return { sql: sql + ')::text AS f', extra };
+  return { sql: `${sql})::text AS f, ${db.STARTED}`, extra };
 }
 
 // leaseOf: the lease in ms of a holding just taken: the number given, or
@@ -367,14 +371,14 @@ async function confirm(pool, sql, args, leaseMs, what, fence) {
 // take: run an acquisition or campaign statement; the Lock, or null when
 // it returned NULL.  A lost connection leaves the outcome unknown: a
 // holder made up here is then released (best effort), since nobody else
-// can use it.  opts.signal aborted: the statement is cancelled, what was
-// granted all the same given back, and take rejects with the signal's
-// reason.
+// can use it.  A grant whose dating failed, or that opts.signal aborted
+// (the statement is cancelled; take then rejects with the signal's
+// reason), is given back (giveBack).
 // KIND's constructor gets the spec with `more` added (a MultiLock: its
 // resources and fences; a Semaphore: its permits).  LEASEPARAM: the lease
 // as sent (renewals send it again).  LEADING: the term of a leadership
 // this candidate holds already (a leader campaigning again gets it back):
-// never given back here, its Leadership keeps renewing it.  CONFIRM: date
+// not released on an unknown outcome.  CONFIRM: date
 // the lease from a renewal whatever the wait (a campaign: the server gives
 // a leader its term back with the old expiry, not a new lease).
 async function take(pool, Kind, resource, holder, generated, opts, sql, values, releaseSql, more, leaseParam,
@@ -400,8 +404,6 @@ async function take(pool, Kind, resource, holder, generated, opts, sql, values, 
   }
   const resources = multi ? resource : [resource];
   const target = multi ? [resources, fences.map(String)] : [resource, fences[0].toString()];
-  const giveBack = () => (mine && fences[0] === leading ? undefined
-    : db.call(pool, releaseSql, [target[0], holder, target[1]], RELEASE_TIMEOUT_MS).catch(() => {}));
   let leaseMs, sentAt = timing.sent;
   try {
     if (signal && signal.aborted) throw signal.reason;
@@ -412,13 +414,24 @@ async function take(pool, Kind, resource, holder, generated, opts, sql, values, 
     }
     if (signal && signal.aborted) throw signal.reason;
   } catch (err) {
-    await giveBack();
-    throw err;
+    await giveBack(pool, Kind, [target[0], holder, target[1]], rows[0].started, releaseSql);
+    throw signal && signal.aborted ? signal.reason : err;
   }
   return new Kind(pool, {
     resource: resources[0], holder, fence: fences[0], leaseParam, leaseMs, sentAt,
     releaseSql, resources, fences, ...more,
   });
+}
+
+// giveBack POOL KIND ARGS STARTED RELEASESQL: gives back what the server
+// granted to an acquisition aborted meanwhile (ARGS: resource or
+// resources, holder, fence or fences; STARTED: when its statement began,
+// its `started`).  RELEASESQL takes one count off, a re-entry's; a kind
+// whose release ends more than that (a semaphore's permits, a term) has a
+// GIVE_BACK that ends only a holding its statement began.  Best effort.
+function giveBack(pool, Kind, args, started, releaseSql) {
+  const sql = Kind.GIVE_BACK;
+  return db.call(pool, sql || releaseSql, sql ? [...args, started] : args, RELEASE_TIMEOUT_MS).catch(() => {});
 }
 
 function checkOpts(opts) {
@@ -520,5 +533,6 @@ async function withLocks(pool, resources, fn, opts) {
 const LOCK_SQL = { one: ONE, many: MANY };
 
 module.exports = {
-  LOCK_SQL, Lock, Semaphore, MultiLock, acquire, tryAcquire, withLock, withSemaphore, withLocks, take, checkOpts,
+  LOCK_SQL, Lock, Semaphore, MultiLock, acquire, tryAcquire, withLock, withSemaphore, withLocks, take, giveBack,
+  checkOpts,
 };

@@ -23,7 +23,7 @@
 // State: the Session's own fields, on this event loop; a keepalive that
 // returns after close() or loss is ignored.
 
-const { Lock, Semaphore, MultiLock, LOCK_SQL } = require('./lock');
+const { Lock, Semaphore, MultiLock, LOCK_SQL, giveBack } = require('./lock');
 const { LockTimeout, DlockError, SessionLost } = require('./errors');
 const db = require('./db');
 
@@ -43,12 +43,12 @@ const SQL = {
     'AND l.session = $1::bigint)) AS gone',
   close: 'SELECT dlock.close_session($1::bigint) AS n',
   lock: 'SELECT dlock.lock($1, $2, wait => $3::interval, fair => $4::boolean, shared => $5::boolean, ' +
-    'lock_delay => $6::interval, session => $7::bigint)::text AS f',
+    'lock_delay => $6::interval, session => $7::bigint)::text AS f, ' + db.STARTED,
   semaphore: 'SELECT dlock.acquire($1, $2, $3::integer, $4::integer, wait => $5::interval, fair => $6::boolean, ' +
-    'session => $7::bigint)::text AS f',
+    'session => $7::bigint)::text AS f, ' + db.STARTED,
   multi: "SELECT array_to_string(dlock.lock_all($1::text[], $2, wait => $3::interval, shared => $4::boolean, " +
-    "session => $5::bigint), ',') AS f",
-  campaign: 'SELECT dlock.campaign($1, $2, $3, wait => $4::interval, session => $5::bigint)::text AS f',
+    "session => $5::bigint), ',') AS f, " + db.STARTED,
+  campaign: 'SELECT dlock.campaign($1, $2, $3, wait => $4::interval, session => $5::bigint)::text AS f, ' + db.STARTED,
 };
 
 class Session {
@@ -180,8 +180,8 @@ class Session {
 
   // _take: run an acquisition or campaign in this session; the lock, or
   // null.  SIGNAL aborted: the statement is cancelled, what was granted
-  // all the same given back (not a term this session leads already: a
-  // campaign gives that back), and _take rejects with the signal's reason.
+  // all the same given back (giveBack), and _take rejects with the
+  // signal's reason.
   async _take(Kind, resource, sql, values, releaseSql, more, signal) {
     this._usable();
     const timing = {};
@@ -194,12 +194,9 @@ class Session {
     const multi = Array.isArray(resource);
     const fences = db.fences(rows[0].f, multi);
     if (signal && signal.aborted) {
-      const led = [...this._locks].some((l) => l.term !== undefined && l.resource === resource &&
-        fences !== null && l.fence === fences[0]);
-      if (fences !== null && !led) {
-        await db.call(this._pool, releaseSql,
-          [resource, this._holder, multi ? fences.map(String) : fences[0].toString()],
-          RELEASE_TIMEOUT_MS).catch(() => {});
+      if (fences !== null) {
+        await giveBack(this._pool, Kind, [resource, this._holder, multi ? fences.map(String) : fences[0].toString()],
+          rows[0].started, releaseSql);
       }
       throw signal.reason;
     }

@@ -8,10 +8,11 @@
 // release (seeded), through pgbouncer, and a bad signal.
 // Promises: P16
 const { test, after } = require('node:test');
+const { getEventListeners } = require('node:events');
 const assert = require('node:assert/strict');
 const dlock = require('..');
 const {
-  unique, pool, bouncerPool, bouncerPort, proxy, within, sleep, elections, noElections, kinds, noKinds,
+  pg, unique, pool, bouncerPool, bouncerPort, proxy, within, sleep, elections, noElections, kinds, noKinds,
 } = require('./helpers');
 
 const APP = 'node-test-abort';
@@ -278,11 +279,149 @@ test('pgbouncer: an abort cancels the waiting statement through the pooler', { s
     await until('the waiter runs in the server', async () => (await running(`${APP}-bouncer`)) === 1);
     ac.abort('bouncer');
     assert.equal(await within(5000, outcome, 'the aborted acquisition'), 'bouncer');
+    assert.equal((await bp.query('SELECT 1 AS one')).rows[0].one, 1, 'pgbouncer still answers');
     await first.release();
     const third = await dlock.tryAcquire(admin, r);
     assert.ok(third, 'no statement left waiting to take it');
     await third.release();
   } finally {
     await bp.end();
+  }
+});
+
+test('a grant aborted before its answer leaves what the holder had: semaphore permits, a term', async (t) => {
+  if (!(await kinds(admin))) return t.skip(noKinds);
+  const px = await proxy();
+  const p = px.pool({ application_name: `${APP}-had` });
+  // late: takes with a signal aborted once the server answered (held back).
+  const late = async (take) => {
+    px.stall();
+    const ac = new AbortController();
+    const outcome = take(ac.signal).then(() => 'resolved', (e) => e);
+    await sleep(300);
+    ac.abort('late');
+    px.resume();
+    return within(15000, outcome, 'the aborted acquisition');
+  };
+  const permits = async (r, h) => (await admin.query(
+    'SELECT sum(permits)::int AS n FROM dlock.locks WHERE resource = $1 AND holder = $2 AND NOT expired', [r, h]))
+    .rows[0].n;
+  try {
+    const r = unique('abort-had-semaphore');
+    const held = await dlock.acquire(p, r, { maxPermits: 3, holder: 'h', lease: 30000 });
+    assert.equal(await late((signal) => dlock.acquire(p, r, { maxPermits: 3, holder: 'h', lease: 30000, signal })),
+      'late');
+    assert.equal(await held.check(), true, 'the permits the holder had are still held');
+    assert.ok((await permits(r, 'h')) >= 1);
+    await held.release();
+    // With nothing before it, the late grant is given back.
+    assert.equal(await late((signal) => dlock.acquire(p, r, { maxPermits: 3, holder: 'h', lease: 30000, signal })),
+      'late');
+    assert.equal(await permits(r, 'h'), null, 'given back');
+
+    const s = await dlock.openSession(p, { ttl: 30000 });
+    try {
+      const sem = await s.acquire(r, { maxPermits: 3 });
+      assert.equal(await late((signal) => s.acquire(r, { maxPermits: 3, signal })), 'late');
+      assert.equal(await sem.check(), true, 'in a session: the permits it had are still held');
+    } finally {
+      await s.close();
+    }
+
+    if (!(await elections(admin))) return;
+    const e = unique('abort-had-term');
+    const leading = await new dlock.Election(p, e, { candidate: 'c', lease: 30000 }).campaign('v');
+    const other = new dlock.Election(p, e, { candidate: 'c', lease: 30000 });
+    assert.equal(await late((signal) => other.campaign('v', { signal })), 'late');
+    const leader = (await admin.query('SELECT term::text AS term FROM dlock.leader($1)', [e])).rows[0];
+    assert.equal(leader && leader.term, leading.term.toString(), 'the same candidate\'s term is not resigned');
+    await leading.resign();
+  } finally {
+    await p.end();
+    await px.close();
+  }
+});
+
+test('one signal for many waits: no listener left, nothing printed', async () => {
+  const warnings = [];
+  const onWarning = (w) => warnings.push(w);
+  process.on('warning', onWarning);
+  try {
+    const r = unique('abort-many');
+    const first = await dlock.acquire(admin, r, { lease: 30000 });
+    const many = pool({ max: 20, application_name: `${APP}-many` });
+    try {
+      const ac = new AbortController();
+      const outcomes = Array.from({ length: 15 }, () =>
+        dlock.acquire(many, r, { wait: 60000, signal: ac.signal }).then(() => 'resolved', (e) => e));
+      await until('all wait in the server', async () => (await running(`${APP}-many`)) === 15);
+      ac.abort('all');
+      assert.deepEqual(await within(10000, Promise.all(outcomes), 'the aborted acquisitions'), Array(15).fill('all'));
+      const again = new AbortController();
+      for (let i = 0; i < 50; i++) await (await dlock.tryAcquire(many, unique('abort-many'), { signal: again.signal })).release();
+      assert.equal(getEventListeners(again.signal, 'abort').length, 0, 'no listener left');
+    } finally {
+      await many.end();
+    }
+    await first.release();
+    await sleep(50); // a warning is emitted on the next tick
+    assert.deepEqual(warnings.map(String), []);
+  } finally {
+    process.off('warning', onWarning);
+  }
+});
+
+test('a cancel that cannot get through: the call rejects within its 10 s bound and drops the connection', async () => {
+  const px = await proxy();
+  const name = `${APP}-swallowed`;
+  const p = px.pool({ application_name: name });
+  try {
+    const r = unique('abort-swallowed');
+    const first = await dlock.acquire(admin, r, { lease: 30000 });
+    const ac = new AbortController();
+    const outcome = dlock.acquire(p, r, { holder: 'mine', lease: 30000, wait: 60000, signal: ac.signal })
+      .then(() => 'resolved', (e) => e);
+    await until('the waiter runs in the server', async () => (await running(name)) === 1);
+    px.swallowNew(); // the cancel request's connection goes nowhere
+    ac.abort('swallowed');
+    assert.equal(await within(13000, outcome, 'the aborted acquisition'), 'swallowed');
+    assert.equal(p.totalCount, 0, 'the connection was dropped, not pooled');
+    await admin.query('SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = $1', [name]);
+    await first.release();
+  } finally {
+    await p.end();
+    await px.close();
+  }
+});
+
+test('an abort while a late grant is dated rejects with the reason, not the LockLost of its dating', async () => {
+  let ctrl = null;
+  // The acquisition's answer comes after its 300 ms lease; the caller
+  // aborts as the dating renewal's answer (NULL: ended) arrives.
+  class SlowClient extends pg.Client {
+    query(q, ...rest) {
+      const p = super.query(q, ...rest);
+      const text = q && q.text;
+      if (!p || typeof p.then !== 'function' || !text) return p;
+      if (/dlock\.lock\(/.test(text)) return p.then(async (r) => { await sleep(400); return r; });
+      if (ctrl && /dlock\.renew\(/.test(text)) {
+        const c = ctrl;
+        ctrl = null;
+        return p.then((r) => { c.abort('dated'); return r; });
+      }
+      return p;
+    }
+  }
+  const slow = pool({ Client: SlowClient });
+  try {
+    ctrl = new AbortController();
+    const signal = ctrl.signal;
+    const r = unique('abort-dated');
+    const e = await dlock.acquire(slow, r, { lease: 300, signal }).then(() => null, (x) => x);
+    assert.equal(signal.aborted, true);
+    assert.equal(e, 'dated');
+    assert.deepEqual(await live(r), []);
+  } finally {
+    await slow.end();
   }
 });

@@ -29,7 +29,8 @@ function bouncerPool(extra) {
 
 // proxy: a TCP proxy to the server's socket.  cut() closes every
 // connection and black-holes new ones (accepted, never answered), as a
-// partition would; heal() lets them through again.  stall() holds back
+// partition would; heal() lets them through again.  swallowNew() does
+// that to new connections only (the open ones work on).  stall() holds back
 // what the server sends on the connections open now (new ones pass),
 // resume() delivers it.
 async function proxy() {
@@ -38,12 +39,12 @@ async function proxy() {
     : { host: process.env.PGHOST, port: Number(process.env.PGPORT || 5432) };
   const sockets = new Set();
   const pairs = new Set();
-  let cut = false;
+  let cut = false, swallow = false;
   const server = net.createServer((c) => {
     sockets.add(c);
     c.on('close', () => sockets.delete(c));
     c.on('error', () => {});
-    if (cut) return;
+    if (cut || swallow) return;
     const s = net.connect(target);
     sockets.add(s);
     s.on('close', () => { sockets.delete(s); c.destroy(); });
@@ -63,7 +64,8 @@ async function proxy() {
       return newPool({ host: '127.0.0.1', port: server.address().port, max: 4, ...extra });
     },
     cut() { cut = true; for (const s of sockets) s.destroy(); },
-    heal() { cut = false; },
+    heal() { cut = false; swallow = false; },
+    swallowNew() { swallow = true; },
     stall() { for (const p of pairs) p.held = p.held || []; },
     resume() { for (const p of pairs) p.flush(); },
     close() {
