@@ -23,6 +23,12 @@ class Leadership extends Lock {
   /** The term (bigint): the holding's fence. */
   get term() { return this._fence; }
 
+  // _stop: released or lost, it no longer claims its election (claim).
+  _stop(state) {
+    super._stop(state);
+    if (this._claim) this._claim();
+  }
+
   /** Changes the leader's value; false if it no longer leads. */
   async proclaim(value) {
     db.text('value', value, true);
@@ -34,10 +40,35 @@ class Leadership extends Lock {
   /** Steps down (the next candidate is elected at once); false if it no longer led. */
   resign() { return this.release(); }
 }
-// A campaign again gets the term it leads: a give back (giveBack in
-// lock.js) resigns only a term its campaign began.
-Leadership.GIVE_BACK = 'SELECT dlock.resign($1, $2, $3::bigint) AS r FROM dlock.leader($1) l ' +
-  `WHERE l.term = $3::bigint AND l.elected_at >= ${db.SINCE_STARTED}`;
+// A campaign gets back a term its candidate leads already (this call's
+// or another's of the same candidate): a give back (giveBack in lock.js)
+// resigns only a term elected since its statement began, and only when
+// no other campaign or leadership of this process claims that election
+// and candidate (claim).  ARGS: election, candidate, term.
+Leadership.giveBackStatement = (args, info) => (info.alone && !info.alone() ? null : [
+  'SELECT dlock.resign($1, $2, $3::bigint) AS r FROM dlock.leader($1) l ' +
+  `WHERE l.term = $3::bigint AND l.elected_at >= ${db.SINCE_STARTED}`,
+  [...args, info.started]]);
+
+// claim ELECTION CANDIDATE: counts a campaign of this process, then the
+// leadership it got, until it ends; the function that ends the claim, with
+// `alone()`: whether it is the only one.  Two Election objects of one
+// candidate, or two campaigns of one object, are two claims.
+const claims = new Map();
+function claim(election, candidate) {
+  const key = JSON.stringify([election, candidate]);
+  claims.set(key, (claims.get(key) || 0) + 1);
+  let ended = false;
+  const end = () => {
+    if (ended) return;
+    ended = true;
+    const n = claims.get(key) - 1;
+    if (n > 0) claims.set(key, n);
+    else claims.delete(key);
+  };
+  end.alone = () => claims.get(key) === 1;
+  return end;
+}
 
 // The term as text: see lock.js (type parsers).
 const LEADER_SQL =
@@ -102,18 +133,24 @@ class Election {
       db.duration('lease', this._lease), db.duration('wait', opts.wait)];
     const cur = this._leadership;
     const leading = cur && !cur.lost && !cur.released ? cur.term : null;
+    const mine = claim(this._name, this._candidate);
     let l;
     try {
       l = await take(this._pool, Leadership, this._name, this._candidate, this._generated,
-        { lease: this._lease, signal: opts.signal },
+        { lease: this._lease, signal: opts.signal, alone: mine.alone },
         `SELECT dlock.campaign($1, $2, $3, $4::interval, $5::interval)::text AS f, ${db.STARTED}`, values,
         'SELECT dlock.resign($1, $2, $3::bigint) AS r', {}, values[3], leading, true);
     } catch (err) {
+      mine();
       // The renewal found the term it leads in gone: that leadership is lost.
       if (err instanceof LockLost && leading !== null && err.fence === leading) cur._lose('campaigning again, a renewal found its term gone');
       throw err;
     }
-    if (l === null) throw new LockTimeout(this._name);
+    if (l === null) {
+      mine();
+      throw new LockTimeout(this._name);
+    }
+    l._claim = mine;
     if (this._leadership && this._leadership.term === l.term && !this._leadership.lost &&
         !this._leadership.released) {
       // Campaigning again while leading: one leadership, renewed once.
@@ -226,4 +263,4 @@ class Election {
   [Symbol.asyncIterator]() { return this.observe(); }
 }
 
-module.exports = { Election, Leadership };
+module.exports = { claim, Election, Leadership };

@@ -251,9 +251,13 @@ class Semaphore extends Lock {
   get maxPermits() { return this._maxPermits; }
 }
 // unlock gives back every permit of the holder: a give back (giveBack)
-// leaves permits it held before this acquisition.
-Semaphore.GIVE_BACK = 'SELECT dlock.unlock($1, $2, $3::bigint) AS r FROM dlock.locks ' +
-  `WHERE resource = $1 AND holder = $2 AND fence = $3::bigint AND acquired_at >= ${db.SINCE_STARTED}`;
+// ends the holding only if it has just the permits this call took (it had
+// none before, and no other call of the holder added any meanwhile);
+// else they stay with it.  ARGS: resource, holder, fence.
+Semaphore.giveBackStatement = (args, info) => [
+  'SELECT dlock.unlock($1, $2, $3::bigint) AS r FROM dlock.locks ' +
+  'WHERE resource = $1 AND holder = $2 AND fence = $3::bigint AND permits = $4::integer',
+  [...args, info.permits]];
 
 /**
  * Several resources held together (acquire(pool, [r1, r2, ...])): fences
@@ -391,7 +395,7 @@ async function take(pool, Kind, resource, holder, generated, opts, sql, values, 
     rows = await db.call(pool, sql, values, 0, timing, signal);
   } catch (err) {
     if (timing.sent === undefined) throw err;   // nothing sent
-    if (generated && !mine && !db.isServerError(err)) {
+    if (generated && !mine && !db.isServerError(err) && !(opts.alone && !opts.alone())) {
       await db.call(pool, 'SELECT dlock.unlock_all($1)', [holder], RELEASE_TIMEOUT_MS).catch(() => {});
     }
     throw signal && signal.aborted ? signal.reason : err;
@@ -414,7 +418,8 @@ async function take(pool, Kind, resource, holder, generated, opts, sql, values, 
     }
     if (signal && signal.aborted) throw signal.reason;
   } catch (err) {
-    await giveBack(pool, Kind, [target[0], holder, target[1]], rows[0].started, releaseSql);
+    await giveBack(pool, Kind, [target[0], holder, target[1]],
+      { started: rows[0].started, permits: more.permits, alone: opts.alone }, releaseSql);
     throw signal && signal.aborted ? signal.reason : err;
   }
   return new Kind(pool, {
@@ -423,15 +428,18 @@ async function take(pool, Kind, resource, holder, generated, opts, sql, values, 
   });
 }
 
-// giveBack POOL KIND ARGS STARTED RELEASESQL: gives back what the server
-// granted to an acquisition aborted meanwhile (ARGS: resource or
-// resources, holder, fence or fences; STARTED: when its statement began,
-// its `started`).  RELEASESQL takes one count off, a re-entry's; a kind
-// whose release ends more than that (a semaphore's permits, a term) has a
-// GIVE_BACK that ends only a holding its statement began.  Best effort.
-function giveBack(pool, Kind, args, started, releaseSql) {
-  const sql = Kind.GIVE_BACK;
-  return db.call(pool, sql || releaseSql, sql ? [...args, started] : args, RELEASE_TIMEOUT_MS).catch(() => {});
+// giveBack POOL KIND ARGS INFO RELEASESQL: gives back what the server
+// granted to an acquisition that will not return it (aborted, or its
+// dating failed).  ARGS: resource or resources, holder, fence or fences.
+// RELEASESQL takes one count off, a re-entry's; a kind whose release ends
+// more than that (a semaphore's permits, a term) has a giveBackStatement
+// (ARGS, INFO: this call's permits, its statement's `started`, and
+// `alone`, whether no other call of the process shares its claim) that
+// ends only what this call got, or null.  Best effort.
+function giveBack(pool, Kind, args, info, releaseSql) {
+  const st = Kind.giveBackStatement ? Kind.giveBackStatement(args, info) : [releaseSql, args];
+  if (!st) return undefined;
+  return db.call(pool, st[0], st[1], RELEASE_TIMEOUT_MS).catch(() => {});
 }
 
 function checkOpts(opts) {

@@ -196,7 +196,7 @@ class Session {
     if (signal && signal.aborted) {
       if (fences !== null) {
         await giveBack(this._pool, Kind, [resource, this._holder, multi ? fences.map(String) : fences[0].toString()],
-          rows[0].started, releaseSql);
+          { started: rows[0].started, permits: more.permits, alone: more.alone }, releaseSql);
       }
       throw signal.reason;
     }
@@ -285,11 +285,18 @@ class Session {
     db.text('value', value, true);
     opts = opts || {};
     const signal = db.abortSignal(opts.signal);
-    const { Leadership } = require('./election');
-    const l = await this._take(Leadership, election, SQL.campaign,
-      [election, this._holder, value ?? null, db.duration('wait', opts.wait), this._id.toString()],
-      'SELECT dlock.resign($1, $2, $3::bigint) AS r', {}, signal);
+    const { Leadership, claim } = require('./election');
+    const mine = claim(election, this._holder);
+    let l;
+    try {
+      l = await this._take(Leadership, election, SQL.campaign,
+        [election, this._holder, value ?? null, db.duration('wait', opts.wait), this._id.toString()],
+        'SELECT dlock.resign($1, $2, $3::bigint) AS r', { alone: mine.alone }, signal);
+    } finally {
+      if (!l) mine();
+    }
     if (l === null) throw new LockTimeout(election);
+    l._claim = mine;
     return l;
   }
 

@@ -425,3 +425,104 @@ test('an abort while a late grant is dated rejects with the reason, not the Lock
     await slow.end();
   }
 });
+
+// AbortingClient: aborts the armed controller the moment the answer of an
+// acquisition whose parameters include ARMED.tag arrives (the grant beat
+// any cancel).
+const armed = { ctrl: null, tag: null };
+class AbortingClient extends pg.Client {
+  query(q, ...rest) {
+    const p = super.query(q, ...rest);
+    const values = (q && q.values) || [];
+    if (armed.ctrl && p && typeof p.then === 'function' && /dlock\.(acquire|lock|lock_all|campaign)\(/.test(q.text) &&
+        values.includes(armed.tag)) {
+      const ctrl = armed.ctrl;
+      armed.ctrl = null;
+      return p.then((r) => { ctrl.abort('after the grant'); return r; });
+    }
+    return p;
+  }
+}
+
+test('concurrent calls of one holder or candidate: an abort after its grant leaves the other call\'s holding', async (t) => {
+  if (!(await kinds(admin)) || !(await elections(admin))) return t.skip(noKinds);
+  const p = pool({ Client: AbortingClient, max: 6 });
+  const leaderTerm = async (e) => (await admin.query('SELECT term::text AS t FROM dlock.leader($1)', [e])).rows[0]?.t;
+  try {
+    // A semaphore: B (2 permits, aborted) waits; A (1 permit, same holder)
+    // gets in meanwhile; B re-enters A's holding once there is room.
+    for (const inSession of [false, true]) {
+      const r = unique('abort-concurrent-semaphore');
+      const other = await dlock.acquire(admin, r, { maxPermits: 3, permits: 2, lease: 30000 });
+      const s = inSession ? await dlock.openSession(p, { ttl: 30000 }) : null;
+      const take = (o) => (s ? s.acquire(r, { maxPermits: 3, ...o })
+        : dlock.acquire(p, r, { maxPermits: 3, holder: 'h', lease: 30000, ...o }));
+      const ac = new AbortController();
+      Object.assign(armed, { ctrl: ac, tag: 2 });
+      const b = take({ permits: 2, signal: ac.signal }).then(() => 'resolved', (e) => e);
+      await sleep(200);
+      const a = await take({ permits: 1 });
+      await other.release();
+      assert.equal(await within(15000, b, 'B'), 'after the grant');
+      assert.equal(await a.check(), true, `${inSession ? 'session' : 'holder'}: A's permit is still held`);
+      if (s) await s.close();
+      else await a.release();
+    }
+    // A term: two Election objects of one candidate, and two campaigns in
+    // one session.  A (plain) is first in campaign order and wins the
+    // term; B then gets it back, as its candidate leads, and is aborted.
+    for (const kind of ['elections', 'session']) {
+      const e = unique(`abort-concurrent-${kind}`);
+      const blocker = await new dlock.Election(admin, e, { lease: 30000 }).campaign('blocker');
+      const s = kind === 'session' ? await dlock.openSession(p, { ttl: 30000 }) : null;
+      const es = [0, 1].map(() => new dlock.Election(p, e, { candidate: 'c', lease: 30000 }));
+      const campaign = (i, v, o) => (s ? s.campaign(e, v, o) : es[i].campaign(v, o));
+      const a = campaign(0, 'plain', {}).then((l) => l, (x) => x);
+      await sleep(200);
+      const ac = new AbortController();
+      Object.assign(armed, { ctrl: ac, tag: 'signalled' });
+      const b = campaign(1, 'signalled', { signal: ac.signal }).then(() => 'resolved', (x) => x);
+      await sleep(200);
+      await blocker.resign();
+      const [la, rb] = await within(15000, Promise.all([a, b]), 'the campaigns');
+      assert.equal(rb, 'after the grant');
+      assert.equal(await leaderTerm(e), String(la.term), `${kind}: the resolved leadership still leads`);
+      if (s) await s.close();
+      else await la.resign();
+    }
+  } finally {
+    await p.end();
+  }
+});
+
+test('an aborted campaign whose outcome stays unknown leaves a leadership of the same Election', async (t) => {
+  if (!(await elections(admin))) return t.skip(noElections);
+  const px = await proxy();
+  const p = px.pool({ application_name: `${APP}-unknown` });
+  try {
+    const e = unique('abort-unknown-campaign');
+    const blocker = await new dlock.Election(admin, e, { lease: 30000 }).campaign('blocker');
+    // B: a made-up candidate, through the proxy; A: the same candidate,
+    // on a connection of its own (the proxy holds back only B's).
+    const el = new dlock.Election(p, e, { lease: 30000 });
+    const a = new dlock.Election(app, e, { candidate: el.candidate, lease: 30000 }).campaign('a')
+      .then((l) => l, (x) => x);
+    await sleep(200);
+    const ac = new AbortController();
+    const b = el.campaign('b', { signal: ac.signal }).then(() => 'resolved', (x) => x);
+    await sleep(200);
+    px.stall(); // B's answer is held back ...
+    await blocker.resign();
+    const la = await within(10000, a, 'A');
+    px.swallowNew(1); // ... and its cancel request goes nowhere: its outcome stays unknown
+    ac.abort('unknown');
+    assert.equal(await within(25000, b, 'B'), 'unknown');
+    const leader = (await admin.query('SELECT term::text AS t FROM dlock.leader($1)', [e])).rows[0];
+    assert.equal(leader && leader.t, String(la.term), 'A still leads');
+    px.resume();
+    await la.resign();
+  } finally {
+    await p.end();
+    await px.close();
+  }
+});

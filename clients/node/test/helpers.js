@@ -29,8 +29,9 @@ function bouncerPool(extra) {
 
 // proxy: a TCP proxy to the server's socket.  cut() closes every
 // connection and black-holes new ones (accepted, never answered), as a
-// partition would; heal() lets them through again.  swallowNew() does
-// that to new connections only (the open ones work on).  stall() holds back
+// partition would; heal() lets them through again.  swallowNew([N]) does
+// that to new connections only (the next N; all without N), the open ones
+// work on.  stall() holds back
 // what the server sends on the connections open now (new ones pass),
 // resume() delivers it.
 async function proxy() {
@@ -39,12 +40,15 @@ async function proxy() {
     : { host: process.env.PGHOST, port: Number(process.env.PGPORT || 5432) };
   const sockets = new Set();
   const pairs = new Set();
-  let cut = false, swallow = false;
+  let cut = false, swallow = 0;
   const server = net.createServer((c) => {
     sockets.add(c);
     c.on('close', () => sockets.delete(c));
     c.on('error', () => {});
-    if (cut || swallow) return;
+    if (cut || swallow > 0) {
+      swallow -= 1;
+      return;
+    }
     const s = net.connect(target);
     sockets.add(s);
     s.on('close', () => { sockets.delete(s); c.destroy(); });
@@ -64,8 +68,8 @@ async function proxy() {
       return newPool({ host: '127.0.0.1', port: server.address().port, max: 4, ...extra });
     },
     cut() { cut = true; for (const s of sockets) s.destroy(); },
-    heal() { cut = false; swallow = false; },
-    swallowNew() { swallow = true; },
+    heal() { cut = false; swallow = 0; },
+    swallowNew(n) { swallow = n === undefined ? Infinity : n; },
     stall() { for (const p of pairs) p.held = p.held || []; },
     resume() { for (const p of pairs) p.flush(); },
     close() {
