@@ -13,6 +13,7 @@ import socket
 import threading
 import time
 import uuid
+import weakref
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator, Optional, Union
 
@@ -27,6 +28,10 @@ Seconds = Union[int, float, datetime.timedelta]
 #: Fences and terms are read as text and parsed here (fences()): a loader
 #: the application registered for int8 (one returning float or str) must
 #: not round them.
+#: A second column of a campaign, whose give back must spare a term the
+#: candidate led before (give_back_statement): when the statement started,
+#: in microseconds since the epoch.
+_STARTED = ", (extract(epoch FROM statement_timestamp()) * 1000000)::bigint"
 SQL_TRY_LOCK = "SELECT dlock.try_lock(%s, %s, %s)::text"
 SQL_LOCK = "SELECT dlock.lock(%s, %s, %s, %s)::text"
 SQL_LOCK_FAIR = "SELECT dlock.lock(%s, %s, %s, %s, true)::text"
@@ -51,7 +56,7 @@ SQL_RENEW_EACH = "SELECT array_agg(dlock.renew(t.r, %s, %s, t.f))" + _EACH
 SQL_UNLOCK_EACH = "SELECT array_agg(dlock.unlock(t.r, %s, t.f))" + _EACH
 SQL_ASSERT_FENCE_EACH = "SELECT count(dlock.assert_fence(t.r, t.f))" + _EACH
 SQL_CHECK_EACH = 'SELECT bool_and(dlock."check"(t.r, t.f))' + _EACH
-SQL_CAMPAIGN = "SELECT dlock.campaign(%s, %s, %s, %s, %s)::text"
+SQL_CAMPAIGN = "SELECT dlock.campaign(%s, %s, %s, %s, %s)::text" + _STARTED
 SQL_PROCLAIM = "SELECT dlock.proclaim(%s, %s, %s, %s)"
 SQL_RESIGN = "SELECT dlock.resign(%s, %s, %s)"
 SQL_LEADER = ("SELECT candidate, value, term::text, elected_at, expires_at"
@@ -82,7 +87,19 @@ SQL_ACQUIRE_IN = ("SELECT dlock.acquire(%s, %s, %s, %s, wait => %s, fair => %s,"
                   " session => %s)::text")
 SQL_LOCK_ALL_IN = ("SELECT dlock.lock_all(%s::text[], %s, wait => %s, shared => %s,"
                    " session => %s)::text[]")
-SQL_CAMPAIGN_IN = "SELECT dlock.campaign(%s, %s, %s, wait => %s, session => %s)::text"
+SQL_CAMPAIGN_IN = ("SELECT dlock.campaign(%s, %s, %s, wait => %s, session => %s)::text"
+                   + _STARTED)
+#: Give backs that end only what the acquisition got: a semaphore's
+#: holding if it has just the permits this call took (unlock takes every
+#: permit of the holder; when the holder had some before, or another call
+#: added some, they all stay until it is released), a term elected since
+#: the campaign's statement began (the last parameter).
+SQL_GIVE_BACK_PERMITS = ("SELECT dlock.unlock(l.resource, l.holder, l.fence) FROM dlock.locks l"
+                         " WHERE l.resource = %s AND l.holder = %s AND l.fence = %s"
+                         " AND l.permits = %s")
+SQL_GIVE_BACK_TERM = ("SELECT dlock.resign(%s, %s, l.term) FROM dlock.leader(%s) l"
+                      " WHERE l.term = %s"
+                      " AND l.elected_at >= timestamptz 'epoch' + %s * interval '1 microsecond'")
 #: Whether the server's dlock.lock takes ``shared`` (SQL 0.4).
 SQL_HAS_SHARED = ("SELECT EXISTS (SELECT FROM pg_catalog.pg_proc p"
                   " JOIN pg_catalog.pg_namespace n ON n.oid = p.pronamespace"
@@ -156,6 +173,44 @@ def unlock_statement(obj: Any) -> "tuple[str, tuple]":
     if len(obj._fences) == 1:
         return SQL_UNLOCK, (obj._names[0], obj.holder, obj._fences[0])
     return SQL_UNLOCK_EACH, (obj.holder, list(obj._names), list(obj._fences))
+
+
+def give_back_statement(obj: Any, started: Optional[int]) -> "Optional[tuple[str, tuple]]":
+    """What gives back OBJ's holding (_fences) granted to an acquisition
+    that will not return it (cancelled, or its dating failed); STARTED: its
+    statement's second column (a campaign's start).  A release takes a
+    re-entry's count off; a semaphore's or a term's give back ends only
+    what this call got, and a term's none while another Election object
+    of this process campaigns for or leads with the same candidate (it may
+    have won that very term): None, nothing to send."""
+    if obj._kind == "semaphore":
+        return SQL_GIVE_BACK_PERMITS, (obj._names[0], obj.holder, obj._fences[0], obj.permits)
+    if obj._kind == "election" and started is not None:
+        if not campaign_alone(obj):
+            return None
+        return SQL_GIVE_BACK_TERM, (obj._names[0], obj.holder, obj._names[0], obj._fences[0],
+                                    started)
+    return obj._release_statement()
+
+
+#: Every Election object of this process (sync and asyncio), for
+#: campaign_alone.
+_elections: "weakref.WeakSet[Any]" = weakref.WeakSet()
+_elections_lock = threading.Lock()
+
+
+def register_election(e: Any) -> None:
+    with _elections_lock:
+        _elections.add(e)
+
+
+def campaign_alone(e: Any) -> bool:
+    """Whether no other Election object of this process campaigns in E's
+    election for E's candidate or leads it (a session's campaigns share
+    the session's holder)."""
+    with _elections_lock:
+        return not any(o is not e and o.resource == e.resource and o.holder == e.holder
+                       and (o._campaigning or o._fences is not None) for o in _elections)
 
 
 def assert_fence_statement(obj: Any) -> "tuple[str, tuple]":

@@ -103,6 +103,14 @@ async def _one(conn: psycopg.AsyncConnection, sql: str, params: tuple) -> Any:
     return None if row is None else row[0]
 
 
+def _granted(row: Optional[tuple]) -> "tuple[Optional[list[int]], Optional[int]]":
+    """An acquisition's ROW: its fences and when its statement started
+    (None when it does not say)."""
+    if row is None:
+        return None, None
+    return c.fences(row[0]), (row[1] if len(row) > 1 else None)
+
+
 class _Own:
     """A connection of one's own (conninfo) or a pool's, per call: what
     _Leased and Session share.  Needs _source, _mutex and _conn."""
@@ -249,12 +257,12 @@ class _Leased(_Own):
     if True:  # ASYNC
         async def _statement(self, conn: psycopg.AsyncConnection, sql: str, params: tuple,
                              give_back: bool) -> Any:
-            """Run an acquisition SQL (or its dating renewal) on CONN.
-            Cancelled meanwhile: the statement is cancelled in the server
-            (closing the connection alone would leave it waiting there, to
-            be granted later), and, GIVE_BACK, what was granted all the
-            same is released on CONN."""
-            task = spawn(_one, conn, sql, params)
+            """Run an acquisition SQL (or its dating renewal) on CONN; its
+            row.  Cancelled meanwhile: the statement is cancelled in the
+            server (closing the connection alone would leave it waiting
+            there, to be granted later), and, GIVE_BACK, what was granted
+            all the same is given back on CONN."""
+            task = spawn(_row, conn, sql, params)
             try:
                 return await asyncio.shield(task)
             except asyncio.CancelledError:
@@ -265,20 +273,22 @@ class _Leased(_Own):
                     task.cancel()
                     task.add_done_callback(forget)
                 elif give_back and not task.cancelled() and task.exception() is None:
-                    fences = c.fences(task.result())
+                    fences, started = _granted(task.result())
                     if fences is not None:
-                        await self._give_back_on(conn, fences)
+                        await self._give_back_on(conn, fences, started)
                 raise
 
         async def _give_back_on(self, conn: psycopg.AsyncConnection,
-                                fences: "list[int]") -> None:
-            """Release FENCES, granted to an acquisition cancelled meanwhile."""
+                                fences: "list[int]", started: Optional[int]) -> None:
+            """Give back FENCES, granted to an acquisition (whose statement
+            started at STARTED) cancelled meanwhile."""
             log.warning("dlock: %s %r was granted as its acquisition was cancelled;"
                         " releasing it", self._kind, self.resource)
             self._fences = fences
+            statement = c.give_back_statement(self, started)
             try:
-                await asyncio.wait_for(_one(conn, *self._release_statement()),
-                                       c.RELEASE_TIMEOUT)
+                if statement is not None:
+                    await asyncio.wait_for(_one(conn, *statement), c.RELEASE_TIMEOUT)
             except (psycopg.Error, Error, OSError, asyncio.TimeoutError) as e:
                 log.warning("dlock: releasing %r failed (its lease will end): %s",
                             self.resource, e)
@@ -287,7 +297,7 @@ class _Leased(_Own):
     else:
         def _statement(self, conn: psycopg.Connection, sql: str, params: tuple,
                        give_back: bool) -> Any:
-            return _one(conn, sql, params)
+            return _row(conn, sql, params)
 
     async def _confirm(self, conn: psycopg.AsyncConnection, sent_at: float,
                        always: bool) -> Optional[float]:
@@ -301,7 +311,8 @@ class _Leased(_Own):
         if not always and not c.needs_confirmation(self.lease, sent_at):
             return sent_at
         renewed_at = time.monotonic()
-        if not c.all_held(await self._statement(conn, *c.renew_statement(self), False)):
+        row = await self._statement(conn, *c.renew_statement(self), False)
+        if not c.all_held(None if row is None else row[0]):
             return None
         return renewed_at
 
@@ -311,11 +322,11 @@ class _Leased(_Own):
         returned NULL; None when the holding was gone before it could be
         dated (the caller may try again)."""
         give_back = self._fences is None  # not a leader's own term again
-        fences = None
+        fences = started = None
         try:
             async with self._connection() as conn:
                 sent_at = time.monotonic()    # after a pool's wait for a connection
-                fences = c.fences(await self._statement(conn, sql, params, give_back))
+                fences, started = _granted(await self._statement(conn, sql, params, give_back))
                 if fences is None:
                     valid_from = None
                 else:
@@ -328,7 +339,7 @@ class _Leased(_Own):
                 # or release it (a retry would re-enter it), so give it back.
                 self._fences = None
                 if give_back:
-                    await detached(self._give_back, fences)
+                    await detached(self._give_back, fences, started)
             raise
         if fences is None:
             await self._close()
@@ -348,14 +359,17 @@ class _Leased(_Own):
     def _release_statement(self) -> "tuple[str, tuple]":
         return c.unlock_statement(self)
 
-    async def _give_back(self, fences: "list[int]") -> None:
-        """Release FENCES, granted to an acquisition that failed after
-        (best effort, on a connection of its own; else the lease ends)."""
+    async def _give_back(self, fences: "list[int]", started: Optional[int]) -> None:
+        """Give back FENCES, granted to an acquisition (whose statement
+        started at STARTED) that failed after (best effort, on a connection
+        of its own; else the lease ends)."""
         self._fences = fences
         try:
             async with self._connection(c.RELEASE_TIMEOUT) as conn:
-                with cut_after(conn, c.RELEASE_TIMEOUT):
-                    await _one(conn, *self._release_statement())
+                statement = c.give_back_statement(self, started)
+                if statement is not None:
+                    with cut_after(conn, c.RELEASE_TIMEOUT):
+                        await _one(conn, *statement)
         except (psycopg.Error, Error, OSError) as e:
             log.warning("dlock: giving back %r failed (its lease will end): %s",
                         self.resource, e)

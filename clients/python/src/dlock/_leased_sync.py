@@ -101,6 +101,14 @@ def _one(conn: psycopg.Connection, sql: str, params: tuple) -> Any:
     return None if row is None else row[0]
 
 
+def _granted(row: Optional[tuple]) -> "tuple[Optional[list[int]], Optional[int]]":
+    """An acquisition's ROW: its fences and when its statement started
+    (None when it does not say)."""
+    if row is None:
+        return None, None
+    return c.fences(row[0]), (row[1] if len(row) > 1 else None)
+
+
 class _Own:
     """A connection of one's own (conninfo) or a pool's, per call: what
     _Leased and Session share.  Needs _source, _mutex and _conn."""
@@ -241,7 +249,7 @@ class _Leased(_Own):
     # ---- acquisition
     def _statement(self, conn: psycopg.Connection, sql: str, params: tuple,
                    give_back: bool) -> Any:
-        return _one(conn, sql, params)
+        return _row(conn, sql, params)
 
     def _confirm(self, conn: psycopg.Connection, sent_at: float,
                  always: bool) -> Optional[float]:
@@ -255,7 +263,8 @@ class _Leased(_Own):
         if not always and not c.needs_confirmation(self.lease, sent_at):
             return sent_at
         renewed_at = time.monotonic()
-        if not c.all_held(self._statement(conn, *c.renew_statement(self), False)):
+        row = self._statement(conn, *c.renew_statement(self), False)
+        if not c.all_held(None if row is None else row[0]):
             return None
         return renewed_at
 
@@ -265,11 +274,11 @@ class _Leased(_Own):
         returned NULL; None when the holding was gone before it could be
         dated (the caller may try again)."""
         give_back = self._fences is None  # not a leader's own term again
-        fences = None
+        fences = started = None
         try:
             with self._connection() as conn:
                 sent_at = time.monotonic()    # after a pool's wait for a connection
-                fences = c.fences(self._statement(conn, sql, params, give_back))
+                fences, started = _granted(self._statement(conn, sql, params, give_back))
                 if fences is None:
                     valid_from = None
                 else:
@@ -282,7 +291,7 @@ class _Leased(_Own):
                 # or release it (a retry would re-enter it), so give it back.
                 self._fences = None
                 if give_back:
-                    detached(self._give_back, fences)
+                    detached(self._give_back, fences, started)
             raise
         if fences is None:
             self._close()
@@ -302,14 +311,17 @@ class _Leased(_Own):
     def _release_statement(self) -> "tuple[str, tuple]":
         return c.unlock_statement(self)
 
-    def _give_back(self, fences: "list[int]") -> None:
-        """Release FENCES, granted to an acquisition that failed after
-        (best effort, on a connection of its own; else the lease ends)."""
+    def _give_back(self, fences: "list[int]", started: Optional[int]) -> None:
+        """Give back FENCES, granted to an acquisition (whose statement
+        started at STARTED) that failed after (best effort, on a connection
+        of its own; else the lease ends)."""
         self._fences = fences
         try:
             with self._connection(c.RELEASE_TIMEOUT) as conn:
-                with cut_after(conn, c.RELEASE_TIMEOUT):
-                    _one(conn, *self._release_statement())
+                statement = c.give_back_statement(self, started)
+                if statement is not None:
+                    with cut_after(conn, c.RELEASE_TIMEOUT):
+                        _one(conn, *statement)
         except (psycopg.Error, Error, OSError) as e:
             log.warning("dlock: giving back %r failed (its lease will end): %s",
                         self.resource, e)

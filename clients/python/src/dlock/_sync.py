@@ -231,6 +231,8 @@ class Election(_Leased):
                          on_lost=on_lost, session=_session)
         self.value = value
         self.wait = c.seconds(wait, "wait", zero_ok=True, none_ok=True)
+        self._campaigning = False    # see c.campaign_alone
+        c.register_election(self)
 
     @property
     def election(self) -> str:
@@ -258,6 +260,7 @@ class Election(_Leased):
             # new term, given back if the campaign fails after all.
             self._fences = None
         start = time.monotonic()
+        self._campaigning = True
         try:
             while True:
                 left = None if w is None else max(0.0, w - (time.monotonic() - start))
@@ -275,6 +278,8 @@ class Election(_Leased):
             if leading is not None and self._worker is None:
                 self._started(leading, self._valid_from)
             raise
+        finally:
+            self._campaigning = False
 
     def proclaim(self, value: Optional[str]) -> bool:
         """Change the leader's value; False if no longer the leader.  In a
