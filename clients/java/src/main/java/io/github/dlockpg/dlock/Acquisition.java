@@ -9,7 +9,10 @@
 // with a lease: the leader campaigning again gets its term back with the
 // old expiry, unextended.  A lost connection
 // leaves the outcome unknown: a holder made up by this client is then
-// released everywhere (nobody else can use it).
+// released everywhere (nobody else can use it).  A grant not kept (its
+// lease could not be read, its renewals not scheduled, its session ended)
+// is given back: a semaphore's permits or a term only if its statement
+// began the holding (giveBack).
 package io.github.dlockpg.dlock;
 
 import java.sql.Array;
@@ -34,6 +37,25 @@ final class Acquisition {
     private static final long SLICE_NANOS = TimeUnit.SECONDS.toNanos(1);
     private static final String LEASE_OF = "SELECT extract(epoch FROM lease)::float8 * 1000 FROM dlock.locks"
         + " WHERE resource = ? AND holder = ? AND fence = ? LIMIT 1";
+    // STARTED: the column every acquiring statement adds, when it began (µs
+    // since the epoch); SINCE_STARTED: that moment, its last parameter.
+    private static final String STARTED = "(extract(epoch FROM statement_timestamp()) * 1000000)::bigint";
+    private static final String SINCE_STARTED = "timestamptz 'epoch' + ?::bigint * interval '1 microsecond'";
+    /**
+     * Give backs (giveBack) of kinds whose release ends more than the
+     * acquisition took: unlock gives back every permit of the holder, and
+     * resign ends the term, which a leader campaigning again gets back.
+     * Both end only a holding the acquisition's statement began
+     * (acquired_at, elected_at: the first acquisition's, kept when the
+     * holder adds permits or campaigns again). Parameters: resource (or
+     * election), holder (or candidate), fence (or term), started.
+     */
+    static final String GIVE_BACK_PERMITS = "SELECT dlock.unlock(resource => l.resource, holder => l.holder,"
+        + " fence => l.fence) FROM dlock.locks l WHERE l.resource = ? AND l.holder = ? AND l.fence = ?"
+        + " AND l.acquired_at >= " + SINCE_STARTED;
+    static final String GIVE_BACK_TERM = "SELECT dlock.resign(election => e.name, candidate => l.candidate,"
+        + " term => l.term) FROM (SELECT ?::text) AS e(name), dlock.leader(e.name) AS l"
+        + " WHERE l.candidate = ? AND l.term = ? AND l.elected_at >= " + SINCE_STARTED;
 
     /**
      * The holding, or null when WAIT passed first (null WAIT: no limit;
@@ -42,10 +64,10 @@ final class Acquisition {
      * InterruptedException; else it is kept for the caller.
      */
     static Holding take(DataSource ds, String sql, Binder binder, boolean many, List<String> resources,
-            String holder, boolean generated, Duration lease, String releaseSql, Duration wait, boolean sliced,
-            boolean interruptible, ScheduledExecutorService renewals, List<LossListener> listeners)
+            String holder, boolean generated, Duration lease, String releaseSql, String giveBackSql, Duration wait,
+            boolean sliced, boolean interruptible, ScheduledExecutorService renewals, List<LossListener> listeners)
             throws InterruptedException {
-        return take(ds, sql, binder, many, resources, holder, generated, lease, releaseSql, wait, sliced,
+        return take(ds, sql, binder, many, resources, holder, generated, lease, releaseSql, giveBackSql, wait, sliced,
             interruptible, renewals, listeners, null, false);
     }
 
@@ -53,11 +75,13 @@ final class Acquisition {
      * take, in SESSION (null: with a lease): the statement gets the
      * argument session => id (as its last parameter); the holding has no
      * lease of its own. CONFIRM (a campaign): with a lease, always dated
-     * by a renewal sent once it is answered.
+     * by a renewal sent once it is answered. RELEASE_SQL releases the
+     * holding; a grant not kept is given back by GIVE_BACK_SQL (null:
+     * RELEASE_SQL; see giveBack).
      */
     static Holding take(DataSource ds, String sql, Binder binder, boolean many, List<String> resources,
-            String holder, boolean generated, Duration lease, String releaseSql, Duration wait, boolean sliced,
-            boolean interruptible, ScheduledExecutorService renewals, List<LossListener> listeners,
+            String holder, boolean generated, Duration lease, String releaseSql, String giveBackSql, Duration wait,
+            boolean sliced, boolean interruptible, ScheduledExecutorService renewals, List<LossListener> listeners,
             DlockSession session, boolean confirm) throws InterruptedException {
         if (session != null) {
             session.checkOpen();
@@ -69,11 +93,12 @@ final class Acquisition {
                 ps.setLong(n, session.id());
             };
         }
+        sql += ", " + STARTED;
         long start = System.nanoTime();
         long limit = wait == null ? Long.MAX_VALUE : wait.toNanos();
         boolean interrupted = false;
         boolean readCommitted = false;
-        long[] fences = null;
+        Grant grant = null;
         long sent = 0;
         try (Connection c = ds.getConnection()) {
             boolean auto = c.getAutoCommit();
@@ -90,7 +115,7 @@ final class Acquisition {
                     binder.bind(c, ps, sliceMs == null ? null : sliceMs + " milliseconds");
                     sent = System.nanoTime();
                     try {
-                        fences = once(c, ps, many, readCommitted);
+                        grant = once(c, ps, many, readCommitted);
                     } catch (SQLException e) {
                         // The portable edition waits only in READ COMMITTED (0A000 under another
                         // default isolation): then each try in a READ COMMITTED transaction of its own.
@@ -99,7 +124,7 @@ final class Acquisition {
                         c.setAutoCommit(false);
                         continue;
                     }
-                    if (fences != null || !sliced || System.nanoTime() - start >= limit) break;
+                    if (grant.fences != null || !sliced || System.nanoTime() - start >= limit) break;
                     if (Thread.interrupted()) {
                         if (interruptible) throw new InterruptedException("dlock: interrupted while waiting for "
                             + String.join(", ", resources));
@@ -115,13 +140,15 @@ final class Acquisition {
         } finally {
             if (interrupted) Thread.currentThread().interrupt();
         }
+        long[] fences = grant.fences;
+        long started = grant.started;
         if (fences == null) return null;
         long leaseNanos;
         try {
             leaseNanos = session != null ? session.ttlNanos()
                 : lease != null ? lease.toNanos() : leaseOf(ds, resources.get(0), holder, fences[0]);
         } catch (SQLException | RuntimeException e) {
-            release(ds, releaseSql, many, resources, holder, fences);
+            giveBack(ds, releaseSql, giveBackSql, many, resources, holder, fences, started);
             throw e instanceof DlockException ? (DlockException) e
                 : e instanceof SQLException ? DlockException.of("reading the lease", (SQLException) e)
                 : (RuntimeException) e;
@@ -133,15 +160,18 @@ final class Acquisition {
         if (session == null && (confirm || System.nanoTime() - sent >= leaseNanos / 3)) h.redate(confirm);
         try {
             h.start();
-        } catch (RuntimeException e) { // the scheduler refused the renewals (shut down): not kept
-            release(ds, releaseSql, many, resources, holder, fences);
+        } catch (RuntimeException e) { // the scheduler refused the renewals (shut down), the session ended: not kept
+            giveBack(ds, releaseSql, giveBackSql, many, resources, holder, fences, started);
             throw e;
         }
         return h;
     }
 
+    // An acquiring statement's answer: the fences (null: not granted), when it began (STARTED).
+    private record Grant(long[] fences, long started) {}
+
     // once: one try of PS; READ_COMMITTED: in a READ COMMITTED transaction (autoCommit is off).
-    private static long[] once(Connection c, PreparedStatement ps, boolean many, boolean readCommitted)
+    private static Grant once(Connection c, PreparedStatement ps, boolean many, boolean readCommitted)
             throws SQLException {
         if (!readCommitted) {
             try (ResultSet rs = ps.executeQuery()) {
@@ -153,7 +183,7 @@ final class Acquisition {
             try (PreparedStatement set = Db.prepare(c, "SET TRANSACTION ISOLATION LEVEL READ COMMITTED")) {
                 set.execute();
             }
-            long[] f;
+            Grant f;
             try (ResultSet rs = ps.executeQuery()) {
                 rs.next();
                 f = read(rs, many);
@@ -170,7 +200,11 @@ final class Acquisition {
         }
     }
 
-    private static long[] read(ResultSet rs, boolean many) throws SQLException {
+    private static Grant read(ResultSet rs, boolean many) throws SQLException {
+        return new Grant(fences(rs, many), rs.getLong(2));
+    }
+
+    private static long[] fences(ResultSet rs, boolean many) throws SQLException {
         if (!many) {
             long f = rs.getLong(1);
             return rs.wasNull() ? null : new long[] {f};
@@ -199,6 +233,36 @@ final class Acquisition {
                 rs -> rs.getObject(1), Holding.RELEASE_TIMEOUT_MS, null);
         } catch (SQLException | RuntimeException ignored) {
             // best effort: its lease ends anyway
+        }
+    }
+
+    /**
+     * Gives back a grant not kept (FENCES, to HOLDER, by a statement begun
+     * at STARTED): by RELEASE_SQL, which takes one count off (a re-entry's
+     * only), or by GIVE_BACK_SQL (GIVE_BACK_PERMITS, GIVE_BACK_TERM), which
+     * leaves what the holder had before. Best effort, retried once after a
+     * lost connection: its lease ends anyway.
+     */
+    private static void giveBack(DataSource ds, String releaseSql, String giveBackSql, boolean many,
+            List<String> resources, String holder, long[] fences, long started) {
+        if (giveBackSql == null) {
+            release(ds, releaseSql, many, resources, holder, fences);
+            return;
+        }
+        for (int attempt = 0; attempt < 2; attempt++) {
+            try {
+                Db.call(ds, giveBackSql, (c, ps) -> {
+                    ps.setString(1, resources.get(0));
+                    ps.setString(2, holder);
+                    ps.setLong(3, fences[0]);
+                    ps.setLong(4, started);
+                }, rs -> rs.getObject(1), Holding.RELEASE_TIMEOUT_MS, null);
+                return;
+            } catch (SQLException e) {
+                if (Db.serverError(e)) return;
+            } catch (RuntimeException e) {
+                return;
+            }
         }
     }
 

@@ -137,8 +137,8 @@ public final class DlockElection {
                 ps.setString(3, value);
                 Db.setInterval(ps, 4, Db.interval("lease", lease));
                 Db.setInterval(ps, 5, w);
-            }, false, List.of(name), candidate, generated, lease, Holding.RESIGN, wait, false, false,
-                scheduler, List.of(), session, true);
+            }, false, List.of(name), candidate, generated, lease, Holding.RESIGN, Acquisition.GIVE_BACK_TERM, wait,
+                false, false, scheduler, List.of(), session, true);
             return Optional.ofNullable(h).map(Leadership::new);
         } catch (InterruptedException e) {
             throw new IllegalStateException(e); // not thrown: not interruptible

@@ -314,7 +314,8 @@ public class DlockLock implements Lock {
             };
         }
         Holding h = Acquisition.take(ds, sql, binder, many, resources, holder, generated, lease,
-            Holding.unlockSql(many), wait, true, interruptible, renewals, listeners, session, false);
+            Holding.unlockSql(many), maxPermits > 0 ? Acquisition.GIVE_BACK_PERMITS : null, wait, true, interruptible,
+            renewals, listeners, session, false);
         if (h == null) return false;
         current = h;
         last = h;

@@ -1,6 +1,7 @@
 // KindsTest: shared locks, semaphores, several resources at once, the
-// registry (Spring Integration's LockRegistry shape), elections, and
-// errors carrying the SQLSTATE (the server's and the client's own).
+// registry (Spring Integration's LockRegistry shape), elections, errors
+// carrying the SQLSTATE (the server's and the client's own), and grants
+// not kept given back without what their holder held before.
 // Promises: P2 P6 P8 P9 P10 P11 P16
 package io.github.dlockpg.dlock;
 
@@ -19,6 +20,9 @@ import java.util.Collections;
 import java.util.List;
 import java.util.Optional;
 import java.util.concurrent.CompletableFuture;
+import java.util.concurrent.Executors;
+import java.util.concurrent.RejectedExecutionException;
+import java.util.concurrent.ScheduledExecutorService;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.locks.Lock;
 import javax.sql.DataSource;
@@ -144,6 +148,71 @@ class KindsTest {
             assertFalse(bl.resign());
         }
         assertEquals(Optional.empty(), seen.get(0), "no leader at first");
+    }
+
+    // A grant given back (its dating failed: the lease could not be read;
+    // or its start: the renewals' scheduler refused it) must not take what
+    // the same holder held before it.
+    @Test
+    @DisplayName("give back: a semaphore grant not kept leaves the permits the holder had; a fresh one is given back")
+    void giveBackSemaphore() throws Exception {
+        String s = TestEnv.unique("giveback-sem");
+        String h = TestEnv.unique("holder");
+        ScheduledExecutorService dead = Executors.newSingleThreadScheduledExecutor();
+        dead.shutdown();
+        DlockLock held = DlockLock.builder(ds, s).holder(h).lease(LEASE).semaphore(3, 1).build();
+        held.lock();
+        // Its dating fails: the lease (the server's default) is read on a connection that is refused.
+        DlockLock undated = DlockLock.builder(TestEnv.failingConnection(ds, 2), s).holder(h).semaphore(3, 1).build();
+        assertEquals("08001", assertThrows(DlockException.class, undated::lock).getSQLState());
+        assertTrue(held.check(), "the permit the holder had is still held after a failed dating");
+        // Its start fails: its renewals' scheduler is shut down.
+        DlockLock unstarted = DlockLock.builder(ds, s).holder(h).lease(LEASE).semaphore(3, 1).scheduler(dead).build();
+        assertThrows(RejectedExecutionException.class, unstarted::lock);
+        assertTrue(held.check(), "the permit the holder had is still held after a refused start");
+        assertTrue(permits(s, h) >= 1);
+        held.unlock();
+        assertEquals(0, permits(s, h), "its unlock gives back every permit of the holder");
+        // Nothing held before: the grant is given back.
+        DlockLock fresh = DlockLock.builder(TestEnv.failingConnection(ds, 2), s).holder(h).semaphore(3, 1).build();
+        assertThrows(DlockException.class, fresh::lock);
+        assertEquals(0, permits(s, h), "a fresh grant whose dating failed is given back");
+        DlockLock fresh2 = DlockLock.builder(ds, s).holder(h).lease(LEASE).semaphore(3, 1).scheduler(dead).build();
+        assertThrows(RejectedExecutionException.class, fresh2::lock);
+        assertEquals(0, permits(s, h), "a fresh grant whose start failed is given back");
+    }
+
+    // The permits of HOLDER on semaphore S, unexpired (0: none).
+    private static long permits(String s, String holder) throws SQLException {
+        Object n = TestEnv.adminQuery("SELECT coalesce(sum(permits), 0) FROM dlock.locks"
+            + " WHERE resource = ? AND holder = ? AND expires_at > clock_timestamp()", s, holder);
+        return ((Number) n).longValue();
+    }
+
+    @Test
+    @DisplayName("give back: a campaign not kept, by another object of the leading candidate, leaves its term")
+    void giveBackCampaign() throws Exception {
+        String name = TestEnv.unique("giveback-elect");
+        String cand = TestEnv.unique("candidate");
+        ScheduledExecutorService dead = Executors.newSingleThreadScheduledExecutor();
+        dead.shutdown();
+        DlockElection.Leadership leading = new DlockElection(ds, name, cand, LEASE, null)
+            .campaign("v", Duration.ZERO).orElseThrow();
+        // Its dating fails: the lease (the server's default) is read on a connection that is refused.
+        DlockElection undated = new DlockElection(TestEnv.failingConnection(ds, 2), name, cand, null, null);
+        assertEquals("08001", assertThrows(DlockException.class, () -> undated.campaign("v", Duration.ZERO)).getSQLState());
+        assertEquals(Optional.of(new DlockElection.Leader(cand, "v", leading.term())), undated.leader(),
+            "the term is not resigned after a failed dating");
+        // Its start fails: its renewals' scheduler is shut down.
+        DlockElection unstarted = new DlockElection(ds, name, cand, LEASE, dead);
+        assertThrows(RejectedExecutionException.class, () -> unstarted.campaign("v", Duration.ZERO));
+        assertEquals(Optional.of(new DlockElection.Leader(cand, "v", leading.term())), unstarted.leader(),
+            "the term is not resigned after a refused start");
+        assertFalse(leading.isLost());
+        assertTrue(leading.resign());
+        // Not leading before: the term is resigned.
+        assertThrows(RejectedExecutionException.class, () -> unstarted.campaign("w", Duration.ZERO));
+        assertEquals(Optional.empty(), unstarted.leader(), "a fresh term whose start failed is resigned");
     }
 
     private static void waitFor(java.util.function.BooleanSupplier cond) throws InterruptedException {

@@ -1,8 +1,9 @@
 // TestEnv: what the tests share: DataSources on the test server (PGHOST,
 // PGPORT, PGUSER, PGDATABASE), the administrator's (DLOCK_TEST_ADMIN_USER,
 // a superuser: break_lock, pg_terminate_backend), pgbouncer's
-// (DLOCK_TEST_BOUNCER_PORT, transaction pooling), and DataSources that
-// hand out one connection (to pause or kill "the renewal backend").
+// (DLOCK_TEST_BOUNCER_PORT, transaction pooling), DataSources that hand
+// out one connection (to pause or kill "the renewal backend"), and one
+// whose Nth connection is refused.
 package io.github.dlockpg.dlock;
 
 import java.lang.reflect.InvocationTargetException;
@@ -163,6 +164,24 @@ final class TestEnv {
         public boolean isWrapperFor(Class<?> iface) {
             return false;
         }
+    }
+
+    /**
+     * REAL, but its getConnection number N (from 1) fails as an unreachable
+     * server would (08001): the statement that needed it is not sent.
+     */
+    static DataSource failingConnection(DataSource real, int n) {
+        AtomicInteger calls = new AtomicInteger();
+        return (DataSource) Proxy.newProxyInstance(DataSource.class.getClassLoader(), new Class<?>[] {DataSource.class},
+            (p, m, a) -> {
+                if (m.getName().equals("getConnection") && (a == null || a.length == 0) && calls.incrementAndGet() == n)
+                    throw new SQLException("injected: connection refused", "08001");
+                try {
+                    return m.invoke(real, a);
+                } catch (InvocationTargetException e) {
+                    throw e.getCause();
+                }
+            });
     }
 
     /** The pid of the backend with APPNAME (the only one). */
