@@ -80,7 +80,7 @@ func (e *Election) Campaign(ctx context.Context, value string, opts ...Option) (
 		keep = cur.Fence()
 	}
 	s := &spec{resources: []string{e.name}, holder: e.candidate, generated: e.generated, o: e.o,
-		st: &one, keep: keep, confirm: e.sess == nil,
+		st: &one, keep: keep, confirm: e.sess == nil, giveBackQ: giveBackTerm,
 		releaseQ: `SELECT coalesce(dlock.resign(election => $1::pg_catalog.text, candidate => $2::pg_catalog.text, term => $3::pg_catalog.text::pg_catalog.int8), false)`,
 		query: `SELECT dlock.campaign(election => $1::pg_catalog.text, candidate => $2::pg_catalog.text, lease => $3::pg_catalog.text::pg_catalog.interval, ` +
 			`wait => $4::pg_catalog.text::pg_catalog.interval, value => $5::pg_catalog.text`,

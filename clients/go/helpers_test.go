@@ -131,7 +131,7 @@ type proxy struct {
 }
 
 // counted: the strings the proxy counts in what clients send.
-var counted = []string{"dlock.renew(", "dlock.keepalive("}
+var counted = []string{"dlock.renew(", "dlock.keepalive(", "dlock.unlock(", "dlock.resign("}
 
 // sentCount: how often NEEDLE (one of counted) was sent to the server.
 func (p *proxy) sentCount(needle string) int {

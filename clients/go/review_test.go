@@ -3,7 +3,8 @@
 // release racing the keepalive that checks it, a leader campaigning again
 // right after its loss (the server's term kept with its old expiry), and
 // an Acquire cancelled after the server granted it, with a holder of the
-// caller's or in a session.
+// caller's or in a session, given back without what the holder (or the
+// candidate) held before it.
 // Promises: P8 P16
 
 package dlock_test
@@ -12,7 +13,9 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"fmt"
 	"math/rand"
+	"os"
 	"strconv"
 	"testing"
 	"time"
@@ -351,5 +354,202 @@ func TestSessionCancelLeavesSQLHolding(t *testing.T) {
 			t.Fatalf("%.1f s after the cancel, the SQL's holding of %s (fence %s) is gone: %+v", float64(i)*0.2, r, f.String, h)
 		}
 		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// lateGrant: RUN, an acquisition on a pool through P, cancelled once the
+// server granted it (GRANTED says so) but before its answer is read (P
+// holds it back); its error, once P let the answer go and the client's
+// give back of the grant (a statement with GIVEBACK, "dlock.unlock(" or
+// "dlock.resign(") has been sent and run.
+func lateGrant(t *testing.T, p *proxy, giveBack string, granted func() bool, run func(context.Context) error) error {
+	t.Helper()
+	before := p.sentCount(giveBack)
+	ctx, cancel := context.WithCancel(bg())
+	defer cancel()
+	p.hold()
+	go func() {
+		for end := time.Now().Add(10 * time.Second); ctx.Err() == nil && !granted() && time.Now().Before(end); {
+			time.Sleep(20 * time.Millisecond)
+		}
+		cancel()
+	}()
+	err := run(ctx)
+	if !granted() {
+		p.release()
+		t.Fatalf("the server did not grant it (%v)", err)
+	}
+	p.release()
+	wctx := within(t, 15*time.Second)
+	for p.sentCount(giveBack) == before {
+		if wctx.Err() != nil {
+			t.Fatalf("no %s sent 15 s after a grant was cancelled (%v)", giveBack, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	time.Sleep(500 * time.Millisecond) // run by the server
+	return err
+}
+
+// permits: how many live permits of the semaphore R HOLDER has.
+func permits(t *testing.T, admin *sql.DB, r, holder string) int {
+	t.Helper()
+	var n int
+	if err := admin.QueryRow(`SELECT coalesce(sum(permits), 0)::int FROM dlock.locks WHERE resource = $1 AND holder = $2 AND NOT expired`,
+		r, holder).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// A semaphore held by a Lock with a holder of the caller's; another
+// Acquire with that holder cancelled after the server granted it: the
+// give back (unlock gives back every permit of the holder) leaves the
+// permits the first Lock holds. Then, with nothing held before it, the
+// grant is given back.
+func TestCancelledGrantLeavesHeldPermits(t *testing.T) {
+	admin := appDB(t, "")
+	p := newProxy(t)
+	app := open(t, p.dsn(), oneTrip)
+	if err := app.PingContext(within(t, 10*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	r, h := unique("late-had-semaphore"), unique("holder")
+	opts := []dlock.Option{dlock.Semaphore(3), dlock.Holder(h), dlock.Lease(time.Minute)}
+	first, err := dlock.TryAcquire(bg(), admin, r, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = lateGrant(t, p, "dlock.unlock(", func() bool { return permits(t, admin, r, h) == 2 }, func(ctx context.Context) error {
+		_, err := dlock.Acquire(ctx, app, r, opts...)
+		return err
+	})
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("%v, want context.Canceled", err)
+	}
+	if ok, err := first.Check(bg()); !ok || err != nil {
+		t.Fatalf("the permit the holder held before is gone (check %v %v; %d permits left)", ok, err, permits(t, admin, r, h))
+	}
+	release(t, first)
+}
+
+// A semaphore acquisition cancelled after the server granted it, the
+// holder holding nothing of it before: the grant is given back.
+func TestCancelledGrantFreshPermitsGivenBack(t *testing.T) {
+	admin := appDB(t, "")
+	p := newProxy(t)
+	app := open(t, p.dsn(), oneTrip)
+	if err := app.PingContext(within(t, 10*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	r, h := unique("late-fresh-semaphore"), unique("holder")
+	err := lateGrant(t, p, "dlock.unlock(", func() bool { return permits(t, admin, r, h) == 2 }, func(ctx context.Context) error {
+		_, err := dlock.Acquire(ctx, app, r, dlock.Semaphore(3), dlock.Permits(2), dlock.Holder(h), dlock.Lease(time.Minute))
+		return err
+	})
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("%v, want context.Canceled", err)
+	}
+	if n := permits(t, admin, r, h); n != 0 {
+		t.Fatalf("the grant of a cancelled Acquire is still held: %d permits", n)
+	}
+}
+
+// The same in a session (its holdings share the session's holder): the
+// session's semaphore Lock keeps its permit.
+func TestSessionCancelledGrantLeavesHeldPermits(t *testing.T) {
+	admin := appDB(t, "")
+	p := newProxy(t)
+	app := open(t, p.dsn(), oneTrip)
+	s, err := dlock.OpenSession(bg(), app, dlock.TTL(30*time.Second))
+	if err != nil {
+		t.Skip(err)
+	}
+	defer s.Close(bg())
+	r := unique("late-had-sess-semaphore")
+	first, err := s.TryAcquire(bg(), r, dlock.Semaphore(3))
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = lateGrant(t, p, "dlock.unlock(", func() bool { return permits(t, admin, r, s.Holder()) == 2 }, func(ctx context.Context) error {
+		_, err := s.Acquire(ctx, r, dlock.Semaphore(3))
+		return err
+	})
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("%v, want context.Canceled", err)
+	}
+	if ok, err := first.Check(bg()); !ok || err != nil {
+		t.Fatalf("the session's permit is gone (check %v %v; %d permits left)", ok, err, permits(t, admin, r, s.Holder()))
+	}
+	if first.Err() != nil || s.Err() != nil {
+		t.Fatalf("the session (%v) or its lock (%v) lost", s.Err(), first.Err())
+	}
+}
+
+// A leader; a second Election object with the same candidate campaigns
+// (the server gives it the term it leads), cancelled after the server
+// answered: the give back resigns nothing, the term is still led. Once
+// the leader resigned, such a campaign's term is resigned.
+func TestCancelledCampaignLeavesTerm(t *testing.T) {
+	name := fmt.Sprintf("go-test-late-campaign-%d", os.Getpid())
+	admin := appDB(t, "")
+	p := newProxy(t)
+	app := open(t, p.dsn(), oneTrip+" application_name="+name)
+	if err := app.PingContext(within(t, 10*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	e, c := unique("late-campaign"), unique("candidate")
+	e1, _ := dlock.NewElection(admin, e, dlock.Holder(c), dlock.Lease(time.Minute))
+	lead, err := e1.Campaign(bg(), "one")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lead.Release(bg())
+	// Answered: the app's backend is idle after its campaign.
+	answered := func() bool {
+		var n int
+		if err := admin.QueryRow(`SELECT count(*) FROM pg_stat_activity WHERE application_name = $1 AND state = 'idle' `+
+			`AND query LIKE '%dlock.campaign(%'`, name).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n > 0
+	}
+	e2, _ := dlock.NewElection(app, e, dlock.Holder(c), dlock.Lease(time.Minute))
+	err = lateGrant(t, p, "dlock.resign(", answered, func(ctx context.Context) error {
+		_, err := e2.Campaign(ctx, "one")
+		return err
+	})
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("%v, want context.Canceled", err)
+	}
+	ld, err := e1.Leader(bg())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ld == nil || ld.Term != lead.Fence() || ld.Candidate != c {
+		t.Fatalf("the term %d the candidate led was resigned: the leader is now %+v", lead.Fence(), ld)
+	}
+	if ok, err := lead.Check(bg()); !ok || err != nil {
+		t.Fatalf("check of the leadership: %v %v", ok, err)
+	}
+	// With no term led before it, the term of a cancelled campaign is
+	// resigned.
+	release(t, lead)
+	elected := func() bool {
+		ld, err := e1.Leader(bg())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ld != nil
+	}
+	err = lateGrant(t, p, "dlock.resign(", elected, func(ctx context.Context) error {
+		_, err := e2.Campaign(ctx, "two")
+		return err
+	})
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("%v, want context.Canceled", err)
+	}
+	if ld, err := e1.Leader(bg()); ld != nil || err != nil {
+		t.Fatalf("the term of a cancelled campaign is still led: %+v %v", ld, err)
 	}
 }
