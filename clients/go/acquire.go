@@ -53,7 +53,8 @@ type spec struct {
 	o         *options
 	st        *stmts
 	releaseQ  string
-	giveBackQ string   // "": releaseQ gives a grant back (see undo)
+	permits   string   // a semaphore's: the permits this call takes (undo)
+	claim     *claim   // a campaign's (undo)
 	keep      int64    // a term this candidate leads already: renewed by its own Lock
 	confirm   bool     // date the lease from a renewal (campaign: see settle)
 	sess      *Session // nil: a lease
@@ -118,7 +119,7 @@ func acquireIn(ctx context.Context, db *sql.DB, resources []string, multi bool, 
 			permits = o.permits
 		}
 		s.args = append(s.args, strconv.Itoa(o.maxPermits), strconv.Itoa(permits), strconv.FormatBool(o.fair))
-		s.giveBackQ = giveBackPermits
+		s.permits = strconv.Itoa(permits)
 		s.query = `SELECT dlock.acquire(semaphore => $1::pg_catalog.text, holder => $2::pg_catalog.text, max_permits => $5::pg_catalog.text::pg_catalog.int4, ` +
 			`permits => $6::pg_catalog.text::pg_catalog.int4, lease => $3::pg_catalog.text::pg_catalog.interval, wait => $4::pg_catalog.text::pg_catalog.interval, ` +
 			`fair => $7::pg_catalog.text::pg_catalog.bool` + sess.arg(&s.args) + `)::pg_catalog.text`
@@ -194,8 +195,8 @@ func take(ctx context.Context, db *sql.DB, s *spec) (*Lock, error) {
 // error at once; the statement goes on by itself and its answer decides
 // (outcome). A holding it granted after all is given back by its fence,
 // the holder's or not (the caller was told it failed: undo); if the
-// outcome stays unknown, a holder made up here is released whole (nobody
-// else can use it).
+// outcome stays unknown, a holder made up here is released whole if
+// nothing else uses it (madeUp).
 func grant(ctx context.Context, db *sql.DB, s *spec) (call, error) {
 	// While it runs the statement's application_name ends with a tag
 	// (set_config local to its transaction): a cancel finds its backend.
@@ -236,7 +237,7 @@ func grant(ctx context.Context, db *sql.DB, s *spec) (call, error) {
 	cancelled := !errors.Is(ctx.Err(), context.DeadlineExceeded)
 	go func() {
 		defer stop()
-		r := outcome(ch, db, tag, cancelled, s.generated && s.keep == 0, stop)
+		r := outcome(ch, db, tag, cancelled, s.madeUp(), stop)
 		if r.err != nil {
 			// 57014: cancelled by the server (ours, or statement_timeout):
 			// rolled back, nothing granted.
@@ -263,31 +264,30 @@ type call struct {
 
 // startedCol: a column every acquisition and campaign statement adds
 // (grant): when it started, in microseconds since the epoch, as text. A
-// give back (giveBackPermits, giveBackTerm) ends only a holding acquired
-// or a term elected since then.
+// campaign's give back (giveBackTerm) resigns only a term elected since
+// then.
 const startedCol = `(extract(epoch FROM pg_catalog.statement_timestamp()) OPERATOR(pg_catalog.*) 1000000)::pg_catalog.int8::pg_catalog.text`
 
-// since: the condition of a give back on column COL (acquired_at or
-// elected_at): set at or after $4, a statement's startedCol.
-func since(col string) string {
-	return col + ` OPERATOR(pg_catalog.>=) ('epoch'::pg_catalog.timestamptz OPERATOR(pg_catalog.+) ` +
-		`($4::pg_catalog.text::pg_catalog.int8 OPERATOR(pg_catalog.*) '1 microsecond'::pg_catalog.interval))`
-}
-
 // giveBackPermits and giveBackTerm give back a semaphore's grant and a
-// campaign's ($1 resource, $2 holder, $3 fence, $4 startedCol): unlock
-// gives back every permit of the holder and resign ends the term, so
-// both act only on a holding the statement began. The server keeps the
-// first acquisition's acquired_at when the holder adds permits, and a
-// term's elected_at when its leader campaigns again: a holder's permits
-// held before, a term led before (by this Election, another with the same
-// candidate, or the session) stay.
+// campaign's ($1 resource, $2 holder, $3 fence): unlock gives back every
+// permit of the holder and resign ends the term, so both act only on
+// what the call got. A semaphore's ($4 the call's permits) ends the
+// holding only if it has just the permits the call took: if the holder
+// held some before (another Lock with its holder, the same session) or
+// another call of it added some meanwhile, they all stay with that
+// holding until it is released. A campaign's ($4 its startedCol) resigns
+// only a term elected since its statement began (a term the candidate
+// led before stays: the server keeps its elected_at when its leader
+// campaigns again), and runs only when no other campaign or leadership
+// of this process claims the election and candidate (undo).
 var (
 	giveBackPermits = `SELECT dlock.unlock(resource => $1::pg_catalog.text, holder => $2::pg_catalog.text, fence => $3::pg_catalog.text::pg_catalog.int8) IS NOT NULL ` +
 		`FROM dlock.locks WHERE resource OPERATOR(pg_catalog.=) $1::pg_catalog.text AND holder OPERATOR(pg_catalog.=) $2::pg_catalog.text ` +
-		`AND fence OPERATOR(pg_catalog.=) $3::pg_catalog.text::pg_catalog.int8 AND ` + since("acquired_at")
+		`AND fence OPERATOR(pg_catalog.=) $3::pg_catalog.text::pg_catalog.int8 AND permits OPERATOR(pg_catalog.=) $4::pg_catalog.text::pg_catalog.int4`
 	giveBackTerm = `SELECT coalesce(dlock.resign(election => $1::pg_catalog.text, candidate => $2::pg_catalog.text, term => $3::pg_catalog.text::pg_catalog.int8), false) ` +
-		`FROM dlock.leader(election => $1::pg_catalog.text) l WHERE l.term OPERATOR(pg_catalog.=) $3::pg_catalog.text::pg_catalog.int8 AND ` + since("l.elected_at")
+		`FROM dlock.leader(election => $1::pg_catalog.text) l WHERE l.term OPERATOR(pg_catalog.=) $3::pg_catalog.text::pg_catalog.int8 ` +
+		`AND l.elected_at OPERATOR(pg_catalog.>=) ('epoch'::pg_catalog.timestamptz OPERATOR(pg_catalog.+) ` +
+		`($4::pg_catalog.text::pg_catalog.int8 OPERATOR(pg_catalog.*) '1 microsecond'::pg_catalog.interval))`
 )
 
 // outcome: the answer of a statement whose caller has gone (CH). At a
@@ -367,15 +367,16 @@ func cancelCall(db *sql.DB, tag string) bool {
 }
 
 // undo gives back a holding S granted that the caller will not get: by
-// its FENCES, with S's giveBackQ if it has one (STARTED: the statement's
-// startedCol), else its release (a plain or multi-lock's re-entry: one
-// count off); with no FENCES (CAUSE: the outcome unknown), a made-up
-// holder's every holding.
+// its FENCES, a semaphore's with giveBackPermits, a campaign's with
+// giveBackTerm (STARTED: its statement's startedCol) if no other claim
+// shares its own, else with its release (a plain or multi-lock's
+// re-entry: one count off); with no FENCES (CAUSE: the outcome unknown),
+// a made-up holder's every holding (madeUp).
 func (s *spec) undo(db *sql.DB, fences []int64, started string, cause error) {
 	c, cancel := context.WithTimeout(context.Background(), releaseTimeout)
 	defer cancel()
 	if fences == nil {
-		if s.generated && s.keep == 0 && cause != nil {
+		if s.madeUp() && cause != nil {
 			var n sql.NullInt64
 			_, _ = queryRow(c, db, `SELECT dlock.unlock_all(holder => $1::pg_catalog.text)`, []interface{}{s.holder}, &n)
 		}
@@ -384,11 +385,24 @@ func (s *spec) undo(db *sql.DB, fences []int64, started string, cause error) {
 	l := &Lock{resources: s.resources, fences: fences, st: s.st}
 	first, fence := l.target()
 	q, args := s.releaseQ, []interface{}{first, s.holder, fence}
-	if s.giveBackQ != "" {
-		q, args = s.giveBackQ, append(args, started)
+	switch {
+	case s.permits != "":
+		q, args = giveBackPermits, append(args, s.permits)
+	case s.claim != nil:
+		if !s.claim.alone() {
+			return
+		}
+		q, args = giveBackTerm, append(args, started)
 	}
 	var ok bool
 	_, _ = queryRow(c, db, q, args, &ok)
+}
+
+// madeUp: S's holder was made up here and nothing else of this process
+// uses it (a campaign of an Election without Holder: no other claim), so
+// that all its holdings may be released.
+func (s *spec) madeUp() bool {
+	return s.generated && (s.claim == nil || s.claim.alone())
 }
 
 // settle: the lease of a holding just taken (the server's default read

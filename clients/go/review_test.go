@@ -4,7 +4,7 @@
 // right after its loss (the server's term kept with its old expiry), and
 // an Acquire cancelled after the server granted it, with a holder of the
 // caller's or in a session, given back without what the holder (or the
-// candidate) held before it.
+// candidate) held before it, or another call of it got meanwhile.
 // Promises: P8 P16
 
 package dlock_test
@@ -364,10 +364,18 @@ func TestSessionCancelLeavesSQLHolding(t *testing.T) {
 // "dlock.resign(") has been sent and run.
 func lateGrant(t *testing.T, p *proxy, giveBack string, granted func() bool, run func(context.Context) error) error {
 	t.Helper()
+	return lateGrantOn(t, p, "", giveBack, granted, run)
+}
+
+// lateGrantOn: lateGrant, P holding back only the answers on connections
+// that sent MARK ("": every one). With GIVEBACK "", the client may send
+// no give back: its error 2 s after P let the answer go.
+func lateGrantOn(t *testing.T, p *proxy, mark, giveBack string, granted func() bool, run func(context.Context) error) error {
+	t.Helper()
 	before := p.sentCount(giveBack)
 	ctx, cancel := context.WithCancel(bg())
 	defer cancel()
-	p.hold()
+	p.holdOn(mark)
 	go func() {
 		for end := time.Now().Add(10 * time.Second); ctx.Err() == nil && !granted() && time.Now().Before(end); {
 			time.Sleep(20 * time.Millisecond)
@@ -380,6 +388,10 @@ func lateGrant(t *testing.T, p *proxy, giveBack string, granted func() bool, run
 		t.Fatalf("the server did not grant it (%v)", err)
 	}
 	p.release()
+	if giveBack == "" {
+		time.Sleep(2 * time.Second)
+		return err
+	}
 	wctx := within(t, 15*time.Second)
 	for p.sentCount(giveBack) == before {
 		if wctx.Err() != nil {
@@ -515,7 +527,8 @@ func TestCancelledCampaignLeavesTerm(t *testing.T) {
 		return n > 0
 	}
 	e2, _ := dlock.NewElection(app, e, dlock.Holder(c), dlock.Lease(time.Minute))
-	err = lateGrant(t, p, "dlock.resign(", answered, func(ctx context.Context) error {
+	// (No give back sent: the leadership of e1 claims the election.)
+	err = lateGrant(t, p, "", answered, func(ctx context.Context) error {
 		_, err := e2.Campaign(ctx, "one")
 		return err
 	})
@@ -551,5 +564,235 @@ func TestCancelledCampaignLeavesTerm(t *testing.T) {
 	}
 	if ld, err := e1.Leader(bg()); ld != nil || err != nil {
 		t.Fatalf("the term of a cancelled campaign is still led: %+v %v", ld, err)
+	}
+}
+
+// running: how many statements with NEEDLE run on backends whose
+// application_name begins with APP (set so by the test's pool; an
+// acquisition's ends with its tag while it runs).
+func running(t *testing.T, admin *sql.DB, app, needle string) int {
+	t.Helper()
+	var n int
+	if err := admin.QueryRow(`SELECT count(*)::int FROM pg_stat_activity WHERE application_name LIKE $1 || '%' AND state = 'active' `+
+		`AND strpos(query, $2) > 0`, app, needle).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// until: waits for COND, at most 10 s.
+func until(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	ctx := within(t, 10*time.Second)
+	for !cond() {
+		if ctx.Err() != nil {
+			t.Fatalf("10 s without %s", what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// Two calls of one semaphore holder at once: B (2 permits) waits; A (1
+// permit, same holder) gets the permit left meanwhile; room is freed, B
+// re-enters A's holding and is cancelled after its grant. Its give back
+// (unlock ends every permit of the holder) leaves A's holding, with B's
+// permits in it.
+func TestConcurrentCancelledGrantLeavesPermits(t *testing.T) { concurrentPermits(t, false) }
+
+// The same in a session (its holdings share the session's holder).
+func TestSessionConcurrentCancelledGrantLeavesPermits(t *testing.T) { concurrentPermits(t, true) }
+
+func concurrentPermits(t *testing.T, inSession bool) {
+	name := fmt.Sprintf("go-test-conc-sem-%d", os.Getpid())
+	admin := appDB(t, "")
+	p := newProxy(t)
+	app := open(t, p.dsn(), oneTrip+" application_name="+name)
+	if err := app.PingContext(within(t, 10*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	r, h := unique("conc-semaphore"), unique("holder")
+	take := func(ctx context.Context, opts ...dlock.Option) (*dlock.Lock, error) {
+		return dlock.Acquire(ctx, app, r, append([]dlock.Option{dlock.Semaphore(3), dlock.Holder(h), dlock.Lease(time.Minute)}, opts...)...)
+	}
+	if inSession {
+		s, err := dlock.OpenSession(bg(), app, dlock.TTL(30*time.Second))
+		if err != nil {
+			t.Skip(err)
+		}
+		defer s.Close(bg())
+		h = s.Holder()
+		take = func(ctx context.Context, opts ...dlock.Option) (*dlock.Lock, error) {
+			return s.Acquire(ctx, r, append([]dlock.Option{dlock.Semaphore(3)}, opts...)...)
+		}
+	}
+	other, err := dlock.TryAcquire(bg(), admin, r, dlock.Semaphore(3), dlock.Permits(2), dlock.Lease(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Release(bg())
+	// B's wait, as sent: the mark of its statement (the proxy holds back
+	// its answer only).
+	const wait = time.Hour + 4321*time.Microsecond
+	var a *dlock.Lock
+	err = lateGrantOn(t, p, "3600004321 microseconds", "dlock.unlock(", func() bool { return permits(t, admin, r, h) == 3 }, func(ctx context.Context) error {
+		errc := make(chan error, 1)
+		go func() {
+			_, err := take(ctx, dlock.Permits(2), dlock.Wait(wait))
+			errc <- err
+		}()
+		until(t, "B waiting", func() bool { return running(t, admin, name, "dlock.acquire(") == 1 })
+		var err error
+		if a, err = take(bg(), dlock.Wait(0)); err != nil {
+			t.Fatal(err)
+		}
+		release(t, other)
+		return <-errc
+	})
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("%v, want context.Canceled", err)
+	}
+	if ok, err := a.Check(bg()); !ok || err != nil {
+		t.Fatalf("A's holding is gone (check %v %v; %d permits left)", ok, err, permits(t, admin, r, h))
+	}
+	if n := permits(t, admin, r, h); n != 3 {
+		t.Fatalf("%d permits held, want A's and B's 3", n)
+	}
+	release(t, a)
+}
+
+// Two campaigns of one candidate at once, by two Election objects: A,
+// first in campaign order, wins the term while B waits; B then gets that
+// term back (its candidate leads) and is cancelled after its grant. Its
+// give back leaves A's term.
+func TestConcurrentCancelledCampaignLeavesTerm(t *testing.T) { concurrentCampaigns(t, false) }
+
+// The same with two campaigns in one session (of one Election).
+func TestSessionConcurrentCancelledCampaignLeavesTerm(t *testing.T) { concurrentCampaigns(t, true) }
+
+func concurrentCampaigns(t *testing.T, inSession bool) {
+	name := fmt.Sprintf("go-test-conc-camp-%d", os.Getpid())
+	admin := appDB(t, "")
+	p := newProxy(t)
+	app := open(t, p.dsn(), oneTrip+" application_name="+name)
+	if err := app.PingContext(within(t, 10*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	e, c := unique("conc-campaign"), unique("candidate")
+	blocker, _ := dlock.NewElection(admin, e, dlock.Lease(time.Minute))
+	bl, err := blocker.Campaign(bg(), "blocker")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer bl.Release(bg())
+	var ea, eb *dlock.Election
+	if inSession {
+		s, err := dlock.OpenSession(bg(), app, dlock.TTL(30*time.Second))
+		if err != nil {
+			t.Skip(err)
+		}
+		defer s.Close(bg())
+		c = s.Holder()
+		ea, _ = s.NewElection(e)
+		eb = ea
+	} else {
+		ea, _ = dlock.NewElection(app, e, dlock.Holder(c), dlock.Lease(time.Minute))
+		eb, _ = dlock.NewElection(app, e, dlock.Holder(c), dlock.Lease(time.Minute))
+	}
+	type result struct {
+		l   *dlock.Lock
+		err error
+	}
+	ac := make(chan result, 1)
+	go func() {
+		l, err := ea.Campaign(bg(), "plain")
+		ac <- result{l, err}
+	}()
+	until(t, "A waiting", func() bool { return running(t, admin, name, "dlock.campaign(") == 1 })
+	var a result
+	// Granted: both campaigns answered, the candidate leading.
+	granted := func() bool {
+		ld, err := blocker.Leader(bg())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ld != nil && ld.Candidate == c && running(t, admin, name, "dlock.campaign(") == 0
+	}
+	mark := unique("signalled") // B's value: the proxy holds back its answer only
+	err = lateGrantOn(t, p, mark, "", granted, func(ctx context.Context) error {
+		errc := make(chan error, 1)
+		go func() {
+			_, err := eb.Campaign(ctx, mark)
+			errc <- err
+		}()
+		until(t, "B waiting", func() bool { return running(t, admin, name, "dlock.campaign(") == 2 })
+		release(t, bl)
+		select {
+		case a = <-ac:
+		case <-within(t, 10*time.Second).Done():
+			t.Fatal("A not elected 10 s after the leader resigned")
+		}
+		return <-errc
+	})
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("%v, want context.Canceled", err)
+	}
+	if a.err != nil {
+		t.Fatal(a.err)
+	}
+	ld, err := blocker.Leader(bg())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ld == nil || ld.Term != a.l.Fence() || ld.Candidate != c {
+		t.Fatalf("A's term %d was resigned: the leader is now %+v", a.l.Fence(), ld)
+	}
+	if ok, err := a.l.Check(bg()); !ok || err != nil || a.l.Err() != nil {
+		t.Fatalf("A's leadership: check %v %v, Err %v", ok, err, a.l.Err())
+	}
+	release(t, a.l)
+}
+
+// A term the candidate leads by the caller's own SQL (no Election of
+// this process claims it, as another process's); an Election with that
+// candidate campaigns, gets that term and is cancelled after its grant:
+// the give back resigns only a term elected since its statement began,
+// not this one.
+func TestCancelledCampaignLeavesSQLTerm(t *testing.T) {
+	name := fmt.Sprintf("go-test-sql-term-%d", os.Getpid())
+	admin := appDB(t, "")
+	p := newProxy(t)
+	app := open(t, p.dsn(), oneTrip+" application_name="+name)
+	if err := app.PingContext(within(t, 10*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	e, c := unique("sql-term"), unique("candidate")
+	var term int64
+	if err := admin.QueryRow(`SELECT dlock.campaign(election => $1, candidate => $2, lease => '1 minute')`, e, c).Scan(&term); err != nil {
+		t.Fatal(err)
+	}
+	defer admin.Exec(`SELECT dlock.resign($1, $2, $3)`, e, c, term)
+	el, _ := dlock.NewElection(app, e, dlock.Holder(c), dlock.Lease(time.Minute))
+	// Answered: the app's backend is idle after its campaign.
+	answered := func() bool {
+		var n int
+		if err := admin.QueryRow(`SELECT count(*) FROM pg_stat_activity WHERE application_name = $1 AND state = 'idle' `+
+			`AND query LIKE '%dlock.campaign(%'`, name).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n > 0
+	}
+	err := lateGrant(t, p, "dlock.resign(", answered, func(ctx context.Context) error {
+		_, err := el.Campaign(ctx, "x")
+		return err
+	})
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("%v, want context.Canceled", err)
+	}
+	ld, err := el.Leader(bg())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ld == nil || ld.Term != term || ld.Candidate != c {
+		t.Fatalf("the term %d the candidate led was resigned: the leader is now %+v", term, ld)
 	}
 }
