@@ -796,3 +796,76 @@ func TestCancelledCampaignLeavesSQLTerm(t *testing.T) {
 		t.Fatalf("the term %d the candidate led was resigned: the leader is now %+v", term, ld)
 	}
 }
+
+// A campaign of an Election without Holder (its candidate made up) waits;
+// another Election with that candidate (A) wins meanwhile; the first gets
+// A's term back, is cancelled, and its answer never comes: with the
+// outcome unknown, the made-up candidate's holdings are not released
+// while A's leadership claims them.
+func TestUnknownCampaignLeavesTerm(t *testing.T) {
+	name := fmt.Sprintf("go-test-unknown-camp-%d", os.Getpid())
+	admin, adb := appDB(t, ""), appDB(t, "application_name=a-"+name)
+	p := newProxy(t)
+	app := open(t, p.dsn(), oneTrip+" application_name="+name)
+	if err := app.PingContext(within(t, 10*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	e := unique("unknown-campaign")
+	blocker, _ := dlock.NewElection(admin, e, dlock.Lease(time.Minute))
+	bl, err := blocker.Campaign(bg(), "blocker")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer bl.Release(bg())
+	eb, _ := dlock.NewElection(app, e, dlock.Lease(time.Minute))
+	ea, _ := dlock.NewElection(adb, e, dlock.Holder(eb.Candidate()), dlock.Lease(time.Minute))
+	type result struct {
+		l   *dlock.Lock
+		err error
+	}
+	ac := make(chan result, 1)
+	go func() {
+		l, err := ea.Campaign(bg(), "a")
+		ac <- result{l, err}
+	}()
+	until(t, "A waiting", func() bool { return running(t, admin, "a-"+name, "dlock.campaign(") == 1 })
+	mark := unique("unanswered") // B's value: the proxy holds back its answer only
+	p.holdOn(mark)
+	defer p.release()
+	ctx, cancel := context.WithCancel(bg())
+	defer cancel()
+	errc := make(chan error, 1)
+	go func() {
+		_, err := eb.Campaign(ctx, mark)
+		errc <- err
+	}()
+	until(t, "B waiting", func() bool { return running(t, admin, name, "dlock.campaign(") == 1 })
+	release(t, bl)
+	var a result
+	select {
+	case a = <-ac:
+	case <-within(t, 10*time.Second).Done():
+		t.Fatal("A not elected 10 s after the leader resigned")
+	}
+	if a.err != nil {
+		t.Fatal(a.err)
+	}
+	defer a.l.Release(bg())
+	until(t, "B answered", func() bool { return running(t, admin, name, "dlock.campaign(") == 0 })
+	cancel()
+	if err := <-errc; !errors.Is(err, context.Canceled) {
+		t.Fatalf("%v, want context.Canceled", err)
+	}
+	// The outcome is unknown at most twice releaseTimeout (10 s) later.
+	time.Sleep(22 * time.Second)
+	ld, err := ea.Leader(bg())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ld == nil || ld.Term != a.l.Fence() {
+		t.Fatalf("A's term %d was ended: the leader is now %+v", a.l.Fence(), ld)
+	}
+	if ok, err := a.l.Check(bg()); !ok || err != nil || a.l.Err() != nil {
+		t.Fatalf("A's leadership: check %v %v, Err %v", ok, err, a.l.Err())
+	}
+}
