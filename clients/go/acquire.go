@@ -53,7 +53,9 @@ type spec struct {
 	o         *options
 	st        *stmts
 	releaseQ  string
-	keep      int64    // a term this candidate leads already: never released here
+	permits   string   // a semaphore's: the permits this call takes (undo)
+	claim     *claim   // a campaign's (undo)
+	keep      int64    // a term this candidate leads already: renewed by its own Lock
 	confirm   bool     // date the lease from a renewal (campaign: see settle)
 	sess      *Session // nil: a lease
 }
@@ -117,6 +119,7 @@ func acquireIn(ctx context.Context, db *sql.DB, resources []string, multi bool, 
 			permits = o.permits
 		}
 		s.args = append(s.args, strconv.Itoa(o.maxPermits), strconv.Itoa(permits), strconv.FormatBool(o.fair))
+		s.permits = strconv.Itoa(permits)
 		s.query = `SELECT dlock.acquire(semaphore => $1::pg_catalog.text, holder => $2::pg_catalog.text, max_permits => $5::pg_catalog.text::pg_catalog.int4, ` +
 			`permits => $6::pg_catalog.text::pg_catalog.int4, lease => $3::pg_catalog.text::pg_catalog.interval, wait => $4::pg_catalog.text::pg_catalog.interval, ` +
 			`fair => $7::pg_catalog.text::pg_catalog.bool` + sess.arg(&s.args) + `)::pg_catalog.text`
@@ -147,8 +150,8 @@ func take(ctx context.Context, db *sql.DB, s *spec) (*Lock, error) {
 	if len(s.resources) > 1 {
 		name = fmt.Sprint(s.resources)
 	}
-	var res sql.NullString
-	sent, err := grant(ctx, db, s, &res)
+	r, err := grant(ctx, db, s)
+	sent := r.sent
 	if err != nil && errors.Is(err, context.DeadlineExceeded) && ctx.Err() != nil {
 		// The context's deadline ended the wait before the server's answer
 		// came (a loaded server): not acquired, as when the server ends it.
@@ -158,7 +161,7 @@ func take(ctx context.Context, db *sql.DB, s *spec) (*Lock, error) {
 	if err != nil {
 		return nil, wrap(err, "acquiring "+strconv.Quote(name))
 	}
-	fences, err := parseFences(res)
+	fences, err := parseFences(r.v)
 	if err != nil {
 		return nil, err
 	}
@@ -173,7 +176,7 @@ func take(ctx context.Context, db *sql.DB, s *spec) (*Lock, error) {
 		// No lease, no renewal: the session's keepalives keep it.
 		l.sess, l.lease, l.leaseArg = s.sess, s.sess.ttl, nil
 		if err := s.sess.adopt(l); err != nil {
-			go s.undo(db, fences, nil)
+			go s.undo(db, fences, r.started, nil)
 			return nil, err
 		}
 		return l, nil
@@ -181,26 +184,26 @@ func take(ctx context.Context, db *sql.DB, s *spec) (*Lock, error) {
 	// A term this candidate leads already is renewed by its own Lock.
 	confirm := s.confirm && !(s.keep != 0 && fences[0] == s.keep)
 	if err := l.settle(ctx, &sent, confirm); err != nil {
-		go s.undo(db, fences, nil)
+		go s.undo(db, fences, r.started, nil)
 		return nil, err
 	}
 	go l.run(sent)
 	return l, nil
 }
 
-// grant runs S's statement, scanning its result into RES. At CTX's end it
-// returns CTX's error at once; the statement goes on by itself and its
-// answer decides (outcome). A holding it granted after all is released
-// by its fence, the holder's or not (the caller was told it failed); if
-// the outcome stays unknown, a holder made up here is released whole
-// (nobody else can use it).
-func grant(ctx context.Context, db *sql.DB, s *spec, res *sql.NullString) (time.Time, error) {
+// grant runs S's statement; its answer. At CTX's end it returns CTX's
+// error at once; the statement goes on by itself and its answer decides
+// (outcome). A holding it granted after all is given back by its fence,
+// the holder's or not (the caller was told it failed: undo); if the
+// outcome stays unknown, a holder made up here is released whole if
+// nothing else uses it (madeUp).
+func grant(ctx context.Context, db *sql.DB, s *spec) (call, error) {
 	// While it runs the statement's application_name ends with a tag
 	// (set_config local to its transaction): a cancel finds its backend.
 	tag := callTag()
 	args := append(append([]interface{}(nil), s.args...), tag)
 	n := strconv.Itoa(len(args))
-	query := s.query + ` FROM (SELECT pg_catalog.set_config('application_name', pg_catalog.left(pg_catalog.current_setting('application_name'), ` +
+	query := s.query + `, ` + startedCol + ` FROM (SELECT pg_catalog.set_config('application_name', pg_catalog.left(pg_catalog.current_setting('application_name'), ` +
 		`62 OPERATOR(pg_catalog.-) pg_catalog.length($` + n + `::pg_catalog.text)) OPERATOR(pg_catalog.||) ' ' OPERATOR(pg_catalog.||) $` + n + `::pg_catalog.text, true)) AS call`
 	sctx, stop := context.WithCancel(context.Background())
 	ch := make(chan call, 1)
@@ -218,7 +221,7 @@ func grant(ctx context.Context, db *sql.DB, s *spec, res *sql.NullString) (time.
 			return
 		}
 		r.sent = time.Now()
-		r.err = conn.QueryRowContext(sctx, query, args...).Scan(&r.v)
+		r.err = conn.QueryRowContext(sctx, query, args...).Scan(&r.v, &r.started)
 		if r.err != nil && !serverError(r.err) {
 			_ = conn.Raw(func(interface{}) error { return errBadConn })
 		}
@@ -228,35 +231,64 @@ func grant(ctx context.Context, db *sql.DB, s *spec, res *sql.NullString) (time.
 	select {
 	case r := <-ch:
 		stop()
-		*res = r.v
-		return r.sent, r.err
+		return r, r.err
 	case <-ctx.Done():
 	}
 	cancelled := !errors.Is(ctx.Err(), context.DeadlineExceeded)
 	go func() {
 		defer stop()
-		r := outcome(ch, db, tag, cancelled, s.generated && s.keep == 0, stop)
+		r := outcome(ch, db, tag, cancelled, s.madeUp(), stop)
 		if r.err != nil {
 			// 57014: cancelled by the server (ours, or statement_timeout):
 			// rolled back, nothing granted.
 			if !r.sent.IsZero() && !serverError(r.err) && sqlState(r.err) != "57014" {
-				s.undo(db, nil, r.err)
+				s.undo(db, nil, "", r.err)
 			}
 			return
 		}
 		if fences, err := parseFences(r.v); err == nil && fences != nil {
-			s.undo(db, fences, nil)
+			s.undo(db, fences, r.started, nil)
 		}
 	}()
-	return time.Time{}, ctx.Err()
+	return call{}, ctx.Err()
 }
 
-// call: an acquisition statement's answer.
+// call: an acquisition statement's answer: its result, and when the
+// statement started on the server (startedCol).
 type call struct {
-	sent time.Time
-	v    sql.NullString
-	err  error
+	sent    time.Time
+	v       sql.NullString
+	started string
+	err     error
 }
+
+// startedCol: a column every acquisition and campaign statement adds
+// (grant): when it started, in microseconds since the epoch, as text. A
+// campaign's give back (giveBackTerm) resigns only a term elected since
+// then.
+const startedCol = `(extract(epoch FROM pg_catalog.statement_timestamp()) OPERATOR(pg_catalog.*) 1000000)::pg_catalog.int8::pg_catalog.text`
+
+// giveBackPermits and giveBackTerm give back a semaphore's grant and a
+// campaign's ($1 resource, $2 holder, $3 fence): unlock gives back every
+// permit of the holder and resign ends the term, so both act only on
+// what the call got. A semaphore's ($4 the call's permits) ends the
+// holding only if it has just the permits the call took: if the holder
+// held some before (another Lock with its holder, the same session) or
+// another call of it added some meanwhile, they all stay with that
+// holding until it is released. A campaign's ($4 its startedCol) resigns
+// only a term elected since its statement began (a term the candidate
+// led before stays: the server keeps its elected_at when its leader
+// campaigns again), and runs only when no other campaign or leadership
+// of this process claims the election and candidate (undo).
+var (
+	giveBackPermits = `SELECT dlock.unlock(resource => $1::pg_catalog.text, holder => $2::pg_catalog.text, fence => $3::pg_catalog.text::pg_catalog.int8) IS NOT NULL ` +
+		`FROM dlock.locks WHERE resource OPERATOR(pg_catalog.=) $1::pg_catalog.text AND holder OPERATOR(pg_catalog.=) $2::pg_catalog.text ` +
+		`AND fence OPERATOR(pg_catalog.=) $3::pg_catalog.text::pg_catalog.int8 AND permits OPERATOR(pg_catalog.=) $4::pg_catalog.text::pg_catalog.int4`
+	giveBackTerm = `SELECT coalesce(dlock.resign(election => $1::pg_catalog.text, candidate => $2::pg_catalog.text, term => $3::pg_catalog.text::pg_catalog.int8), false) ` +
+		`FROM dlock.leader(election => $1::pg_catalog.text) l WHERE l.term OPERATOR(pg_catalog.=) $3::pg_catalog.text::pg_catalog.int8 ` +
+		`AND l.elected_at OPERATOR(pg_catalog.>=) ('epoch'::pg_catalog.timestamptz OPERATOR(pg_catalog.+) ` +
+		`($4::pg_catalog.text::pg_catalog.int8 OPERATOR(pg_catalog.*) '1 microsecond'::pg_catalog.interval))`
+)
 
 // outcome: the answer of a statement whose caller has gone (CH). At a
 // deadline the server ends the wait first (waitArg). After a cancel
@@ -334,26 +366,43 @@ func cancelCall(db *sql.DB, tag string) bool {
 	return !serverError(err)
 }
 
-// undo releases a holding S granted that the caller will not get: by its
-// FENCES; with none (CAUSE: the outcome unknown), a made-up holder's
-// every holding. Never a term this candidate leads already.
-func (s *spec) undo(db *sql.DB, fences []int64, cause error) {
+// undo gives back a holding S granted that the caller will not get: by
+// its FENCES, a semaphore's with giveBackPermits, a campaign's with
+// giveBackTerm (STARTED: its statement's startedCol) if no other claim
+// shares its own, else with its release (a plain or multi-lock's
+// re-entry: one count off); with no FENCES (CAUSE: the outcome unknown),
+// a made-up holder's every holding (madeUp).
+func (s *spec) undo(db *sql.DB, fences []int64, started string, cause error) {
 	c, cancel := context.WithTimeout(context.Background(), releaseTimeout)
 	defer cancel()
 	if fences == nil {
-		if s.generated && s.keep == 0 && cause != nil {
+		if s.madeUp() && cause != nil {
 			var n sql.NullInt64
 			_, _ = queryRow(c, db, `SELECT dlock.unlock_all(holder => $1::pg_catalog.text)`, []interface{}{s.holder}, &n)
 		}
 		return
 	}
-	if s.keep != 0 && fences[0] == s.keep {
-		return
-	}
 	l := &Lock{resources: s.resources, fences: fences, st: s.st}
 	first, fence := l.target()
+	q, args := s.releaseQ, []interface{}{first, s.holder, fence}
+	switch {
+	case s.permits != "":
+		q, args = giveBackPermits, append(args, s.permits)
+	case s.claim != nil:
+		if !s.claim.alone() {
+			return
+		}
+		q, args = giveBackTerm, append(args, started)
+	}
 	var ok bool
-	_, _ = queryRow(c, db, s.releaseQ, []interface{}{first, s.holder, fence}, &ok)
+	_, _ = queryRow(c, db, q, args, &ok)
+}
+
+// madeUp: S's holder was made up here and nothing else of this process
+// uses it (a campaign of an Election without Holder: no other claim), so
+// that all its holdings may be released.
+func (s *spec) madeUp() bool {
+	return s.generated && (s.claim == nil || s.claim.alone())
 }
 
 // settle: the lease of a holding just taken (the server's default read

@@ -94,19 +94,78 @@ func (e *Election) Campaign(ctx context.Context, value string, opts ...Option) (
 		}
 	}
 	s.query += e.sess.arg(&s.args) + `)::pg_catalog.text`
+	s.claim = newClaim(e.name, e.candidate)
 	l, err := take(ctx, e.db, s)
 	if err != nil {
+		s.claim.end() // (a give back under way asks for the others: alone)
 		return nil, err
 	}
 	if keep != 0 && l.Fence() == keep {
 		// Campaigning again while leading: one leadership, renewed once.
+		s.claim.end()
 		l.stopRenewing()
 		return cur, nil
 	}
+	// The leadership claims its election until it is released or lost
+	// (its session closed or lost too).
+	go func() {
+		<-l.done
+		s.claim.end()
+	}()
 	e.mu.Lock()
 	e.lead = l
 	e.mu.Unlock()
 	return l, nil
+}
+
+// claims: how many claims of this process each election and candidate
+// has: its campaigns under way, and the leaderships they got until these
+// end. Two Election objects of one candidate, two campaigns of one
+// Election or of one session, are two claims.
+var claims = struct {
+	sync.Mutex
+	n map[[2]string]int
+}{n: map[[2]string]int{}}
+
+// claim: a campaign's claim, then its leadership's.
+type claim struct {
+	key   [2]string
+	ended bool
+}
+
+func newClaim(election, candidate string) *claim {
+	claims.Lock()
+	defer claims.Unlock()
+	k := [2]string{election, candidate}
+	claims.n[k]++
+	return &claim{key: k}
+}
+
+// end: C no longer claims (ending it again does nothing).
+func (c *claim) end() {
+	claims.Lock()
+	defer claims.Unlock()
+	if c.ended {
+		return
+	}
+	c.ended = true
+	if claims.n[c.key]--; claims.n[c.key] == 0 {
+		delete(claims.n, c.key)
+	}
+}
+
+// alone: no other claim has C's election and candidate (C may have
+// ended: a campaign's give back runs after Campaign returned). A give
+// back of C's grant (undo) may then end the term, or the made-up
+// candidate's holdings.
+func (c *claim) alone() bool {
+	claims.Lock()
+	defer claims.Unlock()
+	n := claims.n[c.key]
+	if !c.ended {
+		n--
+	}
+	return n == 0
 }
 
 // stopRenewing: a duplicate Lock of a holding another Lock renews.

@@ -126,12 +126,18 @@ type proxy struct {
 	mu    sync.Mutex
 	conns []net.Conn
 	cut   bool
-	held  chan struct{}  // non-nil: the server's answers wait until it is closed
+	held  chan struct{} // non-nil: the server's answers wait until it is closed
+	on    string        // "": held on every connection, else on those that sent it (holdOn)
+	links []*link
 	seen  map[string]int // how often each of the counted strings was sent
 }
 
+// link: one client's connection through the proxy; marked once it sent
+// the string of holdOn.
+type link struct{ marked bool }
+
 // counted: the strings the proxy counts in what clients send.
-var counted = []string{"dlock.renew(", "dlock.keepalive("}
+var counted = []string{"dlock.renew(", "dlock.keepalive(", "dlock.unlock(", "dlock.resign("}
 
 // sentCount: how often NEEDLE (one of counted) was sent to the server.
 func (p *proxy) sentCount(needle string) int {
@@ -144,6 +150,7 @@ func (p *proxy) sentCount(needle string) int {
 // string split between two reads is counted too).
 type countingReader struct {
 	p    *proxy
+	l    *link
 	r    io.Reader
 	tail []byte
 }
@@ -155,6 +162,9 @@ func (c *countingReader) Read(b []byte) (int, error) {
 		c.p.mu.Lock()
 		for _, s := range counted {
 			c.p.seen[s] += strings.Count(string(buf), s) - strings.Count(string(c.tail), s)
+		}
+		if c.p.on != "" && strings.Contains(string(buf), c.p.on) {
+			c.l.marked = true
 		}
 		c.p.mu.Unlock()
 		if len(buf) > 64 {
@@ -201,9 +211,11 @@ func newProxy(t *testing.T) *proxy {
 				continue
 			}
 			p.conns = append(p.conns, s)
+			l := &link{}
+			p.links = append(p.links, l)
 			p.mu.Unlock()
-			go func() { _, _ = io.Copy(s, &countingReader{p: p, r: c}); s.Close() }()
-			go func() { _, _ = io.Copy(c, holdingReader{p, s}); c.Close() }()
+			go func() { _, _ = io.Copy(s, &countingReader{p: p, l: l, r: c}); s.Close() }()
+			go func() { _, _ = io.Copy(c, holdingReader{p, l, s}); c.Close() }()
 		}
 	}()
 	t.Cleanup(func() { ln.Close(); p.release(); p.cutAll() })
@@ -235,9 +247,13 @@ func (p *proxy) blockNew() {
 
 // hold: the server's answers held back (the statements still get
 // through); release lets them go.
-func (p *proxy) hold() {
+func (p *proxy) hold() { p.holdOn("") }
+
+// holdOn: the server's answers held back on the connections whose client
+// sends MARK (a parameter's text, say) from now on ("": on every one).
+func (p *proxy) holdOn(mark string) {
 	p.mu.Lock()
-	p.held = make(chan struct{})
+	p.held, p.on = make(chan struct{}), mark
 	p.mu.Unlock()
 }
 
@@ -247,12 +263,18 @@ func (p *proxy) release() {
 		close(p.held)
 		p.held = nil
 	}
+	p.on = ""
+	for _, l := range p.links {
+		l.marked = false
+	}
 	p.mu.Unlock()
 }
 
-// holdingReader: the server's side, read on while the proxy holds nothing.
+// holdingReader: the server's side, read on while the proxy holds nothing
+// on its connection.
 type holdingReader struct {
 	p *proxy
+	l *link
 	r io.Reader
 }
 
@@ -260,6 +282,9 @@ func (h holdingReader) Read(b []byte) (int, error) {
 	n, err := h.r.Read(b)
 	h.p.mu.Lock()
 	held := h.p.held
+	if h.p.on != "" && !h.l.marked {
+		held = nil
+	}
 	h.p.mu.Unlock()
 	if held != nil {
 		<-held

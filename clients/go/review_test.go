@@ -3,7 +3,8 @@
 // release racing the keepalive that checks it, a leader campaigning again
 // right after its loss (the server's term kept with its old expiry), and
 // an Acquire cancelled after the server granted it, with a holder of the
-// caller's or in a session.
+// caller's or in a session, given back without what the holder (or the
+// candidate) held before it, or another call of it got meanwhile.
 // Promises: P8 P16
 
 package dlock_test
@@ -12,7 +13,9 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"fmt"
 	"math/rand"
+	"os"
 	"strconv"
 	"testing"
 	"time"
@@ -351,5 +354,518 @@ func TestSessionCancelLeavesSQLHolding(t *testing.T) {
 			t.Fatalf("%.1f s after the cancel, the SQL's holding of %s (fence %s) is gone: %+v", float64(i)*0.2, r, f.String, h)
 		}
 		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// lateGrant: RUN, an acquisition on a pool through P, cancelled once the
+// server granted it (GRANTED says so) but before its answer is read (P
+// holds it back); its error, once P let the answer go and the client's
+// give back of the grant (a statement with GIVEBACK, "dlock.unlock(" or
+// "dlock.resign(") has been sent and run.
+func lateGrant(t *testing.T, p *proxy, giveBack string, granted func() bool, run func(context.Context) error) error {
+	t.Helper()
+	return lateGrantOn(t, p, "", giveBack, granted, run)
+}
+
+// lateGrantOn: lateGrant, P holding back only the answers on connections
+// that sent MARK ("": every one). With GIVEBACK "", the client may send
+// no give back: its error 2 s after P let the answer go.
+func lateGrantOn(t *testing.T, p *proxy, mark, giveBack string, granted func() bool, run func(context.Context) error) error {
+	t.Helper()
+	before := p.sentCount(giveBack)
+	ctx, cancel := context.WithCancel(bg())
+	defer cancel()
+	p.holdOn(mark)
+	go func() {
+		for end := time.Now().Add(10 * time.Second); ctx.Err() == nil && !granted() && time.Now().Before(end); {
+			time.Sleep(20 * time.Millisecond)
+		}
+		cancel()
+	}()
+	err := run(ctx)
+	if !granted() {
+		p.release()
+		t.Fatalf("the server did not grant it (%v)", err)
+	}
+	p.release()
+	if giveBack == "" {
+		time.Sleep(2 * time.Second)
+		return err
+	}
+	wctx := within(t, 15*time.Second)
+	for p.sentCount(giveBack) == before {
+		if wctx.Err() != nil {
+			t.Fatalf("no %s sent 15 s after a grant was cancelled (%v)", giveBack, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	time.Sleep(500 * time.Millisecond) // run by the server
+	return err
+}
+
+// permits: how many live permits of the semaphore R HOLDER has.
+func permits(t *testing.T, admin *sql.DB, r, holder string) int {
+	t.Helper()
+	var n int
+	if err := admin.QueryRow(`SELECT coalesce(sum(permits), 0)::int FROM dlock.locks WHERE resource = $1 AND holder = $2 AND NOT expired`,
+		r, holder).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// A semaphore held by a Lock with a holder of the caller's; another
+// Acquire with that holder cancelled after the server granted it: the
+// give back (unlock gives back every permit of the holder) leaves the
+// permits the first Lock holds. Then, with nothing held before it, the
+// grant is given back.
+func TestCancelledGrantLeavesHeldPermits(t *testing.T) {
+	admin := appDB(t, "")
+	p := newProxy(t)
+	app := open(t, p.dsn(), oneTrip)
+	if err := app.PingContext(within(t, 10*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	r, h := unique("late-had-semaphore"), unique("holder")
+	opts := []dlock.Option{dlock.Semaphore(3), dlock.Holder(h), dlock.Lease(time.Minute)}
+	first, err := dlock.TryAcquire(bg(), admin, r, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = lateGrant(t, p, "dlock.unlock(", func() bool { return permits(t, admin, r, h) == 2 }, func(ctx context.Context) error {
+		_, err := dlock.Acquire(ctx, app, r, opts...)
+		return err
+	})
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("%v, want context.Canceled", err)
+	}
+	if ok, err := first.Check(bg()); !ok || err != nil {
+		t.Fatalf("the permit the holder held before is gone (check %v %v; %d permits left)", ok, err, permits(t, admin, r, h))
+	}
+	release(t, first)
+}
+
+// A semaphore acquisition cancelled after the server granted it, the
+// holder holding nothing of it before: the grant is given back.
+func TestCancelledGrantFreshPermitsGivenBack(t *testing.T) {
+	admin := appDB(t, "")
+	p := newProxy(t)
+	app := open(t, p.dsn(), oneTrip)
+	if err := app.PingContext(within(t, 10*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	r, h := unique("late-fresh-semaphore"), unique("holder")
+	err := lateGrant(t, p, "dlock.unlock(", func() bool { return permits(t, admin, r, h) == 2 }, func(ctx context.Context) error {
+		_, err := dlock.Acquire(ctx, app, r, dlock.Semaphore(3), dlock.Permits(2), dlock.Holder(h), dlock.Lease(time.Minute))
+		return err
+	})
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("%v, want context.Canceled", err)
+	}
+	if n := permits(t, admin, r, h); n != 0 {
+		t.Fatalf("the grant of a cancelled Acquire is still held: %d permits", n)
+	}
+}
+
+// The same in a session (its holdings share the session's holder): the
+// session's semaphore Lock keeps its permit.
+func TestSessionCancelledGrantLeavesHeldPermits(t *testing.T) {
+	admin := appDB(t, "")
+	p := newProxy(t)
+	app := open(t, p.dsn(), oneTrip)
+	s, err := dlock.OpenSession(bg(), app, dlock.TTL(30*time.Second))
+	if err != nil {
+		t.Skip(err)
+	}
+	defer s.Close(bg())
+	r := unique("late-had-sess-semaphore")
+	first, err := s.TryAcquire(bg(), r, dlock.Semaphore(3))
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = lateGrant(t, p, "dlock.unlock(", func() bool { return permits(t, admin, r, s.Holder()) == 2 }, func(ctx context.Context) error {
+		_, err := s.Acquire(ctx, r, dlock.Semaphore(3))
+		return err
+	})
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("%v, want context.Canceled", err)
+	}
+	if ok, err := first.Check(bg()); !ok || err != nil {
+		t.Fatalf("the session's permit is gone (check %v %v; %d permits left)", ok, err, permits(t, admin, r, s.Holder()))
+	}
+	if first.Err() != nil || s.Err() != nil {
+		t.Fatalf("the session (%v) or its lock (%v) lost", s.Err(), first.Err())
+	}
+}
+
+// A leader; a second Election object with the same candidate campaigns
+// (the server gives it the term it leads), cancelled after the server
+// answered: the give back resigns nothing, the term is still led. Once
+// the leader resigned, such a campaign's term is resigned.
+func TestCancelledCampaignLeavesTerm(t *testing.T) {
+	name := fmt.Sprintf("go-test-late-campaign-%d", os.Getpid())
+	admin := appDB(t, "")
+	p := newProxy(t)
+	app := open(t, p.dsn(), oneTrip+" application_name="+name)
+	if err := app.PingContext(within(t, 10*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	e, c := unique("late-campaign"), unique("candidate")
+	e1, _ := dlock.NewElection(admin, e, dlock.Holder(c), dlock.Lease(time.Minute))
+	lead, err := e1.Campaign(bg(), "one")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lead.Release(bg())
+	// Answered: the app's backend is idle after its campaign.
+	answered := func() bool {
+		var n int
+		if err := admin.QueryRow(`SELECT count(*) FROM pg_stat_activity WHERE application_name = $1 AND state = 'idle' `+
+			`AND query LIKE '%dlock.campaign(%'`, name).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n > 0
+	}
+	e2, _ := dlock.NewElection(app, e, dlock.Holder(c), dlock.Lease(time.Minute))
+	// (No give back sent: the leadership of e1 claims the election.)
+	err = lateGrant(t, p, "", answered, func(ctx context.Context) error {
+		_, err := e2.Campaign(ctx, "one")
+		return err
+	})
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("%v, want context.Canceled", err)
+	}
+	ld, err := e1.Leader(bg())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ld == nil || ld.Term != lead.Fence() || ld.Candidate != c {
+		t.Fatalf("the term %d the candidate led was resigned: the leader is now %+v", lead.Fence(), ld)
+	}
+	if ok, err := lead.Check(bg()); !ok || err != nil {
+		t.Fatalf("check of the leadership: %v %v", ok, err)
+	}
+	// With no term led before it, the term of a cancelled campaign is
+	// resigned.
+	release(t, lead)
+	elected := func() bool {
+		ld, err := e1.Leader(bg())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ld != nil
+	}
+	err = lateGrant(t, p, "dlock.resign(", elected, func(ctx context.Context) error {
+		_, err := e2.Campaign(ctx, "two")
+		return err
+	})
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("%v, want context.Canceled", err)
+	}
+	if ld, err := e1.Leader(bg()); ld != nil || err != nil {
+		t.Fatalf("the term of a cancelled campaign is still led: %+v %v", ld, err)
+	}
+}
+
+// running: how many statements with NEEDLE run on backends whose
+// application_name begins with APP (set so by the test's pool; an
+// acquisition's ends with its tag while it runs).
+func running(t *testing.T, admin *sql.DB, app, needle string) int {
+	t.Helper()
+	var n int
+	if err := admin.QueryRow(`SELECT count(*)::int FROM pg_stat_activity WHERE application_name LIKE $1 || '%' AND state = 'active' `+
+		`AND strpos(query, $2) > 0`, app, needle).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// until: waits for COND, at most 10 s.
+func until(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	ctx := within(t, 10*time.Second)
+	for !cond() {
+		if ctx.Err() != nil {
+			t.Fatalf("10 s without %s", what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// Two calls of one semaphore holder at once: B (2 permits) waits; A (1
+// permit, same holder) gets the permit left meanwhile; room is freed, B
+// re-enters A's holding and is cancelled after its grant. Its give back
+// (unlock ends every permit of the holder) leaves A's holding, with B's
+// permits in it.
+func TestConcurrentCancelledGrantLeavesPermits(t *testing.T) { concurrentPermits(t, false) }
+
+// The same in a session (its holdings share the session's holder).
+func TestSessionConcurrentCancelledGrantLeavesPermits(t *testing.T) { concurrentPermits(t, true) }
+
+func concurrentPermits(t *testing.T, inSession bool) {
+	name := fmt.Sprintf("go-test-conc-sem-%d", os.Getpid())
+	admin := appDB(t, "")
+	p := newProxy(t)
+	app := open(t, p.dsn(), oneTrip+" application_name="+name)
+	if err := app.PingContext(within(t, 10*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	r, h := unique("conc-semaphore"), unique("holder")
+	take := func(ctx context.Context, opts ...dlock.Option) (*dlock.Lock, error) {
+		return dlock.Acquire(ctx, app, r, append([]dlock.Option{dlock.Semaphore(3), dlock.Holder(h), dlock.Lease(time.Minute)}, opts...)...)
+	}
+	if inSession {
+		s, err := dlock.OpenSession(bg(), app, dlock.TTL(30*time.Second))
+		if err != nil {
+			t.Skip(err)
+		}
+		defer s.Close(bg())
+		h = s.Holder()
+		take = func(ctx context.Context, opts ...dlock.Option) (*dlock.Lock, error) {
+			return s.Acquire(ctx, r, append([]dlock.Option{dlock.Semaphore(3)}, opts...)...)
+		}
+	}
+	other, err := dlock.TryAcquire(bg(), admin, r, dlock.Semaphore(3), dlock.Permits(2), dlock.Lease(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Release(bg())
+	// B's wait, as sent: the mark of its statement (the proxy holds back
+	// its answer only).
+	const wait = time.Hour + 4321*time.Microsecond
+	var a *dlock.Lock
+	err = lateGrantOn(t, p, "3600004321 microseconds", "dlock.unlock(", func() bool { return permits(t, admin, r, h) == 3 }, func(ctx context.Context) error {
+		errc := make(chan error, 1)
+		go func() {
+			_, err := take(ctx, dlock.Permits(2), dlock.Wait(wait))
+			errc <- err
+		}()
+		until(t, "B waiting", func() bool { return running(t, admin, name, "dlock.acquire(") == 1 })
+		var err error
+		if a, err = take(bg(), dlock.Wait(0)); err != nil {
+			t.Fatal(err)
+		}
+		release(t, other)
+		return <-errc
+	})
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("%v, want context.Canceled", err)
+	}
+	if ok, err := a.Check(bg()); !ok || err != nil {
+		t.Fatalf("A's holding is gone (check %v %v; %d permits left)", ok, err, permits(t, admin, r, h))
+	}
+	if n := permits(t, admin, r, h); n != 3 {
+		t.Fatalf("%d permits held, want A's and B's 3", n)
+	}
+	release(t, a)
+}
+
+// Two campaigns of one candidate at once, by two Election objects: A,
+// first in campaign order, wins the term while B waits; B then gets that
+// term back (its candidate leads) and is cancelled after its grant. Its
+// give back leaves A's term.
+func TestConcurrentCancelledCampaignLeavesTerm(t *testing.T) { concurrentCampaigns(t, false) }
+
+// The same with two campaigns in one session (of one Election).
+func TestSessionConcurrentCancelledCampaignLeavesTerm(t *testing.T) { concurrentCampaigns(t, true) }
+
+func concurrentCampaigns(t *testing.T, inSession bool) {
+	name := fmt.Sprintf("go-test-conc-camp-%d", os.Getpid())
+	admin := appDB(t, "")
+	p := newProxy(t)
+	app := open(t, p.dsn(), oneTrip+" application_name="+name)
+	if err := app.PingContext(within(t, 10*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	e, c := unique("conc-campaign"), unique("candidate")
+	blocker, _ := dlock.NewElection(admin, e, dlock.Lease(time.Minute))
+	bl, err := blocker.Campaign(bg(), "blocker")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer bl.Release(bg())
+	var ea, eb *dlock.Election
+	if inSession {
+		s, err := dlock.OpenSession(bg(), app, dlock.TTL(30*time.Second))
+		if err != nil {
+			t.Skip(err)
+		}
+		defer s.Close(bg())
+		c = s.Holder()
+		ea, _ = s.NewElection(e)
+		eb = ea
+	} else {
+		ea, _ = dlock.NewElection(app, e, dlock.Holder(c), dlock.Lease(time.Minute))
+		eb, _ = dlock.NewElection(app, e, dlock.Holder(c), dlock.Lease(time.Minute))
+	}
+	type result struct {
+		l   *dlock.Lock
+		err error
+	}
+	ac := make(chan result, 1)
+	go func() {
+		l, err := ea.Campaign(bg(), "plain")
+		ac <- result{l, err}
+	}()
+	until(t, "A waiting", func() bool { return running(t, admin, name, "dlock.campaign(") == 1 })
+	var a result
+	// Granted: both campaigns answered, the candidate leading.
+	granted := func() bool {
+		ld, err := blocker.Leader(bg())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ld != nil && ld.Candidate == c && running(t, admin, name, "dlock.campaign(") == 0
+	}
+	mark := unique("signalled") // B's value: the proxy holds back its answer only
+	err = lateGrantOn(t, p, mark, "", granted, func(ctx context.Context) error {
+		errc := make(chan error, 1)
+		go func() {
+			_, err := eb.Campaign(ctx, mark)
+			errc <- err
+		}()
+		until(t, "B waiting", func() bool { return running(t, admin, name, "dlock.campaign(") == 2 })
+		release(t, bl)
+		select {
+		case a = <-ac:
+		case <-within(t, 10*time.Second).Done():
+			t.Fatal("A not elected 10 s after the leader resigned")
+		}
+		return <-errc
+	})
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("%v, want context.Canceled", err)
+	}
+	if a.err != nil {
+		t.Fatal(a.err)
+	}
+	ld, err := blocker.Leader(bg())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ld == nil || ld.Term != a.l.Fence() || ld.Candidate != c {
+		t.Fatalf("A's term %d was resigned: the leader is now %+v", a.l.Fence(), ld)
+	}
+	if ok, err := a.l.Check(bg()); !ok || err != nil || a.l.Err() != nil {
+		t.Fatalf("A's leadership: check %v %v, Err %v", ok, err, a.l.Err())
+	}
+	release(t, a.l)
+}
+
+// A term the candidate leads by the caller's own SQL (no Election of
+// this process claims it, as another process's); an Election with that
+// candidate campaigns, gets that term and is cancelled after its grant:
+// the give back resigns only a term elected since its statement began,
+// not this one.
+func TestCancelledCampaignLeavesSQLTerm(t *testing.T) {
+	name := fmt.Sprintf("go-test-sql-term-%d", os.Getpid())
+	admin := appDB(t, "")
+	p := newProxy(t)
+	app := open(t, p.dsn(), oneTrip+" application_name="+name)
+	if err := app.PingContext(within(t, 10*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	e, c := unique("sql-term"), unique("candidate")
+	var term int64
+	if err := admin.QueryRow(`SELECT dlock.campaign(election => $1, candidate => $2, lease => '1 minute')`, e, c).Scan(&term); err != nil {
+		t.Fatal(err)
+	}
+	defer admin.Exec(`SELECT dlock.resign($1, $2, $3)`, e, c, term)
+	el, _ := dlock.NewElection(app, e, dlock.Holder(c), dlock.Lease(time.Minute))
+	// Answered: the app's backend is idle after its campaign.
+	answered := func() bool {
+		var n int
+		if err := admin.QueryRow(`SELECT count(*) FROM pg_stat_activity WHERE application_name = $1 AND state = 'idle' `+
+			`AND query LIKE '%dlock.campaign(%'`, name).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n > 0
+	}
+	err := lateGrant(t, p, "dlock.resign(", answered, func(ctx context.Context) error {
+		_, err := el.Campaign(ctx, "x")
+		return err
+	})
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("%v, want context.Canceled", err)
+	}
+	ld, err := el.Leader(bg())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ld == nil || ld.Term != term || ld.Candidate != c {
+		t.Fatalf("the term %d the candidate led was resigned: the leader is now %+v", term, ld)
+	}
+}
+
+// A campaign of an Election without Holder (its candidate made up) waits;
+// another Election with that candidate (A) wins meanwhile; the first gets
+// A's term back, is cancelled, and its answer never comes: with the
+// outcome unknown, the made-up candidate's holdings are not released
+// while A's leadership claims them.
+func TestUnknownCampaignLeavesTerm(t *testing.T) {
+	name := fmt.Sprintf("go-test-unknown-camp-%d", os.Getpid())
+	admin, adb := appDB(t, ""), appDB(t, "application_name=a-"+name)
+	p := newProxy(t)
+	app := open(t, p.dsn(), oneTrip+" application_name="+name)
+	if err := app.PingContext(within(t, 10*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	e := unique("unknown-campaign")
+	blocker, _ := dlock.NewElection(admin, e, dlock.Lease(time.Minute))
+	bl, err := blocker.Campaign(bg(), "blocker")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer bl.Release(bg())
+	eb, _ := dlock.NewElection(app, e, dlock.Lease(time.Minute))
+	ea, _ := dlock.NewElection(adb, e, dlock.Holder(eb.Candidate()), dlock.Lease(time.Minute))
+	type result struct {
+		l   *dlock.Lock
+		err error
+	}
+	ac := make(chan result, 1)
+	go func() {
+		l, err := ea.Campaign(bg(), "a")
+		ac <- result{l, err}
+	}()
+	until(t, "A waiting", func() bool { return running(t, admin, "a-"+name, "dlock.campaign(") == 1 })
+	mark := unique("unanswered") // B's value: the proxy holds back its answer only
+	p.holdOn(mark)
+	defer p.release()
+	ctx, cancel := context.WithCancel(bg())
+	defer cancel()
+	errc := make(chan error, 1)
+	go func() {
+		_, err := eb.Campaign(ctx, mark)
+		errc <- err
+	}()
+	until(t, "B waiting", func() bool { return running(t, admin, name, "dlock.campaign(") == 1 })
+	release(t, bl)
+	var a result
+	select {
+	case a = <-ac:
+	case <-within(t, 10*time.Second).Done():
+		t.Fatal("A not elected 10 s after the leader resigned")
+	}
+	if a.err != nil {
+		t.Fatal(a.err)
+	}
+	defer a.l.Release(bg())
+	until(t, "B answered", func() bool { return running(t, admin, name, "dlock.campaign(") == 0 })
+	cancel()
+	if err := <-errc; !errors.Is(err, context.Canceled) {
+		t.Fatalf("%v, want context.Canceled", err)
+	}
+	// The outcome is unknown at most twice releaseTimeout (10 s) later.
+	time.Sleep(22 * time.Second)
+	ld, err := ea.Leader(bg())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ld == nil || ld.Term != a.l.Fence() {
+		t.Fatalf("A's term %d was ended: the leader is now %+v", a.l.Fence(), ld)
+	}
+	if ok, err := a.l.Check(bg()); !ok || err != nil || a.l.Err() != nil {
+		t.Fatalf("A's leadership: check %v %v, Err %v", ok, err, a.l.Err())
 	}
 }
