@@ -9,6 +9,8 @@ runner is wrapped), so each case is deterministic."""
 
 import asyncio
 
+import psycopg
+
 import pytest
 
 import dlock.aio
@@ -121,3 +123,30 @@ def test_campaign_keeps_a_term_the_candidate_leads(dsn, admin, name, after_grant
             await task
         assert term(admin, name) is None, "the cancelled campaign's fresh term was kept"
     asyncio.run(main())
+
+
+@pytest.mark.parametrize("as_type", [float, str])
+def test_campaign_give_back_with_an_int8_loader(dsn, admin, name, after_grant, as_type):
+    """An int8 loader the application registered globally (float or str)
+    does not break the give back: the fresh term is still resigned."""
+    from psycopg.adapt import Loader
+    from psycopg.pq import Format
+
+    class AppLoader(Loader):
+        def load(self, data):
+            return as_type(bytes(data).decode())
+
+    oid = psycopg.adapters.types["int8"].oid
+    saved = psycopg.adapters.get_loader(oid, Format.TEXT)
+    psycopg.adapters.register_loader("int8", AppLoader)
+    try:
+        async def main():
+            b = dlock.aio.Election(dsn, name, lease=30, cancel=None)
+            task = asyncio.create_task(b.campaign("b"))
+            after_grant(task, "b")
+            with pytest.raises(asyncio.CancelledError):
+                await task
+        asyncio.run(main())
+    finally:
+        psycopg.adapters.register_loader("int8", saved)
+    assert term(admin, name) is None, "the cancelled campaign's fresh term was kept"

@@ -30,8 +30,9 @@ Seconds = Union[int, float, datetime.timedelta]
 #: not round them.
 #: A second column of a campaign, whose give back must spare a term the
 #: candidate led before (give_back_statement): when the statement started,
-#: in microseconds since the epoch.
-_STARTED = ", (extract(epoch FROM statement_timestamp()) * 1000000)::bigint"
+#: in microseconds since the epoch, as text (an int8 loader of the
+#: application must not change it).
+_STARTED = ", (extract(epoch FROM statement_timestamp()) * 1000000)::bigint::text"
 SQL_TRY_LOCK = "SELECT dlock.try_lock(%s, %s, %s)::text"
 SQL_LOCK = "SELECT dlock.lock(%s, %s, %s, %s)::text"
 SQL_LOCK_FAIR = "SELECT dlock.lock(%s, %s, %s, %s, true)::text"
@@ -99,7 +100,7 @@ SQL_GIVE_BACK_PERMITS = ("SELECT dlock.unlock(l.resource, l.holder, l.fence) FRO
                          " AND l.permits = %s")
 SQL_GIVE_BACK_TERM = ("SELECT dlock.resign(%s, %s, l.term) FROM dlock.leader(%s) l"
                       " WHERE l.term = %s"
-                      " AND l.elected_at >= timestamptz 'epoch' + %s * interval '1 microsecond'")
+                      " AND l.elected_at >= timestamptz 'epoch' + %s::bigint * interval '1 microsecond'")
 #: Whether the server's dlock.lock takes ``shared`` (SQL 0.4).
 SQL_HAS_SHARED = ("SELECT EXISTS (SELECT FROM pg_catalog.pg_proc p"
                   " JOIN pg_catalog.pg_namespace n ON n.oid = p.pronamespace"
