@@ -555,6 +555,9 @@ sub utc_seconds
 # every open one is listed (MariaDB 11.8, seed 1118433950: an assert_fence
 # pin of the very holding and an unrelated transaction).  One sighting is
 # one poll of the monitor (p): each of its rows has its own time t.
+# A wait in _reaper_wait (dlock.reapers AS waiting) is a wait for the
+# reaper, allowed by design (seed 1223718088, MariaDB 11.8: a try_lock
+# flagged); counted apart (the fourth result).
 # A sighting without a wait start (ws null) is a lock request InnoDB queued
 # and withdrew without waiting: MariaDB's SKIP LOCKED queues a waiting
 # request for every row another transaction holds, then takes it back and
@@ -610,7 +613,7 @@ sub mark_waits
 		return 0;
 	};
 	my %holding_call = map { $_ => 1 } qw(renew unlock unlock_all);
-	my ($stray, $ambiguous, $queued) = (0, 0, 0);
+	my ($stray, $ambiguous, $queued, $reaper) = (0, 0, 0, 0);
 	# Per sighting of a holding call and blocking transaction id (one line
 	# per connection listed under it): [operation, allowed by any].
 	my %verdict;
@@ -643,6 +646,15 @@ sub mark_waits
 		# quoted literal) when it has one: a sighting whose wait state was
 		# older than its statement text is not taken for another call's.
 		next if defined $o->{r} && index($w->{q}, "'$o->{r}'") < 0;
+		# _reaper_wait: an acquirer that finds a row locked by the reaper
+		# waits for its few statements, on the slot's row of dlock.reapers
+		# that only reap() locks exclusively (docs/editions/mysql.md): by
+		# design, not a wait for a user's transaction.
+		if ($w->{q} =~ /\bdlock\.reapers\s+AS\s+waiting\b/i)
+		{
+			$reaper++;
+			next;
+		}
 		if ($w->{q} =~ /SKIP\s+LOCKED/i && defined(my $ws = utc_seconds($w->{ws})))
 		{
 			my $lo = defined $o->{err} ? $o->{t0e} : $o->{t0};
@@ -688,7 +700,7 @@ sub mark_waits
 		if ($o->{bad_wait}) { $o->{nowait} = 1 }
 		elsif (!defined $o->{errno} || ($o->{errno} != 1205 && $o->{errno} != 1213)) { delete $o->{nowait} }
 	}
-	return ($stray, $ambiguous, $queued);
+	return ($stray, $ambiguous, $queued, $reaper);
 }
 
 1;

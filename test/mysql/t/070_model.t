@@ -123,11 +123,12 @@ for my $pid (@pids, $mon)
 is($died, 0, 'every client and the waits monitor ran to the end');
 
 my $ops = ModelCheck::load(@logs);
-my ($stray, $ambiguous, $queued) = MyModelDriver::mark_waits($ops, "$dir/waits.log");
+my ($stray, $ambiguous, $queued, $reaper) = MyModelDriver::mark_waits($ops, "$dir/waits.log");
 my ($v, $stats) = ModelCheck::check($ops, ok_error => \&ok_error);
 $stats->{'waits outside operations'} = $stray;
 $stats->{'waits of an ambiguous transaction id'} = $ambiguous;
 $stats->{'lock requests queued, not waited for (SKIP LOCKED)'} = $queued;
+$stats->{'waits for the reaper (allowed)'} = $reaper;
 diag('dlock model: ' . join(', ', map { "$_ $stats->{$_}" } sort keys %$stats));
 my %kinds;
 for (@$v) { $kinds{$1}++ if /^VIOLATION \[([^\]]+)\]/ }
@@ -337,6 +338,9 @@ $flagged->('fence-unique', sub {
 	ok(!$o->{waited} && $queued == 1, 'checker: ... nor with one in the second before the call began');
 	($o, $queued) = $seen->({ ws => '2026-11-28 12:40:54' }, undef, $base);
 	ok($o->{waited} && $o->{nowait} && $queued == 0, 'checker: ... with one in the second the call began, a wait');
+	my $reap = q{SELECT 1 INTO v_one FROM dlock.reapers AS waiting WHERE slot = dlock._slot( NAME_CONST('p_resource',_binary'r' COLLATE 'binary')) LOCK IN SHARE MODE};
+	($o) = $seen->({ ws => '2026-11-27 09:00:00' }, $reap);
+	ok(!$o->{waited}, 'checker: a wait for the reaper in _reaper_wait (dlock.reapers AS waiting) is allowed (seed 1223718088)');
 	($o, $queued) = $seen->({ ws => '2026-11-28 12:40:48' }, $plain, $base);
 	ok($o->{waited} && $o->{nowait} && $queued == 0, 'checker: ... and with an old one in a read that skips nothing, a wait');
 }
