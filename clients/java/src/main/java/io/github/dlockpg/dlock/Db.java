@@ -119,6 +119,16 @@ final class Db {
         return s != null && !s.startsWith("08") && !s.startsWith("57P");
     }
 
+    /**
+     * A transaction rollback the server asks to retry: a serialization
+     * failure (40001, under REPEATABLE READ or SERIALIZABLE when a row
+     * changed since the snapshot, as a renewal does) or a deadlock (40P01).
+     */
+    static boolean retryable(SQLException e) {
+        String s = e.getSQLState();
+        return "40001".equals(s) || "40P01".equals(s);
+    }
+
     /** The holder text of one lock object: host, pid, a random UUID. */
     static String uniqueHolder() {
         String host;

@@ -400,7 +400,9 @@ public final class DlockSession implements AutoCloseable {
                     : Holding.RELEASE_TIMEOUT_MS);
             } catch (SQLException e) {
                 if (wasLost) throw lostBecause();
-                if (!Db.serverError(e)) {
+                // Once more after a lost connection or a serialization
+                // failure (a keepalive of ours under way, SERIALIZABLE).
+                if (!Db.serverError(e) || Db.retryable(e)) {
                     try {
                         n = closeCall(Holding.RELEASE_TIMEOUT_MS);
                     } catch (SQLException again) {

@@ -321,7 +321,10 @@ final class Holding {
                 : RELEASE_TIMEOUT_MS);
         } catch (SQLException e) {
             if (wasLost) return false;
-            if (Db.serverError(e)) {
+            // Once more after a lost connection, or after a serialization
+            // failure (the caller's default isolation is SERIALIZABLE, and
+            // a renewal of ours was under way): that try was rolled back.
+            if (Db.serverError(e) && !Db.retryable(e)) {
                 unreleased();
                 throw e;
             }

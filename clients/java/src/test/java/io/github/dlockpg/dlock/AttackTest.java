@@ -4,7 +4,8 @@
 // the wait; server-side prepared statements (prepareThreshold), which
 // pgbouncer in transaction pooling cannot follow; the caller's scheduler
 // shut down; a loss listener that blocks; re-entry into a lost lock;
-// read-only and serializable defaults; a leader that campaigns again once
+// read-only and serializable defaults (a release meeting a renewal
+// under way is retried); a leader that campaigns again once
 // its renewals failed (a re-entry keeps the old expiry).
 // Promises: P16
 package io.github.dlockpg.dlock;
@@ -225,6 +226,50 @@ class AttackTest {
         assertFalse(lock.isLost());
         lock.unlock();
         t.join();
+        assertFalse(TestEnv.liveOnServer(r));
+    }
+
+    @Test
+    @DisplayName("default_transaction_isolation serializable: a release that meets a renewal under way is retried")
+    void serializableReleaseMeetsRenewal() throws Exception {
+        String r = TestEnv.unique("serializable-release");
+        String user = TestEnv.env("PGUSER", System.getProperty("user.name"));
+        String appName = "java-test-serializable-release";
+        PGSimpleDataSource ds = TestEnv.ds(user, appName);
+        ds.setOptions("-c default_transaction_isolation=serializable");
+        DlockLock lock = new DlockLock(ds, r, Duration.ofSeconds(30));
+        assertTrue(lock.tryLock());
+        // A renewal under way: renew() in an open transaction holds the
+        // lease's row until it commits, after the release's snapshot.
+        Connection c = TestEnv.ds(user, null).getConnection();
+        c.setAutoCommit(false);
+        try (var ps = c.prepareStatement(
+                "SELECT dlock.renew(resource => ?, holder => ?, lease => '30s'::interval, fence => ?)")) {
+            ps.setString(1, r);
+            ps.setString(2, lock.holder());
+            ps.setLong(3, lock.fence());
+            try (ResultSet rs = ps.executeQuery()) {
+                assertTrue(rs.next() && rs.getObject(1) != null, "renewed");
+            }
+        }
+        // It commits once the release waits for the row (the portable
+        // edition; the C extension takes no row lock: at most 10 s).
+        CompletableFuture<Void> commit = CompletableFuture.runAsync(() -> {
+            try (c) {
+                long end = System.nanoTime() + TimeUnit.SECONDS.toNanos(10);
+                while (System.nanoTime() < end && TestEnv.adminQuery(
+                        "SELECT 1 FROM pg_stat_activity WHERE application_name = ? AND wait_event_type = 'Lock'",
+                        appName) == null) {
+                    Thread.sleep(20);
+                }
+                c.commit();
+            } catch (Exception e) {
+                throw new IllegalStateException(e);
+            }
+        });
+        lock.unlock();
+        commit.get(30, TimeUnit.SECONDS);
+        assertFalse(lock.isLost());
         assertFalse(TestEnv.liveOnServer(r));
     }
 
