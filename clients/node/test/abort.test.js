@@ -26,6 +26,12 @@ const running = async (name) => (await admin.query(
   "SELECT count(*)::int AS n FROM pg_stat_activity WHERE application_name = $1 AND state = 'active' " +
   "AND query ~ 'dlock\\.(lock|acquire|lock_all|campaign)\\('", [name])).rows[0].n;
 
+// stopped: APP's acquisitions have all ended (cancelled, not left to
+// wait).  Polled: the server sends a statement's error before its backend
+// shows as idle in pg_stat_activity.  A statement left waiting would wait
+// for a minute, far past the poll's 10 s.
+const stopped = () => until('its statement ended', async () => (await running(APP)) === 0);
+
 // until WHAT FN: polls FN until it is true (10 s, else a failure).
 async function until(what, fn) {
   const end = Date.now() + 10000;
@@ -82,7 +88,7 @@ for (const [kind, k] of Object.entries(KINDS)) {
     await until('the waiter runs in the server', async () => (await running(APP)) === 1);
     ac.abort(reason);
     assert.equal(await within(5000, outcome, 'the aborted acquisition'), reason);
-    assert.equal(await running(APP), 0, 'its statement was cancelled, not left waiting');
+    await stopped();
     const holders = await live(r);
     assert.equal(holders.length, 1, `only the first holder: ${holders}`);
     await first.release();
@@ -105,7 +111,7 @@ test('session: an abort cancels a lock and a campaign waiting in a session; the 
     ac.abort();
     const err = await within(5000, outcome, 'the aborted acquisition');
     assert.equal(err.name, 'AbortError', `the default reason: ${err}`);
-    assert.equal(await running(APP), 0);
+    await stopped();
     assert.deepEqual(await live(r), [first.holder]);
     await first.release();
     assert.equal(s.lost, false);
@@ -121,7 +127,7 @@ test('session: an abort cancels a lock and a campaign waiting in a session; the 
     await until('the campaign runs in the server', async () => (await running(APP)) === 1);
     ac2.abort('enough');
     assert.equal(await within(5000, campaign, 'the aborted campaign'), 'enough');
-    assert.equal(await running(APP), 0);
+    await stopped();
     await leader.resign();
     assert.equal(s.lost, false);
   } finally {
@@ -263,7 +269,7 @@ test('aborts racing releases (seeded): rejected, nothing of it left; resolved, i
       assert.equal(await got.check(), true, `round ${i}: resolved but not held`);
       await got.release();
     }
-    assert.equal(await running(APP), 0);
+    await stopped();
   }
   console.log(`# outcomes ${JSON.stringify(seen)}`);
 });
