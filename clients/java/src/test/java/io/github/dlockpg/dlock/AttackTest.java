@@ -5,7 +5,7 @@
 // pgbouncer in transaction pooling cannot follow; the caller's scheduler
 // shut down; a loss listener that blocks; re-entry into a lost lock;
 // read-only and serializable defaults (a release meeting a renewal
-// under way is retried); a leader that campaigns again once
+// under way is retried, a close meeting a keepalive too); a leader that campaigns again once
 // its renewals failed (a re-entry keeps the old expiry).
 // Promises: P16
 package io.github.dlockpg.dlock;
@@ -233,27 +233,49 @@ class AttackTest {
     @DisplayName("default_transaction_isolation serializable: a release that meets a renewal under way is retried")
     void serializableReleaseMeetsRenewal() throws Exception {
         String r = TestEnv.unique("serializable-release");
-        String user = TestEnv.env("PGUSER", System.getProperty("user.name"));
         String appName = "java-test-serializable-release";
-        PGSimpleDataSource ds = TestEnv.ds(user, appName);
-        ds.setOptions("-c default_transaction_isolation=serializable");
-        DlockLock lock = new DlockLock(ds, r, Duration.ofSeconds(30));
+        DlockLock lock = new DlockLock(serializable(appName), r, Duration.ofSeconds(30));
         assertTrue(lock.tryLock());
-        // A renewal under way: renew() in an open transaction holds the
-        // lease's row until it commits, after the release's snapshot.
-        Connection c = TestEnv.ds(user, null).getConnection();
+        whileUnderWay("SELECT dlock.renew(resource => ?, holder => ?, lease => '30s'::interval, fence => ?)",
+            new Object[] {r, lock.holder(), lock.fence()}, appName, lock::unlock);
+        assertFalse(lock.isLost());
+        assertFalse(TestEnv.liveOnServer(r));
+    }
+
+    @Test
+    @DisplayName("default_transaction_isolation serializable: a session's close that meets a keepalive under way is retried")
+    void serializableCloseMeetsKeepalive() throws Exception {
+        String appName = "java-test-serializable-close";
+        DlockSession s = DlockSession.open(serializable(appName), Duration.ofSeconds(30));
+        String r = TestEnv.unique("serializable-close");
+        DlockLock lock = s.lock(r);
+        assertTrue(lock.tryLock());
+        whileUnderWay("SELECT dlock.keepalive(session => ?)", new Object[] {s.id()}, appName, s::close);
+        assertFalse(TestEnv.liveOnServer(r));
+        assertEquals(null, TestEnv.adminQuery("SELECT 1 FROM dlock.sessions WHERE id = ?", s.id()));
+    }
+
+    // serializable APPNAME: the test user's connections, SERIALIZABLE by default.
+    private static PGSimpleDataSource serializable(String appName) {
+        PGSimpleDataSource ds = TestEnv.ds(TestEnv.env("PGUSER", System.getProperty("user.name")), appName);
+        ds.setOptions("-c default_transaction_isolation=serializable");
+        return ds;
+    }
+
+    // whileUnderWay SQL ARGS APPNAME ACTION: SQL (a renewal, a keepalive)
+    // runs in a transaction left open, which holds its row; ACTION runs,
+    // and the transaction commits once ACTION's backend (APPNAME) waits
+    // for the row (the portable edition; the C extension takes no row
+    // lock: then after 10 s).  ACTION's snapshot is older than the commit.
+    private static void whileUnderWay(String sql, Object[] args, String appName, Action action) throws Exception {
+        Connection c = TestEnv.ds(TestEnv.env("PGUSER", System.getProperty("user.name")), null).getConnection();
         c.setAutoCommit(false);
-        try (var ps = c.prepareStatement(
-                "SELECT dlock.renew(resource => ?, holder => ?, lease => '30s'::interval, fence => ?)")) {
-            ps.setString(1, r);
-            ps.setString(2, lock.holder());
-            ps.setLong(3, lock.fence());
+        try (var ps = c.prepareStatement(sql)) {
+            for (int i = 0; i < args.length; i++) ps.setObject(i + 1, args[i]);
             try (ResultSet rs = ps.executeQuery()) {
-                assertTrue(rs.next() && rs.getObject(1) != null, "renewed");
+                assertTrue(rs.next() && rs.getObject(1) != null, "under way: " + sql);
             }
         }
-        // It commits once the release waits for the row (the portable
-        // edition; the C extension takes no row lock: at most 10 s).
         CompletableFuture<Void> commit = CompletableFuture.runAsync(() -> {
             try (c) {
                 long end = System.nanoTime() + TimeUnit.SECONDS.toNanos(10);
@@ -267,10 +289,12 @@ class AttackTest {
                 throw new IllegalStateException(e);
             }
         });
-        lock.unlock();
+        action.run();
         commit.get(30, TimeUnit.SECONDS);
-        assertFalse(lock.isLost());
-        assertFalse(TestEnv.liveOnServer(r));
+    }
+
+    private interface Action {
+        void run() throws Exception;
     }
 
     @Test
