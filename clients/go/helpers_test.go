@@ -128,6 +128,7 @@ type proxy struct {
 	cut   bool
 	held  chan struct{} // non-nil: the server's answers wait until it is closed
 	on    string        // "": held on every connection, else on those that sent it (holdOn)
+	after string        // non-empty: nothing held until a client sent it (holdAfter)
 	links []*link
 	seen  map[string]int // how often each of the counted strings was sent
 }
@@ -165,6 +166,9 @@ func (c *countingReader) Read(b []byte) (int, error) {
 		}
 		if c.p.on != "" && strings.Contains(string(buf), c.p.on) {
 			c.l.marked = true
+		}
+		if c.p.after != "" && strings.Contains(string(buf), c.p.after) {
+			c.p.after = ""
 		}
 		c.p.mu.Unlock()
 		if len(buf) > 64 {
@@ -257,13 +261,22 @@ func (p *proxy) holdOn(mark string) {
 	p.mu.Unlock()
 }
 
+// holdAfter: every connection's answers held back once a client sent
+// MARK (the answers to what went before, as a driver's ping while it
+// hands out a pooled connection, get through).
+func (p *proxy) holdAfter(mark string) {
+	p.mu.Lock()
+	p.held, p.on, p.after = make(chan struct{}), "", mark
+	p.mu.Unlock()
+}
+
 func (p *proxy) release() {
 	p.mu.Lock()
 	if p.held != nil {
 		close(p.held)
 		p.held = nil
 	}
-	p.on = ""
+	p.on, p.after = "", ""
 	for _, l := range p.links {
 		l.marked = false
 	}
@@ -282,7 +295,7 @@ func (h holdingReader) Read(b []byte) (int, error) {
 	n, err := h.r.Read(b)
 	h.p.mu.Lock()
 	held := h.p.held
-	if h.p.on != "" && !h.l.marked {
+	if (h.p.on != "" && !h.l.marked) || h.p.after != "" {
 		held = nil
 	}
 	h.p.mu.Unlock()
