@@ -403,6 +403,75 @@ func TestSessionSettings(t *testing.T) {
 	}
 }
 
+// default_transaction_isolation=serializable: a Release that waits for a
+// renewal's row lock (the portable edition) fails with 40001 when the
+// renewal commits; that try was rolled back, so it is sent again.
+func TestSerializableReleaseMeetsRenewal(t *testing.T) {
+	t.Parallel()
+	name := fmt.Sprintf("go-test-serializable-release-%d", os.Getpid())
+	app := appDB(t, "default_transaction_isolation=serializable application_name="+name)
+	admin := appDB(t, "")
+	r := unique("serializable-release")
+	l, err := dlock.Acquire(bg(), app, r, dlock.Lease(30*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A renewal under way: renew() in an open transaction holds the
+	// lease's row until it commits, after the release's snapshot.
+	tx, err := admin.BeginTx(bg(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback()
+	var renewed bool
+	if err := tx.QueryRow(`SELECT dlock.renew(resource => $1, holder => $2, lease => '30s', fence => $3::text::bigint) IS NOT NULL`,
+		r, l.Holder(), fmt.Sprint(l.Fence())).Scan(&renewed); err != nil || !renewed {
+		t.Fatalf("renew: %v %v", renewed, err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- l.Release(bg()) }()
+	// Until the release waits for the row (the portable edition; the C
+	// extension takes no row lock: it may be done already).
+	var released error
+	finished := false
+poll:
+	for end := time.Now().Add(10 * time.Second); time.Now().Before(end); time.Sleep(20 * time.Millisecond) {
+		select {
+		case released = <-done:
+			finished = true
+			break poll
+		default:
+		}
+		var n int
+		if err := admin.QueryRow(`SELECT count(*) FROM pg_stat_activity WHERE application_name = $1 AND wait_event_type = 'Lock'`,
+			name).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		if n > 0 {
+			break
+		}
+	}
+	if err := tx.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	if !finished {
+		select {
+		case released = <-done:
+		case <-time.After(30 * time.Second):
+			t.Fatal("Release did not return")
+		}
+	}
+	if released != nil {
+		t.Fatalf("Release failed: %v", released)
+	}
+	if !errors.Is(l.Err(), dlock.ErrReleased) {
+		t.Errorf("after Release, Err() = %v", l.Err())
+	}
+	if h := row(t, admin, r); h.exists && h.live {
+		t.Errorf("still live on the server after Release: %+v", h)
+	}
+}
+
 // Behind pgbouncer (transaction pooling, two server connections), many
 // goroutines at once: whoever gets a resource finds its previous holder
 // gone or told (Done closed: the loss is signalled before the lease's

@@ -89,6 +89,14 @@ func invalid(format string, args ...interface{}) error {
 	return &Error{Code: "22023", Message: "dlock: " + fmt.Sprintf(format, args...)}
 }
 
+// retryable: whether ERR is a rollback the server asks to retry: a
+// serialization failure (40001: REPEATABLE READ or SERIALIZABLE, a row
+// changed since the snapshot, as a renewal does) or a deadlock (40P01).
+func retryable(err error) bool {
+	c := sqlState(err)
+	return c == "40001" || c == "40P01"
+}
+
 // serverError: whether ERR is a statement the server refused (the
 // connection is then still usable), not a lost connection or a timeout.
 func serverError(err error) bool {

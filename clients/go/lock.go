@@ -240,8 +240,9 @@ func (l *Lock) release(ctx context.Context, state int, err error) error {
 		return err
 	}
 	_, qerr := queryRow(ctx, l.db, l.releaseQ, []interface{}{first, l.holder, fence}, &ok)
-	if qerr != nil && !serverError(qerr) && ctx.Err() == nil {
-		// A lost connection: once more on another.
+	if qerr != nil && (!serverError(qerr) || retryable(qerr)) && ctx.Err() == nil {
+		// A lost connection, or a try rolled back (the caller's default
+		// isolation SERIALIZABLE met a renewal under way): once more.
 		_, qerr = queryRow(ctx, l.db, l.releaseQ, []interface{}{first, l.holder, fence}, &ok)
 	}
 	if qerr != nil {

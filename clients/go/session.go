@@ -321,7 +321,7 @@ func (s *Session) close(ctx context.Context, state int, err error) error {
 		return err
 	}
 	_, qerr := queryRow(ctx, s.db, q, args, &n)
-	if qerr != nil && !serverError(qerr) && ctx.Err() == nil {
+	if qerr != nil && (!serverError(qerr) || retryable(qerr)) && ctx.Err() == nil {
 		_, qerr = queryRow(ctx, s.db, q, args, &n)
 	}
 	if qerr != nil {

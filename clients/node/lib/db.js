@@ -73,6 +73,13 @@ function isServerError(err) {
   return err && typeof err.severity === 'string' && typeof err.code === 'string';
 }
 
+// A rollback the server asks to retry: a serialization failure (40001:
+// REPEATABLE READ or SERIALIZABLE, a row changed since the snapshot, as a
+// renewal does) or a deadlock (40P01).
+function retryable(err) {
+  return isServerError(err) && (err.code === '40001' || err.code === '40P01');
+}
+
 function timeoutError(what, ms) {
   const err = new Error(`dlock: ${what} took longer than ${ms} ms`);
   err.code = 'ETIMEDOUT';
@@ -242,6 +249,6 @@ function fences(v, multi) {
 }
 
 module.exports = {
-  invalid, duration, text, count, uniqueHolder, checkPool, abortSignal, isServerError, call, bigintOrNull, fences,
+  invalid, duration, text, count, uniqueHolder, checkPool, abortSignal, isServerError, retryable, call, bigintOrNull, fences,
   RELEASE_TIMEOUT_MS, STARTED, SINCE_STARTED,
 };

@@ -200,8 +200,10 @@ class Lock {
         wasLost ? Math.min(this._leaseMs / 3, RELEASE_TIMEOUT_MS) : RELEASE_TIMEOUT_MS);
     } catch (err) {
       if (wasLost) return false;
-      if (db.isServerError(err)) { this._unreleased(); throw err; }
-      // A lost connection: once more on another (the lease ends anyway).
+      if (db.isServerError(err) && !db.retryable(err)) { this._unreleased(); throw err; }
+      // A lost connection: once more on another (the lease ends anyway);
+      // or a try rolled back (the caller's default isolation SERIALIZABLE
+      // met a renewal under way): once more.
       try {
         rows = await db.call(this._pool, this._releaseSql, args, RELEASE_TIMEOUT_MS);
       } catch (again) {

@@ -321,9 +321,11 @@ class Session {
     this._state = 'closing';
     clearTimeout(this._timer);
     this._closing = (async () => {
+      const close = () => db.call(this._pool, SQL.close, [this._id.toString()], RELEASE_TIMEOUT_MS);
       let rows;
       try {
-        rows = await db.call(this._pool, SQL.close, [this._id.toString()], RELEASE_TIMEOUT_MS);
+        // Rolled back (40001, 40P01): once more.
+        rows = await close().catch((err) => { if (db.retryable(err)) return close(); throw err; });
       } catch (err) {
         // Unanswered: the session is lost at the deadline, as if unrenewed.
         this._closing = null;

@@ -390,3 +390,43 @@ def test_aio_failed_dating_renewal_gives_back_the_grant(dsn, admin, name):
                              " AND NOT expired", (name,)).fetchone()[0] == 0, \
             "released, yet still held"
     asyncio.run(main())
+
+
+def test_serializable_release_meets_a_renewal_under_way(dsn, admin, name):
+    """default_transaction_isolation serializable: a release that waits
+    for a renewal's row lock (portable edition) fails with 40001 when the
+    renewal commits; that try was rolled back, so it is sent again."""
+    app = "pytest-serializable-release"
+    lock = dlock.Lock(dsn + f" application_name={app}"
+                      " options='-c default_transaction_isolation=serializable'",
+                      name, lease=30)
+    assert lock.acquire()
+    out = {}
+
+    def release():
+        try:
+            out["released"] = lock.release()
+        except BaseException as e:
+            out["error"] = e
+    releaser = threading.Thread(target=release)
+    # A renewal under way: renew() in an open transaction holds the
+    # lease's row until it commits, after the release's snapshot.
+    with psycopg.connect(dsn) as conn:
+        assert conn.execute("SELECT dlock.renew(resource => %s, holder => %s,"
+                            " lease => '30s', fence => %s)",
+                            (name, lock.holder, lock.fence)).fetchone()[0]
+        releaser.start()
+        # Until the release waits for the row (the portable edition; the
+        # C extension takes no row lock: it may be done already).
+        end = time.monotonic() + 10
+        while releaser.is_alive() and time.monotonic() < end and admin.execute(
+                "SELECT 1 FROM pg_stat_activity WHERE application_name = %s"
+                " AND wait_event_type = 'Lock'", (app,)).fetchone() is None:
+            time.sleep(0.02)
+        conn.commit()
+    releaser.join(30)
+    assert not releaser.is_alive(), "release() returned"
+    assert "error" not in out, f"release() failed: {out.get('error')!r}"
+    assert out["released"] is True and not lock.lost.is_set()
+    assert admin.execute("SELECT 1 FROM dlock.locks WHERE resource = %s AND NOT expired",
+                         (name,)).fetchone() is None

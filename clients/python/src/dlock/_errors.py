@@ -109,3 +109,10 @@ def translate(exc: psycopg.Error) -> Error:
     cls = _BY_SQLSTATE.get(sqlstate or "", DatabaseError)
     return cls(str(exc).strip() or type(exc).__name__, sqlstate,
                getattr(exc, "diag", None))
+
+
+def retryable(exc: BaseException) -> bool:
+    """A rollback the server asks to retry: a serialization failure
+    (40001: REPEATABLE READ or SERIALIZABLE, a row changed since the
+    snapshot, as a renewal does) or a deadlock (40P01)."""
+    return getattr(exc, "sqlstate", None) in ("40001", "40P01")

@@ -17,7 +17,7 @@ from typing import Any, AsyncIterator, Callable, Optional
 import psycopg
 
 from . import _common as c
-from ._errors import Error, LockLost, NotHeld, translate
+from ._errors import Error, LockLost, NotHeld, retryable, translate
 from ._flavour_aio import (Event, Mutex, Worker, call_back, call_later, current, cut_after,
                            detached, spawn, stop_worker, wait_event)
 
@@ -384,17 +384,28 @@ class _Leased(_Own):
         seconds for the answer and for the connection (None: no limit);
         then psycopg.OperationalError, and the lease ends by itself.  OK
         says whether an answer released it; GONE is the loss's reason
-        when it did not."""
+        when it did not.  Sent again once after a rollback the server asks
+        to retry (_errors.retryable)."""
         t = c.seconds(timeout, "timeout", none_ok=True)
         fences = self._fences
         worker = self._stopping()     # here: the caller may be the renewal (on_lost)
 
+        async def send() -> Any:
+            async with self._connection(t) as conn:
+                with cut_after(conn, t):
+                    return await _one(conn, sql, params)
+
         async def once() -> Any:
             await self._stopped(worker)
             try:
-                async with self._connection(t) as conn:
-                    with cut_after(conn, t):
-                        return await _one(conn, sql, params)
+                try:
+                    return await send()
+                except Error as e:
+                    if not retryable(e):
+                        raise
+                # Rolled back (the caller's default isolation SERIALIZABLE
+                # met a renewal under way, or a deadlock): once more.
+                return await send()
             except BaseException:
                 self._unrenewed()
                 raise

@@ -27,8 +27,8 @@ from psycopg import sql as pgsql
 
 from . import _common as c
 from ._common import Leader
-from ._errors import (DatabaseError, Error, LockLost, LockTimeout, NotHeld, translate,
-                      unsupported)
+from ._errors import (DatabaseError, Error, LockLost, LockTimeout, NotHeld, retryable,
+                      translate, unsupported)
 from ._flavour_sync import (Event, Mutex, call_back, call_later, cut_after, set_autocommit,
                             spawn, stop_worker, wait_event, wait_readable)
 from ._leased_sync import _Leased, _one, _Own, _row, _Source
@@ -420,10 +420,19 @@ class Session(_Own):
             timer.cancel()
         if worker is not None:
             stop_worker(worker, max(1.0, min(5.0, self.ttl / 3)))
-        try:
+
+        def send() -> Any:
             with self._connection(t) as conn:
                 with cut_after(conn, t):
-                    n = _one(conn, c.SQL_CLOSE_SESSION, (self.id,))
+                    return _one(conn, c.SQL_CLOSE_SESSION, (self.id,))
+
+        try:
+            try:
+                n = send()
+            except Error as e:
+                if not retryable(e):
+                    raise
+                n = send()     # rolled back (40001, 40P01): once more
         except BaseException:
             # Unanswered: the session's end is signalled before its ttl's.
             delay = self._valid_from + self.ttl - c.lost_margin(self.ttl) - time.monotonic()
