@@ -1279,26 +1279,31 @@ END//
 
 /*
  * check_fence: is that fence the current, unexpired holding?  A plain
- * read, confirmed, where that read may show another transaction's
- * uncommitted change (READ UNCOMMITTED), on the resource's row of
- * dlock.pins with a share lock that skips a row another transaction is
- * changing hands (false then, never a wait): in autocommit mode that lock
- * ends with the statement; in a READ UNCOMMITTED transaction InnoDB lets
- * go of it at once (the read's condition rejects the row): check_fence,
- * open to every user, never pins (assert_fence does, for the holder).  The
- * isolation level MariaDB shows is the session's (@@tx_isolation), so a
- * READ UNCOMMITTED set for one transaction only (SET TRANSACTION without
- * SESSION) is not seen.
+ * read, confirmed, where that read may show a change that is not the
+ * latest (a REPEATABLE READ snapshot in autocommit mode) or not committed
+ * (READ UNCOMMITTED), on the resource's row of dlock.pins with a share
+ * lock that skips a row another transaction is changing hands (false
+ * then, never a wait).  In autocommit mode that lock ends with the
+ * statement, and the read returns the pins row as it is: with
+ * innodb_snapshot_isolation off (_si_off), so that a row changed after the
+ * statement's snapshot is read, not refused with error 1020 (MariaDB
+ * 11.6+; 083_check_fence_pin).  In a READ UNCOMMITTED transaction the
+ * read's condition rejects the row, so that InnoDB lets go of its lock at
+ * once: check_fence, open to every user, never pins (assert_fence does,
+ * for the holder).  The isolation level MariaDB shows is the session's
+ * (@@tx_isolation), so a READ UNCOMMITTED set for one transaction only
+ * (SET TRANSACTION without SESSION) is not seen.
  */
 CREATE DEFINER = 'dlock'@'localhost' FUNCTION dlock.check_fence(
     p_resource LONGBLOB, p_fence_arg LONGBLOB) RETURNS BOOLEAN
     NOT DETERMINISTIC READS SQL DATA SQL SECURITY DEFINER
 BEGIN
     DECLARE p_fence BIGINT DEFAULT dlock._integer('fence', p_fence_arg);
+    DECLARE v_si BOOLEAN DEFAULT dlock._si_off();    -- also refuses sql_select_limit = 0
     DECLARE v_n INT;
-    IF @@session.sql_select_limit = 0 THEN    -- see _si_off
-        SIGNAL SQLSTATE '55000' SET MESSAGE_TEXT = 'dlock cannot run with sql_select_limit = 0 (its functions would read no rows): SET sql_select_limit = DEFAULT';
-    END IF;
+    DECLARE v_pinned BIGINT;
+    DECLARE CONTINUE HANDLER FOR NOT FOUND BEGIN END;  -- no row: the variables stay as they are
+    DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN CALL dlock._si_restore(v_si); RESIGNAL; END;
     CALL dlock._check('check_fence', FALSE, TRUE, p_resource, NULL, NULL, NULL);
     IF p_fence IS NULL THEN
         SIGNAL SQLSTATE '22023' SET MESSAGE_TEXT = 'fence must not be null';
@@ -1306,14 +1311,26 @@ BEGIN
     SELECT COUNT(*) INTO v_n FROM dlock.leases AS seen
      WHERE resource = p_resource AND tail = 0 AND fence = p_fence AND holder IS NOT NULL
        AND expires_at > dlock._now();
-    IF v_n > 0 AND (NOT dlock._in_xact() OR @@session.tx_isolation = 'READ-UNCOMMITTED') THEN
+    IF v_n > 0 AND NOT dlock._in_xact() THEN
+        -- The fence the row holds now (a locking read), read back, not
+        -- tested in the condition: on a row released after the
+        -- statement's snapshot, _seen in the condition (below) was called
+        -- with the released fence, as if on the snapshot's version
+        -- (MariaDB 10.11 and 11.8, innodb_snapshot_isolation off), and
+        -- check_fence answered true.
+        SELECT fence INTO v_pinned FROM dlock.pins AS pinning
+         WHERE resource = p_resource AND tail = 0
+         LOCK IN SHARE MODE SKIP LOCKED;
+        SET v_n = IF(v_pinned <=> p_fence, 1, 0);
+    ELSEIF v_n > 0 AND @@session.tx_isolation = 'READ-UNCOMMITTED' THEN
         -- A locked match sets @dlock_pinned (_seen), then the condition
         -- rejects the row: in READ UNCOMMITTED InnoDB lets go of a row its
         -- condition rejects, so nothing stays pinned (anyone may call
         -- check_fence).  `tail + 0`: a scan of the resource's rows (a point
         -- lookup would keep the lock); _seen, a stored function, is
         -- evaluated only on rows locked (not pushed down to InnoDB, which
-        -- would see a row SKIP LOCKED then passes by).
+        -- would see a row SKIP LOCKED then passes by).  No snapshot there:
+        -- the row evaluated is the latest.
         SET @dlock_pinned = NULL;
         SELECT COUNT(*) INTO v_n FROM dlock.pins AS pinning
          WHERE resource = p_resource AND tail + 0 = 0 AND fence = p_fence
@@ -1322,6 +1339,7 @@ BEGIN
         SET v_n = IF(@dlock_pinned <=> p_fence, 1, 0);
         SET @dlock_pinned = NULL;
     END IF;
+    CALL dlock._si_restore(v_si);
     RETURN v_n > 0;
 END//
 
