@@ -11,11 +11,13 @@
 # packages the tests need are installed in it (test/lib.sh decides which,
 # and which PostgreSQL major: the release's own).  This tree is copied to
 # /src in the root, and COMMAND (default: bash test/run-tests.sh) runs there
-# as root in private mount, PID, IPC and network namespaces: the servers the
-# tests start see only their own loopback, every process they leave is
-# killed when COMMAND ends, and their shared memory goes with the root's
-# private /dev/shm.  A failed run's logs stay under DIR/tmp until the next.  Several roots may run at once.  Root only (debootstrap,
-# chroot, unshare).
+# with a clean environment (pass variables through COMMAND: env
+# DLOCK_GO_TESTS=... bash test/run-tests.sh ...) as root in private
+# mount, PID, IPC and network namespaces: the servers the tests start see
+# only their own loopback, every process they leave is killed when COMMAND
+# ends, and their shared memory goes with the root's private /dev/shm.  A
+# failed run's logs stay under DIR/tmp until the next.  Several roots may
+# run at once.  Root only (debootstrap, chroot, unshare).
 #
 # --old-pg N copies this machine's PostgreSQL N (installed with apt-get if
 # missing) into the root, with dlock built for it from this tree and the
