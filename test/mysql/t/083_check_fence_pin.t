@@ -59,29 +59,52 @@ is(outcome($a, "SELECT dlock.unlock('cf/b', 'h1', NULL)"), 0, 'autocommit: relea
 is(outcome($b, "SELECT dlock.check_fence('cf/b', $f)"), 0, 'autocommit: false once released');
 
 # A statement whose snapshot (opened by its read of cfsi.one) predates a
-# release that commits while it sleeps, then check_fence: the plain read
-# shows the holding from the snapshot, the locking read of the pins row
-# finds it released since.
+# release: bob's statement reads the row, then waits for a user lock that
+# alice holds until her release has committed, then calls check_fence.
+# The plain read shows the holding from the snapshot; the locking read of
+# the pins row finds it released since.  No sleeps: the release waits
+# until bob's statement is seen waiting for the user lock.
 $my->do_root('CREATE DATABASE cfsi', 'CREATE TABLE cfsi.one (n INT PRIMARY KEY) ENGINE = InnoDB',
              'INSERT INTO cfsi.one VALUES (1)', "GRANT SELECT ON cfsi.* TO 'bob'\@'localhost'");
+my $root = $my->connect('root');
 for my $si (1, 0) {
     my $r = "cf/si$si";
     my $f = outcome($a, "SELECT dlock.try_lock('$r', 'h1', 600)");
     like($f, qr/^\d+$/, "snapshot isolation $si: alice acquires");
-    $b->do("SET SESSION innodb_snapshot_isolation = $si");
-    $b->do('SET SESSION TRANSACTION ISOLATION LEVEL REPEATABLE READ');
+    is(outcome($a, "SELECT GET_LOCK('cfsi-barrier', 10)"), 1, "snapshot isolation $si: alice holds the barrier");
+    pipe(my $rd, my $wr) or die "pipe: $!";
     my $pid = fork // die "fork: $!";
     if ($pid == 0) {
-        my $c = $my->connect('alice', undef, RaiseError => 0);
-        select(undef, undef, undef, 0.5);
-        my $ok = outcome($c, "SELECT dlock.unlock('$r', 'h1', NULL)") eq '0';
+        close $rd;
+        my $c = $my->connect('bob', undef, RaiseError => 0);
+        $c->do("SET SESSION innodb_snapshot_isolation = $si");
+        $c->do('SET SESSION TRANSACTION ISOLATION LEVEL REPEATABLE READ');
+        my $got = outcome($c, "SELECT GET_LOCK('cfsi-barrier', 30) + dlock.check_fence('$r', $f) FROM cfsi.one");
+        my $kept = outcome($c, 'SELECT @@session.innodb_snapshot_isolation');
         $c->disconnect;
-        POSIX::_exit($ok ? 0 : 1);
+        print $wr "$got\t$kept\n";
+        close $wr;
+        POSIX::_exit(0);
     }
-    my $got = outcome($b, "SELECT SLEEP(1.5) + dlock.check_fence('$r', $f) FROM cfsi.one");
+    close $wr;
+    my $waiting = 0;
+    for (1 .. 500) {
+        $waiting = $root->selectrow_array("SELECT COUNT(*) FROM information_schema.processlist"
+                                          . " WHERE user = 'bob' AND state = 'User lock'");
+        last if $waiting;
+        select(undef, undef, undef, 0.02);
+    }
+    ok($waiting, "snapshot isolation $si: bob's statement waits for the barrier, its snapshot taken");
+    is(outcome($a, "SELECT dlock.unlock('$r', 'h1', NULL)"), 0, "snapshot isolation $si: alice releases meanwhile");
+    is(outcome($a, "SELECT RELEASE_LOCK('cfsi-barrier')"), 1, "snapshot isolation $si: the barrier lifted");
+    my $line = <$rd> // '';
+    close $rd;
     waitpid($pid, 0);
-    is($?, 0, "snapshot isolation $si: alice releases while bob's statement sleeps");
-    is($got, 0, "snapshot isolation $si: check_fence in autocommit from a snapshot older than the release: false, no error 1020");
-    is(outcome($b, 'SELECT @@session.innodb_snapshot_isolation'), $si, "snapshot isolation $si: the caller's setting kept");
+    chomp $line;
+    my ($got, $kept) = split /\t/, $line;
+    # GET_LOCK's 1 plus check_fence's answer: 1 + false.
+    is($got, 1, "snapshot isolation $si: check_fence in autocommit from a snapshot older than the release: false, no error 1020");
+    is($kept, $si, "snapshot isolation $si: the caller's setting kept");
 }
+$root->disconnect;
 done_testing;
