@@ -114,9 +114,10 @@ RESET dlock.lock_delay;
 SELECT pg_sleep(0.2);
 SELECT dlock.try_lock('fg', 'B') IS NULL AS guc_delay_refused;
 -- Re-entry keeps the first delay; a new holding has its own (none here).
-SELECT dlock.try_lock('fh', 'A', '100ms', lock_delay => '300ms') IS NOT NULL;
-SELECT dlock.try_lock('fh', 'A', '100ms', lock_delay => '0') IS NOT NULL;
+SELECT dlock.try_lock('fh', 'A', '1h', lock_delay => '300ms') IS NOT NULL;
+SELECT dlock.try_lock('fh', 'A', '1h', lock_delay => '0') IS NOT NULL;
 SELECT lock_delay FROM dlock.delays WHERE resource = 'fh';
+SELECT dlock.unlock('fh', 'A') AS one_level, dlock.unlock('fh', 'A') AS released;
 
 -- Bad input: 22023 naming the argument, and nothing changes.
 CREATE FUNCTION pg_temp.err(q text) RETURNS text LANGUAGE plpgsql AS $$

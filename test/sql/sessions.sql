@@ -156,11 +156,13 @@ SELECT dlock.close_session(:s2) AS closed_in_xact;
 ROLLBACK;
 SELECT count(*) AS kept, (SELECT holdings FROM dlock.sessions WHERE id = :s2) FROM dlock.locks WHERE session = :s2;
 
--- The ttl passes: the holdings end at that instant, for everyone.
-INSERT INTO v SELECT 'short', dlock.open_session('10ms', 'short');
+-- The ttl passes: the holdings end at that instant, for everyone.  (One
+-- statement opens and acquires, well within the ttl on a loaded machine.)
+WITH o AS MATERIALIZED (SELECT dlock.open_session('500ms', 'short') AS id)
+INSERT INTO v SELECT 'short', id FROM o
+    UNION ALL SELECT 'shf', dlock.try_lock('sess/short', session => id) FROM o;
 SELECT x AS sh FROM v WHERE name = 'short' \gset
-INSERT INTO v SELECT 'shf', dlock.try_lock('sess/short', session => :sh);
-SELECT pg_sleep(0.05);
+SELECT pg_sleep_until(expires_at + interval '10ms') FROM dlock.sessions WHERE id = :sh;
 SELECT expired, holdings FROM dlock.sessions WHERE id = :sh;
 SELECT expired FROM dlock.locks WHERE resource = 'sess/short';
 SELECT dlock.keepalive(:sh) AS never_revived, dlock.close_session(:sh) AS close_ended;
@@ -222,12 +224,14 @@ SELECT dlock.close_session(:k2) AS closed_k2;
 
 -- reap(): an ended session's holdings of every kind go (one expired
 -- event each), then the session; a lock-delay runs from the session's end.
-INSERT INTO v SELECT 'r', dlock.open_session('10ms', 'reaped');
+WITH o AS MATERIALIZED (SELECT dlock.open_session('500ms', 'reaped') AS id),
+     i AS (INSERT INTO v SELECT 'r', id FROM o)
+SELECT dlock.try_lock('sess/r1', session => id, lock_delay => '1h') > 0 AS r1,
+       dlock.try_lock('sess/r2', session => id, shared => true) > 0 AS r2,
+       dlock.try_acquire('sess/r3', NULL, 2, 1, session => id) > 0 AS r3
+  FROM o;
 SELECT x AS r FROM v WHERE name = 'r' \gset
-SELECT dlock.try_lock('sess/r1', session => :r, lock_delay => '1h') > 0 AS r1,
-       dlock.try_lock('sess/r2', session => :r, shared => true) > 0 AS r2,
-       dlock.try_acquire('sess/r3', NULL, 2, 1, session => :r) > 0 AS r3;
-SELECT pg_sleep(0.05);
+SELECT pg_sleep_until(expires_at + interval '10ms') FROM dlock.sessions WHERE id = :r;
 SELECT dlock.try_lock('sess/r1', 'other', '1h') IS NULL AS delayed,
        dlock.try_lock('sess/r2', 'other', '1h') > 0 AS shared_free,
        dlock.try_acquire('sess/r3', 'other', 2, 2, '1h') > 0 AS permits_free;
