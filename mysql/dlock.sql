@@ -1279,15 +1279,14 @@ END//
 
 /*
  * check_fence: is that fence the current, unexpired holding?  A plain
- * read, confirmed, where that read may show a change that is not the
- * latest (a REPEATABLE READ snapshot in autocommit mode) or not committed
- * (READ UNCOMMITTED), on the resource's row of dlock.pins with a share
- * lock that skips a row another transaction is changing hands (false
- * then, never a wait).  In autocommit mode that lock ends with the
- * statement, and the read returns the pins row as it is: with
- * innodb_snapshot_isolation off (_si_off), so that a row changed after the
- * statement's snapshot is read, not refused with error 1020 (MariaDB
- * 11.6+; 083_check_fence_pin).  In a READ UNCOMMITTED transaction the
+ * read, which locks nothing: at REPEATABLE READ it answers from the
+ * snapshot, the transaction's or, in autocommit, the statement's.  (A
+ * locking read kept its lock to the end of the caller's statement: any
+ * user could hold up the holder's release with one slow statement;
+ * 083_check_fence_pin.)  Where that read may show a change not committed
+ * (a READ UNCOMMITTED transaction), a match is confirmed on the
+ * resource's row of dlock.pins with a share lock that skips a row
+ * another transaction is changing hands (false then, never a wait); the
  * read's condition rejects the row, so that InnoDB lets go of its lock at
  * once: check_fence, open to every user, never pins (assert_fence does,
  * for the holder).  The isolation level MariaDB shows is the session's
@@ -1301,7 +1300,6 @@ BEGIN
     DECLARE p_fence BIGINT DEFAULT dlock._integer('fence', p_fence_arg);
     DECLARE v_si BOOLEAN DEFAULT dlock._si_off();    -- also refuses sql_select_limit = 0
     DECLARE v_n INT;
-    DECLARE v_pinned BIGINT;
     DECLARE CONTINUE HANDLER FOR NOT FOUND BEGIN END;  -- no row: the variables stay as they are
     DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN CALL dlock._si_restore(v_si); RESIGNAL; END;
     CALL dlock._check('check_fence', FALSE, TRUE, p_resource, NULL, NULL, NULL);
@@ -1311,18 +1309,7 @@ BEGIN
     SELECT COUNT(*) INTO v_n FROM dlock.leases AS seen
      WHERE resource = p_resource AND tail = 0 AND fence = p_fence AND holder IS NOT NULL
        AND expires_at > dlock._now();
-    IF v_n > 0 AND NOT dlock._in_xact() THEN
-        -- The fence the row holds now (a locking read), read back, not
-        -- tested in the condition: on a row released after the
-        -- statement's snapshot, _seen in the condition (below) was called
-        -- with the released fence, as if on the snapshot's version
-        -- (MariaDB 10.11 and 11.8, innodb_snapshot_isolation off), and
-        -- check_fence answered true.
-        SELECT fence INTO v_pinned FROM dlock.pins AS pinning
-         WHERE resource = p_resource AND tail = 0
-         LOCK IN SHARE MODE SKIP LOCKED;
-        SET v_n = IF(v_pinned <=> p_fence, 1, 0);
-    ELSEIF v_n > 0 AND @@session.tx_isolation = 'READ-UNCOMMITTED' THEN
+    IF v_n > 0 AND @@session.tx_isolation = 'READ-UNCOMMITTED' THEN
         -- A locked match sets @dlock_pinned (_seen), then the condition
         -- rejects the row: in READ UNCOMMITTED InnoDB lets go of a row its
         -- condition rejects, so nothing stays pinned (anyone may call
