@@ -9,6 +9,7 @@ package dlock_test
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"math/rand"
@@ -404,11 +405,19 @@ func TestSessionSettings(t *testing.T) {
 	}
 }
 
-// default_transaction_isolation=serializable: a Release that waits for a
-// renewal's row lock (the portable edition) fails with 40001 when the
-// renewal commits; that try was rolled back, so it is sent again.
-func TestSerializableReleaseMeetsRenewal(t *testing.T) {
+// default_transaction_isolation serializable: a release that waits for
+// a renewal's row lock (portable edition) fails with 40001 when the
+// renewal commits; that try was rolled back, so it is sent again.  The
+// same for a session's close that meets a keepalive.  One after the
+// other: two serializable callers at once may fail each other's
+// acquisitions with 40001 (SSI), which the clients do not retry yet.
+func TestSerializable(t *testing.T) {
 	t.Parallel()
+	t.Run("ReleaseMeetsRenewal", serializableReleaseMeetsRenewal)
+	t.Run("CloseMeetsKeepalive", serializableCloseMeetsKeepalive)
+}
+
+func serializableReleaseMeetsRenewal(t *testing.T) {
 	name := fmt.Sprintf("go-test-serializable-release-%d", os.Getpid())
 	app := appDB(t, "default_transaction_isolation=serializable application_name="+name)
 	admin := appDB(t, "")
@@ -417,35 +426,74 @@ func TestSerializableReleaseMeetsRenewal(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// A renewal under way: renew() in an open transaction holds the
-	// lease's row until it commits, after the release's snapshot.
+	if err := whileUnderWay(t, admin, name, func() error { return l.Release(bg()) },
+		`SELECT dlock.renew(resource => $1, holder => $2, lease => '30s', fence => $3::text::bigint) IS NOT NULL`,
+		r, l.Holder(), fmt.Sprint(l.Fence())); err != nil {
+		t.Fatalf("Release failed: %v", err)
+	}
+	if !errors.Is(l.Err(), dlock.ErrReleased) {
+		t.Errorf("after Release, Err() = %v", l.Err())
+	}
+	if h := row(t, admin, r); h.exists && h.live {
+		t.Errorf("still live on the server after Release: %+v", h)
+	}
+}
+
+func serializableCloseMeetsKeepalive(t *testing.T) {
+	name := fmt.Sprintf("go-test-serializable-close-%d", os.Getpid())
+	app := appDB(t, "default_transaction_isolation=serializable application_name="+name)
+	admin := appDB(t, "")
+	r := unique("serializable-close")
+	s, err := dlock.OpenSession(bg(), app, dlock.TTL(30*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.TryAcquire(bg(), r); err != nil {
+		t.Fatal(err)
+	}
+	if err := whileUnderWay(t, admin, name, func() error { return s.Close(bg()) },
+		`SELECT dlock.keepalive(session => $1::text::bigint) IS NOT NULL`, fmt.Sprint(s.ID())); err != nil {
+		t.Fatalf("Close failed: %v", err)
+	}
+	if h := row(t, admin, r); h.exists && h.live {
+		t.Errorf("still live on the server after Close: %+v", h)
+	}
+	var n int
+	if err := admin.QueryRow(`SELECT count(*) FROM dlock.sessions WHERE id = $1::text::bigint`, fmt.Sprint(s.ID())).Scan(&n); err != nil || n != 0 {
+		t.Errorf("the session is still listed: %d %v", n, err)
+	}
+}
+
+// whileUnderWay: SQL (a renewal, a keepalive; true) runs in a transaction
+// left open, which holds its row; ACTION starts, and the transaction
+// commits once ACTION's backend (application_name APP) waits for the row
+// (the portable edition; the C extension takes no row lock: it may be
+// done already).  Returns ACTION's error.
+func whileUnderWay(t *testing.T, admin *sql.DB, app string, action func() error, query string, args ...any) error {
+	t.Helper()
 	tx, err := admin.BeginTx(bg(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer tx.Rollback()
-	var renewed bool
-	if err := tx.QueryRow(`SELECT dlock.renew(resource => $1, holder => $2, lease => '30s', fence => $3::text::bigint) IS NOT NULL`,
-		r, l.Holder(), fmt.Sprint(l.Fence())).Scan(&renewed); err != nil || !renewed {
-		t.Fatalf("renew: %v %v", renewed, err)
+	var ok bool
+	if err := tx.QueryRow(query, args...).Scan(&ok); err != nil || !ok {
+		t.Fatalf("under way: %v %v", ok, err)
 	}
 	done := make(chan error, 1)
-	go func() { done <- l.Release(bg()) }()
-	// Until the release waits for the row (the portable edition; the C
-	// extension takes no row lock: it may be done already).
-	var released error
-	finished := false
-poll:
+	go func() { done <- action() }()
 	for end := time.Now().Add(10 * time.Second); time.Now().Before(end); time.Sleep(20 * time.Millisecond) {
 		select {
-		case released = <-done:
-			finished = true
-			break poll
+		case err := <-done:
+			if cerr := tx.Commit(); cerr != nil {
+				t.Fatal(cerr)
+			}
+			return err
 		default:
 		}
 		var n int
 		if err := admin.QueryRow(`SELECT count(*) FROM pg_stat_activity WHERE application_name = $1 AND wait_event_type = 'Lock'`,
-			name).Scan(&n); err != nil {
+			app).Scan(&n); err != nil {
 			t.Fatal(err)
 		}
 		if n > 0 {
@@ -455,22 +503,13 @@ poll:
 	if err := tx.Commit(); err != nil {
 		t.Fatal(err)
 	}
-	if !finished {
-		select {
-		case released = <-done:
-		case <-time.After(30 * time.Second):
-			t.Fatal("Release did not return")
-		}
+	select {
+	case err := <-done:
+		return err
+	case <-time.After(30 * time.Second):
+		t.Fatal("the action did not return")
 	}
-	if released != nil {
-		t.Fatalf("Release failed: %v", released)
-	}
-	if !errors.Is(l.Err(), dlock.ErrReleased) {
-		t.Errorf("after Release, Err() = %v", l.Err())
-	}
-	if h := row(t, admin, r); h.exists && h.live {
-		t.Errorf("still live on the server after Release: %+v", h)
-	}
+	return nil
 }
 
 // Behind pgbouncer (transaction pooling, two server connections), many

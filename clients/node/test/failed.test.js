@@ -5,7 +5,8 @@
 // release() that fails leaves a lock that is not renewed: its signal is
 // aborted before its lease ends, it does not look released.  A release
 // that fails with a serialization failure (default_transaction_isolation
-// serializable, a renewal under way) is sent again.
+// serializable, a renewal under way) is sent again; so is a session's
+// close that meets a keepalive under way.
 // Promises: P8 P16
 const { test, after } = require('node:test');
 const assert = require('node:assert/strict');
@@ -102,6 +103,55 @@ test('default_transaction_isolation serializable: a release that meets a renewal
     assert.equal(live.rows[0].n, 0, 'still live on the server');
   } finally {
     c.release(true);    // closed: never back to the pool inside a transaction
+    await ser.end();
+  }
+});
+
+// underWay(sql, args, appName, action): SQL (a renewal, a keepalive) runs
+// in a transaction left open, which holds its row; ACTION starts, and the
+// transaction commits once ACTION's backend (appName) waits for the row
+// (the portable edition; the C extension takes no row lock: it may be
+// done already).  Returns ACTION's promise.
+async function underWay(sql, args, appName, action) {
+  const c = await admin.connect();
+  try {
+    await c.query('BEGIN');
+    const r = await c.query(sql, args);
+    assert.notEqual(r.rows[0].v, null, `under way: ${sql}`);
+    let done = false;
+    const p = action();
+    p.then(() => { done = true; }, () => { done = true; });
+    const end = Date.now() + 10000;
+    while (!done && Date.now() < end) {
+      const w = await admin.query('SELECT 1 FROM pg_stat_activity WHERE application_name = $1' +
+        " AND wait_event_type = 'Lock'", [appName]);
+      if (w.rows.length) break;
+      await sleep(20);
+    }
+    await c.query('COMMIT');
+    return p;
+  } finally {
+    c.release(true);    // closed: never back to the pool inside a transaction
+  }
+}
+
+test('default_transaction_isolation serializable: a close that meets a keepalive under way is retried', async () => {
+  const name = unique('serializable-close');
+  const appName = 'node-test-serializable-close';
+  const ser = pool({ application_name: appName, options: '-c default_transaction_isolation=serializable' });
+  try {
+    const s = await dlock.openSession(ser, { ttl: 30000 });
+    const lock = await s.acquire(name);
+    assert.ok(lock, 'acquired in the session');
+    const closing = underWay('SELECT dlock.keepalive(session => $1::bigint) AS v', [s.id.toString()],
+      appName, () => s.close());
+    assert.equal(await within(30000, closing, 'close()'), true);
+    const live = await admin.query('SELECT count(*)::int AS n FROM dlock.locks WHERE resource = $1' +
+      ' AND NOT expired', [name]);
+    assert.equal(live.rows[0].n, 0, 'still live on the server');
+    const row = await admin.query('SELECT 1 FROM dlock.sessions WHERE id = $1::bigint', [s.id.toString()]);
+    assert.equal(row.rows.length, 0, 'the session is still listed');
+  } finally {
     await ser.end();
   }
 });

@@ -430,3 +430,43 @@ def test_serializable_release_meets_a_renewal_under_way(dsn, admin, name):
     assert out["released"] is True and not lock.lost.is_set()
     assert admin.execute("SELECT 1 FROM dlock.locks WHERE resource = %s AND NOT expired",
                          (name,)).fetchone() is None
+
+
+
+def test_serializable_close_meets_a_keepalive_under_way(dsn, admin, name):
+    """default_transaction_isolation serializable: a session's close that
+    waits for a keepalive's row lock (portable edition) fails with 40001
+    when the keepalive commits; that try was rolled back, so it is sent
+    again, and every holding of the session is released."""
+    app = "pytest-serializable-close"
+    s = dlock.Session(dsn + f" application_name={app}"
+                      " options='-c default_transaction_isolation=serializable'",
+                      ttl=30).open()
+    lock = s.lock(name)
+    assert lock.acquire()
+    out = {}
+
+    def close():
+        try:
+            out["closed"] = s.close()
+        except BaseException as e:
+            out["error"] = e
+    closer = threading.Thread(target=close)
+    # A keepalive under way: in an open transaction it holds the session's
+    # row until it commits, after the close's snapshot.
+    with psycopg.connect(dsn) as conn:
+        assert conn.execute("SELECT dlock.keepalive(session => %s)", (s.id,)).fetchone()[0]
+        closer.start()
+        end = time.monotonic() + 10
+        while closer.is_alive() and time.monotonic() < end and admin.execute(
+                "SELECT 1 FROM pg_stat_activity WHERE application_name = %s"
+                " AND wait_event_type = 'Lock'", (app,)).fetchone() is None:
+            time.sleep(0.02)
+        conn.commit()
+    closer.join(30)
+    assert not closer.is_alive(), "close() returned"
+    assert "error" not in out, f"close() failed: {out.get('error')!r}"
+    assert out["closed"] is True
+    assert admin.execute("SELECT 1 FROM dlock.locks WHERE resource = %s AND NOT expired",
+                         (name,)).fetchone() is None
+    assert admin.execute("SELECT 1 FROM dlock.sessions WHERE id = %s", (s.id,)).fetchone() is None

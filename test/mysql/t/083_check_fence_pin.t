@@ -130,7 +130,8 @@ for my $si (1, 0) {
 # stays locked, so the holder renews and releases at once, and after expiry
 # another user takes the resource over, while bob's statement goes on.
 # At every isolation level, in autocommit.
-for my $case ([1, 'REPEATABLE READ'], [0, 'REPEATABLE READ'], [1, 'READ COMMITTED'], [1, 'READ UNCOMMITTED']) {
+for my $case ([1, 'REPEATABLE READ'], [0, 'REPEATABLE READ'], [1, 'READ COMMITTED'], [1, 'READ UNCOMMITTED'],
+              [1, 'SERIALIZABLE']) {
     my ($si, $iso) = @$case;
     (my $r = "cf/stall$si-$iso") =~ s/ /-/g;
     my $f = outcome($a, "SELECT dlock.try_lock('$r', 'h1', 600)");
