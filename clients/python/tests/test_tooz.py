@@ -106,3 +106,36 @@ def test_get_members_with_capabilities(coords):
     b.join_group(group).get()
     assert a.get_members_with_capabilities(group).get() == {
         a._member_id: {"role": "primary"}, b._member_id: None}
+
+
+@pytest.mark.parametrize("blocking", [False, True])
+def test_rolled_back_lock_and_release_are_sent_again(coords, admin, monkeypatch, blocking):
+    """A lock or release the server rolled back (40001: a serializable
+    caller's conflict) did nothing: it is sent again, three times in all;
+    a blocking lock waits no longer for it than its timeout."""
+    from dlock import tooz as driver
+    real = driver._row
+    armed = {"n": 0}
+
+    def row(conn, sql, params=()):
+        if armed["n"] > 0 and ("dlock.lock(" in sql or "dlock.unlock(" in sql):
+            armed["n"] -= 1
+            return real(conn, "DO $$BEGIN RAISE EXCEPTION 'conflict (test)'"
+                        " USING ERRCODE = 'serialization_failure'; END$$")
+        return real(conn, sql, params)
+    monkeypatch.setattr(driver, "_row", row)
+    lock = coords().get_lock(uuid.uuid4().hex.encode())
+    armed["n"] = 2
+    assert lock.acquire(blocking, False, 5 if blocking else None) is True
+    assert armed["n"] == 0 and lock.is_still_owner()
+    armed["n"] = 2
+    assert lock.release() is True
+    assert admin.execute("SELECT count(*) FROM dlock.locks WHERE resource = %s AND NOT expired",
+                         (lock.resource,)).fetchone()[0] == 0
+    armed["n"] = 3
+    with pytest.raises(Exception) as e:
+        lock.acquire(blocking, False, 5 if blocking else None)
+    assert "conflict (test)" in str(e.value) and armed["n"] == 0
+    assert admin.execute("SELECT count(*) FROM dlock.locks WHERE resource = %s",
+                         (lock.resource,)).fetchone()[0] == 0
+    assert lock.acquire(False) is True and lock.release() is True

@@ -337,6 +337,9 @@ def needs_confirmation(lease: float, sent_at: float) -> bool:
 #: How long release() waits for the server by default (seconds); then
 #: the connection is cut and the lease ends by itself.
 RELEASE_TIMEOUT = 10.0
+# How many times an acquisition is sent in all when the server rolls it
+# back and asks for a retry (40001, 40P01: _errors.retryable).
+ACQUIRE_TRIES = 3
 
 
 def cut_socket(conn: Any) -> None:

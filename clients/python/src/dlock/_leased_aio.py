@@ -26,6 +26,16 @@ if True:  # ASYNC
 
 log = logging.getLogger("dlock")
 
+
+class RolledBack(Exception):
+    """An acquisition the server rolled back and asks to retry (40001:
+    a serializable caller's conflict with another; 40P01): nothing was
+    granted.  ERROR is the server's error, raised once the tries run out."""
+
+    def __init__(self, error: Error):
+        super().__init__(str(error))
+        self.error = error
+
 #: The objects holding something in this process, for _after_fork.
 _HELD: "weakref.WeakSet[_Leased]" = weakref.WeakSet()
 
@@ -320,13 +330,20 @@ class _Leased(_Own):
         """Run the acquisition SQL, date its lease (_confirm; CONFIRM:
         always by a renewal) and start renewing: True; False when it
         returned NULL; None when the holding was gone before it could be
-        dated (the caller may try again)."""
+        dated (the caller may try again).  RolledBack when the server
+        rolled the statement back and asks for a retry: nothing was granted."""
         give_back = self._fences is None  # not a leader's own term again
         fences = started = None
         try:
             async with self._connection() as conn:
                 sent_at = time.monotonic()    # after a pool's wait for a connection
-                fences, started = _granted(await self._statement(conn, sql, params, give_back))
+                try:
+                    row = await self._statement(conn, sql, params, give_back)
+                except Error as e:
+                    if retryable(e):
+                        raise RolledBack(e) from e
+                    raise
+                fences, started = _granted(row)
                 if fences is None:
                     valid_from = None
                 else:

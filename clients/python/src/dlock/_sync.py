@@ -31,7 +31,7 @@ from ._errors import (DatabaseError, Error, LockLost, LockTimeout, NotHeld, retr
                       translate, unsupported)
 from ._flavour_sync import (Event, Mutex, call_back, call_later, cut_after, set_autocommit,
                             spawn, stop_worker, wait_event, wait_readable)
-from ._leased_sync import _Leased, _one, _Own, _row, _Source
+from ._leased_sync import _Leased, _one, _Own, RolledBack, _row, _Source
 
 
 log = logging.getLogger("dlock")
@@ -84,10 +84,16 @@ class Lock(_Leased):
             raise RuntimeError(f"{self._kind} {self.resource!r} is already acquired by this object")
         w = self.wait if wait is ... else c.seconds(wait, "wait", zero_ok=True, none_ok=True)
         start = time.monotonic()
+        tries = 0
         while True:
             left = None if w is None else max(0.0, w - (time.monotonic() - start))
+            tries += 1
             try:
                 got = self._take(*self._acquire_statement(left))
+            except RolledBack as e:
+                if tries < c.ACQUIRE_TRIES:
+                    continue              # nothing was granted: send it again
+                raise e.error from e.error.__cause__
             except Error as e:
                 if self._needs is not None:
                     raise unsupported(e, self._needs) from e.__cause__
@@ -261,12 +267,19 @@ class Election(_Leased):
             self._fences = None
         start = time.monotonic()
         self._campaigning = True
+        tries = 0
         try:
             while True:
                 left = None if w is None else max(0.0, w - (time.monotonic() - start))
+                tries += 1
                 # A leader's campaign (even one whose loss was signalled)
                 # returns its term with the old expiry: a renewal dates it.
-                got = self._take(*c.campaign_statement(self, left), confirm=True)
+                try:
+                    got = self._take(*c.campaign_statement(self, left), confirm=True)
+                except RolledBack as e:
+                    if tries < c.ACQUIRE_TRIES:
+                        continue          # nothing was granted: send it again
+                    raise e.error from e.error.__cause__
                 if got:
                     assert self._fences is not None
                     return self._fences[0]

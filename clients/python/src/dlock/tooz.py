@@ -41,6 +41,7 @@ import datetime
 import hashlib
 import logging
 import threading
+import time
 import uuid
 import weakref
 from concurrent import futures
@@ -54,6 +55,7 @@ from tooz import coordination, locking, utils
 
 from . import _common as c
 from ._errors import Error as DlockError
+from ._errors import retryable
 
 log = logging.getLogger("dlock.tooz")
 
@@ -97,6 +99,25 @@ def _row(conn: psycopg.Connection, sql: str, params: tuple = ()) -> Optional[Tup
 def _value(conn: psycopg.Connection, sql: str, params: tuple = ()) -> Any:
     row = _row(conn, sql, params)
     return None if row is None else row[0]
+
+
+def _again(send: Callable[[], Any]) -> Any:
+    """SEND's answer, sent again while the server rolls it back and asks
+    for a retry (40001: a serializable caller's conflict; 40P01): that
+    try did nothing.  _common.ACQUIRE_TRIES tries in all."""
+    for n in range(1, c.ACQUIRE_TRIES + 1):
+        try:
+            return send()
+        except psycopg.Error as e:
+            if n == c.ACQUIRE_TRIES or not retryable(e):
+                raise
+    raise AssertionError("unreachable")
+
+
+def _left(deadline: Optional[float]) -> Optional[datetime.timedelta]:
+    """The wait left until DEADLINE (monotonic; None: no limit)."""
+    return None if deadline is None else datetime.timedelta(
+        seconds=max(0.0, deadline - time.monotonic()))
 
 
 def _result(fn: Callable[..., Any], *args: Any) -> coordination.CoordAsyncResult:
@@ -179,16 +200,16 @@ class DlockLock(locking.Lock):
             return self._acquire_shared(blocking, timeout)
         if not self._local.acquire(blocking, -1 if timeout is None else timeout):
             return False
-        if not blocking:
-            wait: Optional[datetime.timedelta] = datetime.timedelta(0)
-        elif timeout is None:
-            wait = None
-        else:
-            wait = datetime.timedelta(seconds=timeout)
+        deadline = (time.monotonic() if not blocking else
+                    None if timeout is None else time.monotonic() + timeout)
+
+        def send() -> Any:
+            with self._coord._pool.connection() as conn:
+                return _value(conn, c.SQL_LOCK, (self.resource, self.holder,
+                                                 self._coord._lock_lease, _left(deadline)))
         try:
-            with _translated(), self._coord._pool.connection() as conn:
-                fence = _value(conn, c.SQL_LOCK,
-                               (self.resource, self.holder, self._coord._lock_lease, wait))
+            with _translated():
+                fence = _again(send)
         except BaseException:
             self._local.release()
             raise
@@ -206,11 +227,15 @@ class DlockLock(locking.Lock):
                 " extension's SQL 0.4), which this server's dlock does not have")
         # The server's shared mode (try_lock/lock with shared => true):
         # every shared acquisition by this object re-enters its holding.
-        wait = (datetime.timedelta(0) if not blocking else
-                None if timeout is None else datetime.timedelta(seconds=timeout))
-        with _translated(), self._coord._pool.connection() as conn:
-            fence = _value(conn, c.SQL_LOCK_SHARED,
-                           (self.resource, self.holder, self._coord._lock_lease, wait, False))
+        deadline = (time.monotonic() if not blocking else
+                    None if timeout is None else time.monotonic() + timeout)
+
+        def send() -> Any:
+            with self._coord._pool.connection() as conn:
+                return _value(conn, c.SQL_LOCK_SHARED, (self.resource, self.holder,
+                                                        self._coord._lock_lease, _left(deadline), False))
+        with _translated():
+            fence = _again(send)
         if fence is None:
             return False
         self._fence = int(fence)   # read as text: an int8 loader cannot round it
@@ -221,8 +246,11 @@ class DlockLock(locking.Lock):
     def release(self) -> bool:
         if self._fence is None:
             return False
-        with _translated(), self._coord._pool.connection() as conn:
-            left = _value(conn, c.SQL_UNLOCK, (self.resource, self.holder, self._fence))
+        def send() -> Any:
+            with self._coord._pool.connection() as conn:
+                return _value(conn, c.SQL_UNLOCK, (self.resource, self.holder, self._fence))
+        with _translated():
+            left = _again(send)
         if self._shared:
             self._shared -= 1
             if self._shared and left:
