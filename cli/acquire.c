@@ -368,7 +368,9 @@ attempt_sql(const Lock *lk, int *nparams, const char **what)
  * begin_durable: BEGIN the attempt's transaction (false: *fail says why not).  The acquisition must be
  * durable once COMMIT is acknowledged: never commit it with a
  * synchronous_commit weaker than "on" (a stronger setting is kept),
- * whatever the session or role says.
+ * whatever the session or role says.  READ COMMITTED, whatever the
+ * default: the transaction holds only dlock's statements, and under a
+ * SERIALIZABLE default concurrent attempts failed each other with 40001.
  */
 static bool
 begin_durable(Lock *lk, TryStatus *fail)
@@ -376,7 +378,8 @@ begin_durable(Lock *lk, TryStatus *fail)
 	PGresult   *r;
 
 	if (db_exec(&lk->conn,
-				"BEGIN; SELECT set_config('synchronous_commit', 'on', true) "
+				"BEGIN ISOLATION LEVEL READ COMMITTED; "
+				"SELECT set_config('synchronous_commit', 'on', true) "
 				"WHERE current_setting('synchronous_commit') IN ('off', 'local')",
 				0, NULL, now_ms() + STMT_TIMEOUT_MS, false, &r) != DB_OK)
 	{
@@ -734,6 +737,14 @@ release(Lock *lk, int64_t linger_ms, int64_t deadline)
 					linger_ms > 0 ? 4 : 3, params, stmt_deadline, false, &r) != DB_OK)
 		{
 			retried = true;
+			continue;
+		}
+		if (!db_result_ok(r) && db_error_is_retryable(r))
+		{
+			/* rolled back: nothing was done; sent again */
+			vlog(lk->opt, "%s", PQresultErrorMessage(r));
+			PQclear(r);
+			db_sleep(now_ms() + jitter(50) < deadline ? now_ms() + jitter(50) : deadline);
 			continue;
 		}
 		if (!db_result_ok(r) || PQntuples(r) != 1)

@@ -271,6 +271,19 @@ db_error_is_connection(PGresult *res)
 }
 
 /*
+ * db_error_is_retryable: whether a failed result is a rollback the server
+ * asks to retry: a serialization failure (40001: a caller's SERIALIZABLE or
+ * REPEATABLE READ default) or a deadlock (40P01).  Nothing was done.
+ */
+bool
+db_error_is_retryable(PGresult *res)
+{
+	const char *state = res ? PQresultErrorField(res, PG_DIAG_SQLSTATE) : NULL;
+
+	return state != NULL && (strcmp(state, "40001") == 0 || strcmp(state, "40P01") == 0);
+}
+
+/*
  * db_exec: run one query and wait for its result until the deadline.
  * DB_OK: *res is the result (maybe an SQL error; caller PQclears).
  * Anything else: no result, and *connp has been dropped (set to NULL),

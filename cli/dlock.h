@@ -152,6 +152,7 @@ DbStatus	db_exec(PGconn **connp, const char *sql, int n, const char *const *valu
 					int64_t deadline, bool interruptible, PGresult **res);
 bool		db_result_ok(PGresult *res);
 bool		db_error_is_connection(PGresult *res);
+bool		db_error_is_retryable(PGresult *res);
 void		db_report(const char *what, PGconn *conn, PGresult *res);
 char	   *db_listen(PGconn **connp, const char *resource, int64_t deadline);
 void		db_drop(PGconn **connp);
