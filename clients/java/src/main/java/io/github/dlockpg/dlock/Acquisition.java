@@ -1,8 +1,12 @@
 // Acquisition: runs an acquiring statement (lock, acquire, lock_all,
 // campaign) and makes the Holding.  Waits are sent in slices of at most a
 // second, so that an interrupt is seen between them; a wait of zero is one
-// try.  The portable edition refuses to wait outside READ COMMITTED: on
-// its 0A000 the tries run in READ COMMITTED transactions of their own.
+// try.  A statement the server rolled back (40001: a serializable
+// caller's conflict with another; 40P01) granted nothing: it is sent
+// again with the wait left, Db.ACQUIRE_TRIES times in all (Db.sendAgain),
+// not once interrupted.  The portable edition refuses to wait outside
+// READ COMMITTED: on its 0A000 the tries run in READ COMMITTED
+// transactions of their own.
 // An acquisition that came a third of its lease or more after its
 // statement was sent is dated by a renewal sent at once (the lease may have
 // begun when it was granted, not when asked for).  So is every campaign
@@ -98,6 +102,7 @@ final class Acquisition {
         long limit = wait == null ? Long.MAX_VALUE : wait.toNanos();
         boolean interrupted = false;
         boolean readCommitted = false;
+        int rolledBack = 0; // statements the server rolled back (Db.sendAgain)
         Grant grant = null;
         long sent = 0;
         try (Connection c = ds.getConnection()) {
@@ -117,6 +122,12 @@ final class Acquisition {
                     try {
                         grant = once(c, ps, many, readCommitted);
                     } catch (SQLException e) {
+                        // Rolled back by the server (a serializable caller's conflict, a
+                        // deadlock): nothing granted; sent again with the wait left.
+                        if (Db.sendAgain(e, rolledBack, interrupted)) {
+                            rolledBack++;
+                            continue;
+                        }
                         // The portable edition waits only in READ COMMITTED (0A000 under another
                         // default isolation): then each try in a READ COMMITTED transaction of its own.
                         if (readCommitted || !"0A000".equals(e.getSQLState())) throw e;

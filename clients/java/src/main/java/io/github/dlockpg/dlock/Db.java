@@ -129,6 +129,27 @@ final class Db {
         return "40001".equals(s) || "40P01".equals(s);
     }
 
+    /**
+     * How many times an acquiring statement is sent in all when the server
+     * rolls it back and asks for a retry (retryable: nothing was granted).
+     */
+    static final int ACQUIRE_TRIES = 3;
+
+    /**
+     * Whether an acquiring statement that failed with E is sent again:
+     * the server rolled it back and asks for a retry (40001: a
+     * serializable caller's conflict with another; 40P01), so it granted
+     * nothing; the call sent it fewer than ACQUIRE_TRIES times in all
+     * (ROLLED_BACK: how many of its statements were rolled back before
+     * this one); and the call was not interrupted (INTERRUPTED: an
+     * interrupt seen and kept for the caller; or this thread's status):
+     * an interrupted call stops there, with E.
+     */
+    static boolean sendAgain(SQLException e, int rolledBack, boolean interrupted) {
+        return retryable(e) && rolledBack + 1 < ACQUIRE_TRIES && !interrupted
+            && !Thread.currentThread().isInterrupted();
+    }
+
     /** The holder text of one lock object: host, pid, a random UUID. */
     static String uniqueHolder() {
         String host;

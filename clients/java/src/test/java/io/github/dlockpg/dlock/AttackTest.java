@@ -5,8 +5,11 @@
 // pgbouncer in transaction pooling cannot follow; the caller's scheduler
 // shut down; a loss listener that blocks; re-entry into a lost lock;
 // read-only and serializable defaults (a release meeting a renewal
-// under way is retried, a close meeting a keepalive too); a leader that campaigns again once
-// its renewals failed (a re-entry keeps the old expiry).
+// under way is retried, a close meeting a keepalive too; an acquisition
+// or campaign the server rolled back, 40001, is sent again: three tries
+// in all, within its wait, not once interrupted; serializable callers at
+// once); a leader that campaigns again once its renewals failed (a
+// re-entry keeps the old expiry).
 // Promises: P16
 package io.github.dlockpg.dlock;
 
@@ -20,12 +23,17 @@ import java.sql.ResultSet;
 import java.sql.SQLException;
 import java.sql.Statement;
 import java.time.Duration;
+import java.util.ArrayList;
+import java.util.List;
 import java.util.Optional;
+import java.util.concurrent.ConcurrentLinkedQueue;
 import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.CountDownLatch;
 import java.util.concurrent.Executors;
 import java.util.concurrent.ScheduledExecutorService;
 import java.util.concurrent.TimeUnit;
+import java.util.concurrent.atomic.AtomicInteger;
+import javax.sql.DataSource;
 import org.junit.jupiter.api.DisplayName;
 import org.junit.jupiter.api.Test;
 import org.postgresql.ds.PGSimpleDataSource;
@@ -253,6 +261,193 @@ class AttackTest {
         whileUnderWay("SELECT dlock.keepalive(session => ?)", new Object[] {s.id()}, appName, s::close);
         assertFalse(TestEnv.liveOnServer(r));
         assertEquals(null, TestEnv.adminQuery("SELECT 1 FROM dlock.sessions WHERE id = ?", s.id()));
+    }
+
+    // heldBy HOLDER: its unexpired rows on the server and their counts summed, as "rows/sum".
+    private static String heldBy(String holder) throws SQLException {
+        return String.valueOf(TestEnv.adminQuery("SELECT count(*) || '/' || coalesce(sum(count), 0)"
+            + " FROM dlock.locks WHERE holder = ? AND NOT expired", holder));
+    }
+
+    // ofKind KIND DS SESSION: a new lock object of that kind on DS (in SESSION: "session").
+    private static DlockLock ofKind(String kind, DataSource ds, DlockSession session) {
+        String r = TestEnv.unique("rolledback-" + kind);
+        return switch (kind) {
+            case "exclusive" -> new DlockLock(ds, r, Duration.ofSeconds(30));
+            case "shared" -> DlockLock.builder(ds, r).lease(Duration.ofSeconds(30)).shared(true).build();
+            case "semaphore" -> DlockLock.builder(ds, r).lease(Duration.ofSeconds(30)).semaphore(3, 1).build();
+            case "several" -> DlockLock.builder(ds, List.of(r + ":a", r + ":b")).lease(Duration.ofSeconds(30)).build();
+            case "session" -> session.lock(r);
+            default -> throw new IllegalArgumentException(kind);
+        };
+    }
+
+    private static final List<String> KINDS = List.of("exclusive", "shared", "semaphore", "several", "session");
+    private static final List<String> WAITS = List.of("try", "wait", "no limit");
+
+    // take LOCK WAIT: a try (tryLock()), a wait of 5 s (tryLock(5 s)), or no limit (lock()).
+    private static boolean take(DlockLock lock, String wait) throws InterruptedException {
+        return switch (wait) {
+            case "try" -> lock.tryLock();
+            case "wait" -> lock.tryLock(5, TimeUnit.SECONDS);
+            default -> {
+                lock.lock();
+                yield true;
+            }
+        };
+    }
+
+    @Test
+    @DisplayName("an acquisition the server rolled back twice (40001) is sent again: held once; each kind, a try and waits")
+    void rolledBackTwiceAcquires() throws Exception {
+        TestEnv.RollingBack rb = new TestEnv.RollingBack(TestEnv.app());
+        try (DlockSession s = DlockSession.open(rb.ds, Duration.ofSeconds(30))) {
+            for (String kind : KINDS) {
+                for (String wait : WAITS) {
+                    String what = kind + ", " + wait;
+                    DlockLock lock = ofKind(kind, rb.ds, s);
+                    rb.arm(2);
+                    assertTrue(take(lock, wait), what);
+                    assertEquals(3, rb.sent.get(), what + ": acquiring statements sent");
+                    assertEquals(0, rb.armed.get(), what);
+                    int n = lock.resources().size();
+                    assertEquals(n + "/" + n, heldBy(lock.holder()), what + ": held once on the server");
+                    assertTrue(lock.check(), what);
+                    lock.unlock();
+                    assertEquals("0/0", heldBy(lock.holder()), what + ": released");
+                }
+            }
+        }
+    }
+
+    @Test
+    @DisplayName("an acquisition the server rolled back three times (40001): the caller gets 40001, nothing held")
+    void rolledBackThreeTimesThrows() throws Exception {
+        TestEnv.RollingBack rb = new TestEnv.RollingBack(TestEnv.app());
+        try (DlockSession s = DlockSession.open(rb.ds, Duration.ofSeconds(30))) {
+            for (String kind : KINDS) {
+                for (String wait : WAITS) {
+                    String what = kind + ", " + wait;
+                    DlockLock lock = ofKind(kind, rb.ds, s);
+                    rb.arm(3);
+                    DlockException e = assertThrows(DlockException.class, () -> take(lock, wait), what);
+                    assertEquals("40001", e.getSQLState(), what);
+                    assertEquals(3, rb.sent.get(), what + ": acquiring statements sent");
+                    assertFalse(lock.isHeldByCurrentThread(), what);
+                    assertEquals("0/0", heldBy(lock.holder()), what + ": nothing held on the server");
+                    assertTrue(lock.tryLock(), what + ": the lock object is still usable");
+                    lock.unlock();
+                }
+            }
+        }
+    }
+
+    @Test
+    @DisplayName("a campaign the server rolled back twice (40001) is sent again: elected; three times: 40001, not elected")
+    void campaignRolledBack() throws Exception {
+        TestEnv.RollingBack rb = new TestEnv.RollingBack(TestEnv.app());
+        try (DlockSession s = DlockSession.open(rb.ds, Duration.ofSeconds(30))) {
+            for (String how : List.of("wait 0", "wait 5 s", "no limit", "session")) {
+                Duration wait = how.equals("wait 5 s") ? Duration.ofSeconds(5) : how.equals("no limit") ? null
+                    : Duration.ZERO;
+                String name = TestEnv.unique("rolledback-campaign");
+                DlockElection e = how.equals("session") ? s.election(name)
+                    : new DlockElection(rb.ds, name, Duration.ofSeconds(30));
+                rb.arm(2);
+                DlockElection.Leadership l = e.campaign("v", wait).orElseThrow();
+                assertEquals(3, rb.sent.get(), how + ": campaigns sent");
+                assertEquals(e.candidate(), TestEnv.adminQuery("SELECT candidate FROM dlock.leader(?)", name), how);
+                assertEquals(l.term(), ((Number) TestEnv.adminQuery("SELECT term FROM dlock.leader(?)", name)).longValue());
+                assertTrue(l.resign(), how);
+                rb.arm(3);
+                DlockException x = assertThrows(DlockException.class, () -> e.campaign("v", wait), how);
+                assertEquals("40001", x.getSQLState(), how);
+                assertEquals(3, rb.sent.get(), how + ": campaigns sent");
+                assertEquals(null, TestEnv.adminQuery("SELECT candidate FROM dlock.leader(?)", name), how + ": no leader");
+            }
+        }
+    }
+
+    @Test
+    @DisplayName("acquisitions rolled back (40001) 1 s after they were sent: sent again with the wait left, no longer in all")
+    void rolledBackWithinTheWait() throws Exception {
+        TestEnv.RollingBack rb = new TestEnv.RollingBack(TestEnv.app());
+        rb.sleepMs = 1000;
+        String r = TestEnv.unique("rolledback-wait");
+        DlockLock other = new DlockLock(TestEnv.app(), r, Duration.ofSeconds(30));
+        assertTrue(other.tryLock());
+        DlockLock lock = new DlockLock(rb.ds, r, Duration.ofSeconds(30));
+        rb.arm(2);
+        long t0 = System.nanoTime();
+        assertFalse(lock.tryLock(2500, TimeUnit.MILLISECONDS));
+        long ms = TimeUnit.NANOSECONDS.toMillis(System.nanoTime() - t0);
+        assertEquals(3, rb.sent.get());
+        assertTrue(ms >= 2400 && ms < 3700, "tryLock(2.5 s) took " + ms + " ms");
+        other.unlock();
+
+        String name = TestEnv.unique("rolledback-campaign-wait");
+        DlockElection first = new DlockElection(TestEnv.app(), name, Duration.ofSeconds(30));
+        DlockElection.Leadership one = first.campaign("one", Duration.ZERO).orElseThrow();
+        DlockElection second = new DlockElection(rb.ds, name, Duration.ofSeconds(30));
+        rb.arm(2);
+        t0 = System.nanoTime();
+        assertTrue(second.campaign("two", Duration.ofMillis(2500)).isEmpty());
+        ms = TimeUnit.NANOSECONDS.toMillis(System.nanoTime() - t0);
+        assertEquals(3, rb.sent.get());
+        assertTrue(ms >= 2400 && ms < 3700, "campaign(2.5 s) took " + ms + " ms");
+        assertTrue(one.resign());
+    }
+
+    @Test
+    @DisplayName("an acquisition rolled back (40001) in an interrupted thread is not sent again: 40001, the status kept")
+    void rolledBackInterrupted() throws Exception {
+        TestEnv.RollingBack rb = new TestEnv.RollingBack(TestEnv.app());
+        DlockLock lock = new DlockLock(rb.ds, TestEnv.unique("rolledback-interrupted"), Duration.ofSeconds(30));
+        rb.arm(2);
+        Thread.currentThread().interrupt();
+        DlockException e;
+        try {
+            e = assertThrows(DlockException.class, lock::lock);
+        } finally {
+            assertTrue(Thread.interrupted(), "the interrupt status kept");
+        }
+        assertEquals("40001", e.getSQLState());
+        assertEquals(1, rb.sent.get());
+        assertEquals("0/0", heldBy(lock.holder()));
+        rb.arm(0);
+        assertTrue(lock.tryLock());
+        lock.unlock();
+    }
+
+    @Test
+    @DisplayName("default_transaction_isolation serializable: 4 callers acquiring and releasing 60 distinct resources each at once, no error")
+    void serializableCallersAtOnce() throws Exception {
+        String prefix = TestEnv.unique("serializable-at-once");
+        ConcurrentLinkedQueue<Throwable> errors = new ConcurrentLinkedQueue<>();
+        AtomicInteger done = new AtomicInteger();
+        List<Thread> threads = new ArrayList<>();
+        for (int k = 0; k < 4; k++) {
+            int kk = k;
+            threads.add(new Thread(() -> {
+                DataSource ds = serializable("java-test-at-once-" + kk);
+                for (int i = 0; i < 60; i++) {
+                    try {
+                        DlockLock lock = new DlockLock(ds, prefix + "/" + kk + "/" + i, Duration.ofSeconds(30));
+                        if (!lock.tryLock()) throw new AssertionError("not acquired: " + prefix + "/" + kk + "/" + i);
+                        lock.unlock();
+                        done.incrementAndGet();
+                    } catch (Throwable x) {
+                        errors.add(x);
+                    }
+                }
+            }));
+        }
+        for (Thread t : threads) t.start();
+        for (Thread t : threads) t.join(120_000);
+        assertTrue(errors.isEmpty(), errors.size() + " error(s), the first: " + errors.peek());
+        assertEquals(240, done.get());
+        assertEquals(0L, ((Number) TestEnv.adminQuery("SELECT count(*) FROM dlock.locks WHERE resource LIKE ?"
+            + " AND NOT expired", prefix + "/%")).longValue());
     }
 
     // serializable APPNAME: the test user's connections, SERIALIZABLE by default.

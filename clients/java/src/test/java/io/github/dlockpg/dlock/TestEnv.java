@@ -2,8 +2,9 @@
 // PGPORT, PGUSER, PGDATABASE), the administrator's (DLOCK_TEST_ADMIN_USER,
 // a superuser: break_lock, pg_terminate_backend), pgbouncer's
 // (DLOCK_TEST_BOUNCER_PORT, transaction pooling), DataSources that hand
-// out one connection (to pause or kill "the renewal backend"), and one
-// whose Nth connection is refused.
+// out one connection (to pause or kill "the renewal backend"), one
+// whose Nth connection is refused, and one whose acquisitions the server
+// rolls back (40001).
 package io.github.dlockpg.dlock;
 
 import java.lang.reflect.InvocationTargetException;
@@ -182,6 +183,79 @@ final class TestEnv {
                     throw e.getCause();
                 }
             });
+    }
+
+    /**
+     * REAL, whose acquiring statements (dlock.try_lock, lock, acquire,
+     * lock_all, campaign) are rolled back by the server with 40001, as a
+     * serializable caller's conflict with another does, while ARMED is
+     * above zero (one less each): a statement raising it (after SLEEP_MS,
+     * if set) runs on the same connection in their place. SENT counts the
+     * acquiring statements sent, rolled back or not.
+     */
+    static final class RollingBack {
+        static final String RAISE = "DO $$BEGIN PERFORM pg_sleep_for(interval '%s milliseconds');"
+            + " RAISE EXCEPTION 'conflict (test)' USING ERRCODE = 'serialization_failure'; END$$";
+        final AtomicInteger armed = new AtomicInteger();
+        final AtomicInteger sent = new AtomicInteger();
+        volatile long sleepMs;
+        final DataSource ds;
+
+        RollingBack(DataSource real) {
+            ds = (DataSource) Proxy.newProxyInstance(DataSource.class.getClassLoader(), new Class<?>[] {DataSource.class},
+                (p, m, a) -> {
+                    Object out = call(real, m, a);
+                    return m.getName().equals("getConnection") ? connection((Connection) out) : out;
+                });
+        }
+
+        /** The next N acquiring statements are rolled back; SENT from 0. */
+        RollingBack arm(int n) {
+            sent.set(0);
+            armed.set(n);
+            return this;
+        }
+
+        static boolean acquiring(String sql) {
+            for (String f : new String[] {"dlock.try_lock(", "dlock.lock(", "dlock.acquire(", "dlock.lock_all(",
+                    "dlock.campaign("}) {
+                if (sql.contains(f)) return true;
+            }
+            return false;
+        }
+
+        private Connection connection(Connection c) {
+            return (Connection) Proxy.newProxyInstance(Connection.class.getClassLoader(), new Class<?>[] {Connection.class},
+                (p, m, a) -> {
+                    Object out = call(c, m, a);
+                    if (m.getName().equals("prepareStatement") && a != null && a.length == 1 && acquiring((String) a[0]))
+                        return statement(c, (PreparedStatement) out);
+                    return out;
+                });
+        }
+
+        private PreparedStatement statement(Connection c, PreparedStatement ps) {
+            return (PreparedStatement) Proxy.newProxyInstance(PreparedStatement.class.getClassLoader(),
+                new Class<?>[] {PreparedStatement.class}, (p, m, a) -> {
+                    if (!m.getName().equals("executeQuery") || (a != null && a.length > 0)) return call(ps, m, a);
+                    sent.incrementAndGet();
+                    if (armed.getAndUpdate(n -> Math.max(0, n - 1)) > 0) {
+                        try (Statement s = c.createStatement()) {
+                            s.execute(RAISE.replace("%s", Long.toString(sleepMs)));
+                        }
+                        throw new AssertionError("the statement raising 40001 did not");
+                    }
+                    return call(ps, m, a);
+                });
+        }
+
+        private static Object call(Object target, java.lang.reflect.Method m, Object[] a) throws Throwable {
+            try {
+                return m.invoke(target, a);
+            } catch (InvocationTargetException e) {
+                throw e.getCause();
+            }
+        }
     }
 
     /** The pid of the backend with APPNAME (the only one). */
