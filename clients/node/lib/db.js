@@ -80,6 +80,10 @@ function retryable(err) {
   return isServerError(err) && (err.code === '40001' || err.code === '40P01');
 }
 
+// How many times an acquisition statement is sent in all when the server
+// rolls it back and asks for a retry (retryable): see acquisition().
+const ACQUIRE_TRIES = 3;
+
 function timeoutError(what, ms) {
   const err = new Error(`dlock: ${what} took longer than ${ms} ms`);
   err.code = 'ETIMEDOUT';
@@ -232,6 +236,39 @@ async function call(pool, sql, values, timeoutMs, timing, signal) {
   }
 }
 
+// acquisition POOL ST TIMING SIGNAL: call() of an acquisition or
+// campaign statement ST ({ sql, values, waitAt, wait }: values[waitAt] is
+// its wait, WAIT the caller's: ms, an interval string, or null/undefined
+// for no limit); its rows.  Rolled back by the server with a retry asked
+// (retryable: 40001, a serializable caller's conflict with another;
+// 40P01), it granted nothing: it is sent again, ACQUIRE_TRIES times in
+// all, even a try (wait 0), each time with only the wait left until the
+// call's deadline (from when acquisition() began); then that error is
+// thrown.  Never once SIGNAL is aborted.  TIMING.sent: the last try's
+// (unset when that one was not sent: the earlier ones granted nothing).
+async function acquisition(pool, st, timing, signal) {
+  const start = performance.now();
+  let values = st.values, waitMs = st.wait;
+  for (let tries = 1; ; tries++) {
+    try {
+      return await call(pool, st.sql, values, 0, timing, signal);
+    } catch (err) {
+      if (tries >= ACQUIRE_TRIES || !retryable(err) || (signal && signal.aborted)) throw err;
+    }
+    delete timing.sent;               // that try granted nothing
+    if (waitMs !== undefined && waitMs !== null) {
+      // An interval string: its length, as the server reads it.
+      if (typeof waitMs !== 'number') {
+        const rows = await call(pool, 'SELECT extract(epoch FROM $1::interval)::float8 * 1000 AS ms',
+          [waitMs], 0, undefined, signal);
+        waitMs = Number(rows[0].ms);
+      }
+      values = [...st.values];
+      values[st.waitAt] = duration('wait', Math.max(0, waitMs - (performance.now() - start)));
+    }
+  }
+}
+
 // STARTED: a column an acquisition's statement adds, when it started (µs
 // since the epoch, as text); SINCE_STARTED: $4 as that moment, in a give
 // back that must leave what the holder had before (acquired earlier).
@@ -249,6 +286,6 @@ function fences(v, multi) {
 }
 
 module.exports = {
-  invalid, duration, text, count, uniqueHolder, checkPool, abortSignal, isServerError, retryable, call, bigintOrNull, fences,
-  RELEASE_TIMEOUT_MS, STARTED, SINCE_STARTED,
+  invalid, duration, text, count, uniqueHolder, checkPool, abortSignal, isServerError, retryable, call, acquisition, bigintOrNull,
+  fences, ACQUIRE_TRIES, RELEASE_TIMEOUT_MS, STARTED, SINCE_STARTED,
 };

@@ -138,7 +138,8 @@ class Election {
     try {
       l = await take(this._pool, Leadership, this._name, this._candidate, this._generated,
         { lease: this._lease, signal: opts.signal, alone: mine.alone },
-        `SELECT dlock.campaign($1, $2, $3, $4::interval, $5::interval)::text AS f, ${db.STARTED}`, values,
+        { sql: `SELECT dlock.campaign($1, $2, $3, $4::interval, $5::interval)::text AS f, ${db.STARTED}`, values,
+          waitAt: 4, wait: opts.wait },
         'SELECT dlock.resign($1, $2, $3::bigint) AS r', {}, values[3], leading, true);
     } catch (err) {
       mine();

@@ -374,8 +374,10 @@ async function confirm(pool, sql, args, leaseMs, what, fence) {
   return timing.sent;
 }
 
-// take: run an acquisition or campaign statement; the Lock, or null when
-// it returned NULL.  A lost connection leaves the outcome unknown: a
+// take: run an acquisition or campaign statement ST ({ sql, values,
+// waitAt, wait }: db.acquisition, which sends it again when the server
+// rolled it back); the Lock, or null when it returned NULL.  A lost
+// connection leaves the outcome unknown: a
 // holder made up here is then released (best effort), since nobody else
 // can use it.  A grant whose dating failed, or that opts.signal aborted
 // (the statement is cancelled; take then rejects with the signal's
@@ -387,14 +389,14 @@ async function confirm(pool, sql, args, leaseMs, what, fence) {
 // not released on an unknown outcome.  CONFIRM: date
 // the lease from a renewal whatever the wait (a campaign: the server gives
 // a leader its term back with the old expiry, not a new lease).
-async function take(pool, Kind, resource, holder, generated, opts, sql, values, releaseSql, more, leaseParam,
+async function take(pool, Kind, resource, holder, generated, opts, st, releaseSql, more, leaseParam,
   leading, confirmAlways) {
   const signal = db.abortSignal(opts.signal);
   const mine = leading !== undefined && leading !== null;
   const timing = {};
   let rows;
   try {
-    rows = await db.call(pool, sql, values, 0, timing, signal);
+    rows = await db.acquisition(pool, st, timing, signal);
   } catch (err) {
     if (timing.sent === undefined) throw err;   // nothing sent
     if (generated && !mine && !db.isServerError(err) && !(opts.alone && !opts.alone())) {
@@ -484,7 +486,7 @@ async function tryTake(pool, resource, opts, wait) {
   const Kind = kind === 'multi' ? MultiLock : kind === 'semaphore' ? Semaphore : Lock;
   const more = kind === 'semaphore' ? { maxPermits: extra[0], permits: extra[1] } : {};
   try {
-    return await take(pool, Kind, values[0], holder, generated, opts, sql, values,
+    return await take(pool, Kind, values[0], holder, generated, opts, { sql, values, waitAt: 3, wait },
       (kind === 'multi' ? MANY : ONE).release, more, values[2]);
   } catch (err) {
     if (kind !== 'lock' && err && err.code === '42883')

@@ -178,16 +178,18 @@ class Session {
       throw new DlockError(`dlock: session ${this._id} is ${this._state}`, { code: '55000' });
   }
 
-  // _take: run an acquisition or campaign in this session; the lock, or
-  // null.  SIGNAL aborted: the statement is cancelled, what was granted
+  // _take: run an acquisition or campaign ST ({ sql, values, waitAt,
+  // wait }: db.acquisition, which sends it again when the server rolled it
+  // back) in this session; the lock, or null.  SIGNAL aborted: the
+  // statement is cancelled, what was granted
   // all the same given back (giveBack), and _take rejects with the
   // signal's reason.
-  async _take(Kind, resource, sql, values, releaseSql, more, signal) {
+  async _take(Kind, resource, st, releaseSql, more, signal) {
     this._usable();
     const timing = {};
     let rows;
     try {
-      rows = await db.call(this._pool, sql, values, 0, timing, signal);
+      rows = await db.acquisition(this._pool, st, timing, signal);
     } catch (err) {
       throw signal && signal.aborted && timing.sent !== undefined ? signal.reason : err;
     }
@@ -220,20 +222,21 @@ class Session {
     const id = this._id.toString();
     if (Array.isArray(resource)) {
       resource.forEach((r) => db.text('each resource', r));
-      return this._take(MultiLock, [...resource], SQL.multi,
-        [[...resource], this._holder, w, opts.shared === true, id], LOCK_SQL.many.release, {}, signal);
+      return this._take(MultiLock, [...resource], { sql: SQL.multi,
+        values: [[...resource], this._holder, w, opts.shared === true, id], waitAt: 2, wait },
+      LOCK_SQL.many.release, {}, signal);
     }
     db.text('resource', resource);
     if (opts.maxPermits !== undefined) {
       db.count('maxPermits', opts.maxPermits);
       const permits = opts.permits === undefined ? 1 : db.count('permits', opts.permits);
-      return this._take(Semaphore, resource, SQL.semaphore,
-        [resource, this._holder, opts.maxPermits, permits, w, opts.fair === true, id], LOCK_SQL.one.release,
-        { maxPermits: opts.maxPermits, permits }, signal);
+      return this._take(Semaphore, resource, { sql: SQL.semaphore,
+        values: [resource, this._holder, opts.maxPermits, permits, w, opts.fair === true, id], waitAt: 4, wait },
+      LOCK_SQL.one.release, { maxPermits: opts.maxPermits, permits }, signal);
     }
-    return this._take(Lock, resource, SQL.lock,
-      [resource, this._holder, w, opts.fair === true, opts.shared === true,
-        db.duration('lockDelay', opts.lockDelay), id], LOCK_SQL.one.release, {}, signal);
+    return this._take(Lock, resource, { sql: SQL.lock,
+      values: [resource, this._holder, w, opts.fair === true, opts.shared === true,
+        db.duration('lockDelay', opts.lockDelay), id], waitAt: 2, wait }, LOCK_SQL.one.release, {}, signal);
   }
 
   /**
@@ -289,9 +292,9 @@ class Session {
     const mine = claim(election, this._holder);
     let l;
     try {
-      l = await this._take(Leadership, election, SQL.campaign,
-        [election, this._holder, value ?? null, db.duration('wait', opts.wait), this._id.toString()],
-        'SELECT dlock.resign($1, $2, $3::bigint) AS r', { alone: mine.alone }, signal);
+      l = await this._take(Leadership, election, { sql: SQL.campaign,
+        values: [election, this._holder, value ?? null, db.duration('wait', opts.wait), this._id.toString()],
+        waitAt: 3, wait: opts.wait }, 'SELECT dlock.resign($1, $2, $3::bigint) AS r', { alone: mine.alone }, signal);
     } finally {
       if (!l) mine();
     }

@@ -6,7 +6,10 @@
 // aborted before its lease ends, it does not look released.  A release
 // that fails with a serialization failure (default_transaction_isolation
 // serializable, a renewal under way) is sent again; so is a session's
-// close that meets a keepalive under way.
+// close that meets a keepalive under way.  An acquisition or campaign the
+// server rolled back (40001: a serializable caller's conflict with
+// another) granted nothing: it is sent again, three tries in all, within
+// its wait.
 // Promises: P8 P16
 const { test, after } = require('node:test');
 const assert = require('node:assert/strict');
@@ -154,4 +157,167 @@ test('default_transaction_isolation serializable: a close that meets a keepalive
   } finally {
     await ser.end();
   }
+});
+
+// Acquisitions the server rolls back.  The statements that acquire (and
+// campaign), by their text: node-postgres sends the text as given.
+const ACQUISITION = /dlock\.(try_lock|lock|acquire|lock_all|campaign)\(/;
+const ROLLED_BACK = "DO $$BEGIN RAISE EXCEPTION 'conflict (test)' USING ERRCODE = 'serialization_failure'; END$$";
+
+// rollingBack N: APP, except that its clients' first N acquisition
+// statements are rolled back by the server with 40001 (a statement raising
+// it is sent in their place), as a serializable caller's conflict with
+// another is.  `sent`: how many were; `waits`: the wait parameter of each
+// acquisition statement sent as it was (its 'milliseconds' text).
+function rollingBack(n) {
+  const p = {
+    left: n,
+    sent: 0,
+    waits: [],
+    async connect() {
+      const c = await app.connect();
+      return new Proxy(c, {
+        get(target, prop) {
+          if (prop === 'query') {
+            return (q, ...rest) => {
+              if (q && typeof q.text === 'string' && ACQUISITION.test(q.text)) {
+                if (p.left > 0) {
+                  p.left -= 1;
+                  p.sent += 1;
+                  q = { ...q, text: ROLLED_BACK, values: undefined };
+                } else {
+                  p.waits.push(q.values);
+                }
+              }
+              return target.query(q, ...rest);
+            };
+          }
+          const v = Reflect.get(target, prop, target);
+          return typeof v === 'function' ? v.bind(target) : v;
+        },
+      });
+    },
+  };
+  return p;
+}
+
+async function held(name) {
+  const r = await admin.query('SELECT count(*)::int AS n, coalesce(sum(count), 0)::int AS c FROM dlock.locks' +
+    ' WHERE resource = $1 AND NOT expired', [name]);
+  return r.rows[0];
+}
+
+for (const [what, wait] of [['a try (wait 0)', 0], ['a waiting acquisition', 5000]]) {
+  test(`an acquisition the server rolled back (40001) is sent again: ${what}`, async () => {
+    const name = unique('rolled-back');
+    const p = rollingBack(2);
+    const lock = wait === 0 ? await dlock.tryAcquire(p, name, { lease: 30000 })
+      : await dlock.acquire(p, name, { lease: 30000, wait });
+    assert.ok(lock, 'not acquired');
+    assert.equal(p.sent, 2, 'rolled back');
+    assert.equal(p.left, 0);
+    assert.deepEqual(await held(name), { n: 1, c: 1 }, 'held once on the server');
+    assert.equal(await lock.check(), true);
+    assert.equal(await lock.release(), true);
+  });
+
+  test(`an acquisition the server rolled back three times rejects with 40001: ${what}`, async () => {
+    const name = unique('rolled-back-3');
+    const p = rollingBack(3);
+    await assert.rejects(wait === 0 ? dlock.tryAcquire(p, name, { lease: 30000 })
+      : dlock.acquire(p, name, { lease: 30000, wait }), (err) => {
+      assert.equal(err.code, '40001');
+      assert.match(err.message, /conflict \(test\)/);
+      return true;
+    });
+    assert.equal(p.sent, 3, 'rolled back');
+    const r = await admin.query('SELECT count(*)::int AS n FROM dlock.locks WHERE resource = $1', [name]);
+    assert.equal(r.rows[0].n, 0, 'something is held on the server');
+    // Nothing is left behind: the next one takes it.
+    const lock = await dlock.tryAcquire(p, name, { lease: 30000 });
+    assert.ok(lock, 'not acquired afterwards');
+    assert.equal(await lock.release(), true);
+  });
+}
+
+test('a waiting acquisition the server rolled back is sent with only what is left of its wait', async () => {
+  const name = unique('rolled-back-wait');
+  for (const wait of [5000, '5 seconds']) {
+    const p = rollingBack(2);
+    const lock = await dlock.acquire(p, `${name}:${wait}`, { lease: 30000, wait });
+    assert.equal(p.sent, 2);
+    assert.equal(p.waits.length, 1);
+    const m = /^([0-9.e+-]+) milliseconds$/.exec(p.waits[0][3]);
+    assert.ok(m, `the wait sent again: ${p.waits[0][3]}`);
+    assert.ok(Number(m[1]) <= 5000 && Number(m[1]) > 0, `the wait sent again: ${p.waits[0][3]}`);
+    assert.equal(await lock.release(), true);
+  }
+});
+
+test('an acquisition in a session the server rolled back (40001) is sent again', async (t) => {
+  const r = await admin.query("SELECT to_regproc('dlock.open_session') IS NOT NULL AS ok");
+  if (!r.rows[0].ok) return t.skip('this server has no sessions (dlock 1.1)');
+  const name = unique('rolled-back-session');
+  const p = rollingBack(0);
+  const s = await dlock.openSession(p, { ttl: 30000 });
+  try {
+    p.left = 2;
+    const lock = await s.tryAcquire(name);
+    assert.ok(lock, 'not acquired');
+    assert.equal(p.sent, 2);
+    assert.deepEqual(await held(name), { n: 1, c: 1 }, 'held once on the server');
+    p.left = 3;
+    p.sent = 0;
+    await assert.rejects(s.acquire(`${name}:2`, { wait: 5000 }), { code: '40001' });
+    assert.equal(p.sent, 3);
+    assert.deepEqual(await held(`${name}:2`), { n: 0, c: 0 }, 'held on the server');
+    assert.equal(await lock.release(), true);
+  } finally {
+    await s.close();
+  }
+});
+
+test('a campaign the server rolled back (40001) is sent again', async (t) => {
+  if (!(await elections(admin))) return t.skip(noElections);
+  const name = unique('rolled-back-campaign');
+  const p = rollingBack(2);
+  const e = new dlock.Election(p, name, { lease: 30000 });
+  const l = await e.campaign('v', { wait: 0 });
+  assert.equal(p.sent, 2);
+  assert.ok(l.term > 0n);
+  const now = await leader(name);
+  assert.equal(now && now.candidate, e.candidate, 'not elected');
+  assert.equal(await e.resign(), true);
+});
+
+test('default_transaction_isolation serializable: callers at once acquire without errors', async () => {
+  // SSI rolls back about 1 acquisition in 100 of callers acquiring and
+  // releasing distinct resources at once (40001); none reaches the caller.
+  const name = unique('serializable-acquire');
+  const pools = [0, 1, 2, 3].map((k) => pool({ application_name: `node-test-serializable-${k}`,
+    options: '-c default_transaction_isolation=serializable' }));
+  const errors = [];
+  let done = 0;
+  try {
+    await Promise.all(pools.map(async (p, k) => {
+      for (let i = 0; i < 60; i++) {
+        let step = 'acquire';
+        try {
+          const lock = await dlock.acquire(p, `${name}/${k}/${i}`, { lease: 30000, wait: 0 });
+          step = 'release';
+          assert.equal(await lock.release(), true);
+          done += 1;
+        } catch (err) {
+          errors.push(`${step}: ${err.code}: ${err.message}`);
+        }
+      }
+    }));
+  } finally {
+    await Promise.all(pools.map((p) => p.end()));
+  }
+  assert.deepEqual(errors, []);
+  assert.equal(done, 240);
+  const r = await admin.query("SELECT count(*)::int AS n FROM dlock.locks WHERE resource LIKE $1 || '/%'" +
+    ' AND NOT expired', [name]);
+  assert.equal(r.rows[0].n, 0, 'still held on the server');
 });
