@@ -82,7 +82,7 @@ function retryable(err) {
 
 // How many times an acquisition statement is sent in all when the server
 // rolls it back and asks for a retry (retryable): see acquisition().
-const ACQUIRE_TRIES = 3;
+const ACQUIRE_TRIES = 10;
 
 function timeoutError(what, ms) {
   const err = new Error(`dlock: ${what} took longer than ${ms} ms`);

@@ -8,12 +8,13 @@
 // serializable, a renewal under way) is sent again; so is a session's
 // close that meets a keepalive under way.  An acquisition or campaign the
 // server rolled back (40001: a serializable caller's conflict with
-// another) granted nothing: it is sent again, three tries in all, within
+// another) granted nothing: it is sent again, ACQUIRE_TRIES (10) tries in all, within
 // its wait.
 // Promises: P8 P16
 const { test, after } = require('node:test');
 const assert = require('node:assert/strict');
 const dlock = require('..');
+const { ACQUIRE_TRIES } = require('../lib/db');
 const { unique, pool, elections, noElections, within, sleep, aborted } = require('./helpers');
 
 const app = pool({ application_name: 'node-test-failed' });
@@ -221,16 +222,16 @@ for (const [what, wait] of [['a try (wait 0)', 0], ['a waiting acquisition', 500
     assert.equal(await lock.release(), true);
   });
 
-  test(`an acquisition the server rolled back three times rejects with 40001: ${what}`, async () => {
+  test(`an acquisition the server rolled back at every try rejects with 40001: ${what}`, async () => {
     const name = unique('rolled-back-3');
-    const p = rollingBack(3);
+    const p = rollingBack(ACQUIRE_TRIES);
     await assert.rejects(wait === 0 ? dlock.tryAcquire(p, name, { lease: 30000 })
       : dlock.acquire(p, name, { lease: 30000, wait }), (err) => {
       assert.equal(err.code, '40001');
       assert.match(err.message, /conflict \(test\)/);
       return true;
     });
-    assert.equal(p.sent, 3, 'rolled back');
+    assert.equal(p.sent, ACQUIRE_TRIES, 'rolled back');
     const r = await admin.query('SELECT count(*)::int AS n FROM dlock.locks WHERE resource = $1', [name]);
     assert.equal(r.rows[0].n, 0, 'something is held on the server');
     // Nothing is left behind: the next one takes it.
@@ -266,10 +267,10 @@ test('an acquisition in a session the server rolled back (40001) is sent again',
     assert.ok(lock, 'not acquired');
     assert.equal(p.sent, 2);
     assert.deepEqual(await held(name), { n: 1, c: 1 }, 'held once on the server');
-    p.left = 3;
+    p.left = ACQUIRE_TRIES;
     p.sent = 0;
     await assert.rejects(s.acquire(`${name}:2`, { wait: 5000 }), { code: '40001' });
-    assert.equal(p.sent, 3);
+    assert.equal(p.sent, ACQUIRE_TRIES);
     assert.deepEqual(await held(`${name}:2`), { n: 0, c: 0 }, 'held on the server');
     assert.equal(await lock.release(), true);
   } finally {

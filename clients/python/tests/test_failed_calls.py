@@ -16,6 +16,7 @@ import pytest
 
 import dlock
 import dlock.aio
+from dlock import _common as c
 from dlock import _leased_sync
 
 LEASE = 1.5
@@ -500,7 +501,7 @@ def server_rollbacks(monkeypatch):
 @pytest.mark.parametrize("wait", [0, 5])
 def test_acquisition_rolled_back_is_sent_again(dsn, admin, name, server_rollbacks, wait):
     """An acquisition the server rolled back (40001, 40P01) granted
-    nothing: it is sent again, up to three times in all, even a try."""
+    nothing: it is sent again, ACQUIRE_TRIES times in all, even a try."""
     armed = server_rollbacks(name, 2)
     lock = dlock.Lock(dsn, name, lease=30, wait=wait)
     assert lock.acquire() is True
@@ -511,12 +512,12 @@ def test_acquisition_rolled_back_is_sent_again(dsn, admin, name, server_rollback
     assert lock.release()
 
 
-def test_acquisition_rolled_back_three_times_raises(dsn, admin, name, server_rollbacks):
-    armed = server_rollbacks(name, 3)
+def test_acquisition_rolled_back_at_every_try_raises(dsn, admin, name, server_rollbacks):
+    armed = server_rollbacks(name, c.ACQUIRE_TRIES)
     lock = dlock.Lock(dsn, name, lease=30, wait=0)
     with pytest.raises(dlock.DatabaseError) as e:
         lock.acquire()
-    assert e.value.sqlstate == "40001" and armed["sent"] == 3
+    assert e.value.sqlstate == "40001" and armed["sent"] == c.ACQUIRE_TRIES
     assert lock.fence is None
     assert admin.execute("SELECT 1 FROM dlock.locks WHERE resource = %s", (name,)).fetchone() is None
     # The object is usable: the next acquire takes it.

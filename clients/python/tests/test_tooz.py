@@ -111,8 +111,9 @@ def test_get_members_with_capabilities(coords):
 @pytest.mark.parametrize("blocking", [False, True])
 def test_rolled_back_lock_and_release_are_sent_again(coords, admin, monkeypatch, blocking):
     """A lock or release the server rolled back (40001: a serializable
-    caller's conflict) did nothing: it is sent again, three times in all;
+    caller's conflict) did nothing: it is sent again, ACQUIRE_TRIES times in all;
     a blocking lock waits no longer for it than its timeout."""
+    from dlock import _common as c
     from dlock import tooz as driver
     real = driver._row
     armed = {"n": 0}
@@ -132,7 +133,7 @@ def test_rolled_back_lock_and_release_are_sent_again(coords, admin, monkeypatch,
     assert lock.release() is True
     assert admin.execute("SELECT count(*) FROM dlock.locks WHERE resource = %s AND NOT expired",
                          (lock.resource,)).fetchone()[0] == 0
-    armed["n"] = 3
+    armed["n"] = c.ACQUIRE_TRIES
     with pytest.raises(Exception) as e:
         lock.acquire(blocking, False, 5 if blocking else None)
     assert "conflict (test)" in str(e.value) and armed["n"] == 0

@@ -339,7 +339,7 @@ def needs_confirmation(lease: float, sent_at: float) -> bool:
 RELEASE_TIMEOUT = 10.0
 # How many times an acquisition is sent in all when the server rolls it
 # back and asks for a retry (40001, 40P01: _errors.retryable).
-ACQUIRE_TRIES = 3
+ACQUIRE_TRIES = 10
 
 
 def cut_socket(conn: Any) -> None:

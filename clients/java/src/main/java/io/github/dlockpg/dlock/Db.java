@@ -133,7 +133,7 @@ final class Db {
      * How many times an acquiring statement is sent in all when the server
      * rolls it back and asks for a retry (retryable: nothing was granted).
      */
-    static final int ACQUIRE_TRIES = 3;
+    static final int ACQUIRE_TRIES = 10;
 
     /**
      * Whether an acquiring statement that failed with E is sent again:
