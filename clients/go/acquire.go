@@ -51,6 +51,7 @@ type spec struct {
 	holder    string
 	generated bool
 	o         *options
+	wait      *options // whose Wait bounds the statement (a campaign's own; grantTries)
 	st        *stmts
 	releaseQ  string
 	permits   string   // a semaphore's: the permits this call takes (undo)
@@ -67,10 +68,14 @@ func checkDB(db *sql.DB) error {
 	return nil
 }
 
-// waitArg: the wait as sent: Wait, bounded by CTX's deadline (so that the
-// server ends the wait, not a cancelled statement); NULL for no limit.
-func waitArg(ctx context.Context, o *options) interface{} {
-	w, has := o.wait, o.hasWait
+// waitArg: the wait as sent: Wait less SPENT (what earlier tries took:
+// grantTries), bounded by CTX's deadline (so that the server ends the
+// wait, not a cancelled statement); NULL for no limit.
+func waitArg(ctx context.Context, o *options, spent time.Duration) interface{} {
+	w, has := o.wait-spent, o.hasWait
+	if w < 0 {
+		w = 0
+	}
 	if dl, ok := ctx.Deadline(); ok {
 		left := time.Until(dl) - 50*time.Millisecond
 		if left < 0 {
@@ -98,13 +103,13 @@ func acquireIn(ctx context.Context, db *sql.DB, resources []string, multi bool, 
 	if multi && (len(resources) == 0 || o.maxPermits != 0 || o.fair || o.hasDelay) {
 		return nil, invalid("AcquireAll needs resources and takes no Semaphore, Fair or LockDelay option")
 	}
-	s := &spec{resources: resources, o: o, st: &one, releaseQ: one.release, sess: sess}
+	s := &spec{resources: resources, o: o, wait: o, st: &one, releaseQ: one.release, sess: sess}
 	s.holder, s.generated = o.holder, !o.hasHolder
 	if s.generated {
 		s.holder = uniqueHolder()
 	}
 	lease := nullable(interval(o.lease), o.hasLease)
-	s.args = []interface{}{resources[0], s.holder, lease, waitArg(ctx, o)}
+	s.args = []interface{}{resources[0], s.holder, lease, nil} // $4: the wait (grantTries)
 	switch {
 	case multi:
 		s.st, s.releaseQ = &many, many.release
@@ -150,7 +155,7 @@ func take(ctx context.Context, db *sql.DB, s *spec) (*Lock, error) {
 	if len(s.resources) > 1 {
 		name = fmt.Sprint(s.resources)
 	}
-	r, err := grant(ctx, db, s)
+	r, err := grantTries(ctx, db, s)
 	sent := r.sent
 	if err != nil && errors.Is(err, context.DeadlineExceeded) && ctx.Err() != nil {
 		// The context's deadline ended the wait before the server's answer
@@ -189,6 +194,27 @@ func take(ctx context.Context, db *sql.DB, s *spec) (*Lock, error) {
 	}
 	go l.run(sent)
 	return l, nil
+}
+
+// grantTries runs S's statement (grant), again while the server rolls
+// it back and asks for a retry (retryable: a serializable caller's
+// conflict with another, a deadlock): nothing was granted. acquireTries
+// tries in all, even for one try (Wait(0)); each sends as its wait ($4)
+// only what is left of Wait since the first, so that the retries never
+// wait longer than asked. The last try's error is returned.
+func grantTries(ctx context.Context, db *sql.DB, s *spec) (call, error) {
+	start := time.Now()
+	for try := 1; ; try++ {
+		var spent time.Duration // the first sends Wait itself
+		if try > 1 {
+			spent = time.Since(start)
+		}
+		s.args[3] = waitArg(ctx, s.wait, spent)
+		r, err := grant(ctx, db, s)
+		if err == nil || try == acquireTries || !retryable(err) || ctx.Err() != nil {
+			return r, err
+		}
+	}
 }
 
 // grant runs S's statement; its answer. At CTX's end it returns CTX's

@@ -79,12 +79,12 @@ func (e *Election) Campaign(ctx context.Context, value string, opts ...Option) (
 	if cur != nil && cur.Err() == nil {
 		keep = cur.Fence()
 	}
-	s := &spec{resources: []string{e.name}, holder: e.candidate, generated: e.generated, o: e.o,
+	s := &spec{resources: []string{e.name}, holder: e.candidate, generated: e.generated, o: e.o, wait: o,
 		st: &one, keep: keep, confirm: e.sess == nil,
 		releaseQ: `SELECT coalesce(dlock.resign(election => $1::pg_catalog.text, candidate => $2::pg_catalog.text, term => $3::pg_catalog.text::pg_catalog.int8), false)`,
 		query: `SELECT dlock.campaign(election => $1::pg_catalog.text, candidate => $2::pg_catalog.text, lease => $3::pg_catalog.text::pg_catalog.interval, ` +
 			`wait => $4::pg_catalog.text::pg_catalog.interval, value => $5::pg_catalog.text`,
-		args: []interface{}{e.name, e.candidate, nullable(interval(e.o.lease), e.o.hasLease), waitArg(ctx, o), value}, sess: e.sess}
+		args: []interface{}{e.name, e.candidate, nullable(interval(e.o.lease), e.o.hasLease), nil, value}, sess: e.sess} // $4: the wait (grantTries)
 	if e.sess != nil {
 		if err := e.sess.inSession(o); err != nil {
 			return nil, err

@@ -89,6 +89,11 @@ func invalid(format string, args ...interface{}) error {
 	return &Error{Code: "22023", Message: "dlock: " + fmt.Sprintf(format, args...)}
 }
 
+// acquireTries: how many times an acquisition or a campaign is sent in
+// all while the server rolls it back and asks for a retry (retryable):
+// nothing was granted (acquire.go, grantTries).
+const acquireTries = 10
+
 // retryable: whether ERR is a rollback the server asks to retry: a
 // serialization failure (40001: REPEATABLE READ or SERIALIZABLE, a row
 // changed since the snapshot, as a renewal does) or a deadlock (40P01).

@@ -1,7 +1,8 @@
 // helpers_test.go: what the tests share: pools on the test server
 // (DLOCK_TEST_DSN, a superuser or the portable edition's owner), on
 // pgbouncer (DLOCK_TEST_BOUNCER_DSN, transaction pooling), and through a
-// TCP proxy the tests can cut. The driver is the one compiled in
+// TCP proxy the tests can cut, and through a driver wrapper that has the
+// server roll acquisitions back (rollbackDB). The driver is the one compiled in
 // (-tags dlock_pq, dlock_pgx4, dlock_pgx5); without one every test skips.
 // Promises: none
 
@@ -10,6 +11,7 @@ package dlock_test
 import (
 	"context"
 	"database/sql"
+	"database/sql/driver"
 	"fmt"
 	"io"
 	"net"
@@ -83,6 +85,167 @@ func within(t *testing.T, d time.Duration) context.Context {
 	ctx, cancel := context.WithTimeout(bg(), d)
 	t.Cleanup(cancel)
 	return ctx
+}
+
+// rollbacks: a pool's next N acquisition or campaign statements that
+// name TAG (a parameter) are rolled back by the server with 40001, as a
+// serializable caller's conflict with another is: a statement raising it
+// is sent in their place (rollbackDB).
+type rollbacks struct {
+	mu    sync.Mutex
+	tag   string
+	n     int
+	raise string
+	sent  int      // how many were rolled back so
+	waits []string // the wait ($4) of each acquisition naming TAG, as sent ("NULL" for none)
+}
+
+// acquiring: what an acquisition or campaign statement calls.
+var acquiring = []string{"dlock.lock(", "dlock.acquire(", "dlock.lock_all(", "dlock.campaign("}
+
+// serializationFailure: a statement the server rolls back with 40001.
+const serializationFailure = `DO $$BEGIN RAISE EXCEPTION 'conflict (test)' USING ERRCODE = 'serialization_failure'; END$$`
+
+// arm: the next N acquisitions naming TAG rolled back (after SLEEP on
+// the server, if not 0); the counts start again.
+func (rb *rollbacks) arm(tag string, n int, sleep time.Duration) {
+	rb.mu.Lock()
+	defer rb.mu.Unlock()
+	rb.tag, rb.n, rb.sent, rb.waits = tag, n, 0, nil
+	rb.raise = serializationFailure
+	if sleep > 0 {
+		rb.raise = fmt.Sprintf(`DO $$BEGIN PERFORM pg_catalog.pg_sleep(%g); RAISE EXCEPTION 'conflict (test)' USING ERRCODE = 'serialization_failure'; END$$`,
+			sleep.Seconds())
+	}
+}
+
+// counts: how many were rolled back, and the waits sent.
+func (rb *rollbacks) counts() (int, []string) {
+	rb.mu.Lock()
+	defer rb.mu.Unlock()
+	return rb.sent, append([]string(nil), rb.waits...)
+}
+
+// instead: the statement to send for QUERY with ARGS (and its args).
+func (rb *rollbacks) instead(query string, args []driver.NamedValue) (string, []driver.NamedValue) {
+	rb.mu.Lock()
+	defer rb.mu.Unlock()
+	if rb.tag == "" || len(args) < 4 {
+		return query, args
+	}
+	acq, named := false, false
+	for _, k := range acquiring {
+		acq = acq || strings.Contains(query, k)
+	}
+	for _, a := range args {
+		// TAG itself, or an element of an array (AcquireAll's).
+		if v, ok := a.Value.(string); ok && (v == rb.tag || strings.Contains(v, `"`+rb.tag+`"`)) {
+			named = true
+		}
+	}
+	if !acq || !named {
+		return query, args
+	}
+	w := "NULL"
+	if v, ok := args[3].Value.(string); ok {
+		w = v
+	}
+	rb.waits = append(rb.waits, w)
+	if rb.n == 0 {
+		return query, args
+	}
+	rb.n--
+	rb.sent++
+	return rb.raise, nil
+}
+
+// rollbackDB: a pool of the tests' server (as appDB) through the driver
+// compiled in, wrapped so that RB decides what each statement sends.
+func rollbackDB(t *testing.T) (*sql.DB, *rollbacks) {
+	dsn := os.Getenv("DLOCK_TEST_DSN")
+	d := open(t, dsn, "").Driver()
+	rb := &rollbacks{}
+	db := sql.OpenDB(rbConnector{d: d, dsn: dsn, rb: rb})
+	db.SetMaxOpenConns(4)
+	t.Cleanup(func() { db.Close() })
+	return db, rb
+}
+
+type rbConnector struct {
+	d   driver.Driver
+	dsn string
+	rb  *rollbacks
+}
+
+func (c rbConnector) Connect(ctx context.Context) (driver.Conn, error) {
+	var conn driver.Conn
+	var err error
+	if dc, ok := c.d.(driver.DriverContext); ok {
+		var cn driver.Connector
+		if cn, err = dc.OpenConnector(c.dsn); err != nil {
+			return nil, err
+		}
+		conn, err = cn.Connect(ctx)
+	} else {
+		conn, err = c.d.Open(c.dsn)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return &rbConn{Conn: conn, rb: c.rb}, nil
+}
+
+func (c rbConnector) Driver() driver.Driver { return c.d }
+
+// rbConn: a driver's connection whose queries go through rollbacks (the
+// drivers' other optional interfaces passed on).
+type rbConn struct {
+	driver.Conn
+	rb *rollbacks
+}
+
+func (c *rbConn) QueryContext(ctx context.Context, query string, args []driver.NamedValue) (driver.Rows, error) {
+	q, ok := c.Conn.(driver.QueryerContext)
+	if !ok {
+		return nil, fmt.Errorf("rollbackDB: the driver's connection has no QueryContext")
+	}
+	query, args = c.rb.instead(query, args)
+	return q.QueryContext(ctx, query, args)
+}
+
+func (c *rbConn) ExecContext(ctx context.Context, query string, args []driver.NamedValue) (driver.Result, error) {
+	if e, ok := c.Conn.(driver.ExecerContext); ok {
+		return e.ExecContext(ctx, query, args)
+	}
+	return nil, driver.ErrSkip
+}
+
+func (c *rbConn) BeginTx(ctx context.Context, opts driver.TxOptions) (driver.Tx, error) {
+	if b, ok := c.Conn.(driver.ConnBeginTx); ok {
+		return b.BeginTx(ctx, opts)
+	}
+	return c.Conn.Begin() //lint:ignore SA1019 a driver without BeginTx
+}
+
+func (c *rbConn) Ping(ctx context.Context) error {
+	if p, ok := c.Conn.(driver.Pinger); ok {
+		return p.Ping(ctx)
+	}
+	return nil
+}
+
+func (c *rbConn) ResetSession(ctx context.Context) error {
+	if r, ok := c.Conn.(driver.SessionResetter); ok {
+		return r.ResetSession(ctx)
+	}
+	return nil
+}
+
+func (c *rbConn) IsValid() bool {
+	if v, ok := c.Conn.(driver.Validator); ok {
+		return v.IsValid()
+	}
+	return true
 }
 
 // row: the holding of RESOURCE (holder, fence, live), ok false if none.
