@@ -78,35 +78,18 @@ test('default_transaction_isolation serializable: a release that meets a renewal
   const name = unique('serializable-release');
   const appName = 'node-test-serializable-release';
   const ser = pool({ application_name: appName, options: '-c default_transaction_isolation=serializable' });
-  const c = await admin.connect();
   try {
     const lock = await dlock.acquire(ser, name, { lease: 30000 });
     // A renewal under way: renew() in an open transaction holds the
     // lease's row until it commits, after the release's snapshot.
-    await c.query('BEGIN');
-    const r = await c.query("SELECT dlock.renew(resource => $1, holder => $2, lease => '30s'," +
-      ' fence => $3::bigint) IS NOT NULL AS ok', [name, lock.holder, lock.fence.toString()]);
-    assert.equal(r.rows[0].ok, true, 'renewed');
-    let done = false;
-    const released = lock.release();
-    released.then(() => { done = true; }, () => { done = true; });
-    // Until the release waits for the row (the portable edition; the C
-    // extension takes no row lock: it may be done already).
-    const end = Date.now() + 10000;
-    while (!done && Date.now() < end) {
-      const w = await admin.query('SELECT 1 FROM pg_stat_activity WHERE application_name = $1' +
-        " AND wait_event_type = 'Lock'", [appName]);
-      if (w.rows.length) break;
-      await sleep(20);
-    }
-    await c.query('COMMIT');
+    const released = underWay("SELECT dlock.renew(resource => $1, holder => $2, lease => '30s'," +
+      ' fence => $3::bigint) AS v', [name, lock.holder, lock.fence.toString()], appName, () => lock.release());
     assert.equal(await within(30000, released, 'release()'), true);
     assert.equal(lock.signal.aborted, false, 'reported lost');
     const live = await admin.query('SELECT count(*)::int AS n FROM dlock.locks WHERE resource = $1' +
       ' AND NOT expired', [name]);
     assert.equal(live.rows[0].n, 0, 'still live on the server');
   } finally {
-    c.release(true);    // closed: never back to the pool inside a transaction
     await ser.end();
   }
 });

@@ -394,84 +394,66 @@ def test_aio_failed_dating_renewal_gives_back_the_grant(dsn, admin, name):
     asyncio.run(main())
 
 
+def _while_under_way(dsn, admin, app, sql, args, action):
+    """SQL (a renewal, a keepalive) runs in a transaction left open, which
+    holds its row; ACTION runs in a thread, and the transaction commits
+    once ACTION's backend (application_name APP) waits for the row (the
+    portable edition; the C extension takes no row lock: it may be done
+    already).  ACTION's answer; its exception is raised."""
+    out = {}
+
+    def run():
+        try:
+            out["answer"] = action()
+        except BaseException as e:
+            out["error"] = e
+    thread = threading.Thread(target=run)
+    with psycopg.connect(dsn) as conn:
+        assert conn.execute(sql, args).fetchone()[0]
+        thread.start()
+        end = time.monotonic() + 10
+        while thread.is_alive() and time.monotonic() < end and admin.execute(
+                "SELECT 1 FROM pg_stat_activity WHERE application_name = %s"
+                " AND wait_event_type = 'Lock'", (app,)).fetchone() is None:
+            time.sleep(0.02)
+        conn.commit()
+    thread.join(30)
+    assert not thread.is_alive(), "the action returned"
+    if "error" in out:
+        raise out["error"]
+    return out["answer"]
+
+
+SERIALIZABLE = " options='-c default_transaction_isolation=serializable'"
+
+
 def test_serializable_release_meets_a_renewal_under_way(dsn, admin, name):
     """default_transaction_isolation serializable: a release that waits
     for a renewal's row lock (portable edition) fails with 40001 when the
     renewal commits; that try was rolled back, so it is sent again."""
     app = "pytest-serializable-release"
-    lock = dlock.Lock(dsn + f" application_name={app}"
-                      " options='-c default_transaction_isolation=serializable'",
-                      name, lease=30)
+    lock = dlock.Lock(dsn + f" application_name={app}" + SERIALIZABLE, name, lease=30)
     assert lock.acquire()
-    out = {}
-
-    def release():
-        try:
-            out["released"] = lock.release()
-        except BaseException as e:
-            out["error"] = e
-    releaser = threading.Thread(target=release)
-    # A renewal under way: renew() in an open transaction holds the
-    # lease's row until it commits, after the release's snapshot.
-    with psycopg.connect(dsn) as conn:
-        assert conn.execute("SELECT dlock.renew(resource => %s, holder => %s,"
-                            " lease => '30s', fence => %s)",
-                            (name, lock.holder, lock.fence)).fetchone()[0]
-        releaser.start()
-        # Until the release waits for the row (the portable edition; the
-        # C extension takes no row lock: it may be done already).
-        end = time.monotonic() + 10
-        while releaser.is_alive() and time.monotonic() < end and admin.execute(
-                "SELECT 1 FROM pg_stat_activity WHERE application_name = %s"
-                " AND wait_event_type = 'Lock'", (app,)).fetchone() is None:
-            time.sleep(0.02)
-        conn.commit()
-    releaser.join(30)
-    assert not releaser.is_alive(), "release() returned"
-    assert "error" not in out, f"release() failed: {out.get('error')!r}"
-    assert out["released"] is True and not lock.lost.is_set()
+    assert _while_under_way(dsn, admin, app, "SELECT dlock.renew(resource => %s, holder => %s,"
+                            " lease => '30s', fence => %s) IS NOT NULL",
+                            (name, lock.holder, lock.fence), lock.release) is True
+    assert not lock.lost.is_set()
     assert admin.execute("SELECT 1 FROM dlock.locks WHERE resource = %s AND NOT expired",
                          (name,)).fetchone() is None
-
 
 
 def test_serializable_close_meets_a_keepalive_under_way(dsn, admin, name):
-    """default_transaction_isolation serializable: a session's close that
-    waits for a keepalive's row lock (portable edition) fails with 40001
-    when the keepalive commits; that try was rolled back, so it is sent
-    again, and every holding of the session is released."""
+    """The same for a session's close that meets a keepalive under way:
+    sent again, and every holding of the session is released."""
     app = "pytest-serializable-close"
-    s = dlock.Session(dsn + f" application_name={app}"
-                      " options='-c default_transaction_isolation=serializable'",
-                      ttl=30).open()
-    lock = s.lock(name)
-    assert lock.acquire()
-    out = {}
-
-    def close():
-        try:
-            out["closed"] = s.close()
-        except BaseException as e:
-            out["error"] = e
-    closer = threading.Thread(target=close)
-    # A keepalive under way: in an open transaction it holds the session's
-    # row until it commits, after the close's snapshot.
-    with psycopg.connect(dsn) as conn:
-        assert conn.execute("SELECT dlock.keepalive(session => %s)", (s.id,)).fetchone()[0]
-        closer.start()
-        end = time.monotonic() + 10
-        while closer.is_alive() and time.monotonic() < end and admin.execute(
-                "SELECT 1 FROM pg_stat_activity WHERE application_name = %s"
-                " AND wait_event_type = 'Lock'", (app,)).fetchone() is None:
-            time.sleep(0.02)
-        conn.commit()
-    closer.join(30)
-    assert not closer.is_alive(), "close() returned"
-    assert "error" not in out, f"close() failed: {out.get('error')!r}"
-    assert out["closed"] is True
+    s = dlock.Session(dsn + f" application_name={app}" + SERIALIZABLE, ttl=30).open()
+    assert s.lock(name).acquire()
+    assert _while_under_way(dsn, admin, app, "SELECT dlock.keepalive(session => %s) IS NOT NULL",
+                            (s.id,), s.close) is True
     assert admin.execute("SELECT 1 FROM dlock.locks WHERE resource = %s AND NOT expired",
                          (name,)).fetchone() is None
     assert admin.execute("SELECT 1 FROM dlock.sessions WHERE id = %s", (s.id,)).fetchone() is None
+
 
 @pytest.fixture
 def server_rollbacks(monkeypatch):
@@ -540,7 +522,7 @@ def test_serializable_callers_at_once_acquire_without_errors(dsn, admin, name):
     """Callers whose transactions default to SERIALIZABLE, acquiring and
     releasing distinct resources at once: SSI rolls some acquisitions back
     (40001, about 1 in 100 measured); none reaches the caller."""
-    ser = dsn + " options='-c default_transaction_isolation=serializable'"
+    ser = dsn + SERIALIZABLE
     errors, done = [], []
 
     def work(k):
