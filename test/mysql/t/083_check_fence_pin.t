@@ -135,7 +135,7 @@ for my $case ([1, 'REPEATABLE READ'], [0, 'REPEATABLE READ'], [1, 'READ COMMITTE
     my ($si, $iso) = @$case;
     (my $r = "cf/stall$si-$iso") =~ s/ /-/g;
     my $f = outcome($a, "SELECT dlock.try_lock('$r', 'h1', 600)");
-    my $g = outcome($a, "SELECT dlock.try_lock('$r-short', 'h1', 1)");
+    my $g = outcome($a, "SELECT dlock.try_lock('$r-short', 'h1', 3)");   # live until bob's statement has read it
     like("$f $g", qr/^\d+ \d+$/, "stall $si $iso: alice acquires two");
     is(outcome($a, "SELECT GET_LOCK('cfsi-barrier', 10)"), 1, "stall $si $iso: alice holds the barrier");
     my @bob = bob_statement("SELECT dlock.check_fence('$r', $f) + dlock.check_fence('$r-short', $g)"
@@ -144,7 +144,7 @@ for my $case ([1, 'REPEATABLE READ'], [0, 'REPEATABLE READ'], [1, 'READ COMMITTE
     like(outcome($a, "SELECT dlock.renew('$r', 'h1', 600, NULL)"), qr/^\d{4}-/, "stall $si $iso: alice renews meanwhile");
     is(outcome($a, "SELECT dlock.unlock('$r', 'h1', NULL)"), 0, "stall $si $iso: alice releases meanwhile (no 1205)");
     my $taken = 'NULL';
-    for (1 .. 100) {
+    for (1 .. 300) {
         $taken = outcome($root, "SELECT dlock.try_lock('$r-short', 'h2', 600) > $g");
         last if $taken ne 'NULL';
         select(undef, undef, undef, 0.05);
