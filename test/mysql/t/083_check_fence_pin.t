@@ -16,7 +16,8 @@
 # the holding was released after the statement's snapshot (070_model, seed
 # 1427307377, 11.8).  At REPEATABLE READ check_fence now locks nothing and
 # answers from the statement's snapshot, whatever that setting, and leaves
-# the setting as it was.
+# the setting as it was.  So it does in an UPDATE's condition, INSERT ...
+# SELECT, SET and DO.
 # Promises: P4 P5
 use strict;
 use warnings;
@@ -155,6 +156,25 @@ for my $case ([1, 'REPEATABLE READ'], [0, 'REPEATABLE READ'], [1, 'READ COMMITTE
     is($got, 3, "stall $si $iso: bob's two check_fence calls answered true");
     is($kept, $si, "stall $si $iso: the caller's setting kept");
     is(outcome($root, "SELECT dlock.unlock('$r-short', 'h2', NULL)"), 0, "stall $si $iso: cleaned up");
+}
+# check_fence in statements other than a SELECT, in autocommit: an UPDATE's
+# condition, INSERT ... SELECT, SET and DO lock nothing it read either.
+$my->do_root("GRANT INSERT, UPDATE ON cfsi.* TO 'bob'\@'localhost'");
+my %forms = (
+    update => "UPDATE cfsi.one SET n = n WHERE dlock.check_fence(R) AND GET_LOCK('cfsi-barrier', 30) >= 0",
+    insert_select => "INSERT INTO cfsi.one SELECT 1000 + GET_LOCK('cfsi-barrier', 30) + dlock.check_fence(R) FROM DUAL",
+    set => "SET \@x = dlock.check_fence(R) + GET_LOCK('cfsi-barrier', 30)",
+    do => "DO dlock.check_fence(R) + GET_LOCK('cfsi-barrier', 30)");
+for my $form (sort keys %forms) {
+    my $r = "cf/form-$form";
+    my $f = outcome($a, "SELECT dlock.try_lock('$r', 'h1', 600)");
+    is(outcome($a, "SELECT GET_LOCK('cfsi-barrier', 10)"), 1, "$form: alice holds the barrier");
+    (my $sql = $forms{$form}) =~ s/\bR\)/'$r', $f)/g;
+    my @bob = bob_statement($sql, 1);
+    ok(bob_waits(), "$form: bob's statement waits, after its check_fence");
+    is(outcome($a, "SELECT dlock.unlock('$r', 'h1', NULL)"), 0, "$form: alice releases meanwhile (no 1205)");
+    is(outcome($a, "SELECT RELEASE_LOCK('cfsi-barrier')"), 1, "$form: the barrier lifted");
+    bob_answer(@bob);
 }
 $root->disconnect;
 done_testing;
