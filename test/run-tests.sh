@@ -15,7 +15,9 @@
 # "dlock: N passed, M failed" counting single tests, and exits non-zero if
 # anything failed.  Each part's results are shown as they come.  The
 # portable and clients parts run several files at once (prove -j: their
-# tests mostly wait, and each file has its own servers and ports).
+# tests mostly wait, and each file has its own servers and ports).  Each
+# TAP file has a deadline, 30 minutes unless DLOCK_TEST_FILE_DEADLINE says
+# otherwise (test/perl/DlockTest/Deadline.pm): one that hangs fails alone.
 #
 #   bash test/run-tests.sh [PART|FILE ...]
 #
@@ -72,7 +74,9 @@ echo "=== dlock and its CLI are installed for PostgreSQL $PG_MAJOR"
 run_as_tester "$top" '
     set -u -o pipefail
     export PATH=/usr/lib/postgresql/$DLOCK_PG_MAJOR/bin:$PATH
-    export PERL5LIB=/usr/lib/postgresql/$DLOCK_PG_MAJOR/lib/pgxs/src/test/perl
+    export PERL5LIB=/usr/lib/postgresql/$DLOCK_PG_MAJOR/lib/pgxs/src/test/perl:$PWD/test/perl
+    # Each TAP file has a deadline (test/perl/DlockTest/Deadline.pm).
+    export PERL5OPT=-MDlockTest::Deadline
     export PG_CONFIG=/usr/lib/postgresql/$DLOCK_PG_MAJOR/bin/pg_config
     export PGHOST=/tmp
     passed=0; failed=0

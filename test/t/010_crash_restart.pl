@@ -16,6 +16,9 @@ use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
 use Time::HiRes qw(usleep);
+use FindBin;
+use lib "$FindBin::RealBin/../perl";
+use DlockTest::Crash;
 
 my $node = PostgreSQL::Test::Cluster->new('crash');
 $node->init;
@@ -29,32 +32,11 @@ bgwriter_lru_maxpages = 0
 });
 $node->start;
 
-# freeze_wal_writer: SIGSTOP the walwriter, so that from now on an
-# asynchronous commit stays in the WAL buffers in shared memory: only what a
-# backend flushes itself reaches the WAL files.
-sub freeze_wal_writer
-{
-	my $pid = $node->safe_psql('postgres',
-		q{SELECT pid FROM pg_stat_activity WHERE backend_type = 'walwriter'});
-	kill 'STOP', $pid or die "cannot stop walwriter $pid";
-	return $pid;
-}
-
-# crash: kill -9 the frozen walwriter.  The postmaster treats that as a
-# crash of the server (shared memory, WAL buffers included, is thrown away)
-# and, restart_after_crash being off, exits; then start it again.
+# crash: kill -9 the frozen walwriter (DlockTest::Crash), so that the
+# server goes down with its WAL buffers, and start it again.
 sub crash
 {
-	my ($walwriter) = @_;
-	my ($postmaster) =
-	  split /\n/, slurp_file($node->data_dir . '/postmaster.pid');
-	kill 'KILL', $walwriter;
-	for (my $i = 0; $i < 600 && kill(0, $postmaster); $i++)
-	{
-		usleep(50_000);
-	}
-	ok(!kill(0, $postmaster), 'the server went down with its walwriter');
-	$node->stop('immediate', fail_ok => 1);    # just forgets the old pid
+	crash_with($node, shift);
 	$node->start;
 }
 
@@ -119,7 +101,7 @@ $held{sync1} = [ 'sync-holder', $f[0] ];
 # The last acknowledged acquisitions and a renewal go through an async
 # session with the walwriter frozen, just before the crash, so nothing but
 # dlock's forced flush can keep them.
-my $walwriter = freeze_wal_writer();
+my $walwriter = freeze_wal_writer($node);
 @f = split /\n/, $node->safe_psql(
 	'postgres', q{
 SET synchronous_commit = off;
@@ -175,7 +157,7 @@ is( $node->safe_psql(
 # lock in autocommit: a backend's first fence draw reads the epoch row, and
 # 030_waits.pl covers how that interacts with an open transaction.)
 my $open = $node->background_psql('postgres');
-$walwriter = freeze_wal_writer();
+$walwriter = freeze_wal_writer($node);
 $open->query_safe(
 	q{SELECT dlock.unlock('open0', 'open-holder', dlock.try_lock('open0', 'open-holder', '1h'))});
 $open->query_safe('BEGIN');
@@ -210,7 +192,7 @@ is($node->safe_psql('postgres', q{SELECT holder FROM dlock.locks WHERE resource 
 my @xr = map { "xl$_" } 1 .. 3;
 $node->safe_psql('postgres',
 	join('', map { "SELECT dlock.try_lock('$_', 'old-holder', '1h');\n" } @xr));
-$walwriter = freeze_wal_writer();
+$walwriter = freeze_wal_writer($node);
 my %xf;
 for my $r (@xr)
 {

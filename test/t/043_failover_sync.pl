@@ -32,6 +32,7 @@ use Test::More;
 use FindBin;
 use lib "$FindBin::RealBin/../perl";
 use DlockTest::Proc;
+use DlockTest::Crash;
 
 plan skip_all => 'DBD::Pg is needed (libdbd-pg-perl)' unless eval { require DBD::Pg; 1 };
 
@@ -205,13 +206,9 @@ ok(fence_lt($max_old, $new[0]), "new fences ($new[0]) are above every acknowledg
 my $C = sync_standby_of($B, 'C');
 my $LEASE = 4;
 my $f = $B->safe_psql('postgres', "SELECT dlock.try_lock('rel', 'hr', '${LEASE}s')");
-my $ww = $B->safe_psql('postgres', q{SELECT pid FROM pg_stat_activity WHERE backend_type = 'walwriter'});
-kill 'STOP', $ww or die;
+my $ww = freeze_wal_writer($B);
 is($B->safe_psql('postgres', q{SELECT dlock.unlock('rel', 'hr')}), '0', 'B: rel released (asynchronously)');
-my ($pm) = split /\n/, slurp_file($B->data_dir . '/postmaster.pid');
-kill 'KILL', $ww;
-usleep(50_000) while kill(0, $pm);
-$B->stop('immediate', fail_ok => 1);
+crash_with($B, $ww);
 $C->promote;
 my $t_promoted = time;
 is($C->safe_psql('postgres', q{SELECT holder || ' ' || fence FROM dlock.locks WHERE resource = 'rel'}),

@@ -20,6 +20,9 @@ use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
 use Time::HiRes qw(time usleep);
+use FindBin;
+use lib "$FindBin::RealBin/../perl";
+use DlockTest::Crash;
 
 my $node = PostgreSQL::Test::Cluster->new('sessions');
 $node->init;
@@ -33,22 +36,14 @@ $node->start;
 $node->safe_psql('postgres', 'CREATE EXTENSION dlock');
 my $q = sub { $node->safe_psql('postgres', shift) };
 
-# crash: kill -9 the frozen walwriter (the server goes down, its WAL
-# buffers with it) and start again (as 010_crash_restart.pl).
+# crash: freeze the walwriter, run WORK, kill -9 the walwriter (the server
+# goes down, its WAL buffers with it: DlockTest::Crash) and start again.
 sub crash
 {
-	my $walwriter = $q->(q{SELECT pid FROM pg_stat_activity WHERE backend_type = 'walwriter'});
-	kill 'STOP', $walwriter or die "cannot stop walwriter $walwriter";
 	my $work = shift;
+	my $walwriter = freeze_wal_writer($node);
 	my @out = $work->();
-	my ($postmaster) = split /\n/, slurp_file($node->data_dir . '/postmaster.pid');
-	kill 'KILL', $walwriter;
-	for (my $i = 0; $i < 600 && kill(0, $postmaster); $i++)
-	{
-		usleep(50_000);
-	}
-	ok(!kill(0, $postmaster), 'the server went down with its walwriter');
-	$node->stop('immediate', fail_ok => 1);
+	crash_with($node, $walwriter);
 	$node->start;
 	return @out;
 }
