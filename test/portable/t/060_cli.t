@@ -17,7 +17,8 @@
 #   (break_lock by the database owner: COMMAND stopped, exit 76, the
 #   resource free), --fair, --poll;
 # - elect: COMMAND leads with DLOCK_ELECTION, DLOCK_TERM, DLOCK_VALUE and
-#   resigns when it exits; observe prints the leader.
+#   resigns when it exits; observe prints the leader;
+# - a SERIALIZABLE default: four run loops at once, none fails.
 #
 # The CLI is one client whatever the major, and 010-050 test the SQL it
 # calls on every major: this runs on Debian's server and on the oldest and
@@ -161,6 +162,7 @@ sub run_server {
     run_cmd($dbo);
     kinds($dbo);
     elect($dbo);
+    serializable($dbo);
     is(q1($dbo, "SELECT string_agg(resource, ',') FROM dlock.locks"), undef,
        "$label: every command released what it took");
 
@@ -372,4 +374,33 @@ sub elect {
        "$label: observe printed the leader c1") or diag(slurp("$tmp/observe.out") . slurp("$tmp/observe.err"));
     kill 'TERM', $obs;
     is(wait_exit($obs, 30), 0, "$label: observe exits 0 on SIGTERM");
+}
+
+# Callers whose transactions default to SERIALIZABLE: four `dlock run`
+# loops at once on distinct resources.  Concurrent attempts failed each
+# other with 40001 ("could not serialize access"); an attempt runs READ
+# COMMITTED, and a release rolled back that way is sent again.
+sub serializable {
+    my ($dbo) = @_;
+    my $ser = conn('alice', 'dlock_ssi') . " options='-c default_transaction_isolation=serializable'";
+    my @kids;
+    for my $k (1 .. 4) {
+        my $pid = fork // die "fork: $!";
+        if ($pid == 0) {
+            my $failed = 0;
+            for my $i (1 .. 40) {
+                my ($out, $err) = ('', '');
+                IPC::Run::run([$cli, '-d', $ser, 'run', '--lease', '30s', "ssi/$k/$i", '--', 'true'],
+                    '<', \undef, '>', \$out, '2>', \$err, IPC::Run::timeout(120));
+                if ($? != 0) { $failed++; print STDERR "ssi/$k/$i: exit " . code_of($?) . ": $err"; }
+            }
+            POSIX::_exit($failed > 99 ? 99 : $failed);
+        }
+        push @kids, $pid;
+    }
+    my $failed = 0;
+    for my $pid (@kids) { waitpid($pid, 0); $failed += $? >> 8; }
+    is($failed, 0, "$label: SERIALIZABLE by default: 160 runs in four loops at once, none failed");
+    is(q1($dbo, "SELECT count(*) FROM dlock.locks WHERE resource LIKE 'ssi/%'"), 0,
+       "$label: SERIALIZABLE by default: every run released its lock");
 }
