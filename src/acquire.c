@@ -106,7 +106,7 @@ take_resource_as_head(const DlockResource *res, const LeaseAttemptArgs *a)
 {
 	TimestampTz give_up;
 	long		sleep_ms = 1;
-	DlockTake	took = dlock_resource_take(res, mode_of(a), share_holder_of(a));
+	DlockTake	took = dlock_resource_take(res, mode_of(a), share_holder_of(a), a->caller->role);
 
 	if (took != TAKE_CONTENDED || !a->q.fair || a->q.in_server ||
 		!dlock_queue_heads(res, &a->q))
@@ -115,7 +115,7 @@ take_resource_as_head(const DlockResource *res, const LeaseAttemptArgs *a)
 	for (;;)
 	{
 		dlock_wait_sleep(sleep_ms);
-		took = dlock_resource_take(res, mode_of(a), share_holder_of(a));
+		took = dlock_resource_take(res, mode_of(a), share_holder_of(a), a->caller->role);
 		if (took != TAKE_CONTENDED || GetCurrentTimestamp() >= give_up)
 			return took;
 		sleep_ms = Min(sleep_ms * 2, 8);
@@ -443,7 +443,7 @@ lease_attempt(const DlockResource *res, void *arg, int64 *fence,
 	dlock_store_end();
 	if (took == TAKE_CONTENDED)
 		return a->shared ? ATTEMPT_CONTENDED_SHARE : ATTEMPT_CONTENDED;
-	dlock_resource_give_back(res, mode_of(a), share_holder_of(a));
+	dlock_resource_give_back(res, mode_of(a), share_holder_of(a), a->caller->role);
 	if (raise)
 		dlock_admit_raise(res, &req, &st, v);
 

@@ -130,15 +130,18 @@ extern bool dlock_pinned(const DlockResource *res);
 extern void dlock_wait_for_pins(const DlockResource *res);
 extern bool dlock_resource_held(const DlockResource *res, bool *only_share);
 extern bool dlock_share_row_lock(const DlockResource *res, text *holder,
-								 DlockLockMode mode, bool wait);
+								 Oid owner, DlockLockMode mode, bool wait);
 extern void dlock_share_row_unlock(const DlockResource *res, text *holder,
-								   DlockLockMode mode);
-extern bool dlock_share_row_held(const DlockResource *res, text *holder);
+								   Oid owner, DlockLockMode mode);
+extern bool dlock_share_row_held(const DlockResource *res, text *holder,
+								 Oid owner);
 extern bool dlock_take_resource(const DlockResource *res, DlockLockMode mode);
 extern DlockTake dlock_resource_take(const DlockResource *res,
-									 DlockLockMode mode, text *share_holder);
+									 DlockLockMode mode, text *share_holder,
+									 Oid share_owner);
 extern void dlock_resource_give_back(const DlockResource *res,
-									 DlockLockMode mode, text *share_holder);
+									 DlockLockMode mode, text *share_holder,
+									 Oid share_owner);
 extern void dlock_change_wait(const DlockResource *res);
 extern bool dlock_maintenance_lock(const DlockResource *res);
 extern void dlock_maintenance_unlock(const DlockResource *res);

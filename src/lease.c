@@ -185,25 +185,38 @@ find_share(const DlockResource *res, text *holder, const DlockCaller *caller,
 	return found;
 }
 
+/* What share_release did. */
+typedef enum ShareReleased
+{
+	SHARE_NONE,					/* no such holding: nothing done */
+	SHARE_RELEASED,
+	SHARE_OTHER_ROLE			/* another role's, a superuser's to change,
+								 * under SHARE mode: nothing done */
+} ShareReleased;
+
 /*
  * share_release: release one level (all of it, with all) of the caller's
- * shared holding of res, under fence when fence_given; false if it has
- * none.  When it is gone: its event, and the wakeup of a waiter on
- * commit.  Every such release wakes: a writer waits for the last reader,
- * and two readers releasing at once each still see the other's holding
- * (its delete is not committed), so neither could tell it was the last.
- * Inside a store session, under the resource's lock.
+ * shared holding of res, under fence when fence_given.  When it is gone:
+ * its event, and the wakeup of a waiter on commit.  Every such release
+ * wakes: a writer waits for the last reader, and two readers releasing
+ * at once each still see the other's holding (its delete is not
+ * committed), so neither could tell it was the last.  Inside a store
+ * session, under the resource's lock: in SHARE mode (share_mode) with the
+ * share-row tag of the caller's role, which does not cover another
+ * role's holding; in a stronger mode, which covers every holding.
  */
-static bool
+static ShareReleased
 share_release(const DlockResource *res, text *holder, const DlockCaller *caller,
 			  TimestampTz now, bool fence_given, int64 fence, bool all,
-			  int32 *left)
+			  bool share_mode, int32 *left)
 {
 	int			others;
 	DlockRow   *sh = find_share(res, holder, caller, now, "unlock", &others);
 
 	if (sh == NULL || (fence_given && fence != sh->fence))
-		return false;
+		return SHARE_NONE;
+	if (share_mode && sh->owner != caller->role)
+		return SHARE_OTHER_ROLE;
 	/* unlock returns all of a semaphore's permits at once (0.5) */
 	*left = (all || sh->permits > 0) ? 0 : sh->count - 1;
 	if (!dlock_share_change(res, sh, *left, NULL, now, 0))
@@ -216,7 +229,7 @@ share_release(const DlockResource *res, text *holder, const DlockCaller *caller,
 		/* as if last: see above (a semaphore's wakes per permit freed) */
 		dlock_wake_released(res->hash, sh, true);
 	}
-	return true;
+	return SHARE_RELEASED;
 }
 
 /*
@@ -260,7 +273,7 @@ own_mode(const DlockResource *res, text *holder, const DlockCaller *caller,
  * dlock_change_wait), and in SHARE mode the share-row tag in row_mode.
  */
 static void
-own_lock(const DlockResource *res, text *holder, DlockLockMode mode,
+own_lock(const DlockResource *res, text *holder, Oid owner, DlockLockMode mode,
 		 DlockLockMode row_mode)
 {
 	if (mode == DLOCK_CHANGE)
@@ -268,16 +281,16 @@ own_lock(const DlockResource *res, text *holder, DlockLockMode mode,
 	else
 		(void) dlock_resource_lock(res, mode, true);
 	if (mode == DLOCK_SHARE)
-		(void) dlock_share_row_lock(res, holder, row_mode, true);
+		(void) dlock_share_row_lock(res, holder, owner, row_mode, true);
 }
 
 /* own_unlock: give back what own_lock took (nothing was changed). */
 static void
-own_unlock(const DlockResource *res, text *holder, DlockLockMode mode,
-		   DlockLockMode row_mode)
+own_unlock(const DlockResource *res, text *holder, Oid owner,
+		   DlockLockMode mode, DlockLockMode row_mode)
 {
 	if (mode == DLOCK_SHARE)
-		dlock_share_row_unlock(res, holder, row_mode);
+		dlock_share_row_unlock(res, holder, owner, row_mode);
 	dlock_resource_unlock(res, mode);
 }
 
@@ -303,6 +316,7 @@ dlock_unlock(PG_FUNCTION_ARGS)
 	int64		fence_out;
 	bool		fence_given;
 	DlockLockMode mode;
+	ShareReleased released;
 
 	dlock_resource_init(&res, dlock_check_resource(fcinfo, 0));
 	holder = dlock_check_holder(fcinfo, 1);
@@ -312,25 +326,28 @@ dlock_unlock(PG_FUNCTION_ARGS)
 
 	mode = own_mode(&res, holder, &caller, DLOCK_CHANGE);
 again:
-	own_lock(&res, holder, mode, DLOCK_CHANGE);
+	own_lock(&res, holder, caller.role, mode, DLOCK_CHANGE);
 	now = GetCurrentTimestamp();
 	dlock_store_begin();
 	if (mode == DLOCK_SHARE)
 	{
 		/* No exclusive holding of the caller's, as the hint said? */
 		dlock_row_read(&res, &row);
-		if (holder_exclusive(&row, holder, &caller, now))
+		released = holder_exclusive(&row, holder, &caller, now) ? SHARE_OTHER_ROLE :
+			share_release(&res, holder, &caller, now, fence_given, fence,
+						  false, true, &left);
+		if (released == SHARE_OTHER_ROLE)
 		{
+			/* an exclusive holding, or another role's (a superuser's call) */
 			dlock_store_end();
-			own_unlock(&res, holder, mode, DLOCK_CHANGE);
+			own_unlock(&res, holder, caller.role, mode, DLOCK_CHANGE);
 			mode = DLOCK_CHANGE;
 			goto again;
 		}
-		if (!share_release(&res, holder, &caller, now, fence_given, fence,
-						   false, &left))
+		if (released == SHARE_NONE)
 		{
 			dlock_store_end();
-			own_unlock(&res, holder, mode, DLOCK_CHANGE);
+			own_unlock(&res, holder, caller.role, mode, DLOCK_CHANGE);
 			PG_RETURN_NULL();
 		}
 	}
@@ -353,8 +370,8 @@ again:
 			(fence_given && fence != row.fence))
 		{
 			/* Not an exclusive holding of the caller's: a shared one? */
-			if (!share_release(&res, holder, &caller, now, fence_given, fence,
-							   false, &left))
+			if (share_release(&res, holder, &caller, now, fence_given, fence,
+							  false, false, &left) == SHARE_NONE)
 			{
 				dlock_store_end();
 				dlock_resource_unlock(&res, DLOCK_CHANGE);
@@ -437,7 +454,7 @@ dlock_renew(PG_FUNCTION_ARGS)
 
 	mode = own_mode(&res, holder, &caller, DLOCK_RENEW);
 again:
-	own_lock(&res, holder, mode, DLOCK_RENEW);
+	own_lock(&res, holder, caller.role, mode, DLOCK_RENEW);
 	now = GetCurrentTimestamp();
 	dlock_store_begin();
 	dlock_row_read(&res, &row);
@@ -445,7 +462,7 @@ again:
 	{
 		/* The caller's exclusive holding after all: renew it as such. */
 		dlock_store_end();
-		own_unlock(&res, holder, mode, DLOCK_RENEW);
+		own_unlock(&res, holder, caller.role, mode, DLOCK_RENEW);
 		mode = DLOCK_RENEW;
 		goto again;
 	}
@@ -455,6 +472,14 @@ again:
 		int			others;
 		DlockRow   *sh = find_share(&res, holder, &caller, now, "renew", &others);
 
+		if (sh != NULL && mode == DLOCK_SHARE && sh->owner != caller.role)
+		{
+			/* Another role's (a superuser's call): its tag is not ours. */
+			dlock_store_end();
+			own_unlock(&res, holder, caller.role, mode, DLOCK_RENEW);
+			mode = DLOCK_RENEW;
+			goto again;
+		}
 		if (sh != NULL && (!fence_given || fence == sh->fence))
 		{
 			/* The caller's shared holding (0.4); in a session (1.1). */
@@ -475,7 +500,7 @@ again:
 			PG_RETURN_TIMESTAMPTZ(expires);
 		}
 		dlock_store_end();
-		own_unlock(&res, holder, mode, DLOCK_RENEW);
+		own_unlock(&res, holder, caller.role, mode, DLOCK_RENEW);
 		dlock_count(DLOCK_STAT_LOST_RENEWALS);
 		PG_RETURN_NULL();
 	}
@@ -545,15 +570,16 @@ unlock_all_shares(text *holder, const DlockCaller *caller)
 		int32		left;
 
 		dlock_resource_init(&res, cstring_to_text(lfirst(lc)));
-		dlock_change_wait(&res);
+		/* as unlock of a shared holding: other holders never wait for it */
+		own_lock(&res, holder, caller->role, DLOCK_SHARE, DLOCK_CHANGE);
 		if (share_release(&res, holder, caller, GetCurrentTimestamp(), false, 0,
-						  true, &left))
+						  true, true, &left) == SHARE_RELEASED)
 		{
 			dlock_count(DLOCK_STAT_RELEASED);
 			released++;
 		}
 		else
-			dlock_resource_unlock(&res, DLOCK_CHANGE);
+			own_unlock(&res, holder, caller->role, DLOCK_SHARE, DLOCK_CHANGE);
 	}
 	return released;
 }
@@ -768,7 +794,7 @@ dlock_assert_fence(PG_FUNCTION_ARGS)
 	if (current && shared)
 	{
 		(void) dlock_share_row_lock(&res, cstring_to_text(row.holder),
-									DLOCK_PIN, true);
+									row.owner, DLOCK_PIN, true);
 		current = fence_is_current(&res, fence, &row, &shared);
 	}
 	if (!current)

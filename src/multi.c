@@ -234,7 +234,7 @@ take(const MultiArgs *m, const MultiItem *it)
 {
 	if (!dlock_take_resource(&it->res, mode_of(m)))
 		return m->shared ? ATTEMPT_CONTENDED_SHARE : ATTEMPT_CONTENDED;
-	if (m->shared && !dlock_share_row_lock(&it->res, m->holder, DLOCK_CHANGE, false))
+	if (m->shared && !dlock_share_row_lock(&it->res, m->holder, m->caller->role, DLOCK_CHANGE, false))
 	{
 		dlock_resource_unlock(&it->res, DLOCK_SHARE);
 		return ATTEMPT_CONTENDED_POLL;
@@ -249,7 +249,7 @@ give_back(const MultiArgs *m, int taken)
 	for (int i = taken - 1; i >= 0; i--)
 	{
 		if (m->shared)
-			dlock_share_row_unlock(&m->items[i].res, m->holder, DLOCK_CHANGE);
+			dlock_share_row_unlock(&m->items[i].res, m->holder, m->caller->role, DLOCK_CHANGE);
 		dlock_resource_unlock(&m->items[i].res, mode_of(m));
 	}
 }

@@ -240,16 +240,19 @@ dlock_resource_held(const DlockResource *res, bool *only_share)
 }
 
 /*
- * set_share_row_locktag: the tag of holder's shared holding of res (any
- * role's: the holder text alone, so that it covers the primary key of
- * dlock.shares whoever the owner).  Two holders whose hashes collide
- * merely share it.
+ * set_share_row_locktag: the tag of the shared holding of res by holder
+ * and owner: the primary key of dlock.shares and dlock.permits.  Another
+ * role's holding of the same holder text has another tag, so nothing it
+ * does makes this one wait.  Two holdings whose hashes collide merely
+ * share it.
  */
 static void
-set_share_row_locktag(LOCKTAG *tag, const DlockResource *res, text *holder)
+set_share_row_locktag(LOCKTAG *tag, const DlockResource *res, text *holder,
+					  Oid owner)
 {
-	uint32		who = hash_any((const unsigned char *) VARDATA_ANY(holder),
-							   VARSIZE_ANY_EXHDR(holder));
+	uint32		who = hash_combine(hash_any((const unsigned char *) VARDATA_ANY(holder),
+											VARSIZE_ANY_EXHDR(holder)),
+								   hash_uint32(owner));
 
 	SET_LOCKTAG_ADVISORY(*tag, who ^ MyDatabaseId, (uint32) (res->hash >> 32),
 						 (uint32) res->hash, DLOCK_LOCKTAG_SHARE_ROW);
@@ -264,12 +267,12 @@ set_share_row_locktag(LOCKTAG *tag, const DlockResource *res, text *holder)
  * manager.
  */
 bool
-dlock_share_row_lock(const DlockResource *res, text *holder,
+dlock_share_row_lock(const DlockResource *res, text *holder, Oid owner,
 					 DlockLockMode mode, bool wait)
 {
 	LOCKTAG		tag;
 
-	set_share_row_locktag(&tag, res, holder);
+	set_share_row_locktag(&tag, res, holder, owner);
 	for (;;)
 	{
 		if (LockAcquire(&tag, (LOCKMODE) mode, false, true) != LOCKACQUIRE_NOT_AVAIL)
@@ -291,12 +294,12 @@ dlock_share_row_lock(const DlockResource *res, text *holder,
  * that holding)?  Then nobody else can release it before this one ends.
  */
 bool
-dlock_share_row_held(const DlockResource *res, text *holder)
+dlock_share_row_held(const DlockResource *res, text *holder, Oid owner)
 {
 	static const LOCKMODE modes[] = {DLOCK_CHANGE, DLOCK_RENEW, DLOCK_PIN};
 	LOCKTAG		tag;
 
-	set_share_row_locktag(&tag, res, holder);
+	set_share_row_locktag(&tag, res, holder, owner);
 	for (size_t i = 0; i < lengthof(modes); i++)
 	{
 		LockAcquireResult r = LockAcquire(&tag, modes[i], false, true);
@@ -312,12 +315,12 @@ dlock_share_row_held(const DlockResource *res, text *holder)
 
 /* dlock_share_row_unlock: give back a share-row tag that changed nothing. */
 void
-dlock_share_row_unlock(const DlockResource *res, text *holder,
+dlock_share_row_unlock(const DlockResource *res, text *holder, Oid owner,
 					   DlockLockMode mode)
 {
 	LOCKTAG		tag;
 
-	set_share_row_locktag(&tag, res, holder);
+	set_share_row_locktag(&tag, res, holder, owner);
 	LockRelease(&tag, (LOCKMODE) mode, false);
 }
 
@@ -419,20 +422,20 @@ dlock_take_resource(const DlockResource *res, DlockLockMode mode)
 /*
  * dlock_resource_take: an attempt takes what it needs to read and change
  * res: the resource's lock in mode (dlock_take_resource), and for a shared
- * attempt (share_holder not NULL) its holder's share-row tag in CHANGE
- * mode, without waiting.  If another transaction is changing that
+ * attempt (share_holder not NULL) the share-row tag of its holder and
+ * role (share_owner) in CHANGE mode, without waiting.  If another transaction is changing that
  * holder's shared holding (the holder on another connection), the lock is
  * given back at once: the attempt must never wait on that transaction's
  * uncommitted row in the primary key.
  */
 DlockTake
 dlock_resource_take(const DlockResource *res, DlockLockMode mode,
-					text *share_holder)
+					text *share_holder, Oid share_owner)
 {
 	if (!dlock_take_resource(res, mode))
 		return TAKE_CONTENDED;
 	if (share_holder != NULL &&
-		!dlock_share_row_lock(res, share_holder, DLOCK_CHANGE, false))
+		!dlock_share_row_lock(res, share_holder, share_owner, DLOCK_CHANGE, false))
 	{
 		dlock_resource_unlock(res, mode);
 		return TAKE_SHARE_ROW_BUSY;
@@ -446,10 +449,10 @@ dlock_resource_take(const DlockResource *res, DlockLockMode mode,
  */
 void
 dlock_resource_give_back(const DlockResource *res, DlockLockMode mode,
-						 text *share_holder)
+						 text *share_holder, Oid share_owner)
 {
 	if (share_holder != NULL)
-		dlock_share_row_unlock(res, share_holder, DLOCK_CHANGE);
+		dlock_share_row_unlock(res, share_holder, share_owner, DLOCK_CHANGE);
 	dlock_resource_unlock(res, mode);
 }
 
@@ -470,7 +473,7 @@ dlock_share_rows_held(const DlockResource *res, const List *shares,
 		DlockRow   *s = lfirst(lc);
 
 		if (s != mine && s->expires_at > now &&
-			dlock_share_row_held(res, cstring_to_text(s->holder)))
+			dlock_share_row_held(res, cstring_to_text(s->holder), s->owner))
 			return true;
 	}
 	return false;

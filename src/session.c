@@ -287,20 +287,25 @@ release_exclusive(const DlockResource *res, int64 id)
 
 /*
  * release_shares: release session id's shared holdings and holdings of
- * permits of res (each with its event and wakeup); how many.
+ * permits of res (each with its event and wakeup); how many.  As unlock
+ * of a shared holding: res's lock in SHARE mode and the share-row tag of
+ * the session's holder, so that it neither waits for other holders'
+ * transactions nor makes them wait.
  */
 static int
-release_shares(const DlockResource *res, int64 id)
+release_shares(const DlockResource *res, const DlockSession *s)
 {
+	text	   *holder = cstring_to_text(s->holder);
 	ListCell   *lc;
 	int			n = 0;
 
-	dlock_change_wait(res);
+	(void) dlock_resource_lock(res, DLOCK_SHARE, true);
+	(void) dlock_share_row_lock(res, holder, s->owner, DLOCK_CHANGE, true);
 	foreach(lc, dlock_row_read_shares(res))
 	{
 		DlockRow   *sh = lfirst(lc);
 
-		if (sh->session != id)
+		if (sh->session != s->id)
 			continue;
 		if (!dlock_share_change(res, sh, 0, NULL, GetCurrentTimestamp(), 0))
 			elog(ERROR, "dlock: the shared holding of \"%s\" changed meanwhile",
@@ -312,7 +317,10 @@ release_shares(const DlockResource *res, int64 id)
 		n++;
 	}
 	if (n == 0)
-		dlock_resource_unlock(res, DLOCK_CHANGE);
+	{
+		dlock_share_row_unlock(res, holder, s->owner, DLOCK_CHANGE);
+		dlock_resource_unlock(res, DLOCK_SHARE);
+	}
 	return n;
 }
 
@@ -368,7 +376,7 @@ dlock_close_session(PG_FUNCTION_ARGS)
 		DlockResource res;
 
 		dlock_resource_init(&res, cstring_to_text(lfirst(lc)));
-		n += release_shares(&res, id);
+		n += release_shares(&res, &s);
 	}
 	(void) dlock_store_exec(&plan,
 							"DELETE FROM dlock.session_rows s WHERE s.id OPERATOR(pg_catalog.=) $1",
