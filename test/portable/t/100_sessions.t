@@ -48,14 +48,24 @@ for my $s (@servers) {
 }
 done_testing();
 
-# ended: wait (no timing asserted) until the session's ttl has passed.
+# ended: wait (no timing asserted) until the session's ttl has passed:
+# asleep until its expiry (30s at most), then polled past it.
 sub ended {
     my ($dbh, $s) = @_;
+    q1($dbh, "SELECT pg_sleep_until(least(expires_at, clock_timestamp() + interval '30s')) FROM dlock.sessions WHERE id = ?", $s);
     for (1 .. 3000) {
         return 1 if q1($dbh, "SELECT clock_timestamp() > (SELECT expires_at FROM dlock.sessions WHERE id = ?)", $s);
         sleep 0.01;
     }
     return 0;
+}
+
+# row: a statement's one row, as a list (dies on an error, as q1).
+sub row {
+    my ($dbh, $sql, @bind) = @_;
+    my $r = $dbh->selectrow_arrayref($sql, undef, @bind);
+    die "$label: $sql: " . $dbh->errstr . "\n" if $dbh->err;
+    return $r ? @$r : ();
 }
 
 sub events {
@@ -112,12 +122,18 @@ sub api {
 
 sub expiry {
     my ($al, $bo, $su) = @_;
-    my $s = q1($al, "SELECT dlock.open_session('400ms', 'w-exp')");
-    my %f;
-    $f{$_} = q1($al, "SELECT dlock.try_lock(?, session => ?)", $_, $s) for qw(e/1 e/2 e/3);
-    $f{'e/d'} = q1($al, "SELECT dlock.try_lock('e/d', session => ?, lock_delay => '1h')", $s);
+    # One statement opens the session, takes the four and checks e/1: under
+    # load, more than the ttl passed between statements (the session had
+    # ended: 55000 from try_lock).
+    my ($s, %f, $cur);
+    ($s, @f{qw(e/1 e/2 e/3 e/d)}, $cur) = row($al, q{WITH o AS MATERIALIZED
+        (SELECT dlock.open_session('400ms', 'w-exp') AS s),
+      l AS MATERIALIZED
+        (SELECT s, dlock.try_lock('e/1', session => s) AS f1, dlock.try_lock('e/2', session => s) AS f2,
+                dlock.try_lock('e/3', session => s) AS f3, dlock.try_lock('e/d', session => s, lock_delay => '1h') AS fd FROM o)
+      SELECT s, f1, f2, f3, fd, dlock.check('e/1', f1) FROM l});
     ok((grep { $_ } values %f) == 4, "$label: four holdings in a 400ms session");
-    ok(q1($al, "SELECT dlock.check('e/1', ?)", $f{'e/1'}), "$label: check sees it current");
+    ok($cur, "$label: check sees it current");
     $bo->do("LISTEN \"" . q1($bo, "SELECT dlock.channel(?)", $_) . "\"") for qw(e/1 e/2 e/3 e/d);
     ok(ended($al, $s), "$label: the session's ttl passes (no keepalive)");
     ok(!q1($al, "SELECT dlock.check('e/1', ?)", $f{'e/1'}), "$label: check sees the session's end");
@@ -208,10 +224,14 @@ sub holdings {
     is(q1($al, "SELECT dlock.unlock('h/y2', 'w-all')"), 0, "$label: unlock of a shared holding");
     is(q1($al, "SELECT dlock.close_session(?)", $s), 8, "$label: close releases the 8 left of every kind");
     is(q1($al, "SELECT count(*) FROM dlock.locks WHERE holder = 'w-all'"), 0, "$label: none left");
-    # A session's shared holding that expires: a writer gets in.
-    my $s2 = q1($al, "SELECT dlock.open_session('300ms', 'w-sh')");
-    ok(q1($al, "SELECT dlock.try_lock('h/sh', session => ?, shared => true)", $s2), "$label: a shared holding in a short session");
-    ok(q1($al, "SELECT dlock.try_acquire('h/p', NULL, 1, 1, session => ?)", $s2), "$label: the only permit in it");
+    # A session's shared holding that expires: a writer gets in.  A ttl of
+    # 5s, not 300ms: the writer, on another connection, must try while the
+    # session lives (under load, more than 300ms passed between statements);
+    # ended() sleeps until the expiry.  Opened and taken in one statement.
+    my ($s2, $sh, $pm) = row($al, q{WITH o AS MATERIALIZED (SELECT dlock.open_session('5s', 'w-sh') AS s)
+        SELECT s, dlock.try_lock('h/sh', session => s, shared => true), dlock.try_acquire('h/p', NULL, 1, 1, session => s) FROM o});
+    ok($sh, "$label: a shared holding in a short session");
+    ok($pm, "$label: the only permit in it");
     is(q1($bo, "SELECT dlock.try_lock('h/sh', 'b', '1h')"), undef, "$label: a writer is kept out while it lives");
     ok(ended($al, $s2), "$label: the session ends");
     ok(q1($bo, "SELECT dlock.try_lock('h/sh', 'b', '1h')"), "$label: the writer gets in at once");
@@ -320,18 +340,25 @@ sub in_flight {
     is(q1($bo, "SELECT dlock.try_lock('f/1', 'b', '1h')"), undef, "$label: after the commit: still held");
     ok(q1($al, "SELECT dlock.check('f/1', ?)", $f), "$label: ... its fence current");
     # A pin holds a session's holding as a leased one.
-    my $s2 = q1($al, "SELECT dlock.open_session('500ms', 'w-pin')");
-    my $g = q1($al, "SELECT dlock.try_lock('f/2', session => ?)", $s2);
+    # A ttl of 5s, not 500ms: the pin, a statement of its own in a
+    # transaction, must come while the session lives (under load, more than
+    # 500ms passed between statements); ended() sleeps until the expiry.
+    my ($s2, $g) = row($al, q{WITH o AS MATERIALIZED (SELECT dlock.open_session('5s', 'w-pin') AS s)
+        SELECT s, dlock.try_lock('f/2', session => s) FROM o});
+    ok($g, "$label: a holding in a session");
     $al->begin_work;
-    $al->do("SELECT dlock.assert_fence('f/2', $g)");
+    ok($al->do("SELECT dlock.assert_fence('f/2', $g)"), "$label: ... pinned while the session lives") or diag($al->errstr);
     ok(ended($bo, $s2), "$label: the pinned holding's session ends");
     is(q1($bo, "SELECT dlock.try_lock('f/2', 'b', '1h')"), undef, "$label: pinned: not taken over");
     is(q1($bo, "SELECT dlock.try_xact_lock('f/2')"), undef, "$label: pinned: no xact_lock either");
     $al->commit;
     ok(q1($bo, "SELECT dlock.try_lock('f/2', 'b', '1h')") > $g, "$label: after the pin: taken, a higher fence");
     # Concurrent acquirers at the expiry: exactly one gets it.
-    my $s3 = q1($al, "SELECT dlock.open_session('500ms', 'w-race')");
-    q1($al, "SELECT dlock.try_lock('f/3', session => ?)", $s3);
+    # Opened and taken in one statement (under load, more than the ttl
+    # passed between two: 55000 from try_lock).
+    my ($s3, $h3) = row($al, q{WITH o AS MATERIALIZED (SELECT dlock.open_session('500ms', 'w-race') AS s)
+        SELECT s, dlock.try_lock('f/3', session => s) FROM o});
+    ok($h3, "$label: f/3 held in a 500ms session");
     my @w = map { async('bob', "SELECT dlock.lock('f/3', 'b$_', '1h', '3s')") } 1 .. 4;
     my @got = grep { defined } map { result($_) } @w;
     is(scalar(@got), 1, "$label: four waiters at the expiry: one gets it");

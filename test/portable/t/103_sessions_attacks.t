@@ -53,9 +53,11 @@ for my $s (@servers) {
 }
 done_testing();
 
-# ended: wait (no timing asserted) until the session's ttl has passed.
+# ended: wait (no timing asserted) until the session's ttl has passed:
+# asleep until its expiry (30s at most), then polled past it.
 sub ended {
     my ($dbh, $s) = @_;
+    q1($dbh, "SELECT pg_sleep_until(least(expires_at, clock_timestamp() + interval '30s')) FROM dlock.sessions WHERE id = ?", $s);
     for (1 .. 3000) {
         return 1 if q1($dbh, "SELECT clock_timestamp() > (SELECT expires_at FROM dlock.sessions WHERE id = ?)", $s);
         sleep 0.01;
@@ -71,6 +73,14 @@ sub blocked {
         sleep 0.01;
     }
     return 0;
+}
+
+# row: a statement's one row, as a list (dies on an error, as q1).
+sub row {
+    my ($dbh, $sql, @bind) = @_;
+    my $r = $dbh->selectrow_arrayref($sql, undef, @bind);
+    die "$label: $sql: " . $dbh->errstr . "\n" if $dbh->err;
+    return $r ? @$r : ();
 }
 
 sub events {
@@ -159,9 +169,14 @@ sub renew_race {
 # Keepalives in snapshots older than the end, and in savepoints.
 sub snapshots {
     my ($al, $bo) = @_;
-    # REPEATABLE READ whose snapshot is from before the end.
-    my $s = q1($al, "SELECT dlock.open_session('300ms', 'w-snap')");
-    my $f = q1($al, "SELECT dlock.try_lock('sn/1', session => ?)", $s);
+    # REPEATABLE READ whose snapshot is from before the end.  A ttl of 5s,
+    # not 300ms: the snapshot, on another connection, must be taken while
+    # the session lives (under load, more than 300ms passed between
+    # statements); ended() sleeps until the expiry.  Opened and taken in
+    # one statement.
+    my ($s, $f) = row($al, q{WITH o AS MATERIALIZED (SELECT dlock.open_session('5s', 'w-snap') AS s)
+        SELECT s, dlock.try_lock('sn/1', session => s) FROM o});
+    ok($f, "$label: sn/1 held in a session");
     my $a2 = conn('alice');
     $a2->begin_work;
     $a2->do("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ");
@@ -171,8 +186,11 @@ sub snapshots {
     $a2->commit;
     ok(q1($bo, "SELECT dlock.try_lock('sn/1', 'b', '1h')") > $f, "$label: ... taken by another");
     # A takeover committed after the snapshot.
-    $s = q1($al, "SELECT dlock.open_session('300ms', 'w-snap')");
-    $f = q1($al, "SELECT dlock.try_lock('sn/2', session => ?)", $s);
+    # Opened and taken in one statement (under load, more than the ttl
+    # passed between two: 55000 from try_lock).
+    ($s, $f) = row($al, q{WITH o AS MATERIALIZED (SELECT dlock.open_session('300ms', 'w-snap') AS s)
+        SELECT s, dlock.try_lock('sn/2', session => s) FROM o});
+    ok($f, "$label: sn/2 held in a 300ms session");
     $a2->begin_work;
     $a2->do("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ");
     q1($a2, "SELECT count(*) FROM dlock.sessions");
@@ -195,8 +213,13 @@ sub snapshots {
     $a2->commit;
     is(q1($al, "SELECT dlock.close_session(?)", $s), 1, "$label: ... committed");
     # A keepalive rolled back to a savepoint keeps no lock on the session.
-    $s = q1($al, "SELECT dlock.open_session('300ms', 'w-snap')");
-    $f = q1($al, "SELECT dlock.try_lock('sn/4', session => ?)", $s);
+    # A ttl of 5s, not 300ms: the keepalive, on another connection, must
+    # come while the session lives (under load, more than 300ms passed
+    # between statements); ended() sleeps until the expiry.  Opened and
+    # taken in one statement.
+    ($s, $f) = row($al, q{WITH o AS MATERIALIZED (SELECT dlock.open_session('5s', 'w-snap') AS s)
+        SELECT s, dlock.try_lock('sn/4', session => s) FROM o});
+    ok($f, "$label: sn/4 held in a session");
     $a2->begin_work;
     $a2->do("SAVEPOINT a");
     ok(q1($a2, "SELECT dlock.keepalive(?)", $s), "$label: keepalive in a savepoint");
@@ -359,7 +382,11 @@ sub close_vs_wait {
 # the session's end).
 sub reap_rr {
     my ($al, $bo) = @_;
-    my $s = q1($al, "SELECT dlock.open_session('400ms', 'w-rp')");
+    # A ttl of 5s, not 400ms: the reaper's snapshot comes between the open
+    # and the acquisition (two statements of their own), and the
+    # acquisition must come while the session lives (under load, more than
+    # 400ms passed between statements); ended() sleeps until the expiry.
+    my $s = q1($al, "SELECT dlock.open_session('5s', 'w-rp')");
     my $rp = conn('bob');
     $rp->do("SET default_transaction_isolation = 'repeatable read'");
     $rp->begin_work;
@@ -449,10 +476,15 @@ sub expiry_race {
     my $both = 0;
     my ($kept, $taken) = (0, 0);
     for my $i (1 .. $rounds) {
-        my $s = q1($al, "SELECT dlock.open_session('400ms', 'w-race')");
         my $r = "race/$i";
-        my $f = q1($al, "SELECT dlock.try_lock(?, session => ?)", $r, $s);
-        my $exp = q1($al, "SELECT expires_at FROM dlock.sessions WHERE id = ?", $s);
+        # One statement: under load, more than the ttl passed between two
+        # (the session had ended: 55000 from try_lock).  Its expiry is read
+        # off the clock right after open_session (within microseconds: the
+        # statement's snapshot cannot see the session's row).
+        my ($s, $exp, $f) = row($al, q{WITH o AS MATERIALIZED
+            (SELECT dlock.open_session('400ms', 'w-race') AS s, clock_timestamp() + interval '400ms' AS e)
+            SELECT s, e, dlock.try_lock(?, session => s) FROM o}, $r);
+        ok($f, "$label: round $i: the session holds $r");
         # The keepalive at a random offset from the expiry (-60 .. +60 ms).
         my $off = int(rand(121)) - 60;
         my @w = map {
