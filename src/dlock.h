@@ -14,7 +14,7 @@
  * numbers, xact.c transaction bookkeeping and the hooks other files run at
  * its end, admit.c the admission decision, acquire.c lease attempts,
  * wait.c the wait loop every waiting call shares, lease.c the lease
- * functions, semaphore.c the semaphore functions, multi.c several
+ * functions, check.c check and assert_fence, semaphore.c the semaphore functions, multi.c several
  * resources at once, xactlock.c transaction-scoped locks, queue.c
  * fair queues and lock-delay, upkeep.c the same outside an attempt
  * (withdraw, the reaper), elect.c leader election and holding values,
@@ -27,8 +27,8 @@
  *
  * Calls go one way, down these layers (a file calls only files of lower
  * layers, never back up; no two files call each other in a circle):
- *	dlock.c > worker.c > compact.c, promote.c > reap.c > lease.c, elect.c,
- *	xactlock.c, semaphore.c, multi.c > session.c > acquire.c, upkeep.c > wait.c,
+ *	dlock.c > worker.c > compact.c, promote.c > reap.c > lease.c, check.c,
+ *	elect.c, xactlock.c, semaphore.c, multi.c > session.c > acquire.c, upkeep.c > wait.c,
  *	admit.c > queue.c, events.c, ending.c > rows.c, holding.c, fence.c,
  *	waiters.c > table.c, store.c, listeners.c, sends.c > resource.c >
  *	xact.c, args.c, guc.c.
