@@ -140,12 +140,13 @@ release_row(const DlockResource *res, const DlockRow *row, TimestampTz now,
 
 /*
  * find_share: the caller's live shared holding of res (0.4), or NULL;
- * 42501 for another role's of the same holder text (dlock_may_change's
- * rule).  *others: how many live shared holdings others have.
+ * without own_only, 42501 for another role's of the same holder text
+ * (dlock_may_change's rule; a superuser's to change).  *others: how many
+ * live shared holdings others have.
  */
 static DlockRow *
 find_share(const DlockResource *res, text *holder, const DlockCaller *caller,
-		   TimestampTz now, const char *action, int *others)
+		   TimestampTz now, const char *action, bool own_only, int *others)
 {
 	List	   *shares = dlock_row_read_shares(res);
 	DlockRow   *found = NULL;
@@ -164,7 +165,7 @@ find_share(const DlockResource *res, text *holder, const DlockCaller *caller,
 			dlock_holding_verdict(sh, holder, caller, now) == HOLDING_MINE)
 			found = sh;
 	}
-	if (found == NULL)
+	if (found == NULL && !own_only)
 	{
 		foreach(lc, shares)
 		{
@@ -193,7 +194,9 @@ typedef enum ShareReleased
 
 /*
  * share_release: release one level (all of it, with all) of the caller's
- * shared holding of res, under fence when fence_given.  When it is gone:
+ * shared holding of res, under fence when fence_given.  With all
+ * (unlock_all), only the caller's role's own holding: never another
+ * role's, nor 42501 for it.  When it is gone:
  * its event, and the wakeup of a waiter on commit.  Every such release
  * wakes: a writer waits for the last reader, and two readers releasing
  * at once each still see the other's holding (its delete is not
@@ -208,7 +211,7 @@ share_release(const DlockResource *res, text *holder, const DlockCaller *caller,
 			  bool share_mode, int32 *left)
 {
 	int			others;
-	DlockRow   *sh = find_share(res, holder, caller, now, "unlock", &others);
+	DlockRow   *sh = find_share(res, holder, caller, now, "unlock", all, &others);
 
 	if (sh == NULL || (fence_given && fence != sh->fence))
 		return SHARE_NONE;
@@ -467,7 +470,7 @@ again:
 		(fence_given && fence != row.fence))
 	{
 		int			others;
-		DlockRow   *sh = find_share(&res, holder, &caller, now, "renew", &others);
+		DlockRow   *sh = find_share(&res, holder, &caller, now, "renew", false, &others);
 
 		if (sh != NULL && mode == DLOCK_SHARE && sh->owner != caller.role)
 		{
