@@ -34,10 +34,11 @@
 #                 that and no later than its latest possible extension
 #                 (the lease runs on the server's clock across the
 #                 restart, neither lost nor restarted); a session's
-#                 holding by its session's sure life (ModelSessions'
-#                 lo).  The actor's own
-#                 holding taken just before each stop, from a session with
-#                 synchronous_commit = off, is one of them.
+#                 holding by its session's sure life from what was
+#                 acknowledged before the snap (ModelSessions'
+#                 lo_acked).  The actor's own holding taken just before
+#                 each stop, from a session with synchronous_commit =
+#                 off, is one of them.
 #  xact-gone      after a session holding an xact lock was terminated or
 #                 killed, lock() of that resource (wait 10 s) gets it.
 #  waiter-gone    after a session waiting in lock() was terminated,
@@ -160,8 +161,11 @@ sub rules
 			my $e = 0;
 			if (defined $hd->{sess})
 			{
-				# A session's holding: its session's sure life (ModelSessions).
-				$e = $cx->{e_lo}->($hd, $s->{t0});
+				# A session's holding: its session's sure life from what was
+				# acknowledged before the snap (a keepalive that started
+				# before it but committed after it is not in it; seed
+				# 1010123371).
+				$e = ModelSessions::lo_acked($cx->{sx}, $hd->{sess}, $s->{t0});
 			}
 			else
 			{

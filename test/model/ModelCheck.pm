@@ -804,7 +804,7 @@ sub check
 	  if grep { lost($_) || ($_->{fate} // '') eq 'maybe' } @$ops;
 	# extra(context, viol, stats): more rules over the same bounds.
 	$opt{extra}->({ ops => $ops, hold => \%hold, res_holds => \%res_holds, e_lo => $e_lo,
-			e_up => $e_up, may_end => $may_end, margin => $MARGIN_US }, $viol, \%stats)
+			e_up => $e_up, may_end => $may_end, sx => $sx, margin => $MARGIN_US }, $viol, \%stats)
 	  if $opt{extra};
 	return (\@v, \%stats);
 }

@@ -13,6 +13,8 @@
 #                  results of keepalives and renews.  A session's expiry
 #                  only grows (keepalive locks its row, then reads the
 #                  clock), so the greatest counts (the sure life: overlap).
+#  lo_acked(S, t)  the same from what was acknowledged (tdone) before t:
+#                  what a read that starts at t must see.
 #  enders          close_session calls that returned a count (or were
 #                  lost): each may have ended every holding of S then.
 #
@@ -94,7 +96,7 @@ sub index
 		}
 		$seen_end{$s} = $seen if defined $seen && (!defined $seen_end{$s} || $seen < $seen_end{$s});
 	}
-	my %ix = (up => {}, lo => {}, closes => \%closes, seen_end => \%seen_end, ttl => $ttl);
+	my %ix = (up => {}, lo => {}, lo_list => \%lo, closes => \%closes, seen_end => \%seen_end, ttl => $ttl);
 	$ix{up}{$_} = ModelCheck::pm_build($up{$_}) for keys %up;
 	$ix{lo}{$_} = ModelCheck::pm_build($lo{$_}) for keys %lo;
 	$ix{close_span}{$_} = ModelCheck::span_build($closes{$_}) for keys %closes;
@@ -103,6 +105,13 @@ sub index
 
 sub up { my ($ix, $s, $t, $self) = @_; return ModelCheck::pm_max($ix->{up}{$s}, $t, $self) // 0; }
 sub lo { my ($ix, $s, $t) = @_; return ModelCheck::pm_max($ix->{lo}{$s}, $t) // 0; }
+sub lo_acked
+{
+	my ($ix, $s, $t) = @_;
+	my $e = 0;
+	for (@{ $ix->{lo_list}{$s} || [] }) { $e = $_->[1] if $_->[2]{tdone} < $t && $_->[1] > $e; }
+	return $e;
+}
 # closes(S, lo, t): the close_session calls of S spanning (lo, t).
 sub closes { my ($ix, $s, $lo, $t) = @_; return ModelCheck::span_ops($ix->{close_span}{$s}, $lo, $t); }
 
