@@ -16,8 +16,9 @@
  * semaphore's permits (0.5, dlock.permits, read with them; unlock returns
  * all of its permits at once) follow the same pattern: unlock and renew
  * turn to the caller's shared holding when it has no exclusive one
- * (find_share); unlock_all and break_lock cover them too.  When a look without the lock (a hint) finds no exclusive holding
- * of the caller's, unlock and renew take the resource's lock in SHARE mode
+ * (find_share); unlock_all and break_lock cover them too.  When a look
+ * without the lock (a hint) finds no exclusive holding of the caller's,
+ * unlock and renew take the resource's lock in SHARE mode
  * and the holding's share-row tag instead (resource.c), so readers never
  * wait for each other's transactions; if the caller's exclusive holding is
  * there after all, they start again in the exclusive holding's mode.
