@@ -190,7 +190,7 @@ typedef enum ShareReleased
 	SHARE_NONE,					/* no such holding: nothing done */
 	SHARE_RELEASED,
 	SHARE_OTHER_ROLE			/* another role's, a superuser's to change,
-								 * under SHARE mode: nothing done */
+								 * under another role's tag: nothing done */
 } ShareReleased;
 
 /*
@@ -202,22 +202,26 @@ typedef enum ShareReleased
  * wakes: a writer waits for the last reader, and two readers releasing
  * at once each still see the other's holding (its delete is not
  * committed), so neither could tell it was the last.  Inside a store
- * session, under the resource's lock: in SHARE mode (share_mode) with the
- * share-row tag of the caller's role, which does not cover another
- * role's holding; in a stronger mode, which covers every holding.
+ * session, under the resource's lock: in SHARE mode with the share-row
+ * tag of tag_owner's, which covers only that role's holding (else
+ * SHARE_OTHER_ROLE, and *other is the holding's role); in a stronger mode
+ * (tag_owner InvalidOid), which covers every holding.
  */
 static ShareReleased
 share_release(const DlockResource *res, text *holder, const DlockCaller *caller,
 			  TimestampTz now, bool fence_given, int64 fence, bool all,
-			  bool share_mode, int32 *left)
+			  Oid tag_owner, int32 *left, Oid *other)
 {
 	int			others;
 	DlockRow   *sh = find_share(res, holder, caller, now, "unlock", all, &others);
 
 	if (sh == NULL || (fence_given && fence != sh->fence))
 		return SHARE_NONE;
-	if (share_mode && sh->owner != caller->role)
+	if (OidIsValid(tag_owner) && sh->owner != tag_owner)
+	{
+		*other = sh->owner;
 		return SHARE_OTHER_ROLE;
+	}
 	/* unlock returns all of a semaphore's permits at once (0.5) */
 	*left = (all || sh->permits > 0) ? 0 : sh->count - 1;
 	if (!dlock_share_change(res, sh, *left, NULL, now, 0))
@@ -271,7 +275,9 @@ own_mode(const DlockResource *res, text *holder, const DlockCaller *caller,
 
 /*
  * own_lock: take res's lock in mode (waiting; CHANGE behind a pin polls,
- * dlock_change_wait), and in SHARE mode the share-row tag in row_mode.
+ * dlock_change_wait), and in SHARE mode the share-row tag of holder and
+ * owner in row_mode.  A superuser changing another role's shared holding
+ * takes that role's tag (retag), so the other readers never wait for it.
  */
 static void
 own_lock(const DlockResource *res, text *holder, Oid owner, DlockLockMode mode,
@@ -293,6 +299,25 @@ own_unlock(const DlockResource *res, text *holder, Oid owner,
 	if (mode == DLOCK_SHARE)
 		dlock_share_row_unlock(res, holder, owner, row_mode);
 	dlock_resource_unlock(res, mode);
+}
+
+/*
+ * retag: after a look in SHARE mode under tag_owner's tag found a holding
+ * it does not cover: give that back, and take next the tag of the role
+ * found (other), once; an exclusive holding, or a second miss, takes
+ * exclusive_mode instead.  The caller reads again.
+ */
+static void
+retag(const DlockResource *res, text *holder, const DlockCaller *caller,
+	  DlockLockMode *mode, Oid *tag_owner, Oid other,
+	  DlockLockMode exclusive_mode)
+{
+	dlock_store_end();
+	own_unlock(res, holder, *tag_owner, *mode, exclusive_mode);
+	if (OidIsValid(other) && *tag_owner == caller->role)
+		*tag_owner = other;
+	else
+		*mode = exclusive_mode;
 }
 
 /* fence_arg: an optional fence argument; false if NULL. */
@@ -318,6 +343,8 @@ dlock_unlock(PG_FUNCTION_ARGS)
 	bool		fence_given;
 	DlockLockMode mode;
 	ShareReleased released;
+	Oid			tag_owner;
+	Oid			other = InvalidOid;
 
 	dlock_resource_init(&res, dlock_check_resource(fcinfo, 0));
 	holder = dlock_check_holder(fcinfo, 1);
@@ -326,29 +353,29 @@ dlock_unlock(PG_FUNCTION_ARGS)
 	caller = dlock_caller();
 
 	mode = own_mode(&res, holder, &caller, DLOCK_CHANGE);
+	tag_owner = caller.role;
 again:
-	own_lock(&res, holder, caller.role, mode, DLOCK_CHANGE);
+	own_lock(&res, holder, tag_owner, mode, DLOCK_CHANGE);
 	now = GetCurrentTimestamp();
 	dlock_store_begin();
 	if (mode == DLOCK_SHARE)
 	{
 		/* No exclusive holding of the caller's, as the hint said? */
 		dlock_row_read(&res, &row);
+		other = InvalidOid;
 		released = holder_exclusive(&row, holder, &caller, now) ? SHARE_OTHER_ROLE :
 			share_release(&res, holder, &caller, now, fence_given, fence,
-						  false, true, &left);
+						  false, tag_owner, &left, &other);
 		if (released == SHARE_OTHER_ROLE)
 		{
 			/* an exclusive holding, or another role's (a superuser's call) */
-			dlock_store_end();
-			own_unlock(&res, holder, caller.role, mode, DLOCK_CHANGE);
-			mode = DLOCK_CHANGE;
+			retag(&res, holder, &caller, &mode, &tag_owner, other, DLOCK_CHANGE);
 			goto again;
 		}
 		if (released == SHARE_NONE)
 		{
 			dlock_store_end();
-			own_unlock(&res, holder, caller.role, mode, DLOCK_CHANGE);
+			own_unlock(&res, holder, tag_owner, mode, DLOCK_CHANGE);
 			PG_RETURN_NULL();
 		}
 	}
@@ -372,7 +399,7 @@ again:
 		{
 			/* Not an exclusive holding of the caller's: a shared one? */
 			if (share_release(&res, holder, &caller, now, fence_given, fence,
-							  false, false, &left) == SHARE_NONE)
+							  false, InvalidOid, &left, &other) == SHARE_NONE)
 			{
 				dlock_store_end();
 				dlock_resource_unlock(&res, DLOCK_CHANGE);
@@ -444,6 +471,7 @@ dlock_renew(PG_FUNCTION_ARGS)
 	int64		fence;
 	bool		fence_given;
 	DlockLockMode mode;
+	Oid			tag_owner;
 
 	dlock_resource_init(&res, dlock_check_resource(fcinfo, 0));
 	holder = dlock_check_holder(fcinfo, 1);
@@ -454,17 +482,16 @@ dlock_renew(PG_FUNCTION_ARGS)
 	caller = dlock_caller();
 
 	mode = own_mode(&res, holder, &caller, DLOCK_RENEW);
+	tag_owner = caller.role;
 again:
-	own_lock(&res, holder, caller.role, mode, DLOCK_RENEW);
+	own_lock(&res, holder, tag_owner, mode, DLOCK_RENEW);
 	now = GetCurrentTimestamp();
 	dlock_store_begin();
 	dlock_row_read(&res, &row);
 	if (mode == DLOCK_SHARE && holder_exclusive(&row, holder, &caller, now))
 	{
 		/* The caller's exclusive holding after all: renew it as such. */
-		dlock_store_end();
-		own_unlock(&res, holder, caller.role, mode, DLOCK_RENEW);
-		mode = DLOCK_RENEW;
+		retag(&res, holder, &caller, &mode, &tag_owner, InvalidOid, DLOCK_RENEW);
 		goto again;
 	}
 	if (!dlock_may_change(&row, holder, &caller, now, "renew") ||
@@ -473,12 +500,10 @@ again:
 		int			others;
 		DlockRow   *sh = find_share(&res, holder, &caller, now, "renew", false, &others);
 
-		if (sh != NULL && mode == DLOCK_SHARE && sh->owner != caller.role)
+		if (sh != NULL && mode == DLOCK_SHARE && sh->owner != tag_owner)
 		{
 			/* Another role's (a superuser's call): its tag is not ours. */
-			dlock_store_end();
-			own_unlock(&res, holder, caller.role, mode, DLOCK_RENEW);
-			mode = DLOCK_RENEW;
+			retag(&res, holder, &caller, &mode, &tag_owner, sh->owner, DLOCK_RENEW);
 			goto again;
 		}
 		if (sh != NULL && (!fence_given || fence == sh->fence))
@@ -501,7 +526,7 @@ again:
 			PG_RETURN_TIMESTAMPTZ(expires);
 		}
 		dlock_store_end();
-		own_unlock(&res, holder, caller.role, mode, DLOCK_RENEW);
+		own_unlock(&res, holder, tag_owner, mode, DLOCK_RENEW);
 		dlock_count(DLOCK_STAT_LOST_RENEWALS);
 		PG_RETURN_NULL();
 	}
@@ -569,12 +594,13 @@ unlock_all_shares(text *holder, const DlockCaller *caller)
 	{
 		DlockResource res;
 		int32		left;
+		Oid			other;
 
 		dlock_resource_init(&res, cstring_to_text(lfirst(lc)));
 		/* as unlock of a shared holding: other holders never wait for it */
 		own_lock(&res, holder, caller->role, DLOCK_SHARE, DLOCK_CHANGE);
 		if (share_release(&res, holder, caller, GetCurrentTimestamp(), false, 0,
-						  true, true, &left) == SHARE_RELEASED)
+						  true, caller->role, &left, &other) == SHARE_RELEASED)
 		{
 			dlock_count(DLOCK_STAT_RELEASED);
 			released++;

@@ -14,7 +14,10 @@
 # acquisition of permits may hold off the other holders: try_acquire.md.)
 # Every call of alice runs under statement_timeout: 57014 is the failure.
 # And a superuser's unlock of alice's shared holding waits for her open
-# renew instead of changing the row under it.
+# renew instead of changing the row under it; but a superuser's renew or
+# unlock of alice's shared holding never waits for, nor holds off, another
+# reader's transaction (it takes alice's tag, not the resource's lock in
+# an exclusive mode as it did until stop 52).
 # Found by the review of 2026-11-30 (attacker's brief, classes 2 and 4):
 # the share-row tag was keyed by the holder text alone, and unlock_all and
 # close_session released shared holdings in CHANGE mode.
@@ -50,11 +53,19 @@ sub as
 	return ($out, $err);
 }
 
-# answers: alice's call returns in time (no 57014), and gives $want if defined.
-sub answers
+# answers: alice's call returns in time (no 57014), and gives $want if
+# defined; answers_as: the same call as another role ('' for the superuser).
+sub answers { return answers_as('alice', @_); }
+
+sub answers_as
 {
-	my ($q, $want, $name) = @_;
-	my ($out, $err) = as('alice', $q);
+	my ($role, $q, $want, $name) = @_;
+	my ($out, $err);
+	if ($role eq '')
+	{
+		(undef, $out, $err) = $node->psql('postgres', "SET statement_timeout = '2s'; $q");
+	}
+	else { ($out, $err) = as($role, $q); }
 	if ($err =~ /statement timeout/)
 	{
 		fail("$name: answers in time");
@@ -235,6 +246,51 @@ for my $how ('open', 'prepared')
 	my ($f2) = as('alice', "SELECT dlock.try_lock('$r', 'a', '1h', shared => true)");
 	is(sql("SELECT dlock.renew('$r', 'a', '3h') IS NOT NULL"), 't', "superuser: renews alice's new shared holding");
 	is(sql("SELECT dlock.unlock('$r', 'a')"), '0', "superuser: and unlocks it");
+}
+
+# ---- 7. a superuser's renew and unlock of alice's shared holding, while
+# mallory's transaction renewing her own shared holding is open: neither
+# waits; and mallory's renew does not wait for the superuser's open one.
+# If alice unlocks first, the superuser's unlock (waiting on her tag)
+# finds nothing.
+{
+	my $r = 'su/readers';
+	my ($f) = as('alice', "SELECT dlock.try_lock('$r', 'a', '1h', shared => true)");
+	ok($f, "superuser readers: alice holds $r shared as a");
+	my ($mf) = as('mallory', "SELECT dlock.try_lock('$r', 'm', '1h', shared => true)");
+	ok($mf, "superuser readers: mallory holds $r shared as m");
+	my $m = mallory();
+	$m->query_safe("BEGIN; SELECT dlock.renew('$r', 'm', '2h')");
+	answers_as('', "SELECT dlock.renew('$r', 'a', '3h') IS NOT NULL", 't',
+		"superuser readers: the superuser's renew of alice's holding, mallory's renew open");
+	answers_as('', "SELECT dlock.unlock('$r', 'a')", '0',
+		"superuser readers: the superuser's unlock of alice's holding, mallory's renew open");
+	$m->query_safe('ROLLBACK');
+	($f) = as('alice', "SELECT dlock.try_lock('$r', 'a', '1h', shared => true)");
+	ok($f, "superuser readers: alice holds $r shared again");
+	my $su = $node->background_psql('postgres');
+	$su->query_safe("BEGIN; SELECT dlock.renew('$r', 'a', '3h')");
+	answers_as('mallory', "SELECT dlock.renew('$r', 'm', '2h') IS NOT NULL", 't',
+		"superuser readers: mallory's renew, the superuser's renew of alice's open");
+	answers_as('mallory', "SELECT 'pinned' FROM (SELECT dlock.assert_fence('$r', $mf)) x", 'pinned',
+		"superuser readers: mallory's assert_fence, the superuser's renew of alice's open");
+	$su->query_safe('COMMIT');
+	is(sql("SELECT expires_at > now() + interval '2 hours' FROM dlock.locks WHERE resource = '$r' AND holder = 'a'"),
+		't', "superuser readers: the superuser's renew of alice's holding took (3 h)");
+
+	my $a = $node->background_psql('postgres', extra_params => [ '-U', 'alice' ]);
+	$a->query_safe("BEGIN; SELECT dlock.unlock('$r', 'a')");
+	$su->query_until(qr/started/, "\\echo started\nSELECT coalesce(dlock.unlock('$r', 'a')::text, 'none') AS su_left;\n");
+	ok( $node->poll_query_until('postgres', q{SELECT count(*) = 1 FROM pg_stat_activity
+		WHERE query LIKE '%su_left%' AND wait_event_type = 'Lock' AND pid <> pg_backend_pid()}),
+		"superuser readers: the superuser's unlock waits for alice's open unlock");
+	$a->query_safe('COMMIT');
+	$a->quit;
+	like($su->query_safe('SELECT 1'), qr/^none\n/m,
+		"superuser readers: alice's unlock went first, the superuser's finds nothing");
+	$su->quit;
+	is(sql("SELECT string_agg(holder, ',') FROM dlock.locks WHERE resource = '$r'"), 'm',
+		"superuser readers: only mallory's holding is left");
 }
 
 $node->stop;
