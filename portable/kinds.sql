@@ -21,11 +21,15 @@
  *
  * What protects the shared state: the same lock as the exclusive path.
  * Every acquisition of any kind locks the resource's row in dlock.leases
- * FOR UPDATE SKIP LOCKED (inserting a free row if there is none, which
- * another acquirer's insert makes busy), and writes that row (kinds =
- * true), so that a REPEATABLE READ or SERIALIZABLE acquirer whose
- * snapshot predates it gets 40001 rather than a stale count; its shared
- * holding or permits are written under it.  No advisory lock guards a
+ * SKIP LOCKED (inserting a free row if there is none, which another
+ * acquirer's insert makes busy), and writes that row (kinds = true), so
+ * that a REPEATABLE READ or SERIALIZABLE acquirer whose snapshot predates
+ * it gets 40001 rather than a stale count; its shared holding or permits
+ * are written under it.  A shared or permits acquisition locks the row
+ * FOR NO KEY UPDATE, so another holder's pin (assert_fence, FOR KEY
+ * SHARE) neither waits for it nor makes it busy; FOR UPDATE only when the
+ * row has an exclusive holding (it may have ended, and a pin of it keeps
+ * it from changing hands).  No advisory lock guards a
  * resource (any role could hold its key).  An attempt runs in a
  * subtransaction that is rolled back when it is refused, so the row lock
  * goes with it.  Expired
@@ -357,7 +361,7 @@ BEGIN
                 PERFORM dlock._session_live(p_session);
             END IF;
             v := 'contended';
-            PERFORM FROM dlock.leases l WHERE l.resource = p_resource FOR UPDATE SKIP LOCKED;
+            PERFORM FROM dlock.leases l WHERE l.resource = p_resource FOR NO KEY UPDATE SKIP LOCKED;
             IF NOT FOUND THEN
                 -- No row yet (a free one is made: the anchor), or another
                 -- transaction has it locked (busy: a row this snapshot sees,
@@ -368,6 +372,17 @@ BEGIN
                    OR NOT dlock._insert_row(p_resource, NULL, NULL, NULL, NULL, NULL, NULL) THEN
                     RAISE SQLSTATE 'DL002';
                 END IF;
+                PERFORM FROM dlock.leases l WHERE l.resource = p_resource FOR NO KEY UPDATE SKIP LOCKED;
+                IF NOT FOUND THEN
+                    RAISE SQLSTATE 'DL002';
+                END IF;
+            END IF;
+            -- An exclusive holding, even one that has ended, is passed
+            -- over only with the row locked FOR UPDATE, which a pin of it
+            -- (assert_fence, FOR KEY SHARE) makes busy.  Readers joining
+            -- readers lock it FOR NO KEY UPDATE, which a pin of another
+            -- holding does not conflict with (see the header).
+            IF EXISTS (SELECT FROM dlock.leases l WHERE l.resource = p_resource AND l.holder IS NOT NULL) THEN
                 PERFORM FROM dlock.leases l WHERE l.resource = p_resource FOR UPDATE SKIP LOCKED;
                 IF NOT FOUND THEN
                     RAISE SQLSTATE 'DL002';

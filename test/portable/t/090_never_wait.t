@@ -3,12 +3,14 @@
 # shared try_lock and try_acquire behind another transaction's change of
 # the row (11), an in-place upgrade behind an open transaction (11a), a
 # holder's fair try_lock behind its own withdraw (11b), lock_delay with
-# shared (15), and a re-run keeping the DBA's grants.  Every call that
+# shared (15), another role's open shared or permits acquisition beside a
+# pin (16), and a re-run keeping the DBA's grants.  Every call that
 # could hang runs under statement_timeout: 57014 is the failure.
 # Promises: P5 P17
 use strict;
 use warnings;
 use Test::More;
+use Time::HiRes qw(sleep);
 use File::Basename ();
 use lib File::Basename::dirname(__FILE__) . '/..';
 use PortableTest;
@@ -223,6 +225,56 @@ for my $s (@servers) {
         ok(defined q1($a, "SELECT dlock.try_lock('s15', 'ah2', '10s', shared => true)"),
            "$label: 15: dlock.lock_delay does not refuse a shared holding");
         $a->do("SELECT dlock.unlock_all('ah'), dlock.unlock_all('ah2')");
+        $a->disconnect;
+    }
+
+    # -- 16: another role's shared or permits acquisition in a transaction
+    # still open, and a reader's open pin.  The acquisition locked the
+    # resource's row FOR UPDATE: the other holders' assert_fence (FOR KEY
+    # SHARE) waited for it, and a pin made every new reader busy.  Readers
+    # now lock it FOR NO KEY UPDATE; a pin of an exclusive holding, even
+    # one that has run out, still keeps a reader out.
+    for my $kind (['shared', "SELECT dlock.try_lock(?, ?, '1h', shared => true)"],
+                  ['permits', "SELECT dlock.try_acquire(?, ?, 3, lease => '1h')"]) {
+        my ($k, $take) = @$kind;
+        my $r = "k16/$k";
+        my $a = conn('alice');
+        my $fa = q1($a, $take, $r, 'ah');
+        ok(defined $fa, "$label: 16: alice holds $r ($k)");
+        $bob->begin_work;
+        ok(defined q1($bob, $take, $r, 'bh'), "$label: 16: bob's open transaction takes $r ($k) too");
+        $a->begin_work;
+        my ($v, $e) = answered($a, "SELECT 'pinned' FROM (SELECT dlock.assert_fence(?, ?)) x",
+                               "16: alice's assert_fence while bob's $k acquisition is open", $r, $fa);
+        is($v, 'pinned', "$label: 16: ... and passes") or diag($e);
+        $a->rollback unless $a->{AutoCommit};
+        $bob->rollback;
+        # Alice's pin open: a new holder of the same kind joins.
+        $a->begin_work;
+        $a->do("SELECT dlock.assert_fence(?, ?)", undef, $r, $fa);
+        is($a->err, undef, "$label: 16: alice pins her $k holding of $r");
+        my $c = conn('bob');
+        ($v, $e) = answered($c, $take, "16: a new $k holder while alice's pin is open", $r, 'ch');
+        ok(defined $v, "$label: 16: ... and is taken (a pin of another holding)") or diag($e);
+        $a->commit;
+        q1($c, "SELECT dlock.unlock_all('ch')");
+        q1($a, "SELECT dlock.unlock_all('ah')");
+        $_->disconnect for $a, $c;
+    }
+    {
+        my $a = conn('alice');
+        my $fx = q1($a, "SELECT dlock.try_lock('k16/x', 'ah', '300ms')");
+        $a->begin_work;
+        $a->do("SELECT dlock.assert_fence('k16/x', ?)", undef, $fx);
+        is($a->err, undef, "$label: 16: alice pins her exclusive holding of k16/x");
+        1 while !q1($bob, "SELECT expired FROM dlock.locks WHERE resource = 'k16/x'") && sleep 0.05;
+        my ($v, $e) = answered($bob, "SELECT dlock.try_lock('k16/x', 'bh', '1h', shared => true)",
+                               "16: a reader while alice's pin of her expired holding is open");
+        is($v, undef, "$label: 16: ... is busy (the pinned holding does not change hands)") or diag($e);
+        $a->commit;
+        ok(defined q1($bob, "SELECT dlock.try_lock('k16/x', 'bh', '1h', shared => true)"),
+           "$label: 16: the pin gone, the reader takes k16/x");
+        q1($bob, "SELECT dlock.unlock_all('bh')");
         $a->disconnect;
     }
 
