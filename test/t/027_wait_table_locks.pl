@@ -143,11 +143,12 @@ $node->poll_query_until('postgres', q{SELECT count(*) = 0 FROM dlock.waiters WHE
 $w->query_safe('COMMIT');
 sql(q{SELECT dlock.unlock_all('w'); SELECT dlock.unlock_all('leader')});
 
-# ---- 4. DROP and CREATE EXTENSION while a lock() waits. ----
+# ---- 4. DROP and CREATE EXTENSION while a lock() waits: in one
+# transaction, so the waiter never wakes to find no tables (4b does).
 my $before = sql(q{SELECT dlock.try_lock('four', 'holder', '1h')});
 $w->query_until(qr/go/, "\\echo go\nSELECT dlock.lock('four', 'w', '1h', wait => '300s') AS f4;\n");
 $pid = asleep('four');
-sql(q{DROP EXTENSION dlock; CREATE EXTENSION dlock});
+sql(q{BEGIN; DROP EXTENSION dlock; CREATE EXTENSION dlock; COMMIT});
 # A release of the resource in the new tables wakes it.
 sql(q{SELECT dlock.try_lock('four', 'x', '1h'); SELECT dlock.unlock('four', 'x')});
 ok($node->poll_query_until('postgres',
@@ -155,6 +156,29 @@ ok($node->poll_query_until('postgres',
 	'the waiter takes the resource in the re-created extension');
 cmp_ok(sql(q{SELECT fence FROM dlock.locks WHERE resource = 'four'}), '>', $before,
 	'with a fence above the one handed out before the re-creation');
+$w->quit;
+
+# ---- 4b. DROP and CREATE EXTENSION in two transactions, the waiter woken
+# between them (a reload sets every backend's latch; under load the
+# invalidations of the DROP can do the same): it ends with 55000, having
+# taken nothing, and a new attempt in the re-created extension gets the
+# resource.  (4 ran the two statements apart until stop 52, and failed
+# once in CI under load: its waiter never took the resource.  A wake in
+# the gap does exactly that.)
+$before = sql(q{SELECT max(fence) FROM dlock.locks});
+sql(q{SELECT dlock.try_lock('fourb', 'holder', '1h')});
+$w = $node->background_psql('postgres', on_error_stop => 0);
+$w->query_until(qr/go/, "\\echo go\nSELECT dlock.lock('fourb', 'w', '1h', wait => '300s') AS f4b;\n");
+$pid = asleep('fourb');
+sql(q{DROP EXTENSION dlock});
+sql(q{SELECT pg_reload_conf()});
+ok($node->poll_query_until('postgres', qq{SELECT state = 'idle' FROM pg_stat_activity WHERE pid = $pid}),
+	'a waiter woken while dlock is not installed ends its wait');
+is($w->query('SELECT 1'), '1', 'its session still answers');
+like($w->{stderr}, qr/ERROR:  table dlock.leases does not exist/, 'its lock() failed: dlock is not installed');
+sql(q{CREATE EXTENSION dlock});
+cmp_ok(sql(q{SELECT dlock.try_lock('fourb', 'w', '1h')}), '>', $before,
+	'a new attempt takes fourb, with a fence above those before');
 $w->quit;
 
 done_testing();
