@@ -338,6 +338,28 @@ lapse(DlockRow *h, TimestampTz now)
 }
 
 /*
+ * How long an exclusive holding that has ended stays busy to a reader
+ * while a transaction pins the resource: the attempt looks again then.
+ */
+#define PIN_BUSY_MS 10
+
+/*
+ * pinned_end: a reader takes the resource's lock in SHARE mode, which a
+ * pin (assert_fence, PIN mode) does not hold off, as it holds off a
+ * takeover (CHANGE mode).  So an exclusive holding that has ended while a
+ * transaction pins the resource stays busy to a reader a moment longer,
+ * until the pins are gone: the pinned holder's fenced write must commit
+ * before a reader holds the resource.  Any pin counts (the marker does
+ * not say whose), but only beside an ended exclusive holding.
+ */
+static void
+pinned_end(const DlockResource *res, DlockRow *h, TimestampTz now)
+{
+	if (h->held && h->expires_at <= now && dlock_pinned(res))
+		h->expires_at = now + (TimestampTz) PIN_BUSY_MS * 1000;
+}
+
+/*
  * dlock_admit_read: read res's state for req into *st: the holding, the
  * shared holdings (for an upgrade waiting in lock() or lock_all(), whether
  * another shared holder waits to upgrade too, queue.c), and whether this
@@ -363,6 +385,8 @@ dlock_admit_read(const DlockResource *res, const DlockRequest *req,
 		lapse(&st->row, st->now);
 		foreach(lc, st->shares)
 			lapse(lfirst(lc), st->now);
+		if (req->kind == DLOCK_KIND_SHARED)
+			pinned_end(res, &st->row, st->now);
 	}
 	if (req->holder != NULL)
 		st->holding = dlock_holding_verdict(&st->row, req->holder, req->caller,

@@ -5,8 +5,12 @@
 #  - the last reader's release wakes the waiting writer
 #    (dlock.stats().wakeups), and the writer then has it;
 #  - a reader that waited behind the writer gets it when the writer
-#    releases; readers that share do not wait for each other.
-# Promises: P5 P9
+#    releases; readers that share do not wait for each other;
+#  - an exclusive holding that has run out while a transaction pins it
+#    (assert_fence) keeps readers out, as it keeps a takeover out, until
+#    that transaction ends: try_lock, try_lock_all and lock() (which then
+#    gets it); a pin of another reader's holding keeps nobody out.
+# Promises: P2 P5 P9
 
 use strict;
 use warnings;
@@ -60,5 +64,37 @@ is(sql(q{SELECT dlock.try_lock('s', 'r5', '1h', shared => true) IS NOT NULL}), '
 
 $w->quit;
 $r->quit;
+
+# A pinned exclusive holding that has run out: readers stay out until the
+# pin's transaction ends (the holder's fenced write commits before any
+# reader holds the resource).  Until stop 52 a reader took it at once.
+my $fx = sql(q{SELECT dlock.try_lock('px', 'x', '1s')});
+my $p = $node->background_psql('postgres', on_error_stop => 0);
+$p->query_safe("BEGIN; SELECT dlock.assert_fence('px', $fx)");
+ok($node->poll_query_until('postgres', q{SELECT expired FROM dlock.locks WHERE resource = 'px'}),
+	'pin: the pinned exclusive holding runs out');
+is(sql(q{SELECT dlock.try_lock('px', 'x2', '1h')}), '', 'pin: no takeover while it is pinned');
+is(sql(q{SELECT dlock.try_lock('px', 'r', '1h', shared => true)}), '', 'pin: no reader either (try_lock)');
+is(sql(q{SELECT dlock.try_lock_all(ARRAY['px', 'py'], 'r', '1h', shared => true)}), '',
+	'pin: ... nor try_lock_all');
+is(sql(q{SELECT dlock.lock('px', 'r', '1h', '300ms', shared => true)}), '',
+	'pin: ... and lock() times out');
+$r = $node->background_psql('postgres', on_error_stop => 0);
+$r->query_until(qr/waiting/,
+	"\\echo waiting\nSELECT dlock.lock('px', 'r', '1h', '60s', shared => true) IS NOT NULL AS got;\n");
+ok($node->poll_query_until('postgres', q{SELECT count(*) = 1 FROM dlock.waiters WHERE resource = 'px'}),
+	'pin: a reader waits in lock()');
+is(sql(q{SELECT count(*) FROM dlock.locks WHERE resource = 'px' AND mode = 'shared'}), '0',
+	'pin: and holds nothing yet');
+$p->query_safe('COMMIT');
+like($r->query_safe('SELECT 1'), qr/^t\n/m, 'pin: the pin gone, the waiting reader gets it');
+$r->quit;
+# A reader's pin of its own shared holding keeps other readers in.
+my $fr = sql(q{SELECT dlock.try_lock('ps', 'r1', '1h', shared => true)});
+$p->query_safe("BEGIN; SELECT dlock.assert_fence('ps', $fr)");
+isnt(sql(q{SELECT dlock.try_lock('ps', 'r2', '1h', shared => true)}), '',
+	'pin: a reader joins beside another reader\'s pin');
+$p->query_safe('COMMIT');
+$p->quit;
 $node->stop;
 done_testing();
