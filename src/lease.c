@@ -287,8 +287,19 @@ own_lock(const DlockResource *res, text *holder, Oid owner, DlockLockMode mode,
 		dlock_change_wait(res);
 	else
 		(void) dlock_resource_lock(res, mode, true);
-	if (mode == DLOCK_SHARE)
+	if (mode == DLOCK_SHARE &&
+		!dlock_share_row_lock(res, holder, owner, row_mode, false))
+	{
+		/*
+		 * Another transaction is changing (or pins) that holding: wait for
+		 * it holding nothing of the resource, so that it may still take
+		 * the resource's lock in a stronger mode (a break_lock after a
+		 * renew) without a deadlock; then take the resource's lock again.
+		 */
+		dlock_resource_unlock(res, mode);
 		(void) dlock_share_row_lock(res, holder, owner, row_mode, true);
+		(void) dlock_resource_lock(res, mode, true);
+	}
 }
 
 /* own_unlock: give back what own_lock took (nothing was changed). */
