@@ -713,6 +713,23 @@ $$;
 COMMENT ON FUNCTION dlock.reap() IS
     'Remove every expired lease now and send its expired event; returns how many (call it in a transaction of its own, as pg_cron does)';
 
+-- _pin_fresh: under REPEATABLE READ or SERIALIZABLE, 40001 if resource's
+-- row has a version newer than the transaction's snapshot (a FOR SHARE
+-- lock, which no update passes, taken in a subtransaction rolled back at
+-- once; it waits for a change in flight, as a pin does).
+CREATE OR REPLACE FUNCTION dlock._pin_fresh(p_resource text)
+    RETURNS void LANGUAGE plpgsql VOLATILE
+    SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    BEGIN
+        PERFORM FROM dlock.leases l WHERE l.resource = p_resource FOR SHARE;
+        RAISE SQLSTATE 'DL007';
+    EXCEPTION WHEN SQLSTATE 'DL007' THEN
+        NULL;   -- the probe's lock is given back
+    END;
+END
+$$;
+
 -- _current: is fence the current, unexpired holding of resource (a lease,
 -- or a transaction-scoped lock of this transaction)?  Locks the row FOR
 -- KEY SHARE (assert_fence's pin) when pin.
@@ -730,6 +747,18 @@ BEGIN
     END IF;
     IF pin THEN
         SELECT * INTO r FROM dlock.leases l WHERE l.resource = p_resource FOR KEY SHARE;
+        -- FOR KEY SHARE lets a no-key update committed since the
+        -- statement's snapshot pass (a release sets holder NULL) and
+        -- returns the version that snapshot saw; it locks the newer ones
+        -- too.  So read the row again: under READ COMMITTED the latest
+        -- version; under REPEATABLE READ, a newer one is 40001 (_pin_fresh).
+        IF FOUND AND r.holder IS NOT NULL AND r.fence = p_fence THEN
+            IF current_setting('transaction_isolation') IN ('read committed', 'read uncommitted') THEN
+                SELECT * INTO r FROM dlock.leases l WHERE l.resource = p_resource;
+            ELSE
+                PERFORM dlock._pin_fresh(p_resource);
+            END IF;
+        END IF;
     ELSE
         SELECT * INTO r FROM dlock.leases l WHERE l.resource = p_resource;
     END IF;
