@@ -94,6 +94,7 @@ for my $s (@servers) {
     }
     $p3->rollback;
     q1($alice, "SELECT dlock.unlock_all('a')");
+    $_->finish for $sth, $sth3;
     $_->disconnect for $bob, $alice, $t, $p3, $p1;
     }
     $admin->disconnect;
