@@ -166,12 +166,13 @@ dlock_unpin(const DlockResource *res)
 }
 
 /*
- * dlock_pinned: does another transaction pin res?  A request for the
- * resource lock in CHANGE mode queued in the lock manager behind a pin
- * would make every later RENEW queue behind it too (the lock manager
- * queues a request that conflicts with a waiting one), so whoever must
- * wait for a change while a pin holds waits for the pins on their marker
- * instead (dlock_wait_for_pins).
+ * dlock_pinned: does another transaction pin res (or wait on the pin
+ * marker: the lock manager counts requests still waiting)?  A request
+ * for the resource lock in CHANGE mode queued in the lock manager behind
+ * a pin would make every later RENEW queue behind it too (the lock
+ * manager queues a request that conflicts with a waiting one), so whoever
+ * must wait for a change while a pin holds waits for the pins on their
+ * marker instead (dlock_wait_for_pins).
  */
 bool
 dlock_pinned(const DlockResource *res)
@@ -263,14 +264,18 @@ set_share_row_locktag(LOCKTAG *tag, const DlockResource *res, text *holder,
  * of res in mode for this transaction (docs/how-it-works.md).  With wait =
  * false returns false at once if another transaction has it in a
  * conflicting mode; with wait, behind a pin it waits for the pins
- * (dlock_wait_for_pins) and tries again, else it waits in the lock
- * manager.
+ * (dlock_wait_for_pins) once and tries again, else it waits in the lock
+ * manager.  Once only: a pinner's own wait for the pins returns at once
+ * (the lock manager lets it go ahead of requests its own pin holds up),
+ * and looping there spun, out of the deadlock detector's sight, until
+ * statement_timeout.
  */
 bool
 dlock_share_row_lock(const DlockResource *res, text *holder, Oid owner,
 					 DlockLockMode mode, bool wait)
 {
 	LOCKTAG		tag;
+	bool		detoured = false;
 
 	set_share_row_locktag(&tag, res, holder, owner);
 	for (;;)
@@ -279,12 +284,14 @@ dlock_share_row_lock(const DlockResource *res, text *holder, Oid owner,
 			return true;
 		if (!wait)
 			return false;
-		if (!dlock_pinned(res))
+		/* A PIN request queued on the tag holds up no RENEW: no detour. */
+		if (mode == DLOCK_PIN || detoured || !dlock_pinned(res))
 		{
 			(void) LockAcquire(&tag, (LOCKMODE) mode, false, false);
 			return true;
 		}
 		dlock_wait_for_pins(res);
+		detoured = true;
 	}
 }
 
@@ -327,23 +334,21 @@ dlock_share_row_unlock(const DlockResource *res, text *holder, Oid owner,
 /*
  * dlock_change_wait: take res's lock in CHANGE mode, waiting as long as it
  * takes, always in the lock manager (deadlock detection, cancel, visible
- * to isolationtester): for the resource's lock while no pin holds it, for
- * the pins (dlock_wait_for_pins) while one does, then again.
+ * to isolationtester): for the pins (dlock_wait_for_pins) once if one
+ * holds it, then for the resource's lock (see dlock_share_row_lock).
  */
 void
 dlock_change_wait(const DlockResource *res)
 {
-	for (;;)
+	if (dlock_resource_lock(res, DLOCK_CHANGE, false))
+		return;
+	if (dlock_pinned(res))
 	{
+		dlock_wait_for_pins(res);
 		if (dlock_resource_lock(res, DLOCK_CHANGE, false))
 			return;
-		if (!dlock_pinned(res))
-		{
-			(void) dlock_resource_lock(res, DLOCK_CHANGE, true);
-			return;
-		}
-		dlock_wait_for_pins(res);
 	}
+	(void) dlock_resource_lock(res, DLOCK_CHANGE, true);
 }
 
 /* dlock_maintenance_unlock: give back an unused maintenance lock. */
