@@ -5,7 +5,7 @@
 # a new pin behind it), and the lock manager lets a pinner's own wait for
 # the pins go ahead of them at once: looping on that wait spun, unseen by
 # the deadlock detector, until statement_timeout.  Found by the review of
-# 2026-11-30 (a random workload of three roles: 14 to 26 calls in a minute
+# 2026-11-30 (a random workload of three roles: 7 to 26 calls in a minute
 # ran into statement_timeout).
 # Promises: P5
 
