@@ -234,16 +234,18 @@ func TestPartition(t *testing.T) {
 	p.heal()
 	_ = l.Release(bg())
 
+	// A 6 s lease: with 3 s, a retry on a loaded machine (CI, in a root)
+	// once got through too late, and the client rightly gave up.
 	r2 := unique("partition-short")
-	l2, err := dlock.Acquire(bg(), app, r2, dlock.Lease(3*time.Second))
+	l2, err := dlock.Acquire(bg(), app, r2, dlock.Lease(6*time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(700 * time.Millisecond)
-	p.cutAll() // the renewal due at 1 s fails ...
-	time.Sleep(1200 * time.Millisecond)
+	time.Sleep(1400 * time.Millisecond)
+	p.cutAll() // the renewal due at 2 s fails ...
+	time.Sleep(2400 * time.Millisecond)
 	p.heal() // ... a retry gets through before the lease's end
-	time.Sleep(3500 * time.Millisecond)
+	time.Sleep(7000 * time.Millisecond)
 	if l2.Err() != nil {
 		t.Fatalf("lost: %v", l2.Err())
 	}
