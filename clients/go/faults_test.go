@@ -13,7 +13,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"syscall"
 	"testing"
 	"time"
@@ -60,21 +59,30 @@ func TestBrokenByAdministrator(t *testing.T) {
 }
 
 // The renewal connections' backends terminated again and again for longer
-// than the lease: renewals reconnect, the lock is kept.
+// than the lease: renewals reconnect, the lock is kept. Each kill waits
+// for a renewal that landed since the last (the server's expiry moved):
+// a kill per renewal, not a race with how fast a loaded machine connects.
 func TestRenewalBackendTerminated(t *testing.T) {
 	t.Parallel()
 	app, admin := appDB(t, "application_name=go-test-kill"), appDB(t, "")
 	r := unique("kill")
-	l, err := dlock.Acquire(bg(), app, r, dlock.Lease(2*time.Second))
+	const lease = 2 * time.Second
+	l, err := dlock.Acquire(bg(), app, r, dlock.Lease(lease))
 	if err != nil {
 		t.Fatal(err)
 	}
 	first := row(t, admin, r)
-	for i := 0; i < 10; i++ {
+	kills := 0
+	for start := time.Now(); kills < 4 || time.Since(start) < 2*lease; kills++ {
 		if _, err := admin.Exec(`SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = 'go-test-kill'`); err != nil {
 			t.Fatal(err)
 		}
-		time.Sleep(400 * time.Millisecond)
+		killed := leaseExpiry(t, admin, r)
+		for end := time.Now().Add(10 * time.Second); !leaseExpiry(t, admin, r).After(killed); time.Sleep(20 * time.Millisecond) {
+			if l.Err() != nil || time.Now().After(end) {
+				t.Fatalf("after %d kills, no renewal landed (lost: %v)", kills+1, l.Err())
+			}
+		}
 	}
 	if l.Err() != nil {
 		t.Fatalf("lost: %v", l.Err())
@@ -260,27 +268,18 @@ func TestPartition(t *testing.T) {
 // The server stopped and restarted within the lease: renewals are retried
 // until it is back, the lock is kept. Not parallel: it runs alone.
 func TestServerRestart(t *testing.T) {
-	pgCtl, data := os.Getenv("DLOCK_TEST_PG_CTL"), os.Getenv("DLOCK_TEST_PG_DATA")
-	if pgCtl == "" || data == "" {
-		t.Skip("DLOCK_TEST_PG_CTL and DLOCK_TEST_PG_DATA (pg_ctl and the server's data directory) are not set")
-	}
+	needPgCtl(t)
 	app, admin := appDB(t, ""), appDB(t, "")
 	r := unique("restart")
-	l, err := dlock.Acquire(bg(), app, r, dlock.Lease(8*time.Second))
+	const lease = 12 * time.Second
+	start := time.Now()
+	l, err := dlock.Acquire(bg(), app, r, dlock.Lease(lease))
 	if err != nil {
 		t.Fatal(err)
 	}
 	time.Sleep(time.Second)
-	ctl := func(args ...string) {
-		cmd := exec.Command(pgCtl, append([]string{"-D", data, "-w"}, args...)...)
-		if out, err := cmd.CombinedOutput(); err != nil {
-			t.Fatalf("pg_ctl %v: %v\n%s", args, err, out)
-		}
-	}
-	ctl("-m", "fast", "stop")
-	time.Sleep(3 * time.Second) // the renewal due 2.7 s after the acquisition fails
-	ctl("-l", os.Getenv("DLOCK_TEST_PG_LOG"), "start")
-	time.Sleep(6 * time.Second) // past the lease of the last renewal before the stop
+	// Down past the renewal due a third of the lease after the acquisition.
+	restartWithin(t, lease, start.Add(lease/3), func() time.Time { return leaseExpiry(t, admin, r) })
 	if l.Err() != nil {
 		t.Fatalf("lost: %v", l.Err())
 	}

@@ -16,6 +16,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"os/exec"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -269,6 +270,54 @@ func row(t *testing.T, admin *sql.DB, resource string) holding {
 	}
 	h.exists = true
 	return h
+}
+
+// leaseExpiry: the expiry on the server of RESOURCE's newest holding
+// (the zero time if none).
+func leaseExpiry(t *testing.T, admin *sql.DB, resource string) (at time.Time) {
+	t.Helper()
+	err := admin.QueryRow(`SELECT expires_at FROM dlock.locks WHERE resource = $1 `+
+		`ORDER BY fence DESC LIMIT 1`, resource).Scan(&at)
+	if err != nil && err != sql.ErrNoRows {
+		t.Fatalf("reading %s: %v", resource, err)
+	}
+	return at
+}
+
+// restartWithin: stop the server (fast) now, start it again once the
+// renewal due at DUE has failed, then wait until the server shows one
+// that landed after the stop (EXPIRY: the holding's expiry there, past
+// the stop plus LEASE) and the last one before the stop has run out.
+// The outage is measured, not slept: a slow stop or start under load
+// shortens the margin, never fakes a loss. Skips without pg_ctl.
+func restartWithin(t *testing.T, lease time.Duration, due time.Time, expiry func() time.Time) {
+	t.Helper()
+	pgCtl, data := os.Getenv("DLOCK_TEST_PG_CTL"), os.Getenv("DLOCK_TEST_PG_DATA")
+	ctl := func(args ...string) {
+		cmd := exec.Command(pgCtl, append([]string{"-D", data, "-w"}, args...)...)
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("pg_ctl %v: %v\n%s", args, err, out)
+		}
+	}
+	stopped := time.Now()
+	ctl("-m", "fast", "stop")
+	time.Sleep(time.Until(due.Add(time.Second)))
+	ctl("-l", os.Getenv("DLOCK_TEST_PG_LOG"), "start")
+	t.Logf("server down for %v (the lease: %v)", time.Since(stopped).Round(time.Millisecond), lease)
+	for end := time.Now().Add(lease); !expiry().After(stopped.Add(lease)); time.Sleep(100 * time.Millisecond) {
+		if time.Now().After(end) {
+			t.Fatal("no renewal landed on the server after the restart")
+		}
+	}
+	time.Sleep(time.Until(stopped.Add(lease + 500*time.Millisecond)))
+}
+
+// needPgCtl: skip unless the tests may stop and start the server.
+func needPgCtl(t *testing.T) {
+	t.Helper()
+	if os.Getenv("DLOCK_TEST_PG_CTL") == "" || os.Getenv("DLOCK_TEST_PG_DATA") == "" {
+		t.Skip("DLOCK_TEST_PG_CTL and DLOCK_TEST_PG_DATA (pg_ctl and the server's data directory) are not set")
+	}
 }
 
 // closed: whether CH is closed by the time CTX ends.

@@ -16,7 +16,6 @@ import (
 	"fmt"
 	"math/rand"
 	"os"
-	"os/exec"
 	"strings"
 	"testing"
 	"time"
@@ -288,30 +287,21 @@ func TestSessionClosedByAdministrator(t *testing.T) {
 // The server stopped and restarted within the ttl: keepalives are retried
 // until it is back; the session and its locks are kept. Not parallel.
 func TestSessionServerRestart(t *testing.T) {
-	pgCtl, data := os.Getenv("DLOCK_TEST_PG_CTL"), os.Getenv("DLOCK_TEST_PG_DATA")
-	if pgCtl == "" || data == "" {
-		t.Skip("DLOCK_TEST_PG_CTL and DLOCK_TEST_PG_DATA (pg_ctl and the server's data directory) are not set")
-	}
+	needPgCtl(t)
 	needSessions(t, appDB(t, ""))
 	// Pools first used after the restart (pgx v4 hands out a connection the
 	// restart closed, with 57P01).
 	app, admin := appDB(t, ""), appDB(t, "")
-	s, err := dlock.OpenSession(bg(), app, dlock.TTL(8*time.Second))
+	const ttl = 12 * time.Second
+	start := time.Now()
+	s, err := dlock.OpenSession(bg(), app, dlock.TTL(ttl))
 	if err != nil {
 		t.Fatal(err)
 	}
 	locks := takeMany(t, s, 2)
 	time.Sleep(time.Second)
-	ctl := func(args ...string) {
-		cmd := exec.Command(pgCtl, append([]string{"-D", data, "-w"}, args...)...)
-		if out, err := cmd.CombinedOutput(); err != nil {
-			t.Fatalf("pg_ctl %v: %v\n%s", args, err, out)
-		}
-	}
-	ctl("-m", "fast", "stop")
-	time.Sleep(3 * time.Second) // the keepalive due 2.7 s after the open fails
-	ctl("-l", os.Getenv("DLOCK_TEST_PG_LOG"), "start")
-	time.Sleep(6 * time.Second) // past the ttl of the last keepalive before the stop
+	// Down past the keepalive due a third of the ttl after the open.
+	restartWithin(t, ttl, start.Add(ttl/3), func() time.Time { return sessionExpiry(t, admin, s.ID()) })
 	if s.Err() != nil {
 		t.Fatalf("lost: %v", s.Err())
 	}

@@ -189,6 +189,11 @@ sub random_op
 	my $h = rnd(4) == 0 ? pick(@{ $self->{shared} }) : pick(@{ $self->{holders} });
 	my $lease = pick(@LEASES_MS);
 	my $x = rnd(100);
+	# Half the unlocks and a quarter of the single acquisitions go to this
+	# client's last holding: re-entries, and releases whose count the
+	# checker knows (else most unlocks meet nothing, or an expired lease).
+	($r, $h) = @{ $self->{last} }
+	  if $self->{last} && ($x < 32 ? rnd(4) == 0 : $x < 46 && rnd(2));
 	# unlock, renew, check and assert_fence work on every kind.
 	$r = pick(@sems) if @sems && $x >= 32 && $x < 73 && rnd(4) == 0;
 	my $key = "$r\0$h";
@@ -295,6 +300,7 @@ sub random_op
 		&& $rec->{k} =~ /^(?:try_lock|lock|try_acquire|acquire)$/)
 	{
 		$self->{fence}{"$rec->{r}\0$rec->{h}"} = $rec->{res};
+		$self->{last} = [ $rec->{r}, $rec->{h} ] if $rec->{k} =~ /lock\z/ && !defined $rec->{sess};
 	}
 	if (!$rec->{err} && ref $rec->{res})
 	{

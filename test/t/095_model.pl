@@ -122,20 +122,17 @@ sub check_fires
 		$s->{t1} //= $s->{tdone};
 		return 1;
 	});
-	# An unlock whose count is far off (the first of those the checker
-	# knows the count of: not one after an operation of unknown outcome,
-	# nor one that might have met either of two holdings).
+	# An unlock whose count is far off: one the checker knew the count of
+	# (it marks them; not one after an operation of unknown outcome, nor
+	# one that might have met either of two holdings). Picking among the
+	# first 20 unlocks missed once, on 17 (the CI of stop 52's submission).
 	$flagged->('count', sub {
-		my @u = grep { $_->{k} eq 'unlock' && defined $_->{res} && !$_->{undone}
-			  && !$_->{steal} && !$_->{probe} && $_->{h} =~ m{/c\d+/} } @{ $_[0] };
-		for my $u (@u[ 0 .. ($#u < 19 ? $#u : 19) ])
-		{
-			$u->{res} += 1000;
-			my ($v) = ModelCheck::check($_[0]);
-			return 1 if grep { /^VIOLATION \[count\]/ } @$v;
-			$u->{res} -= 1000;
-		}
-		return 0;
+		ModelCheck::check($_[0]);
+		my ($u) = grep { $_->{count_known} } @{ $_[0] };
+		return 0 unless $u;
+		delete $_->{count_known} for @{ $_[0] };
+		$u->{res} += 1000;
+		return 1;
 	});
 	# An unexpected error.
 	$flagged->('error', sub {

@@ -157,4 +157,24 @@ async function kinds(pool) {
 }
 const noKinds = 'this server has no semaphores or lock_all (older SQL)';
 
-module.exports = { elections, noElections, kinds, noKinds, pg, unique, pool, bouncerPool, bouncerPort, proxy, within, sleep, aborted, pauseIdle };
+// restartWithin: stop the server (PGCTL: pg_ctl -D DATADIR -l LOG, fast)
+// now, start it again once the renewal due at DUE (ms since the epoch)
+// has failed, then wait until EXPIRY() (the holding's expiry on the
+// server, ms since the epoch) shows one that landed after the stop, and
+// the last one before it has run out. The outage is measured, not slept:
+// a slow stop or start under load shortens the margin, never fakes a loss.
+async function restartWithin(pgCtl, leaseMs, due, expiry) {
+  const { execSync } = require('node:child_process');
+  const stopped = Date.now();
+  execSync(`${pgCtl} -w -m fast stop`, { stdio: 'ignore' });
+  await sleep(Math.max(0, due + 1000 - Date.now()));
+  execSync(`${pgCtl} -w start`, { stdio: 'ignore' });
+  for (const end = Date.now() + leaseMs; ; await sleep(100)) {
+    const e = await expiry().catch(() => null);
+    if (e !== null && e > stopped + leaseMs) break;
+    if (Date.now() > end) throw new Error('no renewal landed on the server after the restart');
+  }
+  await sleep(Math.max(0, stopped + leaseMs + 500 - Date.now()));
+}
+
+module.exports = { elections, noElections, kinds, noKinds, pg, unique, pool, bouncerPool, bouncerPort, proxy, within, sleep, aborted, pauseIdle, restartWithin };

@@ -166,22 +166,16 @@ class FaultTest {
         String pgCtl = TestEnv.env("DLOCK_TEST_PG_CTL", null);
         assumeTrue(pgCtl != null, "DLOCK_TEST_PG_CTL (pg_ctl -D DATADIR -l LOG) unset");
         String r = TestEnv.unique("restart");
-        DlockLock lock = new DlockLock(TestEnv.app(), r, Duration.ofSeconds(8));
+        long lease = 12_000, start = System.currentTimeMillis();
+        DlockLock lock = new DlockLock(TestEnv.app(), r, Duration.ofMillis(lease));
         lock.lock();
         Thread.sleep(1000);
-        sh(pgCtl + " -w -m fast stop");
-        Thread.sleep(3000); // the renewal due 2.7 s after the acquisition fails
-        sh(pgCtl + " -w start");
-        Thread.sleep(6000); // past the lease of the last renewal before the stop
+        // Down past the renewal due a third of the lease after the acquisition.
+        TestEnv.restartWithin(pgCtl, lease, start + lease / 3, () -> TestEnv.leaseExpiryMs(r));
         assertFalse(lock.isLost(), "kept");
         assertTrue(TestEnv.liveOnServer(r));
         assertTrue(lock.check());
         lock.unlock();
-    }
-
-    private static void sh(String cmd) throws Exception {
-        int rc = new ProcessBuilder("sh", "-c", cmd + " >/dev/null 2>&1").start().waitFor();
-        assertEquals(0, rc, cmd);
     }
 
     @Test

@@ -317,21 +317,15 @@ class SessionTest {
         String pgCtl = TestEnv.env("DLOCK_TEST_PG_CTL", null);
         assumeTrue(pgCtl != null, "DLOCK_TEST_PG_CTL (pg_ctl -D DATADIR -l LOG) unset");
         needSessions();
-        DlockSession s = DlockSession.open(TestEnv.app(), Duration.ofSeconds(8));
+        long ttl = 12_000, start = System.currentTimeMillis();
+        DlockSession s = DlockSession.open(TestEnv.app(), Duration.ofMillis(ttl));
         List<DlockLock> locks = takeMany(s, 1, null);
         Thread.sleep(1000);
-        sh(pgCtl + " -w -m fast stop");
-        Thread.sleep(3000); // the keepalive due 2.7 s after the open fails
-        sh(pgCtl + " -w start");
-        Thread.sleep(6000); // past the ttl of the last keepalive before the stop
+        // Down past the keepalive due a third of the ttl after the open.
+        TestEnv.restartWithin(pgCtl, ttl, start + ttl / 3, () -> TestEnv.sessionExpiryMs(s.id()));
         assertTrue(s.isOpen(), "kept");
         for (DlockLock l : locks) assertTrue(l.check(), l.resource());
         s.close();
-    }
-
-    private static void sh(String cmd) throws Exception {
-        int rc = new ProcessBuilder("sh", "-c", cmd + " >/dev/null 2>&1").start().waitFor();
-        assertEquals(0, rc, cmd);
     }
 
     @Test

@@ -328,4 +328,45 @@ final class TestEnv {
         return Boolean.TRUE.equals(adminQuery(
             "SELECT bool_or(expires_at > clock_timestamp()) FROM dlock.locks WHERE resource = ?", resource));
     }
+
+    /** Run CMD with sh; fail unless it exits 0. */
+    static void sh(String cmd) throws Exception {
+        int rc = new ProcessBuilder("sh", "-c", cmd + " >/dev/null 2>&1").start().waitFor();
+        if (rc != 0) throw new AssertionError(cmd + ": exit " + rc);
+    }
+
+    /**
+     * Stop the server (PGCTL: pg_ctl -D DATADIR -l LOG, fast) now, start it
+     * again once the renewal due at DUEMS (epoch ms) has failed, then wait
+     * until EXPIRYMS (the holding's expiry on the server, epoch ms) shows one
+     * that landed after the stop, and the last one before it has run out.
+     * The outage is measured, not slept: a slow stop or start under load
+     * shortens the margin, never fakes a loss.
+     */
+    static void restartWithin(String pgCtl, long leaseMs, long dueMs, Callable<Long> expiryMs) throws Exception {
+        long stopped = System.currentTimeMillis();
+        sh(pgCtl + " -w -m fast stop");
+        Thread.sleep(Math.max(0, dueMs + 1000 - System.currentTimeMillis()));
+        sh(pgCtl + " -w start");
+        System.err.println("server down for " + (System.currentTimeMillis() - stopped) + " ms (the lease: " + leaseMs + " ms)");
+        for (long end = System.currentTimeMillis() + leaseMs;; Thread.sleep(100)) {
+            Long e = expiryMs.call();
+            if (e != null && e > stopped + leaseMs) break;
+            if (System.currentTimeMillis() > end) throw new AssertionError("no renewal landed on the server after the restart");
+        }
+        Thread.sleep(Math.max(0, stopped + leaseMs + 500 - System.currentTimeMillis()));
+    }
+
+    /** The expiry of RESOURCE's newest holding on the server (epoch ms), or null. */
+    static Long leaseExpiryMs(String resource) throws SQLException {
+        Object v = adminQuery("SELECT (extract(epoch FROM expires_at) * 1000)::int8 FROM dlock.locks"
+            + " WHERE resource = ? ORDER BY fence DESC LIMIT 1", resource);
+        return v == null ? null : ((Number) v).longValue();
+    }
+
+    /** The expiry of session ID on the server (epoch ms), or null. */
+    static Long sessionExpiryMs(long id) throws SQLException {
+        Object v = adminQuery("SELECT (extract(epoch FROM expires_at) * 1000)::int8 FROM dlock.sessions WHERE id = ?", id);
+        return v == null ? null : ((Number) v).longValue();
+    }
 }
