@@ -185,12 +185,14 @@ func TestRenewalPaused(t *testing.T) {
 	r := unique("stop")
 	name := fmt.Sprintf("go-test-stop-%d", os.Getpid())
 	app := open(t, p.dsn(), "application_name="+name)
-	l, err := dlock.Acquire(bg(), app, r, dlock.Lease(2*time.Second))
+	// A 6 s lease: with 2 s, the renewal on a new connection, after the
+	// paused one's bound, once came too late on a loaded machine (CI).
+	l, err := dlock.Acquire(bg(), app, r, dlock.Lease(6*time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}
 	resume := pause(t, admin, name)
-	time.Sleep(3 * time.Second)
+	time.Sleep(7 * time.Second)
 	resume()
 	if l.Err() != nil {
 		t.Fatalf("lost, though another connection could renew: %v", l.Err())
@@ -208,12 +210,7 @@ func TestRenewalPaused(t *testing.T) {
 	p.blockNew()
 	defer p.heal()
 	defer pause(t, admin, name)()
-	if !closed(within(t, 20*time.Second), l2.Done()) {
-		t.Fatal("Done not closed while renewals hang")
-	}
-	if h := row(t, admin, r2); !h.exists || !h.live {
-		t.Fatalf("the loss was signalled after the lease had ended on the server: %+v", h)
-	}
+	lostInTime(t, 20*time.Second, func() time.Time { return leaseExpiry(t, admin, r2) }, l2.Done())
 	if !errors.Is(l2.Err(), dlock.ErrLost) {
 		t.Fatalf("Err: %v", l2.Err())
 	}
@@ -233,12 +230,7 @@ func TestPartition(t *testing.T) {
 		t.Fatal(err)
 	}
 	p.cutAll()
-	if !closed(within(t, 20*time.Second), l.Done()) {
-		t.Fatal("Done not closed while the server is unreachable")
-	}
-	if h := row(t, admin, r); !h.exists || !h.live {
-		t.Fatalf("the loss was signalled after the lease had ended on the server: %+v", h)
-	}
+	lostInTime(t, 20*time.Second, func() time.Time { return leaseExpiry(t, admin, r) }, l.Done())
 	p.heal()
 	_ = l.Release(bg())
 
@@ -317,12 +309,7 @@ func TestReleaseFailed(t *testing.T) {
 	if errors.Is(l.Err(), dlock.ErrReleased) {
 		t.Fatal("looks released, yet the server holds it")
 	}
-	if !closed(within(t, 20*time.Second), l.Done()) {
-		t.Fatal("Done not closed after a failed Release")
-	}
-	if h := row(t, admin, r); !h.exists || !h.live {
-		t.Fatalf("the loss was signalled after the lease had ended on the server: %+v", h)
-	}
+	lostInTime(t, 20*time.Second, func() time.Time { return leaseExpiry(t, admin, r) }, l.Done())
 	if !errors.Is(l.Err(), dlock.ErrLost) {
 		t.Fatalf("Err: %v", l.Err())
 	}

@@ -320,6 +320,53 @@ func needPgCtl(t *testing.T) {
 	}
 }
 
+// lostInTime: wait (up to BOUND) until every one of DONES is closed,
+// reading meanwhile the holding's expiry on the server (EXPIRY, the zero
+// time if none); fail unless each closed before the last expiry read.
+// Each loss is timed as it happens, not by a query after it: on a loaded
+// machine such a query, after a loss signalled in time, once answered
+// after the expiry (CI, stop 51).
+func lostInTime(t *testing.T, bound time.Duration, expiry func() time.Time, dones ...<-chan struct{}) {
+	t.Helper()
+	at := make([]time.Time, len(dones))
+	all := make(chan struct{})
+	go func() {
+		for i, d := range dones {
+			<-d
+			if at[i].IsZero() {
+				at[i] = time.Now()
+			}
+			for j := i + 1; j < len(dones); j++ { // those already closed: now too
+				select {
+				case <-dones[j]:
+					at[j] = time.Now()
+				default:
+				}
+			}
+		}
+		close(all)
+	}()
+	var last time.Time
+	end := time.After(bound)
+	for {
+		if e := expiry(); e.After(last) {
+			last = e
+		}
+		select {
+		case <-all:
+			for i, a := range at {
+				if !a.Before(last) {
+					t.Fatalf("loss %d signalled at %v, after the server's expiry %v", i, a, last)
+				}
+			}
+			return
+		case <-end:
+			t.Fatalf("not every loss signalled within %v", bound)
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
 // closed: whether CH is closed by the time CTX ends.
 func closed(ctx context.Context, ch <-chan struct{}) bool {
 	select {

@@ -167,10 +167,15 @@ func TestSessionKeepsLocks(t *testing.T) {
 // session live (the loss is signalled before the ttl ends).
 func lossBeforeEnd(t *testing.T, admin *sql.DB, s *dlock.Session, locks []*dlock.Lock) {
 	t.Helper()
-	allDone(t, locks, 30*time.Second, dlock.ErrLost)
-	if _, live := sessionRow(t, admin, s.ID()); !live {
-		t.Fatal("the loss was signalled after the session had ended on the server")
+	dones := []<-chan struct{}{s.Done()}
+	for _, l := range locks {
+		dones = append(dones, l.Done())
 	}
+	lostInTime(t, 30*time.Second, func() (at time.Time) {
+		_ = admin.QueryRow(`SELECT expires_at FROM dlock.sessions WHERE id = $1`, s.ID()).Scan(&at)
+		return at
+	}, dones...)
+	allDone(t, locks, time.Second, dlock.ErrLost)
 	if !closed(within(t, time.Second), s.Done()) || !errors.Is(s.Err(), dlock.ErrLost) {
 		t.Fatalf("session: %v", s.Err())
 	}
