@@ -731,8 +731,12 @@ END
 $$;
 
 -- _current: is fence the current, unexpired holding of resource (a lease,
--- or a transaction-scoped lock of this transaction)?  Locks the row FOR
--- KEY SHARE (assert_fence's pin) when pin.
+-- or a transaction-scoped lock of this transaction)?  When pin, locks the
+-- pinned holding's row FOR KEY SHARE (assert_fence's pin): the resource's
+-- row only for its exclusive holding.  A reader passes over an ended
+-- exclusive holding with that row FOR UPDATE (kinds.sql), which a pin of
+-- a shared holding or of permits (their own rows, _current_held) must not
+-- hold off: it kept every new reader out while it lasted.
 CREATE OR REPLACE FUNCTION dlock._current(p_resource text, p_fence bigint, pin boolean,
                                           OUT is_current boolean, OUT owner oid)
     LANGUAGE plpgsql VOLATILE
@@ -745,7 +749,8 @@ BEGIN
         is_current := own::bigint = p_fence;
         RETURN;
     END IF;
-    IF pin THEN
+    SELECT * INTO r FROM dlock.leases l WHERE l.resource = p_resource;
+    IF pin AND FOUND AND r.fence = p_fence THEN
         SELECT * INTO r FROM dlock.leases l WHERE l.resource = p_resource FOR KEY SHARE;
         -- FOR KEY SHARE lets a no-key update committed since the
         -- statement's snapshot pass (a release sets holder NULL) and
@@ -759,10 +764,8 @@ BEGIN
                 PERFORM dlock._pin_fresh(p_resource);
             END IF;
         END IF;
-    ELSE
-        SELECT * INTO r FROM dlock.leases l WHERE l.resource = p_resource;
     END IF;
-    is_current := FOUND AND r.holder IS NOT NULL AND dlock._exp(r.session, r.expires_at) > clock_timestamp()
+    is_current := r.resource IS NOT NULL AND r.holder IS NOT NULL AND dlock._exp(r.session, r.expires_at) > clock_timestamp()
                AND r.fence = p_fence;
     owner := r.owner;
     -- Any current holder's fence: a shared holding's, or permits' ([kinds]).

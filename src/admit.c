@@ -346,16 +346,16 @@ lapse(DlockRow *h, TimestampTz now)
 /*
  * pinned_end: a reader takes the resource's lock in SHARE mode, which a
  * pin (assert_fence, PIN mode) does not hold off, as it holds off a
- * takeover (CHANGE mode).  So an exclusive holding that has ended while a
- * transaction pins the resource stays busy to a reader a moment longer,
- * until the pins are gone: the pinned holder's fenced write must commit
- * before a reader holds the resource.  Any pin counts (the marker does
- * not say whose), but only beside an ended exclusive holding.
+ * takeover (CHANGE mode).  So an exclusive holding that has ended while
+ * another transaction pins it stays busy to a reader a moment longer,
+ * until that pin is gone: the pinned holder's fenced write must commit
+ * before a reader holds the resource.  Only pins of the exclusive holding
+ * count (dlock_exclusive_pinned), not readers' pins nor others' looks.
  */
 static void
 pinned_end(const DlockResource *res, DlockRow *h, TimestampTz now)
 {
-	if (h->held && h->expires_at <= now && dlock_pinned(res))
+	if (h->held && h->expires_at <= now && dlock_exclusive_pinned(res))
 		h->expires_at = now + (TimestampTz) PIN_BUSY_MS * 1000;
 }
 

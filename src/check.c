@@ -96,7 +96,8 @@ dlock_check(PG_FUNCTION_ARGS)
  * the privileges of the holding's role may pin it (holding.c).  A shared
  * holding, which its holder releases in SHARE mode (resource.c), is pinned
  * by its share-row tag too, then looked at again: a release in flight was
- * not visible to the first look.
+ * not visible to the first look.  An exclusive one is marked for readers
+ * (dlock_pin_exclusive), then looked at again: still live after the mark.
  */
 Datum
 dlock_assert_fence(PG_FUNCTION_ARGS)
@@ -107,6 +108,7 @@ dlock_assert_fence(PG_FUNCTION_ARGS)
 	int64		fence;
 	bool		shared;
 	bool		current;
+	bool		xpinned = false;
 
 	dlock_resource_init(&res, dlock_check_resource(fcinfo, 0));
 	fence = check_fence_arg(fcinfo, 1);
@@ -120,8 +122,18 @@ dlock_assert_fence(PG_FUNCTION_ARGS)
 									row.owner, DLOCK_PIN, true);
 		current = fence_is_current(&res, fence, &row, &shared);
 	}
+	else if (current)
+	{
+		if (row.exists)			/* no mark for readers by another role */
+			dlock_check_may_pin(&row, &caller);
+		dlock_pin_exclusive(&res);
+		xpinned = true;
+		current = fence_is_current(&res, fence, &row, &shared);
+	}
 	if (!current)
 	{
+		if (xpinned)
+			dlock_unpin_exclusive(&res);
 		dlock_unpin(&res);
 		ereport(ERROR,
 				(errcode(ERRCODE_LOCK_NOT_AVAILABLE),

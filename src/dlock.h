@@ -81,6 +81,8 @@
 #define DLOCK_LOCKTAG_SHARE_ROW	(DLOCK_LOCKTAG_CLASS + 11)
 /* ... of a session: acquisitions in it share it, close_session alone (session.c) */
 #define DLOCK_LOCKTAG_SESSION	(DLOCK_LOCKTAG_CLASS + 12)
+/* ... of the pins of an exclusive holding, which readers look at (resource.c) */
+#define DLOCK_LOCKTAG_XPIN		(DLOCK_LOCKTAG_CLASS + 13)
 
 /* The modes of the per-resource lock (resource.c explains them). */
 typedef enum DlockLockMode
@@ -127,6 +129,9 @@ extern void dlock_resource_unlock(const DlockResource *res, DlockLockMode mode);
 extern void dlock_pin(const DlockResource *res);
 extern void dlock_unpin(const DlockResource *res);
 extern bool dlock_pinned(const DlockResource *res);
+extern void dlock_pin_exclusive(const DlockResource *res);
+extern void dlock_unpin_exclusive(const DlockResource *res);
+extern bool dlock_exclusive_pinned(const DlockResource *res);
 extern void dlock_wait_for_pins(const DlockResource *res);
 extern bool dlock_resource_held(const DlockResource *res, bool *only_share);
 extern bool dlock_share_row_lock(const DlockResource *res, text *holder,

@@ -186,6 +186,58 @@ dlock_pinned(const DlockResource *res)
 	return false;
 }
 
+/* set_xpin_locktag: the tag of the pins of res's exclusive holding. */
+static void
+set_xpin_locktag(LOCKTAG *tag, uint64 hash)
+{
+	SET_LOCKTAG_ADVISORY(*tag, MyDatabaseId, (uint32) (hash >> 32),
+						 (uint32) hash, DLOCK_LOCKTAG_XPIN);
+}
+
+/*
+ * dlock_pin_exclusive: assert_fence of an exclusive holding (or permits)
+ * marks it too, until the transaction ends: a reader, whose SHARE mode a
+ * pin does not hold off, looks at this mark beside an ended exclusive
+ * holding (dlock_exclusive_pinned).  Taken before a second look that
+ * finds the holding still live, so a reader that finds it ended later
+ * sees the mark.  dlock_unpin_exclusive gives it back (nothing pinned).
+ */
+void
+dlock_pin_exclusive(const DlockResource *res)
+{
+	LOCKTAG		tag;
+
+	set_xpin_locktag(&tag, res->hash);
+	(void) LockAcquire(&tag, ShareLock, false, false);
+}
+
+void
+dlock_unpin_exclusive(const DlockResource *res)
+{
+	LOCKTAG		tag;
+
+	set_xpin_locktag(&tag, res->hash);
+	LockRelease(&tag, ShareLock, false);
+}
+
+/*
+ * dlock_exclusive_pinned: does another transaction pin res's exclusive
+ * holding?  A look in RowExclusiveLock, which conflicts with the pins'
+ * ShareLock but not with itself: readers looking at once do not take
+ * each other for pins, and pins of shared holdings do not count.
+ */
+bool
+dlock_exclusive_pinned(const DlockResource *res)
+{
+	LOCKTAG		tag;
+
+	set_xpin_locktag(&tag, res->hash);
+	if (LockAcquire(&tag, RowExclusiveLock, false, true) == LOCKACQUIRE_NOT_AVAIL)
+		return true;
+	LockRelease(&tag, RowExclusiveLock, false);
+	return false;
+}
+
 /*
  * dlock_wait_for_pins: wait, in the lock manager, until the pins of res
  * that other transactions hold now are gone: an ExclusiveLock on the pin
@@ -263,7 +315,7 @@ set_share_row_locktag(LOCKTAG *tag, const DlockResource *res, text *holder,
  * dlock_share_row_lock: take the share-row tag of holder's shared holding
  * of res in mode for this transaction (docs/how-it-works.md).  With wait =
  * false returns false at once if another transaction has it in a
- * conflicting mode; with wait, behind a pin it waits for the pins
+ * conflicting mode; with wait, a CHANGE behind a pin waits for the pins
  * (dlock_wait_for_pins) once and tries again, else it waits in the lock
  * manager.  Once only: a pinner's own wait for the pins returns at once
  * (the lock manager lets it go ahead of requests its own pin holds up),
@@ -284,8 +336,11 @@ dlock_share_row_lock(const DlockResource *res, text *holder, Oid owner,
 			return true;
 		if (!wait)
 			return false;
-		/* A PIN request queued on the tag holds up no RENEW: no detour. */
-		if (mode == DLOCK_PIN || detoured || !dlock_pinned(res))
+		/*
+		 * Only CHANGE conflicts with a pin: a PIN or RENEW request queued
+		 * on the tag waits for a change, never for a pin, so no detour.
+		 */
+		if (mode != DLOCK_CHANGE || detoured || !dlock_pinned(res))
 		{
 			(void) LockAcquire(&tag, (LOCKMODE) mode, false, false);
 			return true;
