@@ -87,6 +87,17 @@ dlock_check(PG_FUNCTION_ARGS)
 	PG_RETURN_BOOL(fence_is_current(&res, fence, &row, &shared));
 }
 
+/* not_current: assert_fence's refusal (55P03). */
+static void
+not_current(const DlockResource *res, int64 fence)
+{
+	ereport(ERROR,
+			(errcode(ERRCODE_LOCK_NOT_AVAILABLE),
+			 errmsg("fence " INT64_FORMAT " is not the current holding of resource \"%s\"",
+					fence, text_to_cstring(res->name)),
+			 errdetail("The lease expired, was released or broken, or was taken over by a newer holder.")));
+}
+
 /*
  * dlock.assert_fence(resource, fence): raise 55P03 unless fence is current;
  * on success pin the holding (the resource's lock in PIN mode) until this
@@ -114,6 +125,16 @@ dlock_assert_fence(PG_FUNCTION_ARGS)
 	fence = check_fence_arg(fcinfo, 1);
 	caller = dlock_caller();
 
+	/*
+	 * A first look, pinning nothing: a fence that is not current (it never
+	 * is again), or a holding this role may not pin, takes no lock, as a
+	 * pin would hold off reapers, takeovers and readers meanwhile.
+	 */
+	if (!fence_is_current(&res, fence, &row, &shared))
+		not_current(&res, fence);
+	if (row.exists)
+		dlock_check_may_pin(&row, &caller);
+
 	dlock_pin(&res);
 	current = fence_is_current(&res, fence, &row, &shared);
 	if (current && shared)
@@ -124,8 +145,6 @@ dlock_assert_fence(PG_FUNCTION_ARGS)
 	}
 	else if (current)
 	{
-		if (row.exists)			/* no mark for readers by another role */
-			dlock_check_may_pin(&row, &caller);
 		dlock_pin_exclusive(&res);
 		xpinned = true;
 		current = fence_is_current(&res, fence, &row, &shared);
@@ -135,11 +154,7 @@ dlock_assert_fence(PG_FUNCTION_ARGS)
 		if (xpinned)
 			dlock_unpin_exclusive(&res);
 		dlock_unpin(&res);
-		ereport(ERROR,
-				(errcode(ERRCODE_LOCK_NOT_AVAILABLE),
-				 errmsg("fence " INT64_FORMAT " is not the current holding of resource \"%s\"",
-						fence, text_to_cstring(res.name)),
-				 errdetail("The lease expired, was released or broken, or was taken over by a newer holder.")));
+		not_current(&res, fence);
 	}
 	if (row.exists)
 		dlock_check_may_pin(&row, &caller);

@@ -6,7 +6,8 @@
 # 53): any pin of the resource kept every new reader out, for as long as
 # it lasted; a reader's lock() in a transaction that already held the
 # resource raised 40P01; a shared holder's renew waited for other
-# readers' pins (and new pins queued behind it).
+# readers' pins (and new pins queued behind it); assert_fence of a stale
+# fence waited for a change in progress.
 # Promises: P5 P9
 
 use strict;
@@ -97,6 +98,16 @@ like($n->query_safe('SELECT 1'), qr/^t$/m, 'd: renewed');
 $p->query_safe('COMMIT');
 is(sql(q{SELECT count(*) FROM dlock.locks WHERE resource = 'd' AND count = 2 AND holder = 'x'}), '1',
 	'd: x holds it twice');
+
+# ---- 5. assert_fence of a fence that is not current answers at once:
+# it does not wait for a change in progress (nor pin anything meanwhile).
+$b->query_safe(q{BEGIN; SELECT dlock.try_lock('q', 'x', '1h')});    # a change, open
+my $q = $node->background_psql('postgres', on_error_stop => 0);
+$q->query("SET statement_timeout = '5s'; SELECT dlock.assert_fence('q', 12345)");
+like($q->{stderr}, qr/fence 12345 is not the current holding/,
+	'q: a stale fence is refused at once, during another\'s change (55P03, not 57014)');
+$q->quit;
+$b->query_safe('COMMIT');
 
 $_->quit for $p, $b, $n;
 $node->stop;
