@@ -219,14 +219,16 @@ func TestPoolOfOne(t *testing.T) {
 	app.SetConnMaxLifetime(5 * time.Millisecond)
 	r := unique("pool1")
 	ctx := within(t, 60*time.Second)
-	// 2 s (the lock's, the term's): a renewal every 667 ms; 1 s lost the
-	// lock once, and timed out a campaign's confirmation once, on a loaded
-	// machine (CI), each statement on a new connection.
-	l, err := dlock.Acquire(ctx, app, r, dlock.Lease(2*time.Second))
+	// 6 s (the lock's, the term's): a renewal every 2 s, each on a new
+	// connection. On a loaded machine (CI, a root on 17) making one took
+	// most of the 667 ms a 2 s lease leaves it (1 s and 2 s each lost the
+	// lock there once).
+	const lease = 6 * time.Second
+	l, err := dlock.Acquire(ctx, app, r, dlock.Lease(lease))
 	if err != nil {
 		t.Fatal(err)
 	}
-	for i := 0; i < 10; i++ { // 3 s: past the lease
+	for i := 0; i < 25; i++ { // 7.5 s: past the lease
 		tx, err := app.BeginTx(ctx, nil)
 		if err != nil {
 			t.Fatal(err)
@@ -245,7 +247,7 @@ func TestPoolOfOne(t *testing.T) {
 	if err := l.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
-	e, _ := dlock.NewElection(app, unique("pool1-election"), dlock.Lease(2*time.Second))
+	e, _ := dlock.NewElection(app, unique("pool1-election"), dlock.Lease(lease))
 	lead, err := e.Campaign(ctx, "v")
 	if err != nil {
 		t.Fatal(err)
@@ -255,7 +257,7 @@ func TestPoolOfOne(t *testing.T) {
 	if ld := <-ob.C; ld == nil || ld.Term != lead.Fence() {
 		t.Fatalf("observed %+v", ld)
 	}
-	time.Sleep(1500 * time.Millisecond)
+	time.Sleep(lease / 2) // past a renewal of the term
 	cancel()
 	if err := e.Resign(ctx); err != nil || lead.Err() != dlock.ErrReleased {
 		t.Fatalf("resign: %v, Err %v", err, lead.Err())
