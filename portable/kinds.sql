@@ -217,6 +217,18 @@ BEGIN
        AND NOT dlock._lapsed(r.session) THEN
         RETURN 'contended';
     END IF;
+    -- An upgrade passes over the holder's own live shared holding only
+    -- with its row locked, which a pin of it (assert_fence, FOR KEY SHARE)
+    -- makes busy: the pinner's fenced write is a reader's (as in C, where
+    -- CHANGE waits for PIN).
+    IF p_locked AND p_kind = 'exclusive' AND sh_mine THEN
+        PERFORM FROM dlock.shares s
+         WHERE s.resource = p_resource AND s.holder = p_holder AND s.owner = p_role
+           FOR UPDATE SKIP LOCKED;
+        IF NOT FOUND THEN
+            RETURN 'contended';
+        END IF;
+    END IF;
     IF p_locked AND sh_expired > 0 THEN
         SELECT count(*) INTO n FROM (SELECT s.session FROM dlock.shares s
                                       WHERE s.resource = p_resource AND dlock._exp(s.session, s.expires_at) <= v_now

@@ -4,7 +4,8 @@
 # 53, assert_fence of a shared holding locked that row FOR KEY SHARE too,
 # so any reader's pin kept every new reader out while it lasted (review
 # of 2026-11-30).  A pin of the exclusive holding still keeps readers out
-# until its transaction ends.
+# until its transaction ends, and a pin of a shared holding keeps its
+# holder's upgrade out.
 # Promises: P5 P9
 use strict;
 use warnings;
@@ -57,6 +58,21 @@ for my $s (@servers) {
     $bp->commit;
     ok(defined q1($alice, "SELECT dlock.try_lock('rp/x', 'A', '1h', shared => true)"),
        "$label: rp/x: the pin gone, the reader gets it");
+
+    # 3. A pin of a shared holding keeps its holder's upgrade out, as in
+    # C (review of stop 53: the upgrade passed once only the exclusive
+    # holding's pin locked the resource's row).
+    my $fs = q1($alice, "SELECT dlock.try_lock('rp/u', 'H', '1h', shared => true)");
+    $p->begin_work;
+    $p->do("SELECT dlock.assert_fence('rp/u', ?)", undef, $fs);
+    is($p->err, undef, "$label: rp/u: alice pins her shared holding");
+    ok(!defined q1($alice, "SELECT dlock.try_lock('rp/u', 'H', '1h')"),
+       "$label: rp/u: her upgrade to exclusive waits for the pin (try_lock NULL)");
+    ok(!defined q1($alice, "SELECT dlock.lock('rp/u', 'H', '1h', '300ms')"),
+       "$label: rp/u: ... lock() times out");
+    $p->commit;
+    ok(defined q1($alice, "SELECT dlock.try_lock('rp/u', 'H', '1h')"),
+       "$label: rp/u: the pin gone, the upgrade goes through");
 
     $_->disconnect for $bob, $alice, $p, $bp;
     $admin->disconnect;
