@@ -195,10 +195,11 @@ set_xpin_locktag(LOCKTAG *tag, uint64 hash)
 }
 
 /*
- * dlock_pin_exclusive: assert_fence of an exclusive holding (or permits)
- * marks it too, until the transaction ends: a reader, whose SHARE mode a
- * pin does not hold off, looks at this mark beside an ended exclusive
- * holding (dlock_exclusive_pinned).  Taken before a second look that
+ * dlock_pin_exclusive: assert_fence of an exclusive holding marks it
+ * too, until the transaction ends (shared holdings and permits are pinned
+ * by their share-row tag): a reader, whose SHARE mode a pin does not hold
+ * off, looks at this mark beside an ended exclusive holding
+ * (dlock_exclusive_pinned).  Taken before a second look that
  * finds the holding still live, so a reader that finds it ended later
  * sees the mark.  dlock_unpin_exclusive gives it back (nothing pinned).
  */
