@@ -75,7 +75,7 @@ BEGIN
     WHEN p_op = 7 THEN
       SELECT fence, mode || ' ' || resource || ' ' || owner || ' ' || holder || ' exp=' || expires_at::time
         INTO f, res FROM dlock.locks
-       WHERE resource IN (p_r, 's' || p_r) AND NOT expired AND (su OR owner = current_user::regrole)
+       WHERE resource IN (p_r, 's' || p_r) AND NOT expired AND (su OR owner = (SELECT r.oid FROM pg_roles r WHERE r.rolname = current_user)::regrole)
        ORDER BY random() LIMIT 1;
       IF f IS NOT NULL THEN
         BEGIN
