@@ -713,16 +713,23 @@ $$;
 COMMENT ON FUNCTION dlock.reap() IS
     'Remove every expired lease now and send its expired event; returns how many (call it in a transaction of its own, as pg_cron does)';
 
--- _pin_fresh: under REPEATABLE READ or SERIALIZABLE, 40001 if resource's
--- row has a version newer than the transaction's snapshot (a FOR SHARE
--- lock, which no update passes, taken in a subtransaction rolled back at
--- once; it waits for a change in flight, as a pin does).
-CREATE OR REPLACE FUNCTION dlock._pin_fresh(p_resource text)
+-- _pin_fresh: under REPEATABLE READ or SERIALIZABLE, 40001 if the pinned
+-- row (tbl 'leases': resource's; 'shares' or 'permits': fence's) has a
+-- version newer than the transaction's snapshot (a FOR SHARE lock, which
+-- no update passes, taken in a subtransaction rolled back at once; it
+-- waits for a change in flight, as a pin does).
+CREATE OR REPLACE FUNCTION dlock._pin_fresh(p_tbl text, p_resource text, p_fence bigint)
     RETURNS void LANGUAGE plpgsql VOLATILE
     SET search_path = pg_catalog, pg_temp AS $$
 BEGIN
     BEGIN
-        PERFORM FROM dlock.leases l WHERE l.resource = p_resource FOR SHARE;
+        IF p_tbl = 'leases' THEN
+            PERFORM FROM dlock.leases l WHERE l.resource = p_resource FOR SHARE;
+        ELSIF p_tbl = 'shares' THEN
+            PERFORM FROM dlock.shares s WHERE s.resource = p_resource AND s.fence = p_fence FOR SHARE;
+        ELSE
+            PERFORM FROM dlock.permits p WHERE p.resource = p_resource AND p.fence = p_fence FOR SHARE;
+        END IF;
         RAISE SQLSTATE 'DL007';
     EXCEPTION WHEN SQLSTATE 'DL007' THEN
         NULL;   -- the probe's lock is given back
@@ -761,7 +768,7 @@ BEGIN
             IF current_setting('transaction_isolation') IN ('read committed', 'read uncommitted') THEN
                 SELECT * INTO r FROM dlock.leases l WHERE l.resource = p_resource;
             ELSE
-                PERFORM dlock._pin_fresh(p_resource);
+                PERFORM dlock._pin_fresh('leases', p_resource, p_fence);
             END IF;
         END IF;
     END IF;

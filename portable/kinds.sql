@@ -763,28 +763,46 @@ END
 $$;
 
 -- _current_held: is fence a current shared holding or holding of permits
--- of resource?  Pins it (FOR KEY SHARE) when pin.
+-- of resource?  Pins it (FOR KEY SHARE) when pin.  As in _current, the
+-- pin lets a no-key update committed since the statement's snapshot pass
+-- (a renew to a shorter lease) and returns the version that snapshot saw,
+-- so a pinned row is looked at again: under READ COMMITTED its latest
+-- version; under REPEATABLE READ, a newer one is 40001 (_pin_fresh).
 CREATE OR REPLACE FUNCTION dlock._current_held(p_resource text, p_fence bigint, pin boolean,
                                                OUT is_current boolean, OUT owner oid)
     LANGUAGE plpgsql VOLATILE
     SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    tbl text;
 BEGIN
     IF pin THEN
-        SELECT s.owner INTO owner FROM dlock.shares s
+        PERFORM FROM dlock.shares s
          WHERE s.resource = p_resource AND s.fence = p_fence AND dlock._exp(s.session, s.expires_at) > clock_timestamp() FOR KEY SHARE;
-        IF NOT FOUND THEN
-            SELECT p.owner INTO owner FROM dlock.permits p
+        IF FOUND THEN
+            tbl := 'shares';
+        ELSE
+            PERFORM FROM dlock.permits p
              WHERE p.resource = p_resource AND p.fence = p_fence AND dlock._exp(p.session, p.expires_at) > clock_timestamp() FOR KEY SHARE;
+            tbl := CASE WHEN FOUND THEN 'permits' END;
         END IF;
-    ELSE
-        SELECT s.owner INTO owner FROM dlock.shares s
-         WHERE s.resource = p_resource AND s.fence = p_fence AND dlock._exp(s.session, s.expires_at) > clock_timestamp();
-        IF NOT FOUND THEN
-            SELECT p.owner INTO owner FROM dlock.permits p
-             WHERE p.resource = p_resource AND p.fence = p_fence AND dlock._exp(p.session, p.expires_at) > clock_timestamp();
+        IF tbl IS NULL THEN
+            is_current := false;
+            RETURN;
+        END IF;
+        IF current_setting('transaction_isolation') NOT IN ('read committed', 'read uncommitted') THEN
+            PERFORM dlock._pin_fresh(tbl, p_resource, p_fence);
         END IF;
     END IF;
-    is_current := FOUND;
+    IF tbl IS DISTINCT FROM 'permits' THEN
+        SELECT s.owner INTO owner FROM dlock.shares s
+         WHERE s.resource = p_resource AND s.fence = p_fence AND dlock._exp(s.session, s.expires_at) > clock_timestamp();
+        is_current := FOUND;
+    END IF;
+    IF NOT coalesce(is_current, false) AND tbl IS DISTINCT FROM 'shares' THEN
+        SELECT p.owner INTO owner FROM dlock.permits p
+         WHERE p.resource = p_resource AND p.fence = p_fence AND dlock._exp(p.session, p.expires_at) > clock_timestamp();
+        is_current := FOUND;
+    END IF;
 END
 $$;
 
