@@ -458,9 +458,7 @@ lease_attempt(const DlockResource *res, void *arg, int64 *fence,
 		*busy_until = Min(*busy_until, dlock_session_poll(a->session, st.now));
 		dlock_store_end();
 	}
-	if (v.reason == REFUSE_DELAYED)
-		return ATTEMPT_DELAYED;
-	return held_shared ? ATTEMPT_BUSY_SHARED : ATTEMPT_BUSY;
+	return held_shared ? ATTEMPT_BUSY_SHARED : dlock_attempt_refused(v.reason);
 }
 
 /* lease_leave: the wait is over: leave the queue (queue.c). */

@@ -22,6 +22,13 @@
 
 #include "utils/builtins.h"
 
+/*
+ * How often a reader held off by a pinned, ended exclusive holding looks
+ * again when its wait has a limit (wait.c waits for the pin itself when
+ * it has none).
+ */
+#define PIN_BUSY_MS 10
+
 /* refuse: a refusal, looking again at retry_at. */
 static DlockAdmission
 refuse(DlockReason reason, TimestampTz retry_at, bool queue)
@@ -137,6 +144,8 @@ admit_exclusive(const DlockRequest *req, const DlockResourceState *st)
  *	- the holder's own shared holding is re-entered;
  *	- the holder's own exclusive holding also takes shared (a downgrade);
  *	- a waiter in lock() not at the head of the in-server tickets waits;
+ *	- an ended exclusive holding that another transaction pins is busy
+ *	  until the pin is gone;
  *	- an exclusive holding not ended, or under lock-delay, is busy;
  *	- an exclusive request waiting in lock() keeps new shared holders out
  *	  (writers do not starve); so does a queue headed by another ticket;
@@ -163,6 +172,8 @@ admit_shared(const DlockRequest *req, const DlockResourceState *st)
 		return refuse(NEED_QUEUE, DT_NOEND, false);
 	if (req->in_server && !st->server_allows)
 		return refuse(REFUSE_NOT_TURN, st->server_until, queue);
+	if (st->pinned_end)
+		return refuse(REFUSE_PINNED, st->now + (TimestampTz) PIN_BUSY_MS * 1000, queue);
 	if (!dlock_lease_available(&st->row, st->now))
 		return refuse_unavailable(st, queue);
 	if (st->writer_waiting)
@@ -338,25 +349,19 @@ lapse(DlockRow *h, TimestampTz now)
 }
 
 /*
- * How long an exclusive holding that has ended stays busy to a reader
- * while a transaction pins the resource: the attempt looks again then.
- */
-#define PIN_BUSY_MS 10
-
-/*
  * pinned_end: a reader takes the resource's lock in SHARE mode, which a
  * pin (assert_fence, PIN mode) does not hold off, as it holds off a
  * takeover (CHANGE mode).  So an exclusive holding that has ended while
- * another transaction pins it stays busy to a reader a moment longer,
- * until that pin is gone: the pinned holder's fenced write must commit
- * before a reader holds the resource.  Only pins of the exclusive holding
- * count (dlock_exclusive_pinned), not readers' pins nor others' looks.
+ * another transaction pins it stays busy to a reader, its holder too,
+ * until that pin is gone (REFUSE_PINNED): the pinned holder's fenced
+ * write must commit before a reader holds the resource.  Only pins of the
+ * exclusive holding count (dlock_exclusive_pinned), not readers' pins nor
+ * others' looks.
  */
-static void
-pinned_end(const DlockResource *res, DlockRow *h, TimestampTz now)
+static bool
+pinned_end(const DlockResource *res, const DlockRow *h, TimestampTz now)
 {
-	if (h->held && h->expires_at <= now && dlock_exclusive_pinned(res))
-		h->expires_at = now + (TimestampTz) PIN_BUSY_MS * 1000;
+	return h->held && h->expires_at <= now && dlock_exclusive_pinned(res);
 }
 
 /*
@@ -386,7 +391,7 @@ dlock_admit_read(const DlockResource *res, const DlockRequest *req,
 		foreach(lc, st->shares)
 			lapse(lfirst(lc), st->now);
 		if (req->kind == DLOCK_KIND_SHARED)
-			pinned_end(res, &st->row, st->now);
+			st->pinned_end = pinned_end(res, &st->row, st->now);
 	}
 	if (req->holder != NULL)
 		st->holding = dlock_holding_verdict(&st->row, req->holder, req->caller,

@@ -133,6 +133,7 @@ extern void dlock_pin_exclusive(const DlockResource *res);
 extern void dlock_unpin_exclusive(const DlockResource *res);
 extern bool dlock_exclusive_pinned(const DlockResource *res);
 extern void dlock_wait_for_pins(const DlockResource *res);
+extern void dlock_wait_for_exclusive_pins(const DlockResource *res);
 extern bool dlock_resource_held(const DlockResource *res, bool *only_share);
 extern bool dlock_share_row_lock(const DlockResource *res, text *holder,
 								 Oid owner, DlockLockMode mode, bool wait);
@@ -470,6 +471,8 @@ typedef struct DlockResourceState
 	bool		contended;		/* another transaction has the resource's lock */
 	bool		queues;			/* the 0.2 SQL: fair queues and lock-delay */
 	bool		own_xact_lock;	/* this transaction holds a transaction-scoped lock */
+	bool		pinned_end;		/* shared request: the holding has ended, and
+								 * another transaction pins it (admit.c) */
 	DlockRow	row;			/* the holding (available_at: with know_queue) */
 	DlockVerdict holding;		/* what it is to the request (holding.c) */
 	/* The shared holdings (0.4 SQL), read with the holding. */
@@ -507,6 +510,8 @@ typedef enum DlockReason
 	REFUSE_OWN_XACT_LOCK,		/* this transaction's transaction-scoped lock */
 	REFUSE_HELD,				/* another holder's unexpired holding */
 	REFUSE_DELAYED,				/* free, but under lock-delay */
+	REFUSE_PINNED,				/* shared: an ended exclusive holding that
+								 * another transaction pins */
 	REFUSE_NOT_TURN,			/* free, but another ticket heads the queue,
 								 * or (shared) a writer waits */
 	REFUSE_SHARED,				/* exclusive: other holders share it */
@@ -559,6 +564,9 @@ typedef enum DlockAttempt
 								 * other holders' shared holdings that this
 								 * transaction did not touch: it may wait
 								 * while it holds the lock in SHARE mode */
+	ATTEMPT_BUSY_PINNED,		/* ... a shared request held off by another
+								 * transaction's pin of an ended exclusive
+								 * holding: wait for the pin */
 	ATTEMPT_DELAYED,			/* free, but under lock-delay until *busy_until */
 	ATTEMPT_CONTENDED,			/* another transaction has the resource's lock:
 								 * wait for it in CHANGE mode */
@@ -574,6 +582,7 @@ typedef void (*DlockLeaveFn) (const DlockResource *res, void *arg,
 							 bool acquired);
 
 /* wait.c: the wait loop */
+extern DlockAttempt dlock_attempt_refused(DlockReason reason);
 extern int64 dlock_wait_loop(const DlockResource *res, text *holder,
 							 int64 wait_ms, DlockAttemptFn attempt,
 							 DlockLeaveFn leave, void *arg);

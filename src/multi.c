@@ -342,7 +342,7 @@ multi_attempt(const DlockResource *res, void *arg, int64 *fence,
 		 * as for one lock.
 		 */
 		dlock_admit_raise(way, &req, &m->states[i], v);
-		return v.reason == REFUSE_DELAYED ? ATTEMPT_DELAYED : ATTEMPT_BUSY;
+		return dlock_attempt_refused(v.reason);
 	}
 	write_all(m, verdicts);
 	dlock_store_end();

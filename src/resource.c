@@ -240,6 +240,24 @@ dlock_exclusive_pinned(const DlockResource *res)
 }
 
 /*
+ * dlock_wait_for_exclusive_pins: wait, in the lock manager, until the pins
+ * of res's exclusive holding that other transactions hold now are gone
+ * (the mark in RowExclusiveLock, given back at once): a reader's wait
+ * behind an ended exclusive holding, where the deadlock detector sees a
+ * cycle through the pinner.  New pins of that holding queue behind it;
+ * assert_fence refuses an ended holding before it pins anything.
+ */
+void
+dlock_wait_for_exclusive_pins(const DlockResource *res)
+{
+	LOCKTAG		tag;
+
+	set_xpin_locktag(&tag, res->hash);
+	(void) LockAcquire(&tag, RowExclusiveLock, false, false);
+	LockRelease(&tag, RowExclusiveLock, false);
+}
+
+/*
  * dlock_wait_for_pins: wait, in the lock manager, until the pins of res
  * that other transactions hold now are gone: an ExclusiveLock on the pin
  * marker, given back at once.  The wait is on the marker, not on the

@@ -135,6 +135,21 @@ contended_mode(DlockAttempt result)
 }
 
 /*
+ * dlock_attempt_refused: what a refused attempt tells the wait loop (for
+ * the attempts of acquire.c, multi.c, xactlock.c): under lock-delay, held
+ * off by a pin of an ended exclusive holding, or busy.
+ */
+DlockAttempt
+dlock_attempt_refused(DlockReason reason)
+{
+	if (reason == REFUSE_DELAYED)
+		return ATTEMPT_DELAYED;
+	if (reason == REFUSE_PINNED)
+		return ATTEMPT_BUSY_PINNED;
+	return ATTEMPT_BUSY;
+}
+
+/*
  * What one wait (dlock_wait_loop) carries from one attempt to the next.
  */
 typedef struct WaitState
@@ -308,6 +323,16 @@ dlock_wait_loop(const DlockResource *res, text *holder, int64 wait_ms,
 			result == ATTEMPT_CONTENDED_POLL)
 		{
 			wait_contended(&w, wait_ms, result, now);
+			continue;
+		}
+		if (result == ATTEMPT_BUSY_PINNED && wait_ms < 0 && w.lock_limit == DT_NOEND)
+		{
+			/*
+			 * No limit: wait for the pins in the lock manager, where a cycle
+			 * through a pinner is a deadlock it finds, and look again.  With
+			 * a limit, poll (busy_until is near).
+			 */
+			dlock_wait_for_exclusive_pins(res);
 			continue;
 		}
 		w.backoff_ms = 1;

@@ -48,7 +48,7 @@ xact_attempt(const DlockResource *res, void *arg, int64 *fence,
 		dlock_resource_unlock(res, DLOCK_CHANGE);
 		dlock_admit_raise(res, &req, &st, v);
 		*busy_until = v.retry_at;
-		return v.reason == REFUSE_DELAYED ? ATTEMPT_DELAYED : ATTEMPT_BUSY;
+		return dlock_attempt_refused(v.reason);
 	}
 	if (st.row.held)
 		dlock_count(DLOCK_STAT_EXPIRED);	/* takes over an expired lease */

@@ -7,7 +7,9 @@
 # it lasted; a reader's lock() in a transaction that already held the
 # resource raised 40P01; a shared holder's renew waited for other
 # readers' pins (and new pins queued behind it); assert_fence of a stale
-# fence waited for a change in progress.
+# fence waited for a change in progress.  Stop 54: a reader's wait behind
+# a pin of an ended exclusive holding is a lock-manager wait (6, 8), and
+# that holding's holder is no reader while it is pinned (7).
 # Promises: P5 P9
 
 use strict;
@@ -109,6 +111,71 @@ like($q->{stderr}, qr/fence 12345 is not the current holding/,
 $q->quit;
 $b->query_safe('COMMIT');
 
-$_->quit for $p, $b, $n;
+# waiting_in_lock: is a statement like pattern waiting in the lock
+# manager (not polling)?  Looked at for up to 10 s.
+sub waiting_in_lock
+{
+	my ($like) = @_;
+	for (1 .. 100)
+	{
+		return 1 if sql(qq{SELECT count(*) FROM pg_stat_activity
+			WHERE wait_event_type = 'Lock' AND query LIKE '$like'}) > 0;
+		select(undef, undef, undef, 0.1);
+	}
+	return 0;
+}
+
+# ---- 6. A reader's lock() without a limit waits for a pin of the ended
+# exclusive holding in the lock manager: a cycle through the pinner is a
+# deadlock PostgreSQL finds (40P01), not a wait until statement_timeout.
+# Until stop 54 the reader polled, out of the deadlock detector's sight.
+sql(q{CREATE TABLE t6 (id int PRIMARY KEY, v int); INSERT INTO t6 VALUES (1, 0)});
+my $f6 = sql(q{SELECT dlock.try_lock('k', 'x', '1s')});
+my $p6 = $node->background_psql('postgres', on_error_stop => 0);
+$p6->query_safe("SET deadlock_timeout = '100ms'; BEGIN; SELECT dlock.assert_fence('k', $f6)");
+ok($node->poll_query_until('postgres', q{SELECT expired FROM dlock.locks WHERE resource = 'k'}),
+	'k: the pinned exclusive holding runs out');
+my $r6 = $node->background_psql('postgres', on_error_stop => 0);
+# The pinner looks for deadlocks first: it is the one to raise 40P01.
+$r6->query_safe(q{SET statement_timeout = '20s'; SET deadlock_timeout = '10s'; BEGIN; UPDATE t6 SET v = 1 WHERE id = 1});
+$r6->query_until(qr/reading/, "\\echo reading\nSELECT dlock.lock('k', 'r', '1h', shared => true) IS NOT NULL AS got;\n");
+ok(waiting_in_lock(q{%lock(''k''%}), 'k: the reader waits for the pin in the lock manager');
+$p6->query('UPDATE t6 SET v = 2 WHERE id = 1');
+like($p6->{stderr}, qr/deadlock detected/, 'k: the pinner waiting for the reader is a deadlock found (40P01)');
+like($r6->query('SELECT 1'), qr/^t$/m, 'k: the pin gone with it, the reader gets the resource');
+unlike($r6->{stderr}, qr/timeout|canceling/, 'k: nobody waited until statement_timeout');
+$r6->query('COMMIT');
+$p6->query('ROLLBACK');
+
+# ---- 7. The holder of the ended exclusive holding is no reader either
+# while another transaction pins it.  Until stop 54 it was let in (as a
+# downgrade of a holding it no longer had); the portable edition refused.
+my $f7 = sql(q{SELECT dlock.try_lock('h', 'H', '1s')});
+$p->query_safe("BEGIN; SELECT dlock.assert_fence('h', $f7)");
+ok($node->poll_query_until('postgres', q{SELECT expired FROM dlock.locks WHERE resource = 'h'}),
+	'h: the pinned exclusive holding runs out');
+is(sql(q{SELECT dlock.try_lock('h', 'H', '1h', shared => true)}), '',
+	'h: its holder cannot read while another transaction pins it');
+$p->query_safe('COMMIT');
+isnt(sql(q{SELECT dlock.try_lock('h', 'H', '1h', shared => true)}), '',
+	'h: the pin gone, its holder reads');
+
+# ---- 8. Two transactions pin the ended exclusive holding: a reader's
+# lock() in one of them waits for the other's pin.  Until stop 54 it raised
+# 40P01 at once (a wait for itself, it judged).
+my $f8 = sql(q{SELECT dlock.try_lock('w', 'x', '1s')});
+$p->query_safe("BEGIN; SELECT dlock.assert_fence('w', $f8)");
+$b->query_safe("BEGIN; SELECT dlock.assert_fence('w', $f8)");
+ok($node->poll_query_until('postgres', q{SELECT expired FROM dlock.locks WHERE resource = 'w'}),
+	'w: the twice pinned exclusive holding runs out');
+$b->{stderr} = '';
+$b->query_until(qr/reading/, "\\echo reading\nSELECT dlock.lock('w', 'b', '1h', shared => true) IS NOT NULL AS got;\n");
+ok(waiting_in_lock(q{%lock(''w''%}), 'w: a reader in one pinner waits for the other pin');
+$p->query_safe('COMMIT');
+like($b->query('SELECT 1'), qr/^t$/m, 'w: once the other pin is gone, it reads');
+unlike($b->{stderr}, qr/deadlock/, 'w: no 40P01');
+$b->query('COMMIT');
+
+$_->quit for $p, $b, $n, $p6, $r6;
 $node->stop;
 done_testing();
