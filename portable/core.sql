@@ -439,6 +439,11 @@ BEGIN
                 fair_mark := pg_try_advisory_lock_shared(k, 0);
                 CONTINUE WHEN fair_mark;    -- with its place, it may be its turn
             END IF;
+            -- A reader behind an ended exclusive holding whose row another
+            -- transaction has locked (a pin) waits for that row in the lock
+            -- manager when the wait has no limit: a cycle through the
+            -- pinner is a deadlock PostgreSQL finds (C: wait.c).
+            CONTINUE WHEN p_kind = 'shared' AND deadline IS NULL AND dlock._wait_ended_row(p_resource);
             PERFORM pg_sleep(extract(epoch FROM least(pause, coalesce(left_, pause))));
             pause := least(pause * 2, poll);
         END LOOP;
@@ -734,6 +739,39 @@ BEGIN
     EXCEPTION WHEN SQLSTATE 'DL007' THEN
         NULL;   -- the probe's lock is given back
     END;
+END
+$$;
+
+-- _wait_ended_row: if resource's exclusive holding has ended and another
+-- transaction has its row locked, wait for that lock (FOR UPDATE in a
+-- subtransaction rolled back at once) and return true; else false at
+-- once.  Not under lock_timeout: the probe would end the wait with 55P03,
+-- which the poll does not.
+CREATE OR REPLACE FUNCTION dlock._wait_ended_row(p_resource text)
+    RETURNS boolean LANGUAGE plpgsql VOLATILE
+    SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    IF current_setting('lock_timeout') <> '0'
+       OR NOT EXISTS (SELECT FROM dlock.leases l
+                       WHERE l.resource = p_resource AND l.holder IS NOT NULL
+                         AND dlock._exp(l.session, l.expires_at) <= clock_timestamp()) THEN
+        RETURN false;
+    END IF;
+    BEGIN
+        PERFORM FROM dlock.leases l WHERE l.resource = p_resource FOR UPDATE NOWAIT;
+        RAISE SQLSTATE 'DL007';
+    EXCEPTION WHEN SQLSTATE 'DL007' THEN
+        RETURN false;   -- nobody has it locked: the probe's lock is given back
+    WHEN lock_not_available THEN
+        NULL;
+    END;
+    BEGIN
+        PERFORM FROM dlock.leases l WHERE l.resource = p_resource FOR UPDATE;
+        RAISE SQLSTATE 'DL007';
+    EXCEPTION WHEN SQLSTATE 'DL007' THEN
+        NULL;
+    END;
+    RETURN true;
 END
 $$;
 

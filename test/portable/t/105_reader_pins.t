@@ -5,7 +5,11 @@
 # so any reader's pin kept every new reader out while it lasted (review
 # of 2026-11-30).  A pin of the exclusive holding still keeps readers out
 # until its transaction ends, and a pin of a shared holding keeps its
-# holder's upgrade out.
+# holder's upgrade out.  A reader's lock() without a limit waits for that
+# pin in the lock manager: until stop 54 it polled, and a cycle through
+# the pinner lasted until statement_timeout (4).  The holding's own holder
+# is no reader while it is pinned (5), and a reader in a transaction that
+# pins it too waits for the other pin (6), as in C (071_reader_pins).
 # Promises: P5 P9
 use strict;
 use warnings;
@@ -14,6 +18,7 @@ use Time::HiRes qw(sleep);
 use File::Basename ();
 use lib File::Basename::dirname(__FILE__) . '/..';
 use PortableTest;
+use DBD::Pg qw(:async);
 
 my @servers = PortableTest::servers();
 plan skip_all => 'no PostgreSQL server binaries' unless @servers;
@@ -74,7 +79,68 @@ for my $s (@servers) {
     ok(defined q1($alice, "SELECT dlock.try_lock('rp/u', 'H', '1h')"),
        "$label: rp/u: the pin gone, the upgrade goes through");
 
-    $_->disconnect for $bob, $alice, $p, $bp;
+    # 4. A reader's lock() without a limit behind a pin of the ended
+    # exclusive holding: a cycle through the pinner (it waits for a row
+    # the reader's transaction updated) is a deadlock PostgreSQL finds.
+    my $app = conn('admin');
+    $app->do("CREATE TABLE IF NOT EXISTS public.t4 (id int PRIMARY KEY, v int)");
+    $app->do("INSERT INTO public.t4 VALUES (1, 0) ON CONFLICT DO NOTHING");
+    my $fk = q1($bob, "SELECT dlock.try_lock('rp/k', 'x', '1s')");
+    my $pk = conn('admin');
+    $pk->do("SET deadlock_timeout = '100ms'");
+    $pk->begin_work;
+    $pk->do("SELECT dlock.assert_fence('rp/k', ?)", undef, $fk);
+    is($pk->err, undef, "$label: rp/k: the pinner pins bob's exclusive holding");
+    sleep 1.3;
+    my $rk = conn('admin');
+    $rk->do("SET statement_timeout = '20s'");
+    $rk->do("SET deadlock_timeout = '10s'");
+    $rk->begin_work;
+    $rk->do("UPDATE public.t4 SET v = 1 WHERE id = 1");
+    my $sk = $rk->prepare("SELECT dlock.lock('rp/k', 'r', '1h', shared => true)", { pg_async => PG_ASYNC });
+    $sk->execute;
+    sleep 0.5;
+    ok(!$rk->pg_ready, "$label: rp/k: the reader waits");
+    $pk->do("UPDATE public.t4 SET v = 2 WHERE id = 1");
+    is($pk->err ? $pk->state : 'no error', '40P01', "$label: rp/k: the pinner waiting for the reader: 40P01");
+    $pk->rollback;
+    ok(wait_ready($rk, 20), "$label: rp/k: the reader answers");
+    $rk->pg_result;
+    is($rk->err ? $rk->state : 'no error', 'no error', "$label: rp/k: and gets the resource, no timeout");
+    $rk->rollback;
+    $sk->finish;
+
+    # 5. Its own holder is no reader while another transaction pins it.
+    my $fh = q1($bob, "SELECT dlock.try_lock('rp/h', 'H', '1s')");
+    $bp->begin_work;
+    $bp->do("SELECT dlock.assert_fence('rp/h', ?)", undef, $fh);
+    sleep 1.3;
+    ok(!defined q1($bob, "SELECT dlock.try_lock('rp/h', 'H', '1h', shared => true)"),
+       "$label: rp/h: its holder cannot read while another transaction pins it");
+    $bp->commit;
+    ok(defined q1($bob, "SELECT dlock.try_lock('rp/h', 'H', '1h', shared => true)"),
+       "$label: rp/h: the pin gone, its holder reads");
+
+    # 6. Two transactions pin the ended exclusive holding: a reader's
+    # lock() in one waits for the other's pin, then reads.
+    my $fw = q1($bob, "SELECT dlock.try_lock('rp/w', 'x', '1s')");
+    my $bq = conn('bob');
+    $bq->do("SET statement_timeout = '20s'");
+    $_->begin_work for $bp, $bq;
+    $_->do("SELECT dlock.assert_fence('rp/w', ?)", undef, $fw) for $bp, $bq;
+    sleep 1.3;
+    my $sw = $bq->prepare("SELECT dlock.lock('rp/w', 'b', '1h', shared => true)", { pg_async => PG_ASYNC });
+    $sw->execute;
+    sleep 0.5;
+    ok(!$bq->pg_ready, "$label: rp/w: a reader in one pinner waits for the other pin");
+    $bp->commit;
+    ok(wait_ready($bq, 20), "$label: rp/w: it answers once the other pin is gone");
+    $bq->pg_result;
+    is($bq->err ? $bq->state : 'no error', 'no error', "$label: rp/w: and reads (no 40P01)");
+    $bq->commit;
+    $sw->finish;
+
+    $_->disconnect for $bob, $alice, $p, $bp, $app, $pk, $rk, $bq;
     $admin->disconnect;
     stop_server($s->[1], $dir);
 }
