@@ -439,11 +439,11 @@ BEGIN
                 fair_mark := pg_try_advisory_lock_shared(k, 0);
                 CONTINUE WHEN fair_mark;    -- with its place, it may be its turn
             END IF;
-            -- A reader behind an ended exclusive holding whose row another
-            -- transaction has locked (a pin) waits for that row in the lock
-            -- manager when the wait has no limit: a cycle through the
-            -- pinner is a deadlock PostgreSQL finds (C: wait.c).
-            CONTINUE WHEN p_kind = 'shared' AND deadline IS NULL AND dlock._wait_ended_row(p_resource);
+            -- Behind an ended exclusive holding whose row another
+            -- transaction has locked (a pin), a wait without a limit waits
+            -- for that row in the lock manager: a cycle through the pinner
+            -- is a deadlock PostgreSQL finds (C: wait.c).
+            CONTINUE WHEN deadline IS NULL AND dlock._wait_ended_row(p_resource);
             PERFORM pg_sleep(extract(epoch FROM least(pause, coalesce(left_, pause))));
             pause := least(pause * 2, poll);
         END LOOP;
@@ -743,13 +743,17 @@ END
 $$;
 
 -- _wait_ended_row: if resource's exclusive holding has ended and another
--- transaction has its row locked, wait for that lock (FOR UPDATE in a
--- subtransaction rolled back at once) and return true; else false at
--- once.  Not under lock_timeout: the probe would end the wait with 55P03,
--- which the poll does not.
+-- transaction has its row locked (a pin, most likely), wait for that lock
+-- (FOR UPDATE in a subtransaction rolled back at once).  true if that
+-- wait lasted 1 ms or more (look again at once), else false (sleep as
+-- usual: a moment's lock, such as another waiter's probe, never makes a
+-- loop that does not sleep).  Not under lock_timeout: the probe would end
+-- the wait with 55P03, which the poll does not.
 CREATE OR REPLACE FUNCTION dlock._wait_ended_row(p_resource text)
     RETURNS boolean LANGUAGE plpgsql VOLATILE
     SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    t0 timestamptz;
 BEGIN
     IF current_setting('lock_timeout') <> '0'
        OR NOT EXISTS (SELECT FROM dlock.leases l
@@ -765,13 +769,14 @@ BEGIN
     WHEN lock_not_available THEN
         NULL;
     END;
+    t0 := clock_timestamp();
     BEGIN
         PERFORM FROM dlock.leases l WHERE l.resource = p_resource FOR UPDATE;
         RAISE SQLSTATE 'DL007';
     EXCEPTION WHEN SQLSTATE 'DL007' THEN
         NULL;
     END;
-    RETURN true;
+    RETURN clock_timestamp() - t0 >= interval '1 millisecond';
 END
 $$;
 

@@ -1050,6 +1050,7 @@ DECLARE
     poll interval;
     left_ interval;
     fences bigint[];
+    waited boolean;
 BEGIN
     -- [sessions]: the session's holder and ttl (sessions.sql); first, since
     -- holder may be NULL with a session.
@@ -1079,6 +1080,17 @@ BEGIN
             END IF;
         END IF;
         PERFORM dlock._may_poll('dlock.lock_all()');
+        -- As lock() (_wait_loop): without a limit, wait in the lock
+        -- manager for the row of an ended exclusive holding in the way
+        -- that another transaction has locked (a pin).
+        waited := false;
+        IF deadline IS NULL THEN
+            FOR i IN 1 .. cardinality(resources) LOOP
+                waited := dlock._wait_ended_row(resources[i]);
+                EXIT WHEN waited;
+            END LOOP;
+        END IF;
+        CONTINUE WHEN waited;
         PERFORM pg_sleep(extract(epoch FROM least(pause, coalesce(left_, pause))));
         pause := least(pause * 2, poll);
     END LOOP;

@@ -135,6 +135,7 @@ BEGIN
             END IF;
         END IF;
         PERFORM dlock._may_poll('dlock.xact_lock()');
+        CONTINUE WHEN deadline IS NULL AND dlock._wait_ended_row(resource);   -- as lock() (_wait_loop)
         PERFORM pg_sleep(extract(epoch FROM least(pause, coalesce(left_, pause))));
         pause := least(pause * 2, poll);
     END LOOP;

@@ -9,7 +9,8 @@
 # readers' pins (and new pins queued behind it); assert_fence of a stale
 # fence waited for a change in progress.  Stop 54: a reader's wait behind
 # a pin of an ended exclusive holding is a lock-manager wait (6, 8), and
-# that holding's holder is no reader while it is pinned (7).
+# that holding's holder is no reader while it is pinned (7); lock_all
+# too (9).
 # Promises: P5 P9
 
 use strict;
@@ -175,6 +176,40 @@ $p->query_safe('COMMIT');
 like($b->query('SELECT 1'), qr/^t$/m, 'w: once the other pin is gone, it reads');
 unlike($b->{stderr}, qr/deadlock/, 'w: no 40P01');
 $b->query('COMMIT');
+
+# ---- 9. lock_all of readers waits for such a pin in the lock manager too.
+my $f9 = sql(q{SELECT dlock.try_lock('l2', 'x', '1s')});
+$p->query_safe("BEGIN; SELECT dlock.assert_fence('l2', $f9)");
+ok($node->poll_query_until('postgres', q{SELECT expired FROM dlock.locks WHERE resource = 'l2'}),
+	'l2: the pinned exclusive holding runs out');
+$b->{stderr} = '';
+$b->query_until(qr/reading/,
+	"\\echo reading\nSELECT dlock.lock_all(ARRAY['l1', 'l2'], 'b', '1h', shared => true) IS NOT NULL AS got;\n");
+ok(waiting_in_lock(q{%lock_all(ARRAY[''l1''%}), 'l2: lock_all waits for the pin in the lock manager');
+$p->query_safe('COMMIT');
+like($b->query('SELECT 1'), qr/^t$/m, 'l2: once the pin is gone, lock_all reads both');
+
+# ---- 10. A writer's lock() and xact_lock() behind such a pin: the cycle
+# is found too (as the portable edition's 105_reader_pins checks).
+for my $call ('lock', 'xact_lock')
+{
+	my $r = "e/$call";
+	my $fe = sql(qq{SELECT dlock.try_lock('$r', 'x', '1s')});
+	$p6->{stderr} = '';
+	$p6->query_safe("BEGIN; SELECT dlock.assert_fence('$r', $fe)");
+	ok($node->poll_query_until('postgres', qq{SELECT expired FROM dlock.locks WHERE resource = '$r'}),
+		"$r: the pinned exclusive holding runs out");
+	$r6->{stderr} = '';
+	$r6->query_safe(q{BEGIN; UPDATE t6 SET v = 5 WHERE id = 1});
+	my $q = $call eq 'lock' ? qq{dlock.lock('$r', 'w', '1h')} : qq{dlock.xact_lock('$r')};
+	$r6->query_until(qr/taking/, "\\echo taking\nSELECT $q IS NOT NULL AS got;\n");
+	ok(waiting_in_lock("%$call(''$r''%"), "$r: $call waits in the lock manager");
+	$p6->query('UPDATE t6 SET v = 6 WHERE id = 1');
+	like($p6->{stderr}, qr/deadlock detected/, "$r: the pinner waiting for it: 40P01");
+	like($r6->query('SELECT 1'), qr/^t$/m, "$r: $call gets it");
+	$r6->query('ROLLBACK');
+	$p6->query('ROLLBACK');
+}
 
 $_->quit for $p, $b, $n, $p6, $r6;
 $node->stop;

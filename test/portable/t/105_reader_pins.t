@@ -9,7 +9,8 @@
 # pin in the lock manager: until stop 54 it polled, and a cycle through
 # the pinner lasted until statement_timeout (4).  The holding's own holder
 # is no reader while it is pinned (5), and a reader in a transaction that
-# pins it too waits for the other pin (6), as in C (071_reader_pins).
+# pins it too waits for the other pin (6), as in C (071_reader_pins);
+# lock_all too (7), and a writer's lock() and xact_lock() (8).
 # Promises: P5 P9
 use strict;
 use warnings;
@@ -139,6 +140,53 @@ for my $s (@servers) {
     is($bq->err ? $bq->state : 'no error', 'no error', "$label: rp/w: and reads (no 40P01)");
     $bq->commit;
     $sw->finish;
+
+    # 7. lock_all of readers: the same cycle through a pin is found.
+    my $fl = q1($bob, "SELECT dlock.try_lock('rp/l2', 'x', '1s')");
+    $pk->begin_work;
+    $pk->do("SELECT dlock.assert_fence('rp/l2', ?)", undef, $fl);
+    sleep 1.3;
+    $rk->begin_work;
+    $rk->do("UPDATE public.t4 SET v = 3 WHERE id = 1");
+    my $sl = $rk->prepare("SELECT dlock.lock_all(ARRAY['rp/l1', 'rp/l2'], 'r', '1h', shared => true)",
+                          { pg_async => PG_ASYNC });
+    $sl->execute;
+    sleep 0.5;
+    ok(!$rk->pg_ready, "$label: rp/l2: lock_all waits");
+    $pk->do("UPDATE public.t4 SET v = 4 WHERE id = 1");
+    is($pk->err ? $pk->state : 'no error', '40P01', "$label: rp/l2: the pinner waiting for it: 40P01");
+    $pk->rollback;
+    ok(wait_ready($rk, 20), "$label: rp/l2: lock_all answers");
+    $rk->pg_result;
+    is($rk->err ? $rk->state : 'no error', 'no error', "$label: rp/l2: and gets both, no timeout");
+    $rk->rollback;
+    $sl->finish;
+
+    # 8. A writer's lock() and xact_lock() behind the same pin: the cycle
+    # is found too (the C extension waits for pins in the lock manager).
+    for my $call (["lock", "SELECT dlock.lock('rp/e/lock', 'w', '1h')"],
+                  ["xact_lock", "SELECT dlock.xact_lock('rp/e/xact_lock')"]) {
+        my ($what, $sql) = @$call;
+        my $r = "rp/e/$what";
+        my $fe = q1($bob, "SELECT dlock.try_lock(?, 'x', '1s')", $r);
+        $pk->begin_work;
+        $pk->do("SELECT dlock.assert_fence(?, ?)", undef, $r, $fe);
+        sleep 1.3;
+        $rk->begin_work;
+        $rk->do("UPDATE public.t4 SET v = 5 WHERE id = 1");
+        my $se = $rk->prepare($sql, { pg_async => PG_ASYNC });
+        $se->execute;
+        sleep 0.5;
+        ok(!$rk->pg_ready, "$label: $r: $what waits");
+        $pk->do("UPDATE public.t4 SET v = 6 WHERE id = 1");
+        is($pk->err ? $pk->state : 'no error', '40P01', "$label: $r: the pinner waiting for it: 40P01");
+        $pk->rollback;
+        ok(wait_ready($rk, 20), "$label: $r: $what answers");
+        $rk->pg_result;
+        is($rk->err ? $rk->state : 'no error', 'no error', "$label: $r: and gets it, no timeout");
+        $rk->rollback;
+        $se->finish;
+    }
 
     $_->disconnect for $bob, $alice, $p, $bp, $app, $pk, $rk, $bq;
     $admin->disconnect;
