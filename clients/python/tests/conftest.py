@@ -9,12 +9,16 @@ skipped with that reason on the portable edition; the ``portable``
 fixture says which edition a test runs against.
 
 ``pause_idle(admin, pid)`` (the fixture of that name): SIGSTOP a backend,
-only while it waits for its client."""
+only while it waits for its client.  ``loss_clock(event)``: the time a
+loss is signalled, taken as it happens (see _loss_clock)."""
 
+import asyncio
 import concurrent.futures
 import contextlib
+import datetime
 import os
 import signal
+import threading
 import time
 import uuid
 
@@ -116,3 +120,46 @@ def pause_idle():
     """The function pause_idle(admin, pid): SIGSTOP backend PID, left
     stopped only while it waits for its client (see _pause_idle)."""
     return _pause_idle
+
+
+def _loss_clock(event):
+    """Start timing a loss: event (a lock's or election's ``lost``, a
+    threading.Event or an asyncio.Event) is waited on by a thread, or a
+    task in the running loop, which notes the wall clock (UTC: the server
+    runs on this machine) the moment it is set.  Returns a function that
+    gives that time, waiting up to 30 s for it.  A query made after the
+    loss (clock_timestamp()) answers late on a loaded machine, and a late
+    time could only fail a test that should pass."""
+    got = []
+    done = threading.Event()
+
+    def note():
+        got.append(datetime.datetime.now(datetime.timezone.utc))
+        done.set()
+
+    if isinstance(event, asyncio.Event):
+        async def watch():
+            await event.wait()
+            note()
+        task = asyncio.get_running_loop().create_task(watch())
+
+        async def when():
+            await asyncio.wait_for(asyncio.shield(task), 30)
+            return got[0]
+        return when
+
+    def watch():
+        event.wait()
+        note()
+    threading.Thread(target=watch, daemon=True).start()
+
+    def when():
+        assert done.wait(30), "the loss was never signalled"
+        return got[0]
+    return when
+
+
+@pytest.fixture
+def loss_clock():
+    """The function loss_clock(event): see _loss_clock."""
+    return _loss_clock

@@ -122,7 +122,7 @@ def test_aio_election_two_candidates(dsn, name):
     assert seen[-1] is None
 
 
-def test_aio_renewal_blocked_lost_before_server_expiry(dsn, admin, name, pause_idle):
+def test_aio_renewal_blocked_lost_before_server_expiry(dsn, admin, name, pause_idle, loss_clock):
     import os
     import signal
     import uuid
@@ -135,13 +135,15 @@ def test_aio_renewal_blocked_lost_before_server_expiry(dsn, admin, name, pause_i
                             (app,)).fetchone()[0]
         before = admin.execute("SELECT expires_at FROM dlock.locks WHERE resource = %s",
                                (name,)).fetchone()[0]
+        lost_at = loss_clock(lock.lost)
         pause_idle(admin, pid)
         try:
             await asyncio.wait_for(lock.lost.wait(), 10)
-            lost_at, expires = admin.execute(
-                "SELECT clock_timestamp(), (SELECT expires_at FROM dlock.locks"
-                " WHERE resource = %s)", (name,)).fetchone()
-            assert lost_at < (expires or before)
+            lost_at = await lost_at()
+            expires = admin.execute("SELECT expires_at FROM dlock.locks WHERE resource = %s",
+                                    (name,)).fetchone()
+            expires = expires[0] if expires else None
+            assert lost_at < (expires or before), f"lost at {lost_at}, lease ended {expires or before}"
         finally:
             os.kill(pid, signal.SIGCONT)
         with pytest.raises(dlock.LockLost):

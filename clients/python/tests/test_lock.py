@@ -118,7 +118,7 @@ def test_break_lock_sets_lost_runs_on_lost_raises(dsn, admin, name):
     assert lost.value.__context__ is None, repr(lost.value.__context__)
 
 
-def test_renewal_blocked_lost_before_server_expiry(dsn, admin, name, pause_idle):
+def test_renewal_blocked_lost_before_server_expiry(dsn, admin, name, pause_idle, loss_clock):
     """The renewal connection's backend is paused (SIGSTOP): no renewal gets
     through, and loss is signalled before the lease ends on the server."""
     app = "dlock-pytest-" + uuid.uuid4().hex[:8]
@@ -128,10 +128,11 @@ def test_renewal_blocked_lost_before_server_expiry(dsn, admin, name, pause_idle)
     assert lock.acquire()
     pid = backend_pid(admin, app)
     expires = holding(admin, name)[2]
+    lost_at = loss_clock(lock.lost)
     pause_idle(admin, pid)
     try:
         assert lock.lost.wait(10)
-        lost_at = admin.execute("SELECT clock_timestamp()").fetchone()[0]
+        lost_at = lost_at()
         expires = holding(admin, name)[2] if holding(admin, name) else expires
         assert lost_at < expires, f"lost signalled at {lost_at}, lease ended {expires}"
         assert ran.wait(5) and called == [lock]   # on_lost runs after lost is set

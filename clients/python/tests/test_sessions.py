@@ -109,7 +109,7 @@ def expect_lost_on_all(s, locks, called, expires):
     assert sorted(called) == sorted(lock.resource for lock in locks)
 
 
-def test_keepalive_backend_paused_lost_on_every_lock_before_ttl_end(dsn, admin, name, pause_idle):
+def test_keepalive_backend_paused_lost_on_every_lock_before_ttl_end(dsn, admin, name, pause_idle, loss_clock):
     d, app = app_dsn(dsn)
     called = []
     s = dlock.Session(d, ttl=3).open()
@@ -118,10 +118,11 @@ def test_keepalive_backend_paused_lost_on_every_lock_before_ttl_end(dsn, admin, 
     assert all(lock.acquire() for lock in locks)
     time.sleep(1.2)                     # a keepalive has used its connection
     pid = backend(admin, app)
+    lost_at = loss_clock(s.lost)
     pause_idle(admin, pid)
     try:
         expect_lost_on_all(s, locks, called, None)
-        lost_at = admin.execute("SELECT clock_timestamp()").fetchone()[0]
+        lost_at = lost_at()
         expires = session_row(admin, s.id)[0]
         assert lost_at < expires, f"lost signalled at {lost_at}, session ended {expires}"
     finally:
@@ -131,7 +132,7 @@ def test_keepalive_backend_paused_lost_on_every_lock_before_ttl_end(dsn, admin, 
     assert not s.close()
 
 
-def test_keepalive_backend_terminated_reconnects_then_cut_off_lost(dsn, admin, name):
+def test_keepalive_backend_terminated_reconnects_then_cut_off_lost(dsn, admin, name, loss_clock):
     """Terminated once: the next keepalive reconnects, all kept.  Then
     terminated with the database closed to new connections: no keepalive
     gets through, and the loss is signalled on every lock before the end."""
@@ -151,10 +152,11 @@ def test_keepalive_backend_terminated_reconnects_then_cut_off_lost(dsn, admin, n
                             autocommit=True)
     other.execute(f'ALTER DATABASE "{db}" ALLOW_CONNECTIONS false')
     try:
+        lost_at = loss_clock(s.lost)
         admin.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
                       " WHERE application_name = %s", (app,))
         expect_lost_on_all(s, locks, called, None)
-        lost_at = admin.execute("SELECT clock_timestamp()").fetchone()[0]
+        lost_at = lost_at()
         expires = session_row(admin, s.id)[0]
         assert lost_at < expires, f"lost signalled at {lost_at}, session ended {expires}"
     finally:
