@@ -11,7 +11,9 @@
 # pkglibdir, restarts (dlock is preloaded), and runs pgbench -M prepared for
 # S seconds (default 8) at 1 and 8 clients: dlock's pair (try_lock + unlock,
 # as bench/pairs.c) and the naive table's pair (INSERT ... ON CONFLICT +
-# DELETE).  It prints every sample and, per client count, the medians and
+# DELETE).  Then the backend's CPU per pair, and per fenced check (row
+# 'fence': assert_fence in a transaction of its own, against the naive
+# table's row locked FOR SHARE).  It prints every sample and, per row, the medians and
 # the ratio B / A of dlock's pairs/s each normalised by the naive table's
 # pairs/s of the same round (which cancels load that came and went).
 #
@@ -97,6 +99,26 @@ BEGIN
         DELETE FROM naive WHERE resource = 'cpu' AND holder = 'bench:cpu'; COMMIT;
     END LOOP;
 END $$;
+CREATE PROCEDURE fence_dlock(n integer) LANGUAGE plpgsql AS $$
+DECLARE
+    f bigint := dlock.try_lock('fence', 'bench:fence', '1h');
+BEGIN
+    COMMIT;
+    FOR i IN 1..n LOOP
+        PERFORM dlock.assert_fence('fence', f); COMMIT;
+    END LOOP;
+    PERFORM dlock.unlock('fence', 'bench:fence'); COMMIT;
+END $$;
+CREATE PROCEDURE fence_naive(n integer) LANGUAGE plpgsql AS $$
+BEGIN
+    INSERT INTO naive VALUES ('fence', 'bench:fence', now() + '1h') ON CONFLICT DO NOTHING; COMMIT;
+    FOR i IN 1..n LOOP
+        PERFORM FROM naive WHERE resource = 'fence' AND holder = 'bench:fence'
+                             AND expires_at > now() FOR SHARE;
+        COMMIT;
+    END LOOP;
+    DELETE FROM naive WHERE resource = 'fence'; COMMIT;
+END $$;
 EOF
 stop
 
@@ -106,7 +128,7 @@ tps() {
         -f "$work/$1.sql" postgres 2>&1 | sed -n 's/^tps = \([0-9.]*\).*/\1/p'
 }
 
-# cpu KIND: the backend's CPU ns per pair of procedure pairs_KIND.
+# cpu PROC: the backend's CPU ns per loop of procedure PROC.
 cpu() {
     pg python3 - "$work" "$1" "$loops" <<'EOF'
 import sys, psycopg
@@ -116,15 +138,16 @@ def on_cpu(pid):
         return int(f.read().split()[0])
 with psycopg.connect(host=host, dbname="postgres", autocommit=True) as c:
     pid = c.execute("SELECT pg_backend_pid()").fetchone()[0]
-    c.execute(f"CALL pairs_{kind}(%s)", (n // 10,))     # warm the caches
+    c.execute(f"CALL {kind}(%s)", (n // 10,))     # warm the caches
     t0 = on_cpu(pid)
-    c.execute(f"CALL pairs_{kind}(%s)", (n,))
+    c.execute(f"CALL {kind}(%s)", (n,))
     print(round((on_cpu(pid) - t0) / n))
 EOF
 }
 
 echo "round build clients dlock_pairs_s naive_pairs_s dlock_over_naive"
-echo "  (clients 'cpu': backend CPU ns per pair, dlock and naive, in a procedure)"
+echo "  (clients 'cpu': backend CPU ns per pair, dlock and naive, in a procedure;"
+echo "   'fence': the same per fenced check)"
 samples=$work/samples
 : >"$samples"
 for r in $(seq 1 "$rounds"); do
@@ -137,8 +160,11 @@ for r in $(seq 1 "$rounds"); do
             line="$r $t $c $d $n $(awk -v d="$d" -v n="$n" 'BEGIN { printf "%.3f", d / n }')"
             echo "$line"; echo "$line" >>"$samples"
         done
-        d=$(cpu dlock); n=$(cpu naive)
+        d=$(cpu pairs_dlock); n=$(cpu pairs_naive)
         line="$r $t cpu $d $n $(awk -v d="$d" -v n="$n" 'BEGIN { printf "%.3f", d / n }')"
+        echo "$line"; echo "$line" >>"$samples"
+        d=$(cpu fence_dlock); n=$(cpu fence_naive)
+        line="$r $t fence $d $n $(awk -v d="$d" -v n="$n" 'BEGIN { printf "%.3f", d / n }')"
         echo "$line"; echo "$line" >>"$samples"
         stop
     done
@@ -146,8 +172,8 @@ done
 
 # The summary: medians per build and client count, and B / A.
 echo
-echo "clients median_A median_B B_over_A (dlock/naive of the same round; pairs/s: > 1 is B faster; cpu: < 1 is B cheaper)"
-for c in 1 8 cpu; do
+echo "clients median_A median_B B_over_A (dlock/naive of the same round; pairs/s: > 1 is B faster; cpu, fence: < 1 is B cheaper)"
+for c in 1 8 cpu fence; do
     a=$(awk -v c="$c" '$2 == "A" && $3 == c { print $6 }' "$samples" | sort -n | awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }')
     b=$(awk -v c="$c" '$2 == "B" && $3 == c { print $6 }' "$samples" | sort -n | awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }')
     echo "$c $a $b $(awk -v a="$a" -v b="$b" 'BEGIN { printf "%.3f", b / a }')"
