@@ -83,33 +83,40 @@ for my $s (@servers) {
     # 4. A reader's lock() without a limit behind a pin of the ended
     # exclusive holding: a cycle through the pinner (it waits for a row
     # the reader's transaction updated) is a deadlock PostgreSQL finds.
+    # cycle R CALL: bob's exclusive holding of R runs out while the pinner
+    # ($pk) pins it; $rk updates a row, then runs CALL (no limit), and the
+    # pinner waits for that row: 40P01 for the pinner, and CALL gets R.
     my $app = conn('admin');
     $app->do("CREATE TABLE IF NOT EXISTS public.t4 (id int PRIMARY KEY, v int)");
     $app->do("INSERT INTO public.t4 VALUES (1, 0) ON CONFLICT DO NOTHING");
-    my $fk = q1($bob, "SELECT dlock.try_lock('rp/k', 'x', '1s')");
     my $pk = conn('admin');
-    $pk->do("SET deadlock_timeout = '100ms'");
-    $pk->begin_work;
-    $pk->do("SELECT dlock.assert_fence('rp/k', ?)", undef, $fk);
-    is($pk->err, undef, "$label: rp/k: the pinner pins bob's exclusive holding");
-    sleep 1.3;
+    $pk->do("SET deadlock_timeout = '100ms'");     # the pinner finds the cycle
     my $rk = conn('admin');
     $rk->do("SET statement_timeout = '20s'");
     $rk->do("SET deadlock_timeout = '10s'");
-    $rk->begin_work;
-    $rk->do("UPDATE public.t4 SET v = 1 WHERE id = 1");
-    my $sk = $rk->prepare("SELECT dlock.lock('rp/k', 'r', '1h', shared => true)", { pg_async => PG_ASYNC });
-    $sk->execute;
-    sleep 0.5;
-    ok(!$rk->pg_ready, "$label: rp/k: the reader waits");
-    $pk->do("UPDATE public.t4 SET v = 2 WHERE id = 1");
-    is($pk->err ? $pk->state : 'no error', '40P01', "$label: rp/k: the pinner waiting for the reader: 40P01");
-    $pk->rollback;
-    ok(wait_ready($rk, 20), "$label: rp/k: the reader answers");
-    $rk->pg_result;
-    is($rk->err ? $rk->state : 'no error', 'no error', "$label: rp/k: and gets the resource, no timeout");
-    $rk->rollback;
-    $sk->finish;
+    my $cycle = sub {
+        my ($r, $call) = @_;
+        my $f = q1($bob, "SELECT dlock.try_lock(?, 'x', '1s')", $r);
+        $pk->begin_work;
+        $pk->do("SELECT dlock.assert_fence(?, ?)", undef, $r, $f);
+        is($pk->err, undef, "$label: $r: the pinner pins bob's exclusive holding");
+        sleep 1.3;
+        $rk->begin_work;
+        $rk->do("UPDATE public.t4 SET v = v + 1 WHERE id = 1");
+        my $sth = $rk->prepare($call, { pg_async => PG_ASYNC });
+        $sth->execute;
+        sleep 0.5;
+        ok(!$rk->pg_ready, "$label: $r: $call waits");
+        $pk->do("UPDATE public.t4 SET v = v + 1 WHERE id = 1");
+        is($pk->err ? $pk->state : 'no error', '40P01', "$label: $r: the pinner waiting for it: 40P01");
+        $pk->rollback;
+        ok(wait_ready($rk, 20), "$label: $r: it answers");
+        $rk->pg_result;
+        is($rk->err ? $rk->state : 'no error', 'no error', "$label: $r: and gets it, no timeout");
+        $rk->rollback;
+        $sth->finish;
+    };
+    $cycle->('rp/k', "SELECT dlock.lock('rp/k', 'r', '1h', shared => true)");
 
     # 5. Its own holder is no reader while another transaction pins it.
     my $fh = q1($bob, "SELECT dlock.try_lock('rp/h', 'H', '1s')");
@@ -141,52 +148,12 @@ for my $s (@servers) {
     $bq->commit;
     $sw->finish;
 
-    # 7. lock_all of readers: the same cycle through a pin is found.
-    my $fl = q1($bob, "SELECT dlock.try_lock('rp/l2', 'x', '1s')");
-    $pk->begin_work;
-    $pk->do("SELECT dlock.assert_fence('rp/l2', ?)", undef, $fl);
-    sleep 1.3;
-    $rk->begin_work;
-    $rk->do("UPDATE public.t4 SET v = 3 WHERE id = 1");
-    my $sl = $rk->prepare("SELECT dlock.lock_all(ARRAY['rp/l1', 'rp/l2'], 'r', '1h', shared => true)",
-                          { pg_async => PG_ASYNC });
-    $sl->execute;
-    sleep 0.5;
-    ok(!$rk->pg_ready, "$label: rp/l2: lock_all waits");
-    $pk->do("UPDATE public.t4 SET v = 4 WHERE id = 1");
-    is($pk->err ? $pk->state : 'no error', '40P01', "$label: rp/l2: the pinner waiting for it: 40P01");
-    $pk->rollback;
-    ok(wait_ready($rk, 20), "$label: rp/l2: lock_all answers");
-    $rk->pg_result;
-    is($rk->err ? $rk->state : 'no error', 'no error', "$label: rp/l2: and gets both, no timeout");
-    $rk->rollback;
-    $sl->finish;
-
-    # 8. A writer's lock() and xact_lock() behind the same pin: the cycle
-    # is found too (the C extension waits for pins in the lock manager).
-    for my $call (["lock", "SELECT dlock.lock('rp/e/lock', 'w', '1h')"],
-                  ["xact_lock", "SELECT dlock.xact_lock('rp/e/xact_lock')"]) {
-        my ($what, $sql) = @$call;
-        my $r = "rp/e/$what";
-        my $fe = q1($bob, "SELECT dlock.try_lock(?, 'x', '1s')", $r);
-        $pk->begin_work;
-        $pk->do("SELECT dlock.assert_fence(?, ?)", undef, $r, $fe);
-        sleep 1.3;
-        $rk->begin_work;
-        $rk->do("UPDATE public.t4 SET v = 5 WHERE id = 1");
-        my $se = $rk->prepare($sql, { pg_async => PG_ASYNC });
-        $se->execute;
-        sleep 0.5;
-        ok(!$rk->pg_ready, "$label: $r: $what waits");
-        $pk->do("UPDATE public.t4 SET v = 6 WHERE id = 1");
-        is($pk->err ? $pk->state : 'no error', '40P01', "$label: $r: the pinner waiting for it: 40P01");
-        $pk->rollback;
-        ok(wait_ready($rk, 20), "$label: $r: $what answers");
-        $rk->pg_result;
-        is($rk->err ? $rk->state : 'no error', 'no error', "$label: $r: and gets it, no timeout");
-        $rk->rollback;
-        $se->finish;
-    }
+    # 7. lock_all of readers, 8. a writer's lock() and xact_lock(): the
+    # same cycle is found (the C extension waits for pins in the lock
+    # manager).
+    $cycle->('rp/l2', "SELECT dlock.lock_all(ARRAY['rp/l1', 'rp/l2'], 'r', '1h', shared => true)");
+    $cycle->('rp/e/lock', "SELECT dlock.lock('rp/e/lock', 'w', '1h')");
+    $cycle->('rp/e/xact', "SELECT dlock.xact_lock('rp/e/xact')");
 
     $_->disconnect for $bob, $alice, $p, $bp, $app, $pk, $rk, $bq;
     $admin->disconnect;
