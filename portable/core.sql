@@ -363,6 +363,7 @@ DECLARE
     marks_tried boolean := false;
     fence bigint;
     ok boolean;
+    probed boolean := false;     -- the last look followed a probe's wait
 BEGIN
     BEGIN
         LOOP
@@ -443,7 +444,11 @@ BEGIN
             -- transaction has locked (a pin), a wait without a limit waits
             -- for that row in the lock manager: a cycle through the pinner
             -- is a deadlock PostgreSQL finds (C: wait.c).
-            CONTINUE WHEN deadline IS NULL AND dlock._wait_ended_row(p_resource);
+            IF deadline IS NULL AND NOT probed AND dlock._wait_ended_row(p_resource) THEN
+                probed := true;
+                CONTINUE;
+            END IF;
+            probed := false;
             PERFORM pg_sleep(extract(epoch FROM least(pause, coalesce(left_, pause))));
             pause := least(pause * 2, poll);
         END LOOP;
@@ -742,13 +747,16 @@ BEGIN
 END
 $$;
 
--- _wait_ended_row: if resource's exclusive holding has ended and another
--- transaction has its row locked (a pin, most likely), wait for that lock
--- (FOR UPDATE in a subtransaction rolled back at once).  true if that
--- wait lasted 1 ms or more (look again at once), else false (sleep as
--- usual: a moment's lock, such as another waiter's probe, never makes a
--- loop that does not sleep).  Not under lock_timeout: the probe would end
--- the wait with 55P03, which the poll does not.
+-- _wait_ended_row: if resource's exclusive holding has ended, with no
+-- shared holdings or permits beside it (kinds), and another transaction
+-- has its row locked (a pin, most likely), wait for that lock (FOR UPDATE
+-- in a subtransaction rolled back at once) and return true if that wait
+-- lasted 1 ms or more (look again at once); else false.  A probe takes a
+-- transaction id, so a caller probes at most once between two sleeps
+-- (a probe's true is followed by an attempt, then a sleep), and readers
+-- who passed over the ended holding (kinds) leave nothing to probe.  Not
+-- under lock_timeout: the probe would end the wait with 55P03, which the
+-- poll does not.
 CREATE OR REPLACE FUNCTION dlock._wait_ended_row(p_resource text)
     RETURNS boolean LANGUAGE plpgsql VOLATILE
     SET search_path = pg_catalog, pg_temp AS $$
@@ -757,7 +765,7 @@ DECLARE
 BEGIN
     IF current_setting('lock_timeout') <> '0'
        OR NOT EXISTS (SELECT FROM dlock.leases l
-                       WHERE l.resource = p_resource AND l.holder IS NOT NULL
+                       WHERE l.resource = p_resource AND l.holder IS NOT NULL AND NOT l.kinds
                          AND dlock._exp(l.session, l.expires_at) <= clock_timestamp()) THEN
         RETURN false;
     END IF;

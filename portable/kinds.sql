@@ -1050,7 +1050,7 @@ DECLARE
     poll interval;
     left_ interval;
     fences bigint[];
-    waited boolean;
+    waited boolean := false;     -- the last look followed a probe's wait
 BEGIN
     -- [sessions]: the session's holder and ttl (sessions.sql); first, since
     -- holder may be NULL with a session.
@@ -1083,14 +1083,14 @@ BEGIN
         -- As lock() (_wait_loop): without a limit, wait in the lock
         -- manager for the row of an ended exclusive holding in the way
         -- that another transaction has locked (a pin).
-        waited := false;
-        IF deadline IS NULL THEN
+        IF deadline IS NULL AND NOT waited THEN
             FOR i IN 1 .. cardinality(resources) LOOP
                 waited := dlock._wait_ended_row(resources[i]);
                 EXIT WHEN waited;
             END LOOP;
+            CONTINUE WHEN waited;
         END IF;
-        CONTINUE WHEN waited;
+        waited := false;
         PERFORM pg_sleep(extract(epoch FROM least(pause, coalesce(left_, pause))));
         pause := least(pause * 2, poll);
     END LOOP;

@@ -125,8 +125,9 @@ def pause_idle():
 def _loss_clock(event):
     """Start timing a loss: event (a lock's or election's ``lost``, a
     threading.Event or an asyncio.Event) is waited on by a thread, or a
-    task in the running loop, which notes the wall clock (UTC: the server
-    runs on this machine) the moment it is set.  Returns a function that
+    task in the running loop, which notes the wall clock (UTC) the moment
+    it is set: compared with the server's clock, so the server must run on
+    this machine, as every test server here does (on loopback).  Returns a function that
     gives that time, waiting up to 30 s for it.  A query made after the
     loss (clock_timestamp()) answers late on a loaded machine, and a late
     time could only fail a test that should pass."""

@@ -10,7 +10,9 @@
 # the pinner lasted until statement_timeout (4).  The holding's own holder
 # is no reader while it is pinned (5), and a reader in a transaction that
 # pins it too waits for the other pin (6), as in C (071_reader_pins);
-# lock_all too (7), and a writer's lock() and xact_lock() (8).
+# lock_all too (7), and a writer's lock() and xact_lock() (8); a writer
+# waiting behind readers beside the ended holding spends no transaction
+# ids (9).
 # Promises: P5 P9
 use strict;
 use warnings;
@@ -154,6 +156,27 @@ for my $s (@servers) {
     $cycle->('rp/l2', "SELECT dlock.lock_all(ARRAY['rp/l1', 'rp/l2'], 'r', '1h', shared => true)");
     $cycle->('rp/e/lock', "SELECT dlock.lock('rp/e/lock', 'w', '1h')");
     $cycle->('rp/e/xact', "SELECT dlock.xact_lock('rp/e/xact')");
+
+    # 9. Readers passed over an ended exclusive holding (its row stays
+    # until reaped); a writer waits behind them.  Its polls take no
+    # transaction id (the probe for a pin is not made: review of stop 54,
+    # it took one per poll).
+    my $fv = q1($bob, "SELECT dlock.try_lock('rp/v', 'x', '100ms')");
+    sleep 0.3;
+    ok(defined q1($alice, "SELECT dlock.try_lock('rp/v', 'A', '1h', shared => true)"),
+       "$label: rp/v: a reader passes over the ended exclusive holding");
+    my $xid = sub { q1($app, "SELECT pg_snapshot_xmax(pg_current_snapshot())::text::bigint") };
+    my $x0 = $xid->();
+    my $sv = $bq->prepare("SELECT dlock.lock('rp/v', 'W', '1h')", { pg_async => PG_ASYNC });
+    $sv->execute;
+    sleep 2;
+    ok(!$bq->pg_ready, "$label: rp/v: the writer waits behind the reader");
+    my $spent = $xid->() - $x0;
+    cmp_ok($spent, '<=', 3, "$label: rp/v: 2 s of its polls spent $spent transaction ids (at most 3)");
+    q1($alice, "SELECT dlock.unlock('rp/v', 'A')");
+    ok(wait_ready($bq, 20), "$label: rp/v: the reader gone, the writer gets it");
+    $bq->pg_result;
+    $sv->finish;
 
     $_->disconnect for $bob, $alice, $p, $bp, $app, $pk, $rk, $bq;
     $admin->disconnect;
