@@ -431,6 +431,21 @@ dlock_admit(const DlockResource *res, const DlockRequest *req, bool locked,
 }
 
 /*
+ * dlock_attempt_refused: what a refusal tells the wait loop (wait.c), for
+ * the attempts of acquire.c, multi.c and xactlock.c: under lock-delay,
+ * held off by a pin of an ended exclusive holding, or busy.
+ */
+DlockAttempt
+dlock_attempt_refused(DlockReason reason)
+{
+	if (reason == REFUSE_DELAYED)
+		return ATTEMPT_DELAYED;
+	if (reason == REFUSE_PINNED)
+		return ATTEMPT_BUSY_PINNED;
+	return ATTEMPT_BUSY;
+}
+
+/*
  * dlock_admit_raise: raise the error a refusal stands for (crossing
  * upgrades, another kind of holding by that name, another max_permits);
  * returns for a refusal that is a wait.  The caller has given the resource's lock back.

@@ -581,8 +581,10 @@ typedef DlockAttempt (*DlockAttemptFn) (const DlockResource *res, void *arg,
 typedef void (*DlockLeaveFn) (const DlockResource *res, void *arg,
 							 bool acquired);
 
-/* wait.c: the wait loop */
+/* admit.c: a refusal as the wait loop reads it */
 extern DlockAttempt dlock_attempt_refused(DlockReason reason);
+
+/* wait.c: the wait loop */
 extern int64 dlock_wait_loop(const DlockResource *res, text *holder,
 							 int64 wait_ms, DlockAttemptFn attempt,
 							 DlockLeaveFn leave, void *arg);

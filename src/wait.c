@@ -135,21 +135,6 @@ contended_mode(DlockAttempt result)
 }
 
 /*
- * dlock_attempt_refused: what a refused attempt tells the wait loop (for
- * the attempts of acquire.c, multi.c, xactlock.c): under lock-delay, held
- * off by a pin of an ended exclusive holding, or busy.
- */
-DlockAttempt
-dlock_attempt_refused(DlockReason reason)
-{
-	if (reason == REFUSE_DELAYED)
-		return ATTEMPT_DELAYED;
-	if (reason == REFUSE_PINNED)
-		return ATTEMPT_BUSY_PINNED;
-	return ATTEMPT_BUSY;
-}
-
-/*
  * What one wait (dlock_wait_loop) carries from one attempt to the next.
  */
 typedef struct WaitState
