@@ -363,7 +363,7 @@ DECLARE
     marks_tried boolean := false;
     fence bigint;
     ok boolean;
-    probed boolean := false;     -- the last look followed a probe's wait
+    probed boolean := false;     -- the last pause was a probe's wait (_pause)
 BEGIN
     BEGIN
         LOOP
@@ -440,17 +440,7 @@ BEGIN
                 fair_mark := pg_try_advisory_lock_shared(k, 0);
                 CONTINUE WHEN fair_mark;    -- with its place, it may be its turn
             END IF;
-            -- Behind an ended exclusive holding whose row another
-            -- transaction has locked (a pin), a wait without a limit waits
-            -- for that row in the lock manager: a cycle through the pinner
-            -- is a deadlock PostgreSQL finds (C: wait.c).
-            IF deadline IS NULL AND NOT probed AND dlock._wait_ended_row(p_resource) THEN
-                probed := true;
-                CONTINUE;
-            END IF;
-            probed := false;
-            PERFORM pg_sleep(extract(epoch FROM least(pause, coalesce(left_, pause))));
-            pause := least(pause * 2, poll);
+            SELECT * INTO pause, probed FROM dlock._pause(ARRAY[p_resource], left_, poll, pause, probed);
         END LOOP;
     EXCEPTION WHEN query_canceled OR OTHERS THEN
         -- A second cancel may come while they are given back (a client
@@ -785,6 +775,32 @@ BEGIN
         NULL;
     END;
     RETURN clock_timestamp() - t0 >= interval '1 millisecond';
+END
+$$;
+
+-- _pause: what a wait does between two looks.  Without a limit (left
+-- NULL), behind an ended exclusive holding of one of resources whose row
+-- another transaction has locked (a pin), it waits for that row in the
+-- lock manager (_wait_ended_row), so a cycle through the pinner is a
+-- deadlock PostgreSQL finds (C: wait.c); probed says it did, and the next
+-- pause is a sleep: at most one probe between two sleeps.  Else it sleeps
+-- pause (never past left) and doubles pause, up to poll.
+CREATE OR REPLACE FUNCTION dlock._pause(p_resources text[], p_left interval, p_poll interval,
+                                        INOUT pause interval, INOUT probed boolean)
+    LANGUAGE plpgsql VOLATILE
+    SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    IF p_left IS NULL AND NOT probed THEN
+        FOR i IN 1 .. cardinality(p_resources) LOOP
+            IF dlock._wait_ended_row(p_resources[i]) THEN
+                probed := true;
+                RETURN;
+            END IF;
+        END LOOP;
+    END IF;
+    probed := false;
+    PERFORM pg_sleep(extract(epoch FROM least(pause, coalesce(p_left, pause))));
+    pause := least(pause * 2, p_poll);
 END
 $$;
 

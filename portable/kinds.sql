@@ -1050,7 +1050,7 @@ DECLARE
     poll interval;
     left_ interval;
     fences bigint[];
-    waited boolean := false;     -- the last look followed a probe's wait
+    probed boolean := false;     -- the last pause was a probe's wait (_pause)
 BEGIN
     -- [sessions]: the session's holder and ttl (sessions.sql); first, since
     -- holder may be NULL with a session.
@@ -1080,19 +1080,7 @@ BEGIN
             END IF;
         END IF;
         PERFORM dlock._may_poll('dlock.lock_all()');
-        -- As lock() (_wait_loop): without a limit, wait in the lock
-        -- manager for the row of an ended exclusive holding in the way
-        -- that another transaction has locked (a pin).
-        IF deadline IS NULL AND NOT waited THEN
-            FOR i IN 1 .. cardinality(resources) LOOP
-                waited := dlock._wait_ended_row(resources[i]);
-                EXIT WHEN waited;
-            END LOOP;
-            CONTINUE WHEN waited;
-        END IF;
-        waited := false;
-        PERFORM pg_sleep(extract(epoch FROM least(pause, coalesce(left_, pause))));
-        pause := least(pause * 2, poll);
+        SELECT * INTO pause, probed FROM dlock._pause(resources, left_, poll, pause, probed);
     END LOOP;
 END
 $$;

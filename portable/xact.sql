@@ -116,7 +116,7 @@ DECLARE
     pause interval := interval '1 millisecond';
     poll interval;
     left_ interval;
-    probed boolean := false;
+    probed boolean := false;     -- the last pause was a probe's wait (_pause)
 BEGIN
     PERFORM dlock._text_arg(resource, 'resource', 1000);
     w := dlock._wait(wait);
@@ -136,14 +136,7 @@ BEGIN
             END IF;
         END IF;
         PERFORM dlock._may_poll('dlock.xact_lock()');
-        -- As lock() (_wait_loop): a probe's wait, then at once a look.
-        IF deadline IS NULL AND NOT probed AND dlock._wait_ended_row(resource) THEN
-            probed := true;
-            CONTINUE;
-        END IF;
-        probed := false;
-        PERFORM pg_sleep(extract(epoch FROM least(pause, coalesce(left_, pause))));
-        pause := least(pause * 2, poll);
+        SELECT * INTO pause, probed FROM dlock._pause(ARRAY[resource], left_, poll, pause, probed);
     END LOOP;
 END
 $$;
