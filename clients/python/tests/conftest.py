@@ -127,21 +127,16 @@ def _loss_clock(event):
     threading.Event or an asyncio.Event) is waited on by a thread, or a
     task in the running loop, which notes the wall clock (UTC) the moment
     it is set: compared with the server's clock, so the server must run on
-    this machine, as every test server here does (on loopback).  Returns a function that
-    gives that time, waiting up to 30 s for it.  A query made after the
+    this machine, as every test server here does (on loopback).  Returns
+    a function that gives that time, waiting up to 30 s for it.  A query made after the
     loss (clock_timestamp()) answers late on a loaded machine, and a late
     time could only fail a test that should pass."""
     got = []
-    done = threading.Event()
-
-    def note():
-        got.append(datetime.datetime.now(datetime.timezone.utc))
-        done.set()
 
     if isinstance(event, asyncio.Event):
         async def watch():
             await event.wait()
-            note()
+            got.append(datetime.datetime.now(datetime.timezone.utc))
         task = asyncio.get_running_loop().create_task(watch())
 
         async def when():
@@ -149,10 +144,13 @@ def _loss_clock(event):
             return got[0]
         return when
 
-    def watch():
+    done = threading.Event()
+
+    def wait_and_note():
         event.wait()
-        note()
-    threading.Thread(target=watch, daemon=True).start()
+        got.append(datetime.datetime.now(datetime.timezone.utc))
+        done.set()
+    threading.Thread(target=wait_and_note, daemon=True).start()
 
     def when():
         assert done.wait(30), "the loss was never signalled"
