@@ -207,6 +207,42 @@ BEGIN
             IF pg_catalog.to_regclass('dlock.sessions') IS NOT NULL THEN
                 ALTER VIEW dlock.sessions OWNER TO CURRENT_USER;
             END IF;
+            -- COMMENT ON TABLE (below) takes SHARE UPDATE EXCLUSIVE, which
+            -- waits for a VACUUM or ANALYZE of the table: taken here too, so
+            -- the run never waits for one holding the views' locks.
+            IF pg_catalog.to_regclass('dlock.portable') IS NOT NULL THEN
+                LOCK TABLE dlock.portable IN SHARE UPDATE EXCLUSIVE MODE;
+            END IF;
+            IF pg_catalog.to_regclass('dlock.leases') IS NOT NULL THEN
+                LOCK TABLE dlock.leases IN SHARE UPDATE EXCLUSIVE MODE;
+            END IF;
+            IF pg_catalog.to_regclass('dlock.shares') IS NOT NULL THEN
+                LOCK TABLE dlock.shares IN SHARE UPDATE EXCLUSIVE MODE;
+            END IF;
+            IF pg_catalog.to_regclass('dlock.permits') IS NOT NULL THEN
+                LOCK TABLE dlock.permits IN SHARE UPDATE EXCLUSIVE MODE;
+            END IF;
+            IF pg_catalog.to_regclass('dlock.fence_epoch') IS NOT NULL THEN
+                LOCK TABLE dlock.fence_epoch IN SHARE UPDATE EXCLUSIVE MODE;
+            END IF;
+            IF pg_catalog.to_regclass('dlock.fence_epoch_seal') IS NOT NULL THEN
+                LOCK TABLE dlock.fence_epoch_seal IN SHARE UPDATE EXCLUSIVE MODE;
+            END IF;
+            IF pg_catalog.to_regclass('dlock.tickets') IS NOT NULL THEN
+                LOCK TABLE dlock.tickets IN SHARE UPDATE EXCLUSIVE MODE;
+            END IF;
+            IF pg_catalog.to_regclass('dlock.delays') IS NOT NULL THEN
+                LOCK TABLE dlock.delays IN SHARE UPDATE EXCLUSIVE MODE;
+            END IF;
+            IF pg_catalog.to_regclass('dlock.holding_values') IS NOT NULL THEN
+                LOCK TABLE dlock.holding_values IN SHARE UPDATE EXCLUSIVE MODE;
+            END IF;
+            IF pg_catalog.to_regclass('dlock.term_log') IS NOT NULL THEN
+                LOCK TABLE dlock.term_log IN SHARE UPDATE EXCLUSIVE MODE;
+            END IF;
+            IF pg_catalog.to_regclass('dlock.session_rows') IS NOT NULL THEN
+                LOCK TABLE dlock.session_rows IN SHARE UPDATE EXCLUSIVE MODE;
+            END IF;
             IF no_session THEN
                 LOCK TABLE dlock.leases, dlock.shares, dlock.permits IN ACCESS EXCLUSIVE MODE;
             END IF;
@@ -221,7 +257,7 @@ BEGIN
         EXCEPTION WHEN lock_not_available THEN
             PERFORM pg_catalog.set_config('lock_timeout', was, true);
             IF pg_catalog.clock_timestamp() OPERATOR(pg_catalog.>=) deadline THEN
-                RAISE EXCEPTION 'could not lock dlock''s views for the upgrade: open transactions use them'
+                RAISE EXCEPTION 'could not lock dlock''s views and tables for the upgrade: open transactions, or a VACUUM or ANALYZE, use them'
                     USING ERRCODE = 'lock_not_available',
                           DETAIL = pg_catalog.format('Tried for %s, each time waiting at most 1 ms (a longer wait would make every dlock caller queue behind the upgrade); nothing was changed.',
                                                      pg_catalog.current_setting('dlock_portable.lock_wait')),
