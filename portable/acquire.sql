@@ -261,3 +261,56 @@ BEGIN
               DETAIL = format('Only the role that took a lock, or a superuser, can %s it.', action);
 END
 $$;
+
+-- _lock_holding: lock resource's row FOR UPDATE (p_no_key: FOR NO KEY
+-- UPDATE) while it is still holder's live holding of fence p_fence, and
+-- return it; else return it as read, unlocked, and the caller refuses.
+-- A refusal in an open transaction must hold off nobody (C gives its lock
+-- back).  A row another transaction has locked is waited for in a
+-- subtransaction, rolled back if the row is no longer that holding: after
+-- a wait, PostgreSQL locks the row's newest version before it checks the
+-- quals again, and keeps that lock when they fail.
+CREATE OR REPLACE FUNCTION dlock._lock_holding(p_resource text, p_holder text, p_fence bigint,
+                                               p_no_key boolean)
+    RETURNS dlock.leases LANGUAGE plpgsql VOLATILE
+    SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    r dlock.leases%ROWTYPE;
+BEGIN
+    IF p_no_key THEN
+        SELECT * INTO r FROM dlock.leases l
+         WHERE l.resource = p_resource AND l.holder = p_holder AND l.fence = p_fence
+           AND dlock._exp(l.session, l.expires_at) > clock_timestamp()
+           FOR NO KEY UPDATE SKIP LOCKED;
+    ELSE
+        SELECT * INTO r FROM dlock.leases l
+         WHERE l.resource = p_resource AND l.holder = p_holder AND l.fence = p_fence
+           AND dlock._exp(l.session, l.expires_at) > clock_timestamp()
+           FOR UPDATE SKIP LOCKED;
+    END IF;
+    IF FOUND THEN
+        RETURN r;
+    END IF;
+    BEGIN
+        IF p_no_key THEN
+            SELECT * INTO r FROM dlock.leases l
+             WHERE l.resource = p_resource AND l.holder = p_holder AND l.fence = p_fence
+               AND dlock._exp(l.session, l.expires_at) > clock_timestamp()
+               FOR NO KEY UPDATE;
+        ELSE
+            SELECT * INTO r FROM dlock.leases l
+             WHERE l.resource = p_resource AND l.holder = p_holder AND l.fence = p_fence
+               AND dlock._exp(l.session, l.expires_at) > clock_timestamp()
+               FOR UPDATE;
+        END IF;
+        IF FOUND THEN
+            RETURN r;       -- the subtransaction's lock is kept
+        END IF;
+        RAISE SQLSTATE 'DL007';
+    EXCEPTION WHEN SQLSTATE 'DL007' THEN
+        NULL;               -- its lock is given back
+    END;
+    SELECT * INTO r FROM dlock.leases l WHERE l.resource = p_resource;
+    RETURN r;
+END
+$$;

@@ -519,11 +519,11 @@ BEGIN
     -- session does, _exp inline), released in one statement with its
     -- "released" event (_event inline, an expression, not PERFORMed).
     -- The free row keeps its session id, as _release leaves it (tables.sql).
-    -- A lease that has ended is not locked (the locking sub-select checks
-    -- it too: the quals' order is the planner's), as the general path
-    -- does not.  (A session's end is not looked at there: a subplan more
-    -- costs ~10 us a call; an unlock of it in an open transaction keeps
-    -- the row locked to its end, which only its holder's role can do.)
+    -- A holding that has ended, or of another fence, is not locked (the
+    -- locking sub-select checks it too: the quals' order is the
+    -- planner's), nor a row another transaction has locked (SKIP LOCKED):
+    -- the general path waits for it (_lock_holding).  A refused unlock in
+    -- an open transaction must not hold off the holder's renew or pin.
     IF coalesce(octet_length(unlock.resource), 0) BETWEEN 1 AND 1000
        AND coalesce(octet_length(unlock.holder), 0) BETWEEN 1 AND 255
        AND current_setting('transaction_read_only') = 'off' THEN
@@ -539,8 +539,12 @@ BEGIN
            AND x.resource = (SELECT y.resource FROM dlock.leases y
                               WHERE y.resource = unlock.resource AND y.holder = unlock.holder
                                 AND y.owner = v_role::regrole
-                                AND (y.session IS NOT NULL OR y.expires_at > clock_timestamp())
-                                FOR UPDATE)
+                                AND (unlock.fence IS NULL OR y.fence = unlock.fence)
+                                AND CASE WHEN y.session IS NULL THEN y.expires_at > clock_timestamp()
+                                         ELSE EXISTS (SELECT FROM dlock.session_rows z
+                                                       WHERE z.id = y.session
+                                                         AND z.expires_at > clock_timestamp()) END
+                                FOR UPDATE SKIP LOCKED)
         RETURNING x.fence INTO v_fence;
         IF v_fence IS NOT NULL THEN
             ok := pg_notify('dlock_' || md5(unlock.resource),
@@ -554,15 +558,16 @@ BEGIN
     holder := dlock._text_arg(holder, 'holder', 255);
     ok := dlock._writable('dlock.unlock()');
     v_role := dlock._role();
-    -- A look first: not this holder's (or another role's) needs no lock.
+    -- A look first: not this holder's (or another role's), or of another
+    -- fence, needs no lock.
     SELECT * INTO r FROM dlock.leases l WHERE l.resource = unlock.resource;
-    IF NOT dlock._may_change(r, holder, v_role, NULL, 'unlock') THEN
+    IF NOT dlock._may_change(r, holder, v_role, NULL, 'unlock')
+       OR (fence IS NOT NULL AND fence <> r.fence) THEN
         -- Not an exclusive holding of holder's: a shared one, or permits?
         RETURN CASE WHEN r.kinds THEN dlock._unlock_held(unlock.resource, holder, v_role, fence) END;
     END IF;
-    SELECT * INTO r FROM dlock.leases l WHERE l.resource = unlock.resource FOR UPDATE;
-    IF NOT dlock._may_change(r, holder, v_role, NULL, 'unlock')
-       OR (fence IS NOT NULL AND fence <> r.fence) THEN
+    r := dlock._lock_holding(unlock.resource, holder, r.fence, false);
+    IF NOT dlock._may_change(r, holder, v_role, NULL, 'unlock') THEN
         RETURN CASE WHEN r.kinds THEN dlock._unlock_held(unlock.resource, holder, v_role, fence) END;
     END IF;
     RETURN dlock._release(unlock.resource, r.fence, r.count - 1, 'released');
@@ -583,6 +588,7 @@ DECLARE
     l interval;
     v_now timestamptz;
     v_exp timestamptz;
+    v_fence bigint;
 BEGIN
     PERFORM dlock._text_arg(resource, 'resource', 1000);
     PERFORM dlock._text_arg(holder, 'holder', 255);
@@ -592,7 +598,8 @@ BEGIN
     PERFORM dlock._writable('dlock.renew()');
     c := dlock._caller();
     SELECT * INTO r FROM dlock.leases x WHERE x.resource = renew.resource;
-    IF NOT dlock._may_change(r, holder, c.roleid, c.is_super, 'renew') THEN
+    IF NOT dlock._may_change(r, holder, c.roleid, c.is_super, 'renew')
+       OR (fence IS NOT NULL AND fence <> r.fence) THEN
         -- Not an exclusive holding of holder's: a shared one, or permits?
         RETURN CASE WHEN r.kinds THEN dlock._renew_held(renew.resource, holder, c.roleid, c.is_super, l, fence) END;
     END IF;
@@ -601,7 +608,7 @@ BEGIN
     -- first and the rows next, so the other order could deadlock.
     -- The holding may end while keepalive waits for the session's row (an
     -- unlock, a break_lock): looked at again after it, NULL if it has.
-    IF r.session IS NOT NULL AND (fence IS NULL OR fence = r.fence) THEN
+    IF r.session IS NOT NULL THEN
         v_exp := dlock._renew_session(r.session, lease);
         IF v_exp IS NULL OR NOT EXISTS (SELECT FROM dlock.leases x
                                          WHERE x.resource = renew.resource AND x.fence = r.fence
@@ -611,11 +618,18 @@ BEGIN
         RETURN v_exp;
     END IF;
     -- FOR NO KEY UPDATE: an assert_fence pin (FOR KEY SHARE) never makes
-    -- the holder's renewal wait.
-    SELECT * INTO r FROM dlock.leases x WHERE x.resource = renew.resource FOR NO KEY UPDATE;
+    -- the holder's renewal wait.  Only while it is that live holding (a
+    -- refusal keeps nothing locked): at once here, else _lock_holding.
+    v_fence := r.fence;
+    SELECT * INTO r FROM dlock.leases x
+     WHERE x.resource = renew.resource AND x.holder = renew.holder AND x.fence = v_fence
+       AND x.session IS NULL AND x.expires_at > clock_timestamp()
+       FOR NO KEY UPDATE SKIP LOCKED;
+    IF NOT FOUND THEN
+        r := dlock._lock_holding(renew.resource, holder, v_fence, true);
+    END IF;
     v_now := clock_timestamp();
-    IF NOT dlock._may_change(r, holder, c.roleid, c.is_super, 'renew')
-       OR (fence IS NOT NULL AND fence <> r.fence) THEN
+    IF NOT dlock._may_change(r, holder, c.roleid, c.is_super, 'renew') THEN
         RETURN CASE WHEN r.kinds THEN dlock._renew_held(renew.resource, holder, c.roleid, c.is_super, l, fence) END;
     END IF;
     -- [sessions]: it came to be a session's holding since the look.

@@ -200,12 +200,12 @@ BEGIN
     PERFORM dlock._writable('dlock.proclaim()');
     c := dlock._caller();
     SELECT * INTO r FROM dlock.leases x WHERE x.resource = election;
-    IF NOT dlock._may_change(r, candidate, c.roleid, c.is_super, 'proclaim') THEN
-        RETURN false;
-    END IF;
-    SELECT * INTO r FROM dlock.leases x WHERE x.resource = election FOR UPDATE;
     IF NOT dlock._may_change(r, candidate, c.roleid, c.is_super, 'proclaim')
        OR (term IS NOT NULL AND term <> r.fence) THEN
+        RETURN false;
+    END IF;
+    r := dlock._lock_holding(election, candidate, r.fence, false);
+    IF NOT dlock._may_change(r, candidate, c.roleid, c.is_super, 'proclaim') THEN
         RETURN false;
     END IF;
     PERFORM dlock._value_set(election, r.fence, candidate, value, false);
@@ -228,12 +228,12 @@ BEGIN
     PERFORM dlock._writable('dlock.resign()');
     c := dlock._caller();
     SELECT * INTO r FROM dlock.leases x WHERE x.resource = election;
-    IF NOT dlock._may_change(r, candidate, c.roleid, c.is_super, 'resign') THEN
-        RETURN false;
-    END IF;
-    SELECT * INTO r FROM dlock.leases x WHERE x.resource = election FOR UPDATE;
     IF NOT dlock._may_change(r, candidate, c.roleid, c.is_super, 'resign')
        OR (term IS NOT NULL AND term <> r.fence) THEN
+        RETURN false;
+    END IF;
+    r := dlock._lock_holding(election, candidate, r.fence, false);
+    IF NOT dlock._may_change(r, candidate, c.roleid, c.is_super, 'resign') THEN
         RETURN false;
     END IF;
     -- Whatever its count; a clean end (no lock-delay); its client ticket goes.
