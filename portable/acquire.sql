@@ -264,7 +264,8 @@ $$;
 
 -- _lock_holding: lock resource's row FOR UPDATE (p_no_key: FOR NO KEY
 -- UPDATE) while it is still holder's live holding of fence p_fence, and
--- return it; else return it as read, unlocked, and the caller refuses.
+-- return it; NULL (every field) if it is not, locking nothing: it changed
+-- hands or ended since the caller's look, which the caller takes again.
 -- A refusal in an open transaction must hold off nobody (C gives its lock
 -- back).  A row another transaction has locked is waited for in a
 -- subtransaction, rolled back if the row is no longer that holding: after
@@ -308,9 +309,7 @@ BEGIN
         END IF;
         RAISE SQLSTATE 'DL007';
     EXCEPTION WHEN SQLSTATE 'DL007' THEN
-        NULL;               -- its lock is given back
+        RETURN NULL;        -- its lock is given back
     END;
-    SELECT * INTO r FROM dlock.leases l WHERE l.resource = p_resource;
-    RETURN r;
 END
 $$;

@@ -559,17 +559,18 @@ BEGIN
     ok := dlock._writable('dlock.unlock()');
     v_role := dlock._role();
     -- A look first: not this holder's (or another role's), or of another
-    -- fence, needs no lock.
-    SELECT * INTO r FROM dlock.leases l WHERE l.resource = unlock.resource;
-    IF NOT dlock._may_change(r, holder, v_role, NULL, 'unlock')
-       OR (fence IS NOT NULL AND fence <> r.fence) THEN
-        -- Not an exclusive holding of holder's: a shared one, or permits?
-        RETURN CASE WHEN r.kinds THEN dlock._unlock_held(unlock.resource, holder, v_role, fence) END;
-    END IF;
-    r := dlock._lock_holding(unlock.resource, holder, r.fence, false);
-    IF NOT dlock._may_change(r, holder, v_role, NULL, 'unlock') THEN
-        RETURN CASE WHEN r.kinds THEN dlock._unlock_held(unlock.resource, holder, v_role, fence) END;
-    END IF;
+    -- fence, needs no lock.  Then that holding's row is locked, or, if it
+    -- changed hands or ended meanwhile, looked at again.
+    LOOP
+        SELECT * INTO r FROM dlock.leases l WHERE l.resource = unlock.resource;
+        IF NOT dlock._may_change(r, holder, v_role, NULL, 'unlock')
+           OR (fence IS NOT NULL AND fence <> r.fence) THEN
+            -- Not an exclusive holding of holder's: a shared one, or permits?
+            RETURN CASE WHEN r.kinds THEN dlock._unlock_held(unlock.resource, holder, v_role, fence) END;
+        END IF;
+        r := dlock._lock_holding(unlock.resource, holder, r.fence, false);
+        EXIT WHEN r.resource IS NOT NULL;
+    END LOOP;
     RETURN dlock._release(unlock.resource, r.fence, r.count - 1, 'released');
 END
 $$;
@@ -597,48 +598,49 @@ BEGIN
     END IF;
     PERFORM dlock._writable('dlock.renew()');
     c := dlock._caller();
-    SELECT * INTO r FROM dlock.leases x WHERE x.resource = renew.resource;
-    IF NOT dlock._may_change(r, holder, c.roleid, c.is_super, 'renew')
-       OR (fence IS NOT NULL AND fence <> r.fence) THEN
-        -- Not an exclusive holding of holder's: a shared one, or permits?
-        RETURN CASE WHEN r.kinds THEN dlock._renew_held(renew.resource, holder, c.roleid, c.is_super, l, fence) END;
-    END IF;
-    -- [sessions]: a session's holding renews its session (sessions.sql),
-    -- without locking the holding's row: close_session locks the session
-    -- first and the rows next, so the other order could deadlock.
-    -- The holding may end while keepalive waits for the session's row (an
-    -- unlock, a break_lock): looked at again after it, NULL if it has.
-    IF r.session IS NOT NULL THEN
-        v_exp := dlock._renew_session(r.session, lease);
-        IF v_exp IS NULL OR NOT EXISTS (SELECT FROM dlock.leases x
-                                         WHERE x.resource = renew.resource AND x.fence = r.fence
-                                           AND x.holder IS NOT NULL AND x.session = r.session) THEN
-            RETURN NULL;
+    LOOP
+        SELECT * INTO r FROM dlock.leases x WHERE x.resource = renew.resource;
+        IF NOT dlock._may_change(r, holder, c.roleid, c.is_super, 'renew')
+           OR (fence IS NOT NULL AND fence <> r.fence) THEN
+            -- Not an exclusive holding of holder's: a shared one, or permits?
+            RETURN CASE WHEN r.kinds THEN dlock._renew_held(renew.resource, holder, c.roleid, c.is_super, l, fence) END;
         END IF;
-        RETURN v_exp;
-    END IF;
-    -- FOR NO KEY UPDATE: an assert_fence pin (FOR KEY SHARE) never makes
-    -- the holder's renewal wait.  Only while it is that live holding (a
-    -- refusal keeps nothing locked): at once here, else _lock_holding.
-    v_fence := r.fence;
-    SELECT * INTO r FROM dlock.leases x
-     WHERE x.resource = renew.resource AND x.holder = renew.holder AND x.fence = v_fence
-       AND x.session IS NULL AND x.expires_at > clock_timestamp()
-       FOR NO KEY UPDATE SKIP LOCKED;
-    IF NOT FOUND THEN
-        r := dlock._lock_holding(renew.resource, holder, v_fence, true);
-    END IF;
+        -- [sessions]: a session's holding renews its session (sessions.sql),
+        -- without locking the holding's row: close_session locks the session
+        -- first and the rows next, so the other order could deadlock.
+        -- The holding may end while keepalive waits for the session's row (an
+        -- unlock, a break_lock): looked at again after it, NULL if it has.
+        IF r.session IS NOT NULL THEN
+            v_exp := dlock._renew_session(r.session, lease);
+            IF v_exp IS NULL OR NOT EXISTS (SELECT FROM dlock.leases x
+                                             WHERE x.resource = renew.resource AND x.fence = r.fence
+                                               AND x.holder IS NOT NULL AND x.session = r.session) THEN
+                RETURN NULL;
+            END IF;
+            RETURN v_exp;
+        END IF;
+        -- FOR NO KEY UPDATE: an assert_fence pin (FOR KEY SHARE) never makes
+        -- the holder's renewal wait.  Only while it is that live holding (a
+        -- refusal keeps nothing locked): at once here, else _lock_holding;
+        -- if it changed hands or ended meanwhile, looked at again.
+        v_fence := r.fence;
+        SELECT * INTO r FROM dlock.leases x
+         WHERE x.resource = renew.resource AND x.holder = renew.holder AND x.fence = v_fence
+           AND x.session IS NULL AND x.expires_at > clock_timestamp()
+           FOR NO KEY UPDATE SKIP LOCKED;
+        IF NOT FOUND THEN
+            r := dlock._lock_holding(renew.resource, holder, v_fence, true);
+        END IF;
+        EXIT WHEN r.resource IS NOT NULL;
+    END LOOP;
     v_now := clock_timestamp();
-    IF NOT dlock._may_change(r, holder, c.roleid, c.is_super, 'renew') THEN
-        RETURN CASE WHEN r.kinds THEN dlock._renew_held(renew.resource, holder, c.roleid, c.is_super, l, fence) END;
-    END IF;
     -- [sessions]: it came to be a session's holding since the look.
     IF r.session IS NOT NULL THEN
         RETURN dlock._renew_session(r.session, lease);
     END IF;
     v_exp := dlock._expiry(v_now, coalesce(l, r.lease));
     UPDATE dlock.leases x SET expires_at = v_exp, renewed_at = v_now, lease = coalesce(l, r.lease)
-     WHERE x.resource = renew.resource;
+     WHERE x.resource = renew.resource AND x.fence = r.fence;
     PERFORM dlock._sync();
     RETURN v_exp;
 END

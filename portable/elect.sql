@@ -199,15 +199,17 @@ BEGIN
     PERFORM dlock._value(value);
     PERFORM dlock._writable('dlock.proclaim()');
     c := dlock._caller();
-    SELECT * INTO r FROM dlock.leases x WHERE x.resource = election;
-    IF NOT dlock._may_change(r, candidate, c.roleid, c.is_super, 'proclaim')
-       OR (term IS NOT NULL AND term <> r.fence) THEN
-        RETURN false;
-    END IF;
-    r := dlock._lock_holding(election, candidate, r.fence, false);
-    IF NOT dlock._may_change(r, candidate, c.roleid, c.is_super, 'proclaim') THEN
-        RETURN false;
-    END IF;
+    -- A look, then that holding's row locked (or, if it changed hands or
+    -- ended meanwhile, a look again): a refusal locks nothing.
+    LOOP
+        SELECT * INTO r FROM dlock.leases x WHERE x.resource = election;
+        IF NOT dlock._may_change(r, candidate, c.roleid, c.is_super, 'proclaim')
+           OR (term IS NOT NULL AND term <> r.fence) THEN
+            RETURN false;
+        END IF;
+        r := dlock._lock_holding(election, candidate, r.fence, false);
+        EXIT WHEN r.resource IS NOT NULL;
+    END LOOP;
     PERFORM dlock._value_set(election, r.fence, candidate, value, false);
     PERFORM dlock._event_holding('proclaimed', election, r.fence, candidate, value);
     RETURN true;
@@ -227,15 +229,17 @@ BEGIN
     PERFORM dlock._text_arg(candidate, 'candidate', 255);
     PERFORM dlock._writable('dlock.resign()');
     c := dlock._caller();
-    SELECT * INTO r FROM dlock.leases x WHERE x.resource = election;
-    IF NOT dlock._may_change(r, candidate, c.roleid, c.is_super, 'resign')
-       OR (term IS NOT NULL AND term <> r.fence) THEN
-        RETURN false;
-    END IF;
-    r := dlock._lock_holding(election, candidate, r.fence, false);
-    IF NOT dlock._may_change(r, candidate, c.roleid, c.is_super, 'resign') THEN
-        RETURN false;
-    END IF;
+    -- A look, then that holding's row locked (or, if it changed hands or
+    -- ended meanwhile, a look again): a refusal locks nothing.
+    LOOP
+        SELECT * INTO r FROM dlock.leases x WHERE x.resource = election;
+        IF NOT dlock._may_change(r, candidate, c.roleid, c.is_super, 'resign')
+           OR (term IS NOT NULL AND term <> r.fence) THEN
+            RETURN false;
+        END IF;
+        r := dlock._lock_holding(election, candidate, r.fence, false);
+        EXIT WHEN r.resource IS NOT NULL;
+    END LOOP;
     -- Whatever its count; a clean end (no lock-delay); its client ticket goes.
     PERFORM dlock._release(election, r.fence, 0, 'resigned');
     DELETE FROM dlock.tickets t

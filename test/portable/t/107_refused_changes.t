@@ -8,7 +8,10 @@
 # and (for acquisitions) another holder's live holding.
 # Each time the live holder's renew, assert_fence and proclaim, or
 # another holder's try_lock, must answer at once: every such call runs
-# under statement_timeout, and 57014 is the failure.
+# under statement_timeout, and 57014 is the failure.  Section 5: a call
+# that waited while the holder released and took the resource again must
+# not act on the new holding under its old fence or term (helper-75's
+# review of the first fix: 8 of these failed against it).
 # Promises: P1 P2 P4
 use strict;
 use warnings;
@@ -122,6 +125,78 @@ for my $s (@servers) {
     $live->commit if $live->{BegunWork};
     is(answer($live, "SELECT dlock.unlock('ra', 'h')"), 0, "$label: ... and unlocks at once");
     $stale->commit;
+    # 5. The holder released and took the resource again (a new fence, in
+    # one transaction) while the call waited for the row: a call under the
+    # old fence or term is refused and leaves the new holding as it is
+    # (helper-75's finding 1); a call without one acts on the new holding.
+    my $waiting = sub {     # start SQL on a new connection; it must wait for $live
+        my ($sql, $name) = @_;
+        my $w = conn('alice');
+        my $sth = $w->prepare($sql, { pg_async => PG_ASYNC });
+        $sth->execute;
+        sleep 0.2;
+        ok(!$w->pg_ready, "$label: $name: waits for the holder's transaction");
+        return [$w, $sth];
+    };
+    my $answer = sub {      # after $live commits: the waiting call's answer
+        my ($ws, $name) = @_;
+        my ($w, $sth) = @$ws;
+        ok(wait_ready($w, 10), "$label: $name: answers once it commits");
+        $w->pg_result;
+        ok(!$w->err, "$label: $name: no error") or diag($w->errstr);
+        my ($v) = $sth->fetchrow_array;
+        $sth->finish;
+        $w->disconnect;
+        return $v;
+    };
+    for my $call (['unlock', "SELECT dlock.unlock('rf', 'h', %d)"],
+                  ['renew', "SELECT dlock.renew('rf', 'h', '2h', %d)"]) {
+        my ($name, $sql) = @$call;
+        my $f1 = q1($live, "SELECT dlock.try_lock('rf', 'h', '1h')");
+        $live->begin_work;
+        q1($live, "SELECT dlock.unlock('rf', 'h')");
+        my $f2 = q1($live, "SELECT dlock.try_lock('rf', 'h', '1h')");
+        my $exp = q1($live, "SELECT expires_at FROM dlock.locks WHERE resource = 'rf'");
+        my $sth = $waiting->(sprintf($sql, $f1), "old fence, $name");
+        $live->commit;
+        is($answer->($sth, "old fence, $name"), undef, "$label: old fence, $name: refused (NULL)");
+        is(q1($live, "SELECT fence || ' ' || expires_at FROM dlock.locks WHERE resource = 'rf'"), "$f2 $exp",
+           "$label: old fence, $name: the new holding is left as it was");
+        q1($live, "SELECT dlock.unlock('rf', 'h')");
+    }
+    for my $call (['proclaim', "SELECT dlock.proclaim('rf/e', 'h', 'STALE', %d)"],
+                  ['resign', "SELECT dlock.resign('rf/e', 'h', %d)"]) {
+        my ($name, $sql) = @$call;
+        my $t1 = q1($live, "SELECT dlock.campaign('rf/e', 'h', 'v1', '1h', '0')");
+        $live->begin_work;
+        q1($live, "SELECT dlock.resign('rf/e', 'h')");
+        my $t2 = q1($live, "SELECT dlock.campaign('rf/e', 'h', 'v2', '1h', '0')");
+        my $sth = $waiting->(sprintf($sql, $t1), "old term, $name");
+        $live->commit;
+        is($answer->($sth, "old term, $name"), 0, "$label: old term, $name: refused (false)");
+        is(q1($live, "SELECT term || ' ' || value FROM dlock.leader('rf/e')"), "$t2 v2",
+           "$label: old term, $name: the new term leads, its value as it was");
+        q1($live, "SELECT dlock.resign('rf/e', 'h')");
+    }
+    {
+        q1($live, "SELECT dlock.try_lock('rf', 'h', '1h')");
+        $live->begin_work;
+        q1($live, "SELECT dlock.unlock('rf', 'h')");
+        my $f2 = q1($live, "SELECT dlock.try_lock('rf', 'h', '1h')");
+        my $sth = $waiting->("SELECT dlock.renew('rf', 'h', '2h')", "no fence, renew");
+        $live->commit;
+        my $e = $answer->($sth, "no fence, renew");
+        ok(defined $e, "$label: no fence, renew: renews the holder's new holding");
+        is(q1($live, "SELECT fence || ' ' || (expires_at = ?::timestamptz) FROM dlock.locks WHERE resource = 'rf'", $e),
+           "$f2 true", "$label: ... to the expiry it returned") if defined $e;
+        $live->begin_work;
+        q1($live, "SELECT dlock.unlock('rf', 'h')");
+        q1($live, "SELECT dlock.try_lock('rf', 'h', '1h')");
+        $sth = $waiting->("SELECT dlock.unlock('rf', 'h')", "no fence, unlock");
+        $live->commit;
+        is($answer->($sth, "no fence, unlock"), 0, "$label: no fence, unlock: releases the holder's new holding");
+        is(q1($live, "SELECT count(*) FROM dlock.locks WHERE resource = 'rf'"), 0, "$label: ... nothing left held");
+    }
     stop_server($s->[1], $dir);
 }
 done_testing;
