@@ -186,6 +186,32 @@ $$;
 COMMENT ON FUNCTION dlock.campaign(text, text, text, interval, interval, bigint) IS
     'Wait in election''s fair queue until candidate leads, with value; returns the term (the fence), NULL on timeout; the leader campaigning again gets its term';
 
+-- _lock_leader: lock election's row for candidate's p_action (proclaim,
+-- resign) while candidate leads (under p_term, if given), and return it;
+-- NULL (every field) if it does not lead, locking nothing.  A look, then
+-- that holding's row locked (_lock_holding), or, if it changed hands or
+-- ended meanwhile, a look again.  42501 for another role's (_may_change).
+CREATE OR REPLACE FUNCTION dlock._lock_leader(p_election text, p_candidate text, p_role oid, p_super boolean,
+                                              p_term bigint, p_action text)
+    RETURNS dlock.leases LANGUAGE plpgsql VOLATILE
+    SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    r dlock.leases%ROWTYPE;
+BEGIN
+    LOOP
+        SELECT * INTO r FROM dlock.leases x WHERE x.resource = p_election;
+        IF NOT dlock._may_change(r, p_candidate, p_role, p_super, p_action)
+           OR (p_term IS NOT NULL AND p_term <> r.fence) THEN
+            RETURN NULL;
+        END IF;
+        r := dlock._lock_holding(p_election, p_candidate, r.fence, false);
+        IF r.resource IS NOT NULL THEN
+            RETURN r;
+        END IF;
+    END LOOP;
+END
+$$;
+
 CREATE OR REPLACE FUNCTION dlock.proclaim(election text, candidate text, value text,
                                           term bigint DEFAULT NULL)
     RETURNS boolean LANGUAGE plpgsql VOLATILE SECURITY DEFINER
@@ -199,17 +225,10 @@ BEGIN
     PERFORM dlock._value(value);
     PERFORM dlock._writable('dlock.proclaim()');
     c := dlock._caller();
-    -- A look, then that holding's row locked (or, if it changed hands or
-    -- ended meanwhile, a look again): a refusal locks nothing.
-    LOOP
-        SELECT * INTO r FROM dlock.leases x WHERE x.resource = election;
-        IF NOT dlock._may_change(r, candidate, c.roleid, c.is_super, 'proclaim')
-           OR (term IS NOT NULL AND term <> r.fence) THEN
-            RETURN false;
-        END IF;
-        r := dlock._lock_holding(election, candidate, r.fence, false);
-        EXIT WHEN r.resource IS NOT NULL;
-    END LOOP;
+    r := dlock._lock_leader(election, candidate, c.roleid, c.is_super, term, 'proclaim');
+    IF r.resource IS NULL THEN
+        RETURN false;
+    END IF;
     PERFORM dlock._value_set(election, r.fence, candidate, value, false);
     PERFORM dlock._event_holding('proclaimed', election, r.fence, candidate, value);
     RETURN true;
@@ -229,17 +248,10 @@ BEGIN
     PERFORM dlock._text_arg(candidate, 'candidate', 255);
     PERFORM dlock._writable('dlock.resign()');
     c := dlock._caller();
-    -- A look, then that holding's row locked (or, if it changed hands or
-    -- ended meanwhile, a look again): a refusal locks nothing.
-    LOOP
-        SELECT * INTO r FROM dlock.leases x WHERE x.resource = election;
-        IF NOT dlock._may_change(r, candidate, c.roleid, c.is_super, 'resign')
-           OR (term IS NOT NULL AND term <> r.fence) THEN
-            RETURN false;
-        END IF;
-        r := dlock._lock_holding(election, candidate, r.fence, false);
-        EXIT WHEN r.resource IS NOT NULL;
-    END LOOP;
+    r := dlock._lock_leader(election, candidate, c.roleid, c.is_super, term, 'resign');
+    IF r.resource IS NULL THEN
+        RETURN false;
+    END IF;
     -- Whatever its count; a clean end (no lock-delay); its client ticket goes.
     PERFORM dlock._release(election, r.fence, 0, 'resigned');
     DELETE FROM dlock.tickets t

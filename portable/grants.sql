@@ -25,6 +25,7 @@ REVOKE EXECUTE ON FUNCTION
     dlock._value_set(text, bigint, text, text, boolean), dlock._term_log(text, bigint, text, text, oid),
     dlock._still_leader(text, bigint, text, text, oid),
     dlock._may_change(dlock.leases, text, oid, boolean, text), dlock._lock_holding(text, text, bigint, boolean),
+    dlock._lock_leader(text, text, oid, boolean, bigint, text),
     dlock._current(text, bigint, boolean), dlock._pin_fresh(text, text, bigint), dlock._wait_ended_row(text),
     dlock._pause(text[], interval, interval, interval, boolean), dlock._xact_attempt(text),
     dlock._held(integer, integer, text), dlock._let_go(text, text, oid, bigint),
