@@ -270,7 +270,11 @@ $$;
 -- back).  A row another transaction has locked is waited for in a
 -- subtransaction, rolled back if the row is no longer that holding: after
 -- a wait, PostgreSQL locks the row's newest version before it checks the
--- quals again, and keeps that lock when they fail.
+-- quals again, and keeps that lock when they fail.  One window is left
+-- (helper-76): a change committed between a statement's snapshot and its
+-- lock of the row (microseconds) does the same to the first, SKIP LOCKED
+-- try here, renew's and unlock's fast path.  A subtransaction around
+-- every try would close it, at a cost on every renewal.
 CREATE OR REPLACE FUNCTION dlock._lock_holding(p_resource text, p_holder text, p_fence bigint,
                                                p_no_key boolean)
     RETURNS dlock.leases LANGUAGE plpgsql VOLATILE
