@@ -196,21 +196,22 @@ flush_before_commit(void)
 /*
  * force_sync_commit: at PRE_COMMIT, pick the synchronous_commit level the
  * commit record must be written with: at least "on" (remote_flush) after
- * an acquisition or renewal, a stronger one such as remote_apply kept;
- * "off" for a transaction that only released outside a block.  After an
- * acquisition or a transaction-scoped lock, flush_before_commit too.
+ * an acquisition, a renewal or a transaction-scoped lock, a stronger one
+ * such as remote_apply kept; "off" for a transaction that only released
+ * outside a block.  Then flush_before_commit for a transaction without a
+ * commit record.  (A transaction-scoped lock in a transaction that wrote
+ * rows, a break_lock say, left it to a commit record written with the
+ * session's "off": a crash took the release with it.)
  */
 static void
 force_sync_commit(void)
 {
-	if (xact_acquired)
+	if (xact_acquired || xact_locked)
 	{
 		if (synchronous_commit < SYNCHRONOUS_COMMIT_REMOTE_FLUSH)
 			set_sync_commit("on");
 		flush_before_commit();
 	}
-	else if (xact_locked)
-		flush_before_commit();
 	else if (xact_async_release && !foreign_writes &&
 			 XactLastRecEnd == own_writes_end &&
 			 synchronous_commit > SYNCHRONOUS_COMMIT_OFF)

@@ -210,5 +210,39 @@ for my $r (@xr)
 		'>', $xf{$r}, "$r: the next fence is above the xact lock's");
 }
 
+# Fourth crash: the same in one transaction under synchronous_commit = off,
+# which writes rows (a break_lock of a live holding, or the holder's own
+# unlock) and so has an xid: its commit record must be flushed before the
+# commit is acknowledged, else the crash takes the release with it and the
+# broken holding is back behind the xact lock's newer fence (helper-77, by
+# reading xact.c: flush_before_commit left it to the commit record, which
+# synchronous_commit = off does not flush).
+my %how = (
+	yb1 => "SELECT dlock.break_lock('yb1')",
+	yb2 => "SELECT dlock.break_lock('yb2')",
+	yu1 => "SELECT dlock.unlock('yu1', 'old-holder')");
+$node->safe_psql('postgres',
+	join('', map { "SELECT dlock.try_lock('$_', 'old-holder', '1h');\n" } sort keys %how));
+$walwriter = freeze_wal_writer($node);
+for my $r (sort keys %how)
+{
+	$xf{$r} = $node->safe_psql('postgres', qq{
+SET synchronous_commit = off;
+BEGIN;
+$how{$r};
+SELECT dlock.try_xact_lock('$r');
+COMMIT;});
+	like($xf{$r}, qr/\n\d+$/, "$r: released and xact-locked in one transaction, committed");
+	$xf{$r} =~ s/.*\n//s;
+}
+crash($walwriter);
+for my $r (sort keys %how)
+{
+	is($node->safe_psql('postgres', "SELECT count(*) FROM dlock.locks WHERE resource = '$r' AND holder IS NOT NULL"),
+		'0', "$r: the release in the xact lock's own transaction survived the crash");
+	cmp_ok($node->safe_psql('postgres', "SELECT dlock.try_lock('$r', 'new-holder', '1h')"),
+		'>', $xf{$r}, "$r: the next fence is above the xact lock's");
+}
+
 $node->stop;
 done_testing();
