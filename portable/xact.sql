@@ -96,9 +96,13 @@ BEGIN
             RAISE SQLSTATE 'DL005';
         END IF;
         -- Nothing is written but the fence sequence (and a row lock, or the
-        -- key of a row inserted and deleted).
+        -- key of a row inserted and deleted).  The commit is durable, as an
+        -- acquisition's (_sync): with the caller's synchronous_commit = off,
+        -- a crash could take with it a release it was granted on that this
+        -- transaction wrote (a break_lock), and the old holding came back.
         v_fence := dlock._next_fence();
         PERFORM set_config('dlock.xact_' || md5(p_resource), v_fence::text, true);
+        PERFORM dlock._sync();
         RETURN v_fence;
     EXCEPTION WHEN SQLSTATE 'DL005' THEN
         RETURN NULL;

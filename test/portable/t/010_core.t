@@ -480,6 +480,17 @@ sub sync_tests {
     q1($al, "SELECT dlock.unlock('sync/a', 'h')");
     is(q1($al, "SHOW synchronous_commit"), 'off', "$label: a release keeps the caller's setting");
     $al->commit;
+    # Every other kind of acquisition too; a transaction-scoped lock as
+    # well: its transaction may have written the release it was granted on.
+    for my $call ("dlock.try_xact_lock('sync/x')", "dlock.xact_lock('sync/x')",
+                  "dlock.try_lock('sync/s', 'h', '1h', shared => true)",
+                  "dlock.try_acquire('sync/p', 'h', 2, 1, '1h')", "dlock.try_lock_all(ARRAY['sync/m'], 'h', '1h')") {
+        $al->begin_work;
+        q1($al, "SELECT $call");
+        is(q1($al, "SHOW synchronous_commit"), 'on', "$label: $call commits with synchronous_commit = on");
+        $al->commit;
+    }
+    q1($al, "SELECT dlock.unlock_all('h')");
     # Why dlock uses set_config(..., true) and not a SET clause on its
     # functions: a function's SET clause is undone when it returns, before
     # the commit it was meant for.
