@@ -59,6 +59,11 @@
 #                 only if its transaction committed: one that rolled back
 #                 may have taken what its own rolled-back break freed), not
 #                 after it was released under its fence.
+#  stale-fence    an unlock or renew under a fence succeeds only for a live
+#                 holding of that fence, by assert-fence's rules (a renew
+#                 after its lease ended is a revival), and not once its
+#                 holder text took the resource again in that mode under a
+#                 newer fence (acknowledged; a re-entry keeps the fence).
 #  count          per client, private holder text and mode, replaying the
 #                 client's own operations (undoing what rolled back):
 #                 unlock of a holding of count n returns n - 1 (see
@@ -318,6 +323,8 @@ sub check
 
 	$stats{ops} = scalar @$ops;
 	$stats{"ok $_->{k}" . ($_->{sh} ? ' shared' : '')}++ for grep { ok($_) && defined $_->{res} } @$ops;
+	# Calls under the fence the client saw before its last (ModelDriver.pm).
+	$stats{'old-fence calls refused'}++ for grep { $_->{old} && ok($_) && !defined $_->{res} } @$ops;
 	# Several resources at once: one acquisition per resource (and the
 	# all-or-nothing rule of ModelKinds.pm).
 	$ops = ModelKinds::expand($ops, $viol);
@@ -671,7 +678,53 @@ sub check
 		return $lasted->(0) || $lasted->(pm_max($renew_pm{"$o->{r}\0$o->{h}"}, $t, $o));
 	};
 
-	# revival, role, assert-fence, free-at-once, error.
+	my %by_key;
+	push @{ $by_key{ $_->{key} } }, $_ for values %hold;
+	# fence_dead(hd, o): why holding hd surely had ended when o started,
+	# as [witness, text, why] (why: lease, newer, release, retaken); none if it may
+	# have lived.  For assert_fence and the unlock or renew under a fence.
+	my $fence_dead = sub {
+		my ($hd, $o) = @_;
+		my @dead;
+		my $e = $e_up->($hd, $o->{t1}, $o);
+		push @dead, [ $hd->{acq}, "after its lease ended at $e", 'lease' ]
+		  if $o->{t0} > $e + $MARGIN_US;
+		if (my $nf = $newer_first{ $o->{r} })
+		{
+			# The first holding with a larger fence (keys: fences, sorted).
+			my ($lo, $hi) = (0, scalar @{ $nf->{keys} });
+			while ($lo < $hi)
+			{
+				my $mid = ($lo + $hi) >> 1;
+				if ($nf->{keys}[$mid] > $o->{f}) { $hi = $mid }
+				else { $lo = $mid + 1 }
+			}
+			# Those that end hd: E of any holder for an exclusive hd (its
+			# holder's own newer one came after it ended), else of
+			# another; S of another holder for an exclusive hd.
+			my $other = sub {
+				my ($b) = @_;
+				return undef unless $b && $b->[0];
+				return $b->[0]{who} ne $hd->{who} ? $b->[0] : $b->[1];
+			};
+			my @n = grep { defined } $hd->{mode} eq 's'
+			  ? ($other->($nf->{first}{E}[$lo]))
+			  : (($nf->{first}{E}[$lo] || [])->[0], $other->($nf->{first}{S}[$lo]));
+			my ($n) = sort { $a->{acq}{tdone} <=> $b->{acq}{tdone} } @n;
+			push @dead, [ $n->{acq}, "($hd->{mode}) after fence $n->{f} ($n->{mode}) was acknowledged", 'newer' ]
+			  if $n && $n->{acq}{tdone} < $o->{t0};
+		}
+		my ($u) = grep { $_->{tdone} < $o->{t0} } @{ $fence_unlocks{ "$o->{r}\0" . (0 + $o->{f}) } || [] };
+		push @dead, [ $u, 'after its release', 'release' ] if $u;
+		# A newer holding of the same holder text, role and mode: a
+		# re-entry keeps the fence, so hd had ended before it was taken.
+		my ($m) = sort { $a->{tdone} <=> $b->{tdone} } grep { $_->{tdone} < $o->{t0} }
+		  map { $_->{acq} } grep { $_->{f} > $hd->{f} && committed($_->{acq}) } @{ $by_key{ $hd->{key} } };
+		push @dead, [ $m, "after its holder took fence $m->{res}", 'retaken' ] if $m && !$hd->{xact};
+		return @dead;
+	};
+
+	# revival, role, assert-fence, stale-fence, free-at-once, error.
 	my %probe_last;
 	my @pt_reaps;    # the portable edition's reaps that removed leases
 	for my $o (@$ops)
@@ -722,41 +775,24 @@ sub check
 		if ($o->{k} eq 'assert_fence' && ok($o) && (my $hd = $hold{ $o->{f} }))
 		{
 			next if $hd->{xact};
-			my $e = $e_up->($hd, $o->{t1}, $o);
-			$viol->('assert-fence', "assert_fence of fence $o->{f} after its lease ended at $e",
-				$hd->{acq}, $o)
-			  if $o->{t0} > $e + $MARGIN_US;
-			if (my $nf = $newer_first{ $o->{r} })
+			for my $d ($fence_dead->($hd, $o))
 			{
-				# The first holding with a larger fence (keys: fences, sorted).
-				my ($lo, $hi) = (0, scalar @{ $nf->{keys} });
-				while ($lo < $hi)
-				{
-					my $mid = ($lo + $hi) >> 1;
-					if ($nf->{keys}[$mid] > $o->{f}) { $hi = $mid }
-					else { $lo = $mid + 1 }
-				}
-				# Those that end hd: E of any holder for an exclusive hd (its
-				# holder's own newer one came after it ended), else of
-				# another; S of another holder for an exclusive hd.
-				my $other = sub {
-					my ($b) = @_;
-					return undef unless $b && $b->[0];
-					return $b->[0]{who} ne $hd->{who} ? $b->[0] : $b->[1];
-				};
-				my @n = grep { defined } $hd->{mode} eq 's'
-				  ? ($other->($nf->{first}{E}[$lo]))
-				  : (($nf->{first}{E}[$lo] || [])->[0], $other->($nf->{first}{S}[$lo]));
-				my ($n) = sort { $a->{acq}{tdone} <=> $b->{acq}{tdone} } @n;
-				$viol->('assert-fence', "assert_fence of fence $o->{f} ($hd->{mode}) after fence $n->{f} ($n->{mode}) was acknowledged",
-					$n->{acq}, $o)
-				  if $n && $n->{acq}{tdone} < $o->{t0};
+				$viol->('assert-fence', "assert_fence of fence $o->{f} $d->[1]", $d->[0], $o);
 			}
-			for my $u (@{ $fence_unlocks{ "$o->{r}\0" . (0 + $o->{f}) } || [] })
+		}
+		# An unlock or renew under a fence acts on that holding only, so
+		# it succeeds only while that holding lives (a renew after its
+		# lease is a revival, above).
+		if (($o->{k} eq 'unlock' || $o->{k} eq 'renew') && ok($o) && defined $o->{res}
+			&& defined $o->{f} && (my $hd = $hold{ $o->{f} }))
+		{
+			if (!$hd->{xact} && $hd->{r} eq $o->{r})
 			{
-				next unless $u->{tdone} < $o->{t0};
-				$viol->('assert-fence', "assert_fence of fence $o->{f} after its release", $u, $o);
-				last;
+				for my $d ($fence_dead->($hd, $o))
+				{
+					next if $d->[2] eq 'lease' && $o->{k} eq 'renew';
+					$viol->('stale-fence', "$o->{k} of fence $o->{f} $d->[1]", $d->[0], $o);
+				}
 			}
 		}
 		if ($o->{probe})

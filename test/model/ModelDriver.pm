@@ -6,6 +6,8 @@
 # unlock/renew of another role's holding read from dlock.locks) on a few
 # resources with short leases, in autocommit and in transactions (READ
 # COMMITTED or SERIALIZABLE, with savepoints, ROLLBACK TO, and rollbacks).
+# Now and then an unlock or renew passes the fence before the last one the
+# client saw for its holder text (fence_arg: old => 1).
 # The kinds of lock the installed extension has (looked up in pg_proc at
 # the first operation, detect_kinds) are mixed in: shared acquisitions
 # (0.4: try_lock/lock with shared => true, so the same holder texts also
@@ -101,6 +103,7 @@ sub new
 	$self->{sems} = [ map { ($a{tag} // 'm') . "/s$_" } 0 .. 1 ];
 	$self->{max_permits} = { map { $self->{sems}[$_] => 2 + $_ } 0 .. 1 };
 	$self->{fence} = {};    # "r\0h" => last fence this client saw returned
+	$self->{old} = {};      # "r\0h" => the one it saw before that
 	$self->{sessions} = []; # { id, h, ttl }: the sessions this client opened
 	$self->{tag} //= '';
 	$self->{seq} = 0;
@@ -231,18 +234,18 @@ sub random_op
 	}
 	elsif ($x < 46)
 	{
-		my $f = rnd(3) ? $fence : undef;
+		my ($f, @old) = $self->fence_arg($key);
 		$rec = $self->call('unlock', 'dlock.unlock($1, $2, $3::int8)',
-			[ $r, $h, $f ], r => $r, h => $h, f => $f);
+			[ $r, $h, $f ], r => $r, h => $h, f => $f, @old);
 	}
 	elsif ($x < 58)
 	{
-		my $f = rnd(3) ? $fence : undef;
+		my ($f, @old) = $self->fence_arg($key);
 		my $l = rnd(3) ? $lease : undef;
 		$rec = $self->call('renew',
 			"(extract(epoch FROM dlock.renew(\$1, \$2, \$3::interval, \$4::int8)) * 1000000)::int8",
 			[ $r, $h, defined $l ? lease_arg($l) : undef, $f ],
-			r => $r, h => $h, lease => $l, f => $f);
+			r => $r, h => $h, lease => $l, f => $f, @old);
 	}
 	elsif ($x < 61)
 	{
@@ -299,7 +302,10 @@ sub random_op
 	if (!$rec->{err} && defined $rec->{res}
 		&& $rec->{k} =~ /^(?:try_lock|lock|try_acquire|acquire)$/)
 	{
-		$self->{fence}{"$rec->{r}\0$rec->{h}"} = $rec->{res};
+		my $k = "$rec->{r}\0$rec->{h}";
+		$self->{old}{$k} = $self->{fence}{$k}
+		  if defined $self->{fence}{$k} && $self->{fence}{$k} != $rec->{res};
+		$self->{fence}{$k} = $rec->{res};
 		$self->{last} = [ $rec->{r}, $rec->{h} ] if $rec->{k} =~ /lock\z/ && !defined $rec->{sess};
 	}
 	if (!$rec->{err} && ref $rec->{res})
@@ -307,6 +313,17 @@ sub random_op
 		$self->{fence}{"$rec->{rs}[$_]\0$rec->{h}"} = $rec->{res}[$_] for 0 .. $#{ $rec->{rs} };
 	}
 	return $rec;
+}
+
+# fence_arg: the fence an unlock or renew of key passes: the last one this
+# client saw (2 in 3), none, or now and then the one before (old => 1): a
+# call under an old fence must change nothing (ModelCheck.pm: stale-fence)
+# even when the holder text holds the resource again.
+sub fence_arg
+{
+	my ($self, $key) = @_;
+	return ($self->{old}{$key}, old => 1) if defined $self->{old}{$key} && rnd(4) == 0;
+	return rnd(3) ? $self->{fence}{$key} : undef;
 }
 
 # sess_op: an operation about sessions (see the header); undef for none.

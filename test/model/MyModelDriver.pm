@@ -87,7 +87,8 @@ sub new
 	$self->{role} = $a{user};
 	$self->{holders} = [ map { "$a{user}/c$a{id}/h$_$tag" } 0 .. 1 ];
 	$self->{shared} = [ map { "shared/h$_$tag" } 0 .. 1 ];
-	$self->{fence} = {};
+	$self->{fence} = {};    # "r\0h" => last fence this client saw returned
+	$self->{old} = {};      # "r\0h" => the one it saw before that
 	$self->{seq} = 0;
 	$self->{unit} = 0;
 	return $self;
@@ -198,16 +199,16 @@ sub random_op
 	}
 	elsif ($x < 46)
 	{
-		my $f = rnd(3) ? $fence : undef;
-		$rec = $self->call('unlock', 'dlock.unlock(?, ?, ?)', [ $r, $h, $f ], r => $r, h => $h, f => $f);
+		my ($f, @old) = $self->fence_arg($key);
+		$rec = $self->call('unlock', 'dlock.unlock(?, ?, ?)', [ $r, $h, $f ], r => $r, h => $h, f => $f, @old);
 	}
 	elsif ($x < 58)
 	{
-		my $f = rnd(3) ? $fence : undef;
+		my ($f, @old) = $self->fence_arg($key);
 		my $l = rnd(3) ? $lease : undef;
 		$rec = $self->call('renew',
 			q{TIMESTAMPDIFF(MICROSECOND, '1970-01-01', dlock.renew(?, ?, ?, ?))},
-			[ $r, $h, defined $l ? secs($l) : undef, $f ], r => $r, h => $h, lease => $l, f => $f);
+			[ $r, $h, defined $l ? secs($l) : undef, $f ], r => $r, h => $h, lease => $l, f => $f, @old);
 	}
 	elsif ($x < 61)
 	{
@@ -269,9 +270,19 @@ sub random_op
 	return undef unless $rec;
 	if (!$rec->{err} && defined $rec->{res} && ($rec->{k} eq 'try_lock' || $rec->{k} eq 'lock'))
 	{
+		$self->{old}{$key} = $self->{fence}{$key}
+		  if defined $self->{fence}{$key} && $self->{fence}{$key} != $rec->{res};
 		$self->{fence}{$key} = $rec->{res};
 	}
 	return $rec;
+}
+
+# fence_arg: as ModelDriver.pm's (the last fence, none, or the one before).
+sub fence_arg
+{
+	my ($self, $key) = @_;
+	return ($self->{old}{$key}, old => 1) if defined $self->{old}{$key} && rnd(4) == 0;
+	return rnd(3) ? $self->{fence}{$key} : undef;
 }
 
 # steal: unlock or renew a live holding of another user on this run's

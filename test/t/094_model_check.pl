@@ -100,6 +100,31 @@ is(kinds(sh(0, 'A', 10), op(t0 => 2, k => 'break_lock', r => 'r', res => 1), ex(
 	'assert-fence', 'assert_fence of a shared fence after a newer exclusive holder is flagged');
 is(kinds(ex(0, 'A', 10), op(t0 => 2, k => 'break_lock', r => 'r', res => 1), sh(5, 'B', 11), $af->(9, 10)),
 	'assert-fence', 'assert_fence of an exclusive fence after a newer shared holder is flagged');
+# unlock and renew under a fence act on that holding only: after it ended
+# (released, a newer holding, its lease) they must not succeed.
+my $uf = sub { my ($t, $h, $f, $res) = @_; op(t0 => $t, k => 'unlock', r => 'r', h => $h, f => $f, res => $res) };
+my $rf = sub { my ($t, $h, $f, $res) = @_; op(t0 => $t, k => 'renew', r => 'r', h => $h, f => $f, res => $res) };
+is(kinds(ex(0, 'A', 10), $uf->(2, 'A', 10, 0), ex(5, 'A', 11), $uf->(9, 'A', 10, 0)), 'stale-fence',
+	"an unlock under the holder's released fence that released its new holding is flagged");
+is(kinds(ex(0, 'A', 10), $uf->(2, 'A', 10, 0), ex(5, 'A', 11), $uf->(9, 'A', 10, undef), $uf->(10, 'A', 11, 0)),
+	'none', '... and not when it returns NULL and the new fence releases');
+is(kinds(ex(0, 'A', 10), $uf->(2, 'A', 10, 0), ex(5, 'A', 11), $rf->(9, 'A', 10, $T + 20_000_000)),
+	'stale-fence', 'a renew under a released fence that extended the new holding is flagged');
+is(kinds(ex(0, 'A', 10), op(t0 => 2, k => 'break_lock', r => 'r', res => 1), ex(5, 'B', 11),
+		$uf->(9, 'A', 10, 0)), 'stale-fence', 'an unlock under a fence broken and taken by another holder is flagged');
+is(kinds(sh(0, 'A', 10), sh(5, 'B', 11), $uf->(9, 'A', 10, 0)), 'none',
+	'an unlock under a shared fence beside a newer shared holder');
+my $ufl = sub { my ($t, $h, $res) = @_; op(t0 => $t, k => 'unlock', r => 'r', h => $h, res => $res) };
+is(kinds(sh(0, 'A', 10), $ufl->(2, 'A', 0), sh(5, 'A', 12), $uf->(9, 'A', 10, 0)), 'stale-fence',
+	'an unlock under a shared fence after its holder released it (no fence) and took it again is flagged');
+is(kinds(ex(0, 'A', 10), $ufl->(2, 'A', 0), ex(5, 'A', 12), $rf->(9, 'A', 10, $T + 20_000_000)), 'stale-fence',
+	'... a renew under an exclusive one too');
+is(kinds(ex(0, 'A', 10), ex(3, 'A', 10), $uf->(9, 'A', 10, 1)), 'none', '... not after a re-entry, which keeps the fence');
+is(kinds(ex(0, 'A', 10), sh(3, 'A', 12), $uf->(9, 'A', 10, 0)), 'none', '... nor after a downgrade (another mode)');
+is(kinds(ex(0, 'A', 10, lease => 50), $uf->(100, 'A', 10, 0)), 'stale-fence',
+	'an unlock under a fence after its lease ended is flagged');
+is(kinds(ex(0, 'A', 10, lease => 50), $rf->(100, 'A', 10, $T + 1_000_000)), 'revival',
+	'... a renew there is a revival (one verdict, not two)');
 # Counts per holding: unlock without a fence releases the exclusive one first.
 my $h = 'postgres/c0/h0';
 my $ul = sub { my ($t, $res) = @_; op(t0 => $t, k => 'unlock', r => 'r', h => $h, res => $res) };

@@ -63,6 +63,7 @@ sub model_run
 	cmp_ok($stats->{holdings} // 0, '>', 50, "$what: the workload took holdings");
 	cmp_ok($stats->{probes} // 0, '>', 10, "$what: the prober probed");
 	cmp_ok($stats->{'ok unlock'} // 0, '>', 10, "$what: unlocks succeeded");
+	cmp_ok($stats->{'old-fence calls refused'} // 0, '>', 5, "$what: unlocks and renews under an old fence refused");
 	cmp_ok(($stats->{'ok try_lock shared'} // 0) + ($stats->{'ok lock shared'} // 0), '>', 5,
 		"$what: shared holdings were taken");
 	# The kept logs (run-model.pl --check DIR) check again, offline, alike.
@@ -156,6 +157,21 @@ sub check_fires
 		my ($r) = ((grep { !$_->{steal} } @renews), (grep { $_->{steal} } @renews));
 		return 0 unless $r;
 		$_->{t0} += 3_600_000_000, $_->{t1} += 3_600_000_000 for $r;
+		return 1;
+	});
+	# An unlock under a fence, replayed after that fence was released.
+	$flagged->('stale-fence', sub {
+		my %acq = map { $_->{res} => 1 } grep { ($_->{k} eq 'try_lock' || $_->{k} eq 'lock')
+			  && !defined $_->{err} && defined $_->{res} } @{ $_[0] };
+		my ($u) = grep { $_->{k} eq 'unlock' && !defined $_->{err} && defined $_->{f}
+			  && ($_->{res} // -1) == 0 && $_->{fate} eq 'commit' && $acq{ $_->{f} } } @{ $_[0] };
+		return 0 unless $u;
+		my $n = 1 + (sort { $b <=> $a } map { $_->{n} } grep { $_->{c} == $u->{c} } @{ $_[0] })[0];
+		my $units = 1 + (sort { $b <=> $a } map { $_->{u} } grep { $_->{c} == $u->{c} } @{ $_[0] })[0];
+		# After the client's last record (the log's order: client, then n).
+		my ($at) = grep { $_[0][$_]{c} == $u->{c} } reverse 0 .. $#{ $_[0] };
+		splice @{ $_[0] }, $at + 1, 0, { %$u, n => $n, u => $units, t0 => $u->{tdone} + 1000,
+			t1 => $u->{tdone} + 2000, tlo => $u->{tdone} + 2000, tdone => $u->{tdone} + 3000 };
 		return 1;
 	});
 	# A shared holding made exclusive while an older shared one of another

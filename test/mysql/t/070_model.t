@@ -211,6 +211,7 @@ sub explain_refusals
 cmp_ok($stats->{holdings} // 0, '>', 50, 'the workload took holdings');
 cmp_ok($stats->{probes} // 0, '>', 10, 'the prober probed');
 cmp_ok($stats->{'ok unlock'} // 0, '>', 10, 'unlocks succeeded');
+cmp_ok($stats->{'old-fence calls refused'} // 0, '>', 5, 'unlocks and renews under an old fence refused');
 cmp_ok($stats->{'ok try_xact_lock'} // 0, '>', 5, 'transaction-scoped locks were taken');
 
 # The checker fires on this edition's records: a nowait call marked waited,

@@ -98,6 +98,7 @@ for my $s (@servers) {
     cmp_ok($stats->{holdings} // 0, '>', 50, "$label: the workload took holdings");
     cmp_ok($stats->{probes} // 0, '>', 10, "$label: the prober probed");
     cmp_ok($stats->{'ok unlock'} // 0, '>', 10, "$label: unlocks succeeded");
+    cmp_ok($stats->{'old-fence calls refused'} // 0, '>', 5, "$label: unlocks and renews under an old fence refused");
     cmp_ok($stats->{'clients that died'} // 0, '==', 0, "$label: no client died");
     # The kinds are mixed in ([kinds]: ModelDriver.pm finds them in pg_proc).
     cmp_ok(($stats->{'ok try_lock shared'} // 0) + ($stats->{'ok lock shared'} // 0), '>', 5,
