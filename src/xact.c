@@ -163,22 +163,29 @@ set_sync_commit(const char *value)
 }
 
 /*
- * flush_before_commit: an acquisition in a transaction without an xid (a
- * transaction-scoped lock, which writes no row) has no commit record, so
- * its commit flushes nothing, not even the release it was granted on,
+ * flush_before_commit: an acquisition in a transaction whose commit
+ * record is not flushed (a transaction-scoped lock, which writes no row:
+ * without an xid there is no commit record; with one but no WAL of its
+ * own, txid_current() say, PostgreSQL writes the record and does not
+ * flush it) flushes nothing, not even the release it was granted on,
  * which another session may have committed asynchronously (a lone release
  * is, see above).  A crash after its commit was acknowledged would bring
- * the old holding back, behind the newer fence (098, the chaos model).
- * So all WAL inserted so far is flushed first, and waited for by the
- * synchronous standbys as a commit record would be.
+ * the old holding back, behind the newer fence (098, the chaos model;
+ * helper-78 with txid_current()).  So all WAL inserted so far is flushed
+ * first, and waited for by the synchronous standbys as a commit record
+ * would be.
  */
 static void
 flush_before_commit(void)
 {
 	XLogRecPtr	upto;
 
-	if (TransactionIdIsValid(GetTopTransactionIdIfAny()))
-		return;					/* its commit record flushes it all */
+	/*
+	 * A commit record after WAL of its own is flushed (and waited for) at
+	 * synchronous_commit = on, which force_sync_commit has set.
+	 */
+	if (TransactionIdIsValid(GetTopTransactionIdIfAny()) && XactLastRecEnd != InvalidXLogRecPtr)
+		return;
 	upto = GetXLogInsertRecPtr();
 	/*
 	 * At the start of a page the insert position lies past the page's

@@ -217,12 +217,20 @@ for my $r (@xr)
 # broken holding is back behind the xact lock's newer fence (helper-77, by
 # reading xact.c: flush_before_commit left it to the commit record, which
 # synchronous_commit = off does not flush).
+# The yt ones: the release is a lone one (asynchronous), and the xact
+# lock's transaction has an xid but no WAL of its own (txid_current(), in
+# a session that has drawn fences before, whose draws write no WAL but
+# now and then a sequence batch): PostgreSQL writes its commit record and
+# does not flush it (helper-78).
 my %how = (
 	yb1 => "SELECT dlock.break_lock('yb1')",
 	yb2 => "SELECT dlock.break_lock('yb2')",
 	yu1 => "SELECT dlock.unlock('yu1', 'old-holder')");
+my @yt = map { "yt$_" } 1 .. 3;
 $node->safe_psql('postgres',
-	join('', map { "SELECT dlock.try_lock('$_', 'old-holder', '1h');\n" } sort keys %how));
+	join('', map { "SELECT dlock.try_lock('$_', 'old-holder', '1h');\n" } sort(keys %how), @yt));
+my $warm = $node->background_psql('postgres');
+$warm->query_safe("SELECT dlock.try_xact_lock('warm$_')") for 1 .. 3;
 $walwriter = freeze_wal_writer($node);
 for my $r (sort keys %how)
 {
@@ -235,11 +243,20 @@ COMMIT;});
 	like($xf{$r}, qr/\n\d+$/, "$r: released and xact-locked in one transaction, committed");
 	$xf{$r} =~ s/.*\n//s;
 }
+# (After the others: their commits flush all WAL before them.)
+for my $r (@yt)
+{
+	is($node->safe_psql('postgres', "SELECT dlock.unlock('$r', 'old-holder')"), '0', "$r released alone");
+	$xf{$r} = $warm->query_safe("BEGIN; SELECT txid_current() > 0; SELECT dlock.try_xact_lock('$r'); COMMIT;");
+	like($xf{$r}, qr/\n\d+$/, "$r: xact-locked in a transaction with an xid and no WAL, committed");
+	$xf{$r} =~ s/.*\n//s;
+}
 crash($walwriter);
-for my $r (sort keys %how)
+eval { $warm->quit };    # its server is gone
+for my $r (sort(keys %how), @yt)
 {
 	is($node->safe_psql('postgres', "SELECT count(*) FROM dlock.locks WHERE resource = '$r' AND holder IS NOT NULL"),
-		'0', "$r: the release in the xact lock's own transaction survived the crash");
+		'0', "$r: the release the xact lock was granted on survived the crash");
 	cmp_ok($node->safe_psql('postgres', "SELECT dlock.try_lock('$r', 'new-holder', '1h')"),
 		'>', $xf{$r}, "$r: the next fence is above the xact lock's");
 }
