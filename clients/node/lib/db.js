@@ -129,7 +129,7 @@ async function connect(pool, timeoutMs, signal) {
   const racers = [pending];
   if (timeoutMs > 0) {
     racers.push(new Promise((_, reject) => {
-      timer = setTimeout(() => reject(timeoutError('getting a connection', timeoutMs)), timeoutMs);
+      timer = later(() => reject(timeoutError('getting a connection', timeoutMs)), timeoutMs);
     }));
   }
   if (abort) racers.push(abort.promise.then(() => { throw signal.reason; }));
@@ -166,7 +166,7 @@ function cancelRequest(client, ms) {
   return new Promise((resolve) => {
     let closedByPeer = false;
     const s = net.connect(where, () => s.write(packet));
-    const timer = setTimeout(() => s.destroy(), Math.max(0, ms));
+    const timer = later(() => s.destroy(), ms);
     s.on('data', () => {});
     s.on('end', () => { closedByPeer = true; s.end(); });
     s.on('error', () => {});
@@ -195,7 +195,7 @@ async function run(client, query, signal) {
   const delivered = await cancelRequest(client, RELEASE_TIMEOUT_MS);
   let timer;
   const answered = await Promise.race([done.then(() => true),
-    new Promise((resolve) => { timer = setTimeout(() => resolve(false), Math.max(0, deadline - performance.now())); })]);
+    new Promise((resolve) => { timer = later(() => resolve(false), deadline - performance.now()); })]);
   clearTimeout(timer);
   if (answered) return { result: pending, unsafe: !delivered };
   pending.catch(() => {});
@@ -285,7 +285,16 @@ function fences(v, multi) {
   return (multi ? String(v).split(',') : [String(v)]).map((f) => BigInt(f));
 }
 
+// later FN MS: setTimeout, but a delay past what a timer holds (2^31 - 1
+// ms, about 24.8 days; Node fires a longer one after 1 ms) is cut to it:
+// a caller whose timer must not fire early (a loss at a deadline) checks
+// the clock when it fires and arms it again.
+const MAX_TIMER_MS = 2 ** 31 - 1;
+function later(fn, ms) {
+  return setTimeout(fn, Math.min(Math.max(0, ms), MAX_TIMER_MS));
+}
+
 module.exports = {
   invalid, duration, text, count, uniqueHolder, checkPool, abortSignal, isServerError, retryable, call, acquisition, bigintOrNull,
-  fences, ACQUIRE_TRIES, RELEASE_TIMEOUT_MS, STARTED, SINCE_STARTED,
+  fences, later, ACQUIRE_TRIES, RELEASE_TIMEOUT_MS, STARTED, SINCE_STARTED,
 };

@@ -32,9 +32,9 @@ class Leadership extends Lock {
   /** Changes the leader's value; false if it no longer leads. */
   async proclaim(value) {
     db.text('value', value, true);
-    const rows = await db.call(this._pool, 'SELECT dlock.proclaim($1, $2, $3, $4::bigint) AS ok',
+    const rows = await db.call(this._pool, 'SELECT dlock.proclaim($1, $2, $3, $4::bigint)::text AS ok',
       [this._resource, this._holder, value, this._fence.toString()], 0);
-    return rows[0].ok === true;
+    return rows[0].ok === 'true';
   }
 
   /** Steps down (the next candidate is elected at once); false if it no longer led. */
@@ -46,7 +46,7 @@ class Leadership extends Lock {
 // no other campaign or leadership of this process claims that election
 // and candidate (claim).  ARGS: election, candidate, term.
 Leadership.giveBackStatement = (args, info) => (info.alone && !info.alone() ? null : [
-  'SELECT dlock.resign($1, $2, $3::bigint) AS r FROM dlock.leader($1) l ' +
+  'SELECT nullif(dlock.resign($1, $2, $3::bigint), false)::text AS r FROM dlock.leader($1) l ' +
   `WHERE l.term = $3::bigint AND l.elected_at >= ${db.SINCE_STARTED}`,
   [...args, info.started]]);
 
@@ -85,7 +85,7 @@ function toLeader(row) {
 }
 
 const sleep = (ms, signal, wake) => new Promise((resolve) => {
-  const timer = setTimeout(done, ms);
+  const timer = db.later(done, ms);
   function done() {
     clearTimeout(timer);
     signal?.removeEventListener('abort', done);
@@ -140,7 +140,7 @@ class Election {
         { lease: this._lease, signal: opts.signal, alone: mine.alone },
         { sql: `SELECT dlock.campaign($1, $2, $3, $4::interval, $5::interval)::text AS f, ${db.STARTED}`, values,
           waitAt: 4, wait: opts.wait },
-        'SELECT dlock.resign($1, $2, $3::bigint) AS r', {}, values[3], leading, true);
+        'SELECT nullif(dlock.resign($1, $2, $3::bigint), false)::text AS r', {}, values[3], leading, true);
     } catch (err) {
       mine();
       // The renewal found the term it leads in gone: that leadership is lost.

@@ -35,20 +35,23 @@
 
 // The statements on one holding ($1 resource, $2 holder, $3 lease, $4 or
 // $3 fence), and on a MultiLock's several ($1 resources, $4 or $3 fences:
-// arrays, one result for all: NULL or false when any holding was gone).
+// arrays, one result for all: NULL when any holding was gone).  Booleans
+// are read as text: a type parser the application set for bool must not
+// turn 'f' into something truthy.
 const ONE = {
   renew: 'SELECT dlock.renew($1, $2, $3::interval, $4::bigint) AS expiry',
   release: 'SELECT dlock.unlock($1, $2, $3::bigint) AS r',
   assertFence: 'SELECT dlock.assert_fence($1, $2::bigint)',
-  check: 'SELECT dlock.check($1, $2::bigint) AS ok',
+  check: 'SELECT dlock.check($1, $2::bigint)::text AS ok',
 };
 const EACH = ' FROM unnest($1::text[], ';
 const MANY = {
   renew: 'SELECT nullif(bool_and(dlock.renew(t.r, $2, $3::interval, t.f) IS NOT NULL), false) AS expiry' +
     EACH + '$4::bigint[]) AS t(r, f)',
-  release: 'SELECT bool_and(dlock.unlock(t.r, $2, t.f) IS NOT NULL) AS r' + EACH + '$3::bigint[]) AS t(r, f)',
+  release: 'SELECT nullif(bool_and(dlock.unlock(t.r, $2, t.f) IS NOT NULL), false)::text AS r' + EACH +
+    '$3::bigint[]) AS t(r, f)',
   assertFence: 'SELECT count(dlock.assert_fence(t.r, t.f))' + EACH + '$2::bigint[]) AS t(r, f)',
-  check: 'SELECT bool_and(dlock.check(t.r, t.f)) AS ok' + EACH + '$2::bigint[]) AS t(r, f)',
+  check: 'SELECT bool_and(dlock.check(t.r, t.f))::text AS ok' + EACH + '$2::bigint[]) AS t(r, f)',
 };
 
 const { LockLost, LockTimeout, DlockError } = require('./errors');
@@ -64,6 +67,9 @@ const { RELEASE_TIMEOUT_MS } = db;
 const margin = (leaseMs) => Math.min(leaseMs / 10, 1000);
 
 const now = () => performance.now();
+
+const PAST_DEADLINE = 'renewals failed until just before the lease\'s end';
+const UNRELEASED = 'its release got no answer: the lease ends unrenewed';
 
 class Lock {
   // Made by acquire() and Election#campaign(), not by callers.
@@ -101,8 +107,10 @@ class Lock {
   /** The lease in milliseconds. */
   get lease() { return this._leaseMs; }
   /** Aborted (with a LockLost as its reason) when the lease is lost. */
-  get signal() { return this._controller.signal; }
-  get lost() { return this._state === 'lost'; }
+  get signal() { this._judge(); return this._controller.signal; }
+  /** Lost: also once the deadline has passed, even before its timer ran
+   * (a process paused past it, a busy event loop). */
+  get lost() { this._judge(); return this._state === 'lost'; }
   get released() { return this._state === 'released'; }
 
   // _renewed SENT: a renewal (or the acquisition) sent at SENT was
@@ -111,15 +119,32 @@ class Lock {
     if (this._state !== 'held') return;
     this._lastError = undefined;
     this._deadline = sent + this._leaseMs - margin(this._leaseMs);
-    clearTimeout(this._lossTimer);
-    this._lossTimer = setTimeout(() => this._lose('renewals failed until just before the lease\'s end'),
-      Math.max(0, this._deadline - now()));
+    this._armLoss(PAST_DEADLINE);
     this._schedule(Math.max(0, sent + this._leaseMs / 3 - now()));
+  }
+
+  // _armLoss REASON: the loss at the deadline (a timer holds at most about
+  // 24.8 days: a longer lease's fires early, finds time left, and re-arms).
+  _armLoss(reason) {
+    this._lossReason = reason;
+    clearTimeout(this._lossTimer);
+    this._lossTimer = db.later(() => {
+      if (now() < this._deadline) this._armLoss(reason);
+      else this._lose(reason);
+    }, this._deadline - now());
+  }
+
+  // _judge: past the deadline by the clock, the loss is declared now
+  // (its timer may not have run yet).  A session's lock: its session's.
+  _judge() {
+    if (this._state !== 'held') return;
+    if (this._session) this._session._judge();
+    else if (now() >= this._deadline) this._lose(this._lossReason);
   }
 
   _schedule(delay) {
     clearTimeout(this._renewTimer);
-    this._renewTimer = setTimeout(() => { this._renewLater(RETRY_MIN_MS); }, delay);
+    this._renewTimer = db.later(() => { this._renewLater(RETRY_MIN_MS); }, delay);
   }
 
   // _renewLater: a renewal from a timer; never an unhandled rejection.
@@ -166,9 +191,7 @@ class Lock {
     this._state = 'held';
     if (this._session) return;       // lost with its session, if ever
     clearTimeout(this._renewTimer);
-    clearTimeout(this._lossTimer);
-    this._lossTimer = setTimeout(() => this._lose('its release got no answer: the lease ends unrenewed'),
-      Math.max(0, this._deadline - now()));
+    this._armLoss(UNRELEASED);
   }
 
   _lose(reason) {
@@ -237,7 +260,7 @@ class Lock {
   /** dlock.check(resource, fence): whether this holding is current. */
   async check() {
     const rows = await db.call(this._pool, this._sql.check, this._target(), 0);
-    return rows[0].ok === true;
+    return rows[0].ok === 'true';
   }
 }
 

@@ -32,6 +32,7 @@ const RETRY_MAX_MS = 1000;
 const { RELEASE_TIMEOUT_MS } = db;
 const margin = (ttlMs) => Math.min(ttlMs / 10, 1000);
 const now = () => performance.now();
+const PAST_DEADLINE = 'no keepalive got through before the ttl\'s end';
 
 const SQL = {
   open: 'SELECT dlock.open_session($1::interval, $2)::text AS id',
@@ -77,19 +78,32 @@ class Session {
   /** The ttl in milliseconds. */
   get ttl() { return this._ttlMs; }
   /** Aborted (with a SessionLost as its reason) when the session is lost. */
-  get signal() { return this._controller.signal; }
-  get lost() { return this._state === 'lost'; }
+  get signal() { this._judge(); return this._controller.signal; }
+  /** Lost: also once the deadline has passed, even before its timer ran. */
+  get lost() { this._judge(); return this._state === 'lost'; }
   get closed() { return this._state === 'closed'; }
 
   _kept(sent) {
     if (this._state !== 'open') return;
     this._lastError = undefined;
     this._deadline = sent + this._ttlMs - margin(this._ttlMs);
-    clearTimeout(this._lossTimer);
-    this._lossTimer = setTimeout(() => this._lose('no keepalive got through before the ttl\'s end'),
-      Math.max(0, this._deadline - now()));
+    this._armLoss();
     clearTimeout(this._timer);
-    this._timer = setTimeout(() => this._keepLater(RETRY_MIN_MS), Math.max(0, sent + this._ttlMs / 3 - now()));
+    this._timer = db.later(() => this._keepLater(RETRY_MIN_MS), sent + this._ttlMs / 3 - now());
+  }
+
+  // _armLoss: the loss at the deadline (see Lock#_armLoss).
+  _armLoss() {
+    clearTimeout(this._lossTimer);
+    this._lossTimer = db.later(() => {
+      if (now() < this._deadline) this._armLoss();
+      else this._lose(PAST_DEADLINE);
+    }, this._deadline - now());
+  }
+
+  // _judge: past the deadline by the clock, the loss is declared now.
+  _judge() {
+    if (this._state === 'open' && now() >= this._deadline) this._lose(PAST_DEADLINE);
   }
 
   _keepLater(backoff) {
@@ -294,7 +308,7 @@ class Session {
     try {
       l = await this._take(Leadership, election, { sql: SQL.campaign,
         values: [election, this._holder, value ?? null, db.duration('wait', opts.wait), this._id.toString()],
-        waitAt: 3, wait: opts.wait }, 'SELECT dlock.resign($1, $2, $3::bigint) AS r', { alone: mine.alone }, signal);
+        waitAt: 3, wait: opts.wait }, 'SELECT nullif(dlock.resign($1, $2, $3::bigint), false)::text AS r', { alone: mine.alone }, signal);
     } finally {
       if (!l) mine();
     }

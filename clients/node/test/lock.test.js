@@ -282,3 +282,36 @@ test('the server down for a while and restarted within the lease: renewals retri
   assert.equal(await lock.check(), true);
   assert.equal(await lock.release(), true);
 });
+
+test('a lease longer than a timer holds (30 days, 2^31 ms is 24.8): neither lost at once nor a warning', async () => {
+  const warnings = [];
+  const onWarning = (w) => warnings.push(w.name);
+  process.on('warning', onWarning);
+  try {
+    for (const lease of ['30 days', 30 * 24 * 3600 * 1000]) {
+      const r = unique('long-lease');
+      const lock = await dlock.acquire(app, r, { lease });
+      await sleep(300);
+      assert.equal(lock.lost, false, `lease ${lease}: lost at once`);
+      assert.equal(lock.signal.aborted, false);
+      assert.equal((await row(r)).live, true);
+      assert.equal(await lock.release(), true);
+    }
+    await sleep(10);    // warnings are emitted on the next tick
+    assert.deepEqual(warnings.filter((n) => n === 'TimeoutOverflowWarning'), []);
+  } finally {
+    process.off('warning', onWarning);
+  }
+});
+
+test('the event loop blocked past the lease: lost and signal say so at once, judged by the clock', async () => {
+  const r = unique('blocked');
+  const lock = await dlock.acquire(app, r, { lease: 1000 });
+  assert.equal(lock.lost, false);
+  const until = performance.now() + 1200;
+  while (performance.now() < until) { /* no timer, no renewal runs */ }
+  assert.equal(lock.lost, true, 'past the deadline, before any timer ran');
+  assert.equal(lock.signal.aborted, true);
+  assert.ok(lock.signal.reason instanceof dlock.LockLost);
+  assert.equal(await lock.release(), false);
+});

@@ -71,3 +71,37 @@ for (const [label, parse] of Object.entries(PARSERS)) {
     }
   });
 }
+
+test('global bool parser giving the text (\'t\', \'f\': both truthy): check, release, proclaim judge right', async (t) => {
+  const original = pg.types.getTypeParser(16);
+  pg.types.setTypeParser(16, (v) => v);
+  try {
+    const r = unique('parser-bool');
+    const lock = await dlock.acquire(app, r, { lease: 5000 });
+    assert.equal(await lock.check(), true);
+    await admin.query('SELECT dlock.break_lock($1)', [r]);
+    assert.equal(await lock.check(), false, 'check after break_lock');
+    assert.equal(await lock.release(), false);
+    assert.equal(lock.lost, true);
+    if (await kinds(admin)) {
+      const m = await dlock.acquire(app, [r + '/a', r + '/b'], { lease: 5000 });
+      assert.equal(await m.check(), true);
+      await admin.query('SELECT dlock.break_lock($1)', [r + '/b']);
+      assert.equal(await m.check(), false, 'check after one holding was broken');
+      assert.equal(await m.release(), false, 'release after one holding was broken');
+      assert.equal(m.lost, true);
+    } else {
+      t.diagnostic(noKinds);
+    }
+    if (await elections(admin)) {
+      const e = new dlock.Election(app, r + '/e', { lease: 5000 });
+      const lead = await e.campaign('v');
+      assert.equal(await lead.proclaim('w'), true);
+      assert.equal(await lead.resign(), true);
+    } else {
+      t.diagnostic(noElections);
+    }
+  } finally {
+    pg.types.setTypeParser(16, original);
+  }
+});

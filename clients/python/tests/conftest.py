@@ -9,7 +9,8 @@ skipped with that reason on the portable edition; the ``portable``
 fixture says which edition a test runs against.
 
 ``pause_idle(admin, pid)`` (the fixture of that name): SIGSTOP a backend,
-only while it waits for its client.  ``loss_clock(event)``: the time a
+only while it waits for its client; ``one_connection(dsn)``: a pool of one
+connection, never replaced (a paused backend then stops everything).  ``loss_clock(event)``: the time a
 loss is signalled, taken as it happens (see _loss_clock)."""
 
 import asyncio
@@ -113,6 +114,33 @@ def _pause_idle(admin, pid):
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGCONT)
         pool.shutdown(wait=False)
+
+
+class OneConnection:
+    """A pool (the shape dlock uses) of one autocommit connection that is
+    never replaced: once its backend is paused, nothing gets through (a
+    pool would open another connection, and dlock's own does)."""
+
+    def __init__(self, dsn):
+        self.conn = psycopg.connect(dsn, autocommit=True)
+
+    @contextlib.contextmanager
+    def connection(self):
+        yield self.conn
+
+
+@pytest.fixture
+def one_connection():
+    """The function one_connection(dsn): a OneConnection, closed after
+    the test."""
+    made = []
+
+    def make(dsn):
+        made.append(OneConnection(dsn))
+        return made[-1]
+    yield make
+    for pool in made:
+        pool.conn.close()
 
 
 @pytest.fixture

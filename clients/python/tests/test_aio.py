@@ -2,6 +2,7 @@
 """dlock.aio against a real server (asyncio.run in each test)."""
 
 import asyncio
+import contextlib
 import time
 
 import psycopg
@@ -128,8 +129,20 @@ def test_aio_renewal_blocked_lost_before_server_expiry(dsn, admin, name, pause_i
     import uuid
     app = "dlock-pytest-" + uuid.uuid4().hex[:8]
 
+    class OneConnection:
+        """A pool of one connection, never replaced (test_lock.py's)."""
+
+        def __init__(self, conn):
+            self.conn = conn
+
+        @contextlib.asynccontextmanager
+        async def connection(self):
+            yield self.conn
+
     async def main():
-        lock = dlock.aio.Lock(dsn + f" application_name={app}", name, lease=3, cancel=None)
+        conn = await psycopg.AsyncConnection.connect(dsn + f" application_name={app}",
+                                                     autocommit=True)
+        lock = dlock.aio.Lock(OneConnection(conn), name, lease=3, cancel=None)
         assert await lock.acquire()
         pid = admin.execute("SELECT pid FROM pg_stat_activity WHERE application_name = %s",
                             (app,)).fetchone()[0]
@@ -146,6 +159,23 @@ def test_aio_renewal_blocked_lost_before_server_expiry(dsn, admin, name, pause_i
             assert lost_at < (expires or before), f"lost at {lost_at}, lease ended {expires or before}"
         finally:
             os.kill(pid, signal.SIGCONT)
+        with pytest.raises(dlock.LockLost):
+            await lock.__aexit__(None, None, None)
+        await conn.close()
+    run(main())
+
+
+def test_aio_held_false_past_the_deadline_before_the_loss_is_signalled(dsn, name):
+    """The event loop blocked past the lease (no timer runs): ``held`` says
+    False at once, judged by the clock, before ``lost`` is set."""
+    async def main():
+        lock = dlock.aio.Lock(dsn, name, lease=1)
+        assert await lock.acquire()
+        assert lock.held
+        time.sleep(1.2)            # blocks the loop: no renewal, no loss timer
+        assert not lock.lost.is_set()
+        assert not lock.held
+        await asyncio.wait_for(lock.lost.wait(), 5)
         with pytest.raises(dlock.LockLost):
             await lock.__aexit__(None, None, None)
     run(main())

@@ -5,6 +5,9 @@ exact, renewals keep the holding, assert_fence accepts it, release finds
 it; multi-locks and election terms too."""
 
 import asyncio
+import os
+import subprocess
+import sys
 
 import psycopg
 import pytest
@@ -84,3 +87,48 @@ def test_aio_lock_with_global_loaders(dsn, name, loaders):
             assert not lock.lost.is_set(), lock.lost_reason
             assert await lock.check()
     asyncio.run(main())
+
+
+# In a process of its own: psycopg has no way to take a dumper back.
+ODD_ADAPTERS = r'''
+import sys
+import psycopg
+from psycopg.adapt import Loader
+from psycopg.types.numeric import IntNumericDumper
+import dlock
+
+
+class TextLoader(Loader):
+    def load(self, data):
+        return bytes(data).decode()
+
+
+psycopg.adapters.register_dumper(int, IntNumericDumper)   # ints sent as numeric
+psycopg.adapters.register_loader("bool", TextLoader)       # 't' / 'f', both truthy
+dsn, name = sys.argv[1], sys.argv[2]
+lock = dlock.Lock(dsn, name, lease=1.5)
+assert lock.acquire()
+assert not lock.lost.wait(3), lock.lost_reason            # renewals get through
+assert lock.check() is True
+with psycopg.connect(dsn, autocommit=True) as admin:
+    admin.execute("SELECT dlock.break_lock(%s)", (name,))
+assert lock.check() is False, "check after break_lock"
+assert lock.release() is False and lock.lost.is_set()
+with dlock.Semaphore(dsn, name + "/s", max_permits=2, permits=1, lease=1.5) as sem:
+    assert not sem.lost.wait(3), sem.lost_reason
+with dlock.MultiLock(dsn, [name + "/a", name + "/b"], lease=5) as locks:
+    assert locks.check() is True
+with dlock.Election(dsn, name + "/e", lease=5) as e:
+    assert e.proclaim("v2") is True
+print("ok")
+'''
+
+
+def test_global_int_dumper_and_bool_loader(dsn, name):
+    """A dumper that sends ints as numeric (renew, unlock, check would not
+    resolve: 42883) and a loader that reads booleans as 't'/'f' (check
+    would say True after a break) (helper-80)."""
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+    out = subprocess.run([sys.executable, "-c", ODD_ADAPTERS, dsn, name], env=env,
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr

@@ -118,13 +118,14 @@ def test_break_lock_sets_lost_runs_on_lost_raises(dsn, admin, name):
     assert lost.value.__context__ is None, repr(lost.value.__context__)
 
 
-def test_renewal_blocked_lost_before_server_expiry(dsn, admin, name, pause_idle, loss_clock):
-    """The renewal connection's backend is paused (SIGSTOP): no renewal gets
+def test_renewal_blocked_lost_before_server_expiry(dsn, admin, name, pause_idle, loss_clock,
+                                                  one_connection):
+    """The only connection's backend is paused (SIGSTOP): no renewal gets
     through, and loss is signalled before the lease ends on the server."""
     app = "dlock-pytest-" + uuid.uuid4().hex[:8]
     called, ran = [], threading.Event()
-    lock = dlock.Lock(dsn + f" application_name={app}", name, lease=3,
-                      on_lost=lambda x: (called.append(x), ran.set()))
+    pool = one_connection(dsn + f" application_name={app}")
+    lock = dlock.Lock(pool, name, lease=3, on_lost=lambda x: (called.append(x), ran.set()))
     assert lock.acquire()
     pid = backend_pid(admin, app)
     expires = holding(admin, name)[2]
@@ -140,6 +141,25 @@ def test_renewal_blocked_lost_before_server_expiry(dsn, admin, name, pause_idle,
         os.kill(pid, signal.SIGCONT)
     with pytest.raises(dlock.LockLost):
         lock.__exit__(None, None, None)
+
+
+def test_renewal_backend_paused_renews_on_another_connection(dsn, admin, name, pause_idle):
+    """The lock's own connection stops answering (its backend paused):
+    the renewal is cut after a third of the lease and sent again on a new
+    connection, so the lock is kept (it was lost at the lease's end)."""
+    app = "dlock-pytest-" + uuid.uuid4().hex[:8]
+    with dlock.Lock(dsn + f" application_name={app}", name, lease=3) as lock:
+        pid = backend_pid(admin, app)
+        pause_idle(admin, pid)
+        try:
+            time.sleep(4.5)    # past the lease
+            assert not lock.lost.is_set(), lock.lost_reason
+            assert lock.held
+            live = admin.execute("SELECT fence, expires_at > clock_timestamp() FROM dlock.locks"
+                                 " WHERE resource = %s", (name,)).fetchone()
+            assert live == (lock.fence, True)
+        finally:
+            os.kill(pid, signal.SIGCONT)
 
 
 def test_renewal_connection_killed_reconnects(dsn, admin, name):

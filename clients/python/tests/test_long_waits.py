@@ -91,15 +91,17 @@ def test_aio_wait_longer_than_the_lease_is_not_lost(dsn, admin, name, kind):
     asyncio.run(main())
 
 
-def test_paused_renewal_after_a_long_wait_lost_before_expiry(dsn, admin, name, pause_idle, loss_clock):
-    """Safety: acquired after a wait longer than its lease, then its
+def test_paused_renewal_after_a_long_wait_lost_before_expiry(dsn, admin, name, pause_idle, loss_clock,
+                                                            one_connection):
+    """Safety: acquired after a wait longer than its lease, then its only
     connection's backend is paused (SIGSTOP): loss is signalled before
     the lease ends on the server."""
     app = "dlock-pytest-" + uuid.uuid4().hex[:8]
     first = dlock.Lock(dsn, name, lease=30)
     assert first.acquire()
     threading.Timer(BLOCKED, first.release).start()
-    lock = dlock.Lock(dsn + f" application_name={app}", name, lease=LEASE * 2, wait=30)
+    lock = dlock.Lock(one_connection(dsn + f" application_name={app}"), name, lease=LEASE * 2,
+                      wait=30)
     assert lock.acquire()
     pid = admin.execute("SELECT pid FROM pg_stat_activity WHERE application_name = %s",
                         (app,)).fetchone()[0]

@@ -94,7 +94,7 @@ def test_one_keepalive_keeps_many_locks_no_renewals(dsn, admin, name, monkeypatc
         assert session_row(admin, s.id)[1] == 23
         assert all(x.check() for x in locks[:3] + [sem, multi])
     assert sent.count("keepalive") >= 4, sent.sent
-    assert sent.count("renew") == 0, "a lock in a session sent a renewal of its own"
+    assert sent.count("renew") == 0, ("a lock in a session sent a renewal of its own", sent.sent)
     assert live_in(admin, s.id) == 0 and session_row(admin, s.id) is None
 
 
@@ -109,10 +109,13 @@ def expect_lost_on_all(s, locks, called, expires):
     assert sorted(called) == sorted(lock.resource for lock in locks)
 
 
-def test_keepalive_backend_paused_lost_on_every_lock_before_ttl_end(dsn, admin, name, pause_idle, loss_clock):
+def test_keepalive_backend_paused_lost_on_every_lock_before_ttl_end(dsn, admin, name, pause_idle, loss_clock,
+                                                                     one_connection):
+    """The session's only connection stops answering: no keepalive gets
+    through, and the loss is signalled on every lock before the end."""
     d, app = app_dsn(dsn)
     called = []
-    s = dlock.Session(d, ttl=3).open()
+    s = dlock.Session(one_connection(d), ttl=3).open()
     locks = [s.lock(f"{name}/{i}", on_lost=lambda x: called.append(x.resource))
              for i in range(5)]
     assert all(lock.acquire() for lock in locks)
@@ -129,7 +132,31 @@ def test_keepalive_backend_paused_lost_on_every_lock_before_ttl_end(dsn, admin, 
         os.kill(pid, signal.SIGCONT)
     with pytest.raises(dlock.LockLost):
         locks[0].__exit__(None, None, None)
-    assert not s.close()
+    # The keepalive's time limit cut its only connection: the close cannot
+    # be sent (the session ends with its ttl), and says so.
+    with pytest.raises(psycopg.OperationalError):
+        s.close()
+
+
+def test_keepalive_backend_paused_kept_through_a_new_connection(dsn, admin, name, pause_idle):
+    """The session's own connection stops answering (its backend paused):
+    the keepalive is cut after a third of the ttl and sent again on a new
+    connection, so the session and its locks are kept (helper-80: it was
+    lost at the ttl's end)."""
+    d, app = app_dsn(dsn)
+    with dlock.Session(d, ttl=3) as s:
+        locks = [s.try_lock(f"{name}/{i}") for i in range(3)]
+        assert all(lock is not None for lock in locks)
+        time.sleep(1.2)                     # a keepalive has used its connection
+        pid = backend(admin, app)
+        pause_idle(admin, pid)
+        try:
+            time.sleep(4.5)                 # past the ttl
+            assert not s.lost.is_set(), s.lost_reason
+            assert all(lock.held for lock in locks)
+            assert session_row(admin, s.id)[0] > admin.execute("SELECT clock_timestamp()").fetchone()[0]
+        finally:
+            os.kill(pid, signal.SIGCONT)
 
 
 def test_keepalive_backend_terminated_reconnects_then_cut_off_lost(dsn, admin, name, loss_clock):

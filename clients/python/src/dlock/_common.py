@@ -27,50 +27,55 @@ Seconds = Union[int, float, datetime.timedelta]
 #: the extension's SQL (0.1 to 0.3), whose parameter lists grew at the end.
 #: Fences and terms are read as text and parsed here (fences()): a loader
 #: the application registered for int8 (one returning float or str) must
-#: not round them.
+#: not round them.  So are booleans (truth()), and every parameter that is
+#: not text has a cast: a dumper the application registered for int (one
+#: sending numeric) must not make the call ambiguous (42883).
 #: A second column of a campaign, whose give back must spare a term the
 #: candidate led before (give_back_statement): when the statement started,
 #: in microseconds since the epoch, as text (an int8 loader of the
 #: application must not change it).
 _STARTED = ", (extract(epoch FROM statement_timestamp()) * 1000000)::bigint::text"
-SQL_TRY_LOCK = "SELECT dlock.try_lock(%s, %s, %s)::text"
-SQL_LOCK = "SELECT dlock.lock(%s, %s, %s, %s)::text"
-SQL_LOCK_FAIR = "SELECT dlock.lock(%s, %s, %s, %s, true)::text"
+SQL_TRY_LOCK = "SELECT dlock.try_lock(%s, %s, %s::interval)::text"
+SQL_LOCK = "SELECT dlock.lock(%s, %s, %s::interval, %s::interval)::text"
+SQL_LOCK_FAIR = "SELECT dlock.lock(%s, %s, %s::interval, %s::interval, true)::text"
 #: A shared holding (extension 0.4): by name, so that a server without
 #: shared locks says 42883 (no such function) instead of taking an
 #: exclusive lock.
-SQL_LOCK_SHARED = "SELECT dlock.lock(%s, %s, %s, %s, fair => %s, shared => true)::text"
+SQL_LOCK_SHARED = ("SELECT dlock.lock(%s, %s, %s::interval, %s::interval, fair => %s::boolean,"
+                   " shared => true)::text")
 #: Permits of a semaphore (extension 0.5): semaphore, holder, max_permits,
 #: permits, lease, fair, wait; a server without them says 42883.
-SQL_ACQUIRE = "SELECT dlock.acquire(%s, %s, %s, %s, %s, fair => %s, wait => %s)::text"
+SQL_ACQUIRE = ("SELECT dlock.acquire(%s, %s, %s::integer, %s::integer, %s::interval,"
+               " fair => %s::boolean, wait => %s::interval)::text")
 #: Several resources at once (extension 0.5), all or nothing: resources,
 #: holder, lease, shared, wait; the fences in the order given, or NULL.
-SQL_LOCK_ALL = "SELECT dlock.lock_all(%s::text[], %s, %s, shared => %s, wait => %s)::text[]"
-SQL_RENEW = "SELECT dlock.renew(%s, %s, %s, %s)"
-SQL_UNLOCK = "SELECT dlock.unlock(%s, %s, %s)"
-SQL_ASSERT_FENCE = "SELECT dlock.assert_fence(%s, %s)"
-SQL_CHECK = 'SELECT dlock."check"(%s, %s)'
+SQL_LOCK_ALL = ("SELECT dlock.lock_all(%s::text[], %s, %s::interval, shared => %s::boolean,"
+                " wait => %s::interval)::text[]")
+SQL_RENEW = "SELECT dlock.renew(%s, %s, %s::interval, %s::bigint)"
+SQL_UNLOCK = "SELECT dlock.unlock(%s, %s, %s::bigint)"
+SQL_ASSERT_FENCE = "SELECT dlock.assert_fence(%s, %s::bigint)"
+SQL_CHECK = 'SELECT dlock."check"(%s, %s::bigint)::text'
 #: The same for every holding of a multi-lock, in one statement (one
 #: round trip, one transaction): an array with one result per holding.
 _EACH = " FROM unnest(%s::text[], %s::bigint[]) AS t(r, f)"
-SQL_RENEW_EACH = "SELECT array_agg(dlock.renew(t.r, %s, %s, t.f))" + _EACH
+SQL_RENEW_EACH = "SELECT array_agg(dlock.renew(t.r, %s, %s::interval, t.f))" + _EACH
 SQL_UNLOCK_EACH = "SELECT array_agg(dlock.unlock(t.r, %s, t.f))" + _EACH
 SQL_ASSERT_FENCE_EACH = "SELECT count(dlock.assert_fence(t.r, t.f))" + _EACH
-SQL_CHECK_EACH = 'SELECT bool_and(dlock."check"(t.r, t.f))' + _EACH
-SQL_CAMPAIGN = "SELECT dlock.campaign(%s, %s, %s, %s, %s)::text" + _STARTED
-SQL_PROCLAIM = "SELECT dlock.proclaim(%s, %s, %s, %s)"
-SQL_RESIGN = "SELECT dlock.resign(%s, %s, %s)"
+SQL_CHECK_EACH = 'SELECT bool_and(dlock."check"(t.r, t.f))::text' + _EACH
+SQL_CAMPAIGN = "SELECT dlock.campaign(%s, %s, %s, %s::interval, %s::interval)::text" + _STARTED
+SQL_PROCLAIM = "SELECT dlock.proclaim(%s, %s, %s, %s::bigint)::text"
+SQL_RESIGN = "SELECT dlock.resign(%s, %s, %s::bigint)"
 SQL_LEADER = ("SELECT candidate, value, term::text, elected_at, expires_at"
               " FROM dlock.leader(%s)")
 SQL_CHANNEL = "SELECT dlock.channel(%s)"
-SQL_WITHDRAW = "SELECT dlock.withdraw(%s, %s)"
-SQL_BREAK_LOCK = "SELECT dlock.break_lock(%s)"
+SQL_WITHDRAW = "SELECT dlock.withdraw(%s, %s)::text"
+SQL_BREAK_LOCK = "SELECT dlock.break_lock(%s)::text"
 SQL_PING = "SELECT 1"
 #: Sessions (dlock 1.1): open, keep alive, close; a server without them
 #: says 42883 to open_session.  Acquisitions in a session name their
 #: arguments (every server with sessions has those names) and pass no
 #: lease: the holding lives as long as its session.
-SQL_OPEN_SESSION = "SELECT dlock.open_session(%s, %s)::text"
+SQL_OPEN_SESSION = "SELECT dlock.open_session(%s::interval, %s)::text"
 #: The keepalive, which also checks the session's holdings in the same
 #: statement: the expiry (NULL: the session ended), and the 1-based
 #: positions of the (resource, fence) pairs given that are no longer the
@@ -81,14 +86,14 @@ SQL_KEEPALIVE = (
     " FROM unnest(%s::text[], %s::bigint[]) WITH ORDINALITY AS t(r, f, i)"
     " WHERE NOT EXISTS (SELECT FROM dlock.locks l"
     " WHERE l.resource = t.r AND l.fence = t.f AND l.session = %s::bigint))")
-SQL_CLOSE_SESSION = "SELECT dlock.close_session(%s)"
-SQL_LOCK_IN = ("SELECT dlock.lock(%s, %s, wait => %s, fair => %s, shared => %s,"
-               " session => %s)::text")
-SQL_ACQUIRE_IN = ("SELECT dlock.acquire(%s, %s, %s, %s, wait => %s, fair => %s,"
-                  " session => %s)::text")
-SQL_LOCK_ALL_IN = ("SELECT dlock.lock_all(%s::text[], %s, wait => %s, shared => %s,"
-                   " session => %s)::text[]")
-SQL_CAMPAIGN_IN = ("SELECT dlock.campaign(%s, %s, %s, wait => %s, session => %s)::text"
+SQL_CLOSE_SESSION = "SELECT dlock.close_session(%s::bigint)"
+SQL_LOCK_IN = ("SELECT dlock.lock(%s, %s, wait => %s::interval, fair => %s::boolean,"
+               " shared => %s::boolean, session => %s::bigint)::text")
+SQL_ACQUIRE_IN = ("SELECT dlock.acquire(%s, %s, %s::integer, %s::integer, wait => %s::interval,"
+                  " fair => %s::boolean, session => %s::bigint)::text")
+SQL_LOCK_ALL_IN = ("SELECT dlock.lock_all(%s::text[], %s, wait => %s::interval,"
+                   " shared => %s::boolean, session => %s::bigint)::text[]")
+SQL_CAMPAIGN_IN = ("SELECT dlock.campaign(%s, %s, %s, wait => %s::interval, session => %s::bigint)::text"
                    + _STARTED)
 #: Give backs that end only what the acquisition got: a semaphore's
 #: holding if it has just the permits this call took (unlock takes every
@@ -96,10 +101,10 @@ SQL_CAMPAIGN_IN = ("SELECT dlock.campaign(%s, %s, %s, wait => %s, session => %s)
 #: added some, they all stay until it is released), a term elected since
 #: the campaign's statement began (the last parameter).
 SQL_GIVE_BACK_PERMITS = ("SELECT dlock.unlock(l.resource, l.holder, l.fence) FROM dlock.locks l"
-                         " WHERE l.resource = %s AND l.holder = %s AND l.fence = %s"
-                         " AND l.permits = %s")
+                         " WHERE l.resource = %s AND l.holder = %s AND l.fence = %s::bigint"
+                         " AND l.permits = %s::integer")
 SQL_GIVE_BACK_TERM = ("SELECT dlock.resign(%s, %s, l.term) FROM dlock.leader(%s) l"
-                      " WHERE l.term = %s"
+                      " WHERE l.term = %s::bigint"
                       " AND l.elected_at >= timestamptz 'epoch' + %s::bigint * interval '1 microsecond'")
 #: Whether the server's dlock.lock takes ``shared`` (SQL 0.4).
 SQL_HAS_SHARED = ("SELECT EXISTS (SELECT FROM pg_catalog.pg_proc p"
@@ -110,7 +115,7 @@ SQL_HAS_SHARED = ("SELECT EXISTS (SELECT FROM pg_catalog.pg_proc p"
 #: holdings of one resource, or of every resource under a prefix; with
 #: the prefix twice, only those directly under it (no further '/').
 _LIVE = " AND holder IS NOT NULL AND NOT expired"
-SQL_IS_HELD = "SELECT EXISTS (SELECT FROM dlock.locks WHERE resource = %s" + _LIVE + ")"
+SQL_IS_HELD = "SELECT EXISTS (SELECT FROM dlock.locks WHERE resource = %s" + _LIVE + ")::text"
 SQL_HOLDING = "SELECT value, acquired_at, renewed_at FROM dlock.locks WHERE resource = %s" + _LIVE
 SQL_HOLDINGS_UNDER = ("SELECT resource, value, acquired_at, renewed_at FROM dlock.locks"
                       " WHERE starts_with(resource, %s)" + _LIVE)
@@ -224,6 +229,12 @@ def check_statement(obj: Any) -> "tuple[str, tuple]":
     if len(obj._fences) == 1:
         return SQL_CHECK, (obj._names[0], obj._fences[0])
     return SQL_CHECK_EACH, (list(obj._names), list(obj._fences))
+
+
+def truth(value: Any) -> bool:
+    """A boolean the server sent as text (``::text``): true only for
+    'true' (NULL, None, is false)."""
+    return value == "true"
 
 
 def all_held(result: Any) -> bool:

@@ -225,7 +225,21 @@ class _Leased(_Own):
     # ---- processes
     @property
     def held(self) -> bool:
-        return self._fences is not None and not self.lost.is_set() and self._mine()
+        """Whether it is held: acquired, not released, not lost, in this
+        process, and (a lease of its own) before its deadline, even when
+        the loss is not signalled yet (a process paused past it, a busy
+        event loop or GIL)."""
+        return self._fences is not None and not self.lost.is_set() and self._mine() \
+            and not self._past_deadline()
+
+    def _past_deadline(self) -> bool:
+        """Whether the last acknowledged renewal's lease (less the margin)
+        has run out by the local clock; a session's holding: its session's."""
+        if self._session is not None:
+            return self._session._past_deadline()
+        if self.lease is None:
+            return False
+        return time.monotonic() >= self._valid_from + self.lease - c.lost_margin(self.lease)
 
     def _mine(self) -> bool:
         """Whether this process holds it (not a child forked meanwhile;
@@ -534,11 +548,15 @@ class _Leased(_Own):
         next_at = self._valid_from + period
         while not await wait_event(stop, max(0.0, next_at - time.monotonic())):
             try:
-                async with self._connection() as conn:
+                # A third of the lease at most, for the connection and for
+                # the answer: a connection that stopped answering is cut
+                # and the next try opens another, within the lease.
+                async with self._connection(period) as conn:
                     # After a pool's wait for a connection: the renewal
                     # is dated from when it was sent, not from that wait.
                     sent_at = time.monotonic()
-                    expiry = await _one(conn, *c.renew_statement(self))
+                    with cut_after(conn, period):
+                        expiry = await _one(conn, *c.renew_statement(self))
             except (psycopg.Error, Error, OSError) as e:
                 log.warning("dlock: renewing %r failed, retrying within the lease: %s",
                             self.resource, e)
@@ -601,7 +619,7 @@ class _Leased(_Own):
         if self._fences is None or not self._mine():
             return False
         async with self._source.connection() as conn:
-            return bool(await _one(conn, *c.check_statement(self)))
+            return c.truth(await _one(conn, *c.check_statement(self)))
 
     # ---- blocks
     if True:  # ASYNC

@@ -315,7 +315,7 @@ class Election(_Leased):
         if self._fences is not None and not self._mine():
             raise self._not_mine()
         async with self._connection() as conn:
-            ok = bool(await _one(conn, c.SQL_PROCLAIM, (self.resource, self.holder, value,
+            ok = c.truth(await _one(conn, c.SQL_PROCLAIM, (self.resource, self.holder, value,
                                                         self.fence)))
         if ok:
             self.value = value
@@ -410,6 +410,13 @@ class Session(_Own):
         self._worker: Any = None
         self._timer: Any = None
         self._valid_from = 0.0
+
+    def _past_deadline(self) -> bool:
+        """Whether the last acknowledged keepalive's ttl (less the margin)
+        has run out by the local clock: its holdings' ``held`` is False
+        from then on, even before the loss is signalled."""
+        return self.id is not None and \
+            time.monotonic() >= self._valid_from + self.ttl - c.lost_margin(self.ttl)
 
     # ---- opening and closing
     async def open(self) -> "Session":
@@ -593,9 +600,11 @@ class Session(_Own):
             # The holdings as known now: each keepalive also checks them.
             pairs = self._holdings()
             try:
-                async with self._connection() as conn:
+                # At most a third of the ttl (see _Leased._renew_loop).
+                async with self._connection(period) as conn:
                     sent_at = time.monotonic()
-                    row = await _row(conn, *c.keepalive_statement(self.id, pairs))
+                    with cut_after(conn, period):
+                        row = await _row(conn, *c.keepalive_statement(self.id, pairs))
             except (psycopg.Error, Error, OSError) as e:
                 log.warning("dlock: keepalive of session %s failed, retrying within the ttl: %s",
                             self.id, e)

@@ -275,11 +275,11 @@ class DlockLock(locking.Lock):
         if self._fence is None:
             return False
         with _translated(), self._coord._pool.connection() as conn:
-            return bool(_value(conn, c.SQL_CHECK, (self.resource, self._fence)))
+            return c.truth(_value(conn, c.SQL_CHECK, (self.resource, self._fence)))
 
     def break_(self) -> bool:
         with _translated(), self._coord._pool.connection() as conn:
-            return bool(_value(conn, c.SQL_BREAK_LOCK, (self.resource,)))
+            return c.truth(_value(conn, c.SQL_BREAK_LOCK, (self.resource,)))
 
 
 class DlockDriver(coordination.CoordinationDriverCachedRunWatchers):
@@ -361,7 +361,7 @@ class DlockDriver(coordination.CoordinationDriverCachedRunWatchers):
 
     # ---- helpers (in a connection of the pool)
     def _group_exists(self, conn: psycopg.Connection, group_id: Any) -> bool:
-        return bool(_value(conn, c.SQL_IS_HELD, (self._group(group_id),)))
+        return c.truth(_value(conn, c.SQL_IS_HELD, (self._group(group_id),)))
 
     def _members(self, conn: psycopg.Connection, group_id: Any) -> List[Tuple[Any, ...]]:
         prefix = self._group(group_id) + "/member/"
@@ -494,7 +494,7 @@ class DlockDriver(coordination.CoordinationDriverCachedRunWatchers):
             with self._pool.connection() as conn:
                 ok = _value(conn, c.SQL_PROCLAIM, (self._member(group_id), self._member_holder(),
                                                    self._dump(capabilities), None))
-                if not ok:
+                if not c.truth(ok):
                     if not self._group_exists(conn, group_id):
                         raise coordination.GroupNotCreated(group_id)
                     raise coordination.MemberNotJoined(group_id, self._member_id)
