@@ -183,6 +183,10 @@ DECLARE
     no_secret boolean := pg_catalog.to_regclass('dlock.fence_epoch_seal') IS NOT NULL AND NOT EXISTS
         (SELECT FROM pg_catalog.pg_attribute a WHERE a.attrelid OPERATOR(pg_catalog.=) pg_catalog.to_regclass('dlock.fence_epoch_seal')
             AND a.attname OPERATOR(pg_catalog.=) 'secret' AND NOT a.attisdropped);
+    -- 1.1: the column dbrow of dlock.fence_epoch.
+    no_dbrow boolean := pg_catalog.to_regclass('dlock.fence_epoch') IS NOT NULL AND NOT EXISTS
+        (SELECT FROM pg_catalog.pg_attribute a WHERE a.attrelid OPERATOR(pg_catalog.=) pg_catalog.to_regclass('dlock.fence_epoch')
+            AND a.attname OPERATOR(pg_catalog.=) 'dbrow' AND NOT a.attisdropped);
     -- 1.1 ([sessions]): the column session of the holdings' tables.
     no_session boolean := pg_catalog.to_regclass('dlock.permits') IS NOT NULL AND NOT EXISTS
         (SELECT FROM pg_catalog.pg_attribute a WHERE a.attrelid OPERATOR(pg_catalog.=) pg_catalog.to_regclass('dlock.permits')
@@ -251,6 +255,9 @@ BEGIN
             END IF;
             IF no_secret THEN
                 LOCK TABLE dlock.fence_epoch_seal IN ACCESS EXCLUSIVE MODE;
+            END IF;
+            IF no_dbrow THEN
+                LOCK TABLE dlock.fence_epoch IN ACCESS EXCLUSIVE MODE;
             END IF;
             PERFORM pg_catalog.set_config('lock_timeout', was, true);
             RETURN;

@@ -1,7 +1,8 @@
 /*
  * portable/fences.sql: the portable edition's fences and fence epoch:
  * _history (what the server is now: system identifier, database, WAL
- * timeline, postmaster start), the view _epoch_mark (the session's
+ * timeline, postmaster start), _dbrow (the database's own catalog row),
+ * the view _epoch_mark (the session's
  * checked-epoch mark) and _next_fence (draw a fence, starting a new epoch
  * when the server's history changed).  Part of dlock.sql, which includes
  * it (\ir) inside its transaction after helpers.sql: run dlock.sql, not
@@ -42,6 +43,16 @@ BEGIN
 END
 $$;
 
+-- _dbrow: the xmin of this database's own pg_database row.  A copy of the
+-- database made into a new one (CREATE DATABASE ... TEMPLATE, even with the
+-- old OID) has a new row; so do ALTER DATABASE and GRANT ... ON DATABASE
+-- (a new epoch then: harmless).
+CREATE OR REPLACE FUNCTION dlock._dbrow()
+    RETURNS text LANGUAGE sql STABLE
+    SET search_path = pg_catalog, pg_temp AS $$
+    SELECT d.xmin::text FROM pg_database d WHERE d.datname = current_database()
+$$;
+
 -- _epoch_mark: the checked-epoch mark _next_fence makes and compares (see
 -- there); no row when the seal does not match the epoch row.  A view, so
 -- that a statement can read it without a function call (try_lock's fast
@@ -76,7 +87,9 @@ REVOKE ALL ON dlock._epoch_mark FROM PUBLIC;
 -- calls for a new epoch replaces or rewrites the row: a new epoch (the
 -- row rewritten: a new xmin), a restore of a dump or of copied data (a
 -- new xmin), a re-installation (a new row and a new secret), a restart,
--- PITR or a restored base backup (a new postmaster start), and the mark
+-- PITR or a restored base backup (a new postmaster start), a database
+-- made again from a copy of itself (a new pg_database row, _dbrow, and
+-- only new backends, since DROP DATABASE needs none), and the mark
 -- names the row's xmin and the postmaster start.  A caller can set the
 -- setting, but without the secret cannot make a mark that matches; a mark
 -- copied from another session matches only if it names this row,
@@ -103,6 +116,7 @@ BEGIN
     SELECT * INTO h FROM dlock._history();
     SELECT e.sysid = h.sysid AND e.dboid = h.dboid AND e.timeline = h.timeline
            AND e.started = h.started AND s.epoch_xmin = e.xmin::text
+           AND (e.dbrow IS NULL OR e.dbrow = dlock._dbrow())
       INTO same
       FROM dlock.fence_epoch e, dlock.fence_epoch_seal s;
     IF same THEN
@@ -183,11 +197,12 @@ CREATE OR REPLACE FUNCTION dlock._record_epoch(p_sysid text, p_dboid oid, p_time
     SET lock_timeout = '1ms' AS $$
 BEGIN
     PERFORM FROM dlock.fence_epoch e FOR UPDATE NOWAIT;
-    INSERT INTO dlock.fence_epoch AS e (sysid, dboid, timeline, started, first_fence)
-         VALUES (p_sysid, p_dboid, p_timeline, p_started, p_fence)
+    INSERT INTO dlock.fence_epoch AS e (sysid, dboid, timeline, started, first_fence, dbrow)
+         VALUES (p_sysid, p_dboid, p_timeline, p_started, p_fence, dlock._dbrow())
     ON CONFLICT (one) DO UPDATE
            SET sysid = excluded.sysid, dboid = excluded.dboid, timeline = excluded.timeline,
-               started = excluded.started, first_fence = excluded.first_fence;
+               started = excluded.started, first_fence = excluded.first_fence,
+               dbrow = excluded.dbrow;
     INSERT INTO dlock.fence_epoch_seal AS s (epoch_xmin)
          SELECT e.xmin::text FROM dlock.fence_epoch e
     ON CONFLICT (one) DO UPDATE SET epoch_xmin = excluded.epoch_xmin;

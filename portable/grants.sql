@@ -12,7 +12,7 @@ REVOKE EXECUTE ON FUNCTION
     dlock._text_arg(text, text, integer), dlock._setting(text, interval),
     dlock._expiry(timestamptz, interval), dlock._lease(interval), dlock._wait(interval),
     dlock._fence_arg(bigint), dlock._writable(text), dlock._may_poll(text), dlock._caller(), dlock._role(), dlock._key(text),
-    dlock._sync(), dlock._event(text, text, bigint), dlock._history(), dlock._next_fence(),
+    dlock._sync(), dlock._event(text, text, bigint), dlock._history(), dlock._dbrow(), dlock._next_fence(),
     dlock._attempt(text, text, interval, oid, boolean, interval, bigint), dlock._release(text, bigint, integer, text),
     dlock._lock_delay(interval), dlock._fair(boolean), dlock._queue_ttl(), dlock._qkey(text),
     dlock._ahead(text, text, oid, bigint), dlock._queue_up(text, text, oid), dlock._delayed(dlock.leases, timestamptz),

@@ -99,6 +99,21 @@ CREATE TABLE IF NOT EXISTS dlock.fence_epoch (
 );
 COMMENT ON TABLE dlock.fence_epoch IS
     'The current fence epoch and the (system identifier, database, timeline, postmaster start) it started under';
+-- dbrow (1.1): the xmin of the database's own pg_database row when the
+-- epoch started.  A database dropped and made again from a copy of itself
+-- (CREATE DATABASE ... TEMPLATE ... OID) keeps everything else the epoch
+-- test reads; its pg_database row is new.  NULL (a row of an earlier
+-- version): not compared, until the next epoch writes it.  Only when
+-- missing (as kinds above).
+DO $dbrow$
+BEGIN
+    IF NOT EXISTS (SELECT FROM pg_catalog.pg_attribute
+                    WHERE attrelid OPERATOR(pg_catalog.=) 'dlock.fence_epoch'::pg_catalog.regclass
+                      AND attname OPERATOR(pg_catalog.=) 'dbrow' AND NOT attisdropped) THEN
+        ALTER TABLE dlock.fence_epoch ADD COLUMN dbrow text;
+    END IF;
+END
+$dbrow$;
 -- The xmin the dlock.fence_epoch row had when it was written: a copy of
 -- the row (a restored dump) has another.
 CREATE TABLE IF NOT EXISTS dlock.fence_epoch_seal (

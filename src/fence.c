@@ -7,8 +7,9 @@
  * A fence is the next value of the sequence dlock.fences, read as
  * (epoch << 22) + n.  Before its first fence a backend compares (system
  * identifier, database, timeline, postmaster start) with the row of
- * dlock.fence_epoch; if they differ it starts a new epoch by moving the
- * sequence up (setval, flushed before the fence leaves).  Until ALTER
+ * dlock.fence_epoch, and that row's age with its database's catalog row;
+ * if they differ it starts a new epoch by moving the sequence up (setval,
+ * flushed before the fence leaves).  Until ALTER
  * EXTENSION dlock UPDATE creates dlock.fences, the 0.1 scheme runs
  * unchanged.  Why fences never repeat: docs/how-it-works.md, "Inside the
  * C extension".
@@ -22,6 +23,8 @@
  */
 #include "dlock.h"
 
+#include "access/htup_details.h"
+#include "access/transam.h"
 #include "access/xlog.h"
 #include "catalog/pg_type.h"
 #include "commands/sequence.h"
@@ -31,6 +34,7 @@
 #include "utils/builtins.h"
 #include "utils/lsyscache.h"
 #include "utils/snapmgr.h"
+#include "utils/syscache.h"
 #include "utils/timestamp.h"
 #include "storage/lock.h"
 
@@ -268,8 +272,34 @@ jump(Oid schema, Oid seqoid)
 }
 
 /*
+ * database_row_newer: is this database's pg_database row newer than
+ * EPOCH_XMIN, the xmin of the dlock.fence_epoch row?  A database dropped and
+ * made again from a copy of itself (CREATE DATABASE ... TEMPLATE ... OID)
+ * keeps everything else same_history compares, and its row is new.  A
+ * frozen row is old; an unfrozen one is within 2^31 transactions of now, so
+ * the comparison holds (an epoch row older than that: at worst one jump).
+ * ALTER DATABASE also makes the row new: one harmless jump.
+ */
+static bool
+database_row_newer(TransactionId epoch_xmin)
+{
+	HeapTuple	tup = SearchSysCache1(DATABASEOID, ObjectIdGetDatum(MyDatabaseId));
+	bool		newer = false;
+
+	if (HeapTupleIsValid(tup))
+	{
+		newer = !HeapTupleHeaderXminFrozen(tup->t_data) &&
+			TransactionIdIsNormal(epoch_xmin) &&
+			TransactionIdFollows(HeapTupleHeaderGetRawXmin(tup->t_data), epoch_xmin);
+		ReleaseSysCache(tup);
+	}
+	return newer;
+}
+
+/*
  * same_history: does dlock.fence_epoch say that the sequence's current
- * epoch started in this cluster, database, timeline and server run?
+ * epoch started in this cluster, database, timeline and server run, and
+ * after this database's catalog row was written?
  */
 static bool
 same_history(const char *sysid, TimeLineID tli)
@@ -279,7 +309,7 @@ same_history(const char *sysid, TimeLineID tli)
 	bool		isnull;
 	char	   *stored;
 
-	if (epoch_exec("SELECT sysid, dboid, timeline, started FROM dlock.fence_epoch",
+	if (epoch_exec("SELECT sysid, dboid, timeline, started, xmin FROM dlock.fence_epoch",
 				   0, NULL, NULL) == 0)
 		return false;
 	tup = SPI_tuptable->vals[0];
@@ -288,7 +318,8 @@ same_history(const char *sysid, TimeLineID tli)
 	return strcmp(stored, sysid) == 0 &&
 		DatumGetObjectId(SPI_getbinval(tup, desc, 2, &isnull)) == MyDatabaseId &&
 		DatumGetInt64(SPI_getbinval(tup, desc, 3, &isnull)) == (int64) tli &&
-		DatumGetTimestampTz(SPI_getbinval(tup, desc, 4, &isnull)) == PgStartTime;
+		DatumGetTimestampTz(SPI_getbinval(tup, desc, 4, &isnull)) == PgStartTime &&
+		!database_row_newer(DatumGetTransactionId(SPI_getbinval(tup, desc, 5, &isnull)));
 }
 
 /*

@@ -2,7 +2,8 @@
 # rewound (issue 8, defects 3 to 5).
 #
 # Each case hands out fences, loses some of them to the copy that goes on
-# (a dump restored into another database of the same cluster; a dump
+# (a dump restored into another database of the same cluster; a database
+# made again from a copy of itself under its old OID; a dump
 # restored into a cluster whose lagging asynchronous standby is promoted;
 # DROP + CREATE EXTENSION; point-in-time recovery, twice from one backup),
 # and checks that the copy's next fences are above every fence noted.  A
@@ -74,6 +75,22 @@ IPC::Run::run([ 'psql', '-X', '-q', '-d', $a->connstr('app'), '-f', $data ],
 	'>', \my $rout, '2>', \my $rerr);
 cmp_ok(min(fences($a, 'app', 3)), '>', max(@seen),
 	'data-only restore into the same database: next fences above every earlier one');
+
+# 1c. A database dropped and made again from an earlier copy of itself,
+# under its old OID, in the same server run: the copy keeps the sequence,
+# the epoch row and all the row records (system identifier, database OID,
+# timeline, postmaster start); its pg_database row is new (helper-81:
+# fences repeated).
+$a->safe_psql('postgres', 'CREATE DATABASE cp');
+$a->safe_psql('cp', 'CREATE EXTENSION dlock');
+my @cp_seen = fences($a, 'cp', 3);
+my $cp_oid = $a->safe_psql('postgres', "SELECT oid FROM pg_database WHERE datname = 'cp'");
+$a->safe_psql('postgres', 'CREATE DATABASE cp_snap TEMPLATE cp');
+push @cp_seen, fences($a, 'cp', 3);    # after the copy
+$a->safe_psql('postgres', 'DROP DATABASE cp');
+$a->safe_psql('postgres', "CREATE DATABASE cp TEMPLATE cp_snap OID $cp_oid");
+cmp_ok(min(fences($a, 'cp', 3)), '>', max(@cp_seen),
+	'database made again from a copy under its old OID: next fences above every earlier one');
 
 # 2. Defect 5: DROP EXTENSION + CREATE EXTENSION.
 push @seen, fences($a, 'app', 3);
