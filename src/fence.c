@@ -275,10 +275,12 @@ jump(Oid schema, Oid seqoid)
  * database_row_newer: is this database's pg_database row newer than
  * EPOCH_XMIN, the xmin of the dlock.fence_epoch row?  A database dropped and
  * made again from a copy of itself (CREATE DATABASE ... TEMPLATE ... OID)
- * keeps everything else same_history compares, and its row is new.  A
- * frozen row is old; an unfrozen one is within 2^31 transactions of now, so
- * the comparison holds (an epoch row older than that: at worst one jump).
- * ALTER DATABASE also makes the row new: one harmless jump.
+ * keeps everything else same_history compares, and its row is new.
+ * ALTER DATABASE also makes the row new: one harmless jump.  Missed (the
+ * 1.1 SQL has no column to record the row's xmin, as the portable edition
+ * does; CONTRACT.md, P1): a new row frozen before the first fence, which
+ * is taken as old, and an epoch row more than 2^31 transactions old, which
+ * may compare either way.
  */
 static bool
 database_row_newer(TransactionId epoch_xmin)

@@ -15,6 +15,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	mrand "math/rand"
 	"strconv"
 	"time"
 )
@@ -213,6 +214,20 @@ func grantTries(ctx context.Context, db *sql.DB, s *spec) (call, error) {
 		r, err := grant(ctx, db, s)
 		if err == nil || try == acquireTries || !retryable(err) || ctx.Err() != nil {
 			return r, err
+		}
+		// A random pause of up to 2^try ms (at most 32): serializable
+		// callers that conflicted do not meet at once again (ten
+		// immediate tries all failed under load).
+		shift := try
+		if shift > 5 {
+			shift = 5
+		}
+		timer := time.NewTimer(time.Duration(mrand.Int63n(int64(time.Millisecond)<<shift)) + 500*time.Microsecond)
+		select {
+		case <-ctx.Done():
+			timer.Stop()
+			return r, err
+		case <-timer.C:
 		}
 	}
 }

@@ -220,7 +220,7 @@ async function call(pool, sql, values, timeoutMs, timing, signal) {
   try {
     if (signal && signal.aborted) throw signal.reason;
     const query = { text: sql, values };
-    if (timeoutMs > 0) query.query_timeout = Math.max(1, Math.ceil(timeoutMs));
+    if (timeoutMs > 0) query.query_timeout = Math.min(Math.max(1, Math.ceil(timeoutMs)), MAX_TIMER_MS);
     if (timing) timing.sent = performance.now();
     sent = true;
     const ran = await run(client, query, signal);
@@ -255,6 +255,10 @@ async function acquisition(pool, st, timing, signal) {
     } catch (err) {
       if (tries >= ACQUIRE_TRIES || !retryable(err) || (signal && signal.aborted)) throw err;
     }
+    // A random pause of up to 2^tries ms (at most 32): serializable callers
+    // that conflicted do not meet at once again (ten immediate tries all
+    // failed under load).
+    await new Promise((resolve) => later(resolve, 0.5 + Math.random() * Math.min(32, 2 ** tries)));
     delete timing.sent;               // that try granted nothing
     if (waitMs !== undefined && waitMs !== null) {
       // An interval string: its length, as the server reads it.

@@ -106,8 +106,10 @@ class Lock {
   get fence() { return this._fence; }
   /** The lease in milliseconds. */
   get lease() { return this._leaseMs; }
-  /** Aborted (with a LockLost as its reason) when the lease is lost. */
-  get signal() { this._judge(); return this._controller.signal; }
+  /** Aborted (with a LockLost as its reason) when the lease is lost.  (Not
+   * judged by the clock here: a listener added right after reading it
+   * would miss an abort made while reading.) */
+  get signal() { return this._controller.signal; }
   /** Lost: also once the deadline has passed, even before its timer ran
    * (a process paused past it, a busy event loop). */
   get lost() { this._judge(); return this._state === 'lost'; }

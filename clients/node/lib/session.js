@@ -78,7 +78,7 @@ class Session {
   /** The ttl in milliseconds. */
   get ttl() { return this._ttlMs; }
   /** Aborted (with a SessionLost as its reason) when the session is lost. */
-  get signal() { this._judge(); return this._controller.signal; }
+  get signal() { return this._controller.signal; }
   /** Lost: also once the deadline has passed, even before its timer ran. */
   get lost() { this._judge(); return this._state === 'lost'; }
   get closed() { return this._state === 'closed'; }

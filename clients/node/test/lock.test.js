@@ -304,13 +304,17 @@ test('a lease longer than a timer holds (30 days, 2^31 ms is 24.8): neither lost
   }
 });
 
-test('the event loop blocked past the lease: lost and signal say so at once, judged by the clock', async () => {
+test('the event loop blocked past the lease: lost says so at once, judged by the clock, and aborts signal', async () => {
   const r = unique('blocked');
   const lock = await dlock.acquire(app, r, { lease: 1000 });
   assert.equal(lock.lost, false);
+  let heard = null;
+  lock.signal.addEventListener('abort', () => { heard = lock.signal.reason; });
   const until = performance.now() + 1200;
   while (performance.now() < until) { /* no timer, no renewal runs */ }
+  assert.equal(lock.signal.aborted, false, 'reading signal judges nothing: a listener added now still hears the abort');
   assert.equal(lock.lost, true, 'past the deadline, before any timer ran');
+  assert.ok(heard instanceof dlock.LockLost, 'the listener heard it');
   assert.equal(lock.signal.aborted, true);
   assert.ok(lock.signal.reason instanceof dlock.LockLost);
   assert.equal(await lock.release(), false);

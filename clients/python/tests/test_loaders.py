@@ -120,6 +120,11 @@ with dlock.MultiLock(dsn, [name + "/a", name + "/b"], lease=5) as locks:
     assert locks.check() is True
 with dlock.Election(dsn, name + "/e", lease=5) as e:
     assert e.proclaim("v2") is True
+e2 = dlock.Election(dsn, name + "/e2", lease=5)
+e2.campaign()
+with psycopg.connect(dsn, autocommit=True) as admin:    # the term ended by someone else
+    admin.execute("SELECT dlock.resign(%s, %s, %s::bigint)", (name + "/e2", e2.holder, e2.term))
+assert e2.resign() is False, "resign of a term that had ended"
 print("ok")
 '''
 
@@ -127,7 +132,8 @@ print("ok")
 def test_global_int_dumper_and_bool_loader(dsn, name):
     """A dumper that sends ints as numeric (renew, unlock, check would not
     resolve: 42883) and a loader that reads booleans as 't'/'f' (check
-    would say True after a break) (helper-80)."""
+    would say True after a break, resign True for a term that had ended)
+    (helper-80, helper-82)."""
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
     out = subprocess.run([sys.executable, "-c", ODD_ADAPTERS, dsn, name], env=env,
                          capture_output=True, text=True, timeout=60)

@@ -9,6 +9,7 @@ import datetime
 import inspect
 import math
 import os
+import random
 import socket
 import threading
 import time
@@ -64,7 +65,7 @@ SQL_ASSERT_FENCE_EACH = "SELECT count(dlock.assert_fence(t.r, t.f))" + _EACH
 SQL_CHECK_EACH = 'SELECT bool_and(dlock."check"(t.r, t.f))::text' + _EACH
 SQL_CAMPAIGN = "SELECT dlock.campaign(%s, %s, %s, %s::interval, %s::interval)::text" + _STARTED
 SQL_PROCLAIM = "SELECT dlock.proclaim(%s, %s, %s, %s::bigint)::text"
-SQL_RESIGN = "SELECT dlock.resign(%s, %s, %s::bigint)"
+SQL_RESIGN = "SELECT dlock.resign(%s, %s, %s::bigint)::text"
 SQL_LEADER = ("SELECT candidate, value, term::text, elected_at, expires_at"
               " FROM dlock.leader(%s)")
 SQL_CHANNEL = "SELECT dlock.channel(%s)"
@@ -110,7 +111,7 @@ SQL_GIVE_BACK_TERM = ("SELECT dlock.resign(%s, %s, l.term) FROM dlock.leader(%s)
 SQL_HAS_SHARED = ("SELECT EXISTS (SELECT FROM pg_catalog.pg_proc p"
                   " JOIN pg_catalog.pg_namespace n ON n.oid = p.pronamespace"
                   " WHERE n.nspname = 'dlock' AND p.proname = 'lock'"
-                  " AND 'shared' = ANY (p.proargnames))")
+                  " AND 'shared' = ANY (p.proargnames))::text")
 #: Reads of dlock.locks (the tooz driver's groups and members): live
 #: holdings of one resource, or of every resource under a prefix; with
 #: the prefix twice, only those directly under it (no further '/').
@@ -351,6 +352,14 @@ RELEASE_TIMEOUT = 10.0
 # How many times an acquisition is sent in all when the server rolls it
 # back and asks for a retry (40001, 40P01: _errors.retryable).
 ACQUIRE_TRIES = 10
+
+
+def retry_pause(tries: int) -> float:
+    """Seconds to wait before sending again an acquisition the server rolled
+    back (40001, 40P01) for the TRIES-th time: random, up to 2**TRIES ms (at
+    most 32), so that serializable callers that conflicted do not meet at
+    once again (ten immediate tries all failed under load)."""
+    return random.uniform(0.0005, 0.001 * min(32, 2 ** tries))
 
 
 def cut_socket(conn: Any) -> None:

@@ -145,3 +145,8 @@ async def cancel_statement(conn: psycopg.AsyncConnection) -> None:
 def cut_after(conn: Any, timeout: Optional[float]) -> Any:
     """See _common.cut_after; the cut is a callback of the event loop."""
     return c.cut_after(conn, timeout, asyncio.get_running_loop().call_later)
+
+
+async def pause(seconds: float) -> None:
+    """Sleep SECONDS (the event loop's)."""
+    await asyncio.sleep(seconds)

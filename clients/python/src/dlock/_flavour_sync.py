@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import select
 import threading
+import time
 from typing import Any, Callable, Optional
 
 import psycopg
@@ -69,3 +70,8 @@ def wait_readable(fd: int, timeout: float) -> None:
 def cut_after(conn: Any, timeout: Optional[float]) -> Any:
     """See _common.cut_after; the cut runs in a timer's thread."""
     return c.cut_after(conn, timeout, call_later)
+
+
+def pause(seconds: float) -> None:
+    """Sleep SECONDS (this thread)."""
+    time.sleep(seconds)

@@ -229,15 +229,20 @@ class _Leased(_Own):
         process, and (a lease of its own) before its deadline, even when
         the loss is not signalled yet (a process paused past it, a busy
         event loop or GIL)."""
-        return self._fences is not None and not self.lost.is_set() and self._mine() \
-            and not self._past_deadline()
+        return self._held_here() and not self._past_deadline()
+
+    def _held_here(self) -> bool:
+        """``held`` without the clock: acquired, not released, not lost (as
+        signalled), in this process."""
+        return self._fences is not None and not self.lost.is_set() and self._mine()
 
     def _past_deadline(self) -> bool:
         """Whether the last acknowledged renewal's lease (less the margin)
-        has run out by the local clock; a session's holding: its session's."""
+        has run out by the local clock; a session's holding: its session's;
+        a fence set by hand (never acquired here): never."""
         if self._session is not None:
             return self._session._past_deadline()
-        if self.lease is None:
+        if self.lease is None or self._pid is None:
             return False
         return time.monotonic() >= self._valid_from + self.lease - c.lost_margin(self.lease)
 

@@ -29,7 +29,7 @@ from . import _common as c
 from ._common import Leader
 from ._errors import (DatabaseError, Error, LockLost, LockTimeout, NotHeld, retryable,
                       translate, unsupported)
-from ._flavour_sync import (Event, Mutex, call_back, call_later, cut_after, set_autocommit,
+from ._flavour_sync import (Event, Mutex, call_back, call_later, cut_after, pause, set_autocommit,
                             spawn, stop_worker, wait_event, wait_readable)
 from ._leased_sync import _Leased, _one, _Own, RolledBack, _row, _Source
 
@@ -92,6 +92,7 @@ class Lock(_Leased):
                 got = self._take(*self._acquire_statement(left))
             except RolledBack as e:
                 if tries < c.ACQUIRE_TRIES:
+                    pause(c.retry_pause(tries))
                     continue              # nothing was granted: send it again
                 raise e.error from e.error.__cause__
             except Error as e:
@@ -258,7 +259,7 @@ class Election(_Leased):
         if value is not ...:
             self.value = value
         w = self.wait if wait is ... else c.seconds(wait, "wait", zero_ok=True, none_ok=True)
-        leading = self._fences if self.held else None
+        leading = self._fences if self._held_here() else None
         if leading is not None:
             self._stop_renewal()
         else:
@@ -278,6 +279,7 @@ class Election(_Leased):
                     got = self._take(*c.campaign_statement(self, left), confirm=True)
                 except RolledBack as e:
                     if tries < c.ACQUIRE_TRIES:
+                        pause(c.retry_pause(tries))
                         continue          # nothing was granted: send it again
                     raise e.error from e.error.__cause__
                 if got:
@@ -316,7 +318,7 @@ class Election(_Leased):
         if self._fences is not None and not self._mine():
             raise self._not_mine()
         gone = "resign found this candidate no longer leading"
-        ok = bool(self._end(*self._release_statement(), timeout, bool, gone))
+        ok = c.truth(self._end(*self._release_statement(), timeout, c.truth, gone))
         if not ok and self._fences is not None:
             self._declare_lost(gone)
         self._fences = None

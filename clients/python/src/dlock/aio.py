@@ -33,7 +33,7 @@ from . import _common as c
 from ._common import Leader
 from ._errors import (DatabaseError, Error, LockLost, LockTimeout, NotHeld, retryable,
                       translate, unsupported)
-from ._flavour_aio import (Event, Mutex, call_back, call_later, cut_after, set_autocommit,
+from ._flavour_aio import (Event, Mutex, call_back, call_later, cut_after, pause, set_autocommit,
                            spawn, stop_worker, wait_event, wait_readable)
 from ._leased_aio import _Leased, _one, _Own, RolledBack, _row, _Source
 
@@ -100,6 +100,7 @@ class Lock(_Leased):
                 got = await self._take(*self._acquire_statement(left))
             except RolledBack as e:
                 if tries < c.ACQUIRE_TRIES:
+                    await pause(c.retry_pause(tries))
                     continue              # nothing was granted: send it again
                 raise e.error from e.error.__cause__
             except Error as e:
@@ -273,7 +274,7 @@ class Election(_Leased):
         if value is not ...:
             self.value = value
         w = self.wait if wait is ... else c.seconds(wait, "wait", zero_ok=True, none_ok=True)
-        leading = self._fences if self.held else None
+        leading = self._fences if self._held_here() else None
         if leading is not None:
             await self._stop_renewal()
         else:
@@ -293,6 +294,7 @@ class Election(_Leased):
                     got = await self._take(*c.campaign_statement(self, left), confirm=True)
                 except RolledBack as e:
                     if tries < c.ACQUIRE_TRIES:
+                        await pause(c.retry_pause(tries))
                         continue          # nothing was granted: send it again
                     raise e.error from e.error.__cause__
                 if got:
@@ -331,7 +333,7 @@ class Election(_Leased):
         if self._fences is not None and not self._mine():
             raise self._not_mine()
         gone = "resign found this candidate no longer leading"
-        ok = bool(await self._end(*self._release_statement(), timeout, bool, gone))
+        ok = c.truth(await self._end(*self._release_statement(), timeout, c.truth, gone))
         if not ok and self._fences is not None:
             await self._declare_lost(gone)
         self._fences = None

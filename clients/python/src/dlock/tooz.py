@@ -356,7 +356,7 @@ class DlockDriver(coordination.CoordinationDriverCachedRunWatchers):
     def _has_shared(self) -> bool:
         if self._shared_ok is None:
             with _translated(), self._pool.connection() as conn:
-                self._shared_ok = bool(_value(conn, c.SQL_HAS_SHARED))
+                self._shared_ok = c.truth(_value(conn, c.SQL_HAS_SHARED))
         return self._shared_ok
 
     # ---- helpers (in a connection of the pool)

@@ -126,6 +126,7 @@ final class Acquisition {
                         // deadlock): nothing granted; sent again with the wait left.
                         if (Db.sendAgain(e, rolledBack, interrupted)) {
                             rolledBack++;
+                            Db.retryPause(rolledBack);
                             continue;
                         }
                         // The portable edition waits only in READ COMMITTED (0A000 under another

@@ -17,6 +17,8 @@ import java.util.concurrent.ScheduledExecutorService;
 import java.util.concurrent.ScheduledThreadPoolExecutor;
 import java.util.concurrent.ThreadFactory;
 import java.util.concurrent.atomic.AtomicInteger;
+import java.util.concurrent.ThreadLocalRandom;
+import java.util.concurrent.locks.LockSupport;
 import javax.sql.DataSource;
 
 final class Db {
@@ -148,6 +150,18 @@ final class Db {
     static boolean sendAgain(SQLException e, int rolledBack, boolean interrupted) {
         return retryable(e) && rolledBack + 1 < ACQUIRE_TRIES && !interrupted
             && !Thread.currentThread().isInterrupted();
+    }
+
+    /**
+     * Before an acquiring statement is sent again after its TRIES-th
+     * rollback: a random pause of up to 2^TRIES ms (at most 32), so that
+     * serializable callers that conflicted do not meet at once again (ten
+     * immediate tries all failed under load).  An interrupt ends it early
+     * and stays set (sendAgain then says no).
+     */
+    static void retryPause(int tries) {
+        long maxMicros = 1000L * Math.min(32, 1L << Math.min(tries, 5));
+        LockSupport.parkNanos(1000L * ThreadLocalRandom.current().nextLong(500, maxMicros + 1));
     }
 
     /** The holder text of one lock object: host, pid, a random UUID. */
