@@ -176,6 +176,9 @@ run_as_tester "$top" '
             [ -f "$log" ] || continue
             grep -E "^[# ]*not ok|Failed tests?:|\(Wstat: |Dubious|^#   Failed test|^FAILED" "$log" |
                 head -n 20 | sed "s|^|dlock failure: $log: |"
+            # a model test: the first few violations it showed
+            grep -E "^# *VIOLATION|^# *violations by kind" "$log" |
+                head -n 12 | cut -c 1-600 | sed "s|^|dlock failure: $log: |"
         done
     fi
     echo "dlock: $passed passed, $failed failed"

@@ -940,7 +940,16 @@ sub check_counts
 					delete $unknown{$km} if $o->{res} == 0;
 				}
 			}
-			if (($o->{k} eq 'unlock' || $o->{k} eq 'renew') && $private && !defined $o->{res})
+			if ($o->{k} eq 'renew' && $private && !defined $o->{res})
+			{
+				# A renew's NULL may be one that met another transaction
+				# changing hands and did not wait (MariaDB): a break_lock
+				# that then rolled back leaves the holding and its count
+				# (seed 262211867): unknown until re-read.
+				if (!defined $o->{f}) { $unknown{$_} = 1 for $both->($k) }
+				elsif (my $km = $target->($o->{f})) { $unknown{$km} = 1 }
+			}
+			elsif ($o->{k} eq 'unlock' && $private && !defined $o->{res})
 			{
 				# NULL: no holding of the holder text (under that fence).
 				if (!defined $o->{f})
