@@ -164,6 +164,12 @@ func take(ctx context.Context, db *sql.DB, s *spec) (*Lock, error) {
 		return nil, &Error{Code: "55P03", Err: ErrNotAcquired, deadline: true,
 			Message: fmt.Sprintf("dlock: %q not acquired before the context's deadline", name)}
 	}
+	if err != nil && sqlState(err) == "55P03" {
+		// The server ended the wait (the caller's lock_timeout): not
+		// acquired, as when the wait runs out.
+		return nil, &Error{Code: "55P03", Err: ErrNotAcquired,
+			Message: fmt.Sprintf("dlock: %q not acquired: %v", name, err)}
+	}
 	if err != nil {
 		return nil, wrap(err, "acquiring "+strconv.Quote(name))
 	}
@@ -177,7 +183,7 @@ func take(ctx context.Context, db *sql.DB, s *spec) (*Lock, error) {
 	}
 	l := &Lock{db: db, resources: s.resources, fences: fences, holder: s.holder, st: s.st,
 		releaseQ: s.releaseQ, leaseArg: s.args[2], lease: s.o.lease.Truncate(time.Microsecond),
-		done: make(chan struct{}), stopRenew: make(chan struct{}), finished: make(chan struct{})}
+		done: make(chan struct{}), stopRenew: make(chan struct{})}
 	if s.sess != nil {
 		// No lease, no renewal: the session's keepalives keep it.
 		l.sess, l.lease, l.leaseArg = s.sess, s.sess.ttl, nil
@@ -250,23 +256,10 @@ func grant(ctx context.Context, db *sql.DB, s *spec) (call, error) {
 	ch := make(chan call, 1)
 	go func() {
 		var r call
-		conn, err := db.Conn(ctx)
-		if err == nil && ctx.Err() != nil {
-			// lib/pq connects past the context's end: nothing sent.
-			conn.Close()
-			err = ctx.Err()
-		}
-		if err != nil {
-			r.err = err
-			ch <- r
-			return
-		}
-		r.sent = time.Now()
-		r.err = conn.QueryRowContext(sctx, query, args...).Scan(&r.v, &r.started)
-		if r.err != nil && !serverError(r.err) {
-			_ = conn.Raw(func(interface{}) error { return errBadConn })
-		}
-		conn.Close()
+		r.err = onConn(ctx, db, probed, func(conn *sql.Conn) error {
+			r.sent = time.Now()
+			return conn.QueryRowContext(sctx, query, args...).Scan(&r.v, &r.started)
+		})
 		ch <- r
 	}()
 	select {
@@ -399,7 +392,7 @@ func cancelCall(db *sql.DB, tag string) bool {
 	c, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
 	var n sql.NullInt64
-	_, err := queryRow(c, db, `SELECT pg_catalog.count(pg_catalog.pg_cancel_backend(pid)) FROM pg_catalog.pg_stat_activity `+
+	_, err := queryRow(c, db, probed, `SELECT pg_catalog.count(pg_catalog.pg_cancel_backend(pid)) FROM pg_catalog.pg_stat_activity `+
 		`WHERE pg_catalog.right(application_name, pg_catalog.length($1::pg_catalog.text)) OPERATOR(pg_catalog.=) $1::pg_catalog.text `+
 		`AND usesysid OPERATOR(pg_catalog.=) (SELECT oid FROM pg_catalog.pg_roles WHERE rolname OPERATOR(pg_catalog.=) pg_catalog.session_user()) `+
 		`AND pid OPERATOR(pg_catalog.<>) pg_catalog.pg_backend_pid()`,
@@ -419,7 +412,7 @@ func (s *spec) undo(db *sql.DB, fences []int64, started string, cause error) {
 	if fences == nil {
 		if s.madeUp() && cause != nil {
 			var n sql.NullInt64
-			_, _ = queryRow(c, db, `SELECT dlock.unlock_all(holder => $1::pg_catalog.text)`, []interface{}{s.holder}, &n)
+			_, _ = queryRow(c, db, probed, `SELECT dlock.unlock_all(holder => $1::pg_catalog.text)`, []interface{}{s.holder}, &n)
 		}
 		return
 	}
@@ -436,7 +429,7 @@ func (s *spec) undo(db *sql.DB, fences []int64, started string, cause error) {
 		q, args = giveBackTerm, append(args, started)
 	}
 	var ok bool
-	_, _ = queryRow(c, db, q, args, &ok)
+	_, _ = queryRow(c, db, probed, q, args, &ok)
 }
 
 // madeUp: S's holder was made up here and nothing else of this process
@@ -456,7 +449,7 @@ func (l *Lock) settle(ctx context.Context, sent *time.Time, confirm bool) error 
 		// In microseconds, as an integer: float8's text depends on
 		// extra_float_digits ("2e+03" at -15).
 		var us sql.NullInt64
-		_, err := queryRow(ctx, l.db, `SELECT (SELECT (extract(epoch FROM lease) OPERATOR(pg_catalog.*) 1000000)::pg_catalog.int8 FROM dlock.locks `+
+		_, err := queryRow(ctx, l.db, again, `SELECT (SELECT (extract(epoch FROM lease) OPERATOR(pg_catalog.*) 1000000)::pg_catalog.int8 FROM dlock.locks `+
 			`WHERE resource OPERATOR(pg_catalog.=) $1::pg_catalog.text AND holder OPERATOR(pg_catalog.=) $2::pg_catalog.text `+
 			`AND fence OPERATOR(pg_catalog.=) $3::pg_catalog.text::pg_catalog.int8)`,
 			[]interface{}{l.resources[0], l.holder, strconv.FormatInt(l.fences[0], 10)}, &us)

@@ -104,20 +104,41 @@ func parseFences(v sql.NullString) ([]int64, error) {
 	return out, nil
 }
 
-// queryRow: run SQL with ARGS on a connection of its own from DB, bounded
-// by CTX, scanning its one row into DEST. Returns when the statement was
-// sent (after getting the connection). It returns at CTX's end even when
-// the driver does not (lib/pq ignores it while connecting): the statement
-// then goes on by itself and its result is dropped, so the caller must
-// not read DEST after an error.
-func queryRow(ctx context.Context, db *sql.DB, query string, args []interface{}, dest ...interface{}) (time.Time, error) {
+// redo: how onConn meets a connection of the pool that may be dead (an
+// idle one the server, a failover, idle_session_timeout or a proxy
+// closed: the statement then meets a reset, an end of file, or the FATAL
+// left for it).
+type redo int
+
+const (
+	// probed: a statement that must not run twice (an acquisition, a
+	// release): each connection is pinged first, and a dead one skipped;
+	// once sent, never again (an error after it may follow its commit:
+	// lib/pq says ErrBadConn for any FATAL or end of file).
+	probed redo = iota
+	// again: one that may (a renewal, a keepalive, a read): after any
+	// failure of the connection it runs again on another, at once.
+	again
+)
+
+// queryRow: run SQL with ARGS on a connection of its own from DB (as MODE
+// says, onConn), bounded by CTX, scanning its one row into DEST. Returns
+// when the statement was sent (after getting the connection). It returns
+// at CTX's end even when the driver does not (lib/pq ignores it while
+// connecting): the statement then goes on by itself and its result is
+// dropped, so the caller must not read DEST after an error.
+func queryRow(ctx context.Context, db *sql.DB, mode redo, query string, args []interface{}, dest ...interface{}) (time.Time, error) {
 	type result struct {
 		sent time.Time
 		err  error
 	}
 	ch := make(chan result, 1)
 	go func() {
-		sent, err := queryRowNow(ctx, db, query, args, dest...)
+		var sent time.Time
+		err := onConn(ctx, db, mode, func(conn *sql.Conn) error {
+			sent = time.Now()
+			return conn.QueryRowContext(ctx, query, args...).Scan(dest...)
+		})
 		ch <- result{sent, err}
 	}()
 	select {
@@ -133,22 +154,45 @@ func queryRow(ctx context.Context, db *sql.DB, query string, args []interface{},
 	}
 }
 
-// queryRowNow: queryRow, as long as the driver takes. A connection whose
-// statement did not end with a server's answer is not given back to the
-// pool.
-func queryRowNow(ctx context.Context, db *sql.DB, query string, args []interface{}, dest ...interface{}) (time.Time, error) {
-	conn, err := db.Conn(ctx)
-	if err != nil {
-		return time.Time{}, err
+// onConn runs RUN on a connection of DB's own; on another while the one
+// it got was dead (MODE), at most once per idle connection and twice
+// more: a pool of dead idle connections costs no renewal its back-off,
+// and fails no acquisition. A connection whose statement did not end
+// with a server's answer is not given back to the pool. Nothing runs once
+// CTX has ended (lib/pq connects past it).
+func onConn(ctx context.Context, db *sql.DB, mode redo, run func(*sql.Conn) error) error {
+	tries := db.Stats().Idle + 2
+	for {
+		tries--
+		conn, err := db.Conn(ctx)
+		if err == nil && ctx.Err() != nil {
+			conn.Close()
+			err = ctx.Err()
+		}
+		if err != nil {
+			return err
+		}
+		if mode == probed {
+			if err := conn.PingContext(ctx); err != nil {
+				_ = conn.Raw(func(interface{}) error { return errBadConn })
+				conn.Close()
+				if tries <= 0 || ctx.Err() != nil {
+					return err
+				}
+				continue
+			}
+		}
+		err = run(conn)
+		dead := err != nil && !serverError(err)
+		if dead {
+			// Mark it bad: a raw close, so the pool opens a new one.
+			_ = conn.Raw(func(interface{}) error { return errBadConn })
+		}
+		conn.Close()
+		if mode != again || !dead || tries <= 0 || ctx.Err() != nil {
+			return err
+		}
 	}
-	sent := time.Now()
-	err = conn.QueryRowContext(ctx, query, args...).Scan(dest...)
-	if err != nil && !serverError(err) {
-		// Mark it bad: a raw close, so the pool opens a new one.
-		_ = conn.Raw(func(interface{}) error { return errBadConn })
-	}
-	conn.Close()
-	return sent, err
 }
 
 var errBadConn = driver.ErrBadConn

@@ -183,7 +183,6 @@ func (l *Lock) stopRenewing() {
 	}
 	l.state = released
 	l.err = ErrReleased
-	close(l.finished)
 }
 
 func (e *Election) current() (*Lock, error) {
@@ -203,7 +202,7 @@ func (e *Election) Proclaim(ctx context.Context, value string) (bool, error) {
 		return false, err
 	}
 	var ok sql.NullBool
-	_, err = queryRow(ctx, e.db, `SELECT dlock.proclaim(election => $1::pg_catalog.text, candidate => $2::pg_catalog.text, `+
+	_, err = queryRow(ctx, e.db, probed, `SELECT dlock.proclaim(election => $1::pg_catalog.text, candidate => $2::pg_catalog.text, `+
 		`value => $3::pg_catalog.text, term => $4::pg_catalog.text::pg_catalog.int8)`,
 		[]interface{}{e.name, e.candidate, value, strconv.FormatInt(l.Fence(), 10)}, &ok)
 	if err != nil {
@@ -229,7 +228,7 @@ func (e *Election) Leader(ctx context.Context) (*Leader, error) {
 	var ld Leader
 	var value sql.NullString
 	var term, elected, expires string
-	_, err := queryRow(ctx, e.db, `SELECT candidate, value, term::pg_catalog.text, `+
+	_, err := queryRow(ctx, e.db, again, `SELECT candidate, value, term::pg_catalog.text, `+
 		`(extract(epoch FROM elected_at) OPERATOR(pg_catalog.*) 1000000)::pg_catalog.int8::pg_catalog.text, `+
 		`(extract(epoch FROM expires_at) OPERATOR(pg_catalog.*) 1000000)::pg_catalog.int8::pg_catalog.text `+
 		`FROM dlock.leader(election => $1::pg_catalog.text)`, []interface{}{e.name},

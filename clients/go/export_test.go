@@ -2,6 +2,15 @@
 // Promises: none
 package dlock
 
+import "time"
+
 // AcquireTries: how many times an acquisition rolled back by the server is
 // sent in all (acquireTries).
 const AcquireTries = acquireTries
+
+// PastDeadline: as if the process had been paused past L's renewal
+// deadline, its loop's timer not fired yet.
+func PastDeadline(l *Lock) { l.due.set(time.Now().Add(-time.Millisecond)) }
+
+// SessionPastDeadline: the same for S's keepalive deadline.
+func SessionPastDeadline(s *Session) { s.due.set(time.Now().Add(-time.Millisecond)) }

@@ -12,6 +12,7 @@ package dlock
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -72,13 +73,14 @@ type Lock struct {
 
 	done      chan struct{} // closed when lost or released
 	stopRenew chan struct{} // closed at the first Release
-	finished  chan struct{} // closed when released: the renewal goroutine ends
 	stopOnce  sync.Once
+	due       deadline // the renewal deadline (a lease of its own)
 
 	mu        sync.Mutex
 	state     int
 	err       error
 	releasing chan struct{} // closed when the Release under way ends
+	gaveUp    bool          // a Release of the lost lock returned its loss
 }
 
 // Resource is the resource (a multi-lock's first; an election's name).
@@ -109,15 +111,36 @@ func (l *Lock) Permits() int { return l.permits }
 
 // Done is closed when the lease is lost (or the lock released). Stop the
 // work it protects then: the loss is signalled before the lease ends.
-func (l *Lock) Done() <-chan struct{} { return l.done }
+// Called past the renewal deadline, it finds the lock lost (a process
+// paused past it: the timer may not have fired yet).
+func (l *Lock) Done() <-chan struct{} {
+	l.judge()
+	return l.done
+}
 
 // Err is nil while the lock is held. After Done is closed: an *Error
 // wrapping ErrLost (Code: the SQLSTATE of the last failed renewal, if
-// any), or ErrReleased after Release.
+// any), or ErrReleased after Release. Past the renewal deadline it is
+// ErrLost, as Done says.
 func (l *Lock) Err() error {
+	l.judge()
+	return l.errNow()
+}
+
+func (l *Lock) errNow() error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.err
+}
+
+// judge: the lock is lost once the clock is past its renewal deadline
+// (its session's, in a session).
+func (l *Lock) judge() {
+	if l.sess != nil {
+		l.sess.judge()
+	} else if l.due.passed() {
+		l.lose(pausedPast, nil)
+	}
 }
 
 // target: what the statements take for the resource(s) and fence(s).
@@ -179,7 +202,6 @@ func (l *Lock) closed() {
 	l.state = released
 	l.err = ErrReleased
 	close(l.done)
-	close(l.finished)
 }
 
 // Release gives the lock back. It returns nil if it was held until now;
@@ -193,7 +215,7 @@ func (l *Lock) closed() {
 func (l *Lock) Release(ctx context.Context) error {
 	for {
 		l.mu.Lock()
-		if l.state == released {
+		if l.state == released || l.gaveUp {
 			l.mu.Unlock()
 			return nil
 		}
@@ -214,6 +236,8 @@ func (l *Lock) Release(ctx context.Context) error {
 		err = l.release(ctx, state, err)
 		l.mu.Lock()
 		l.releasing = nil
+		// Its loss told once: a Release again returns nil.
+		l.gaveUp = errors.Is(err, ErrLost)
 		l.mu.Unlock()
 		close(busy)
 		return err
@@ -235,15 +259,15 @@ func (l *Lock) release(ctx context.Context, state int, err error) error {
 	if state == lost {
 		// A courtesy, in case the server still has it: bounded.
 		c, cancel := context.WithTimeout(ctx, minDur(l.lease/3, releaseTimeout))
-		_, _ = queryRow(c, l.db, l.releaseQ, []interface{}{first, l.holder, fence}, &ok)
+		_, _ = queryRow(c, l.db, probed, l.releaseQ, []interface{}{first, l.holder, fence}, &ok)
 		cancel()
 		return err
 	}
-	_, qerr := queryRow(ctx, l.db, l.releaseQ, []interface{}{first, l.holder, fence}, &ok)
+	_, qerr := queryRow(ctx, l.db, probed, l.releaseQ, []interface{}{first, l.holder, fence}, &ok)
 	if qerr != nil && (!serverError(qerr) || retryable(qerr)) && ctx.Err() == nil {
 		// A lost connection, or a try rolled back (the caller's default
 		// isolation SERIALIZABLE met a renewal under way): once more.
-		_, qerr = queryRow(ctx, l.db, l.releaseQ, []interface{}{first, l.holder, fence}, &ok)
+		_, qerr = queryRow(ctx, l.db, probed, l.releaseQ, []interface{}{first, l.holder, fence}, &ok)
 	}
 	if qerr != nil {
 		return wrap(qerr, "releasing "+strconv.Quote(l.name()))
@@ -266,7 +290,6 @@ func (l *Lock) release(ctx context.Context, state int, err error) error {
 	l.state = released
 	l.err = ErrReleased
 	close(l.done)
-	close(l.finished)
 	return nil
 }
 
@@ -287,7 +310,7 @@ func (l *Lock) AssertFence(ctx context.Context, tx Execer) error {
 func (l *Lock) Check(ctx context.Context) (bool, error) {
 	first, fence := l.target()
 	var ok bool
-	if _, err := queryRow(ctx, l.db, l.st.check, []interface{}{first, fence}, &ok); err != nil {
+	if _, err := queryRow(ctx, l.db, again, l.st.check, []interface{}{first, fence}, &ok); err != nil {
 		return false, wrap(err, "check")
 	}
 	return ok, nil

@@ -16,6 +16,7 @@ package dlock
 
 import (
 	"context"
+	"sync"
 	"time"
 )
 
@@ -34,7 +35,7 @@ type renewal struct {
 func (l *Lock) renewOnce(ctx context.Context) renewal {
 	first, fence := l.target()
 	var ok bool
-	sent, err := queryRow(ctx, l.db, l.st.renew, []interface{}{first, l.holder, l.leaseArg, fence}, &ok)
+	sent, err := queryRow(ctx, l.db, again, l.st.renew, []interface{}{first, l.holder, l.leaseArg, fence}, &ok)
 	if err != nil {
 		return renewal{err: err}
 	}
@@ -43,23 +44,26 @@ func (l *Lock) renewOnce(ctx context.Context) renewal {
 
 // run: the renewal loop, from an acquisition (or confirmation) sent at SENT.
 func (l *Lock) run(sent time.Time) {
-	loop{period: l.lease, stop: l.stopRenew, finished: l.finished, once: l.renewOnce, lose: l.lose,
-		what: "renewals", gone: "renew() found it no longer held (broken, or expired and taken)"}.run(sent)
+	loop{period: l.lease, stop: l.stopRenew, finished: l.done, once: l.renewOnce, lose: l.lose,
+		due: l.due.set, what: "renewals", gone: "renew() found it no longer held (broken, or expired and taken)"}.run(sent)
 }
 
 // loop: one renewal loop. stop is closed when the owner gives the holding
 // up (no more renewals; lost at the deadline unless finished first);
-// finished when it is given up for good.
+// finished when it is lost or given up for good. due is told each
+// renewal deadline.
 type loop struct {
 	period         time.Duration
 	stop, finished chan struct{}
 	once           func(context.Context) renewal
 	lose           func(reason string, cause error)
+	due            func(time.Time)
 	what, gone     string
 }
 
 func (p loop) run(sent time.Time) {
 	deadline := sent.Add(p.period - margin(p.period))
+	p.due(deadline)
 	next := sent.Add(p.period / 3)
 	backoff := retryMin
 	var lastErr error
@@ -85,6 +89,11 @@ func (p loop) run(sent time.Time) {
 			p.lose(late, lastErr)
 			return
 		case <-wake.C:
+		}
+		if !time.Now().Before(deadline) {
+			// Woken past the deadline (a paused process): not renewed.
+			p.lose(late, lastErr)
+			return
 		}
 		bound := minTime(deadline, time.Now().Add(p.period/3))
 		ctx, cancel := context.WithDeadline(context.Background(), bound)
@@ -125,6 +134,7 @@ func (p loop) run(sent time.Time) {
 		default:
 			lastErr, backoff = nil, retryMin
 			deadline = r.sent.Add(p.period - margin(p.period))
+			p.due(deadline)
 			next = r.sent.Add(p.period / 3)
 			if !loss.Stop() {
 				<-loss.C
@@ -133,6 +143,30 @@ func (p loop) run(sent time.Time) {
 		}
 	}
 }
+
+// deadline: a holding's renewal deadline, read against the clock by Err
+// and Done, so that a process paused past it learns of the loss at once
+// (the loop's timer may fire late).
+type deadline struct {
+	mu sync.Mutex
+	at time.Time
+}
+
+func (d *deadline) set(t time.Time) {
+	d.mu.Lock()
+	d.at = t
+	d.mu.Unlock()
+}
+
+// passed: the deadline is known and the clock is past it.
+func (d *deadline) passed() bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return !d.at.IsZero() && time.Now().After(d.at)
+}
+
+// pausedPast: the reason for a loss that the clock found.
+const pausedPast = "its renewal deadline passed before a renewal got through (the process was paused, or renewals failed)"
 
 func minTime(a, b time.Time) time.Time {
 	if a.Before(b) {

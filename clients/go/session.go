@@ -32,8 +32,8 @@ type Session struct {
 
 	done      chan struct{} // closed when lost or closed
 	stopAlive chan struct{} // closed at the first Close
-	finished  chan struct{} // closed when closed: the loop ends
 	stopOnce  sync.Once
+	due       deadline // the keepalive deadline
 
 	mu      sync.Mutex
 	state   int
@@ -73,13 +73,13 @@ func OpenSession(ctx context.Context, db *sql.DB, opts ...Option) (*Session, err
 		return nil, invalid("OpenSession takes only TTL and Holder")
 	}
 	s := &Session{db: db, holder: o.holder, ttl: o.ttl.Truncate(time.Microsecond),
-		done: make(chan struct{}), stopAlive: make(chan struct{}), finished: make(chan struct{}),
+		done: make(chan struct{}), stopAlive: make(chan struct{}),
 		locks: map[*Lock]struct{}{}}
 	if !o.hasHolder {
 		s.holder = uniqueHolder()
 	}
 	var id string
-	sent, err := queryRow(ctx, db, `SELECT dlock.open_session(ttl => $1::pg_catalog.text::pg_catalog.interval, holder => $2::pg_catalog.text)::pg_catalog.text`,
+	sent, err := queryRow(ctx, db, probed, `SELECT dlock.open_session(ttl => $1::pg_catalog.text::pg_catalog.interval, holder => $2::pg_catalog.text)::pg_catalog.text`,
 		[]interface{}{nullable(interval(o.ttl), o.hasTTL), s.holder}, &id)
 	if err != nil {
 		if c := sqlState(err); c == "42883" || c == "42P01" {
@@ -93,7 +93,7 @@ func OpenSession(ctx context.Context, db *sql.DB, opts ...Option) (*Session, err
 	}
 	if !o.hasTTL {
 		var us sql.NullInt64
-		_, err := queryRow(ctx, db, `SELECT (SELECT (extract(epoch FROM ttl) OPERATOR(pg_catalog.*) 1000000)::pg_catalog.int8 `+
+		_, err := queryRow(ctx, db, again, `SELECT (SELECT (extract(epoch FROM ttl) OPERATOR(pg_catalog.*) 1000000)::pg_catalog.int8 `+
 			`FROM dlock.sessions WHERE id OPERATOR(pg_catalog.=) $1::pg_catalog.text::pg_catalog.int8)`, []interface{}{id}, &us)
 		if err == nil && !us.Valid {
 			err = &Error{Err: ErrLost, Message: fmt.Sprintf("dlock: session %d gone right after it was opened", s.id)}
@@ -127,7 +127,7 @@ func (s *Session) abandon() {
 	c, cancel := context.WithTimeout(context.Background(), releaseTimeout)
 	defer cancel()
 	var n sql.NullInt64
-	_, _ = queryRow(c, s.db, `SELECT dlock.close_session(session => $1::pg_catalog.text::pg_catalog.int8)`,
+	_, _ = queryRow(c, s.db, probed, `SELECT dlock.close_session(session => $1::pg_catalog.text::pg_catalog.int8)`,
 		[]interface{}{strconv.FormatInt(s.id, 10)}, &n)
 }
 
@@ -141,15 +141,28 @@ func (s *Session) Holder() string { return s.holder }
 func (s *Session) TTL() time.Duration { return s.ttl }
 
 // Done is closed when the session is lost or closed. Every lock of the
-// session has its Done closed then too.
-func (s *Session) Done() <-chan struct{} { return s.done }
+// session has its Done closed then too. Called past the keepalive
+// deadline, it finds the session lost (as Lock.Done).
+func (s *Session) Done() <-chan struct{} {
+	s.judge()
+	return s.done
+}
 
 // Err is nil while the session lives. After Done is closed: an *Error
 // wrapping ErrLost, or ErrClosed after Close.
 func (s *Session) Err() error {
+	s.judge()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.err
+}
+
+// judge: the session is lost once the clock is past its keepalive
+// deadline.
+func (s *Session) judge() {
+	if s.due.passed() {
+		s.lose(pausedPast, nil)
+	}
 }
 
 // Acquire takes RESOURCE in the session, as dlock.Acquire does (Wait,
@@ -316,13 +329,13 @@ func (s *Session) close(ctx context.Context, state int, err error) error {
 	var n sql.NullInt64
 	if state == lost {
 		c, cancel := context.WithTimeout(ctx, minDur(s.ttl/3, releaseTimeout))
-		_, _ = queryRow(c, s.db, q, args, &n)
+		_, _ = queryRow(c, s.db, probed, q, args, &n)
 		cancel()
 		return err
 	}
-	_, qerr := queryRow(ctx, s.db, q, args, &n)
+	_, qerr := queryRow(ctx, s.db, probed, q, args, &n)
 	if qerr != nil && (!serverError(qerr) || retryable(qerr)) && ctx.Err() == nil {
-		_, qerr = queryRow(ctx, s.db, q, args, &n)
+		_, qerr = queryRow(ctx, s.db, probed, q, args, &n)
 	}
 	if qerr != nil {
 		return wrap(qerr, fmt.Sprintf("closing session %d", s.id))
@@ -341,7 +354,6 @@ func (s *Session) close(ctx context.Context, state int, err error) error {
 	locks := s.locks
 	s.locks = map[*Lock]struct{}{}
 	close(s.done)
-	close(s.finished)
 	s.mu.Unlock()
 	for l := range locks {
 		l.closed()
@@ -356,7 +368,7 @@ func (s *Session) keepaliveOnce(ctx context.Context) renewal {
 	var ok bool
 	var gone string
 	locks, resources, fences := s.holdings()
-	sent, err := queryRow(ctx, s.db, keepaliveQ, []interface{}{strconv.FormatInt(s.id, 10), textArray(resources), intArray(fences)}, &ok, &gone)
+	sent, err := queryRow(ctx, s.db, again, keepaliveQ, []interface{}{strconv.FormatInt(s.id, 10), textArray(resources), intArray(fences)}, &ok, &gone)
 	if err != nil {
 		return renewal{err: err}
 	}
@@ -393,7 +405,7 @@ func (s *Session) holdings() (locks []*Lock, resources []string, fences []int64)
 // run: the keepalive loop, from an open (or keepalive) sent at SENT. The
 // same loop as a lock's renewal (renew.go), on the session.
 func (s *Session) run(sent time.Time) {
-	loop{period: s.ttl, stop: s.stopAlive, finished: s.finished,
+	loop{period: s.ttl, stop: s.stopAlive, finished: s.done, due: s.due.set,
 		once: s.keepaliveOnce, lose: s.lose, what: "keepalives", gone: "keepalive() found the session ended (closed, or its ttl passed)",
 	}.run(sent)
 }
