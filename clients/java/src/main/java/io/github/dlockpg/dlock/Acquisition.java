@@ -99,7 +99,7 @@ final class Acquisition {
         }
         sql += ", " + STARTED;
         long start = System.nanoTime();
-        long limit = wait == null ? Long.MAX_VALUE : wait.toNanos();
+        long limit = wait == null ? Long.MAX_VALUE : Db.nanos(wait);
         boolean interrupted = false;
         boolean readCommitted = false;
         int rolledBack = 0; // statements the server rolled back (Db.sendAgain)
@@ -158,7 +158,7 @@ final class Acquisition {
         long leaseNanos;
         try {
             leaseNanos = session != null ? session.ttlNanos()
-                : lease != null ? lease.toNanos() : leaseOf(ds, resources.get(0), holder, fences[0]);
+                : lease != null ? Db.nanos(lease) : leaseOf(ds, resources.get(0), holder, fences[0]);
         } catch (SQLException | RuntimeException e) {
             giveBack(ds, releaseSql, giveBackSql, many, resources, holder, fences, started);
             throw e instanceof DlockException ? (DlockException) e

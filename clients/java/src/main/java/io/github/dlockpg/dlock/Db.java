@@ -34,13 +34,28 @@ final class Db {
 
     private static final Executor DIRECT = Runnable::run;
 
-    /** Renewals, unless the caller gives its own executor: daemon threads. */
-    static final ScheduledExecutorService RENEWALS = pool("dlock-renewal", 4);
+    /**
+     * The timing of renewals, keepalives and observations, unless the
+     * caller gives its own scheduler: it never blocks, their statements run
+     * on CALLS (onCall).
+     */
+    static final ScheduledExecutorService RENEWALS = pool("dlock-renewal", 1);
+    /**
+     * Their statements: a thread each while one runs, so that one that
+     * hangs (a black-holed server, up to a third of its lease) holds up
+     * no other lock's renewal.
+     */
+    static final ExecutorService CALLS = Executors.newCachedThreadPool(daemons("dlock-call"));
     /** Loss deadlines: never blocks on the network, so a hung renewal cannot delay a loss. */
     static final ScheduledExecutorService TIMER = pool("dlock-timer", 1);
 
     /** Loss listeners: a thread each while they run, so a slow one delays no other loss. */
     static final ExecutorService LISTENERS = Executors.newCachedThreadPool(daemons("dlock-loss"));
+
+    /** TASK as scheduled on S: from the client's own scheduler, run on CALLS; on the caller's, there. */
+    static Runnable onCall(ScheduledExecutorService s, Runnable task) {
+        return s == RENEWALS ? () -> CALLS.execute(task) : task;
+    }
 
     private static ThreadFactory daemons(String name) {
         AtomicInteger count = new AtomicInteger();
@@ -184,7 +199,28 @@ final class Db {
     static String interval(String name, Duration d) {
         if (d == null) return null;
         if (d.isNegative()) throw DlockException.invalid(name + " must not be negative");
-        return d.toMillis() + " milliseconds";
+        try {
+            return d.toMillis() + " milliseconds";
+        } catch (ArithmeticException e) {
+            throw DlockException.invalid(name + " is out of range: " + d);
+        }
+    }
+
+    /** The longest span the client measures: deadlines from System.nanoTime() stay comparable (about 73 years). */
+    static final long NANOS_MAX = 1L << 61;
+
+    /**
+     * D in nanoseconds as the server gets it (whole milliseconds: interval),
+     * at most NANOS_MAX: a longer lease is renewed as if it were that long.
+     */
+    static long nanos(Duration d) {
+        long ms;
+        try {
+            ms = d.toMillis();
+        } catch (ArithmeticException e) {
+            return NANOS_MAX;
+        }
+        return ms >= NANOS_MAX / 1_000_000 ? NANOS_MAX : ms * 1_000_000;
     }
 
     static void setInterval(PreparedStatement ps, int i, String v) throws SQLException {

@@ -147,29 +147,44 @@ public final class DlockElection {
 
     /** The current leader, if any. */
     public Optional<Leader> leader() throws SQLException {
+        return leader(0);
+    }
+
+    /** The current leader; TIMEOUT_MS (0: none) bounds the statement. */
+    private Optional<Leader> leader(long timeoutMs) throws SQLException {
         return Optional.ofNullable(Db.call(ds, LEADER, (c, ps) -> ps.setString(1, name),
-            rs -> new Leader(rs.getString(1), rs.getString(2), rs.getLong(3)), 0, null));
+            rs -> new Leader(rs.getString(1), rs.getString(2), rs.getLong(3)), timeoutMs, null));
     }
 
     /**
      * Tells LISTENER the leader now, then each change (another candidate,
-     * term or value; empty: no leader), polling every POLL on the
-     * scheduler, until the returned handle is closed. A failed poll is
-     * retried at the next one.
+     * term or value; empty: no leader), polling every POLL (timed by the
+     * scheduler; with the client's own, each poll and the listener run on
+     * a thread of their own, so a listener that campaigns holds up no
+     * renewal), until the returned handle is closed. A failed poll (each
+     * bounded by 5 s, or POLL if longer) is retried at the next one.
      */
     public Observation observe(Consumer<Optional<Leader>> listener, Duration poll) {
         Objects.requireNonNull(listener);
         long every = poll == null ? 200 : Math.max(1, poll.toMillis());
+        long bound = Math.max(every, 5000);
         Object[] lastSeen = {null};
         boolean[] first = {true};
-        ScheduledFuture<?> f = scheduler.scheduleWithFixedDelay(() -> {
-            Optional<Leader> now;
-            try {
-                now = leader();
-            } catch (SQLException | RuntimeException e) {
-                return;
+        Object mu = new Object();
+        boolean[] closed = {false};
+        ScheduledFuture<?>[] next = new ScheduledFuture<?>[1];
+        Runnable[] once = new Runnable[1];
+        once[0] = () -> {
+            synchronized (mu) {
+                if (closed[0]) return;
             }
-            if (first[0] || !now.equals(lastSeen[0])) {
+            Optional<Leader> now = null;
+            try {
+                now = leader(bound);
+            } catch (SQLException | RuntimeException e) {
+                // retried at the next poll
+            }
+            if (now != null && (first[0] || !now.equals(lastSeen[0]))) {
                 first[0] = false;
                 lastSeen[0] = now;
                 try {
@@ -178,7 +193,23 @@ public final class DlockElection {
                     // the listener's own failure: the observation goes on
                 }
             }
-        }, 0, every, TimeUnit.MILLISECONDS);
-        return () -> f.cancel(false);
+            synchronized (mu) {
+                if (closed[0]) return;
+                try {
+                    next[0] = scheduler.schedule(Db.onCall(scheduler, once[0]), every, TimeUnit.MILLISECONDS);
+                } catch (java.util.concurrent.RejectedExecutionException e) {
+                    closed[0] = true; // the caller's scheduler shut down: the observation ends
+                }
+            }
+        };
+        synchronized (mu) {
+            next[0] = scheduler.schedule(Db.onCall(scheduler, once[0]), 0, TimeUnit.MILLISECONDS);
+        }
+        return () -> {
+            synchronized (mu) {
+                closed[0] = true;
+                if (next[0] != null) next[0].cancel(false);
+            }
+        };
     }
 }

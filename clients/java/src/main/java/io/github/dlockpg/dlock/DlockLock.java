@@ -52,6 +52,7 @@ public class DlockLock implements Lock {
     private final ReentrantLock local = new ReentrantLock();
     private volatile Holding current;
     private volatile Holding last;
+    private volatile Holding unreleased; // an unlock() that did not get through (settleUnreleased)
     volatile long obtained; // DlockLockRegistry: when it last gave this object out
 
     /** An exclusive lock on RESOURCE with the server's default lease. */
@@ -280,6 +281,7 @@ public class DlockLock implements Lock {
 
     // take WAIT: the server's holding, this thread owning the local lock.
     private boolean take(Duration wait, boolean interruptible) throws InterruptedException {
+        settleUnreleased();
         String sql;
         Acquisition.Binder binder;
         if (many) {
@@ -343,10 +345,26 @@ public class DlockLock implements Lock {
                 throw e != null ? e : new LockLostException(h.name(), h.fences[0], "lost", null);
             }
         } catch (SQLException e) {
+            unreleased = h;
             throw DlockException.of("releasing " + h.name(), e);
         } finally {
             local.unlock();
         }
+    }
+
+    // settleUnreleased: the release an unlock() could not get through is
+    // sent again before a new acquisition (which would otherwise re-enter
+    // that holding on the server: a count no unlock() gives back). Throws
+    // if it still does not get through.
+    private void settleUnreleased() {
+        Holding h = unreleased;
+        if (h == null) return;
+        try {
+            h.release();
+        } catch (SQLException e) {
+            throw DlockException.of("releasing " + h.name() + " (an earlier unlock() that did not get through)", e);
+        }
+        unreleased = null;
     }
 
     /** Not supported: a condition would need the lock to be given back while waiting. */

@@ -75,7 +75,7 @@ public final class DlockLockRegistry {
      */
     public void expireUnusedOlderThan(Duration age) {
         long now = System.nanoTime();
-        long limit = age.toNanos();
+        long limit = Db.nanos(age);
         for (String k : locks.keySet()) {
             locks.computeIfPresent(k, (n, l) -> now - l.obtained >= limit && !l.inUse() ? null : l);
         }

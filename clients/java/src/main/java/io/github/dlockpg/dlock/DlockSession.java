@@ -155,7 +155,7 @@ public final class DlockSession implements AutoCloseable {
             }
             long nanos;
             if (ttl != null) {
-                nanos = ttl.toNanos();
+                nanos = Db.nanos(ttl);
             } else {
                 try {
                     Double ms = Db.call(ds, TTL_OF, (c, ps) -> ps.setLong(1, id), rs -> rs.getDouble(1), 0, null);
@@ -282,7 +282,8 @@ public final class DlockSession implements AutoCloseable {
     private synchronized void schedule(long delayNanos, long backoffMs) {
         if (state != State.OPEN || closing) return;
         if (renewTask != null) renewTask.cancel(false);
-        renewTask = renewals.schedule(() -> keepaliveOnce(backoffMs), delayNanos, TimeUnit.NANOSECONDS);
+        renewTask = renewals.schedule(Db.onCall(renewals, () -> keepaliveOnce(backoffMs)), delayNanos,
+            TimeUnit.NANOSECONDS);
     }
 
     private void keepaliveOnce(long backoffMs) {

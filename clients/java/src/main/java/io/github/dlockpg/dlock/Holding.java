@@ -189,7 +189,8 @@ final class Holding {
     private synchronized void schedule(long delayNanos, long backoffMs) {
         if (state != State.HELD) return;
         if (renewTask != null) renewTask.cancel(false);
-        renewTask = renewals.schedule(() -> renewOnce(backoffMs), delayNanos, TimeUnit.NANOSECONDS);
+        renewTask = renewals.schedule(Db.onCall(renewals, () -> renewOnce(backoffMs)), delayNanos,
+            TimeUnit.NANOSECONDS);
     }
 
     // bind: resources and fences, for one or several.
