@@ -68,9 +68,17 @@ function checkPool(pool) {
 }
 
 // A server error (the statement ran and was refused) leaves the
-// connection usable; anything else may not.
+// connection usable; anything else may not, a FATAL (the backend ended:
+// terminated, shut down) neither.
 function isServerError(err) {
-  return err && typeof err.severity === 'string' && typeof err.code === 'string';
+  return err && typeof err.severity === 'string' && typeof err.code === 'string' &&
+    err.severity !== 'FATAL' && err.severity !== 'PANIC';
+}
+
+// unsent ERR: a statement the client's closed socket refused to write
+// (EPIPE, a reset met on writing): it never reached a backend.
+function unsent(err) {
+  return !!err && (err.code === 'EPIPE' || (err.code === 'ECONNRESET' && err.syscall === 'write'));
 }
 
 // A rollback the server asks to retry: a serialization failure (40001:
@@ -210,6 +218,22 @@ async function run(client, query, signal) {
 // statement is sent, rejects with its reason and sends nothing; aborted
 // while it runs, see run().
 async function call(pool, sql, values, timeoutMs, timing, signal) {
+  // A turn of the event loop first: the pool then sees the end of idle
+  // clients whose backend ended while the loop was busy (a terminate, a
+  // restart, idle_session_timeout), and drops them. A statement one of
+  // them still refused to write goes on another.
+  const tries = Math.min(64, ((pool.options && pool.options.max) || 10) + 1);
+  for (let n = 1; ; n++) {
+    await new Promise((resolve) => setImmediate(resolve));
+    try {
+      return await callOnce(pool, sql, values, timeoutMs, timing, signal);
+    } catch (err) {
+      if (n >= tries || !unsent(err) || (signal && signal.aborted)) throw err;
+    }
+  }
+}
+
+async function callOnce(pool, sql, values, timeoutMs, timing, signal) {
   if (signal && signal.aborted) throw signal.reason;
   const client = await connect(pool, timeoutMs, signal);
   let failure, sent = false, unsafe = false;

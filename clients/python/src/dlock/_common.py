@@ -10,6 +10,7 @@ import inspect
 import math
 import os
 import random
+import select
 import socket
 import threading
 import time
@@ -54,6 +55,7 @@ SQL_LOCK_ALL = ("SELECT dlock.lock_all(%s::text[], %s, %s::interval, shared => %
                 " wait => %s::interval)::text[]")
 SQL_RENEW = "SELECT dlock.renew(%s, %s, %s::interval, %s::bigint)"
 SQL_UNLOCK = "SELECT dlock.unlock(%s, %s, %s::bigint)"
+SQL_UNLOCK_ALL = "SELECT dlock.unlock_all(%s)"
 SQL_ASSERT_FENCE = "SELECT dlock.assert_fence(%s, %s::bigint)"
 SQL_CHECK = 'SELECT dlock."check"(%s, %s::bigint)::text'
 #: The same for every holding of a multi-lock, in one statement (one
@@ -414,3 +416,43 @@ def cut_after(conn: Any, timeout: Optional[float],
         with guard:
             state["done"] = True
         handle.cancel()
+
+
+def closed_by_server(conn: Any) -> bool:
+    """Whether CONN, idle, was closed by its server (terminated, restarted,
+    failed over, idle_session_timeout, a proxy's timeout): its socket is
+    readable, and what it holds is the end of the connection.  No round
+    trip: an idle connection has nothing to read unless the server ended
+    it (or sent a notice or a notification, read and kept here)."""
+    if conn.closed or conn.broken:
+        return True
+    # A terminated backend's FATAL is read first (libpq takes it for a
+    # notice), its end of file by the next read.
+    for _ in range(4):
+        try:
+            if not readable(conn.fileno(), 0):
+                return False
+        except OSError:
+            return True
+        try:
+            conn.pgconn.consume_input()
+        except psycopg.OperationalError:
+            return True
+        if conn.pgconn.status != psycopg.pq.ConnStatus.OK:
+            return True
+    return False
+
+
+def pool_tries(pool: Any) -> int:
+    """How many of POOL's connections a call tries while they were closed
+    by the server (closed_by_server): each it may hold, and one more."""
+    size = getattr(pool, "max_size", None)
+    return min(64, size + 1) if isinstance(size, int) and size > 0 else 16
+
+
+def readable(fd: int, timeout: float) -> bool:
+    """Whether FD is readable (or its peer hung up) within TIMEOUT s; poll,
+    not select: no limit on the descriptor's number (select's is 1024)."""
+    p = select.poll()
+    p.register(fd, select.POLLIN | select.POLLPRI)
+    return bool(p.poll(max(0, math.ceil(timeout * 1000))))

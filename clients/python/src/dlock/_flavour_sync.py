@@ -4,7 +4,6 @@ imports this module where aio.py imports that one)."""
 
 from __future__ import annotations
 
-import select
 import threading
 import time
 from typing import Any, Callable, Optional
@@ -63,8 +62,9 @@ def set_autocommit(conn: psycopg.Connection, value: bool) -> None:
 
 
 def wait_readable(fd: int, timeout: float) -> None:
-    """Wait up to TIMEOUT s for FD to become readable."""
-    select.select([fd], [], [], timeout)
+    """Wait up to TIMEOUT s for FD to become readable (poll: no limit on
+    the descriptor's number, as select has at 1024)."""
+    c.readable(fd, timeout)
 
 
 def cut_after(conn: Any, timeout: Optional[float]) -> Any:

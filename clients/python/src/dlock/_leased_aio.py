@@ -84,10 +84,17 @@ class _Source:
         or for a pool's free one when its connection() takes a timeout
         (psycopg_pool's does: PoolTimeout, an OperationalError)."""
         if self.pool is not None:
-            cm = (self.pool.connection() if timeout is None or not c.takes_timeout(self.pool)
-                  else self.pool.connection(timeout=timeout))
-            async with cm as conn:
-                yield conn
+            # A connection the server closed while it was idle in the
+            # pool is closed and given back (the pool drops it), not used.
+            for _ in range(c.pool_tries(self.pool)):
+                cm = (self.pool.connection() if timeout is None or not c.takes_timeout(self.pool)
+                      else self.pool.connection(timeout=timeout))
+                async with cm as conn:
+                    if not c.closed_by_server(conn):
+                        yield conn
+                        return
+                    await conn.close()
+            raise psycopg.OperationalError("dlock: every connection the pool gave was closed by the server")
         else:
             conn = await self.connect(timeout)
             try:
@@ -142,6 +149,9 @@ class _Own:
             return
         with self._mutex:
             conn, self._conn = self._conn, None
+        if conn is not None and c.closed_by_server(conn):
+            await conn.close()
+            conn = None
         if conn is None or conn.closed:
             conn = await self._source.connect(timeout)
         try:
@@ -353,10 +363,12 @@ class _Leased(_Own):
         rolled the statement back and asks for a retry: nothing was granted."""
         give_back = self._fences is None  # not a leader's own term again
         fences = started = None
+        sent = False
         try:
             async with self._connection() as conn:
                 sent_at = time.monotonic()    # after a pool's wait for a connection
                 try:
+                    sent = True
                     row = await self._statement(conn, sql, params, give_back)
                 except Error as e:
                     if retryable(e):
@@ -368,7 +380,7 @@ class _Leased(_Own):
                 else:
                     self._fences = fences
                     valid_from = await self._confirm(conn, sent_at, confirm)
-        except BaseException:
+        except BaseException as exc:
             if fences is not None:
                 # Granted, but its dating failed (or it was cancelled as
                 # the connection went back to a pool): nobody would renew
@@ -376,6 +388,14 @@ class _Leased(_Own):
                 self._fences = None
                 if give_back:
                     await detached(self._give_back, fences, started)
+            elif sent and give_back and self._generated_holder and self._session is None \
+                    and isinstance(exc, psycopg.Error) and getattr(exc, "sqlstate", None) is None:
+                # Sent, and no answer (the connection failed): it may have
+                # been granted.  The next try gets a holder text of its own
+                # (with this one it would re-enter that holding, a count its
+                # release leaves), and this one's holdings are given back.
+                old, self.holder = self.holder, c.default_holder()
+                await detached(self._give_back_holder, old)
             raise
         if fences is None:
             await self._close()
@@ -411,6 +431,20 @@ class _Leased(_Own):
                         self.resource, e)
         finally:
             self._fences = None
+            await self._close()
+
+    async def _give_back_holder(self, holder: str) -> None:
+        """Give back what HOLDER, a holder text this object made up and no
+        longer uses, holds: an acquisition whose answer was lost (best
+        effort, on a connection of its own; else its lease ends)."""
+        try:
+            async with self._connection(c.RELEASE_TIMEOUT) as conn:
+                with cut_after(conn, c.RELEASE_TIMEOUT):
+                    await _one(conn, c.SQL_UNLOCK_ALL, (holder,))
+        except (psycopg.Error, Error, OSError) as e:
+            log.warning("dlock: giving back %r failed (its lease will end): %s",
+                        self.resource, e)
+        finally:
             await self._close()
 
     # ---- release
