@@ -10,6 +10,7 @@ import (
 	"database/sql"
 	"database/sql/driver"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"os"
 	"strconv"
@@ -176,20 +177,34 @@ func onConn(ctx context.Context, db *sql.DB, mode redo, run func(*sql.Conn) erro
 			if err := conn.PingContext(ctx); err != nil {
 				_ = conn.Raw(func(interface{}) error { return errBadConn })
 				conn.Close()
-				if tries <= 0 || ctx.Err() != nil {
+				if ctx.Err() != nil {
+					return ctx.Err() // (lib/pq says ErrBadConn for a cancelled ping)
+				}
+				if tries <= 0 {
 					return err
 				}
 				continue
 			}
+			if ctx.Err() != nil {
+				conn.Close()
+				return ctx.Err()
+			}
 		}
 		err = run(conn)
-		dead := err != nil && !serverError(err)
-		if dead {
+		// No row (a read of nothing) is an answer; so is a server's error
+		// that leaves the connection usable.
+		bad := err != nil && !errors.Is(err, sql.ErrNoRows) && !serverError(err)
+		if bad {
 			// Mark it bad: a raw close, so the pool opens a new one.
 			_ = conn.Raw(func(interface{}) error { return errBadConn })
 		}
 		conn.Close()
-		if mode != again || !dead || tries <= 0 || ctx.Err() != nil {
+		// Sent again: only a statement that may run twice, after the
+		// connection failed (no SQLSTATE, 08, or a backend's FATAL 57P0x;
+		// not the caller's statement_timeout, 57014, an answer).
+		c := sqlState(err)
+		resend := mode == again && bad && (c == "" || c[:2] == "08" || strings.HasPrefix(c, "57P"))
+		if !resend || tries <= 0 || ctx.Err() != nil {
 			return err
 		}
 	}

@@ -236,3 +236,35 @@ func TestReleaseLostTwice(t *testing.T) {
 		t.Fatalf("Err after the Releases: %v, want ErrLost still", l.Err())
 	}
 }
+
+// Leader of an election with no leader (no row) on a pool of idle
+// connections: an answer, not a dead connection; none is closed (each
+// call closed them all, one after the other, sending it again on each).
+func TestLeaderNoneKeepsConnections(t *testing.T) {
+	t.Parallel()
+	name := unique("noleader")
+	db := idlePool(t, name, 4)
+	e, err := dlock.NewElection(db, unique("noleader"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	admin := appDB(t, "")
+	pids := func() string {
+		var p sql.NullString
+		if err := admin.QueryRow(`SELECT string_agg(pid::text, ',' ORDER BY pid) FROM pg_stat_activity `+
+			`WHERE application_name = $1`, name).Scan(&p); err != nil {
+			t.Fatal(err)
+		}
+		return p.String
+	}
+	before := pids()
+	for i := 0; i < 5; i++ {
+		l, err := e.Leader(bg())
+		if err != nil || l != nil {
+			t.Fatalf("Leader with none: %v, %v", l, err)
+		}
+	}
+	if after := pids(); after != before {
+		t.Fatalf("the pool's backends changed: %s -> %s (connections closed)", before, after)
+	}
+}

@@ -240,3 +240,27 @@ def test_lost_answer_acquisition_given_back(dsn, admin, name):
     finally:
         LosingConnection.lose = False
         pool.close()
+
+
+def test_notified_connection_kept(dsn, admin, name):
+    """A pooled connection with a notification waiting (the application
+    LISTENs on it) is asked (an empty statement), found alive, and used:
+    not taken for one the server closed; the notification stays."""
+    app = "pytest-notified-" + uuid.uuid4().hex[:8]
+    pool = IdlePool(dsn, app)
+    try:
+        pool.fill(1)
+        conn = pool.idle[0]
+        got = []
+        conn.add_notify_handler(lambda n: got.append(n.payload))
+        conn.execute("LISTEN dlock_pytest")
+        admin.execute("NOTIFY dlock_pytest, 'one'")
+        time.sleep(0.1)
+        assert dlock._common.closed_by_server(conn) is None, "a notification is no end"
+        lock = dlock.Lock(pool, name, lease=30)
+        assert lock.acquire(wait=0)
+        assert lock.release()
+        assert pool.idle == [conn], "the live connection was dropped"
+        assert got == ["one"], "the notification was lost"
+    finally:
+        pool.close()

@@ -217,3 +217,37 @@ def test_fork_child_acquires_as_a_holder_of_its_own(dsn, admin, name):
         _, status = os.waitpid(pid, 0)
         assert os.waitstatus_to_exitcode(status) == 0, "the child re-entered the parent's holding"
         still_held(admin, lock, name)
+
+
+def test_lock_made_before_fork_excludes(dsn, admin, name):
+    """A lock object made before the fork and never acquired there (at
+    import time, a preloaded server): a child's holding excludes the
+    parent's try (the child made its own holder text: with the parent's,
+    both re-entered one holding, and nothing excluded)."""
+    parent = os.getpid()
+    lock = dlock.Lock(dsn, name, lease=30)
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        code = 1
+        try:
+            os.close(r)
+            code = 0 if lock.acquire(wait=0) else 2
+            os.write(w, b"x")
+            os.close(w)
+            import time
+            time.sleep(3)
+            lock.release()
+        finally:
+            os._exit(code)
+    try:
+        os.close(w)
+        assert os.read(r, 1) == b"x", "the child did not acquire"
+        assert lock.acquire(wait=0) is False, "the parent re-entered the child's holding"
+        (held,) = live(admin, name)
+        assert held[0] != lock.holder
+    finally:
+        os.close(r)
+        _, status = os.waitpid(pid, 0)
+        assert os.getpid() == parent
+    assert os.waitstatus_to_exitcode(status) == 0, "the child's acquisition failed"

@@ -418,20 +418,21 @@ def cut_after(conn: Any, timeout: Optional[float],
         handle.cancel()
 
 
-def closed_by_server(conn: Any) -> bool:
+def closed_by_server(conn: Any) -> Optional[bool]:
     """Whether CONN, idle, was closed by its server (terminated, restarted,
-    failed over, idle_session_timeout, a proxy's timeout): its socket is
-    readable, and what it holds is the end of the connection.  No round
-    trip: an idle connection has nothing to read unless the server ended
-    it (or sent a notice or a notification, read and kept here)."""
+    failed over, idle_session_timeout, a proxy's timeout), without a round
+    trip: True when its socket shows the end of the connection; False when
+    it has nothing to read (an idle connection has nothing unless the
+    server ended it, or sent a notice or a notification); None when it
+    had something but no end yet (a notification, or a FATAL whose end is
+    still on its way): the caller pings it (usable)."""
     if conn.closed or conn.broken:
         return True
-    # A terminated backend's FATAL is read first (libpq takes it for a
-    # notice), its end of file by the next read.
+    unsure = False
     for _ in range(4):
         try:
             if not readable(conn.fileno(), 0):
-                return False
+                return None if unsure else False
         except OSError:
             return True
         try:
@@ -440,7 +441,8 @@ def closed_by_server(conn: Any) -> bool:
             return True
         if conn.pgconn.status != psycopg.pq.ConnStatus.OK:
             return True
-    return False
+        unsure = True
+    return None
 
 
 def pool_tries(pool: Any) -> int:
@@ -451,8 +453,11 @@ def pool_tries(pool: Any) -> int:
 
 
 def readable(fd: int, timeout: float) -> bool:
-    """Whether FD is readable (or its peer hung up) within TIMEOUT s; poll,
-    not select: no limit on the descriptor's number (select's is 1024)."""
+    """Whether FD is readable (or its peer hung up) within TIMEOUT s; poll
+    where there is one: no limit on the descriptor's number (select's is
+    1024); select elsewhere (Windows)."""
+    if not hasattr(select, "poll"):
+        return bool(select.select([fd], [], [], max(0.0, timeout))[0])
     p = select.poll()
     p.register(fd, select.POLLIN | select.POLLPRI)
     return bool(p.poll(max(0, math.ceil(timeout * 1000))))

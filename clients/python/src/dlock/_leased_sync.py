@@ -19,7 +19,7 @@ import psycopg
 from . import _common as c
 from ._errors import Error, LockLost, NotHeld, retryable, translate
 from ._flavour_sync import (Event, Mutex, Worker, call_back, call_later, current, cut_after,
-                            detached, spawn, stop_worker, wait_event)
+                            detached, set_autocommit, spawn, stop_worker, wait_event)
 
 
 log = logging.getLogger("dlock")
@@ -88,7 +88,7 @@ class _Source:
                 cm = (self.pool.connection() if timeout is None or not c.takes_timeout(self.pool)
                       else self.pool.connection(timeout=timeout))
                 with cm as conn:
-                    if not c.closed_by_server(conn):
+                    if _usable(conn):
                         yield conn
                         return
                     conn.close()
@@ -99,6 +99,27 @@ class _Source:
                 yield conn
             finally:
                 conn.close()
+
+
+def _usable(conn: psycopg.Connection) -> bool:
+    """CONN, idle, not closed by its server (c.closed_by_server); when that
+    cannot tell, an empty statement asks (in autocommit, as
+    psycopg_pool's check does)."""
+    closed = c.closed_by_server(conn)
+    if closed is not None:
+        return not closed
+    try:
+        if conn.autocommit:
+            conn.execute("")
+        else:
+            set_autocommit(conn, True)
+            try:
+                conn.execute("")
+            finally:
+                set_autocommit(conn, False)
+    except psycopg.Error:
+        return False
+    return True
 
 
 def _row(conn: psycopg.Connection, sql: str, params: tuple) -> Optional[tuple]:
@@ -147,7 +168,7 @@ class _Own:
             return
         with self._mutex:
             conn, self._conn = self._conn, None
-        if conn is not None and c.closed_by_server(conn):
+        if conn is not None and not _usable(conn):
             conn.close()
             conn = None
         if conn is None or conn.closed:
@@ -202,6 +223,7 @@ class _Leased(_Own):
         self._names = names if names is not None else (self.resource,)
         self.holder = c.check_text(holder, "holder") if holder is not None else c.default_holder()
         self._generated_holder = holder is None
+        self._holder_pid = os.getpid()   # the process that made it up
         self.lease = c.seconds(lease, "lease")
         assert self.lease is not None
         self.on_lost = on_lost
@@ -255,14 +277,16 @@ class _Leased(_Own):
         return self._pid is None or self._pid == os.getpid()
 
     def _new_in_child(self) -> None:
-        """Before acquiring in a child forked while the parent held: the
-        parent's holding is forgotten and a default holder text is made
-        anew (the parent's would re-enter the parent's holding, sharing
-        its fence); a holder text the caller chose stays."""
+        """Before acquiring in a forked child: a holding of the parent is
+        forgotten, and a default holder text made up in another process is
+        made anew (the parent's, or a sibling's, would re-enter its
+        holding, sharing its fence: a lock object made before the fork, as
+        at import time, excluded nothing); a holder text the caller chose
+        stays."""
         if self._pid is not None and self._pid != os.getpid():
             self._fences, self._pid = None, None
-            if self._generated_holder:
-                self.holder = c.default_holder()
+        if self._generated_holder and self._holder_pid != os.getpid():
+            self.holder, self._holder_pid = c.default_holder(), os.getpid()
 
     def _forked(self) -> None:
         """In a forked child: the locks another thread of the parent may
