@@ -186,6 +186,8 @@ func onConn(ctx context.Context, db *sql.DB, mode redo, run func(*sql.Conn) erro
 				continue
 			}
 			if ctx.Err() != nil {
+				// lib/pq closed it as the context ended, ping answered or not.
+				_ = conn.Raw(func(interface{}) error { return errBadConn })
 				conn.Close()
 				return ctx.Err()
 			}
