@@ -199,6 +199,7 @@ func take(ctx context.Context, db *sql.DB, s *spec) (*Lock, error) {
 		go s.undo(db, fences, r.started, nil)
 		return nil, err
 	}
+	l.due.set(dueAt(sent, l.lease))
 	go l.run(sent)
 	return l, nil
 }

@@ -62,8 +62,7 @@ type loop struct {
 }
 
 func (p loop) run(sent time.Time) {
-	deadline := sent.Add(p.period - margin(p.period))
-	p.due(deadline)
+	deadline := dueAt(sent, p.period) // told by the caller before it started the loop
 	next := sent.Add(p.period / 3)
 	backoff := retryMin
 	var lastErr error
@@ -163,6 +162,13 @@ func (d *deadline) passed() bool {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	return !d.at.IsZero() && time.Now().After(d.at)
+}
+
+// dueAt: the renewal deadline of a holding (or session) of PERIOD whose
+// lease was dated from SENT, as the loop computes it. Set before the loop
+// starts, so that a pause before it runs is judged too.
+func dueAt(sent time.Time, period time.Duration) time.Time {
+	return sent.Add(period - margin(period))
 }
 
 // pausedPast: the reason for a loss that the clock found.

@@ -118,6 +118,7 @@ func OpenSession(ctx context.Context, db *sql.DB, opts ...Option) (*Session, err
 		}
 		sent = r.sent
 	}
+	s.due.set(dueAt(sent, s.ttl))
 	go s.run(sent)
 	return s, nil
 }
