@@ -1,5 +1,5 @@
 /*
- * mysql/dlock.sql: dlock 1.1 for MariaDB (10.6.18, 10.11.8, 11.4.2 and later;
+ * mysql/dlock.sql: dlock 1.2 for MariaDB (10.6.18, 10.11.8, 11.4.2 and later;
  * tested on 10.11 and 11.8).  MySQL 8 lacks innodb_snapshot_isolation and
  * innodb_lock_wait_timeout = 0, which the routines use (see docs/editions/mysql.md).
  *
@@ -296,7 +296,7 @@ DELIMITER //
 
 CREATE DEFINER = 'dlock'@'localhost' FUNCTION dlock.version() RETURNS VARCHAR(16)
     DETERMINISTIC NO SQL SQL SECURITY DEFINER
-    RETURN '1.1'//
+    RETURN '1.2'//
 
 /*
  * _check: SIGNAL SQLSTATE 22023 naming the first bad argument, 55000 when

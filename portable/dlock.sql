@@ -329,9 +329,9 @@ CREATE TABLE IF NOT EXISTS dlock.portable (
 );
 -- Its row is also the lock a fence-epoch jump takes (fences.sql): written
 -- only when the version changes, so a re-run does not hold it.
-INSERT INTO dlock.portable (version, installed_at) VALUES ('1.1', pg_catalog.clock_timestamp())
+INSERT INTO dlock.portable (version, installed_at) VALUES ('1.2', pg_catalog.clock_timestamp())
     ON CONFLICT (one) DO NOTHING;
-UPDATE dlock.portable p SET version = '1.1' WHERE p.version OPERATOR(pg_catalog.<>) '1.1';
+UPDATE dlock.portable p SET version = '1.2' WHERE p.version OPERATOR(pg_catalog.<>) '1.2';
 COMMENT ON TABLE dlock.portable IS 'The dlock portable edition''s version in this database';
 
 \ir tables.sql

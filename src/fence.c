@@ -7,8 +7,8 @@
  * A fence is the next value of the sequence dlock.fences, read as
  * (epoch << 22) + n.  Before its first fence a backend compares (system
  * identifier, database, timeline, postmaster start) with the row of
- * dlock.fence_epoch, and that row's age with its database's catalog row;
- * if they differ it starts a new epoch by moving the sequence up (setval,
+ * dlock.fence_epoch, and its database's catalog row with the one the
+ * epoch recorded (1.2; before: by age); if they differ it starts a new epoch by moving the sequence up (setval,
  * flushed before the fence leaves).  Until ALTER
  * EXTENSION dlock UPDATE creates dlock.fences, the 0.1 scheme runs
  * unchanged.  Why fences never repeat: docs/how-it-works.md, "Inside the
@@ -276,11 +276,10 @@ jump(Oid schema, Oid seqoid)
  * EPOCH_XMIN, the xmin of the dlock.fence_epoch row?  A database dropped and
  * made again from a copy of itself (CREATE DATABASE ... TEMPLATE ... OID)
  * keeps everything else same_history compares, and its row is new.
- * ALTER DATABASE also makes the row new: one harmless jump.  Missed (the
- * 1.1 SQL has no column to record the row's xmin, as the portable edition
- * does; CONTRACT.md, P1): a new row frozen before the first fence, which
- * is taken as old, and an epoch row more than 2^31 transactions old, which
- * may compare either way.
+ * ALTER DATABASE also makes the row new: one harmless jump.  The test
+ * under the 1.1 SQL.  It misses a new row frozen before the first fence,
+ * and an epoch row more than 2^31 transactions old: database_row_xmin,
+ * recorded (1.2), does not.
  */
 static bool
 database_row_newer(TransactionId epoch_xmin)
@@ -299,29 +298,65 @@ database_row_newer(TransactionId epoch_xmin)
 }
 
 /*
+ * database_row_xmin: the raw xmin of this database's pg_database row, as
+ * text (frozen or not; the portable edition's dlock._dbrow() reads the
+ * same).  Recorded with an epoch in dlock.fence_epoch.dbrow (1.2).
+ */
+static char *
+database_row_xmin(void)
+{
+	HeapTuple	tup = SearchSysCache1(DATABASEOID, ObjectIdGetDatum(MyDatabaseId));
+	TransactionId xmin = InvalidTransactionId;
+
+	if (HeapTupleIsValid(tup))
+	{
+		xmin = HeapTupleHeaderGetRawXmin(tup->t_data);
+		ReleaseSysCache(tup);
+	}
+	return psprintf("%u", xmin);
+}
+
+/* has_dbrow: has dlock.fence_epoch the column dbrow (1.2 SQL)? */
+static bool
+has_dbrow(Oid schema)
+{
+	Oid			relid = get_relname_relid("fence_epoch", schema);
+
+	return OidIsValid(relid) && get_attnum(relid, "dbrow") != InvalidAttrNumber;
+}
+
+/*
  * same_history: does dlock.fence_epoch say that the sequence's current
- * epoch started in this cluster, database, timeline and server run, and
- * after this database's catalog row was written?
+ * epoch started in this cluster, database, timeline and server run, with
+ * this database's catalog row (DBROW: the table records it)?
  */
 static bool
-same_history(const char *sysid, TimeLineID tli)
+same_history(const char *sysid, TimeLineID tli, bool dbrow)
 {
 	HeapTuple	tup;
 	TupleDesc	desc;
 	bool		isnull;
 	char	   *stored;
+	Datum		row;
 
-	if (epoch_exec("SELECT sysid, dboid, timeline, started, xmin FROM dlock.fence_epoch",
+	if (epoch_exec(dbrow ?
+				   "SELECT sysid, dboid, timeline, started, xmin, dbrow FROM dlock.fence_epoch" :
+				   "SELECT sysid, dboid, timeline, started, xmin FROM dlock.fence_epoch",
 				   0, NULL, NULL) == 0)
 		return false;
 	tup = SPI_tuptable->vals[0];
 	desc = SPI_tuptable->tupdesc;
 	stored = TextDatumGetCString(SPI_getbinval(tup, desc, 1, &isnull));
-	return strcmp(stored, sysid) == 0 &&
-		DatumGetObjectId(SPI_getbinval(tup, desc, 2, &isnull)) == MyDatabaseId &&
-		DatumGetInt64(SPI_getbinval(tup, desc, 3, &isnull)) == (int64) tli &&
-		DatumGetTimestampTz(SPI_getbinval(tup, desc, 4, &isnull)) == PgStartTime &&
-		!database_row_newer(DatumGetTransactionId(SPI_getbinval(tup, desc, 5, &isnull)));
+	if (strcmp(stored, sysid) != 0 ||
+		DatumGetObjectId(SPI_getbinval(tup, desc, 2, &isnull)) != MyDatabaseId ||
+		DatumGetInt64(SPI_getbinval(tup, desc, 3, &isnull)) != (int64) tli ||
+		DatumGetTimestampTz(SPI_getbinval(tup, desc, 4, &isnull)) != PgStartTime)
+		return false;
+	if (!dbrow)
+		return !database_row_newer(DatumGetTransactionId(SPI_getbinval(tup, desc, 5, &isnull)));
+	/* A row without dbrow (1.1 wrote it): a new epoch, once, records one. */
+	row = SPI_getbinval(tup, desc, 6, &isnull);
+	return !isnull && strcmp(TextDatumGetCString(row), database_row_xmin()) == 0;
 }
 
 /*
@@ -337,13 +372,15 @@ new_epoch_if_forked(Oid schema, Oid seqoid)
 	char		sysid[32];
 	LOCKTAG		tag;
 	int64		fence;
-	Oid			types[5] = {TEXTOID, OIDOID, INT8OID, TIMESTAMPTZOID, INT8OID};
-	Datum		values[5];
+	Oid			types[6] = {TEXTOID, OIDOID, INT8OID, TIMESTAMPTZOID, INT8OID, TEXTOID};
+	Datum		values[6];
+	bool		dbrow;
 
 	if (tli == verified_tli && seqoid == verified_seq)
 		return 0;
 	snprintf(sysid, sizeof(sysid), UINT64_FORMAT, GetSystemIdentifier());
-	if (same_history(sysid, tli))
+	dbrow = has_dbrow(schema);
+	if (same_history(sysid, tli, dbrow))
 	{
 		verified_tli = tli;
 		verified_seq = seqoid;
@@ -365,10 +402,19 @@ new_epoch_if_forked(Oid schema, Oid seqoid)
 		values[2] = Int64GetDatum((int64) tli);
 		values[3] = TimestampTzGetDatum(PgStartTime);
 		values[4] = Int64GetDatum(fence);
-		epoch_exec("INSERT INTO dlock.fence_epoch (sysid, dboid, timeline, started, first_fence)"
-				   " VALUES ($1, $2, $3, $4, $5) ON CONFLICT (one) DO UPDATE"
-				   " SET sysid = $1, dboid = $2, timeline = $3, started = $4, first_fence = $5",
-				   5, types, values);
+		values[5] = CStringGetTextDatum(database_row_xmin());
+		if (dbrow)
+			epoch_exec("INSERT INTO dlock.fence_epoch"
+					   " (sysid, dboid, timeline, started, first_fence, dbrow)"
+					   " VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (one) DO UPDATE"
+					   " SET sysid = $1, dboid = $2, timeline = $3, started = $4,"
+					   " first_fence = $5, dbrow = $6",
+					   6, types, values);
+		else
+			epoch_exec("INSERT INTO dlock.fence_epoch (sysid, dboid, timeline, started, first_fence)"
+					   " VALUES ($1, $2, $3, $4, $5) ON CONFLICT (one) DO UPDATE"
+					   " SET sysid = $1, dboid = $2, timeline = $3, started = $4, first_fence = $5",
+					   5, types, values);
 	}
 	/* This backend has jumped: its next fences need no other check. */
 	verified_tli = tli;

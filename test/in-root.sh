@@ -133,6 +133,11 @@ in_root() {
         mount -t tmpfs -o mode=1777,size=2g tmpfs "$root/dev/shm"
         mount -t proc proc "$root/proc"
         mount -t sysfs sysfs "$root/sys" 2>/dev/null || true
+        # The clients parts gate (.ci/run, test/run-tests.sh): its folder.
+        if [ -n "${DLOCK_CLIENTS_GATE:-}" ]; then
+            mkdir -p "$root/run/dlock-gate"
+            mount --bind "$(dirname "$DLOCK_CLIENTS_GATE")" "$root/run/dlock-gate"
+        fi
         if [ "$net" = 1 ]; then
             exec unshare --net -- bash -c "ip link set lo up && exec chroot \"\$0\" \"\$@\"" "$root" "$@"
         fi
@@ -168,4 +173,8 @@ esac
 in_root 0 env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin HOME=/root LANG=C.UTF-8 \
     bash -c 'cd /src && . test/lib.sh && install_packages'
 in_root 1 env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin HOME=/root LANG=C.UTF-8 CI="${CI:-}" \
-    DLOCK_PG_MAJOR="${DLOCK_PG_MAJOR:-}" DLOCK_OLD_PG_MAJOR="$old_pg" DLOCK_PORTABLE_MAJORS="$portable_majors" bash -c 'cd /src && exec "$@"' cmd "$@"
+    DLOCK_PG_MAJOR="${DLOCK_PG_MAJOR:-}" DLOCK_OLD_PG_MAJOR="$old_pg" DLOCK_PORTABLE_MAJORS="$portable_majors" \
+    DLOCK_CLIENTS_GATE="${DLOCK_CLIENTS_GATE:+/run/dlock-gate/$(basename "$DLOCK_CLIENTS_GATE")}" \
+    DLOCK_CLIENTS_AT="${DLOCK_CLIENTS_AT:-}" DLOCK_GO_DRIVERS="${DLOCK_GO_DRIVERS:-}" DLOCK_GO_RACE="${DLOCK_GO_RACE:-}" \
+    DLOCK_CLIENTS_EDITIONS="${DLOCK_CLIENTS_EDITIONS:-}" \
+    bash -c 'cd /src && exec "$@"' cmd "$@"

@@ -18,6 +18,9 @@
 # tests mostly wait, and each file has its own servers and ports).  Each
 # TAP file has a deadline, 30 minutes unless DLOCK_TEST_FILE_DEADLINE says
 # otherwise (test/perl/DlockTest/Deadline.pm): one that hangs fails alone.
+# DLOCK_CLIENTS_AT (first, after-tap, last) moves the clients part, and
+# DLOCK_CLIENTS_GATE names a file it holds a flock on (.ci/run sets both);
+# DLOCK_CLIENTS_EDITIONS=c leaves the portable edition out of it.
 #
 #   bash test/run-tests.sh [PART|FILE ...]
 #
@@ -130,6 +133,25 @@ run_as_tester "$top" '
         echo "=== $name"
         "$@" 2>&1 | tee "$log" || show_diffs
     }
+    # clients_part: the client libraries, with the gate below.  Where it
+    # runs: DLOCK_CLIENTS_AT = first, after-tap or last (the default):
+    # .ci/run spreads the clients parts of its three runs over time.
+    clients_part() {
+        if want clients && [ -d test/clients/t ]; then
+            # DLOCK_CLIENTS_GATE (.ci/run sets it): a file this part holds a
+            # lock on (flock) while it runs, so that CI'"'"'s three runs side by
+            # side take turns here: two clients parts at once loaded 2 cores
+            # 20 deep, and renewals with 1.5 s leases came too late.
+            gate=()
+            if [ -n "${DLOCK_CLIENTS_GATE:-}" ] && [ -e "$DLOCK_CLIENTS_GATE" ]; then
+                gate=(flock "$DLOCK_CLIENTS_GATE")
+                echo "=== client libraries: through the gate $DLOCK_CLIENTS_GATE (one clients part at a time)"
+            fi
+            suite "client libraries (test/clients/t)" clients.log "${gate[@]}" prove --timer -j4 $(tap_files test/clients/t)
+            prove_counts clients.log
+        fi
+    }
+    [ "${DLOCK_CLIENTS_AT:-last}" = first ] && clients_part
     if want regress; then
         suite "regression tests (pg_regress, test/sql)" regress.log make -s installcheck-regress
         pg_regress_counts regress.log
@@ -142,6 +164,7 @@ run_as_tester "$top" '
         suite "TAP tests (test/t)" tap.log make -s installcheck-tap PROVE_TESTS="$(tap_files test/t)"
         prove_counts tap.log
     fi
+    [ "${DLOCK_CLIENTS_AT:-last}" = after-tap ] && clients_part
     if want mysql; then
         suite "MySQL and MariaDB edition (test/mysql/t)" mysql.log prove --timer $(tap_files test/mysql/t)
         prove_counts mysql.log
@@ -151,10 +174,7 @@ run_as_tester "$top" '
             env DLOCK_PORTABLE_REQUIRE="debian 14 15 16 17 18" DLOCK_PORTABLE_MAJORS="${DLOCK_PORTABLE_MAJORS:-}" prove --timer -j3 $(tap_files test/portable/t)
         prove_counts portable.log
     fi
-    if want clients && [ -d test/clients/t ]; then
-        suite "client libraries (test/clients/t)" clients.log prove --timer -j4 $(tap_files test/clients/t)
-        prove_counts clients.log
-    fi
+    [ "${DLOCK_CLIENTS_AT:-last}" = last ] && clients_part
     if want docs && [ -d test/docs ]; then
         # test/docs holds modules (.pm) beside the tests: only *.t run.
         docs_files=$(tap_files test/docs); [ "$docs_files" != "test/docs/*" ] || docs_files="test/docs/*.t"

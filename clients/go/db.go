@@ -174,13 +174,21 @@ func onConn(ctx context.Context, db *sql.DB, mode redo, run func(*sql.Conn) erro
 			return err
 		}
 		if mode == probed {
-			if err := conn.PingContext(ctx); err != nil {
-				_ = conn.Raw(func(interface{}) error { return errBadConn })
+			// The probe is an empty statement, not the driver's Ping: lib/pq
+			// and pgx turn every error of a ping into ErrBadConn, a server's
+			// answer too (the caller's statement_timeout, 57014), which then
+			// came out without its SQLSTATE.
+			if _, err := conn.ExecContext(ctx, ";"); err != nil {
+				c := sqlState(err)
+				answered := c != "" && c[:2] != "08" && !strings.HasPrefix(c, "57P")
+				if !answered {
+					_ = conn.Raw(func(interface{}) error { return errBadConn })
+				}
 				conn.Close()
 				if ctx.Err() != nil {
-					return ctx.Err() // (lib/pq says ErrBadConn for a cancelled ping)
+					return ctx.Err() // (lib/pq says ErrBadConn for a cancelled statement)
 				}
-				if tries <= 0 {
+				if answered || tries <= 0 {
 					return err
 				}
 				continue

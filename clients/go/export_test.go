@@ -14,3 +14,10 @@ func PastDeadline(l *Lock) { l.due.set(time.Now().Add(-time.Millisecond)) }
 
 // SessionPastDeadline: the same for S's keepalive deadline.
 func SessionPastDeadline(s *Session) { s.due.set(time.Now().Add(-time.Millisecond)) }
+
+// Margin, TryBound, RetryCap: the renewal loop's budget (renew.go).
+var (
+	Margin   = margin
+	TryBound = tryBound
+	RetryCap = retryCap
+)

@@ -237,18 +237,20 @@ func TestPartition(t *testing.T) {
 	p.heal()
 	_ = l.Release(bg())
 
-	// A 6 s lease: with 3 s, a retry on a loaded machine (CI, in a root)
-	// once got through too late, and the client rightly gave up.
+	// A 15 s lease: the try due at 5 s hangs in the partition until 10 s,
+	// and the retry then has until 14 s. With 6 s (1.4 s for the retry),
+	// a loaded machine (CI, in a root) once made it too late, and the
+	// client rightly gave up.
 	r2 := unique("partition-short")
-	l2, err := dlock.Acquire(bg(), app, r2, dlock.Lease(6*time.Second))
+	l2, err := dlock.Acquire(bg(), app, r2, dlock.Lease(15*time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}
 	time.Sleep(1400 * time.Millisecond)
-	p.cutAll() // the renewal due at 2 s fails ...
-	time.Sleep(2400 * time.Millisecond)
+	p.cutAll() // the renewal due at 5 s fails ...
+	time.Sleep(4600 * time.Millisecond)
 	p.heal() // ... a retry gets through before the lease's end
-	time.Sleep(7000 * time.Millisecond)
+	time.Sleep(10000 * time.Millisecond)
 	if l2.Err() != nil {
 		t.Fatalf("lost: %v", l2.Err())
 	}

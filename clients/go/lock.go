@@ -206,10 +206,12 @@ func (l *Lock) closed() {
 
 // Release gives the lock back. It returns nil if it was held until now;
 // Err() (wrapping ErrLost) if the lease had been lost; a connection's or
-// the server's error if the release did not get through: the lock is then
+// the server's error if the release did not get through, or its answer
+// was lost (it may have released: it is not sent again): the lock is then
 // no longer renewed and is lost at its renewal deadline unless Release is
 // called again first (in a session: it stays held in the session until
-// Release is called again, or the session ends). Releasing twice returns
+// Release is called again, or the session ends; with a Holder shared by
+// several locks, that Release may end another lock's count). Releasing twice returns
 // nil. Releasing a lock of a session leaves the session and its other
 // locks alone.
 func (l *Lock) Release(ctx context.Context) error {
@@ -264,9 +266,11 @@ func (l *Lock) release(ctx context.Context, state int, err error) error {
 		return err
 	}
 	_, qerr := queryRow(ctx, l.db, probed, l.releaseQ, []interface{}{first, l.holder, fence}, &ok)
-	if qerr != nil && (!serverError(qerr) || retryable(qerr)) && ctx.Err() == nil {
-		// A lost connection, or a try rolled back (the caller's default
-		// isolation SERIALIZABLE met a renewal under way): once more.
+	if qerr != nil && retryable(qerr) && ctx.Err() == nil {
+		// Rolled back (the caller's default isolation SERIALIZABLE met a
+		// renewal under way): once more. Never after a failed connection:
+		// it may have committed, and again it would take a second count of
+		// a holding shared through one holder text.
 		_, qerr = queryRow(ctx, l.db, probed, l.releaseQ, []interface{}{first, l.holder, fence}, &ok)
 	}
 	if qerr != nil {

@@ -5,8 +5,10 @@ package dlock
 //
 // Every third of the lease it sends one statement (dlock.renew, or
 // dlock.keepalive) on a connection of its own from the pool, each attempt
-// on a goroutine of its own, bounded by the renewal deadline. A failed
-// attempt is retried with back-off; the holding is lost (Done closed)
+// on a goroutine of its own, bounded (tryBound). A failed attempt is
+// retried with back-off counted from its start (an attempt given up at
+// its bound is followed at once: a stalled connection leaves time for
+// another attempt); the holding is lost (Done closed)
 // when the server says it is gone, or at the renewal deadline: the
 // lease's end as this process measures it (from when the last
 // acknowledged renewal was sent) less a margin. An attempt that hangs
@@ -24,6 +26,17 @@ import (
 // declared lost (a tenth of the lease, at most a second): room for the
 // caller to stop, and for clock-rate differences with the server.
 func margin(lease time.Duration) time.Duration { return minDur(lease/10, time.Second) }
+
+// tryBound: when an attempt that began at NOW is given up (its context
+// ends): a third of the lease later, never past DEADLINE. (Half the time
+// left was tried: CI under load lost more leases with it.)
+func tryBound(lease time.Duration, now, deadline time.Time) time.Time {
+	return minTime(deadline, now.Add(lease/3))
+}
+
+// retryCap: the longest back-off between attempts: a tenth of the lease,
+// at most retryMax.
+func retryCap(lease time.Duration) time.Duration { return minDur(lease/10, retryMax) }
 
 type renewal struct {
 	sent time.Time
@@ -64,7 +77,7 @@ type loop struct {
 func (p loop) run(sent time.Time) {
 	deadline := dueAt(sent, p.period) // told by the caller before it started the loop
 	next := sent.Add(p.period / 3)
-	backoff := retryMin
+	backoff := minDur(retryMin, retryCap(p.period))
 	var lastErr error
 	late := p.what + " failed until just before the lease's end"
 	loss := time.NewTimer(time.Until(deadline))
@@ -94,8 +107,8 @@ func (p loop) run(sent time.Time) {
 			p.lose(late, lastErr)
 			return
 		}
-		bound := minTime(deadline, time.Now().Add(p.period/3))
-		ctx, cancel := context.WithDeadline(context.Background(), bound)
+		start := time.Now()
+		ctx, cancel := context.WithDeadline(context.Background(), tryBound(p.period, start, deadline))
 		res := make(chan renewal, 1)
 		go func() { res <- p.once(ctx) }()
 		var r renewal
@@ -125,13 +138,13 @@ func (p loop) run(sent time.Time) {
 		switch {
 		case r.err != nil:
 			lastErr = r.err
-			next = time.Now().Add(minDur(backoff, time.Until(deadline)))
-			backoff = minDur(backoff*2, retryMax)
+			next = minTime(start.Add(backoff), deadline)
+			backoff = minDur(backoff*2, retryCap(p.period))
 		case !r.ok:
 			p.lose(p.gone, nil)
 			return
 		default:
-			lastErr, backoff = nil, retryMin
+			lastErr, backoff = nil, minDur(retryMin, retryCap(p.period))
 			deadline = r.sent.Add(p.period - margin(p.period))
 			p.due(deadline)
 			next = r.sent.Add(p.period / 3)

@@ -335,7 +335,10 @@ func (s *Session) close(ctx context.Context, state int, err error) error {
 		return err
 	}
 	_, qerr := queryRow(ctx, s.db, probed, q, args, &n)
-	if qerr != nil && (!serverError(qerr) || retryable(qerr)) && ctx.Err() == nil {
+	if qerr != nil && retryable(qerr) && ctx.Err() == nil {
+		// Rolled back (a keepalive under way, SERIALIZABLE): once more. Not
+		// after a failed connection: it may have closed the session, and
+		// again it would say the session was lost.
 		_, qerr = queryRow(ctx, s.db, probed, q, args, &n)
 	}
 	if qerr != nil {

@@ -5,7 +5,8 @@
 # two login roles besides the connecting superuser, which is the extension's
 # owner: ROLE_A, who may break_lock, and ROLE_B, who may not), forks the
 # clients of ModelDriver.pm (roles in turn: superuser, A, B; plus one prober
-# of role B), waits for them, and hands their logs to ModelCheck.pm.  It
+# of role B; each runs `seconds`, or up to twice that on a loaded machine:
+# ModelDriver::owes_calls), waits for them, and hands their logs to ModelCheck.pm.  It
 # prints the seed first; the same seed replays the same random choices
 # (the interleaving, set by the scheduler, differs).  Returns
 # (violations, stats, seed).  With portable => 1 the database holds the

@@ -125,7 +125,8 @@ for my $i (1 .. 8)
 	{
 		$kind{$who} = 'listen';
 	}
-	my @wait = $i == 4 ? ('--wait', '2s') : ();
+	# 8 s: with 2 s, w4 gave up before w8 was queued on a loaded machine (CI).
+	my @wait = $i == 4 ? ('--wait', '8s') : ();
 	push @pids,
 	  [ $who,
 		spawn($who,
@@ -148,9 +149,9 @@ my $late = spawn('late',
 		'--', 'sh', '-c', "echo \"\$DLOCK_HOLDER \$DLOCK_FENCE\" >> $order" ]);
 push @expected, 'late';
 
-# The waiter with --wait 2s gives up; its ticket lapses within queue_ttl.
+# The waiter with --wait 8s gives up; its ticket lapses within queue_ttl.
 my ($w4) = map { $_->[1] } grep { $_->[0] eq 'w4' } @pids;
-is(wait_exit($w4, 30), 75, 'w4 (--wait 2s) gives up: exit 75');
+is(wait_exit($w4, 30), 75, 'w4 (--wait 8s) gives up: exit 75');
 my $gone = time;
 ok( $node->poll_query_until('postgres',
 		"SELECT count(*) = 0 FROM dlock.queue WHERE holder = 'w4'"),

@@ -34,18 +34,31 @@ my $seed = $ENV{DLOCK_ATTACK_SEED} // int(rand(2**31));
 diag("seed $seed (DLOCK_ATTACK_SEED=$seed replays it)");
 srand($seed);
 
-# async SQL: run in its own psql, errors as "ERROR:  SQLSTATE".
+# async SQL: run in its own psql, errors as "ERROR:  SQLSTATE".  With
+# a file (a script with psql commands too), as async_script does, -f it.
 sub async
 {
-	my ($sql) = @_;
+	my ($sql, $file) = @_;
 	my ($out, $err) = ('', '');
 	my $h = IPC::Run::start(
 		[
 			'psql', '-XAtq', '-d', $node->connstr('postgres'),
-			'-c', '\set VERBOSITY sqlstate', '-c', $sql
+			'-c', '\set VERBOSITY sqlstate', defined $file ? ('-f', $file) : ('-c', $sql)
 		],
 		'>', \$out, '2>', \$err);
 	return [ $h, \$out, \$err ];
+}
+
+# async_script: a psql script, run as async runs SQL (from a file: the
+# standard input of IPC::Run::start is fed only when pumped).
+my $scripts = 0;
+sub async_script
+{
+	my $file = PostgreSQL::Test::Utils::tempdir() . '/script' . $scripts++ . '.sql';
+	open(my $fh, '>', $file) or die "$file: $!";
+	print $fh shift;
+	close($fh);
+	return async(undef, $file);
 }
 
 # result: the output of an async call, or its SQLSTATE.
@@ -82,6 +95,17 @@ sub blocked
 	return $node->poll_query_until('postgres',
 		"SELECT count(*) > 0 FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE '$like'"
 		  . " AND pid <> pg_backend_pid()");
+}
+
+# opened TTL HOLDER SQL...: open a session and run each SQL (:s is its
+# id) in the same psql: a short ttl does not pass between them, however
+# slowly a loaded machine starts psql (a 1 s session opened by one psql
+# had ended before the next one's try_lock).  The id and each output.
+sub opened
+{
+	my ($ttl, $holder, @sql) = @_;
+	return split /\n/, $q->("SELECT dlock.open_session('$ttl', '$holder') AS s \\gset\nSELECT :s;\n"
+		  . join('', map { "$_;\n" } @sql));
 }
 
 # ended: wait until session s's ttl has passed (the reaper may have
@@ -136,11 +160,14 @@ sub ended
 # 2. A session whose ttl passes while lock() waits in it: when the
 # resource frees, the waiter gets 55000, not a fence of a holding that has
 # already ended.
+# The waiter opens the session itself, right before its lock(): opened
+# here, a 1 s session ended once before a loaded machine's psql started.
 {
-	my $s = $q->(q{SELECT dlock.open_session('1s', 'w-tw')});
 	ok($q->(q{SELECT dlock.try_lock('tw/1', 'b', '1h')}), 'b holds tw/1');
-	my $w = async("SET statement_timeout = '30s'; SELECT dlock.lock('tw/1', session => $s, wait => '20s')");
+	my $w = async_script("SET statement_timeout = '30s';\nSELECT dlock.open_session('2s', 'w-tw') AS s \\gset\n"
+		  . "SELECT dlock.lock('tw/1', session => :s, wait => '20s');\n");
 	ok(active('%tw/1%', 1), 'lock() waits in the session');
+	my $s = $q->(q{SELECT id FROM dlock.sessions WHERE holder = 'w-tw'});
 	ok(ended($s), "the session's ttl passes while it waits");
 	is($q->(q{SELECT dlock.unlock('tw/1', 'b')}), '0', 'b releases tw/1');
 	my $got = result($w);
@@ -195,8 +222,7 @@ sub ended
 # 5. Keepalives in snapshots older than the end, and in savepoints
 # (portable 103's snapshots).
 {
-	my $s = $q->(q{SELECT dlock.open_session('1s', 'w-snap')});
-	my $f = $q->("SELECT dlock.try_lock('sn/1', session => $s)");
+	my ($s, $f) = opened('1s', 'w-snap', "SELECT dlock.try_lock('sn/1', session => :s)");
 	my $a2 = $node->background_psql('postgres');
 	$a2->query_safe("BEGIN ISOLATION LEVEL REPEATABLE READ; SELECT count(*) FROM dlock.sessions WHERE id = $s");
 	ok(ended($s), 'its ttl passes');
@@ -204,8 +230,7 @@ sub ended
 	$a2->query_safe('COMMIT');
 	cmp_ok($q->(q{SELECT dlock.try_lock('sn/1', 'b', '1h')}), '>', $f, '... taken by another');
 	# A keepalive rolled back to a savepoint keeps no lock on the session.
-	$s = $q->(q{SELECT dlock.open_session('1s', 'w-snap')});
-	$f = $q->("SELECT dlock.try_lock('sn/2', session => $s)");
+	($s, $f) = opened('1s', 'w-snap', "SELECT dlock.try_lock('sn/2', session => :s)");
 	$a2->query_safe("BEGIN; SAVEPOINT a; SELECT dlock.keepalive($s); ROLLBACK TO SAVEPOINT a");
 	ok(ended($s), 'its old ttl passes (the keepalive was rolled back)');
 	cmp_ok($q->(q{SELECT dlock.try_lock('sn/2', 'b', '1h')}), '>', $f, 'taken at once: nothing left locked');
@@ -234,9 +259,9 @@ sub ended
 # 8. A lock-delay runs from the session's end (its last keepalive's
 # expiry), before and after reap(); close_session is a clean release.
 {
-	my $s = $q->(q{SELECT dlock.open_session('1s', 'w-ld')});
-	ok($q->("SELECT dlock.try_lock('ld/1', session => $s, lock_delay => '1h')"), 'a holding with a lock-delay');
-	my $e = $q->("SELECT dlock.keepalive($s)");
+	my ($s, $f, $e) = opened('1s', 'w-ld', "SELECT dlock.try_lock('ld/1', session => :s, lock_delay => '1h')",
+		"SELECT dlock.keepalive(:s)");
+	ok($f, 'a holding with a lock-delay');
 	ok(ended($s), "the session's ttl passes");
 	is($q->(q{SELECT dlock.try_lock('ld/1', 'b', '1h')}), '', 'busy for the lock-delay');
 	is($q->("SELECT available_at = '$e'::timestamptz + interval '1h' FROM dlock.locks WHERE resource = 'ld/1'"), 't',
@@ -254,9 +279,10 @@ sub ended
 # 9. An assert_fence pin holds a session's holding past the session's end:
 # no takeover until the pinning transaction ends.
 {
-	my $s = $q->(q{SELECT dlock.open_session('1s', 'w-pin')});
-	my $f = $q->("SELECT dlock.try_lock('pin/1', session => $s)");
+	# The pinner's psql starts first, and the session has 3 s: the pin
+	# comes before its end.
 	my $pin = $node->background_psql('postgres');
+	my ($s, $f) = opened('3s', 'w-pin', "SELECT dlock.try_lock('pin/1', session => :s)");
 	$pin->query_safe("BEGIN; SELECT dlock.assert_fence('pin/1', $f)");
 	ok(ended($s), "the session's ttl passes while pinned");
 	is(err(q{SET statement_timeout = '10s'; SELECT dlock.try_lock('pin/1', 'b', '1h')}), '', 'no takeover while pinned (NULL at once)');
@@ -467,8 +493,7 @@ SELECT dlock.close_session(:s), dlock.keepalive(:s) IS NULL;");
 # check false, assert_fence 55P03, renew NULL, re-entry 55000, keepalive
 # NULL, close_session NULL (the reaper ends them, lock-delay kept).
 {
-	my $s = $q->(q{SELECT dlock.open_session('1s', 'w-end')});
-	my $f = $q->("SELECT dlock.try_lock('end/1', session => $s)");
+	my ($s, $f) = opened('1s', 'w-end', "SELECT dlock.try_lock('end/1', session => :s)");
 	ok(ended($s), "the session's ttl passes");
 	is($q->("SELECT dlock.check('end/1', $f)"), 'f', 'check: false');
 	is(err("BEGIN; SELECT dlock.assert_fence('end/1', $f)"), '55P03', 'assert_fence: 55P03');
@@ -564,8 +589,9 @@ SELECT dlock.close_session(:s2);});
 # acquisition in the session: it does not remove the session as if it held
 # nothing; the lock-delay keeps the resource busy (portable 103's reap_rr).
 {
-	my $s = $q->(q{SELECT dlock.open_session('1s', 'w-rp')});
+	# 4 s: the snapshot comes between the open and the acquisition.
 	my $rp = $node->background_psql('postgres');
+	my $s = $q->(q{SELECT dlock.open_session('4s', 'w-rp')});
 	$rp->query_safe(q{BEGIN ISOLATION LEVEL REPEATABLE READ; SELECT count(*) FROM dlock.sessions});
 	ok($q->("SELECT dlock.try_lock('rp/1', session => $s, lock_delay => '1h')"), 'a holding with a lock-delay after the snapshot');
 	ok(ended($s), "the session's ttl passes");
@@ -655,8 +681,10 @@ SELECT dlock.close_session(:s2);});
 	is($q->("SELECT holdings FROM dlock.sessions WHERE id = $s"), '1', '... nothing changed');
 	$q->(q{COMMIT PREPARED 'pp2'});
 	is($q->("SELECT dlock.close_session($s)"), '2', 'then closes both');
-	# (The keepalive 3 s before the end: its new expiry is 3 s past the old.)
-	my $s2 = $q->(q{SELECT dlock.open_session('5s', 'w-pp')});
+	# (The keepalive 3 s before the end: its new expiry is 9 s past the
+	# old, time for the steps below on a loaded machine; with a 5 s ttl,
+	# the 2 s left once ran out before the COMMIT PREPARED.)
+	my $s2 = $q->(q{SELECT dlock.open_session('12s', 'w-pp')});
 	my $f = $q->("SELECT dlock.try_lock('pp/3', session => $s2)");
 	$q->("SELECT pg_sleep(extract(epoch FROM expires_at - clock_timestamp()) - 3) FROM dlock.sessions WHERE id = $s2");
 	$q->("BEGIN; SELECT dlock.keepalive($s2); PREPARE TRANSACTION 'ka'");

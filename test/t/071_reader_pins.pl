@@ -64,8 +64,8 @@ $p->query_safe('COMMIT');
 
 # ---- 3. A failed assert_fence of the exclusive holding by another role
 # leaves no mark behind. ----
-my $fe = sql(q{SELECT dlock.try_lock('m', 'e', '2s')});
 my $m = $node->background_psql('postgres', on_error_stop => 0);
+my $fe = sql(q{SELECT dlock.try_lock('m', 'e', '3s')});
 $m->query_safe('SET ROLE mallory; BEGIN; SAVEPOINT s');
 $m->query("SELECT dlock.assert_fence('m', $fe)");
 like($m->{stderr}, qr/permission denied to assert the fence/, 'm: another role may not pin the holding');
@@ -131,8 +131,10 @@ sub waiting_in_lock
 # deadlock PostgreSQL finds (40P01), not a wait until statement_timeout.
 # Until stop 54 the reader polled, out of the deadlock detector's sight.
 sql(q{CREATE TABLE t6 (id int PRIMARY KEY, v int); INSERT INTO t6 VALUES (1, 0)});
-my $f6 = sql(q{SELECT dlock.try_lock('k', 'x', '1s')});
+# The pinner's psql starts first, and the leases here are 3 s: the pin
+# comes before the lease ends (a 1 s lease once ended first under load).
 my $p6 = $node->background_psql('postgres', on_error_stop => 0);
+my $f6 = sql(q{SELECT dlock.try_lock('k', 'x', '3s')});
 $p6->query_safe("SET deadlock_timeout = '100ms'; BEGIN; SELECT dlock.assert_fence('k', $f6)");
 ok($node->poll_query_until('postgres', q{SELECT expired FROM dlock.locks WHERE resource = 'k'}),
 	'k: the pinned exclusive holding runs out');
@@ -151,7 +153,7 @@ $p6->query('ROLLBACK');
 # ---- 7. The holder of the ended exclusive holding is no reader either
 # while another transaction pins it.  Until stop 54 it was let in (as a
 # downgrade of a holding it no longer had); the portable edition refused.
-my $f7 = sql(q{SELECT dlock.try_lock('h', 'H', '1s')});
+my $f7 = sql(q{SELECT dlock.try_lock('h', 'H', '3s')});
 $p->query_safe("BEGIN; SELECT dlock.assert_fence('h', $f7)");
 ok($node->poll_query_until('postgres', q{SELECT expired FROM dlock.locks WHERE resource = 'h'}),
 	'h: the pinned exclusive holding runs out');
@@ -164,7 +166,7 @@ isnt(sql(q{SELECT dlock.try_lock('h', 'H', '1h', shared => true)}), '',
 # ---- 8. Two transactions pin the ended exclusive holding: a reader's
 # lock() in one of them waits for the other's pin.  Until stop 54 it raised
 # 40P01 at once (a wait for itself, it judged).
-my $f8 = sql(q{SELECT dlock.try_lock('w', 'x', '1s')});
+my $f8 = sql(q{SELECT dlock.try_lock('w', 'x', '3s')});
 $p->query_safe("BEGIN; SELECT dlock.assert_fence('w', $f8)");
 $b->query_safe("BEGIN; SELECT dlock.assert_fence('w', $f8)");
 ok($node->poll_query_until('postgres', q{SELECT expired FROM dlock.locks WHERE resource = 'w'}),
@@ -178,7 +180,7 @@ unlike($b->{stderr}, qr/deadlock/, 'w: no 40P01');
 $b->query('COMMIT');
 
 # ---- 9. lock_all of readers waits for such a pin in the lock manager too.
-my $f9 = sql(q{SELECT dlock.try_lock('l2', 'x', '1s')});
+my $f9 = sql(q{SELECT dlock.try_lock('l2', 'x', '3s')});
 $p->query_safe("BEGIN; SELECT dlock.assert_fence('l2', $f9)");
 ok($node->poll_query_until('postgres', q{SELECT expired FROM dlock.locks WHERE resource = 'l2'}),
 	'l2: the pinned exclusive holding runs out');
@@ -194,7 +196,7 @@ like($b->query('SELECT 1'), qr/^t$/m, 'l2: once the pin is gone, lock_all reads 
 for my $call ('lock', 'xact_lock')
 {
 	my $r = "e/$call";
-	my $fe = sql(qq{SELECT dlock.try_lock('$r', 'x', '1s')});
+	my $fe = sql(qq{SELECT dlock.try_lock('$r', 'x', '3s')});
 	$p6->{stderr} = '';
 	$p6->query_safe("BEGIN; SELECT dlock.assert_fence('$r', $fe)");
 	ok($node->poll_query_until('postgres', qq{SELECT expired FROM dlock.locks WHERE resource = '$r'}),

@@ -92,6 +92,26 @@ $a->safe_psql('postgres', "CREATE DATABASE cp TEMPLATE cp_snap OID $cp_oid");
 cmp_ok(min(fences($a, 'cp', 3)), '>', max(@cp_seen),
 	'database made again from a copy under its old OID: next fences above every earlier one');
 
+# 1d. The same, with the new pg_database row frozen before the first fence
+# (VACUUM FREEZE): its xmin no longer compares as newer than the epoch
+# row's.  1.2 records the row's xmin with the epoch and compares it.
+$a->safe_psql('postgres', 'DROP DATABASE cp_snap');
+@cp_seen = fences($a, 'cp', 3);
+$cp_oid = $a->safe_psql('postgres', "SELECT oid FROM pg_database WHERE datname = 'cp'");
+$a->safe_psql('postgres', 'CREATE DATABASE cp_snap TEMPLATE cp');
+push @cp_seen, fences($a, 'cp', 3);    # after the copy
+$a->safe_psql('postgres', 'DROP DATABASE cp');
+$a->safe_psql('postgres', "CREATE DATABASE cp TEMPLATE cp_snap OID $cp_oid");
+$a->safe_psql('postgres', 'VACUUM (FREEZE) pg_catalog.pg_database');
+$a->safe_psql('postgres', 'CREATE EXTENSION IF NOT EXISTS pageinspect');
+is($a->safe_psql('postgres', q{
+WITH t AS (SELECT ctid::text::point AS p FROM pg_catalog.pg_database WHERE datname = 'cp')
+SELECT (h.t_infomask & 768 = 768)::text    -- HEAP_XMIN_FROZEN
+  FROM t, heap_page_items(get_raw_page('pg_database', t.p[0]::int)) h
+ WHERE h.lp = t.p[1]::int}), 'true', "cp's new pg_database row is frozen");
+cmp_ok(min(fences($a, 'cp', 3)), '>', max(@cp_seen),
+	'... made again from a copy, its row frozen before the first fence: next fences above every earlier one');
+
 # 2. Defect 5: DROP EXTENSION + CREATE EXTENSION.
 push @seen, fences($a, 'app', 3);
 $a->safe_psql('app', 'DROP EXTENSION dlock; CREATE EXTENSION dlock');

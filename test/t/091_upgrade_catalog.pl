@@ -74,9 +74,12 @@ sub snapshot_queries
 			FROM dlock.locks WHERE resource LIKE 'walk/%'},
 		q{SELECT string_agg(concat_ws(' ', pid, resource, holder, waiting_since, wait_deadline), E'\n' ORDER BY pid)
 			FROM dlock.waiters});
+	# dlock.fence_epoch: the columns 0.1.1 made (1.2 adds dbrow, NULL in
+	# the row an earlier version wrote).
+	my %rows = ('dlock.epoch' => 'e', 'dlock.fence_epoch' => 'e.one, e.sysid, e.dboid, e.timeline, e.started, e.first_fence');
 	for my $t (qw(dlock.epoch dlock.fence_epoch))
 	{
-		push @parts, "SELECT coalesce(string_agg(e::text, E'\\n'), '(none)') FROM $t e"
+		push @parts, "SELECT coalesce(string_agg(($rows{$t})::text, E'\\n'), '(none)') FROM $t e"
 		  if wq("SELECT to_regclass('$t') IS NOT NULL") eq 't';
 	}
 	for my $s (qw(dlock.fence_seq dlock.fences))
@@ -225,8 +228,9 @@ for my $i (1 .. $#versions)
 	exercise($v);
 	if (wq("SELECT to_regclass('dlock.fence_epoch') IS NOT NULL") eq 't')
 	{
-		# The fence just drawn belongs to the epoch the row records: the
-		# update did not start a new one (nothing was forked or rewound).
+		# The fence just drawn belongs to the epoch the row records (an
+		# epoch started after 1.2's update records dbrow; nothing was forked
+		# or rewound).
 		my $epoch = wq(q{SELECT first_fence >> 22 FROM dlock.fence_epoch});
 		is($fences[-1] >> 22, $epoch, "$v: the next fence is in the recorded epoch");
 	}

@@ -322,7 +322,30 @@ function later(fn, ms) {
   return setTimeout(fn, Math.min(Math.max(0, ms), MAX_TIMER_MS));
 }
 
+// The retries of a renewal or keepalive (lock.js, session.js): RETRY_MIN_MS
+// of back-off first, doubled after each failure up to retryCap.
+const RETRY_MIN_MS = 100;
+const retryCap = (leaseMs) => Math.min(leaseMs / 10, 1000);
+
+// tryTimeout: how long one renewal or keepalive begun at T may take before
+// it is given up (its client dropped): a third of the lease, never past
+// DEADLINE (ms, performance.now()).  (Half the time left was tried: CI
+// under load lost more leases with it.)
+function tryTimeout(leaseMs, deadline, t = performance.now()) {
+  return Math.max(1, Math.min(deadline - t, leaseMs / 3));
+}
+
+// retryWait: how long until the try after one that began at STARTED and
+// failed: BACKOFF (at most retryCap) from its start, so a try given up at
+// its bound is followed at once (from its end, a stalled connection left
+// the next try 0.2 s of a 3 s lease); never past DEADLINE.
+function retryWait(leaseMs, backoff, started, deadline, t = performance.now()) {
+  const at = Math.min(started + Math.min(backoff, retryCap(leaseMs)), deadline);
+  return Math.max(0, at - t);
+}
+
 module.exports = {
+  RETRY_MIN_MS, retryCap, tryTimeout, retryWait,
   invalid, duration, text, count, uniqueHolder, checkPool, abortSignal, isServerError, retryable, call, acquisition, bigintOrNull,
   fences, later, ACQUIRE_TRIES, RELEASE_TIMEOUT_MS, STARTED, SINCE_STARTED,
 };

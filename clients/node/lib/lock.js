@@ -13,8 +13,9 @@
 // Renewal: every third of the lease, dlock.renew(resource, holder, lease,
 // fence) on a client checked out of the pool for that one statement
 // (holder-based, so it works behind pgbouncer in transaction pooling and
-// never queues behind the caller's own work on its connection).  A failed
-// renewal is retried with back-off until shortly before the lease's end
+// never queues behind the caller's own work on its connection).  Each try
+// is bounded (db.tryTimeout: a stalled connection leaves time for another
+// try); a failed renewal is retried with back-off (db.retryWait) until shortly before the lease's end
 // as this process measures it (from when the last acknowledged renewal was
 // sent, after any wait for a free client of the pool, minus a margin); then, or at once when renew() returns NULL (the
 // lock was broken, or it expired and someone took it), the lock is lost:
@@ -57,8 +58,7 @@ const MANY = {
 const { LockLost, LockTimeout, DlockError } = require('./errors');
 const db = require('./db');
 
-const RETRY_MIN_MS = 100;
-const RETRY_MAX_MS = 1000;
+const { RETRY_MIN_MS } = db;
 const { RELEASE_TIMEOUT_MS } = db;
 
 // margin: how much before the lease's end a lock whose renewals fail is
@@ -160,18 +160,19 @@ class Lock {
   async _renewOnce(backoff) {
     if (this._state !== 'held') return;
     const timing = {};
+    const started = now();
     let rows;
     const [resource, fence] = this._target();
     try {
       rows = await db.call(this._pool, this._sql.renew,
         [resource, this._holder, this._leaseParam, fence],
-        Math.max(1, Math.min(this._leaseMs / 3, this._deadline - now())), timing);
+        db.tryTimeout(this._leaseMs, this._deadline), timing);
     } catch (err) {
       if (this._state !== 'held') return;
       this._lastError = err;
-      const wait = Math.min(backoff, RETRY_MAX_MS, Math.max(0, this._deadline - now()));
+      const wait = db.retryWait(this._leaseMs, backoff, started, this._deadline);
       clearTimeout(this._renewTimer);
-      this._renewTimer = setTimeout(() => { this._renewLater(Math.min(backoff * 2, RETRY_MAX_MS)); }, wait);
+      this._renewTimer = setTimeout(() => { this._renewLater(Math.min(backoff * 2, db.retryCap(this._leaseMs))); }, wait);
       return;
     }
     if (this._state !== 'held') return;
@@ -209,7 +210,9 @@ class Lock {
    * Gives the lock back (one count of it).  Resolves to true if it was
    * still held, false if the lease had been lost (then signal is aborted
    * too, if it was not already).  A lost lock is released too, in case the
-   * server still has it (its renewals failed, not its lease).
+   * server still has it (its renewals failed, not its lease).  Rejects if
+   * the release did not get through or its answer was lost (it may have
+   * released: it is not sent again); the lock is then no longer renewed.
    */
   async release() {
     if (this._state === 'released') return true;
@@ -225,10 +228,11 @@ class Lock {
         wasLost ? Math.min(this._leaseMs / 3, RELEASE_TIMEOUT_MS) : RELEASE_TIMEOUT_MS);
     } catch (err) {
       if (wasLost) return false;
-      if (db.isServerError(err) && !db.retryable(err)) { this._unreleased(); throw err; }
-      // A lost connection: once more on another (the lease ends anyway);
-      // or a try rolled back (the caller's default isolation SERIALIZABLE
-      // met a renewal under way): once more.
+      // Rolled back (the caller's default isolation SERIALIZABLE met a
+      // renewal under way): once more.  Never after a failed connection
+      // or a timeout: it may have committed, and again it would take a
+      // second count of a holding shared through one holder text.
+      if (!db.retryable(err)) { this._unreleased(); throw err; }
       try {
         rows = await db.call(this._pool, this._releaseSql, args, RELEASE_TIMEOUT_MS);
       } catch (again) {
@@ -541,7 +545,7 @@ async function withLock(pool, resource, fn, opts) {
   try {
     held = await lock.release();
   } catch {
-    // Not released (twice a lost connection, or the server refused): the
+    // Not released (a lost connection or answer, or the server refused): the
     // lease then runs out.  FN ran under a held lease all the same.
   }
   if (lock.lost || held === false) {

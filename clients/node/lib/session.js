@@ -4,8 +4,8 @@
 //
 // Keepalive: every third of the ttl, dlock.keepalive(id) on a client
 // checked out of the pool for that one statement (so it works behind
-// pgbouncer in transaction pooling).  Failures are retried with back-off
-// until shortly before the ttl's end as this process measures it (from
+// pgbouncer in transaction pooling), bounded and retried as a renewal is
+// (db.tryTimeout, db.retryWait) until shortly before the ttl's end as this process measures it (from
 // when the last acknowledged keepalive was sent, minus a margin); then,
 // or at once when keepalive() returns NULL (closed by someone else, or
 // ended), the session is lost: its `signal` is aborted with a SessionLost
@@ -27,8 +27,7 @@ const { Lock, Semaphore, MultiLock, LOCK_SQL, giveBack } = require('./lock');
 const { LockTimeout, DlockError, SessionLost } = require('./errors');
 const db = require('./db');
 
-const RETRY_MIN_MS = 100;
-const RETRY_MAX_MS = 1000;
+const { RETRY_MIN_MS } = db;
 const { RELEASE_TIMEOUT_MS } = db;
 const margin = (ttlMs) => Math.min(ttlMs / 10, 1000);
 const now = () => performance.now();
@@ -116,6 +115,7 @@ class Session {
   async _keepOnce(backoff) {
     if (this._state !== 'open') return;
     const timing = {};
+    const started = now();
     let rows;
     // The (resource, fence) pairs of the holdings known now, and whose each is.
     const resources = [], fences = [], owners = [];
@@ -132,13 +132,13 @@ class Session {
     }
     try {
       rows = await db.call(this._pool, SQL.keepalive, [this._id.toString(), resources, fences],
-        Math.max(1, Math.min(this._ttlMs / 3, this._deadline - now())), timing);
+        db.tryTimeout(this._ttlMs, this._deadline), timing);
     } catch (err) {
       if (this._state !== 'open') return;
       this._lastError = err;
-      const wait = Math.min(backoff, RETRY_MAX_MS, Math.max(0, this._deadline - now()));
+      const wait = db.retryWait(this._ttlMs, backoff, started, this._deadline);
       clearTimeout(this._timer);
-      this._timer = setTimeout(() => this._keepLater(Math.min(backoff * 2, RETRY_MAX_MS)), wait);
+      this._timer = setTimeout(() => this._keepLater(Math.min(backoff * 2, db.retryCap(this._ttlMs))), wait);
       return;
     }
     if (this._state !== 'open') return;

@@ -189,14 +189,17 @@ test('renewal: every third of the lease; failures (connections killed, a partiti
   const px = await proxy();
   const p = px.pool({ application_name: 'node-test-renew' });
   try {
-    const lock = await dlock.acquire(p, r, { lease: 3000 });
+    // A 12 s lease: the try due at 4 s hangs in the partition until 8 s,
+    // and the retry then has until 10.8 s. With 3 s (0.7 s for the retry),
+    // a loaded machine (CI, in a root) once made it too late.
+    const lock = await dlock.acquire(p, r, { lease: 12000 });
     const first = await admin.query('SELECT renewed_at FROM dlock.locks WHERE resource = $1', [r]);
     await sleep(700);
     await admin.query("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = 'node-test-renew'");
-    px.cut();       // the renewal due at 1 s fails ...
-    await sleep(1200);
+    px.cut();       // the renewal due at 4 s fails ...
+    await sleep(4300);
     px.heal();      // ... and a retry gets through before the lease's end
-    await sleep(3500);
+    await sleep(8000);
     assert.equal(lock.lost, false, `lost: ${lock.signal.reason}`);
     const now = await admin.query('SELECT renewed_at, fence, expires_at > clock_timestamp() AS live FROM dlock.locks WHERE resource = $1', [r]);
     assert.ok(now.rows[0].live, 'still held past its first lease');

@@ -50,6 +50,12 @@ my $c_run;
 }
 
 # ---- the portable edition
+if (!DlockTest::Python::portable_clients())
+{
+	DlockTest::Python::pytest_finish($c_run);
+	note 'the portable edition: left out (DLOCK_CLIENTS_EDITIONS)';
+}
+else
 {
 	my $pp = DlockTest::Python::portable_cluster('python_portable');
 	mkdir "$tmp/portable" or die "mkdir $tmp/portable: $!";

@@ -25,6 +25,8 @@ use IPC::Run;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
+use lib "$FindBin::RealBin/../../perl";
+use DlockTest::Python;
 
 my $top = File::Spec->rel2abs("$FindBin::RealBin/../../..");
 my $client = "$top/clients/node";
@@ -122,6 +124,7 @@ my @editions = (
 	  DLOCK_TEST_PG_CTL => pg_ctl($pp) ],
 );
 note "node $version; pgbouncer " . ($bport ? "on port $bport" : "not installed");
+pop @editions unless DlockTest::Python::portable_clients();
 for my $edition (@editions)
 {
 	my ($label, %pgenv) = @$edition;

@@ -53,14 +53,17 @@ run_java('C extension: ', PGHOST => '127.0.0.1', PGPORT => $pg->port, PGUSER => 
 	($bport ? (DLOCK_TEST_BOUNCER_PORT => $bport) : ()));
 $pg->stop;
 
-my $pp = DlockTest::Python::portable_cluster('java_portable');
-mkdir "$tmp/portable" or die "mkdir $tmp/portable: $!";
-my $pbport = DlockTest::Bouncer::start($pp, "$tmp/portable", pool => 4, clients => 100,
-	dbname => 'app', users => ['dbo']);
-run_java('portable: ', PGHOST => '127.0.0.1', PGPORT => $pp->port, PGUSER => 'dbo', PGDATABASE => 'app',
-	DLOCK_TEST_ADMIN_USER => $user, DLOCK_TEST_EDITION => 'portable', DLOCK_TEST_PG_CTL => pg_ctl($pp),
-	($pbport ? (DLOCK_TEST_BOUNCER_PORT => $pbport) : ()));
-$pp->stop;
+if (DlockTest::Python::portable_clients())
+{
+	my $pp = DlockTest::Python::portable_cluster('java_portable');
+	mkdir "$tmp/portable" or die "mkdir $tmp/portable: $!";
+	my $pbport = DlockTest::Bouncer::start($pp, "$tmp/portable", pool => 4, clients => 100,
+		dbname => 'app', users => ['dbo']);
+	run_java('portable: ', PGHOST => '127.0.0.1', PGPORT => $pp->port, PGUSER => 'dbo', PGDATABASE => 'app',
+		DLOCK_TEST_ADMIN_USER => $user, DLOCK_TEST_EDITION => 'portable', DLOCK_TEST_PG_CTL => pg_ctl($pp),
+		($pbport ? (DLOCK_TEST_BOUNCER_PORT => $pbport) : ()));
+	$pp->stop;
+}
 
 # pg_ctl NODE: pg_ctl for NODE's server, for the test that stops and starts it.
 sub pg_ctl

@@ -109,6 +109,7 @@ for my $first (['try_lock', "SELECT dlock.try_lock(?, 'b', 60)"],
         if ($pid == 0) {
             close $rd;
             my $c = conn('alice');
+            syswrite($wr, "ready\n");    # connected: bob rolls back after this
             my $res = run($c, "SELECT dlock.try_lock(?, ?, 60)", $r, $h);
             print $wr join("\t", $res->[0] // 'NULL', $res->[1]);
             close $wr;
@@ -116,6 +117,13 @@ for my $first (['try_lock', "SELECT dlock.try_lock(?, 'b', 60)"],
         }
         close $wr;
         push @kids, [$pid, $rd];
+    }
+    # Each child connected first: on a loaded machine a child still
+    # connecting 0.5 s after its fork took the resource after the rollback.
+    for my $k (@kids) {
+        my $fh = $k->[1];
+        my $ready = <$fh>;
+        die "a child did not connect\n" unless defined $ready && $ready eq "ready\n";
     }
     sleep 0.5;
     $bob->rollback;

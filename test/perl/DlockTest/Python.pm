@@ -65,6 +65,15 @@ EOF
 	return $node;
 }
 
+# portable_clients: whether the clients' tests run against the portable
+# edition too.  DLOCK_CLIENTS_EDITIONS="c" (.ci/run sets it in its
+# Debian roots, whose portable TAP tests cover PostgreSQL 17 and 18) leaves
+# it out; the default is "c portable".
+sub portable_clients
+{
+	return ($ENV{DLOCK_CLIENTS_EDITIONS} || 'c portable') =~ /\bportable\b/;
+}
+
 # portable_cluster NAME: a started throwaway cluster (127.0.0.1 too) with
 # the portable edition, installed as a user would on a managed service:
 # by role dbo (no superuser; CREATEROLE, like the services' admin roles,

@@ -24,7 +24,7 @@ from ._errors import (DatabaseError, Error, InvalidArgument, LockLost, LockTimeo
                       NotHeld, NotSupported, PermissionDenied, StaleFence, WrongKind)
 from ._sync import Election, Lock, MultiLock, Semaphore, Session, leader, observe
 
-__version__ = "1.1.0"
+__version__ = "1.2.0"
 
 # Nothing is printed: without a handler configured by the application,
 # Python's last-resort handler would write dlock's warnings to stderr.

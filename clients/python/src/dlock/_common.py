@@ -338,6 +338,33 @@ def lost_margin(lease: float) -> float:
     return min(2.0, lease / 6.0)
 
 
+def try_bound(lease: float, valid_from: float, now: float) -> float:
+    """How long one renewal or keepalive try may take, for its connection
+    and its answer, before it is cut: a third of the lease, never past the
+    moment the loss is declared (lost_margin).  (Half the time left was
+    tried: CI under load lost more leases with it.)"""
+    left = valid_from + lease - lost_margin(lease) - now
+    return max(0.01, min(left, lease / 3.0))
+
+
+def answer_bound(lease: float, valid_from: float, ends: float, sent_at: float) -> float:
+    """How long the statement of a try that ENDS (try_bound) waits for its
+    answer, sent at SENT_AT: to the try's end, but a sixth of the lease at
+    least (not past the loss) when the connection took most of the try: a
+    new connection that got through is not wasted (libpq's connect_timeout,
+    2 s at least, may outlast the try)."""
+    left = valid_from + lease - lost_margin(lease) - sent_at
+    return max(0.01, ends - sent_at, min(lease / 6.0, left))
+
+
+def retry_at(lease: float, started: float) -> float:
+    """When the try after a failed one starts: a ninth of the lease (at most
+    a second) after the failed one started, so a try that failed slowly
+    (cut at its bound) is followed at once.  Counted from its end, the
+    retry after a stalled connection had 0.17 s of a 3 s lease left."""
+    return started + max(0.05, min(1.0, lease / 9.0))
+
+
 def needs_confirmation(lease: float, sent_at: float) -> bool:
     """Whether an acquisition sent at SENT_AT (monotonic) came back too
     late to date its lease from SENT_AT: it waited a third of the lease or

@@ -228,6 +228,7 @@ class _Leased(_Own):
         assert self.lease is not None
         self.on_lost = on_lost
         self._fences: "Optional[list[int]]" = None  # one per name while held
+        self._acquiring: Optional[int] = None  # the pid acquiring or campaigning (_begin_acquisition)
         self.lost = Event()
         self.lost_reason: Optional[str] = None
         self._mutex = Mutex()
@@ -330,6 +331,21 @@ class _Leased(_Own):
         if not c.all_held(None if row is None else row[0]):
             return None
         return renewed_at
+
+    def _begin_acquisition(self, held_ok: bool) -> None:
+        """One acquisition (or campaign) at a time on this object: two at
+        once would both be granted, one re-entering the other's holding (a
+        count no release gives back).  RuntimeError if one is under way in
+        this process (one of a parent forked meanwhile is the parent's), or
+        (unless HELD_OK) if the object holds already.  The caller clears
+        _acquiring when it ends."""
+        with self._mutex:
+            if not held_ok and self._fences is not None:
+                raise RuntimeError(f"{self._kind} {self.resource!r} is already acquired by this object")
+            if self._acquiring == os.getpid():
+                raise RuntimeError(f"{self._kind} {self.resource!r}: another acquisition on this"
+                                   " object is under way")
+            self._acquiring = os.getpid()
 
     def _take(self, sql: str, params: tuple, confirm: bool = False) -> "Optional[bool]":
         """Run the acquisition SQL, date its lease (_confirm; CONFIRM:
@@ -554,23 +570,23 @@ class _Leased(_Own):
     def _renew_loop(self, stop: Event) -> None:
         assert self.lease is not None
         period = self.lease / 3.0
-        retry = max(0.05, min(1.0, period / 3.0))
         next_at = self._valid_from + period
         while not wait_event(stop, max(0.0, next_at - time.monotonic())):
+            started = time.monotonic()
+            bound = c.try_bound(self.lease, self._valid_from, started)
             try:
-                # A third of the lease at most, for the connection and for
-                # the answer: a connection that stopped answering is cut
+                # A connection that stopped answering is cut at the bound
                 # and the next try opens another, within the lease.
-                with self._connection(period) as conn:
+                with self._connection(bound) as conn:
                     # After a pool's wait for a connection: the renewal
                     # is dated from when it was sent, not from that wait.
                     sent_at = time.monotonic()
-                    with cut_after(conn, period):
+                    with cut_after(conn, c.answer_bound(self.lease, self._valid_from, started + bound, sent_at)):
                         expiry = _one(conn, *c.renew_statement(self))
             except (psycopg.Error, Error, OSError) as e:
                 log.warning("dlock: renewing %r failed, retrying within the lease: %s",
                             self.resource, e)
-                next_at = time.monotonic() + retry
+                next_at = c.retry_at(self.lease, started)
                 continue
             if not c.all_held(expiry):
                 self._declare_lost("renew returned NULL: the lease ended or was broken",

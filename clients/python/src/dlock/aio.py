@@ -88,9 +88,14 @@ class Lock(_Leased):
     async def acquire(self, wait: Optional[c.Seconds] = ...) -> bool:  # type: ignore[assignment]
         """Acquire; True when held, False when WAIT ran out."""
         self._new_in_child()
-        if self._fences is not None:
-            raise RuntimeError(f"{self._kind} {self.resource!r} is already acquired by this object")
         w = self.wait if wait is ... else c.seconds(wait, "wait", zero_ok=True, none_ok=True)
+        self._begin_acquisition(held_ok=False)
+        try:
+            return await self._acquire(w)
+        finally:
+            self._acquiring = None
+
+    async def _acquire(self, w: Optional[float]) -> bool:
         start = time.monotonic()
         tries = 0
         while True:
@@ -271,45 +276,49 @@ class Election(_Leased):
     async def campaign(self, value: Optional[str] = ..., wait: Optional[c.Seconds] = ...) -> int:  # type: ignore[assignment]
         """Wait to lead; return the term.  LockTimeout after WAIT."""
         self._new_in_child()
-        if value is not ...:
-            self.value = value
         w = self.wait if wait is ... else c.seconds(wait, "wait", zero_ok=True, none_ok=True)
-        leading = self._fences if self._held_here() else None
-        if leading is not None:
-            await self._stop_renewal()
-        else:
-            # A lost term is forgotten: what this campaign is granted is a
-            # new term, given back if the campaign fails after all.
-            self._fences = None
-        start = time.monotonic()
-        self._campaigning = True
-        tries = 0
+        self._begin_acquisition(held_ok=True)
         try:
-            while True:
-                left = None if w is None else max(0.0, w - (time.monotonic() - start))
-                tries += 1
-                # A leader's campaign (even one whose loss was signalled)
-                # returns its term with the old expiry: a renewal dates it.
-                try:
-                    got = await self._take(*c.campaign_statement(self, left), confirm=True)
-                except RolledBack as e:
-                    if tries < c.ACQUIRE_TRIES:
-                        await pause(c.retry_pause(tries))
-                        continue          # nothing was granted: send it again
-                    raise e.error from e.error.__cause__
-                if got:
-                    assert self._fences is not None
-                    return self._fences[0]
-                if got is False or left == 0:
-                    raise LockTimeout(f"not elected in {self.resource!r} within {w} s")
-        except BaseException:
-            # A leader's campaign that failed: its leadership is renewed
-            # again (or declared lost at its deadline), never left to run out.
-            if leading is not None and self._worker is None:
-                self._started(leading, self._valid_from)
-            raise
+            if value is not ...:
+                self.value = value
+            leading = self._fences if self._held_here() else None
+            if leading is not None:
+                await self._stop_renewal()
+            else:
+                # A lost term is forgotten: what this campaign is granted is a
+                # new term, given back if the campaign fails after all.
+                self._fences = None
+            start = time.monotonic()
+            self._campaigning = True
+            tries = 0
+            try:
+                while True:
+                    left = None if w is None else max(0.0, w - (time.monotonic() - start))
+                    tries += 1
+                    # A leader's campaign (even one whose loss was signalled)
+                    # returns its term with the old expiry: a renewal dates it.
+                    try:
+                        got = await self._take(*c.campaign_statement(self, left), confirm=True)
+                    except RolledBack as e:
+                        if tries < c.ACQUIRE_TRIES:
+                            await pause(c.retry_pause(tries))
+                            continue          # nothing was granted: send it again
+                        raise e.error from e.error.__cause__
+                    if got:
+                        assert self._fences is not None
+                        return self._fences[0]
+                    if got is False or left == 0:
+                        raise LockTimeout(f"not elected in {self.resource!r} within {w} s")
+            except BaseException:
+                # A leader's campaign that failed: its leadership is renewed
+                # again (or declared lost at its deadline), never left to run out.
+                if leading is not None and self._worker is None:
+                    self._started(leading, self._valid_from)
+                raise
+            finally:
+                self._campaigning = False
         finally:
-            self._campaigning = False
+            self._acquiring = None
 
     async def proclaim(self, value: Optional[str]) -> bool:
         """Change the leader's value; False if no longer the leader.  In a
@@ -596,21 +605,22 @@ class Session(_Own):
 
     async def _keepalive_loop(self, stop: Any) -> None:
         period = self.ttl / 3.0
-        retry = max(0.05, min(1.0, period / 3.0))
         next_at = self._valid_from + period
         while not await wait_event(stop, max(0.0, next_at - time.monotonic())):
             # The holdings as known now: each keepalive also checks them.
             pairs = self._holdings()
+            started = time.monotonic()
+            bound = c.try_bound(self.ttl, self._valid_from, started)
             try:
-                # At most a third of the ttl (see _Leased._renew_loop).
-                async with self._connection(period) as conn:
+                # Bounded as a renewal is (see _Leased._renew_loop).
+                async with self._connection(bound) as conn:
                     sent_at = time.monotonic()
-                    with cut_after(conn, period):
+                    with cut_after(conn, c.answer_bound(self.ttl, self._valid_from, started + bound, sent_at)):
                         row = await _row(conn, *c.keepalive_statement(self.id, pairs))
             except (psycopg.Error, Error, OSError) as e:
                 log.warning("dlock: keepalive of session %s failed, retrying within the ttl: %s",
                             self.id, e)
-                next_at = time.monotonic() + retry
+                next_at = c.retry_at(self.ttl, started)
                 continue
             expiry, missing = row if row is not None else (None, None)
             if expiry is None:

@@ -352,15 +352,21 @@ public class DlockLock implements Lock {
         }
     }
 
-    // settleUnreleased: the release an unlock() could not get through is
-    // sent again before a new acquisition (which would otherwise re-enter
-    // that holding on the server: a count no unlock() gives back). Throws
-    // if it still does not get through.
+    // settleUnreleased: the release an unlock() could not get through (or
+    // whose answer was lost) is sent again before a new acquisition, which
+    // would otherwise re-enter that holding on the server: a count no
+    // unlock() gives back. Not while another lock of the session holds the
+    // resource too: it could take that lock's count. Throws if it still
+    // does not get through.
     private void settleUnreleased() {
         Holding h = unreleased;
         if (h == null) return;
+        if (session != null && session.sharedWith(h)) {
+            unreleased = null;
+            return;
+        }
         try {
-            h.release();
+            h.settle();
         } catch (SQLException e) {
             throw DlockException.of("releasing " + h.name() + " (an earlier unlock() that did not get through)", e);
         }

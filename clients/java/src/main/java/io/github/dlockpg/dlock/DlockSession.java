@@ -51,8 +51,6 @@ public final class DlockSession implements AutoCloseable {
         + " WHERE NOT EXISTS (SELECT FROM dlock.locks l WHERE l.resource OPERATOR(pg_catalog.=) t.r"
         + " AND l.fence OPERATOR(pg_catalog.=) t.f AND l.session OPERATOR(pg_catalog.=) ?::pg_catalog.int8))";
     private static final String CLOSE = "SELECT dlock.close_session(session => ?)";
-    private static final long RETRY_MIN_MS = 100;
-    private static final long RETRY_MAX_MS = 1000;
 
     private enum State { OPEN, CLOSED, LOST }
 
@@ -264,6 +262,14 @@ public final class DlockSession implements AutoCloseable {
         holdings.add(h);
     }
 
+    /** Whether another holding of this session is on H's resources (one holding, two counts). */
+    synchronized boolean sharedWith(Holding h) {
+        for (Holding o : holdings) {
+            if (o != h && o.resources.equals(h.resources)) return true;
+        }
+        return false;
+    }
+
     synchronized void leave(Holding h) {
         holdings.remove(h);
     }
@@ -276,7 +282,7 @@ public final class DlockSession implements AutoCloseable {
         if (lossTask != null) lossTask.cancel(false);
         lossTask = Db.TIMER.schedule(() -> lose("keepalives failed until just before the ttl's end"),
             Math.max(0, deadline - System.nanoTime()), TimeUnit.NANOSECONDS);
-        schedule(Math.max(0, sent + ttlNanos / 3 - System.nanoTime()), RETRY_MIN_MS);
+        schedule(Math.max(0, sent + ttlNanos / 3 - System.nanoTime()), Holding.RETRY_MIN_MS);
     }
 
     private synchronized void schedule(long delayNanos, long backoffMs) {
@@ -287,11 +293,12 @@ public final class DlockSession implements AutoCloseable {
     }
 
     private void keepaliveOnce(long backoffMs) {
-        long left;
+        long left, readAt;
         List<Holding> hs;
         synchronized (this) {
             if (state != State.OPEN || closing) return;
             left = deadline - System.nanoTime();
+            readAt = System.nanoTime();
             hs = new ArrayList<>(holdings);
         }
         // The pairs to check: of holdings held, no release begun (outside this monitor: Holding's first).
@@ -306,7 +313,9 @@ public final class DlockSession implements AutoCloseable {
                 fences.add(h.fences[k]);
             }
         }
-        long timeoutMs = Math.max(1, TimeUnit.NANOSECONDS.toMillis(Math.min(ttlNanos / 3, left)));
+        long started = System.nanoTime();
+        left -= started - readAt;    // the time spent since it was read
+        long timeoutMs = Holding.tryTimeoutMs(ttlNanos, left);
         long[] sent = new long[1];
         Object[] r;
         try {
@@ -320,8 +329,7 @@ public final class DlockSession implements AutoCloseable {
             synchronized (this) {
                 if (state != State.OPEN || closing) return;
                 lastError = e;
-                long wait = Math.min(TimeUnit.MILLISECONDS.toNanos(backoffMs), Math.max(0, deadline - System.nanoTime()));
-                schedule(wait, Math.min(backoffMs * 2, RETRY_MAX_MS));
+                schedule(Holding.retryWaitNanos(ttlNanos, backoffMs, started, deadline), Holding.nextBackoffMs(ttlNanos, backoffMs));
             }
             return;
         }
@@ -401,9 +409,10 @@ public final class DlockSession implements AutoCloseable {
                     : Holding.RELEASE_TIMEOUT_MS);
             } catch (SQLException e) {
                 if (wasLost) throw lostBecause();
-                // Once more after a lost connection or a serialization
-                // failure (a keepalive of ours under way, SERIALIZABLE).
-                if (!Db.serverError(e) || Db.retryable(e)) {
+                // Once more after a serialization failure (a keepalive of
+                // ours under way, SERIALIZABLE). Not after a lost connection:
+                // it may have closed it, and again it would say "lost".
+                if (Db.retryable(e)) {
                     try {
                         n = closeCall(Holding.RELEASE_TIMEOUT_MS);
                     } catch (SQLException again) {

@@ -35,7 +35,7 @@ import javax.sql.DataSource;
 final class Holding {
     enum State { HELD, RELEASED, LOST }
 
-    private static final long RETRY_MIN_MS = 100;
+    static final long RETRY_MIN_MS = 100;
     private static final long RETRY_MAX_MS = 1000;
     static final long RELEASE_TIMEOUT_MS = 10_000;
 
@@ -141,6 +141,37 @@ final class Holding {
         return Math.min(leaseNanos / 10, TimeUnit.SECONDS.toNanos(1));
     }
 
+    /**
+     * How long one renewal or keepalive try may take, LEFT nanoseconds
+     * before the deadline: a third of the lease, never past the deadline.
+     * (Half the time left was tried: CI under load lost more leases with
+     * it.)
+     */
+    static long tryTimeoutMs(long leaseNanos, long leftNanos) {
+        return Math.max(1, TimeUnit.NANOSECONDS.toMillis(Math.min(leftNanos, leaseNanos / 3)));
+    }
+
+    /** The longest back-off: a tenth of the lease, at most RETRY_MAX_MS. */
+    static long retryCapMs(long leaseNanos) {
+        return Math.max(1, Math.min(RETRY_MAX_MS, TimeUnit.NANOSECONDS.toMillis(leaseNanos / 10)));
+    }
+
+    /** The next back-off after BACKOFF: doubled, at most retryCapMs. */
+    static long nextBackoffMs(long leaseNanos, long backoffMs) {
+        return Math.min(backoffMs * 2, retryCapMs(leaseNanos));
+    }
+
+    /**
+     * Nanoseconds until the try after one that began at STARTED and failed:
+     * BACKOFF (at most retryCapMs) from its start, so a try given up at its
+     * bound is followed at once; never past DEADLINE.
+     */
+    static long retryWaitNanos(long leaseNanos, long backoffMs, long started, long deadline) {
+        long now = System.nanoTime();
+        long b = TimeUnit.MILLISECONDS.toNanos(Math.min(backoffMs, retryCapMs(leaseNanos)));
+        return Math.max(0, Math.min(started - now + b, deadline - now));
+    }
+
     String name() {
         return String.join(", ", resources);
     }
@@ -225,12 +256,15 @@ final class Holding {
     }
 
     private void renewOnce(long backoffMs) {
-        long left;
+        long left, readAt;
         synchronized (this) {
             if (state != State.HELD) return;
             left = deadline - System.nanoTime();
+            readAt = System.nanoTime();
         }
-        long timeoutMs = Math.max(1, TimeUnit.NANOSECONDS.toMillis(Math.min(leaseNanos / 3, left)));
+        long started = System.nanoTime();
+        left -= started - readAt;    // the time spent since it was read
+        long timeoutMs = tryTimeoutMs(leaseNanos, left);
         long[] sent = new long[1];
         Boolean ok;
         try {
@@ -239,9 +273,7 @@ final class Holding {
             synchronized (this) {
                 if (state != State.HELD) return;
                 lastError = e;
-                long wait = Math.min(TimeUnit.MILLISECONDS.toNanos(backoffMs),
-                    Math.max(0, deadline - System.nanoTime()));
-                schedule(wait, Math.min(backoffMs * 2, RETRY_MAX_MS));
+                schedule(retryWaitNanos(leaseNanos, backoffMs, started, deadline), nextBackoffMs(leaseNanos, backoffMs));
             }
             return;
         }
@@ -302,8 +334,9 @@ final class Holding {
     /**
      * Gives the holding back: true if it was still held; false if it had
      * been lost (a lost holding is released too, in case the server still
-     * has it). Throws if the release did not get through (the holding then
-     * ends with its lease, unrenewed, and is lost at the deadline).
+     * has it). Throws if the release did not get through or its answer was
+     * lost (the holding then ends with its lease, unrenewed, and is lost at
+     * the deadline).
      */
     boolean release() throws SQLException {
         boolean wasLost;
@@ -322,10 +355,12 @@ final class Holding {
                 : RELEASE_TIMEOUT_MS);
         } catch (SQLException e) {
             if (wasLost) return false;
-            // Once more after a lost connection, or after a serialization
-            // failure (the caller's default isolation is SERIALIZABLE, and
-            // a renewal of ours was under way): that try was rolled back.
-            if (Db.serverError(e) && !Db.retryable(e)) {
+            // Once more after a serialization failure (the caller's default
+            // isolation is SERIALIZABLE, and a renewal of ours was under
+            // way): that try was rolled back. Never after a lost connection:
+            // it may have committed, and again it would take a second count
+            // of a holding shared through one holder text.
+            if (!Db.retryable(e)) {
                 unreleased();
                 throw e;
             }
@@ -350,6 +385,33 @@ final class Holding {
             return false;
         }
         return true;
+    }
+
+    /**
+     * The release of an unlock() that did not get through, or whose answer
+     * was lost, sent again before this lock object's next acquisition.
+     * Nothing is told when the holding is gone: that release may have
+     * committed. Throws if it does not get through (held, unrenewed).
+     */
+    void settle() throws SQLException {
+        boolean wasLost;
+        synchronized (this) {
+            if (state == State.RELEASED) return;
+            wasLost = state == State.LOST;
+            if (!wasLost) state = State.RELEASED;
+        }
+        try {
+            releaseCall(wasLost ? Math.min(TimeUnit.NANOSECONDS.toMillis(leaseNanos / 3), RELEASE_TIMEOUT_MS)
+                : RELEASE_TIMEOUT_MS);
+        } catch (SQLException e) {
+            if (wasLost) return; // a courtesy: its loss was told
+            unreleased();
+            throw e;
+        }
+        if (session != null) session.leave(this);
+        synchronized (this) {
+            if (lossTask != null) lossTask.cancel(false);
+        }
     }
 
     private Object releaseCall(long timeoutMs) throws SQLException {
