@@ -194,8 +194,14 @@ run_as_tester "$top" '
     if [ "$failed" -gt 0 ]; then
         for log in stress-build.log regress.log isolation.log tap.log mysql.log portable.log clients.log docs.log; do
             [ -f "$log" ] || continue
-            grep -E "^[# ]*not ok|Failed tests?:|\(Wstat: |Dubious|^#   Failed test|^FAILED" "$log" |
-                head -n 20 | sed "s|^|dlock failure: $log: |"
+            # each failed test, then the first lines of its diagnostics ("  | ")
+            awk "
+                /^[# ]*not ok|Failed tests?:|\\(Wstat: |Dubious|^FAILED/ { print; next }
+                /^#   Failed test/ { print; k = 4; next }
+                k > 0 && /^#   at / { next }
+                k > 0 && /^#/ { print \"  | \" \$0; k--; next }
+                { k = 0 }
+            " "$log" | cut -c 1-400 | head -n 40 | sed "s|^|dlock failure: $log: |"
             # a model test: the first few violations it showed
             grep -E "^# *VIOLATION|^# *violations by kind" "$log" |
                 head -n 12 | cut -c 1-600 | sed "s|^|dlock failure: $log: |"

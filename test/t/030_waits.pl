@@ -262,20 +262,21 @@ SKIP:
 }
 
 # 7. A waiter takes over at the holder's expiry, without the reaper (whose
-# interval is an hour here).
+# interval is an hour here).  One psql takes the lease and then waits, so
+# the wait starts well before the expiry however slow psql starts.
 {
 	$node->safe_psql('postgres', q{SELECT dlock.unlock('busy', 'owner')});
-	my $f1 = $node->safe_psql('postgres',
-		q{SELECT dlock.try_lock('expiring', 'short', '500ms')});
-	my $old_expiry = $node->safe_psql('postgres',
-		q{SELECT extract(epoch FROM expires_at) FROM dlock.locks
-		  WHERE resource = 'expiring'});
-	my $f2 = $node->safe_psql('postgres',
-		q{SELECT dlock.lock('expiring', 'patient', '30s', '20s')});
+	my ($f1, $old_expiry, $started, $f2, $acquired) = split /\n/,
+	  $node->safe_psql('postgres', q{
+		SELECT dlock.try_lock('expiring', 'short', '2s');
+		SELECT extract(epoch FROM expires_at) FROM dlock.locks
+		  WHERE resource = 'expiring';
+		SELECT extract(epoch FROM clock_timestamp());
+		SELECT dlock.lock('expiring', 'patient', '30s', '20s');
+		SELECT extract(epoch FROM acquired_at) FROM dlock.locks
+		  WHERE resource = 'expiring' AND holder = 'patient';});
+	cmp_ok($started, '<', $old_expiry, 'the wait started before the expiry');
 	cmp_ok($f2, '>', $f1, 'the waiter got the lock with a higher fence');
-	my $acquired = $node->safe_psql('postgres',
-		q{SELECT extract(epoch FROM acquired_at) FROM dlock.locks
-		  WHERE resource = 'expiring' AND holder = 'patient'});
 	my $late = $acquired - $old_expiry;
 	diag(sprintf('took over %.1f ms after the lease expired', 1000 * $late));
 	cmp_ok($late, '>=', 0, 'not before the expiry');

@@ -18,8 +18,9 @@ import pytest
 import dlock
 import dlock.aio
 
-LEASE = 1.5     # seconds; the waits below are longer
-BLOCKED = 2.5   # how long the first holder keeps it
+LEASE = 3       # seconds; the waits below are longer (1.5 s leases were
+                # lost under load: these pools open a connection per call)
+BLOCKED = 4     # how long the first holder keeps it
 
 
 def live(admin, resource):
@@ -100,7 +101,7 @@ def test_paused_renewal_after_a_long_wait_lost_before_expiry(dsn, admin, name, p
     first = dlock.Lock(dsn, name, lease=30)
     assert first.acquire()
     threading.Timer(BLOCKED, first.release).start()
-    lock = dlock.Lock(one_connection(dsn + f" application_name={app}"), name, lease=LEASE * 2,
+    lock = dlock.Lock(one_connection(dsn + f" application_name={app}"), name, lease=LEASE,
                       wait=30)
     assert lock.acquire()
     pid = admin.execute("SELECT pid FROM pg_stat_activity WHERE application_name = %s",
