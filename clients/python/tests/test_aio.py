@@ -33,8 +33,8 @@ def test_aio_happy_path_and_fences(dsn, admin, name):
 
 def test_aio_renewal(dsn, admin, name):
     async def main():
-        async with dlock.aio.Lock(dsn, name, lease=1.5) as lock:
-            await asyncio.sleep(4)
+        async with dlock.aio.Lock(dsn, name, lease=3) as lock:
+            await asyncio.sleep(7)
             assert not lock.lost.is_set()
             assert await lock.check()
     run(main())

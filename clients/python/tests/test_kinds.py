@@ -121,11 +121,11 @@ def test_semaphore_threads_never_exceed_max_permits(dsn, admin, name):
 def test_semaphore_renewed_past_its_lease_and_loss_reported(dsn, admin, name):
     called, ran = [], threading.Event()
     with pytest.raises(dlock.LockLost) as lost:
-        with dlock.Semaphore(dsn, name, max_permits=2, permits=2, lease=1.2,
+        with dlock.Semaphore(dsn, name, max_permits=2, permits=2, lease=3,
                              on_lost=lambda x: (called.append(x), ran.set())) as sem:
             first = admin.execute("SELECT expires_at FROM dlock.locks WHERE resource = %s",
                                   (name,)).fetchone()[0]
-            time.sleep(2.0)
+            time.sleep(4)
             row = admin.execute("SELECT fence, expires_at, permits FROM dlock.locks"
                                 " WHERE resource = %s AND NOT expired", (name,)).fetchone()
             assert row[0] == sem.fence and row[1] > first and row[2] == 2
@@ -225,11 +225,11 @@ def test_multilock_renewed_and_loss_of_one_is_loss(dsn, admin, name):
     names = [name + "/a", name + "/b", name + "/c"]
     called, ran = [], threading.Event()
     with pytest.raises(dlock.LockLost) as lost:
-        with dlock.MultiLock(dsn, names, lease=1.2,
+        with dlock.MultiLock(dsn, names, lease=3,
                              on_lost=lambda x: (called.append(x), ran.set())) as multi:
             first = admin.execute("SELECT max(expires_at) FROM dlock.locks WHERE resource = ANY(%s)",
                                   (names,)).fetchone()[0]
-            time.sleep(2.0)
+            time.sleep(4)
             rows = admin.execute("SELECT resource, expires_at FROM dlock.locks"
                                  " WHERE resource = ANY(%s) AND NOT expired", (names,)).fetchall()
             assert len(rows) == 3 and all(e > first for _, e in rows)

@@ -55,9 +55,9 @@ def test_default_holders_are_unique(dsn, name):
 
 
 def test_renewal_keeps_lease_past_its_length(dsn, admin, name):
-    with dlock.Lock(dsn, name, lease=1.5) as lock:
+    with dlock.Lock(dsn, name, lease=3) as lock:
         first = holding(admin, name)
-        time.sleep(4)   # well past the lease: only renewals keep it
+        time.sleep(7)   # well past the lease: only renewals keep it
         now = holding(admin, name)
         assert now is not None and now[1] == lock.fence
         assert now[2] > first[2], "expiry moved forward"
@@ -174,10 +174,10 @@ def test_renewal_connection_killed_reconnects(dsn, admin, name):
 
 
 def test_through_pgbouncer_transaction_pooling(bouncer, admin, name):
-    with dlock.Lock(bouncer, name, lease=1.5, wait=5) as lock:
+    with dlock.Lock(bouncer, name, lease=3, wait=5) as lock:
         # Other clients' statements share the two server connections.
         with psycopg.connect(bouncer, autocommit=True, prepare_threshold=None) as other:
-            for _ in range(20):
+            for _ in range(40):
                 other.execute("SELECT dlock.try_lock(%s, 'someone', '5s')", (name + "/x",))
                 time.sleep(0.15)
         assert not lock.lost.is_set()
@@ -201,8 +201,8 @@ class TinyPool:
 
 def test_with_a_pool(dsn, admin, name):
     pool = TinyPool(dsn)
-    with dlock.Lock(pool, name, lease=1.5) as lock:
-        time.sleep(2)
+    with dlock.Lock(pool, name, lease=3) as lock:
+        time.sleep(4)
         assert holding(admin, name)[1] == lock.fence
     assert holding(admin, name) is None
     assert pool.borrowed >= 4   # acquire, renewals, release
@@ -329,9 +329,9 @@ def test_shared_holders_together_writer_refused_fences_increase(dsn, admin, name
 
 
 def test_shared_renewed_past_its_lease(dsn, admin, name):
-    with dlock.Lock(dsn, name, lease=1.2, shared=True) as lock:
+    with dlock.Lock(dsn, name, lease=3, shared=True) as lock:
         first = holding(admin, name)[2]
-        time.sleep(2.0)
+        time.sleep(4)
         row = holding(admin, name)
         assert row is not None and row[1] == lock.fence and row[2] > first
         assert lock.held
