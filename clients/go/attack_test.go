@@ -168,11 +168,12 @@ func TestElectionLeaderPaused(t *testing.T) {
 	name := fmt.Sprintf("go-test-elect-%d", os.Getpid())
 	app := open(t, p.dsn(), "application_name="+name)
 	election := unique("paused-election")
-	e1, err := dlock.NewElection(app, election, dlock.Lease(2*time.Second), dlock.PollInterval(10*time.Millisecond))
+	// 3 s: with 2 s, a renewal had about 1.1 s to get through (CI under load).
+	e1, err := dlock.NewElection(app, election, dlock.Lease(3*time.Second), dlock.PollInterval(10*time.Millisecond))
 	if err != nil {
 		t.Fatal(err)
 	}
-	e2, _ := dlock.NewElection(appDB(t, ""), election, dlock.Lease(2*time.Second))
+	e2, _ := dlock.NewElection(appDB(t, ""), election, dlock.Lease(3*time.Second))
 	ctx, cancel := context.WithCancel(bg())
 	defer cancel()
 	_ = e1.Observe(ctx) // never read
@@ -180,7 +181,7 @@ func TestElectionLeaderPaused(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(3 * time.Second) // past the lease: renewed all the same
+	time.Sleep(4500 * time.Millisecond) // past the lease: renewed all the same
 	if lead.Err() != nil {
 		t.Fatalf("lost while its Observe channel was not read: %v", lead.Err())
 	}

@@ -92,7 +92,7 @@ func TestAcquireAll(t *testing.T) {
 		t.Fatal("all or nothing: one was taken")
 	}
 	release(t, one)
-	m, err := dlock.AcquireAll(bg(), app, []string{a, b}, dlock.Lease(1500*time.Millisecond), dlock.Wait(5*time.Second))
+	m, err := dlock.AcquireAll(bg(), app, []string{a, b}, dlock.Lease(3*time.Second), dlock.Wait(5*time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -100,7 +100,7 @@ func TestAcquireAll(t *testing.T) {
 	if len(f) != 2 || row(t, admin, a).fence != f[0] || row(t, admin, b).fence != f[1] {
 		t.Fatalf("fences %v", f)
 	}
-	time.Sleep(2 * time.Second) // past the lease: renewed together
+	time.Sleep(4 * time.Second) // past the lease: renewed together
 	if m.Err() != nil || !row(t, admin, b).live {
 		t.Fatalf("not renewed: %v", m.Err())
 	}
@@ -125,11 +125,11 @@ func TestElection(t *testing.T) {
 	t.Parallel()
 	app := appDB(t, "")
 	name := unique("election")
-	e1, err := dlock.NewElection(app, name, dlock.Lease(2*time.Second), dlock.PollInterval(50*time.Millisecond))
+	e1, err := dlock.NewElection(app, name, dlock.Lease(3*time.Second), dlock.PollInterval(50*time.Millisecond))
 	if err != nil {
 		t.Fatal(err)
 	}
-	e2, _ := dlock.NewElection(app, name, dlock.Lease(2*time.Second))
+	e2, _ := dlock.NewElection(app, name, dlock.Lease(3*time.Second))
 	ctx := within(t, 60*time.Second)
 	ob := e1.Observe(ctx)
 	if ld := <-ob.C; ld != nil {
@@ -154,7 +154,7 @@ func TestElection(t *testing.T) {
 	if ld := <-ob.C; ld == nil || ld.Value != "uno" {
 		t.Fatalf("observed %+v", ld)
 	}
-	time.Sleep(2500 * time.Millisecond) // past the lease: renewed
+	time.Sleep(3750 * time.Millisecond) // past the lease: renewed
 	got := make(chan *dlock.Lock, 1)
 	go func() {
 		l, err := e2.Campaign(ctx, "two")

@@ -231,11 +231,13 @@ func TestBouncer(t *testing.T) {
 	b := bouncerDB(t)
 	admin := appDB(t, "")
 	r := unique("bouncer")
-	l, err := dlock.Acquire(bg(), b, r, dlock.Lease(1500*time.Millisecond), dlock.Wait(5*time.Second))
+	// 6 s: each renewal waits its turn for one of pgbouncer's two server
+	// connections; with 1.5 s it had 0.85 s to get through (CI under load).
+	l, err := dlock.Acquire(bg(), b, r, dlock.Lease(6*time.Second), dlock.Wait(5*time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}
-	for i := 0; i < 20; i++ {
+	for i := 0; i < 80; i++ { // 12 s: twice the lease
 		if _, err := b.Exec(`SELECT dlock.try_lock($1, 'someone', '5s')`, r+"/x"); err != nil {
 			t.Fatal(err)
 		}

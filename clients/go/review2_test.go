@@ -99,7 +99,8 @@ func sleepCtx(ctx context.Context, d time.Duration) bool {
 }
 
 // Six dead idle connections in the caller's pool: Acquire, the renewals
-// of a 3 s lease and Release each get through on a live connection (they
+// of a 6 s lease (each on a new connection, as after a backend kill: 3 s
+// left it 1.7 s on a loaded machine) and Release each get through on a live connection (they
 // returned "driver: bad connection", and the renewals spent the lease on
 // back-off until the lock was lost with the server healthy).
 func TestDeadIdleConnections(t *testing.T) {
@@ -110,12 +111,13 @@ func TestDeadIdleConnections(t *testing.T) {
 		t.Fatalf("ended %d idle backends, want 6", n)
 	}
 	r := unique("deadidle")
-	l, err := dlock.Acquire(within(t, 10*time.Second), app, r, dlock.Lease(3*time.Second))
+	l, err := dlock.Acquire(within(t, 10*time.Second), app, r, dlock.Lease(6*time.Second))
 	if err != nil {
 		t.Fatalf("Acquire through dead idle connections: %v", err)
 	}
-	// Renewals: every idle connection dies again before each one.
-	for i := 0; i < 4; i++ {
+	// Renewals: every idle connection dies again before each one (8 s:
+	// past the lease).
+	for i := 0; i < 8; i++ {
 		fillIdle(t, app, 6)
 		killIdle(t, admin, name)
 		time.Sleep(time.Second)

@@ -27,7 +27,8 @@ import (
 // lost (Done closed) while the session and its other lock live on.
 func TestSessionHoldingBroken(t *testing.T) {
 	app, admin := appDB(t, ""), appDB(t, "")
-	s, err := dlock.OpenSession(bg(), app, dlock.TTL(1500*time.Millisecond))
+	// 3 s: with 1.5 s, a keepalive had 0.85 s to get through (CI under load).
+	s, err := dlock.OpenSession(bg(), app, dlock.TTL(3*time.Second))
 	if err != nil {
 		t.Skip(err)
 	}
@@ -55,7 +56,7 @@ func TestSessionHoldingBroken(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer other.Release(bg())
-	// A keepalive every 0.5 s: the loss is seen at the first after the break.
+	// A keepalive every second: the loss is seen at the first after the break.
 	for _, l := range []*dlock.Lock{l1, l34} {
 		if !closed(within(t, 10*time.Second), l.Done()) {
 			t.Fatalf("%v broken and taken by another; its Lock still says held", l.Resources())
@@ -67,7 +68,7 @@ func TestSessionHoldingBroken(t *testing.T) {
 			t.Fatalf("%v: Release %v, want ErrLost", l.Resources(), err)
 		}
 	}
-	time.Sleep(1500 * time.Millisecond) // three keepalives more
+	time.Sleep(3 * time.Second) // three keepalives more
 	if s.Err() != nil || l2.Err() != nil {
 		t.Fatalf("the session (%v) or its other lock (%v) lost with a broken lock", s.Err(), l2.Err())
 	}
@@ -87,7 +88,9 @@ func TestSessionHoldingBroken(t *testing.T) {
 func TestSessionReleaseRacesHoldingCheck(t *testing.T) {
 	p := newProxy(t)
 	app := open(t, p.dsn(), "")
-	s, err := dlock.OpenSession(bg(), app, dlock.TTL(3*time.Second))
+	// 6 s: a keepalive held back is retried on a new connection once the
+	// answers go; with 3 s it had about 0.6 s for that (CI under load).
+	s, err := dlock.OpenSession(bg(), app, dlock.TTL(6*time.Second))
 	if err != nil {
 		t.Skip(err)
 	}
@@ -103,8 +106,8 @@ func TestSessionReleaseRacesHoldingCheck(t *testing.T) {
 		p.hold()
 		done := make(chan error, 1)
 		go func() { done <- l.Release(bg()) }()
-		// A keepalive every second: one is sent while the answers are held.
-		time.Sleep(1050*time.Millisecond + time.Duration(rnd.Intn(100))*time.Millisecond)
+		// A keepalive every 2 s: one is sent while the answers are held.
+		time.Sleep(2100*time.Millisecond + time.Duration(rnd.Intn(200))*time.Millisecond)
 		p.release()
 		if err := <-done; err != nil {
 			t.Fatalf("round %d: Release: %v", i, err)
@@ -112,8 +115,8 @@ func TestSessionReleaseRacesHoldingCheck(t *testing.T) {
 		if l.Err() != dlock.ErrReleased {
 			t.Fatalf("round %d: released lock's Err %v", i, l.Err())
 		}
-		// Keepalives held back fail (each waits a second): let them through.
-		time.Sleep(1200 * time.Millisecond)
+		// Keepalives held back fail (each waits 2 s): let them through.
+		time.Sleep(2400 * time.Millisecond)
 	}
 	if s.Err() != nil {
 		t.Fatal(s.Err())
@@ -237,7 +240,9 @@ func cancelledGrant(t *testing.T, late time.Duration) {
 // lost at the next keepalive (a Release that is over does not shield it).
 func TestSessionBrokenAfterFailedRelease(t *testing.T) {
 	app, admin := appDB(t, ""), appDB(t, "")
-	s, err := dlock.OpenSession(bg(), app, dlock.TTL(1500*time.Millisecond))
+	// 3 s: Err is nil after the failed Release only if no keepalive was
+	// late; with 1.5 s one had 0.85 s to get through (CI under load).
+	s, err := dlock.OpenSession(bg(), app, dlock.TTL(3*time.Second))
 	if err != nil {
 		t.Skip(err)
 	}

@@ -336,12 +336,14 @@ func TestSessionBouncer(t *testing.T) {
 	admin := appDB(t, "")
 	needSessions(t, admin)
 	db := bouncerDB(t)
-	s, err := dlock.OpenSession(bg(), db, dlock.TTL(1500*time.Millisecond), dlock.Holder(unique("bouncer")))
+	// 6 s: with 1.5 s, a keepalive queued for one of pgbouncer's server
+	// connections had 0.85 s to get through (CI under load).
+	s, err := dlock.OpenSession(bg(), db, dlock.TTL(6*time.Second), dlock.Holder(unique("bouncer")))
 	if err != nil {
 		t.Fatal(err)
 	}
 	locks := takeMany(t, s, 3)
-	time.Sleep(3500 * time.Millisecond)
+	time.Sleep(8 * time.Second) // past the ttl
 	if s.Err() != nil {
 		t.Fatalf("lost behind pgbouncer: %v", s.Err())
 	}

@@ -68,8 +68,10 @@ $r->quit;
 # A pinned exclusive holding that has run out: readers stay out until the
 # pin's transaction ends (the holder's fenced write commits before any
 # reader holds the resource).  Until stop 52 a reader took it at once.
-my $fx = sql(q{SELECT dlock.try_lock('px', 'x', '1s')});
+# The pinner's psql starts first and takes the 1 s lease itself: the pin
+# comes before the lease ends, however slowly a loaded machine starts psql.
 my $p = $node->background_psql('postgres', on_error_stop => 0);
+my $fx = $p->query_safe(q{SELECT dlock.try_lock('px', 'x', '1s')});
 $p->query_safe("BEGIN; SELECT dlock.assert_fence('px', $fx)");
 ok($node->poll_query_until('postgres', q{SELECT expired FROM dlock.locks WHERE resource = 'px'}),
 	'pin: the pinned exclusive holding runs out');

@@ -101,16 +101,21 @@ ok($node->poll_query_until('postgres',
 	'the third fair waiter gets it');
 $_->quit for @f;
 
-# A crashed holder's permits come back when its lease ends.
+# A crashed holder's permits come back when its lease ends.  A 4 s lease,
+# and one psql terminates the holder's session, looks and waits: psqls of
+# their own, slow to start on a loaded machine, came after a 2 s lease
+# (and its reaping).
 my $c = $node->background_psql('postgres', on_error_stop => 0);
-my $crashed = $c->query_safe(
-	q{SELECT dlock.try_acquire('sem/c', 'crashed', 2, 2, '2s')});
 my $cpid = $c->query_safe('SELECT pg_backend_pid()');
+my $crashed = $c->query_safe(
+	q{SELECT dlock.try_acquire('sem/c', 'crashed', 2, 2, '4s')});
 like($crashed, qr/^\d+$/, 'a holder takes both permits');
-sql("SELECT pg_terminate_backend($cpid)");
-is(sql(q{SELECT holder FROM dlock.locks WHERE resource = 'sem/c'}), 'crashed',
-	'its holding outlives its session');
-my $fence = sql(q{SELECT dlock.acquire('sem/c', 'next', 2, 2, '1h', wait => '120s')});
+my ($terminated, $outlives, $fence) = split /\n/, sql(qq{
+	SELECT pg_terminate_backend($cpid, 30000);
+	SELECT holder FROM dlock.locks WHERE resource = 'sem/c';
+	SELECT dlock.acquire('sem/c', 'next', 2, 2, '1h', wait => '120s');});
+is($terminated, 't', "the holder's session is terminated");
+is($outlives, 'crashed', 'its holding outlives its session');
 cmp_ok($fence, '>', $crashed, 'a waiter gets both permits once the lease ended, with a newer fence');
 is(sql(q{SELECT string_agg(holder || ':' || permits, ',') FROM dlock.locks WHERE resource = 'sem/c' AND NOT expired}),
 	'next:2', 'the crashed holder\'s permits are its now');

@@ -33,13 +33,19 @@ sub sleep_until
 	return;
 }
 
+# row_sql: the query of row() for a resource: a row, or none.
+sub row_sql
+{
+	my ($res) = @_;
+	return "SELECT coalesce(holder, '-') || ' ' || coalesce(fence, 0) || ' ' || "
+	  . "coalesce(extract(epoch FROM expires_at), 0) FROM dlock.leases WHERE resource = '$res'";
+}
+
 # row: holder, fence and expiry (epoch seconds) of a resource's row.
 sub row
 {
 	my ($node, $db, $res) = @_;
-	my $r = $node->safe_psql($db,
-		"SELECT coalesce(holder, '-') || ' ' || coalesce(fence, 0) || ' ' || "
-		  . "coalesce(extract(epoch FROM expires_at), 0) FROM dlock.leases WHERE resource = '$res'");
+	my $r = $node->safe_psql($db, row_sql($res));
 	return split / /, $r;
 }
 
@@ -59,21 +65,26 @@ sub standby_of
 # failover: on primary, take 'live' (LEASE) in both databases and 'dead'
 # (1 s); once the standby has them, kill the primary, wait 3 s (so 'dead'
 # expires before the promotion, 'live' after it), promote.  Returns the
-# time 'live' was taken and the rows before the promotion.
+# time 'live' was taken and the rows before the promotion.  'dead' is
+# taken with the first 'live', and the rows of a database are read in one
+# psql: each psql start (0.5-2 s now and then on a loaded machine) between
+# the takes and the promotion eats into 'live''s lease.
 sub failover
 {
 	my ($primary, $standby) = @_;
 	my $t0 = time;
-	for my $db ('postgres', 'other')
-	{
-		$primary->safe_psql($db, "SELECT dlock.try_lock('live', 'h-live', '${LEASE}s')");
-	}
-	$primary->safe_psql('postgres', "SELECT dlock.try_lock('dead', 'h-dead', '1s')");
+	$primary->safe_psql('postgres', "SELECT dlock.try_lock('live', 'h-live', '${LEASE}s');
+		SELECT dlock.try_lock('dead', 'h-dead', '1s')");
+	my $t_dead = time;
+	$primary->safe_psql('other', "SELECT dlock.try_lock('live', 'h-live', '${LEASE}s')");
 	$primary->wait_for_catchup($standby);
-	my %before = map { $_ => [ row($standby, 'postgres', $_) ] } qw(live dead);
+	my %before;
+	@before{qw(live dead)} = map { [ split / / ] } split /\n/,
+	  $standby->safe_psql('postgres', join(";\n", map { 'SELECT (' . row_sql($_) . ')' } qw(live dead))), -1;
 	$before{other} = [ row($standby, 'other', 'live') ];
 	$primary->stop('immediate');
-	sleep_until($t0 + 3);
+	# 'dead' ran out before the promotion, however late it was taken
+	sleep_until($t0 + 3 > $t_dead + 1.5 ? $t0 + 3 : $t_dead + 1.5);
 	$before{promote_start} = time;
 	$standby->promote;
 	$before{promote_end} = time;
@@ -122,8 +133,9 @@ ok(!@d || $d[0] eq '-' || $d[2] == $before{dead}[2],
 is($s1->safe_psql('postgres', q{SELECT dlock.renew('dead', 'h-dead') IS NULL}), 't',
 	'and its renewal gets NULL');
 
-# The holder renews on the new primary after its old lease would have ended.
-sleep_until($t0 + $LEASE + 0.5);
+# The holder renews on the new primary after its old lease would have ended
+# (by the expiry the standby had: $t0 is before the take's psql started).
+sleep_until($before{live}[2] + 0.5);
 is($s1->safe_psql('postgres', q{SELECT dlock.try_lock('live', 'intruder', '1s') IS NULL}),
 	't', 'past its old expiry, nobody else can take it');
 is($s1->safe_psql('postgres', q{SELECT dlock.renew('live', 'h-live') IS NOT NULL}),
@@ -149,7 +161,7 @@ my $s2 = standby_of($s1, 's2', q{dlock.refresh_on_promotion = off});
 $s2->wait_for_log(qr/holdings not refreshed after promotion to timeline 3: dlock.refresh_on_promotion is off/);
 my @a = row($s2, 'postgres', 'live');
 is("@a", "@{ $before{live} }", 'off: the live holding is unchanged');
-sleep_until($t0 + $LEASE + 0.5);
+sleep_until($before{live}[2] + 0.5);
 is($s2->safe_psql('postgres', q{SELECT dlock.renew('live', 'h-live') IS NULL}), 't',
 	'off: its renewal past the old expiry gets NULL');
 $s2->safe_psql($_, q{SELECT dlock.unlock_all('h-live')}) for ('postgres', 'other');
@@ -160,7 +172,7 @@ my $s3 = standby_of($s2, 's3', q{shared_preload_libraries = ''});
 ok($s3->poll_query_until('postgres', 'SELECT NOT pg_is_in_recovery()'), 'S3 promoted');
 @a = row($s3, 'postgres', 'live');
 is("@a", "@{ $before{live} }", 'not preloaded: the live holding is unchanged');
-sleep_until($t0 + $LEASE + 0.5);
+sleep_until($before{live}[2] + 0.5);
 is($s3->safe_psql('postgres', q{SELECT dlock.renew('live', 'h-live') IS NULL}), 't',
 	'not preloaded: its renewal past the old expiry gets NULL');
 is($s3->safe_psql('postgres', q{SELECT dlock.try_lock('live', 'next', '10s') IS NOT NULL}), 't',

@@ -175,17 +175,24 @@ $p->backup('bk');
 my $st = PostgreSQL::Test::Cluster->new('sessions_standby');
 $st->init_from_backup($p, 'bk', has_streaming => 1);
 $st->start;
+# Both sessions and their holdings in one psql: a 1 s session opened by
+# one psql may have ended before the next one's try_lock (a psql start is
+# 0.5-2 s now and then on a loaded machine), and each psql start before
+# the promotion eats into the 8 s one.
 my $t0 = time;
-my ($live, $lf) = split /\n/, $p->safe_psql('postgres', q{
+my ($live, $lf, $dead) = split /\n/, $p->safe_psql('postgres', q{
 SELECT dlock.open_session('8s', 'live') AS s \gset
 SELECT :s;
 SELECT dlock.try_lock('p/live', session => :s);
+SELECT dlock.open_session('1s', 'dead') AS d \gset
+SELECT :d;
+SELECT dlock.try_lock('p/dead', session => :d);
 });
-my $dead = $p->safe_psql('postgres', q{SELECT dlock.open_session('1s', 'dead')});
-$p->safe_psql('postgres', "SELECT dlock.try_lock('p/dead', session => $dead)");
+my $opened = time;
 $p->wait_for_catchup($st);
 $p->stop('immediate');
-usleep(50_000) while time < $t0 + 3;
+# the 1 s session ended before the promotion, however late it was opened
+usleep(50_000) while time < $t0 + 3 || time < $opened + 1.5;
 my $promote_start = time;
 $st->promote;
 $st->wait_for_log(qr/refresh after promotion to timeline 2 done/);

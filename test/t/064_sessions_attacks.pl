@@ -167,8 +167,11 @@ sub ended
 	my $w = async_script("SET statement_timeout = '30s';\nSELECT dlock.open_session('2s', 'w-tw') AS s \\gset\n"
 		  . "SELECT dlock.lock('tw/1', session => :s, wait => '20s');\n");
 	ok(active('%tw/1%', 1), 'lock() waits in the session');
-	my $s = $q->(q{SELECT id FROM dlock.sessions WHERE holder = 'w-tw'});
-	ok(ended($s), "the session's ttl passes while it waits");
+	# Its id is not read by a psql of its own: by then (0.5-2 s to start
+	# now and then on a loaded machine) the 2 s session may have ended and
+	# been removed; ended() takes the subquery.
+	ok(ended(q{(SELECT id FROM dlock.sessions WHERE holder = 'w-tw')}),
+		"the session's ttl passes while it waits");
 	is($q->(q{SELECT dlock.unlock('tw/1', 'b')}), '0', 'b releases tw/1');
 	my $got = result($w);
 	is($got, '55000', 'the waiter gets 55000, not a fence of an ended session');
@@ -222,8 +225,10 @@ sub ended
 # 5. Keepalives in snapshots older than the end, and in savepoints
 # (portable 103's snapshots).
 {
-	my ($s, $f) = opened('1s', 'w-snap', "SELECT dlock.try_lock('sn/1', session => :s)");
+	# The other session's psql starts first: its snapshot comes while the
+	# 1 s session lives.
 	my $a2 = $node->background_psql('postgres');
+	my ($s, $f) = opened('1s', 'w-snap', "SELECT dlock.try_lock('sn/1', session => :s)");
 	$a2->query_safe("BEGIN ISOLATION LEVEL REPEATABLE READ; SELECT count(*) FROM dlock.sessions WHERE id = $s");
 	ok(ended($s), 'its ttl passes');
 	is($a2->query_safe("SELECT dlock.keepalive($s)"), '', 'keepalive in an old REPEATABLE READ snapshot: NULL');

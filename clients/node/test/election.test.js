@@ -93,9 +93,9 @@ test('election: a leadership broken by an administrator aborts its signal', asyn
 test('election: a leader with a value is renewed past its lease (renewals send the lease, not the value)', async (t) => {
   if (!(await elections(admin))) return t.skip(noElections);
   const name = unique('election-renewed');
-  const e = new dlock.Election(app, name, { lease: 1500 });
+  const e = new dlock.Election(app, name, { lease: 3000 });   // 1.5 s left a renewal 0.85 s (CI under load)
   const lead = await e.campaign('http://a:1');
-  const r = await Promise.race([aborted(lead.signal), new Promise((ok) => setTimeout(ok, 4000, 'kept'))]);
+  const r = await Promise.race([aborted(lead.signal), new Promise((ok) => setTimeout(ok, 8000, 'kept'))]);
   assert.equal(r, 'kept', `lost: ${r && r.message}`);
   assert.equal(await lead.check(), true);
   assert.equal(await e.resign(), true);

@@ -62,7 +62,9 @@ test('failed re-campaign: the leader is not resigned behind its back', async (t)
 test('failed release: loss signalled before the lease ends, not released', async () => {
   const name = unique('release');
   const p = flaky();
-  const lock = await dlock.acquire(p, name, { lease: 2000 });
+  // 6 s: the query below must land before the lease ends on the server,
+  // a tenth of the lease after the loss (0.2 s with 2 s: CI under load).
+  const lock = await dlock.acquire(p, name, { lease: 6000 });
   p.down = true;
   await assert.rejects(lock.release(), /connection refused/);
   p.down = false;

@@ -97,14 +97,14 @@ test('semaphore: renewed past its lease; a broken holding is reported lost', asy
   if (!(await kinds())) return refused([s, `${s}/b`]);
   await assert.rejects(dlock.withSemaphore(app, s, async (sem) => {
     const first = (await admin.query('SELECT expires_at FROM dlock.locks WHERE resource = $1', [s])).rows[0].expires_at;
-    await sleep(2000);
+    await sleep(5000);   // past the lease: renewed
     const now = (await admin.query('SELECT expires_at, permits FROM dlock.locks WHERE resource = $1 AND NOT expired', [s])).rows[0];
     assert.ok(now.expires_at > first && now.permits === 2);
     assert.equal(await sem.check(), true);
     await admin.query('SELECT dlock.break_lock($1)', [s]);
     const reason = await within(10000, aborted(sem.signal), 'the loss');
     assert.ok(reason instanceof dlock.LockLost);
-  }, { maxPermits: 2, permits: 2, lease: 1200 }), lostCleanly);
+  }, { maxPermits: 2, permits: 2, lease: 3000 }), lostCleanly);   // 1.2 s left a renewal 0.68 s (CI under load)
   assert.equal(await permitsHeld(s), 0);
 });
 
@@ -168,7 +168,7 @@ test('several resources: renewed together past the lease; one broken: signal abo
   if (!(await kinds())) return refused(names);
   await assert.rejects(dlock.withLocks(app, names, async (multi) => {
     const first = (await admin.query('SELECT max(expires_at) AS e FROM dlock.locks WHERE resource = ANY($1)', [names])).rows[0].e;
-    await sleep(2000);
+    await sleep(5000);   // past the lease: renewed together
     const rows = (await admin.query('SELECT expires_at FROM dlock.locks WHERE resource = ANY($1) AND NOT expired', [names])).rows;
     assert.equal(rows.length, 3);
     assert.ok(rows.every((x) => x.expires_at > first), 'every holding renewed');
@@ -177,7 +177,7 @@ test('several resources: renewed together past the lease; one broken: signal abo
     assert.ok(reason instanceof dlock.LockLost);
     assert.equal(multi.lost, true);
     assert.equal(await multi.check(), false);
-  }, { lease: 1200 }), lostCleanly);
+  }, { lease: 3000 }), lostCleanly);   // 1.2 s left a renewal 0.68 s (CI under load)
   assert.deepEqual(await holdings(names), {});
 });
 

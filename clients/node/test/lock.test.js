@@ -309,11 +309,13 @@ test('a lease longer than a timer holds (30 days, 2^31 ms is 24.8): neither lost
 
 test('the event loop blocked past the lease: lost says so at once, judged by the clock, and aborts signal', async () => {
   const r = unique('blocked');
-  const lock = await dlock.acquire(app, r, { lease: 1000 });
+  // 3 s: not lost when acquire() resolves; with 1 s, an answer 0.9 s late
+  // (CI under load) would have been.
+  const lock = await dlock.acquire(app, r, { lease: 3000 });
   assert.equal(lock.lost, false);
   let heard = null;
   lock.signal.addEventListener('abort', () => { heard = lock.signal.reason; });
-  const until = performance.now() + 1200;
+  const until = performance.now() + 3600;
   while (performance.now() < until) { /* no timer, no renewal runs */ }
   assert.equal(lock.signal.aborted, false, 'reading signal judges nothing: a listener added now still hears the abort');
   assert.equal(lock.lost, true, 'past the deadline, before any timer ran');

@@ -26,7 +26,7 @@ const serverFences = async (resource) => (await admin.query(
   [resource])).rows.map((x) => BigInt(x.f));
 
 async function keptAndFenced(lock) {
-  const r = await Promise.race([aborted(lock.signal), sleep(3000).then(() => 'kept')]);
+  const r = await Promise.race([aborted(lock.signal), sleep(6000).then(() => 'kept')]);   // twice the lease
   assert.equal(r, 'kept', `lost: ${r && r.message}`);
   assert.equal(await lock.check(), true);
   const c = await app.connect();
@@ -44,7 +44,8 @@ for (const [label, parse] of Object.entries(PARSERS)) {
     pg.types.setTypeParser(20, parse);
     pg.types.setTypeParser(1016, ARRAY(parse));
     const r = unique(`parser-${label}`);
-    const lock = await dlock.acquire(app, r, { lease: 1500 });
+    // 3 s leases: 1.5 s left a renewal 0.85 s (CI under load).
+    const lock = await dlock.acquire(app, r, { lease: 3000 });
     assert.equal(typeof lock.fence, 'bigint');
     assert.ok(lock.fence > 2n ** 53n, `a clock-based fence: ${lock.fence}`);
     assert.deepEqual(await serverFences(r), [lock.fence]);
@@ -52,7 +53,7 @@ for (const [label, parse] of Object.entries(PARSERS)) {
     assert.equal(await lock.release(), true);
 
     if (await kinds(admin)) {
-      const m = await dlock.acquire(app, [r + '/a', r + '/b'], { lease: 1500 });
+      const m = await dlock.acquire(app, [r + '/a', r + '/b'], { lease: 3000 });
       assert.deepEqual(m.fences, [...await serverFences(r + '/a'), ...await serverFences(r + '/b')]);
       await keptAndFenced(m);
       assert.equal(await m.release(), true);
@@ -60,7 +61,7 @@ for (const [label, parse] of Object.entries(PARSERS)) {
       t.diagnostic(noKinds);
     }
     if (await elections(admin)) {
-      const e = new dlock.Election(app, r + '/e', { lease: 1500 });
+      const e = new dlock.Election(app, r + '/e', { lease: 3000 });
       const lead = await e.campaign('v');
       assert.deepEqual(await serverFences(r + '/e'), [lead.term]);
       assert.equal((await e.leader()).term, lead.term);

@@ -176,12 +176,13 @@ test('closed by someone else: lost at once on every lock; a stale fenced write i
 test('release of one leaves the others; close() releases all; a session used after close: 55000', async (t) => {
   if (!(await sessions(t))) return;
   const r = unique('close');
-  const s = await dlock.openSession(app, { ttl: 1500 });
+  // ttl 3 s: 1.5 s left a keepalive 0.85 s (CI under load).
+  const s = await dlock.openSession(app, { ttl: 3000 });
   const locks = [];
   for (let i = 0; i < 5; i++) locks.push(await s.tryAcquire(`${r}/${i}`));
   assert.equal(await locks[0].release(), true);
   assert.equal(await live(s.id), 4);
-  await sleep(2000);
+  await sleep(4000);   // past the ttl: the rest are kept
   assert.ok(locks.slice(1).every((l) => !l.lost));
   assert.equal(await locks[1].check(), true);
   const got = await s.withLock(`${r}/w`, async (l) => (await live(s.id)) + (l.session === s ? 100 : 0));
@@ -206,10 +207,11 @@ test('pgbouncer (transaction pooling): a session and its locks kept past their t
   const r = unique('bouncer');
   const bp = bouncerPool();
   try {
-    const s = await dlock.openSession(bp, { ttl: 1500 });
+    // ttl 6 s: with 1.5 s, a keepalive queued for pgbouncer had 0.85 s (CI under load).
+    const s = await dlock.openSession(bp, { ttl: 6000 });
     const locks = [];
     for (let i = 0; i < 6; i++) locks.push(await s.tryAcquire(`${r}/${i}`));
-    await sleep(3500);
+    await sleep(8000);   // past the ttl
     assert.equal(s.lost, false, `lost: ${s.signal.reason}`);
     assert.equal(await live(s.id), 6);
     assert.equal(await locks[2].release(), true);
@@ -264,17 +266,17 @@ test('attack: close() racing the keepalive: closed cleanly, never reported lost'
   const rand = rng(SEED + 1);
   let s, l;
   for (let i = 0; i < 15; i++) {
-    // ttl 1.2 s: a keepalive every 0.4 s, due or in flight at the close;
-    // a shorter one is lost on a loaded machine.
-    s = await dlock.openSession(app, { ttl: 1200 });
+    // ttl 3 s: a keepalive every second, due or in flight at the close;
+    // a shorter one (1.2 s: 0.68 s for a keepalive) is lost on a loaded machine.
+    s = await dlock.openSession(app, { ttl: 3000 });
     l = await s.tryAcquire(unique('closerace'));
     assert.ok(l);
-    await sleep(rand() * 900);
+    await sleep(rand() * 2250);
     const [a, b] = await Promise.all([s.close(), s.close()]);
     assert.ok(a && b, `seed ${SEED + 1}: round ${i}: ${s.signal.reason}`);
     assert.equal(await sessionRow(s.id), undefined);
   }
-  await sleep(500);
+  await sleep(1250);
   assert.equal(s.lost, false);
   assert.equal(l.lost, false);
 });
@@ -300,7 +302,8 @@ test('attack: two sessions of one holder: no re-entry across them; the loss of o
 test('a lock broken by an administrator is lost; the session and its other locks live on', async (t) => {
   if (!(await sessions(t))) return;
   const r = unique('broken');
-  const s = await dlock.openSession(app, { ttl: 1500 });
+  // ttl 3 s: 1.5 s left a keepalive 0.85 s (CI under load).
+  const s = await dlock.openSession(app, { ttl: 3000 });
   const a = await s.acquire(`${r}/a`);
   const b = await s.acquire(`${r}/b`);
   const at = Date.now();
@@ -310,7 +313,7 @@ test('a lock broken by an administrator is lost; the session and its other locks
   assert.ok(Date.now() - at < 2.5 * s.ttl, `told after ${Date.now() - at} ms, ttl ${s.ttl}`);
   const other = await dlock.tryAcquire(app, `${r}/a`);
   assert.ok(other && other.fence > a.fence, 'another holder takes it');
-  await sleep(1000);
+  await sleep(2000);
   assert.equal(s.lost, false, `session lost: ${s.signal.reason}`);
   assert.equal(b.lost, false);
   assert.equal(await b.check(), true);
@@ -324,7 +327,8 @@ test('a lock broken by an administrator is lost; the session and its other locks
 test('a lock of several resources in a session, one of them broken, is lost; the other kinds are kept', async (t) => {
   if (!(await sessions(t))) return;
   const r = unique('multibroken');
-  const s = await dlock.openSession(app, { ttl: 1500 });
+  // ttl 3 s: 1.5 s left a keepalive 0.85 s (CI under load).
+  const s = await dlock.openSession(app, { ttl: 3000 });
   const m = await s.acquire([`${r}/m1`, `${r}/m2`, `${r}/m3`]);
   const kept = [await s.acquire([`${r}/k1`, `${r}/k2`]), await s.acquire(`${r}/sem`, { maxPermits: 2 }),
     await s.acquire(`${r}/sh`, { shared: true }), await s.acquire(`${r}/x`)];
@@ -332,11 +336,11 @@ test('a lock of several resources in a session, one of them broken, is lost; the
   await admin.query('SELECT dlock.break_lock($1)', [`${r}/m2`]);
   const why = await within(15000, aborted(m.signal), 'the multi-lock\'s loss');
   assert.ok(why instanceof dlock.LockLost && /no longer has it \(broken/.test(why.message), String(why));
-  await sleep(1000);
+  await sleep(2000);
   assert.equal(s.lost, false, `session lost: ${s.signal.reason}`);
   assert.ok(kept.every((l) => !l.lost), kept.filter((l) => l.lost).map((l) => String(l.signal.reason)).join());
   assert.equal(await kept[4].release(), true);
-  await sleep(1000);
+  await sleep(2000);
   assert.equal(kept[3].lost, false, 'one release of a re-entry leaves the row');
   assert.equal(await kept[3].check(), true);
   assert.equal(await m.release(), false);
@@ -368,8 +372,8 @@ test('attack: releases and acquisitions racing the keepalive: never reported los
     },
   };
   try {
-    // ttl 1.2 s: a keepalive every 0.4 s.
-    const s = await dlock.openSession(hooked, { ttl: 1200 });
+    // ttl 3 s: a keepalive every second (1.2 s left one 0.68 s: CI under load).
+    const s = await dlock.openSession(hooked, { ttl: 3000 });
     const locks = [];
     for (let i = 0; i < 4; i++) locks.push(await s.acquire(`${r}/${i}`));
     const all = [...locks];
@@ -383,7 +387,7 @@ test('attack: releases and acquisitions racing the keepalive: never reported los
       locks[i] = await s.acquire(`${r}/${i}`);   // the same resource again, another fence
       all.push(locks[i]);
     }
-    await sleep(1000);
+    await sleep(2500);
     const lost = all.filter((l) => l.lost);
     assert.equal(lost.length, 0, `seed ${SEED + 2}: ${lost.map((l) => String(l.signal.reason)).join('; ')}`);
     assert.equal(s.lost, false);
@@ -397,11 +401,12 @@ test('attack: releases and acquisitions racing the keepalive: never reported los
 test('an election in a session', async (t) => {
   if (!(await sessions(t))) return;
   const name = unique('elect');
-  const s = await dlock.openSession(app, { ttl: 1500 });
+  // ttl 3 s: 1.5 s left a keepalive 0.85 s (CI under load).
+  const s = await dlock.openSession(app, { ttl: 3000 });
   const lead = await s.campaign(name, 'v');
   const e = new dlock.Election(app, name);
   assert.equal((await e.leader()).candidate, s.holder);
-  await sleep(2000);
+  await sleep(4000);   // past the ttl
   assert.equal(lead.lost, false);
   assert.equal((await e.leader()).term, lead.term);
   assert.equal(await lead.resign(), true);
@@ -420,7 +425,7 @@ test('the server down longer than the ttl: lost on every lock before the expiry 
   const locks = [await s.acquire(`${r}/a`), await s.acquire(`${r}/b`)];
   let lostAt = null;
   s.signal.addEventListener('abort', () => { lostAt = new Date(); });
-  await sleep(1500);        // a keepalive has given an expiry
+  await sleep(2500);        // a keepalive has given an expiry (1.5 s left the first 0.5 s)
   execSync(`${pgCtl} -w -m fast stop`, { stdio: 'ignore' });
   try {
     await expectLostOnAll(s, locks);

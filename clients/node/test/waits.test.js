@@ -14,8 +14,8 @@ const app = pool({ application_name: 'node-test-waits' });
 const admin = pool();
 after(() => Promise.all([app.end(), admin.end()]));
 
-const LEASE = 1500; // ms; the waits below are longer
-const BLOCKED = 2500; // how long the first holder keeps it
+const LEASE = 3000; // ms; the waits below are longer (1.5 s left a renewal 0.85 s: CI under load)
+const BLOCKED = 5000; // how long the first holder keeps it
 
 const live = async (resource) => (await admin.query(
   'SELECT holder, fence::text AS fence FROM dlock.locks WHERE resource = $1 AND NOT expired ORDER BY fence',

@@ -617,12 +617,15 @@ sub concurrency_tests {
     $bo->commit;
     $bo3->disconnect;
     # assert_fence pins: no takeover after expiry, but the holder's renew goes through.
+    # The renewer connects before the 1 s lease is taken: a connection made
+    # after it (a new backend, 0.5-2 s now and then on a loaded machine)
+    # came once the lease had run out.
+    my $bo2 = conn('alice');
+    $bo2->do("SET lock_timeout = '2s'");
     my $fp = q1($al, "SELECT dlock.try_lock('cc/pin', 'a', '1s')");
     $al->begin_work;
     $al->do("SELECT dlock.assert_fence('cc/pin', $fp)");
     $bo->do("SET lock_timeout = '2s'");
-    my $bo2 = conn('alice');
-    $bo2->do("SET lock_timeout = '2s'");
     ok(defined q1($bo2, "SELECT dlock.renew('cc/pin', 'a', '1s')"), "$label: a pinned holding is renewed by its holder");
     sleep 1.2;
     is(q1($bo, "SELECT dlock.try_lock('cc/pin', 'b', '1h')"), undef, "$label: an expired pinned holding is not taken over");

@@ -55,8 +55,13 @@ for my $s (@servers) {
     $p->commit;
 
     # 2. A pin of the exclusive holding keeps readers out until it ends.
-    my $fx = q1($bob, "SELECT dlock.try_lock('rp/x', 'x', '1s')");
+    # (The pinners connect before the 1 s leases are taken: a connection
+    # made after one, 0.5-2 s now and then on a loaded machine, came once
+    # it had run out.)
     my $bp = conn('bob');
+    my $bq = conn('bob');
+    $bq->do("SET statement_timeout = '20s'");
+    my $fx = q1($bob, "SELECT dlock.try_lock('rp/x', 'x', '1s')");
     $bp->begin_work;
     $bp->do("SELECT dlock.assert_fence('rp/x', ?)", undef, $fx);
     is($bp->err, undef, "$label: rp/x: bob pins his exclusive holding");
@@ -134,8 +139,6 @@ for my $s (@servers) {
     # 6. Two transactions pin the ended exclusive holding: a reader's
     # lock() in one waits for the other's pin, then reads.
     my $fw = q1($bob, "SELECT dlock.try_lock('rp/w', 'x', '1s')");
-    my $bq = conn('bob');
-    $bq->do("SET statement_timeout = '20s'");
     $_->begin_work for $bp, $bq;
     $_->do("SELECT dlock.assert_fence('rp/w', ?)", undef, $fw) for $bp, $bq;
     sleep 1.3;

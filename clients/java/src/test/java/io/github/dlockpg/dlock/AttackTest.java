@@ -107,9 +107,10 @@ class AttackTest {
         CountDownLatch taken = new CountDownLatch(1);
         Thread t = holdFor(r, 2500, taken);
         taken.await();
-        DlockLock lock = new DlockLock(ds, r, Duration.ofMillis(1500));
+        // 3 s: unlock() throws if a renewal was late; 1.5 s left one 0.85 s (CI under load).
+        DlockLock lock = new DlockLock(ds, r, Duration.ofSeconds(3));
         assertTrue(lock.tryLock(30, TimeUnit.SECONDS));
-        Thread.sleep(1500); // renewals
+        Thread.sleep(3000); // renewals
         lock.unlock();
         t.join();
         try (Connection c = ds.getConnection(); Statement s = c.createStatement();
@@ -139,7 +140,9 @@ class AttackTest {
         String r = TestEnv.unique("shutdownheld");
         ScheduledExecutorService mine = Executors.newSingleThreadScheduledExecutor();
         CompletableFuture<Boolean> live = new CompletableFuture<>();
-        DlockLock lock = DlockLock.builder(TestEnv.app(), r).lease(Duration.ofSeconds(2)).scheduler(mine)
+        // 6 s: the listener opens a connection and reads the server's lease
+        // in the tenth of the lease left after the loss (0.2 s with 2 s: CI under load).
+        DlockLock lock = DlockLock.builder(TestEnv.app(), r).lease(Duration.ofSeconds(6)).scheduler(mine)
             .onLost(why -> live.complete(liveOnServer(r))).build();
         lock.lock();
         mine.shutdownNow();
@@ -228,9 +231,10 @@ class AttackTest {
         CountDownLatch taken = new CountDownLatch(1);
         Thread t = holdFor(r, 1500, taken);
         taken.await();
-        DlockLock lock = new DlockLock(ds, r, Duration.ofMillis(1500));
+        // 6 s: each renewal opens a connection; 1.5 s left it 0.85 s (CI under load).
+        DlockLock lock = new DlockLock(ds, r, Duration.ofSeconds(6));
         assertTrue(lock.tryLock(30, TimeUnit.SECONDS));
-        Thread.sleep(3200); // renewals past two leases
+        Thread.sleep(8000); // renewals past the lease
         assertFalse(lock.isLost());
         lock.unlock();
         t.join();
@@ -521,24 +525,25 @@ class AttackTest {
     }
 
     @Test
-    @DisplayName("a campaign that waited longer than the lease (1.5 s): not lost the moment it is elected")
+    @DisplayName("a campaign that waited longer than the lease (6 s): not lost the moment it is elected")
     void campaignLongerThanLease() throws Exception {
         String e = TestEnv.unique("longcampaign");
         DlockElection first = new DlockElection(TestEnv.app(), e, Duration.ofSeconds(30));
         DlockElection.Leadership one = first.campaign("one", Duration.ZERO).orElseThrow();
         Thread t = new Thread(() -> {
             try {
-                Thread.sleep(2500);
+                Thread.sleep(7500); // longer than the lease
                 one.resign();
             } catch (Exception x) {
                 throw new IllegalStateException(x);
             }
         });
         t.start();
-        DlockElection second = new DlockElection(TestEnv.app(), e, Duration.ofMillis(1500));
+        // 6 s: each renewal opens a connection; 1.5 s left it 0.85 s (CI under load).
+        DlockElection second = new DlockElection(TestEnv.app(), e, Duration.ofSeconds(6));
         DlockElection.Leadership two = second.campaign("two", null).orElseThrow();
         assertFalse(two.isLost(), "lost the moment it was elected");
-        Thread.sleep(2000);
+        Thread.sleep(7500); // past the lease
         assertFalse(two.isLost());
         assertTrue(two.resign());
         t.join();

@@ -47,7 +47,9 @@ class FaultTest {
     void brokenByAdministrator() throws Exception {
         String r = TestEnv.unique("broken");
         CompletableFuture<LockLostException> told = new CompletableFuture<>();
-        DlockLock lock = DlockLock.builder(TestEnv.app(), r).lease(Duration.ofMillis(1500)).onLost(told::complete).build();
+        // 3 s: the lock taken again must still be held at its unlock; 1.5 s
+        // left a renewal 0.85 s (CI under load).
+        DlockLock lock = DlockLock.builder(TestEnv.app(), r).lease(Duration.ofSeconds(3)).onLost(told::complete).build();
         lock.lock();
         long fence = lock.fence();
         assertEquals(Boolean.TRUE, TestEnv.adminQuery("SELECT dlock.break_lock(?)", r));
@@ -108,12 +110,13 @@ class FaultTest {
         String r = TestEnv.unique("terminated");
         String app = "dlock-java-" + r.hashCode();
         TestEnv.OneConnection ds = new TestEnv.OneConnection(TestEnv.app(app), true);
-        DlockLock lock = new DlockLock(ds, r, Duration.ofSeconds(3));
+        // 6 s: the renewal after the kill opens a connection; 3 s left it 1.7 s (CI under load).
+        DlockLock lock = new DlockLock(ds, r, Duration.ofSeconds(6));
         lock.lock();
         try {
             int pid = TestEnv.backendPid(app);
             assertEquals(Boolean.TRUE, TestEnv.adminQuery("SELECT pg_terminate_backend(?)", pid));
-            Thread.sleep(4000); // past the lease
+            Thread.sleep(8000); // past the lease
             assertFalse(lock.isLost(), "kept");
             assertTrue(lock.check());
             assertEquals(lock.fence(), ((Number) TestEnv.adminQuery(
@@ -184,11 +187,13 @@ class FaultTest {
         DataSource b = TestEnv.bouncer();
         assumeTrue(b != null, "pgbouncer is not installed");
         String r = TestEnv.unique("bouncer");
-        DlockLock lock = new DlockLock(b, r, Duration.ofMillis(1500));
+        // 6 s: each renewal opens a connection to pgbouncer and waits for a server
+        // connection; 1.5 s left it 0.85 s (CI under load).
+        DlockLock lock = new DlockLock(b, r, Duration.ofSeconds(6));
         lock.lock();
         long fence = lock.fence();
         try (Connection other = b.getConnection(); var ps = other.prepareStatement("SELECT dlock.try_lock(?, 'someone', '5s')")) {
-            for (int i = 0; i < 30; i++) {
+            for (int i = 0; i < 60; i++) { // 9 s: one and a half leases
                 ps.setString(1, r + "/x" + (i % 3));
                 ps.executeQuery().close();
                 Thread.sleep(150);

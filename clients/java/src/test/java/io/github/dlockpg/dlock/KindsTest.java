@@ -56,11 +56,12 @@ class KindsTest {
     void semaphore() throws Exception {
         String s = TestEnv.unique("sem");
         List<DlockLock> l = new ArrayList<>();
-        for (int i = 0; i < 3; i++) l.add(DlockLock.builder(ds, s).lease(Duration.ofMillis(1500)).semaphore(2, 1).build());
+        // 6 s: each renewal opens a connection; 1.5 s left it 0.85 s (CI under load).
+        for (int i = 0; i < 3; i++) l.add(DlockLock.builder(ds, s).lease(Duration.ofSeconds(6)).semaphore(2, 1).build());
         assertTrue(l.get(0).tryLock());
         assertTrue(l.get(1).tryLock());
         assertFalse(l.get(2).tryLock(), "a third permit of two");
-        Thread.sleep(2500); // past the lease: renewed
+        Thread.sleep(7500); // past the lease: renewed
         assertFalse(l.get(0).isLost());
         assertFalse(l.get(2).tryLock());
         l.get(0).unlock();
@@ -81,7 +82,8 @@ class KindsTest {
         String a = TestEnv.unique("multi-a");
         String b = TestEnv.unique("multi-b");
         DlockLock single = new DlockLock(ds, b, LEASE);
-        DlockLock both = DlockLock.builder(ds, List.of(a, b)).lease(Duration.ofMillis(1500)).build();
+        // 6 s: each renewal opens a connection; 1.5 s left it 0.85 s (CI under load).
+        DlockLock both = DlockLock.builder(ds, List.of(a, b)).lease(Duration.ofSeconds(6)).build();
         single.lock();
         assertFalse(both.tryLock(), "one of them is taken");
         assertEquals(null, TestEnv.adminQuery("SELECT fence FROM dlock.locks WHERE resource = ?", a), "holding none");
@@ -89,7 +91,7 @@ class KindsTest {
         assertTrue(both.tryLock(5, TimeUnit.SECONDS));
         long[] f = both.fences();
         assertEquals(2, f.length);
-        Thread.sleep(2500);
+        Thread.sleep(7500); // past the lease
         assertFalse(both.isLost(), "renewed together");
         assertTrue(both.check());
         CompletableFuture<LockLostException> told = new CompletableFuture<>();
@@ -227,10 +229,11 @@ class KindsTest {
             r -> new Thread(r, "my-renewals"));
         try {
             String r = TestEnv.unique("scheduler");
-            DlockLock lock = DlockLock.builder(ds, r).lease(Duration.ofMillis(1500)).scheduler(mine).build();
+            // 6 s: each renewal opens a connection; 1.5 s left it 0.85 s (CI under load).
+            DlockLock lock = DlockLock.builder(ds, r).lease(Duration.ofSeconds(6)).scheduler(mine).build();
             lock.lock();
             Object first = TestEnv.adminQuery("SELECT renewed_at FROM dlock.locks WHERE resource = ?", r);
-            Thread.sleep(2500); // past the lease
+            Thread.sleep(7500); // past the lease
             assertFalse(lock.isLost());
             assertTrue(TestEnv.liveOnServer(r), "renewed past its lease");
             assertNotEquals(first, TestEnv.adminQuery("SELECT renewed_at FROM dlock.locks WHERE resource = ?", r));

@@ -69,11 +69,12 @@ class ReviewTest {
             }
             stuck.set(true);
             String r = TestEnv.unique("healthy");
-            DlockLock healthy = DlockLock.builder(TestEnv.app(), r).lease(Duration.ofSeconds(2)).build();
+            // 6 s: each renewal opens a connection; 2 s left it 1.1 s (CI under load).
+            DlockLock healthy = DlockLock.builder(TestEnv.app(), r).lease(Duration.ofSeconds(6)).build();
             Thread.sleep(600); // the hung locks' first renewals are under way
             assertTrue(healthy.tryLock());
             try {
-                Thread.sleep(4500); // more than two of its leases
+                Thread.sleep(8000); // more than one of its leases
                 assertTrue(healthy.isHeld(), "the healthy lock was lost: its renewals waited behind hung ones");
                 assertTrue(TestEnv.liveOnServer(r));
             } finally {
@@ -110,10 +111,11 @@ class ReviewTest {
             while (told.get() < 6 && System.nanoTime() < until) Thread.sleep(20);
             assertEquals(6, told.get(), "every observer was told the leader");
             String r = TestEnv.unique("renewed");
-            DlockLock l = DlockLock.builder(TestEnv.app(), r).lease(Duration.ofSeconds(2)).build();
+            // 6 s: each renewal opens a connection; 2 s left it 1.1 s (CI under load).
+            DlockLock l = DlockLock.builder(TestEnv.app(), r).lease(Duration.ofSeconds(6)).build();
             assertTrue(l.tryLock());
             try {
-                Thread.sleep(4500);
+                Thread.sleep(8000); // more than one of its leases
                 assertTrue(l.isHeld(), "lost while observers' listeners blocked: its renewals waited behind them");
             } finally {
                 l.unlock();

@@ -190,10 +190,11 @@ class SessionTest {
     void oneKeepaliveKeepsMany() throws Exception {
         needSessions();
         Watched ds = new Watched(TestEnv.app());
-        DlockSession s = DlockSession.open(ds, Duration.ofMillis(1500));
+        // 6 s: each keepalive opens a connection; 1.5 s left it 0.85 s (CI under load).
+        DlockSession s = DlockSession.open(ds, Duration.ofSeconds(6));
         List<DlockLock> locks = takeMany(s, 6, null);
         DlockElection.Leadership lead = s.election(TestEnv.unique("elect")).campaign("v", Duration.ZERO).orElseThrow();
-        Thread.sleep(4000); // past two ttls
+        Thread.sleep(8000); // past the ttl
         for (DlockLock l : locks) assertFalse(l.isLost(), l.resource());
         assertFalse(lead.isLost());
         assertEquals(0, ds.renews.get(), "no renew in a session");
@@ -245,10 +246,11 @@ class SessionTest {
         needSessions();
         String app = "dlock-java-sess-" + TestEnv.unique("kill").hashCode();
         TestEnv.OneConnection re = new TestEnv.OneConnection(TestEnv.app(app), true);
-        DlockSession kept = DlockSession.open(re, Duration.ofSeconds(3));
+        // 6 s: the keepalive after the kill opens a connection; 3 s left it 1.7 s (CI under load).
+        DlockSession kept = DlockSession.open(re, Duration.ofSeconds(6));
         List<DlockLock> k = takeMany(kept, 2, null);
         TestEnv.adminQuery("SELECT pg_terminate_backend(?)", TestEnv.backendPid(app));
-        Thread.sleep(4000); // past the ttl
+        Thread.sleep(8000); // past the ttl
         assertTrue(kept.isOpen(), "kept");
         for (DlockLock l : k) assertTrue(l.check());
         kept.close();
@@ -334,9 +336,11 @@ class SessionTest {
         DataSource b = TestEnv.bouncer();
         assumeTrue(b != null, "pgbouncer is not installed");
         needSessions();
-        DlockSession s = DlockSession.builder(b).ttl(Duration.ofMillis(1500)).holder(TestEnv.unique("bouncer")).open();
+        // 6 s: each keepalive opens a connection to pgbouncer and waits for a
+        // server connection; 1.5 s left it 0.85 s (CI under load).
+        DlockSession s = DlockSession.builder(b).ttl(Duration.ofSeconds(6)).holder(TestEnv.unique("bouncer")).open();
         List<DlockLock> locks = takeMany(s, 2, null);
-        Thread.sleep(3500);
+        Thread.sleep(8000); // past the ttl
         assertTrue(s.isOpen());
         assertEquals(6L, sessionRow(s.id())[0]);
         locks.get(0).unlock();
@@ -428,14 +432,15 @@ class SessionTest {
         System.out.println("# keepaliveRacesClose seed " + seed);
         Random rng = new Random(seed);
         for (int i = 0; i < 10; i++) {
-            // ttl 2 s: a keepalive every 0.67 s, due or in flight at the
-            // close; a shorter one is lost on a loaded machine.
-            DlockSession s = DlockSession.open(TestEnv.app(), Duration.ofSeconds(2));
+            // ttl 6 s: a keepalive every 2 s, due or in flight at the
+            // close; each opens a connection, and a shorter ttl (2 s: 1.1 s
+            // for it) is lost on a loaded machine.
+            DlockSession s = DlockSession.open(TestEnv.app(), Duration.ofSeconds(6));
             DlockLock a = s.lock(TestEnv.unique("race-a"));
             DlockLock b = s.lock(TestEnv.unique("race-b"));
             assertTrue(a.tryLock());
             assertTrue(b.tryLock());
-            Thread.sleep(rng.nextInt(1400));
+            Thread.sleep(rng.nextInt(4200));
             CompletableFuture<Void> other = CompletableFuture.runAsync(s::close);
             s.close();
             other.get(20, TimeUnit.SECONDS);
@@ -480,7 +485,8 @@ class SessionTest {
     @DisplayName("lock broken by an administrator in a live session: lost within 2.5 ttl, taken by another; the session and its other lock kept")
     void brokenInSession() throws Exception {
         needSessions();
-        Duration ttl = Duration.ofSeconds(2);
+        // 6 s: each keepalive opens a connection; 2 s left it 1.1 s (CI under load).
+        Duration ttl = Duration.ofSeconds(6);
         DlockSession s = DlockSession.open(TestEnv.app(), ttl);
         CompletableFuture<LockLostException> sessionTold = new CompletableFuture<>();
         s.addLossListener(sessionTold::complete);
@@ -519,7 +525,8 @@ class SessionTest {
     @DisplayName("a multi-lock in a session with one of its resources broken: lost; its unlock gives the other back; the session kept")
     void multiBrokenInSession() throws Exception {
         needSessions();
-        DlockSession s = DlockSession.open(TestEnv.app(), Duration.ofSeconds(2));
+        // 6 s: each keepalive opens a connection; 2 s left it 1.1 s (CI under load).
+        DlockSession s = DlockSession.open(TestEnv.app(), Duration.ofSeconds(6));
         String r1 = TestEnv.unique("multi-a");
         String r2 = TestEnv.unique("multi-b");
         CompletableFuture<LockLostException> told = new CompletableFuture<>();
