@@ -229,8 +229,8 @@ my %how = (
 my @yt = map { "yt$_" } 1 .. 3;
 $node->safe_psql('postgres',
 	join('', map { "SELECT dlock.try_lock('$_', 'old-holder', '1h');\n" } sort(keys %how), @yt));
-my $warm = $node->background_psql('postgres');
-$warm->query_safe("SELECT dlock.try_xact_lock('warm$_')") for 1 .. 3;
+my $warmed = $node->background_psql('postgres');
+$warmed->query_safe("SELECT dlock.try_xact_lock('warm$_')") for 1 .. 3;
 $walwriter = freeze_wal_writer($node);
 for my $r (sort keys %how)
 {
@@ -247,12 +247,12 @@ COMMIT;});
 for my $r (@yt)
 {
 	is($node->safe_psql('postgres', "SELECT dlock.unlock('$r', 'old-holder')"), '0', "$r released alone");
-	$xf{$r} = $warm->query_safe("BEGIN; SELECT txid_current() > 0; SELECT dlock.try_xact_lock('$r'); COMMIT;");
+	$xf{$r} = $warmed->query_safe("BEGIN; SELECT txid_current() > 0; SELECT dlock.try_xact_lock('$r'); COMMIT;");
 	like($xf{$r}, qr/\n\d+$/, "$r: xact-locked in a transaction with an xid and no WAL, committed");
 	$xf{$r} =~ s/.*\n//s;
 }
 crash($walwriter);
-eval { $warm->quit };    # its server is gone
+eval { $warmed->quit };    # its server is gone
 for my $r (sort(keys %how), @yt)
 {
 	is($node->safe_psql('postgres', "SELECT count(*) FROM dlock.locks WHERE resource = '$r' AND holder IS NOT NULL"),

@@ -142,10 +142,10 @@ is(kinds(ex(0, $h, 10), sh(1, $h, 11), $ul->(3, 0), $ul->(4, 0), $ul->(5, undef)
 # A renew's NULL is no proof that the holding ended (MariaDB's renew does
 # not wait for a break_lock under way, which may roll back; seed
 # 262211867): a re-entry after it may find the count it had.
-my $rn = sub { my ($t, $f, $res) = @_; op(t0 => $t, k => 'renew', r => 'r', h => $h, f => $f, res => $res) };
-is(kinds(ex(0, $h, 10), $rn->(2, 10, undef), ex(4, $h, 10), $ul->(6, 1), $ul->(7, 0)), 'none',
+my $rn_null = sub { my ($t, $f, $res) = @_; op(t0 => $t, k => 'renew', r => 'r', h => $h, f => $f, res => $res) };
+is(kinds(ex(0, $h, 10), $rn_null->(2, 10, undef), ex(4, $h, 10), $ul->(6, 1), $ul->(7, 0)), 'none',
 	"a re-entry after a renew's NULL: the count is unknown, then known again");
-is(kinds(ex(0, $h, 10), $rn->(2, 10, undef), ex(4, $h, 10), $ul->(6, 1), $ul->(7, 0), $ul->(8, undef),
+is(kinds(ex(0, $h, 10), $rn_null->(2, 10, undef), ex(4, $h, 10), $ul->(6, 1), $ul->(7, 0), $ul->(8, undef),
 		ex(9, $h, 12), $ul->(10, 1)), 'count', '... and once unlock says none is held, counts are checked again');
 
 # Semaphores: never more than max_permits permits held at once.
