@@ -253,19 +253,13 @@ for my $c (@combos)
 		push @problems, "fence $f is not above $max_fence" if fence_gt($f, $max_fence) <= 0;
 	}
 
-	# the state, with normal settings
-	my $state = sql(qq{SELECT regexp_replace(resource, '^$p/', '') || E'\\t' || holder, count
-		FROM dlock.locks WHERE resource LIKE '$p/%' AND holder IS NOT NULL});
-	my %have;
-	for (split /\n/, $state) { my ($k, $cnt) = split /\|/; $have{$k} = $cnt }
-	for my $k (sort(keys %want), sort(keys %have))
-	{
-		my ($w, $h) = ($want{$k} // 0, $have{$k} // 0);
-		push @problems, "holding $k: $h held, the answers said $w" if $w != $h;
-	}
-
-	# release, then the next caller with normal settings is served at once
-	my $next = $node->safe_psql('postgres', qq{SET lock_timeout = '5s'; SET statement_timeout = '30s';
+	# The state, with normal settings; then (in the same psql: one psql
+	# start less per setting) release, and the next caller with normal
+	# settings is served at once.
+	my @out = split /\n/, $node->safe_psql('postgres', qq{
+		SELECT regexp_replace(resource, '^$p/', '') || E'\\t' || holder, count
+		FROM dlock.locks WHERE resource LIKE '$p/%' AND holder IS NOT NULL;
+		SET lock_timeout = '5s'; SET statement_timeout = '30s';
 		SET ROLE alice; SELECT dlock.unlock_all('a') + dlock.unlock_all('c') >= 0;
 		SET ROLE bob; SELECT dlock.unlock_all('b') >= 0; RESET ROLE;
 		SELECT count(*) FROM dlock.locks WHERE resource LIKE '$p/%' AND holder IS NOT NULL;
@@ -273,8 +267,15 @@ for my $c (@combos)
 			WHERE dlock.try_lock('$p/' || r, 'n', '30s') IS NOT NULL;
 		SELECT dlock.try_acquire('$p/sem', 'n', 2, 2, '30s') IS NOT NULL;
 		SELECT max(fence) FROM dlock.locks WHERE resource LIKE '$p/%';
-		SELECT dlock.unlock_all('n')});
-	my ($t1, $t2, $left, $served, $sem, $fmax, $released) = split /\n/, $next;
+		SELECT dlock.unlock_all('n')}), -1;
+	my ($t1, $t2, $left, $served, $sem, $fmax, $released) = splice(@out, -7);
+	my %have;
+	for (@out) { my ($k, $cnt) = split /\|/; $have{$k} = $cnt }
+	for my $k (sort(keys %want), sort(keys %have))
+	{
+		my ($w, $h) = ($want{$k} // 0, $have{$k} // 0);
+		push @problems, "holding $k: $h held, the answers said $w" if $w != $h;
+	}
 	push @problems, "$left holdings left after unlock_all" if $left ne '0';
 	push @problems, "the next caller got $served of 7 resources at once" if $served ne '7';
 	push @problems, 'the next caller did not get the semaphore at once' if $sem ne 't';
