@@ -101,6 +101,7 @@ sub run {
     for (1 .. 2000) { last if $victim->pg_ready; sleep 0.005 }
     eval { $victim->pg_result };
     my $st = $victim->err ? $victim->state : '';
+    eval { $sth->finish };    # (its connection may be gone)
     if ($how eq 'terminate') {
         # Until the backend is gone, then a new pooled connection.
         for (1 .. 500) { last unless q1($obs, "SELECT count(*) FROM pg_stat_activity WHERE pid = ?", $pid); sleep 0.01 }

@@ -52,6 +52,7 @@ for my $s (@servers) {
         ok(wait_ready($a->[0], 20), "$label ($iso): the held-up acquisition ends");
         my $fa = eval { $a->[0]->pg_result; my $row = $a->[1]->fetchrow_arrayref; $row ? $row->[0] : undef };
         my $e = $a->[0]->err ? $a->[0]->state : '';
+        eval { $a->[1]->finish };    # (after err: finish clears it)
         ok(($e eq '' && (!defined $fa || $fa > $fx)) || $e eq '40001',
            "$label ($iso): it gets NULL, 40001 or a fence above the xact lock's ("
            . ($e || ($fa // 'NULL')) . " vs $fx)");

@@ -33,7 +33,9 @@ sub outcome {
     my ($a) = @_;
     return 'stuck' unless wait_ready($a->[0], 20);
     my $v = eval { $a->[0]->pg_result; my $row = $a->[1]->fetchrow_arrayref; $row ? $row->[0] : undef };
-    return $a->[0]->err ? $a->[0]->state : ($v // 'NULL');
+    my $got = $a->[0]->err ? $a->[0]->state : ($v // 'NULL');
+    eval { $a->[1]->finish };    # (after err: finish clears it)
+    return $got;
 }
 
 for my $s (@servers) {
