@@ -123,7 +123,9 @@
 #     than the former, the possible life (revival, role, assert-fence) no
 #     earlier than the latter; a lost acquisition likewise extends the
 #     possible life of its holder text's holding and of its role's claim
-#     (role) to t1 + lease.
+#     (role) to t1 + lease.  A renew that answered in a maybe transaction
+#     may not have happened at all: it may lower the sure life to its
+#     result, never raise it.
 #   - count: after a maybe operation on a private holder text, its count is
 #     unknown (not checked) until an unlock returns 0 (or a renew without
 #     a fence returns NULL, or unlock_all runs); a unit that rolled back
@@ -465,26 +467,38 @@ sub check
 			my $x = $o->{t0} + $o->{lease} * 1000;
 			$e = $x if $x > $e;
 		}
-		my @renews = grep { defined $_->{f} ? $_->{f} == $hd->{f} : $fenceless }
+		my @span = grep { defined $_->{f} ? $_->{f} == $hd->{f} : $fenceless }
 		  span_ops($renew_span{"$hd->{r}\0$hd->{h}"}, $hd->{acq}{t0}, $t);
-		# A lost renew may have set the expiry as early as t0 + lease.
-		for my $x (grep { !defined $_->{f} || $_->{f} == $hd->{f} }
-			span_ops($lost_renew_span{"$hd->{r}\0$hd->{h}"}, $hd->{acq}{t0}, $t))
-		{
-			my $lo = $x->{t0} + ($x->{lease} // 50) * 1000;
-			$e = $lo if $lo < $e;
-		}
-		return $e unless @renews;
-		my $last;
-		for my $x (@renews) { $last = $x->{t0} if !defined $last || $x->{t0} > $last }
+		# Renews that committed set the bound; one whose transaction's end
+		# is unknown (fate maybe) may not have happened: it may only lower
+		# the bound, to its result, unless a committed one surely followed
+		# it (seed 635791428: a maybe renew to 1.76 s, not committed, read
+		# as the lease's sure end; an xact lock took the resource at 1.58 s,
+		# after the lease's end without it, 1.51 s).
+		my @renews = grep { committed($_) } @span;
+		my @maybes = grep { !committed($_) } @span;
 		my $min;
-		for my $x (@renews)
+		if (@renews)
 		{
-			next if $last > $x->{tdone};
-			$min = $x->{res} if !defined $min || $x->{res} < $min;
+			my $last;
+			for my $x (@renews) { $last = $x->{t0} if !defined $last || $x->{t0} > $last }
+			for my $x (@renews)
+			{
+				next if $last > $x->{tdone};
+				$min = $x->{res} if !defined $min || $x->{res} < $min;
+			}
+			return 0 unless defined $min;
 		}
-		return 0 unless defined $min;
-		# (lost renews: as above)
+		else
+		{
+			$min = $e;
+		}
+		for my $x (@maybes)
+		{
+			next if grep { $_->{t0} > $x->{tdone} } @renews;
+			$min = $x->{res} if $x->{res} < $min;
+		}
+		# A lost renew may have set the expiry as early as t0 + lease.
 		for my $x (grep { !defined $_->{f} || $_->{f} == $hd->{f} }
 			span_ops($lost_renew_span{"$hd->{r}\0$hd->{h}"}, $hd->{acq}{t0}, $t))
 		{
@@ -658,7 +672,7 @@ sub check
 		$grp_pm{$_} = pm_build($items{$_}) for keys %items;
 		# Lost acquisitions: a possible holding until t1 + lease.
 		my %li;
-		push @{ $li{"$_->{r}\0$_->{h}\0$_->{role}"} }, [ $_->{t0}, $_->{t1} + $_->{lease} * 1000, $_ ]
+		push @{ $li{"$_->{r}\0$_->{h}\0$_->{role}"} }, [ $_->{t0}, $_->{t1} + ($_->{lease} // 1000) * 1000, $_ ]
 		  for grep { lost($_) && is_acq($_) } @$ops;
 		$grp_lost_pm{$_} = pm_build($li{$_}) for keys %li;
 	}

@@ -238,4 +238,19 @@ is(kinds($open->(0, 10_000), op(t0 => 5, k => 'close_session', sess => $S, err =
 			role => 'dlock_model_b', su => 0, steal => 1)), 'none',
 	"... and its 42501 is expected");
 
+# A renew in a transaction whose COMMIT got no answer (fate maybe) may not
+# have happened: it never makes a lease's sure end later (seed 635791428:
+# an xact lock after the lease's end without it was flagged).
+{
+	my $short = sub { op(t0 => 0, k => 'try_lock', r => 'r', h => 'A', lease => 100, res => 10) };
+	my $renew = sub { op(t0 => 50, k => 'renew', r => 'r', h => 'A', res => $T + 1050 * 1000, xact => 1, @_) };
+	is(kinds($short->(), $renew->(fate => 'maybe', ufate => 'maybe'), ex(200, 'B', 11)), 'none',
+		'a maybe renew does not extend the sure life: a later holder is no overlap');
+	is(kinds($short->(), $renew->(), ex(200, 'B', 11)), 'overlap',
+		'... and the same renew committed does: flagged');
+	is(kinds($short->(), $renew->(fate => 'maybe', ufate => 'maybe'),
+			op(t0 => 60, k => 'renew', r => 'r', h => 'A', res => $T + 1060 * 1000), ex(200, 'B', 11)),
+		'overlap', '... as does a committed renew after it');
+}
+
 done_testing();
