@@ -423,17 +423,17 @@ cmd_elect(Options *o)
 }
 
 /*
- * start_command: acquire (or campaign), waiting up to wait_ms, with the
- * watchdog already forked, then have the watchdog start COMMAND.  Returns -1 when COMMAND runs,
+ * start_command: acquire (or campaign) with the watchdog already forked,
+ * then have the watchdog start COMMAND.  Returns -1 when COMMAND runs,
  * else the exit code (nothing of COMMAND started; the lock given back).
  */
 static int
-start_command(const Options *o, int64_t wait_ms, Lock *lk, Run *rs, bool *tty)
+start_command(const Options *o, Lock *lk, Run *rs, bool *tty)
 {
 	const RunBackend *be = rs->be;
 	sigset_t	old;
 
-	switch (be->acquire(lk, wait_ms))
+	switch (be->acquire(lk, o->wait_ms))
 	{
 		case ACQ_OK:
 			break;
@@ -525,45 +525,6 @@ lost_tidy(Lock *lk, Run *rs)
 }
 
 /*
- * open_retrying: be->open.  With a bounded wait (--wait D, D > 0), a first
- * connection that fails is tried again, with a growing pause (capped at
- * 2 s), while the wait lasts: a run started during a failover then waits
- * for the new primary, as a waiting one does (acquire.c).  The time spent
- * comes off *wait_ms.  Without --wait, or with 0, one try: a wrong
- * address or password is reported at once.
- */
-static int
-open_retrying(Lock *lk, Options *o, const RunBackend *be, bool election,
-			  int64_t *wait_ms)
-{
-	int64_t		deadline = now_ms() + *wait_ms;
-	int64_t		backoff = 200;
-	int			code;
-
-	for (int attempt = 0;; attempt++)
-	{
-		int64_t		now;
-
-		code = be->open(lk, o, election);
-		now = now_ms();
-		if (code != EXIT_CONN || *wait_ms <= 0 || now >= deadline ||
-			signals_term_count() > 0)
-			break;
-		if (attempt == 0)
-			logmsg("retrying the connection while the wait lasts");
-		db_sleep(now + jitter(backoff) < deadline ? now + jitter(backoff) : deadline);
-		backoff = backoff * 2 > 2000 ? 2000 : backoff * 2;
-	}
-	if (*wait_ms > 0)
-	{
-		int64_t		left = deadline - now_ms();
-
-		*wait_ms = left > 0 ? left : 0;
-	}
-	return code;
-}
-
-/*
  * run_holding: acquire (or campaign), run COMMAND under the watchdog while
  * renewing, and release (or resign) when it exits.
  */
@@ -573,11 +534,10 @@ run_holding(Options *o, const RunBackend *be, bool election)
 	Lock		lk;
 	Run			rs;
 	bool		tty = false;
-	int64_t		wait_ms = o->wait_ms;
 	int			code;
 
 	signals_install();
-	if ((code = open_retrying(&lk, o, be, election, &wait_ms)) >= 0)
+	if ((code = be->open(&lk, o, election)) >= 0)
 		return code;
 	memset(&rs, 0, sizeof(rs));
 	rs.lk = &lk;
@@ -595,7 +555,7 @@ run_holding(Options *o, const RunBackend *be, bool election)
 		be->drop(&lk);
 		return EXIT_CONN;
 	}
-	if ((code = start_command(o, wait_ms, &lk, &rs, &tty)) >= 0)
+	if ((code = start_command(o, &lk, &rs, &tty)) >= 0)
 		return code;
 
 	loop(&rs);

@@ -15,9 +15,6 @@
 #   3. C -> D with the promotion 6 s after the kill: a "dlock run" with a
 #      3 s lease cannot renew in time; its own clock ends the lease and
 #      COMMAND is killed (exit 76); on D the resource is free.
-#   4. No primary when a "dlock run" starts: with --wait it retries the
-#      connection while the wait lasts and runs once the server is up;
-#      without --wait it exits 69 at once.
 # Promises: P1 P14 P15
 
 use strict;
@@ -175,26 +172,6 @@ usleep(int((6 - $el) * 1_000_000)) if $el < 6;
 $D->promote;
 is($D->safe_psql('postgres', q{SELECT dlock.try_lock('r4', 'next', '10s') IS NOT NULL}), 't',
 	'on D the expired holding was not refreshed: another holder takes r4');
-
-# ---------- 4. no primary at the start: with --wait, the run waits for one
-$D->stop('fast');
-my $t_nowait = time;
-my $nowait = spawn('nowait',
-	cmd => [ $cli, '-d', multi('nowait', $D), 'run', 'r5', '--', 'true' ]);
-is(wait_exit($nowait, 60), 69, 'without --wait, a run that cannot connect exits 69');
-ok(time - $t_nowait < 30, 'at once: a wrong address is not retried for long');
-my $run5 = spawn('run5',
-	cmd => [ $cli, '-v', '-d', multi('run5', $D), 'run', '--wait', '60s', 'r5', '--',
-		'sh', '-c', 'echo "$DLOCK_FENCE" > "$M"' ],
-	M => "$tmp/r5.fence");
-$deadline = time + 30;
-usleep(50_000) while time < $deadline && slurp("$tmp/run5.err") !~ /retrying the connection/;
-like(slurp("$tmp/run5.err"), qr/retrying the connection while the wait lasts/,
-	'with --wait 60s, a run that cannot connect retries');
-usleep(1_000_000);
-$D->start;
-is(wait_exit($run5, 60), 0, 'and once the server is up it acquires r5 and runs COMMAND');
-like(slurp_chomp("$tmp/r5.fence"), qr/^\d+$/, 'COMMAND had its fence');
 
 $D->stop;
 done_testing();
