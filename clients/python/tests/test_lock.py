@@ -201,8 +201,10 @@ class TinyPool:
 
 def test_with_a_pool(dsn, admin, name):
     pool = TinyPool(dsn)
-    with dlock.Lock(pool, name, lease=3) as lock:
-        time.sleep(4)
+    # 6 s: each renewal opens a connection, within a third of the lease
+    # (3 s leases: 1 s, too little under load).
+    with dlock.Lock(pool, name, lease=6) as lock:
+        time.sleep(7)
         assert holding(admin, name)[1] == lock.fence
     assert holding(admin, name) is None
     assert pool.borrowed >= 4   # acquire, renewals, release

@@ -21,6 +21,9 @@ import dlock.aio
 LEASE = 3       # seconds; the waits below are longer (1.5 s leases were
                 # lost under load: these pools open a connection per call)
 BLOCKED = 4     # how long the first holder keeps it
+# Through the pools below each renewal opens a connection, which must be
+# made within a third of the lease: 3 s leases were lost under load.
+POOL_LEASE, POOL_BLOCKED = 6, 7
 
 
 def live(admin, resource):
@@ -150,20 +153,20 @@ class AsyncBoundedPool:
 
 
 def test_wait_for_a_pool_connection_longer_than_the_lease(dsn, admin, name):
-    """The pool's one connection is busy for BLOCKED s: the acquisition
-    waits for it longer than its lease, and is not lost."""
+    """The pool's one connection is busy for POOL_BLOCKED s: the
+    acquisition waits for it longer than its lease, and is not lost."""
     pool = BoundedPool(dsn)
     busy, done = threading.Event(), threading.Event()
 
     def borrow():
         with pool.connection():
             busy.set()
-            done.wait(BLOCKED)
+            done.wait(POOL_BLOCKED)
     t = threading.Thread(target=borrow)
     t.start()
     assert busy.wait(10)
-    with dlock.Lock(pool, name, lease=LEASE, wait=30) as lock:
-        assert not lock.lost.wait(2 * LEASE), lock.lost_reason
+    with dlock.Lock(pool, name, lease=POOL_LEASE, wait=30) as lock:
+        assert not lock.lost.wait(2 * POOL_LEASE), lock.lost_reason
         assert lock.check()
         assert (lock.holder, str(lock.fence)) in live(admin, name)
     t.join()
@@ -176,13 +179,13 @@ def test_aio_wait_for_a_pool_connection_longer_than_the_lease(dsn, admin, name):
         async def borrow(busy):
             async with pool.connection():
                 busy.set()
-                await asyncio.sleep(BLOCKED)
+                await asyncio.sleep(POOL_BLOCKED)
         busy = asyncio.Event()
         other = asyncio.create_task(borrow(busy))
         await busy.wait()
-        async with dlock.aio.Lock(pool, name, lease=LEASE, wait=30, cancel=None) as lock:
+        async with dlock.aio.Lock(pool, name, lease=POOL_LEASE, wait=30, cancel=None) as lock:
             with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(lock.lost.wait(), 2 * LEASE)
+                await asyncio.wait_for(lock.lost.wait(), 2 * POOL_LEASE)
             assert not lock.lost.is_set(), lock.lost_reason
             assert (lock.holder, str(lock.fence)) in live(admin, name)
         await other
