@@ -8,10 +8,10 @@
  * (epoch << 22) + n.  Before its first fence a backend compares (system
  * identifier, database, timeline, postmaster start) with the row of
  * dlock.fence_epoch, and its database's catalog row with the one the
- * epoch recorded (1.2; before: by age); if they differ it starts a new epoch by moving the sequence up (setval,
- * flushed before the fence leaves).  Until ALTER
- * EXTENSION dlock UPDATE creates dlock.fences, the 0.1 scheme runs
- * unchanged.  Why fences never repeat: docs/how-it-works.md, "Inside the
+ * epoch recorded (1.2; the 1.1 SQL compares the row's age).  If they
+ * differ it starts a new epoch by moving the sequence up (setval, flushed
+ * before the fence leaves).  Until ALTER EXTENSION dlock UPDATE creates
+ * dlock.fences, the 0.1 scheme runs unchanged.  Why fences never repeat: docs/how-it-works.md, "Inside the
  * C extension".
  *
  * Shared state: the sequence; jumps take the DLOCK_LOCKTAG_EPOCH lock
@@ -276,10 +276,10 @@ jump(Oid schema, Oid seqoid)
  * EPOCH_XMIN, the xmin of the dlock.fence_epoch row?  A database dropped and
  * made again from a copy of itself (CREATE DATABASE ... TEMPLATE ... OID)
  * keeps everything else same_history compares, and its row is new.
- * ALTER DATABASE also makes the row new: one harmless jump.  The test
- * under the 1.1 SQL.  It misses a new row frozen before the first fence,
- * and an epoch row more than 2^31 transactions old: database_row_xmin,
- * recorded (1.2), does not.
+ * ALTER DATABASE also makes the row new: one harmless jump.  Used under
+ * the 1.1 SQL only.  It misses a new row frozen before the first fence,
+ * and an epoch row more than 2^31 transactions old; the 1.2 SQL records
+ * database_row_xmin instead, which misses neither.
  */
 static bool
 database_row_newer(TransactionId epoch_xmin)
