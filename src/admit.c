@@ -336,7 +336,7 @@ read_shares(const DlockRequest *req, DlockResourceState *st)
 
 /*
  * lapse: a holding in a session (1.1) whose session's expiry has passed
- * ends only once that end is locked in (rows.c's dlock_session_lapsed),
+ * ends only once that end is locked in (session_row.c's dlock_session_lapsed),
  * so that a keepalive in flight and a takeover never both win; until
  * then it is busy a moment longer.  Under the resource's lock.
  */

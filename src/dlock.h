@@ -180,7 +180,7 @@ extern Interval *dlock_check_ttl(FunctionCallInfo fcinfo, int argno);
 extern bool dlock_session_arg(FunctionCallInfo fcinfo, int argno,
 							  int64 *session);
 
-/* ---- store.c (sessions, scans), rows.c and ending.c (direct access) ---- */
+/* ---- store.c (sessions, scans); rows.c, session_row.c, ending.c ---- */
 
 /* One row of dlock.leases as read by rows.c. */
 typedef struct DlockRow
@@ -203,7 +203,7 @@ typedef struct DlockRow
 								 * expires_at and lease are the session's */
 } DlockRow;
 
-/* A row of dlock.session_rows (1.1), as rows.c reads it. */
+/* A row of dlock.session_rows (1.1), as session_row.c reads it. */
 typedef struct DlockSession
 {
 	int64		id;

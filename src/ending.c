@@ -64,7 +64,7 @@ is_mine(RowImage *img, text *holder, Oid owner, TimestampTz now)
 
 /*
  * ended: the row has no holder, or its lease ended by now; a session's
- * holding, when its session ended with that end locked in (rows.c's
+ * holding, when its session ended with that end locked in (session_row.c's
  * dlock_session_lapsed: a keepalive in flight keeps it).
  */
 static bool

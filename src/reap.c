@@ -30,7 +30,8 @@
  *
  * Shared holdings and a semaphore's permits expire the same way, each with
  * its own event and wakeups; a session's holdings (1.1) with their session,
- * once its end is locked in (rows.c), its row going last (session.c).
+ * once its end is locked in (session_row.c), its row going last
+ * (session.c).
  *
  * No shared state of its own (the statistics and the hint are waiters.c's).
  *
@@ -136,7 +137,7 @@ reap_shares(const DlockResource *res, TimestampTz now)
 	{
 		DlockRow   *sh = lfirst(lc);
 
-		/* A session's (1.1): only once its end is locked in (rows.c). */
+		/* A session's (1.1): only once its end is locked in (session_row.c). */
 		if (sh->expires_at > now ||
 			(sh->session != 0 && !dlock_session_lapsed(sh->session)))
 		{

@@ -6,13 +6,13 @@
  *		reaper's removal of ended sessions with no holding left.
  *
  * A holding taken in a session has its session's id in its row; rows.c
- * reads its expiry and ttl from the session's row (dlock.session_rows),
+ * reads its expiry and ttl (session_row.c) from the session's row (dlock.session_rows),
  * so keepalive writes one row however many holdings the session has.
  * What protects the session's row:
  * - keepalive locks it FOR NO KEY UPDATE, then reads the clock: an ended
  *   session is never revived;
  * - whoever acts on a session's end (an acquirer taking over, the reaper)
- *   first locks it FOR SHARE SKIP LOCKED (rows.c's dlock_session_lapsed):
+ *   first locks it FOR SHARE SKIP LOCKED (session_row.c's dlock_session_lapsed):
  *   a keepalive in flight makes the holding busy, and a later keepalive
  *   waits for that transaction and then sees the end;
  * - an acquisition admitted in a session takes the session's lock-manager

@@ -1,10 +1,10 @@
 /*-------------------------------------------------------------------------
  *
  * table.c
- *		Direct heap access to the tables of dlock, for rows.c and ending.c
- *		(dlock.leases, dlock.shares, dlock.permits, dlock.tickets,
- *		dlock.delays, dlock.session_rows): no SPI, no planner, no
- *		identity switch.
+ *		Direct heap access to the tables of dlock, for rows.c, ending.c
+ *		and session_row.c (dlock.leases, dlock.shares, dlock.permits,
+ *		dlock.tickets, dlock.delays, dlock.session_rows): no SPI, no
+ *		planner, no identity switch.
  *
  * A table is looked up by name (so a library newer than the installed SQL
  * finds its columns wherever they are, or finds that the table is not
@@ -443,27 +443,6 @@ fetch_row_at(Relation rel, TableInfo *t, int c, int64 key, ItemPointer hint,
 	else
 		ItemPointerSetInvalid(hint);
 	return found;
-}
-
-/* set_col / set_null: change a column of the image for write_row. */
-void
-set_col(TableInfo *t, RowImage *img, int c, Datum v)
-{
-	if (t->att[c] == InvalidAttrNumber)
-		return;
-	img->values[t->att[c] - 1] = v;
-	img->nulls[t->att[c] - 1] = false;
-	img->replace[t->att[c] - 1] = true;
-}
-
-void
-set_null(TableInfo *t, RowImage *img, int c)
-{
-	if (t->att[c] == InvalidAttrNumber)
-		return;
-	img->values[t->att[c] - 1] = (Datum) 0;
-	img->nulls[t->att[c] - 1] = true;
-	img->replace[t->att[c] - 1] = true;
 }
 
 /*

@@ -1,9 +1,10 @@
 /*-------------------------------------------------------------------------
  *
  * table.h
- *		Private to rows.c, ending.c and table.c: direct heap access to the
- *		tables of dlock (table.c), shared by the files that read and write
- *		the holdings' rows (rows.c, ending.c).
+ *		Private to rows.c, ending.c, session_row.c and table.c: direct heap
+ *		access to the tables of dlock (table.c), shared by the files that
+ *		read and write the holdings' rows (rows.c, ending.c) and a
+ *		session's (session_row.c).
  *
  * The functions declared here keep short names (the lease functions of
  * rows.c use them on every line) and are hidden from the server's symbol
@@ -94,15 +95,15 @@ extern bool fetch_row(Relation rel, TableInfo *t, int nkeys, ScanKey keys,
 					  const ItemPointerData *seen, RowImage *img);
 extern bool fetch_row_at(Relation rel, TableInfo *t, int c, int64 key,
 						 ItemPointer hint, Buffer *recent, RowImage *img);
-extern void set_col(TableInfo *t, RowImage *img, int c, Datum v);
-extern void set_null(TableInfo *t, RowImage *img, int c);
 extern bool store_tuple(Relation rel, ItemPointer otid, HeapTuple tup);
 extern bool write_row(Relation rel, RowImage *img);
 extern void image_new(Relation rel, RowImage *img);
 extern void insert_row(Relation rel, RowImage *img);
 extern bool text_eq(text *a, text *b);
 
-/* rows.c, for ending.c: dlock.leases and dlock.delays. */
+/* rows.c, for ending.c: dlock.leases and dlock.delays; the setters. */
+extern void set_col(TableInfo *t, RowImage *img, int c, Datum v);
+extern void set_null(TableInfo *t, RowImage *img, int c);
 extern TableInfo leases;
 extern TableInfo delays;
 extern Relation open_leases(LOCKMODE mode);
