@@ -16,22 +16,80 @@
 #include <string.h>
 
 static char lost_reason[512] = "connection lost";
+static bool refused = false;	/* the last db_connect: refused for good */
 static PGresult *kept = NULL;	/* result gathered so far by db_collect */
 
-/* set_lost_reason: remember why the last connection was given up, trimmed. */
+/*
+ * set_lost_reason: remember why the last connection was given up, on one
+ * line, without the LOCATION lines of a verbose error.
+ */
 static void
 set_lost_reason(const char *msg)
 {
-	size_t		n;
+	size_t		n = 0;
 
-	snprintf(lost_reason, sizeof(lost_reason), "%s",
-			 (msg && *msg) ? msg : "connection lost");
-	n = strlen(lost_reason);
-	while (n > 0 && (lost_reason[n - 1] == '\n' || lost_reason[n - 1] == ' '))
-		lost_reason[--n] = '\0';
-	for (char *p = lost_reason; *p; p++)
-		if (*p == '\n')
-			*p = ' ';
+	if (msg == NULL || *msg == '\0')
+		msg = "connection lost";
+	for (const char *p = msg; *p && n < sizeof(lost_reason) - 1;)
+	{
+		const char *eol;
+		size_t		len;
+
+		p += strspn(p, " \t");
+		eol = strchr(p, '\n');
+		len = eol ? (size_t) (eol - p) : strlen(p);
+
+		if (strncmp(p, "LOCATION:", 9) != 0)
+		{
+			if (n > 0)
+				lost_reason[n++] = ' ';
+			for (size_t i = 0; i < len && n < sizeof(lost_reason) - 1; i++)
+				lost_reason[n++] = p[i];
+		}
+		p += len + (eol != NULL);
+	}
+	while (n > 0 && lost_reason[n - 1] == ' ')
+		n--;
+	lost_reason[n] = '\0';
+}
+
+/*
+ * refused_for_good: did the server refuse this login for a reason a
+ * failover does not change?  The message is verbose (db_connect), so each
+ * server's error reads "SEVERITY:  SQLSTATE: text".  A SQLSTATE other than
+ * "not now" (57P01-57P03, class 53: starting, shutting down, too many
+ * connections) means yes: a wrong password, an unknown role or database,
+ * pg_hba.conf.  So does a password the server asked for and was not given.
+ * No answer at all, or only standbys where target_session_attrs wants a
+ * primary, is not (libpq's own errors have no SQLSTATE).
+ */
+static bool
+refused_for_good(PGconn *c)
+{
+	const char *p = PQerrorMessage(c);
+
+	if (PQconnectionNeedsPassword(c))
+		return true;
+	while ((p = strstr(p, ":  ")) != NULL)
+	{
+		p += 3;
+		if (strspn(p, "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZ") == 5 &&
+			p[5] == ':' && strncmp(p, "53", 2) != 0 &&
+			strncmp(p, "57P01", 5) != 0 && strncmp(p, "57P02", 5) != 0 &&
+			strncmp(p, "57P03", 5) != 0)
+			return true;
+	}
+	return false;
+}
+
+/*
+ * db_refused: the last failed db_connect was refused for good (above),
+ * not a server that was down, starting, or not yet a primary.
+ */
+bool
+db_refused(void)
+{
+	return refused;
 }
 
 /* db_lost_reason: the message of the last lost connection, for reports. */
@@ -101,7 +159,7 @@ db_sleep(int64_t deadline)
 /*
  * db_connect: open a connection from -d or the PG* variables, without
  * blocking past the deadline.  Returns NULL on failure (reported unless
- * quiet, and always kept for db_lost_reason).  The application_name
+ * quiet, and always kept for db_lost_reason and db_refused).  The application_name
  * defaults to "dlock" so that administrators can find the client's
  * backends.
  */
@@ -122,6 +180,7 @@ db_connect(const Options *o, int64_t deadline, bool interruptible, bool quiet)
 	}
 	kw[n] = NULL;
 	val[n] = NULL;
+	refused = false;
 	c = PQconnectStartParams(kw, val, 1);
 	if (c == NULL)
 	{
@@ -130,6 +189,7 @@ db_connect(const Options *o, int64_t deadline, bool interruptible, bool quiet)
 			logmsg("could not connect: out of memory");
 		return NULL;
 	}
+	PQsetErrorVerbosity(c, PQERRORS_VERBOSE);	/* the SQLSTATE of a refusal */
 	while (PQstatus(c) != CONNECTION_BAD && st != PGRES_POLLING_OK &&
 		   st != PGRES_POLLING_FAILED)
 	{
@@ -150,12 +210,14 @@ db_connect(const Options *o, int64_t deadline, bool interruptible, bool quiet)
 	}
 	if (PQstatus(c) != CONNECTION_OK)
 	{
+		refused = refused_for_good(c);
 		set_lost_reason(PQerrorMessage(c));
 		if (!quiet)
 			logmsg("could not connect: %s", lost_reason);
 		PQfinish(c);
 		return NULL;
 	}
+	PQsetErrorVerbosity(c, PQERRORS_DEFAULT);
 	PQsetnonblocking(c, 1);
 	return c;
 }

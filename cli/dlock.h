@@ -159,6 +159,7 @@ void		db_drop(PGconn **connp);
 bool		db_pooled(PGconn **connp);
 void		db_drain_notifies(PGconn *conn, const char *channel, bool print);
 const char *db_lost_reason(void);
+bool		db_refused(void);
 
 /* acquire.c */
 typedef enum
@@ -194,8 +195,13 @@ typedef struct RunBackend
 	bool		several;		/* several RESOURCEs at once (lock_all) */
 	bool		kinds;			/* --fair, --lock-delay, --shared, --semaphore */
 	bool		elections;		/* dlock elect */
-	/* connect and fill lk (lease, resources): -1, or the exit code */
-	int			(*open) (Lock *lk, Options *o, bool election);
+	/*
+	 * connect (by deadline; NEVER: the usual timeout) and fill lk (lease,
+	 * resources): -1, or the exit code
+	 */
+	int			(*open) (Lock *lk, Options *o, bool election, int64_t deadline);
+	/* the last failed open was a login the server refused for good */
+	bool		(*refused) (void);
 	AcqStatus	(*acquire) (Lock *lk, int64_t wait_ms);
 	/* start a renewal; *sent_at when it went; synchronous: the verdict */
 	Renewal		(*renew) (Lock *lk, int64_t *sent_at, int64_t *retry_at);

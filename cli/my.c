@@ -44,6 +44,7 @@ typedef struct MyUrl
 static MyUrl url;
 static MYSQL *my;				/* NULL while disconnected */
 static unsigned last_errno;		/* error of my_scalar's last Q_ERROR, else 0 */
+static unsigned open_errno;		/* error of my_open's last failure, else 0 */
 
 /* decode: copy [s, s+n) percent-decoded into out; false if it does not fit. */
 static bool
@@ -160,6 +161,7 @@ my_open(const Options *o, unsigned timeout_s, bool quiet)
 	unsigned	t = timeout_s > 0 ? timeout_s : 1;
 
 	my_close();
+	open_errno = 0;
 	my = mysql_init(NULL);
 	if (my == NULL)
 		return false;
@@ -171,6 +173,7 @@ my_open(const Options *o, unsigned timeout_s, bool quiet)
 							NULL, url.port,	/* every name is qualified: no default database */
 							url.socket[0] ? url.socket : NULL, CLIENT_MULTI_RESULTS))
 	{
+		open_errno = mysql_errno(my);
 		if (!quiet)
 			logmsg("could not connect to MySQL/MariaDB at %s: %s",
 				   url.socket[0] ? url.socket : url.host, mysql_error(my));
@@ -191,6 +194,21 @@ my_open(const Options *o, unsigned timeout_s, bool quiet)
 	}
 	vlog(o, "connected to %s", mysql_get_server_info(my));
 	return true;
+}
+
+/*
+ * my_open_refused: did the server refuse my_open's last login for a reason
+ * a failover does not change?  A server error (1000-1999: access denied,
+ * an unknown user, a blocked host) other than "not now" (1040 too many
+ * connections, 1053 shutting down, 1203 the user's connections, 1927
+ * killed).  The client's own errors (no answer, a lost handshake) are not.
+ */
+bool
+my_open_refused(void)
+{
+	unsigned	e = open_errno;
+
+	return e >= 1000 && e < 2000 && e != 1040 && e != 1053 && e != 1203 && e != 1927;
 }
 
 /* connection_error: does this client error mean the connection is gone? */

@@ -22,6 +22,7 @@ bool		my_open(const Options *o, unsigned timeout_s, bool quiet);
 void		my_close(void);
 bool		my_connected(void);
 bool		my_transient(void);
+bool		my_open_refused(void);
 bool		my_refused(void);
 QStatus		my_scalar(const char *sql, int n, const char *const *vals, char *out,
 					  size_t outlen, bool *isnull);

@@ -193,11 +193,14 @@ my_renew(Lock *lk, int64_t *sent_at, int64_t *retry_at)
 
 /* The run backend's steps that are one call of the above, or none. */
 static int
-my_run_open(Lock *lk, Options *o, bool election)
+my_run_open(Lock *lk, Options *o, bool election, int64_t deadline)
 {
+	int64_t		left = deadline == NEVER ? 5000 : deadline - now_ms();
+
 	(void) election;			/* no elections in mysql/dlock.sql */
 	my_lock_init(lk, o, o->pos[0]);
-	return my_open(o, 5, false) ? -1 : interrupted(EXIT_CONN);
+	return my_open(o, left >= 5000 ? 5 : left >= 1000 ? (unsigned) (left / 1000) : 1,
+				   deadline != NEVER) ? -1 : interrupted(EXIT_CONN);
 }
 
 static AcqStatus
@@ -252,6 +255,7 @@ const RunBackend my_backend = {
 	.kinds = false,
 	.elections = false,
 	.open = my_run_open,
+	.refused = my_open_refused,
 	.acquire = my_run_acquire,
 	.renew = my_renew,
 	.socket = my_run_socket,

@@ -39,11 +39,15 @@ default_lease(PGconn **connp)
 	return ms > 0 ? ms : 30000;
 }
 
-/* pg_open: connect, and fill lk for RESOURCE(s), or the election. */
+/*
+ * pg_open: connect, and fill lk for RESOURCE(s), or the election.  A
+ * connection by a deadline (a retry) fails quietly.
+ */
 static int
-pg_open(Lock *lk, Options *o, bool election)
+pg_open(Lock *lk, Options *o, bool election, int64_t deadline)
 {
-	PGconn	   *conn = db_connect(o, now_ms() + 30000, true, false);
+	PGconn	   *conn = db_connect(o, deadline == NEVER ? now_ms() + 30000 : deadline,
+								  true, deadline != NEVER);
 
 	if (conn == NULL)
 		return signals_term_count() > 0 ? 128 + signals_term_sig() : EXIT_CONN;
@@ -247,6 +251,7 @@ const RunBackend pg_backend = {
 	.kinds = true,
 	.elections = true,
 	.open = pg_open,
+	.refused = db_refused,
 	.acquire = acquire,
 	.renew = pg_renew,
 	.socket = pg_socket,

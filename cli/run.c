@@ -423,17 +423,18 @@ cmd_elect(Options *o)
 }
 
 /*
- * start_command: acquire (or campaign) with the watchdog already forked,
- * then have the watchdog start COMMAND.  Returns -1 when COMMAND runs,
- * else the exit code (nothing of COMMAND started; the lock given back).
+ * start_command: acquire (or campaign), waiting up to wait_ms, with the
+ * watchdog already forked, then have the watchdog start COMMAND.  Returns
+ * -1 when COMMAND runs, else the exit code (nothing of COMMAND started;
+ * the lock given back).
  */
 static int
-start_command(const Options *o, Lock *lk, Run *rs, bool *tty)
+start_command(const Options *o, int64_t wait_ms, Lock *lk, Run *rs, bool *tty)
 {
 	const RunBackend *be = rs->be;
 	sigset_t	old;
 
-	switch (be->acquire(lk, o->wait_ms))
+	switch (be->acquire(lk, wait_ms))
 	{
 		case ACQ_OK:
 			break;
@@ -525,6 +526,52 @@ lost_tidy(Lock *lk, Run *rs)
 }
 
 /*
+ * open_waiting: be->open.  With --wait D (D > 0), a first connection that
+ * fails for a reason a failover ends (no answer, a server starting or
+ * shutting down, no primary yet) is tried again while the wait lasts,
+ * with pauses growing to 2 s and each try's connect bounded by the wait;
+ * the time spent comes off *wait_ms.  A login the server refused for good
+ * (be->refused: a wrong password, an unknown role or database) is never
+ * tried twice; without --wait, or with 0, there is one try.  Either way a
+ * failure exits 69, and a signal ends the retries.
+ */
+static int
+open_waiting(Lock *lk, Options *o, const RunBackend *be, bool election,
+			 int64_t *wait_ms)
+{
+	int64_t		deadline = *wait_ms > 0 ? now_ms() + *wait_ms : NEVER;
+	int64_t		backoff = 200;
+	int			code;
+
+	for (int attempt = 0;; attempt++)
+	{
+		int64_t		now,
+					until;
+
+		code = be->open(lk, o, election, attempt == 0 ? NEVER : deadline);
+		if (code != EXIT_CONN || deadline == NEVER || be->refused())
+			break;
+		now = now_ms();
+		if (now + 100 >= deadline)
+		{
+			if (attempt > 0)
+				logmsg("no connection before the wait ended");
+			break;
+		}
+		if (attempt == 0)
+			logmsg("retrying the connection while the wait lasts");
+		until = now + jitter(backoff);
+		db_sleep(until < deadline ? until : deadline);
+		if (signals_term_count() > 0)
+			return 128 + signals_term_sig();
+		backoff = backoff * 2 > 2000 ? 2000 : backoff * 2;
+	}
+	if (deadline != NEVER)
+		*wait_ms = deadline > now_ms() ? deadline - now_ms() : 0;
+	return code;
+}
+
+/*
  * run_holding: acquire (or campaign), run COMMAND under the watchdog while
  * renewing, and release (or resign) when it exits.
  */
@@ -534,10 +581,11 @@ run_holding(Options *o, const RunBackend *be, bool election)
 	Lock		lk;
 	Run			rs;
 	bool		tty = false;
+	int64_t		wait_ms = o->wait_ms;
 	int			code;
 
 	signals_install();
-	if ((code = be->open(&lk, o, election)) >= 0)
+	if ((code = open_waiting(&lk, o, be, election, &wait_ms)) >= 0)
 		return code;
 	memset(&rs, 0, sizeof(rs));
 	rs.lk = &lk;
@@ -555,7 +603,7 @@ run_holding(Options *o, const RunBackend *be, bool election)
 		be->drop(&lk);
 		return EXIT_CONN;
 	}
-	if ((code = start_command(o, &lk, &rs, &tty)) >= 0)
+	if ((code = start_command(o, wait_ms, &lk, &rs, &tty)) >= 0)
 		return code;
 
 	loop(&rs);

@@ -15,6 +15,12 @@
 #   3. C -> D with the promotion 6 s after the kill: a "dlock run" with a
 #      3 s lease cannot renew in time; its own clock ends the lease and
 #      COMMAND is killed (exit 76); on D the resource is free.
+#   4. No primary when a "dlock run" starts (D killed, its standby E not
+#      yet promoted): with --wait it retries the connection while the wait
+#      lasts and runs on E once E is promoted; without --wait it exits 69
+#      after one try; a signal ends the retries.  A login the server
+#      refuses for good (a wrong password, an unknown database) is tried
+#      once, whatever the wait: the server logs one failure.
 # Promises: P1 P14 P15
 
 use strict;
@@ -173,5 +179,63 @@ $D->promote;
 is($D->safe_psql('postgres', q{SELECT dlock.try_lock('r4', 'next', '10s') IS NOT NULL}), 't',
 	'on D the expired holding was not refreshed: another holder takes r4');
 
-$D->stop;
+# ---------- 4. no primary at the start: with --wait, the run waits for one
+my $E = standby_of($D, 'E');
+$D->stop('immediate');
+my $nowait = spawn('nowait',
+	cmd => [ $cli, '-d', multi('nowait', $D, $E), 'run', 'r5', '--', 'true' ]);
+is(wait_exit($nowait, 60), 69, 'without --wait, a run with no primary exits 69');
+unlike(slurp("$tmp/nowait.err"), qr/retrying/, 'after one try');
+my $run5 = spawn('run5',
+	cmd => [ $cli, '-v', '-d', multi('run5', $D, $E), 'run', '--wait', '60s', 'r5', '--',
+		'sh', '-c', 'echo "$DLOCK_FENCE" > "$M"' ],
+	M => "$tmp/r5.fence");
+$deadline = time + 30;
+usleep(50_000) while time < $deadline && slurp("$tmp/run5.err") !~ /retrying the connection/;
+like(slurp("$tmp/run5.err"), qr/retrying the connection while the wait lasts/,
+	'with --wait 60s, a run with only a standby up retries');
+like(slurp("$tmp/run5.err"), qr/not in hot standby mode|read-only|Connection refused/,
+	'(the standby is not a primary, the old primary is gone)');
+$E->promote;
+is(wait_exit($run5, 60), 0, 'once the standby is promoted the run acquires r5 and runs COMMAND');
+like(slurp_chomp("$tmp/r5.fence"), qr/^\d+$/, 'COMMAND had its fence');
+
+# a signal ends the retries: nothing listens on the port E had before D's
+my $free_port = $D->port;
+my $sig = spawn('sig',
+	cmd => [ $cli, '-d', 'host=' . $E->host . " port=$free_port dbname=postgres",
+		'run', '--wait', '600s', 'r6', '--', 'sh', '-c', 'touch "$M"' ],
+	M => "$tmp/r6.ran");
+$deadline = time + 30;
+usleep(50_000) while time < $deadline && slurp("$tmp/sig.err") !~ /retrying the connection/;
+kill 'TERM', $sig;
+is(wait_exit($sig, 60), 143, 'SIGTERM during the retries: exit 143, before the wait ends');
+ok(!-e "$tmp/r6.ran", 'and COMMAND never started');
+
+# refused for good: one try, whatever the wait
+$E->safe_psql('postgres', q{CREATE ROLE pw_user LOGIN PASSWORD 'right'});
+my $hba = $E->data_dir . '/pg_hba.conf';
+my $hba_text = slurp($hba);
+open(my $fh, '>', $hba) or die "$hba: $!";
+print $fh "local all pw_user scram-sha-256\n", $hba_text;
+close($fh);
+$E->reload;
+my $base = 'host=' . $E->host . ' port=' . $E->port;
+for my $case ([ 'pw', "$base dbname=postgres user=pw_user password=wrong",
+		qr/password authentication failed for user "pw_user"/ ],
+	[ 'db', "$base dbname=no_such_db", qr/database "no_such_db" does not exist/ ])
+{
+	my ($name, $conninfo, $logged) = @$case;
+	my $offset = -s $E->logfile;
+	my $p = spawn("refused_$name", cmd => [ $cli, '-d', $conninfo, 'run', '--wait', '600s', 'r7', '--', 'true' ]);
+	is(wait_exit($p, 120), 69, "$name: a login refused for good exits 69 with --wait 600s");
+	unlike(slurp("$tmp/refused_$name.err"), qr/retrying/, "$name: without retrying");
+	like(slurp("$tmp/refused_$name.err"), qr/FATAL:  (28P01|3D000): /, "$name: the message has the SQLSTATE");
+	unlike(slurp("$tmp/refused_$name.err"), qr/LOCATION/, "$name: and no LOCATION line");
+	my $log = substr(slurp($E->logfile), $offset);
+	my $n = () = $log =~ /$logged/g;
+	is($n, 1, "$name: the server saw one failed login");
+}
+
+$E->stop;
 done_testing();

@@ -3,7 +3,8 @@
 # a lost lease; SIGTERM while waiting ends the wait with 143 even when the
 # server hangs; the lock is released when COMMAND ends although the server
 # restarted or closed the idle connection meanwhile, or the answer to the
-# acquisition was lost.
+# acquisition was lost.  With --wait, a server down at the start is waited
+# for; a login it refuses (a wrong password) is tried once.
 # Promises: P15
 use strict;
 use warnings;
@@ -143,6 +144,32 @@ sub finish { my ($pid) = @_; waitpid $pid, 0; return $? >> 8; }
     $locker->do('UNLOCK TABLES');
     is(finish($pid), 0, 'run: 0');
     is(rows('f/lost'), 0, 'released when COMMAND ended') or diag(slurp("$my->{dir}/lost.err"));
+}
+
+# 5. The server down when `dlock run --wait` starts: it retries the
+# connection while the wait lasts and runs once the server is up.  A wrong
+# password is tried once, whatever the wait: the server counts one denial
+# (MariaDB's max_password_errors would lock out a role retried for long).
+{
+    $root->disconnect;
+    $my->stop;
+    my $pid = bg('down', '-d', $url, 'run', '--wait', '120s', 'f/down', '--',
+                 'sh', '-c', "echo \$DLOCK_FENCE > $my->{dir}/down.fence");
+    ok(poll(sub { slurp("$my->{dir}/down.err") =~ /retrying the connection while the wait lasts/ }),
+       'the server down at the start: run --wait retries the connection');
+    $my->start;
+    $root = $my->connect('root');
+    is(finish($pid), 0, 'and runs COMMAND once the server is up') or diag(slurp("$my->{dir}/down.err"));
+    like(slurp("$my->{dir}/down.fence"), qr/^\d+$/, 'with its fence');
+
+    my $denied = sub { DlockMy::one($root, "SELECT variable_value FROM information_schema.global_status"
+                                    . " WHERE variable_name = 'ACCESS_DENIED_ERRORS'") };
+    my $before = $denied->();
+    (my $bad = $url) =~ s/alice:pa\@/alice:wrong\@/;
+    $pid = bg('denied', '-d', $bad, 'run', '--wait', '600s', 'f/denied', '--', 'true');
+    is(finish($pid), 69, 'a wrong password with --wait 600s: 69');
+    unlike(slurp("$my->{dir}/denied.err"), qr/retrying/, 'without retrying');
+    is($denied->() - $before, 1, 'the server denied one login');
 }
 
 done_testing;
