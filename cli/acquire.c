@@ -155,8 +155,8 @@ lock_reconnect(Lock *lk, int64_t deadline, bool interruptible)
  * reconnect_retrying: after a lost connection, try again with a growing
  * pause (capped at 2 s) until the wait's deadline, and at least six times,
  * so that a waiter rides out a failover (with a multi-host connection
- * string, libpq finds the new primary).  A signal, or the end of the wait,
- * gives up (false).
+ * string, libpq finds the new primary).  A signal, the end of the wait, or
+ * a login refused for good (db_refused: a changed password) gives up.
  */
 static bool
 reconnect_retrying(Lock *lk, int64_t wait_deadline)
@@ -173,6 +173,8 @@ reconnect_retrying(Lock *lk, int64_t wait_deadline)
 				logmsg("reconnected; still waiting for \"%s\"", lk->resource);
 			return true;
 		}
+		if (db_refused())
+			break;				/* a wrong password is never tried twice */
 		if (attempt == 0)
 			logmsg("connection lost (%s); reconnecting while the wait lasts",
 				   db_lost_reason());
@@ -617,6 +619,8 @@ acquire_wait(Lock *lk, int64_t wait_ms)
 {
 	int64_t		wait_deadline = wait_ms < 0 ? NEVER : now_ms() + wait_ms;
 	int64_t		poll_ms = POLL_MIN_MS;
+	int64_t		backoff = 0;	/* after a failed try: the next pause */
+	int			failed = 0;		/* tries in a row lost or rolled back */
 
 	/* One try does not queue: a ticket nobody retries would only block. */
 	lk->fair = (lk->opt->fair || lk->election) && wait_ms != 0;
@@ -639,11 +643,28 @@ acquire_wait(Lock *lk, int64_t wait_ms)
 			case TRY_ERROR:
 				return ACQ_ERROR;
 			case TRY_LOST:
-				vlog(lk->opt, "connection lost (%s), reconnecting", db_lost_reason());
-				continue;
 			case TRY_RETRY:
+
+				/*
+				 * Lost, or rolled back (40001, 40P01): try again, but not
+				 * past the wait after six tries, and with growing pauses:
+				 * behind a pooler whose server is down, every login
+				 * succeeds and every try fails at once.
+				 */
+				if (lk->conn == NULL)
+					vlog(lk->opt, "connection lost (%s), reconnecting", db_lost_reason());
+				if (++failed > 6 && now_ms() >= wait_deadline)
+					return ACQ_CONN;
+				if (backoff > 0)
+				{
+					until = now_ms() + jitter(backoff);
+					db_sleep(until < wait_deadline || failed <= 6 ? until : wait_deadline);
+				}
+				backoff = backoff == 0 ? 100 : backoff * 2 > 2000 ? 2000 : backoff * 2;
 				continue;
 			case TRY_BUSY:
+				failed = 0;
+				backoff = 0;
 				break;
 		}
 

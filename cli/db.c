@@ -210,7 +210,12 @@ db_connect(const Options *o, int64_t deadline, bool interruptible, bool quiet)
 	}
 	if (PQstatus(c) != CONNECTION_OK)
 	{
-		refused = refused_for_good(c);
+		PQconninfoOption *opts = o->conninfo ? PQconninfoParse(o->conninfo, NULL) : NULL;
+
+		/* a connection string libpq cannot read is a mistake too */
+		refused = refused_for_good(c) || (o->conninfo && opts == NULL);
+		if (opts)
+			PQconninfoFree(opts);
 		set_lost_reason(PQerrorMessage(c));
 		if (!quiet)
 			logmsg("could not connect: %s", lost_reason);

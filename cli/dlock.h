@@ -200,8 +200,9 @@ typedef struct RunBackend
 	 * resources): -1, or the exit code
 	 */
 	int			(*open) (Lock *lk, Options *o, bool election, int64_t deadline);
-	/* the last failed open was a login the server refused for good */
+	/* the last failed open was refused for good (a login, a bad string) */
 	bool		(*refused) (void);
+	const char *(*why) (void);	/* the last failed open's message */
 	AcqStatus	(*acquire) (Lock *lk, int64_t wait_ms);
 	/* start a renewal; *sent_at when it went; synchronous: the verdict */
 	Renewal		(*renew) (Lock *lk, int64_t *sent_at, int64_t *retry_at);

@@ -45,6 +45,7 @@ static MyUrl url;
 static MYSQL *my;				/* NULL while disconnected */
 static unsigned last_errno;		/* error of my_scalar's last Q_ERROR, else 0 */
 static unsigned open_errno;		/* error of my_open's last failure, else 0 */
+static char open_error[512];	/* its message */
 
 /* decode: copy [s, s+n) percent-decoded into out; false if it does not fit. */
 static bool
@@ -162,6 +163,7 @@ my_open(const Options *o, unsigned timeout_s, bool quiet)
 
 	my_close();
 	open_errno = 0;
+	snprintf(open_error, sizeof(open_error), "out of memory");
 	my = mysql_init(NULL);
 	if (my == NULL)
 		return false;
@@ -174,6 +176,7 @@ my_open(const Options *o, unsigned timeout_s, bool quiet)
 							url.socket[0] ? url.socket : NULL, CLIENT_MULTI_RESULTS))
 	{
 		open_errno = mysql_errno(my);
+		snprintf(open_error, sizeof(open_error), "%s", mysql_error(my));
 		if (!quiet)
 			logmsg("could not connect to MySQL/MariaDB at %s: %s",
 				   url.socket[0] ? url.socket : url.host, mysql_error(my));
@@ -187,6 +190,7 @@ my_open(const Options *o, unsigned timeout_s, bool quiet)
 	 */
 	if (mysql_autocommit(my, 1) != 0)
 	{
+		snprintf(open_error, sizeof(open_error), "autocommit: %s", mysql_error(my));
 		if (!quiet)
 			logmsg("could not turn autocommit on: %s", mysql_error(my));
 		my_close();
@@ -198,17 +202,26 @@ my_open(const Options *o, unsigned timeout_s, bool quiet)
 
 /*
  * my_open_refused: did the server refuse my_open's last login for a reason
- * a failover does not change?  A server error (1000-1999: access denied,
- * an unknown user, a blocked host) other than "not now" (1040 too many
- * connections, 1053 shutting down, 1203 the user's connections, 1927
- * killed).  The client's own errors (no answer, a lost handshake) are not.
+ * a failover does not change?  A server's error (all but the client's
+ * own, 2000-2999: no answer, a lost handshake) other than "not now" (1040
+ * too many connections, 1053 shutting down, 1203 the user's connections,
+ * 1927 killed): access denied, an unknown user, a blocked host, a locked
+ * account (MariaDB 4150, 4151; MySQL 3118, 3955).
  */
 bool
 my_open_refused(void)
 {
 	unsigned	e = open_errno;
 
-	return e >= 1000 && e < 2000 && e != 1040 && e != 1053 && e != 1203 && e != 1927;
+	return e != 0 && (e < 2000 || e >= 3000) &&
+		e != 1040 && e != 1053 && e != 1203 && e != 1927;
+}
+
+/* my_open_error: the message of my_open's last failure. */
+const char *
+my_open_error(void)
+{
+	return open_error;
 }
 
 /* connection_error: does this client error mean the connection is gone? */

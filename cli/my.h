@@ -23,6 +23,7 @@ void		my_close(void);
 bool		my_connected(void);
 bool		my_transient(void);
 bool		my_open_refused(void);
+const char *my_open_error(void);
 bool		my_refused(void);
 QStatus		my_scalar(const char *sql, int n, const char *const *vals, char *out,
 					  size_t outlen, bool *isnull);

@@ -195,11 +195,12 @@ my_renew(Lock *lk, int64_t *sent_at, int64_t *retry_at)
 static int
 my_run_open(Lock *lk, Options *o, bool election, int64_t deadline)
 {
-	int64_t		left = deadline == NEVER ? 5000 : deadline - now_ms();
+	int64_t		left = deadline == NEVER ? 10000 : deadline - now_ms();
 
 	(void) election;			/* no elections in mysql/dlock.sql */
 	my_lock_init(lk, o, o->pos[0]);
-	return my_open(o, left >= 5000 ? 5 : left >= 1000 ? (unsigned) (left / 1000) : 1,
+	/* a connect and the server's greeting each have the timeout: half */
+	return my_open(o, left >= 10000 ? 5 : left >= 2000 ? (unsigned) (left / 2000) : 1,
 				   deadline != NEVER) ? -1 : interrupted(EXIT_CONN);
 }
 
@@ -256,6 +257,7 @@ const RunBackend my_backend = {
 	.elections = false,
 	.open = my_run_open,
 	.refused = my_open_refused,
+	.why = my_open_error,
 	.acquire = my_run_acquire,
 	.renew = my_renew,
 	.socket = my_run_socket,

@@ -252,6 +252,7 @@ const RunBackend pg_backend = {
 	.elections = true,
 	.open = pg_open,
 	.refused = db_refused,
+	.why = db_lost_reason,
 	.acquire = acquire,
 	.renew = pg_renew,
 	.socket = pg_socket,

@@ -528,47 +528,52 @@ lost_tidy(Lock *lk, Run *rs)
 /*
  * open_waiting: be->open.  With --wait D (D > 0), a first connection that
  * fails for a reason a failover ends (no answer, a server starting or
- * shutting down, no primary yet) is tried again while the wait lasts,
- * with pauses growing to 2 s and each try's connect bounded by the wait;
- * the time spent comes off *wait_ms.  A login the server refused for good
- * (be->refused: a wrong password, an unknown role or database) is never
- * tried twice; without --wait, or with 0, there is one try.  Either way a
- * failure exits 69, and a signal ends the retries.
+ * shutting down, no primary yet) is tried again for D from that failure,
+ * with pauses growing to 2 s and each try's connect bounded by what is
+ * left; what the retries took comes off *wait_ms.  A login the server
+ * refused for good (be->refused: a wrong password, an unknown role or
+ * database, a bad connection string) is never tried twice; without
+ * --wait, or with 0, there is one try.  Either way a failure exits 69,
+ * and a signal ends the retries.
  */
 static int
 open_waiting(Lock *lk, Options *o, const RunBackend *be, bool election,
 			 int64_t *wait_ms)
 {
-	int64_t		deadline = *wait_ms > 0 ? now_ms() + *wait_ms : NEVER;
+	int64_t		deadline = NEVER;
 	int64_t		backoff = 200;
-	int			code;
 
 	for (int attempt = 0;; attempt++)
 	{
-		int64_t		now,
-					until;
+		int			code = be->open(lk, o, election, deadline);
+		int64_t		until;
 
-		code = be->open(lk, o, election, attempt == 0 ? NEVER : deadline);
-		if (code != EXIT_CONN || deadline == NEVER || be->refused())
-			break;
-		now = now_ms();
-		if (now + 100 >= deadline)
+		if (code < 0 && deadline != NEVER)
+			*wait_ms = deadline > now_ms() ? deadline - now_ms() : 0;
+		if (code != EXIT_CONN || *wait_ms <= 0)
+			return code;
+		if (be->refused())
 		{
 			if (attempt > 0)
-				logmsg("no connection before the wait ended");
-			break;
+				logmsg("could not connect: %s", be->why());
+			return code;
 		}
 		if (attempt == 0)
+		{
+			deadline = now_ms() + *wait_ms;
 			logmsg("retrying the connection while the wait lasts");
-		until = now + jitter(backoff);
+		}
+		until = now_ms() + jitter(backoff);
 		db_sleep(until < deadline ? until : deadline);
 		if (signals_term_count() > 0)
 			return 128 + signals_term_sig();
+		if (now_ms() + 100 >= deadline)
+		{
+			logmsg("no connection before the wait ended: %s", be->why());
+			return code;
+		}
 		backoff = backoff * 2 > 2000 ? 2000 : backoff * 2;
 	}
-	if (deadline != NEVER)
-		*wait_ms = deadline > now_ms() ? deadline - now_ms() : 0;
-	return code;
 }
 
 /*

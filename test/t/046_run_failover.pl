@@ -212,6 +212,12 @@ kill 'TERM', $sig;
 is(wait_exit($sig, 60), 143, 'SIGTERM during the retries: exit 143, before the wait ends');
 ok(!-e "$tmp/r6.ran", 'and COMMAND never started');
 
+# a connection string libpq cannot read: one try, whatever the wait
+my $bad = spawn('badconn', cmd => [ $cli, '-d', 'host=' . $E->host . ' no_such_option=1',
+	'run', '--wait', '600s', 'r6', '--', 'true' ]);
+is(wait_exit($bad, 60), 69, 'a connection string with an unknown option exits 69 with --wait 600s');
+unlike(slurp("$tmp/badconn.err"), qr/retrying/, 'without retrying');
+
 # refused for good: one try, whatever the wait
 $E->safe_psql('postgres', q{CREATE ROLE pw_user LOGIN PASSWORD 'right'});
 my $hba = $E->data_dir . '/pg_hba.conf';
@@ -236,6 +242,21 @@ for my $case ([ 'pw', "$base dbname=postgres user=pw_user password=wrong",
 	my $n = () = $log =~ /$logged/g;
 	is($n, 1, "$name: the server saw one failed login");
 }
+
+# a refusal met on a retry (the server was down at the first try) ends
+# the retries at once, and says why
+$E->stop;
+my $late = spawn('late', cmd => [ $cli, '-d', "$base dbname=postgres user=pw_user password=wrong",
+	'run', '--wait', '600s', 'r7', '--', 'true' ]);
+$deadline = time + 30;
+usleep(50_000) while time < $deadline && slurp("$tmp/late.err") !~ /retrying the connection/;
+my $offset = -s $E->logfile;
+$E->start;
+is(wait_exit($late, 120), 69, 'a wrong password met on a retry: 69 with --wait 600s');
+like(slurp("$tmp/late.err"), qr/could not connect: .*28P01: password authentication failed/,
+	'the refusal is reported');
+my $late_n = () = substr(slurp($E->logfile), $offset) =~ /password authentication failed for user "pw_user"/g;
+is($late_n, 1, 'the server saw one failed login');
 
 $E->stop;
 done_testing();

@@ -5,8 +5,9 @@
 # one server connection, renewals and releases are autocommit statements.
 #
 # Runs etcd's counter example (8 processes x 5 runs) through pgbouncer and
-# checks the count and that fences strictly increase.  Skipped if
-# /usr/sbin/pgbouncer is not installed.
+# checks the count and that fences strictly increase.  With the server
+# gone behind pgbouncer, a waiting run ends when its wait does.  Skipped
+# if /usr/sbin/pgbouncer is not installed.
 #
 # Env: DLOCK_CLI (default $TESTDIR/cli/dlock, else cli/dlock).
 # Promises: P1 P2 P15
@@ -158,8 +159,18 @@ is(wait_exit($w, 30), 0, 'the polling waiter acquires after the release');
 		'0', 'nothing left held');
 }
 
+# ---------- the server gone behind pgbouncer: every login succeeds and
+# every try fails at once.  A run with --wait 3s ends (69) once the wait
+# is over, after a bounded number of logins, instead of trying forever.
+$node->stop('fast');
+{
+	my $w3 = spawn('gone', cmd => [ $cli, '-v', '-d', $bconn, 'run', '--wait', '3s', 'pg', '--', 'true' ]);
+	is(wait_exit($w3, 90), 69, 'server gone behind pgbouncer: run --wait 3s exits 69');
+	my $logins = () = slurp("$tmp/gone.err") =~ /reconnecting/g;
+	cmp_ok($logins, '<', 40, "with growing pauses between tries ($logins reconnections)");
+}
+
 kill 'TERM', $bouncer;
 wait_exit($bouncer, 30);
 $bouncer = undef;
-$node->stop;
 done_testing();

@@ -4,7 +4,8 @@
 # server hangs; the lock is released when COMMAND ends although the server
 # restarted or closed the idle connection meanwhile, or the answer to the
 # acquisition was lost.  With --wait, a server down at the start is waited
-# for; a login it refuses (a wrong password) is tried once.
+# for; a login it refuses (a wrong password, a locked account) is tried
+# once.
 # Promises: P15
 use strict;
 use warnings;
@@ -170,6 +171,14 @@ sub finish { my ($pid) = @_; waitpid $pid, 0; return $? >> 8; }
     is(finish($pid), 69, 'a wrong password with --wait 600s: 69');
     unlike(slurp("$my->{dir}/denied.err"), qr/retrying/, 'without retrying');
     is($denied->() - $before, 1, 'the server denied one login');
+
+    # a locked account (MariaDB 4151): refused for good, one try
+    $my->do_root("CREATE USER carol\@'localhost' IDENTIFIED BY 'pd' ACCOUNT LOCK");
+    (my $carol = $url) =~ s/alice:pa\@/carol:pd\@/;
+    $pid = bg('locked', '-d', $carol, 'run', '--wait', '600s', 'f/locked', '--', 'true');
+    is(finish($pid), 69, 'a locked account with --wait 600s: 69');
+    like(slurp("$my->{dir}/locked.err"), qr/locked/i, 'the server says the account is locked');
+    unlike(slurp("$my->{dir}/locked.err"), qr/retrying/, 'without retrying');
 }
 
 done_testing;
