@@ -46,7 +46,7 @@ typedef enum
 {
 	TRY_HELD,					/* acquired (committed) */
 	TRY_BUSY,					/* someone else holds it */
-	TRY_RETRY,					/* not acquired, try again at once */
+	TRY_RETRY,					/* not acquired, try again */
 	TRY_LOST,					/* connection lost before COMMIT: not acquired */
 	TRY_ERROR,					/* the server refused; reported */
 } TryStatus;
@@ -156,7 +156,8 @@ lock_reconnect(Lock *lk, int64_t deadline, bool interruptible)
  * pause (capped at 2 s) until the wait's deadline, and at least six times,
  * so that a waiter rides out a failover (with a multi-host connection
  * string, libpq finds the new primary).  A signal, the end of the wait, or
- * a login refused for good (db_refused: a changed password) gives up.
+ * a login refused for its credentials (db_login_refused: a changed
+ * password) gives up.
  */
 static bool
 reconnect_retrying(Lock *lk, int64_t wait_deadline)
@@ -173,7 +174,7 @@ reconnect_retrying(Lock *lk, int64_t wait_deadline)
 				logmsg("reconnected; still waiting for \"%s\"", lk->resource);
 			return true;
 		}
-		if (db_refused())
+		if (db_login_refused())
 			break;				/* a wrong password is never tried twice */
 		if (attempt == 0)
 			logmsg("connection lost (%s); reconnecting while the wait lasts",
@@ -646,15 +647,18 @@ acquire_wait(Lock *lk, int64_t wait_ms)
 			case TRY_RETRY:
 
 				/*
-				 * Lost, or rolled back (40001, 40P01): try again, but not
-				 * past the wait after six tries, and with growing pauses:
-				 * behind a pooler whose server is down, every login
+				 * Lost, or not acquired after all (resolve): try again, but
+				 * not past the wait after six tries, and with growing
+				 * pauses: behind a pooler whose server is down, every login
 				 * succeeds and every try fails at once.
 				 */
 				if (lk->conn == NULL)
 					vlog(lk->opt, "connection lost (%s), reconnecting", db_lost_reason());
 				if (++failed > 6 && now_ms() >= wait_deadline)
+				{
+					logmsg("no try succeeded before the wait ended: %s", db_lost_reason());
 					return ACQ_CONN;
+				}
 				if (backoff > 0)
 				{
 					until = now_ms() + jitter(backoff);

@@ -17,6 +17,7 @@
 
 static char lost_reason[512] = "connection lost";
 static bool refused = false;	/* the last db_connect: refused for good */
+static bool login_refused = false;	/* ... and for its credentials */
 static PGresult *kept = NULL;	/* result gathered so far by db_collect */
 
 /*
@@ -67,9 +68,9 @@ static bool
 refused_for_good(PGconn *c)
 {
 	const char *p = PQerrorMessage(c);
+	bool		found = false;
 
-	if (PQconnectionNeedsPassword(c))
-		return true;
+	login_refused = PQconnectionNeedsPassword(c);
 	while ((p = strstr(p, ":  ")) != NULL)
 	{
 		p += 3;
@@ -77,8 +78,34 @@ refused_for_good(PGconn *c)
 			p[5] == ':' && strncmp(p, "53", 2) != 0 &&
 			strncmp(p, "57P01", 5) != 0 && strncmp(p, "57P02", 5) != 0 &&
 			strncmp(p, "57P03", 5) != 0)
-			return true;
+		{
+			found = true;
+			if (strncmp(p, "28", 2) == 0)
+				login_refused = true;	/* invalid authorization */
+		}
 	}
+	return found || login_refused;
+}
+
+/*
+ * unreadable: a connection string (key=value, or a URI: what libpq
+ * expands; anything else is a database name) libpq cannot parse: a syntax
+ * error or an unknown keyword.  A mistake, like a refused login.
+ */
+static bool
+unreadable(const char *conninfo)
+{
+	PQconninfoOption *opts;
+
+	if (conninfo == NULL ||
+		(strchr(conninfo, '=') == NULL &&
+		 strncmp(conninfo, "postgresql://", 13) != 0 &&
+		 strncmp(conninfo, "postgres://", 11) != 0))
+		return false;
+	opts = PQconninfoParse(conninfo, NULL);
+	if (opts == NULL)
+		return true;
+	PQconninfoFree(opts);
 	return false;
 }
 
@@ -90,6 +117,18 @@ bool
 db_refused(void)
 {
 	return refused;
+}
+
+/*
+ * db_login_refused: the last failed db_connect was refused for its
+ * credentials (class 28: a wrong or changed password, an unknown role, a
+ * pg_hba.conf reject; or no password given).  A pooler's "no server"
+ * (pgbouncer: 08P01) is not.
+ */
+bool
+db_login_refused(void)
+{
+	return refused && login_refused;
 }
 
 /* db_lost_reason: the message of the last lost connection, for reports. */
@@ -180,7 +219,7 @@ db_connect(const Options *o, int64_t deadline, bool interruptible, bool quiet)
 	}
 	kw[n] = NULL;
 	val[n] = NULL;
-	refused = false;
+	refused = login_refused = false;
 	c = PQconnectStartParams(kw, val, 1);
 	if (c == NULL)
 	{
@@ -210,12 +249,7 @@ db_connect(const Options *o, int64_t deadline, bool interruptible, bool quiet)
 	}
 	if (PQstatus(c) != CONNECTION_OK)
 	{
-		PQconninfoOption *opts = o->conninfo ? PQconninfoParse(o->conninfo, NULL) : NULL;
-
-		/* a connection string libpq cannot read is a mistake too */
-		refused = refused_for_good(c) || (o->conninfo && opts == NULL);
-		if (opts)
-			PQconninfoFree(opts);
+		refused = refused_for_good(c) || unreadable(o->conninfo);
 		set_lost_reason(PQerrorMessage(c));
 		if (!quiet)
 			logmsg("could not connect: %s", lost_reason);

@@ -160,6 +160,7 @@ bool		db_pooled(PGconn **connp);
 void		db_drain_notifies(PGconn *conn, const char *channel, bool print);
 const char *db_lost_reason(void);
 bool		db_refused(void);
+bool		db_login_refused(void);
 
 /* acquire.c */
 typedef enum

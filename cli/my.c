@@ -202,19 +202,21 @@ my_open(const Options *o, unsigned timeout_s, bool quiet)
 
 /*
  * my_open_refused: did the server refuse my_open's last login for a reason
- * a failover does not change?  A server's error (all but the client's
- * own, 2000-2999: no answer, a lost handshake) other than "not now" (1040
- * too many connections, 1053 shutting down, 1203 the user's connections,
- * 1927 killed): access denied, an unknown user, a blocked host, a locked
- * account (MariaDB 4150, 4151; MySQL 3118, 3955).
+ * a failover does not change?  A server's error (all but the client
+ * library's own, 2000-2999 and 5000-5999: no answer, a lost handshake)
+ * other than "not now" (1040 too many connections, 1053 shutting down,
+ * 1203 the user's connections, 1927 killed, MySQL 3032 offline mode):
+ * access denied, an unknown user, a blocked host, a locked account
+ * (MariaDB 4150, 4151; MySQL 3118, 3955).
  */
 bool
 my_open_refused(void)
 {
 	unsigned	e = open_errno;
 
-	return e != 0 && (e < 2000 || e >= 3000) &&
-		e != 1040 && e != 1053 && e != 1203 && e != 1927;
+	if (e == 0 || (e >= 2000 && e < 3000) || (e >= 5000 && e < 6000))
+		return false;
+	return e != 1040 && e != 1053 && e != 1203 && e != 1927 && e != 3032;
 }
 
 /* my_open_error: the message of my_open's last failure. */

@@ -199,7 +199,10 @@ my_run_open(Lock *lk, Options *o, bool election, int64_t deadline)
 
 	(void) election;			/* no elections in mysql/dlock.sql */
 	my_lock_init(lk, o, o->pos[0]);
-	/* a connect and the server's greeting each have the timeout: half */
+	/*
+	 * Each step of the handshake (connect, greeting, login) has the whole
+	 * timeout, of whole seconds: half what is left, 1 s at least.
+	 */
 	return my_open(o, left >= 10000 ? 5 : left >= 2000 ? (unsigned) (left / 2000) : 1,
 				   deadline != NEVER) ? -1 : interrupted(EXIT_CONN);
 }

@@ -561,7 +561,8 @@ open_waiting(Lock *lk, Options *o, const RunBackend *be, bool election,
 		if (attempt == 0)
 		{
 			deadline = now_ms() + *wait_ms;
-			logmsg("retrying the connection while the wait lasts");
+			if (*wait_ms > 300)
+				logmsg("retrying the connection while the wait lasts");
 		}
 		until = now_ms() + jitter(backoff);
 		db_sleep(until < deadline ? until : deadline);

@@ -200,12 +200,11 @@ $E->promote;
 is(wait_exit($run5, 60), 0, 'once the standby is promoted the run acquires r5 and runs COMMAND');
 like(slurp_chomp("$tmp/r5.fence"), qr/^\d+$/, 'COMMAND had its fence');
 
-# a signal ends the retries: nothing listens on the port E had before D's
-my $free_port = $D->port;
+# a signal ends the retries: nothing listens on D's port.  -d is a plain
+# database name (not a connection string), the server from PGHOST/PGPORT.
 my $sig = spawn('sig',
-	cmd => [ $cli, '-d', 'host=' . $E->host . " port=$free_port dbname=postgres",
-		'run', '--wait', '600s', 'r6', '--', 'sh', '-c', 'touch "$M"' ],
-	M => "$tmp/r6.ran");
+	cmd => [ $cli, '-d', 'postgres', 'run', '--wait', '600s', 'r6', '--', 'sh', '-c', 'touch "$M"' ],
+	M => "$tmp/r6.ran", PGHOST => $E->host, PGPORT => $D->port);
 $deadline = time + 30;
 usleep(50_000) while time < $deadline && slurp("$tmp/sig.err") !~ /retrying the connection/;
 kill 'TERM', $sig;
@@ -250,6 +249,7 @@ my $late = spawn('late', cmd => [ $cli, '-d', "$base dbname=postgres user=pw_use
 	'run', '--wait', '600s', 'r7', '--', 'true' ]);
 $deadline = time + 30;
 usleep(50_000) while time < $deadline && slurp("$tmp/late.err") !~ /retrying the connection/;
+like(slurp("$tmp/late.err"), qr/retrying the connection/, 'the server down: the run retries');
 my $offset = -s $E->logfile;
 $E->start;
 is(wait_exit($late, 120), 69, 'a wrong password met on a retry: 69 with --wait 600s');
