@@ -198,9 +198,9 @@ db_sleep(int64_t deadline)
 /*
  * db_connect: open a connection from -d or the PG* variables, without
  * blocking past the deadline.  Returns NULL on failure (reported unless
- * quiet, and always kept for db_lost_reason and db_refused).  The application_name
- * defaults to "dlock" so that administrators can find the client's
- * backends.
+ * quiet, and always kept for db_lost_reason and db_refused).  The
+ * application_name defaults to "dlock" so that administrators can find
+ * the client's backends.
  */
 PGconn *
 db_connect(const Options *o, int64_t deadline, bool interruptible, bool quiet)
