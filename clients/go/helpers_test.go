@@ -407,11 +407,17 @@ type proxy struct {
 	after string        // non-empty: nothing held until a client sent it (holdAfter)
 	links []*link
 	seen  map[string]int // how often each of the counted strings was sent
+	done  map[string]int // ... and answered (a ReadyForQuery came back after it)
 }
 
 // link: one client's connection through the proxy; marked once it sent
-// the string of holdOn.
-type link struct{ marked bool }
+// the string of holdOn; pending: the counted strings it sent that no
+// ReadyForQuery has answered yet; ready once a ReadyForQuery came (its
+// startup is over: its application_name is seen); gone once closed.
+type link struct {
+	marked, ready, gone bool
+	pending             map[string]int
+}
 
 // counted: the strings the proxy counts in what clients send.
 var counted = []string{"dlock.renew(", "dlock.keepalive(", "dlock.unlock(", "dlock.resign("}
@@ -421,6 +427,27 @@ func (p *proxy) sentCount(needle string) int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.seen[needle]
+}
+
+// answeredCount: how often NEEDLE (one of counted) was sent and the
+// server's ReadyForQuery after it passed the proxy: its statement has run.
+func (p *proxy) answeredCount(needle string) int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.done[needle]
+}
+
+// started: whether every connection through P has ended its startup (or
+// is gone).
+func (p *proxy) started() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, l := range p.links {
+		if !l.ready && !l.gone {
+			return false
+		}
+	}
+	return true
 }
 
 // countingReader: a client's side, counting the strings of counted (a
@@ -438,7 +465,9 @@ func (c *countingReader) Read(b []byte) (int, error) {
 		buf := append(c.tail, b[:n]...)
 		c.p.mu.Lock()
 		for _, s := range counted {
-			c.p.seen[s] += strings.Count(string(buf), s) - strings.Count(string(c.tail), s)
+			k := strings.Count(string(buf), s) - strings.Count(string(c.tail), s)
+			c.p.seen[s] += k
+			c.l.pending[s] += k
 		}
 		if c.p.on != "" && strings.Contains(string(buf), c.p.on) {
 			c.l.marked = true
@@ -464,7 +493,7 @@ func newProxy(t *testing.T) *proxy {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := &proxy{ln: ln, seen: map[string]int{}}
+	p := &proxy{ln: ln, seen: map[string]int{}, done: map[string]int{}}
 	go func() {
 		for {
 			c, err := ln.Accept()
@@ -491,11 +520,17 @@ func newProxy(t *testing.T) *proxy {
 				continue
 			}
 			p.conns = append(p.conns, s)
-			l := &link{}
+			l := &link{pending: map[string]int{}}
 			p.links = append(p.links, l)
 			p.mu.Unlock()
 			go func() { _, _ = io.Copy(s, &countingReader{p: p, l: l, r: c}); s.Close() }()
-			go func() { _, _ = io.Copy(c, holdingReader{p, l, s}); c.Close() }()
+			go func() {
+				_, _ = io.Copy(c, &holdingReader{p: p, l: l, r: s})
+				c.Close()
+				p.mu.Lock()
+				l.gone = true
+				p.mu.Unlock()
+			}()
 		}
 	}()
 	t.Cleanup(func() { ln.Close(); p.release(); p.cutAll() })
@@ -560,14 +595,19 @@ func (p *proxy) release() {
 }
 
 // holdingReader: the server's side, read on while the proxy holds nothing
-// on its connection.
+// on its connection; a ReadyForQuery let through answers what its link
+// sent before (answeredCount).
 type holdingReader struct {
-	p *proxy
-	l *link
-	r io.Reader
+	p    *proxy
+	l    *link
+	r    io.Reader
+	tail []byte
 }
 
-func (h holdingReader) Read(b []byte) (int, error) {
+// readyForQuery: a ReadyForQuery message's type and length.
+const readyForQuery = "Z\x00\x00\x00\x05"
+
+func (h *holdingReader) Read(b []byte) (int, error) {
 	n, err := h.r.Read(b)
 	h.p.mu.Lock()
 	held := h.p.held
@@ -577,6 +617,22 @@ func (h holdingReader) Read(b []byte) (int, error) {
 	h.p.mu.Unlock()
 	if held != nil {
 		<-held
+	}
+	if n > 0 {
+		buf := append(h.tail, b[:n]...)
+		if strings.Contains(string(buf), readyForQuery) && !strings.Contains(string(h.tail), readyForQuery) {
+			h.p.mu.Lock()
+			h.l.ready = true
+			for s, k := range h.l.pending {
+				h.p.done[s] += k
+			}
+			h.l.pending = map[string]int{}
+			h.p.mu.Unlock()
+		}
+		if len(buf) > len(readyForQuery)-1 {
+			buf = buf[len(buf)-(len(readyForQuery)-1):]
+		}
+		h.tail = append([]byte(nil), buf...)
 	}
 	return n, err
 }

@@ -384,6 +384,7 @@ const granting = "pg_catalog.statement_timestamp()"
 func lateGrantOn(t *testing.T, p *proxy, mark, giveBack string, granted func() bool, run func(context.Context) error) error {
 	t.Helper()
 	before := p.sentCount(giveBack)
+	ran := p.answeredCount(giveBack)
 	ctx, cancel := context.WithCancel(bg())
 	defer cancel()
 	if mark == "" {
@@ -414,7 +415,9 @@ func lateGrantOn(t *testing.T, p *proxy, mark, giveBack string, granted func() b
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	time.Sleep(500 * time.Millisecond) // run by the server
+	// Run by the server: its answer came back (a fixed 500 ms was too
+	// short under load).
+	until(t, giveBack+" answered", func() bool { return p.answeredCount(giveBack) > ran })
 	return err
 }
 

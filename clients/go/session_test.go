@@ -248,7 +248,7 @@ func TestSessionKeepalivePaused(t *testing.T) {
 	defer p.heal()
 	// A connection accepted before the block registers its
 	// application_name at the end of its startup: let it, then pause.
-	time.Sleep(time.Second)
+	until(t, "every connection started", p.started)
 	defer pause(t, admin, name)()
 	lossBeforeEnd(t, admin, s, locks)
 }

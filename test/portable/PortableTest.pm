@@ -23,7 +23,7 @@ use Time::HiRes qw(time sleep);
 use Test::More;
 
 our @EXPORT = qw($top $script $client $label $sock start_server stop_server
-                 conn q1 err queue wait_ready async result);
+                 conn q1 err queue wait_ready async result queued blocked_by);
 
 our $top = $ENV{DLOCK_TOP} // Cwd::abs_path(File::Basename::dirname(__FILE__) . '/../..');
 our $script = "$top/portable/dlock.sql";
@@ -133,6 +133,32 @@ sub async {
     my $sth = $h->prepare($sql, { pg_async => PG_ASYNC });
     $sth->execute(@bind);
     return [$h, $sth];
+}
+
+# queued: whether the fair waiter A (from async) took its ticket within
+# 30 s: its backend holds a two-key advisory lock with a ticket as its
+# second key (portable/queues.sql), seen through DBH.  A fixed sleep was
+# too short under load: the next waiter then queued first.
+sub queued {
+    my ($dbh, $a) = @_;
+    my $pid = $a->[0]{pg_pid};
+    for (1 .. 3000) {
+        return 1 if q1($dbh, "SELECT count(*) FROM pg_locks WHERE pid = ? AND locktype = 'advisory'
+                                AND mode = 'ExclusiveLock' AND granted AND objsubid = 2 AND objid <> 0", $pid);
+        sleep 0.01;
+    }
+    return 0;
+}
+
+# blocked_by: whether the connection WAITER waits for BLOCKER (both DBI
+# handles) within 30 s, by pg_blocking_pids seen through DBH.
+sub blocked_by {
+    my ($dbh, $waiter, $blocker) = @_;
+    for (1 .. 3000) {
+        return 1 if q1($dbh, "SELECT ?::int = ANY(pg_blocking_pids(?))", $blocker->{pg_pid}, $waiter->{pg_pid});
+        sleep 0.01;
+    }
+    return 0;
 }
 
 sub result {

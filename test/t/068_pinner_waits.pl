@@ -50,6 +50,10 @@ ok($node->poll_query_until('postgres', q{SELECT count(*) = 1 FROM pg_stat_activi
 
 # P now pins a's holding, which X is changing: it must wait for X.
 $p->query_until(qr/go/, "\\echo go\nSELECT dlock.assert_fence('$r', $fa) AS p_pin;\n");
+# Its first wait, before the 20 looks (it may not have arrived yet).
+ok($node->poll_query_until('postgres', q{SELECT count(*) = 1 FROM pg_stat_activity
+	WHERE query LIKE '%p_pin%' AND wait_event_type = 'Lock' AND pid <> pg_backend_pid()}),
+	'the pinner waits');
 my $waits = 0;
 for (1 .. 20)
 {

@@ -452,7 +452,11 @@ class AbortingClient extends pg.Client {
 
 test('concurrent calls of one holder or candidate: an abort after its grant leaves the other call\'s holding', async (t) => {
   if (!(await kinds(admin)) || !(await elections(admin))) return t.skip(noKinds);
-  const p = pool({ Client: AbortingClient, max: 6 });
+  const name = `${APP}-concurrent`;
+  const p = pool({ Client: AbortingClient, max: 6, application_name: name });
+  // Each call waits on the server before the next is made (a fixed 200 ms
+  // was a guess; under load the later call could get ahead).
+  const waiting = (n) => until(`${n} calls waiting`, async () => (await running(name)) === n);
   const leaderTerm = async (e) => (await admin.query('SELECT term::text AS t FROM dlock.leader($1)', [e])).rows[0]?.t;
   try {
     // A semaphore: B (2 permits, aborted) waits; A (1 permit, same holder)
@@ -466,7 +470,7 @@ test('concurrent calls of one holder or candidate: an abort after its grant leav
       const ac = new AbortController();
       Object.assign(armed, { ctrl: ac, tag: 2 });
       const b = take({ permits: 2, signal: ac.signal }).then(() => 'resolved', (e) => e);
-      await sleep(200);
+      await waiting(1);
       const a = await take({ permits: 1 });
       await other.release();
       assert.equal(await within(15000, b, 'B'), 'after the grant');
@@ -484,11 +488,11 @@ test('concurrent calls of one holder or candidate: an abort after its grant leav
       const es = [0, 1].map(() => new dlock.Election(p, e, { candidate: 'c', lease: 30000 }));
       const campaign = (i, v, o) => (s ? s.campaign(e, v, o) : es[i].campaign(v, o));
       const a = campaign(0, 'plain', {}).then((l) => l, (x) => x);
-      await sleep(200);
+      await waiting(1);
       const ac = new AbortController();
       Object.assign(armed, { ctrl: ac, tag: 'signalled' });
       const b = campaign(1, 'signalled', { signal: ac.signal }).then(() => 'resolved', (x) => x);
-      await sleep(200);
+      await waiting(2);
       await blocker.resign();
       const [la, rb] = await within(15000, Promise.all([a, b]), 'the campaigns');
       assert.equal(rb, 'after the grant');

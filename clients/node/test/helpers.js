@@ -99,6 +99,38 @@ const aborted = (signal) => new Promise((resolve) => {
   else signal.addEventListener('abort', () => resolve(signal.reason), { once: true });
 });
 
+// lossClock SIGNAL: notes the wall clock the moment SIGNAL aborts (it must
+// not have yet); returns a function that gives that Date (null: not yet).
+// Compared with the server's expires_at afterwards (the server runs on
+// this machine, on loopback): a query made after the loss answers late on
+// a loaded machine, and the loss comes only a tenth of the lease early.
+function lossClock(signal) {
+  if (signal.aborted) throw new Error('lossClock: the signal has aborted already');
+  let at = null;
+  signal.addEventListener('abort', () => { at = new Date(); }, { once: true });
+  return () => at;
+}
+
+// endOf ADMIN SQL PARAMS: the Date in the first column of SQL's first row
+// (the lease's or ttl's end), or null (no row, or NULL).
+async function endOf(admin, sql, params) {
+  const r = (await admin.query(sql, params)).rows[0];
+  const v = r && Object.values(r)[0];
+  return v ? new Date(v) : null;
+}
+
+// assertToldBefore TOLD END AGAIN: TOLD (a lossClock's Date) came before
+// the lease's end on the server: END, read once no renewal could land any
+// more, or AGAIN (a function reading it once more) if later, in case a
+// renewal under way landed.
+async function assertToldBefore(told, end, again) {
+  if (!told) throw new Error('assertToldBefore: the loss was not told');
+  const later = await again();
+  const last = later && (!end || later > end) ? later : end;
+  if (!last) throw new Error('assertToldBefore: no end read for the lease');
+  if (!(told < last)) throw new Error(`loss told at ${told.toISOString()}, the lease on the server ended at ${last.toISOString()}`);
+}
+
 // pauseIdle ADMIN PID: SIGSTOP backend PID, and SIGCONT it and try again
 // until it is caught idle, waiting to read from its client (5 s, else an
 // error).  Stopped inside a statement, a backend may hold a lightweight
@@ -185,4 +217,5 @@ async function restartWithin(pgCtl, leaseMs, due, expiry) {
   await sleep(Math.max(0, stopped + leaseMs + 500 - Date.now()));
 }
 
-module.exports = { elections, noElections, kinds, noKinds, pg, unique, pool, bouncerPool, bouncerPort, proxy, within, sleep, aborted, pauseIdle, restartWithin };
+module.exports = { elections, noElections, kinds, noKinds, pg, unique, pool, bouncerPool, bouncerPort, proxy, within, sleep, aborted, pauseIdle, restartWithin,
+  lossClock, endOf, assertToldBefore };

@@ -5,7 +5,8 @@
 const { test, after } = require('node:test');
 const assert = require('node:assert/strict');
 const dlock = require('..');
-const { unique, pool, proxy, within, sleep, aborted, elections, restartWithin } = require('./helpers');
+const { unique, pool, proxy, within, sleep, aborted, elections, restartWithin, lossClock, endOf,
+  assertToldBefore } = require('./helpers');
 
 const app = pool({ application_name: 'node-test-app' });
 const admin = pool({ application_name: 'node-test-admin' });
@@ -247,19 +248,22 @@ test('renewal impossible (its connections killed, the server unreachable): loss 
   const px = await proxy();
   const cut = px.pool({ application_name: 'node-test-cut' });
   try {
-    let before;
+    // Asserted after withLock: an error in the callback would become the LockLost's callbackError.
+    let told, end, params;
+    const endSql = 'SELECT max(expires_at) FROM dlock.locks WHERE resource = $1 AND fence = $2::bigint';
     await assert.rejects(dlock.withLock(cut, r, async (lock) => {
+      told = lossClock(lock.signal);
+      params = [r, lock.fence.toString()];
       px.cut();
       await admin.query("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = 'node-test-cut'");
+      end = await endOf(admin, endSql, params);
       await within(20000, aborted(lock.signal), 'the loss signal');
-      before = (await row(r)) || null;
     }, { lease: 4000 }), (e) => {
       assert.ok(e instanceof dlock.LockLost, String(e));
       assert.ok(e.cause, 'the last renewal error is the cause');
       return true;
     });
-    assert.ok(before, 'still in dlock.locks when the loss was signalled');
-    assert.ok(before.live, 'loss signalled before the lease ended on the server');
+    await assertToldBefore(told(), end, () => endOf(admin, endSql, params));
   } finally {
     await px.close();
     await cut.end().catch(() => {});

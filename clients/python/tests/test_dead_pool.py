@@ -255,7 +255,8 @@ def test_notified_connection_kept(dsn, admin, name):
         conn.add_notify_handler(lambda n: got.append(n.payload))
         conn.execute("LISTEN dlock_pytest")
         admin.execute("NOTIFY dlock_pytest, 'one'")
-        time.sleep(0.1)
+        # On the socket (a fixed 0.1 s was a guess): the case under test.
+        assert dlock._common.readable(conn.fileno(), 10), "the notification never came"
         assert dlock._common.closed_by_server(conn) is None, "a notification is no end"
         lock = dlock.Lock(pool, name, lease=30)
         assert lock.acquire(wait=0)

@@ -230,19 +230,21 @@ def test_lock_made_before_fork_excludes(dsn, admin, name):
     parent = os.getpid()
     lock = dlock.Lock(dsn, name, lease=30)
     r, w = os.pipe()
+    r2, w2 = os.pipe()      # the parent's "done": the child holds until then
     pid = os.fork()
     if pid == 0:
         code = 1
         try:
             os.close(r)
+            os.close(w2)
             code = 0 if lock.acquire(wait=0) else 2
             os.write(w, b"x")
             os.close(w)
-            import time
-            time.sleep(3)
+            os.read(r2, 1)
             lock.release()
         finally:
             os._exit(code)
+    os.close(r2)
     try:
         os.close(w)
         assert os.read(r, 1) == b"x", "the child did not acquire"
@@ -250,6 +252,7 @@ def test_lock_made_before_fork_excludes(dsn, admin, name):
         (held,) = live(admin, name)
         assert held[0] != lock.holder
     finally:
+        os.close(w2)
         os.close(r)
         _, status = os.waitpid(pid, 0)
         assert os.getpid() == parent

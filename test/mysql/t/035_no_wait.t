@@ -122,10 +122,17 @@ for my $first (['try_lock', "SELECT dlock.try_lock(?, 'b', 60)"],
     # connecting 0.5 s after its fork took the resource after the rollback.
     for my $k (@kids) {
         my $fh = $k->[1];
-        my $ready = <$fh>;
+        sysread($fh, my $ready, 6);    # unbuffered: select() below sees what follows
         die "a child did not connect\n" unless defined $ready && $ready eq "ready\n";
     }
-    sleep 0.5;
+    # Each answers at once, beside bob's open creation: its answer is
+    # awaited (30 s at most: one that waits for bob is wrong, and is seen
+    # below) before the rollback.  A fixed sleep let a late child run after.
+    for my $k (@kids) {
+        my $bits = '';
+        vec($bits, fileno($k->[1]), 1) = 1;
+        select(my $rout = $bits, undef, undef, 30);
+    }
     $bob->rollback;
     for my $k (@kids) {
         my $fh = $k->[1];

@@ -22,6 +22,9 @@ my $tcp = "mysql://alice:pa\@127.0.0.1:$my->{port}/dlock";
 $my->do_root("CREATE USER alice\@'127.0.0.1' IDENTIFIED BY 'pa'");
 
 # dlock(args...): exit code, stdout, stderr.
+# poll: F's first true value, asked every 20 ms for 30 s (undef: none).
+sub poll { my ($f) = @_; for (1 .. 1500) { my $v = $f->(); return $v if $v; sleep 0.02; } return; }
+
 sub dlock {
     my @args = @_;
     my $cmd = join ' ', map { my $a = $_; $a =~ s/'/'\\''/g; "'$a'" } $cli, @args;
@@ -109,9 +112,12 @@ is($bad, 0, 'run: 12 runs of 4 contenders, never two COMMANDs at once');
 # Renewal: a 1 s lease outlives a 3 s COMMAND; meanwhile others are refused.
 my $pid = fork // die;
 if ($pid == 0) {
-    my ($r) = dlock('-d', $url, 'run', '--lease', '1s', '--holder', 'long', 'cli/renew', '--', 'sleep', '3');
+    my ($r) = dlock('-d', $url, 'run', '--lease', '1s', '--holder', 'long', 'cli/renew', '--', 'sleep', '5');
     POSIX::_exit($r);
 }
+# Twice the lease from the moment it is held (a start late under load
+# would otherwise be taken for a lease not renewed).
+ok(poll(sub { DlockMy::one($root, "SELECT holder FROM dlock.locks WHERE resource = 'cli/renew'") }), 'run takes it');
 sleep 2.2;
 ($rc) = dlock('-d', $url, 'try', '--holder', 'other', 'cli/renew');
 is($rc, 75, 'run renews: still held after twice the lease');
@@ -125,7 +131,7 @@ if ($pid == 0) {
                     'sh', '-c', "echo \$\$ > '$my->{dir}/loss.pid'; exec sleep 30");
     POSIX::_exit($r);
 }
-sleep 1;
+ok(poll(sub { -s "$my->{dir}/loss.pid" }), 'COMMAND runs');
 is(DlockMy::one($root, "SELECT dlock.break_lock('cli/loss')"), 1, 'the lock is broken under it');
 $t0 = time;
 waitpid $pid, 0;
@@ -178,7 +184,14 @@ for (1 .. 200) {
 my $alice = $my->connect('alice');
 $alice->begin_work;
 ok(DlockMy::one($alice, "SELECT dlock.renew('cli/pin', ?, 6, NULL)", $pin_holder), 'the holding is renewed in an open transaction');
-sleep 3.5;      # the renewal at 2 s waits 1 s, fails with 1205, is retried
+# The renewal at 2 s waits for it 1 s and fails with 1205; committed once
+# that wait is over, the retry gets through.
+my $mine = DlockMy::one($alice, 'SELECT CONNECTION_ID()');
+my $rid = poll(sub { DlockMy::one($root, "SELECT id FROM information_schema.processlist"
+                                  . " WHERE command = 'Execute' AND id <> ?", $mine) });
+ok($rid, 'the renewal of dlock run waits for it');
+poll(sub { !DlockMy::one($root, "SELECT count(*) FROM information_schema.processlist"
+                         . " WHERE id = ? AND command = 'Execute'", $rid) });
 $alice->commit;
 waitpid $pid, 0;
 is($? >> 8, 0, "run: a renewal's lock wait timeout is retried; COMMAND's exit status");

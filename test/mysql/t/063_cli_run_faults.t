@@ -39,6 +39,13 @@ sub slurp { local $/; open my $f, '<', $_[0] or return ''; return <$f> // ''; }
 sub rows { DlockMy::one($root, "SELECT count(*) FROM dlock.locks WHERE resource = ? AND NOT expired", $_[0]) }
 # poll(sub): until it returns true (at most 30 s; progress, not timing, is tested).
 sub poll { my ($f) = @_; for (1 .. 1500) { my $v = $f->(); return $v if $v; sleep 0.02; } return; }
+# catches_term(pid): whether PID (exec'd: the CLI) has a SIGTERM handler.
+sub catches_term {
+    return 0 unless ((split /\0/, slurp("/proc/$_[0]/cmdline"))[0] // '') eq $cli;
+    my $st = slurp("/proc/$_[0]/status");
+    my ($cgt) = $st =~ /^SigCgt:\s*([0-9a-f]+)/m or return 0;
+    return (hex(substr($cgt, -4)) >> 14) & 1;
+}
 sub finish { my ($pid) = @_; waitpid $pid, 0; return $? >> 8; }
 
 # 1. KILL QUERY of a renewal (it waits for the holder's own other
@@ -81,7 +88,7 @@ sub finish { my ($pid) = @_; waitpid $pid, 0; return $? >> 8; }
     # The same while connecting, before the wait (as with PostgreSQL).
     kill 'STOP', $my->{pid};
     $pid = bg('term2', '-d', $url, 'run', 'f/term2', '--', 'true');
-    sleep 0.5;
+    ok(poll(sub { catches_term($pid) }), 'the CLI catches SIGTERM');
     kill 'TERM', $pid;
     $rc = finish($pid);
     kill 'CONT', $my->{pid};

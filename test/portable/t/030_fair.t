@@ -466,7 +466,7 @@ sub waiting_sessions {
     my @w;
     for my $i (1 .. 3) {
         push @w, async('bob', $lk, "w$i");
-        sleep 0.3;
+        ok(queued($al, $w[-1]), "$label: fifo: w$i queues");
     }
     ok(!$w[0][0]->pg_ready, "$label: fifo: three fair waiters wait");
     is(queue($al, 'w/fifo'), '', "$label: fifo: waiting sessions are not listed in dlock.queue (pid NULL)");
@@ -499,7 +499,7 @@ sub waiting_sessions {
     is(q1($bo, "SELECT count(*) FROM pg_locks WHERE pid = pg_backend_pid() AND locktype = 'advisory'"), 0,
        "$label: end: ... and holds no advisory lock");
     my $c = async('bob', "SELECT dlock.lock('w/end', 'c', '1h', '30s', fair => true)");
-    sleep 0.3;
+    ok(queued($al, $c), "$label: end: a fair wait queues");
     $c->[0]->pg_cancel;
     is($c->[0]->state, '57014', "$label: end: a fair wait cancelled");
     is(q1($c->[0], "SELECT count(*) FROM pg_locks WHERE pid = pg_backend_pid() AND locktype = 'advisory'"), 0,
@@ -510,7 +510,7 @@ sub waiting_sessions {
     $d->do("SET client_connection_check_interval = '100ms'");
     $d = [$d, $d->prepare("SELECT dlock.lock('w/end', 'd', '1h', '30s', fair => true)", { pg_async => PG_ASYNC })];
     $d->[1]->execute;
-    sleep 0.3;
+    ok(queued($al, $d), "$label: end: a fair wait on a connection about to go queues");
     my $dpid = $d->[0]->{pg_pid};
     $d->[0]->disconnect;
     for (1 .. 500) { last unless q1($al, "SELECT count(*) FROM pg_stat_activity WHERE pid = ?", $dpid); sleep 0.01; }
@@ -522,7 +522,7 @@ sub waiting_sessions {
     q1($al, "SELECT dlock.try_lock('w/mix', 'holder', '1h')");
     is(q1($al, "SELECT dlock.try_lock('w/mix', 'client', fair => true)"), undef, "$label: mix: a client ticket first");
     my $s = async('bob', "SELECT dlock.lock('w/mix', 'session', '1h', '30s', fair => true)");
-    sleep 0.3;
+    ok(queued($al, $s), "$label: mix: a session queues behind it");
     q1($al, "SELECT dlock.unlock('w/mix', 'holder')");
     sleep 0.5;
     ok(!$s->[0]->pg_ready, "$label: mix: the waiting session is behind the client ticket");
@@ -535,7 +535,7 @@ sub waiting_sessions {
     $bo->do("SELECT dlock.unlock('w/mix', 'session')");
     q1($al, "SELECT dlock.try_lock('w/mix2', 'holder', '1h')");
     my $s2 = async('bob', "SELECT dlock.lock('w/mix2', 'session', '1h', '30s', fair => true)");
-    sleep 0.3;
+    ok(queued($al, $s2), "$label: mix: a session queues");
     is(q1($al, "SELECT dlock.try_lock('w/mix2', 'client', fair => true)"), undef, "$label: mix: a client ticket after a waiting session");
     q1($al, "SELECT dlock.unlock('w/mix2', 'holder')");
     is(q1($al, "SELECT dlock.try_lock('w/mix2', 'client', fair => true)"), undef, "$label: mix: ... is not served before it");

@@ -223,7 +223,7 @@ sub candidates {
     my @w;
     for my $i (1 .. 3) {
         push @w, async('bob', "SELECT dlock.campaign('c/e', ?, ?, '1h', '30s')", "c$i", "v$i");
-        sleep 0.3;
+        ok(queued($al, $w[-1]), "$label: c$i queues");
     }
     ok(!$w[0][0]->pg_ready, "$label: candidates wait");
     ok(q1($al, "SELECT dlock.resign('c/e', 'leader')"), "$label: the leader resigns");

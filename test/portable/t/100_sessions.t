@@ -68,8 +68,11 @@ sub row {
     return $r ? @$r : ();
 }
 
+# events: the notifications DBH has (a statement first: those signalled
+# before it arrive with its answer; a fixed sleep was a guess).
 sub events {
     my ($dbh) = @_;
+    q1($dbh, "SELECT 1");
     my @e;
     while (my $n = $dbh->pg_notifies) { push @e, $n->[2] }
     return @e;
@@ -153,7 +156,6 @@ sub expiry {
        "$label: ... available at the session's expiry + 1h");
     # reap: an expired event per resource still held; the session goes.
     is(q1($su, "SELECT dlock.reap()"), 3, "$label: reap ends the three left");
-    sleep 0.1;
     my @e = sort(events($bo));
     is(scalar(@e), 3, "$label: three events") or diag(join "\n", @e);
     like($_, qr/^\{"event":"expired","resource":"e\/[23d]","fence":\d+\}$/, "$label: event $_") for @e;
@@ -174,7 +176,6 @@ sub close_tests {
     is(q1($al, "SELECT dlock.close_session(?)", $s), 2, "$label: close_session returns the holdings released");
     ok(result($w), "$label: a waiter in lock() is served");
     $w->[0]->disconnect;
-    sleep 0.1;
     my @e = sort(events($bo));
     is_deeply([map { /"event":"(\w+)","resource":"([^"]+)"/ ? "$1 $2" : $_ } @e], ['released c/1', 'released c/2'],
               "$label: a released event per resource");

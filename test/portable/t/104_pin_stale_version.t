@@ -45,8 +45,7 @@ for my $s (@servers) {
     $t->do("SET statement_timeout = '20s'");
     my $sth = $t->prepare("SELECT dlock.unlock(?, 'h')", { pg_async => PG_ASYNC });
     $sth->execute($r);
-    sleep 0.5;
-    ok(!$t->pg_ready, "$label: $level: T's unlock waits for P1's pin");
+    ok(blocked_by($alice, $t, $p1) && !$t->pg_ready, "$label: $level: T's unlock waits for P1's pin");
     $p1->commit;
     ok(wait_ready($t, 10), "$label: $level: T's unlock goes on once P1 is done");
     $t->pg_result;
@@ -68,7 +67,7 @@ for my $s (@servers) {
     }
     my $sth3 = $p3->prepare("SELECT dlock.assert_fence(?, ?)", { pg_async => PG_ASYNC });
     $sth3->execute($r, $f);
-    sleep 0.5;
+    ok(blocked_by($alice, $p3, $t), "$label: $level: P3's assert_fence waits for T");
     $t->commit;
     ok(wait_ready($p3, 10), "$label: $level: P3's assert_fence answers once T committed");
     $p3->pg_result;

@@ -112,8 +112,9 @@ for my $s (@servers) {
         $rk->do("UPDATE public.t4 SET v = v + 1 WHERE id = 1");
         my $sth = $rk->prepare($call, { pg_async => PG_ASYNC });
         $sth->execute;
-        sleep 0.5;
-        ok(!$rk->pg_ready, "$label: $r: $call waits");
+        # Blocked by the pinner before the pinner's UPDATE (a fixed sleep was
+        # too short under load: the pinner then found no cycle).
+        ok(blocked_by($app, $rk, $pk) && !$rk->pg_ready, "$label: $r: $call waits for the pinner");
         $pk->do("UPDATE public.t4 SET v = v + 1 WHERE id = 1");
         is($pk->err ? $pk->state : 'no error', '40P01', "$label: $r: the pinner waiting for it: 40P01");
         $pk->rollback;

@@ -139,23 +139,15 @@ class AttackTest {
     void schedulerShutDownWhileHeld() throws Exception {
         String r = TestEnv.unique("shutdownheld");
         ScheduledExecutorService mine = Executors.newSingleThreadScheduledExecutor();
-        CompletableFuture<Boolean> live = new CompletableFuture<>();
-        // 6 s: the listener opens a connection and reads the server's lease
-        // in the tenth of the lease left after the loss (0.2 s with 2 s: CI under load).
+        TestEnv.LossClock clock = new TestEnv.LossClock();
+        // 6 s: the loss timer has the tenth of the lease (0.6 s) on a loaded machine.
         DlockLock lock = DlockLock.builder(TestEnv.app(), r).lease(Duration.ofSeconds(6)).scheduler(mine)
-            .onLost(why -> live.complete(liveOnServer(r))).build();
+            .onLost(clock).build();
         lock.lock();
         mine.shutdownNow();
-        assertTrue(live.get(20, TimeUnit.SECONDS), "the lease still ran on the server when the loss was signalled");
+        long end = TestEnv.leaseEndMs(r, lock.fence());
+        TestEnv.assertToldBefore(clock, end, () -> TestEnv.leaseEndMs(r, lock.fence()));
         assertThrows(LockLostException.class, lock::unlock);
-    }
-
-    private static boolean liveOnServer(String r) {
-        try {
-            return TestEnv.liveOnServer(r);
-        } catch (SQLException e) {
-            throw new IllegalStateException(e);
-        }
     }
 
     @Test
@@ -168,7 +160,7 @@ class AttackTest {
         TestEnv.OneConnection dsA = new TestEnv.OneConnection(TestEnv.app(appA), false);
         TestEnv.OneConnection dsB = new TestEnv.OneConnection(TestEnv.app(appB), false);
         CountDownLatch release = new CountDownLatch(1);
-        CompletableFuture<Boolean> liveB = new CompletableFuture<>();
+        TestEnv.LossClock clockB = new TestEnv.LossClock();
         DlockLock lockA = DlockLock.builder(dsA, a).lease(Duration.ofSeconds(1)).onLost(why -> {
             try {
                 release.await(15, TimeUnit.SECONDS);
@@ -177,13 +169,14 @@ class AttackTest {
             }
         }).build();
         DlockLock lockB = DlockLock.builder(dsB, b).lease(Duration.ofSeconds(3))
-            .onLost(why -> liveB.complete(liveOnServer(b))).build();
+            .onLost(clockB).build();
         try {
             lockA.lock();
             lockB.lock();
             TestEnv.adminQuery("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name IN (?, ?)",
                 appA, appB);
-            assertTrue(liveB.get(30, TimeUnit.SECONDS), "B's lease still ran on the server when its loss was signalled");
+            long end = TestEnv.leaseEndMs(b, lockB.fence());
+            TestEnv.assertToldBefore(clockB, end, () -> TestEnv.leaseEndMs(b, lockB.fence()));
             assertTrue(lockB.isLost());
         } finally {
             release.countDown();
@@ -601,15 +594,16 @@ class AttackTest {
         TestEnv.OneConnection ds = new TestEnv.OneConnection(TestEnv.app(app), false);
         DlockElection first = new DlockElection(ds, e, Duration.ofSeconds(3));
         DlockElection.Leadership one = first.campaign("one", Duration.ZERO).orElseThrow();
-        CompletableFuture<Boolean> live = new CompletableFuture<>();
-        one.addLossListener(why -> live.complete(liveOnServer(e)));
+        TestEnv.LossClock clock = new TestEnv.LossClock();
+        one.addLossListener(clock);
         DlockElection second = new DlockElection(TestEnv.app(), e, Duration.ofSeconds(30));
         CompletableFuture<DlockElection.Leadership> two = CompletableFuture.supplyAsync(
             () -> second.campaign("two", null).orElseThrow());
         int pid = TestEnv.backendPid(app);
         TestEnv.pauseIdle(pid);
         try {
-            assertTrue(live.get(20, TimeUnit.SECONDS), "the lease still ran on the server when the loss was signalled");
+            long end = TestEnv.leaseEndMs(e, one.term());
+            TestEnv.assertToldBefore(clock, end, () -> TestEnv.leaseEndMs(e, one.term()));
             assertTrue(one.isLost());
             DlockElection.Leadership t2 = two.get(30, TimeUnit.SECONDS);
             assertTrue(t2.term() > one.term());

@@ -26,22 +26,6 @@ import org.junit.jupiter.api.DisplayName;
 import org.junit.jupiter.api.Test;
 
 class FaultTest {
-    /** Waits (bounded: a hang fails, no speed is asserted) for the loss; whether the server still had the lease then. */
-    private static boolean lossWhileLive(CompletableFuture<Boolean> liveAtLoss) throws Exception {
-        return liveAtLoss.get(20, TimeUnit.SECONDS);
-    }
-
-    // A listener that reads, when told of the loss, whether the server's lease still runs.
-    private static LossListener recorder(String resource, CompletableFuture<Boolean> out) {
-        return why -> {
-            try {
-                out.complete(TestEnv.liveOnServer(resource));
-            } catch (SQLException e) {
-                out.completeExceptionally(e);
-            }
-        };
-    }
-
     @Test
     @DisplayName("lease broken by an administrator: listener told, isLost(), unlock() throws LockLostException")
     void brokenByAdministrator() throws Exception {
@@ -133,13 +117,14 @@ class FaultTest {
         String r = TestEnv.unique("paused");
         String app = "dlock-java-" + r.hashCode();
         TestEnv.OneConnection ds = new TestEnv.OneConnection(TestEnv.app(app), false);
-        CompletableFuture<Boolean> live = new CompletableFuture<>();
-        DlockLock lock = DlockLock.builder(ds, r).lease(Duration.ofSeconds(3)).onLost(recorder(r, live)).build();
+        TestEnv.LossClock clock = new TestEnv.LossClock();
+        DlockLock lock = DlockLock.builder(ds, r).lease(Duration.ofSeconds(3)).onLost(clock).build();
         lock.lock();
         int pid = TestEnv.backendPid(app);
         TestEnv.pauseIdle(pid);
         try {
-            assertTrue(lossWhileLive(live), "the lease still ran on the server when the loss was signalled");
+            long end = TestEnv.leaseEndMs(r, lock.fence());
+            TestEnv.assertToldBefore(clock, end, () -> TestEnv.leaseEndMs(r, lock.fence()));
             assertTrue(lock.isLost());
         } finally {
             TestEnv.signal("CONT", pid);
@@ -154,11 +139,12 @@ class FaultTest {
         String r = TestEnv.unique("unreachable");
         String app = "dlock-java-" + r.hashCode();
         TestEnv.OneConnection ds = new TestEnv.OneConnection(TestEnv.app(app), false);
-        CompletableFuture<Boolean> live = new CompletableFuture<>();
-        DlockLock lock = DlockLock.builder(ds, r).lease(Duration.ofSeconds(3)).onLost(recorder(r, live)).build();
+        TestEnv.LossClock clock = new TestEnv.LossClock();
+        DlockLock lock = DlockLock.builder(ds, r).lease(Duration.ofSeconds(3)).onLost(clock).build();
         lock.lock();
         TestEnv.adminQuery("SELECT pg_terminate_backend(?)", TestEnv.backendPid(app));
-        assertTrue(lossWhileLive(live), "the lease still ran on the server when the loss was signalled");
+        long end = TestEnv.leaseEndMs(r, lock.fence());
+        TestEnv.assertToldBefore(clock, end, () -> TestEnv.leaseEndMs(r, lock.fence()));
         assertTrue(lock.isLost());
         assertThrows(LockLostException.class, lock::unlock);
     }

@@ -220,24 +220,17 @@ class SessionTest {
         s.close(); // twice: nothing
     }
 
-    /** Waits (bounded) for every lock's loss; each listener must have seen the session live on the server. */
+    /**
+     * Waits (bounded) for every lock's loss; the session's listener must have
+     * been told before END (its ttl's end on the server, read once no
+     * keepalive could land).
+     */
     private static void lossBeforeEnd(DlockSession s, List<DlockLock> locks, List<CompletableFuture<LockLostException>> told,
-            CompletableFuture<Boolean> liveAtLoss) throws Exception {
-        assertTrue(liveAtLoss.get(30, TimeUnit.SECONDS), "the session still ran on the server when its loss was told");
+            TestEnv.LossClock clock, long end) throws Exception {
+        TestEnv.assertToldBefore(clock, end, () -> TestEnv.sessionEndMs(s.id()));
         for (CompletableFuture<LockLostException> f : told) assertNotNull(f.get(10, TimeUnit.SECONDS));
         for (DlockLock l : locks) assertTrue(l.isLost(), l.resource());
         assertTrue(s.isLost());
-    }
-
-    private static LossListener recorder(long id, CompletableFuture<Boolean> out) {
-        return why -> {
-            try {
-                Object[] row = sessionRow(id);
-                out.complete(row != null && Boolean.TRUE.equals(row[1]));
-            } catch (SQLException e) {
-                out.completeExceptionally(e);
-            }
-        };
     }
 
     @Test
@@ -258,13 +251,13 @@ class SessionTest {
 
         String app2 = app + "-b";
         TestEnv.OneConnection once = new TestEnv.OneConnection(TestEnv.app(app2), false);
-        CompletableFuture<Boolean> live = new CompletableFuture<>();
+        TestEnv.LossClock clock = new TestEnv.LossClock();
         DlockSession lost = DlockSession.builder(once).ttl(Duration.ofSeconds(3)).open();
-        lost.addLossListener(recorder(lost.id(), live));
+        lost.addLossListener(clock);
         List<CompletableFuture<LockLostException>> told = new ArrayList<>();
         List<DlockLock> locks = takeMany(lost, 2, told);
         TestEnv.adminQuery("SELECT pg_terminate_backend(?)", TestEnv.backendPid(app2));
-        lossBeforeEnd(lost, locks, told, live);
+        lossBeforeEnd(lost, locks, told, clock, TestEnv.sessionEndMs(lost.id()));
         assertThrows(LockLostException.class, lost::close);
         for (DlockLock l : locks) assertThrows(LockLostException.class, l::unlock);
     }
@@ -276,14 +269,14 @@ class SessionTest {
         String app = "dlock-java-sess-" + TestEnv.unique("stop").hashCode();
         TestEnv.OneConnection ds = new TestEnv.OneConnection(TestEnv.app(app), false);
         DlockSession s = DlockSession.open(ds, Duration.ofSeconds(3));
-        CompletableFuture<Boolean> live = new CompletableFuture<>();
-        s.addLossListener(recorder(s.id(), live));
+        TestEnv.LossClock clock = new TestEnv.LossClock();
+        s.addLossListener(clock);
         List<CompletableFuture<LockLostException>> told = new ArrayList<>();
         List<DlockLock> locks = takeMany(s, 2, told);
         int pid = TestEnv.backendPid(app);
         TestEnv.pauseIdle(pid);
         try {
-            lossBeforeEnd(s, locks, told, live);
+            lossBeforeEnd(s, locks, told, clock, TestEnv.sessionEndMs(s.id()));
         } finally {
             TestEnv.signal("CONT", pid);
         }

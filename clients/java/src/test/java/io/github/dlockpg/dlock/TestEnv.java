@@ -15,6 +15,7 @@ import java.sql.ResultSet;
 import java.sql.SQLException;
 import java.sql.Statement;
 import java.util.concurrent.Callable;
+import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.ExecutorService;
 import java.util.concurrent.Executors;
 import java.util.concurrent.Future;
@@ -321,6 +322,56 @@ final class TestEnv {
     private static void resume(int pid) throws Exception {
         new ProcessBuilder("kill", "-CONT", Integer.toString(pid))
             .redirectError(ProcessBuilder.Redirect.DISCARD).start().waitFor();
+    }
+
+    /**
+     * A loss listener that notes the wall clock (epoch ms) the moment it is
+     * told, to compare with the server's expires_at afterwards (the server
+     * runs on this machine, on loopback).  A listener that queries the
+     * server itself answers late on a loaded machine: CI failed a loss told
+     * in time that way (a new connection in the tenth of a lease left).
+     */
+    static final class LossClock implements LossListener {
+        private final CompletableFuture<Long> at = new CompletableFuture<>();
+
+        @Override
+        public void lost(LockLostException why) {
+            at.complete(System.currentTimeMillis());
+        }
+
+        /** When it was first told (epoch ms); fails after 30 s untold. */
+        long told() throws Exception {
+            return at.get(30, TimeUnit.SECONDS);
+        }
+    }
+
+    /** The lease's end (epoch ms, rounded down) of holding FENCE on RESOURCE; 0 if its row is gone. */
+    static long leaseEndMs(String resource, long fence) throws SQLException {
+        return endMs(adminQuery("SELECT floor(extract(epoch FROM max(expires_at)) * 1000)::int8"
+            + " FROM dlock.locks WHERE resource = ? AND fence = ?", resource, fence));
+    }
+
+    /** The ttl's end (epoch ms, rounded down) of session ID; 0 if its row is gone. */
+    static long sessionEndMs(long id) throws SQLException {
+        return endMs(adminQuery("SELECT floor(extract(epoch FROM max(expires_at)) * 1000)::int8"
+            + " FROM dlock.sessions WHERE id = ?", id));
+    }
+
+    private static long endMs(Object v) {
+        return v == null ? 0 : ((Number) v).longValue();
+    }
+
+    /**
+     * Asserts CLOCK was told before END (epoch ms): the lease's end read once
+     * no renewal could land any more.  NOW gives it again when told (0: the
+     * row is gone): the later one counts, in case a renewal under way landed.
+     */
+    static void assertToldBefore(LossClock clock, long end, Callable<Long> now) throws Exception {
+        long told = clock.told();
+        long last = Math.max(end, now.call());
+        if (told >= last) {
+            throw new AssertionError("loss told at " + told + " (epoch ms), the lease on the server ended at " + last);
+        }
     }
 
     /** Whether RESOURCE is held, unexpired, by the server's clock now (false: no row). */
