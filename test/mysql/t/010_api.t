@@ -145,7 +145,14 @@ for my $call ("CALL dlock.lock('api/d', 'h8', 10, NULL)", "CALL dlock.xact_lock(
     close $w;
     my $id = <$r>;
     chomp $id;
-    sleep 0.5;
+    # Its CALL waits (a KILL QUERY that reaches an idle connection is lost);
+    # seen by root: while it runs as its definer, alice does not see it.
+    my $waits;
+    for (1 .. 1500) {
+        last if $waits = DlockMy::one($root, "SELECT count(*) FROM information_schema.processlist WHERE id = ? AND command = 'Query'", $id);
+        sleep 0.02;
+    }
+    ok($waits, "$call waits");
     $t0 = time;
     $root->do("KILL QUERY $id");
     waitpid $pid, 0;
