@@ -22,6 +22,7 @@ use strict;
 use warnings;
 use Test::More;
 use List::Util qw(shuffle);
+use Time::HiRes qw(time);
 use File::Basename ();
 use lib File::Basename::dirname(__FILE__) . '/..';
 use PortableTest;
@@ -60,7 +61,7 @@ my %numbers = (
     idle_session_timeout => [1, 2147483647],
 );
 
-my ($max, $n, %errors) = (0, 0);
+my ($max, $n, %errors, %took) = (0, 0);
 
 # sess: a connection of user with the statement guard and the setting.
 sub sess {
@@ -106,6 +107,13 @@ sub answered {
 }
 
 sub run_case {
+    my ($obs, $name, $value) = @_;
+    my $t0 = time;
+    run_case1($obs, $name, $value);
+    $took{"$name = '$value'"} = time - $t0;
+}
+
+sub run_case1 {
     my ($obs, $name, $value) = @_;
     $n++;
     my $tag = "$name = '$value'";
@@ -232,7 +240,7 @@ sub run_case {
 for my $s (@servers) {
     my ($dir, $admin) = start_server(@$s, 'settings');
     srand($seed);
-    ($max, $n, %errors) = (0, 0);
+    ($max, $n, %errors, %took) = (0, 0);
     my $obs = conn('admin', 'app');
     # Planted objects: functions and operators named as pg_catalog's, which
     # dlock's code would call if it followed the caller's search_path.
@@ -277,6 +285,11 @@ for my $s (@servers) {
     @cases = grep { $_->[0] eq $ENV{DLOCK_SETTING} } @cases if $ENV{DLOCK_SETTING};
     run_case($obs, @$_) for shuffle @cases;
     note("$label: clear errors (setting: call: error):\n" . join "\n", map { "  $_" } sort keys %errors);
+    my @slow = (sort { $took{$b} <=> $took{$a} } keys %took)[0 .. 9];
+    my $all = 0;
+    $all += $_ for values %took;
+    note(sprintf("%s: %d cases in %.0f s; the slowest:\n", $label, scalar(keys %took), $all)
+         . join "\n", map { sprintf("  %.2f s  %s", $took{$_}, $_) } grep { defined } @slow);
     $obs->disconnect;
     $admin->disconnect;
     stop_server($s->[1], $dir);
