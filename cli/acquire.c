@@ -49,6 +49,7 @@ typedef enum
 	TRY_RETRY,					/* not acquired, try again */
 	TRY_LOST,					/* connection lost before COMMIT: not acquired */
 	TRY_ERROR,					/* the server refused; reported */
+	TRY_SIGNAL,					/* a signal while the outcome was unknown */
 } TryStatus;
 
 /*
@@ -153,18 +154,18 @@ lock_reconnect(Lock *lk, int64_t deadline, bool interruptible)
 
 /*
  * reconnect_retrying: after a lost connection, try again with a growing
- * pause (capped at 2 s) until the wait's deadline, and at least six times,
+ * pause (capped at 2 s) until the wait's deadline, and at least TRIES times,
  * so that a waiter rides out a failover (with a multi-host connection
  * string, libpq finds the new primary).  A signal, the end of the wait, or
  * a login refused for its credentials (db_login_refused: a changed
  * password) gives up.
  */
 static bool
-reconnect_retrying(Lock *lk, int64_t wait_deadline)
+reconnect_retrying(Lock *lk, int64_t wait_deadline, int tries)
 {
 	int64_t		backoff = 200;
 
-	for (int attempt = 0; attempt < 6 || now_ms() < wait_deadline; attempt++)
+	for (int attempt = 0; attempt < tries || now_ms() < wait_deadline; attempt++)
 	{
 		if (signals_term_count() > 0)
 			return false;
@@ -248,13 +249,15 @@ resolve(Lock *lk, const char *xid, int64_t sent)
 		PGresult   *r;
 		bool		held, running;
 
+		if (signals_term_count() > 0)
+			return TRY_SIGNAL;
 		if (now_ms() >= until)
 		{
 			logmsg("outcome of transaction %s still unknown when its lease would "
 				   "have ended: not acquired", xid);
 			return TRY_RETRY;
 		}
-		if (lk->conn == NULL && !lock_reconnect(lk, until, false))
+		if (lk->conn == NULL && !lock_reconnect(lk, until, true))
 		{
 			db_sleep(now_ms() + 250 < until ? now_ms() + 250 : until);
 			continue;
@@ -272,7 +275,7 @@ resolve(Lock *lk, const char *xid, int64_t sent)
 					"    AND NOT expired),"
 					" $4::xid8 IN (SELECT pg_snapshot_xip(s))"
 					" FROM pg_current_snapshot() AS s", 4, params,
-					until, false, &r) != DB_OK)
+					until, true, &r) != DB_OK)
 			continue;
 		if (!db_result_ok(r) || PQntuples(r) != 1 || PQgetisnull(r, 0, 0))
 		{
@@ -453,7 +456,9 @@ end_busy(Lock *lk)
  * the outcome can be unknown (resolve).  A waiter that listened stops
  * listening in the same transaction (UNLISTEN takes effect at its
  * commit), saving a round trip before COMMAND starts; the result is
- * COMMIT's, or UNLISTEN's error (then nothing committed).
+ * COMMIT's, or UNLISTEN's error (then nothing committed).  A signal ends
+ * the wait for it (a synchronous standby may never come): COMMAND does
+ * not start; a holding that committed expires with its lease.
  */
 static TryStatus
 commit_acquisition(Lock *lk, const char *xid, int64_t sent)
@@ -462,7 +467,9 @@ commit_acquisition(Lock *lk, const char *xid, int64_t sent)
 	DbStatus	st;
 
 	st = db_exec(&lk->conn, lk->listening ? "UNLISTEN *; COMMIT" : "COMMIT", 0, NULL,
-				 sent + assumed_lease(lk), false, &r);
+				 sent + assumed_lease(lk), true, &r);
+	if (st == DB_SIGNAL)
+		return TRY_SIGNAL;
 	if (st != DB_OK)
 		return resolve(lk, xid, sent);
 	if (!db_result_ok(r) || strcmp(PQcmdStatus(r), "COMMIT") != 0)
@@ -622,6 +629,7 @@ acquire_wait(Lock *lk, int64_t wait_ms)
 	int64_t		poll_ms = POLL_MIN_MS;
 	int64_t		backoff = 0;	/* after a failed try: the next pause */
 	int			failed = 0;		/* tries in a row lost or rolled back */
+	int			tries = wait_ms == 0 ? 2 : 7;	/* such tries that end it, once the wait is over */
 
 	/* One try does not queue: a ticket nobody retries would only block. */
 	lk->fair = (lk->opt->fair || lk->election) && wait_ms != 0;
@@ -633,7 +641,7 @@ acquire_wait(Lock *lk, int64_t wait_ms)
 
 		if (signals_term_count() > 0)
 			return ACQ_SIGNAL;
-		if (lk->conn == NULL && !reconnect_retrying(lk, wait_deadline))
+		if (lk->conn == NULL && !reconnect_retrying(lk, wait_deadline, tries - 1))
 			return signals_term_count() > 0 ? ACQ_SIGNAL : ACQ_CONN;
 
 		switch (try_once(lk))
@@ -643,18 +651,20 @@ acquire_wait(Lock *lk, int64_t wait_ms)
 				return ACQ_OK;
 			case TRY_ERROR:
 				return ACQ_ERROR;
+			case TRY_SIGNAL:
+				return ACQ_SIGNAL;
 			case TRY_LOST:
 			case TRY_RETRY:
 
 				/*
 				 * Lost, or not acquired after all (resolve): try again, but
-				 * not past the wait after six tries, and with growing
-				 * pauses: behind a pooler whose server is down, every login
-				 * succeeds and every try fails at once.
+				 * not past the wait after seven tries (one try, --wait 0:
+				 * two), and with growing pauses: behind a pooler whose
+				 * server is down, every login succeeds and every try fails.
 				 */
 				if (lk->conn == NULL)
 					vlog(lk->opt, "connection lost (%s), reconnecting", db_lost_reason());
-				if (++failed > 6 && now_ms() >= wait_deadline)
+				if (++failed >= tries && now_ms() >= wait_deadline)
 				{
 					logmsg("no try succeeded before the wait ended: %s", db_lost_reason());
 					return ACQ_CONN;
@@ -662,7 +672,7 @@ acquire_wait(Lock *lk, int64_t wait_ms)
 				if (backoff > 0)
 				{
 					until = now_ms() + jitter(backoff);
-					db_sleep(until < wait_deadline || failed <= 6 ? until : wait_deadline);
+					db_sleep(until < wait_deadline || failed < tries ? until : wait_deadline);
 				}
 				backoff = backoff == 0 ? 100 : backoff * 2 > 2000 ? 2000 : backoff * 2;
 				continue;

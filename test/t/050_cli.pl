@@ -444,6 +444,33 @@ sql("SELECT dlock.unlock('exp2', 'me')");
 	is(sql("SELECT count(*) FROM dlock.locks WHERE resource = 'u'"), '0', 'and released it');
 }
 
+# ---------- a signal while the acquisition's COMMIT waits for a
+# synchronous standby that never comes: the CLI ends (128 + N) within
+# the wait, not at the lease's end, and COMMAND never starts.
+{
+	$node->safe_psql('postgres', "ALTER SYSTEM SET synchronous_standby_names = 'nosuchstandby'");
+	$node->safe_psql('postgres', 'SELECT pg_reload_conf()');
+	ok($node->poll_query_until('postgres', 'SHOW synchronous_standby_names', 'nosuchstandby'),
+		'new backends see the synchronous standby setting (2)');
+	my $mark = "$tmp/s.mark";
+	my $pid = spawn('syncsig',
+		cmd => [ $cli, '-d', conn('syncsig'), 'run', '--lease', '60s', '--wait', '1s', 'sync-sig', '--',
+			'touch', $mark ]);
+	ok($node->poll_query_until('postgres',
+			"SELECT count(*) > 0 FROM pg_stat_activity WHERE application_name = 'syncsig' AND wait_event = 'SyncRep'"),
+		'the COMMIT waits for the synchronous standby');
+	kill 'TERM', $pid;
+	is(wait_exit($pid, 20), 143, 'SIGTERM while the COMMIT waits: 143, not the lease later');
+	ok(!-e $mark, 'COMMAND never started');
+	$node->safe_psql('postgres', 'ALTER SYSTEM RESET synchronous_standby_names');
+	$node->safe_psql('postgres', 'SELECT pg_reload_conf()');
+	$node->safe_psql('postgres',
+		"SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = 'syncsig'");
+	ok($node->poll_query_until('postgres', "SELECT count(*) = 0 FROM pg_stat_activity WHERE application_name = 'syncsig'"),
+		'its backend is gone');
+	sql("SELECT dlock.break_lock('sync-sig')");
+}
+
 # ---------- --linger keeps the resource busy after COMMAND
 {
 	($rc, $out, $err) = cli('-d', conn(), 'run', '--lease', '10s', '--linger', '3s', 'l', '--', 'true');

@@ -170,6 +170,15 @@ $node->stop('fast');
 	my $logins = () = slurp("$tmp/gone.err") =~ /reconnecting/g;
 	cmp_ok($logins, '>=', 7, "it reconnected and tried again ($logins times)");
 	cmp_ok($logins, '<', 40, 'with growing pauses between tries');
+	# One try (--wait 0, and dlock try): a try lost with its connection is
+	# tried once more, no more (it made seven).
+	for my $how ([ 'run', '--wait', '0', 'pg', '--', 'true' ], [ 'try', 'pg' ])
+	{
+		my $w0 = spawn('gone0', cmd => [ $cli, '-v', '-d', $bconn, @$how ]);
+		is(wait_exit($w0, 90), 69, "server gone behind pgbouncer: $how->[0] with one try exits 69");
+		my $n = () = slurp("$tmp/gone0.err") =~ /reconnecting/g;
+		cmp_ok($n, '<=', 2, "$how->[0]: one try, tried once more at most ($n reconnections)");
+	}
 }
 
 kill 'TERM', $bouncer;
