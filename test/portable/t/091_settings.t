@@ -288,7 +288,7 @@ for my $s (@servers) {
     my @slow = (sort { $took{$b} <=> $took{$a} } keys %took)[0 .. 9];
     my $all = 0;
     $all += $_ for values %took;
-    note(sprintf("%s: %d cases in %.0f s; the slowest:\n", $label, scalar(keys %took), $all)
+    diag(sprintf("%s: %d cases in %.0f s; the slowest:\n", $label, scalar(keys %took), $all)
          . join "\n", map { sprintf("  %.2f s  %s", $took{$_}, $_) } grep { defined } @slow);
     $obs->disconnect;
     $admin->disconnect;
