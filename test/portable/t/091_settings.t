@@ -259,11 +259,11 @@ for my $s (@servers) {
         "CREATE OPERATOR planted.= (LEFTARG = text, RIGHTARG = text, FUNCTION = planted.texteq)",
         "CREATE OPERATOR planted.|| (LEFTARG = text, RIGHTARG = text, FUNCTION = planted.textcat)";
     # The settings any role may set, as alice sees them (plpgsql loaded).
-    my $a = conn('alice');
-    q1($a, "SELECT dlock.session_holder()");
-    my $rows = $a->selectall_arrayref(
+    my $alice = conn('alice');
+    q1($alice, "SELECT dlock.session_holder()");
+    my $rows = $alice->selectall_arrayref(
         "SELECT name, vartype, min_val, max_val, enumvals FROM pg_settings WHERE context = 'user' ORDER BY name");
-    $a->disconnect;
+    $alice->disconnect;
     my @cases;
     for my $row (@$rows) {
         my ($name, $type, $min, $max_, $enum) = @$row;
