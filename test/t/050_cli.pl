@@ -411,16 +411,26 @@ sql("SELECT dlock.unlock('exp2', 'me')");
 	ok(fence_lt($f, $fk), 'with a larger fence');
 }
 
+# no_sync_standby ON: commits wait for a synchronous standby that does not
+# exist (ON), or for none (new backends see it before it returns).
+sub no_sync_standby
+{
+	my ($on) = @_;
+	$node->safe_psql('postgres',
+		$on ? "ALTER SYSTEM SET synchronous_standby_names = 'nosuchstandby'"
+		: 'ALTER SYSTEM RESET synchronous_standby_names');
+	$node->safe_psql('postgres', 'SELECT pg_reload_conf()');
+	ok($node->poll_query_until('postgres', 'SHOW synchronous_standby_names', $on ? 'nosuchstandby' : ''),
+		'new backends see synchronous_standby_names ' . ($on ? 'set' : 'reset'));
+}
+
 # ---------- a COMMIT whose outcome is unknown.  The COMMIT of the CLI's
 # acquisition waits for a synchronous standby that does not exist; the
 # transaction is then committed locally.  Its backend is terminated, so the
 # CLI loses the connection after COMMIT was sent without an answer: it must
 # reconnect, ask pg_xact_status, learn "committed", and only then run COMMAND.
 {
-	$node->safe_psql('postgres', "ALTER SYSTEM SET synchronous_standby_names = 'nosuchstandby'");
-	$node->safe_psql('postgres', 'SELECT pg_reload_conf()');
-	ok($node->poll_query_until('postgres', 'SHOW synchronous_standby_names', 'nosuchstandby'),
-		'new backends see the synchronous standby setting');
+	no_sync_standby(1);
 	my $mark = "$tmp/u.mark";
 	my $pid = spawn('unknown',
 		cmd => [ $cli, '-d', conn('syncwaiter'), 'run', '--lease', '30s', 'u', '--',
@@ -432,8 +442,7 @@ sql("SELECT dlock.unlock('exp2', 'me')");
 	ok(!-e $mark, 'COMMAND not started before COMMIT is acknowledged');
 	$node->safe_psql('postgres',
 		"SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = 'syncwaiter'");
-	$node->safe_psql('postgres', 'ALTER SYSTEM RESET synchronous_standby_names');
-	$node->safe_psql('postgres', 'SELECT pg_reload_conf()');
+	no_sync_standby(0);
 	is(wait_exit($pid, 60), 0, 'CLI resolved the commit and ran COMMAND');
 	my $e = slurp("$tmp/unknown.err");
 	like($e, qr/checking whether transaction \d+ committed/, 'the unknown outcome was noticed');
@@ -448,10 +457,7 @@ sql("SELECT dlock.unlock('exp2', 'me')");
 # synchronous standby that never comes: the CLI ends (128 + N) within
 # the wait, not at the lease's end, and COMMAND never starts.
 {
-	$node->safe_psql('postgres', "ALTER SYSTEM SET synchronous_standby_names = 'nosuchstandby'");
-	$node->safe_psql('postgres', 'SELECT pg_reload_conf()');
-	ok($node->poll_query_until('postgres', 'SHOW synchronous_standby_names', 'nosuchstandby'),
-		'new backends see the synchronous standby setting (2)');
+	no_sync_standby(1);
 	my $mark = "$tmp/s.mark";
 	my $pid = spawn('syncsig',
 		cmd => [ $cli, '-d', conn('syncsig'), 'run', '--lease', '60s', '--wait', '1s', 'sync-sig', '--',
@@ -462,8 +468,7 @@ sql("SELECT dlock.unlock('exp2', 'me')");
 	kill 'TERM', $pid;
 	is(wait_exit($pid, 20), 143, 'SIGTERM while the COMMIT waits: 143, not the lease later');
 	ok(!-e $mark, 'COMMAND never started');
-	$node->safe_psql('postgres', 'ALTER SYSTEM RESET synchronous_standby_names');
-	$node->safe_psql('postgres', 'SELECT pg_reload_conf()');
+	no_sync_standby(0);
 	$node->safe_psql('postgres',
 		"SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = 'syncsig'");
 	ok($node->poll_query_until('postgres', "SELECT count(*) = 0 FROM pg_stat_activity WHERE application_name = 'syncsig'"),
